@@ -1,0 +1,5 @@
+import sys
+
+from narrowpath.cli.main import main
+
+sys.exit(main())

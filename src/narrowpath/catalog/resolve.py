@@ -1,0 +1,159 @@
+"""Turn what a user gives (a file, a catalog name, a mapping) into a validated Scenario."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from narrowpath.catalog import store
+from narrowpath.errors import CatalogError, NarrowpathError, SpecError
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.hf_config import looks_like_hf_config, model_from_hf_config
+from narrowpath.spec.model import Model
+from narrowpath.spec.parse import (_check_keys, calibration_from_dict, device_from_dict, model_from_dict,
+                                   plan_from_dict, system_from_dict)
+from narrowpath.spec.scenario import Scenario
+from narrowpath.spec.system import System
+from narrowpath.units import GBIT_PER_S
+
+DEFAULT_SCENARIO = "llama3-70b-h100-256"
+_SCENARIO_KEYS = {"name", "system", "hardware", "model", "plan", "num_gpus", "mode", "calibration", "kind",
+                  "measured", "assumed", "step_time_derived"}
+
+
+def read_data_file(path: str | Path) -> Any:
+    """Parse a YAML or JSON file; errors name the file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise NarrowpathError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        if p.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise NarrowpathError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first}") from None
+
+
+def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_per_gpu: float | None = None,
+                        base: System | None = None) -> System:
+    """The device's home system, re-shaped to the stated node size and NIC rate (validation-corpus `hardware`)."""
+    if base is None:
+        dev_entry = store.entries("devices").get(gpu)
+        if dev_entry is None:
+            store.device(gpu)  # raises CatalogError with nearest ids
+        base = store.system(dev_entry["default_system"])
+    tiers = []
+    for t in base.tiers:
+        if t.name == "scale_up" and gpus_per_node and t.domain_size == base.gpus_per_node:
+            t = dataclasses.replace(t, domain_size=int(gpus_per_node))
+        if t.name == "scale_out" and nic_gbps_per_gpu:
+            t = dataclasses.replace(t, bw_bytes_per_s_per_gpu=float(nic_gbps_per_gpu) * GBIT_PER_S)
+        tiers.append(t)
+    return dataclasses.replace(base, gpus_per_node=int(gpus_per_node or base.gpus_per_node), tiers=tuple(tiers),
+                               name=base.name if not (gpus_per_node or nic_gbps_per_gpu) else f"{base.name}*")
+
+
+def _system(value: Any, base_dir: Path | None) -> System:
+    if isinstance(value, str):
+        return store.system(value)
+    if isinstance(value, Mapping):
+        dev = value.get("device")
+        device = store.device(dev) if isinstance(dev, str) else device_from_dict(dev or {})
+        return system_from_dict({k: v for k, v in value.items() if k != "device"}, device)
+    raise SpecError("system", f"must be a catalog id or a mapping, got {value!r}")
+
+
+def _model(value: Any, base_dir: Path | None) -> Model:
+    if isinstance(value, str):
+        p = Path(value) if base_dir is None else base_dir / value
+        if value.endswith(".json") and p.exists():
+            return model_from_hf_config(read_data_file(p), name=p.stem)
+        return store.model(value)
+    if isinstance(value, Mapping):
+        if "hf_config" in value:
+            p = Path(value["hf_config"]) if base_dir is None else base_dir / value["hf_config"]
+            return model_from_hf_config(read_data_file(p), name=value.get("name"), seq_len=value.get("seq_len"))
+        if looks_like_hf_config(value):
+            return model_from_hf_config(value)
+        return model_from_dict(value)
+    raise SpecError("model", f"must be a catalog id, a config.json path or a mapping, got {value!r}")
+
+
+def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
+    """A calibration profile from a catalog id (device name), a YAML file or a mapping."""
+    if isinstance(value, Calibration):
+        return value
+    if isinstance(value, str):
+        p = Path(value) if base_dir is None else base_dir / value
+        if p.suffix in (".yaml", ".yml", ".json") and p.exists():
+            data = read_data_file(p)
+            if isinstance(data, Mapping) and "profiles" in data:
+                profiles = data["profiles"]
+                if not profiles:
+                    raise SpecError("calibration", f"{p}: no profiles")
+                data = profiles[0]
+            return calibration_from_dict(data, name=(data or {}).get("id") or p.stem)
+        return store.calibration_for(value)
+    if isinstance(value, Mapping):
+        return calibration_from_dict(value)
+    raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {value!r}")
+
+
+def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None) -> Scenario:
+    """Build a Scenario from a mapping (scenario file, catalog entry, or a validation-corpus case)."""
+    _check_keys("scenario", data, _SCENARIO_KEYS)
+    if "model" not in data:
+        raise SpecError("model", "is required")
+    if "plan" not in data:
+        raise SpecError("plan", "is required")
+    hw = data.get("hardware")
+    if hw is not None:
+        _check_keys("hardware", hw, {"gpu", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu"})
+        if "gpu" not in hw:
+            raise SpecError("hardware.gpu", "is required")
+        system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
+                                     nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"))
+        num_gpus = hw.get("num_gpus", data.get("num_gpus"))
+    elif "system" in data:
+        system = _system(data["system"], base_dir)
+        num_gpus = data.get("num_gpus")
+    else:
+        raise SpecError("system", "is required (or a `hardware` block)")
+    model = _model(data["model"], base_dir)
+    plan = plan_from_dict(data["plan"])
+    if num_gpus is None:
+        num_gpus = plan.num_gpus
+    calibration = calibration_from(data["calibration"], base_dir) if data.get("calibration") else None
+    return Scenario(name=str(name or data.get("name") or data.get("id") or "scenario"), system=system, model=model,
+                    plan=plan, num_gpus=num_gpus, mode=data.get("mode", "training"), calibration=calibration)
+
+
+def load_scenario(source: str | Path | Mapping[str, Any] | None = None) -> Scenario:
+    """A scenario from a file path (YAML/JSON), a catalog scenario id, a mapping, or None for the default."""
+    if source is None:
+        source = DEFAULT_SCENARIO
+    if isinstance(source, Mapping):
+        return scenario_from_dict(source)
+    p = Path(source)
+    if p.suffix in (".yaml", ".yml", ".json") or p.exists():
+        if not p.exists():
+            raise NarrowpathError(f"{p}: no such file")
+        data = read_data_file(p)
+        if not isinstance(data, Mapping):
+            raise SpecError("scenario", f"{p}: must hold a mapping at top level")
+        if looks_like_hf_config(data) and "plan" not in data:
+            raise SpecError("plan", f"{p} is a model config.json; pass it as --model with a plan (--tp, --pp, ...)")
+        return scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent)
+    if str(source) in store.entries("scenarios"):
+        return scenario_from_dict(store.scenario_data(str(source)), name=str(source))
+    try:
+        store.scenario_data(str(source))
+    except CatalogError as exc:
+        raise CatalogError(f"{exc} (or give a .yaml/.json file)") from None
+    raise AssertionError("unreachable")

@@ -1,0 +1,89 @@
+"""Strict loader of the catalog YAML files (read once, cached)."""
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from narrowpath.errors import CatalogError
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.device import Device
+from narrowpath.spec.model import Model
+from narrowpath.spec.parse import calibration_from_dict, device_from_dict, model_from_dict, system_from_dict
+from narrowpath.spec.system import System
+
+_FILES = {"devices": "devices.yaml", "systems": "systems.yaml", "models": "models.yaml",
+          "profiles": "calibration.yaml", "scenarios": "scenarios.yaml"}
+
+
+@lru_cache(maxsize=None)
+def entries(kind: str) -> dict[str, dict[str, Any]]:
+    """Raw entries of one catalog file by id."""
+    text = resources.files("narrowpath.catalog").joinpath(_FILES[kind]).read_text()
+    data = yaml.safe_load(text)
+    out: dict[str, dict[str, Any]] = {}
+    for entry in data.get(kind, []):
+        eid = entry.get("id")
+        if not eid:
+            raise CatalogError(f"{_FILES[kind]}: an entry has no id: {entry!r}")
+        if eid in out:
+            raise CatalogError(f"{_FILES[kind]}: duplicate id {eid!r}")
+        out[eid] = entry
+    return out
+
+
+def _lookup(kind: str, eid: str, what: str) -> dict[str, Any]:
+    table = entries(kind)
+    if eid in table:
+        return table[eid]
+    near = difflib.get_close_matches(str(eid), list(table), n=3, cutoff=0.3)
+    hint = f"; nearest: {', '.join(near)}" if near else f"; known: {', '.join(table)}"
+    raise CatalogError(f"unknown {what} {eid!r}{hint}")
+
+
+def device_ids() -> list[str]:
+    return list(entries("devices"))
+
+
+def system_ids() -> list[str]:
+    return list(entries("systems"))
+
+
+def model_ids() -> list[str]:
+    return list(entries("models"))
+
+
+def scenario_ids() -> list[str]:
+    return list(entries("scenarios"))
+
+
+@lru_cache(maxsize=None)
+def device(eid: str) -> Device:
+    return device_from_dict(_lookup("devices", eid, "device"), name=eid)
+
+
+@lru_cache(maxsize=None)
+def system(eid: str) -> System:
+    data = _lookup("systems", eid, "system")
+    return system_from_dict(data, device(data["device"]), name=eid)
+
+
+@lru_cache(maxsize=None)
+def model(eid: str) -> Model:
+    return model_from_dict(_lookup("models", eid, "model"), name=eid)
+
+
+@lru_cache(maxsize=None)
+def calibration_for(device_name: str) -> Calibration:
+    """The shipped calibration profile of a device type."""
+    for pid, data in entries("profiles").items():
+        if data.get("device", pid) == device_name:
+            return calibration_from_dict(data, name=pid)
+    raise CatalogError(f"no calibration profile for device {device_name!r}; known: {', '.join(entries('profiles'))}")
+
+
+def scenario_data(eid: str) -> dict[str, Any]:
+    return _lookup("scenarios", eid, "scenario")

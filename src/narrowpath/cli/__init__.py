@@ -1,0 +1,1 @@
+"""cli: the `narrowpath` command. Thin: parse, build, run, report."""

@@ -1,0 +1,1 @@
+"""cost stage — see DESIGN.md."""

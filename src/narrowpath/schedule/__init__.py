@@ -1,0 +1,1 @@
+"""schedule stage — see DESIGN.md."""

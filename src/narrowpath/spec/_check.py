@@ -1,0 +1,48 @@
+"""Small field validators shared by the spec dataclasses. Each raises SpecError naming the field and value."""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from narrowpath.errors import SpecError
+
+
+def positive_int(field: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise SpecError(field, f"must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise SpecError(field, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def positive_float(field: str, value: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(field, f"must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise SpecError(field, f"must be a finite number {bound}, got {value}")
+    return value
+
+
+def fraction(field: str, value: Any) -> float:
+    value = positive_float(field, value)
+    if value > 1.0:
+        raise SpecError(field, f"must be in (0, 1], got {value}")
+    return value
+
+
+def choice(field: str, value: Any, options: Iterable[str]) -> str:
+    options = tuple(options)
+    if value not in options:
+        raise SpecError(field, f"must be one of {', '.join(options)}; got {value!r}")
+    return value
+
+
+def boolean(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(field, f"must be true or false, got {value!r}")
+    return value

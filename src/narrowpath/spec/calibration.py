@@ -1,0 +1,88 @@
+"""Calibration: how close one device type (and its software stack) gets to its peaks.
+
+One profile per device type serves every case (never one per case). Profiles ship in
+`narrowpath/catalog/calibration.yaml` with a source for every figure; `narrowpath calibrate` fits new ones
+from probes and nccl-tests logs in the same schema.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from narrowpath.spec._check import choice, fraction, positive_float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TierCalibration:
+    """Attained collective performance on one network tier."""
+
+    bw_efficiency: float
+    """Large-message bus bandwidth / line rate for ring-style collectives (nccl-tests busbw convention)."""
+    alpha_s: float
+    """Latency per algorithm step (one ring hop or tree level), seconds: software + wire + sync."""
+    nvls_busbw_bytes_per_s: float = 0.0
+    """Attained all-reduce busbw with in-switch reduction (NVLS/SHARP), bytes/s; 0 = not available."""
+
+    def __post_init__(self) -> None:
+        fraction("calibration.tiers.bw_efficiency", self.bw_efficiency)
+        positive_float("calibration.tiers.alpha_s", self.alpha_s, allow_zero=True)
+        positive_float("calibration.tiers.nvls_busbw_bytes_per_s", self.nvls_busbw_bytes_per_s, allow_zero=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """Efficiency profile of one device type. Fractions are of the device's peak figures."""
+
+    name: str
+    """Profile id (usually the device name)."""
+    device: str
+    """Device the profile was measured or derived for."""
+    matrix_efficiency: Mapping[str, float]
+    """Attained / peak matrix FLOP/s for large GEMMs, by dtype."""
+    matrix_half_flop: float = 2e9
+    """GEMM size (FLOPs) at which the attained rate is half of the large-GEMM rate (size ramp)."""
+    vector_bw_efficiency: float = 0.8
+    """Attained / peak HBM bandwidth for streaming element-wise kernels."""
+    kernel_overhead_s: float = 4e-6
+    """Fixed cost per kernel (launch, ramp-up, tail), seconds."""
+    attention_kernel: str = "flash"
+    """Attention kernel the `auto` plan setting means on this device's usual software stack."""
+    flash_efficiency: float = 0.7
+    """Attained rate of a flash-attention kernel relative to a large GEMM of the same dtype."""
+    overlap_compute_slowdown: float = 0.1
+    """Fraction by which compute slows while it shares the chip with overlapped communication."""
+    tiers: Mapping[str, TierCalibration] = field(default_factory=dict)
+    """Per network tier (`scale_up`, `scale_out`, `front_end`)."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "matrix_efficiency", MappingProxyType(dict(self.matrix_efficiency)))
+        object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        for dt, v in self.matrix_efficiency.items():
+            fraction(f"calibration[{self.name}].matrix_efficiency.{dt}", v)
+        positive_float(f"calibration[{self.name}].matrix_half_flop", self.matrix_half_flop, allow_zero=True)
+        fraction(f"calibration[{self.name}].vector_bw_efficiency", self.vector_bw_efficiency)
+        positive_float(f"calibration[{self.name}].kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
+        choice(f"calibration[{self.name}].attention_kernel", self.attention_kernel, ("flash", "unfused"))
+        fraction(f"calibration[{self.name}].flash_efficiency", self.flash_efficiency)
+        if not 0.0 <= self.overlap_compute_slowdown < 1.0:
+            from narrowpath.errors import SpecError
+            raise SpecError(f"calibration[{self.name}].overlap_compute_slowdown",
+                            f"must be in [0, 1), got {self.overlap_compute_slowdown}")
+
+    def matrix_eff(self, dtype: str) -> float:
+        table = self.matrix_efficiency
+        for key in (dtype, {"fp8": "bf16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32"}.get(dtype, ""), "bf16"):
+            if key in table:
+                return table[key]
+        return 0.7
+
+    def tier(self, name: str) -> TierCalibration:
+        if name in self.tiers:
+            return self.tiers[name]
+        return _DEFAULT_TIER
+
+
+_DEFAULT_TIER = TierCalibration(bw_efficiency=0.8, alpha_s=5e-6)

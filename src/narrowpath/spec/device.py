@@ -1,0 +1,98 @@
+"""Device: one accelerator — peak rates per dtype and its memory hierarchy of Levels."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from narrowpath.errors import SpecError
+from narrowpath.spec._check import positive_float
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Level:
+    """One level of the memory hierarchy, nearest (SRAM) to farthest (host)."""
+
+    name: str
+    """Level id: `sram` (registers + shared memory, whole chip), `l2`, `hbm`, `host`."""
+    capacity_bytes: float
+    """Capacity of the level for the whole device, bytes."""
+    bw_bytes_per_s: float
+    """Peak bandwidth the compute units see from this level, bytes/s (one direction summed over the chip)."""
+    latency_s: float = 0.0
+    """Load-to-use latency of one access, seconds; 0 = unknown/negligible."""
+
+    def __post_init__(self) -> None:
+        positive_float(f"level[{self.name}].capacity_bytes", self.capacity_bytes)
+        positive_float(f"level[{self.name}].bw_bytes_per_s", self.bw_bytes_per_s)
+        positive_float(f"level[{self.name}].latency_s", self.latency_s, allow_zero=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Device:
+    """An accelerator. Peak rates are dense (no sparsity), per device."""
+
+    name: str
+    """Catalog id, e.g. `A100-SXM4-80GB`."""
+    peak_matrix_flop_per_s: Mapping[str, float]
+    """Dense matrix-unit (tensor core) peak FLOP/s by dtype (`fp32` means FP32 inputs without TF32)."""
+    peak_vector_flop_per_s: Mapping[str, float]
+    """Vector-unit (CUDA core / SIMD) peak FLOP/s by dtype, for element-wise work."""
+    levels: tuple[Level, ...]
+    """Memory hierarchy, nearest first; must contain an `hbm` level."""
+    tdp_w: float = 0.0
+    """Board power limit, watts; 0 = unknown."""
+    idle_w: float = 0.0
+    """Static (idle) power, watts; 0 = unknown."""
+    energy_pj_per_flop: Mapping[str, float] = field(default_factory=dict)
+    """Dynamic energy per FLOP on the matrix units by dtype, picojoules; empty = unknown."""
+    energy_pj_per_byte: Mapping[str, float] = field(default_factory=dict)
+    """Dynamic energy per byte moved at each level or network tier name, picojoules; empty = unknown."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Where each figure comes from, by field name."""
+
+    def __post_init__(self) -> None:
+        for attr in ("peak_matrix_flop_per_s", "peak_vector_flop_per_s", "energy_pj_per_flop",
+                     "energy_pj_per_byte", "sources"):
+            object.__setattr__(self, attr, MappingProxyType(dict(getattr(self, attr))))
+        object.__setattr__(self, "levels", tuple(self.levels))
+        if not self.peak_matrix_flop_per_s:
+            raise SpecError(f"device[{self.name}].peak_matrix_flop_per_s", "needs at least one dtype")
+        for dt, v in {**self.peak_matrix_flop_per_s, **self.peak_vector_flop_per_s}.items():
+            if dt not in DTYPES:
+                raise SpecError(f"device[{self.name}].peak_flop_per_s", f"unknown dtype {dt!r}; known: {', '.join(DTYPES)}")
+            positive_float(f"device[{self.name}].peak_flop_per_s.{dt}", v)
+        if not any(lv.name == "hbm" for lv in self.levels):
+            raise SpecError(f"device[{self.name}].levels", "must include an `hbm` level")
+        positive_float(f"device[{self.name}].tdp_w", self.tdp_w, allow_zero=True)
+        positive_float(f"device[{self.name}].idle_w", self.idle_w, allow_zero=True)
+
+    def level(self, name: str) -> Level:
+        for lv in self.levels:
+            if lv.name == name:
+                return lv
+        raise SpecError(f"device[{self.name}].levels", f"no level named {name!r}")
+
+    @property
+    def hbm(self) -> Level:
+        return self.level("hbm")
+
+    def matrix_peak(self, dtype: str) -> float:
+        """Peak matrix FLOP/s for `dtype`; fp8 falls back to fp16 rate on devices without FP8 units."""
+        table = self.peak_matrix_flop_per_s
+        if dtype in table:
+            return table[dtype]
+        fallback = {"fp8": "fp16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32", "fp32": "tf32"}.get(dtype)
+        if fallback in table:
+            return table[fallback]
+        raise SpecError(f"device[{self.name}].peak_matrix_flop_per_s", f"no rate for dtype {dtype!r}")
+
+    def vector_peak(self, dtype: str) -> float:
+        table = self.peak_vector_flop_per_s
+        if dtype in table:
+            return table[dtype]
+        if "fp32" in table:
+            return table["fp32"]
+        return self.matrix_peak(dtype) / 8.0

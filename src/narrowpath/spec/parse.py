@@ -1,0 +1,138 @@
+"""Build spec dataclasses from plain mappings (parsed YAML/JSON), naming the field on every error."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Mapping
+
+from narrowpath.errors import SpecError
+from narrowpath.spec.calibration import Calibration, TierCalibration
+from narrowpath.spec.device import Device, Level
+from narrowpath.spec.model import Model, MoE
+from narrowpath.spec.plan import Plan
+from narrowpath.spec.system import System, Tier
+
+# Keys that carry provenance or notes and are not spec fields.
+_META_KEYS = {"id", "source", "sources", "note", "notes", "default_system", "description"}
+
+
+def _fields(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _check_keys(where: str, data: Mapping[str, Any], allowed: set[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise SpecError(where, f"must be a mapping, got {type(data).__name__} {data!r}")
+    for key in data:
+        if key in _META_KEYS or key in allowed:
+            continue
+        near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(sorted(allowed))}"
+        raise SpecError(f"{where}.{key}", f"unknown field{hint}")
+
+
+def _num(where: str, v: Any) -> Any:
+    """YAML 1.1 reads `312e12` as a string; accept numeric strings for numeric fields."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            raise SpecError(where, f"must be a number, got {v!r}") from None
+    return v
+
+
+def _build(cls, where: str, data: Mapping[str, Any], **extra: Any):
+    fields = _fields(cls)
+    _check_keys(where, data, fields)
+    kwargs = {k: v for k, v in data.items() if k not in _META_KEYS or k in fields}
+    kwargs.update(extra)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.name not in kwargs and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise SpecError(f"{where}.{missing[0]}", "is required") from None
+        raise SpecError(where, str(exc)) from None
+
+
+def model_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Model:
+    _check_keys("model", data, _fields(Model))
+    d = dict(data)
+    if name is not None or "id" in d:
+        d.setdefault("name", name or d.get("id"))
+    if d.get("moe") is not None:
+        d["moe"] = _build(MoE, "model.moe", d["moe"])
+    return _build(Model, "model", d)
+
+
+def plan_from_dict(data: Mapping[str, Any]) -> Plan:
+    d = dict(data)
+    if "placement" in d and isinstance(d["placement"], (list, tuple)):
+        d["placement"] = tuple(d["placement"])
+    if "bucket_bytes" in d:
+        d["bucket_bytes"] = float(_num("plan.bucket_bytes", d["bucket_bytes"]))
+    return _build(Plan, "plan", d)
+
+
+def device_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Device:
+    name = name or data.get("id") or data.get("name") or "device"
+    where = f"device[{name}]"
+    _check_keys(where, data, _fields(Device))
+    d = {k: v for k, v in data.items() if k not in _META_KEYS or k == "sources"}
+    d["name"] = name
+    for key in ("peak_matrix_flop_per_s", "peak_vector_flop_per_s", "energy_pj_per_flop", "energy_pj_per_byte"):
+        if key in d:
+            d[key] = {k: float(_num(f"{where}.{key}.{k}", v)) for k, v in d[key].items()}
+    levels = d.get("levels", ())
+    d["levels"] = tuple(_build(Level, f"{where}.levels[{i}]",
+                               {k: (_num(f"{where}.levels[{i}].{k}", v) if k != "name" else v)
+                                for k, v in lv.items()})
+                        for i, lv in enumerate(levels))
+    for key in ("tdp_w", "idle_w"):
+        if key in d:
+            d[key] = float(_num(f"{where}.{key}", d[key]))
+    return _build(Device, where, d)
+
+
+def tier_from_dict(data: Mapping[str, Any], where: str) -> Tier:
+    d = {k: (_num(f"{where}.{k}", v) if k in ("bw_bytes_per_s_per_gpu", "latency_s", "oversubscription") else v)
+         for k, v in data.items()}
+    return _build(Tier, where, d)
+
+
+def system_from_dict(data: Mapping[str, Any], device: Device, *, name: str | None = None) -> System:
+    name = name or data.get("id") or data.get("name") or "system"
+    where = f"system[{name}]"
+    _check_keys(where, data, _fields(System))
+    d = {k: v for k, v in data.items() if k not in _META_KEYS or k == "sources"}
+    d["name"] = name
+    d["device"] = device
+    d["tiers"] = tuple(tier_from_dict(t, f"{where}.tiers[{i}]") for i, t in enumerate(d.get("tiers", ())))
+    if "host_bw_bytes_per_s_per_gpu" in d:
+        d["host_bw_bytes_per_s_per_gpu"] = float(_num(f"{where}.host_bw_bytes_per_s_per_gpu",
+                                                      d["host_bw_bytes_per_s_per_gpu"]))
+    return _build(System, where, d)
+
+
+def calibration_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Calibration:
+    name = name or data.get("id") or data.get("name") or "profile"
+    where = f"calibration[{name}]"
+    _check_keys(where, data, _fields(Calibration))
+    d = {k: v for k, v in data.items() if k not in _META_KEYS or k == "sources"}
+    d["name"] = name
+    d.setdefault("device", name)
+    if "matrix_efficiency" in d:
+        d["matrix_efficiency"] = {k: float(_num(f"{where}.matrix_efficiency.{k}", v))
+                                  for k, v in d["matrix_efficiency"].items()}
+    for key in ("matrix_half_flop", "vector_bw_efficiency", "kernel_overhead_s", "flash_efficiency",
+                "overlap_compute_slowdown"):
+        if key in d:
+            d[key] = float(_num(f"{where}.{key}", d[key]))
+    tiers = {}
+    for tname, tdata in (d.get("tiers") or {}).items():
+        tw = f"{where}.tiers.{tname}"
+        tiers[tname] = _build(TierCalibration, tw, {k: float(_num(f"{tw}.{k}", v)) for k, v in tdata.items()})
+    d["tiers"] = tiers
+    return _build(Calibration, where, d)

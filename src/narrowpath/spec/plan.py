@@ -1,0 +1,86 @@
+"""Plan: how a model is parallelised and run — the knobs an engineer turns."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.errors import SpecError
+from narrowpath.spec._check import boolean, choice, positive_int
+
+AXES = ("tp", "cp", "ep", "dp", "pp")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("auto", "flash", "unfused")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A parallel plan. Degrees multiply: tp·cp·dp·pp = GPUs; ep subdivides dp·cp ranks for experts."""
+
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row split of every matrix)."""
+    pp: int = 1
+    """Pipeline-parallel stages."""
+    dp: int = 1
+    """Data-parallel replicas."""
+    cp: int = 1
+    """Context-parallel degree (sequence split across ranks for attention)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE only); 1 = experts replicated."""
+    vpp: int = 1
+    """Virtual pipeline chunks per stage; 1 = plain 1F1B, >1 = interleaved 1F1B."""
+    mbs: int = 1
+    """Micro-batch size, sequences."""
+    gbs: int = 1
+    """Global batch size per optimizer step, sequences."""
+    zero_stage: int = 0
+    """0 none; 1 optimizer state sharded over dp (Megatron distributed optimizer); 2 + gradients; 3 + weights."""
+    recompute: str = "none"
+    """`none`; `selective` (attention core recomputed, Korthikanti et al.); `full` (whole layer from its input)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: norms/dropout split over tp; TP all-reduce becomes reduce-scatter + all-gather."""
+    precision: str = "bf16"
+    """Dtype of the matrix multiplies: fp32, bf16, fp16 or fp8 (fp8 matmuls keep bf16 activations/weights)."""
+    dp_overlap: bool = False
+    """Gradient sync overlapped with backward in buckets (Megatron --overlap-grad-reduce; default off as there)."""
+    tp_comm_overlap: bool = False
+    """TP communication overlapped with the matrix multiplies (Transformer Engine userbuffers)."""
+    attention: str = "auto"
+    """Attention kernel: `flash`, `unfused` (materialised scores + fused softmax), `auto` (the calibration's default)."""
+    bucket_bytes: float = 40e6
+    """Gradient bucket size for overlapped DP sync, bytes (Megatron/DDP default 40 MB)."""
+    placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+    """Rank order of the parallel axes, fastest-varying first (Megatron: tp, cp, dp, pp)."""
+
+    def __post_init__(self) -> None:
+        for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
+            positive_int(f"plan.{ax}", getattr(self, ax))
+        if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
+            raise SpecError("plan.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        choice("plan.recompute", self.recompute, RECOMPUTE)
+        choice("plan.precision", self.precision, PRECISIONS)
+        choice("plan.attention", self.attention, ATTENTION)
+        for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap"):
+            boolean(f"plan.{b}", getattr(self, b))
+        object.__setattr__(self, "placement", tuple(self.placement))
+        if sorted(self.placement) != sorted(AXES):
+            raise SpecError("plan.placement", f"must order exactly {', '.join(AXES)}; got {list(self.placement)}")
+        if self.gbs % (self.dp * self.mbs):
+            raise SpecError("plan.gbs", f"global batch {self.gbs} is not divisible by dp·mbs = "
+                            f"{self.dp}·{self.mbs} = {self.dp * self.mbs}")
+        if self.vpp > 1 and self.pp == 1:
+            raise SpecError("plan.vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+        if self.sequence_parallel and self.tp == 1:
+            raise SpecError("plan.sequence_parallel", "needs tp > 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches each pipeline runs per step: gbs / (dp · mbs)."""
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def schedule(self) -> str:
+        return "interleaved-1f1b" if self.vpp > 1 else "1f1b"

@@ -1,0 +1,74 @@
+"""Scenario = system + model + plan + mode, with the cross-field consistency checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.errors import SpecError
+from narrowpath.spec._check import choice, positive_int
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.model import Model
+from narrowpath.spec.plan import Plan
+from narrowpath.spec.system import System
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """One job to predict: what runs (model, plan) on what (system, num_gpus)."""
+
+    name: str = "scenario"
+    system: System
+    model: Model
+    plan: Plan
+    num_gpus: int
+    """GPUs in the job; must equal tp·cp·dp·pp."""
+    mode: str = "training"
+    """`training` (one optimizer step) or `inference` (later issue)."""
+    calibration: Calibration | None = None
+    """Efficiency profile; None = the catalog's profile for the system's device."""
+
+    def __post_init__(self) -> None:
+        positive_int("num_gpus", self.num_gpus)
+        choice("mode", self.mode, ("training", "inference"))
+        for msg_field, msg in consistency_errors(self.model, self.plan, self.num_gpus, self.system):
+            raise SpecError(msg_field, msg)
+
+
+def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System | None = None) -> list[tuple[str, str]]:
+    """All cross-field violations as (field, message) pairs; empty when the scenario is consistent."""
+    errs: list[tuple[str, str]] = []
+    p = plan
+    prod = p.tp * p.cp * p.dp * p.pp
+    if prod != num_gpus:
+        errs.append(("plan", f"tp·cp·dp·pp = {p.tp}·{p.cp}·{p.dp}·{p.pp} = {prod} does not equal num_gpus {num_gpus}"))
+    if model.arch == "transformer":
+        if model.heads % p.tp:
+            errs.append(("plan.tp", f"tp {p.tp} does not divide model.heads {model.heads}"))
+        if model.kv_heads % p.tp and p.tp % model.kv_heads:
+            errs.append(("plan.tp", f"tp {p.tp} and model.kv_heads {model.kv_heads}: one must divide the other"))
+        if model.ffn % p.tp:
+            errs.append(("plan.tp", f"tp {p.tp} does not divide model.ffn {model.ffn}"))
+        if model.moe is not None and model.moe.expert_ffn % p.tp and p.ep == 1:
+            errs.append(("plan.tp", f"tp {p.tp} does not divide model.moe.expert_ffn {model.moe.expert_ffn}"))
+    elif p.tp > 1 and model.hidden % p.tp:
+        errs.append(("plan.tp", f"tp {p.tp} does not divide model.hidden {model.hidden}"))
+    if p.pp * p.vpp > model.layers:
+        errs.append(("plan.pp", f"pp·vpp = {p.pp}·{p.vpp} = {p.pp * p.vpp} exceeds model.layers {model.layers}"))
+    if model.seq_len % p.cp:
+        errs.append(("plan.cp", f"cp {p.cp} does not divide model.seq_len {model.seq_len}"))
+    if p.sequence_parallel and (model.seq_len // p.cp) % p.tp:
+        errs.append(("plan.sequence_parallel", f"seq_len/cp = {model.seq_len // p.cp} is not divisible by tp {p.tp}"))
+    if p.ep > 1:
+        if model.moe is None:
+            errs.append(("plan.ep", f"ep {p.ep} > 1 needs an MoE model"))
+        else:
+            if model.moe.num_experts % p.ep:
+                errs.append(("plan.ep", f"ep {p.ep} does not divide model.moe.num_experts {model.moe.num_experts}"))
+            if (p.dp * p.cp) % p.ep:
+                errs.append(("plan.ep", f"ep {p.ep} does not divide dp·cp = {p.dp * p.cp}"))
+    if p.pp > 1 and p.vpp > 1 and p.num_microbatches % p.pp:
+        errs.append(("plan.gbs", f"interleaved schedule needs micro-batches ({p.num_microbatches}) divisible by pp {p.pp}"))
+    if model.arch == "lstm" and (p.pp > 1 or p.cp > 1):
+        errs.append(("plan", "the LSTM model supports tp and dp only"))
+    if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:
+        errs.append(("plan.tp", f"tp {p.tp} spans scale-up domains of {system.scale_up_domain} GPUs unevenly"))
+    return errs

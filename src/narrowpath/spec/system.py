@@ -1,0 +1,84 @@
+"""System: devices joined by network tiers — scale-up domain, scale-out fabric, front-end."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from narrowpath.errors import SpecError
+from narrowpath.spec._check import choice, positive_float, positive_int
+from narrowpath.spec.device import Device
+
+TIER_NAMES = ("scale_up", "scale_out", "front_end")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tier:
+    """One network tier as a GPU sees it."""
+
+    name: str
+    """`scale_up` (NVLink/NVSwitch domain), `scale_out` (back-end RDMA fabric), `front_end` (storage/data)."""
+    bw_bytes_per_s_per_gpu: float
+    """Unidirectional bandwidth one GPU can inject into this tier, bytes/s."""
+    domain_size: int = 0
+    """GPUs that share this tier as one flat domain (scale-up: NVLink domain size); 0 = the whole system."""
+    latency_s: float = 0.0
+    """One-hop latency (software + wire) of a message on this tier, seconds."""
+    oversubscription: float = 1.0
+    """Ratio of downlink to uplink bandwidth above the leaf switch; 1 = non-blocking, 2 = 2:1."""
+    in_network_reduction: bool = False
+    """Switches can reduce in-network (NVLink SHARP / InfiniBand SHARP)."""
+    topology: str = "switched"
+    """`switched` (NVSwitch), `rail_optimized`, `fat_tree`, or `ethernet`."""
+
+    def __post_init__(self) -> None:
+        choice("tier.name", self.name, TIER_NAMES)
+        positive_float(f"tier[{self.name}].bw_bytes_per_s_per_gpu", self.bw_bytes_per_s_per_gpu)
+        positive_int(f"tier[{self.name}].domain_size", self.domain_size, minimum=0)
+        positive_float(f"tier[{self.name}].latency_s", self.latency_s, allow_zero=True)
+        if self.oversubscription < 1.0:
+            raise SpecError(f"tier[{self.name}].oversubscription", f"must be >= 1, got {self.oversubscription}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class System:
+    """A cluster built from one device type."""
+
+    name: str
+    device: Device
+    gpus_per_node: int
+    """GPUs per server (host); the scale-up domain may be larger (NVL72) but never smaller."""
+    tiers: tuple[Tier, ...]
+    """Network tiers, nearest first; must include `scale_up` and `scale_out`."""
+    host_bw_bytes_per_s_per_gpu: float = 0.0
+    """Host (PCIe/C2C) bandwidth per GPU for offload, bytes/s; 0 = unknown."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tiers", tuple(self.tiers))
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        positive_int(f"system[{self.name}].gpus_per_node", self.gpus_per_node)
+        names = [t.name for t in self.tiers]
+        for need in ("scale_up", "scale_out"):
+            if need not in names:
+                raise SpecError(f"system[{self.name}].tiers", f"missing the `{need}` tier")
+        if len(set(names)) != len(names):
+            raise SpecError(f"system[{self.name}].tiers", f"duplicate tier names {names}")
+        dom = self.tier("scale_up").domain_size
+        if dom and dom < self.gpus_per_node:
+            raise SpecError(f"system[{self.name}].scale_up.domain_size",
+                            f"{dom} is smaller than gpus_per_node {self.gpus_per_node}")
+
+    def tier(self, name: str) -> Tier:
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        raise SpecError(f"system[{self.name}].tiers", f"no tier named {name!r}")
+
+    def has_tier(self, name: str) -> bool:
+        return any(t.name == name for t in self.tiers)
+
+    @property
+    def scale_up_domain(self) -> int:
+        """GPUs in one scale-up (NVLink) domain."""
+        return self.tier("scale_up").domain_size or self.gpus_per_node

@@ -1,0 +1,1 @@
+"""trace stage — see DESIGN.md."""

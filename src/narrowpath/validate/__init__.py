@@ -1,0 +1,1 @@
+"""validate stage — see DESIGN.md."""

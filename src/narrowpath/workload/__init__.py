@@ -1,0 +1,1 @@
+"""workload stage — see DESIGN.md."""
