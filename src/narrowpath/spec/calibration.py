@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from narrowpath.spec._check import choice, fraction, positive_float
+from narrowpath.spec.device import Level
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,8 +24,14 @@ class TierCalibration:
     """Latency per algorithm step (one ring hop or tree level), seconds: software + wire + sync."""
     nvls_busbw_bytes_per_s: float = 0.0
     """Attained all-reduce busbw with in-switch reduction (NVLS/SHARP), bytes/s; 0 = not available."""
+    busbw_efficiency_by_size: tuple[tuple[float, float], ...] = ()
+    """Measured (message bytes, busbw / line rate) pairs, ascending in size; () = not measured (use the α-β form)."""
+    measured_num_ranks: int = 0
+    """Group size the tier figures were measured with; 0 = not recorded."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "busbw_efficiency_by_size",
+                           tuple((float(s), float(e)) for s, e in self.busbw_efficiency_by_size))
         fraction("calibration.tiers.bw_efficiency", self.bw_efficiency)
         positive_float("calibration.tiers.alpha_s", self.alpha_s, allow_zero=True)
         positive_float("calibration.tiers.nvls_busbw_bytes_per_s", self.nvls_busbw_bytes_per_s, allow_zero=True)
@@ -55,8 +62,19 @@ class Calibration:
     tiers: Mapping[str, TierCalibration] = field(default_factory=dict)
     """Per network tier (`scale_up`, `scale_out`, `front_end`)."""
     sources: Mapping[str, str] = field(default_factory=dict)
+    matrix_efficiency_by_size: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """Measured (GEMM FLOPs, attained / peak) pairs by dtype, ascending in FLOPs; empty = use the
+    `matrix_efficiency` + `matrix_half_flop` ramp."""
+    memory_levels: tuple[Level, ...] = ()
+    """Measured memory hierarchy, nearest first (capacity, STREAM-convention bandwidth); () = not measured."""
+    fit_residuals: Mapping[str, float] = field(default_factory=dict)
+    """RMS relative residual of the fit behind each entry (e.g. `matrix_half_flop.fp32`, `tiers.scale_up`)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "matrix_efficiency_by_size", MappingProxyType(
+            {dt: tuple((float(f), float(e)) for f, e in pts) for dt, pts in self.matrix_efficiency_by_size.items()}))
+        object.__setattr__(self, "memory_levels", tuple(self.memory_levels))
+        object.__setattr__(self, "fit_residuals", MappingProxyType(dict(self.fit_residuals)))
         object.__setattr__(self, "matrix_efficiency", MappingProxyType(dict(self.matrix_efficiency)))
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))

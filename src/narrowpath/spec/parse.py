@@ -116,6 +116,22 @@ def system_from_dict(data: Mapping[str, Any], device: Device, *, name: str | Non
     return _build(System, where, d)
 
 
+def _pairs(where: str, value: Any) -> tuple[tuple[float, float], ...]:
+    """A list of [x, y] number pairs (measured tables in calibration profiles)."""
+    try:
+        return tuple((float(_num(where, x)), float(_num(where, y))) for x, y in value)
+    except (TypeError, ValueError):
+        raise SpecError(where, f"must be a list of [x, y] number pairs, got {value!r}") from None
+
+
+def _tier_value(where: str, key: str, value: Any) -> Any:
+    if key == "busbw_efficiency_by_size":
+        return _pairs(where, value)
+    if key == "measured_num_ranks":
+        return int(_num(where, value))
+    return float(_num(where, value))
+
+
 def calibration_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Calibration:
     name = name or data.get("id") or data.get("name") or "profile"
     where = f"calibration[{name}]"
@@ -133,6 +149,16 @@ def calibration_from_dict(data: Mapping[str, Any], *, name: str | None = None) -
     tiers = {}
     for tname, tdata in (d.get("tiers") or {}).items():
         tw = f"{where}.tiers.{tname}"
-        tiers[tname] = _build(TierCalibration, tw, {k: float(_num(f"{tw}.{k}", v)) for k, v in tdata.items()})
+        tiers[tname] = _build(TierCalibration, tw, {k: _tier_value(f"{tw}.{k}", k, v) for k, v in tdata.items()})
     d["tiers"] = tiers
+    if "matrix_efficiency_by_size" in d:
+        d["matrix_efficiency_by_size"] = {k: _pairs(f"{where}.matrix_efficiency_by_size.{k}", v)
+                                          for k, v in d["matrix_efficiency_by_size"].items()}
+    if "memory_levels" in d:
+        d["memory_levels"] = tuple(
+            _build(Level, f"{where}.memory_levels[{i}]",
+                   {k: (v if k == "name" else float(_num(f"{where}.memory_levels[{i}].{k}", v))) for k, v in lv.items()})
+            for i, lv in enumerate(d["memory_levels"] or ()))
+    if "fit_residuals" in d:
+        d["fit_residuals"] = {k: float(_num(f"{where}.fit_residuals.{k}", v)) for k, v in d["fit_residuals"].items()}
     return _build(Calibration, where, d)
