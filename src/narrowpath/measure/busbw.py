@@ -1,0 +1,46 @@
+"""nccl-tests conventions: what "size" means per collective, algbw, busbw, and ring α-steps.
+
+Source: NVIDIA/nccl-tests doc/PERFORMANCE.md. algbw = size / time. busbw = algbw × factor with factor
+2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast, reduce and
+send/recv. "size" is the whole buffer (all_reduce), the gathered output (all_gather), the input
+(reduce_scatter), the data each rank sends in total (all_to_all), the payload (send/recv).
+Kept here rather than imported from `cost` because measure sits to the left of cost in the data flow.
+"""
+from __future__ import annotations
+
+PROBE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+# nccl-tests binary name -> our op name.
+NCCL_TEST_BINARIES = {
+    "all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "reduce_scatter_perf": "reduce_scatter",
+    "alltoall_perf": "all_to_all", "sendrecv_perf": "send_recv", "broadcast_perf": "broadcast",
+    "reduce_perf": "reduce", "gather_perf": "gather", "scatter_perf": "scatter", "hypercube_perf": "hypercube",
+}
+
+
+def bus_factor(op: str, num_ranks: int) -> float:
+    """busbw / algbw for `op` on `num_ranks` ranks (nccl-tests PERFORMANCE.md)."""
+    n = num_ranks
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def ring_steps(op: str, num_ranks: int) -> int:
+    """Sequential latency (α) steps of the ring algorithm: 2(n−1) all_reduce, n−1 others, 1 point-to-point."""
+    n = num_ranks
+    if op == "all_reduce":
+        return 2 * (n - 1)
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
+        return max(1, n - 1)
+    return 1
+
+
+def algbw_bytes_per_s(size_bytes: float, time_s: float) -> float:
+    return size_bytes / time_s
+
+
+def busbw_bytes_per_s(op: str, num_ranks: int, size_bytes: float, time_s: float) -> float:
+    return algbw_bytes_per_s(size_bytes, time_s) * bus_factor(op, num_ranks)

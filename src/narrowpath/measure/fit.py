@@ -1,0 +1,101 @@
+"""Fits of measured points to the cost model's forms, each with its residual.
+
+Both forms are a line in (size, time), fitted by least squares on relative error (weights 1/t², so small and
+large sizes count alike, as in the LogP/α-β fitting practice of Hoefler et al., 'LogGP in theory and practice',
+2009):
+- α-β (Hockney 1994): t(S) = a + b·S. For a ring collective (Thakur, Rabenseifner & Gropp 2005)
+  a = steps·α and b = factor / busbw, with steps and factor from `busbw.py`.
+- GEMM ramp: attained(F) = R∞ · F / (F + F½), i.e. t(F) = F½/R∞ + F/R∞ — a fixed cost plus a peak-rate part;
+  F½ is `Calibration.matrix_half_flop`, R∞/peak is `Calibration.matrix_efficiency`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from narrowpath.errors import NarrowpathError
+from narrowpath.measure.busbw import bus_factor, ring_steps
+
+
+@dataclass(frozen=True, slots=True)
+class LineFit:
+    """t = intercept_s + slope_s_per_unit · x, with the RMS relative residual over the fitted points."""
+
+    intercept_s: float
+    slope_s_per_unit: float
+    rms_rel_residual: float
+    num_points: int
+
+    def predict_s(self, x: float) -> float:
+        return self.intercept_s + self.slope_s_per_unit * x
+
+
+def rms_rel_residual(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    return math.sqrt(sum(((p - m) / m) ** 2 for p, m in zip(predicted, measured)) / max(1, len(measured)))
+
+
+def fit_line_rel(x: Sequence[float], t: Sequence[float]) -> LineFit:
+    """Least squares of t = a + b·x on relative error, with a ≥ 0 and b ≥ 0 (refits a line through 0 if a < 0)."""
+    if len(x) != len(t) or not x:
+        raise NarrowpathError(f"fit needs matching non-empty x and t, got {len(x)} and {len(t)} points")
+    if any(v <= 0 or not math.isfinite(v) for v in t):
+        raise NarrowpathError(f"fit needs positive finite times, got {list(t)}")
+    w = [1.0 / v ** 2 for v in t]
+    sw = sum(w)
+    sx = sum(wi * xi for wi, xi in zip(w, x))
+    sxx = sum(wi * xi * xi for wi, xi in zip(w, x))
+    st = sum(wi * ti for wi, ti in zip(w, t))
+    sxt = sum(wi * xi * ti for wi, xi, ti in zip(w, x, t))
+    det = sw * sxx - sx * sx
+    if len(set(x)) < 2 or det <= 0:
+        a, b = 0.0, sxt / sxx
+    else:
+        a = (sxx * st - sx * sxt) / det
+        b = (sw * sxt - sx * st) / det
+        if a < 0:
+            a, b = 0.0, sxt / sxx
+        elif b < 0:
+            a, b = st / sw, 0.0
+    pred = [a + b * xi for xi in x]
+    return LineFit(a, b, rms_rel_residual(pred, t), len(x))
+
+
+@dataclass(frozen=True, slots=True)
+class AlphaBeta:
+    """α-β parameters of one collective on one group."""
+
+    op: str
+    num_ranks: int
+    alpha_s: float
+    """Latency per ring step, seconds."""
+    busbw_bytes_per_s: float
+    """Asymptotic bus bandwidth (nccl-tests convention), bytes/s."""
+    fit: LineFit
+
+    def predict_s(self, size_bytes: float) -> float:
+        return self.fit.predict_s(size_bytes)
+
+
+def fit_alpha_beta(op: str, num_ranks: int, size_bytes: Sequence[float], time_s: Sequence[float]) -> AlphaBeta:
+    """α and busbw of `op` from (nccl-tests size, time) points."""
+    line = fit_line_rel(size_bytes, time_s)
+    busbw = bus_factor(op, num_ranks) / line.slope_s_per_unit if line.slope_s_per_unit > 0 else math.inf
+    return AlphaBeta(op, num_ranks, line.intercept_s / ring_steps(op, num_ranks), busbw, line)
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRamp:
+    """GEMM ramp: asymptotic rate and the size at which half of it is attained."""
+
+    rate_flop_per_s: float
+    half_flop: float
+    fit: LineFit
+
+
+def fit_matrix_ramp(flop: Sequence[float], rate_flop_per_s: Sequence[float]) -> MatrixRamp:
+    """R∞ and F½ from (GEMM FLOPs, attained FLOP/s) points; one point gives R∞ = its rate and F½ = 0."""
+    t = [f / r for f, r in zip(flop, rate_flop_per_s)]
+    line = fit_line_rel(flop, t)
+    rate = 1.0 / line.slope_s_per_unit if line.slope_s_per_unit > 0 else max(rate_flop_per_s)
+    return MatrixRamp(rate, line.intercept_s * rate, line)

@@ -1,0 +1,113 @@
+"""Parser of NVIDIA nccl-tests output (`all_reduce_perf`, `all_gather_perf`, …).
+
+The layout (nccl-tests src/common.cu, v2.x): header lines start with `#`; one data row per size:
+
+    #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+         1048576        262144     float     sum      -1    40.12   26.14   45.74      0    39.87   26.30   46.02      0
+    # Avg bus bandwidth    : 83.4247
+
+out-of-place columns first, then in-place. Older releases have no `root` column; `#wrong` reads `N/A` when
+checking is off (`-c 0`). Times are microseconds and bandwidths GB/s (1e9 bytes/s); we convert to SI here.
+`# Collective test starting: all_reduce_perf` (newer releases) names the test; `#  Rank  N … device … NAME`
+lines list the ranks and their devices.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from narrowpath.errors import NarrowpathError
+from narrowpath.measure.busbw import NCCL_TEST_BINARIES
+
+
+@dataclass(frozen=True, slots=True)
+class NcclTestsRow:
+    """One size of an nccl-tests run, SI units. In-place fields are None when the log has no in-place columns."""
+
+    size_bytes: float
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    num_wrong: int | None
+    in_place_time_s: float | None = None
+    in_place_algbw_bytes_per_s: float | None = None
+    in_place_busbw_bytes_per_s: float | None = None
+    in_place_num_wrong: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclTestsLog:
+    """A whole log: the rows plus what the header and footer say."""
+
+    rows: tuple[NcclTestsRow, ...]
+    op: str | None
+    """Our op name (`all_reduce`, …) from `Collective test starting`, or None if the log does not say."""
+    num_ranks: int | None
+    """Number of `#  Rank` lines, or None."""
+    devices: tuple[str, ...]
+    avg_busbw_bytes_per_s: float | None
+    """The `# Avg bus bandwidth` footer, bytes/s."""
+
+
+def _wrong(tok: str) -> int | None:
+    return None if tok.upper() == "N/A" else int(tok)
+
+
+def _row(tokens: list[str], line_no: int) -> NcclTestsRow:
+    try:
+        size, count, dtype, redop = int(tokens[0]), int(tokens[1]), tokens[2], tokens[3]
+        rest = tokens[4:]
+        root = -1
+        if len(rest) in (5, 9):  # with a root column
+            root, rest = int(rest[0]), rest[1:]
+        if len(rest) not in (4, 8):
+            raise ValueError(f"{len(tokens)} columns")
+        t, alg, bus = float(rest[0]) * 1e-6, float(rest[1]) * 1e9, float(rest[2]) * 1e9
+        row = dict(size_bytes=float(size), count=count, dtype=dtype, redop=redop, root=root, time_s=t,
+                   algbw_bytes_per_s=alg, busbw_bytes_per_s=bus, num_wrong=_wrong(rest[3]))
+        if len(rest) == 8:
+            row.update(in_place_time_s=float(rest[4]) * 1e-6, in_place_algbw_bytes_per_s=float(rest[5]) * 1e9,
+                       in_place_busbw_bytes_per_s=float(rest[6]) * 1e9, in_place_num_wrong=_wrong(rest[7]))
+        return NcclTestsRow(**row)
+    except (ValueError, IndexError) as exc:
+        raise NarrowpathError(f"nccl-tests log line {line_no}: cannot read data row {' '.join(tokens)!r} ({exc})") \
+            from None
+
+
+def parse_nccl_tests_log_full(text: str) -> NcclTestsLog:
+    """Rows, test name, rank count, devices and average busbw of an nccl-tests log."""
+    rows, devices, op, avg, ranks = [], [], None, None, 0
+    for no, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            m = re.search(r"Collective test starting:\s*(\S+)", s)
+            if m:
+                op = NCCL_TEST_BINARIES.get(m.group(1), m.group(1))
+            m = re.match(r"#\s*Rank\s+\d+\b.*?device\s+\d+\s+\[[^\]]*\]\s+(.+)$", s)
+            if m:
+                ranks += 1
+                devices.append(m.group(1).strip())
+            m = re.match(r"#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+)", s)
+            if m:
+                avg = float(m.group(1)) * 1e9
+            continue
+        tokens = s.split()
+        if not tokens[0].isdigit():
+            continue  # e.g. NCCL INFO/WARN lines interleaved in the log
+        rows.append(_row(tokens, no))
+    if not rows:
+        raise NarrowpathError("nccl-tests log: no data rows found (expected lines like "
+                              "'1048576  262144  float  sum  -1  40.1  26.1  45.7  0 ...')")
+    return NcclTestsLog(tuple(rows), op, ranks or None, tuple(devices), avg)
+
+
+def parse_nccl_tests_log(text: str) -> list[NcclTestsRow]:
+    """The data rows of an nccl-tests log (out-of-place and in-place figures per size), SI units."""
+    return list(parse_nccl_tests_log_full(text).rows)

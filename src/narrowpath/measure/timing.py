@@ -1,0 +1,66 @@
+"""Timing discipline shared by the probes: warm-up, repeats, median; progress on stderr; provenance.
+
+Every probe sample is the median of `repeats` timed runs after `warmup` untimed ones (the median resists the
+occasional preemption of a shared machine better than the mean; nccl-tests uses a mean over back-to-back
+iterations, which `collectives_probe` follows instead).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+def time_median_s(fn: Callable[[], object], *, repeats: int, warmup: int = 1,
+                  sync: Callable[[], object] | None = None) -> tuple[float, list[float]]:
+    """Median and all wall times (seconds) of `fn()` over `repeats` runs after `warmup` runs.
+
+    `sync` (e.g. `torch.cuda.synchronize`) runs after each call before the clock stops.
+    """
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+@dataclass
+class Progress:
+    """Writes `[probe] step i/n: what` lines to stderr (stdout stays clean for tables and JSON)."""
+
+    probe: str
+    total: int
+    enabled: bool = True
+    done: int = 0
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        if self.enabled:
+            print(f"[{self.probe}] {self.done}/{self.total} {what}", file=sys.stderr, flush=True)
+
+
+def host_provenance() -> dict[str, object]:
+    """Where and with what a probe ran: host, CPU, Python, NumPy (and its BLAS threads env), CPU count."""
+    import numpy as np
+    from narrowpath.measure.machine import cpu_model_name
+    return {
+        "host": platform.node(),
+        "cpu": cpu_model_name(),
+        "num_cpus": os.cpu_count() or 1,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "env": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                            "MKL_NUM_THREADS") if k in os.environ},
+        "time_unix_s": time.time(),
+    }
