@@ -1,29 +1,47 @@
 """Time of one collective on the tiers its group spans — the single entry point `collective_time`.
 
-α-β model (Hockney; Thakur, Rabenseifner & Gropp, IJHPCA 2005; Patarasuk & Yuan 2009 for ring optimality):
-    t = steps · α + message_bytes · traffic_factor / busbw
-with the nccl-tests conventions: algbw = S / t; busbw = algbw · 2(n−1)/n for all_reduce, · (n−1)/n for
-all_gather, reduce_scatter and all_to_all, · 1 for broadcast and send/recv. `message_bytes` is the nccl-tests
-"size": the whole buffer (all_reduce), the gathered output (all_gather), the input (reduce_scatter), the
-data each rank sends in total (all_to_all), the payload (send_recv, broadcast).
+Model: NCCL's own tuning model (NVIDIA/nccl `src/graph/tuning.cc`, `ncclTopoTuneModel`/`ncclTopoGetAlgoTime`):
+for each algorithm a and protocol p,  t(a, p) = base_lat(a, p) + Σ_steps hop_lat(tier, p) + S / algbw(a, p),
+and `auto` takes the fastest (a, p), as NCCL does. Latency per step and per tier comes from the calibration
+(`alpha_s`, the Simple-protocol hop); LL and LL128 hops are the NCCL ratios to it. The α-β form with several
+protocols gives the message-size ramp (small messages latency-bound, LL; large ones bandwidth-bound, Simple)
+and is monotone in size (a minimum of increasing affine functions).
 
-Where a group spans several scale-up domains, NCCL lays one ring per NIC rail: a node's members each drive their own
-NIC, so the inter-domain bus bandwidth is ranks_per_domain × NIC rate (the NVLink rate caps it), divided by the
-fabric's oversubscription when groups leave the leaf. The intra-domain part runs on NVLink concurrently; the slower
-of the two bounds the ring.
+Conventions of nccl-tests (doc/PERFORMANCE.md): algbw = S / t; busbw = algbw · 2(n−1)/n for all_reduce,
+· (n−1)/n for all_gather, reduce_scatter and all_to_all, · 1 for broadcast and send/recv. `message_bytes` is the
+nccl-tests "size": the whole buffer (all_reduce), the gathered output (all_gather), the input (reduce_scatter),
+the data each rank sends in total (all_to_all), the payload (send_recv, broadcast).
+
+Legend: S message bytes, n group size, d scale-up domains spanned, r members per domain, B bus bandwidth (bytes/s)
+the algorithm can sustain, α hop latency (s).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from narrowpath.errors import SpecError
+from narrowpath.network.paths import PathModel, path_model
 from narrowpath.network.placement import GroupSpan
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.system import System
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
-ALGORITHMS = ("auto", "ring", "tree", "nvls")
+
+# NCCL software constants (NVIDIA/nccl src/graph/tuning.cc, NCCL 2.1x): base latency per (algorithm, protocol)
+# in seconds, hop latency of LL/LL128 relative to Simple (hwLat NVLink ring .47/1.9/3.4 us, net 2.7/4.0/9.6 us),
+# and the protocol's bandwidth factor (LL: 8-byte lines with a 4-byte flag and ring LL busBw /4 for all-reduce;
+# LL128: 120 of 128 bytes, 0.92).
+PROTOCOLS = ("LL", "LL128", "Simple")
+_BASE_LAT_S = {"ring": (6.6e-6, 14.0e-6, 8.4e-6), "tree": (6.8e-6, 14.0e-6, 8.4e-6)}
+_HOP_RATIO = {"scale_up": (0.47 / 3.4, 1.9 / 3.4, 1.0), "scale_out": (2.7 / 9.6, 4.0 / 9.6, 1.0)}
+_LL_BW = {"all_reduce": 1 / 4, "other": 1 / 3}
+_LL128_BW = 0.92
+_TREE_BW = 0.9
+"""Double binary tree bus bandwidth relative to the ring's (tuning.cc: `busBw*.9`)."""
+_P2P_PARALLEL = 8
+"""Peer exchanges of a grouped all-to-all that NCCL overlaps over its channels (ncclP2pSchedule rounds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +50,17 @@ class CollectiveCost:
 
     time_s: float
     algorithm: str
-    """Algorithm used (`ring`, `tree`, `nvls`, `direct`, `p2p`); with `auto`, the fastest."""
+    """Algorithm used (`ring`, `tree`, `hierarchical`, `nvls`, `sharp`, `direct`, `p2p`); with `auto`, the fastest."""
     busbw_bytes_per_s: float
     """Bus bandwidth in the nccl-tests convention for this op and size."""
     bottleneck_tier: str
     """Tier whose bandwidth bounds the transfer (`scale_up`, `scale_out`, or `none` for one rank)."""
     wire_bytes_per_rank: float
     """Bytes each rank sends over the network for this collective."""
+    protocol: str = ""
+    """NCCL protocol the time assumes (`LL`, `LL128`, `Simple`)."""
+    latency_s: float = 0.0
+    """Size-independent part of `time_s` (launch + per-step latencies)."""
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -61,62 +83,189 @@ def ring_steps(op: str, n: int) -> int:
     return 1
 
 
-def _tier_busbw(system: System, cal: Calibration, span: GroupSpan) -> tuple[float, str]:
-    """Large-message ring busbw available to the group and the tier that bounds it."""
-    up = system.tier("scale_up")
-    up_bw = up.bw_bytes_per_s_per_gpu * cal.tier("scale_up").bw_efficiency
-    if span.domains <= 1:
-        return up_bw, "scale_up"
-    out = system.tier("scale_out")
-    nic_bw = out.bw_bytes_per_s_per_gpu * cal.tier("scale_out").bw_efficiency
-    out_bw = span.ranks_per_domain * nic_bw / out.oversubscription if out.oversubscription > 1 else \
-        span.ranks_per_domain * nic_bw
-    if span.ranks_per_domain > 1 and up_bw < out_bw:
-        return up_bw, "scale_up"
-    return out_bw, "scale_out"
+def ring_wire_bytes(op: str, message_bytes: float, n: int) -> float:
+    """Bytes one rank sends in a ring: 2(n−1)S/n for all_reduce (→ 2S as n grows), (n−1)S/n for AG/RS
+    (Patarasuk & Yuan 2009, bandwidth-optimal all-reduce; Thakur et al. 2005, §4)."""
+    return message_bytes * bus_factor(op, n)
 
 
-def _alpha(system: System, cal: Calibration, span: GroupSpan) -> float:
-    tier = "scale_out" if span.domains > 1 else "scale_up"
-    return cal.tier(tier).alpha_s + system.tier(tier).latency_s
+def _best(t_lat: tuple[float, ...], algbw: tuple[float, ...], message_bytes: float) -> tuple[float, int]:
+    """Fastest protocol: (time, index) of min over p of lat_p + S / algbw_p (ncclTopoGetAlgoTime)."""
+    best_t, best_p = math.inf, 2
+    for p in range(3):
+        if algbw[p] > 0:
+            t = t_lat[p] + message_bytes / algbw[p]
+            if t < best_t:
+                best_t, best_p = t, p
+    return best_t, best_p
+
+
+def _ring_lat(op: str, pm: PathModel, n: int, algo: str = "ring") -> tuple[float, ...]:
+    """Latency of a ring per protocol: NCCL counts inter-node steps at the network hop, the rest at NVLink."""
+    steps = ring_steps(op, n)
+    inter = ring_steps(op, pm.domains) if pm.domains > 1 else 0
+    return tuple(_BASE_LAT_S[algo][p] + (steps - inter) * pm.alpha_up_s * _HOP_RATIO["scale_up"][p]
+                 + inter * pm.alpha_out_s * _HOP_RATIO["scale_out"][p] for p in range(3))
+
+
+def _protocol_bw(op: str, bus_bw: float, factor: float, multinode: bool) -> tuple[float, float, float]:
+    """Algorithm bandwidth per protocol from the Simple bus bandwidth (tuning.cc model refinements)."""
+    ll = _LL_BW["all_reduce" if (op == "all_reduce" or multinode) else "other"]
+    alg = bus_bw / factor
+    return (alg * ll, alg * _LL128_BW, alg)
+
+
+def _cost(op, algo, S, t_lat, algbw, tier, wire, n) -> CollectiveCost:
+    t, p = _best(t_lat, algbw, S)
+    busbw = S * bus_factor(op, n) / t if op not in ("broadcast", "send_recv") else S / t
+    return CollectiveCost(t, algo, busbw, tier, wire, PROTOCOLS[p], t_lat[p])
+
+
+# ---- algorithms: (op, S, path model of the (sub-)group) -> CollectiveCost | None (None = not applicable) -------------------
+
+def ring(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
+    """Ring (Patarasuk & Yuan 2009): per-rank traffic (n−1)/n·S (×2 for all_reduce) at the ring bus bandwidth.
+    Across domains NCCL lays one ring per NIC rail, so the ring's inter-domain bus bandwidth is r × NIC rate."""
+    if op not in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        return None
+    n = pm.size
+    factor = bus_factor(op, n) if op != "broadcast" else 1.0
+    steps_lat = _ring_lat(op if op != "broadcast" else "all_gather", pm, n)  # broadcast: one pass, n−1 hops
+    algbw = _protocol_bw(op, pm.ring_busbw, factor, pm.domains > 1)
+    return _cost(op, "ring", S, steps_lat, algbw, pm.ring_tier, S * factor, n)
+
+
+def tree(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
+    """Double binary tree all-reduce (Sanders, Speck & Träff 2009; NCCL 2.4): intra-node chain plus a
+    log2(d)-deep tree between domains; latency 2((r−1)α_up + log2(d)α_out), algbw = 0.9·B/2 (tuning.cc)."""
+    if op != "all_reduce" or pm.domains < 2:
+        return None
+    r, d = pm.ranks_per_domain, pm.domains
+    lat = tuple(_BASE_LAT_S["tree"][p] + 2 * ((r - 1) * pm.alpha_up_s * _HOP_RATIO["scale_up"][p]
+                                            + math.ceil(math.log2(d)) * pm.alpha_out_s * _HOP_RATIO["scale_out"][p])
+                for p in range(3))
+    bw = _TREE_BW * pm.ring_busbw / 2.0
+    algbw = (bw / 3.8, bw * 0.915, bw)
+    return _cost(op, "tree", S, lat, algbw, pm.ring_tier, 2.0 * S, pm.size)
+
+
+def hierarchical(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
+    """Intra-domain reduce-scatter → inter-domain all-reduce of S/r on r rails in parallel → intra-domain
+    all-gather (Thakur et al. 2005 §4 composed per tier; NCCL's 'tree/collnet chain' structure). Equal to the
+    flat ring when the group fits one domain."""
+    if op != "all_reduce":
+        return None
+    r, d = pm.ranks_per_domain, pm.domains
+    up = pm.restricted(domains=1)
+    rs = ring("reduce_scatter", S, up) if r > 1 else None
+    ag = ring("all_gather", S, up) if r > 1 else None
+    t, lat = 0.0, 0.0
+    for part in (rs, ag):
+        if part is not None:
+            t, lat = t + part.time_s, lat + part.latency_s
+    if d > 1:
+        out = ring("all_reduce", S / r, pm.restricted(ranks_per_domain=1))
+        t, lat = t + out.time_s, lat + out.latency_s
+    if r > 1 and d == 1:  # one domain: exactly the flat ring's steps and bytes
+        return ring(op, S, pm)
+    return CollectiveCost(t, "hierarchical", S * bus_factor(op, pm.size) / t,
+                          "scale_out" if d > 1 else "scale_up", S * bus_factor(op, pm.size), "Simple", lat)
+
+
+def nvls(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
+    """NVLink SHARP all-reduce inside one domain: the switch reduces (multimem.ld_reduce) and multicasts, so each
+    GPU moves ~S each way instead of 2(n−1)S/n. Its real gain is derated: the attained algbw is the calibrated
+    NVLS busbw of a full domain over that domain's 2(D−1)/D (~274 GB/s on 8 H100 → 480 GB/s busbw, nccl-tests
+    #212, nccl #1455), capped by the GPU's effective link rate (so 2-4 GPUs ≈ ring, as measured in nccl #1455)."""
+    if op != "all_reduce" or pm.nvls_algbw <= 0 or pm.domains > 1:
+        return None
+    lat = pm.nvls_latency_s
+    algbw = min(pm.nvls_algbw, pm.up_bw)
+    t = lat + S / algbw
+    return CollectiveCost(t, "nvls", S * bus_factor(op, pm.size) / t, "scale_up", S, "Simple", lat)
+
+
+def sharp(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
+    """In-network reduction on the scale-out fabric (InfiniBand SHARP / NCCL CollNet): intra-domain
+    reduce-scatter, each rail sends S/r up once and receives the reduced S/r once (no 2(d−1)/d), intra all-gather.
+    Latency: one switch round trip on the network instead of log2(d) or 2(d−1) steps (tuning.cc CollNet)."""
+    if op != "all_reduce" or not pm.out_in_network or pm.domains < 2:
+        return None
+    r = pm.ranks_per_domain
+    up = pm.restricted(domains=1)
+    t = lat = 2 * pm.alpha_out_s + _BASE_LAT_S["ring"][2]
+    if r > 1:
+        for part in (ring("reduce_scatter", S, up), ring("all_gather", S, up)):
+            t, lat = t + part.time_s, lat + part.latency_s
+    t += (S / r) / (_TREE_BW * pm.nic_bw)
+    return CollectiveCost(t, "sharp", S * bus_factor(op, pm.size) / t, "scale_out", S, "Simple", lat)
+
+
+def direct(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
+    """Direct all-to-all (grouped send/recv to every peer): S(r−1)/n over NVLink and S(n−r)/n over the rank's NIC
+    at the same time; the slower leg bounds it (alone on the fabric: contention with other groups across an
+    oversubscribed spine is `network.contention.concurrent_slowdown`). Latency: ⌈(n−1)/8⌉ peer rounds
+    (ncclP2pSchedule)."""
+    if op != "all_to_all":
+        return None
+    n, r = pm.size, pm.ranks_per_domain
+    rounds = math.ceil((n - 1) / _P2P_PARALLEL)
+    alpha = pm.alpha_out_s if pm.domains > 1 else pm.alpha_up_s
+    lat = _BASE_LAT_S["ring"][2] + rounds * alpha
+    t_up = S * (r - 1) / n / pm.up_bw if r > 1 else 0.0
+    t_out = S * (n - r) / n / pm.nic_bw if pm.domains > 1 else 0.0
+    tier = "scale_out" if t_out >= t_up else "scale_up"
+    t = lat + max(t_up, t_out)
+    return CollectiveCost(t, "direct", S * bus_factor(op, n) / t, tier, S * (n - 1) / n, "Simple", lat)
+
+
+def p2p(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
+    """Point-to-point send/recv between neighbours: α + S/B over NVLink when both sit in one domain, else over
+    the sender's NIC (Hockney α-β)."""
+    if op != "send_recv":
+        return None
+    bw, alpha, tier = (pm.up_bw, pm.alpha_up_s, "scale_up") if pm.domains <= 1 else \
+        (pm.nic_bw, pm.alpha_out_s, "scale_out")
+    lat = tuple(_BASE_LAT_S["ring"][p] + alpha * _HOP_RATIO[tier][p] for p in range(3))
+    return _cost(op, "p2p", S, lat, _protocol_bw(op, bw, 1.0, pm.domains > 1), tier, S, 2)
+
+
+AlgorithmFn = Callable[[str, float, PathModel], "CollectiveCost | None"]
+REGISTRY: dict[str, AlgorithmFn] = {
+    "ring": ring, "tree": tree, "hierarchical": hierarchical, "nvls": nvls, "sharp": sharp,
+    "direct": direct, "p2p": p2p,
+}
+"""Collective algorithms by name (STYLE.md #8); each returns None where it does not apply."""
+ALGORITHMS = ("auto", *REGISTRY)
+_ONLY = {"all_to_all": "direct", "send_recv": "p2p"}
+"""Ops NCCL runs with one algorithm only: any request is served by it."""
 
 
 def collective_time(op: str, message_bytes: float, span: GroupSpan, system: System, calibration: Calibration,
                     algorithm: str = "auto") -> CollectiveCost:
-    """Seconds for one collective of `message_bytes` on the group `span` (see module docstring)."""
+    """Seconds for one collective of `message_bytes` on the group `span` (see module docstring).
+
+    `algorithm="auto"` returns the fastest applicable algorithm and protocol, as NCCL's tuner does; a named one
+    that does not apply to this op or group raises SpecError.
+    """
     if op not in OPS:
         raise SpecError("collective.op", f"unknown collective {op!r}; known: {', '.join(OPS)}")
     if algorithm not in ALGORITHMS:
         raise SpecError("collective.algorithm", f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
     if message_bytes < 0:
         raise SpecError("collective.message_bytes", f"must be >= 0, got {message_bytes}")
-    n = span.size
-    if n <= 1 or message_bytes == 0:
+    if span.size <= 1 or message_bytes == 0:
         return CollectiveCost(0.0, "none", 0.0, "none", 0.0)
-    busbw, tier = _tier_busbw(system, calibration, span)
-    alpha = _alpha(system, calibration, span)
-    candidates: list[CollectiveCost] = []
-    if op == "send_recv":
-        t = alpha + message_bytes / busbw
-        return CollectiveCost(t, "p2p", message_bytes / t, tier, message_bytes)
-    factor = bus_factor(op, n)
-    wire = message_bytes * factor
-    if algorithm in ("auto", "ring") or op != "all_reduce":
-        t = ring_steps(op, n) * alpha + wire / busbw
-        name = "direct" if op == "all_to_all" else "ring"
-        candidates.append(CollectiveCost(t, name, wire / t, tier, wire))
-    if op == "all_reduce" and algorithm in ("auto", "tree"):
-        # Double binary tree (Sanders et al. 2009; NCCL 2.4): log-depth latency, pipelined bandwidth ~ ring's
-        # for large messages but limited by the intra-node chain, so it helps mostly at small sizes / many nodes.
-        steps = 2 * max(1, math.ceil(math.log2(max(2, span.domains)))) + 2 * max(0, span.ranks_per_domain - 1)
-        t = steps * alpha + wire / (0.9 * busbw)
-        candidates.append(CollectiveCost(t, "tree", wire / t, tier, wire))
-    if op == "all_reduce" and algorithm in ("auto", "nvls"):
-        nvls = calibration.tier("scale_up").nvls_busbw_bytes_per_s
-        if nvls > 0 and system.tier("scale_up").in_network_reduction and span.domains == 1:
-            t = 2 * alpha + wire / nvls
-            candidates.append(CollectiveCost(t, "nvls", wire / t, "scale_up", message_bytes))
-        elif algorithm == "nvls":
-            raise SpecError("collective.algorithm", "nvls needs in-switch reduction inside one scale-up domain "
-                            f"(system {system.name}, group spans {span.domains} domain(s))")
-    return min(candidates, key=lambda c: c.time_s)
+    pm = path_model(span, system, calibration)
+    if op in _ONLY:
+        algorithm = _ONLY[op]
+    names = REGISTRY if algorithm == "auto" else (algorithm,)
+    best = None
+    for name in names:
+        c = REGISTRY[name](op, float(message_bytes), pm)
+        if c is not None and (best is None or c.time_s < best.time_s):
+            best = c
+    if best is None:
+        raise SpecError("collective.algorithm", f"{algorithm} does not apply to {op} on this group (system "
+                        f"{system.name}: {pm.size} ranks over {pm.domains} scale-up domain(s))")
+    return best

@@ -1,0 +1,112 @@
+"""Path model: the bandwidths and hop latencies a group's collective can use on the tiers it spans.
+
+One small frozen record per (group span, system, calibration), which the algorithms of `cost/collectives.py`
+read. Bandwidths are attained ones (line rate × the calibration's `bw_efficiency`), per GPU, one direction.
+
+- Inside one scale-up domain a GPU drives its NVLink/NVSwitch ports: `up_bw`.
+- Across domains NCCL lays one ring per NIC rail (NCCL rings/trees are built rail-aligned, PXN since 2.12), so
+  the r members of a domain drive r NICs: a ring's inter-domain bus bandwidth is r × `nic_bw`, capped by
+  `up_bw` when r > 1 (nccl-tests #290: 8 NICs × 47 GB/s = 376 GB/s busbw on 2 DGX H100).
+- A sparse group (r = 1) has no NVLink leg at all: its bus bandwidth is one NIC.
+- The record prices one group alone on the fabric. When many groups of an axis run at once and share NICs, leaf
+  uplinks or an oversubscribed spine, `network.contention.concurrent_slowdown` gives the factor (>= 1) by which
+  their transfer is slowed (flow-level max-min fair sharing).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from narrowpath.network.placement import GroupSpan
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.system import System
+
+NVLS_LATENCY_S = 25e-6
+"""Fixed latency of an NVLS all-reduce (NVIDIA/nccl src/graph/tuning.cc hwLat[NVLINK][NVLS][Simple], 2.18-2.19)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PathModel:
+    """What a collective on one group can use. Legend: r members per domain, d domains."""
+
+    size: int
+    """Ranks in the (sub-)group."""
+    ranks_per_domain: int
+    domains: int
+    up_bw: float
+    """Attained scale-up bandwidth per GPU, bytes/s."""
+    nic_bw: float
+    """Attained scale-out (NIC) bandwidth per GPU, bytes/s."""
+    alpha_up_s: float
+    """Simple-protocol hop latency on the scale-up tier, s."""
+    alpha_out_s: float
+    """Simple-protocol hop latency on the scale-out tier, s."""
+    nvls_algbw: float = 0.0
+    """Attained NVLS all-reduce algbw (S/t) for large messages, bytes/s; 0 = no in-switch reduction."""
+    nvls_latency_s: float = NVLS_LATENCY_S
+    out_in_network: bool = False
+    """The scale-out switches reduce in-network (InfiniBand SHARP)."""
+
+    @property
+    def ring_busbw(self) -> float:
+        """Large-message ring bus bandwidth: NVLink inside one domain, else r rails of NICs (NVLink caps)."""
+        if self.domains <= 1:
+            return self.up_bw
+        out = self.ranks_per_domain * self.nic_bw
+        return min(self.up_bw, out) if self.ranks_per_domain > 1 else out
+
+    @property
+    def ring_tier(self) -> str:
+        if self.domains <= 1:
+            return "scale_up"
+        return "scale_up" if self.ranks_per_domain > 1 and self.up_bw < self.ranks_per_domain * self.nic_bw \
+            else "scale_out"
+
+    @property
+    def tier(self) -> str:
+        """The tier whose hop latency dominates: scale_out when the group leaves its domain."""
+        return "scale_out" if self.domains > 1 else "scale_up"
+
+    @property
+    def alpha_s(self) -> float:
+        return self.alpha_out_s if self.domains > 1 else self.alpha_up_s
+
+    def restricted(self, *, domains: int | None = None, ranks_per_domain: int | None = None) -> "PathModel":
+        """The sub-group one level of a hierarchical algorithm runs on: one domain (r ranks) or one rail (d)."""
+        if domains == 1:
+            return dataclasses.replace(self, size=self.ranks_per_domain, domains=1)
+        if ranks_per_domain == 1:
+            return dataclasses.replace(self, size=self.domains, ranks_per_domain=1)
+        return self
+
+
+def _alpha(system: System, cal: Calibration, tier: str) -> float:
+    """Calibrated hop latency (it includes software and wire); the tier's nominal latency when not calibrated."""
+    a = cal.tier(tier).alpha_s
+    return a if a > 0 else system.tier(tier).latency_s
+
+
+_CACHE: dict = {}
+
+
+def path_model(span: GroupSpan, system: System, cal: Calibration) -> PathModel:
+    """PathModel of `span` on `system` with `cal` (memoised per objects: this sits on the hot path)."""
+    key = (span, id(system), id(cal))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is system and hit[1] is cal:
+        return hit[2]
+    up, out = system.tier("scale_up"), system.tier("scale_out")
+    cu, co = cal.tier("scale_up"), cal.tier("scale_out")
+    dom = system.scale_up_domain
+    nvls_algbw = 0.0
+    if up.in_network_reduction and cu.nvls_busbw_bytes_per_s > 0 and dom > 1:
+        nvls_algbw = cu.nvls_busbw_bytes_per_s * dom / (2.0 * (dom - 1))
+    pm = PathModel(size=span.size, ranks_per_domain=span.ranks_per_domain, domains=span.domains,
+                   up_bw=up.bw_bytes_per_s_per_gpu * cu.bw_efficiency,
+                   nic_bw=out.bw_bytes_per_s_per_gpu * co.bw_efficiency,
+                   alpha_up_s=_alpha(system, cal, "scale_up"), alpha_out_s=_alpha(system, cal, "scale_out"),
+                   nvls_algbw=nvls_algbw, out_in_network=out.in_network_reduction)
+    if len(_CACHE) > 1024:
+        _CACHE.clear()
+    _CACHE[key] = (system, cal, pm)
+    return pm
