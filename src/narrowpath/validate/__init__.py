@@ -1,1 +1,1 @@
-"""validate stage — see DESIGN.md."""
+"""validate: published measurements → scenarios → predictions, with the error of each case."""

@@ -1,0 +1,133 @@
+"""Memory per rank of each pipeline stage: weights, gradients, optimizer state, activations, temporaries.
+
+Activation bytes per layer and micro-batch follow Korthikanti et al., 'Reducing Activation Recomputation in
+Large Transformer Models' (MLSys'23), §4: s·b·h·(34 + 5·a·s/h) without parallelism; with tensor parallelism
+s·b·h·(10 + 24/t + 5·a·s/(h·t)); with sequence parallelism s·b·h·(34/t + 5·a·s/(h·t)); selective recompute drops
+the 5·a·s²·b term; full recompute keeps only the layer input, 2·s·b·h (/t with sequence parallelism).
+We generalise the 34 term to GQA, SwiGLU and flash attention component by component (see `layer_activation_bytes`).
+In-flight micro-batches: 1F1B stage i holds min(m, p − i) (Narayanan et al. SC'21 §2.2); interleaving raises
+the first stage to p·(1 + (p − 1)/(p·v)) (Korthikanti §4.2.3).
+Optimizer state: ZeRO (Rajbhandari et al. SC'20) §5: K = 12 bytes/param for mixed-precision Adam.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from narrowpath.spec.scenario import Scenario
+from narrowpath.workload import transformer as T
+from narrowpath.workload.build import grad_bytes_per_param, stage_layer_ranges, weight_bytes_per_param
+from narrowpath.workload.items import Workload
+
+RUNTIME_RESERVE_BYTES = 2.0e9
+"""CUDA context, cuBLAS/NCCL workspaces and allocator fragmentation, bytes (typical 1.5-3 GB on Hopper)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes per rank of one pipeline stage, and the device capacity."""
+
+    stage: int
+    items: dict[str, float]
+    """weights, gradients, optimizer_state, activations, temporaries, runtime_reserve."""
+    capacity_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.items.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    @property
+    def overflow_bytes(self) -> float:
+        return max(0.0, self.total_bytes - self.capacity_bytes)
+
+    @property
+    def largest_item(self) -> str:
+        return max(self.items, key=self.items.get)
+
+
+def layer_activation_bytes(scn: Scenario, attention_kernel: str) -> float:
+    """Activation bytes one layer keeps for backward, per micro-batch, on one rank (Korthikanti §4, generalised)."""
+    m, p = scn.model, scn.plan
+    A = T.act_bytes(p)
+    b, s, h, t = p.mbs, m.seq_len // p.cp, m.hidden, p.tp
+    E = b * s * h
+    sp = p.sequence_parallel
+    if p.recompute == "full":
+        return A * E / (t if sp else 1)
+    # Replicated over tp unless sequence parallel: 2 norm inputs, QKV input, MLP input (A·E each), 2 masks (E each).
+    replicated = 4 * A * E + 2 * E
+    qkv = A * b * s * (m.q_dim + 2 * m.kv_dim) / t
+    proj_in = A * b * s * m.q_dim / t
+    if m.moe is not None:
+        ffn_w, tok = m.moe.expert_ffn, m.moe.top_k * m.moe.capacity_factor + m.moe.shared_experts
+    else:
+        ffn_w, tok = m.ffn, 1.0
+    F = b * s * ffn_w * tok / t
+    mlp = (3 if m.ffn_act == "swiglu" else 2) * A * F
+    if m.ffn_act == "swiglu":
+        mlp += 0  # gate, up and product kept: 3·F already counted
+    sharded = qkv + proj_in + mlp
+    if attention_kernel == "flash":
+        sharded += 4 * b * (m.heads / t) * s  # log-sum-exp statistics in fp32
+    elif p.recompute != "selective":
+        s_kv = m.seq_len if p.cp > 1 else s
+        sharded += (2 * A + 1) * b * (m.heads / t) * s * s_kv  # softmax out, dropout mask, dropout out
+    return (replicated / t if sp else replicated) + sharded
+
+
+def in_flight_microbatches(stage: int, scn: Scenario) -> float:
+    """Micro-batches whose activations a stage holds at peak (1F1B / interleaved 1F1B)."""
+    p, v, m = scn.plan.pp, scn.plan.vpp, scn.plan.num_microbatches
+    if p == 1:
+        return 1.0
+    held = float(p - stage)
+    if v > 1:
+        held *= 1.0 + (p - 1) / (p * v)
+    return min(float(m), held)
+
+
+def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[MemoryBreakdown]:
+    """Memory per rank for every pipeline stage."""
+    model, p = scn.model, scn.plan
+    dev = scn.system.device
+    Wb, G = weight_bytes_per_param(p.precision), grad_bytes_per_param(p.precision)
+    A = T.act_bytes(p)
+    per_layer = layer_activation_bytes(scn, attention_kernel) if model.arch == "transformer" else \
+        p.mbs * model.seq_len * model.hidden * 6 * A / p.tp
+    b, s = p.mbs, model.seq_len // p.cp
+    ranges = stage_layer_ranges(model.layers, p.pp, p.vpp) if model.arch == "transformer" else [[range(model.layers)]]
+    out = []
+    for st, rng in zip(wl.stages, ranges):
+        params = st.params
+        zero = p.zero_stage
+        weights = params * Wb / (p.dp if zero == 3 else 1)
+        grads = params * G / (p.dp if zero >= 2 else 1)
+        opt_per_param = 12 if p.precision != "fp32" else 8
+        optim = params * opt_per_param / (p.dp if zero >= 1 else 1)
+        n_layers = sum(len(r) for r in rng)
+        infl = in_flight_microbatches(st.index, scn)
+        acts = per_layer * n_layers * infl
+        temps = 0.0
+        if p.recompute == "full" and model.arch == "transformer":
+            no_rc = dataclasses.replace(scn, plan=dataclasses.replace(p, recompute="none"))
+            full = layer_activation_bytes(no_rc, attention_kernel)
+            temps = max(temps, full)  # one layer re-materialised during its backward
+        if st.index == p.pp - 1:
+            logits = b * s * model.vocab / p.tp
+            temps = max(temps, logits * (A + 4 + 4))  # 16-bit logits, fp32 copy, fp32 gradient
+        if st.index == 0:
+            acts += A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1) * infl  # embedding output
+        if zero == 3:
+            per_layer_params = params / max(1, n_layers)
+            temps += 2 * per_layer_params * Wb  # current + prefetched gathered layer
+        if p.dp > 1:
+            temps += 2 * min(p.bucket_bytes, params * G)  # gradient buckets in flight
+        items = {"weights": weights, "gradients": grads, "optimizer_state": optim, "activations": acts,
+                 "temporaries": temps, "runtime_reserve": RUNTIME_RESERVE_BYTES}
+        out.append(MemoryBreakdown(st.index, items, dev.hbm.capacity_bytes))
+    return out
+

@@ -1,0 +1,259 @@
+"""Closed-form training step: compose op and transfer costs into one step's time, breakdown and memory.
+
+Per stage and micro-batch: T = compute (fwd + bwd + recompute) + exposed communication (TP, CP, EP, PP,
+ZeRO-3). Stages combine through the pipeline schedule (schedule.pipeline); then the data-parallel gradient
+sync (exposed part) and the optimizer update follow.
+Overlap: an overlappable transfer hides behind the compute of the same phase; what does not fit is exposed,
+and the hidden part slows the compute it shares the chip with by `overlap_compute_slowdown`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from narrowpath.catalog import calibration_for
+from narrowpath.cost.collectives import CollectiveCost, collective_time
+from narrowpath.cost.memory import MemoryBreakdown, stage_memory
+from narrowpath.cost.roofline import op_time_s
+from narrowpath.network.placement import GroupSpan, axis_strides, group_span
+from narrowpath.schedule.pipeline import pipeline_time_s
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.scenario import Scenario
+from narrowpath.workload.build import build_workload
+from narrowpath.workload.items import Transfer, Workload
+
+BREAKDOWN_KEYS = ("compute", "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm",
+                  "exposed_dp_comm", "bubble", "optimizer")
+
+
+@dataclass(frozen=True, slots=True)
+class TransferCost:
+    """One communication pattern of a step on a rank of the most loaded stage, priced."""
+
+    name: str
+    op: str
+    axis: str
+    message_bytes: float
+    count: float
+    """Occurrences per step on one rank."""
+    time_each_s: float
+    total_s: float
+    exposed_s: float
+    """Part of total_s on the critical path."""
+    tier: str
+    algorithm: str
+    group_size: int
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """Per-micro-batch times of one pipeline stage."""
+
+    index: int
+    layers: int
+    fwd_compute_s: float
+    bwd_compute_s: float
+    """Backward compute including recompute."""
+    exposed_comm_s: dict[str, float]
+    """Exposed communication per axis (tp, cp, ep, pp, dp for ZeRO-3)."""
+
+    @property
+    def total_s(self) -> float:
+        return self.fwd_compute_s + self.bwd_compute_s + sum(self.exposed_comm_s.values())
+
+
+@dataclass(frozen=True, slots=True)
+class StepPrediction:
+    """Prediction of one training step."""
+
+    scenario: Scenario
+    calibration: Calibration
+    attention_kernel: str
+    step_time_s: float
+    breakdown_s: dict[str, float]
+    """Keys BREAKDOWN_KEYS; values sum to step_time_s."""
+    stages: tuple[StageTimes, ...]
+    transfers: tuple[TransferCost, ...]
+    model_flop_per_step: float
+    hardware_flop_per_step: float
+    mfu: float
+    hfu: float
+    tokens_per_s: float
+    memory: MemoryBreakdown
+    """The most loaded stage."""
+    memory_by_stage: tuple[MemoryBreakdown, ...]
+    workload: Workload
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return self.model_flop_per_step / self.step_time_s / self.scenario.num_gpus / 1e12
+
+    @property
+    def hardware_tflops_per_gpu(self) -> float:
+        return self.hardware_flop_per_step / self.step_time_s / self.scenario.num_gpus / 1e12
+
+
+def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
+    if axis in cache:
+        return cache[axis]
+    plan, system = scn.plan, scn.system
+    if axis in ("pp", "pp_ends"):
+        stride = axis_strides(plan)["pp"] * (plan.pp - 1 if axis == "pp_ends" else 1)
+        dom, node = system.scale_up_domain, system.gpus_per_node
+        same_dom = stride < dom and dom % stride == 0 if stride else True
+        same_node = stride < node and node % stride == 0 if stride else True
+        span = GroupSpan(axis=axis, size=2 if plan.pp > 1 else 1, stride=stride,
+                         ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
+                         ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2)
+    else:
+        span = group_span(plan, system, axis)
+    cache[axis] = span
+    return span
+
+
+def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: dict) -> CollectiveCost:
+    key = (tr.op, tr.axis, tr.message_bytes)
+    if key not in cache:
+        cache[key] = collective_time(tr.op, tr.message_bytes, _span(scn, tr.axis, spans), scn.system, cal)
+    return cache[key]
+
+
+def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepPrediction:
+    """Predict one training step of `scenario` (closed form)."""
+    scn = scenario
+    cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
+    kernel = cal.attention_kernel if scn.plan.attention == "auto" else scn.plan.attention
+    wl = build_workload(scn, kernel)
+    dev, plan = scn.system.device, scn.plan
+    slow = cal.overlap_compute_slowdown
+    op_cache: dict[int, float] = {}
+    coll_cache: dict = {}
+    spans: dict = {}
+
+    def t_op(op) -> float:
+        k = id(op)
+        if k not in op_cache:
+            op_cache[k] = op_time_s(op, dev, cal)
+        return op_cache[k]
+
+    stage_times: list[StageTimes] = []
+    per_stage_xfer: list[list[tuple[Transfer, float, CollectiveCost, float]]] = []
+    hw_flop_per_mb: list[float] = []
+    for st in wl.stages:
+        comp = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+        gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+        flop = 0.0
+        for op, c in st.ops:
+            t = t_op(op) * c
+            comp[op.phase] += t
+            if op.kind != "vector":
+                gemm_phase[op.phase] += t
+            flop += op.flop * c
+        hw_flop_per_mb.append(flop)
+        exposed = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
+        rows = []
+        # overlappable traffic per phase hides behind that phase's matrix work
+        hide_budget = dict(gemm_phase)
+        extra_compute = 0.0
+        for tr, c in st.transfers:
+            cost = _price(tr, scn, cal, spans, coll_cache)
+            total = cost.time_s * c
+            if tr.overlappable:
+                hidden = min(total, hide_budget.get(tr.phase, 0.0))
+                hide_budget[tr.phase] = hide_budget.get(tr.phase, 0.0) - hidden
+                extra_compute += slow * hidden
+                exp = total - hidden
+            else:
+                exp = total
+            exposed["pp" if tr.axis == "pp" else tr.axis] += exp
+            rows.append((tr, c, cost, exp))
+        per_stage_xfer.append(rows)
+        stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],
+                                      comp["bwd"] + comp["recompute"] + extra_compute, exposed))
+
+    m = wl.num_microbatches
+    totals = [s.total_s for s in stage_times]
+    pipe = pipeline_time_s(totals, m, plan.vpp)
+    crit = max(range(len(stage_times)), key=lambda i: totals[i])
+    cs = stage_times[crit]
+    bubble = pipe - m * cs.total_s
+
+    # once-per-step work: gradient sync (possibly overlapped with the last micro-batch's backward) and optimizer
+    step_rows = []
+    dp_total, other_step = 0.0, 0.0
+    for tr, c in wl.step_transfers:
+        cost = _price(tr, scn, cal, spans, coll_cache)
+        if tr.axis == "dp":
+            dp_total += cost.time_s * c
+        else:
+            other_step += cost.time_s * c
+        step_rows.append((tr, c, cost))
+    if dp_total > 0 and any(tr.overlappable for tr, _ in wl.step_transfers if tr.axis == "dp"):
+        window = cs.bwd_compute_s  # backward of the last micro-batch on the critical stage
+        n_buckets = max(1.0, dp_total and (sum(tr.message_bytes for tr, _ in wl.step_transfers if tr.axis == "dp")
+                                           / plan.bucket_bytes))
+        last_bucket = dp_total / n_buckets
+        hidden = min(dp_total - last_bucket, window)
+        dp_exposed = dp_total - hidden + slow * hidden
+    else:
+        dp_exposed = dp_total
+    opt = sum(t_op(op) * c for op, c in wl.optimizer_ops)
+
+    breakdown = {
+        "compute": m * (cs.fwd_compute_s + cs.bwd_compute_s),
+        "exposed_tp_comm": m * cs.exposed_comm_s["tp"],
+        "exposed_cp_comm": m * cs.exposed_comm_s["cp"],
+        "exposed_ep_comm": m * cs.exposed_comm_s["ep"],
+        "exposed_pp_comm": m * cs.exposed_comm_s["pp"] + other_step,
+        "exposed_dp_comm": m * cs.exposed_comm_s["dp"] + dp_exposed,
+        "bubble": bubble,
+        "optimizer": opt,
+    }
+    step = sum(breakdown.values())
+
+    transfers = []
+    for tr, c, cost, exp in per_stage_xfer[crit]:
+        transfers.append(TransferCost(tr.name, tr.op, tr.axis, tr.message_bytes, c * m, cost.time_s,
+                                      cost.time_s * c * m, exp * m, cost.bottleneck_tier, cost.algorithm,
+                                      _span(scn, tr.axis, spans).size, tr.phase))
+    for tr, c, cost in step_rows:
+        total = cost.time_s * c
+        exp = total if tr.axis != "dp" else (dp_exposed * total / dp_total if dp_total else 0.0)
+        transfers.append(TransferCost(tr.name, tr.op, tr.axis, tr.message_bytes, c, cost.time_s, total, exp,
+                                      cost.bottleneck_tier, cost.algorithm, _span(scn, tr.axis, spans).size,
+                                      tr.phase))
+    transfers = _merge(transfers)
+
+    ranks_per_stage = plan.tp * plan.cp * plan.dp
+    hw_flop = sum(hw_flop_per_mb) * m * ranks_per_stage
+    peak = dev.matrix_peak(plan.precision)
+    mems = stage_memory(scn, wl, kernel)
+    mem = max(mems, key=lambda b: b.total_bytes)
+    assumptions = (
+        f"calibration profile: {cal.name}",
+        f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else ""),
+        f"pipeline schedule: {plan.schedule}, {m} micro-batches",
+        "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
+        "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute",
+        f"gradients communicated in {'fp16' if plan.precision == 'fp16' else 'fp32'}",
+    ) + wl.notes
+    return StepPrediction(scn, cal, kernel, step, breakdown, tuple(stage_times), tuple(transfers),
+                          wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
+                          hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
+                          assumptions)
+
+
+def _merge(rows: list[TransferCost]) -> list[TransferCost]:
+    """Merge rows of the same pattern (name, op, size, phase) that appear in several layer kinds."""
+    out: dict[tuple, TransferCost] = {}
+    for r in rows:
+        key = (r.name, r.op, r.message_bytes, r.phase)
+        if key in out:
+            o = out[key]
+            out[key] = TransferCost(o.name, o.op, o.axis, o.message_bytes, o.count + r.count, o.time_each_s,
+                                    o.total_s + r.total_s, o.exposed_s + r.exposed_s, o.tier, o.algorithm,
+                                    o.group_size, o.phase)
+        else:
+            out[key] = r
+    return list(out.values())

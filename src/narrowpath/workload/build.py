@@ -1,0 +1,232 @@
+"""Turn a Scenario into a Workload: per-stage ops and transfers per micro-batch, step transfers, optimizer ops.
+
+Conventions (stated so that every number can be traced):
+- Gradients are communicated in fp16 for fp16 runs and in fp32 otherwise (Megatron-LM: bf16 implies
+  --accumulate-allreduce-grads-in-fp32); weights are all-gathered in 16 bit (8 bit for fp8 runs is not assumed).
+- Mixed-precision Adam keeps fp32 master weights + two moments: 12 bytes/param (Rajbhandari et al. SC'20, ZeRO §3).
+- Pipeline point-to-point messages use Megatron's scatter-gather optimisation: b·s·h·A / t per rank.
+"""
+from __future__ import annotations
+
+import math
+
+from narrowpath.spec.scenario import Scenario
+from narrowpath.workload import transformer as T
+from narrowpath.workload.items import Op, StageWork, Transfer, Workload
+
+
+def grad_bytes_per_param(precision: str) -> int:
+    return 2 if precision == "fp16" else 4
+
+
+def weight_bytes_per_param(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
+
+
+def stage_layer_ranges(layers: int, pp: int, vpp: int) -> list[list[range]]:
+    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp; earlier chunks take the remainder."""
+    chunks = pp * vpp
+    base, extra = divmod(layers, chunks)
+    out: list[list[range]] = [[] for _ in range(pp)]
+    start = 0
+    for j in range(chunks):
+        n = base + (1 if j < extra else 0)
+        out[j % pp].append(range(start, start + n))
+        start += n
+    return out
+
+
+def _resolve_attention(scenario: Scenario, default_kernel: str) -> str:
+    return default_kernel if scenario.plan.attention == "auto" else scenario.plan.attention
+
+
+def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
+    model, plan = scn.model, scn.plan
+    A = T.act_bytes(plan)
+    b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
+    fwd = [op for op in T.layer_forward_ops(model, plan, kernel)]
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        mlp_names = {"mlp_gate_up", "mlp_swiglu", "mlp_down", "mlp_up", "mlp_bias_gelu"}
+        fwd = [op for op in fwd if op.name not in mlp_names]
+        fwd.append(T.gemm("router", "fwd", b * s, h, moe.num_experts, plan.precision, A, A))
+        fwd += T.mlp_forward_ops(model, plan, moe.expert_ffn, tokens_scale=moe.top_k * moe.capacity_factor,
+                                 prefix="expert")
+        if moe.shared_experts:
+            fwd += T.mlp_forward_ops(model, plan, moe.expert_ffn, tokens_scale=moe.shared_experts, prefix="shared")
+    ops: list[tuple[Op, float]] = [(op, 1.0) for op in fwd]
+    ops += [(op, 1.0) for op in T.backward_ops(fwd)]
+    if plan.recompute == "full":
+        ops += [(op, 1.0) for op in T.as_phase(fwd, "recompute")]
+    elif plan.recompute == "selective" and kernel != "flash":
+        core = T.attention_ops(model, plan, kernel, phase="recompute")
+        ops += [(op, 1.0) for op in core]
+
+    xfers: list[tuple[Transfer, float]] = []
+    ov = plan.tp_comm_overlap
+    act = b * s * h * A
+    if plan.tp > 1:
+        phases = ["fwd", "bwd"] + (["recompute"] if plan.recompute == "full" else [])
+        for ph in phases:
+            if plan.sequence_parallel:
+                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", act, ph, ov), 2.0))
+                xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), 2.0))
+                if ph == "bwd":
+                    # Megatron re-gathers the sequence-parallel input of the column-parallel GEMMs for their weight
+                    # gradient, asynchronously behind the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
+                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", act, ph, True), 2.0))
+            else:
+                xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), 2.0))
+    if plan.cp > 1:
+        kv = b * s * 2 * model.kv_dim / plan.tp * A * plan.cp
+        xfers.append((Transfer("cp.kv_all_gather", "all_gather", "cp", kv, "fwd", True), 1.0))
+        xfers.append((Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True), 1.0))
+    if moe_layer and model.moe is not None and plan.ep > 1:
+        tok = b * s * model.moe.top_k * model.moe.capacity_factor * h * A
+        for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
+            xfers.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", tok, ph, False), 2.0))
+    if plan.zero_stage == 3 and plan.dp > 1:
+        wb = weight_bytes_per_param(plan.precision)
+        p = T.layer_params(model, plan, moe_layer=moe_layer)
+        xfers.append((Transfer("dp.zero3_param_all_gather", "all_gather", "dp", p * wb, "fwd", True), 1.0))
+        xfers.append((Transfer("dp.zero3_param_all_gather", "all_gather", "dp", p * wb, "bwd", True), 1.0))
+        xfers.append((Transfer("dp.zero3_grad_reduce_scatter", "reduce_scatter", "dp",
+                               p * grad_bytes_per_param(plan.precision), "bwd", True), 1.0))
+    return ops, xfers
+
+
+def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
+    model, plan = scn.model, scn.plan
+    A = T.act_bytes(plan)
+    W = 1 if plan.precision == "fp8" else A
+    b, s, h, t, V = plan.mbs, model.seq_len // plan.cp, model.hidden, plan.tp, model.vocab
+    E = b * s * h
+    ops: list[tuple[Op, float]] = []
+    xf: list[tuple[Transfer, float]] = []
+    act = E * A
+    if first:
+        ops.append((T.vector("embedding_lookup", "fwd", 2 * E * A, plan.precision), 1.0))
+        ops.append((T.vector("embedding_grad", "bwd", 3 * E * A, plan.precision), 1.0))
+        if t > 1:
+            kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
+            xf.append((Transfer(f"tp.embedding_{kind}", kind, "tp", act, "fwd", False), 1.0))
+    if last:
+        dt = "bf16" if plan.precision == "fp8" else plan.precision  # the output layer is kept in 16 bit
+        E_norm = E / t if plan.sequence_parallel else E
+        logits = T.gemm("logits", "fwd", b * s, h, V / t, dt, A, A if plan.precision == "fp8" else W)
+        ops.append((T.vector("final_norm", "fwd", 2 * E_norm * A, plan.precision), 1.0))
+        ops.append((logits, 1.0))
+        n_logit = b * s * V / t
+        # Vocab-parallel cross entropy in fp32 (Megatron): cast, max, exp-sum, loss ≈ 16 B/logit forward,
+        # softmax-gradient write + cast ≈ 12 B/logit backward. Our own kernel accounting.
+        ops.append((T.vector("cross_entropy", "fwd", 16 * n_logit, "fp32", kernels=4), 1.0))
+        ops.append((T.vector("cross_entropy", "bwd", 12 * n_logit, "fp32", kernels=2), 1.0))
+        ops += [(op, 1.0) for op in T.backward_ops([logits])]
+        ops.append((T.vector("final_norm", "bwd", 4 * E_norm * A, plan.precision), 1.0))
+        if t > 1:
+            xf.append((Transfer("tp.cross_entropy_stats", "all_reduce", "tp", 3 * b * s * 4, "fwd", False), 1.0))
+            kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
+            if plan.sequence_parallel:
+                xf.append((Transfer("tp.logits_all_gather", "all_gather", "tp", act, "fwd", False), 1.0))
+            xf.append((Transfer(f"tp.logits_grad_{kind}", kind, "tp", act, "bwd", False), 1.0))
+    return ops, xf
+
+
+def embedding_params(scn: Scenario, first: bool, last: bool) -> float:
+    model, plan = scn.model, scn.plan
+    table = model.vocab * model.hidden / plan.tp
+    if plan.pp == 1:
+        return table * (1 if model.tied_embeddings else 2)
+    return table * (int(first) + int(last)) + (model.hidden if last else 0)
+
+
+def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
+    """The scenario's work per rank (see module docstring); `attention_kernel` resolves plan.attention='auto'."""
+    if scn.model.arch == "lstm":
+        from narrowpath.workload.lstm import build_lstm_workload
+        return build_lstm_workload(scn)
+    model, plan = scn.model, scn.plan
+    kernel = _resolve_attention(scn, attention_kernel)
+    first_moe = model.moe.first_dense_layers if model.moe is not None else model.layers
+    dense_ops, dense_xf = _layer_work(scn, kernel, False)
+    moe_work = _layer_work(scn, kernel, True) if model.moe is not None else None
+    A = T.act_bytes(plan)
+    b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
+    p2p_bytes = b * s * h * A / plan.tp
+    stages = []
+    for i, ranges in enumerate(stage_layer_ranges(model.layers, plan.pp, plan.vpp)):
+        idx = [li for r in ranges for li in r]
+        n_moe = sum(1 for li in idx if li >= first_moe)
+        n_dense = len(idx) - n_moe
+        ops = [(op, c * n_dense) for op, c in dense_ops]
+        xf = [(tr, c * n_dense) for tr, c in dense_xf]
+        params = n_dense * T.layer_params(model, plan)
+        if n_moe and moe_work is not None:
+            ops += [(op, c * n_moe) for op, c in moe_work[0]]
+            xf += [(tr, c * n_moe) for tr, c in moe_work[1]]
+            params += n_moe * T.layer_params(model, plan, moe_layer=True)
+        first, last = i == 0, i == plan.pp - 1
+        e_ops, e_xf = _embedding_work(scn, first, last)
+        ops += e_ops
+        xf += e_xf
+        params += embedding_params(scn, first, last)
+        if plan.pp > 1:
+            # Each chunk boundary sends activations forward and receives gradients backward, per micro-batch.
+            n_send = plan.vpp if not last else plan.vpp - 1
+            n_recv = plan.vpp if not first else plan.vpp - 1
+            sends = (n_send + n_recv) / 2.0
+            if sends > 0:
+                xf.append((Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", False), sends))
+                xf.append((Transfer("pp.gradient", "send_recv", "pp", p2p_bytes, "bwd", False), sends))
+        stages.append(StageWork(i, len(idx), tuple(ops), tuple(xf), params))
+
+    step_xf, opt_ops = _step_work(scn, stages)
+    tokens = plan.gbs * model.seq_len
+    useful = _model_flop_per_step(scn, stages)
+    total_params = _total_params(scn)
+    return Workload(tuple(stages), tuple(step_xf), tuple(opt_ops), plan.num_microbatches, tokens, useful,
+                    total_params, (f"attention kernel: {kernel}",))
+
+
+def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:
+    """Gradient sync, parameter all-gather and optimizer update for the most loaded stage's rank."""
+    plan = scn.plan
+    params = max(st.params for st in stages)
+    G = grad_bytes_per_param(plan.precision)
+    Wb = weight_bytes_per_param(plan.precision)
+    xf: list[tuple[Transfer, float]] = []
+    if plan.dp > 1:
+        ov = plan.dp_overlap
+        if plan.zero_stage == 0:
+            xf.append((Transfer("dp.grad_all_reduce", "all_reduce", "dp", params * G, "step", ov), 1.0))
+        elif plan.zero_stage in (1, 2):
+            xf.append((Transfer("dp.grad_reduce_scatter", "reduce_scatter", "dp", params * G, "step", ov), 1.0))
+            xf.append((Transfer("dp.param_all_gather", "all_gather", "dp", params * Wb, "step", ov), 1.0))
+    if plan.pp > 1 and scn.model.tied_embeddings:
+        emb = scn.model.vocab * scn.model.hidden / plan.tp
+        xf.append((Transfer("pp.tied_embedding_all_reduce", "all_reduce", "pp_ends", emb * G, "step", False), 1.0))
+    shard = plan.dp if plan.zero_stage >= 1 else 1
+    local = params / shard
+    # Adam (mixed precision): read grad G, master/m/v 12, write master/m/v 12 and the 16-bit weight Wb;
+    # plus the gradient-norm pass (read G). fp32 runs have no separate master copy.
+    per_param = (G + 12 + 12 + Wb + G) if plan.precision != "fp32" else (4 + 12 + 12 + 4)
+    kernels = 2 + math.ceil(local / 2.0e7)
+    opt = Op("adam", "vector", "optimizer", 0.0, local * per_param, "fp32", kernels)
+    return xf, [(opt, 1.0)]
+
+
+def _model_flop_per_step(scn: Scenario, stages) -> float:
+    """Useful FLOPs of the whole job per step: 3 × forward matrix/attention FLOPs, no recompute (model FLOPs)."""
+    plan = scn.plan
+    per_rank_mb = 0.0
+    for st in stages:
+        for op, c in st.ops:
+            if op.phase == "fwd" and op.kind in ("matrix", "flash"):
+                per_rank_mb += op.useful_flop * c
+    # every (tp, cp) rank of a pipeline holds 1/(tp·cp) of the work; dp pipelines each run m micro-batches
+    return 3.0 * per_rank_mb * plan.tp * plan.cp * plan.dp * plan.num_microbatches
+
+
+def _total_params(scn: Scenario) -> float:
+    from narrowpath.workload.counts import parameter_count
+    return parameter_count(scn.model)

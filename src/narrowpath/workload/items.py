@@ -1,0 +1,100 @@
+"""Work items: what must happen on a rank — Ops (compute), Transfers (communication), Residency (data at rest).
+
+No timing here; the cost stage prices these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PHASES = ("fwd", "bwd", "recompute", "optimizer")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel-level operation as executed on one rank, for one micro-batch of one layer (or once per step)."""
+
+    name: str
+    """Operator id, e.g. `qkv`, `attn_scores`, `softmax`, `mlp_up`, `ln1`, `logits`, `adam`."""
+    kind: str
+    """`matrix` (tensor-core GEMM), `flash` (fused attention kernel), or `vector` (element-wise/bandwidth-bound)."""
+    phase: str
+    """`fwd`, `bwd`, `recompute` (forward re-run during backward) or `optimizer`."""
+    flop: float
+    """FLOPs per execution (multiply-add = 2)."""
+    hbm_bytes: float
+    """Bytes read + written at HBM per execution (weights, activations in and out)."""
+    dtype: str
+    """Dtype of the arithmetic (`bf16`, `fp16`, `fp8`, `fp32`)."""
+    kernels: int = 1
+    """Kernel launches per execution."""
+    weight_bytes: float = 0.0
+    """Part of hbm_bytes that is weights (re-read every execution unless they persist nearer)."""
+    model_flop: float | None = None
+    """Useful FLOPs in the model-FLOPs convention (None = `flop`); e.g. causal flash executes ~half of it."""
+
+    @property
+    def useful_flop(self) -> float:
+        return self.flop if self.model_flop is None else self.model_flop
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One communication pattern on one rank."""
+
+    name: str
+    """What it carries, e.g. `tp.attn_out`, `pp.activation`, `dp.grads`."""
+    op: str
+    """Collective: `all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`, `send_recv`."""
+    axis: str
+    """Parallel axis whose group it runs on: tp, cp, ep, dp, pp."""
+    message_bytes: float
+    """Size in the nccl-tests convention (see cost.collectives)."""
+    phase: str
+    """`fwd`, `bwd`, `recompute` (per micro-batch and layer) or `step` (once per optimizer step)."""
+    overlappable: bool = False
+    """Can run concurrently with compute under the plan's settings."""
+
+
+@dataclass(frozen=True, slots=True)
+class Residency:
+    """A data item held by a rank: its size and where it lives."""
+
+    item: str
+    """`weights`, `gradients`, `optimizer_state`, `activations`, `temporaries`, `kv_cache`, `checkpoint`."""
+    bytes_per_rank: float
+    level: str = "hbm"
+    accesses_per_step: float = 1.0
+    """How many times per step the whole item is read or written."""
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """Per micro-batch work of one pipeline stage (all its layers), split by phase."""
+
+    index: int
+    """Stage index 0…pp−1 (first holds the embedding, last the output layer)."""
+    layers: int
+    ops: tuple[tuple[Op, float], ...]
+    """(op, executions per micro-batch) pairs."""
+    transfers: tuple[tuple[Transfer, float], ...]
+    """(transfer, occurrences per micro-batch) pairs."""
+    params: float
+    """Parameters held by one rank of this stage (after tp/ep sharding, before ZeRO)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Everything a training step asks of the ranks of the most loaded stage and its neighbours."""
+
+    stages: tuple[StageWork, ...]
+    """One entry per pipeline stage (pp of them); each describes one rank of that stage."""
+    step_transfers: tuple[tuple[Transfer, float], ...]
+    """Once-per-step transfers (gradient sync, parameter all-gather) per rank of the most loaded stage."""
+    optimizer_ops: tuple[tuple[Op, float], ...]
+    num_microbatches: int
+    tokens_per_step: float
+    model_flop_per_step: float
+    """Useful FLOPs per step over the whole job (model-FLOPs convention, no recompute)."""
+    params_total: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
