@@ -16,6 +16,7 @@ SUBCOMMANDS = (
     "narrowpath.cli.analyze_cmd",
     "narrowpath.cli.catalog_cmd",
     "narrowpath.cli.validate_cmd",
+    "narrowpath.cli.collective_cmd",
 )
 
 

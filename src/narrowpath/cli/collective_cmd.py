@@ -1,0 +1,167 @@
+"""`narrowpath collective`: predicted nccl-tests tables, the collective corpus check, and a compare to a real log.
+
+    narrowpath collective --system dgx-h100 --gpus 16 --op all_reduce [--algorithm auto] [-b 8 -e 8G -f 2]
+    narrowpath collective --corpus [FILE] [--json]
+    narrowpath collective --compare LOG --system dgx-h100 --gpus 8 [--op all_reduce]
+
+Sizes take nccl-tests suffixes (K, M, G = 2^10, 2^20, 2^30 bytes, as `-b 8M` does there).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from importlib import resources
+from pathlib import Path
+
+from narrowpath.catalog import calibration_for, store, system_for_hardware
+from narrowpath.cost.collectives import ALGORITHMS, OPS, collective_time
+from narrowpath.errors import CatalogError, NarrowpathError, SpecError
+from narrowpath.network.placement import contiguous_span
+from narrowpath.report.collective_table import (CorpusRow, SweepRow, compare_text, corpus_json, corpus_text,
+                                                sweep_text)
+from narrowpath.spec.system import System
+
+_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_DTYPE_BYTES = 4  # nccl-tests default type: float
+_PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def parse_size(text: str) -> int:
+    """`8`, `64K`, `8M`, `8G` (nccl-tests binary suffixes) → bytes."""
+    t = str(text).strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in _SUFFIX else ""
+    try:
+        value = float(t[:-1] if unit else t)
+    except ValueError:
+        raise SpecError("collective.size", f"cannot read size {text!r} (use e.g. 8, 64K, 8M, 8G)") from None
+    if value < 0:
+        raise SpecError("collective.size", f"must be >= 0, got {text!r}")
+    return int(value * _SUFFIX[unit])
+
+
+def _system(name: str, gpus_per_node: int | None, nic_gbps: float | None) -> System:
+    """A catalog system id, or a device name (its home system), reshaped by --gpus-per-node/--nic-gbps."""
+    try:
+        base = store.system(name)
+    except CatalogError:
+        if name not in store.entries("devices"):
+            raise CatalogError(f"unknown system or device {name!r}; systems: {', '.join(store.system_ids())}") \
+                from None
+        return system_for_hardware(name, gpus_per_node=gpus_per_node, nic_gbps_per_gpu=nic_gbps)
+    if gpus_per_node or nic_gbps:
+        return system_for_hardware(base.device.name, gpus_per_node=gpus_per_node, nic_gbps_per_gpu=nic_gbps,
+                                   base=base)
+    return base
+
+
+def _row(op: str, size: float, n: int, system: System, cal, algorithm: str) -> SweepRow:
+    span = contiguous_span(n, system)
+    c = collective_time(op, size, span, system, cal, algorithm)
+    count = int(size // _DTYPE_BYTES // (n if op in _PER_RANK_COUNT else 1))
+    algbw = size / c.time_s if c.time_s > 0 else 0.0
+    return SweepRow(size, count, c.time_s, algbw, c.busbw_bytes_per_s, c.algorithm, c.protocol or "-")
+
+
+def _sizes(lo: int, hi: int, factor: float) -> list[int]:
+    if lo <= 0 or hi < lo or factor <= 1:
+        raise SpecError("collective.sizes", f"need 0 < min-bytes <= max-bytes and factor > 1 "
+                        f"(got {lo}, {hi}, {factor})")
+    out, s = [], float(lo)
+    while s <= hi * (1 + 1e-12):
+        out.append(int(s))
+        s *= factor
+    return out
+
+
+def run_corpus(path: str | None) -> tuple[list[CorpusRow], str]:
+    """Predict every case of a `collective-corpus/1` file; one calibration per device (the catalog's)."""
+    from narrowpath.catalog.resolve import read_data_file
+    if path:
+        data, source = read_data_file(path), str(path)
+    else:
+        text = resources.files("narrowpath.validate").joinpath("corpora/collectives-public.yaml").read_text()
+        import yaml
+        data, source = yaml.safe_load(text), "collectives-public.yaml (shipped)"
+    if not isinstance(data, dict) or data.get("schema") != "collective-corpus/1":
+        raise SpecError("corpus.schema", f"{source}: expected schema collective-corpus/1, got "
+                        f"{(data or {}).get('schema') if isinstance(data, dict) else type(data).__name__!r}")
+    rows = []
+    for i, case in enumerate(data.get("cases") or []):
+        where = f"cases[{i}]"
+        try:
+            hw, cid = case["hardware"], case.get("id", where)
+            system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
+                                         nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"))
+            cal = calibration_for(system.device.name)
+            alg, op = case.get("algorithm", "auto"), case["collective"]
+            r = _row(op, float(case["message_bytes"]), int(hw["num_gpus"]), system, cal, alg)
+            measured = float(case["measured"]["busbw_GBps"]) * 1e9
+        except (KeyError, TypeError) as exc:
+            raise SpecError(f"corpus.{where}", f"missing or malformed field {exc}") from None
+        rows.append(CorpusRow(cid, op, int(hw["num_gpus"]), alg, r.busbw_bytes_per_s, measured,
+                              f"{r.algorithm}/{r.protocol}"))
+    if not rows:
+        raise SpecError("corpus.cases", f"{source}: no cases")
+    return rows, source
+
+
+def _compare(args, system: System, cal) -> str:
+    from narrowpath.measure.nccl_tests import parse_nccl_tests_log_full
+    try:
+        text = Path(args.compare).read_text()
+    except OSError as exc:
+        raise NarrowpathError(f"{args.compare}: cannot read ({exc.strerror})") from None
+    log = parse_nccl_tests_log_full(text)
+    op = args.op or log.op or "all_reduce"
+    n = args.gpus or log.num_ranks
+    if not n:
+        raise SpecError("collective.gpus", "the log does not list its ranks; give --gpus")
+    pairs = [(r.size_bytes, r.time_s, r.busbw_bytes_per_s, _row(op, r.size_bytes, n, system, cal, args.algorithm))
+             for r in log.rows if r.size_bytes > 0]
+    footer = f"  measured avg busbw {log.avg_busbw_bytes_per_s / 1e9:.2f} GB/s" if log.avg_busbw_bytes_per_s else ""
+    return compare_text(pairs, title=f"{op} on {n} GPUs of {system.name}: nccl-tests log {args.compare} vs model"
+                        f" ({args.algorithm}){footer}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.corpus is not None:
+        rows, source = run_corpus(args.corpus or None)
+        print(json.dumps(corpus_json(rows), indent=2) if args.json else corpus_text(rows, source))
+        return 0
+    if not args.system:
+        raise SpecError("collective.system", "give --system (a catalog system or device), or --corpus")
+    system = _system(args.system, args.gpus_per_node, args.nic_gbps)
+    cal = calibration_for(args.calibration or system.device.name)
+    if args.compare:
+        print(_compare(args, system, cal))
+        return 0
+    n, op = args.gpus or system.gpus_per_node, args.op or "all_reduce"
+    rows = [_row(op, s, n, system, cal, args.algorithm)
+            for s in _sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor)]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+    else:
+        print(sweep_text(rows, title=f"{op} on {n} GPUs of {system.name} ({system.gpus_per_node} per node), "
+                         f"algorithm {args.algorithm}: predicted by narrowpath"))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("collective", help="predicted nccl-tests table, collective corpus check, log compare",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--system", help="catalog system id (dgx-h100, …) or device name (H100-SXM5-80GB, …)")
+    p.add_argument("--gpus", type=int, help="GPUs in the group (default: one node)")
+    p.add_argument("--gpus-per-node", type=int, help="override the system's GPUs per node")
+    p.add_argument("--nic-gbps", type=float, help="override the scale-out NIC rate per GPU, Gb/s")
+    p.add_argument("--calibration", help="calibration profile (default: the system's device)")
+    p.add_argument("--op", choices=OPS, help="collective (default all_reduce)")
+    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS)
+    p.add_argument("-b", "--min-bytes", default="8")
+    p.add_argument("-e", "--max-bytes", default="8G")
+    p.add_argument("-f", "--factor", type=float, default=2.0)
+    p.add_argument("--corpus", nargs="?", const="", default=None, metavar="FILE",
+                   help="check a collective-corpus/1 file (default: the shipped collectives-public.yaml)")
+    p.add_argument("--compare", metavar="LOG", help="an nccl-tests output log to put beside the model")
+    p.add_argument("--json", action="store_true", help="JSON instead of a table")
+    p.set_defaults(func=run)
