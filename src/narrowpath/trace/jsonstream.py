@@ -1,0 +1,219 @@
+"""Incremental reader of one Chrome-trace JSON file: top-level header values, then `traceEvents` in batches.
+
+Memory stays bounded by one text chunk (a few MiB) plus one batch of event dicts, whatever the file size;
+the caller reduces each batch to compact arrays before asking for the next.
+
+Fast path (Kineto's own layout): Kineto writes one event per block, separated by exactly `},\\n  {`. That
+separator holds a raw newline, which JSON forbids inside strings, so splitting on it never cuts a string.
+Pieces the caller does not need (flow arrows, plain CPU ops) are recognised by a substring test and skipped
+without being decoded; the rest are decoded together in one `json.loads` call. If the joined text does not
+decode (an unusual layout), the chunk is decoded element by element with `JSONDecoder.raw_decode`, which is
+also the path for any other layout. A real syntax error or a truncated file becomes one `TraceFormatError`
+naming the file, the character offset and what is wrong.
+"""
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from narrowpath.errors import TraceFormatError
+
+CHUNK_CHARS = 4 * 2**20
+"""Characters read per refill (4 Mi characters, a few MiB)."""
+KINETO_SEPARATOR = "},\n  {"
+MAX_SKIP_PIECE_CHARS = 4096
+"""A piece longer than this is always decoded: it may hold several events in a layout we do not split."""
+
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkipRule:
+    """Kineto blocks holding any of `skip` (exactly four substrings) and not `unless` are not decoded.
+
+    The substrings must only occur in events the caller can do without, so the rule errs towards decoding.
+    """
+
+    skip: tuple[str, str, str, str]
+    unless: str
+_WS = " \t\n\r"
+
+
+class _Text:
+    """Characters of a (possibly gzip) file, refilled on demand, with the offset of buf[0] in the file."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fh = open(path, "rb")
+        magic = self._fh.read(2)
+        self._fh.seek(0)
+        self._raw = gzip.GzipFile(fileobj=self._fh, mode="rb") if magic == b"\x1f\x8b" else self._fh
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.buf = ""
+        self.offset = 0
+        self.eof = False
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def fail(self, pos: int, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{self.path}: {what} (at character {self.offset + pos})")
+
+    def refill(self, pos: int) -> int:
+        """Drop buf[:pos], append the next chunk; return the new index of old `pos` (always 0)."""
+        if self.eof:
+            return pos
+        try:
+            data = self._raw.read(CHUNK_CHARS)
+            text = self._utf8.decode(data, final=not data)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceFormatError(f"{self.path}: compressed data is corrupt or truncated ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(f"{self.path}: not UTF-8 text ({exc.reason})") from None
+        if not data:
+            self.eof = True
+        self.offset += pos
+        self.buf = self.buf[pos:] + text
+        return 0
+
+    def skip_ws(self, pos: int) -> int:
+        """Index of the next non-whitespace character (refilling); len(buf) only at end of file."""
+        while True:
+            n = len(self.buf)
+            while pos < n and self.buf[pos] in _WS:
+                pos += 1
+            if pos < n or self.eof:
+                return pos
+            pos = self.refill(pos)
+
+    def decode_value(self, pos: int) -> tuple[Any, int]:
+        """Decode one JSON value starting at `pos` (refilling until it is complete)."""
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.buf, pos)
+                if end < len(self.buf) or self.eof:  # a number at the very end may continue in the next chunk
+                    return value, end
+            except json.JSONDecodeError as exc:
+                if self.eof:
+                    what = "file ends inside a value (truncated?)" if exc.pos >= len(self.buf) - 1 else exc.msg
+                    raise self.fail(exc.pos, f"invalid JSON: {what}") from None
+            pos = self.refill(pos)
+
+
+def iter_trace(path: str, header: dict[str, Any], skip_for: Callable[[dict[str, Any]], SkipRule | None],
+               ) -> Iterator[list[dict[str, Any]]]:
+    """Yield batches of trace events (dicts) of `path`; fill `header` with the other top-level values.
+
+    `skip_for(header)` is called once when `traceEvents` starts, with the header values read so far, and
+    returns the SkipRule for undecoded Kineto blocks (None: decode everything). Header values after
+    `traceEvents` arrive once the generator is exhausted. A file without `traceEvents`, or whose top level is
+    not an object, is an error.
+    """
+    src = _Text(path)
+    try:
+        pos = src.skip_ws(0)
+        if pos >= len(src.buf) or src.buf[pos] != "{":
+            raise src.fail(pos, "not a Kineto trace: expected a JSON object at the top level"
+                           if pos < len(src.buf) else "file is empty")
+        pos += 1
+        seen_events = False
+        while True:
+            pos = src.skip_ws(pos)
+            if pos >= len(src.buf):
+                raise src.fail(pos, "file ends inside the top-level object (truncated?)")
+            if src.buf[pos] == "}":
+                break
+            if src.buf[pos] == ",":
+                pos += 1
+                continue
+            key, pos = src.decode_value(pos)
+            pos = src.skip_ws(pos)
+            if not isinstance(key, str) or pos >= len(src.buf) or src.buf[pos] != ":":
+                raise src.fail(pos, "invalid JSON: expected a key and ':' in the top-level object")
+            pos = src.skip_ws(pos + 1)
+            if key == "traceEvents":
+                seen_events = True
+                gen = _iter_events(src, pos, skip_for(header))
+                while True:
+                    try:
+                        yield next(gen)
+                    except StopIteration as stop:
+                        pos = stop.value
+                        break
+            else:
+                header[key], pos = src.decode_value(pos)
+        if not seen_events:
+            raise src.fail(pos, "not a Kineto trace: no 'traceEvents' array")
+    finally:
+        src.close()
+
+
+def _iter_events(src: _Text, pos: int, rule: SkipRule | None):
+    """Generator over batches of the `traceEvents` array starting at `pos`; returns the index after `]`."""
+    if pos >= len(src.buf) or src.buf[pos] != "[":
+        raise src.fail(pos, "'traceEvents' is not an array")
+    pos += 1
+    expect_value = True
+    while True:
+        if len(src.buf) - pos < CHUNK_CHARS // 2 and not src.eof:
+            pos = src.refill(pos)
+        pos = src.skip_ws(pos)
+        if pos >= len(src.buf):
+            raise src.fail(pos, "file ends inside 'traceEvents' (truncated?)")
+        c = src.buf[pos]
+        if c == "]":
+            return pos + 1
+        if c == "," and not expect_value:
+            pos, expect_value = pos + 1, True
+            continue
+        if not expect_value:
+            raise src.fail(pos, "invalid JSON: expected ',' or ']' between trace events")
+        cut = src.buf.rfind(KINETO_SEPARATOR, pos)
+        if c == "{" and cut > pos:
+            batch = _fast_batch(src.buf[pos + 1:cut], rule)
+            if batch is not None:
+                yield batch
+                pos, expect_value = cut + 1, False
+                continue
+            stop_abs = src.offset + cut + 1
+        else:
+            stop_abs = src.offset + min(len(src.buf), pos + 2**20)
+        batch = []
+        while src.offset + pos < stop_abs or not batch:  # element by element (at least one)
+            value, pos = src.decode_value(pos)
+            if not isinstance(value, dict):
+                raise src.fail(pos, f"trace event is a {type(value).__name__}, not an object")
+            batch.append(value)
+            pos = src.skip_ws(pos)
+            if pos < len(src.buf) and src.buf[pos] == ",":
+                pos = src.skip_ws(pos + 1)
+            elif pos < len(src.buf) and src.buf[pos] == "]":
+                break
+            elif pos >= len(src.buf):
+                raise src.fail(pos, "file ends inside 'traceEvents' (truncated?)")
+            else:
+                raise src.fail(pos, "invalid JSON: expected ',' or ']' between trace events")
+        yield batch
+        expect_value = src.buf[pos] != "]"
+
+
+def _fast_batch(inner: str, rule: SkipRule | None) -> list[dict[str, Any]] | None:
+    """Decode the kept Kineto blocks of `inner` (text between the first '{' and the last '}'), or None."""
+    pieces = inner.split(KINETO_SEPARATOR)
+    if rule is not None:
+        (a, b, c, d), unless, limit = rule.skip, rule.unless, MAX_SKIP_PIECE_CHARS
+        pieces = [p for p in pieces if not (a in p or b in p or c in p or d in p) or unless in p or len(p) > limit]
+    if not pieces:
+        return []
+    try:
+        events = json.loads("[{" + "},{".join(pieces) + "}]")
+    except json.JSONDecodeError:
+        return None
+    if len(events) != len(pieces):
+        return None
+    return events

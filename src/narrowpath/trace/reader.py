@@ -1,0 +1,232 @@
+"""Read Kineto trace files (plain or gzip; a file, several files or a directory) into per-rank tables.
+
+Events are reduced to compact columns (`array.array`) batch by batch as the file streams in; no list of
+event dicts outlives its batch. Tolerated quirks: missing `distributedInfo` (rank from the file name, then
+file order), missing ProfilerStep markers (the whole trace is one window), `ncclKernel_*` and
+`ncclDevKernel_*` names, collective metadata on the kernel or on the enclosing `record_param_comms` CPU op,
+CUDA-graph launches (one `cudaGraphLaunch` correlation shared by many kernels), fractional-µs (ns) timestamps.
+Kineto µs become SI seconds here.
+"""
+from __future__ import annotations
+
+import gc
+import os
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from narrowpath.errors import TraceFormatError
+from narrowpath.trace import schema
+from narrowpath.trace.finalize import finalize_rank, rank_from_name  # noqa: F401 (re-export)
+from narrowpath.trace.jsonstream import SkipRule, iter_trace
+from narrowpath.trace.model import RankTrace, Trace
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+class RankColumns:
+    """Growable compact columns of one rank while its file streams in (ts/dur in integer ns)."""
+
+    def __init__(self) -> None:
+        self.name_ids: dict[str, int] = {}
+        self.act = {k: array(t) for k, t in (("name", "l"), ("ts", "q"), ("dur", "q"), ("lane", "q"),
+                                              ("kind", "b"), ("corr", "q"))}
+        self.rt = {k: array(t) for k, t in (("name", "l"), ("ts", "q"), ("dur", "q"), ("corr", "q"),
+                                             ("tid", "q"))}
+        self.host = {k: array(t) for k, t in (("name", "l"), ("ts", "q"), ("dur", "q"), ("tid", "q"))}
+        self.steps = {k: array(t) for k, t in (("num", "q"), ("ts", "q"), ("dur", "q"))}
+        self.coll_meta: list[tuple[str, int, str, int, int, int]] = []
+        """(table "act"/"host", row, collective text, message bytes, group size, -) of events with metadata."""
+        self.rpc: list[tuple[int, int, int, str, int, int]] = []
+        """record_param_comms with metadata: (ts_ns, end_ns, tid, collective text, message bytes, group)."""
+        self.num_events = 0
+
+    def intern(self, name: str) -> int:
+        i = self.name_ids.get(name)
+        if i is None:
+            i = self.name_ids[name] = len(self.name_ids)
+        return i
+
+
+def _ns(value: Any) -> int:
+    """Kineto µs (int, float or numeric string) to integer ns."""
+    if isinstance(value, str):
+        value = float(value)
+    return int(round(value * 1000))
+
+
+def _message(args: dict[str, Any]) -> tuple[str, int, int] | None:
+    """(collective text, message bytes, group size) from Kineto collective args, or None."""
+    text = args.get("Collective name")
+    if text is None:
+        return None
+    try:
+        elems = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
+        group = int(args.get("Group size") or 0)
+    except (TypeError, ValueError):
+        elems, group = 0, 0
+    return str(text), elems * schema.dtype_bytes(args.get("dtype")), group
+
+
+def _host_message(args: dict[str, Any]) -> tuple[int, int]:
+    """(message bytes, group size 0) of a gloo annotation from its `Input Dims` and `Input type`."""
+    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    total = 0
+    for dim, dtype in zip(dims, types):
+        if isinstance(dim, list) and all(isinstance(d, int) for d in dim):
+            n = 1
+            for d in dim:
+                n *= d
+            total += n * schema.dtype_bytes(dtype)
+    return total, 0
+
+
+def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> None:
+    """Append the events of one batch to `cols` (the only place event dicts are looked at)."""
+    act, rt, host, steps = cols.act, cols.rt, cols.host, cols.steps
+    a_name, a_ts, a_dur, a_lane, a_kind, a_corr = (act[k].append for k in ("name", "ts", "dur", "lane", "kind",
+                                                                            "corr"))
+    r_name, r_ts, r_dur, r_corr, r_tid = (rt[k].append for k in ("name", "ts", "dur", "corr", "tid"))
+    gpu_cats, rt_cats, host_cats = schema.GPU_CATEGORIES, schema.RUNTIME_CATEGORIES, schema.HOST_OP_CATEGORIES
+    name_ids, intern = cols.name_ids, cols.intern
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        try:
+            ts, dur = round(e["ts"] * 1000), round(e.get("dur", 0) * 1000)
+        except (KeyError, TypeError):
+            ts, dur = _slow_times(e, path)
+        cat, name = e.get("cat"), e.get("name")
+        if not isinstance(name, str):
+            name = str(name)
+        name_id = name_ids.get(name)
+        if name_id is None:
+            name_id = intern(name)
+        kind = gpu_cats.get(cat)
+        if kind is not None:
+            args = e.get("args") or {}
+            lane = args.get("stream", e.get("tid"))
+            if type(lane) is not int:
+                lane = _int(lane)
+            if lane < 0:
+                continue
+            corr = args.get("correlation", -1)
+            a_name(name_id); a_ts(ts); a_dur(dur); a_lane(lane); a_kind(kind)
+            a_corr(corr if type(corr) is int else _int(corr))
+            if "Collective name" in args:
+                meta = _message(args)
+                cols.coll_meta.append(("act", len(act["ts"]) - 1, meta[0], meta[1], meta[2], 0))
+        elif cat in rt_cats:
+            args = e.get("args") or {}
+            corr, tid = args.get("correlation", -1), e.get("tid")
+            r_name(name_id); r_ts(ts); r_dur(dur)
+            r_corr(corr if type(corr) is int else _int(corr)); r_tid(tid if type(tid) is int else _int(tid))
+        elif cat in host_cats:
+            _host_event(cols, e, name, name_id, ts, dur)
+
+
+def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
+    try:
+        return _ns(e["ts"]), _ns(e.get("dur", 0))
+    except (KeyError, TypeError, ValueError):
+        raise TraceFormatError(f"{path}: complete event {str(e.get('name'))[:60]!r} has no numeric 'ts'/'dur'"
+                               ) from None
+
+
+def _host_event(cols: RankColumns, e: dict[str, Any], name: str, name_id: int, ts: int, dur: int) -> None:
+    """A CPU op or annotation: a step marker, collective metadata, or (CPU-only traces) host work."""
+    args = e.get("args") or {}
+    if name.startswith("ProfilerStep"):
+        m = schema.STEP_RE.match(name)
+        steps = cols.steps
+        steps["num"].append(int(m.group(1)) if m else len(steps["num"]))
+        steps["ts"].append(ts); steps["dur"].append(dur)
+    elif name == "record_param_comms":
+        meta = _message(args)
+        if meta is not None:
+            cols.rpc.append((ts, ts + dur, _int(e.get("tid")), meta[0], meta[1], meta[2]))
+    else:
+        host = cols.host
+        host["name"].append(name_id); host["ts"].append(ts); host["dur"].append(dur)
+        host["tid"].append(_int(e.get("tid")))
+        if schema.HOST_COMM_RE.match(name) and not schema.HOST_COMM_EXCLUDE_RE.match(name):
+            nbytes, group = _host_message(args)
+            cols.coll_meta.append(("host", len(host["ts"]) - 1, name, nbytes, group, 0))
+
+
+def _int(value: Any) -> int:
+    """An integer id (stream, thread, correlation); -1 when absent or not numeric (e.g. "PyTorch Profiler")."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+GPU_SKIP_RULE = SkipRule(skip=('"ph": "f"', '"ph": "s"', '"cat": "cpu_op"', '"name": "cudaEventQuery"'),
+                         unless="record_param_comms")
+"""GPU traces need kernels, launches, syncs, steps and record_param_comms: flow arrows, plain CPU ops and
+`cudaEventQuery` polls (which launch nothing and block nothing) are skipped undecoded."""
+
+
+def read_rank(path: str, fallback_rank: int = 0) -> RankTrace:
+    """Read one rank's trace file. Raises TraceFormatError naming the file when it cannot be read."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise TraceFormatError(f"{path}: no such trace file")
+    rank = _read(path, fallback_rank, keep_host=False)
+    if rank is None:  # no GPU activity: read again keeping host operators (CPU-only job)
+        rank = _read(path, fallback_rank, keep_host=True)
+    return rank
+
+
+def _read(path: str, fallback_rank: int, keep_host: bool) -> RankTrace | None:
+    cols, header = RankColumns(), {}
+    rules: list[SkipRule | None] = []
+
+    def skip_for(head: dict[str, Any]) -> SkipRule | None:
+        # deviceProperties precedes traceEvents in Kineto; absent or empty means a CPU-only trace.
+        rules.append(None if keep_host or not head.get("deviceProperties") else GPU_SKIP_RULE)
+        return rules[0]
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the cyclic collector would rescan every batch of fresh dicts; nothing here is cyclic
+    try:
+        for batch in iter_trace(path, header, skip_for):
+            cols.num_events += len(batch)
+            reduce_batch(cols, batch, path)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if not cols.act["ts"] and rules and rules[0] is not None:
+        return None
+    return finalize_rank(path, cols, header, fallback_rank)
+
+
+def trace_paths(inputs: Iterable[str | os.PathLike]) -> list[str]:
+    """Expand files and directories into the sorted list of trace files (.json, .json.gz)."""
+    paths: list[str] = []
+    for item in inputs:
+        item = os.fspath(item)
+        if os.path.isdir(item):
+            found = sorted(os.path.join(item, f) for f in os.listdir(item) if f.endswith((".json", ".json.gz")))
+            if not found:
+                raise TraceFormatError(f"{item}: directory holds no .json or .json.gz trace files")
+            paths.extend(found)
+        elif os.path.isfile(item):
+            paths.append(item)
+        else:
+            raise TraceFormatError(f"{item}: no such trace file or directory")
+    return paths
+
+
+def read_trace(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> Trace:
+    """Read every rank of a job. Two files claiming the same rank are an error naming both."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    ranks = [read_rank(p, i) for i, p in enumerate(trace_paths(inputs))]
+    seen: dict[int, str] = {}
+    for r in ranks:
+        if r.rank in seen:
+            raise TraceFormatError(f"{r.path}: rank {r.rank} ({r.rank_source}) already read from {seen[r.rank]}")
+        seen[r.rank] = r.path
+    return Trace(ranks=tuple(sorted(ranks, key=lambda r: r.rank)))
