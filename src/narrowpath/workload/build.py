@@ -185,7 +185,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     useful = _model_flop_per_step(scn, stages)
     total_params = _total_params(scn)
     return Workload(tuple(stages), tuple(step_xf), tuple(opt_ops), plan.num_microbatches, tokens, useful,
-                    total_params, (f"attention kernel: {kernel}",))
+                    total_params, ())
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:

@@ -1,0 +1,24 @@
+"""`narrowpath analyze`: the main job — prediction, breakdown and memory of a scenario (default: embedded one)."""
+from __future__ import annotations
+
+import json
+
+from narrowpath.cli.common import add_scenario_args, scenario_from_args
+from narrowpath.report.prediction import format_prediction, prediction_to_json
+from narrowpath.schedule.step import predict
+
+
+def register(sub) -> None:
+    p = sub.add_parser("analyze", help="where the time goes: prediction, breakdown, memory (default scenario if none)")
+    add_scenario_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    pred = predict(scenario_from_args(args))
+    if args.json:
+        print(json.dumps({"prediction": prediction_to_json(pred)}, indent=2))
+    else:
+        print(format_prediction(pred))
+    return 0

@@ -1,0 +1,81 @@
+"""Shared CLI plumbing: scenario arguments (a file, a catalog name, or flags) and the calibration profile."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from narrowpath.catalog import load_scenario, model as catalog_model, system as catalog_system
+from narrowpath.catalog.resolve import DEFAULT_SCENARIO, calibration_from, _model
+from narrowpath.errors import SpecError
+from narrowpath.spec.plan import Plan
+from narrowpath.spec.scenario import Scenario
+
+PLAN_INT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs")
+
+
+def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
+    if positional:
+        p.add_argument("scenario", nargs="?", help="scenario file (.yaml/.json) or catalog scenario id "
+                       f"(default: {DEFAULT_SCENARIO} unless --model/--system are given)")
+    g = p.add_argument_group("scenario flags (override the scenario's fields)")
+    g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
+    g.add_argument("--system", help="catalog system id, e.g. dgx-h100")
+    g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")
+    for f in PLAN_INT_FLAGS:
+        g.add_argument(f"--{f}", type=int)
+    g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3))
+    g.add_argument("--recompute", choices=("none", "selective", "full"))
+    g.add_argument("--sp", dest="sequence_parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="sequence parallelism")
+    g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"))
+    g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--attention", choices=("auto", "flash", "unfused"))
+    g.add_argument("--seq-len", dest="seq_len", type=int, help="training sequence length (overrides the model's)")
+    p.add_argument("--profile", help="calibration profile YAML (from `narrowpath calibrate`) or a device name")
+
+
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    """Build the scenario: start from the positional scenario (or the default), then apply flags."""
+    flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
+    source = getattr(args, "scenario", None)
+    base = load_scenario(source) if (source or not flagged) else None
+    plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "recompute", "sequence_parallel",
+                                                              "precision", "dp_overlap", "tp_comm_overlap",
+                                                              "attention")
+               if getattr(args, f, None) is not None}
+    if base is None:
+        if not (args.model and args.system):
+            raise SpecError("--model/--system", "give both --model and --system (or a scenario)")
+        model = _model(args.model, None)
+        system = catalog_system(args.system)
+        plan0 = Plan()
+    else:
+        model = _model(args.model, None) if args.model else base.model
+        system = catalog_system(args.system) if args.system else base.system
+        plan0 = base.plan
+    if args.seq_len:
+        model = dataclasses.replace(model, seq_len=args.seq_len)
+    gpus = args.gpus or (base.num_gpus if base is not None and not plan_kw else None)
+    tp = plan_kw.get("tp", plan0.tp)
+    pp = plan_kw.get("pp", plan0.pp)
+    cp = plan_kw.get("cp", plan0.cp)
+    if "dp" not in plan_kw:
+        if gpus:
+            if gpus % (tp * pp * cp):
+                raise SpecError("--gpus", f"{gpus} GPUs are not divisible by tp·pp·cp = {tp * pp * cp}")
+            plan_kw["dp"] = gpus // (tp * pp * cp)
+        elif base is None:
+            plan_kw["dp"] = 1
+    dp = plan_kw.get("dp", plan0.dp)
+    mbs = plan_kw.get("mbs", plan0.mbs)
+    if "gbs" not in plan_kw and (base is None or (plan0.gbs % (dp * mbs))):
+        plan_kw["gbs"] = dp * mbs * max(1, 4 * pp) if base is None else dp * mbs * plan0.num_microbatches
+    if "vpp" not in plan_kw and plan0.vpp > 1 and pp == 1:
+        plan_kw["vpp"] = 1
+    plan = dataclasses.replace(plan0, **plan_kw)
+    num_gpus = gpus or plan.num_gpus
+    name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"
+    cal = calibration_from(args.profile) if getattr(args, "profile", None) else (base.calibration if base else None)
+    return Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus, mode="training",
+                    calibration=cal)

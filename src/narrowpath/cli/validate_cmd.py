@@ -1,0 +1,40 @@
+"""`narrowpath validate`: predicted vs measured step time on a corpus of published runs."""
+from __future__ import annotations
+
+import json
+
+from narrowpath.catalog.resolve import calibration_from
+from narrowpath.report.console import table
+from narrowpath.validate.run import run_validation
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="predicted vs measured step time on published runs")
+    p.add_argument("--corpus", help="a validation-corpus/1 YAML/JSON file (default: the shipped public corpus)")
+    p.add_argument("--profile", help="calibration profile to use for every case instead of the per-device ones")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    cal = calibration_from(args.profile) if args.profile else None
+    rep = run_validation(args.corpus, cal)
+    if args.json:
+        print(json.dumps(rep.to_json(), indent=2))
+        return 0
+    rows = []
+    for c in rep.cases:
+        if c.error is None:
+            rows.append([c.id, "-", "-" if c.measured_step_time_s is None else c.measured_step_time_s, "FAILED: " + (c.failure or "")])
+        else:
+            rows.append([c.id, c.predicted_step_time_s, c.measured_step_time_s, f"{c.error * 100:+.1f}",
+                         f"{c.mfu * 100:.1f}"])
+    print(f"validation corpus: {rep.corpus}")
+    print(table(["case", "predicted (s)", "measured (s)", "error (%)", "MFU (%)"], rows))
+    if rep.ok_cases:
+        w = rep.worst
+        print(f"\n  mean absolute error {rep.mean_abs_error * 100:.2f} %   worst {rep.max_abs_error * 100:.2f} % ({w.id})"
+              f"   cases {len(rep.ok_cases)}/{len(rep.cases)}")
+    else:
+        print("\n  no case could be predicted")
+    return 0

@@ -1,0 +1,86 @@
+"""Render a StepPrediction: terminal text and a JSON-ready dict (stable keys, SI units in the names)."""
+from __future__ import annotations
+
+from narrowpath.report.console import human_bytes, human_time, table
+from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction
+
+LABELS = {"compute": "compute (fwd+bwd+recompute)", "exposed_tp_comm": "exposed TP communication",
+          "exposed_cp_comm": "exposed CP communication", "exposed_ep_comm": "exposed EP communication",
+          "exposed_pp_comm": "exposed PP communication", "exposed_dp_comm": "exposed DP communication",
+          "bubble": "pipeline bubble", "optimizer": "optimizer update"}
+
+
+def prediction_to_json(p: StepPrediction) -> dict:
+    s = p.scenario
+    plan = s.plan
+    return {
+        "scenario": s.name,
+        "system": s.system.name, "device": s.system.device.name, "model": s.model.name, "num_gpus": s.num_gpus,
+        "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
+                                                "recompute", "sequence_parallel", "precision", "dp_overlap",
+                                                "tp_comm_overlap", "attention")},
+        "step_time_s": p.step_time_s,
+        "breakdown_s": dict(p.breakdown_s),
+        "mfu": p.mfu, "hfu": p.hfu,
+        "model_tflops_per_gpu": p.model_tflops_per_gpu,
+        "hardware_tflops_per_gpu": p.hardware_tflops_per_gpu,
+        "tokens_per_s": p.tokens_per_s,
+        "model_flop_per_step": p.model_flop_per_step,
+        "hardware_flop_per_step": p.hardware_flop_per_step,
+        "num_microbatches": p.workload.num_microbatches,
+        "memory": {"stage": p.memory.stage, "items_bytes": dict(p.memory.items), "total_bytes": p.memory.total_bytes,
+                   "capacity_bytes": p.memory.capacity_bytes, "fits": p.memory.fits,
+                   "overflow_bytes": p.memory.overflow_bytes},
+        "transfers": [{"name": t.name, "op": t.op, "axis": t.axis, "group_size": t.group_size, "phase": t.phase,
+                       "message_bytes": t.message_bytes, "count": t.count, "time_each_s": t.time_each_s,
+                       "total_s": t.total_s, "exposed_s": t.exposed_s, "tier": t.tier, "algorithm": t.algorithm}
+                      for t in p.transfers],
+        "calibration": p.calibration.name,
+        "assumptions": list(p.assumptions),
+    }
+
+
+def memory_warning(p: StepPrediction) -> str | None:
+    m = p.memory
+    if m.fits:
+        return None
+    return (f"does not fit: stage {m.stage} needs {human_bytes(m.total_bytes)} of {human_bytes(m.capacity_bytes)} "
+            f"HBM — over by {human_bytes(m.overflow_bytes)}; largest item: {m.largest_item} "
+            f"({human_bytes(m.items[m.largest_item])})")
+
+
+def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
+    s, plan = p.scenario, p.scenario.plan
+    lines = [f"narrowpath prediction — {s.name}",
+             f"  {s.model.name} on {s.num_gpus} x {s.system.device.name} ({s.system.name}); "
+             f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} mbs={plan.mbs} "
+             f"gbs={plan.gbs} zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} "
+             f"{plan.precision}", ""]
+    lines.append(f"  step time           {human_time(p.step_time_s)}")
+    lines.append(f"  MFU / HFU           {p.mfu * 100:.1f} % / {p.hfu * 100:.1f} %")
+    lines.append(f"  TFLOP/s per GPU     {p.model_tflops_per_gpu:.1f} (model)  {p.hardware_tflops_per_gpu:.1f} (hardware)")
+    lines.append(f"  tokens/s            {p.tokens_per_s:,.0f}")
+    lines.append("")
+    rows = [[LABELS[k], f"{p.breakdown_s[k]:.4f}", f"{p.breakdown_s[k] / p.step_time_s * 100:.1f}"] for k in BREAKDOWN_KEYS
+            if p.breakdown_s[k] > 0 or k in ("compute", "bubble")]
+    lines.append("  STEP BREAKDOWN")
+    lines.append(table(["component", "time (s)", "share (%)"], rows))
+    lines.append("")
+    m = p.memory
+    lines.append(f"  MEMORY PER RANK (most loaded stage: {m.stage})")
+    rows = [[k, f"{v / 1e9:.2f}", f"{v / m.capacity_bytes * 100:.1f}"] for k, v in m.items.items()]
+    rows.append(["total", f"{m.total_bytes / 1e9:.2f}", f"{m.total_bytes / m.capacity_bytes * 100:.1f}"])
+    lines.append(table(["item", "GB", "of HBM (%)"], rows))
+    warn = memory_warning(p)
+    lines.append(f"  {'WARNING: ' + warn if warn else 'fits in ' + human_bytes(m.capacity_bytes) + ' of HBM'}")
+    if transfers and p.transfers:
+        lines.append("")
+        lines.append("  COMMUNICATION PER STEP (one rank of the most loaded stage)")
+        rows = [[t.name, t.op, t.phase, t.group_size, t.tier, t.algorithm, f"{t.message_bytes / 1e6:.2f}",
+                 f"{t.count:g}", f"{t.time_each_s * 1e3:.3f}", f"{t.total_s:.4f}", f"{t.exposed_s:.4f}"]
+                for t in sorted(p.transfers, key=lambda t: -t.total_s)]
+        lines.append(table(["pattern", "op", "phase", "group", "tier", "algo", "msg (MB)", "count", "each (ms)",
+                            "total (s)", "exposed (s)"], rows))
+    lines.append("")
+    lines.append("  assumptions: " + "; ".join(p.assumptions))
+    return "\n".join(lines)
