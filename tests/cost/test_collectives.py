@@ -1,0 +1,198 @@
+"""Collective cost model: nccl-tests conventions, ring traffic, algorithm choice, size ramp, corpus accuracy."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from narrowpath.catalog import calibration_for, system, system_for_hardware
+from narrowpath.cost.collectives import (OPS, REGISTRY, bus_factor, collective_time, ring_steps,
+                                         ring_wire_bytes)
+from narrowpath.errors import SpecError
+from narrowpath.network.placement import contiguous_span, span_of
+
+H100 = "H100-SXM5-80GB"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return system("dgx-h100"), calibration_for(H100)
+
+
+def test_bus_factors_follow_nccl_tests_performance_md():
+    """busbw/algbw is 2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter, all_to_all, 1 otherwise."""
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert bus_factor(op, 8) == pytest.approx(7 / 8)
+    assert bus_factor("broadcast", 8) == 1.0 and bus_factor("send_recv", 2) == 1.0
+    assert bus_factor("all_reduce", 1) == 0.0
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+def test_reported_busbw_is_algbw_times_factor(h100, op):
+    """busbw = (S / t) × factor(op, n), the nccl-tests definition."""
+    sys_, cal = h100
+    span = contiguous_span(16, sys_)
+    c = collective_time(op, 64e6, span, sys_, cal)
+    assert c.busbw_bytes_per_s == pytest.approx(64e6 / c.time_s * bus_factor(op, 16))
+
+
+def test_ring_traffic_per_rank_tends_to_2S_and_never_grows_past_it():
+    """A ring all-reduce sends 2(N−1)S/N per rank: increasing in N, below 2S, → 2S (not exponential)."""
+    S = 1e9
+    prev = 0.0
+    for n in (2, 4, 8, 64, 1024, 16384):
+        w = ring_wire_bytes("all_reduce", S, n)
+        assert w == pytest.approx(2 * (n - 1) / n * S)
+        assert prev < w < 2 * S
+        prev = w
+    assert ring_wire_bytes("all_reduce", S, 16384) == pytest.approx(2 * S, rel=1e-3)
+    assert ring_steps("all_reduce", 8) == 14 and ring_steps("all_gather", 8) == 7
+
+
+def test_hierarchical_equals_flat_ring_on_one_node(h100):
+    """Reduce-scatter + all-gather inside one domain is the ring: same time for every size."""
+    sys_, cal = h100
+    span = contiguous_span(8, sys_)
+    for size in (8, 1e5, 1e7, 8e9):
+        flat = collective_time("all_reduce", size, span, sys_, cal, "ring")
+        hier = collective_time("all_reduce", size, span, sys_, cal, "hierarchical")
+        assert hier.time_s == pytest.approx(flat.time_s)
+
+
+def test_hierarchical_multi_node_is_priced_per_tier(h100):
+    """Across nodes the hierarchical algorithm exists and moves S/r per rail over the network."""
+    sys_, cal = h100
+    c = collective_time("all_reduce", 1e9, contiguous_span(32, sys_), sys_, cal, "hierarchical")
+    assert c.algorithm == "hierarchical" and c.bottleneck_tier == "scale_out"
+
+
+def test_nvls_gain_is_derated_not_twice_ring(h100):
+    """NVLS on 8 H100 reaches ~480 GB/s busbw (nccl-tests #212), about 1.3× ring — not the ideal 2×."""
+    sys_, cal = h100
+    span = contiguous_span(8, sys_)
+    nv = collective_time("all_reduce", 8 * 2**30, span, sys_, cal, "nvls")
+    ring = collective_time("all_reduce", 8 * 2**30, span, sys_, cal, "ring")
+    assert nv.busbw_bytes_per_s == pytest.approx(480e9, rel=0.03)
+    assert 1.1 < nv.busbw_bytes_per_s / ring.busbw_bytes_per_s < 1.5
+
+
+def test_nvls_needs_one_domain_with_in_switch_reduction(h100):
+    sys_, cal = h100
+    with pytest.raises(SpecError):
+        collective_time("all_reduce", 1e9, contiguous_span(16, sys_), sys_, cal, "nvls")
+    a100 = system("dgx-a100")
+    with pytest.raises(SpecError):
+        collective_time("all_reduce", 1e9, contiguous_span(8, a100), a100, calibration_for("A100-SXM4-80GB"), "nvls")
+
+
+@pytest.mark.parametrize("n", [8, 16, 64, 512])
+@pytest.mark.parametrize("size", [8, 4096, 1e6, 64e6, 4e9])
+def test_auto_picks_the_fastest_applicable_algorithm_and_reports_it(h100, n, size):
+    sys_, cal = h100
+    span = contiguous_span(n, sys_)
+    auto = collective_time("all_reduce", size, span, sys_, cal)
+    for name in REGISTRY:
+        try:
+            c = collective_time("all_reduce", size, span, sys_, cal, name)
+        except SpecError:
+            continue
+        assert auto.time_s <= c.time_s * (1 + 1e-12)
+    assert auto.algorithm in REGISTRY and auto.protocol in ("LL", "LL128", "Simple")
+
+
+def test_small_messages_are_latency_bound_large_ones_bandwidth_bound(h100):
+    """8 B and 1 KB cost the same latency; 8 GB reaches the calibrated ring bus bandwidth."""
+    sys_, cal = h100
+    span = contiguous_span(8, sys_)
+    t8 = collective_time("all_gather", 8, span, sys_, cal).time_s
+    t1k = collective_time("all_gather", 1024, span, sys_, cal).time_s
+    assert t1k == pytest.approx(t8, rel=0.05) and 3e-6 < t8 < 100e-6
+    big = collective_time("all_gather", 8e9, span, sys_, cal)
+    assert big.busbw_bytes_per_s == pytest.approx(450e9 * 0.82, rel=0.02)
+    assert big.protocol == "Simple"
+    assert collective_time("all_gather", 8, span, sys_, cal).protocol == "LL"
+
+
+def test_sparse_group_uses_nic_bandwidth(h100):
+    """One member per node (DP across TP=8 nodes): bus bandwidth is one NIC, not NVLink."""
+    sys_, cal = h100
+    sparse = span_of(16, ranks_per_domain=1, domains=16)
+    c = collective_time("all_reduce", 8e9, sparse, sys_, cal, "ring")
+    nic = sys_.tier("scale_out").bw_bytes_per_s_per_gpu * cal.tier("scale_out").bw_efficiency
+    assert c.busbw_bytes_per_s == pytest.approx(nic, rel=0.02)
+    assert c.bottleneck_tier == "scale_out" and sparse.tiers == ("scale_out",)
+
+
+@settings(max_examples=60, deadline=None)
+@given(op=st.sampled_from(OPS), n=st.sampled_from([2, 8, 16, 72, 1024]),
+       a=st.floats(1, 1e10), b=st.floats(1, 1e10))
+def test_time_is_monotone_in_message_size(op, n, a, b):
+    """More bytes never take less time, for every op and group size (auto choice)."""
+    sys_, cal = system("dgx-h100"), calibration_for(H100)
+    span = contiguous_span(n if op != "send_recv" else 2, sys_)
+    lo, hi = sorted((a, b))
+    assert collective_time(op, lo, span, sys_, cal).time_s <= collective_time(op, hi, span, sys_, cal).time_s
+
+
+@settings(max_examples=30, deadline=None)
+@given(size=st.floats(1e3, 1e10), alg=st.sampled_from(["ring", "tree", "hierarchical"]))
+def test_each_algorithm_is_monotone_in_size(size, alg):
+    sys_, cal = system("dgx-h100"), calibration_for(H100)
+    span = contiguous_span(64, sys_)
+    t1 = collective_time("all_reduce", size, span, sys_, cal, alg).time_s
+    t2 = collective_time("all_reduce", size * 1.5, span, sys_, cal, alg).time_s
+    assert t1 <= t2
+
+
+def test_one_rank_or_zero_bytes_costs_nothing(h100):
+    sys_, cal = h100
+    assert collective_time("all_reduce", 1e9, contiguous_span(1, sys_), sys_, cal).time_s == 0.0
+    assert collective_time("all_reduce", 0, contiguous_span(8, sys_), sys_, cal).time_s == 0.0
+
+
+def test_bad_input_raises_spec_error(h100):
+    sys_, cal = h100
+    span = contiguous_span(8, sys_)
+    for kwargs in ({"op": "allreduce"}, {"algorithm": "butterfly"}, {"message_bytes": -1}):
+        args = {"op": "all_reduce", "message_bytes": 1e6, "algorithm": "auto"} | kwargs
+        with pytest.raises(SpecError):
+            collective_time(args["op"], args["message_bytes"], span, sys_, cal, args["algorithm"])
+    with pytest.raises(SpecError):
+        collective_time("all_gather", 1e6, span, sys_, cal, "nvls")
+
+
+def test_all_to_all_and_send_recv_accept_any_algorithm_name(h100):
+    """NCCL has one algorithm for these; a request for another is served by it and reported."""
+    sys_, cal = h100
+    assert collective_time("all_to_all", 1e6, contiguous_span(8, sys_), sys_, cal, "ring").algorithm == "direct"
+    assert collective_time("send_recv", 1e6, contiguous_span(2, sys_), sys_, cal, "ring").algorithm == "p2p"
+
+
+def test_corpus_cases_within_ten_percent():
+    """collectives-public.yaml: every published busbw within 10 % with one calibration per device."""
+    from narrowpath.cli.collective_cmd import run_corpus
+    rows, _ = run_corpus(None)
+    assert len(rows) >= 5
+    for r in rows:
+        assert abs(r.error) < 0.10, (r.case_id, r.error)
+
+
+def test_multinode_ring_is_rail_bound():
+    """2 DGX H100 with 8×400 Gb/s: the ring's bus bandwidth is 8 NICs × attained rate (nccl-tests #290)."""
+    s = system_for_hardware(H100, gpus_per_node=8, nic_gbps_per_gpu=400)
+    c = collective_time("all_reduce", 8 * 2**30, contiguous_span(16, s), s, calibration_for(H100), "ring")
+    assert c.busbw_bytes_per_s == pytest.approx(376e9, rel=0.05)
+
+
+def test_collective_time_is_fast(h100):
+    """A prediction calls it ~50 times and must take ≤ 2 ms in all: well under 40 µs a call."""
+    sys_, cal = h100
+    spans = [contiguous_span(n, sys_) for n in (8, 16, 64, 1024)]
+    t0 = time.perf_counter()
+    for i in range(2000):
+        collective_time(("all_reduce", "all_gather", "all_to_all", "send_recv")[i % 4], 1e6 * (i % 7 + 1),
+                        spans[i % 4], sys_, cal)
+    assert (time.perf_counter() - t0) / 2000 < 40e-6

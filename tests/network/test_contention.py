@@ -1,0 +1,106 @@
+"""Max-min fair sharing: hand-checked small cases, oversubscription, concurrent groups, scale."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+from narrowpath.catalog import system
+from narrowpath.network.contention import alltoall_pairs, concurrent_slowdown, max_min_rates, ring_pairs
+from narrowpath.network.fabric import FatTree, fabric_for
+from narrowpath.spec.plan import Plan
+
+INF = np.inf
+
+
+def test_two_flows_on_one_link_split_it_evenly():
+    rates = max_min_rates(np.array([[0], [0]]), np.array([10.0]))
+    assert list(rates) == [5.0, 5.0]
+
+
+def test_textbook_parking_lot():
+    """Links L0 (cap 10) and L1 (cap 4); A uses L0, B uses L0+L1, C uses L1. Max-min: B = C = 2, A = 8
+    (Bertsekas & Gallager §6.5.2)."""
+    pad = 2
+    paths = np.array([[0, pad], [0, 1], [1, pad]])
+    rates = max_min_rates(paths, np.array([10.0, 4.0, INF]))
+    assert rates == pytest.approx([8.0, 2.0, 2.0])
+
+
+def test_allocation_is_feasible_and_every_flow_has_a_bottleneck():
+    """No link over capacity; each flow crosses a saturated link where it has the largest rate."""
+    rng = np.random.default_rng(7)
+    cap = np.append(rng.uniform(1, 10, 12), INF)
+    paths = rng.integers(0, 12, size=(40, 3))
+    rates = max_min_rates(paths, cap)
+    load = np.zeros(cap.size)
+    np.add.at(load, paths, np.repeat(rates[:, None], 3, axis=1) * (1 + 0 * paths))
+    # load counts a flow once per appearance on a link (a repeated link index is crossed twice)
+    assert (load[:12] <= cap[:12] * (1 + 1e-9)).all()
+    saturated = load[:12] >= cap[:12] * (1 - 1e-9)
+    for f in range(40):
+        links = [l for l in set(paths[f]) if saturated[l]]
+        assert links, f"flow {f} has no saturated link"
+        assert any(rates[f] >= rates[[g for g in range(40) if l in paths[g]]].max() * (1 - 1e-9) for l in links)
+
+
+def test_weights_count_identical_flows():
+    """A bundle of 3 flows and a single flow on one link of 8: each of the 4 flows gets 2."""
+    rates = max_min_rates(np.array([[0], [0]]), np.array([8.0]), weights=np.array([3.0, 1.0]))
+    assert rates == pytest.approx([2.0, 2.0])
+
+
+@pytest.mark.parametrize("ratio", [1.0, 2.0, 3.0])
+def test_oversubscription_slows_cross_spine_traffic_by_its_ratio(ratio):
+    """Every endpoint of leaf 0 sends to leaf 1 and back: the leaf uplink gives each flow 1/ratio of its NIC."""
+    tree = FatTree.uniform(num_endpoints=64, endpoint_bw=50e9, endpoints_per_leaf=32, radix=64,
+                           oversubscription=(ratio, 1.0))
+    src = np.arange(64)
+    dst = (src + 32) % 64
+    rates = max_min_rates(tree.paths(src, dst), tree.capacities())
+    assert rates == pytest.approx(np.full(64, 50e9 / ratio))
+
+
+def test_intra_leaf_traffic_ignores_oversubscription():
+    tree = FatTree.uniform(num_endpoints=64, endpoint_bw=50e9, endpoints_per_leaf=32, radix=64,
+                           oversubscription=(4.0, 1.0))
+    src = np.arange(32)
+    rates = max_min_rates(tree.paths(src, (src + 1) % 32), tree.capacities())
+    assert rates == pytest.approx(np.full(32, 50e9))
+
+
+def test_pairs_helpers():
+    src, dst = alltoall_pairs(np.array([[0, 1, 2]]))
+    assert sorted(zip(src, dst)) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    s, d = ring_pairs(np.array([[0, 1, 8, 9]]), gpus_per_node=8)  # 2 members on each of 2 nodes: 2 rails
+    assert sorted(zip(s, d)) == [(0, 8), (1, 9), (8, 0), (9, 1)]
+
+
+def test_dp_rings_on_rails_do_not_collide():
+    """TP=8 in a node, DP across nodes: each DP ring owns a rail; no slowdown on a non-blocking fabric."""
+    plan = Plan(tp=8, dp=64, gbs=64)
+    assert concurrent_slowdown(plan, system("dgx-h100"), "dp") == pytest.approx(1.0)
+
+
+def test_ep_all_to_all_across_an_oversubscribed_spine_slows_down():
+    """EP=64 all-to-all of every expert group on a 2:1 fat tree: close to the 2× of the uplinks."""
+    plan = Plan(tp=8, dp=64, ep=64, gbs=64)
+    sys_ = system("dgx-h100")
+    fab = dataclasses.replace(fabric_for(sys_, plan.num_gpus), topology="fat_tree", oversubscription=(2.0, 1.0))
+    f = concurrent_slowdown(plan, sys_, "ep", fabric=fab)
+    assert 1.7 < f <= 2.0
+    fab1 = dataclasses.replace(fab, oversubscription=(1.0, 1.0))
+    assert concurrent_slowdown(plan, sys_, "ep", fabric=fab1) == pytest.approx(1.0)
+
+
+def test_large_all_to_all_solves_quickly():
+    """A 512-node all-to-all (≈ 262k flows) on a 3-level 2:1 tree in well under a second."""
+    tree = FatTree.uniform(num_endpoints=512, endpoint_bw=400e9, endpoints_per_leaf=4, radix=64,
+                           oversubscription=(2.0, 2.0))
+    src, dst = alltoall_pairs(np.arange(512)[None, :])
+    t0 = time.perf_counter()
+    rates = max_min_rates(tree.paths(src, dst), tree.capacities())
+    assert time.perf_counter() - t0 < 1.0
+    assert rates.min() > 0 and np.isfinite(rates).all()
