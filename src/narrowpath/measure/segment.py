@@ -55,8 +55,12 @@ def _segments(log_y: Sequence[float], penalty: float, min_len: int) -> list[tupl
 
 
 def find_plateaus(y: Sequence[float], *, penalty: float = 0.12, min_len: int = 2,
-                  merge_ratio: float = 1.25) -> list[Plateau]:
-    """Flat steps of positive `y` (in sample order); penalty is in squared natural-log units."""
+                  merge_ratio: float = 1.25, min_keep: int = 3) -> list[Plateau]:
+    """Flat steps of positive `y` (in sample order); penalty is in squared natural-log units.
+
+    An interior step shorter than `min_keep` samples whose height lies between its neighbours' is the slope
+    of a transition, not a level: it is dropped (its samples belong to no plateau).
+    """
     if not y:
         return []
     if any(v <= 0 or not math.isfinite(v) for v in y):
@@ -71,6 +75,16 @@ def find_plateaus(y: Sequence[float], *, penalty: float = 0.12, min_len: int = 2
             merged[-1] = Plateau(q.first, p.last, statistics.median(y[q.first:p.last + 1]))
         else:
             merged.append(p)
+    changed = True
+    while changed and len(merged) > 2:
+        changed = False
+        for i in range(1, len(merged) - 1):
+            a, p, b = merged[i - 1], merged[i], merged[i + 1]
+            between = min(a.level_y, b.level_y) < p.level_y < max(a.level_y, b.level_y)
+            if between and p.last - p.first + 1 < min_keep:
+                del merged[i]
+                changed = True
+                break
     return merged
 
 

@@ -1,0 +1,161 @@
+"""Memory probe: bandwidth versus working-set size (read, write, copy, add), and the levels it reveals.
+
+Kernels (NumPy float64, one thread; bytes counted as STREAM does — what the program reads plus writes, not
+the write-allocate traffic the hardware adds; McCalpin, STREAM, 1995):
+    read   max-reduce of one array             W bytes moved per pass
+    write  fill one array with a constant      W
+    copy   dst = +src (a ufunc loop, so ordinary stores: `np.copyto` switches to non-temporal stores
+           above glibc's threshold, which makes the curve jump back up at large sizes)
+    add    a = b + c (STREAM Add)              the level kernel: its plateaus give the levels' bandwidth,
+           because element-wise training kernels read two operands and write one.
+A small working set is swept many times in one NumPy call through a zero-stride 2-D view (the rows alias the
+same buffer), so per-call overhead does not hide cache bandwidth. Arrays are staggered in the address space
+to avoid 4 KiB aliasing between the operands.
+The sweep starts at 64 KiB: below about 2,048 elements per operand NumPy's binary ufunc loop runs several
+times slower on this zero-stride layout (measured: 31 vs 125 GB/s at 16 vs 24 KiB per operand), which would
+read as a slow "L1". So L1 is not resolved; the first level reported is the one holding 64 KiB.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from narrowpath.measure.machine import os_caches, physical_memory_bytes, cpu_model_name
+from narrowpath.measure.segment import edge_x, find_plateaus
+from narrowpath.measure.timing import Progress, host_provenance, time_median_s
+
+KERNELS = ("read", "write", "copy", "add")
+LEVEL_KERNEL = "add"
+_ARRAYS = {"read": 1, "write": 1, "copy": 2, "add": 3}
+_ITEM = 8  # float64
+_LINE = 64
+_STAGGER_BYTES = 9 * _LINE  # operand j starts j·576 B past a 4 KiB boundary: aligned, no 4 KiB aliasing
+
+
+def working_set_sizes(*, min_bytes: float, max_bytes: float, points_per_octave: int) -> list[int]:
+    """Geometric sizes from min to max, rounded to multiples of 3 cache lines × 8 bytes."""
+    octaves = math.log2(max_bytes / min_bytes)
+    num = int(round(octaves * points_per_octave)) + 1
+    sizes = {int(round(min_bytes * 2 ** (i / points_per_octave) / 1536)) * 1536 for i in range(num)}
+    return sorted(s for s in sizes if s > 0)
+
+
+def default_max_bytes(quick: bool) -> float:
+    """Several times the last-level cache (full) or 256 MiB (quick); never more than 1/8 of RAM."""
+    caches = os_caches()
+    llc = caches[-1].capacity_bytes if caches else 32 * 2**20
+    want = 256 * 2**20 if quick else max(4 * llc, 512 * 2**20)
+    ram = physical_memory_bytes()
+    return min(want, ram / 8) if ram else want
+
+
+def _pool(max_ws_bytes: int) -> np.ndarray:
+    """A touched float64 buffer large enough for every kernel's operands at the largest working set."""
+    raw = np.ones(max_ws_bytes // _ITEM + 4 * (4096 + _STAGGER_BYTES) // _ITEM + _LINE)
+    skip = (-raw.ctypes.data % 4096) // _ITEM
+    return raw[skip:]
+
+
+def _views(pool: np.ndarray, kernel: str, ws_bytes: int, reps: int) -> list[np.ndarray]:
+    """Operands of `kernel`, each 64 B aligned and staggered; rows of the 2-D views alias one buffer."""
+    k = _ARRAYS[kernel]
+    n = max(8, ws_bytes // (_ITEM * k) // 8 * 8)
+    pitch = -(-n * _ITEM // 4096) * 4096
+    out = []
+    for j in range(k):
+        start = (j * (pitch + _STAGGER_BYTES)) // _ITEM
+        out.append(as_strided(pool[start:start + n], (reps, n), (0, _ITEM), writeable=(j == 0)))
+    return out
+
+
+def _run(kernel: str, views: list[np.ndarray]):
+    if kernel == "read":
+        return lambda: np.maximum.reduce(views[0], axis=1)
+    if kernel == "write":
+        return lambda: np.copyto(views[0], 0.5)
+    if kernel == "copy":
+        return lambda: np.positive(views[1], out=views[0])
+    return lambda: np.add(views[1], views[2], out=views[0])
+
+
+def probe_memory(*, quick: bool = False, max_bytes: float | None = None, min_bytes: float = 64 * 1024,
+                 repeats: int | None = None, progress: bool = True) -> dict[str, Any]:
+    """Bandwidth samples for every kernel and size, the detected levels and the OS cache sizes (JSON-ready)."""
+    max_bytes = float(max_bytes or default_max_bytes(quick))
+    repeats = repeats or (3 if quick else 5)
+    sizes = working_set_sizes(min_bytes=min_bytes, max_bytes=max_bytes, points_per_octave=2 if quick else 3)
+    sweep_bytes = 24e6 if quick else 64e6
+    pool = _pool(sizes[-1])
+    prog = Progress("memory", len(sizes), progress)
+    samples = []
+    for ws in sizes:
+        reps = max(1, int(round(sweep_bytes / ws)))
+        for kernel in KERNELS:
+            views = _views(pool, kernel, ws, reps)
+            moved = views[0].shape[1] * _ITEM * _ARRAYS[kernel] * reps
+            big = ws > 64 * 2**20  # one pass is already long: fewer repeats keep the full probe near 20 s
+            t, _ = time_median_s(_run(kernel, views), repeats=min(repeats, 3) if big else repeats, warmup=1)
+            samples.append({"kernel": kernel, "working_set_bytes": ws, "bandwidth_bytes_per_s": moved / t,
+                            "time_s": t, "repeats": min(repeats, 3) if big else repeats,
+                            "sweeps_per_call": reps})
+        prog.step(f"working set {ws / 2**20:.3f} MiB: {_bw(samples, ws, LEVEL_KERNEL) / 1e9:.1f} GB/s ({LEVEL_KERNEL})")
+    levels = detect_levels(samples)
+    caches = os_caches()
+    return {
+        "probe": "memory", "device": cpu_model_name(), "dtype": "float64", "threads": 1,
+        "kernels": list(KERNELS), "level_kernel": LEVEL_KERNEL, "repeats": repeats, "quick": quick,
+        "max_working_set_bytes": sizes[-1], "provenance": host_provenance(),
+        "levels": levels,
+        "os_caches": [{"name": c.name, "capacity_bytes": c.capacity_bytes, "source": c.source} for c in caches],
+        "comparison": compare_with_os(levels, caches),
+        "samples": samples,
+    }
+
+
+def _bw(samples: list[dict], ws: int, kernel: str) -> float:
+    return next(s["bandwidth_bytes_per_s"] for s in samples if s["working_set_bytes"] == ws and s["kernel"] == kernel)
+
+
+def detect_levels(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Levels nearest to farthest from the level kernel's plateaus; the farthest is named DRAM."""
+    sizes = sorted({s["working_set_bytes"] for s in samples})
+    y = [_bw(samples, ws, LEVEL_KERNEL) for ws in sizes]
+    plateaus = find_plateaus(y)
+    caches = os_caches()
+    levels, used = [], set()
+    for i, p in enumerate(plateaus):
+        last = i == len(plateaus) - 1
+        cap = physical_memory_bytes() if last else edge_x(sizes, y, p, plateaus[i + 1])
+        name = "DRAM" if last else _os_name(cap, caches, used) or f"C{i + 1}"
+        used.add(name)
+        level = {"name": name, "capacity_bytes": cap, "bandwidth_bytes_per_s": p.level_y,
+                 "first_working_set_bytes": sizes[p.first], "last_working_set_bytes": sizes[p.last]}
+        for kernel in KERNELS:
+            level[f"{kernel}_bandwidth_bytes_per_s"] = statistics.median(
+                _bw(samples, ws, kernel) for ws in sizes[p.first:p.last + 1])
+        levels.append(level)
+    return levels
+
+
+def _os_name(cap: float, caches, used: set[str]) -> str | None:
+    best = min((c for c in caches if c.name not in used), default=None,
+               key=lambda c: abs(math.log(cap / c.capacity_bytes)))
+    if best is not None and abs(math.log(cap / best.capacity_bytes)) <= math.log(4.0):
+        return best.name
+    return None
+
+
+def compare_with_os(levels: list[dict], caches) -> list[dict[str, Any]]:
+    """Each detected cache boundary beside the OS cache size it is nearest to (ratio detected / OS)."""
+    rows = []
+    for lv in levels[:-1]:
+        c = min(caches, key=lambda c: abs(math.log(lv["capacity_bytes"] / c.capacity_bytes)), default=None)
+        if c is not None:
+            rows.append({"level": lv["name"], "detected_capacity_bytes": lv["capacity_bytes"],
+                         "os_cache": c.name, "os_capacity_bytes": c.capacity_bytes,
+                         "ratio": lv["capacity_bytes"] / c.capacity_bytes})
+    return rows
