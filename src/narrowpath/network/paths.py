@@ -81,9 +81,9 @@ class PathModel:
 
 
 def _alpha(system: System, cal: Calibration, tier: str) -> float:
-    """Calibrated hop latency (it includes software and wire); the tier's nominal latency when not calibrated."""
-    a = cal.tier(tier).alpha_s
-    return a if a > 0 else system.tier(tier).latency_s
+    """Hop latency of one algorithm step: the calibrated software/sync part plus the tier's wire/switch hop
+    (the convention of the skeleton model, kept so that training predictions stay comparable)."""
+    return cal.tier(tier).alpha_s + system.tier(tier).latency_s
 
 
 _CACHE: dict = {}
