@@ -196,3 +196,17 @@ def test_collective_time_is_fast(h100):
         collective_time(("all_reduce", "all_gather", "all_to_all", "send_recv")[i % 4], 1e6 * (i % 7 + 1),
                         spans[i % 4], sys_, cal)
     assert (time.perf_counter() - t0) / 2000 < 40e-6
+
+
+def test_measured_busbw_table_in_the_calibration_is_used_for_rings(h100):
+    """A calibration with measured (size, busbw/line) pairs prices rings from them, interpolated in log size."""
+    import dataclasses
+    sys_, cal = h100
+    tc = dataclasses.replace(cal.tier("scale_up"), busbw_efficiency_by_size=((1e6, 0.1), (1e8, 0.7)))
+    measured = dataclasses.replace(cal, tiers={**cal.tiers, "scale_up": tc})
+    span = contiguous_span(8, sys_)
+    line = sys_.tier("scale_up").bw_bytes_per_s_per_gpu
+    c = collective_time("all_reduce", 1e7, span, sys_, measured, "ring")
+    assert c.busbw_bytes_per_s == pytest.approx(0.4 * line) and c.protocol == "measured"
+    assert collective_time("all_reduce", 1e9, span, sys_, measured, "ring").busbw_bytes_per_s == \
+        pytest.approx(0.7 * line)

@@ -125,12 +125,17 @@ def _cost(op, algo, S, t_lat, algbw, tier, wire, n) -> CollectiveCost:
 
 def ring(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     """Ring (Patarasuk & Yuan 2009): per-rank traffic (n−1)/n·S (×2 for all_reduce) at the ring bus bandwidth.
-    Across domains NCCL lays one ring per NIC rail, so the ring's inter-domain bus bandwidth is r × NIC rate."""
+    Across domains NCCL lays one ring per NIC rail, so the ring's inter-domain bus bandwidth is r × NIC rate.
+    When the calibration carries a measured busbw-by-size table for the bounding tier, that table is the ramp."""
     if op not in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         return None
     n = pm.size
     factor = bus_factor(op, n) if op != "broadcast" else 1.0
     steps_lat = _ring_lat(op if op != "broadcast" else "all_gather", pm, n)  # broadcast: one pass, n−1 hops
+    measured = pm.measured_busbw(S) if op in ("all_reduce", "all_gather", "reduce_scatter") else 0.0
+    if measured > 0:  # the calibration measured this tier's ring busbw by size: it already holds the ramp
+        t = S * factor / measured
+        return CollectiveCost(t, "ring", measured, pm.ring_tier, S * factor, "measured", 0.0)
     algbw = _protocol_bw(op, pm.ring_busbw, factor, pm.domains > 1)
     return _cost(op, "ring", S, steps_lat, algbw, pm.ring_tier, S * factor, n)
 

@@ -15,6 +15,7 @@ read. Bandwidths are attained ones (line rate × the calibration's `bw_efficienc
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from narrowpath.network.placement import GroupSpan
@@ -46,6 +47,23 @@ class PathModel:
     nvls_latency_s: float = NVLS_LATENCY_S
     out_in_network: bool = False
     """The scale-out switches reduce in-network (InfiniBand SHARP)."""
+    up_line_bw: float = 0.0
+    """Scale-up line rate per GPU (for measured busbw/line tables), bytes/s."""
+    nic_line_bw: float = 0.0
+    """Scale-out line rate per GPU, bytes/s."""
+    up_measured: tuple[tuple[float, float], ...] = ()
+    """Calibration's measured (message bytes, ring busbw / line rate) on the scale-up tier; () = use α-β."""
+    out_measured: tuple[tuple[float, float], ...] = ()
+    """Same for the scale-out tier."""
+
+    def measured_busbw(self, message_bytes: float) -> float:
+        """Ring busbw from the calibration's measured table of the bounding tier (log-size interpolation,
+        clamped at the ends); 0 when that tier has no table."""
+        table = self.up_measured if self.ring_tier == "scale_up" else self.out_measured
+        if not table:
+            return 0.0
+        line = self.up_line_bw if self.ring_tier == "scale_up" else self.ranks_per_domain * self.nic_line_bw
+        return line * interpolate_log(table, message_bytes)
 
     @property
     def ring_busbw(self) -> float:
@@ -80,6 +98,17 @@ class PathModel:
         return self
 
 
+def interpolate_log(table: tuple[tuple[float, float], ...], x: float) -> float:
+    """Piecewise-linear interpolation of (x, y) pairs in log x, clamped outside the measured range."""
+    if x <= table[0][0]:
+        return table[0][1]
+    for (x0, y0), (x1, y1) in zip(table, table[1:]):
+        if x <= x1:
+            f = math.log(x / x0) / math.log(x1 / x0) if x1 > x0 else 1.0
+            return y0 + f * (y1 - y0)
+    return table[-1][1]
+
+
 def _alpha(system: System, cal: Calibration, tier: str) -> float:
     """Hop latency of one algorithm step: the calibrated software/sync part plus the tier's wire/switch hop
     (the convention of the skeleton model, kept so that training predictions stay comparable)."""
@@ -105,7 +134,10 @@ def path_model(span: GroupSpan, system: System, cal: Calibration) -> PathModel:
                    up_bw=up.bw_bytes_per_s_per_gpu * cu.bw_efficiency,
                    nic_bw=out.bw_bytes_per_s_per_gpu * co.bw_efficiency,
                    alpha_up_s=_alpha(system, cal, "scale_up"), alpha_out_s=_alpha(system, cal, "scale_out"),
-                   nvls_algbw=nvls_algbw, out_in_network=out.in_network_reduction)
+                   nvls_algbw=nvls_algbw, out_in_network=out.in_network_reduction,
+                   up_line_bw=up.bw_bytes_per_s_per_gpu, nic_line_bw=out.bw_bytes_per_s_per_gpu,
+                   up_measured=tuple(getattr(cu, "busbw_efficiency_by_size", ())),
+                   out_measured=tuple(getattr(co, "busbw_efficiency_by_size", ())))
     if len(_CACHE) > 1024:
         _CACHE.clear()
     _CACHE[key] = (system, cal, pm)
