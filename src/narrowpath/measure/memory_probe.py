@@ -142,11 +142,13 @@ def detect_levels(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _os_name(cap: float, caches, used: set[str]) -> str | None:
-    best = min((c for c in caches if c.name not in used), default=None,
-               key=lambda c: abs(math.log(cap / c.capacity_bytes)))
+    """The OS cache within 4× of `cap`, else the nearest OS cache not yet named (levels come in order)."""
+    free = [c for c in caches if c.name not in used and not any(
+        u.startswith("L") and u[1:].isdigit() and int(u[1:]) > int(c.name[1:]) for u in used)]
+    best = min(free, default=None, key=lambda c: abs(math.log(cap / c.capacity_bytes)))
     if best is not None and abs(math.log(cap / best.capacity_bytes)) <= math.log(4.0):
         return best.name
-    return None
+    return free[0].name if free else None
 
 
 def compare_with_os(levels: list[dict], caches) -> list[dict[str, Any]]:

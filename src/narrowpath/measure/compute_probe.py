@@ -1,0 +1,132 @@
+"""Compute probe: attained matrix-multiply FLOP/s versus size, per backend and dtype, and the efficiency curve.
+
+Square GEMMs C = A·B of n×n, FLOPs = 2n³ (the multiply-add count; Golub & Van Loan §1.1). Backends:
+NumPy (its BLAS, all threads it uses), PyTorch CPU, and PyTorch CUDA when a GPU is present — timed with CUDA
+events around back-to-back launches, as cuBLAS benchmarks do. Each size: warm-up, `repeats` timed runs,
+median. Efficiency = attained / peak, the peak coming from `--device` (a catalog device) or, on a CPU, from
+`machine.cpu_peak_flop_per_s` (an estimate whose reason travels with the result).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from narrowpath.measure.machine import cpu_model_name, cpu_peak_flop_per_s
+from narrowpath.measure.timing import Progress, host_provenance, time_median_s
+
+QUICK_SIZES = (64, 128, 256, 512, 1024)
+FULL_SIZES = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072)
+CUDA_SIZES = (256, 512, 1024, 2048, 4096, 8192, 16384)
+_NP_DTYPES = {"fp32": np.float32, "fp64": np.float64}
+
+
+def _plan(quick: bool, cuda: bool) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(backend, dtype, sizes) to run."""
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    plan = [("numpy", "fp32", sizes), ("numpy", "fp64", sizes[:-2] if quick else sizes[:-1])]
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return plan
+    plan += [("torch-cpu", "fp32", sizes), ("torch-cpu", "bf16", sizes)]
+    if cuda:
+        csz = CUDA_SIZES[:4] if quick else CUDA_SIZES
+        plan += [("torch-cuda", dt, csz) for dt in ("fp32", "tf32", "bf16", "fp16")]
+    return plan
+
+
+def _timer(backend: str, dtype: str, n: int, seed: int):
+    """A zero-argument GEMM closure and its sync function for one (backend, dtype, size)."""
+    rng = np.random.default_rng(seed)
+    if backend == "numpy":
+        a = rng.standard_normal((n, n)).astype(_NP_DTYPES[dtype])
+        b = rng.standard_normal((n, n)).astype(_NP_DTYPES[dtype])
+        out = np.empty((n, n), dtype=a.dtype)
+        return (lambda: np.matmul(a, b, out=out)), None
+    import torch
+    tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    dev = "cuda" if backend == "torch-cuda" else "cpu"
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(n, n, generator=g).to(device=dev, dtype=tdt)
+    b = torch.randn(n, n, generator=g).to(device=dev, dtype=tdt)
+    out = torch.empty(n, n, device=dev, dtype=tdt)
+    return (lambda: torch.matmul(a, b, out=out)), (torch.cuda.synchronize if dev == "cuda" else None)
+
+
+def _cuda_time_s(fn, repeats: int, iters: int) -> float:
+    """Median over `repeats` of (CUDA-event time of `iters` back-to-back GEMMs) / iters."""
+    import statistics
+    import torch
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3 / iters)
+    return statistics.median(times)
+
+
+def _device_name(backend: str) -> str:
+    if backend == "torch-cuda":
+        import torch
+        return torch.cuda.get_device_name(0)
+    return cpu_model_name()
+
+
+def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dict[str, float] | None = None,
+                  progress: bool = True, seed: int = 0, cuda: bool | None = None) -> dict[str, Any]:
+    """GEMM samples per backend/dtype/size, best rate per dtype, and efficiency against the peaks (JSON-ready)."""
+    repeats = repeats or (3 if quick else 5)
+    if cuda is None:
+        try:
+            import torch
+            cuda = torch.cuda.is_available()
+        except ImportError:
+            cuda = False
+    plan = _plan(quick, cuda)
+    prog = Progress("compute", sum(len(s) for _, _, s in plan), progress)
+    samples = []
+    for backend, dtype, sizes in plan:
+        if backend == "torch-cuda":
+            import torch
+            torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        for n in sizes:
+            fn, sync = _timer(backend, dtype, n, seed)
+            flop = 2.0 * n ** 3
+            if backend == "torch-cuda":
+                t = _cuda_time_s(fn, repeats, iters=max(1, int(2e12 // flop)))
+            else:
+                t, _ = time_median_s(fn, repeats=repeats, warmup=1, sync=sync)
+            samples.append({"backend": backend, "device": _device_name(backend), "dtype": dtype, "m": n, "n": n,
+                            "k": n, "flop": flop, "time_s": t, "flops_per_s": flop / t, "repeats": repeats})
+            prog.step(f"{backend} {dtype} n={n}: {flop / t / 1e9:.1f} GFLOP/s")
+    best: dict[str, float] = {}
+    for s in samples:
+        best[s["dtype"]] = max(best.get(s["dtype"], 0.0), s["flops_per_s"])
+    peak_table = _peaks(best, peaks or {}, cuda)
+    for s in samples:
+        p = peak_table.get(s["dtype"], {}).get("peak_flops_per_s", 0.0)
+        s["efficiency"] = s["flops_per_s"] / p if p > 0 else None
+    return {"probe": "compute", "device": _device_name("torch-cuda" if cuda else "numpy"), "repeats": repeats,
+            "quick": quick, "provenance": host_provenance(), "best_flops_per_s": best, "peaks": peak_table,
+            "samples": samples}
+
+
+def _peaks(best: dict[str, float], given: dict[str, float], cuda: bool) -> dict[str, dict[str, Any]]:
+    out = {}
+    for dt in best:
+        if dt in given:
+            out[dt] = {"peak_flops_per_s": given[dt], "reason": "given (--device or --peak)"}
+        elif not cuda:
+            p, why = cpu_peak_flop_per_s(dt)
+            out[dt] = {"peak_flops_per_s": p, "reason": why}
+        else:
+            out[dt] = {"peak_flops_per_s": 0.0, "reason": "no peak given for this GPU: pass --device"}
+    return out
