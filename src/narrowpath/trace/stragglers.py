@@ -1,0 +1,76 @@
+"""Stragglers across ranks: per collective, which rank arrived last and by how much; per-rank skew.
+
+Collectives are matched across ranks by order: the i-th collective of a kind on one rank meets the i-th of
+that kind on every other rank (NCCL issues the collectives of a group in the same order on all members).
+Arrival = start of the communication activity on the trace clock (`origin_ns` + start), which assumes the
+ranks' clocks agree (one host, or hosts synchronised by NTP/PTP, typically to well under a millisecond).
+A rank's skew is its mean lateness behind the earliest arrival. Kinds whose counts differ between ranks are
+matched up to the shortest count (sampled traces), and that is reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from narrowpath.trace import schema
+from narrowpath.trace.model import RankTrace
+from narrowpath.trace.windows import Window
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StragglerReport:
+    """Cross-rank arrival skew of the matched collectives."""
+
+    ranks: tuple[int, ...]
+    num_matched: int
+    """Collectives matched on every rank."""
+    unmatched_kinds: tuple[str, ...]
+    """Kinds whose counts differ between ranks (matched up to the shortest)."""
+    last_arrival_count: dict[int, int]
+    """Per rank, how many matched collectives it arrived at last."""
+    mean_lateness_s: dict[int, float]
+    """Per rank, mean arrival behind the earliest rank (its skew)."""
+    max_lateness_s: dict[int, float]
+    worst: tuple[tuple[str, int, int, float], ...]
+    """Largest spreads: (kind, ordinal, last rank, spread seconds), at most 10."""
+
+
+def straggler_report(ranks: tuple[RankTrace, ...], windows: tuple[Window, ...]) -> StragglerReport | None:
+    """None with fewer than two ranks or no communication."""
+    if len(ranks) < 2:
+        return None
+    comm = [w.mask & (r.act_class == schema.CLASS_COMM) for r, w in zip(ranks, windows)]
+    codes = sorted({int(c) for r, m in zip(ranks, comm) for c in np.unique(r.act_coll[m])})
+    arrivals = {schema.COLLECTIVE_KINDS[c]: [r.origin_ns * 1e-9 + r.act_start_s[m & (r.act_coll == c)]
+                                             for r, m in zip(ranks, comm)] for c in codes}
+    rank_ids = tuple(r.rank for r in ranks)
+    late_sum = np.zeros(len(ranks))
+    late_max = np.zeros(len(ranks))
+    last_count = np.zeros(len(ranks), dtype=int)
+    matched, unmatched, worst = 0, [], []
+    for kind, per_rank in arrivals.items():
+        counts = [a.size for a in per_rank]
+        n = min(counts)
+        if len(set(counts)) > 1:
+            unmatched.append(kind)
+        if n == 0:
+            continue
+        table = np.stack([a[:n] for a in per_rank])  # ranks x collectives
+        late = table - table.min(axis=0)
+        late_sum += late.sum(axis=1)
+        late_max = np.maximum(late_max, late.max(axis=1))
+        last = late.argmax(axis=0)
+        last_count += np.bincount(last, minlength=len(ranks))
+        spread = late.max(axis=0)
+        for i in np.argsort(-spread)[:10]:
+            worst.append((kind, int(i), rank_ids[last[i]], float(spread[i])))
+        matched += n
+    if matched == 0:
+        return None
+    return StragglerReport(
+        ranks=rank_ids, num_matched=matched, unmatched_kinds=tuple(unmatched),
+        last_arrival_count={rk: int(c) for rk, c in zip(rank_ids, last_count)},
+        mean_lateness_s={rk: float(s / matched) for rk, s in zip(rank_ids, late_sum)},
+        max_lateness_s={rk: float(m) for rk, m in zip(rank_ids, late_max)},
+        worst=tuple(sorted(worst, key=lambda w: -w[3])[:10]))
