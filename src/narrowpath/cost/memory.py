@@ -124,8 +124,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         if zero == 3:
             per_layer_params = params / max(1, n_layers)
             temps += 2 * per_layer_params * Wb  # current + prefetched gathered layer
-        if p.dp > 1:
-            temps += 2 * min(p.bucket_bytes, params * G)  # gradient buckets in flight
+        # gradient buckets are views into the contiguous gradient buffer (Megatron DDP): no extra bytes
         items = {"weights": weights, "gradients": grads, "optimizer_state": optim, "activations": acts,
                  "temporaries": temps, "runtime_reserve": RUNTIME_RESERVE_BYTES}
         out.append(MemoryBreakdown(st.index, items, dev.hbm.capacity_bytes))

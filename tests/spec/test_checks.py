@@ -1,0 +1,123 @@
+"""Bad input: every consistency check gives one clear message naming the field and the values."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import load_scenario, model, system
+from narrowpath.catalog.resolve import scenario_from_dict
+from narrowpath.errors import CatalogError, SpecError
+from narrowpath.spec import Model, Plan, Scenario
+from narrowpath.spec.hf_config import model_from_hf_config
+
+
+def scn(model_id="gpt-18.4b", system_id="dgx-a100", num_gpus=None, **kw):
+    plan = Plan(**kw)
+    return Scenario(system=system(system_id), model=model(model_id), plan=plan, num_gpus=num_gpus or plan.num_gpus)
+
+
+@pytest.mark.parametrize("kw, field, fragment", [
+    (dict(tp=8, dp=2, num_gpus=8, gbs=2), "plan", "does not equal num_gpus 8"),
+    (dict(tp=5, gbs=1), "plan.tp", "does not divide model.heads 48"),
+    (dict(pp=41, gbs=1), "plan.pp", "exceeds model.layers 40"),
+    (dict(pp=4, vpp=11, gbs=4), "plan.pp", "exceeds model.layers 40"),
+    (dict(cp=3, gbs=1), "plan.cp", "does not divide model.seq_len 2048"),
+    (dict(ep=2, dp=2, gbs=2), "plan.ep", "needs an MoE model"),
+    (dict(pp=4, vpp=2, mbs=1, gbs=6), "plan.gbs", "divisible by pp 4"),
+])
+def test_consistency_errors_name_field_and_values(kw, field, fragment):
+    with pytest.raises(SpecError) as exc:
+        scn(**kw)
+    assert exc.value.field == field
+    assert fragment in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(dp=4, mbs=3, gbs=8), "plan.gbs"),
+    (dict(zero_stage=4), "plan.zero_stage"),
+    (dict(recompute="some"), "plan.recompute"),
+    (dict(precision="int4"), "plan.precision"),
+    (dict(tp=0), "plan.tp"),
+    (dict(vpp=2), "plan.vpp"),
+    (dict(sequence_parallel=True), "plan.sequence_parallel"),
+    (dict(placement=("tp", "dp", "pp")), "plan.placement"),
+])
+def test_plan_field_checks(kw, field):
+    with pytest.raises(SpecError) as exc:
+        Plan(**kw)
+    assert exc.value.field == field
+
+
+def test_kv_heads_rules():
+    with pytest.raises(SpecError, match="model.kv_heads"):
+        Model(layers=2, hidden=64, heads=8, kv_heads=3, vocab=10, seq_len=8)
+    with pytest.raises(SpecError, match="exceeds heads"):
+        Model(layers=2, hidden=64, heads=8, kv_heads=16, vocab=10, seq_len=8)
+    gqa = Model(layers=2, hidden=96, heads=12, kv_heads=4, vocab=10, seq_len=8)
+    with pytest.raises(SpecError, match="tp 6 and model.kv_heads 4: one must divide the other"):
+        Scenario(system=system("dgx-a100"), model=gqa, plan=Plan(tp=6, gbs=1), num_gpus=6)
+    # tp dividing kv_heads, or kv_heads dividing tp (replicated kv heads), are both fine
+    Scenario(system=system("dgx-a100"), model=gqa, plan=Plan(tp=2, gbs=1), num_gpus=2)
+    Scenario(system=system("gb200-nvl72"), model=gqa, plan=Plan(tp=12, gbs=1), num_gpus=12)
+
+
+def test_unknown_field_suggests_nearest():
+    with pytest.raises(SpecError) as exc:
+        scenario_from_dict({"system": "dgx-a100", "model": {"layers": 2, "hiden": 64, "heads": 2, "vocab": 10,
+                                                            "seq_len": 8}, "plan": {}})
+    assert exc.value.field == "model.hiden" and "did you mean 'hidden'" in str(exc.value)
+
+
+def test_negative_and_wrong_types():
+    with pytest.raises(SpecError, match="model.layers: must be >= 1, got -3"):
+        Model(layers=-3, hidden=64, heads=2, vocab=10, seq_len=8)
+    with pytest.raises(SpecError, match="model.hidden: must be an integer"):
+        Model(layers=3, hidden="big", heads=2, vocab=10, seq_len=8)
+
+
+def test_unknown_catalog_id_lists_nearest():
+    with pytest.raises(CatalogError, match="nearest: H100-SXM5-80GB"):
+        from narrowpath.catalog import device
+        device("H100-SXM5")
+    with pytest.raises(CatalogError, match="unknown scenario"):
+        load_scenario("no-such-scenario")
+
+
+def test_specs_are_immutable():
+    p = Plan()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.tp = 2
+
+
+@pytest.mark.parametrize("cfg, expect", [
+    ({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+      "rms_norm_eps": 1e-5, "hidden_act": "silu"}, dict(kv_heads=8, ffn_act="swiglu", norm="rmsnorm", ffn=14336)),
+    ({"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
+      "rms_norm_eps": 1e-5}, dict(kv_heads=8, ffn_act="swiglu", seq_len=32768)),
+    ({"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+      "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
+      "rms_norm_eps": 1e-6, "tie_word_embeddings": False}, dict(kv_heads=4, layers=28, tied_embeddings=False)),
+    ({"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144, "num_attention_heads": 64,
+      "intermediate_size": 24576, "vocab_size": 50432, "max_position_embeddings": 2048, "hidden_act": "gelu_fast"},
+     dict(kv_heads=64, ffn_act="gelu", norm="layernorm")),
+    ({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024,
+      "activation_function": "gelu_new"}, dict(ffn=3072, tied_embeddings=True, seq_len=1024)),
+    ({"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8,
+      "num_experts_per_tok": 2, "rms_norm_eps": 1e-5}, dict(kv_heads=8)),
+])
+def test_hf_config_key_styles(cfg, expect):
+    m = model_from_hf_config(cfg)
+    for k, v in expect.items():
+        assert getattr(m, k) == v, k
+    if cfg["model_type"] == "mixtral":
+        assert m.moe.num_experts == 8 and m.moe.top_k == 2
+
+
+def test_hf_config_missing_key_names_it():
+    with pytest.raises(SpecError, match="config.json.num_hidden_layers"):
+        model_from_hf_config({"model_type": "llama", "hidden_size": 64})

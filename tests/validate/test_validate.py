@@ -1,0 +1,82 @@
+"""The validation corpus is the contract: read any validation-corpus/1 file; meet the accuracy targets."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from narrowpath.cli.main import main
+from narrowpath.validate.corpus import load_corpus, shipped_corpus_path
+from narrowpath.validate.run import run_validation
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "validation" / "training-public.yaml"
+
+
+def test_shipped_corpus_is_an_unmodified_copy_of_the_public_one():
+    if not SHARED.exists():
+        pytest.skip(f"shared corpus not present at {SHARED}")
+    assert shipped_corpus_path().read_text() == SHARED.read_text()
+
+
+def test_accuracy_targets_on_public_corpus():
+    """Issue 2 targets: mean |error| <= 5 % and worst <= 10 % over all 18 cases, one calibration per device."""
+    rep = run_validation(SHARED if SHARED.exists() else None)
+    assert len(rep.cases) == 18 and len(rep.ok_cases) == 18
+    assert rep.mean_abs_error <= 0.05, rep.mean_abs_error
+    assert rep.max_abs_error <= 0.10, (rep.worst.id, rep.max_abs_error)
+
+
+def test_validate_json_schema(capsys):
+    assert main(["validate", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"cases", "mean_abs_error", "max_abs_error"} <= set(data)
+    case = data["cases"][0]
+    assert {"id", "predicted_step_time_s", "measured_step_time_s", "error"} <= set(case)
+    assert case["error"] == pytest.approx((case["predicted_step_time_s"] - case["measured_step_time_s"])
+                                          / case["measured_step_time_s"])
+
+
+def test_bad_cases_are_reported_per_case_not_a_crash(tmp_path, capsys):
+    corpus = tmp_path / "c.yaml"
+    corpus.write_text("""schema: validation-corpus/1
+cases:
+- id: good
+  model: {layers: 24, hidden: 2304, heads: 24, kv_heads: 24, ffn: 9216, ffn_act: gelu, vocab: 51200, seq_len: 2048}
+  hardware: {gpu: A100-SXM4-80GB, num_gpus: 8, gpus_per_node: 8, nic_gbps_per_gpu: 200}
+  plan: {tp: 1, pp: 1, dp: 8, ep: 1, cp: 1, vpp: 1, mbs: 4, gbs: 32, zero_stage: 0, recompute: none,
+         sequence_parallel: false, precision: fp16}
+  measured: {step_time_s: 1.0}
+- id: unknown-gpu
+  model: {layers: 24, hidden: 2304, heads: 24, vocab: 51200, seq_len: 2048}
+  hardware: {gpu: TPU-v9, num_gpus: 8, gpus_per_node: 8}
+  plan: {dp: 8, mbs: 1, gbs: 8}
+  measured: {step_time_s: 1.0}
+- id: no-measurement
+  model: {layers: 24, hidden: 2304, heads: 24, vocab: 51200, seq_len: 2048}
+  hardware: {gpu: A100-SXM4-80GB, num_gpus: 8}
+  plan: {dp: 8, mbs: 1, gbs: 8}
+- id: inconsistent
+  model: {layers: 24, hidden: 2304, heads: 24, vocab: 51200, seq_len: 2048}
+  hardware: {gpu: A100-SXM4-80GB, num_gpus: 16}
+  plan: {dp: 8, mbs: 1, gbs: 8}
+  measured: {step_time_s: 1.0}
+- just a string
+""")
+    cases = {c.id: c for c in load_corpus(corpus)}
+    assert cases["good"].scenario is not None
+    assert "unknown device 'TPU-v9'" in cases["unknown-gpu"].error
+    assert "measured.step_time_s" in cases["no-measurement"].error
+    assert "num_gpus 16" in cases["inconsistent"].error
+    assert main(["validate", "--corpus", str(corpus), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["num_cases"] == 5 and data["num_failed"] == 4
+    assert data["mean_abs_error"] == pytest.approx(abs(data["cases"][0]["error"]))
+
+
+def test_wrong_schema_is_one_clear_error(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_text("schema: other/2\ncases: []\n")
+    from narrowpath.errors import NarrowpathError
+    with pytest.raises(NarrowpathError, match="is not 'validation-corpus/1'"):
+        load_corpus(f)

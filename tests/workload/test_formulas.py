@@ -1,0 +1,87 @@
+"""Golden checks against the papers' closed forms (Narayanan et al. SC'21 eq. 2 and 3; Korthikanti et al. 2022)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.cost.flops import korthikanti_model_flop, narayanan_eq3_flop
+from narrowpath.cost.memory import in_flight_microbatches, layer_activation_bytes
+from narrowpath.schedule import predict
+from narrowpath.schedule.pipeline import bubble_fraction, pipeline_time_s
+from narrowpath.spec import Plan, Scenario
+from narrowpath.workload.counts import parameter_count
+
+GPT = ["gpt-1.7b", "gpt-18.4b", "gpt-145.6b", "gpt-1t"]
+
+
+@pytest.mark.parametrize("mid", GPT)
+def test_parameter_count_matches_narayanan_eq2(mid):
+    """P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) for tied embeddings (+ the final layer norm's 2h)."""
+    m = dataclasses.replace(model(mid), tied_embeddings=True)
+    l, h, V, s = m.layers, m.hidden, m.vocab, m.seq_len
+    eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+    assert parameter_count(m) == pytest.approx(eq2 + 2 * h, rel=1e-12)
+
+
+def test_paper_parameter_counts_are_reproduced():
+    """Table 1 of Narayanan et al. lists 1.7B … 1008B; our counts (untied output layer adds V·h) round to them."""
+    for mid, billions in [("gpt-1.7b", 1.7), ("gpt-39.1b", 39.1), ("gpt-145.6b", 145.6), ("gpt-1t", 1008)]:
+        m = dataclasses.replace(model(mid), tied_embeddings=True)
+        assert parameter_count(m) / 1e9 == pytest.approx(billions, rel=0.04)
+
+
+def _scn(mid, **kw):
+    plan = Plan(**kw)
+    return Scenario(system=system("dgx-a100"), model=model(mid), plan=plan, num_gpus=plan.num_gpus)
+
+
+@pytest.mark.parametrize("mid, kw", [
+    ("gpt-1.7b", dict(dp=32, mbs=16, gbs=512)),
+    ("gpt-145.6b", dict(tp=8, pp=8, dp=24, vpp=2, mbs=2, gbs=2304)),
+])
+def test_hardware_flops_match_narayanan_eq3_with_full_recompute(mid, kw):
+    """With full recompute, unfused attention and f = 4h, executed FLOPs = 96·B·s·l·h²·(1 + s/6h + V/16lh)."""
+    scn = _scn(mid, recompute="full", precision="fp16", attention="unfused", **kw)
+    p = predict(scn)
+    m = scn.model
+    assert p.hardware_flop_per_step == pytest.approx(
+        narayanan_eq3_flop(scn.plan.gbs, m.seq_len, m.layers, m.hidden, m.vocab), rel=1e-9)
+    assert p.model_flop_per_step == pytest.approx(
+        korthikanti_model_flop(scn.plan.gbs, m.seq_len, m.layers, m.hidden, m.vocab), rel=1e-9)
+    assert p.hfu > p.mfu
+
+
+@pytest.mark.parametrize("t, sp, recompute, expect", [
+    (1, False, "none", lambda s, b, h, a, t: s * b * h * (34 + 5 * a * s / h)),
+    (8, False, "none", lambda s, b, h, a, t: s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
+    (8, True, "none", lambda s, b, h, a, t: s * b * h * (34 / t + 5 * a * s / (h * t))),
+    (8, True, "selective", lambda s, b, h, a, t: s * b * h * 34 / t),
+    (8, False, "full", lambda s, b, h, a, t: 2 * s * b * h),
+    (8, True, "full", lambda s, b, h, a, t: 2 * s * b * h / t),
+])
+def test_activation_memory_matches_korthikanti(t, sp, recompute, expect):
+    """Korthikanti et al. 2022 eqs. (1)-(6): activation bytes per layer for 16-bit training."""
+    scn = _scn("gpt-18.4b", tp=t, mbs=2, gbs=2, sequence_parallel=sp, recompute=recompute, precision="fp16",
+               attention="unfused")
+    m = scn.model
+    assert layer_activation_bytes(scn, "unfused") == pytest.approx(expect(m.seq_len, 2, m.hidden, m.heads, t))
+
+
+def test_in_flight_microbatches_1f1b_and_interleaved():
+    """1F1B: stage i holds p − i; interleaved: the first stage holds p·(1 + (p−1)/(p·v)) (Korthikanti §4.2.3)."""
+    s = _scn("gpt-145.6b", tp=8, pp=8, mbs=1, gbs=64)
+    assert [in_flight_microbatches(i, s) for i in (0, 3, 7)] == [8, 5, 1]
+    si = _scn("gpt-145.6b", tp=8, pp=8, vpp=2, mbs=1, gbs=64)
+    assert in_flight_microbatches(0, si) == pytest.approx(8 * (1 + 7 / 16))
+    few = _scn("gpt-145.6b", tp=8, pp=8, mbs=1, gbs=3)
+    assert in_flight_microbatches(0, few) == 3
+
+
+def test_pipeline_formulas():
+    """(m + p − 1)·T for 1F1B; bubble (p − 1)/(v·m) for interleaving (Narayanan et al. SC'21 §2.2)."""
+    assert pipeline_time_s([1.0] * 4, 8) == pytest.approx(11.0)
+    assert pipeline_time_s([1.0] * 4, 8, vpp=3) == pytest.approx(8 + 3 / 3)
+    assert bubble_fraction(8, 32, 2) == pytest.approx(7 / 64)
+    assert pipeline_time_s([1.0, 2.0], 10) == pytest.approx(10 * 2 + 1 * 1.5)
