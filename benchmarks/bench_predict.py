@@ -1,0 +1,50 @@
+"""Speed of one prediction in-process and of `narrowpath predict` end to end (issue 2 targets: ≤ 2 ms median
+in-process; ≤ 1.5 s end to end). Run: python benchmarks/bench_predict.py"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+from narrowpath.catalog import load_scenario
+from narrowpath.schedule import predict
+
+SCENARIOS = ["gpt3-175b-a100-1024", "llama3-70b-h100-256", "llama3-405b-h100-16k", "llama3-8b-h100-8"]
+
+
+def in_process(name: str, repeats: int = 200) -> float:
+    scn = load_scenario(name)
+    predict(scn)  # warm caches (catalog YAML, calibration)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        predict(scn)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def end_to_end(repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "narrowpath", "predict", "gpt3-175b-a100-1024"], check=True,
+                       capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ok = True
+    for name in SCENARIOS:
+        t = in_process(name)
+        ok &= t <= 2e-3
+        print(f"predict in-process  {name:24s} median {t * 1e3:7.3f} ms   target <= 2 ms   {'OK' if t <= 2e-3 else 'MISS'}")
+    t = end_to_end()
+    ok &= t <= 1.5
+    print(f"narrowpath predict end to end        median {t:7.3f} s    target <= 1.5 s  {'OK' if t <= 1.5 else 'MISS'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
