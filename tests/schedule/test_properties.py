@@ -92,3 +92,15 @@ def test_tp_across_nodes_is_priced_on_the_scale_out_tier():
     t16, tier16 = tp_time(16)
     assert tier8 == "scale_up" and tier16 == "scale_out"
     assert t16 > 1.2 * t8
+
+
+def test_oversubscribed_fabric_slows_cross_node_dp_sync():
+    """A 4:1 oversubscribed scale-out tier must never be faster, and DP traffic crossing it gets slower."""
+    scn = load_scenario("gpt3-175b-a100-1024")
+    tiers = tuple(dataclasses.replace(t, oversubscription=4.0, topology="fat_tree") if t.name == "scale_out" else t
+                  for t in scn.system.tiers)
+    over = dataclasses.replace(scn, system=dataclasses.replace(scn.system, tiers=tiers))
+    base, slow = predict(scn), predict(over)
+    assert slow.step_time_s >= base.step_time_s
+    dp = lambda p: sum(t.total_s for t in p.transfers if t.axis == "dp")
+    assert dp(slow) >= dp(base)

@@ -8,12 +8,14 @@ and the hidden part slows the compute it shares the chip with by `overlap_comput
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, stage_memory
 from narrowpath.cost.roofline import op_time_s
+from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span
 from narrowpath.schedule.pipeline import pipeline_time_s
 from narrowpath.spec.calibration import Calibration
@@ -113,9 +115,23 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
 
 
 def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: dict) -> CollectiveCost:
+    """Cost of one transfer; on an oversubscribed fabric the bandwidth term of a cross-node transfer is stretched
+    by the max-min fair-share slowdown of all groups of its axis running at once (network.contention)."""
     key = (tr.op, tr.axis, tr.message_bytes)
     if key not in cache:
-        cache[key] = collective_time(tr.op, tr.message_bytes, _span(scn, tr.axis, spans), scn.system, cal)
+        span = _span(scn, tr.axis, spans)
+        cost = collective_time(tr.op, tr.message_bytes, span, scn.system, cal)
+        out = scn.system.tier("scale_out")
+        if span.crosses_scale_out and out.oversubscription > 1 and tr.axis in ("tp", "cp", "ep", "dp", "pp"):
+            slow_key = ("slowdown", tr.axis)
+            if slow_key not in cache:
+                cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, tr.axis)
+            f = cache[slow_key]
+            if f > 1.0:
+                bw_part = max(0.0, cost.time_s - cost.latency_s)
+                t = cost.latency_s + bw_part * f
+                cost = dataclasses.replace(cost, time_s=t, busbw_bytes_per_s=cost.busbw_bytes_per_s * cost.time_s / t)
+        cache[key] = cost
     return cache[key]
 
 
