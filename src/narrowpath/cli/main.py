@@ -17,6 +17,7 @@ SUBCOMMANDS = (
     "narrowpath.cli.catalog_cmd",
     "narrowpath.cli.validate_cmd",
     "narrowpath.cli.collective_cmd",
+    "narrowpath.cli.trace_cmd",
 )
 
 

@@ -1,0 +1,140 @@
+"""Observed accounts beside a prediction for the same scenario, with the differences that matter named.
+
+The prediction is taken as an object with `step_time_s`, `breakdown_s` (keys compute, exposed_*_comm,
+bubble, optimizer; summing to step_time_s) and `transfers` (items with op, message_bytes, count,
+time_each_s, total_s, exposed_s) — narrowpath.schedule.step.StepPrediction — so this module imports no stage
+to its right. Mapping of predicted parts onto observed ones: compute + optimizer -> compute; the exposed
+communication of every axis -> exposed_comm; bubble -> idle; memcpy is not predicted (0).
+A difference "matters" when a share differs by at least `min_pct_points` percentage points, the step time
+or a collective's count or largest message by more than a factor `min_ratio`, or a collective kind appears
+on one side only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from narrowpath.trace.analyze import TraceReport
+
+MIN_PCT_POINTS = 5.0
+MIN_RATIO = 1.5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveSide:
+    """One collective kind on one side: per-step count, message range, time per call."""
+
+    kind: str
+    count_per_step: float
+    min_message_bytes: float
+    max_message_bytes: float
+    time_each_s: float
+    """Median duration per call (observed) or predicted time per call (largest-count pattern)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """Observed (mean over ranks) versus predicted."""
+
+    observed_step_s: float
+    """Mean GPU span of the ProfilerSteps (whole window when the trace has none)."""
+    predicted_step_s: float
+    observed_pct: dict[str, float]
+    predicted_pct: dict[str, float]
+    observed_overlap_pct: float
+    predicted_overlap_pct: float
+    """Hidden share of predicted communication time: 1 - sum(exposed_s) / sum(total_s)."""
+    observed_collectives: tuple[CollectiveSide, ...]
+    predicted_collectives: tuple[CollectiveSide, ...]
+    differences: tuple[str, ...]
+
+
+def predicted_shares(prediction: Any) -> dict[str, float]:
+    """Predicted breakdown in percent of the step, in the observed vocabulary."""
+    b, step = prediction.breakdown_s, prediction.step_time_s or 1.0
+    exposed = sum(v for k, v in b.items() if k.startswith("exposed_"))
+    return {"compute": 100.0 * (b.get("compute", 0.0) + b.get("optimizer", 0.0)) / step,
+            "exposed_comm": 100.0 * exposed / step, "memcpy": 0.0, "idle": 100.0 * b.get("bubble", 0.0) / step}
+
+
+def _observed_collectives(report: TraceReport, num_steps: int) -> tuple[CollectiveSide, ...]:
+    out: dict[str, list] = {}
+    for r in report.ranks:
+        for s in r.samples:
+            out.setdefault(s.kind, []).append(s)
+    rows = []
+    for kind, items in out.items():
+        sizes = [s.message_bytes for s in items if math.isfinite(s.message_bytes)]
+        rows.append(CollectiveSide(kind=kind, count_per_step=len(items) / len(report.ranks) / max(num_steps, 1),
+                                   min_message_bytes=min(sizes, default=math.nan),
+                                   max_message_bytes=max(sizes, default=math.nan),
+                                   time_each_s=float(np.median([s.dur_s for s in items]))))
+    return tuple(sorted(rows, key=lambda c: c.kind))
+
+
+def _predicted_collectives(prediction: Any) -> tuple[CollectiveSide, ...]:
+    out: dict[str, list] = {}
+    for t in prediction.transfers:
+        kind = "send_recv" if t.op in ("send", "recv", "send_recv", "p2p") else t.op
+        out.setdefault(kind, []).append(t)
+    return tuple(sorted((CollectiveSide(
+        kind=kind, count_per_step=float(sum(t.count for t in ts)),
+        min_message_bytes=float(min(t.message_bytes for t in ts)),
+        max_message_bytes=float(max(t.message_bytes for t in ts)),
+        time_each_s=float(max(ts, key=lambda t: t.count).time_each_s)) for kind, ts in out.items()),
+        key=lambda c: c.kind))
+
+
+def _ratio_off(a: float, b: float, min_ratio: float) -> bool:
+    return a > 0 and b > 0 and max(a / b, b / a) > min_ratio
+
+
+def compare(report: TraceReport, prediction: Any, min_pct_points: float = MIN_PCT_POINTS,
+            min_ratio: float = MIN_RATIO) -> Comparison:
+    """Put the observed accounts (mean over ranks) beside the prediction and name what differs."""
+    ranks = report.ranks
+    step_spans = [s.breakdown.span_s for r in ranks for s in r.steps if s.breakdown.span_s > 0]
+    # the whole-trace window drops the last ProfilerStep when there are two or more (HTA)
+    num_steps = max((len(r.steps) - 1 if len(r.steps) >= 2 else 1 for r in ranks), default=1)
+    observed_step = float(np.mean(step_spans)) if step_spans else float(np.mean([r.breakdown.span_s for r in ranks]))
+    obs_pct = {k: float(np.mean([r.breakdown.pct()[k] for r in ranks])) for k in ("compute", "exposed_comm",
+                                                                                   "memcpy", "idle")}
+    pred_pct = predicted_shares(prediction)
+    total = sum(t.total_s for t in prediction.transfers)
+    pred_overlap = 100.0 * (1.0 - sum(t.exposed_s for t in prediction.transfers) / total) if total > 0 else 0.0
+    obs_overlap = float(np.mean([r.breakdown.overlap_pct for r in ranks]))
+    obs_coll, pred_coll = _observed_collectives(report, num_steps), _predicted_collectives(prediction)
+
+    diffs = []
+    if _ratio_off(observed_step, prediction.step_time_s, min_ratio):
+        diffs.append(f"step time: observed {observed_step * 1e3:.1f} ms vs predicted "
+                     f"{prediction.step_time_s * 1e3:.1f} ms ({observed_step / prediction.step_time_s:.2f}x)")
+    labels = {"compute": "compute", "exposed_comm": "exposed communication", "memcpy": "memory copies",
+              "idle": "idle (predicted: pipeline bubble)"}
+    for key, label in labels.items():
+        if abs(obs_pct[key] - pred_pct[key]) >= min_pct_points:
+            diffs.append(f"{label}: observed {obs_pct[key]:.1f}% of the step vs predicted {pred_pct[key]:.1f}%")
+    if abs(obs_overlap - pred_overlap) >= 2 * min_pct_points:
+        diffs.append(f"overlap: observed {obs_overlap:.1f}% of communication hidden behind compute vs predicted "
+                     f"{pred_overlap:.1f}%")
+    pred_by_kind = {c.kind: c for c in pred_coll}
+    obs_by_kind = {c.kind: c for c in obs_coll}
+    for kind in sorted(set(pred_by_kind) | set(obs_by_kind)):
+        o, p = obs_by_kind.get(kind), pred_by_kind.get(kind)
+        if o is None:
+            diffs.append(f"{kind}: predicted {p.count_per_step:.3g} per step, none observed")
+        elif p is None:
+            diffs.append(f"{kind}: observed {o.count_per_step:.3g} per step, none predicted")
+        else:
+            if _ratio_off(o.count_per_step, p.count_per_step, min_ratio):
+                diffs.append(f"{kind}: observed {o.count_per_step:.3g} per step vs predicted {p.count_per_step:.3g}")
+            if _ratio_off(o.max_message_bytes, p.max_message_bytes, min_ratio):
+                diffs.append(f"{kind}: largest message observed {o.max_message_bytes / 1e6:.2f} MB vs predicted "
+                             f"{p.max_message_bytes / 1e6:.2f} MB")
+    return Comparison(observed_step_s=observed_step, predicted_step_s=prediction.step_time_s,
+                      observed_pct=obs_pct, predicted_pct=pred_pct, observed_overlap_pct=obs_overlap,
+                      predicted_overlap_pct=pred_overlap, observed_collectives=obs_coll,
+                      predicted_collectives=pred_coll, differences=tuple(diffs))
