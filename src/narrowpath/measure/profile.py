@@ -1,0 +1,187 @@
+"""Probe results and nccl-tests logs → a calibration profile in the `narrowpath-calibration/1` schema.
+
+The profile is the mapping `narrowpath.catalog.resolve.calibration_from` loads (`--profile FILE`). Each figure
+comes from one fit in `fit.py`, and each fit's RMS relative residual goes to `fit_residuals`:
+- matrix_efficiency[dtype] = R∞ / peak and matrix_half_flop = F½ of the GEMM ramp (best backend per dtype);
+  matrix_efficiency_by_size[dtype] = each measured (FLOPs, attained / peak);
+- memory_levels = the memory probe's levels; vector_bw_efficiency = farthest level's bandwidth / peak
+  memory bandwidth (only when that peak is known, e.g. from `--device`);
+- tiers[t]: alpha_s from the α-β fit of all_reduce (else the first op measured); bw_efficiency = large-message
+  busbw / line rate (only when the line rate is known, from `--system` or `--line-rate`), where large-message
+  busbw is the median busbw over sizes ≥ 1/8 of the largest (the plateau nccl-tests users quote).
+Efficiencies above 1 (a low peak estimate, e.g. a CPU in turbo) are clipped to 1 and say so in `sources`.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from narrowpath.measure.busbw import bus_factor
+from narrowpath.measure.fit import fit_alpha_beta, fit_matrix_ramp
+from narrowpath.measure.nccl_tests import NcclTestsLog
+
+SCHEMA = "narrowpath-calibration/1"
+
+
+@dataclass
+class TierPoints:
+    """Measured (size, time) points of one collective on one tier, from a probe or an nccl-tests log."""
+
+    tier: str
+    op: str
+    num_ranks: int
+    size_bytes: list[float]
+    time_s: list[float]
+    source: str
+
+
+@dataclass
+class FitReport:
+    """The profile mapping plus one line per fit (what, value, residual) for the terminal."""
+
+    profile: dict[str, Any]
+    lines: list[dict[str, Any]] = field(default_factory=list)
+
+
+def large_message_busbw(op: str, num_ranks: int, size_bytes: list[float], time_s: list[float]) -> float:
+    """Median busbw over the sizes at least 1/8 of the largest (nccl-tests' large-message plateau)."""
+    top = max(size_bytes)
+    return statistics.median(s / t * bus_factor(op, num_ranks) for s, t in zip(size_bytes, time_s) if s >= top / 8)
+
+
+def tier_points_from_probe(result: Mapping[str, Any]) -> list[TierPoints]:
+    by_op: dict[str, TierPoints] = {}
+    for r in result["samples"]:
+        tp = by_op.setdefault(r["op"], TierPoints(result["tier"], r["op"], result["num_ranks"], [], [],
+                                                  f"narrowpath probe collectives ({result['backend']}, "
+                                                  f"{result['num_ranks']} ranks, {result['device']})"))
+        tp.size_bytes.append(r["size_bytes"])
+        tp.time_s.append(r["time_s"])
+    return list(by_op.values())
+
+
+def tier_points_from_log(log: NcclTestsLog, *, tier: str, op: str | None, num_ranks: int | None,
+                         name: str) -> TierPoints:
+    from narrowpath.errors import NarrowpathError
+    op = op or log.op
+    n = num_ranks or log.num_ranks
+    if not op:
+        raise NarrowpathError(f"{name}: the log does not name its test; pass --op (e.g. all_reduce)")
+    if not n:
+        raise NarrowpathError(f"{name}: the log lists no ranks; pass --ranks N")
+    rows = [r for r in log.rows if r.time_s > 0]
+    dev = f", {log.devices[0]}" if log.devices else ""
+    return TierPoints(tier, op, n, [r.size_bytes for r in rows], [r.time_s for r in rows],
+                      f"nccl-tests log {name} ({op}, {n} ranks{dev})")
+
+
+def _clip(value: float, what: str, sources: dict[str, str]) -> float:
+    if value > 1.0:
+        sources[what] = sources.get(what, "") + f" [measured {value:.3f} of peak: peak estimate too low, clipped to 1]"
+        return 1.0
+    return value
+
+
+def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, rep: FitReport) -> None:
+    sources, residuals = prof["sources"], prof["fit_residuals"]
+    peak_table = {dt: v["peak_flops_per_s"] for dt, v in compute.get("peaks", {}).items()}
+    peak_table.update(peaks)
+    eff, by_size, half = {}, {}, {}
+    for dtype in dict.fromkeys(s["dtype"] for s in compute["samples"]):
+        rows = [s for s in compute["samples"] if s["dtype"] == dtype]
+        backend = max(rows, key=lambda s: s["flops_per_s"])["backend"]
+        rows = sorted((s for s in rows if s["backend"] == backend), key=lambda s: s["flop"])
+        peak = peak_table.get(dtype, 0.0)
+        if peak <= 0:
+            continue
+        ramp = fit_matrix_ramp([s["flop"] for s in rows], [s["flops_per_s"] for s in rows])
+        key = f"matrix_efficiency.{dtype}"
+        sources[key] = (f"{backend} GEMM sweep on {rows[0]['device']}, n={rows[0]['n']}..{rows[-1]['n']}, "
+                        f"median of {rows[0]['repeats']}; R_inf {ramp.rate_flop_per_s / 1e9:.1f} GFLOP/s / peak "
+                        f"{peak / 1e9:.1f} GFLOP/s")
+        eff[dtype] = round(_clip(ramp.rate_flop_per_s / peak, key, sources), 4)
+        by_size[dtype] = [[s["flop"], round(min(1.0, s["flops_per_s"] / peak), 4)] for s in rows]
+        half[dtype] = ramp.half_flop
+        residuals[key] = round(ramp.fit.rms_rel_residual, 4)
+        rep.lines.append({"fit": key, "value": eff[dtype], "rms_rel_residual": ramp.fit.rms_rel_residual,
+                          "points": len(rows)})
+    if eff:
+        prof["matrix_efficiency"] = eff
+        prof["matrix_efficiency_by_size"] = by_size
+        dt = next((d for d in ("bf16", "fp32") if d in half), next(iter(half)))
+        prof["matrix_half_flop"] = float(f"{half[dt]:.3g}")
+        sources["matrix_half_flop"] = f"F_half of the {dt} GEMM ramp fit (t = F_half/R_inf + F/R_inf)"
+
+
+def _memory(memory: Mapping[str, Any], peak_mem_bw: float, prof: dict, rep: FitReport) -> None:
+    levels = memory["levels"]
+    prof["memory_levels"] = [{"name": lv["name"], "capacity_bytes": float(f"{lv['capacity_bytes']:.4g}"),
+                              "bw_bytes_per_s": float(f"{lv['bandwidth_bytes_per_s']:.4g}")} for lv in levels]
+    prof["sources"]["memory_levels"] = (f"narrowpath probe memory on {memory['device']}: plateaus of the "
+                                        f"'{memory['level_kernel']}' kernel, STREAM byte counting, 1 thread")
+    samples = [s for s in memory["samples"] if s["kernel"] == memory["level_kernel"]]
+    for lv in levels:
+        ys = [s["bandwidth_bytes_per_s"] for s in samples
+              if lv["first_working_set_bytes"] <= s["working_set_bytes"] <= lv["last_working_set_bytes"]]
+        res = (sum((y / lv["bandwidth_bytes_per_s"] - 1) ** 2 for y in ys) / len(ys)) ** 0.5 if ys else 0.0
+        prof["fit_residuals"][f"memory_levels.{lv['name']}"] = round(res, 4)
+        rep.lines.append({"fit": f"memory_levels.{lv['name']}", "value": lv["bandwidth_bytes_per_s"],
+                          "rms_rel_residual": res, "points": len(ys)})
+    if peak_mem_bw > 0:
+        far = levels[-1]["bandwidth_bytes_per_s"]
+        prof["vector_bw_efficiency"] = round(_clip(far / peak_mem_bw, "vector_bw_efficiency", prof["sources"]), 4)
+        prof["sources"]["vector_bw_efficiency"] = (f"farthest level {far / 1e9:.1f} GB/s / peak "
+                                                   f"{peak_mem_bw / 1e9:.1f} GB/s")
+
+
+def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: dict, rep: FitReport) -> None:
+    chosen: dict[str, TierPoints] = {}
+    for tp in points:  # later entries (nccl-tests logs) override earlier ones; all_reduce preferred
+        cur = chosen.get(tp.tier)
+        if cur is None or tp.op == "all_reduce" or cur.op != "all_reduce":
+            chosen[tp.tier] = tp
+        ab = fit_alpha_beta(tp.op, tp.num_ranks, tp.size_bytes, tp.time_s)
+        key = f"tiers.{tp.tier}.{tp.op}"
+        prof["fit_residuals"][key] = round(ab.fit.rms_rel_residual, 4)
+        rep.lines.append({"fit": key, "value": ab.alpha_s, "busbw_bytes_per_s": ab.busbw_bytes_per_s,
+                          "rms_rel_residual": ab.fit.rms_rel_residual, "points": len(tp.size_bytes)})
+    tiers = {}
+    for name, tp in chosen.items():
+        ab = fit_alpha_beta(tp.op, tp.num_ranks, tp.size_bytes, tp.time_s)
+        big = large_message_busbw(tp.op, tp.num_ranks, tp.size_bytes, tp.time_s)
+        line = line_rates.get(name, 0.0)
+        note = (f"{tp.source}: alpha from the alpha-beta fit of {tp.op}; large-message busbw {big / 1e9:.2f} GB/s")
+        if line <= 0:
+            prof["sources"][f"tiers.{name}"] = note + "; tier not written: no line rate (--system or --line-rate)"
+            continue
+        key = f"tiers.{name}"
+        tiers[name] = {"bw_efficiency": round(_clip(big / line, key, prof["sources"]), 4),
+                       "alpha_s": float(f"{ab.alpha_s:.3g}"), "measured_num_ranks": tp.num_ranks,
+                       "busbw_efficiency_by_size": [[s, round(s / t * bus_factor(tp.op, tp.num_ranks) / line, 4)]
+                                                    for s, t in sorted(zip(tp.size_bytes, tp.time_s))]}
+        prof["sources"][key] = note + f" / line rate {line / 1e9:.2f} GB/s"
+    if tiers:
+        prof["tiers"] = tiers
+
+
+def build_profile(*, name: str, device: str, compute: Mapping[str, Any] | None = None,
+                  memory: Mapping[str, Any] | None = None, tier_points: Iterable[TierPoints] = (),
+                  peaks: Mapping[str, float] | None = None, peak_mem_bw_bytes_per_s: float = 0.0,
+                  line_rates: Mapping[str, float] | None = None) -> FitReport:
+    """Fit everything given into one profile mapping (validated by building the Calibration)."""
+    prof: dict[str, Any] = {"id": name, "device": device, "sources": {}, "fit_residuals": {}}
+    rep = FitReport(prof)
+    if compute:
+        _matrix(compute, peaks or {}, prof, rep)
+    if memory:
+        _memory(memory, peak_mem_bw_bytes_per_s, prof, rep)
+    _tiers(tier_points, line_rates or {}, prof, rep)
+    from narrowpath.spec.parse import calibration_from_dict
+    calibration_from_dict(prof)  # raises SpecError on anything the loader would reject
+    return rep
+
+
+def profile_document(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The YAML document: schema tag plus a one-profile list (what `calibration_from` loads)."""
+    return {"schema": SCHEMA, "profiles": [dict(profile)]}
