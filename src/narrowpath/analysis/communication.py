@@ -1,0 +1,83 @@
+"""Budget 2 — communication: bytes per useful FLOP per tier, the dominant pattern, and what three remedies save.
+
+- In-network reduction: the tier switched to in-network reduction (NVLS / SHARP), re-run (analysis.whatif).
+- Compression: gradient (dp) transfers re-priced at message_bytes / ratio with `cost.collectives.collective_time`
+  on the same group; the exposed part shrinks in proportion (exposed × t(S/ρ)/t(S)). Compression compute is
+  not charged (an optimistic bound; cf. Vogels et al. 'PowerSGD', NeurIPS 2019).
+- Nearer tier: each axis whose groups cross the scale-out fabric is moved first in the placement order (so its
+  groups are packed into scale-up domains) and the model re-run.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from narrowpath.analysis.context import Context
+from narrowpath.analysis.inventory import InventoryRow
+from narrowpath.analysis.ledger import LedgerRow
+from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
+from narrowpath.cost.collectives import collective_time
+
+
+@dataclass(frozen=True, slots=True)
+class TierTraffic:
+    tier: str
+    bytes_per_step: float
+    bytes_per_useful_flop: float
+    modelled_s: float
+    exposed_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CommBudget:
+    tiers: tuple[TierTraffic, ...]
+    dominant: str
+    """Pattern with the most critical-path time."""
+    dominant_exposed_s: float
+    in_network_reduction: tuple[WhatIf, ...]
+    compression_ratio: float
+    compression_saving_s: float
+    nearer_tier: tuple[WhatIf, ...]
+
+
+def compression_saving_s(ctx: Context, ratio: float) -> float:
+    """Critical-path seconds saved by compressing the dp gradient transfers by `ratio` (module docstring)."""
+    pred = ctx.pred
+    scn = pred.scenario
+    span = ctx.spans.get("dp")
+    if span is None or ratio <= 1:
+        return 0.0
+    saved = 0.0
+    for t in pred.transfers:
+        if t.axis != "dp" or "grad" not in t.name or t.exposed_s <= 0:
+            continue
+        small = collective_time(t.op, t.message_bytes / ratio, span, scn.system, pred.calibration).time_s
+        saved += t.exposed_s * (1.0 - small / t.time_each_s) if t.time_each_s > 0 else 0.0
+    return saved
+
+
+def build_communication(ctx: Context, ledger: tuple[LedgerRow, ...], inventory: tuple[InventoryRow, ...],
+                        ratio: float, run_what_ifs: bool = True) -> CommBudget:
+    pred = ctx.pred
+    scn = pred.scenario
+    rows = []
+    for lr in ledger:
+        if lr.level in ("scale_up", "scale_out", "front_end"):
+            exposed = sum(t.exposed_s for t in pred.transfers if t.tier == lr.level)
+            rows.append(TierTraffic(lr.level, lr.bytes_per_step, lr.bytes_per_useful_flop, lr.modelled_s or 0.0,
+                                    exposed))
+    dom = max(inventory, key=lambda r: r.critical_path_s, default=None)
+    inr, nearer = [], []
+    if run_what_ifs:
+        for tier in ("scale_up", "scale_out"):
+            if not scn.system.tier(tier).in_network_reduction:
+                inr.append(evaluate(pred, f"in_network_reduction_{tier}", f"in-network reduction on {tier}",
+                                    lambda t=tier: dataclasses.replace(
+                                        scn, system=with_tier(scn.system, t, in_network_reduction=True))))
+        for ax, span in ctx.spans.items():
+            if span.crosses_scale_out and ax != "pp" and scn.plan.placement[0] != ax:
+                order = (ax,) + tuple(a for a in scn.plan.placement if a != ax)
+                nearer.append(evaluate(pred, f"{ax}_nearer", f"place {ax.upper()} first (inside scale-up domains)",
+                                       lambda o=order: with_plan(scn, placement=o)))
+    return CommBudget(tuple(rows), dom.name if dom else "", dom.critical_path_s if dom else 0.0, tuple(inr), ratio,
+                      compression_saving_s(ctx, ratio), tuple(nearer))

@@ -1,0 +1,77 @@
+"""Shared pieces every account reads: the critical stage, per-op times and the group span of each axis.
+
+All numbers come from the core model's public pieces (StepPrediction, the workload, `op_time_s`,
+`group_span`) — nothing is re-derived a second way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.cost.roofline import bound, op_time_s
+from narrowpath.network.placement import GroupSpan, group_span
+from narrowpath.schedule.step import StepPrediction
+from narrowpath.workload.items import Op
+
+AXES = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True, slots=True)
+class OpRow:
+    """One op of the critical stage's rank over a whole step."""
+
+    op: Op
+    count_per_step: float
+    """Executions per step (per micro-batch count × micro-batches, or once-per-step count)."""
+    time_each_s: float
+    """Roofline time of one execution (cost.roofline.op_time_s)."""
+    bound: str
+    """`compute` or `memory`."""
+
+    @property
+    def total_s(self) -> float:
+        return self.time_each_s * self.count_per_step
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    pred: StepPrediction
+    critical_stage: int
+    ops: tuple[OpRow, ...]
+    """Per-micro-batch ops of the critical stage (× micro-batches) then the optimizer ops."""
+    spans: dict[str, GroupSpan]
+    """Group span of every parallel axis with degree > 1."""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.pred.scenario.num_gpus
+
+    @property
+    def useful_flop_per_rank(self) -> float:
+        """Model FLOPs per step per GPU (the useful-FLOP convention of the core model: 3 × forward matmuls +
+        attention, no recompute)."""
+        return self.pred.model_flop_per_step / self.num_gpus
+
+
+def critical_stage(pred: StepPrediction) -> int:
+    """Index of the stage with the largest per-micro-batch time (the one schedule.step calls critical)."""
+    totals = [s.total_s for s in pred.stages]
+    return max(range(len(totals)), key=lambda i: totals[i])
+
+
+def build_context(pred: StepPrediction) -> Context:
+    scn = pred.scenario
+    dev, cal = scn.system.device, pred.calibration
+    crit = critical_stage(pred)
+    m = pred.workload.num_microbatches
+    cache: dict[int, tuple[float, str]] = {}
+
+    def row(op: Op, n: float) -> OpRow:
+        if id(op) not in cache:
+            cache[id(op)] = (op_time_s(op, dev, cal), bound(op, dev, cal))
+        t, b = cache[id(op)]
+        return OpRow(op, n, t, b)
+
+    rows = [row(op, c * m) for op, c in pred.workload.stages[crit].ops]
+    rows += [row(op, c) for op, c in pred.workload.optimizer_ops]
+    spans = {ax: group_span(scn.plan, scn.system, ax) for ax in AXES if getattr(scn.plan, ax) > 1}
+    return Context(pred, crit, tuple(rows), spans)

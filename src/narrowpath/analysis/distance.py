@@ -1,0 +1,87 @@
+"""Budget 1 — distance: for each data item, its size per rank, where it lives, how often a step touches it, the
+bytes that moves, and whether its working set could live one level nearer.
+
+Accesses per step (critical stage rank; m micro-batches):
+- weights: Σ weight_bytes read by the step's ops / weight size (core workload; every GEMM re-reads its weights);
+- gradients: read + write per micro-batch (accumulation), + 1 read by the gradient sync, + 1 by the optimizer;
+- optimizer_state: read + write once (Adam);
+- activations: each micro-batch writes its activations once and backward reads them once: 2·m / in-flight;
+- temporaries: produced and consumed once per micro-batch: 2·m;
+- checkpoint: written once per checkpoint interval (synchronisation budget), to front-end storage.
+Working set: the part that is reused before moving on — one layer's weights (re-read by each micro-batch and,
+for a recurrent layer, every time step), one layer's activations of one micro-batch, one gradient bucket;
+optimizer state is streamed once per step (no reuse to capture nearer). The nearest level (`sram`, `l2`) whose
+usable capacity holds the working set is reported; a nearer home only pays when the item is re-read.
+For recurrent models, the persistent-RNN cliff (analysis.persistence) is attached.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.analysis.context import Context
+from narrowpath.analysis.options import AnalysisOptions
+from narrowpath.analysis.persistence import PersistenceCliff, persistence_cliff
+from narrowpath.cost.memory import in_flight_microbatches
+
+
+@dataclass(frozen=True, slots=True)
+class DataItem:
+    item: str
+    bytes_per_rank: float
+    level: str
+    accesses_per_step: float
+    bytes_moved_per_step: float
+    working_set_bytes: float
+    nearer_level: str
+    """Nearest level whose usable capacity holds the working set ('' = none nearer than where it lives)."""
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class DistanceBudget:
+    items: tuple[DataItem, ...]
+    persistence: PersistenceCliff | None
+
+
+def _nearer(ws: float, dev, usable: float) -> str:
+    for name in ("sram", "l2"):
+        if any(lv.name == name for lv in dev.levels) and 0 < ws <= usable * dev.level(name).capacity_bytes:
+            return name
+    return ""
+
+
+def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_rank: float,
+                   checkpoint_interval_steps: float) -> DistanceBudget:
+    pred = ctx.pred
+    scn = pred.scenario
+    dev = scn.system.device
+    m = pred.workload.num_microbatches
+    mem = pred.memory_by_stage[ctx.critical_stage]
+    layers = max(1, pred.workload.stages[ctx.critical_stage].layers)
+    infl = in_flight_microbatches(ctx.critical_stage, scn)
+    weights = mem.items.get("weights", 0.0)
+    w_read = sum(r.op.weight_bytes * r.count_per_step for r in ctx.ops)
+    grads = mem.items.get("gradients", 0.0)
+    acts = mem.items.get("activations", 0.0)
+    u = opts.sram_usable_fraction
+    rows = []
+
+    def add(item, size, level, acc, ws, note, reused=True):
+        rows.append(DataItem(item, size, level, acc, size * acc, ws, _nearer(ws, dev, u) if reused else "", note))
+
+    add("weights", weights, "hbm", w_read / weights if weights else 0.0, weights / layers,
+        "one layer's weights re-read by every micro-batch (and time step)")
+    add("gradients", grads, "hbm", 2.0 * m + 2.0, min(scn.plan.bucket_bytes, grads) if grads else 0.0,
+        "accumulated per micro-batch; one bucket in flight during sync")
+    add("optimizer_state", mem.items.get("optimizer_state", 0.0), "hbm", 2.0, 0.0,
+        "streamed once per step by Adam: no reuse to capture nearer", reused=False)
+    add("activations", acts, "hbm", 2.0 * m / infl if acts else 0.0, acts / (layers * infl),
+        f"{infl:g} micro-batches in flight; written in forward, read in backward")
+    add("temporaries", mem.items.get("temporaries", 0.0), "hbm", 2.0 * m, mem.items.get("temporaries", 0.0),
+        "logits / gathered layers / gradient buckets")
+    add("kv_cache", 0.0, "hbm", 0.0, 0.0, "training: no KV cache", reused=False)
+    add("checkpoint", checkpoint_bytes_per_rank, "front_end",
+        1.0 / checkpoint_interval_steps if checkpoint_interval_steps > 0 else 0.0, 0.0,
+        "written once per checkpoint interval (Daly 2006)", reused=False)
+    cliff = persistence_cliff(scn, u) if scn.model.arch == "lstm" else None
+    return DistanceBudget(tuple(rows), cliff)

@@ -1,0 +1,99 @@
+"""Account 1 — the data-movement ledger: bytes per step at each level, per useful FLOP, and time at that level.
+
+Levels, nearest first: sram, l2, hbm, host, scale_up, scale_out, front_end. Bytes are per GPU (one rank of the
+critical stage) per training step.
+- hbm: the workload's `hbm_bytes` of every op, exactly what the roofline prices (core model).
+- sram, l2 (not in the core model; stated here): a tiled GEMM reads its operands from shared memory once per
+  warp(-group) tile and from L2 once per thread-block (cluster) tile. With square tiles of 128 on chip and 256
+  at L2 (CUTLASS 3 Hopper shapes: 128×128 warpgroup MMA, 2-CTA clusters of 128×256 with multicast), operand
+  bytes per FLOP are A/128 at SRAM and A/256 at L2 (A = bytes per element): (T+T)·k·A / (2·T·T·k) = A/T.
+  L2 traffic is at least the HBM traffic. Element-wise kernels pass their
+  HBM bytes once through both.
+- host: no offload is modelled, so 0.
+- scale_up, scale_out: bytes each rank sends (analysis.traffic) over every transfer of the step.
+- front_end: input token ids and labels (2 × 4 bytes per token) plus the checkpoint written, amortised per step.
+Useful FLOP convention: the core model's model FLOPs (3 × forward matrix + attention FLOPs, no recompute)
+divided by the GPU count. "Time at bandwidth" is bytes / peak bandwidth of the level (a floor); "modelled"
+is the time the core model charges to that level (memory-bound op time; transfer time bound by that tier).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.analysis.context import Context
+from narrowpath.analysis.traffic import tier_bytes_per_rank
+
+LEVELS = ("sram", "l2", "hbm", "host", "scale_up", "scale_out", "front_end")
+DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+SRAM_TILE = 128
+L2_TILE = 256
+TOKEN_BYTES = 8.0
+"""int32 input id + int32 label per token."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    level: str
+    bytes_per_step: float
+    bytes_per_useful_flop: float
+    bw_bytes_per_s: float
+    time_at_bw_s: float
+    """bytes_per_step / bw_bytes_per_s."""
+    share_of_step: float
+    """time_at_bw_s / step time."""
+    modelled_s: float | None
+    """Time the core model charges to this level (None: the core model does not price this level)."""
+    source: str
+
+
+def op_level_bytes(op, level: str) -> float:
+    """Bytes one execution of `op` moves at `level` (module docstring convention)."""
+    if level == "hbm":
+        return op.hbm_bytes
+    if op.kind == "vector" or op.flop <= 0:
+        return op.hbm_bytes
+    a = DTYPE_BYTES.get(op.dtype, 2)
+    per_flop = a / (SRAM_TILE if level == "sram" else L2_TILE)
+    return max(op.hbm_bytes, op.flop * per_flop)
+
+
+def network_bytes(ctx: Context) -> dict[str, float]:
+    """Bytes per step one rank sends on scale_up and scale_out, summed over the prediction's transfers."""
+    out = {"scale_up": 0.0, "scale_out": 0.0}
+    for t in ctx.pred.transfers:
+        span = ctx.spans.get(t.axis) if t.axis in ctx.spans and t.axis != "pp" else None
+        for tier, b in tier_bytes_per_rank(t.op, t.message_bytes, span, t.tier).items():
+            out[tier] += b * t.count
+    return out
+
+
+def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[LedgerRow, ...]:
+    pred = ctx.pred
+    scn = pred.scenario
+    dev, system = scn.system.device, scn.system
+    step = pred.step_time_s
+    useful = ctx.useful_flop_per_rank
+    net = network_bytes(ctx)
+    by_level: dict[str, tuple[float, float, float | None, str]] = {}
+    for lv in ("sram", "l2", "hbm"):
+        b = sum(op_level_bytes(r.op, lv) * r.count_per_step for r in ctx.ops)
+        modelled = sum(r.total_s for r in ctx.ops if r.bound == "memory") if lv == "hbm" else None
+        src = "workload hbm_bytes (core model)" if lv == "hbm" else f"GEMM tile {SRAM_TILE if lv == 'sram' else L2_TILE} operand reuse"
+        by_level[lv] = (b, dev.level(lv).bw_bytes_per_s, modelled, src)
+    host_bw = system.host_bw_bytes_per_s_per_gpu or (dev.level("host").bw_bytes_per_s if any(
+        lv.name == "host" for lv in dev.levels) else 0.0)
+    by_level["host"] = (0.0, host_bw, 0.0, "no offload modelled")
+    for tier in ("scale_up", "scale_out"):
+        modelled = sum(t.total_s for t in pred.transfers if t.tier == tier)
+        by_level[tier] = (net[tier], system.tier(tier).bw_bytes_per_s_per_gpu, modelled,
+                          "transfers of the step (analysis.traffic)")
+    fe_bw = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
+    tokens_per_rank = pred.workload.tokens_per_step / scn.plan.dp
+    fe = tokens_per_rank * TOKEN_BYTES + checkpoint_bytes_per_step
+    by_level["front_end"] = (fe, fe_bw, None, "input tokens + amortised checkpoint")
+    rows = []
+    for lv in LEVELS:
+        b, bw, modelled, src = by_level[lv]
+        t = b / bw if bw > 0 else 0.0
+        rows.append(LedgerRow(lv, b, b / useful if useful > 0 else 0.0, bw, t, t / step, modelled, src))
+    return tuple(rows)

@@ -1,0 +1,42 @@
+"""AnalysisOptions: the stated assumptions of the analysis that are not in the scenario (jitter, failures, …).
+
+Every default names its source; the CLI can override the common ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
+"""Dubey et al., 'The Llama 3 Herd of Models' (2024) §3.3.4: 419 unexpected interruptions in 54 days on 16,384
+H100 GPUs ≈ 1.97e-5 failures per GPU-hour (about one per 5.8 GPU-years)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnalysisOptions:
+    """Knobs of the synchronisation, communication and scaling accounts."""
+
+    jitter_cv: float = 0.02
+    """Per-rank jitter of compute time between two sync points: normal, std = jitter_cv × segment time."""
+    jitter_method: str = "closed_form"
+    """`closed_form` (Gumbel/extreme-value approximation) or `sampled` (seeded Monte Carlo)."""
+    seed: int = 0
+    """Seed of the numpy Generator used for sampling."""
+    num_samples: int = 2000
+    """Monte-Carlo samples for `sampled` jitter."""
+    slow_node_fraction: float = 0.10
+    """One node runs this much slower (0.10 = 10 % slower compute)."""
+    failures_per_gpu_hour: float = LLAMA3_FAILURES_PER_GPU_HOUR
+    """Per-device interruption rate (see LLAMA3_FAILURES_PER_GPU_HOUR)."""
+    restart_s: float = 600.0
+    """Time to detect a failure, reschedule and reload the last checkpoint, seconds (assumed 10 min)."""
+    storage_bw_bytes_per_s: float | None = None
+    """Aggregate checkpoint write bandwidth, bytes/s; None = every GPU's front-end share in parallel."""
+    compression_ratio: float = 4.0
+    """Gradient compression ratio for the communication budget's what-if (4 = fp32 → 8 bit)."""
+    sram_usable_fraction: float = 0.75
+    """Part of on-chip SRAM (registers + shared memory) a persistent kernel can give to weights
+    (Diamos et al., ICML 2016: the rest holds activations, gate buffers and the kernel's own registers)."""
+    sweep_factors: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+    """Device counts of the scaling sweep, as multiples of the scenario's data-parallel degree."""
+    what_ifs: bool = True
+    """Evaluate the verdict's what-if changes (each re-runs the model)."""

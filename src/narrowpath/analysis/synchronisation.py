@@ -1,0 +1,82 @@
+"""Budget 3 — synchronisation: sync points, waiting for the slowest, one slow node, bubble, failures, goodput.
+
+- Sync points: every blocking (exposed) collective or point-to-point occurrence of the critical rank per step,
+  plus the optimizer step (global gradient-norm all-reduce over all GPUs).
+- Jitter: compute between consecutive sync points is split evenly (segment = compute / sync points); each
+  sync point of a group of n ranks costs σ·E[max of n normals] with σ = cv·segment (analysis.jitter).
+- One node x slow: synchronous training runs at the slowest rank's pace, so compute and the bubble (idle time
+  made of other stages' compute) stretch by x: Δ = x·(compute + bubble).
+- Failures: analysis.failures (Young 1974 / Daly 2006); the checkpoint goes over the front-end network.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from narrowpath.analysis.context import Context
+from narrowpath.analysis.failures import FailureBudget, failure_budget
+from narrowpath.analysis.inventory import InventoryRow
+from narrowpath.analysis.jitter import expected_wait_s
+from narrowpath.analysis.options import AnalysisOptions
+from narrowpath.workload.build import weight_bytes_per_param
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPoint:
+    name: str
+    group_size: int
+    count_per_step: float
+    wait_each_s: float
+    wait_total_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SyncBudget:
+    sync_points_per_step: float
+    points: tuple[SyncPoint, ...]
+    jitter_cv: float
+    jitter_method: str
+    segment_s: float
+    jitter_wait_s: float
+    """Expected extra time per step waiting for the slowest participants."""
+    slow_node_fraction: float
+    slow_node_step_s: float
+    bubble_s: float
+    bubble_fraction: float
+    failures: FailureBudget
+    goodput: float
+    """Failure goodput × step / (step + jitter wait)."""
+
+
+def checkpoint_bytes(params_total: float, precision: str) -> float:
+    """16-bit (or fp32) weights + fp32 master + two Adam moments (12 B/param; Rajbhandari et al. SC'20 §3)."""
+    extra = 8.0 if precision == "fp32" else 12.0
+    return params_total * (weight_bytes_per_param(precision) + extra)
+
+
+def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opts: AnalysisOptions) -> SyncBudget:
+    pred = ctx.pred
+    scn = pred.scenario
+    blocking = [(r.name, r.group_size, r.count_per_step) for r in inventory if r.critical_path_s > 0]
+    blocking.append(("optimizer step (global grad-norm all-reduce)", ctx.num_gpus, 1.0))
+    n_sync = sum(c for _, _, c in blocking)
+    compute = pred.breakdown_s["compute"]
+    seg = compute / n_sync if n_sync else compute
+    rng = np.random.default_rng(opts.seed)
+    points = []
+    for name, n, c in blocking:
+        w = expected_wait_s(opts.jitter_cv * seg, n, opts.jitter_method, rng, opts.num_samples)
+        points.append(SyncPoint(name, n, c, w, w * c))
+    wait = sum(p.wait_total_s for p in points)
+    bubble = pred.breakdown_s["bubble"]
+    slow_step = pred.step_time_s + opts.slow_node_fraction * (compute + bubble)
+    system = scn.system
+    fe = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
+    bw = opts.storage_bw_bytes_per_s or fe * scn.num_gpus
+    fb = failure_budget(scn.num_gpus, checkpoint_bytes(pred.workload.params_total, scn.plan.precision), bw,
+                        opts.failures_per_gpu_hour, opts.restart_s)
+    step = pred.step_time_s
+    return SyncBudget(n_sync, tuple(points), opts.jitter_cv, opts.jitter_method, seg, wait,
+                      opts.slow_node_fraction, slow_step, bubble, bubble / step, fb,
+                      fb.goodput * step / (step + wait))

@@ -1,0 +1,113 @@
+"""The verdict: the narrowest path in one sentence, then a ranked list of changes, each re-run through the model.
+
+Narrowest path: the largest component of the step other than matrix arithmetic itself — exposed communication
+per axis (named with the tier it crosses), the pipeline bubble, memory-bound compute (the HBM roof, from the
+roofline bound of each op), or the optimizer. If matrix-bound compute is larger than all of them, the step is
+compute-bound and the sentence says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from narrowpath.analysis.context import Context
+from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
+
+AXIS_LABEL = {"tp": "tensor-parallel", "cp": "context-parallel", "ep": "expert-parallel", "pp": "pipeline",
+              "dp": "data-parallel"}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    narrowest: str
+    """Component id of the narrowest path."""
+    narrowest_s: float
+    share: float
+    sentence: str
+    components_s: dict[str, float]
+    what_ifs: tuple[WhatIf, ...]
+    """Feasible ones ranked by gain first, then the skipped ones."""
+
+
+def components(ctx: Context) -> dict[str, float]:
+    """The step split into paths: breakdown entries, with compute split by the roof that limits each op."""
+    b = dict(ctx.pred.breakdown_s)
+    compute = b.pop("compute")
+    mem = sum(r.total_s for r in ctx.ops if r.bound == "memory" and r.op.phase != "optimizer")
+    mat = sum(r.total_s for r in ctx.ops if r.bound == "compute" and r.op.phase != "optimizer")
+    mem_part = compute * mem / (mem + mat) if mem + mat else 0.0
+    return {"matrix_compute": compute - mem_part, "hbm_bound_compute": mem_part, **b}
+
+
+def _label(ctx: Context, key: str) -> str:
+    if key.startswith("exposed_"):
+        ax = key.split("_")[1]
+        tiers = {t.tier for t in ctx.pred.transfers if t.axis.startswith(ax) and t.exposed_s > 0}
+        far = "scale_out" if "scale_out" in tiers else (sorted(tiers)[0] if tiers else "the network")
+        return f"exposed {AXIS_LABEL.get(ax, ax)} communication over {far}"
+    return {"hbm_bound_compute": "memory-bound kernels at the HBM roof", "bubble": "the pipeline bubble",
+            "optimizer": "the optimizer update", "matrix_compute": "matrix arithmetic"}.get(key, key)
+
+
+def candidates(ctx: Context) -> list[tuple[str, str, object]]:
+    scn = ctx.pred.scenario
+    p, system = scn.plan, scn.system
+    out: list[tuple[str, str, object]] = []
+    dom = system.scale_up_domain
+    tp_span = ctx.spans.get("tp")
+    if tp_span is not None and tp_span.crosses_scale_out:
+        if p.tp <= dom:
+            order = ("tp",) + tuple(a for a in p.placement if a != "tp")
+            out.append(("tp_in_scale_up", "place TP groups inside the scale-up domain", lambda: with_plan(scn, placement=order)))
+        else:
+            out.append(("tp_in_scale_up", f"shrink TP to the scale-up domain ({dom}), raise DP",
+                        lambda: with_plan(scn, tp=dom, dp=p.dp * p.tp // dom)))
+    if p.gbs % (p.dp * p.mbs * 2) == 0:
+        out.append(("raise_mbs", f"raise the micro-batch to {2 * p.mbs}", lambda: with_plan(scn, mbs=2 * p.mbs)))
+    if p.pp > 1:
+        out.append(("interleave_pipeline", f"interleave the pipeline: vpp {p.vpp} -> {2 * p.vpp}",
+                    lambda: with_plan(scn, vpp=2 * p.vpp)))
+    if p.dp > 1 and not p.dp_overlap:
+        out.append(("dp_overlap", "overlap the gradient sync with backward", lambda: with_plan(scn, dp_overlap=True)))
+    if p.tp > 1 and not p.tp_comm_overlap:
+        out.append(("tp_comm_overlap", "overlap TP communication with the GEMMs",
+                    lambda: with_plan(scn, tp_comm_overlap=True)))
+    if p.tp > 1 and not p.sequence_parallel:
+        out.append(("sequence_parallel", "enable sequence parallelism", lambda: with_plan(scn, sequence_parallel=True)))
+    for tier in ("scale_up", "scale_out"):
+        if not system.tier(tier).in_network_reduction:
+            out.append((f"in_network_reduction_{tier}", f"in-network reduction (SHARP) on {tier}",
+                        lambda t=tier: dataclasses.replace(scn, system=with_tier(system, t, in_network_reduction=True))))
+    for rc in ("none", "selective", "full"):
+        if rc != p.recompute:
+            out.append((f"recompute_{rc}", f"recompute {p.recompute} -> {rc}", lambda r=rc: with_plan(scn, recompute=r)))
+    if p.dp > 1 and p.zero_stage == 0:
+        out.append(("zero1", "shard the optimizer state over DP (ZeRO-1)", lambda: with_plan(scn, zero_stage=1)))
+    if p.tp >= 2:
+        out.append(("halve_tp", f"TP {p.tp} -> {p.tp // 2}, DP {p.dp} -> {2 * p.dp}",
+                    lambda: with_plan(scn, tp=p.tp // 2, dp=2 * p.dp, sequence_parallel=p.sequence_parallel and p.tp > 2)))
+    if p.pp >= 2:
+        vpp = p.vpp if p.pp // 2 > 1 else 1
+        out.append(("halve_pp", f"PP {p.pp} -> {p.pp // 2}, DP {p.dp} -> {2 * p.dp}",
+                    lambda: with_plan(scn, pp=p.pp // 2, dp=2 * p.dp, vpp=vpp)))
+    return out
+
+
+def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
+    pred = ctx.pred
+    comps = components(ctx)
+    step = pred.step_time_s
+    others = {k: v for k, v in comps.items() if k != "matrix_compute"}
+    key = max(others, key=others.get) if others else "matrix_compute"
+    if comps["matrix_compute"] >= others.get(key, 0.0):
+        sentence = (f"The step is compute-bound: matrix arithmetic takes {comps['matrix_compute']:.3g} s of "
+                    f"{step:.3g} s ({comps['matrix_compute'] / step:.0%}); the narrowest other path is "
+                    f"{_label(ctx, key)} at {others.get(key, 0.0):.3g} s ({others.get(key, 0.0) / step:.0%}).")
+    else:
+        sentence = (f"The narrowest path is {_label(ctx, key)}: {others[key]:.3g} s of {step:.3g} s "
+                    f"({others[key] / step:.0%} of the step).")
+    wis = [evaluate(pred, c, d, f) for c, d, f in candidates(ctx)] if run_what_ifs else []
+    ranked = sorted([w for w in wis if not w.skipped], key=lambda w: -w.gain_s)
+    ranked += [w for w in wis if w.skipped]
+    final = "matrix_compute" if comps["matrix_compute"] >= others.get(key, 0.0) else key
+    return Verdict(final, comps[final], comps[final] / step, sentence, comps, tuple(ranked))
