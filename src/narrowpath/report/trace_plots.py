@@ -64,6 +64,8 @@ def plot_busbw(report: TraceReport, path: str) -> str:
     else:
         ax.text(0.5, 0.5, "no collective with a known message size in this trace", ha="center", va="center",
                 transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title("Collective bus bandwidth by message size")
@@ -81,6 +83,8 @@ def plot_stragglers(report: TraceReport, path: str) -> str:
     if s is None:
         ax.text(0.5, 0.5, "needs two or more ranks with matching collectives", ha="center", va="center",
                 transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
     else:
         labels = [str(r) for r in s.ranks]
         ax.bar(labels, [s.max_lateness_s[r] * 1e3 for r in s.ranks], color="#f0b27a", label="max lateness")

@@ -30,7 +30,7 @@ def format_report(report: TraceReport) -> str:
         host = " [CPU-only trace: host operators stand in for device work]" if r.host_mode else ""
         out.append(f"\nRank {r.rank} ({r.device_name or 'device unknown'}) — {r.path}{host}")
         if r.steps:
-            out.append(table(["step", "GPU span", "compute (%)", "exposed comm (%)", "idle (%)", "overlap (%)"],
+            out.append(table(["step", "device span", "compute (%)", "exposed comm (%)", "idle (%)", "overlap (%)"],
                              [[s.step, human_time(s.breakdown.span_s), s.breakdown.pct()["compute"],
                                s.breakdown.pct()["exposed_comm"], s.breakdown.pct()["idle"],
                                s.breakdown.overlap_pct] for s in r.steps]))

@@ -117,6 +117,8 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
                 meta = _message(args)
                 cols.coll_meta.append(("act", len(act["ts"]) - 1, meta[0], meta[1], meta[2], 0))
         elif cat in rt_cats:
+            if name == POLL_CALL:
+                continue
             args = e.get("args") or {}
             corr, tid = args.get("correlation", -1), e.get("tid")
             r_name(name_id); r_ts(ts); r_dur(dur)
@@ -162,7 +164,9 @@ def _int(value: Any) -> int:
         return -1
 
 
-GPU_SKIP_RULE = SkipRule(skip=('"ph": "f"', '"ph": "s"', '"cat": "cpu_op"', '"name": "cudaEventQuery"'),
+POLL_CALL = "cudaEventQuery"
+"""A non-blocking poll: launches nothing and waits for nothing, so it is dropped (on every parse path)."""
+GPU_SKIP_RULE = SkipRule(skip=('"ph": "f"', '"ph": "s"', '"cat": "cpu_op"', f'"name": "{POLL_CALL}"'),
                          unless="record_param_comms")
 """GPU traces need kernels, launches, syncs, steps and record_param_comms: flow arrows, plain CPU ops and
 `cudaEventQuery` polls (which launch nothing and block nothing) are skipped undecoded."""

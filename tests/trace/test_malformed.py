@@ -1,0 +1,98 @@
+"""A file that cannot be read is one TraceFormatError naming the file and what is wrong — never a traceback,
+and in the CLI one line on stderr with exit code 2."""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from narrowpath.cli.main import main
+from narrowpath.errors import TraceFormatError
+from narrowpath.trace.reader import read_rank, read_trace
+
+
+@dataclass(frozen=True)
+class TC:
+    name: str
+    content: bytes
+    message: str
+
+
+GOOD = json.dumps({"deviceProperties": [{"name": "X"}], "traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0,
+     "args": {"stream": 7, "correlation": 1}}]}, indent=2).encode()
+
+CASES = [
+    TC("empty.json", b"", "file is empty"),
+    TC("not_json.json", b"hello world", "expected a JSON object"),
+    TC("array.json", b"[1, 2, 3]", "expected a JSON object"),
+    TC("no_events.json", b'{"schemaVersion": 1}', "no 'traceEvents'"),
+    TC("events_not_array.json", b'{"traceEvents": {"a": 1}}', "'traceEvents' is not an array"),
+    TC("truncated.json", GOOD[: len(GOOD) // 2], "truncated"),
+    TC("cut_after_bracket.json", b'{"traceEvents": [', "truncated"),
+    TC("bad_syntax.json", b'{"traceEvents": [{"ph": "X",, "ts": 1}]}', "invalid JSON"),
+    TC("missing_comma.json", b'{"traceEvents": [{"ph": "M"} {"ph": "M"}]}', "expected ',' or ']'"),
+    TC("event_not_object.json", b'{"traceEvents": [1, 2]}', "not an object"),
+    TC("no_ts.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k"}]}',
+       "no numeric 'ts'"),
+    TC("latin1.json", b'{"traceEvents": [{"ph": "M", "name": "\xe9t\xe9"}]}', "not UTF-8"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_malformed_file_is_one_clear_error(case, tmp_path):
+    path = tmp_path / case.name
+    path.write_bytes(case.content)
+    with pytest.raises(TraceFormatError) as err:
+        read_rank(path)
+    assert str(path) in str(err.value)
+    assert case.message in str(err.value)
+
+
+def test_good_control_case_reads(tmp_path):
+    """The fixture the truncated cases are cut from is itself valid (so those cases test truncation)."""
+    path = tmp_path / "good.json"
+    path.write_bytes(GOOD)
+    assert read_rank(path).num_activities == 1
+
+
+def test_truncated_gzip(ddp_path, tmp_path):
+    data = ddp_path.read_bytes()
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) // 3])
+    with pytest.raises(TraceFormatError, match="compressed data is corrupt or truncated"):
+        read_rank(path)
+
+
+def test_gzip_of_truncated_json(ddp_path, tmp_path):
+    """A complete gzip stream of JSON cut in the middle of traceEvents."""
+    text = gzip.decompress(ddp_path.read_bytes())
+    path = tmp_path / "half.json.gz"
+    path.write_bytes(gzip.compress(text[: len(text) // 2]))
+    with pytest.raises(TraceFormatError, match="truncated"):
+        read_rank(path)
+
+
+def test_missing_path_and_empty_directory(tmp_path):
+    with pytest.raises(TraceFormatError, match="no such trace file"):
+        read_trace(tmp_path / "nope.json")
+    with pytest.raises(TraceFormatError, match="holds no .json"):
+        read_trace(tmp_path)
+
+
+def test_duplicate_rank_is_an_error(ddp_path, tmp_path):
+    for name in ("a.json.gz", "b.json.gz"):
+        (tmp_path / name).write_bytes(ddp_path.read_bytes())
+    with pytest.raises(TraceFormatError, match="rank 0 .* already read"):
+        read_trace(tmp_path)
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):
+    path = tmp_path / "broken.json"
+    path.write_bytes(GOOD[:40])
+    assert main(["trace", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("narrowpath: error:") and str(path) in err
+    assert len(err.splitlines()) == 1
