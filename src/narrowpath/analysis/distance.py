@@ -9,7 +9,7 @@ Accesses per step (critical stage rank; m micro-batches):
 - temporaries: produced and consumed once per micro-batch: 2·m;
 - checkpoint: written once per checkpoint interval (synchronisation budget), to front-end storage.
 Working set: the part that is reused before moving on — one layer's weights (re-read by each micro-batch and,
-for a recurrent layer, every time step), one layer's activations of one micro-batch, one gradient bucket;
+for a recurrent layer, every time step), one layer's activations of one micro-batch, one layer's gradients;
 optimizer state is streamed once per step (no reuse to capture nearer). The nearest level (`sram`, `l2`) whose
 usable capacity holds the working set is reported; a nearer home only pays when the item is re-read.
 For recurrent models, the persistent-RNN cliff (analysis.persistence) is attached.
@@ -71,8 +71,8 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
 
     add("weights", weights, "hbm", w_read / weights if weights else 0.0, weights / layers,
         "one layer's weights re-read by every micro-batch (and time step)")
-    add("gradients", grads, "hbm", 2.0 * m + 2.0, min(scn.plan.bucket_bytes, grads) if grads else 0.0,
-        "accumulated per micro-batch; one bucket in flight during sync")
+    add("gradients", grads, "hbm", 2.0 * m + 2.0, grads / layers,
+        "accumulated per micro-batch, layer by layer; read once by the sync and the optimizer")
     add("optimizer_state", mem.items.get("optimizer_state", 0.0), "hbm", 2.0, 0.0,
         "streamed once per step by Adam: no reuse to capture nearer", reused=False)
     add("activations", acts, "hbm", 2.0 * m / infl if acts else 0.0, acts / (layers * infl),

@@ -1,24 +1,60 @@
-"""`narrowpath analyze`: the main job — prediction, breakdown and memory of a scenario (default: embedded one)."""
+"""`narrowpath analyze`: where the time goes — prediction, the five accounts, three budgets, verdict and energy.
+
+Default scenario: the embedded one. `--json` emits `prediction` plus one key per account and budget;
+`--plots DIR` writes PNGs; `--timeline FILE` writes a Chrome-trace JSON of one step (open it in Perfetto).
+"""
 from __future__ import annotations
 
 import json
 
+from narrowpath.analysis import AnalysisOptions, analyze_prediction
 from narrowpath.cli.common import add_scenario_args, scenario_from_args
-from narrowpath.report.prediction import format_prediction, prediction_to_json
+from narrowpath.errors import SpecError
+from narrowpath.report.analysis_console import format_analysis
+from narrowpath.report.analysis_json import analysis_to_json
+from narrowpath.report.prediction import prediction_to_json
 from narrowpath.schedule.step import predict
 
 
 def register(sub) -> None:
-    p = sub.add_parser("analyze", help="where the time goes: prediction, breakdown, memory (default scenario if none)")
+    p = sub.add_parser("analyze", help="where the time goes: accounts, budgets, verdict with what-ifs, energy "
+                                       "(default scenario if none)")
     add_scenario_args(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
+    p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace JSON of one step")
+    a = p.add_argument_group("analysis assumptions")
+    a.add_argument("--jitter-cv", type=float, default=0.02, help="per-rank compute jitter, std / segment time")
+    a.add_argument("--jitter-method", choices=("closed_form", "sampled"), default="closed_form")
+    a.add_argument("--seed", type=int, default=0, help="seed for sampled jitter")
+    a.add_argument("--slow-node", type=float, default=0.10, help="fraction by which one node is slow")
+    a.add_argument("--compression", type=float, default=4.0, help="gradient compression ratio for the what-if")
+    a.add_argument("--failures-per-gpu-hour", type=float, default=None)
+    a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", help="skip the what-if re-runs")
     p.set_defaults(func=run)
+
+
+def options_from_args(args) -> AnalysisOptions:
+    if args.jitter_cv < 0 or args.slow_node < 0 or args.compression < 1:
+        raise SpecError("analyze", "--jitter-cv and --slow-node must be >= 0 and --compression >= 1")
+    kw = dict(jitter_cv=args.jitter_cv, jitter_method=args.jitter_method, seed=args.seed,
+              slow_node_fraction=args.slow_node, compression_ratio=args.compression, what_ifs=args.what_ifs)
+    if args.failures_per_gpu_hour is not None:
+        kw["failures_per_gpu_hour"] = args.failures_per_gpu_hour
+    return AnalysisOptions(**kw)
 
 
 def run(args) -> int:
     pred = predict(scenario_from_args(args))
+    a = analyze_prediction(pred, options_from_args(args))
+    if args.plots:
+        from narrowpath.report.plots import write_plots
+        write_plots(a, args.plots)
+    if args.timeline:
+        from narrowpath.report.timeline import write_timeline
+        write_timeline(a, args.timeline)
     if args.json:
-        print(json.dumps({"prediction": prediction_to_json(pred)}, indent=2))
+        print(json.dumps({"prediction": prediction_to_json(pred), **analysis_to_json(a)}, indent=2))
     else:
-        print(format_prediction(pred))
+        print(format_analysis(a))
     return 0
