@@ -1,0 +1,65 @@
+"""Traces recorded here, with torch.profiler, around a real two-process gloo DDP job (record_gloo.py)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from narrowpath.cli.main import main
+from narrowpath.trace import schema
+from narrowpath.trace.analyze import analyze
+from narrowpath.trace.reader import read_trace
+
+BYTES_PER_STEP = 4 * ((256 * 512 + 512) + (512 * 256 + 256))  # fp32 gradients of the MLP, all-reduced once
+
+
+@pytest.fixture(scope="module")
+def gloo_trace(gloo_dir):
+    return read_trace(gloo_dir)
+
+
+def test_both_ranks_read_as_cpu_only_job(gloo_trace):
+    assert [r.rank for r in gloo_trace.ranks] == [0, 1]
+    for r in gloo_trace.ranks:
+        assert r.host_mode and r.world_size == 2 and r.rank_source == "distributedInfo"
+        assert r.step_number.size == 3
+        assert (r.act_kind == schema.KIND_HOST_COMM).sum() >= 6
+
+
+def test_each_step_all_reduces_every_gradient_byte_once(gloo_trace):
+    """DDP all-reduces each gradient once per step: the gloo all_reduce sizes of a step add up to the
+    parameter bytes, whatever the bucketing."""
+    ar = schema.COLLECTIVE_KINDS.index("all_reduce")
+    for r in gloo_trace.ranks:
+        for number, start, dur in zip(r.step_number, r.step_start_s, r.step_dur_s):
+            in_step = (r.act_coll == ar) & (r.act_start_s >= start) & (r.act_start_s < start + dur)
+            assert in_step.sum() >= 1
+            assert r.act_message_bytes[in_step].sum() == BYTES_PER_STEP, f"rank {r.rank} step {number}"
+            assert set(r.act_group_size[in_step]) == {2}
+
+
+def test_accounts_on_the_recorded_job(gloo_trace):
+    rep = analyze(gloo_trace)
+    for r in rep.ranks:
+        p = r.breakdown.pct()
+        assert sum(p.values()) == pytest.approx(100.0)
+        assert p["compute"] > 10 and p["exposed_comm"] > 0 and r.breakdown.comm_s > 0
+        assert 0.0 <= r.breakdown.overlap_pct <= 100.0
+        ar = {c.kind: c for c in r.collectives}["all_reduce"]
+        assert ar.group_size == 2 and math.isfinite(ar.median_busbw_bytes_per_s)
+        assert sum(r.critical_path.by_category_s.values()) == pytest.approx(r.critical_path.span_s, rel=1e-6)
+    s = rep.stragglers
+    assert s is not None and s.num_matched >= 4 and not s.unmatched_kinds
+    assert sum(s.last_arrival_count.values()) == s.num_matched
+
+
+def test_cli_json_on_the_recorded_directory(gloo_dir, capsys):
+    assert main(["trace", str(gloo_dir), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in out["ranks"]] == [0, 1]
+    for r in out["ranks"]:
+        assert set(r["breakdown_pct"]) >= {"compute", "exposed_comm", "memcpy", "idle"}
+        assert 0 <= r["overlap_pct"] <= 100
+    assert np.isclose(sum(out["ranks"][0]["breakdown_pct"].values()), 100.0)
