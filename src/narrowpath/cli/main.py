@@ -18,6 +18,8 @@ SUBCOMMANDS = (
     "narrowpath.cli.validate_cmd",
     "narrowpath.cli.collective_cmd",
     "narrowpath.cli.trace_cmd",
+    "narrowpath.cli.probe_cmd",
+    "narrowpath.cli.calibrate_cmd",
 )
 
 

@@ -1,0 +1,98 @@
+"""`narrowpath calibrate`: fit a calibration profile YAML from probe JSON results and/or nccl-tests logs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from narrowpath.errors import NarrowpathError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a calibration profile from probe results and nccl-tests logs")
+    p.add_argument("results", nargs="*", metavar="RESULT.json", help="outputs of `narrowpath probe ... -o`")
+    p.add_argument("--nccl-log", action="append", default=[], metavar="FILE", help="an nccl-tests output log")
+    p.add_argument("--op", help="collective of the nccl-tests logs when they do not say (e.g. all_reduce)")
+    p.add_argument("--ranks", type=int, help="ranks of the nccl-tests logs when they do not list them")
+    p.add_argument("--tier", default="scale_up", help="tier the nccl-tests logs measure (default scale_up)")
+    p.add_argument("--device", metavar="ID", help="catalog device: its peaks turn rates into efficiencies")
+    p.add_argument("--system", metavar="ID", help="catalog system: its tier bandwidths are the line rates")
+    p.add_argument("--peak", action="append", default=[], metavar="DTYPE=FLOP_PER_S",
+                   help="peak matrix rate, e.g. fp32=3.3e11 (overrides --device and the CPU estimate)")
+    p.add_argument("--line-rate", action="append", default=[], metavar="TIER=BYTES_PER_S",
+                   help="tier line rate per GPU, e.g. scale_up=300e9 (overrides --system)")
+    p.add_argument("--name", help="profile id (default: the device)")
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="profile YAML to write")
+    p.add_argument("--json", action="store_true", help="print the fits as JSON")
+    p.set_defaults(func=run)
+
+
+def _pairs(items: list[str], what: str) -> dict[str, float]:
+    out = {}
+    for item in items:
+        key, sep, val = item.partition("=")
+        try:
+            out[key.strip()] = float(val)
+        except ValueError:
+            raise NarrowpathError(f"{what}: expected NAME=NUMBER, got {item!r}") from None
+        if not sep or out[key.strip()] <= 0:
+            raise NarrowpathError(f"{what}: expected NAME=POSITIVE_NUMBER, got {item!r}")
+    return out
+
+
+def _load_results(paths: list[str]) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {"compute": [], "memory": [], "collectives": []}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise NarrowpathError(f"{path}: cannot read probe JSON ({exc})") from None
+        parts = [data.get(k) for k in ("compute", "memory", "locality", "collectives")] \
+            if data.get("probe") == "all" else [data]
+        for part in parts:
+            if part and part.get("probe") in found:
+                found[part["probe"]].append(part)
+            elif part and part.get("probe") != "locality":
+                raise NarrowpathError(f"{path}: not a narrowpath probe result (probe = {part.get('probe')!r})")
+    return found
+
+
+def run(args) -> int:
+    from narrowpath.measure.nccl_tests import parse_nccl_tests_log_full
+    from narrowpath.measure.profile import (build_profile, profile_document, tier_points_from_log,
+                                            tier_points_from_probe)
+    from narrowpath.report.measure_tables import format_fit_report
+    if not args.results and not args.nccl_log:
+        raise NarrowpathError("calibrate needs probe results (RESULT.json) and/or --nccl-log FILE")
+    found = _load_results(args.results)
+    peaks, peak_mem = {}, 0.0
+    if args.device:
+        from narrowpath.catalog import store
+        dev = store.device(args.device)
+        peaks, peak_mem = dict(dev.peak_matrix_flop_per_s), dev.hbm().bw_bytes_per_s
+    peaks.update(_pairs(args.peak, "--peak"))
+    lines = {}
+    if args.system:
+        from narrowpath.catalog import store
+        lines = {t.name: t.bw_bytes_per_s_per_gpu for t in store.system(args.system).tiers}
+    lines.update(_pairs(args.line_rate, "--line-rate"))
+    points = [tp for res in found["collectives"] for tp in tier_points_from_probe(res)]
+    for path in args.nccl_log:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise NarrowpathError(f"{path}: cannot read nccl-tests log ({exc})") from None
+        points.append(tier_points_from_log(parse_nccl_tests_log_full(text), tier=args.tier, op=args.op,
+                                           num_ranks=args.ranks, name=path))
+    compute = found["compute"][-1] if found["compute"] else None
+    memory = found["memory"][-1] if found["memory"] else None
+    device = args.device or (compute or memory or {}).get("device") or "measured"
+    rep = build_profile(name=args.name or device, device=device, compute=compute, memory=memory,
+                        tier_points=points, peaks=peaks, peak_mem_bw_bytes_per_s=peak_mem, line_rates=lines)
+    Path(args.output).write_text(yaml.safe_dump(profile_document(rep.profile), sort_keys=False, width=120))
+    if args.json:
+        print(json.dumps({"output": args.output, "fits": rep.lines, "profile": rep.profile}, indent=1))
+    else:
+        print(format_fit_report(rep.lines, args.output))
+    return 0
