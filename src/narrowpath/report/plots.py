@@ -33,14 +33,14 @@ def plot_roofline(a: Analysis, path: Path) -> Path:
     hi = max(xs + [peak / dev.hbm.bw_bytes_per_s]) * 8
     import numpy as np
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
-    for lv, style in zip(dev.levels, ("-", "--", "-.", ":")):
+    for j, (lv, style) in enumerate(zip(dev.levels, ("-", "--", "-.", ":"))):
         bw = lv.bw_bytes_per_s
         ax.plot(x, np.minimum(peak, bw * x), style, color="gray", lw=1.2, label=f"{lv.name} roof ({bw / 1e12:.2g} TB/s)")
         ridge = peak / bw
         if lo <= ridge <= hi:
             ax.plot([ridge], [peak], "o", color="black", ms=4)
-            ax.annotate(f"{lv.name} ridge {ridge:.0f}", (ridge, peak), textcoords="offset points", xytext=(3, 6),
-                        fontsize=7, rotation=30)
+            ax.annotate(f"{lv.name} ridge\n{ridge:.0f} FLOP/B", (ridge, peak), textcoords="offset points",
+                        xytext=(4, -22 - 20 * (j % 2)), fontsize=7)
     for kind, c in COLORS.items():
         sel = [(r.op.flop / r.op.hbm_bytes, r.op.flop / r.time_each_s, r.total_s) for r in pts if r.op.kind == kind]
         if sel:
@@ -52,7 +52,9 @@ def plot_roofline(a: Analysis, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / HBM byte)")
     ax.set_ylabel("attained FLOP/s")
-    ax.set_title(f"Roofline — {dev.name}, {prec} peak {peak / 1e12:.0f} TFLOP/s (critical stage ops)")
+    ax.set_ylim(peak / 1e4, peak * 2)
+    ax.set_title(f"Roofline — {dev.name}, {prec} peak {peak / 1e12:.0f} TFLOP/s\n"
+                 "ops of the critical stage (element-wise ops carry no FLOPs and are not shown)", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
@@ -142,17 +144,23 @@ def plot_ledger(a: Analysis, path: Path) -> Path:
     rows = a.data_movement
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     names = [r.level for r in rows]
-    ax1.bar(names, [max(r.bytes_per_step, 1.0) for r in rows], color="#1f77b4")
+    ax1.bar(names, [r.bytes_per_step if r.bytes_per_step > 0 else float("nan") for r in rows], color="#1f77b4")
+    for i, r in enumerate(rows):
+        if r.bytes_per_step <= 0:
+            ax1.annotate("0", (i, 0), ha="center", va="bottom", xycoords=("data", "axes fraction"), fontsize=8,
+                         xytext=(0, 4), textcoords="offset points")
     ax1.set_yscale("log")
     ax1.set_ylabel("bytes per GPU per step")
     ax1.set_title("Bytes moved per level")
     ax2.bar(names, [r.share_of_step * 100 for r in rows], color="#ff7f0e", label="time at peak bandwidth")
-    mod = [(r.modelled_s or 0.0) / a.prediction.step_time_s * 100 for r in rows]
-    ax2.scatter(names, mod, color="black", zorder=3, label="time the core model charges")
+    mod = [(i, r.modelled_s / a.prediction.step_time_s * 100) for i, r in enumerate(rows) if r.modelled_s]
+    ax2.scatter([i for i, _ in mod], [v for _, v in mod], color="black", zorder=3,
+                label="time the core model charges (memory-bound ops; transfers)")
     ax2.axhline(100, color="red", ls="--", lw=1, label="step time")
     ax2.set_ylabel("% of step")
     ax2.set_title("Time that traffic needs at the level's bandwidth")
-    ax2.legend(fontsize=8)
+    ax2.set_ylim(0, max([115.0] + [r.share_of_step * 110 for r in rows] + [v * 1.1 for _, v in mod]))
+    ax2.legend(fontsize=8, loc="center right")
     for ax in (ax1, ax2):
         ax.tick_params(axis="x", rotation=30)
         ax.grid(True, axis="y", alpha=0.3)
