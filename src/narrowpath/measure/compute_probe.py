@@ -21,9 +21,9 @@ CUDA_SIZES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 _NP_DTYPES = {"fp32": np.float32, "fp64": np.float64}
 
 
-def _plan(quick: bool, cuda: bool) -> list[tuple[str, str, tuple[int, ...]]]:
+def _plan(quick: bool, cuda: bool, sizes: tuple[int, ...] | None = None) -> list[tuple[str, str, tuple[int, ...]]]:
     """(backend, dtype, sizes) to run."""
-    sizes = QUICK_SIZES if quick else FULL_SIZES
+    sizes = sizes or (QUICK_SIZES if quick else FULL_SIZES)
     plan = [("numpy", "fp32", sizes), ("numpy", "fp64", sizes[:-2] if quick else sizes[:-1])]
     try:
         import torch  # noqa: F401
@@ -81,7 +81,8 @@ def _device_name(backend: str) -> str:
 
 
 def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dict[str, float] | None = None,
-                  progress: bool = True, seed: int = 0, cuda: bool | None = None) -> dict[str, Any]:
+                  progress: bool = True, seed: int = 0, cuda: bool | None = None,
+                  sizes: tuple[int, ...] | None = None) -> dict[str, Any]:
     """GEMM samples per backend/dtype/size, best rate per dtype, and efficiency against the peaks (JSON-ready)."""
     repeats = repeats or (3 if quick else 5)
     if cuda is None:
@@ -90,7 +91,7 @@ def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dic
             cuda = torch.cuda.is_available()
         except ImportError:
             cuda = False
-    plan = _plan(quick, cuda)
+    plan = _plan(quick, cuda, sizes)
     prog = Progress("compute", sum(len(s) for _, _, s in plan), progress)
     samples = []
     for backend, dtype, sizes in plan:
@@ -108,14 +109,18 @@ def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dic
                             "k": n, "flop": flop, "time_s": t, "flops_per_s": flop / t, "repeats": repeats})
             prog.step(f"{backend} {dtype} n={n}: {flop / t / 1e9:.1f} GFLOP/s")
     best: dict[str, float] = {}
+    by_backend: dict[str, dict[str, float]] = {}
     for s in samples:
         best[s["dtype"]] = max(best.get(s["dtype"], 0.0), s["flops_per_s"])
+        row = by_backend.setdefault(s["backend"], {})
+        row[s["dtype"]] = max(row.get(s["dtype"], 0.0), s["flops_per_s"])
     peak_table = _peaks(best, peaks or {}, cuda)
     for s in samples:
         p = peak_table.get(s["dtype"], {}).get("peak_flops_per_s", 0.0)
         s["efficiency"] = s["flops_per_s"] / p if p > 0 else None
     return {"probe": "compute", "device": _device_name("torch-cuda" if cuda else "numpy"), "repeats": repeats,
-            "quick": quick, "provenance": host_provenance(), "best_flops_per_s": best, "peaks": peak_table,
+            "quick": quick, "provenance": host_provenance(), "best_flops_per_s": best,
+            "best_flops_per_s_by_backend": by_backend, "peaks": peak_table,
             "samples": samples}
 
 

@@ -35,19 +35,47 @@ def hidden_sizes(*, quick: bool, max_weight_bytes: float) -> list[int]:
     return sorted({int(round(lo * 2 ** (i / (2 * per)) / 16)) * 16 for i in range(num)})
 
 
-def _time_per_step_s(h_size: int, batch: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
-    w = (rng.standard_normal((h_size, h_size), dtype=np.float32) / math.sqrt(h_size)).astype(np.float32)
-    h0 = rng.standard_normal((batch, h_size), dtype=np.float32)
-    bufs = [h0.copy(), np.empty_like(h0)]
-    best = []
+def _step_fn(h_size: int, batch: int, seed: int):
+    """(backend, step closure factory): one thread through PyTorch when present, else NumPy's BLAS.
+
+    One thread, like the memory probe whose levels predict the cliff (a multi-threaded BLAS gemv on a small
+    VM also varies 3× between runs from thread wake-ups). W is scaled by 1/sqrt(H) so the state neither
+    overflows nor sinks into slow denormals over the steps.
+    """
+    try:
+        import torch
+    except ImportError:
+        rng = np.random.default_rng(seed)
+        w = (rng.standard_normal((h_size, h_size), dtype=np.float32) / np.float32(math.sqrt(h_size)))
+        shape = (h_size,) if batch == 1 else (batch, h_size)
+
+        def run_np(steps: int) -> None:
+            bufs = [rng.standard_normal(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)]
+            for s in range(steps):
+                np.matmul(bufs[s % 2], w, out=bufs[(s + 1) % 2])
+        return "numpy", run_np
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(seed)
+    wt = (torch.randn(h_size, h_size, generator=g) / math.sqrt(h_size)).T.contiguous()  # h·W = Wᵀh
+
+    def run_torch(steps: int) -> None:
+        bufs = [torch.randn(h_size, batch, generator=g), torch.empty(h_size, batch)]
+        for s in range(steps):
+            if batch == 1:
+                torch.mv(wt, bufs[s % 2][:, 0], out=bufs[(s + 1) % 2][:, 0])
+            else:
+                torch.mm(wt, bufs[s % 2], out=bufs[(s + 1) % 2])
+    return "torch-cpu (1 thread)", run_torch
+
+
+def _time_per_step_s(run, steps: int, repeats: int) -> float:
+    times = []
     for r in range(repeats + 1):
         t0 = time.perf_counter()
-        for s in range(steps):
-            np.matmul(bufs[s % 2], w, out=bufs[(s + 1) % 2])
-        dt = (time.perf_counter() - t0) / steps
+        run(steps)
         if r:  # the first pass is the warm-up
-            best.append(dt)
-    return float(np.median(best))
+            times.append((time.perf_counter() - t0) / steps)
+    return float(np.median(times))
 
 
 def probe_locality(*, quick: bool = False, levels: list[dict[str, Any]] | None = None, batch: int = 1,
@@ -57,13 +85,14 @@ def probe_locality(*, quick: bool = False, levels: list[dict[str, Any]] | None =
     repeats = repeats or (3 if quick else 5)
     max_weight_bytes = max_weight_bytes or (256 * 2**20 if quick else 1024 * 2**20)
     sizes = hidden_sizes(quick=quick, max_weight_bytes=max_weight_bytes)
-    rng = np.random.default_rng(seed)
     prog = Progress("locality", len(sizes), progress)
     samples = []
+    backend = ""
     for h in sizes:
         wbytes = _ITEM * h * h
         steps = max(3, min(200, int(4e8 / wbytes)))
-        t = _time_per_step_s(h, batch, steps, repeats, rng)
+        backend, run = _step_fn(h, batch, seed)
+        t = _time_per_step_s(run, steps, repeats)
         flop = 2.0 * batch * h * h
         samples.append({"hidden": h, "batch": batch, "dtype": "fp32", "weight_bytes": wbytes, "steps": steps,
                         "repeats": repeats, "time_per_step_s": t, "s_per_flop": t / flop,
@@ -71,7 +100,8 @@ def probe_locality(*, quick: bool = False, levels: list[dict[str, Any]] | None =
         prog.step(f"H={h} ({wbytes / 2**20:.2f} MiB of weights): {flop / t / 1e9:.1f} GFLOP/s")
     measured = measured_cliffs(samples)
     predicted = predicted_cliffs(samples, levels or [], batch)
-    return {"probe": "locality", "device": cpu_model_name(), "dtype": "fp32", "batch": batch, "repeats": repeats,
+    return {"probe": "locality", "device": cpu_model_name(), "backend": backend, "threads": 1, "dtype": "fp32",
+            "batch": batch, "repeats": repeats,
             "quick": quick, "provenance": host_provenance(), "samples": samples,
             "measured_cliffs": measured, "predicted_cliffs": predicted,
             "comparison": compare_cliffs(measured, predicted)}
