@@ -65,7 +65,7 @@ def _critical_step(rank: RankTrace, window: windows.Window, steps: list[windows.
                 return w
         raise KeyError(step)
     complete = steps[:-1] if len(steps) >= 2 else steps
-    complete = [w for w in complete if w.mask.any()]
+    complete = [w for w in complete if w.index.size]
     if not complete:
         return window
     return max(complete, key=lambda w: w.end_s - w.start_s)

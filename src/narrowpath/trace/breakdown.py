@@ -50,24 +50,25 @@ class Breakdown:
                 "idle": 100.0 * self.idle_s / span}
 
 
-def _merged(rank: RankTrace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return intervals.merge(rank.act_start_s[mask], rank.act_end_s[mask])
-
-
 def temporal_breakdown(rank: RankTrace, window: Window) -> Breakdown:
     """Breakdown of the activities selected by `window` (see module docstring for the definitions)."""
-    sel = window.mask
-    if not sel.any():
+    sel = window.index
+    if sel.size == 0:
         return Breakdown(span_s=0.0, compute_s=0.0, exposed_comm_s=0.0, memcpy_s=0.0, other_s=0.0, idle_s=0.0,
                          comm_s=0.0, overlap_s=0.0)
-    cls = rank.act_class
-    all_s, all_e = _merged(rank, sel)
+    cls, start, end = rank.act_class[sel], rank.act_start_s[sel], rank.act_end_s[sel]
+    ones = np.ones(sel.size, dtype=bool)
+
+    def _merged(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return intervals.merge(start[mask], end[mask])
+
+    all_s, all_e = _merged(ones)
     span = float(all_e[-1] - all_s[0])
     busy = intervals.length(all_s, all_e)
-    comp_s, comp_e = _merged(rank, sel & (cls == schema.CLASS_COMPUTE))
-    comm_s, comm_e = _merged(rank, sel & (cls == schema.CLASS_COMM))
-    cc_s, cc_e = _merged(rank, sel & ((cls == schema.CLASS_COMPUTE) | (cls == schema.CLASS_COMM)))
-    ccm_s, ccm_e = _merged(rank, sel & (cls != schema.CLASS_OTHER))
+    comp_s, comp_e = _merged(cls == schema.CLASS_COMPUTE)
+    comm_s, comm_e = _merged(cls == schema.CLASS_COMM)
+    cc_s, cc_e = _merged((cls == schema.CLASS_COMPUTE) | (cls == schema.CLASS_COMM))
+    ccm_s, ccm_e = _merged(cls != schema.CLASS_OTHER)
     compute = intervals.length(comp_s, comp_e)
     comm = intervals.length(comm_s, comm_e)
     overlap = intervals.intersection(comm_s, comm_e, comp_s, comp_e)

@@ -62,7 +62,7 @@ class CollectiveGroup:
 
 
 def collective_samples(rank: RankTrace, window: Window) -> tuple[CollectiveSample, ...]:
-    idx = np.flatnonzero(window.mask & (rank.act_class == schema.CLASS_COMM))
+    idx = window.index[rank.act_class[window.index] == schema.CLASS_COMM]
     out = []
     for i in idx:
         kind = schema.COLLECTIVE_KINDS[rank.act_coll[i]] if rank.act_coll[i] >= 0 else "unknown"

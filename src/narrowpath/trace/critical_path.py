@@ -45,7 +45,7 @@ class CriticalPath:
 
 
 def critical_path(rank: RankTrace, window: Window, sync_tolerance_s: float = SYNC_TOLERANCE_S) -> CriticalPath:
-    acts = np.flatnonzero(window.mask)
+    acts = window.index
     cats = dict.fromkeys(PATH_CATEGORIES, 0.0)
     if acts.size == 0:
         return CriticalPath(step=window.step, span_s=0.0, by_category_s=cats, num_nodes=0, top_kernels=())

@@ -41,7 +41,7 @@ class IdleCauses:
 
 def idle_causes(rank: RankTrace, window: Window, consecutive_kernel_delay_s: float = CONSECUTIVE_KERNEL_DELAY_S,
                 sync_tolerance_s: float = SYNC_TOLERANCE_S) -> IdleCauses:
-    sel = np.flatnonzero(window.mask)
+    sel = window.index
     totals = dict.fromkeys(IDLE_CAUSES, 0.0)
     if sel.size < 2:
         return IdleCauses(by_cause_s=totals, num_gaps=0)

@@ -39,8 +39,8 @@ def category_codes(rank: RankTrace) -> tuple[tuple[str, ...], np.ndarray]:
 
 def kernel_breakdown(rank: RankTrace, window: Window) -> tuple[KernelCategory, ...]:
     """Categories by descending summed time."""
-    sel = window.mask
-    if not sel.any():
+    sel = window.index
+    if sel.size == 0:
         return ()
     cats, codes = category_codes(rank)
     names, durs = rank.act_name[sel], rank.act_dur_s[sel]

@@ -40,10 +40,10 @@ def straggler_report(ranks: tuple[RankTrace, ...], windows: tuple[Window, ...]) 
     """None with fewer than two ranks or no communication."""
     if len(ranks) < 2:
         return None
-    comm = [w.mask & (r.act_class == schema.CLASS_COMM) for r, w in zip(ranks, windows)]
-    codes = sorted({int(c) for r, m in zip(ranks, comm) for c in np.unique(r.act_coll[m])})
-    arrivals = {schema.COLLECTIVE_KINDS[c]: [r.origin_ns * 1e-9 + r.act_start_s[m & (r.act_coll == c)]
-                                             for r, m in zip(ranks, comm)] for c in codes}
+    comm = [w.index[r.act_class[w.index] == schema.CLASS_COMM] for r, w in zip(ranks, windows)]
+    codes = sorted({int(c) for r, i in zip(ranks, comm) for c in np.unique(r.act_coll[i])})
+    arrivals = {schema.COLLECTIVE_KINDS[c]: [r.origin_ns * 1e-9 + r.act_start_s[i[r.act_coll[i] == c]]
+                                             for r, i in zip(ranks, comm)] for c in codes}
     rank_ids = tuple(r.rank for r in ranks)
     late_sum = np.zeros(len(ranks))
     late_max = np.zeros(len(ranks))

@@ -20,8 +20,8 @@ class Window:
     """A selection of a rank's activities. `step` is the ProfilerStep number, or None for the whole trace."""
 
     step: int | None
-    mask: np.ndarray
-    """Boolean mask over the rank's activities."""
+    index: np.ndarray
+    """Indices of the selected activities, ascending (so in start order)."""
     start_s: float
     """CPU start of the step (whole trace: first selected activity start)."""
     end_s: float
@@ -30,28 +30,28 @@ class Window:
 
 def whole_trace(rank: RankTrace) -> Window:
     """HTA's analysis window (see module docstring)."""
-    if rank.step_start_s.size >= 2 and not rank.host_mode:
+    if rank.step_start_s.size >= 2:
         last_start = rank.step_start_s.max()
         mask = np.isfinite(rank.act_launch_s) & (rank.act_launch_s < last_start)
-    elif rank.step_start_s.size >= 2:
-        mask = rank.act_start_s < rank.step_start_s.max()
-    else:
-        mask = np.ones(rank.num_activities, dtype=bool)
-    return _window(rank, None, mask)
+        return _window(rank, None, np.flatnonzero(mask))
+    return _window(rank, None, np.arange(rank.num_activities))
 
 
 def steps(rank: RankTrace) -> list[Window]:
     """One window per ProfilerStep marker, in order (empty list when the trace has none)."""
     out = []
-    when = rank.act_launch_s
-    for number, start, dur in zip(rank.step_number, rank.step_start_s, rank.step_dur_s):
-        mask = (when >= start) & (when < start + dur)
-        out.append(Window(step=int(number), mask=mask, start_s=float(start), end_s=float(start + dur)))
+    order = np.argsort(rank.act_launch_s, kind="stable")  # NaN (no launch) sorts last, never selected
+    when = rank.act_launch_s[order]
+    lo = np.searchsorted(when, rank.step_start_s, side="left")
+    hi = np.searchsorted(when, rank.step_start_s + rank.step_dur_s, side="left")
+    for number, start, dur, a, b in zip(rank.step_number, rank.step_start_s, rank.step_dur_s, lo, hi):
+        out.append(Window(step=int(number), index=np.sort(order[a:b]), start_s=float(start),
+                          end_s=float(start + dur)))
     return out
 
 
-def _window(rank: RankTrace, step: int | None, mask: np.ndarray) -> Window:
-    if not mask.any():
-        return Window(step=step, mask=mask, start_s=0.0, end_s=0.0)
-    return Window(step=step, mask=mask, start_s=float(rank.act_start_s[mask].min()),
-                  end_s=float(rank.act_end_s[mask].max()))
+def _window(rank: RankTrace, step: int | None, index: np.ndarray) -> Window:
+    if index.size == 0:
+        return Window(step=step, index=index, start_s=0.0, end_s=0.0)
+    return Window(step=step, index=index, start_s=float(rank.act_start_s[index].min()),
+                  end_s=float(rank.act_end_s[index].max()))
