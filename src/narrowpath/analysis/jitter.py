@@ -2,8 +2,9 @@
 
 Model: each rank's compute time between two sync points is T + σ·Z with Z ~ N(0, 1) i.i.d. (σ = cv·T); the
 group waits for the slowest, i.e. σ·E[max of N standard normals] beyond the mean.
-Closed form: Blom's plotting position, E[Z_(N)] ≈ Φ⁻¹((N − 0.375)/(N + 0.25)) (Blom, 'Statistical estimates
-and transformed beta-variables', 1958), accurate to ~1 % for N ≥ 2; for large N it tends to the Gumbel
+Closed form: exact values for N ≤ 5 (N = 2: 1/√π; N = 3: 3/(2√π); Harter, 'Expected values of normal order
+statistics', Biometrika 1961), else Blom's plotting position, E[Z_(N)] ≈ Φ⁻¹((N − 0.375)/(N + 0.25)) (Blom,
+'Statistical estimates and transformed beta-variables', 1958), within ~1 % for N > 5; for large N it tends to the Gumbel
 extreme-value law, E ≈ b_N + γ·a_N with a_N = 1/√(2 ln N), b_N = √(2 ln N) − (ln ln N + ln 4π)/(2√(2 ln N))
 (Gumbel, 'Statistics of Extremes', 1958; Cramér 1946 §28.6).
 Sampled: seeded Monte Carlo with a numpy Generator.
@@ -16,12 +17,16 @@ from statistics import NormalDist
 import numpy as np
 
 EULER_GAMMA = 0.5772156649015329
+EXACT_MAX = {2: 0.5641895835, 3: 0.8462843753, 4: 1.0293753730, 5: 1.1629644736}
+"""E[max of N standard normals], Harter 1961 table."""
 
 
 def expected_max_normal_blom(n: int) -> float:
-    """E[max of n i.i.d. N(0,1)], Blom 1958 (0 for n ≤ 1)."""
+    """E[max of n i.i.d. N(0,1)]: exact for n ≤ 5, Blom 1958 above (0 for n ≤ 1)."""
     if n <= 1:
         return 0.0
+    if n in EXACT_MAX:
+        return EXACT_MAX[n]
     return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
