@@ -1,0 +1,39 @@
+"""The compute probe runs for real at small sizes and reports rates with provenance."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from narrowpath.measure.compute_probe import probe_compute
+
+
+@pytest.fixture(scope="module")
+def compute_result():
+    return probe_compute(quick=True, sizes=(64, 128, 256), repeats=2, progress=False, cuda=False)
+
+
+def test_samples_positive_finite(compute_result):
+    for s in compute_result["samples"]:
+        assert s["flop"] == 2.0 * s["n"] ** 3
+        assert math.isfinite(s["flops_per_s"]) and s["flops_per_s"] > 0
+        assert s["time_s"] > 0 and s["repeats"] == 2 and s["device"] and s["dtype"]
+
+
+def test_best_by_dtype_is_the_max(compute_result):
+    best = compute_result["best_flops_per_s"]
+    assert "fp32" in best and "fp64" in best
+    for dt, v in best.items():
+        assert v == max(s["flops_per_s"] for s in compute_result["samples"] if s["dtype"] == dt)
+
+
+def test_peaks_given_override_the_estimate():
+    r = probe_compute(quick=True, sizes=(64,), repeats=1, progress=False, cuda=False, peaks={"fp32": 1e15})
+    assert r["peaks"]["fp32"]["peak_flops_per_s"] == 1e15
+    s = next(s for s in r["samples"] if s["dtype"] == "fp32")
+    assert s["efficiency"] == pytest.approx(s["flops_per_s"] / 1e15)
+
+
+def test_torch_cpu_runs_when_installed(compute_result):
+    pytest.importorskip("torch")
+    assert any(s["backend"] == "torch-cpu" for s in compute_result["samples"])

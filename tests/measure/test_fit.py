@@ -1,0 +1,67 @@
+"""Fits recover known parameters from synthetic measurements (seeded noise)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from narrowpath.measure.busbw import bus_factor, ring_steps
+from narrowpath.measure.fit import fit_alpha_beta, fit_line_rel, fit_matrix_ramp
+
+
+@dataclass(frozen=True)
+class TC:
+    op: str
+    num_ranks: int
+    alpha_s: float
+    busbw_bytes_per_s: float
+
+
+CASES = [TC("all_reduce", 8, 5e-6, 230e9), TC("all_gather", 4, 2e-5, 10e9), TC("reduce_scatter", 2, 1e-4, 1e9),
+         TC("all_to_all", 16, 8e-6, 40e9), TC("send_recv", 2, 3e-5, 5e9)]
+
+
+@pytest.mark.parametrize("tc", CASES, ids=lambda tc: f"{tc.op}-{tc.num_ranks}")
+def test_alpha_beta_recovered(tc):
+    """t = steps·α + S·factor/busbw with 2 % noise: α and busbw come back within 10 %."""
+    rng = np.random.default_rng(7)
+    sizes = [1024 * 2 ** k for k in range(0, 20)]
+    t = [ring_steps(tc.op, tc.num_ranks) * tc.alpha_s + s * bus_factor(tc.op, tc.num_ranks) / tc.busbw_bytes_per_s
+         for s in sizes]
+    t = [v * (1 + 0.02 * rng.standard_normal()) for v in t]
+    ab = fit_alpha_beta(tc.op, tc.num_ranks, sizes, t)
+    assert ab.alpha_s == pytest.approx(tc.alpha_s, rel=0.1)
+    assert ab.busbw_bytes_per_s == pytest.approx(tc.busbw_bytes_per_s, rel=0.1)
+    assert ab.fit.rms_rel_residual < 0.04
+    held = [s * 1.5 for s in sizes]
+    for s in held:
+        truth = ring_steps(tc.op, tc.num_ranks) * tc.alpha_s + s * bus_factor(tc.op, tc.num_ranks) / tc.busbw_bytes_per_s
+        assert ab.predict_s(s) == pytest.approx(truth, rel=0.05)
+
+
+def test_exact_data_is_fitted_exactly():
+    sizes = [1e3, 1e5, 1e7]
+    ab = fit_alpha_beta("all_reduce", 2, sizes, [10e-6 * 2 + s / 1e9 for s in sizes])
+    assert ab.alpha_s == pytest.approx(10e-6) and ab.busbw_bytes_per_s == pytest.approx(1e9)
+    assert ab.fit.rms_rel_residual == pytest.approx(0, abs=1e-9)
+
+
+def test_negative_intercept_is_clamped_to_zero():
+    """Pure-bandwidth data with noise never yields a negative latency."""
+    fit = fit_line_rel([1, 2, 4, 8], [0.9, 2.1, 4.0, 8.0])
+    assert fit.intercept_s >= 0 and fit.slope_s_per_unit > 0
+
+
+def test_matrix_ramp_recovered():
+    """attained = R∞·F/(F+F½): R∞ and F½ come back from a sweep of sizes."""
+    flop = [2.0 * n ** 3 for n in (64, 128, 256, 512, 1024, 2048, 4096)]
+    rate = [300e9 * f / (f + 4e8) for f in flop]
+    ramp = fit_matrix_ramp(flop, rate)
+    assert ramp.rate_flop_per_s == pytest.approx(300e9, rel=1e-6)
+    assert ramp.half_flop == pytest.approx(4e8, rel=1e-6)
+
+
+def test_one_point_ramp_is_its_rate():
+    ramp = fit_matrix_ramp([1.1e12], [730e12])
+    assert ramp.rate_flop_per_s == pytest.approx(730e12)

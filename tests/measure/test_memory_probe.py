@@ -1,0 +1,44 @@
+"""The memory probe runs for real and gives positive, finite, consistent numbers and ordered levels."""
+from __future__ import annotations
+
+import math
+
+from narrowpath.measure.machine import os_caches
+
+
+def test_samples_positive_finite_with_provenance(memory_result):
+    r = memory_result
+    assert r["device"] and r["dtype"] == "float64" and r["repeats"] >= 1
+    assert set(r["provenance"]) >= {"cpu", "num_cpus", "numpy"}
+    assert {s["kernel"] for s in r["samples"]} == {"read", "write", "copy", "add"}
+    for s in r["samples"]:
+        assert math.isfinite(s["bandwidth_bytes_per_s"]) and s["bandwidth_bytes_per_s"] > 0
+        assert s["working_set_bytes"] > 0 and s["repeats"] >= 1
+
+
+def test_cache_resident_copy_beats_dram_sized_copy(memory_result):
+    """Copy bandwidth at 64 KiB (in cache) is above the one at the largest working set (256 MiB)."""
+    copy = sorted((s["working_set_bytes"], s["bandwidth_bytes_per_s"]) for s in memory_result["samples"]
+                  if s["kernel"] == "copy")
+    assert copy[-1][0] >= 128 * 2**20
+    assert copy[0][1] > 1.3 * copy[-1][1]
+
+
+def test_levels_nearest_to_farthest(memory_result):
+    """At least two levels; capacities grow outward, the farthest is DRAM and the nearest is the fastest."""
+    levels = memory_result["levels"]
+    assert len(levels) >= 2
+    assert [set(lv) >= {"name", "capacity_bytes", "bandwidth_bytes_per_s"} for lv in levels] == [True] * len(levels)
+    caps = [lv["capacity_bytes"] for lv in levels]
+    assert caps == sorted(caps)
+    assert levels[-1]["name"] == "DRAM"
+    assert levels[0]["bandwidth_bytes_per_s"] > levels[-1]["bandwidth_bytes_per_s"]
+
+
+def test_os_caches_compared(memory_result):
+    """Each detected cache boundary is set beside an OS-reported cache size (when the OS reports any)."""
+    if not os_caches():
+        return
+    assert memory_result["os_caches"]
+    for c in memory_result["comparison"]:
+        assert c["ratio"] > 0 and c["os_capacity_bytes"] > 0

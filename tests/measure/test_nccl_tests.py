@@ -1,0 +1,64 @@
+"""nccl-tests logs parse into SI rows, in the exact column layout nccl-tests prints."""
+from __future__ import annotations
+
+import pytest
+
+from narrowpath.errors import NarrowpathError
+from narrowpath.measure.nccl_tests import parse_nccl_tests_log, parse_nccl_tests_log_full
+from narrowpath.report.measure_tables import format_nccl_table
+
+
+def test_rows_are_si_with_out_of_place_and_in_place(nccl_log_text):
+    """Times µs → s, bandwidths GB/s → bytes/s; both column groups are kept."""
+    rows = parse_nccl_tests_log(nccl_log_text)
+    assert [r.size_bytes for r in rows] == [8, 1024, 1048576, 16777216, 134217728]
+    big = rows[-1]
+    assert big.count == 33554432 and big.dtype == "float" and big.redop == "sum" and big.root == -1
+    assert big.time_s == pytest.approx(1006.4e-6)
+    assert big.algbw_bytes_per_s == pytest.approx(133.36e9)
+    assert big.busbw_bytes_per_s == pytest.approx(233.39e9)
+    assert big.num_wrong == 0
+    assert big.in_place_time_s == pytest.approx(1002.8e-6)
+    assert big.in_place_busbw_bytes_per_s == pytest.approx(234.22e9)
+
+
+def test_header_and_footer(nccl_log_text):
+    """The test name, the rank/device lines and the `# Avg bus bandwidth` footer are read."""
+    log = parse_nccl_tests_log_full(nccl_log_text)
+    assert log.op == "all_reduce"
+    assert log.num_ranks == 8
+    assert log.devices[0] == "NVIDIA A100-SXM4-80GB"
+    assert log.avg_busbw_bytes_per_s == pytest.approx(88.4741e9)
+
+
+def test_busbw_is_algbw_times_the_all_reduce_factor(nccl_log_text):
+    """Consistency with PERFORMANCE.md: busbw = algbw · 2(n−1)/n on 8 ranks (to the log's 2 decimals)."""
+    for r in parse_nccl_tests_log(nccl_log_text)[2:]:
+        assert r.busbw_bytes_per_s == pytest.approx(r.algbw_bytes_per_s * 2 * 7 / 8, rel=2e-3)
+
+
+def test_old_layout_without_root_and_unchecked(nccl_log_old_text):
+    """Releases without the root column, and `N/A` in #wrong when checking is off."""
+    log = parse_nccl_tests_log_full(nccl_log_old_text)
+    assert len(log.rows) == 3 and log.op is None and log.num_ranks is None
+    assert log.rows[0].num_wrong is None and log.rows[0].root == -1
+    assert log.rows[2].time_s == pytest.approx(22e-6)
+
+
+def test_probe_table_reads_back():
+    """The probe's nccl-tests-format table parses back to the same numbers."""
+    rows = [{"size_bytes": 4096 * 4 ** i, "count": 1024 * 4 ** i, "dtype": "float", "redop": "sum", "root": -1,
+             "time_s": t, "algbw_bytes_per_s": 4096 * 4 ** i / t, "busbw_bytes_per_s": 4096 * 4 ** i / t}
+            for i, t in enumerate((5.25e-5, 3.5e-4, 0.0125))]
+    log = parse_nccl_tests_log_full(format_nccl_table(rows, op="all_reduce"))
+    assert log.op == "all_reduce"
+    assert [r.size_bytes for r in log.rows] == [r["size_bytes"] for r in rows]
+    for got, want in zip(log.rows, rows):
+        assert got.time_s == pytest.approx(want["time_s"], rel=2e-3)
+
+
+def test_garbage_is_one_clear_error():
+    with pytest.raises(NarrowpathError, match="no data rows"):
+        parse_nccl_tests_log("hello\n# nothing here\n")
+    with pytest.raises(NarrowpathError, match="line 1"):
+        parse_nccl_tests_log("1024 256 float sum -1 abc 0.1 0.1 0\n")
