@@ -38,6 +38,12 @@ def test_plots_written_and_non_empty(default_analysis, tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+def test_recurrent_model_adds_the_persistence_plot(lstm_analysis, tmp_path):
+    paths = write_plots(lstm_analysis, str(tmp_path))
+    assert {p.stem for p in paths} == set(PLOTS) | {"persistence"}
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
 def test_timeline_is_valid_chrome_trace(default_analysis, tmp_path):
     path = write_timeline(default_analysis, str(tmp_path / "step.json"))
     doc = json.loads(path.read_text())

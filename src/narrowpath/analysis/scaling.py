@@ -1,7 +1,7 @@
 """Account 5 — scaling: step time, efficiency, energy and interruptions as the device count grows.
 
 Strong scaling keeps the global batch fixed (the data-parallel degree grows, each replica gets fewer
-micro-batches); weak scaling keeps the batch per replica fixed (the global batch grows with dp).
+micro-batches; when a replica would get less than one micro-batch, the micro-batch shrinks to fit); weak scaling keeps the batch per replica fixed (the global batch grows with dp).
 Efficiency: strong = (T₀·N₀)/(T·N) — the same work on more devices; weak = (T₀/T) — the same work per device.
 Interruptions per day = N × per-device failure rate × 24 h (analysis.failures).
 The seed example of the issue is `communication_share`: 100 ms compute + 5 ms communication is 5 ms / 105 ms
@@ -9,6 +9,7 @@ The seed example of the issue is `communication_share`: 100 ms compute + 5 ms co
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from narrowpath.analysis.context import build_context
@@ -36,6 +37,7 @@ class ScalingPoint:
     num_gpus: int
     dp: int
     gbs: int
+    mbs: int
     step_s: float
     efficiency: float
     communication_share: float
@@ -54,7 +56,7 @@ def _point(mode: str, pred: StepPrediction, base: StepPrediction, rate_per_gpu_h
     comm = sum(v for k, v in pred.breakdown_s.items() if k.startswith("exposed_"))
     ctx = build_context(pred)
     energy = build_energy(ctx, build_ledger(ctx))
-    return ScalingPoint(mode, n, scn.plan.dp, scn.plan.gbs, t, eff, comm / t, energy.total_j, pred.tokens_per_s,
+    return ScalingPoint(mode, n, scn.plan.dp, scn.plan.gbs, scn.plan.mbs, t, eff, comm / t, energy.total_j, pred.tokens_per_s,
                         n * rate_per_gpu_hour * 24.0, pred.memory.fits)
 
 
@@ -69,10 +71,15 @@ def scaling_sweep(base: StepPrediction, factors: tuple[float, ...], rate_per_gpu
                 continue
             dp = int(dp)
             gbs = p.gbs if mode == "strong" else p.gbs * dp // p.dp
-            if gbs % (dp * p.mbs) or (p.gbs * dp) % p.dp:
+            mbs = p.mbs
+            if mode == "strong" and gbs % (dp * mbs) == 0 and gbs % dp == 0:
+                pass
+            elif mode == "strong" and gbs % dp == 0:
+                mbs = math.gcd(mbs, gbs // dp)  # fewer sequences per replica: shrink the micro-batch to fit
+            if gbs % (dp * mbs) or (p.gbs * dp) % p.dp:
                 continue
             try:
-                pred = base if (dp == p.dp) else predict(with_plan(scn, dp=dp, gbs=gbs), base.calibration)
+                pred = base if (dp == p.dp) else predict(with_plan(scn, dp=dp, gbs=gbs, mbs=mbs), base.calibration)
             except NarrowpathError:
                 continue
             out.append(_point(mode, pred, base, rate_per_gpu_hour))

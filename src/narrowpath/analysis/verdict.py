@@ -42,9 +42,12 @@ def components(ctx: Context) -> dict[str, float]:
 def _label(ctx: Context, key: str) -> str:
     if key.startswith("exposed_"):
         ax = key.split("_")[1]
-        tiers = {t.tier for t in ctx.pred.transfers if t.axis.startswith(ax) and t.exposed_s > 0}
-        far = "scale_out" if "scale_out" in tiers else (sorted(tiers)[0] if tiers else "the network")
-        return f"exposed {AXIS_LABEL.get(ax, ax)} communication over {far}"
+        span = ctx.spans.get(ax)
+        if span is not None and ax != "pp":
+            tiers = list(span.tiers)
+        else:
+            tiers = sorted({t.tier for t in ctx.pred.transfers if t.axis.startswith(ax) and t.exposed_s > 0})
+        return f"exposed {AXIS_LABEL.get(ax, ax)} communication over {' + '.join(tiers) or 'the network'}"
     return {"hbm_bound_compute": "memory-bound kernels at the HBM roof", "bubble": "the pipeline bubble",
             "optimizer": "the optimizer update", "matrix_compute": "matrix arithmetic"}.get(key, key)
 
@@ -106,7 +109,13 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
     else:
         sentence = (f"The narrowest path is {_label(ctx, key)}: {others[key]:.3g} s of {step:.3g} s "
                     f"({others[key] / step:.0%} of the step).")
-    wis = [evaluate(pred, c, d, f) for c, d, f in candidates(ctx)] if run_what_ifs else []
+    wis: list[WhatIf] = []
+    for c, d, f in candidates(ctx) if run_what_ifs else []:
+        w = evaluate(pred, c, d, f)
+        same = [o for o in wis if o.scenario is not None and w.scenario is not None
+                and (o.scenario.plan, o.scenario.system) == (w.scenario.plan, w.scenario.system)]
+        if not same:  # two descriptions of one changed plan are evaluated and listed once
+            wis.append(w)
     ranked = sorted([w for w in wis if not w.skipped], key=lambda w: -w.gain_s)
     ranked += [w for w in wis if w.skipped]
     final = "matrix_compute" if comps["matrix_compute"] >= others.get(key, 0.0) else key

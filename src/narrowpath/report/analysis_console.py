@@ -55,9 +55,9 @@ def format_accounts(a: Analysis) -> list[str]:
                    [[x.tier, x.bytes_per_step / 1e9, _pct(x.utilisation), _pct(x.busy_fraction)] for x in t.tiers]))
     L += [f"  FLAG: {f}" for f in t.flags] or ["  no high-frequency traffic on a far tier"]
     L += ["", "  5. SCALING (strong: fixed global batch; weak: fixed batch per replica)"]
-    L.append(table(["mode", "GPUs", "dp", "gbs", "step (s)", "efficiency (%)", "comm (% step)", "energy/step (kJ)",
+    L.append(table(["mode", "GPUs", "dp", "gbs", "mbs", "step (s)", "efficiency (%)", "comm (% step)", "energy/step (kJ)",
                     "tokens/s", "interruptions/day", "fits"],
-                   [[s.mode, s.num_gpus, s.dp, s.gbs, s.step_s, _pct(s.efficiency), _pct(s.communication_share),
+                   [[s.mode, s.num_gpus, s.dp, s.gbs, s.mbs, s.step_s, _pct(s.efficiency), _pct(s.communication_share),
                      s.energy_per_step_j / 1e3, f"{s.tokens_per_s:,.0f}", f"{s.interruptions_per_day:.3f}",
                      "yes" if s.fits else "NO"] for s in a.scaling]))
     return L

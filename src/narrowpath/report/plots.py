@@ -171,6 +171,29 @@ def plot_ledger(a: Analysis, path: Path) -> Path:
     return path
 
 
+def plot_persistence(a: Analysis, path: Path) -> Path:
+    """Recurrent models only: useful TFLOP/s vs hidden size with and without persistent weights (the cliff)."""
+    plt = _plt()
+    c = a.distance.persistence
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    hs = [q.hidden for q in c.points]
+    n = a.prediction.scenario.num_gpus
+    ax.plot(hs, [q.useful_flop_per_s_per_gpu / 1e12 for q in c.points], "o-", label="with persistence where it fits")
+    ax.plot(hs, [q.useful_flop_per_s_per_gpu * q.step_s / q.core_step_s / 1e12 for q in c.points], "s--", alpha=0.6,
+            label="weights re-read from HBM every time step (core model)")
+    ax.axvline(c.hidden_limit + 0.5, color="red", ls=":", label=f"SRAM limit: hidden {c.hidden_limit}")
+    ax.set_xlabel("hidden size")
+    ax.set_ylabel("useful TFLOP/s per GPU")
+    ax.set_title(f"Persistent-RNN cliff — {a.prediction.scenario.name} ({n} GPUs): x{c.cliff_ratio:.2f} at the limit",
+                 fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 PLOTS = {"roofline": plot_roofline, "breakdown": plot_breakdown, "scaling": plot_scaling, "memory": plot_memory,
          "ledger": plot_ledger}
 
@@ -178,4 +201,7 @@ PLOTS = {"roofline": plot_roofline, "breakdown": plot_breakdown, "scaling": plot
 def write_plots(a: Analysis, directory: str) -> list[Path]:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    return [fn(a, out / f"{name}.png") for name, fn in PLOTS.items()]
+    paths = [fn(a, out / f"{name}.png") for name, fn in PLOTS.items()]
+    if a.distance.persistence is not None:
+        paths.append(plot_persistence(a, out / "persistence.png"))
+    return paths
