@@ -22,6 +22,8 @@ def register(sub) -> None:
                    help="peak matrix rate, e.g. fp32=3.3e11 (overrides --device and the CPU estimate)")
     p.add_argument("--line-rate", action="append", default=[], metavar="TIER=BYTES_PER_S",
                    help="tier line rate per GPU, e.g. scale_up=300e9 (overrides --system)")
+    p.add_argument("--base", metavar="ID|FILE", help="profile supplying every figure not measured "
+                                                    "(e.g. the device's shipped profile)")
     p.add_argument("--name", help="profile id (default: the device)")
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="profile YAML to write")
     p.add_argument("--json", action="store_true", help="print the fits as JSON")
@@ -88,8 +90,13 @@ def run(args) -> int:
     compute = found["compute"][-1] if found["compute"] else None
     memory = found["memory"][-1] if found["memory"] else None
     device = args.device or (compute or memory or {}).get("device") or "measured"
+    base = None
+    if args.base:
+        from narrowpath.catalog.resolve import calibration_from
+        base = calibration_from(args.base)
     rep = build_profile(name=args.name or device, device=device, compute=compute, memory=memory,
-                        tier_points=points, peaks=peaks, peak_mem_bw_bytes_per_s=peak_mem, line_rates=lines)
+                        tier_points=points, peaks=peaks, peak_mem_bw_bytes_per_s=peak_mem, line_rates=lines,
+                        base=base)
     Path(args.output).write_text(yaml.safe_dump(profile_document(rep.profile), sort_keys=False, width=120))
     if args.json:
         print(json.dumps({"output": args.output, "fits": rep.lines, "profile": rep.profile}, indent=1))

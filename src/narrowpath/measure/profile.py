@@ -162,18 +162,50 @@ def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: 
                                                     for s, t in sorted(zip(tp.size_bytes, tp.time_s))]}
         prof["sources"][key] = note + f" / line rate {line / 1e9:.2f} GB/s"
     if tiers:
-        prof["tiers"] = tiers
+        prof["tiers"] = {**prof.get("tiers", {}), **tiers}
+
+
+def calibration_to_dict(cal) -> dict[str, Any]:
+    """A Calibration as the YAML mapping the loader reads (the inverse of `calibration_from_dict`)."""
+    import dataclasses
+    out: dict[str, Any] = {"id": cal.name}
+    for f in dataclasses.fields(cal):
+        v = getattr(cal, f.name)
+        if f.name == "name":
+            continue
+        if f.name == "tiers":
+            v = {k: {**dataclasses.asdict(t), "busbw_efficiency_by_size": [list(p) for p in t.busbw_efficiency_by_size]}
+                 for k, t in v.items()}
+        elif f.name == "memory_levels":
+            v = [dataclasses.asdict(lv) for lv in v]
+        elif f.name == "matrix_efficiency_by_size":
+            v = {k: [list(p) for p in pts] for k, pts in v.items()}
+        elif isinstance(v, Mapping):
+            v = dict(v)
+        out[f.name] = v
+    return out
 
 
 def build_profile(*, name: str, device: str, compute: Mapping[str, Any] | None = None,
                   memory: Mapping[str, Any] | None = None, tier_points: Iterable[TierPoints] = (),
                   peaks: Mapping[str, float] | None = None, peak_mem_bw_bytes_per_s: float = 0.0,
-                  line_rates: Mapping[str, float] | None = None) -> FitReport:
-    """Fit everything given into one profile mapping (validated by building the Calibration)."""
+                  line_rates: Mapping[str, float] | None = None, base=None) -> FitReport:
+    """Fit everything given into one profile mapping (validated by building the Calibration).
+
+    `base` (a Calibration, e.g. the device's shipped profile) supplies every figure not measured here;
+    without it, unmeasured figures keep the Calibration defaults.
+    """
     prof: dict[str, Any] = {"id": name, "device": device, "sources": {}, "fit_residuals": {}}
+    if base is not None:
+        prof.update({k: v for k, v in calibration_to_dict(base).items() if k not in ("id", "device")})
+        prof["sources"] = {k: f"(from base profile {base.name}) {v}" for k, v in prof["sources"].items()}
+        prof["fit_residuals"] = dict(prof["fit_residuals"])
     rep = FitReport(prof)
     if compute:
         _matrix(compute, peaks or {}, prof, rep)
+    if "matrix_efficiency" not in prof:
+        prof["matrix_efficiency"] = {}
+        prof["sources"]["matrix_efficiency"] = "not measured: the cost model's default applies"
     if memory:
         _memory(memory, peak_mem_bw_bytes_per_s, prof, rep)
     _tiers(tier_points, line_rates or {}, prof, rep)
