@@ -30,7 +30,11 @@ class AnalysisOptions:
     restart_s: float = 600.0
     """Time to detect a failure, reschedule and reload the last checkpoint, seconds (assumed 10 min)."""
     storage_bw_bytes_per_s: float | None = None
-    """Aggregate checkpoint write bandwidth, bytes/s; None = every GPU's front-end share in parallel."""
+    """Aggregate checkpoint write bandwidth, bytes/s; None = every GPU's front-end share in parallel, capped by
+    `storage_cap_bytes_per_s`."""
+    storage_cap_bytes_per_s: float = 2e12
+    """What the storage system sustains for checkpoint writes: Dubey et al. 2024 §3.3.1 (Llama 3, Tectonic):
+    2 TB/s sustained, 7 TB/s peak."""
     compression_ratio: float = 4.0
     """Gradient compression ratio for the communication budget's what-if (4 = fp32 → 8 bit)."""
     sram_usable_fraction: float = 0.75

@@ -6,7 +6,8 @@
   sync point of a group of n ranks costs σ·E[max of n normals] with σ = cv·segment (analysis.jitter).
 - One node x slow: synchronous training runs at the slowest rank's pace, so compute and the bubble (idle time
   made of other stages' compute) stretch by x: Δ = x·(compute + bubble).
-- Failures: analysis.failures (Young 1974 / Daly 2006); the checkpoint goes over the front-end network.
+- Failures: analysis.failures (Young 1974 / Daly 2006); the checkpoint goes over the front-end network, every GPU
+  writing its shard in parallel, up to what the storage sustains (AnalysisOptions.storage_cap_bytes_per_s).
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opt
     slow_step = pred.step_time_s + opts.slow_node_fraction * (compute + bubble)
     system = scn.system
     fe = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
-    bw = opts.storage_bw_bytes_per_s or fe * scn.num_gpus
+    bw = opts.storage_bw_bytes_per_s or min(fe * scn.num_gpus, opts.storage_cap_bytes_per_s)
     fb = failure_budget(scn.num_gpus, checkpoint_bytes(pred.workload.params_total, scn.plan.precision), bw,
                         opts.failures_per_gpu_hour, opts.restart_s)
     step = pred.step_time_s

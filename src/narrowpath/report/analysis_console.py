@@ -20,6 +20,10 @@ def _h(t: float) -> str:
     return "inf" if math.isinf(t) else f"{t / 3600:.2f}"
 
 
+def _min(t: float) -> str:
+    return "inf" if math.isinf(t) else f"{t / 60:.1f}"
+
+
 def format_accounts(a: Analysis) -> list[str]:
     p = a.prediction
     L = ["", "  1. DATA-MOVEMENT LEDGER (per GPU per step; useful FLOP = model FLOPs / GPUs = "
@@ -100,7 +104,7 @@ def format_budgets(a: Analysis) -> list[str]:
     L.append(f"  pipeline bubble: {s.bubble_s * 1e3:,.1f} ms ({_pct(s.bubble_fraction)} % of the step)")
     L.append(f"  failures: job MTBF {_h(f.mtbf_s)} h ({f.interruptions_per_day:.3f} interruptions/day); checkpoint "
              f"{human_bytes(f.checkpoint_bytes)} written in {f.write_s:.2f} s at {human_bytes(f.write_bw_bytes_per_s)}/s; "
-             f"interval Young {_h(f.young_interval_s)} h, Daly {_h(f.daly_interval_s)} h; "
+             f"interval Young {_min(f.young_interval_s)} min, Daly {_min(f.daly_interval_s)} min; "
              f"waste {_pct(f.waste_fraction)} %")
     L.append(f"  goodput (failures and jitter): {_pct(s.goodput)} %")
     return L
