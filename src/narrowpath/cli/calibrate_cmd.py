@@ -72,7 +72,7 @@ def run(args) -> int:
     if args.device:
         from narrowpath.catalog import store
         dev = store.device(args.device)
-        peaks, peak_mem = dict(dev.peak_matrix_flop_per_s), dev.hbm().bw_bytes_per_s
+        peaks, peak_mem = dict(dev.peak_matrix_flop_per_s), dev.level("hbm").bw_bytes_per_s
     peaks.update(_pairs(args.peak, "--peak"))
     lines = {}
     if args.system:
