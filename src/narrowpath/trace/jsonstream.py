@@ -106,11 +106,12 @@ class _Text:
 
 
 def iter_trace(path: str, header: dict[str, Any], skip_for: Callable[[dict[str, Any]], SkipRule | None],
-               ) -> Iterator[list[dict[str, Any]]]:
+               stats: dict[str, int] | None = None) -> Iterator[list[dict[str, Any]]]:
     """Yield batches of trace events (dicts) of `path`; fill `header` with the other top-level values.
 
     `skip_for(header)` is called once when `traceEvents` starts, with the header values read so far, and
-    returns the SkipRule for undecoded Kineto blocks (None: decode everything). Header values after
+    returns the SkipRule for undecoded Kineto blocks (None: decode everything); `stats["skipped"]` counts
+    the blocks left undecoded. Header values after
     `traceEvents` arrive once the generator is exhausted. A file without `traceEvents`, or whose top level is
     not an object, is an error.
     """
@@ -138,7 +139,7 @@ def iter_trace(path: str, header: dict[str, Any], skip_for: Callable[[dict[str, 
             pos = src.skip_ws(pos + 1)
             if key == "traceEvents":
                 seen_events = True
-                gen = _iter_events(src, pos, skip_for(header))
+                gen = _iter_events(src, pos, skip_for(header), stats if stats is not None else {})
                 while True:
                     try:
                         yield next(gen)
@@ -153,7 +154,7 @@ def iter_trace(path: str, header: dict[str, Any], skip_for: Callable[[dict[str, 
         src.close()
 
 
-def _iter_events(src: _Text, pos: int, rule: SkipRule | None):
+def _iter_events(src: _Text, pos: int, rule: SkipRule | None, stats: dict[str, int]):
     """Generator over batches of the `traceEvents` array starting at `pos`; returns the index after `]`."""
     if pos >= len(src.buf) or src.buf[pos] != "[":
         raise src.fail(pos, "'traceEvents' is not an array")
@@ -175,7 +176,7 @@ def _iter_events(src: _Text, pos: int, rule: SkipRule | None):
             raise src.fail(pos, "invalid JSON: expected ',' or ']' between trace events")
         cut = src.buf.rfind(KINETO_SEPARATOR, pos)
         if c == "{" and cut > pos:
-            batch = _fast_batch(src.buf[pos + 1:cut], rule)
+            batch = _fast_batch(src.buf[pos + 1:cut], rule, stats)
             if batch is not None:
                 yield batch
                 pos, expect_value = cut + 1, False
@@ -202,13 +203,15 @@ def _iter_events(src: _Text, pos: int, rule: SkipRule | None):
         expect_value = src.buf[pos] != "]"
 
 
-def _fast_batch(inner: str, rule: SkipRule | None) -> list[dict[str, Any]] | None:
+def _fast_batch(inner: str, rule: SkipRule | None, stats: dict[str, int]) -> list[dict[str, Any]] | None:
     """Decode the kept Kineto blocks of `inner` (text between the first '{' and the last '}'), or None."""
     pieces = inner.split(KINETO_SEPARATOR)
+    num_blocks = len(pieces)
     if rule is not None:
         (a, b, c, d), unless, limit = rule.skip, rule.unless, MAX_SKIP_PIECE_CHARS
         pieces = [p for p in pieces if not (a in p or b in p or c in p or d in p) or unless in p or len(p) > limit]
     if not pieces:
+        stats["skipped"] = stats.get("skipped", 0) + num_blocks
         return []
     try:
         events = json.loads("[{" + "},{".join(pieces) + "}]")
@@ -216,4 +219,5 @@ def _fast_batch(inner: str, rule: SkipRule | None) -> list[dict[str, Any]] | Non
         return None
     if len(events) != len(pieces):
         return None
+    stats["skipped"] = stats.get("skipped", 0) + num_blocks - len(pieces)
     return events

@@ -195,9 +195,11 @@ def _read(path: str, fallback_rank: int, keep_host: bool) -> RankTrace | None:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the cyclic collector would rescan every batch of fresh dicts; nothing here is cyclic
     try:
-        for batch in iter_trace(path, header, skip_for):
+        stats: dict[str, int] = {}
+        for batch in iter_trace(path, header, skip_for, stats):
             cols.num_events += len(batch)
             reduce_batch(cols, batch, path)
+        cols.num_events += stats.get("skipped", 0)
     finally:
         if gc_was_enabled:
             gc.enable()
