@@ -85,4 +85,6 @@ def test_verdict_components_sum_to_step(any_analysis):
     v = any_analysis.verdict
     assert sum(v.components_s.values()) == pytest.approx(any_analysis.prediction.step_time_s)
     assert 0 < v.share <= 1
-    assert f"{v.share:.0%}" in v.sentence or "compute-bound" in v.sentence
+    assert f"({v.share:.0%} of the step)" in v.sentence
+    assert v.narrowest != "matrix_compute"
+    assert v.components_s[v.narrowest] == max(x for k, x in v.components_s.items() if k != "matrix_compute")

@@ -2,8 +2,8 @@
 
 Narrowest path: the largest component of the step other than matrix arithmetic itself — exposed communication
 per axis (named with the tier it crosses), the pipeline bubble, memory-bound compute (the HBM roof, from the
-roofline bound of each op), or the optimizer. If matrix-bound compute is larger than all of them, the step is
-compute-bound and the sentence says so.
+roofline bound of each op), or the optimizer — that is what a change can widen; the sentence also gives the
+share of matrix arithmetic itself (the useful work, which only a faster chip or fewer FLOPs shrink).
 """
 from __future__ import annotations
 
@@ -100,15 +100,16 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
     pred = ctx.pred
     comps = components(ctx)
     step = pred.step_time_s
-    others = {k: v for k, v in comps.items() if k != "matrix_compute"}
-    key = max(others, key=others.get) if others else "matrix_compute"
-    if comps["matrix_compute"] >= others.get(key, 0.0):
-        sentence = (f"The step is compute-bound: matrix arithmetic takes {comps['matrix_compute']:.3g} s of "
-                    f"{step:.3g} s ({comps['matrix_compute'] / step:.0%}); the narrowest other path is "
-                    f"{_label(ctx, key)} at {others.get(key, 0.0):.3g} s ({others.get(key, 0.0) / step:.0%}).")
-    else:
+    others = {k: v for k, v in comps.items() if k != "matrix_compute" and v > 0}
+    mat = comps["matrix_compute"]
+    if others:
+        key = max(others, key=others.get)
         sentence = (f"The narrowest path is {_label(ctx, key)}: {others[key]:.3g} s of {step:.3g} s "
-                    f"({others[key] / step:.0%} of the step).")
+                    f"({others[key] / step:.0%} of the step); matrix arithmetic itself takes {mat:.3g} s "
+                    f"({mat / step:.0%}).")
+    else:
+        key = "matrix_compute"
+        sentence = f"Nothing but matrix arithmetic on the critical path: {mat:.3g} s of {step:.3g} s."
     wis: list[WhatIf] = []
     for c, d, f in candidates(ctx) if run_what_ifs else []:
         w = evaluate(pred, c, d, f)
@@ -118,5 +119,4 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
             wis.append(w)
     ranked = sorted([w for w in wis if not w.skipped], key=lambda w: -w.gain_s)
     ranked += [w for w in wis if w.skipped]
-    final = "matrix_compute" if comps["matrix_compute"] >= others.get(key, 0.0) else key
-    return Verdict(final, comps[final], comps[final] / step, sentence, comps, tuple(ranked))
+    return Verdict(key, comps[key], comps[key] / step, sentence, comps, tuple(ranked))
