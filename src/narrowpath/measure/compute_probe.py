@@ -8,6 +8,7 @@ median. Efficiency = attained / peak, the peak coming from `--device` (a catalog
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,18 @@ def _timer(backend: str, dtype: str, n: int, seed: int):
     return (lambda: torch.matmul(a, b, out=out)), (torch.cuda.synchronize if dev == "cuda" else None)
 
 
+def _cpu_time_s(fn, sync, repeats: int, target_s: float) -> float:
+    """Median per-call time; each timed sample runs enough back-to-back calls to last about `target_s`."""
+    t_one, _ = time_median_s(fn, repeats=1, warmup=2, sync=sync)
+    calls = max(1, int(target_s / max(t_one, 1e-7)))
+
+    def batch():
+        for _ in range(calls):
+            fn()
+    t, _ = time_median_s(batch, repeats=repeats, warmup=0, sync=sync)
+    return t / calls
+
+
 def _cuda_time_s(fn, repeats: int, iters: int) -> float:
     """Median over `repeats` of (CUDA-event time of `iters` back-to-back GEMMs) / iters."""
     import statistics
@@ -94,7 +107,11 @@ def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dic
     plan = _plan(quick, cuda, sizes)
     prog = Progress("compute", sum(len(s) for _, _, s in plan), progress)
     samples = []
+    last_backend = None
     for backend, dtype, sizes in plan:
+        if last_backend and backend != last_backend:
+            time.sleep(0.3)  # let the previous library's spinning worker threads go idle (2-core machines)
+        last_backend = backend
         if backend == "torch-cuda":
             import torch
             torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
@@ -104,7 +121,7 @@ def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dic
             if backend == "torch-cuda":
                 t = _cuda_time_s(fn, repeats, iters=max(1, int(2e12 // flop)))
             else:
-                t, _ = time_median_s(fn, repeats=repeats, warmup=1, sync=sync)
+                t = _cpu_time_s(fn, sync, repeats, target_s=0.01 if quick else 0.03)
             samples.append({"backend": backend, "device": _device_name(backend), "dtype": dtype, "m": n, "n": n,
                             "k": n, "flop": flop, "time_s": t, "flops_per_s": flop / t, "repeats": repeats})
             prog.step(f"{backend} {dtype} n={n}: {flop / t / 1e9:.1f} GFLOP/s")

@@ -51,7 +51,8 @@ class Progress:
 
 
 def host_provenance() -> dict[str, object]:
-    """Where and with what a probe ran: host, CPU, Python, NumPy (and its BLAS threads env), CPU count."""
+    """Where and with what a probe ran: host, CPU, Python, NumPy (and its BLAS threads env), CPU count, and
+    the 1-minute load average (other work on a shared machine is the usual cause of a noisy sample)."""
     import numpy as np
     from narrowpath.measure.machine import cpu_model_name
     return {
@@ -63,4 +64,5 @@ def host_provenance() -> dict[str, object]:
         "env": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                             "MKL_NUM_THREADS") if k in os.environ},
         "time_unix_s": time.time(),
+        "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
