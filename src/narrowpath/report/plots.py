@@ -160,13 +160,13 @@ def plot_ledger(a: Analysis, path: Path) -> Path:
     ax2.set_ylabel("% of step")
     ax2.set_title("Time that traffic needs at the level's bandwidth")
     ax2.set_ylim(0, max([115.0] + [r.share_of_step * 110 for r in rows] + [v * 1.1 for _, v in mod]))
-    ax2.legend(fontsize=8, loc="center right")
+    ax2.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     for ax in (ax1, ax2):
         ax.tick_params(axis="x", rotation=30)
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"Data-movement ledger — {a.prediction.scenario.name}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
