@@ -37,6 +37,8 @@ CASES = [
     TC("event_not_object.json", b'{"traceEvents": [1, 2]}', "not an object"),
     TC("no_ts.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k"}]}',
        "no numeric 'ts'"),
+    TC("ts_is_a_list.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", '
+       b'"name": "k", "ts": [1], "dur": 1}]}', "no numeric 'ts'"),
     TC("latin1.json", b'{"traceEvents": [{"ph": "M", "name": "\xe9t\xe9"}]}', "not UTF-8"),
 ]
 
@@ -56,6 +58,17 @@ def test_good_control_case_reads(tmp_path):
     path = tmp_path / "good.json"
     path.write_bytes(GOOD)
     assert read_rank(path).num_activities == 1
+
+
+def test_odd_field_types_are_tolerated(tmp_path):
+    """Non-numeric ids and non-object args are read as unknown (-1), not as an error."""
+    path = tmp_path / "odd.json"
+    path.write_bytes(b'{"deviceProperties": [{}], "traceEvents": ['
+                     b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": "7", '
+                     b'"correlation": [1]}}, {"ph": "X", "cat": "kernel", "name": "k2", "ts": 3, "dur": 1, '
+                     b'"args": [1, 2], "tid": 9}]}')
+    r = read_rank(path)
+    assert list(r.act_lane) == [7, 9] and list(r.act_corr) == [-1, -1]
 
 
 def test_truncated_gzip(ddp_path, tmp_path):

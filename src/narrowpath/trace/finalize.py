@@ -115,7 +115,9 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
     device_name = device[0].get("name") if isinstance(device, list) and device and isinstance(device[0], dict) else None
     return RankTrace(
         path=os.fspath(path), rank=rank, rank_source=rank_source, world_size=world_size, device_name=device_name,
-        host_mode=host_mode, names=names, origin_ns=origin, process_groups=_process_groups(header),
+        host_mode=host_mode, names=names, origin_ns=origin,
+        clock_offset_ns=int(header.get("baseTimeNanoseconds") or 0) if isinstance(
+            header.get("baseTimeNanoseconds"), (int, float)) else 0, process_groups=_process_groups(header),
         act_name=name[order], act_start_s=sec(ts[order].astype(np.float64)), act_dur_s=dur[order] * _NS,
         act_lane=lane[order], act_kind=kind[order], act_class=act_class[order], act_corr=corr[order],
         act_launch_s=launch_s[order], act_launch_tid=launch_tid[order], act_coll=coll[order],

@@ -42,6 +42,8 @@ class RankTrace:
     names: tuple[str, ...]
     """Interned event names; the *_name columns index into it."""
     origin_ns: int
+    clock_offset_ns: int
+    """`baseTimeNanoseconds` of the file (0 when absent): origin_ns + clock_offset_ns is Unix time in ns."""
     process_groups: tuple[ProcessGroup, ...]
     # Activities (device work), sorted by start.
     act_name: np.ndarray

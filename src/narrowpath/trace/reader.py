@@ -81,6 +81,9 @@ def _host_message(args: dict[str, Any]) -> tuple[int, int]:
     return total, 0
 
 
+_EMPTY: dict[str, Any] = {}
+
+
 def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> None:
     """Append the events of one batch to `cols` (the only place event dicts are looked at)."""
     act, rt, host, steps = cols.act, cols.rt, cols.host, cols.steps
@@ -104,7 +107,9 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
             name_id = intern(name)
         kind = gpu_cats.get(cat)
         if kind is not None:
-            args = e.get("args") or {}
+            args = e.get("args") or _EMPTY
+            if type(args) is not dict:
+                args = _EMPTY
             lane = args.get("stream", e.get("tid"))
             if type(lane) is not int:
                 lane = _int(lane)
@@ -119,7 +124,9 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
         elif cat in rt_cats:
             if name == POLL_CALL:
                 continue
-            args = e.get("args") or {}
+            args = e.get("args") or _EMPTY
+            if type(args) is not dict:
+                args = _EMPTY
             corr, tid = args.get("correlation", -1), e.get("tid")
             r_name(name_id); r_ts(ts); r_dur(dur)
             r_corr(corr if type(corr) is int else _int(corr)); r_tid(tid if type(tid) is int else _int(tid))
@@ -137,7 +144,9 @@ def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
 
 def _host_event(cols: RankColumns, e: dict[str, Any], name: str, name_id: int, ts: int, dur: int) -> None:
     """A CPU op or annotation: a step marker, collective metadata, or (CPU-only traces) host work."""
-    args = e.get("args") or {}
+    args = e.get("args") or _EMPTY
+    if type(args) is not dict:
+        args = _EMPTY
     if name.startswith("ProfilerStep"):
         m = schema.STEP_RE.match(name)
         steps = cols.steps
@@ -198,7 +207,10 @@ def _read(path: str, fallback_rank: int, keep_host: bool) -> RankTrace | None:
         stats: dict[str, int] = {}
         for batch in iter_trace(path, header, skip_for, stats):
             cols.num_events += len(batch)
-            reduce_batch(cols, batch, path)
+            try:
+                reduce_batch(cols, batch, path)
+            except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # odd field types
+                raise TraceFormatError(f"{path}: unexpected content in a trace event ({exc})") from None
         cols.num_events += stats.get("skipped", 0)
     finally:
         if gc_was_enabled:

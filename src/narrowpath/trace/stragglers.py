@@ -2,7 +2,8 @@
 
 Collectives are matched across ranks by order: the i-th collective of a kind on one rank meets the i-th of
 that kind on every other rank (NCCL issues the collectives of a group in the same order on all members).
-Arrival = start of the communication activity on the trace clock (`origin_ns` + start), which assumes the
+Arrival = start of the communication activity on the trace clock (`baseTimeNanoseconds` + `origin_ns` +
+start), which assumes the
 ranks' clocks agree (one host, or hosts synchronised by NTP/PTP, typically to well under a millisecond).
 A rank's skew is its mean lateness behind the earliest arrival. Kinds whose counts differ between ranks are
 matched up to the shortest count (sampled traces), and that is reported.
@@ -36,13 +37,18 @@ class StragglerReport:
     """Largest spreads: (kind, ordinal, last rank, spread seconds), at most 10."""
 
 
+def _t0(rank: RankTrace, ref: RankTrace) -> float:
+    """Seconds from the reference rank's origin to this rank's origin (in ns integers first: no rounding)."""
+    return ((rank.origin_ns + rank.clock_offset_ns) - (ref.origin_ns + ref.clock_offset_ns)) * 1e-9
+
+
 def straggler_report(ranks: tuple[RankTrace, ...], windows: tuple[Window, ...]) -> StragglerReport | None:
     """None with fewer than two ranks or no communication."""
     if len(ranks) < 2:
         return None
     comm = [w.index[r.act_class[w.index] == schema.CLASS_COMM] for r, w in zip(ranks, windows)]
     codes = sorted({int(c) for r, i in zip(ranks, comm) for c in np.unique(r.act_coll[i])})
-    arrivals = {schema.COLLECTIVE_KINDS[c]: [r.origin_ns * 1e-9 + r.act_start_s[i[r.act_coll[i] == c]]
+    arrivals = {schema.COLLECTIVE_KINDS[c]: [_t0(r, ranks[0]) + r.act_start_s[i[r.act_coll[i] == c]]
                                              for r, i in zip(ranks, comm)] for c in codes}
     rank_ids = tuple(r.rank for r in ranks)
     late_sum = np.zeros(len(ranks))
