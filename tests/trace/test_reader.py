@@ -139,3 +139,20 @@ def test_record_param_comms_gives_metadata_to_bare_kernels(ddp_json, tmp_path, w
     sized = comm & np.isfinite(r.act_message_bytes)
     assert sized.sum() >= 10
     assert set(r.act_group_size[sized]) == {2}
+
+
+@pytest.mark.parametrize("chunk_chars", [257, 4096])
+def test_tiny_chunks_give_the_same_tables(ddp_path, chunk_chars, monkeypatch):
+    """Refill boundaries fall everywhere (inside strings, numbers, separators): the tables do not change."""
+    from narrowpath.trace import jsonstream
+    ref = read_rank(ddp_path)
+    monkeypatch.setattr(jsonstream, "CHUNK_CHARS", chunk_chars)
+    _same_tables(ref, read_rank(ddp_path))
+
+
+def test_tiny_chunks_on_compact_layout(ddp_json, tmp_path, write_json, monkeypatch):
+    from narrowpath.trace import jsonstream
+    path = write_json(tmp_path / "compact.json", ddp_json)
+    ref = read_rank(path)
+    monkeypatch.setattr(jsonstream, "CHUNK_CHARS", 300)
+    _same_tables(ref, read_rank(path))
