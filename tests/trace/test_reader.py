@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import gzip
 import shutil
 
@@ -156,3 +157,14 @@ def test_tiny_chunks_on_compact_layout(ddp_json, tmp_path, write_json, monkeypat
     ref = read_rank(path)
     monkeypatch.setattr(jsonstream, "CHUNK_CHARS", 300)
     _same_tables(ref, read_rank(path))
+
+
+def test_profiler_step_marked_as_cpu_op_is_kept(ddp_json, tmp_path, write_json):
+    """Older PyTorch writes ProfilerStep with cat "cpu_op"; the fast path must not skip it."""
+    data = copy.deepcopy(ddp_json)
+    for e in data["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep"):
+            e["cat"] = "cpu_op"
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data, indent=None).replace("}, {", "},\n  {"))  # Kineto separators
+    assert list(read_rank(path).step_number) == [4, 5, 6]

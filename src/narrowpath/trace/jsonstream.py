@@ -34,13 +34,13 @@ _DECODER = json.JSONDecoder()
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SkipRule:
-    """Kineto blocks holding any of `skip` (exactly four substrings) and not `unless` are not decoded.
+    """Kineto blocks holding any of `skip` (exactly four substrings) and neither of `unless` are not decoded.
 
     The substrings must only occur in events the caller can do without, so the rule errs towards decoding.
     """
 
     skip: tuple[str, str, str, str]
-    unless: str
+    unless: tuple[str, str]
 _WS = " \t\n\r"
 
 
@@ -208,8 +208,9 @@ def _fast_batch(inner: str, rule: SkipRule | None, stats: dict[str, int]) -> lis
     pieces = inner.split(KINETO_SEPARATOR)
     num_blocks = len(pieces)
     if rule is not None:
-        (a, b, c, d), unless, limit = rule.skip, rule.unless, MAX_SKIP_PIECE_CHARS
-        pieces = [p for p in pieces if not (a in p or b in p or c in p or d in p) or unless in p or len(p) > limit]
+        (a, b, c, d), (u, v), limit = rule.skip, rule.unless, MAX_SKIP_PIECE_CHARS
+        pieces = [p for p in pieces if not (a in p or b in p or c in p or d in p) or u in p or v in p
+                  or len(p) > limit]
     if not pieces:
         stats["skipped"] = stats.get("skipped", 0) + num_blocks
         return []

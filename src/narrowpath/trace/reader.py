@@ -176,8 +176,9 @@ def _int(value: Any) -> int:
 POLL_CALL = "cudaEventQuery"
 """A non-blocking poll: launches nothing and waits for nothing, so it is dropped (on every parse path)."""
 GPU_SKIP_RULE = SkipRule(skip=('"ph": "f"', '"ph": "s"', '"cat": "cpu_op"', f'"name": "{POLL_CALL}"'),
-                         unless="record_param_comms")
-"""GPU traces need kernels, launches, syncs, steps and record_param_comms: flow arrows, plain CPU ops and
+                         unless=("record_param_comms", "ProfilerStep"))
+"""GPU traces need kernels, launches, syncs, steps and record_param_comms (older PyTorch files mark
+ProfilerStep as a cpu_op, hence the exception): flow arrows, plain CPU ops and
 `cudaEventQuery` polls (which launch nothing and block nothing) are skipped undecoded."""
 
 
