@@ -37,3 +37,10 @@ def test_flat_curve_is_one_plateau():
 def test_rejects_non_positive():
     with pytest.raises(ValueError):
         find_plateaus([1.0, 0.0, 2.0])
+
+
+def test_monotone_merges_a_noise_dip():
+    """Bandwidth never rises farther out: a dip (a busy neighbour) joins the step before it."""
+    y = [100.0] * 5 + [30.0] * 5 + [16.0] * 3 + [11.0] * 3 + [16.0] * 4
+    plats = find_plateaus(y, monotone="decreasing")
+    assert [round(p.level_y) for p in plats] == [100, 30, 16]

@@ -111,7 +111,7 @@ def measured_cliffs(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Weight sizes where time per FLOP steps up (plateau edges of the measured curve)."""
     x = [s["weight_bytes"] for s in samples]
     y = [s["s_per_flop"] for s in samples]
-    plats = find_plateaus(y)
+    plats = find_plateaus(y, monotone="increasing")
     out = []
     for a, b in zip(plats, plats[1:]):
         if b.level_y > a.level_y:

@@ -124,7 +124,7 @@ def detect_levels(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Levels nearest to farthest from the level kernel's plateaus; the farthest is named DRAM."""
     sizes = sorted({s["working_set_bytes"] for s in samples})
     y = [_bw(samples, ws, LEVEL_KERNEL) for ws in sizes]
-    plateaus = find_plateaus(y)
+    plateaus = find_plateaus(y, monotone="decreasing")
     caches = os_caches()
     levels, used = [], set()
     for i, p in enumerate(plateaus):

@@ -55,11 +55,13 @@ def _segments(log_y: Sequence[float], penalty: float, min_len: int) -> list[tupl
 
 
 def find_plateaus(y: Sequence[float], *, penalty: float = 0.12, min_len: int = 2,
-                  merge_ratio: float = 1.25, min_keep: int = 3) -> list[Plateau]:
+                  merge_ratio: float = 1.25, min_keep: int = 3, monotone: str | None = None) -> list[Plateau]:
     """Flat steps of positive `y` (in sample order); penalty is in squared natural-log units.
 
     An interior step shorter than `min_keep` samples whose height lies between its neighbours' is the slope
-    of a transition, not a level: it is dropped (its samples belong to no plateau).
+    of a transition, not a level: it is dropped (its samples belong to no plateau). With `monotone`
+    ("decreasing" for bandwidth, "increasing" for time per FLOP), a step that goes the wrong way — a dip from
+    a busy neighbour process, say — is merged into the step before it.
     """
     if not y:
         return []
@@ -75,6 +77,17 @@ def find_plateaus(y: Sequence[float], *, penalty: float = 0.12, min_len: int = 2
             merged[-1] = Plateau(q.first, p.last, statistics.median(y[q.first:p.last + 1]))
         else:
             merged.append(p)
+    if monotone:
+        sign = -1.0 if monotone == "decreasing" else 1.0
+        i = 1
+        while i < len(merged):
+            q, p = merged[i - 1], merged[i]
+            if sign * math.log(p.level_y / q.level_y) < math.log(merge_ratio):
+                merged[i - 1] = Plateau(q.first, p.last, statistics.median(y[q.first:p.last + 1]))
+                del merged[i]
+                i = max(1, i - 1)
+            else:
+                i += 1
     changed = True
     while changed and len(merged) > 2:
         changed = False
