@@ -50,8 +50,8 @@ def run(args) -> int:
         out = report_to_dict(report)
         if comparison is not None:
             from dataclasses import asdict
-            from narrowpath.trace.analyze import _clean
-            out["against"] = {"scenario": scenario_name, **_clean(asdict(comparison))}
+            from narrowpath.trace.analyze import json_safe
+            out["against"] = {"scenario": scenario_name, **json_safe(asdict(comparison))}
         out["files_written"] = written
         print(json.dumps(out, indent=2))
         return 0

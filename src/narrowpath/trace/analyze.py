@@ -91,14 +91,14 @@ def analyze(trace: Trace, critical_step: int | None = None) -> TraceReport:
                        stragglers=straggler_report(trace.ranks, tuple(windows.whole_trace(r) for r in trace.ranks)))
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: NaN/inf become None, tuples lists, dict keys strings."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -126,4 +126,4 @@ def report_to_dict(report: TraceReport) -> dict[str, Any]:
                               "top_kernels": [{"name": n, "time_s": t} for n, t in cp.top_kernels]}
         ranks.append(d)
     out: dict[str, Any] = {"ranks": ranks, "stragglers": asdict(report.stragglers) if report.stragglers else None}
-    return _clean(out)
+    return json_safe(out)
