@@ -32,3 +32,19 @@ def test_bad_op_and_rank_count():
         probe_collectives(ops=("allreduce",))
     with pytest.raises(NarrowpathError, match="at least 2"):
         probe_collectives(num_ranks=1)
+
+
+def test_runs_unchanged_under_torchrun(tmp_path):
+    """Under torchrun the probe joins the launched job (no spawning); rank 0 writes the result."""
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "coll.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+           "narrowpath.cli.main", "probe", "collectives", "--quick", "--no-progress", "--ops", "all_reduce",
+           "--max-bytes", "16384", "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["num_ranks"] == 2 and result["backend"] == "gloo" and result["samples"]
+    assert proc.stdout.count("# Collective test starting: all_reduce_perf") == 1  # only rank 0 reports

@@ -142,10 +142,12 @@ def _op_closure(op: str, size: int, world: int, device):
     part = torch.ones(count // world, dtype=torch.float32, device=device)
     if op == "all_reduce":
         return lambda: dist.all_reduce(full), count
-    if op == "all_gather":
-        return lambda: dist.all_gather_into_tensor(full, part), count
+    if op == "all_gather":  # torch >= 2.13 names it all_gather_single (the old name warns)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: gather(full, part), count
     if op == "reduce_scatter":
-        return lambda: dist.reduce_scatter_tensor(part, full), count
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(part, full), count
     if op == "all_to_all":
         out = torch.empty_like(full)
         return lambda: dist.all_to_all_single(out, full), count
@@ -189,7 +191,7 @@ def _measure(op: str, size: int, world: int, device, plan: dict) -> dict[str, An
     return {"op": op, "size_bytes": size_bytes, "count": count, "dtype": "float",
             "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none", "root": -1, "time_s": t,
             "algbw_bytes_per_s": size_bytes / t, "busbw_bytes_per_s": size_bytes / t * bus_factor(op, world),
-            "iters": iters, "repeats": plan["repeats"], "num_ranks": world}
+            "iters": iters, "repeats": plan["repeats"], "num_ranks": world, "batch_times_s": batches}
 
 
 def fit_all(rows: list[dict[str, Any]], num_ranks: int) -> dict[str, dict[str, Any]]:
