@@ -97,15 +97,21 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="probe all --quick (the targets then read loosely)")
     ap.add_argument("--json", help="write the checks as JSON")
+    ap.add_argument("--plots", help="pass --plots DIR to probe all")
+    ap.add_argument("--save", help="keep the probe-all JSON at this path")
     args = ap.parse_args()
     checks = []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "all.json")
         cmd = [sys.executable, "-m", "narrowpath.cli.main", "probe", "all", "--no-progress", "-o", out]
         t0 = time.perf_counter()
-        subprocess.run(cmd + (["--quick"] if args.quick else []), check=True, stdout=subprocess.DEVNULL)
+        extra = (["--quick"] if args.quick else []) + (["--plots", args.plots] if args.plots else [])
+        subprocess.run(cmd + extra, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
         res = json.loads(open(out).read())
+        if args.save:
+            with open(args.save, "w") as f:
+                json.dump(res, f)
     print(f"load average (1 min) at start of probe all: {res['memory']['provenance']['load_avg_1min']}")
     print(f"{'narrowpath probe all wall time (s)':<44} {wall:9.1f}  target <= 120 s  {'PASS' if wall <= 120 else 'MISS'}")
     checks.append({"check": "probe all wall time", "probe": wall, "reference": 120.0, "pass": wall <= 120})
