@@ -130,9 +130,9 @@ def _memory(memory: Mapping[str, Any], peak_mem_bw: float, prof: dict, rep: FitR
                           "rms_rel_residual": res, "points": len(ys)})
     if peak_mem_bw > 0:
         far = levels[-1]["bandwidth_bytes_per_s"]
-        prof["vector_bw_efficiency"] = round(_clip(far / peak_mem_bw, "vector_bw_efficiency", prof["sources"]), 4)
         prof["sources"]["vector_bw_efficiency"] = (f"farthest level {far / 1e9:.1f} GB/s / peak "
                                                    f"{peak_mem_bw / 1e9:.1f} GB/s")
+        prof["vector_bw_efficiency"] = round(_clip(far / peak_mem_bw, "vector_bw_efficiency", prof["sources"]), 4)
 
 
 def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: dict, rep: FitReport) -> None:
@@ -156,11 +156,11 @@ def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: 
             prof["sources"][f"tiers.{name}"] = note + "; tier not written: no line rate (--system or --line-rate)"
             continue
         key = f"tiers.{name}"
+        prof["sources"][key] = note + f" / line rate {line / 1e9:.2f} GB/s"
         tiers[name] = {"bw_efficiency": round(_clip(big / line, key, prof["sources"]), 4),
                        "alpha_s": float(f"{ab.alpha_s:.3g}"), "measured_num_ranks": tp.num_ranks,
                        "busbw_efficiency_by_size": [[s, round(s / t * bus_factor(tp.op, tp.num_ranks) / line, 4)]
                                                     for s, t in sorted(zip(tp.size_bytes, tp.time_s))]}
-        prof["sources"][key] = note + f" / line rate {line / 1e9:.2f} GB/s"
     if tiers:
         prof["tiers"] = {**prof.get("tiers", {}), **tiers}
 
