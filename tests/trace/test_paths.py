@@ -120,3 +120,19 @@ def test_comparison_names_the_differences_that_matter(small):
     assert "exposed communication: observed 37.9% of the step vs predicted 6.9%" in text
     assert "all_gather: predicted 4 per step, none observed" in text
     assert "step time" not in text  # 290 µs on both sides
+
+
+def test_blocking_copy_puts_the_gpu_back_on_the_path(tmp_path, write_json):
+    """cudaMemcpyAsync to pageable memory (6-100) returns 2 µs after its copy (60-98) ends, so the host waited:
+    K3 40 <- launch 5 <- L3 4 <- host 1 <- sync 2 <- copy 38 <- K1 50 <- launch 5 <- L1 5 = 150 µs."""
+    memcpy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7,
+              "ts": 60, "dur": 38, "args": {"stream": 7, "correlation": 2}}
+    events = [_launch(0, 5, 1), _launch(6, 94, 2, name="cudaMemcpyAsync"), _launch(101, 4, 3),
+              _kernel("sm80_gemm", 10, 50, 7, 1), memcpy, _kernel("sm80_gemm", 110, 40, 7, 3)]
+    r = read_rank(write_json(tmp_path / "blocking.json", _trace(events)))
+    (w,) = steps(r)
+    c = critical_path(r, w).by_category_s
+    expected = {"compute": 90, "memcpy": 38, "launch_delay": 10, "runtime": 9, "cpu": 1, "sync_wait": 2}
+    for key, us in expected.items():
+        assert c[key] == pytest.approx(us * US), key
+    assert sum(c.values()) == pytest.approx(150 * US)

@@ -2,10 +2,12 @@
 
 Dependencies (as in HTA's critical-path graph, hta/analyzers/critical_path_analysis.py, simplified to what a
 Kineto trace shows without CPU operators): an activity depends on the previous activity of its stream
-(stream order), on its launching runtime call (correlation id), and on an activity of another stream that
-ended just before it started (an event or stream wait, within `sync_tolerance_s`); a runtime call depends on
-the previous runtime call of its thread (program order), and a synchronising call (`*Synchronize`) on the
-activity that finished last before it returned. Going back from the latest-ending activity, each node hands
+(stream order), on its launching runtime call (correlation id), and on the activity of another stream that
+ended last before it started, when that end is later than both other releases (only a cross-stream event or
+stream wait can then explain the start: Kineto files of this age carry no event ids); a runtime call depends on
+the previous runtime call of its thread (program order), and a blocking call on the activity that finished
+last before it returned: any `*Synchronize` call, or a call that returned within `BLOCKING_RETURN_S` of an
+activity's end (e.g. a `cudaMemcpyAsync` to pageable memory, which blocks until the copy is done). Going back from the latest-ending activity, each node hands
 over to the dependency released last; the time between that release and the node's end is charged to the
 node (its own duration by category, the rest as a wait), so the path's parts sum to the step's span.
 """
@@ -20,7 +22,7 @@ from narrowpath.trace import schema
 from narrowpath.trace.model import RankTrace
 from narrowpath.trace.windows import Window
 
-SYNC_TOLERANCE_S = 20e-6
+BLOCKING_RETURN_S = 50e-6
 PATH_CATEGORIES = ("compute", "communication", "memcpy", "gpu_other", "gpu_wait", "launch_delay", "runtime",
                    "cpu", "sync_wait")
 _CLASS_TO_CAT = {schema.CLASS_COMPUTE: "compute", schema.CLASS_COMM: "communication",
@@ -44,7 +46,7 @@ class CriticalPath:
         return {k: 100.0 * v / span for k, v in self.by_category_s.items()}
 
 
-def critical_path(rank: RankTrace, window: Window, sync_tolerance_s: float = SYNC_TOLERANCE_S) -> CriticalPath:
+def critical_path(rank: RankTrace, window: Window) -> CriticalPath:
     acts = window.index
     cats = dict.fromkeys(PATH_CATEGORIES, 0.0)
     if acts.size == 0:
@@ -77,7 +79,9 @@ def critical_path(rank: RankTrace, window: Window, sync_tolerance_s: float = SYN
     t = end[node]
     span = t - t0
     nodes = 0
-    while t > t0 and nodes < 1_000_000:
+    visited: set[tuple[bool, int]] = set()
+    while t > t0 and (is_act, node) not in visited:  # every hop goes back in time; a revisit would loop
+        visited.add((is_act, node))
         nodes += 1
         if is_act:
             s = start[node]
@@ -94,7 +98,7 @@ def critical_path(rank: RankTrace, window: Window, sync_tolerance_s: float = SYN
             k = bisect.bisect_right(ends_sorted, s) - 1
             while k >= 0 and lane[by_end[k]] == lane[node]:
                 k -= 1
-            if k >= 0 and s - ends_sorted[k] <= sync_tolerance_s:
+            if k >= 0 and (not cands or ends_sorted[k] > max(c[0] for c in cands)):
                 cands.append((ends_sorted[k], True, by_end[k], "gpu_wait"))
             if not cands:
                 t = max(s, t0)
@@ -105,10 +109,10 @@ def critical_path(rank: RankTrace, window: Window, sync_tolerance_s: float = SYN
         else:
             s, e = float(rt_start[node]), float(rt_start[node] + rt_dur[node])
             release, nxt_act, wait = None, None, "cpu"
-            if rank.rt_name[node] in sync_names:
-                k = bisect.bisect_right(ends_sorted, e) - 1
-                if k >= 0 and ends_sorted[k] > s:
-                    release, nxt_act = ends_sorted[k], by_end[k]
+            k = bisect.bisect_right(ends_sorted, e) - 1
+            if t >= e and k >= 0 and ends_sorted[k] > s and (rank.rt_name[node] in sync_names
+                                                             or e - ends_sorted[k] <= BLOCKING_RETURN_S):
+                release, nxt_act = ends_sorted[k], by_end[k]  # reached at its return: it waited for that
             if nxt_act is not None:
                 cats["sync_wait"] += t - max(release, t0)
                 t, node, is_act = release, nxt_act, True
