@@ -118,7 +118,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             temps = max(temps, full)  # one layer re-materialised during its backward
         if st.index == p.pp - 1:
             logits = b * s * model.vocab / p.tp
-            temps = max(temps, logits * (A + 4 + 4))  # 16-bit logits, fp32 copy, fp32 gradient
+            # 16-bit logits + their fp32 copy, exponentiated in place and kept as the softmax for backward
+            # (Megatron's vocab-parallel cross entropy; torch autocast's log_softmax keeps one fp32 tensor likewise)
+            temps = max(temps, logits * (A + 4))
         if st.index == 0:
             acts += A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1) * infl  # embedding output
         if zero == 3:
