@@ -136,3 +136,17 @@ def test_blocking_copy_puts_the_gpu_back_on_the_path(tmp_path, write_json):
     for key, us in expected.items():
         assert c[key] == pytest.approx(us * US), key
     assert sum(c.values()) == pytest.approx(150 * US)
+
+
+def test_event_sync_on_a_stream_is_other_not_idle(tmp_path, write_json):
+    """Newer Kineto writes cuda_sync "Event Sync" activities; as in HTA they are device activities of class
+    other: the 1 µs gap 220-221 on stream 7 covered by one is no longer idle. "Context Sync" (stream -1) is
+    left out."""
+    sync = {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 7, "ts": 219, "dur": 2,
+            "args": {"stream": 7, "correlation": 3, "wait_on_stream": 8}}
+    ctx = {"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": 7, "ts": 0, "dur": 5,
+           "args": {"stream": -1, "correlation": 1}}
+    r = read_rank(write_json(tmp_path / "sync.json", _trace(EVENTS + [sync, ctx])))
+    b = analyze(read_trace(r.path)).ranks[0].breakdown
+    assert b.idle_s == pytest.approx(0.0, abs=1e-12) and b.other_s == pytest.approx(1 * US)
+    assert r.num_activities == 4

@@ -20,9 +20,13 @@ SCHEMA_VERSION = 1
 """Version of this field mapping; bump when a field or a classification rule changes."""
 
 # Event kinds kept in the activity table (int8 codes).
-KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_HOST_OP, KIND_HOST_COMM = 0, 1, 2, 3, 4
+KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_HOST_OP, KIND_HOST_COMM, KIND_SYNC = 0, 1, 2, 3, 4, 5
 GPU_CATEGORIES = {"kernel": KIND_KERNEL, "Kernel": KIND_KERNEL, "gpu_memcpy": KIND_MEMCPY,
-                  "Memcpy": KIND_MEMCPY, "gpu_memset": KIND_MEMSET, "Memset": KIND_MEMSET}
+                  "Memcpy": KIND_MEMCPY, "gpu_memset": KIND_MEMSET, "Memset": KIND_MEMSET,
+                  "cuda_sync": KIND_SYNC}
+"""`cuda_sync` ("Event Sync" on a stream: the stream waits for an event) counts as a device activity, as in
+HTA's GPU-kernel filter (`_filter_gpu_kernels_with_cuda_sync`); its name matches `.*Sync`, so its class is
+"other". Events on stream -1 ("Context Sync") are left out, as HTA's `stream != -1` does."""
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 HOST_OP_CATEGORIES = frozenset({"cpu_op", "Operator", "user_annotation"})
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
