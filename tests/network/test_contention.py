@@ -104,3 +104,56 @@ def test_large_all_to_all_solves_quickly():
     rates = max_min_rates(tree.paths(src, dst), tree.capacities())
     assert time.perf_counter() - t0 < 1.0
     assert rates.min() > 0 and np.isfinite(rates).all()
+
+
+def test_all_to_all_on_two_oversubscribed_leaves_by_hand():
+    """4 endpoints of rate B, 2 per leaf, leaf uplink 2B/2 = B. Each sends to 3 peers: the 4 cross-leaf flows of a
+    leaf share its uplink (B/4 each); the intra-leaf flow takes the rest of its NIC, B − 2·B/4 = B/2."""
+    B = 100.0
+    tree = FatTree.uniform(num_endpoints=4, endpoint_bw=B, endpoints_per_leaf=2, radix=4,
+                           oversubscription=(2.0, 1.0))
+    src, dst = alltoall_pairs(np.arange(4)[None, :])
+    rates = max_min_rates(tree.paths(src, dst), tree.capacities())
+    cross = tree.leaf_of[src] != tree.leaf_of[dst]
+    assert rates[cross] == pytest.approx(np.full(cross.sum(), B / 4))
+    assert rates[~cross] == pytest.approx(np.full((~cross).sum(), B / 2))
+
+
+@pytest.mark.parametrize("ratio, expected", [(2.0, 1.0), (4.0, 1.0), (8.0, 2.0), (16.0, 4.0)])
+def test_dp_rings_of_many_tp_groups_share_a_leaf_uplink(ratio, expected):
+    """TP=8 per node, DP=16 over 16 nodes of a fat tree (4 nodes per 64-port leaf): the 8 DP rings (one per rail)
+    each send one flow out of every leaf. Uplink = 32 NICs × 50 GB/s / ratio; 8 flows need 8 × 50 GB/s, so
+    the rings slow down only once the uplink is below 400 GB/s: ratio/4 for ratio ≥ 4 (by hand), while one DP ring
+    alone never does."""
+    plan = Plan(tp=8, dp=16, gbs=16)
+    sys_ = system("dgx-h100")
+    fab = dataclasses.replace(fabric_for(sys_, plan.num_gpus), topology="fat_tree", oversubscription=(ratio, 1.0),
+                              nic_bw_bytes_per_s=50e9)
+    assert concurrent_slowdown(plan, sys_, "dp", fabric=fab) == pytest.approx(expected)
+
+
+def test_sparse_group_flows_run_at_nic_rate():
+    """One rank per node (DP of TP=8 groups): each ring flow crosses the fabric at its NIC's rate when alone."""
+    tree = FatTree.uniform(num_endpoints=16 * 8, endpoint_bw=50e9, endpoints_per_leaf=32, radix=64)
+    ring = np.arange(16) * 8  # rank 0 of each of 16 nodes
+    rates = max_min_rates(tree.paths(ring, np.roll(ring, -1)), tree.capacities())
+    assert rates == pytest.approx(np.full(16, 50e9))
+
+
+def test_pooling_a_nodes_nics_is_exact_for_all_to_all():
+    """The 16k benchmark pools a node's g NICs into one endpoint of g·B (node pairs as flows). For a uniform
+    all-to-all on a fat tree this gives exactly the per-GPU answer: per GPU pair rate = node pair rate / g²
+    (every GPU of a node is symmetric; intra-node pairs ride NVLink in both). Checked per rank on a 3-level tree."""
+    g, nodes, radix, B = 2, 24, 8, 50.0  # 4 ports per leaf = 2 nodes; 12 leaves > radix → 3 levels
+    pooled = FatTree.uniform(num_endpoints=nodes, endpoint_bw=g * B, endpoints_per_leaf=radix // 2 // g,
+                             radix=radix, oversubscription=(2.0, 2.0))
+    per_gpu = FatTree.uniform(num_endpoints=nodes * g, endpoint_bw=B, endpoints_per_leaf=radix // 2, radix=radix,
+                              oversubscription=(2.0, 2.0))
+    assert pooled.levels == per_gpu.levels == 3
+    ns, nd = alltoall_pairs(np.arange(nodes)[None, :])
+    node_rates = max_min_rates(pooled.paths(ns, nd), pooled.capacities())
+    gs, gd = alltoall_pairs(np.arange(nodes * g)[None, :])
+    inter = gs // g != gd // g
+    gpu_rates = max_min_rates(per_gpu.paths(gs[inter], gd[inter]), per_gpu.capacities())
+    assert gpu_rates.min() == pytest.approx(node_rates.min() / g**2)
+    assert gpu_rates.max() == pytest.approx(node_rates.max() / g**2)

@@ -42,6 +42,31 @@ _TREE_BW = 0.9
 """Double binary tree bus bandwidth relative to the ring's (tuning.cc: `busBw*.9`)."""
 _P2P_PARALLEL = 8
 """Peer exchanges of a grouped all-to-all that NCCL overlaps over its channels (ncclP2pSchedule rounds)."""
+_SIMPLE_RAMP = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9)
+"""Simple-protocol bandwidth factor at 64·2^i bytes, i = 0..23 (NVIDIA/nccl src/graph/tuning.cc
+`treeCorrectionFactor[NCCL_PROTO_SIMPLE]`, 2.19-2.2x; 1.0 from 1 GiB on, where NCCL stops correcting)."""
+_RAMP_LOG2_MIN, _RAMP_LOG2_END = 6.0, 6.0 + len(_SIMPLE_RAMP)
+
+
+def simple_ramp(message_bytes: float) -> float:
+    """Fraction of the Simple protocol's bus bandwidth reached at `message_bytes`.
+
+    NCCL's tuner derates its tree by this measured table because "trees are not perfectly sticking to the model
+    for medium sizes" (tuning.cc). Rings and NVLS show the same mid-size shortfall in nccl-tests (a 4 MB chunk
+    pipeline of 8 steps over up to 32 channels is under-filled below ~100 MB; see docs/network.md for the
+    comparison with a published 8-GPU sweep), so every Simple-protocol bandwidth term uses it. Interpolated
+    linearly in log2(size) so that time stays monotone (the factor never grows faster than size); NCCL's own
+    step-wise lookup would not be.
+    """
+    if message_bytes <= 64.0:
+        return _SIMPLE_RAMP[0]
+    x = math.log2(message_bytes)
+    if x >= _RAMP_LOG2_END:
+        return 1.0
+    i = int(x - _RAMP_LOG2_MIN)
+    f = x - _RAMP_LOG2_MIN - i
+    hi = _SIMPLE_RAMP[i + 1] if i + 1 < len(_SIMPLE_RAMP) else 1.0
+    return _SIMPLE_RAMP[i] + f * (hi - _SIMPLE_RAMP[i])
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +117,10 @@ def ring_wire_bytes(op: str, message_bytes: float, n: int) -> float:
 def _best(t_lat: tuple[float, ...], algbw: tuple[float, ...], message_bytes: float) -> tuple[float, int]:
     """Fastest protocol: (time, index) of min over p of lat_p + S / algbw_p (ncclTopoGetAlgoTime)."""
     best_t, best_p = math.inf, 2
+    ramp = simple_ramp(message_bytes)
     for p in range(3):
         if algbw[p] > 0:
-            t = t_lat[p] + message_bytes / algbw[p]
+            t = t_lat[p] + message_bytes / (algbw[p] * ramp if p == 2 else algbw[p])
             if t < best_t:
                 best_t, best_p = t, p
     return best_t, best_p
@@ -134,6 +160,10 @@ def ring(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     steps_lat = _ring_lat(op if op != "broadcast" else "all_gather", pm, n)  # broadcast: one pass, n−1 hops
     measured = pm.measured_busbw(S) if op in ("all_reduce", "all_gather", "reduce_scatter") else 0.0
     if measured > 0:  # the calibration measured this tier's ring busbw by size: it already holds the ramp
+        s0 = pm.measured_min_bytes
+        if S < s0:  # below the smallest measured size the time is the latency floor measured there, not ∝ S
+            t = s0 * factor / pm.measured_busbw(s0)
+            return CollectiveCost(t, "ring", S * factor / t, pm.ring_tier, S * factor, "measured", t)
         t = S * factor / measured
         return CollectiveCost(t, "ring", measured, pm.ring_tier, S * factor, "measured", 0.0)
     algbw = _protocol_bw(op, pm.ring_busbw, factor, pm.domains > 1)
@@ -185,7 +215,7 @@ def nvls(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     if op != "all_reduce" or pm.nvls_algbw <= 0 or pm.domains > 1:
         return None
     lat = pm.nvls_latency_s
-    algbw = min(pm.nvls_algbw, pm.up_bw)
+    algbw = min(pm.nvls_algbw, pm.up_bw) * simple_ramp(S)
     t = lat + S / algbw
     return CollectiveCost(t, "nvls", S * bus_factor(op, pm.size) / t, "scale_up", S, "Simple", lat)
 
@@ -202,7 +232,7 @@ def sharp(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     if r > 1:
         for part in (ring("reduce_scatter", S, up), ring("all_gather", S, up)):
             t, lat = t + part.time_s, lat + part.latency_s
-    t += (S / r) / (_TREE_BW * pm.nic_bw)
+    t += (S / r) / (_TREE_BW * pm.nic_bw * simple_ramp(S / r))
     return CollectiveCost(t, "sharp", S * bus_factor(op, pm.size) / t, "scale_out", S, "Simple", lat)
 
 

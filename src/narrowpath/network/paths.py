@@ -66,6 +66,12 @@ class PathModel:
         return line * interpolate_log(table, message_bytes)
 
     @property
+    def measured_min_bytes(self) -> float:
+        """Smallest message size of the bounding tier's measured table (0 when none)."""
+        table = self.up_measured if self.ring_tier == "scale_up" else self.out_measured
+        return table[0][0] if table else 0.0
+
+    @property
     def ring_busbw(self) -> float:
         """Large-message ring bus bandwidth: NVLink inside one domain, else r rails of NICs (NVLink caps)."""
         if self.domains <= 1:
