@@ -4,7 +4,11 @@
 spread over its 8 rail NICs, so the fabric flows are node pairs (2,048 × 2,047 ≈ 4.19 M flows, each a bundle of
 64 GPU-pair flows) over each node's 8 × 400 Gb/s trunk. Switches of radix 64: 32 NIC ports per leaf (4 nodes),
 512 leaves, pods of 32 leaves (16 pods) → three levels; 2:1 at the leaf and at the spine.
-Target: ≤ 2 s on 2 cores. Run: `python benchmarks/bench_contention.py` (prints seconds and the rates).
+Pooling a node's 8 NICs into one endpoint is exact for this uniform all-to-all on a fat tree (every GPU of a node
+is symmetric; `tests/network/test_contention.py::test_pooling_a_nodes_nics_is_exact_for_all_to_all` checks it
+per rank on a small 3-level tree). A per-rank formulation here would be 16,384 × 16,376 ≈ 268 M flows, 6.4 GB of
+int32 paths: not feasible in 2 s with progressive filling (each round touches every flow); symmetry is what makes
+the 16k case cheap. Target: ≤ 2 s on 2 cores (median of 3 runs is what is checked). Run: `python benchmarks/bench_contention.py` (prints seconds and the rates).
 """
 from __future__ import annotations
 
@@ -41,5 +45,6 @@ def main(oversubscription: tuple[float, float] = (2.0, 2.0)) -> float:
 
 
 if __name__ == "__main__":
-    total = main()
-    sys.exit(0 if total <= 2.0 else 1)
+    times = sorted(main() for _ in range(3))
+    print(f"median of 3: {times[1]:.2f} s (target <= 2 s)")
+    sys.exit(0 if times[1] <= 2.0 else 1)

@@ -75,3 +75,5 @@ def test_bad_input_raises_narrowpath_errors(tmp_path, capsys):
         _run(["--corpus", str(bad)], capsys)
     with pytest.raises(NarrowpathError):
         _run(["--system", "dgx-h100", "-b", "1G", "-e", "8"], capsys)
+    with pytest.raises(NarrowpathError):
+        _run(["--system", "dgx-h100", "--gpus", "0"], capsys)

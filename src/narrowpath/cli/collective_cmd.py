@@ -125,6 +125,8 @@ def _compare(args, system: System, cal) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gpus is not None and args.gpus < 1:
+        raise SpecError("collective.gpus", f"must be >= 1, got {args.gpus}")
     if args.corpus is not None:
         rows, source = run_corpus(args.corpus or None)
         print(json.dumps(corpus_json(rows), indent=2) if args.json else corpus_text(rows, source))
