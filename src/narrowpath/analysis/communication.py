@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from narrowpath.analysis.context import Context
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.ledger import LedgerRow
+from narrowpath.analysis.verdict import tier_carries_traffic
 from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
 from narrowpath.cost.collectives import collective_time
 
@@ -70,7 +71,7 @@ def build_communication(ctx: Context, ledger: tuple[LedgerRow, ...], inventory: 
     inr, nearer = [], []
     if run_what_ifs:
         for tier in ("scale_up", "scale_out"):
-            if not scn.system.tier(tier).in_network_reduction:
+            if not scn.system.tier(tier).in_network_reduction and tier_carries_traffic(ctx, tier):
                 inr.append(evaluate(pred, f"in_network_reduction_{tier}", f"in-network reduction on {tier}",
                                     lambda t=tier: dataclasses.replace(
                                         scn, system=with_tier(scn.system, t, in_network_reduction=True))))

@@ -1,7 +1,8 @@
 """Budget 3 — synchronisation: sync points, waiting for the slowest, one slow node, bubble, failures, goodput.
 
 - Sync points: every blocking (exposed) collective or point-to-point occurrence of the critical rank per step,
-  plus the optimizer step (global gradient-norm all-reduce over all GPUs).
+  plus the optimizer step (global gradient-norm all-reduce over all GPUs; none on a single GPU). A group of one
+  rank waits for nobody (E[max of 1] = 0).
 - Jitter: compute between consecutive sync points is split evenly (segment = compute / sync points); each
   sync point of a group of n ranks costs σ·E[max of n normals] with σ = cv·segment (analysis.jitter).
 - One node x slow: synchronous training runs at the slowest rank's pace, so compute and the bubble (idle time
@@ -60,7 +61,8 @@ def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opt
     pred = ctx.pred
     scn = pred.scenario
     blocking = [(r.name, r.group_size, r.count_per_step) for r in inventory if r.critical_path_s > 0]
-    blocking.append(("optimizer step (global grad-norm all-reduce)", ctx.num_gpus, 1.0))
+    if ctx.num_gpus > 1:  # a single device waits for nobody
+        blocking.append(("optimizer step (global grad-norm all-reduce)", ctx.num_gpus, 1.0))
     n_sync = sum(c for _, _, c in blocking)
     compute = pred.breakdown_s["compute"]
     seg = compute / n_sync if n_sync else compute

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from narrowpath.analysis.context import Context
 from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
 
+HIGH_FREQUENCY = ("tp", "cp", "ep")
+"""Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
 AXIS_LABEL = {"tp": "tensor-parallel", "cp": "context-parallel", "ep": "expert-parallel", "pp": "pipeline",
               "dp": "data-parallel"}
 
@@ -52,17 +54,30 @@ def _label(ctx: Context, key: str) -> str:
             "optimizer": "the optimizer update", "matrix_compute": "matrix arithmetic"}.get(key, key)
 
 
+def tier_carries_traffic(ctx: Context, tier: str) -> bool:
+    """True when some transfer of the step is priced on `tier` or has a group spanning it."""
+    for t in ctx.pred.transfers:
+        span = ctx.spans.get(t.axis)
+        if t.tier == tier or (span is not None and t.axis != "pp" and tier in span.tiers):
+            return True
+    return False
+
+
 def candidates(ctx: Context) -> list[tuple[str, str, object]]:
+    """(change id, description, scenario factory) of every change worth a re-run for this plan."""
     scn = ctx.pred.scenario
     p, system = scn.plan, scn.system
     out: list[tuple[str, str, object]] = []
     dom = system.scale_up_domain
-    tp_span = ctx.spans.get("tp")
-    if tp_span is not None and tp_span.crosses_scale_out:
-        if p.tp <= dom:
-            order = ("tp",) + tuple(a for a in p.placement if a != "tp")
-            out.append(("tp_in_scale_up", "place TP groups inside the scale-up domain", lambda: with_plan(scn, placement=order)))
-        else:
+    for ax in HIGH_FREQUENCY:
+        span = ctx.spans.get(ax)
+        if span is None or not span.crosses_scale_out:
+            continue
+        if getattr(p, ax) <= dom:
+            order = (ax,) + tuple(a for a in p.placement if a != ax)
+            out.append((f"{ax}_in_scale_up", f"place {ax.upper()} groups inside the scale-up domain",
+                        lambda o=order: with_plan(scn, placement=o)))
+        elif ax == "tp":
             out.append(("tp_in_scale_up", f"shrink TP to the scale-up domain ({dom}), raise DP",
                         lambda: with_plan(scn, tp=dom, dp=p.dp * p.tp // dom)))
     if p.gbs % (p.dp * p.mbs * 2) == 0:
@@ -78,7 +93,7 @@ def candidates(ctx: Context) -> list[tuple[str, str, object]]:
     if p.tp > 1 and not p.sequence_parallel:
         out.append(("sequence_parallel", "enable sequence parallelism", lambda: with_plan(scn, sequence_parallel=True)))
     for tier in ("scale_up", "scale_out"):
-        if not system.tier(tier).in_network_reduction:
+        if not system.tier(tier).in_network_reduction and tier_carries_traffic(ctx, tier):
             out.append((f"in_network_reduction_{tier}", f"in-network reduction (SHARP) on {tier}",
                         lambda t=tier: dataclasses.replace(scn, system=with_tier(system, t, in_network_reduction=True))))
     for rc in ("none", "selective", "full"):
@@ -110,6 +125,10 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
     else:
         key = "matrix_compute"
         sentence = f"Nothing but matrix arithmetic on the critical path: {mat:.3g} s of {step:.3g} s."
+    mem = pred.memory
+    if not mem.fits:
+        sentence += (f" The plan itself does not fit: stage {mem.stage} needs {mem.total_bytes / 1e9:.1f} GB of "
+                     f"{mem.capacity_bytes / 1e9:.1f} GB per GPU.")
     wis: list[WhatIf] = []
     for c, d, f in candidates(ctx) if run_what_ifs else []:
         w = evaluate(pred, c, d, f)

@@ -10,9 +10,6 @@ from narrowpath.analysis import Analysis
 from narrowpath.report.prediction import LABELS
 from narrowpath.schedule.step import BREAKDOWN_KEYS
 
-COLORS = {"matrix": "#1f77b4", "flash": "#9467bd", "vector": "#ff7f0e"}
-
-
 def _plt():
     import matplotlib
     matplotlib.use("Agg")
@@ -20,41 +17,65 @@ def _plt():
     return plt
 
 
+LEVEL_COLORS = {"sram": "#2ca02c", "l2": "#ff7f0e", "hbm": "#1f77b4", "host": "#7f7f7f"}
+KIND_MARKERS = {"matrix": "o", "flash": "D", "vector": "^"}
+
+
 def plot_roofline(a: Analysis, path: Path) -> Path:
-    """Attained FLOP/s vs arithmetic intensity (FLOP per HBM byte) of the step's ops, with each level's roof."""
+    """Hierarchical roofline (Yang, Kurth & Williams, 'Hierarchical Roofline analysis for GPUs', CCPE 2020): each op
+    of the critical stage appears once per memory level, at its intensity against the bytes it moves *at that level*
+    (analysis.ledger.op_level_bytes), under that level's roof; ridge point = peak FLOP/s / level bandwidth."""
+    import numpy as np
+
+    from narrowpath.analysis.ledger import op_level_bytes
     plt = _plt()
     dev = a.prediction.scenario.system.device
     prec = a.prediction.scenario.plan.precision
     peak = dev.matrix_peak(prec)
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    pts = [r for r in a.context.ops if r.op.flop > 0 and r.op.hbm_bytes > 0]
-    xs = [r.op.flop / r.op.hbm_bytes for r in pts]
-    lo = min(xs + [1.0]) / 4
-    hi = max(xs + [peak / dev.hbm.bw_bytes_per_s]) * 8
-    import numpy as np
+    fig, ax = plt.subplots(figsize=(9, 6))
+    pts = [r for r in a.context.ops if r.op.flop > 0 and r.time_each_s > 0]
+    ledger = {r.level: r for r in a.data_movement}
+    levels = [lv for lv in dev.levels if ledger.get(lv.name) is not None and ledger[lv.name].bytes_per_step > 0]
+    xs = [r.op.flop / op_level_bytes(r.op, lv.name) for r in pts for lv in levels if op_level_bytes(r.op, lv.name) > 0]
+    ridges = [peak / lv.bw_bytes_per_s for lv in levels]
+    lo = min(xs + ridges) / 4
+    hi = max(xs + ridges) * 4
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
-    for j, (lv, style) in enumerate(zip(dev.levels, ("-", "--", "-.", ":"))):
+    tmax = max((r.total_s for r in pts), default=1.0) or 1.0
+    # farthest level first, nearer ones smaller and on top: where an op moves the same bytes at several levels
+    # (bandwidth-bound GEMMs) its points coincide and show as concentric rings
+    for j, lv in reversed(list(enumerate(levels))):
+        c = LEVEL_COLORS.get(lv.name, "black")
+        size = 0.35 + 0.65 * j / max(1, len(levels) - 1)
         bw = lv.bw_bytes_per_s
-        ax.plot(x, np.minimum(peak, bw * x), style, color="gray", lw=1.2, label=f"{lv.name} roof ({bw / 1e12:.2g} TB/s)")
         ridge = peak / bw
-        if lo <= ridge <= hi:
-            ax.plot([ridge], [peak], "o", color="black", ms=4)
-            ax.annotate(f"{lv.name} ridge\n{ridge:.0f} FLOP/B", (ridge, peak), textcoords="offset points",
-                        xytext=(4, -22 - 20 * (j % 2)), fontsize=7)
-    for kind, c in COLORS.items():
-        sel = [(r.op.flop / r.op.hbm_bytes, r.op.flop / r.time_each_s, r.total_s) for r in pts if r.op.kind == kind]
-        if sel:
-            tot = max(s for _, _, s in sel) or 1.0
-            ax.scatter([s[0] for s in sel], [s[1] for s in sel], s=[15 + 200 * s[2] / tot for s in sel], c=c,
-                       alpha=0.7, label=f"{kind} ops (size ∝ time/step)", edgecolors="black", linewidths=0.3)
-    ax.axhline(peak, color="black", lw=0.8)
+        ax.plot(x, np.minimum(peak, bw * x) / 1e12, "-", color=c, lw=1.4,
+                label=f"{lv.name} roof: {bw / 1e12:.3g} TB/s, ridge {ridge:.0f} FLOP/B")
+        ax.plot([ridge], [peak / 1e12], "o", color=c, mec="black", ms=6, zorder=4)
+        ax.annotate(f"{lv.name} ridge\n{ridge:.0f} FLOP/B", (ridge, peak / 1e12), textcoords="offset points",
+                    xytext=(-10, 8 + 18 * (j % 2)), fontsize=7, color=c, ha="right")
+        for kind, mk in KIND_MARKERS.items():
+            sel = [(r.op.flop / op_level_bytes(r.op, lv.name), r.op.flop / r.time_each_s / 1e12, r.total_s)
+                   for r in pts if r.op.kind == kind and op_level_bytes(r.op, lv.name) > 0]
+            if sel:
+                ax.scatter([q[0] for q in sel], [q[1] for q in sel], s=[size * (12 + 180 * q[2] / tmax) for q in sel],
+                           marker=mk, color=c, alpha=0.6, edgecolors="black", linewidths=0.3, zorder=3)
+    for kind, mk in KIND_MARKERS.items():
+        if any(r.op.kind == kind for r in pts):
+            ax.scatter([], [], marker=mk, color="white", edgecolors="black", label=f"{kind} ops (area ∝ time per step)")
+    ax.axhline(peak / 1e12, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP / HBM byte)")
-    ax.set_ylabel("attained FLOP/s")
-    ax.set_ylim(peak / 1e4, peak * 2)
-    ax.set_title(f"Roofline — {dev.name}, {prec} peak {peak / 1e12:.0f} TFLOP/s\n"
-                 "ops of the critical stage (element-wise ops carry no FLOPs and are not shown)", fontsize=10)
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved at that level, log scale)")
+    ax.set_ylabel("attained TFLOP/s per GPU (log scale)")
+    ys = [r.op.flop / r.time_each_s / 1e12 for r in pts]
+    ax.set_ylim(max(peak / 1e12 / 1e3, min(ys + [peak / 1e12]) / 20), peak / 1e12 * 3)
+    absent = [lv.name for lv in dev.levels if lv not in levels]
+    note = f"; no traffic at {', '.join(absent)}" if absent else ""
+    ax.set_title(f"Hierarchical roofline — {dev.name}, {prec} peak {peak / 1e12:.0f} TFLOP/s\n"
+                 f"each op of the critical stage once per level (colour){note}; element-wise ops carry no FLOPs",
+                 fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
@@ -87,29 +108,63 @@ def plot_breakdown(a: Analysis, path: Path) -> Path:
 
 
 def plot_scaling(a: Analysis, path: Path) -> Path:
+    """Step time, efficiency and communication share, energy per step and interruptions per day against the GPU
+    count; hollow markers = the plan does not fit in memory at that count."""
+    from matplotlib.ticker import FuncFormatter
     plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for mode, marker in (("strong", "o-"), ("weak", "s--")):
-        pts = [s for s in a.scaling if s.mode == mode]
+    fig, axs = plt.subplots(2, 2, figsize=(12, 8))
+    (ax1, ax2), (ax3, ax4) = axs
+    styles = {"strong": ("o", "-", "#1f77b4"), "weak": ("s", "--", "#d62728")}
+    for mode, (mk, ls, c) in styles.items():
+        pts = sorted((s for s in a.scaling if s.mode == mode), key=lambda s: s.num_gpus)
         if not pts:
             continue
         n = [s.num_gpus for s in pts]
-        ax1.plot(n, [s.step_s for s in pts], marker, label=f"{mode} scaling")
-        ax2.plot(n, [s.efficiency * 100 for s in pts], marker, label=f"{mode}: efficiency")
-        ax2.plot(n, [s.communication_share * 100 for s in pts], marker, alpha=0.5, label=f"{mode}: comm share")
-    for ax in (ax1, ax2):
+
+        def line(ax, ys, label, style=ls, alpha=1.0):
+            ax.plot(n, ys, style, color=c, alpha=alpha, label=label)
+            for fits in (True, False):
+                sel = [(k, y) for k, y, s in zip(n, ys, pts) if s.fits == fits]
+                if sel:
+                    ax.scatter([k for k, _ in sel], [y for _, y in sel], marker=mk, s=40, zorder=3, alpha=alpha,
+                               edgecolors=c, facecolors=c if fits else "white", linewidths=1.5)
+
+        line(ax1, [s.step_s for s in pts], mode)
+        line(ax2, [s.efficiency * 100 for s in pts], f"{mode}: scaling efficiency")
+        line(ax2, [s.communication_share * 100 for s in pts], f"{mode}: exposed communication, % of step",
+             style=":", alpha=0.6)
+        line(ax3, [s.energy_per_step_j / 1e3 for s in pts], mode)
+    by_n = {s.num_gpus: s.interruptions_per_day for s in a.scaling}
+    ax4.plot(sorted(by_n), [by_n[k] for k in sorted(by_n)], "o-", color="black",
+             label=f"N × {a.options.failures_per_gpu_hour:.3g} failures per GPU-hour × 24 h")
+    fmt = FuncFormatter(lambda v, _: f"{v:,.0f}")
+    gfmt = FuncFormatter(lambda v, _: f"{v:,.3g}")
+    for ax in axs.flat:
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("GPUs")
+        ax.xaxis.set_major_formatter(fmt)
+        ax.set_xlabel("GPUs (log scale)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     ax1.set_yscale("log")
-    ax1.set_ylabel("step time (s)")
+    ax1.set_ylabel("step time (s, log scale)")
+    ax1.set_title("Step time", fontsize=9)
     ax2.set_ylabel("%")
     ax2.set_ylim(0, max([105.0] + [s.efficiency * 105 for s in a.scaling]))
-    fig.suptitle(f"Scaling — {a.prediction.scenario.name} (strong: fixed global batch; weak: fixed batch per replica)",
-                 fontsize=10)
+    ax2.set_title("Efficiency (strong: T0·N0/(T·N); weak: T0/T), exposed comm share", fontsize=9)
+    ax3.set_yscale("log")
+    ax3.set_ylabel("energy per step, whole job (kJ, log scale)")
+    ax3.set_title("Energy per step", fontsize=9)
+    ax4.set_yscale("log")
+    ax4.set_ylabel("expected interruptions per day (log scale)")
+    for ax in (ax1, ax3, ax4):
+        ax.yaxis.set_major_formatter(gfmt)
+        ax.yaxis.set_minor_formatter(gfmt)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax4.set_title("Expected interruptions per day (same for strong and weak)", fontsize=9)
+    fig.suptitle(f"Scaling — {a.prediction.scenario.name} (strong: fixed global batch; weak: fixed batch per replica; "
+                 "hollow marker = does not fit in memory)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -127,9 +182,9 @@ def plot_memory(a: Analysis, path: Path) -> Path:
         ax.bar(xs, v, bottom=bottom, color=cmap(i), label=k)
         bottom = [b + x for b, x in zip(bottom, v)]
     cap = mems[0].capacity_bytes / 1e9
-    ax.axhline(cap, color="red", ls="--", lw=1, label=f"HBM capacity {cap:.0f} GB")
+    ax.axhline(cap, color="red", ls="--", lw=1, label=f"HBM capacity {cap:.1f} GB")
     ax.set_xticks(xs, [f"stage {m.stage}" for m in mems])
-    ax.set_ylabel("GB per rank")
+    ax.set_ylabel("GB per rank (1 GB = 1e9 bytes)")
     ax.set_ylim(0, max(cap, max(bottom)) * 1.1)
     ax.set_title("Memory per rank by pipeline stage")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -150,7 +205,7 @@ def plot_ledger(a: Analysis, path: Path) -> Path:
             ax1.annotate("0", (i, 0), ha="center", va="bottom", xycoords=("data", "axes fraction"), fontsize=8,
                          xytext=(0, 4), textcoords="offset points")
     ax1.set_yscale("log")
-    ax1.set_ylabel("bytes per GPU per step")
+    ax1.set_ylabel("bytes per GPU per step (log scale)")
     ax1.set_title("Bytes moved per level")
     ax2.bar(names, [r.share_of_step * 100 for r in rows], color="#ff7f0e", label="time at peak bandwidth")
     mod = [(i, r.modelled_s / a.prediction.step_time_s * 100) for i, r in enumerate(rows) if r.modelled_s]
