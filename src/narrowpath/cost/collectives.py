@@ -5,7 +5,9 @@ for each algorithm a and protocol p,  t(a, p) = base_lat(a, p) + Σ_steps hop_la
 and `auto` takes the fastest (a, p), as NCCL does. Latency per step and per tier comes from the calibration
 (`alpha_s`, the Simple-protocol hop); LL and LL128 hops are the NCCL ratios to it. The α-β form with several
 protocols gives the message-size ramp (small messages latency-bound, LL; large ones bandwidth-bound, Simple)
-and is monotone in size (a minimum of increasing affine functions).
+and is monotone in size (a minimum of increasing functions). Simple-protocol bandwidth is scaled by NCCL's measured
+mid-size correction (`simple_ramp`), so busbw climbs through the MBs as in nccl-tests instead of jumping to the
+plateau.
 
 Conventions of nccl-tests (doc/PERFORMANCE.md): algbw = S / t; busbw = algbw · 2(n−1)/n for all_reduce,
 · (n−1)/n for all_gather, reduce_scatter and all_to_all, · 1 for broadcast and send/recv. `message_bytes` is the
