@@ -26,6 +26,8 @@ from narrowpath.errors import TraceFormatError
 CHUNK_CHARS = 4 * 2**20
 """Characters read per refill (4 Mi characters, a few MiB)."""
 KINETO_SEPARATOR = "},\n  {"
+SKIP_HEAD_CHARS = 160
+"""Characters at the head of a Kineto block searched for skip markers."""
 MAX_SKIP_PIECE_CHARS = 4096
 """A piece longer than this is always decoded: it may hold several events in a layout we do not split."""
 
@@ -209,8 +211,10 @@ def _fast_batch(inner: str, rule: SkipRule | None, stats: dict[str, int]) -> lis
     num_blocks = len(pieces)
     if rule is not None:
         (a, b, c, d), (u, v), limit = rule.skip, rule.unless, MAX_SKIP_PIECE_CHARS
-        pieces = [p for p in pieces if not (a in p or b in p or c in p or d in p) or u in p or v in p
-                  or len(p) > limit]
+        # skip markers are looked for in the block's head (Kineto writes ph, cat, name first): a marker
+        # further in is not a skip, which errs towards decoding; `unless` is looked for in the whole block
+        pieces = [p for p in pieces if not (a in (h := p[:SKIP_HEAD_CHARS]) or b in h or c in h or d in h)
+                  or u in p or v in p or len(p) > limit]
     if not pieces:
         stats["skipped"] = stats.get("skipped", 0) + num_blocks
         return []
