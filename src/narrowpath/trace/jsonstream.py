@@ -113,9 +113,8 @@ def iter_trace(path: str, header: dict[str, Any], skip_for: Callable[[dict[str, 
 
     `skip_for(header)` is called once when `traceEvents` starts, with the header values read so far, and
     returns the SkipRule for undecoded Kineto blocks (None: decode everything); `stats["skipped"]` counts
-    the blocks left undecoded. Header values after
-    `traceEvents` arrive once the generator is exhausted. A file without `traceEvents`, or whose top level is
-    not an object, is an error.
+    the blocks left undecoded. Header values after `traceEvents` arrive once the generator is exhausted.
+    A file without `traceEvents`, or whose top level is not an object, is an error.
     """
     src = _Text(path)
     try:

@@ -17,11 +17,10 @@ from typing import Any
 
 from narrowpath.errors import TraceFormatError
 from narrowpath.trace import schema
-from narrowpath.trace.finalize import finalize_rank, rank_from_name  # noqa: F401 (re-export)
+from narrowpath.trace.finalize import finalize_rank
 from narrowpath.trace.jsonstream import SkipRule, iter_trace
 from narrowpath.trace.model import RankTrace, Trace
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 
 class RankColumns:
@@ -36,7 +35,8 @@ class RankColumns:
         self.host = {k: array(t) for k, t in (("name", "l"), ("ts", "q"), ("dur", "q"), ("tid", "q"))}
         self.steps = {k: array(t) for k, t in (("num", "q"), ("ts", "q"), ("dur", "q"))}
         self.coll_meta: list[tuple[str, int, str, int, int, int]] = []
-        """(table "act"/"host", row, collective text, message bytes, group size, -) of events with metadata."""
+        """(table "act" or "host", row, collective text, message bytes, group size, 0) of events with
+        collective metadata."""
         self.rpc: list[tuple[int, int, int, str, int, int]] = []
         """record_param_comms with metadata: (ts_ns, end_ns, tid, collective text, message bytes, group)."""
         self.num_events = 0
@@ -86,7 +86,7 @@ _EMPTY: dict[str, Any] = {}
 
 def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> None:
     """Append the events of one batch to `cols` (the only place event dicts are looked at)."""
-    act, rt, host, steps = cols.act, cols.rt, cols.host, cols.steps
+    act, rt = cols.act, cols.rt
     a_name, a_ts, a_dur, a_lane, a_kind, a_corr = (act[k].append for k in ("name", "ts", "dur", "lane", "kind",
                                                                             "corr"))
     r_name, r_ts, r_dur, r_corr, r_tid = (rt[k].append for k in ("name", "ts", "dur", "corr", "tid"))
