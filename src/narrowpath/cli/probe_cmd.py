@@ -84,7 +84,10 @@ def run(args) -> int:
     if args.what == "all":
         result = {"probe": "all"}
         for what in ("compute", "memory", "locality", "collectives"):
+            t1 = time.perf_counter()
             result[what] = _run_one(what, args, memory_result=result.get("memory"))
+            if result[what] is not None:
+                result[what]["wall_time_s"] = time.perf_counter() - t1
         result["wall_time_s"] = time.perf_counter() - t0
     else:
         result = _run_one(args.what, args)

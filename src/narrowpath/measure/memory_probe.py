@@ -25,7 +25,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from narrowpath.measure.machine import os_caches, physical_memory_bytes, cpu_model_name
-from narrowpath.measure.segment import edge_x, find_plateaus
+from narrowpath.measure.segment import Plateau, edge_x, find_plateaus
 from narrowpath.measure.timing import Progress, host_provenance, time_median_s
 
 KERNELS = ("read", "write", "copy", "add")
@@ -45,10 +45,12 @@ def working_set_sizes(*, min_bytes: float, max_bytes: float, points_per_octave: 
 
 
 def default_max_bytes(quick: bool) -> float:
-    """Several times the last-level cache (full) or 256 MiB (quick); never more than 1/8 of RAM."""
+    """Several times the last-level cache, capped at 1 GiB, at least 512 MiB (full); 256 MiB (quick);
+    never more than 1/8 of RAM. The cap keeps `probe all` within 2 minutes where the OS reports a huge LLC
+    (a VM told 480 MiB of L3 it does not get: the measured boundary there is ~100 MiB)."""
     caches = os_caches()
     llc = caches[-1].capacity_bytes if caches else 32 * 2**20
-    want = 256 * 2**20 if quick else max(4 * llc, 512 * 2**20)
+    want = 256 * 2**20 if quick else max(min(4 * llc, 1024 * 2**20), 512 * 2**20)
     ram = physical_memory_bytes()
     return min(want, ram / 8) if ram else want
 
@@ -126,6 +128,11 @@ def detect_levels(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     y = [_bw(samples, ws, LEVEL_KERNEL) for ws in sizes]
     plateaus = find_plateaus(y, monotone="decreasing")
     caches = os_caches()
+    if caches:  # a step that starts beyond 2x the largest OS cache is DRAM under a busy neighbour, not a level
+        beyond = 2 * caches[-1].capacity_bytes
+        while len(plateaus) > 1 and sizes[plateaus[-1].first] > beyond:
+            q, p = plateaus[-2], plateaus[-1]
+            plateaus[-2:] = [Plateau(q.first, p.last, statistics.median(y[q.first:p.last + 1]))]
     levels, used = [], set()
     for i, p in enumerate(plateaus):
         last = i == len(plateaus) - 1
