@@ -54,6 +54,11 @@ def test_accounts_on_the_recorded_job(gloo_trace):
     s = rep.stragglers
     assert s is not None and s.num_matched >= 4 and not s.unmatched_kinds
     assert sum(s.last_arrival_count.values()) == s.num_matched
+    assert all(0 < v < 10.0 for v in s.mean_step_s.values())
+    for r in rep.ranks:  # per step: the two DDP buckets of every step, all gradient bytes
+        for step in r.steps[:-1]:
+            ar = {c.kind: c for c in step.collectives}["all_reduce"]
+            assert ar.total_bytes == BYTES_PER_STEP
 
 
 def test_cli_json_on_the_recorded_directory(gloo_dir, capsys):

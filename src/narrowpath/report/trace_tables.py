@@ -56,9 +56,11 @@ def format_report(report: TraceReport) -> str:
         out.append(f"\nStragglers: {s.num_matched} collectives matched across ranks "
                    f"{', '.join(map(str, s.ranks))}" + (f" (counts differ for {', '.join(s.unmatched_kinds)};"
                                                         " matched up to the shortest)" if s.unmatched_kinds else ""))
-        out.append(table(["rank", "arrived last (count)", "mean lateness", "max lateness"],
+        out.append(table(["rank", "arrived last (count)", "mean lateness", "max lateness", "mean step"],
                          [[rk, s.last_arrival_count[rk], human_time(s.mean_lateness_s[rk]),
-                           human_time(s.max_lateness_s[rk])] for rk in s.ranks]))
+                           human_time(s.max_lateness_s[rk]),
+                           human_time(s.mean_step_s[rk]) if s.mean_step_s[rk] == s.mean_step_s[rk] else "-"]
+                          for rk in s.ranks]))
     return "\n".join(out)
 
 

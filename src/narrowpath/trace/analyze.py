@@ -29,6 +29,7 @@ class StepAccounts:
     cpu_dur_s: float
     """Duration of the ProfilerStep marker on the CPU."""
     breakdown: Breakdown
+    collectives: tuple[CollectiveGroup, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,8 +79,8 @@ def analyze_rank(rank: RankTrace, critical_step: int | None = None) -> RankAccou
     return RankAccounts(
         rank=rank.rank, path=rank.path, host_mode=rank.host_mode, device_name=rank.device_name,
         breakdown=temporal_breakdown(rank, window),
-        steps=tuple(StepAccounts(step=w.step, cpu_dur_s=w.end_s - w.start_s,
-                                 breakdown=temporal_breakdown(rank, w)) for w in steps),
+        steps=tuple(StepAccounts(step=w.step, cpu_dur_s=w.end_s - w.start_s, breakdown=temporal_breakdown(rank, w),
+                                 collectives=collective_inventory(collective_samples(rank, w))) for w in steps),
         kernels=kernel_breakdown(rank, window), collectives=collective_inventory(samples), samples=samples,
         idle=idle_causes(rank, window),
         critical_path=critical_path(rank, _critical_step(rank, window, steps, critical_step)))
@@ -115,7 +116,8 @@ def report_to_dict(report: TraceReport) -> dict[str, Any]:
     for r in report.ranks:
         d = {"rank": r.rank, "path": r.path, "host_mode": r.host_mode, "device_name": r.device_name}
         d.update(_breakdown_dict(r.breakdown))
-        d["steps"] = [{"step": s.step, "cpu_dur_s": s.cpu_dur_s, **_breakdown_dict(s.breakdown)} for s in r.steps]
+        d["steps"] = [{"step": s.step, "cpu_dur_s": s.cpu_dur_s, **_breakdown_dict(s.breakdown),
+                       "collectives": [asdict(c) for c in s.collectives]} for s in r.steps]
         d["kernels"] = [asdict(k) for k in r.kernels]
         d["collectives"] = [asdict(c) for c in r.collectives]
         d["idle_causes_s"] = dict(r.idle.by_cause_s)

@@ -35,6 +35,8 @@ class StragglerReport:
     max_lateness_s: dict[int, float]
     worst: tuple[tuple[str, int, int, float], ...]
     """Largest spreads: (kind, ordinal, last rank, spread seconds), at most 10."""
+    mean_step_s: dict[int, float]
+    """Per rank, mean ProfilerStep duration on the CPU (NaN without markers): the step-time skew."""
 
 
 def _t0(rank: RankTrace, ref: RankTrace) -> float:
@@ -79,4 +81,5 @@ def straggler_report(ranks: tuple[RankTrace, ...], windows: tuple[Window, ...]) 
         last_arrival_count={rk: int(c) for rk, c in zip(rank_ids, last_count)},
         mean_lateness_s={rk: float(s / matched) for rk, s in zip(rank_ids, late_sum)},
         max_lateness_s={rk: float(m) for rk, m in zip(rank_ids, late_max)},
-        worst=tuple(sorted(worst, key=lambda w: -w[3])[:10]))
+        worst=tuple(sorted(worst, key=lambda w: -w[3])[:10]),
+        mean_step_s={r.rank: float(r.step_dur_s.mean()) if r.step_dur_s.size else float("nan") for r in ranks})
