@@ -72,3 +72,72 @@ def test_communication_budget(default_analysis):
     assert c.dominant
     assert c.compression_saving_s >= 0
     assert {t.tier for t in c.tiers} == {"scale_up", "scale_out", "front_end"}
+
+
+def test_sync_wait_closed_form_matches_seeded_monte_carlo(default_analysis):
+    """The budget's expected wait for the slowest (σ·E[max of N normals], Blom/Harter closed form) agrees with the
+    same budget sampled by seeded Monte Carlo within 3 %, point by point."""
+    from narrowpath.analysis.inventory import build_inventory
+    from narrowpath.analysis.options import AnalysisOptions
+    from narrowpath.analysis.synchronisation import build_synchronisation
+    ctx = default_analysis.context
+    inv = build_inventory(ctx)
+    closed = build_synchronisation(ctx, inv, AnalysisOptions(jitter_method="closed_form"))
+    mc = build_synchronisation(ctx, inv, AnalysisOptions(jitter_method="sampled", seed=1, num_samples=20000))
+    assert closed.jitter_wait_s == pytest.approx(mc.jitter_wait_s, rel=0.03)
+    for a, b in zip(closed.points, mc.points):
+        assert a.wait_each_s == pytest.approx(b.wait_each_s, rel=0.05)
+        sigma = 0.02 * closed.segment_s
+        assert a.wait_each_s == pytest.approx(sigma * expected_max_normal_blom(a.group_size))
+    again = build_synchronisation(ctx, inv, AnalysisOptions(jitter_method="sampled", seed=1, num_samples=20000))
+    assert again.jitter_wait_s == mc.jitter_wait_s  # seeded: reproducible
+
+
+def test_daly_higher_order_by_hand():
+    """Daly 2006 eq. 37 with δ/M not small (δ = 600 s, M = 3600 s), evaluated by hand."""
+    d, m = 600.0, 3600.0
+    x = d / (2 * m)
+    by_hand = math.sqrt(2 * d * m) * (1 + math.sqrt(x) / 3 + x / 9) - d
+    assert F.daly_interval_s(d, m) == pytest.approx(by_hand)
+    assert F.daly_interval_s(d, m) == pytest.approx(1697.71, rel=1e-4)  # 2078.46 × 1.10548 − 600
+    assert F.young_interval_s(d, m) == pytest.approx(2078.46, rel=1e-4)
+
+
+def test_failure_budget_of_the_default_scenario(default_analysis):
+    """MTBF = 1 / (N × rate); the interval is Daly's for the checkpoint write time; goodput = 1 − waste."""
+    a = default_analysis
+    f = a.synchronisation.failures
+    n = a.prediction.scenario.num_gpus
+    rate = a.options.failures_per_gpu_hour
+    assert f.mtbf_s == pytest.approx(3600 / (n * rate))
+    assert f.interruptions_per_day == pytest.approx(n * rate * 24)
+    assert f.daly_interval_s == pytest.approx(F.daly_interval_s(f.write_s, f.mtbf_s))
+    assert f.young_interval_s == pytest.approx(math.sqrt(2 * f.write_s * f.mtbf_s))
+    assert f.goodput == pytest.approx(1 - F.waste_fraction(f.daly_interval_s, f.write_s, f.mtbf_s, a.options.restart_s))
+
+
+def test_lstm_cliff_points_are_model_runs(lstm_analysis):
+    """Each point of the cliff is predict() at that hidden size: its core step is the core model's step, and the
+    persistent step is the core step less the re-priced recurrent GEMMs (never more, never below compute-bound)."""
+    import dataclasses
+
+    from narrowpath.schedule.step import predict
+    scn = lstm_analysis.prediction.scenario
+    c = lstm_analysis.distance.persistence
+    sram = scn.system.device.level("sram").capacity_bytes
+    assert c.sram_bytes == sram
+    for q in c.points[:: max(1, len(c.points) // 5)] + (c.points[-1],):
+        p = predict(dataclasses.replace(scn, model=dataclasses.replace(scn.model, hidden=q.hidden)))
+        assert q.core_step_s == pytest.approx(p.step_time_s, rel=1e-12)
+        assert q.layer_weight_bytes == pytest.approx(8 * q.hidden ** 2 * 2 / scn.plan.tp, rel=0.01)
+        assert q.fits_sram == (q.layer_weight_bytes <= c.usable_fraction * sram)
+        assert q.step_s <= q.core_step_s
+        assert q.useful_flop_per_s_per_gpu == pytest.approx(p.model_flop_per_step / q.step_s / scn.num_gpus)
+    base = [q for q in c.points if q.hidden == scn.model.hidden]
+    if base:
+        assert base[0].core_step_s == pytest.approx(lstm_analysis.prediction.step_time_s)
+    # the cliff: time per useful FLOP jumps when the weights stop fitting
+    below = max((q for q in c.points if q.fits_sram), key=lambda q: q.hidden)
+    above = min((q for q in c.points if not q.fits_sram), key=lambda q: q.hidden)
+    assert above.hidden == below.hidden + 1 == c.hidden_limit + 1
+    assert above.step_s / below.step_s > 1.1  # one more hidden unit costs > 10 % of the step

@@ -69,3 +69,72 @@ def test_cli_text_and_bad_option(capsys):
         assert title in out
     assert out.index("DATA-MOVEMENT") < out.index("DISTANCE BUDGET") < out.index("VERDICT") < out.index("ENERGY")
     assert main(["analyze", "--compression", "0.5"]) == 2
+
+
+GOLDEN = __import__("pathlib").Path(__file__).parent / "golden" / "analysis_json_paths.json"
+
+
+def _paths(o, p=""):
+    if isinstance(o, dict):
+        return set().union(*(_paths(v, f"{p}.{k}" if p else k) for k, v in o.items())) if o else {p}
+    if isinstance(o, list):
+        return set().union(*(_paths(v, p + "[]") for v in o)) if o else {p + "[]"}
+    return {p}
+
+
+def test_json_schema_is_stable(default_analysis):
+    """Every leaf path of the default scenario's analysis JSON is the pinned one (tests/analysis/golden): a renamed,
+    dropped or added field fails here. Regenerate the golden file only for an intended schema change."""
+    got = _paths(analysis_to_json(default_analysis))
+    want = set(json.loads(GOLDEN.read_text()))
+    assert got - {p for p in got if p.startswith("distance.persistence")} == \
+        want - {p for p in want if p.startswith("distance.persistence")}, (sorted(got - want), sorted(want - got))
+
+
+def test_dimensionless_fields_are_fractions(any_analysis):
+    """Fields without a unit suffix that are ratios (share, efficiency, utilisation, goodput) are fractions, not %."""
+    doc = analysis_to_json(any_analysis)
+    assert 0 <= doc["verdict"]["share"] <= 1
+    assert 0 <= doc["synchronisation"]["goodput"] <= 1
+    for r in doc["data_movement"]["levels"]:
+        assert r["share_of_step"] >= 0
+    for s in doc["scaling"]:
+        assert 0 < s["efficiency"] < 2 and 0 <= s["communication_share"] <= 1
+    for t in doc["topology"]["tiers"]:
+        assert 0 <= t["utilisation"] and 0 <= t["busy_fraction"] <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("name", ["gnmt-lstm-a100-8", "gpt3-175b-a100-1024"])
+def test_timeline_structure_and_totals(name, tmp_path):
+    """Chrome trace: every 'X' event has a string name, numeric ts/dur in µs, integer pid/tid on a named thread;
+    the compute track adds up to the breakdown's compute + optimizer, the exposed-communication track to the
+    exposed communication, and the bubble to the bubble."""
+    from narrowpath.analysis import analyze
+    from narrowpath.catalog import load_scenario
+    a = analyze(load_scenario(name), None)
+    doc = json.loads(write_timeline(a, str(tmp_path / "t.json")).read_text())
+    assert set(doc) >= {"traceEvents", "displayTimeUnit"}
+    ev = doc["traceEvents"]
+    threads = {e["tid"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(e["ph"] == "M" and e["name"] == "process_name" for e in ev)
+    xs = [e for e in ev if e["ph"] == "X"]
+    for e in xs:
+        assert isinstance(e["name"], str) and e["name"]
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int) and e["tid"] in threads
+        assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0
+    p = a.prediction
+    b = p.breakdown_s
+    track = lambda tid: sum(e["dur"] for e in xs if e["tid"] == tid) / 1e6  # noqa: E731
+    assert track(1) == pytest.approx(b["compute"] + b["optimizer"], rel=1e-6)
+    assert track(2) == pytest.approx(sum(v for k, v in b.items() if k.startswith("exposed_")), rel=1e-6, abs=1e-9)
+    assert track(4) == pytest.approx(b["bubble"], abs=1e-9)
+    assert max(e["ts"] + e["dur"] for e in xs) / 1e6 == pytest.approx(p.step_time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("argv", [["--plots", "/etc/hostname"], ["--timeline", "/"],
+                                  ["--timeline", "/proc/no/such/t.json"], ["no-such-scenario.yaml"],
+                                  ["--model", "no-such-model", "--system", "dgx-h100"]])
+def test_bad_paths_give_one_line_and_exit_2(argv, capsys):
+    assert main(["analyze", "--no-what-ifs", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("narrowpath: error:") and "\n" not in err and "Traceback" not in err

@@ -50,3 +50,103 @@ def test_skipped_when_it_does_not_fit():
     w = {w.change: w for w in a.verdict.what_ifs}["recompute_none"]
     assert not w.fits and w.skipped.startswith("does not fit")
     assert predict(w.scenario).memory.fits is False
+
+
+def _by_hand(scn, change: str):
+    """The changed scenario for a what-if id, built here without the analysis code (independent reference)."""
+    p = scn.plan
+
+    def plan(**kw):
+        q = dataclasses.replace(p, **kw)
+        return dataclasses.replace(scn, plan=q, num_gpus=q.num_gpus)
+
+    def tier(name):
+        tiers = tuple(dataclasses.replace(t, in_network_reduction=True) if t.name == name else t
+                      for t in scn.system.tiers)
+        return dataclasses.replace(scn, system=dataclasses.replace(scn.system, tiers=tiers))
+
+    dom = scn.system.scale_up_domain
+    table = {
+        "raise_mbs": lambda: plan(mbs=2 * p.mbs),
+        "interleave_pipeline": lambda: plan(vpp=2 * p.vpp),
+        "dp_overlap": lambda: plan(dp_overlap=True),
+        "tp_comm_overlap": lambda: plan(tp_comm_overlap=True),
+        "sequence_parallel": lambda: plan(sequence_parallel=True),
+        "in_network_reduction_scale_up": lambda: tier("scale_up"),
+        "in_network_reduction_scale_out": lambda: tier("scale_out"),
+        "recompute_none": lambda: plan(recompute="none"),
+        "recompute_selective": lambda: plan(recompute="selective"),
+        "recompute_full": lambda: plan(recompute="full"),
+        "zero1": lambda: plan(zero_stage=1),
+        "halve_tp": lambda: plan(tp=p.tp // 2, dp=2 * p.dp, sequence_parallel=p.sequence_parallel and p.tp > 2),
+        "halve_pp": lambda: plan(pp=p.pp // 2, dp=2 * p.dp, vpp=p.vpp if p.pp // 2 > 1 else 1),
+    }
+    for ax in ("tp", "cp", "ep"):
+        order = (ax,) + tuple(a for a in p.placement if a != ax)
+        table[f"{ax}_in_scale_up"] = (lambda o=order: plan(placement=o)) if getattr(p, ax) <= dom else \
+            (lambda: plan(tp=dom, dp=p.dp * p.tp // dom))
+    return table[change]()
+
+
+def test_every_gain_recomputed_by_hand(any_analysis):
+    """Every what-if's step time equals predict() of the changed scenario built by hand; its gain is base − that;
+    the changed scenario differs from the base (a real re-run of a changed plan)."""
+    a = any_analysis
+    base = a.prediction
+    for w in a.verdict.what_ifs:
+        if w.step_s is None:
+            assert w.skipped.startswith("invalid")
+            continue
+        scn = _by_hand(base.scenario, w.change)
+        assert (scn.plan, scn.system) != (base.scenario.plan, base.scenario.system), w.change
+        again = predict(scn, base.calibration)
+        assert w.step_s == pytest.approx(again.step_time_s, rel=1e-12), w.change
+        assert w.gain_s == pytest.approx(base.step_time_s - again.step_time_s, rel=1e-9, abs=1e-12), w.change
+        assert w.fits == again.memory.fits
+        assert bool(w.skipped) == (not again.memory.fits), w.change
+
+
+def test_expected_candidates_for_the_default_plan(default_analysis):
+    """The default plan (TP 8 in NVLink, PP 4 interleaved, selective recompute) gets the changes an engineer would
+    try: raise the micro-batch, interleave further, TP comm overlap, other recompute settings, halve TP / PP."""
+    got = {w.change for w in default_analysis.verdict.what_ifs}
+    p = default_analysis.prediction.scenario.plan
+    expect = {"interleave_pipeline", "recompute_none", "recompute_full", "halve_tp", "halve_pp"}
+    expect |= {"tp_comm_overlap"} if not p.tp_comm_overlap else set()
+    expect |= {"dp_overlap"} if not p.dp_overlap else set()
+    expect |= {"raise_mbs"} if p.gbs % (p.dp * p.mbs * 2) == 0 else set()
+    assert expect <= got
+    assert "tp_in_scale_up" not in got  # TP already inside the scale-up domain
+
+
+def test_tp_across_nodes_is_pulled_into_the_scale_up_domain(tp_across_nodes_analysis):
+    """TP groups placed across nodes: flagged by the topology account, and 'place TP inside the scale-up domain'
+    is the top-ranked change with a large predicted gain."""
+    a = tp_across_nodes_analysis
+    assert any(f.startswith("TP groups") for f in a.topology.flags)
+    w = _by_change(a)["tp_in_scale_up"]
+    assert not w.skipped and w.gain_fraction > 0.2
+    assert a.verdict.what_ifs[0].change == "tp_in_scale_up"
+    assert "tensor-parallel" in a.verdict.sentence and "scale_out" in a.verdict.sentence
+
+
+def test_dp_overlap_and_in_network_reduction_offered_when_off():
+    """A plan with DP overlap off and a scale-out fabric without SHARP, whose DP groups cross it, gets both."""
+    from narrowpath.analysis import analyze
+    from tests.analysis.conftest import MIXTRAL, scenario_from_flags
+    a = analyze(scenario_from_flags(MIXTRAL + ["--no-dp-overlap"]))
+    got = _by_change(a)
+    assert "dp_overlap" in got and got["dp_overlap"].gain_s > 0
+    assert "in_network_reduction_scale_out" in got
+
+
+def test_one_gpu_offers_no_network_changes():
+    """On one GPU there is no traffic: no in-network reduction, DP or TP changes are proposed."""
+    from narrowpath.analysis import analyze
+    from tests.analysis.conftest import ONE_GPU, scenario_from_flags
+    a = analyze(scenario_from_flags(ONE_GPU))
+    got = set(_by_change(a))
+    assert not {c for c in got if c.startswith("in_network") or c in ("dp_overlap", "tp_comm_overlap", "zero1")}
+    assert a.synchronisation.sync_points_per_step == 0 and a.synchronisation.jitter_wait_s == 0
+    if not a.prediction.memory.fits:
+        assert "does not fit" in a.verdict.sentence

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from narrowpath.analysis.context import build_context
 from narrowpath.analysis.energy import build_energy
@@ -48,19 +49,26 @@ class ScalingPoint:
     fits: bool
 
 
-def _point(mode: str, pred: StepPrediction, base: StepPrediction, rate_per_gpu_hour: float) -> ScalingPoint:
+def ledger_energy_j(pred: StepPrediction) -> float:
+    """Energy per step from the ledger without the amortised checkpoint (default when no energy function is given)."""
+    ctx = build_context(pred)
+    return build_energy(ctx, build_ledger(ctx)).total_j
+
+
+def _point(mode: str, pred: StepPrediction, base: StepPrediction, rate_per_gpu_hour: float,
+           energy_of: Callable[[StepPrediction], float]) -> ScalingPoint:
     scn = pred.scenario
     n, n0 = scn.num_gpus, base.scenario.num_gpus
     t, t0 = pred.step_time_s, base.step_time_s
     eff = (t0 * n0) / (t * n) if mode == "strong" else t0 / t
     comm = sum(v for k, v in pred.breakdown_s.items() if k.startswith("exposed_"))
-    ctx = build_context(pred)
-    energy = build_energy(ctx, build_ledger(ctx))
-    return ScalingPoint(mode, n, scn.plan.dp, scn.plan.gbs, scn.plan.mbs, t, eff, comm / t, energy.total_j, pred.tokens_per_s,
+    return ScalingPoint(mode, n, scn.plan.dp, scn.plan.gbs, scn.plan.mbs, t, eff, communication_share(t - comm, comm),
+                        energy_of(pred), pred.tokens_per_s,
                         n * rate_per_gpu_hour * 24.0, pred.memory.fits)
 
 
-def scaling_sweep(base: StepPrediction, factors: tuple[float, ...], rate_per_gpu_hour: float) -> tuple[ScalingPoint, ...]:
+def scaling_sweep(base: StepPrediction, factors: tuple[float, ...], rate_per_gpu_hour: float,
+                  energy_of: Callable[[StepPrediction], float] = ledger_energy_j) -> tuple[ScalingPoint, ...]:
     scn = base.scenario
     p = scn.plan
     out = []
@@ -82,5 +90,5 @@ def scaling_sweep(base: StepPrediction, factors: tuple[float, ...], rate_per_gpu
                 pred = base if (dp == p.dp) else predict(with_plan(scn, dp=dp, gbs=gbs, mbs=mbs), base.calibration)
             except NarrowpathError:
                 continue
-            out.append(_point(mode, pred, base, rate_per_gpu_hour))
+            out.append(_point(mode, pred, base, rate_per_gpu_hour, energy_of))
     return tuple(out)

@@ -21,6 +21,7 @@ from narrowpath.analysis.failures import FailureBudget, failure_budget
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.jitter import expected_wait_s
 from narrowpath.analysis.options import AnalysisOptions
+from narrowpath.schedule.step import StepPrediction
 from narrowpath.workload.build import weight_bytes_per_param
 
 
@@ -57,6 +58,16 @@ def checkpoint_bytes(params_total: float, precision: str) -> float:
     return params_total * (weight_bytes_per_param(precision) + extra)
 
 
+def failures_of(pred: StepPrediction, opts: AnalysisOptions) -> FailureBudget:
+    """Failure budget of the job: checkpoint over the front-end (all GPUs in parallel, capped by storage)."""
+    scn = pred.scenario
+    system = scn.system
+    fe = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
+    bw = opts.storage_bw_bytes_per_s or min(fe * scn.num_gpus, opts.storage_cap_bytes_per_s)
+    return failure_budget(scn.num_gpus, checkpoint_bytes(pred.workload.params_total, scn.plan.precision), bw,
+                          opts.failures_per_gpu_hour, opts.restart_s)
+
+
 def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opts: AnalysisOptions) -> SyncBudget:
     pred = ctx.pred
     scn = pred.scenario
@@ -74,11 +85,7 @@ def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opt
     wait = sum(p.wait_total_s for p in points)
     bubble = pred.breakdown_s["bubble"]
     slow_step = pred.step_time_s + opts.slow_node_fraction * (compute + bubble)
-    system = scn.system
-    fe = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
-    bw = opts.storage_bw_bytes_per_s or min(fe * scn.num_gpus, opts.storage_cap_bytes_per_s)
-    fb = failure_budget(scn.num_gpus, checkpoint_bytes(pred.workload.params_total, scn.plan.precision), bw,
-                        opts.failures_per_gpu_hour, opts.restart_s)
+    fb = failures_of(pred, opts)
     step = pred.step_time_s
     return SyncBudget(n_sync, tuple(points), opts.jitter_cv, opts.jitter_method, seg, wait,
                       opts.slow_node_fraction, slow_step, bubble, bubble / step, fb,
