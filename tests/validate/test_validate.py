@@ -80,3 +80,11 @@ def test_wrong_schema_is_one_clear_error(tmp_path):
     from narrowpath.errors import NarrowpathError
     with pytest.raises(NarrowpathError, match="is not 'validation-corpus/1'"):
         load_corpus(f)
+
+
+def test_held_out_corpus_reads_and_predicts_every_case():
+    """The development corpus of other published runs (FSDP, flash, FP8, H100) is read and predicted in full."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "published-extra.yaml"
+    rep = run_validation(path)
+    assert len(rep.cases) == 15 and len(rep.ok_cases) == 15
+    assert all(0 < c.mfu < 1 for c in rep.ok_cases)
