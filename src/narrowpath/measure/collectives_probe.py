@@ -51,7 +51,7 @@ def probe_collectives(*, num_ranks: int = 2, ops: tuple[str, ...] = PROBE_OPS, q
         raise NarrowpathError(f"unknown collective(s) {bad}; known: {', '.join(PROBE_OPS)}")
     plan = {"ops": list(ops), "sizes": message_sizes(quick=quick, max_bytes=max_bytes),
             "target_s": 0.02 if quick else 0.05, "warmup": 2, "max_iters": 50,
-            "repeats": 3 if quick else 5,
+            "repeats": 2 if quick else 5,
             "progress": progress, "backend": backend, "tier": tier, "timeout_s": timeout_s}
     if _launched():
         return _run_rank(plan, out_path=None)

@@ -82,7 +82,7 @@ def probe_locality(*, quick: bool = False, levels: list[dict[str, Any]] | None =
                    max_weight_bytes: float | None = None, repeats: int | None = None, progress: bool = True,
                    seed: int = 0) -> dict[str, Any]:
     """Time per useful FLOP across hidden sizes, measured cliffs, and the cliffs predicted from `levels`."""
-    repeats = repeats or (3 if quick else 5)
+    repeats = repeats or (2 if quick else 5)
     max_weight_bytes = max_weight_bytes or (256 * 2**20 if quick else 1024 * 2**20)
     sizes = hidden_sizes(quick=quick, max_weight_bytes=max_weight_bytes)
     prog = Progress("locality", len(sizes), progress)
