@@ -58,8 +58,9 @@ def layer_activation_bytes(scn: Scenario, attention_kernel: str) -> float:
     sp = p.sequence_parallel
     if p.recompute == "full":
         return A * E / (t if sp else 1)
-    # Replicated over tp unless sequence parallel: 2 norm inputs, QKV input, MLP input (A·E each), 2 masks (E each).
-    replicated = 4 * A * E + 2 * E
+    # Replicated over tp unless sequence parallel: 2 norm inputs, QKV input, MLP input (A·E each), 2 dropout masks
+    # (E each; none for models trained without dropout).
+    replicated = 4 * A * E + (2 * E if m.dropout else 0)
     qkv = A * b * s * (m.q_dim + 2 * m.kv_dim) / t
     proj_in = A * b * s * m.q_dim / t
     if m.moe is not None:
@@ -75,7 +76,8 @@ def layer_activation_bytes(scn: Scenario, attention_kernel: str) -> float:
         sharded += 4 * b * (m.heads / t) * s  # log-sum-exp statistics in fp32
     elif p.recompute != "selective":
         s_kv = m.seq_len if p.cp > 1 else s
-        sharded += (2 * A + 1) * b * (m.heads / t) * s * s_kv  # softmax out, dropout mask, dropout out
+        per_score = (2 * A + 1) if m.dropout else A  # softmax out (+ dropout mask and dropout out)
+        sharded += per_score * b * (m.heads / t) * s * s_kv
     return (replicated / t if sp else replicated) + sharded
 
 

@@ -53,6 +53,11 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", mtype in ("gpt2",))),
         "norm": "rmsnorm" if "rms_norm_eps" in cfg else "layernorm",
     }
+    drop_keys = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "hidden_dropout_prob",
+                 "attention_probs_dropout_prob")
+    present = [float(cfg[k]) for k in drop_keys if isinstance(cfg.get(k), (int, float))]
+    if present:
+        model["dropout"] = any(v > 0 for v in present)
     if values["head_dim"]:
         model["head_dim"] = int(values["head_dim"])
     n_exp = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")

@@ -70,6 +70,10 @@ class Model:
     """`layernorm` or `rmsnorm`."""
     moe: MoE | None = None
     """Mixture-of-experts block; None = dense."""
+    dropout: bool | None = None
+    """Dropout in attention and residual paths (masks kept for backward). None = by family: GPT-style models
+    (layernorm, GeLU) train with dropout (Megatron default 0.1); SwiGLU/RMSNorm models (Llama, Mistral, Qwen,
+    DeepSeek) train without."""
 
     def __post_init__(self) -> None:
         choice("model.arch", self.arch, ("transformer", "lstm"))
@@ -83,6 +87,11 @@ class Model:
         positive_int("model.seq_len", self.seq_len)
         choice("model.ffn_act", self.ffn_act, ("gelu", "swiglu", "relu"))
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
+        if self.dropout is None:
+            object.__setattr__(self, "dropout", not (self.ffn_act == "swiglu" or self.norm == "rmsnorm"))
+        elif not isinstance(self.dropout, bool):
+            from narrowpath.spec._check import boolean
+            boolean("model.dropout", self.dropout)
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.ffn == 0:

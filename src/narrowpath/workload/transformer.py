@@ -66,9 +66,10 @@ def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd") -> 
                 b * s * a_t * d * A + b * s_kv * kv_t * d * A + S2 * A, dt, 1, 0.0)
     softmax = vector("softmax", phase, 2.0 * S2 * A, dt)            # fused scale-mask-softmax: read + write
     dropout = vector("attn_dropout", phase, 2.0 * S2 * A + S2, dt)  # read, write, 1-byte mask
+    core = [scores, softmax] + ([dropout] if model.dropout else [])
     av = Op("attn_av", "matrix", phase, 2.0 * S2 * d,
             S2 * A + b * s_kv * kv_t * d * A + b * s * a_t * d * A, dt, 1, 0.0)
-    return [scores, softmax, dropout, av]
+    return core + [av]
 
 
 def layer_forward_ops(model: Model, plan: Plan, attention_kernel: str) -> list[Op]:
@@ -85,11 +86,19 @@ def layer_forward_ops(model: Model, plan: Plan, attention_kernel: str) -> list[O
     ops.append(gemm("qkv", "fwd", m, h, qkv_n, dt, A, W))
     ops += attention_ops(model, plan, attention_kernel)
     ops.append(gemm("attn_proj", "fwd", m, model.q_dim / t, h, dt, A, W))
-    ops.append(vector("bias_dropout_add", "fwd", E_norm * (3 * A + 1), dt))
+    residual = residual_op(model, E_norm, A, dt)
+    ops.append(residual)
     ops.append(vector("ln2", "fwd", 2 * E_norm * A, dt))
     ops += mlp_forward_ops(model, plan, model.ffn)
-    ops.append(vector("bias_dropout_add", "fwd", E_norm * (3 * A + 1), dt))
+    ops.append(residual)
     return ops
+
+
+def residual_op(model: Model, elements: float, a_bytes: int, dtype: str) -> Op:
+    """Fused bias-dropout-add (read 2 tensors, write 1, 1-byte mask) or, without dropout, the residual add."""
+    if model.dropout:
+        return vector("bias_dropout_add", "fwd", elements * (3 * a_bytes + 1), dtype)
+    return vector("residual_add", "fwd", elements * 3 * a_bytes, dtype)
 
 
 def mlp_forward_ops(model: Model, plan: Plan, ffn: int, tokens_scale: float = 1.0, prefix: str = "mlp") -> list[Op]:
