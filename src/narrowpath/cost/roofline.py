@@ -6,13 +6,37 @@ size ramp — small GEMMs leave SMs idle (wave quantisation) and cannot amortise
 """
 from __future__ import annotations
 
+import math
+
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.device import Device
 from narrowpath.workload.items import Op
 
 
+def table_efficiency(flop: float, points: tuple[tuple[float, float], ...]) -> float:
+    """Measured (FLOPs, efficiency) points, interpolated linearly in log FLOPs and held flat beyond the ends."""
+    if flop <= points[0][0]:
+        return points[0][1] * flop / points[0][0]  # below the smallest measured GEMM: latency-bound, same time
+    if flop >= points[-1][0]:
+        return points[-1][1]
+    for (f0, e0), (f1, e1) in zip(points, points[1:]):
+        if f0 <= flop <= f1:
+            w = (math.log(flop) - math.log(f0)) / (math.log(f1) - math.log(f0)) if f1 > f0 else 1.0
+            return e0 + w * (e1 - e0)
+    return points[-1][1]
+
+
+def matrix_table(dtype: str, cal: Calibration) -> tuple[tuple[float, float], ...]:
+    """The profile's measured efficiency-by-size table for `dtype` (fp8 falls back to no table), or ()."""
+    return cal.matrix_efficiency_by_size.get(dtype, ())
+
+
 def matrix_efficiency(flop: float, dtype: str, cal: Calibration) -> float:
-    """Attained / peak matrix rate for a GEMM of `flop` FLOPs."""
+    """Attained / peak matrix rate for a GEMM of `flop` FLOPs: the profile's measured table when it has one for
+    this dtype (`narrowpath calibrate`), else the saturating ramp eff_max · F / (F + F_half)."""
+    points = matrix_table(dtype, cal)
+    if points:
+        return table_efficiency(flop, points)
     eff_max = cal.matrix_eff(dtype)
     half = cal.matrix_half_flop
     return eff_max * flop / (flop + half) if half > 0 else eff_max

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, stage_memory
-from narrowpath.cost.roofline import op_time_s
+from narrowpath.cost.roofline import matrix_table, op_time_s
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span
 from narrowpath.schedule.pipeline import pipeline_time_s
@@ -247,7 +247,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     mems = stage_memory(scn, wl, kernel)
     mem = max(mems, key=lambda b: b.total_bytes)
     assumptions = (
-        f"calibration profile: {cal.name}",
+        profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "")}),
         f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else ""),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
@@ -258,6 +258,22 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
                           assumptions)
+
+
+def profile_usage(cal: Calibration, dtype: str, tiers: set[str]) -> str:
+    """Which entries of the calibration profile a prediction read (STYLE.md #12: provenance travels with numbers)."""
+    if matrix_table(dtype, cal):
+        pts = matrix_table(dtype, cal)
+        matrix = f"matrix {dtype}: measured table ({len(pts)} sizes, {pts[0][1]:.2f}..{pts[-1][1]:.2f})"
+    else:
+        matrix = f"matrix {dtype}: eff_max {cal.matrix_eff(dtype):.2f}, F_half {cal.matrix_half_flop:.3g} FLOP"
+    parts = [matrix, f"HBM eff {cal.vector_bw_efficiency:.2f}", f"kernel overhead {cal.kernel_overhead_s * 1e6:.1f} us"]
+    for name in sorted(tiers):
+        tc = cal.tier(name)
+        table = f", measured busbw table ({len(tc.busbw_efficiency_by_size)} sizes)" if tc.busbw_efficiency_by_size else ""
+        parts.append(f"{name}: busbw eff {tc.bw_efficiency:.2f}, alpha {tc.alpha_s * 1e6:.1f} us{table}"
+                     + ("" if name in cal.tiers else " (default, not in profile)"))
+    return f"calibration profile {cal.name} used: " + "; ".join(parts)
 
 
 def _merge(rows: list[TransferCost]) -> list[TransferCost]:

@@ -1,0 +1,48 @@
+"""Roofline op time: the size ramp, measured efficiency tables from `narrowpath calibrate`, and provenance."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import calibration_for, device, load_scenario
+from narrowpath.cost.roofline import matrix_efficiency, op_time_s, table_efficiency
+from narrowpath.schedule import predict
+from narrowpath.workload.transformer import gemm
+
+POINTS = ((1e8, 0.2), (1e10, 0.6), (1e12, 0.8))
+
+
+def test_table_is_interpolated_in_log_size_and_flat_beyond():
+    assert table_efficiency(1e9, POINTS) == pytest.approx(0.4)
+    assert table_efficiency(1e13, POINTS) == pytest.approx(0.8)
+    # below the smallest measured size the time stays that of the smallest GEMM (latency-bound)
+    assert 1e7 / table_efficiency(1e7, POINTS) == pytest.approx(1e8 / 0.2)
+
+
+def test_ramp_is_monotone_and_saturates():
+    cal = calibration_for("A100-SXM4-80GB")
+    effs = [matrix_efficiency(f, "fp16", cal) for f in (1e6, 1e8, 1e10, 1e12, 1e14)]
+    assert effs == sorted(effs) and effs[-1] == pytest.approx(cal.matrix_eff("fp16"), rel=1e-3)
+
+
+def test_op_time_is_the_larger_roof_plus_overhead():
+    cal, dev = calibration_for("H100-SXM5-80GB"), device("H100-SXM5-80GB")
+    op = gemm("g", "fwd", 8192, 8192, 8192, "bf16", 2, 2)
+    compute = op.flop / (dev.matrix_peak("bf16") * matrix_efficiency(op.flop, "bf16", cal))
+    assert op_time_s(op, dev, cal) == pytest.approx(compute + cal.kernel_overhead_s)
+    thin = gemm("thin", "fwd", 8192, 8192, 8, "bf16", 2, 2)  # a GEMV-like shape is memory-bound
+    assert op_time_s(thin, dev, cal) == pytest.approx(
+        thin.hbm_bytes / (dev.hbm.bw_bytes_per_s * cal.vector_bw_efficiency) + cal.kernel_overhead_s)
+
+
+def test_measured_table_drives_the_prediction_and_is_reported():
+    """A calibrated profile with a lower measured GEMM table makes the step slower and says it was used."""
+    scn = load_scenario("llama3-8b-h100-8")
+    base = predict(scn)
+    cal = dataclasses.replace(calibration_for("H100-SXM5-80GB"), name="measured",
+                              matrix_efficiency_by_size={"bf16": ((1e9, 0.2), (1e12, 0.4))})
+    slow = predict(scn, cal)
+    assert slow.step_time_s > base.step_time_s * 1.3
+    assert any("measured table (2 sizes" in a for a in slow.assumptions)
+    assert any("eff_max 0.62" in a for a in base.assumptions)
