@@ -27,12 +27,14 @@ def run(args) -> int:
         if c.error is None:
             rows.append([c.id, "-", "-" if c.measured_step_time_s is None else c.measured_step_time_s, "FAILED: " + (c.failure or "")])
         else:
-            rows.append([c.id, c.predicted_step_time_s, c.measured_step_time_s, f"{c.error * 100:+.1f}",
-                         f"{c.mfu * 100:.1f}"])
+            rows.append([c.id, f"{c.predicted_step_time_s:.3f}", f"{c.measured_step_time_s:.3f}"
+                         + (" (d)" if c.derived else ""), f"{c.error * 100:+.1f}", f"{c.mfu * 100:.1f}"])
     print(f"validation corpus: {rep.corpus}")
     print(table(["case", "predicted (s)", "measured (s)", "error (%)", "MFU (%)"], rows))
     if rep.ok_cases:
         w = rep.worst
+        if any(c.derived for c in rep.ok_cases):
+            print("  (d) measured time derived by the source from its reported throughput")
         print(f"\n  mean absolute error {rep.mean_abs_error * 100:.2f} %   worst {rep.max_abs_error * 100:.2f} % ({w.id})"
               f"   cases {len(rep.ok_cases)}/{len(rep.cases)}")
     else:

@@ -51,6 +51,7 @@ class ValidationReport:
             "corpus": self.corpus,
             "cases": [{"id": c.id, "predicted_step_time_s": c.predicted_step_time_s,
                        "measured_step_time_s": c.measured_step_time_s, "error": c.error, "mfu": c.mfu,
+                       "measured_derived": c.derived,
                        **({"failure": c.failure} if c.failure else {})} for c in self.cases],
             "mean_abs_error": self.mean_abs_error,
             "max_abs_error": self.max_abs_error,
