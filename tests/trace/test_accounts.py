@@ -48,7 +48,7 @@ def test_overlap_and_breakdown_within_one_point_of_hta(case, request, pp_paths):
     assert abs(b.overlap_pct - case.overlap_pct) <= 1.0
     assert abs(p["compute"] - case.compute_pct) <= 1.0
     assert abs(p["idle"] - case.idle_pct) <= 1.0
-    assert abs(p["exposed_comm"] + p["memcpy"] + p["other"] - case.non_compute_pct) <= 1.0
+    assert abs(p["exposed_comm"] + p["memcpy"] - case.non_compute_pct) <= 1.0
     assert sum(p.values()) == pytest.approx(100.0)
 
 

@@ -117,9 +117,18 @@ def test_comparison_names_the_differences_that_matter(small):
     assert cmp.predicted_pct["exposed_comm"] == pytest.approx(100 * 20 / 290)
     assert cmp.observed_pct["exposed_comm"] == pytest.approx(100 * 110 / 290)
     text = "\n".join(cmp.differences)
-    assert "exposed communication: observed 37.9% of the step vs predicted 6.9%" in text
-    assert "all_gather: predicted 4 per step, none observed" in text
+    # shares and collectives are stated in percentage points of the step, largest first
+    assert [d.split(":")[0] for d in cmp.differences] == ["overlap", "exposed communication", "compute",
+                                                          "all_gather", "idle (predicted"]
+    assert "exposed communication: observed 37.9% of the step vs predicted 6.9% (+31.0 percentage points)" in text
+    assert "compute: observed 61.7% of the step vs predicted 86.2% (-24.5 percentage points)" in text
+    # all_gather: 4 calls x 10 µs = 40 µs of a 290 µs step predicted, none observed
+    assert ("all_gather: predicted 4 per step of 0.01 ms each, none observed; 0.0% of the step observed vs 13.8% "
+            "predicted (-13.8 percentage points)") in text
+    # overlap 45% vs 1 - 20/240 = 91.7%; hidden comm 90/290 = 31.0% vs 220/290 = 75.9% of the step
+    assert "hidden communication 31.0% of the step observed vs 75.9% predicted (-44.8 percentage points)" in text
     assert "step time" not in text  # 290 µs on both sides
+    assert "all_reduce" not in text  # 1 call of 200 µs on both sides
 
 
 def test_blocking_copy_puts_the_gpu_back_on_the_path(tmp_path, write_json):

@@ -8,8 +8,9 @@ import os
 from narrowpath.errors import NarrowpathError
 from narrowpath.trace.analyze import TraceReport
 
-_COLORS = {"compute": "#4c72b0", "exposed_comm": "#dd8452", "memcpy": "#55a868", "other": "#8172b3",
-           "idle": "#c7c7c7"}
+_COLORS = {"compute": "#4c72b0", "exposed_comm": "#dd8452", "memcpy": "#55a868", "idle": "#c7c7c7"}
+_LABELS = {"compute": "compute", "exposed_comm": "exposed communication", "memcpy": "memcpy / memset (+ sync)",
+           "idle": "idle"}
 
 
 def _plt():
@@ -22,23 +23,30 @@ def _plt():
     return plt
 
 
+def _plain():
+    """Tick labels as plain numbers (0.5, 20, 300) rather than 2×10^1 on log axes."""
+    from matplotlib.ticker import FuncFormatter
+    return FuncFormatter(lambda v, _: f"{v:g}")
+
+
 def plot_breakdown(report: TraceReport, path: str) -> str:
-    """Stacked bar per rank: compute, exposed comm, memcpy, other, idle (percent of the span)."""
+    """Stacked bar per rank: compute, exposed comm, memcpy, idle (percent of the device span, HTA window)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(report.ranks) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(report.ranks) + 3), 4.6))
     labels = [str(r.rank) for r in report.ranks]
     bottom = [0.0] * len(report.ranks)
     for key, color in _COLORS.items():
         vals = [r.breakdown.pct()[key] for r in report.ranks]
-        ax.bar(labels, vals, bottom=bottom, color=color, label=key.replace("_", " "))
+        ax.bar(labels, vals, bottom=bottom, color=color, label=_LABELS[key])
         bottom = [b + v for b, v in zip(bottom, vals)]
     for i, r in enumerate(report.ranks):
-        ax.text(i, 101, f"ovl {r.breakdown.overlap_pct:.0f}%", ha="center", va="bottom", fontsize=7)
-    ax.set_ylim(0, 110)
-    ax.set_xlabel("rank")
-    ax.set_ylabel("share of trace span (%)")
-    ax.set_title("Temporal breakdown per rank")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.text(i, 101, f"{r.breakdown.overlap_pct:.0f}%", ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, 112)
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_xlabel("rank (number above a bar: share of its communication overlapped by compute)", fontsize=8)
+    ax.set_ylabel("share of device span (%)")
+    ax.set_title("Temporal breakdown per rank (HTA window)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -60,15 +68,29 @@ def plot_busbw(report: TraceReport, path: str) -> str:
     if plotted:
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_plain())
         ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no collective with a known message size in this trace", ha="center", va="center",
-                transform=ax.transAxes)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
-    ax.set_title("Collective bus bandwidth by message size")
+        ax.set_xlabel("message size (bytes, nccl-tests convention)")
+        ax.set_ylabel("busbw (GB/s, 1 GB = 1e9 B)")
+        ax.set_title("Collective bus bandwidth by message size", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    else:  # no sizes (no collective metadata): show what is measurable, the time per call
+        samples = [s for r in report.ranks for s in r.samples]
+        if samples:
+            ax.boxplot([[s.dur_s * 1e3 for s in samples if s.kind == k] for k in kinds],
+                       tick_labels=[f"{k} ({sum(s.kind == k for s in samples)})" for k in kinds])
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(_plain())
+            ax.yaxis.set_minor_formatter(_plain())
+            ax.set_ylabel("time per call (ms)")
+            ax.set_title("Collective time per call (no message sizes in the trace: busbw not derivable)",
+                         fontsize=9)
+        else:
+            ax.text(0.5, 0.5, "no communication kernels in this trace", ha="center", va="center",
+                    transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title("Collective bus bandwidth by message size", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -78,7 +100,7 @@ def plot_busbw(report: TraceReport, path: str) -> str:
 def plot_stragglers(report: TraceReport, path: str) -> str:
     """Mean and max lateness of each rank behind the earliest arrival at matched collectives."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(report.ranks) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(5.5, 0.7 * len(report.ranks) + 3), 4))
     s = report.stragglers
     if s is None:
         ax.text(0.5, 0.5, "needs two or more ranks with matching collectives", ha="center", va="center",
@@ -90,10 +112,15 @@ def plot_stragglers(report: TraceReport, path: str) -> str:
         ax.bar(labels, [s.max_lateness_s[r] * 1e3 for r in s.ranks], color="#f0b27a", label="max lateness")
         ax.bar(labels, [s.mean_lateness_s[r] * 1e3 for r in s.ranks], color="#c0392b", width=0.5,
                label="mean lateness")
+        for i, r in enumerate(s.ranks):
+            ax.text(i, s.max_lateness_s[r] * 1e3, f"last at {s.last_arrival_count[r]}/{s.num_matched}",
+                    ha="center", va="bottom", fontsize=7)
         ax.set_ylabel("lateness behind earliest rank (ms)")
+        ax.margins(y=0.12)
         ax.legend(fontsize=7)
     ax.set_xlabel("rank")
-    ax.set_title("Straggler skew at collectives")
+    ax.set_title("Straggler skew at collectives" + (f" ({s.num_matched} matched)" if s is not None else ""),
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -22,18 +22,24 @@ def format_report(report: TraceReport) -> str:
     for r in report.ranks:
         p = r.breakdown.pct()
         rows.append([r.rank, human_time(r.breakdown.span_s), p["compute"], p["exposed_comm"], p["memcpy"],
-                     p["other"], p["idle"], r.breakdown.overlap_pct])
-    out.append("Temporal breakdown (HTA definitions; whole trace minus the last ProfilerStep)")
-    out.append(table(["rank", "span", "compute (%)", "exposed comm (%)", "memcpy (%)", "other (%)", "idle (%)",
+                     p["idle"], r.breakdown.overlap_pct])
+    out.append("Temporal breakdown, % of the device span (HTA definitions; whole trace minus the last "
+               "ProfilerStep; memcpy includes Sync waits alone on the GPU)")
+    out.append(table(["rank", "device span", "compute (%)", "exposed comm (%)", "memcpy (%)", "idle (%)",
                       "comm overlapped (%)"], rows))
     for r in report.ranks:
         host = " [CPU-only trace: host operators stand in for device work]" if r.host_mode else ""
         out.append(f"\nRank {r.rank} ({r.device_name or 'device unknown'}) — {r.path}{host}")
         if r.steps:
-            out.append(table(["step", "device span", "compute (%)", "exposed comm (%)", "idle (%)", "overlap (%)"],
-                             [[s.step, human_time(s.breakdown.span_s), s.breakdown.pct()["compute"],
-                               s.breakdown.pct()["exposed_comm"], s.breakdown.pct()["idle"],
+            out.append(table(["step", "CPU time", "device time", "compute (%)", "exposed comm (%)", "memcpy (%)",
+                              "idle (%)", "comm overlapped (%)"],
+                             [[s.step, human_time(s.cpu_dur_s), human_time(s.breakdown.span_s),
+                               *(s.breakdown.pct()[k] for k in ("compute", "exposed_comm", "memcpy", "idle")),
                                s.breakdown.overlap_pct] for s in r.steps]))
+            if len(r.steps) >= 2:
+                out.append(f"  device time: a step's slice of the GPU timeline, from its first kernel to the next "
+                           f"step's; the last step ({r.steps[-1].step}) runs to its last kernel's end and is left "
+                           f"out of the whole-trace figures, as in HTA")
         if r.collectives:
             out.append(table(["collective", "group (ranks)", "count", "min msg", "max msg", "total time",
                               "median busbw (GB/s)", "max busbw (GB/s)"],
@@ -49,8 +55,9 @@ def format_report(report: TraceReport) -> str:
                    + f" of {human_time(r.idle.total_s)} over {r.idle.num_gaps} gaps (per stream)")
         cp = r.critical_path
         parts = ", ".join(f"{k} {v:.1f}%" for k, v in cp.pct().items() if v >= 0.05)
-        out.append(f"  critical path of step {cp.step if cp.step is not None else '(whole trace)'} "
-                   f"({human_time(cp.span_s)}): {parts}")
+        what = (f"step {cp.step}'s work (CPU step start to its last kernel's end)" if cp.step is not None
+                else "the whole trace")
+        out.append(f"  critical path of {what}, {human_time(cp.span_s)}: {parts}")
     s = report.stragglers
     if s is not None:
         out.append(f"\nStragglers: {s.num_matched} collectives matched across ranks "

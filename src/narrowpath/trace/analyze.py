@@ -2,7 +2,8 @@
 
 Analyses are stateless functions of a `RankTrace` and a `Window` (HTA's layout: one trace object,
 stateless analyses); this module only runs them and gathers the results. `report_to_dict` is the JSON form
-(`ranks`, each with `rank`, `overlap_pct`, `breakdown_pct` {compute, exposed_comm, memcpy, idle, other}, ...).
+(`ranks`, each with `rank`, `overlap_pct`, `breakdown_pct` {compute, exposed_comm, memcpy, idle} summing to
+100, ...). `JSON_SCHEMA_VERSION` changes whenever a key is added, renamed or removed.
 """
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from narrowpath.trace.idle import IdleCauses, idle_causes
 from narrowpath.trace.kernels import KernelCategory, kernel_breakdown
 from narrowpath.trace.model import RankTrace, Trace
 from narrowpath.trace.stragglers import StragglerReport, straggler_report
+
+
+JSON_SCHEMA_VERSION = 1
+"""Version of the `--json` object's layout (tests/trace/test_cli.py pins the keys)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,9 +110,7 @@ def json_safe(value: Any) -> Any:
 
 def _breakdown_dict(b: Breakdown) -> dict[str, Any]:
     return {"span_s": b.span_s, "overlap_pct": b.overlap_pct, "breakdown_pct": b.pct(),
-            "breakdown_s": {"compute": b.compute_s, "exposed_comm": b.exposed_comm_s, "memcpy": b.memcpy_s,
-                            "other": b.other_s, "idle": b.idle_s},
-            "comm_s": b.comm_s, "overlap_s": b.overlap_s}
+            "breakdown_s": b.parts_s(), "sync_other_s": b.other_s, "comm_s": b.comm_s, "overlap_s": b.overlap_s}
 
 
 def report_to_dict(report: TraceReport) -> dict[str, Any]:
@@ -116,8 +119,9 @@ def report_to_dict(report: TraceReport) -> dict[str, Any]:
     for r in report.ranks:
         d = {"rank": r.rank, "path": r.path, "host_mode": r.host_mode, "device_name": r.device_name}
         d.update(_breakdown_dict(r.breakdown))
-        d["steps"] = [{"step": s.step, "cpu_dur_s": s.cpu_dur_s, **_breakdown_dict(s.breakdown),
-                       "collectives": [asdict(c) for c in s.collectives]} for s in r.steps]
+        last = len(r.steps) - 1 if len(r.steps) >= 2 else None  # its device slice has no next step to end it
+        d["steps"] = [{"step": s.step, "cpu_dur_s": s.cpu_dur_s, "complete": i != last, **_breakdown_dict(s.breakdown),
+                       "collectives": [asdict(c) for c in s.collectives]} for i, s in enumerate(r.steps)]
         d["kernels"] = [asdict(k) for k in r.kernels]
         d["collectives"] = [asdict(c) for c in r.collectives]
         d["idle_causes_s"] = dict(r.idle.by_cause_s)
@@ -127,5 +131,5 @@ def report_to_dict(report: TraceReport) -> dict[str, Any]:
                               "by_category_pct": cp.pct(), "num_nodes": cp.num_nodes,
                               "top_kernels": [{"name": n, "time_s": t} for n, t in cp.top_kernels]}
         ranks.append(d)
-    out: dict[str, Any] = {"ranks": ranks, "stragglers": asdict(report.stragglers) if report.stragglers else None}
+    out: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "ranks": ranks, "stragglers": asdict(report.stragglers) if report.stragglers else None}
     return json_safe(out)

@@ -6,8 +6,11 @@ time_each_s, total_s, exposed_s) — narrowpath.schedule.step.StepPrediction —
 to its right. Mapping of predicted parts onto observed ones: compute + optimizer -> compute; the exposed
 communication of every axis -> exposed_comm; bubble -> idle; memcpy is not predicted (0).
 A difference "matters" when a share differs by at least `min_pct_points` percentage points, the step time
-or a collective's count or largest message by more than a factor `min_ratio`, or a collective kind appears
-on one side only.
+or a collective's count, time per call or largest message by more than a factor `min_ratio`, or a collective
+kind appears on one side only. Each is stated in percentage points of the step where it has a share (a
+collective kind's share = calls per step × time per call / step time, on each side), and they are listed
+largest first (a step-time mismatch leads).
+The observed step is the mean device-side duration of the complete ProfilerSteps (windows.py).
 """
 from __future__ import annotations
 
@@ -96,7 +99,9 @@ def compare(report: TraceReport, prediction: Any, min_pct_points: float = MIN_PC
             min_ratio: float = MIN_RATIO) -> Comparison:
     """Put the observed accounts (mean over ranks) beside the prediction and name what differs."""
     ranks = report.ranks
-    step_spans = [s.breakdown.span_s for r in ranks for s in r.steps if s.breakdown.span_s > 0]
+    # complete steps only: the last ProfilerStep's slice has no next step to end it (and HTA drops it)
+    step_spans = [s.breakdown.span_s for r in ranks for s in (r.steps[:-1] if len(r.steps) >= 2 else r.steps)
+                  if s.breakdown.span_s > 0]
     # the whole-trace window drops the last ProfilerStep when there are two or more (HTA)
     num_steps = max((len(r.steps) - 1 if len(r.steps) >= 2 else 1 for r in ranks), default=1)
     observed_step = float(np.mean(step_spans)) if step_spans else float(np.mean([r.breakdown.span_s for r in ranks]))
@@ -108,33 +113,57 @@ def compare(report: TraceReport, prediction: Any, min_pct_points: float = MIN_PC
     obs_overlap = float(np.mean([r.breakdown.overlap_pct for r in ranks]))
     obs_coll, pred_coll = _observed_collectives(report, num_steps), _predicted_collectives(prediction)
 
-    diffs = []
+    diffs: list[tuple[float, str]] = []  # (size in percentage points of the step, text), largest first
     if _ratio_off(observed_step, prediction.step_time_s, min_ratio):
-        diffs.append(f"step time: observed {observed_step * 1e3:.1f} ms vs predicted "
-                     f"{prediction.step_time_s * 1e3:.1f} ms ({observed_step / prediction.step_time_s:.2f}x)")
+        diffs.append((math.inf, f"step time: observed {observed_step * 1e3:.1f} ms vs predicted "
+                      f"{prediction.step_time_s * 1e3:.1f} ms ({observed_step / prediction.step_time_s:.2f}x)"))
     labels = {"compute": "compute", "exposed_comm": "exposed communication", "memcpy": "memory copies",
               "idle": "idle (predicted: pipeline bubble)"}
     for key, label in labels.items():
-        if abs(obs_pct[key] - pred_pct[key]) >= min_pct_points:
-            diffs.append(f"{label}: observed {obs_pct[key]:.1f}% of the step vs predicted {pred_pct[key]:.1f}%")
+        d = obs_pct[key] - pred_pct[key]
+        if abs(d) >= min_pct_points:
+            diffs.append((abs(d), f"{label}: observed {obs_pct[key]:.1f}% of the step vs predicted "
+                          f"{pred_pct[key]:.1f}% ({d:+.1f} percentage points)"))
     if abs(obs_overlap - pred_overlap) >= 2 * min_pct_points:
-        diffs.append(f"overlap: observed {obs_overlap:.1f}% of communication hidden behind compute vs predicted "
-                     f"{pred_overlap:.1f}%")
+        # the hidden communication as a share of the step, so it ranks with the other differences
+        hidden_obs = float(np.mean([100.0 * r.breakdown.overlap_s / r.breakdown.span_s if r.breakdown.span_s > 0
+                                    else 0.0 for r in ranks]))
+        hidden_pred = 100.0 * (total - sum(t.exposed_s for t in prediction.transfers)) / (
+            prediction.step_time_s or 1.0)
+        diffs.append((abs(hidden_obs - hidden_pred),
+                      f"overlap: observed {obs_overlap:.1f}% of communication hidden behind compute vs predicted "
+                      f"{pred_overlap:.1f}%; hidden communication {hidden_obs:.1f}% of the step observed vs "
+                      f"{hidden_pred:.1f}% predicted ({hidden_obs - hidden_pred:+.1f} percentage points)"))
     pred_by_kind = {c.kind: c for c in pred_coll}
     obs_by_kind = {c.kind: c for c in obs_coll}
+
+    def share(c: CollectiveSide | None, step_s: float) -> float:
+        """Percent of the step the kind's calls take end to end (count × time each), 0 when absent."""
+        return 100.0 * c.count_per_step * c.time_each_s / step_s if c is not None and step_s > 0 else 0.0
+
     for kind in sorted(set(pred_by_kind) | set(obs_by_kind)):
         o, p = obs_by_kind.get(kind), pred_by_kind.get(kind)
+        so, sp = share(o, observed_step), share(p, prediction.step_time_s)
+        of_step = f"{so:.1f}% of the step observed vs {sp:.1f}% predicted ({so - sp:+.1f} percentage points)"
         if o is None:
-            diffs.append(f"{kind}: predicted {p.count_per_step:.3g} per step, none observed")
+            diffs.append((sp, f"{kind}: predicted {p.count_per_step:.3g} per step of {p.time_each_s * 1e3:.3g} ms "
+                          f"each, none observed; {of_step}"))
         elif p is None:
-            diffs.append(f"{kind}: observed {o.count_per_step:.3g} per step, none predicted")
+            diffs.append((so, f"{kind}: observed {o.count_per_step:.3g} per step of {o.time_each_s * 1e3:.3g} ms "
+                          f"each, none predicted; {of_step}"))
         else:
             if _ratio_off(o.count_per_step, p.count_per_step, min_ratio):
-                diffs.append(f"{kind}: observed {o.count_per_step:.3g} per step vs predicted {p.count_per_step:.3g}")
+                diffs.append((abs(so - sp), f"{kind}: observed {o.count_per_step:.3g} per step vs predicted "
+                              f"{p.count_per_step:.3g}; {of_step}"))
+            if _ratio_off(o.time_each_s, p.time_each_s, min_ratio):
+                diffs.append((abs(so - sp), f"{kind}: {o.time_each_s * 1e3:.3g} ms per call observed vs "
+                              f"{p.time_each_s * 1e3:.3g} ms predicted ({o.time_each_s / p.time_each_s:.2f}x); "
+                              f"{of_step}"))
             if _ratio_off(o.max_message_bytes, p.max_message_bytes, min_ratio):
-                diffs.append(f"{kind}: largest message observed {o.max_message_bytes / 1e6:.2f} MB vs predicted "
-                             f"{p.max_message_bytes / 1e6:.2f} MB")
+                diffs.append((abs(so - sp), f"{kind}: largest message observed {o.max_message_bytes / 1e6:.2f} MB "
+                              f"vs predicted {p.max_message_bytes / 1e6:.2f} MB"))
+    diffs.sort(key=lambda d: -d[0])
     return Comparison(observed_step_s=observed_step, predicted_step_s=prediction.step_time_s,
                       observed_pct=obs_pct, predicted_pct=pred_pct, observed_overlap_pct=obs_overlap,
                       predicted_overlap_pct=pred_overlap, observed_collectives=obs_coll,
-                      predicted_collectives=pred_coll, differences=tuple(diffs))
+                      predicted_collectives=pred_coll, differences=tuple(d for _, d in diffs))

@@ -151,6 +151,9 @@ def iter_trace(path: str, header: dict[str, Any], skip_for: Callable[[dict[str, 
                 header[key], pos = src.decode_value(pos)
         if not seen_events:
             raise src.fail(pos, "not a Kineto trace: no 'traceEvents' array")
+        end = src.skip_ws(pos + 1)
+        if end < len(src.buf):
+            raise src.fail(end, "invalid JSON: content after the end of the top-level object")
     finally:
         src.close()
 

@@ -95,11 +95,17 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
     for e in events:
         if e.get("ph") != "X":
             continue
+        cat = e.get("cat")
+        if cat not in gpu_cats and cat not in rt_cats and cat not in host_cats:
+            continue  # python_function, ac2g, ...: never looked at, so never held against the file
         try:
-            ts, dur = round(e["ts"] * 1000), round(e.get("dur", 0) * 1000)
+            ts, dur = round(e["ts"] * 1000), round(e["dur"] * 1000)
         except (KeyError, TypeError):
             ts, dur = _slow_times(e, path)
-        cat, name = e.get("cat"), e.get("name")
+        if dur < 0:
+            raise TraceFormatError(f"{path}: complete event {str(e.get('name'))[:60]!r} (cat {cat!r}, ts "
+                                   f"{e.get('ts')}) has a negative duration ({e.get('dur')} us)")
+        name = e.get("name")
         if not isinstance(name, str):
             name = str(name)
         name_id = name_ids.get(name)
@@ -135,10 +141,14 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
 
 
 def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
+    """ts and dur of an event whose fast conversion failed: numeric strings are accepted; a missing or
+    non-numeric value is an error naming the event (a complete event without `dur` has no extent)."""
+    what = "missing" if "ts" not in e or "dur" not in e else "not a number"
     try:
-        return _ns(e["ts"]), _ns(e.get("dur", 0))
+        return _ns(e["ts"]), _ns(e["dur"])
     except (KeyError, TypeError, ValueError):
-        raise TraceFormatError(f"{path}: complete event {str(e.get('name'))[:60]!r} has no numeric 'ts'/'dur'"
+        raise TraceFormatError(f"{path}: complete event {str(e.get('name'))[:60]!r} (cat {e.get('cat')!r}) has "
+                               f"no numeric 'ts'/'dur' ({what}: ts={e.get('ts')!r}, dur={e.get('dur')!r})"
                                ) from None
 
 
@@ -190,6 +200,9 @@ def read_rank(path: str, fallback_rank: int = 0) -> RankTrace:
     rank = _read(path, fallback_rank, keep_host=False)
     if rank is None:  # no GPU activity: read again keeping host operators (CPU-only job)
         rank = _read(path, fallback_rank, keep_host=True)
+    if rank.num_activities == 0:
+        raise TraceFormatError(f"{path}: nothing to measure: no GPU activity (kernel, memcpy, memset) and no "
+                               f"host operator among its {rank.num_events} trace events")
     return rank
 
 
