@@ -124,3 +124,40 @@ def test_stragglers_between_two_real_ranks(pp_paths):
     assert s.last_arrival_count == {0: 0, 1: 5}  # rank 1 (next pipeline stage) reaches every transfer last
     assert s.mean_lateness_s[0] == 0.0 and 0.001 < s.mean_lateness_s[1] < 1.0
     assert s.max_lateness_s[1] >= s.mean_lateness_s[1]
+
+
+def test_steps_partition_the_device_timeline(r16_path):
+    """On a100-16rank the GPU runs ~160 ms behind the CPU, so a step's own kernels span ~375 ms while the
+    iteration takes ~215 ms. A step's device slice runs from its first kernel to the next step's: the complete
+    steps' slices match their ProfilerStep CPU durations within 1.5 ms and tile the timeline without overlap."""
+    from narrowpath.trace.windows import steps
+    r = read_rank(r16_path)
+    ws = steps(r)
+    assert [w.step for w in ws] == [550, 551, 552, 553, 554]
+    for w, nxt in zip(ws[:-1], ws[1:]):
+        b = temporal_breakdown(r, w)
+        assert b.span_s == pytest.approx(w.end_s - w.start_s, abs=1.5e-3)
+        assert w.span_end_s == nxt.span_start_s
+        assert sum(b.pct().values()) == pytest.approx(100.0)
+        own = r.act_end_s[w.index].max() - r.act_start_s[w.index].min()
+        assert own > 1.6 * b.span_s  # what the old window measured
+    busy = sum(temporal_breakdown(r, w).span_s - temporal_breakdown(r, w).idle_s for w in ws)
+    lo, hi = ws[0].span_start_s, ws[-1].span_end_s  # every activity on the device in that time, once
+    s, e = intervals.merge(np.clip(r.act_start_s, lo, hi), np.clip(r.act_end_s, lo, hi))
+    assert busy == pytest.approx(intervals.length(s, e), rel=1e-9)  # no device time counted twice
+
+
+def test_empty_step_has_zero_breakdown_not_a_division_by_zero(tmp_path, write_json):
+    """A ProfilerStep that launched nothing gives an all-zero breakdown (no NaN, no ZeroDivisionError)."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+               "ts": 100 * i, "dur": 90} for i in (1, 2, 3)]
+    events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110,
+                "dur": 5, "args": {"correlation": 1}},
+               {"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 30,
+                "args": {"stream": 7, "correlation": 1}}]
+    path = write_json(tmp_path / "t.json", {"deviceProperties": [{"name": "g"}], "traceEvents": events})
+    rep = analyze(read_trace(path))
+    by_step = {s.step: s.breakdown for s in rep.ranks[0].steps}
+    assert by_step[1].span_s == pytest.approx(30e-6) and by_step[1].pct()["compute"] == pytest.approx(100.0)
+    assert by_step[2].span_s == 0.0 and by_step[2].pct() == {"compute": 0.0, "exposed_comm": 0.0, "memcpy": 0.0,
+                                                              "idle": 0.0}

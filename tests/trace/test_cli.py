@@ -66,3 +66,73 @@ def test_unknown_step_and_scenario_are_one_line_errors(ddp_path, capsys):
     assert "ProfilerStep#99" in capsys.readouterr().err
     assert main(["trace", str(ddp_path), "--against", "no-such-scenario"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+RANK_KEYS = {"rank", "path", "host_mode", "device_name", "span_s", "overlap_pct", "breakdown_pct", "breakdown_s",
+             "sync_other_s", "comm_s", "overlap_s", "steps", "kernels", "collectives", "idle_causes_s",
+             "idle_causes_pct", "critical_path"}
+STEP_KEYS = {"step", "cpu_dur_s", "complete", "span_s", "overlap_pct", "breakdown_pct", "breakdown_s",
+             "sync_other_s", "comm_s", "overlap_s", "collectives"}
+COLLECTIVE_KEYS = {"kind", "group_size", "count", "total_s", "min_message_bytes", "max_message_bytes",
+                   "total_bytes", "median_busbw_bytes_per_s", "max_busbw_bytes_per_s", "median_algbw_bytes_per_s"}
+PARTS = {"compute", "exposed_comm", "memcpy", "idle"}
+
+
+def test_json_schema_is_stable(ddp_path, pp_paths, capsys):
+    """The --json layout is pinned: renaming or dropping a key fails here (bump JSON_SCHEMA_VERSION and these
+    sets together). breakdown_pct holds exactly the four parts, summing to 100 for every rank and step."""
+    from narrowpath.trace.analyze import JSON_SCHEMA_VERSION
+    assert main(["trace", *map(str, pp_paths), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"schema_version", "ranks", "stragglers", "files_written"}
+    assert out["schema_version"] == JSON_SCHEMA_VERSION == 1
+    assert set(out["stragglers"]) == {"ranks", "num_matched", "unmatched_kinds", "last_arrival_count",
+                                      "mean_lateness_s", "max_lateness_s", "worst", "mean_step_s"}
+    for r in out["ranks"]:
+        assert set(r) == RANK_KEYS
+        assert set(r["breakdown_pct"]) == PARTS == set(r["breakdown_s"])
+        assert sum(r["breakdown_pct"].values()) == pytest.approx(100.0)
+        assert sum(r["breakdown_s"].values()) == pytest.approx(r["span_s"])
+        assert set(r["critical_path"]) == {"step", "span_s", "by_category_s", "by_category_pct", "num_nodes",
+                                           "top_kernels"}
+        for c in r["collectives"]:
+            assert set(c) == COLLECTIVE_KEYS
+        for st in r["steps"]:
+            assert set(st) == STEP_KEYS and set(st["breakdown_pct"]) == PARTS
+            assert sum(st["breakdown_pct"].values()) == pytest.approx(100.0)
+        assert [st["complete"] for st in r["steps"]] == [True] * (len(r["steps"]) - 1) + [False]
+
+
+def test_timeline_is_valid_chrome_trace_in_microseconds(ddp_path, ddp_json, tmp_path, capsys):
+    """Loadable JSON; integer pid/tid with thread names; ts/dur in µs: the first kernel keeps its duration and
+    its distance to the first ProfilerStep exactly as in the source file."""
+    tl = tmp_path / "tl.json"
+    assert main(["trace", str(ddp_path), "--timeline", str(tl)]) == 0
+    data = json.loads(tl.read_text())
+    events = data["traceEvents"]
+    assert all(isinstance(e["pid"], int) and isinstance(e["tid"], int) for e in events)
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"ProfilerStep", "stream 7"} <= set(names.values())
+    src = ddp_json["traceEvents"]
+    k_src = min((e for e in src if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    s_src = min((e for e in src if str(e.get("name", "")).startswith("ProfilerStep")), key=lambda e: e["ts"])
+    k = min((e for e in events if e.get("cat") in ("computation", "communication", "other")), key=lambda e: e["ts"])
+    st = min((e for e in events if e.get("cat") == "step"), key=lambda e: e["ts"])
+    assert k["name"] == k_src["name"] and k["dur"] == pytest.approx(k_src["dur"], abs=1e-3)
+    assert k["ts"] - st["ts"] == pytest.approx(k_src["ts"] - s_src["ts"], abs=1e-3)
+    assert st["dur"] == pytest.approx(s_src["dur"], abs=1e-3)
+    assert k["args"]["class"] == "computation" and k["args"]["step"] == 4
+
+
+def test_against_a_yaml_scenario(r16_path, tmp_path, capsys):
+    """A scenario file works like a catalog id; the observed step is the iteration (~215 ms), not the
+    ~375 ms span of one step's kernels, and the differences are stated in percentage points."""
+    _a_catalog_scenario()
+    scen = tmp_path / "job.yaml"
+    scen.write_text("id: a100-16\nsystem: dgx-a100\nmodel: gpt-1.7b\nnum_gpus: 16\n"
+                    "plan: {tp: 1, pp: 4, dp: 4, mbs: 1, gbs: 64, precision: bf16}\n")
+    assert main(["trace", str(r16_path), "--against", str(scen), "--json"]) == 0
+    against = json.loads(capsys.readouterr().out)["against"]
+    assert 0.205 < against["observed_step_s"] < 0.225
+    assert against["differences"] and all("percentage points" in d or d.startswith("step time")
+                                          or "largest message" in d for d in against["differences"])

@@ -69,3 +69,14 @@ def test_cli_json_on_the_recorded_directory(gloo_dir, capsys):
         assert set(r["breakdown_pct"]) >= {"compute", "exposed_comm", "memcpy", "idle"}
         assert 0 <= r["overlap_pct"] <= 100
     assert np.isclose(sum(out["ranks"][0]["breakdown_pct"].values()), 100.0)
+
+
+def test_against_a_scenario_on_the_recorded_job(gloo_dir, capsys):
+    """The recorded job beside a catalog prediction: observed step is the recorded one (ms, not the predicted
+    seconds), and the all_reduce the job really ran is compared kind for kind."""
+    pytest.importorskip("narrowpath.schedule.step")
+    assert main(["trace", str(gloo_dir), "--against", "llama3-8b-h100-8", "--json"]) == 0
+    against = json.loads(capsys.readouterr().out)["against"]
+    assert 1e-4 < against["observed_step_s"] < 1.0
+    assert {c["kind"] for c in against["observed_collectives"]} >= {"all_reduce"}
+    assert any(d.startswith("step time") for d in against["differences"])

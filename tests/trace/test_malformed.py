@@ -40,6 +40,17 @@ CASES = [
     TC("ts_is_a_list.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", '
        b'"name": "k", "ts": [1], "dur": 1}]}', "no numeric 'ts'"),
     TC("latin1.json", b'{"traceEvents": [{"ph": "M", "name": "\xe9t\xe9"}]}', "not UTF-8"),
+    TC("empty_object.json", b"{}", "no 'traceEvents'"),
+    TC("empty_array.json", b"[]", "expected a JSON object"),
+    TC("events_is_a_number.json", b'{"traceEvents": 5}', "'traceEvents' is not an array"),
+    TC("no_dur.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+       b'"ts": 1, "args": {"stream": 7}}]}', "no numeric 'ts'/'dur' (missing"),
+    TC("negative_dur.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+       b'"ts": 1, "dur": -5, "args": {"stream": 7}}]}', "negative duration (-5 us)"),
+    TC("trailing_text.json", GOOD + b" garbage", "content after the end of the top-level object"),
+    TC("no_events.json.gz", b'{"traceEvents": []}', "nothing to measure"),
+    TC("only_metadata.json", b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}',
+       "nothing to measure"),
 ]
 
 
@@ -109,3 +120,33 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("narrowpath: error:") and str(path) in err
     assert len(err.splitlines()) == 1
+
+
+def test_events_the_reader_ignores_are_not_held_against_the_file(tmp_path):
+    """A python_function event without `dur` is never looked at, so it is no error (tolerance), while the same
+    defect on a kernel is."""
+    path = tmp_path / "py.json"
+    path.write_bytes(GOOD.replace(b'"traceEvents": [', b'"traceEvents": [{"ph": "X", "cat": "python_function", '
+                                                    b'"name": "f", "ts": 1}, '))
+    assert read_rank(path).num_activities == 1
+
+
+def test_compression_is_recognised_by_content_not_name(ddp_path, tmp_path):
+    """A gzip file named .json and a plain file named .json.gz read the same as correctly named ones."""
+    gz_named_json = tmp_path / "really_gzip.json"
+    gz_named_json.write_bytes(ddp_path.read_bytes())
+    plain_named_gz = tmp_path / "really_plain.json.gz"
+    plain_named_gz.write_bytes(gzip.decompress(ddp_path.read_bytes()))
+    a, b = read_rank(gz_named_json), read_rank(plain_named_gz)
+    assert a.num_activities == b.num_activities == 3774
+
+
+def test_directory_mixing_ranks_with_a_duplicate(ddp_path, pp_paths, tmp_path):
+    """Two pipeline ranks plus a second file claiming rank 1: one error naming both files."""
+    for p in pp_paths:
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    dup = tmp_path / "zz-copy.json.gz"
+    dup.write_bytes(pp_paths[1].read_bytes())
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(tmp_path)
+    assert "rank 1" in str(err.value) and "zz-copy" in str(err.value) and pp_paths[1].name in str(err.value)
