@@ -91,12 +91,16 @@ def format_collectives(result: Mapping[str, Any]) -> str:
     blocks = []
     for op in dict.fromkeys(r["op"] for r in result["samples"]):
         blocks.append(format_nccl_table([r for r in result["samples"] if r["op"] == op], op=op, note=note))
-    lines = ["alpha-beta fit per op (t = steps*alpha + size*factor/busbw; held-out: fit on every other size):",
-             f"{'op':<15} {'alpha (us)':>10} {'busbw (GB/s)':>13} {'rms resid':>10} {'held-out max err':>17}"]
+    lines = ["alpha-beta fit per op (t = steps*alpha + size*factor/busbw; held-out: fit on every other size, "
+             "predict the sizes between):",
+             f"{'op':<15} {'alpha (us)':>10} {'busbw (GB/s)':>13} {'rms resid':>10} {'held-out mean':>14} {'max':>7}"]
     for op, f in result["fits"].items():
+        mean = f"{f['heldout_mean_rel_error'] * 100:.1f} %" if "heldout_mean_rel_error" in f else "-"
         held = f"{f['heldout_max_rel_error'] * 100:.1f} %" if "heldout_max_rel_error" in f else "-"
         lines.append(f"{op:<15} {f['alpha_s'] * 1e6:>10.2f} {f['busbw_bytes_per_s'] / 1e9:>13.3f} "
-                     f"{f['rms_rel_residual'] * 100:>9.1f}% {held:>17}")
+                     f"{f['rms_rel_residual'] * 100:>9.1f}% {mean:>14} {held:>7}")
+    lines.append("time = lower quartile of per-op times over all timed batches (mean over ranks); the nccl-tests "
+                 "batch mean is `batch_mean_time_s` in --json")
     return "\n\n".join(blocks + ["\n".join(lines)])
 
 
