@@ -168,3 +168,21 @@ def test_profiler_step_marked_as_cpu_op_is_kept(ddp_json, tmp_path, write_json):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data, indent=None).replace("}, {", "},\n  {"))  # Kineto separators
     assert list(read_rank(path).step_number) == [4, 5, 6]
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "all_reduce"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),
+    ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)", "all_gather"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "all_gather"),
+    ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "reduce_scatter"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "send_recv"),
+    ("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", "send_recv"),
+    ("ncclDevKernel_Broadcast_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "broadcast"),
+    ("ncclDevKernel_Reduce_Sum_f16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "reduce"),
+])
+def test_old_and_new_nccl_kernel_names_give_class_and_kind(name, kind):
+    """Without collective args the kind comes from the kernel name, pre-2.19 `ncclKernel_*` and newer
+    `ncclDevKernel_*` alike; both are HTA communication."""
+    assert schema.kernel_class(name) == schema.CLASS_COMM
+    assert schema.collective_kind(name) == kind
