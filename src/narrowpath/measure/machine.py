@@ -64,6 +64,11 @@ def _lscpu_caches() -> list[OsCache]:
     return [caches[k] for k in sorted(caches)]
 
 
+def under_hypervisor() -> bool:
+    """True when the CPU flags say this is a virtual machine (the `hypervisor` CPUID bit)."""
+    return bool(re.search(r"^flags\s*:.*\bhypervisor\b", _cpuinfo(), re.MULTILINE))
+
+
 def physical_memory_bytes() -> float:
     try:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

@@ -133,12 +133,13 @@ def detect_levels(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         while len(plateaus) > 1 and sizes[plateaus[-1].first] > beyond:
             q, p = plateaus[-2], plateaus[-1]
             plateaus[-2:] = [Plateau(q.first, p.last, statistics.median(y[q.first:p.last + 1]))]
-    levels, used = [], set()
+    edges = [edge_x(sizes, y, p, q) for p, q in zip(plateaus, plateaus[1:])]
+    names = match_os_caches(edges, [c for c in caches if c.capacity_bytes >= sizes[0]])
+    levels = []
     for i, p in enumerate(plateaus):
         last = i == len(plateaus) - 1
-        cap = physical_memory_bytes() if last else edge_x(sizes, y, p, plateaus[i + 1])
-        name = "DRAM" if last else _os_name(cap, caches, used) or f"C{i + 1}"
-        used.add(name)
+        cap = physical_memory_bytes() if last else edges[i]
+        name = "DRAM" if last else names[i] or f"C{i + 1}"
         level = {"name": name, "capacity_bytes": cap, "bandwidth_bytes_per_s": p.level_y,
                  "first_working_set_bytes": sizes[p.first], "last_working_set_bytes": sizes[p.last]}
         for kernel in KERNELS:
@@ -148,23 +149,50 @@ def detect_levels(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return levels
 
 
-def _os_name(cap: float, caches, used: set[str]) -> str | None:
-    """The OS cache within 4× of `cap`, else the nearest OS cache not yet named (levels come in order)."""
-    free = [c for c in caches if c.name not in used and not any(
-        u.startswith("L") and u[1:].isdigit() and int(u[1:]) > int(c.name[1:]) for u in used)]
-    best = min(free, default=None, key=lambda c: abs(math.log(cap / c.capacity_bytes)))
-    if best is not None and abs(math.log(cap / best.capacity_bytes)) <= math.log(4.0):
-        return best.name
-    return free[0].name if free else None
+_MATCH_RATIO = 8.0
+
+
+def match_os_caches(edges: list[float], caches) -> list[str | None]:
+    """The OS cache name of each detected boundary, or None for a step with no OS counterpart.
+
+    Order-preserving one-to-one matching (nearer boundaries to smaller caches), only pairs within 8x: the most
+    matches, then the least total |log(detected / OS)|. So a second step inside one cache (a bandwidth dip as
+    the working set nears the cache size) stays unnamed instead of taking the next cache's name. Pass only
+    caches the sweep can resolve (capacity >= its smallest working set).
+    """
+    n, m = len(edges), len(caches)
+    # best[i][j]: (matches, -cost, names) using edges[i:] and caches[j:]
+    best = [[(0, 0.0, [None] * (n - i)) for _ in range(m + 1)] for i in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            skip_e = best[i + 1][j]
+            cands = [(skip_e[0], skip_e[1], [None] + skip_e[2]), best[i][j + 1]]
+            d = abs(math.log(edges[i] / caches[j].capacity_bytes))
+            if d <= math.log(_MATCH_RATIO):
+                nxt = best[i + 1][j + 1]
+                cands.append((nxt[0] + 1, nxt[1] - d, [caches[j].name] + nxt[2]))
+            best[i][j] = max(cands, key=lambda c: (c[0], c[1]))
+    return best[0][0][2] if n else []
 
 
 def compare_with_os(levels: list[dict], caches) -> list[dict[str, Any]]:
-    """Each detected cache boundary beside the OS cache size it is nearest to (ratio detected / OS)."""
+    """Each detected boundary named after an OS cache beside that cache's size (ratio detected / OS).
+
+    Inside a VM the OS reports what the hypervisor passes through — often the whole host socket's L3 — while
+    the guest's cores reach a die-local slice shared with other tenants; the row then says so (`note`).
+    """
+    from narrowpath.measure.machine import under_hypervisor
+    by_name = {c.name: c for c in caches}
     rows = []
     for lv in levels[:-1]:
-        c = min(caches, key=lambda c: abs(math.log(lv["capacity_bytes"] / c.capacity_bytes)), default=None)
-        if c is not None:
-            rows.append({"level": lv["name"], "detected_capacity_bytes": lv["capacity_bytes"],
-                         "os_cache": c.name, "os_capacity_bytes": c.capacity_bytes,
-                         "ratio": lv["capacity_bytes"] / c.capacity_bytes})
+        c = by_name.get(lv["name"])
+        if c is None:
+            continue
+        ratio = lv["capacity_bytes"] / c.capacity_bytes
+        row = {"level": lv["name"], "detected_capacity_bytes": lv["capacity_bytes"], "os_cache": c.name,
+               "os_capacity_bytes": c.capacity_bytes, "ratio": ratio}
+        if ratio < 0.5 and under_hypervisor():
+            row["note"] = ("virtual machine: the OS figure is what the hypervisor reports (likely the host "
+                           "socket's cache); the guest attains the smaller share measured here")
+        rows.append(row)
     return rows

@@ -57,8 +57,9 @@ def plot_memory(result: Mapping[str, Any], out_dir: Path) -> Path:
         start = end
     for c in result["os_caches"]:
         ax.axvline(c["capacity_bytes"], color="red", ls=":", lw=1)
-        ax.annotate(f"OS {c['name']}", (c["capacity_bytes"], ax.get_ylim()[0]), fontsize=7, color="red",
-                    rotation=90, va="bottom")
+        ax.text(c["capacity_bytes"], 0.02, f"OS {c['name']} " + (f"{c['capacity_bytes'] / 2**20:g} MiB" if c["capacity_bytes"] >= 2**20
+                                             else f"{c['capacity_bytes'] / 2**10:g} KiB"), fontsize=7,
+                color="red", rotation=90, va="bottom", ha="right", transform=ax.get_xaxis_transform())
     ax.set(xscale="log", yscale="log", xlabel="working set (bytes)", ylabel="bandwidth (GB/s, STREAM counting)",
            title=f"memory probe: detected levels (black) vs OS caches (red)")
     ax.legend(fontsize=8, loc="upper right")

@@ -40,7 +40,14 @@ def format_memory(result: Mapping[str, Any]) -> str:
     for c in result["comparison"]:
         lines.append(f"  {c['level']:<6} detected {_mib(c['detected_capacity_bytes']):>9} MiB   "
                      f"OS {c['os_cache']} {_mib(c['os_capacity_bytes']):>9} MiB   ratio {c['ratio']:.2f}")
-    if not result["comparison"]:
+        if c.get("note"):
+            lines.append(f"         ({c['note']})")
+    named = {c["level"] for c in result["comparison"]}
+    for lv in result["levels"][:-1]:
+        if lv["name"] not in named:
+            lines.append(f"  {lv['name']:<6} detected {_mib(lv['capacity_bytes']):>9} MiB   no OS cache of its own "
+                         "(a step inside a cache, or a cache the OS does not list)")
+    if not result["levels"][:-1]:
         lines.append("  (no cache boundary detected, or the OS reports no caches)")
     return "\n".join(lines)
 
