@@ -42,3 +42,20 @@ def test_os_caches_compared(memory_result):
     assert memory_result["os_caches"]
     for c in memory_result["comparison"]:
         assert c["ratio"] > 0 and c["os_capacity_bytes"] > 0
+
+
+def _caches(*sizes_mib):
+    from narrowpath.measure.machine import OsCache
+    return [OsCache(f"L{i + 2}", s * 2**20, "test") for i, s in enumerate(sizes_mib)]
+
+
+def test_step_inside_a_cache_stays_unnamed():
+    """Detected edges at 1, 2.2 and 123 MiB against OS L2 2 MiB and L3 480 MiB: 2.2 is L2, 123 is L3, and
+    the 1 MiB dip inside L2 has no OS cache of its own (it used to take L2 and push L2 onto 'L3')."""
+    from narrowpath.measure.memory_probe import match_os_caches
+    mib = 2**20
+    assert match_os_caches([1 * mib, 2.2 * mib, 123 * mib], _caches(2, 480)) == [None, "L2", "L3"]
+    assert match_os_caches([123 * mib], _caches(2, 480)) == ["L3"]
+    assert match_os_caches([2.1 * mib], _caches(2, 480)) == ["L2"]
+    assert match_os_caches([40 * mib], _caches(2, 480)) == [None]  # over 8x from both
+    assert match_os_caches([], _caches(2)) == []
