@@ -96,6 +96,17 @@ class StepPrediction:
         return self.hardware_flop_per_step / self.step_time_s / self.scenario.num_gpus / 1e12
 
 
+def exposed_after_bucketed_overlap(total_s: float, message_bytes: float, bucket_bytes: float, window_s: float,
+                                   slowdown: float) -> float:
+    """Exposed time of a bucketed transfer overlapped with `window_s` of compute (PyTorch DDP / Megatron
+    --overlap-grad-reduce, Li et al. VLDB 2020 §3.2.3): the last bucket cannot start before the window ends, so it is
+    always exposed; the rest hides up to the window; the hidden part slows the compute it shares the chip with."""
+    n_buckets = max(1.0, message_bytes / bucket_bytes) if bucket_bytes > 0 else 1.0
+    last_bucket = total_s / n_buckets
+    hidden = max(0.0, min(total_s - last_bucket, window_s))
+    return total_s - hidden + slowdown * hidden
+
+
 def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
     if axis in cache:
         return cache[axis]
@@ -195,25 +206,22 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     cs = stage_times[crit]
     bubble = pipe - m * cs.total_s
 
-    # once-per-step work: gradient sync (possibly overlapped with the last micro-batch's backward) and optimizer
+    # once-per-step work: gradient sync (overlapped with the last micro-batch's backward), the ZeRO-1/2 parameter
+    # all-gather (overlapped with the next step's first forward), tied-embedding sync, optimizer
     step_rows = []
-    dp_total, other_step = 0.0, 0.0
+    dp_exposed, other_step = 0.0, 0.0
     for tr, c in wl.step_transfers:
         cost = _price(tr, scn, cal, spans, coll_cache)
+        total = cost.time_s * c
         if tr.axis == "dp":
-            dp_total += cost.time_s * c
+            window = cs.fwd_compute_s if tr.op == "all_gather" else cs.bwd_compute_s
+            exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow) \
+                if tr.overlappable else total
+            dp_exposed += exp
         else:
-            other_step += cost.time_s * c
-        step_rows.append((tr, c, cost))
-    if dp_total > 0 and any(tr.overlappable for tr, _ in wl.step_transfers if tr.axis == "dp"):
-        window = cs.bwd_compute_s  # backward of the last micro-batch on the critical stage
-        n_buckets = max(1.0, dp_total and (sum(tr.message_bytes for tr, _ in wl.step_transfers if tr.axis == "dp")
-                                           / plan.bucket_bytes))
-        last_bucket = dp_total / n_buckets
-        hidden = min(dp_total - last_bucket, window)
-        dp_exposed = dp_total - hidden + slow * hidden
-    else:
-        dp_exposed = dp_total
+            exp = total
+            other_step += total
+        step_rows.append((tr, c, cost, exp))
     opt = sum(t_op(op) * c for op, c in wl.optimizer_ops)
 
     breakdown = {
@@ -233,9 +241,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         transfers.append(TransferCost(tr.name, tr.op, tr.axis, tr.message_bytes, c * m, cost.time_s,
                                       cost.time_s * c * m, exp * m, cost.bottleneck_tier, cost.algorithm,
                                       _span(scn, tr.axis, spans).size, tr.phase))
-    for tr, c, cost in step_rows:
+    for tr, c, cost, exp in step_rows:
         total = cost.time_s * c
-        exp = total if tr.axis != "dp" else (dp_exposed * total / dp_total if dp_total else 0.0)
         transfers.append(TransferCost(tr.name, tr.op, tr.axis, tr.message_bytes, c, cost.time_s, total, exp,
                                       cost.bottleneck_tier, cost.algorithm, _span(scn, tr.axis, spans).size,
                                       tr.phase))
