@@ -12,21 +12,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from narrowpath.cost.collectives import bus_factor
 from narrowpath.trace import schema
 from narrowpath.trace.model import RankTrace
 from narrowpath.trace.windows import Window
 
 
 def busbw_factor(kind: str, group_size: int) -> float:
-    """nccl-tests bus-bandwidth factor for a collective over `group_size` ranks (1.0 when unknown)."""
-    n = group_size
-    if n <= 0:
+    """nccl-tests bus-bandwidth factor for a collective over `group_size` ranks (1.0 when the size is unknown);
+    the factors themselves are the cost model's (`cost.collectives.bus_factor`)."""
+    if group_size <= 0:
         return 1.0
-    if kind == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
+    if group_size == 1 and kind not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        return 1.0  # a point-to-point or broadcast "group" of one: busbw = algbw
+    return bus_factor(kind, group_size)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
