@@ -16,7 +16,7 @@ from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, stage_memory
 from narrowpath.cost.roofline import matrix_table, op_time_s
 from narrowpath.network.contention import concurrent_slowdown
-from narrowpath.network.placement import GroupSpan, axis_strides, group_span
+from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
 from narrowpath.schedule.pipeline import pipeline_time_s
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
@@ -112,13 +112,13 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         return cache[axis]
     plan, system = scn.plan, scn.system
     if axis in ("pp", "pp_ends"):
+        # point-to-point between neighbouring stages (or first and last stage for tied embeddings): two ranks
+        # `stride` apart share a block of B ranks when the stride divides into it
         stride = axis_strides(plan)["pp"] * (plan.pp - 1 if axis == "pp_ends" else 1)
-        dom, node = system.scale_up_domain, system.gpus_per_node
-        same_dom = stride < dom and dom % stride == 0 if stride else True
-        same_node = stride < node and node % stride == 0 if stride else True
-        span = GroupSpan(axis=axis, size=2 if plan.pp > 1 else 1, stride=stride,
-                         ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
-                         ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2)
+        same_dom = stride < system.scale_up_domain and system.scale_up_domain % stride == 0
+        same_node = stride < system.gpus_per_node and system.gpus_per_node % stride == 0
+        span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
+                       ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
     else:
         span = group_span(plan, system, axis)
     cache[axis] = span
