@@ -197,9 +197,12 @@ def main() -> int:
             continue
         ok = f["heldout_mean_rel_error"] <= 0.20
         print(f"{'alpha-beta held-out error, ' + op:<44} mean {f['heldout_mean_rel_error'] * 100:6.1f} %  "
-              f"max {f['heldout_max_rel_error'] * 100:6.1f} %  target mean <= 20 %  {'PASS' if ok else 'MISS'}")
+              f"max {f['heldout_max_rel_error'] * 100:6.1f} %  target mean <= 20 %  {'PASS' if ok else 'MISS'}"
+              f"  (one line: mean {f['line_heldout_mean_rel_error'] * 100:.1f} %, "
+              f"max {f['line_heldout_max_rel_error'] * 100:.1f} %)")
         checks.append({"check": f"held-out {op}", "probe": f["heldout_mean_rel_error"], "reference": 0.20,
-                       "max": f["heldout_max_rel_error"], "pass": ok})
+                       "max": f["heldout_max_rel_error"], "line_mean": f["line_heldout_mean_rel_error"],
+                       "line_max": f["line_heldout_max_rel_error"], "pass": ok})
     loc = res["locality"]
     for c in loc["comparison"]:
         if c["measured_weight_bytes"]:

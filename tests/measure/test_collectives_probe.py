@@ -25,6 +25,10 @@ def test_gloo_ranks(num_ranks):
         assert s["busbw_bytes_per_s"] == pytest.approx(s["algbw_bytes_per_s"] * bus_factor(s["op"], num_ranks))
     for op, f in r["fits"].items():
         assert f["alpha_s"] >= 0 and f["busbw_bytes_per_s"] > 0, op
+        assert f["knee"]["busbw_bytes_per_s"] > 0 and f["knee"]["busbw_beyond_knee_bytes_per_s"] > 0, op
+        for k in ("heldout_mean_rel_error", "heldout_max_rel_error", "line_heldout_mean_rel_error"):
+            assert math.isfinite(f[k]) and f[k] >= 0, (op, k)
+    assert all(s["passes"] == 3 and len(s["batch_times_s"]) == 3 for s in r["samples"])
 
 
 def test_bad_op_and_rank_count():

@@ -65,3 +65,31 @@ def test_matrix_ramp_recovered():
 def test_one_point_ramp_is_its_rate():
     ramp = fit_matrix_ramp([1.1e12], [730e12])
     assert ramp.rate_flop_per_s == pytest.approx(730e12)
+
+
+def test_knee_fit_recovers_two_regimes():
+    """In-cache 2 GB/s up to 4 MiB, 0.8 GB/s beyond (2 % noise): the knee, both slopes and held-out sizes."""
+    from narrowpath.measure.fit import fit_line_knee
+    rng = np.random.default_rng(3)
+    knee, a, b1, b2 = 4 * 2**20, 80e-6, 1 / 2e9, 1 / 0.8e9
+
+    def truth(s):
+        return a + b1 * min(s, knee) + b2 * max(s - knee, 0)
+    sizes = [1024 * 2 ** k for k in range(0, 17)]
+    t = [truth(s) * (1 + 0.02 * rng.standard_normal()) for s in sizes]
+    fit = fit_line_knee(sizes[0::2], t[0::2])
+    assert fit.knee_bytes == knee
+    assert fit.slope_s_per_byte == pytest.approx(b1, rel=0.1)
+    assert fit.slope_beyond_s_per_byte == pytest.approx(b2, rel=0.1)
+    assert all(fit.predict_s(s) == pytest.approx(truth(s), rel=0.06) for s in sizes[1::2])
+    line = fit_line_rel(sizes[0::2], t[0::2])  # one line misses the sizes beyond the knee
+    assert max(abs(line.predict_s(s) / truth(s) - 1) for s in sizes[1::2]) > 0.2
+
+
+def test_knee_fit_on_one_line_is_the_line():
+    """Straight-line data: the two-regime fit predicts like the line (any knee found has b' ≈ b)."""
+    from narrowpath.measure.fit import fit_line_knee
+    sizes = [1024 * 2 ** k for k in range(0, 17)]
+    t = [50e-6 + s / 1.5e9 for s in sizes]
+    fit = fit_line_knee(sizes, t)
+    assert all(fit.predict_s(s) == pytest.approx(50e-6 + s / 1.5e9, rel=1e-6) for s in sizes)

@@ -4,9 +4,11 @@ Without a launcher it spawns `num_ranks` local processes on gloo (CPU). Under `t
 the environment) it joins the job as is — NCCL when CUDA is present — so the same command measures a real
 multi-node fabric. Timing follows nccl-tests (src/common.cu): per size, warm-up iterations, a barrier,
 `iters` back-to-back operations, device sync, elapsed / iters, then the mean over ranks — kept as
-`batch_mean_time_s`. One deviation for the reported `time_s`: the batch runs `repeats` times, each op inside it
-is also timed on its own (gloo ops block until done), and the lower quartile of those per-op times is kept
-(mean over ranks; `median_time_s` beside it). On a shared 2-core VM an op whose rank loses its core waits out
+`batch_mean_time_s`. Deviations for the reported `time_s`: the sweep makes `passes` passes (5, quick 3) over
+every (op, size), each pass in its own shuffled order, one batch per visit; each op inside a batch is also
+timed on its own (gloo ops block until done), and the lower quartile of the per-op times pooled over the
+passes is kept (mean over ranks; `median_time_s`, the median over passes of per-pass lower quartiles and a few
+quantiles beside it). On a shared 2-core VM an op whose rank loses its core waits out
 a ~4 ms scheduler slice, so 10–40 % of small-message ops, and whole batches, run 2–20× slow; a batch mean
 inherits them, a low quantile of single ops does not (measured: run-to-run spread of the same size falls from
 ~50 % to ~30 % and α-β held-out error roughly halves). Under CUDA the launches are asynchronous, so there
@@ -18,6 +20,7 @@ the nccl-tests conventions of `busbw.py`; the result prints as an nccl-tests tab
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
@@ -28,10 +31,11 @@ from datetime import timedelta
 from typing import Any
 
 from narrowpath.errors import NarrowpathError
-from narrowpath.measure.busbw import PROBE_OPS, bus_factor
-from narrowpath.measure.fit import fit_alpha_beta
+from narrowpath.measure.busbw import PROBE_OPS, bus_factor, ring_steps
+from narrowpath.measure.fit import fit_alpha_beta, fit_line_knee
 
 _ITEM = 4  # float32
+_QUANTILES = (0.0, 0.05, 0.1, 0.25, 0.5)
 
 
 def message_sizes(*, quick: bool, max_bytes: float | None = None) -> list[int]:
@@ -58,7 +62,7 @@ def probe_collectives(*, num_ranks: int = 2, ops: tuple[str, ...] = PROBE_OPS, q
         raise NarrowpathError(f"unknown collective(s) {bad}; known: {', '.join(PROBE_OPS)}")
     plan = {"ops": list(ops), "sizes": message_sizes(quick=quick, max_bytes=max_bytes),
             "target_s": 0.015 if quick else 0.05, "warmup": 2, "min_ops": 6 if quick else 10,
-            "max_ops": 150 if quick else 250, "repeats": 3 if quick else 5,
+            "max_ops": 150 if quick else 400, "passes": 3 if quick else 5,
             "progress": progress, "backend": backend, "tier": tier, "timeout_s": timeout_s}
     if _launched():
         return _run_rank(plan, out_path=None)
@@ -103,14 +107,7 @@ def _run_rank(plan: dict, out_path: str | None) -> dict[str, Any] | None:
     else:
         torch.set_num_threads(1)
     try:
-        rows = []
-        for op in plan["ops"]:
-            for size in plan["sizes"]:
-                row = _measure(op, size, world, device, plan)
-                rows.append(row)
-                if rank == 0 and plan["progress"]:
-                    print(f"[collectives] {op} {size} B on {world} ranks: {row['time_s'] * 1e6:.1f} us, "
-                          f"busbw {row['busbw_bytes_per_s'] / 1e9:.2f} GB/s", file=sys.stderr, flush=True)
+        rows = _sweep(plan, world, device, rank)
         result = None
         if rank == 0:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -168,66 +165,125 @@ def _op_closure(op: str, size: int, world: int, device):
     return send_recv, count
 
 
-def _measure(op: str, size: int, world: int, device, plan: dict) -> dict[str, Any]:
+def _sweep(plan: dict, world: int, device, rank: int) -> list[dict[str, Any]]:
+    """All (op, size) pairs, `passes` times, each pass in its own shuffled order (same seed on every rank).
+
+    A stall period (another tenant holding a core for a few hundred ms) then hits sizes scattered over the
+    sweep, one pass each, instead of a contiguous block of sizes of one op — which a per-size statistic cannot
+    undo and which tilts the α-β line."""
+    import random
+    pairs = [(op, size) for op in plan["ops"] for size in plan["sizes"]]
+    state: dict[tuple[str, int], dict[str, Any]] = {}
+    for p in range(plan["passes"]):
+        order = list(pairs)
+        random.Random(1000 + p).shuffle(order)
+        for op, size in order:
+            _visit(op, size, world, device, plan, state.setdefault((op, size), {}))
+        if rank == 0 and plan["progress"]:
+            print(f"[collectives] pass {p + 1}/{plan['passes']} over {len(pairs)} (op, size) pairs on {world} ranks",
+                  file=sys.stderr, flush=True)
+    rows = [_summarise(op, size, world, device, plan, state[(op, size)]) for op, size in pairs]
+    if rank == 0 and plan["progress"]:
+        for row in rows:
+            print(f"[collectives] {row['op']} {row['size_bytes']} B on {world} ranks: {row['time_s'] * 1e6:.1f} us, "
+                  f"busbw {row['busbw_bytes_per_s'] / 1e9:.2f} GB/s", file=sys.stderr, flush=True)
+    return rows
+
+
+def _visit(op: str, size: int, world: int, device, plan: dict, st: dict[str, Any]) -> None:
+    """One pass over one (op, size): warm-up, (first visit: ops per pass), one timed batch of single-timed ops."""
     import torch
     import torch.distributed as dist
     fn, count = _op_closure(op, size, world, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(plan["warmup"]):
+    first = "iters" not in st
+    for _ in range(plan["warmup"] if first else 1):  # every visit re-allocates the buffers: touch them once
         fn()
     sync()
-    # Iterations to fill the time budget, agreed across ranks: the fastest of a few single ops (one op
-    # stalled by a 4 ms scheduler slice would otherwise cut the batch to a couple of ops).
-    one = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        one.append(time.perf_counter() - t0)
-    est = torch.tensor([min(one)], dtype=torch.float64, device=device)
-    dist.all_reduce(est, op=dist.ReduceOp.MAX)
-    num_ops = max(plan["min_ops"], min(plan["max_ops"], int(plan["target_s"] / max(float(est.item()), 1e-7))))
-    iters = max(1, -(-num_ops // plan["repeats"]))
-    batches, ops_s = [], []
-    clock = time.perf_counter
-    for _ in range(plan["repeats"]):
-        dist.barrier()
-        t0 = clock()
-        for _ in range(iters):
-            t1 = clock()
+    if first:
+        # Iterations to fill the time budget, agreed across ranks: the fastest of a few single ops (one op
+        # stalled by a 4 ms scheduler slice would otherwise cut the batch to a couple of ops).
+        one = []
+        for _ in range(3):
+            t0 = time.perf_counter()
             fn()
-            ops_s.append(clock() - t1)
-        sync()
-        batches.append((clock() - t0) / iters)
+            sync()
+            one.append(time.perf_counter() - t0)
+        est = torch.tensor([min(one)], dtype=torch.float64, device=device)
+        dist.all_reduce(est, op=dist.ReduceOp.MAX)
+        num_ops = max(plan["min_ops"], min(plan["max_ops"], int(plan["target_s"] / max(float(est.item()), 1e-7))))
+        st.update(count=count, iters=max(1, -(-num_ops // plan["passes"])), batches=[], ops_s=[], pass_q1=[])
+    iters, clock = st["iters"], time.perf_counter
+    ops_s = []
+    dist.barrier()
+    t0 = clock()
+    for _ in range(iters):
+        t1 = clock()
+        fn()
+        ops_s.append(clock() - t1)
+    sync()
+    batch = (clock() - t0) / iters
+    st["batches"].append(batch)
     if device.type == "cuda":  # launches are asynchronous: only a batch mean (nccl-tests) is a time
+        ops_s = [batch] * iters
+    st["ops_s"] += ops_s
+    st["pass_q1"].append(sorted(ops_s)[len(ops_s) // 4])
+
+
+def _summarise(op: str, size: int, world: int, device, plan: dict, st: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    ops_s, batches = sorted(st["ops_s"]), st["batches"]
+    if device.type == "cuda":
         ops_s = [min(batches)] * 4
-    ops_s.sort()
-    stats = [ops_s[len(ops_s) // 4], ops_s[len(ops_s) // 2], statistics.mean(batches)]
+    qs = [ops_s[int(q * len(ops_s))] for q in _QUANTILES]
+    stats = [ops_s[len(ops_s) // 4], ops_s[len(ops_s) // 2], statistics.mean(batches),
+             statistics.median(st["pass_q1"])] + qs
     per_rank = torch.tensor(stats, dtype=torch.float64, device=device)
     dist.all_reduce(per_rank)
-    t, t_median, t_batch = (float(v) / world for v in per_rank.tolist())
+    t, t_median, t_batch, t_pass, *t_qs = (float(v) / world for v in per_rank.tolist())
+    count = st["count"]
     size_bytes = count * _ITEM
     return {"op": op, "size_bytes": size_bytes, "count": count, "dtype": "float",
             "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none", "root": -1, "time_s": t,
             "algbw_bytes_per_s": size_bytes / t, "busbw_bytes_per_s": size_bytes / t * bus_factor(op, world),
-            "median_time_s": t_median, "batch_mean_time_s": t_batch, "iters": iters, "repeats": plan["repeats"], "num_ranks": world,
-            "batch_times_s": batches}
+            "median_time_s": t_median, "batch_mean_time_s": t_batch, "pass_median_q1_time_s": t_pass,
+            "quantile_time_s": dict(zip((str(q) for q in _QUANTILES), t_qs)),
+            "iters": st["iters"], "passes": plan["passes"], "num_ranks": world, "batch_times_s": batches}
 
 
-def fit_all(rows: list[dict[str, Any]], num_ranks: int) -> dict[str, dict[str, Any]]:
-    """α-β per op on all sizes, plus a held-out check: fit on every other size, predict the rest."""
+def fit_all(rows: list[dict[str, Any]], num_ranks: int, *, time_key: str = "time_s") -> dict[str, dict[str, Any]]:
+    """α-β per op on all sizes (one line, and two-regime: in-cache / beyond-cache, see `fit.fit_line_knee`),
+    plus held-out checks: fit on every other size, predict the sizes between; mean and max relative error.
+
+    `heldout_mean_rel_error` / `heldout_max_rel_error` are those of the two-regime fit (the model reported);
+    the one-line fit's are `line_heldout_mean_rel_error` / `line_heldout_max_rel_error`."""
     fits = {}
     for op in dict.fromkeys(r["op"] for r in rows):
-        pts = sorted((r["size_bytes"], r["time_s"]) for r in rows if r["op"] == op)
+        pts = sorted((r["size_bytes"], r[time_key]) for r in rows if r["op"] == op)
         s, t = [p[0] for p in pts], [p[1] for p in pts]
         ab = fit_alpha_beta(op, num_ranks, s, t)
+        kn = fit_line_knee(s, t)
+        factor = bus_factor(op, num_ranks)
         entry = {"alpha_s": ab.alpha_s, "busbw_bytes_per_s": ab.busbw_bytes_per_s,
                  "intercept_s": ab.fit.intercept_s, "rms_rel_residual": ab.fit.rms_rel_residual,
-                 "num_points": len(pts)}
+                 "num_points": len(pts),
+                 "knee": {"intercept_s": kn.intercept_s, "alpha_s": kn.intercept_s / ring_steps(op, num_ranks),
+                          "busbw_bytes_per_s": _bw(factor, kn.slope_s_per_byte),
+                          "busbw_beyond_knee_bytes_per_s": _bw(factor, kn.slope_beyond_s_per_byte),
+                          "knee_bytes": kn.knee_bytes, "rms_rel_residual": kn.rms_rel_residual}}
         if len(pts) >= 4:
-            train = fit_alpha_beta(op, num_ranks, s[0::2], t[0::2])
-            errs = [abs(train.predict_s(x) - y) / y for x, y in zip(s[1::2], t[1::2])]
-            entry["heldout_max_rel_error"] = max(errs)
-            entry["heldout_mean_rel_error"] = sum(errs) / len(errs)
+            xs, ys = s[1::2], t[1::2]
+            line = fit_alpha_beta(op, num_ranks, s[0::2], t[0::2])
+            knee = fit_line_knee(s[0::2], t[0::2])
+            e_line = [abs(line.predict_s(x) - y) / y for x, y in zip(xs, ys)]
+            e_knee = [abs(knee.predict_s(x) - y) / y for x, y in zip(xs, ys)]
+            entry.update(heldout_mean_rel_error=sum(e_knee) / len(e_knee), heldout_max_rel_error=max(e_knee),
+                         line_heldout_mean_rel_error=sum(e_line) / len(e_line),
+                         line_heldout_max_rel_error=max(e_line), heldout_knee_bytes=knee.knee_bytes)
         fits[op] = entry
     return fits
+
+
+def _bw(factor: float, slope_s_per_byte: float) -> float:
+    return factor / slope_s_per_byte if slope_s_per_byte > 0 else math.inf

@@ -5,6 +5,12 @@ large sizes count alike, as in the LogP/α-β fitting practice of Hoefler et al.
 2009):
 - α-β (Hockney 1994): t(S) = a + b·S. For a ring collective (Thakur, Rabenseifner & Gropp 2005)
   a = steps·α and b = factor / busbw, with steps and factor from `busbw.py`.
+- two-regime α-β (`fit_alpha_beta_knee`): t(S) = a + b·min(S, K) + b'·max(S − K, 0), b' ≥ b — the same line up
+  to a knee K, then a larger per-byte cost. Physical reason on a host (gloo over loopback TCP): every byte of a
+  collective is copied user buffer → socket buffer → user buffer, and those copies run at cache bandwidth
+  while the op's buffers fit in the last cache the cores hold, at DRAM bandwidth beyond it; the in-cache and
+  beyond-cache parts are two α-β "tiers" of one op. K is the fitted size where the buffers leave the cache (a
+  candidate among the measured sizes); with b' = b it is the one-line fit.
 - GEMM ramp: attained(F) = R∞ · F / (F + F½), i.e. t(F) = F½/R∞ + F/R∞ — a fixed cost plus a peak-rate part;
   F½ is `Calibration.matrix_half_flop`, R∞/peak is `Calibration.matrix_efficiency`.
 """
@@ -82,6 +88,66 @@ def fit_alpha_beta(op: str, num_ranks: int, size_bytes: Sequence[float], time_s:
     line = fit_line_rel(size_bytes, time_s)
     busbw = bus_factor(op, num_ranks) / line.slope_s_per_unit if line.slope_s_per_unit > 0 else math.inf
     return AlphaBeta(op, num_ranks, line.intercept_s / ring_steps(op, num_ranks), busbw, line)
+
+
+@dataclass(frozen=True, slots=True)
+class KneeFit:
+    """Two-regime α-β: t = intercept + slope·min(S, knee) + slope_beyond·max(S − knee, 0).
+
+    knee_bytes is None when one line fits best (slope_beyond == slope)."""
+
+    intercept_s: float
+    slope_s_per_byte: float
+    slope_beyond_s_per_byte: float
+    knee_bytes: float | None
+    rms_rel_residual: float
+    num_points: int
+
+    def predict_s(self, size_bytes: float) -> float:
+        if self.knee_bytes is None or size_bytes <= self.knee_bytes:
+            return self.intercept_s + self.slope_s_per_byte * size_bytes
+        return (self.intercept_s + self.slope_s_per_byte * self.knee_bytes
+                + self.slope_beyond_s_per_byte * (size_bytes - self.knee_bytes))
+
+
+def _wls3(cols: list[list[float]], t: Sequence[float]) -> list[float] | None:
+    """Least squares on relative error (weights 1/t²) of t = Σ p_j·cols[j]; None if singular."""
+    k = len(cols)
+    w = [1.0 / v ** 2 for v in t]
+    m = [[sum(wi * ci * cj for wi, ci, cj in zip(w, cols[a], cols[b])) for b in range(k)] for a in range(k)]
+    v = [sum(wi * ci * ti for wi, ci, ti in zip(w, cols[a], t)) for a in range(k)]
+    for c in range(k):  # Gauss-Jordan with partial pivoting
+        piv = max(range(c, k), key=lambda r: abs(m[r][c]))
+        if abs(m[piv][c]) < 1e-300:
+            return None
+        m[c], m[piv], v[c], v[piv] = m[piv], m[c], v[piv], v[c]
+        for r in range(k):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+                v[r] -= f * v[c]
+    return [v[i] / m[i][i] for i in range(k)]
+
+
+def fit_line_knee(size_bytes: Sequence[float], time_s: Sequence[float], *, min_beyond: int = 1) -> KneeFit:
+    """Two-regime α-β on relative error: the knee is chosen among the measured sizes (at least `min_beyond`
+    points beyond it, at least 3 up to it) to minimise the weighted residual; a knee is kept only when
+    a ≥ 0 and 0 < b ≤ b'. Falls back to `fit_line_rel` (knee None) when no knee does better."""
+    line = fit_line_rel(size_bytes, time_s)
+    x, t = list(size_bytes), list(time_s)
+    best = KneeFit(line.intercept_s, line.slope_s_per_unit, line.slope_s_per_unit, None, line.rms_rel_residual,
+                   len(x))
+    for knee in sorted(set(x)):
+        if sum(xi <= knee for xi in x) < 3 or sum(xi > knee for xi in x) < min_beyond:
+            continue
+        p = _wls3([[1.0] * len(x), [min(xi, knee) for xi in x], [max(xi - knee, 0.0) for xi in x]], t)
+        if p is None or p[0] < 0 or p[1] <= 0 or p[2] < p[1]:
+            continue
+        cand = KneeFit(p[0], p[1], p[2], knee, 0.0, len(x))
+        rms = rms_rel_residual([cand.predict_s(xi) for xi in x], t)
+        if rms < best.rms_rel_residual:
+            best = KneeFit(p[0], p[1], p[2], knee, rms, len(x))
+    return best
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,16 +98,22 @@ def format_collectives(result: Mapping[str, Any]) -> str:
     blocks = []
     for op in dict.fromkeys(r["op"] for r in result["samples"]):
         blocks.append(format_nccl_table([r for r in result["samples"] if r["op"] == op], op=op, note=note))
-    lines = ["alpha-beta fit per op (t = steps*alpha + size*factor/busbw; held-out: fit on every other size, "
-             "predict the sizes between):",
-             f"{'op':<15} {'alpha (us)':>10} {'busbw (GB/s)':>13} {'rms resid':>10} {'held-out mean':>14} {'max':>7}"]
+    lines = ["alpha-beta fit per op (t = steps*alpha + size*factor/busbw), one line and two-regime (in-cache up to "
+             "the knee, a larger per-byte cost beyond); held-out: fit on every other size, predict the sizes "
+             "between (target: two-regime mean <= 20 %):",
+             f"{'op':<15} {'alpha (us)':>10} {'busbw (GB/s)':>13} {'rms resid':>10} {'line held-out mean':>19} "
+             f"{'max':>7} {'knee (MiB)':>11} {'busbw>knee':>11} {'2-regime held-out mean':>23} {'max':>7}"]
+    pct = lambda f, k: f"{f[k] * 100:.1f} %" if k in f else "-"  # noqa: E731
     for op, f in result["fits"].items():
-        mean = f"{f['heldout_mean_rel_error'] * 100:.1f} %" if "heldout_mean_rel_error" in f else "-"
-        held = f"{f['heldout_max_rel_error'] * 100:.1f} %" if "heldout_max_rel_error" in f else "-"
+        kn = f.get("knee") or {}
+        knee = f"{kn['knee_bytes'] / 2**20:.2f}" if kn.get("knee_bytes") else "none"
+        beyond = f"{kn['busbw_beyond_knee_bytes_per_s'] / 1e9:.3f}" if kn.get("knee_bytes") else "-"
         lines.append(f"{op:<15} {f['alpha_s'] * 1e6:>10.2f} {f['busbw_bytes_per_s'] / 1e9:>13.3f} "
-                     f"{f['rms_rel_residual'] * 100:>9.1f}% {mean:>14} {held:>7}")
-    lines.append("time = lower quartile of per-op times over all timed batches (mean over ranks); the nccl-tests "
-                 "batch mean is `batch_mean_time_s` in --json")
+                     f"{f['rms_rel_residual'] * 100:>9.1f}% {pct(f, 'line_heldout_mean_rel_error'):>19} "
+                     f"{pct(f, 'line_heldout_max_rel_error'):>7} {knee:>11} {beyond:>11} "
+                     f"{pct(f, 'heldout_mean_rel_error'):>23} {pct(f, 'heldout_max_rel_error'):>7}")
+    lines.append("time = lower quartile of per-op times pooled over the passes (each pass visits every (op, size) in "
+                 "shuffled order; mean over ranks); the nccl-tests batch mean is `batch_mean_time_s` in --json")
     return "\n\n".join(blocks + ["\n".join(lines)])
 
 
