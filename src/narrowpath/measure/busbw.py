@@ -4,9 +4,14 @@ Source: NVIDIA/nccl-tests doc/PERFORMANCE.md. algbw = size / time. busbw = algbw
 2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast, reduce and
 send/recv. "size" is the whole buffer (all_reduce), the gathered output (all_gather), the input
 (reduce_scatter), the data each rank sends in total (all_to_all), the payload (send/recv).
-Kept here rather than imported from `cost` because measure sits to the left of cost in the data flow.
+The factors and ring steps are the cost model's own (`cost.collectives`), so a measured busbw and a predicted
+one always use the same convention.
 """
 from __future__ import annotations
+
+from narrowpath.cost.collectives import bus_factor, ring_steps
+
+__all__ = ["PROBE_OPS", "NCCL_TEST_BINARIES", "bus_factor", "ring_steps", "algbw_bytes_per_s", "busbw_bytes_per_s"]
 
 PROBE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -16,26 +21,6 @@ NCCL_TEST_BINARIES = {
     "alltoall_perf": "all_to_all", "sendrecv_perf": "send_recv", "broadcast_perf": "broadcast",
     "reduce_perf": "reduce", "gather_perf": "gather", "scatter_perf": "scatter", "hypercube_perf": "hypercube",
 }
-
-
-def bus_factor(op: str, num_ranks: int) -> float:
-    """busbw / algbw for `op` on `num_ranks` ranks (nccl-tests PERFORMANCE.md)."""
-    n = num_ranks
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
-
-
-def ring_steps(op: str, num_ranks: int) -> int:
-    """Sequential latency (α) steps of the ring algorithm: 2(n−1) all_reduce, n−1 others, 1 point-to-point."""
-    n = num_ranks
-    if op == "all_reduce":
-        return 2 * (n - 1)
-    if op in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        return max(1, n - 1)
-    return 1
 
 
 def algbw_bytes_per_s(size_bytes: float, time_s: float) -> float:
