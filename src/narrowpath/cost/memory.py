@@ -6,8 +6,9 @@ s·b·h·(10 + 24/t + 5·a·s/(h·t)); with sequence parallelism s·b·h·(34/t 
 the 5·a·s²·b term; full recompute keeps only the layer input, 2·s·b·h (/t with sequence parallelism).
 We generalise the 34 term to GQA, SwiGLU and flash attention component by component (see `layer_activation_bytes`).
 In-flight micro-batches: 1F1B stage i holds min(m, p − i) (Narayanan et al. SC'21 §2.2); interleaving raises
-the first stage to p·(1 + (p − 1)/(p·v)) (Korthikanti §4.2.3).
-Optimizer state: ZeRO (Rajbhandari et al. SC'20) §5: K = 12 bytes/param for mixed-precision Adam.
+the first stage to p·(1 + (p − 1)/(p·v)) (Korthikanti §4.2.3) and every later stage to its Megatron warm-up depth.
+Optimizer state: ZeRO (Rajbhandari et al. SC'20) §5: K = 12 bytes/param for mixed-precision Adam, sharded over
+dp·cp (routed experts: over the expert-data-parallel group dp·cp/ep; `workload.build.zero_shards`).
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import grad_bytes_per_param, stage_layer_ranges, weight_bytes_per_param
+from narrowpath.workload.build import (grad_bytes_per_param, stage_layer_ranges, weight_bytes_per_param,
+                                       zero_shards)
 from narrowpath.workload.items import Workload
 
 RUNTIME_RESERVE_BYTES = 2.0e9
@@ -86,10 +88,13 @@ def in_flight_microbatches(stage: int, scn: Scenario) -> float:
     p, v, m = scn.plan.pp, scn.plan.vpp, scn.plan.num_microbatches
     if p == 1:
         return 1.0
-    held = float(p - stage)
-    if v > 1:
-        held *= 1.0 + (p - 1) / (p * v)
-    return min(float(m), held)
+    if v == 1:
+        return float(min(m, p - stage))
+    # Megatron-LM interleaved schedule: 2(p − r − 1) + (v − 1)·p warm-up forwards of one chunk (1/v of the stage's
+    # layers), capped by the m·v chunk passes, plus the one in flight. Stage 0: p + (p − 1)/v, Korthikanti's
+    # p·(1 + (p − 1)/(p·v)); the last stage still holds p − (p − 1)/v, not 1.
+    chunks = min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
+    return chunks / v
 
 
 def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[MemoryBreakdown]:
@@ -104,12 +109,19 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
     ranges = stage_layer_ranges(model.layers, p.pp, p.vpp) if model.arch == "transformer" else [[range(model.layers)]]
     out = []
     for st, rng in zip(wl.stages, ranges):
-        params = st.params
         zero = p.zero_stage
-        weights = params * Wb / (p.dp if zero == 3 else 1)
-        grads = params * G / (p.dp if zero >= 2 else 1)
+        dense, expert = st.params - st.expert_params, st.expert_params
+
+        def held(from_stage: int) -> float:
+            """Parameters a rank keeps of this item: sharded once the ZeRO stage reaches `from_stage`."""
+            if zero < from_stage:
+                return st.params
+            return dense / zero_shards(p) + expert / zero_shards(p, expert=True)
+
+        weights = held(3) * Wb
+        grads = held(2) * G
         opt_per_param = 12 if p.precision != "fp32" else 8
-        optim = params * opt_per_param / (p.dp if zero >= 1 else 1)
+        optim = held(1) * opt_per_param
         n_layers = sum(len(r) for r in rng)
         infl = in_flight_microbatches(st.index, scn)
         acts = per_layer * n_layers * infl
@@ -126,7 +138,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         if st.index == 0:
             acts += A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1) * infl  # embedding output
         if zero == 3:
-            per_layer_params = params / max(1, n_layers)
+            per_layer_params = st.params / max(1, n_layers)
             temps += 2 * per_layer_params * Wb  # current + prefetched gathered layer
         # gradient buckets are views into the contiguous gradient buffer (Megatron DDP): no extra bytes
         items = {"weights": weights, "gradients": grads, "optimizer_state": optim, "activations": acts,

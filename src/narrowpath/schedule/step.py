@@ -23,6 +23,9 @@ from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.build import build_workload
 from narrowpath.workload.items import Transfer, Workload
 
+_BUCKET = {"edp": "dp", "pp_ends": "pp"}
+"""Breakdown bucket of the axes that are not plain plan axes (expert-data-parallel, first/last pipeline stage)."""
+
 BREAKDOWN_KEYS = ("compute", "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm",
                   "exposed_dp_comm", "bubble", "optimizer")
 
@@ -119,10 +122,22 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         same_node = stride < system.gpus_per_node and system.gpus_per_node % stride == 0
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
+    elif axis == "edp":
+        # expert-data-parallel group: the dp/ep ranks that hold the same experts, `stride` apart in the layout
+        span = _strided_span(max(1, plan.dp // plan.ep), axis_strides(plan)["dp"], scn)
     else:
         span = group_span(plan, system, axis)
     cache[axis] = span
     return span
+
+
+def _strided_span(size: int, stride: int, scn: Scenario) -> GroupSpan:
+    """Span of `size` ranks spaced `stride` apart from rank 0: members per scale-up domain and per node."""
+    dom, node = scn.system.scale_up_domain, scn.system.gpus_per_node
+    per_dom = min(size, max(1, -(-dom // stride)))
+    per_node = min(size, max(1, -(-node // stride)))
+    return span_of(size, ranks_per_domain=per_dom, domains=-(-size // per_dom), ranks_per_node=per_node,
+                   nodes=-(-size // per_node), axis="edp")
 
 
 def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: dict) -> CollectiveCost:
@@ -193,7 +208,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 exp = total - hidden
             else:
                 exp = total
-            exposed["pp" if tr.axis == "pp" else tr.axis] += exp
+            exposed[_BUCKET.get(tr.axis, tr.axis)] += exp
             rows.append((tr, c, cost, exp))
         per_stage_xfer.append(rows)
         stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],
@@ -213,7 +228,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     for tr, c in wl.step_transfers:
         cost = _price(tr, scn, cal, spans, coll_cache)
         total = cost.time_s * c
-        if tr.axis == "dp":
+        if tr.axis in ("dp", "edp"):
             window = cs.fwd_compute_s if tr.op == "all_gather" else cs.bwd_compute_s
             exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow) \
                 if tr.overlappable else total

@@ -23,6 +23,13 @@ def weight_bytes_per_param(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
+def zero_shards(plan, *, expert: bool = False) -> int:
+    """Ranks a ZeRO stage shards one rank's parameters over: the data-parallel group with context parallelism
+    (Megatron's distributed optimizer uses the dp×cp group), or for routed experts the expert-dp group dp·cp/ep."""
+    n = plan.dp * plan.cp
+    return max(1, n // plan.ep) if expert else n
+
+
 def stage_layer_ranges(layers: int, pp: int, vpp: int) -> list[list[range]]:
     """Layer index ranges of each stage's chunks: chunk j = stage j mod pp; earlier chunks take the remainder."""
     chunks = pp * vpp
@@ -85,14 +92,31 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
         tok = b * s * model.moe.top_k * model.moe.capacity_factor * h * A
         for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
             xfers.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", tok, ph, False), 2.0))
-    if plan.zero_stage == 3 and plan.dp > 1:
-        wb = weight_bytes_per_param(plan.precision)
+    if plan.zero_stage == 3:
         p = T.layer_params(model, plan, moe_layer=moe_layer)
-        xfers.append((Transfer("dp.zero3_param_all_gather", "all_gather", "dp", p * wb, "fwd", True), 1.0))
-        xfers.append((Transfer("dp.zero3_param_all_gather", "all_gather", "dp", p * wb, "bwd", True), 1.0))
-        xfers.append((Transfer("dp.zero3_grad_reduce_scatter", "reduce_scatter", "dp",
-                               p * grad_bytes_per_param(plan.precision), "bwd", True), 1.0))
+        e = T.layer_expert_params(model, plan) if moe_layer else 0.0
+        xfers += zero3_transfers(plan, p - e, e)
     return ops, xfers
+
+
+def expert_dp(plan) -> int:
+    """Size of the expert-data-parallel group that replicates one rank's experts (ep carved out of dp)."""
+    return max(1, plan.dp // plan.ep)
+
+
+def zero3_transfers(plan, dense_params: float, expert_params: float) -> list[tuple[Transfer, float]]:
+    """ZeRO-3 per micro-batch: gather the weights before forward and again before backward, reduce-scatter the
+    gradients after backward (FSDP / DeepSpeed stage 3). Experts are sharded over their own expert-dp group."""
+    wb, gb = weight_bytes_per_param(plan.precision), grad_bytes_per_param(plan.precision)
+    out: list[tuple[Transfer, float]] = []
+    for axis, n, p in (("dp", plan.dp, dense_params), ("edp", expert_dp(plan), expert_params)):
+        if n > 1 and p > 0:
+            pre = "dp.expert_" if axis == "edp" else "dp."
+            out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "fwd", True), 1.0))
+            out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "bwd", True), 1.0))
+            out.append((Transfer(pre + "zero3_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd", True),
+                        1.0))
+    return out
 
 
 def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
@@ -110,6 +134,8 @@ def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[
         if t > 1:
             kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
             xf.append((Transfer(f"tp.embedding_{kind}", kind, "tp", act, "fwd", False), 1.0))
+            if plan.sequence_parallel:  # backward of the scatter into the sequence-parallel region
+                xf.append((Transfer("tp.embedding_grad_all_gather", "all_gather", "tp", act, "bwd", False), 1.0))
     if last:
         dt = "bf16" if plan.precision == "fp8" else plan.precision  # the output layer is kept in 16 bit
         E_norm = E / t if plan.sequence_parallel else E
@@ -169,7 +195,11 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         e_ops, e_xf = _embedding_work(scn, first, last)
         ops += e_ops
         xf += e_xf
-        params += embedding_params(scn, first, last)
+        emb = embedding_params(scn, first, last)
+        params += emb
+        if plan.zero_stage == 3:
+            xf += zero3_transfers(plan, emb, 0.0)
+        expert = n_moe * T.layer_expert_params(model, plan) if moe_work is not None else 0.0
         if plan.pp > 1:
             # Each chunk boundary sends activations forward and receives gradients backward, per micro-batch.
             n_send = plan.vpp if not last else plan.vpp - 1
@@ -178,7 +208,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             if sends > 0:
                 xf.append((Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", False), sends))
                 xf.append((Transfer("pp.gradient", "send_recv", "pp", p2p_bytes, "bwd", False), sends))
-        stages.append(StageWork(i, len(idx), tuple(ops), tuple(xf), params))
+        stages.append(StageWork(i, len(idx), tuple(ops), tuple(xf), params, expert))
 
     step_xf, opt_ops = _step_work(scn, stages)
     tokens = plan.gbs * model.seq_len
@@ -191,22 +221,25 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:
     """Gradient sync, parameter all-gather and optimizer update for the most loaded stage's rank."""
     plan = scn.plan
-    params = max(st.params for st in stages)
+    top = max(stages, key=lambda st: st.params)
+    params, expert = top.params, top.expert_params
+    dense = params - expert
     G = grad_bytes_per_param(plan.precision)
     Wb = weight_bytes_per_param(plan.precision)
     xf: list[tuple[Transfer, float]] = []
-    if plan.dp > 1:
-        ov = plan.dp_overlap
+    ov = plan.dp_overlap
+    for axis, n, p, pre in (("dp", plan.dp, dense, "dp."), ("edp", expert_dp(plan), expert, "dp.expert_")):
+        if n <= 1 or p <= 0:
+            continue
         if plan.zero_stage == 0:
-            xf.append((Transfer("dp.grad_all_reduce", "all_reduce", "dp", params * G, "step", ov), 1.0))
+            xf.append((Transfer(pre + "grad_all_reduce", "all_reduce", axis, p * G, "step", ov), 1.0))
         elif plan.zero_stage in (1, 2):
-            xf.append((Transfer("dp.grad_reduce_scatter", "reduce_scatter", "dp", params * G, "step", ov), 1.0))
-            xf.append((Transfer("dp.param_all_gather", "all_gather", "dp", params * Wb, "step", ov), 1.0))
+            xf.append((Transfer(pre + "grad_reduce_scatter", "reduce_scatter", axis, p * G, "step", ov), 1.0))
+            xf.append((Transfer(pre + "param_all_gather", "all_gather", axis, p * Wb, "step", ov), 1.0))
     if plan.pp > 1 and scn.model.tied_embeddings:
         emb = scn.model.vocab * scn.model.hidden / plan.tp
         xf.append((Transfer("pp.tied_embedding_all_reduce", "all_reduce", "pp_ends", emb * G, "step", False), 1.0))
-    shard = plan.dp if plan.zero_stage >= 1 else 1
-    local = params / shard
+    local = dense / zero_shards(plan) + expert / zero_shards(plan, expert=True) if plan.zero_stage >= 1 else params
     # Adam (mixed precision): read grad G, master/m/v 12, write master/m/v 12 and the 16-bit weight Wb;
     # plus the gradient-norm pass (read G). fp32 runs have no separate master copy.
     per_param = (G + 12 + 12 + Wb + G) if plan.precision != "fp32" else (4 + 12 + 12 + 4)

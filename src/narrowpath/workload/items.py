@@ -81,6 +81,9 @@ class StageWork:
     """(transfer, occurrences per micro-batch) pairs."""
     params: float
     """Parameters held by one rank of this stage (after tp/ep sharding, before ZeRO)."""
+    expert_params: float = 0.0
+    """Part of `params` in routed experts: replicated only over the expert-data-parallel group (dp·cp/ep ranks),
+    so ZeRO shards them and their gradients are synchronised over that group, not over dp."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,15 @@ def layer_params(model: Model, plan: Plan, *, moe_layer: bool = False) -> float:
     norms = 2 * h
     if moe_layer and model.moe is not None:
         moe = model.moe
-        experts = (moe.num_experts / plan.ep) * model.mlp_matrices * h * moe.expert_ffn / t
+        experts = layer_expert_params(model, plan)
         shared = moe.shared_experts * model.mlp_matrices * h * moe.expert_ffn / t
         return attn + norms + experts + shared + h * moe.num_experts
     return attn + norms + model.mlp_matrices * h * model.ffn / t
+
+
+def layer_expert_params(model: Model, plan: Plan) -> float:
+    """Routed-expert parameters of one MoE layer held by one rank (num_experts/ep experts, tp-sharded)."""
+    if model.moe is None:
+        return 0.0
+    moe = model.moe
+    return (moe.num_experts / plan.ep) * model.mlp_matrices * model.hidden * moe.expert_ffn / plan.tp
