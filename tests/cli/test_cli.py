@@ -86,3 +86,23 @@ def test_malformed_yaml_names_the_file(tmp_path):
     bad.write_text("system: [dgx-h100\nmodel: x\n")
     r = run_cli("predict", str(bad))
     assert r.returncode == 2 and "bad.yaml: not valid YAML" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("plan_yaml, fragment", [
+    ("[1, 2]", "plan: must be a mapping"),
+    ("{gbs: 8, bucket_bytes: -5}", "plan.bucket_bytes"),
+    ("{gbs: 8, placement: tp}", "plan.placement"),
+    ("{dp: 1000000000, gbs: 1000000000}", "num_gpus"),
+])
+def test_bad_plan_blocks_are_one_line_exit_2(tmp_path, plan_yaml, fragment):
+    f = tmp_path / "s.yaml"
+    f.write_text(f"system: dgx-h100\nmodel: llama3-8b\nplan: {plan_yaml}\n")
+    r = run_cli("predict", str(f))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and fragment in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("flag, value, fragment", [("--gpus", "0", "--gpus"), ("--seq-len", "0", "model.seq_len")])
+def test_zero_flags_are_rejected_not_ignored(flag, value, fragment):
+    r = run_cli("predict", "--model", "llama3-8b", "--system", "dgx-h100", flag, value)
+    assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr

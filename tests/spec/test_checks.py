@@ -121,3 +121,37 @@ def test_hf_config_key_styles(cfg, expect):
 def test_hf_config_missing_key_names_it():
     with pytest.raises(SpecError, match="config.json.num_hidden_layers"):
         model_from_hf_config({"model_type": "llama", "hidden_size": 64})
+
+
+def test_hf_config_bad_values_name_the_key():
+    cfg = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": "abc",
+           "vocab_size": 32000}
+    with pytest.raises(SpecError) as exc:
+        model_from_hf_config(cfg)
+    assert exc.value.field == "config.json.num_hidden_layers"
+
+
+def test_hf_qwen1_and_deepseek_key_styles():
+    qwen1 = {"model_type": "qwen", "hidden_size": 4096, "intermediate_size": 22016, "num_attention_heads": 32,
+             "num_hidden_layers": 32, "vocab_size": 151936, "seq_length": 8192, "layer_norm_epsilon": 1e-6}
+    m = model_from_hf_config(qwen1)
+    assert (m.ffn, m.ffn_act, m.norm, m.seq_len) == (11008, "swiglu", "rmsnorm", 8192)
+    ds = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+          "num_hidden_layers": 61, "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+          "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "vocab_size": 129280,
+          "v_head_dim": 128, "rms_norm_eps": 1e-6}
+    assert model_from_hf_config(ds) == model("deepseek-v3").__class__(**{**_fields(model("deepseek-v3")),
+                                                                           "name": "deepseek_v3", "seq_len": 2048})
+
+
+def test_moe_capacity_factor_must_be_a_number():
+    with pytest.raises(SpecError) as exc:
+        scenario_from_dict({"system": "dgx-h100", "plan": {"gbs": 1},
+                            "model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16,
+                                      "moe": {"num_experts": 4, "top_k": 2, "expert_ffn": 64,
+                                              "capacity_factor": "x"}}})
+    assert exc.value.field == "model.moe.capacity_factor"
+
+
+def _fields(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}

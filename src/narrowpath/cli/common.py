@@ -54,8 +54,10 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         model = _model(args.model, None) if args.model else base.model
         system = catalog_system(args.system) if args.system else base.system
         plan0 = base.plan
-    if args.seq_len:
+    if args.seq_len is not None:
         model = dataclasses.replace(model, seq_len=args.seq_len)
+    if args.gpus is not None and args.gpus < 1:
+        raise SpecError("--gpus", f"must be >= 1, got {args.gpus}")
     gpus = args.gpus or (base.num_gpus if base is not None and not plan_kw else None)
     tp = plan_kw.get("tp", plan0.tp)
     pp = plan_kw.get("pp", plan0.pp)

@@ -30,6 +30,20 @@ def looks_like_hf_config(cfg: Mapping[str, Any]) -> bool:
     return any(k in cfg for k in ("model_type", "architectures", "num_hidden_layers", "n_layer"))
 
 
+def _int(cfg: Mapping[str, Any], field: str, value: Any) -> int:
+    """An integer config value; errors name the config.json key it came from."""
+    key = next((k for k in _KEYS.get(field, (field,)) if cfg.get(k) is not None), field)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}")
+    try:
+        f = float(value)
+    except ValueError:
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}") from None
+    if not f.is_integer():
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}")
+    return int(f)
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None) -> Model:
     """Map HF keys to a Model. `seq_len` overrides max_position_embeddings (the training length is often shorter)."""
     if not isinstance(cfg, Mapping):
@@ -40,31 +54,41 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
             raise SpecError(f"config.json.{_KEYS[required][0]}", "is required to build a model")
     mtype = str(cfg.get("model_type", "")).lower()
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu"))).lower()
-    gated = mtype in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
-                      "deepseek_v2", "deepseek_v3") or act in ("silu", "swiglu")
-    ffn = values["ffn"] or 4 * int(values["hidden"])
+    gated = mtype in ("llama", "mistral", "mixtral", "qwen", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+                      "gemma2", "deepseek_v2", "deepseek_v3") or act in ("silu", "swiglu")
+    ints = {f: _int(cfg, f, v) for f, v in values.items() if v is not None}
+    ffn = ints.get("ffn") or 4 * ints["hidden"]
+    if mtype == "qwen":
+        ffn //= 2  # Qwen-1 states the fused gate+up width: each SwiGLU branch is intermediate_size / 2
     model: dict[str, Any] = {
         "name": name or cfg.get("_name_or_path") or mtype or "hf-model",
-        "layers": int(values["layers"]), "hidden": int(values["hidden"]), "heads": int(values["heads"]),
-        "kv_heads": int(values["kv_heads"] or values["heads"]), "ffn": int(ffn),
+        "layers": ints["layers"], "hidden": ints["hidden"], "heads": ints["heads"],
+        "kv_heads": ints.get("kv_heads") or ints["heads"], "ffn": ffn,
         "ffn_act": "swiglu" if gated else ("relu" if act == "relu" else "gelu"),
-        "vocab": int(values["vocab"]),
-        "seq_len": int(seq_len or values["seq_len"] or 2048),
+        "vocab": ints["vocab"],
+        "seq_len": int(seq_len or ints.get("seq_len") or 2048),
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", mtype in ("gpt2",))),
-        "norm": "rmsnorm" if "rms_norm_eps" in cfg else "layernorm",
+        # Qwen-1 names its RMSNorm epsilon layer_norm_epsilon
+        "norm": "rmsnorm" if ("rms_norm_eps" in cfg or mtype == "qwen") else "layernorm",
     }
     drop_keys = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "hidden_dropout_prob",
                  "attention_probs_dropout_prob")
     present = [float(cfg[k]) for k in drop_keys if isinstance(cfg.get(k), (int, float))]
     if present:
         model["dropout"] = any(v > 0 for v in present)
-    if values["head_dim"]:
-        model["head_dim"] = int(values["head_dim"])
+    if ints.get("head_dim"):
+        model["head_dim"] = ints["head_dim"]
+    elif cfg.get("v_head_dim"):  # DeepSeek MLA: approximated as heads of the value width (as in the catalog)
+        model["head_dim"] = _int(cfg, "v_head_dim", cfg["v_head_dim"])
     n_exp = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     if n_exp:
         top_k = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 2
-        expert_ffn = cfg.get("moe_intermediate_size") or ffn
-        model["moe"] = MoE(num_experts=int(n_exp), top_k=int(top_k), expert_ffn=int(expert_ffn),
-                           shared_experts=int(cfg.get("n_shared_experts") or 0),
-                           first_dense_layers=int(cfg.get("first_k_dense_replace") or 0))
+        expert_ffn = _int(cfg, "moe_intermediate_size", cfg.get("moe_intermediate_size") or ffn)
+        shared = _int(cfg, "n_shared_experts", cfg.get("n_shared_experts") or 0)
+        if not shared and cfg.get("shared_expert_intermediate_size"):  # Qwen-MoE: one wide shared expert
+            shared = max(1, round(_int(cfg, "shared_expert_intermediate_size",
+                                       cfg["shared_expert_intermediate_size"]) / expert_ffn))
+        model["moe"] = MoE(num_experts=_int(cfg, "num_experts", n_exp), top_k=_int(cfg, "num_experts_per_tok", top_k),
+                           expert_ffn=expert_ffn, shared_experts=shared,
+                           first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
     return Model(**model)

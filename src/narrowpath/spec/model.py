@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import choice, positive_int
+from narrowpath.spec._check import choice, positive_float, positive_int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +35,7 @@ class MoE:
         positive_int("model.moe.first_dense_layers", self.first_dense_layers, minimum=0)
         if self.top_k > self.num_experts:
             raise SpecError("model.moe.top_k", f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        positive_float("model.moe.capacity_factor", self.capacity_factor)
         if self.capacity_factor < 1.0:
             raise SpecError("model.moe.capacity_factor", f"must be >= 1, got {self.capacity_factor}")
 

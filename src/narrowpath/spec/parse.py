@@ -63,13 +63,19 @@ def model_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Mode
     if name is not None or "id" in d:
         d.setdefault("name", name or d.get("id"))
     if d.get("moe") is not None:
-        d["moe"] = _build(MoE, "model.moe", d["moe"])
+        moe = d["moe"]
+        if isinstance(moe, Mapping) and "capacity_factor" in moe:
+            moe = {**moe, "capacity_factor": _num("model.moe.capacity_factor", moe["capacity_factor"])}
+        d["moe"] = _build(MoE, "model.moe", moe)
     return _build(Model, "model", d)
 
 
 def plan_from_dict(data: Mapping[str, Any]) -> Plan:
+    _check_keys("plan", data, _fields(Plan))
     d = dict(data)
-    if "placement" in d and isinstance(d["placement"], (list, tuple)):
+    if "placement" in d:
+        if not isinstance(d["placement"], (list, tuple)):
+            raise SpecError("plan.placement", f"must be a list of the axes tp, cp, ep, dp, pp; got {d['placement']!r}")
         d["placement"] = tuple(d["placement"])
     if "bucket_bytes" in d:
         d["bucket_bytes"] = float(_num("plan.bucket_bytes", d["bucket_bytes"]))

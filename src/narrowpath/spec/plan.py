@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import boolean, choice, positive_int
+from narrowpath.spec._check import boolean, choice, positive_float, positive_int
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
@@ -61,6 +61,9 @@ class Plan:
         choice("plan.attention", self.attention, ATTENTION)
         for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap"):
             boolean(f"plan.{b}", getattr(self, b))
+        object.__setattr__(self, "bucket_bytes", positive_float("plan.bucket_bytes", self.bucket_bytes))
+        if isinstance(self.placement, str):
+            raise SpecError("plan.placement", f"must list the axes {', '.join(AXES)}; got {self.placement!r}")
         object.__setattr__(self, "placement", tuple(self.placement))
         if sorted(self.placement) != sorted(AXES):
             raise SpecError("plan.placement", f"must order exactly {', '.join(AXES)}; got {list(self.placement)}")

@@ -10,6 +10,9 @@ from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.system import System
 
+MAX_GPUS = 1 << 24
+"""Largest job accepted (16.7 M GPUs): the placement stage lays out every rank, so absurd sizes are refused."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
@@ -28,6 +31,8 @@ class Scenario:
 
     def __post_init__(self) -> None:
         positive_int("num_gpus", self.num_gpus)
+        if self.num_gpus > MAX_GPUS:
+            raise SpecError("num_gpus", f"{self.num_gpus} exceeds the supported maximum of {MAX_GPUS:,} GPUs")
         choice("mode", self.mode, ("training", "inference"))
         for msg_field, msg in consistency_errors(self.model, self.plan, self.num_gpus, self.system):
             raise SpecError(msg_field, msg)
@@ -63,8 +68,8 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
         else:
             if model.moe.num_experts % p.ep:
                 errs.append(("plan.ep", f"ep {p.ep} does not divide model.moe.num_experts {model.moe.num_experts}"))
-            if (p.dp * p.cp) % p.ep:
-                errs.append(("plan.ep", f"ep {p.ep} does not divide dp·cp = {p.dp * p.cp}"))
+            if p.dp % p.ep:  # experts are laid out inside the data-parallel group (network.placement)
+                errs.append(("plan.ep", f"ep {p.ep} does not divide dp {p.dp}"))
     if p.pp > 1 and p.vpp > 1 and p.num_microbatches % p.pp:
         errs.append(("plan.gbs", f"interleaved schedule needs micro-batches ({p.num_microbatches}) divisible by pp {p.pp}"))
     if model.arch == "lstm" and (p.pp > 1 or p.cp > 1):

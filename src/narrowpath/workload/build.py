@@ -184,8 +184,8 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         idx = [li for r in ranges for li in r]
         n_moe = sum(1 for li in idx if li >= first_moe)
         n_dense = len(idx) - n_moe
-        ops = [(op, c * n_dense) for op, c in dense_ops]
-        xf = [(tr, c * n_dense) for tr, c in dense_xf]
+        ops = [(op, c * n_dense) for op, c in dense_ops] if n_dense else []
+        xf = [(tr, c * n_dense) for tr, c in dense_xf] if n_dense else []
         params = n_dense * T.layer_params(model, plan)
         if n_moe and moe_work is not None:
             ops += [(op, c * n_moe) for op, c in moe_work[0]]
