@@ -106,3 +106,13 @@ def test_bad_plan_blocks_are_one_line_exit_2(tmp_path, plan_yaml, fragment):
 def test_zero_flags_are_rejected_not_ignored(flag, value, fragment):
     r = run_cli("predict", "--model", "llama3-8b", "--system", "dgx-h100", flag, value)
     assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr
+
+
+def test_validate_table_reports_failed_cases_per_case(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("schema: validation-corpus/1\ncases:\n"
+                 "  - {id: bad-gpu, hardware: {gpu: Z100, num_gpus: 8}, model: gpt-1.7b, plan: {dp: 8, gbs: 8},"
+                 " measured: {step_time_s: 1.5}}\n  - 7\n")
+    r = run_cli("validate", "--corpus", str(f))
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert "FAILED bad-gpu: unknown device 'Z100'" in r.stdout and "FAILED case[1]" in r.stdout

@@ -25,12 +25,16 @@ def run(args) -> int:
     rows = []
     for c in rep.cases:
         if c.error is None:
-            rows.append([c.id, "-", "-" if c.measured_step_time_s is None else c.measured_step_time_s, "FAILED: " + (c.failure or "")])
+            measured = "-" if c.measured_step_time_s is None else f"{c.measured_step_time_s:.3f}"
+            rows.append([c.id, "-", measured, "FAILED", "-"])
         else:
             rows.append([c.id, f"{c.predicted_step_time_s:.3f}", f"{c.measured_step_time_s:.3f}"
                          + (" (d)" if c.derived else ""), f"{c.error * 100:+.1f}", f"{c.mfu * 100:.1f}"])
     print(f"validation corpus: {rep.corpus}")
     print(table(["case", "predicted (s)", "measured (s)", "error (%)", "MFU (%)"], rows))
+    for c in rep.cases:
+        if c.error is None:
+            print(f"  FAILED {c.id}: {c.failure}")
     if rep.ok_cases:
         w = rep.worst
         if any(c.derived for c in rep.ok_cases):

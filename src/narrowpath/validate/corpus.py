@@ -36,12 +36,14 @@ def _case(raw: Any, index: int) -> Case:
     cid = str(raw.get("id", f"case[{index}]"))
     source = str(raw.get("source", ""))
     measured = raw.get("measured")
+    t_ok = None
     try:
         if not isinstance(measured, Mapping) or "step_time_s" not in measured:
             raise NarrowpathError("measured.step_time_s: is required")
         t = measured["step_time_s"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
             raise NarrowpathError(f"measured.step_time_s: must be a positive number, got {t!r}")
+        t_ok = float(t)
         kind = raw.get("kind", "training")
         if kind != "training":
             raise NarrowpathError(f"kind: only `training` cases are supported, got {kind!r}")
@@ -55,7 +57,7 @@ def _case(raw: Any, index: int) -> Case:
         scn = scenario_from_dict(data, name=cid)
         return Case(cid, source, scn, float(t), bool(measured.get("step_time_derived", False)))
     except NarrowpathError as exc:
-        return Case(cid, source, None, None, False, str(exc))
+        return Case(cid, source, None, t_ok, False, str(exc))  # the measurement stays visible in the report
 
 
 def load_corpus(path: str | Path | None = None) -> list[Case]:

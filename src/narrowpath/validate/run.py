@@ -64,7 +64,7 @@ def run_validation(path: str | Path | None = None, calibration: Calibration | No
     results = []
     for case in load_corpus(path):
         if case.scenario is None:
-            results.append(CaseResult(case.id, None, None, None, failure=case.error))
+            results.append(CaseResult(case.id, None, case.measured_step_time_s, None, failure=case.error))
             continue
         try:
             pred = predict(case.scenario, calibration)
