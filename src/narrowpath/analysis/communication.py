@@ -18,6 +18,7 @@ from narrowpath.analysis.ledger import LedgerRow
 from narrowpath.analysis.verdict import tier_carries_traffic
 from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
 from narrowpath.cost.collectives import collective_time
+from narrowpath.schedule.step import transfer_span
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +46,13 @@ def compression_saving_s(ctx: Context, ratio: float) -> float:
     """Critical-path seconds saved by compressing the dp gradient transfers by `ratio` (module docstring)."""
     pred = ctx.pred
     scn = pred.scenario
-    span = ctx.spans.get("dp")
-    if span is None or ratio <= 1:
+    if ratio <= 1:
         return 0.0
     saved = 0.0
     for t in pred.transfers:
-        if t.axis != "dp" or "grad" not in t.name or t.exposed_s <= 0:
+        if t.axis not in ("dp", "edp") or "grad" not in t.name or t.exposed_s <= 0:
             continue
+        span = transfer_span(scn, t.axis)
         small = collective_time(t.op, t.message_bytes / ratio, span, scn.system, pred.calibration).time_s
         saved += t.exposed_s * (1.0 - small / t.time_each_s) if t.time_each_s > 0 else 0.0
     return saved

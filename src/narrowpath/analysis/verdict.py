@@ -15,7 +15,7 @@ from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
 """Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
-AXIS_LABEL = {"tp": "tensor-parallel", "cp": "context-parallel", "ep": "expert-parallel", "pp": "pipeline",
+AXIS_LABEL = {"tp": "tensor-parallel", "cp": "context-parallel", "ep": "expert-parallel", "edp": "expert-data-parallel", "pp": "pipeline",
               "dp": "data-parallel"}
 
 

@@ -110,6 +110,12 @@ def exposed_after_bucketed_overlap(total_s: float, message_bytes: float, bucket_
     return total_s - hidden + slowdown * hidden
 
 
+def transfer_span(scn: Scenario, axis: str) -> GroupSpan:
+    """Span of the group a transfer of `axis` runs on, including the derived axes `edp` (expert data parallel)
+    and `pp_ends` (first and last pipeline stage) — the same span the step model prices it on."""
+    return _span(scn, axis, {})
+
+
 def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
     if axis in cache:
         return cache[axis]
