@@ -117,3 +117,11 @@ def test_bucketed_overlap_exposes_the_last_bucket_and_never_more_than_all():
     for window in (0.0, 0.05, 0.5, 5.0):
         e = f(2.0, 100e6, 25e6, window, 0.1)
         assert 0.5 <= e <= 2.0 + 1e-12
+
+
+def test_gradient_sync_of_a_context_parallel_job_spans_dp_times_cp():
+    """cp ranks hold the same weights: the gradient reduce runs over dp·cp ranks, not dp."""
+    plan = Plan(tp=2, cp=4, dp=2, mbs=1, gbs=8, zero_stage=1, precision="bf16")
+    scn = Scenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, num_gpus=plan.num_gpus)
+    rows = [t for t in predict(scn).transfers if t.axis == "dp"]
+    assert rows and all(t.group_size == 8 for t in rows)

@@ -104,11 +104,19 @@ def axis_strides(plan: Plan) -> dict[str, int]:
     return strides
 
 
+GROUP_AXES = {"dp": ("ep", "dp"), "dpcp": ("cp", "ep", "dp")}
+"""Composite groups: the full dp group is ep × dp/ep; `dpcp` is the gradient / optimizer-sharding group of a
+context-parallel job (Megatron reduces gradients and shards the distributed optimizer over dp × cp, since cp ranks
+hold the same weights)."""
+
+
 def _member_axes(axis: str) -> tuple[str, ...]:
-    """Layout axes whose coordinates vary inside one group of `axis` (the full dp group is ep × dp/ep)."""
+    """Layout axes whose coordinates vary inside one group of `axis`."""
+    if axis in GROUP_AXES:
+        return GROUP_AXES[axis]
     if axis not in AXIS_NAMES:
-        raise SpecError("axis", f"unknown parallel axis {axis!r}; known: {', '.join(AXIS_NAMES)}")
-    return ("ep", "dp") if axis == "dp" else (axis,)
+        raise SpecError("axis", f"unknown parallel axis {axis!r}; known: {', '.join(AXIS_NAMES + tuple(GROUP_AXES))}")
+    return (axis,)
 
 
 def group_ranks(plan: Plan, axis: str, group: int = 0) -> np.ndarray:

@@ -131,6 +131,8 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
     elif axis == "edp":
         # expert-data-parallel group: the dp/ep ranks that hold the same experts, `stride` apart in the layout
         span = _strided_span(max(1, plan.dp // plan.ep), axis_strides(plan)["dp"], scn)
+    elif axis == "dp" and plan.cp > 1:
+        span = group_span(plan, system, "dpcp")  # gradients and optimizer shards span dp × cp
     else:
         span = group_span(plan, system, axis)
     cache[axis] = span
