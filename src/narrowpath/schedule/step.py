@@ -281,7 +281,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else ""),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
-        "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute",
+        "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
+        f"{plan.precision} dense matrix peak, {peak / 1e12:.0f} TFLOP/s per GPU",
         f"gradients communicated in {'fp16' if plan.precision == 'fp16' else 'fp32'}",
     ) + wl.notes
     return StepPrediction(scn, cal, kernel, step, breakdown, tuple(stage_times), tuple(transfers),
