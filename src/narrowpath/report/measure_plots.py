@@ -10,16 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+from narrowpath.report.figures import pyplot, save_figure
 
 
 def plot_compute(result: Mapping[str, Any], out_dir: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     keys = dict.fromkeys((s["backend"], s["dtype"]) for s in result["samples"])
     for i, (backend, dtype) in enumerate(keys):
@@ -34,11 +29,11 @@ def plot_compute(result: Mapping[str, Any], out_dir: Path) -> Path:
     ax.set(xscale="log", yscale="log", xlabel="GEMM size (FLOP, 2n^3)", ylabel="attained (GFLOP/s)",
            title=f"compute probe: {result['device']}")
     ax.legend(fontsize=8)
-    return _save(fig, out_dir / "compute_curve.png")
+    return save_figure(fig, out_dir / "compute_curve.png")
 
 
 def plot_memory(result: Mapping[str, Any], out_dir: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, k in enumerate(result["kernels"]):
         rows = [s for s in result["samples"] if s["kernel"] == k]
@@ -61,13 +56,13 @@ def plot_memory(result: Mapping[str, Any], out_dir: Path) -> Path:
                                              else f"{c['capacity_bytes'] / 2**10:g} KiB"), fontsize=7,
                 color="red", rotation=90, va="bottom", ha="right", transform=ax.get_xaxis_transform())
     ax.set(xscale="log", yscale="log", xlabel="working set (bytes)", ylabel="bandwidth (GB/s, STREAM counting)",
-           title=f"memory probe: detected levels (black) vs OS caches (red)")
+           title="memory probe: detected levels (black) vs OS caches (red)")
     ax.legend(fontsize=8, loc="upper right")
-    return _save(fig, out_dir / "memory_staircase.png")
+    return save_figure(fig, out_dir / "memory_staircase.png")
 
 
 def plot_locality(result: Mapping[str, Any], out_dir: Path, levels: list[Mapping[str, Any]] | None = None) -> Path:
-    plt = _plt()
+    plt = pyplot()
     from narrowpath.measure.locality_probe import predicted_s_per_flop
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [s["weight_bytes"] for s in result["samples"]]
@@ -84,11 +79,11 @@ def plot_locality(result: Mapping[str, Any], out_dir: Path, levels: list[Mapping
     ax.set(xscale="log", yscale="log", xlabel="weight bytes (4 H^2)", ylabel="time per useful FLOP (ps)",
            title="locality cliff: recurrent step, same weights every step")
     ax.legend(fontsize=8)
-    return _save(fig, out_dir / "locality_cliff.png")
+    return save_figure(fig, out_dir / "locality_cliff.png")
 
 
 def plot_collectives(result: Mapping[str, Any], out_dir: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, op in enumerate(dict.fromkeys(r["op"] for r in result["samples"])):
         rows = [r for r in result["samples"] if r["op"] == op]
@@ -105,13 +100,4 @@ def plot_collectives(result: Mapping[str, Any], out_dir: Path) -> Path:
            ylabel="busbw (GB/s)", title=f"collectives: {result['backend']}, {result['num_ranks']} ranks "
                                         "(dotted: alpha-beta fit)")
     ax.legend(fontsize=8)
-    return _save(fig, out_dir / "collectives_busbw.png")
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    return path
+    return save_figure(fig, out_dir / "collectives_busbw.png")

@@ -7,14 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from narrowpath.analysis import Analysis
+from narrowpath.report.figures import pyplot, save_figure
 from narrowpath.report.prediction import LABELS
 from narrowpath.schedule.step import BREAKDOWN_KEYS
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 LEVEL_COLORS = {"sram": "#2ca02c", "l2": "#ff7f0e", "hbm": "#1f77b4", "host": "#7f7f7f"}
@@ -28,7 +23,7 @@ def plot_roofline(a: Analysis, path: Path) -> Path:
     import numpy as np
 
     from narrowpath.analysis.ledger import op_level_bytes
-    plt = _plt()
+    plt = pyplot()
     dev = a.prediction.scenario.system.device
     prec = a.prediction.scenario.plan.precision
     peak = dev.matrix_peak(prec)
@@ -78,14 +73,11 @@ def plot_roofline(a: Analysis, path: Path) -> Path:
                  fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def plot_breakdown(a: Analysis, path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     p = a.prediction
     fig, ax = plt.subplots(figsize=(9, 2.8))
     left = 0.0
@@ -101,17 +93,14 @@ def plot_breakdown(a: Analysis, path: Path) -> Path:
     ax.set_xlim(0, p.step_time_s * 1.001)
     ax.set_title(f"Step breakdown — {p.scenario.name}: {p.step_time_s:.3g} s")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
 def plot_scaling(a: Analysis, path: Path) -> Path:
     """Step time, efficiency and communication share, energy per step and interruptions per day against the GPU
     count; hollow markers = the plan does not fit in memory at that count."""
     from matplotlib.ticker import FuncFormatter
-    plt = _plt()
+    plt = pyplot()
     fig, axs = plt.subplots(2, 2, figsize=(12, 8))
     (ax1, ax2), (ax3, ax4) = axs
     styles = {"strong": ("o", "-", "#1f77b4"), "weak": ("s", "--", "#d62728")}
@@ -163,14 +152,11 @@ def plot_scaling(a: Analysis, path: Path) -> Path:
     ax4.set_title("Expected interruptions per day (same for strong and weak)", fontsize=9)
     fig.suptitle(f"Scaling — {a.prediction.scenario.name} (strong: fixed global batch; weak: fixed batch per replica; "
                  "hollow marker = does not fit in memory)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=100)
 
 
 def plot_memory(a: Analysis, path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     mems = a.prediction.memory_by_stage
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(mems) + 3), 4.5))
     keys = list(mems[0].items)
@@ -188,14 +174,11 @@ def plot_memory(a: Analysis, path: Path) -> Path:
     ax.set_ylim(0, max(cap, max(bottom)) * 1.1)
     ax.set_title("Memory per rank by pipeline stage")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def plot_ledger(a: Analysis, path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     rows = a.data_movement
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     names = [r.level for r in rows]
@@ -220,15 +203,12 @@ def plot_ledger(a: Analysis, path: Path) -> Path:
         ax.tick_params(axis="x", rotation=30)
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"Data-movement ledger — {a.prediction.scenario.name}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
 def plot_persistence(a: Analysis, path: Path) -> Path:
     """Recurrent models only: useful TFLOP/s vs hidden size with and without persistent weights (the cliff)."""
-    plt = _plt()
+    plt = pyplot()
     c = a.distance.persistence
     fig, ax = plt.subplots(figsize=(8, 4.5))
     hs = [q.hidden for q in c.points]
@@ -243,10 +223,7 @@ def plot_persistence(a: Analysis, path: Path) -> Path:
                  fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 PLOTS = {"roofline": plot_roofline, "breakdown": plot_breakdown, "scaling": plot_scaling, "memory": plot_memory,

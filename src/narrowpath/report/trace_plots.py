@@ -5,22 +5,12 @@ from __future__ import annotations
 import math
 import os
 
-from narrowpath.errors import NarrowpathError
+from narrowpath.report.figures import pyplot, save_figure
 from narrowpath.trace.analyze import TraceReport
 
 _COLORS = {"compute": "#4c72b0", "exposed_comm": "#dd8452", "memcpy": "#55a868", "idle": "#c7c7c7"}
 _LABELS = {"compute": "compute", "exposed_comm": "exposed communication", "memcpy": "memcpy / memset (+ sync)",
            "idle": "idle"}
-
-
-def _plt():
-    try:
-        import matplotlib
-    except ImportError:
-        raise NarrowpathError("--plots needs matplotlib: pip install 'narrowpath[plots]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _plain():
@@ -31,7 +21,7 @@ def _plain():
 
 def plot_breakdown(report: TraceReport, path: str) -> str:
     """Stacked bar per rank: compute, exposed comm, memcpy, idle (percent of the device span, HTA window)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(report.ranks) + 3), 4.6))
     labels = [str(r.rank) for r in report.ranks]
     bottom = [0.0] * len(report.ranks)
@@ -47,15 +37,12 @@ def plot_breakdown(report: TraceReport, path: str) -> str:
     ax.set_ylabel("share of device span (%)")
     ax.set_title("Temporal breakdown per rank (HTA window)", fontsize=10)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def plot_busbw(report: TraceReport, path: str) -> str:
     """Bus bandwidth of each collective against its message size (log-log), one marker per kind."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     plotted = 0
     kinds = sorted({s.kind for r in report.ranks for s in r.samples})
@@ -91,15 +78,12 @@ def plot_busbw(report: TraceReport, path: str) -> str:
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title("Collective bus bandwidth by message size", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def plot_stragglers(report: TraceReport, path: str) -> str:
     """Mean and max lateness of each rank behind the earliest arrival at matched collectives."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5.5, 0.7 * len(report.ranks) + 3), 4))
     s = report.stragglers
     if s is None:
@@ -121,10 +105,7 @@ def plot_stragglers(report: TraceReport, path: str) -> str:
     ax.set_xlabel("rank")
     ax.set_title("Straggler skew at collectives" + (f" ({s.num_matched} matched)" if s is not None else ""),
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def write_plots(report: TraceReport, directory: str) -> list[str]:
