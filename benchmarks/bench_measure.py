@@ -101,28 +101,28 @@ def stream_triad_torch_bytes_per_s(n: int = 2**27, repeats: int = 5) -> float:
     return 24.0 * n / min(times)
 
 
-def matmul_numpy_flops_per_s(n: int = 4096, repeats: int = 5) -> float:
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+def _best_matmul_flops_per_s(a, b, n: int, repeats: int) -> float:
+    """Best of `repeats` timed products after one warm-up (best of the trials, as STREAM; the probe's "best" is a
+    max too)."""
     a @ b
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         a @ b
         times.append(time.perf_counter() - t0)
-    return 2.0 * n ** 3 / min(times)  # best of the trials, as STREAM; the probe's "best" is a max too
+    return 2.0 * n ** 3 / min(times)
+
+
+def matmul_numpy_flops_per_s(n: int = 4096, repeats: int = 5) -> float:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    return _best_matmul_flops_per_s(a, b, n, repeats)
 
 
 def matmul_torch_flops_per_s(n: int = 4096, repeats: int = 5) -> float:
     import torch
     a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
-    return 2.0 * n ** 3 / min(times)  # best of the trials, as STREAM; the probe's "best" is a max too
+    return _best_matmul_flops_per_s(a, b, n, repeats)
 
 
 def _references() -> dict[str, float]:
