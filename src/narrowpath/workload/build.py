@@ -43,10 +43,6 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int) -> list[list[range]]:
     return out
 
 
-def _resolve_attention(scenario: Scenario, default_kernel: str) -> str:
-    return default_kernel if scenario.plan.attention == "auto" else scenario.plan.attention
-
-
 def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
     model, plan = scn.model, scn.plan
     A = T.act_bytes(plan)
@@ -167,12 +163,13 @@ def embedding_params(scn: Scenario, first: bool, last: bool) -> float:
 
 
 def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
-    """The scenario's work per rank (see module docstring); `attention_kernel` resolves plan.attention='auto'."""
+    """The scenario's work per rank (see module docstring). `attention_kernel` is the resolved kernel (`flash` or
+    `unfused`): the plan's choice, or the calibration profile's default when the plan says `auto` (schedule.step)."""
     if scn.model.arch == "lstm":
         from narrowpath.workload.lstm import build_lstm_workload
         return build_lstm_workload(scn)
     model, plan = scn.model, scn.plan
-    kernel = _resolve_attention(scn, attention_kernel)
+    kernel = attention_kernel
     first_moe = model.moe.first_dense_layers if model.moe is not None else model.layers
     dense_ops, dense_xf = _layer_work(scn, kernel, False)
     moe_work = _layer_work(scn, kernel, True) if model.moe is not None else None
