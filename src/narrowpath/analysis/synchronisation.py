@@ -70,7 +70,6 @@ def failures_of(pred: StepPrediction, opts: AnalysisOptions) -> FailureBudget:
 
 def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opts: AnalysisOptions) -> SyncBudget:
     pred = ctx.pred
-    scn = pred.scenario
     blocking = [(r.name, r.group_size, r.count_per_step) for r in inventory if r.critical_path_s > 0]
     if ctx.num_gpus > 1:  # a single device waits for nobody
         blocking.append(("optimizer step (global grad-norm all-reduce)", ctx.num_gpus, 1.0))

@@ -69,7 +69,8 @@ def _system(value: Any, base_dir: Path | None) -> System:
     raise SpecError("system", f"must be a catalog id or a mapping, got {value!r}")
 
 
-def _model(value: Any, base_dir: Path | None) -> Model:
+def resolve_model(value: Any, base_dir: Path | None = None) -> Model:
+    """A Model from a catalog id, a HuggingFace config.json path, or a mapping (spec fields or HF keys)."""
     if isinstance(value, str):
         p = Path(value) if base_dir is None else base_dir / value
         if value.endswith(".json") and p.exists():
@@ -125,7 +126,7 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
         num_gpus = data.get("num_gpus")
     else:
         raise SpecError("system", "is required (or a `hardware` block)")
-    model = _model(data["model"], base_dir)
+    model = resolve_model(data["model"], base_dir)
     plan = plan_from_dict(data["plan"])
     if num_gpus is None:
         num_gpus = plan.num_gpus

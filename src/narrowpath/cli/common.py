@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from narrowpath.catalog import load_scenario, model as catalog_model, system as catalog_system
-from narrowpath.catalog.resolve import DEFAULT_SCENARIO, calibration_from, _model
+from narrowpath.catalog import load_scenario, system as catalog_system
+from narrowpath.catalog.resolve import DEFAULT_SCENARIO, calibration_from, resolve_model
 from narrowpath.errors import SpecError
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
@@ -47,11 +47,11 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     if base is None:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a scenario)")
-        model = _model(args.model, None)
+        model = resolve_model(args.model)
         system = catalog_system(args.system)
         plan0 = Plan()
     else:
-        model = _model(args.model, None) if args.model else base.model
+        model = resolve_model(args.model) if args.model else base.model
         system = catalog_system(args.system) if args.system else base.system
         plan0 = base.plan
     if args.seq_len is not None:

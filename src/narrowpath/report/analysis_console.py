@@ -25,7 +25,6 @@ def _min(t: float) -> str:
 
 
 def format_accounts(a: Analysis) -> list[str]:
-    p = a.prediction
     L = ["", "  1. DATA-MOVEMENT LEDGER (per GPU per step; useful FLOP = model FLOPs / GPUs = "
          f"{a.context.useful_flop_per_rank:.3g})"]
     L.append(table(["level", "bytes/step (GB)", "bytes/useful FLOP", "bw (GB/s)", "time at bw (ms)", "of step (%)",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from narrowpath.errors import SpecError
 from narrowpath.spec._check import choice, fraction, positive_float
 from narrowpath.spec.device import Level
 
@@ -86,7 +87,6 @@ class Calibration:
         choice(f"calibration[{self.name}].attention_kernel", self.attention_kernel, ("flash", "unfused"))
         fraction(f"calibration[{self.name}].flash_efficiency", self.flash_efficiency)
         if not 0.0 <= self.overlap_compute_slowdown < 1.0:
-            from narrowpath.errors import SpecError
             raise SpecError(f"calibration[{self.name}].overlap_compute_slowdown",
                             f"must be in [0, 1), got {self.overlap_compute_slowdown}")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import choice, positive_float, positive_int
+from narrowpath.spec._check import boolean, choice, positive_float, positive_int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,8 +90,7 @@ class Model:
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         if self.dropout is None:
             object.__setattr__(self, "dropout", not (self.ffn_act == "swiglu" or self.norm == "rmsnorm"))
-        elif not isinstance(self.dropout, bool):
-            from narrowpath.spec._check import boolean
+        else:
             boolean("model.dropout", self.dropout)
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
