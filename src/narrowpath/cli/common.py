@@ -79,5 +79,5 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     num_gpus = gpus or plan.num_gpus
     name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"
     cal = calibration_from(args.profile) if getattr(args, "profile", None) else (base.calibration if base else None)
-    return Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus, mode="training",
-                    calibration=cal)
+    return Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
+                    mode=base.mode if base is not None else "training", calibration=cal)

@@ -9,9 +9,11 @@ and the hidden part slows the compute it shares the chip with by `overlap_comput
 from __future__ import annotations
 
 import dataclasses
+
 from dataclasses import dataclass, field
 
 from narrowpath.catalog import calibration_for
+from narrowpath.errors import NarrowpathError
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, stage_memory
 from narrowpath.cost.roofline import matrix_table, op_time_s
@@ -172,6 +174,9 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
 def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepPrediction:
     """Predict one training step of `scenario` (closed form)."""
     scn = scenario
+    if scn.mode != "training":  # refuse rather than price a training step under an inference label
+        raise NarrowpathError(f"mode: {scn.mode!r} is not modelled yet; predictions cover training steps only "
+                              "(mode: training)")
     cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
     kernel = cal.attention_kernel if scn.plan.attention == "auto" else scn.plan.attention
     wl = build_workload(scn, kernel)
