@@ -9,14 +9,13 @@ and the hidden part slows the compute it shares the chip with by `overlap_comput
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass, field
 
 from narrowpath.catalog import calibration_for
-from narrowpath.errors import NarrowpathError
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, stage_memory
 from narrowpath.cost.roofline import matrix_table, op_time_s
+from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
 from narrowpath.schedule.pipeline import pipeline_time_s
