@@ -10,6 +10,7 @@ import yaml
 
 from narrowpath.catalog import store
 from narrowpath.errors import CatalogError, NarrowpathError, SpecError
+from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.hf_config import looks_like_hf_config, model_from_hf_config
 from narrowpath.spec.model import Model
@@ -27,23 +28,40 @@ _SCENARIO_KEYS = {"name", "system", "hardware", "model", "plan", "num_gpus", "mo
 def read_data_file(path: str | Path) -> Any:
     """Parse a YAML or JSON file; errors name the file."""
     p = Path(path)
+    kind = "JSON" if p.suffix == ".json" else "YAML"
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as exc:
-        raise NarrowpathError(f"{p}: cannot read ({exc.strerror})") from None
+        raise NarrowpathError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if raw[:2] == b"\x1f\x8b":
+        raise NarrowpathError(f"{p}: is gzip-compressed; give the uncompressed {kind} file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NarrowpathError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     try:
         if p.suffix == ".json":
             return json.loads(text)
         return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+    except (ValueError, yaml.YAMLError) as exc:  # ValueError: JSONDecodeError, or an integer too long to convert
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise NarrowpathError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first}") from None
+        if "integer string conversion" in first:
+            first = "an integer with more than 4300 digits"
+        raise NarrowpathError(f"{p}: not valid {kind}: {first}") from None
+    except RecursionError:
+        raise NarrowpathError(f"{p}: not valid {kind}: nested too deeply") from None
 
 
 def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_per_gpu: float | None = None,
                         base: System | None = None) -> System:
     """The device's home system, re-shaped to the stated node size and NIC rate (validation-corpus `hardware`)."""
+    if gpus_per_node is not None:
+        gpus_per_node = positive_int("hardware.gpus_per_node", gpus_per_node)
+    if nic_gbps_per_gpu is not None:
+        nic_gbps_per_gpu = positive_float("hardware.nic_gbps_per_gpu", nic_gbps_per_gpu)
     if base is None:
+        if not isinstance(gpu, str):
+            raise SpecError("hardware.gpu", f"must be a catalog device id, got {gpu!r}")
         dev_entry = store.entries("devices").get(gpu)
         if dev_entry is None:
             store.device(gpu)  # raises CatalogError with nearest ids
@@ -74,16 +92,25 @@ def resolve_model(value: Any, base_dir: Path | None = None) -> Model:
     if isinstance(value, str):
         p = Path(value) if base_dir is None else base_dir / value
         if value.endswith(".json") and p.exists():
-            return model_from_hf_config(read_data_file(p), name=p.stem)
+            return model_from_hf_config(_hf_data(p), name=p.stem)
         return store.model(value)
     if isinstance(value, Mapping):
         if "hf_config" in value:
+            if not isinstance(value["hf_config"], str):
+                raise SpecError("model.hf_config", f"must be a config.json path, got {value['hf_config']!r}")
             p = Path(value["hf_config"]) if base_dir is None else base_dir / value["hf_config"]
-            return model_from_hf_config(read_data_file(p), name=value.get("name"), seq_len=value.get("seq_len"))
+            return model_from_hf_config(_hf_data(p), name=value.get("name"), seq_len=value.get("seq_len"))
         if looks_like_hf_config(value):
             return model_from_hf_config(value)
         return model_from_dict(value)
     raise SpecError("model", f"must be a catalog id, a config.json path or a mapping, got {value!r}")
+
+
+def _hf_data(p: Path) -> Mapping[str, Any]:
+    data = read_data_file(p)
+    if not isinstance(data, Mapping):
+        raise SpecError("model", f"{p}: a config.json must hold a JSON object, got {type(data).__name__}")
+    return data
 
 
 def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
@@ -92,14 +119,20 @@ def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
         return value
     if isinstance(value, str):
         p = Path(value) if base_dir is None else base_dir / value
-        if p.suffix in (".yaml", ".yml", ".json") and p.exists():
+        if p.suffix in (".yaml", ".yml", ".json"):
+            if not p.exists():
+                raise NarrowpathError(f"{p}: no such file (calibration profile)")
             data = read_data_file(p)
             if isinstance(data, Mapping) and "profiles" in data:
                 profiles = data["profiles"]
-                if not profiles:
-                    raise SpecError("calibration", f"{p}: no profiles")
+                if not isinstance(profiles, list) or not profiles:
+                    raise SpecError("calibration.profiles", f"{p}: must be a non-empty list of profiles, "
+                                    f"got {profiles!r}")
                 data = profiles[0]
-            return calibration_from_dict(data, name=(data or {}).get("id") or p.stem)
+            if not isinstance(data, Mapping):
+                raise SpecError("calibration", f"{p}: a profile must be a mapping, got {type(data).__name__} "
+                                f"{data!r}")
+            return calibration_from_dict(data, name=data.get("id") or p.stem)
         return store.calibration_for(value)
     if isinstance(value, Mapping):
         return calibration_from_dict(value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from narrowpath.errors import SpecError
+from narrowpath.spec._check import positive_int
 from narrowpath.spec.model import Model, MoE
 
 # Each model field and the keys the HF families use for it, in order of preference.
@@ -44,6 +45,15 @@ def _int(cfg: Mapping[str, Any], field: str, value: Any) -> int:
     return int(f)
 
 
+def _bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise SpecError(f"config.json.{key}", f"must be true or false, got {value!r}")
+    return value
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None) -> Model:
     """Map HF keys to a Model. `seq_len` overrides max_position_embeddings (the training length is often shorter)."""
     if not isinstance(cfg, Mapping):
@@ -66,8 +76,8 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         "kv_heads": ints.get("kv_heads") or ints["heads"], "ffn": ffn,
         "ffn_act": "swiglu" if gated else ("relu" if act == "relu" else "gelu"),
         "vocab": ints["vocab"],
-        "seq_len": int(seq_len or ints.get("seq_len") or 2048),
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", mtype in ("gpt2",))),
+        "seq_len": positive_int("model.seq_len", seq_len) if seq_len is not None else (ints.get("seq_len") or 2048),
+        "tied_embeddings": _bool(cfg, "tie_word_embeddings", mtype in ("gpt2",)),
         # Qwen-1 names its RMSNorm epsilon layer_norm_epsilon
         "norm": "rmsnorm" if ("rms_norm_eps" in cfg or mtype == "qwen") else "layernorm",
     }
@@ -80,15 +90,17 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         model["head_dim"] = ints["head_dim"]
     elif cfg.get("v_head_dim"):  # DeepSeek MLA: approximated as heads of the value width (as in the catalog)
         model["head_dim"] = _int(cfg, "v_head_dim", cfg["v_head_dim"])
-    n_exp = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
-    if n_exp:
-        top_k = cfg.get("num_experts_per_tok") or cfg.get("num_experts_per_token") or 2
+    exp_key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k)), None)
+    if exp_key:
+        n_exp = _int(cfg, exp_key, cfg[exp_key])
+        top_k_key = next((k for k in ("num_experts_per_tok", "num_experts_per_token") if cfg.get(k)), None)
+        top_k = _int(cfg, top_k_key, cfg[top_k_key]) if top_k_key else 2
         expert_ffn = _int(cfg, "moe_intermediate_size", cfg.get("moe_intermediate_size") or ffn)
         shared = _int(cfg, "n_shared_experts", cfg.get("n_shared_experts") or 0)
         if not shared and cfg.get("shared_expert_intermediate_size"):  # Qwen-MoE: one wide shared expert
             shared = max(1, round(_int(cfg, "shared_expert_intermediate_size",
                                        cfg["shared_expert_intermediate_size"]) / expert_ffn))
-        model["moe"] = MoE(num_experts=_int(cfg, "num_experts", n_exp), top_k=_int(cfg, "num_experts_per_tok", top_k),
+        model["moe"] = MoE(num_experts=n_exp, top_k=top_k,
                            expert_ffn=expert_ffn, shared_experts=shared,
                            first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
     return Model(**model)

@@ -6,6 +6,7 @@ import difflib
 from typing import Any, Mapping
 
 from narrowpath.errors import SpecError
+from narrowpath.spec._check import positive_int
 from narrowpath.spec.calibration import Calibration, TierCalibration
 from narrowpath.spec.device import Device, Level
 from narrowpath.spec.model import Model, MoE
@@ -31,14 +32,40 @@ def _check_keys(where: str, data: Mapping[str, Any], allowed: set[str]) -> None:
         raise SpecError(f"{where}.{key}", f"unknown field{hint}")
 
 
+_MAX_FLOAT = 1.7976931348623157e308
+
+
 def _num(where: str, v: Any) -> Any:
-    """YAML 1.1 reads `312e12` as a string; accept numeric strings for numeric fields."""
+    """A number. YAML 1.1 reads `312e12` as a string, so numeric strings are accepted for numeric fields;
+    lists, mappings, null and booleans are not, nor integers too large for a float."""
     if isinstance(v, str):
         try:
             return float(v)
         except ValueError:
             raise SpecError(where, f"must be a number, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SpecError(where, f"must be a number, got {v!r}")
+    if isinstance(v, int) and abs(v) > _MAX_FLOAT:
+        raise SpecError(where, f"must be a number below 1e308, got an integer of about "
+                               f"{int(v.bit_length() * 0.30103) + 1} digits")
     return v
+
+
+def _mapping(where: str, v: Any) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise SpecError(where, f"must be a mapping, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _list(where: str, v: Any) -> list | tuple:
+    if not isinstance(v, (list, tuple)):
+        raise SpecError(where, f"must be a list, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _numbers(where: str, v: Any) -> dict[str, float]:
+    """A mapping of name → number (peaks by dtype, efficiencies, residuals)."""
+    return {k: float(_num(f"{where}.{k}", x)) for k, x in _mapping(where, v).items()}
 
 
 def _build(cls, where: str, data: Mapping[str, Any], **extra: Any):
@@ -83,6 +110,7 @@ def plan_from_dict(data: Mapping[str, Any]) -> Plan:
 
 
 def device_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Device:
+    _mapping("device", data)
     name = name or data.get("id") or data.get("name") or "device"
     where = f"device[{name}]"
     _check_keys(where, data, _fields(Device))
@@ -90,11 +118,11 @@ def device_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Dev
     d["name"] = name
     for key in ("peak_matrix_flop_per_s", "peak_vector_flop_per_s", "energy_pj_per_flop", "energy_pj_per_byte"):
         if key in d:
-            d[key] = {k: float(_num(f"{where}.{key}.{k}", v)) for k, v in d[key].items()}
-    levels = d.get("levels", ())
+            d[key] = _numbers(f"{where}.{key}", d[key])
+    levels = _list(f"{where}.levels", d.get("levels", ()))
     d["levels"] = tuple(_build(Level, f"{where}.levels[{i}]",
                                {k: (_num(f"{where}.levels[{i}].{k}", v) if k != "name" else v)
-                                for k, v in lv.items()})
+                                for k, v in _mapping(f"{where}.levels[{i}]", lv).items()})
                         for i, lv in enumerate(levels))
     for key in ("tdp_w", "idle_w"):
         if key in d:
@@ -104,18 +132,19 @@ def device_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Dev
 
 def tier_from_dict(data: Mapping[str, Any], where: str) -> Tier:
     d = {k: (_num(f"{where}.{k}", v) if k in ("bw_bytes_per_s_per_gpu", "latency_s", "oversubscription") else v)
-         for k, v in data.items()}
+         for k, v in _mapping(where, data).items()}
     return _build(Tier, where, d)
 
 
 def system_from_dict(data: Mapping[str, Any], device: Device, *, name: str | None = None) -> System:
+    _mapping("system", data)
     name = name or data.get("id") or data.get("name") or "system"
     where = f"system[{name}]"
     _check_keys(where, data, _fields(System))
     d = {k: v for k, v in data.items() if k not in _META_KEYS or k == "sources"}
     d["name"] = name
     d["device"] = device
-    d["tiers"] = tuple(tier_from_dict(t, f"{where}.tiers[{i}]") for i, t in enumerate(d.get("tiers", ())))
+    d["tiers"] = tuple(tier_from_dict(t, f"{where}.tiers[{i}]") for i, t in enumerate(_list(f"{where}.tiers", d.get("tiers", ()))))
     if "host_bw_bytes_per_s_per_gpu" in d:
         d["host_bw_bytes_per_s_per_gpu"] = float(_num(f"{where}.host_bw_bytes_per_s_per_gpu",
                                                       d["host_bw_bytes_per_s_per_gpu"]))
@@ -134,11 +163,12 @@ def _tier_value(where: str, key: str, value: Any) -> Any:
     if key == "busbw_efficiency_by_size":
         return _pairs(where, value)
     if key == "measured_num_ranks":
-        return int(_num(where, value))
+        return positive_int(where, _num(where, value), minimum=0)
     return float(_num(where, value))
 
 
 def calibration_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Calibration:
+    _mapping("calibration", data)
     name = name or data.get("id") or data.get("name") or "profile"
     where = f"calibration[{name}]"
     _check_keys(where, data, _fields(Calibration))
@@ -146,25 +176,27 @@ def calibration_from_dict(data: Mapping[str, Any], *, name: str | None = None) -
     d["name"] = name
     d.setdefault("device", name)
     if "matrix_efficiency" in d:
-        d["matrix_efficiency"] = {k: float(_num(f"{where}.matrix_efficiency.{k}", v))
-                                  for k, v in d["matrix_efficiency"].items()}
+        d["matrix_efficiency"] = _numbers(f"{where}.matrix_efficiency", d["matrix_efficiency"])
     for key in ("matrix_half_flop", "vector_bw_efficiency", "kernel_overhead_s", "flash_efficiency",
                 "overlap_compute_slowdown"):
         if key in d:
             d[key] = float(_num(f"{where}.{key}", d[key]))
     tiers = {}
-    for tname, tdata in (d.get("tiers") or {}).items():
+    for tname, tdata in _mapping(f"{where}.tiers", d.get("tiers") or {}).items():
         tw = f"{where}.tiers.{tname}"
-        tiers[tname] = _build(TierCalibration, tw, {k: _tier_value(f"{tw}.{k}", k, v) for k, v in tdata.items()})
+        tiers[tname] = _build(TierCalibration, tw, {k: _tier_value(f"{tw}.{k}", k, v)
+                                                    for k, v in _mapping(tw, tdata).items()})
     d["tiers"] = tiers
     if "matrix_efficiency_by_size" in d:
         d["matrix_efficiency_by_size"] = {k: _pairs(f"{where}.matrix_efficiency_by_size.{k}", v)
-                                          for k, v in d["matrix_efficiency_by_size"].items()}
+                                          for k, v in _mapping(f"{where}.matrix_efficiency_by_size",
+                                                               d["matrix_efficiency_by_size"]).items()}
     if "memory_levels" in d:
         d["memory_levels"] = tuple(
             _build(Level, f"{where}.memory_levels[{i}]",
-                   {k: (v if k == "name" else float(_num(f"{where}.memory_levels[{i}].{k}", v))) for k, v in lv.items()})
-            for i, lv in enumerate(d["memory_levels"] or ()))
+                   {k: (v if k == "name" else float(_num(f"{where}.memory_levels[{i}].{k}", v)))
+                    for k, v in _mapping(f"{where}.memory_levels[{i}]", lv).items()})
+            for i, lv in enumerate(_list(f"{where}.memory_levels", d["memory_levels"] or ())))
     if "fit_residuals" in d:
-        d["fit_residuals"] = {k: float(_num(f"{where}.fit_residuals.{k}", v)) for k, v in d["fit_residuals"].items()}
+        d["fit_residuals"] = _numbers(f"{where}.fit_residuals", d["fit_residuals"])
     return _build(Calibration, where, d)
