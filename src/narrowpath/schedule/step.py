@@ -23,6 +23,7 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.build import build_workload
 from narrowpath.workload.items import Transfer, Workload
+from narrowpath.workload.transformer import is_attention_core
 
 _BUCKET = {"edp": "dp", "pp_ends": "pp"}
 """Breakdown bucket of the axes that are not plain plan axes (expert-data-parallel, first/last pipeline stage)."""
@@ -197,25 +198,32 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     for st in wl.stages:
         comp = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+        attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         flop = 0.0
         for op, c in st.ops:
             t = t_op(op) * c
             comp[op.phase] += t
             if op.kind != "vector":
                 gemm_phase[op.phase] += t
+            if is_attention_core(op):
+                attn_phase[op.phase] += t
             flop += op.flop * c
         hw_flop_per_mb.append(flop)
         exposed = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
         rows = []
-        # overlappable traffic per phase hides behind that phase's matrix work
+        # overlappable traffic per phase hides behind that phase's matrix work (a CP KV exchange: its attention)
         hide_budget = dict(gemm_phase)
+        attn_budget = dict(attn_phase)
         extra_compute = 0.0
         for tr, c in st.transfers:
             cost = _price(tr, scn, cal, spans, coll_cache)
             total = cost.time_s * c
             if tr.overlappable:
-                hidden = min(total, hide_budget.get(tr.phase, 0.0))
+                window = attn_budget if tr.hides_behind == "attention" else hide_budget
+                hidden = min(total, window.get(tr.phase, 0.0), hide_budget.get(tr.phase, 0.0))
                 hide_budget[tr.phase] = hide_budget.get(tr.phase, 0.0) - hidden
+                if tr.hides_behind == "attention":
+                    attn_budget[tr.phase] -= hidden
                 extra_compute += slow * hidden
                 exp = total - hidden
             else:

@@ -82,8 +82,10 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
                 xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), 2.0))
     if plan.cp > 1:
         kv = b * s * 2 * model.kv_dim / plan.tp * A * plan.cp
-        xfers.append((Transfer("cp.kv_all_gather", "all_gather", "cp", kv, "fwd", True), 1.0))
-        xfers.append((Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True), 1.0))
+        for ph in ("fwd",) + (("recompute",) if plan.recompute == "full" else ()):  # a full re-run re-gathers K, V
+            xfers.append((Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, True, "attention"), 1.0))
+        xfers.append((Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True, "attention"),
+                       1.0))
     if moe_layer and model.moe is not None and plan.ep > 1:
         tok = b * s * model.moe.top_k * model.moe.capacity_factor * h * A
         for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):

@@ -53,6 +53,10 @@ class Transfer:
     """`fwd`, `bwd`, `recompute` (per micro-batch and layer) or `step` (once per optimizer step)."""
     overlappable: bool = False
     """Can run concurrently with compute under the plan's settings."""
+    hides_behind: str = "phase"
+    """What compute an overlappable transfer can hide behind: `phase` (all matrix work of its phase) or
+    `attention` (only the attention core of its phase: a context-parallel KV exchange must arrive while the
+    attention blocks that need it run — Liu et al., Ring Attention, 2023 §3)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,14 @@ def _backward(op: Op) -> list[Op]:
     return [Op(op.name, "vector", "bwd", 0.0, 2.0 * op.hbm_bytes, op.dtype, op.kernels)]
 
 
+ATTENTION_CORE_OPS = frozenset({"flash_attn", "attn_scores", "softmax", "attn_dropout", "attn_av"})
+"""Names of the attention-core ops `attention_ops` makes (backward GEMMs add a `.dgrad`/`.wgrad` suffix)."""
+
+
+def is_attention_core(op: Op) -> bool:
+    return op.name.split(".", 1)[0] in ATTENTION_CORE_OPS
+
+
 def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd") -> list[Op]:
     """The attention core (scores, softmax, dropout, weighted sum) for one micro-batch and layer."""
     A = act_bytes(plan)
