@@ -1,0 +1,54 @@
+"""`narrowpath search`: the best parallel plans for a model on a system at a fixed GPU count and global batch."""
+from __future__ import annotations
+
+import json
+
+from narrowpath.cli.common import add_scenario_args, scenario_from_args
+from narrowpath.errors import SpecError
+from narrowpath.report.search_table import format_search, search_to_json
+from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, search
+
+
+def register(sub) -> None:
+    p = sub.add_parser("search", help="rank every consistent parallel plan of a scenario by the step model",
+                       description="Rank the parallel plans (tp, pp, vpp, cp, ep, dp, micro-batch, ZeRO stage, "
+                       "recompute, sequence parallelism) for the scenario's model, system, GPU count and global "
+                       "batch. A plan flag (e.g. --tp 8) pins that knob; the scenario's own plan is ranked too.")
+    add_scenario_args(p)
+    p.add_argument("--objective", choices=OBJECTIVES, default="time",
+                   help="rank by step time (default), energy per step, or memory per GPU")
+    p.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
+    p.add_argument("--min-free-gb", dest="min_free_gb", type=float, default=0.0,
+                   help="count a plan as fitting only if it leaves this much device memory free per GPU, GB "
+                   "(default 0; the memory model already holds a runtime reserve)")
+    p.add_argument("--max-plans", dest="max_plans", type=int, default=200_000,
+                   help="refuse a space larger than this (default 200,000)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.top < 1:
+        raise SpecError("--top", f"must be >= 1, got {args.top}")
+    if not args.min_free_gb >= 0:
+        raise SpecError("--min-free-gb", f"must be >= 0, got {args.min_free_gb}")
+    if args.max_plans < 1:
+        raise SpecError("--max-plans", f"must be >= 1, got {args.max_plans}")
+    if getattr(args, "scenario", None) is None and (args.model or args.system) and args.gbs is None:
+        raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
+                        "per step)")
+    base = scenario_from_args(args)
+    pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
+    space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned)
+    result = search(base, space, objective=args.objective, top=args.top, max_plans=args.max_plans,
+                    min_free_bytes=args.min_free_gb * 1e9)
+    if not result.ranked:
+        why = f"; first failure: {result.first_failure}" if result.first_failure else ""
+        free = f" with {args.min_free_gb:g} GB free" if args.min_free_gb else ""
+        raise SpecError("search", f"none of the {result.num_plans:,} plans fits in "
+                        f"{base.system.device.hbm.capacity_bytes / 1e9:.1f} GB per GPU{free}{why}")
+    if args.json:
+        print(json.dumps(search_to_json(result, args.top), indent=2))
+    else:
+        print(format_search(result, args.top))
+    return 0

@@ -1,0 +1,167 @@
+"""Evaluate every plan of a search space with the closed-form step model and rank the ones that fit in memory.
+
+Objectives (ties broken by the next key, then by the plan's knobs so the order is reproducible):
+    time     step time, then memory per rank
+    energy   energy per step (the analysis ledger: arithmetic + data movement per level + static power),
+             then step time
+    memory   memory per rank of the most loaded stage, then step time
+Plans the model cannot place or price (a NarrowpathError from predict) are counted as failed, with the first
+message kept, and left out of the ranking.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from narrowpath.analysis.scaling import ledger_energy_j
+from narrowpath.errors import NarrowpathError
+from narrowpath.schedule.step import StepPrediction, predict
+from narrowpath.search.space import KNOBS, SearchSpace, candidate_plans
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.plan import Plan
+from narrowpath.spec.scenario import Scenario
+
+OBJECTIVES = ("time", "energy", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One evaluated plan."""
+
+    plan: Plan
+    step_time_s: float
+    mfu: float
+    tokens_per_s: float
+    memory_bytes: float
+    """Memory per rank of the most loaded pipeline stage."""
+    capacity_bytes: float
+    energy_per_step_j: float | None
+    """Filled for the ranked plans shown (all fitting plans when the objective is energy)."""
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_bytes <= self.capacity_bytes
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.memory_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    base: Scenario
+    objective: str
+    ranked: tuple[Candidate, ...]
+    """Plans that fit, best first (of plans differing only in an equally costed recompute, the lightest)."""
+    baseline: Candidate | None
+    """The base scenario's own plan, evaluated (None when it is not in the space or failed)."""
+    baseline_rank: int | None
+    """1-based position of the base plan in `ranked` (None when it does not fit or is absent)."""
+    num_plans: int
+    """Plans enumerated (consistent with the model, system and batch)."""
+    num_fit: int
+    """Plans priced that fit in device memory."""
+    num_failed: int
+    first_failure: str | None
+    elapsed_s: float
+    min_free_bytes: float = 0.0
+
+
+def _plan_key(plan: Plan) -> tuple:
+    return tuple((str(getattr(plan, k)) if isinstance(getattr(plan, k), str) else getattr(plan, k)) for k in KNOBS)
+
+
+def sort_key(objective: str) -> Callable[[Candidate], tuple]:
+    """Ranking key of an objective (smaller is better)."""
+    if objective == "time":
+        return lambda c: (c.step_time_s, c.memory_bytes, _plan_key(c.plan))
+    if objective == "energy":
+        return lambda c: (c.energy_per_step_j, c.step_time_s, _plan_key(c.plan))
+    if objective == "memory":
+        return lambda c: (c.memory_bytes, c.step_time_s, _plan_key(c.plan))
+    raise NarrowpathError(f"objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+
+
+def _candidate(pred: StepPrediction, energy: bool) -> Candidate:
+    return Candidate(pred.scenario.plan, pred.step_time_s, pred.mfu, pred.tokens_per_s, pred.memory.total_bytes,
+                     pred.memory.capacity_bytes, ledger_energy_j(pred) if energy else None)
+
+
+def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: int = 10,
+           calibration: Calibration | None = None, max_plans: int = 200_000,
+           min_free_bytes: float = 0.0) -> SearchResult:
+    """Rank the plans of `space` for `base`'s model and system (base supplies the mode, name and calibration).
+
+    A plan counts as fitting when it leaves at least `min_free_bytes` of device memory free per GPU."""
+    key = sort_key(objective)
+    if base.mode != "training":
+        raise NarrowpathError(f"mode: {base.mode!r} is not modelled yet; search ranks training plans only")
+    if top < 1:
+        raise NarrowpathError(f"top: must be >= 1, got {top}")
+    t0 = time.perf_counter()
+    energy_all = objective == "energy"
+    cands: list[Candidate] = []
+    baseline = None
+    num = failed = 0
+    first_failure = None
+    for plan in candidate_plans(space):
+        num += 1
+        if num > max_plans:
+            raise NarrowpathError(f"search: more than {max_plans} plans in the space; pin some knobs "
+                                  "(e.g. --tp, --pp, --recompute) or raise --max-plans")
+        try:
+            pred = predict(_scenario(base, space, plan), calibration)
+        except NarrowpathError as exc:
+            failed += 1
+            first_failure = first_failure or f"{describe_plan(plan)}: {exc}"
+            continue
+        fits = pred.memory.capacity_bytes - pred.memory.total_bytes >= min_free_bytes
+        c = _candidate(pred, energy_all and fits)
+        if plan == space.base:
+            baseline = c
+        if fits:
+            cands.append(c)
+    num_fit = len(cands)
+    cands = _drop_equivalent(sorted(cands, key=key))
+    if not energy_all:  # energy only for what is shown: re-predict those few (keeping every prediction costs GBs)
+        cands = [_with_energy(c, base, space, calibration) if i < top else c for i, c in enumerate(cands)]
+        if baseline is not None and baseline.headroom_bytes >= min_free_bytes:
+            baseline = _with_energy(baseline, base, space, calibration)
+    rank = None
+    if baseline is not None and baseline.headroom_bytes >= min_free_bytes:  # competition ranking on the objective's metrics (ties share)
+        metrics = sort_key(objective)
+        rank = 1 + sum(1 for c in cands if metrics(c)[:2] < metrics(baseline)[:2])
+    return SearchResult(base, objective, tuple(cands), baseline, rank, num, num_fit, failed, first_failure,
+                        time.perf_counter() - t0, min_free_bytes)
+
+
+_RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+
+
+def _drop_equivalent(ranked: list[Candidate]) -> list[Candidate]:
+    """Keep one of the plans that differ only in `recompute` and cost the same time and memory (e.g. selective
+    recompute with a flash kernel re-runs nothing): the one that recomputes least."""
+    best: dict[tuple, Candidate] = {}
+    for c in ranked:
+        k = (dataclasses.replace(c.plan, recompute="none"), c.step_time_s, c.memory_bytes)
+        if k not in best or _RECOMPUTE_ORDER[c.plan.recompute] < _RECOMPUTE_ORDER[best[k].plan.recompute]:
+            best[k] = c
+    keep = {id(c) for c in best.values()}
+    return [c for c in ranked if id(c) in keep]
+
+
+def _scenario(base: Scenario, space: SearchSpace, plan: Plan) -> Scenario:
+    return dataclasses.replace(base, model=space.model, system=space.system, num_gpus=space.num_gpus, plan=plan)
+
+
+def _with_energy(c: Candidate, base: Scenario, space: SearchSpace, calibration: Calibration | None) -> Candidate:
+    return dataclasses.replace(c, energy_per_step_j=ledger_energy_j(predict(_scenario(base, space, c.plan),
+                                                                            calibration)))
+
+
+def describe_plan(plan: Plan) -> str:
+    """One-line summary of a plan's searched knobs."""
+    return (f"tp={plan.tp} pp={plan.pp} vpp={plan.vpp} cp={plan.cp} dp={plan.dp} ep={plan.ep} mbs={plan.mbs} "
+            f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel}")

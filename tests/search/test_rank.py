@@ -1,0 +1,91 @@
+"""Ranking: the search's order is the step model's order, over plans that fit; the base plan is placed right."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import load_scenario
+from narrowpath.errors import NarrowpathError
+from narrowpath.schedule.step import predict
+from narrowpath.search import SearchSpace, candidate_plans, search
+
+
+@pytest.fixture(scope="module")
+def small():
+    """llama3-8b on one DGX H100 with a few knobs pinned: a space small enough to brute-force."""
+    scn = load_scenario("llama3-8b-h100-8")
+    space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, {"cp": 1, "vpp": 1})
+    return scn, space
+
+
+def test_best_plan_is_the_fastest_that_fits(small):
+    scn, space = small
+    res = search(scn, space, top=5)
+    brute = []
+    for plan in candidate_plans(space):
+        p = predict(dataclasses.replace(scn, plan=plan))
+        if p.memory.fits:
+            brute.append(p.step_time_s)
+    assert res.num_plans == len(list(candidate_plans(space)))
+    assert res.num_fit == len(brute)
+    assert res.ranked[0].step_time_s == pytest.approx(min(brute), rel=1e-12)
+    times = [c.step_time_s for c in res.ranked]
+    assert times == sorted(times)
+    assert all(c.fits for c in res.ranked)
+    assert all(c.energy_per_step_j and c.energy_per_step_j > 0 for c in res.ranked[:5])
+
+
+def test_base_plan_rank_and_gain(small):
+    scn, space = small
+    res = search(scn, space)
+    assert res.baseline is not None and res.baseline.plan == scn.plan
+    if res.baseline.fits:
+        assert res.baseline_rank == 1 + sum(c.step_time_s < res.baseline.step_time_s for c in res.ranked)
+        assert res.ranked[0].step_time_s <= res.baseline.step_time_s
+    else:
+        assert res.baseline_rank is None
+
+
+def test_catalog_scenarios_are_never_better_than_the_search(gpt175_a100):
+    space = SearchSpace(gpt175_a100.model, gpt175_a100.system, gpt175_a100.num_gpus, gpt175_a100.plan.gbs,
+                        gpt175_a100.plan, {"tp": 8, "pp": 8})
+    res = search(gpt175_a100, space, top=3)
+    assert res.baseline_rank is not None
+    assert res.ranked[0].step_time_s <= predict(gpt175_a100).step_time_s
+
+
+@pytest.mark.parametrize("objective,metric", [("energy", "energy_per_step_j"), ("memory", "memory_bytes")])
+def test_other_objectives_sort_by_their_metric(small, objective, metric):
+    scn, space = small
+    res = search(scn, space, objective=objective, top=3)
+    values = [getattr(c, metric) for c in res.ranked]
+    assert all(v is not None for v in values) and values == sorted(values)
+
+
+def test_more_required_headroom_keeps_a_subset(small):
+    scn, space = small
+    loose = search(scn, space, top=1)
+    tight = search(scn, space, top=1, min_free_bytes=30e9)
+    assert tight.num_fit <= loose.num_fit
+    assert {c.plan for c in tight.ranked} <= {c.plan for c in loose.ranked}
+    assert all(c.headroom_bytes >= 30e9 for c in tight.ranked)
+
+
+def test_equivalent_recompute_shown_once():
+    scn = load_scenario("llama3-8b-h100-8")  # flash attention: selective recompute re-runs nothing
+    space = SearchSpace(scn.model, scn.system, 8, scn.plan.gbs, scn.plan, {"cp": 1, "vpp": 1, "tp": 1, "pp": 1})
+    res = search(scn, space)
+    keys = [(dataclasses.replace(c.plan, recompute="none"), c.step_time_s, c.memory_bytes) for c in res.ranked]
+    assert len(keys) == len(set(keys))
+    assert not any(c.plan.recompute == "selective" for c in res.ranked)
+
+
+def test_errors(small):
+    scn, space = small
+    with pytest.raises(NarrowpathError, match="more than 3 plans"):
+        search(scn, space, max_plans=3)
+    with pytest.raises(NarrowpathError, match="objective"):
+        search(scn, space, objective="cost")
+    with pytest.raises(NarrowpathError, match="mode: 'inference'"):
+        search(dataclasses.replace(scn, mode="inference"), space)
