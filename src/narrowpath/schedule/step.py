@@ -182,14 +182,15 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     wl = build_workload(scn, kernel)
     dev, plan = scn.system.device, scn.plan
     slow = cal.overlap_compute_slowdown
-    op_cache: dict[int, float] = {}
+    op_cache: dict[int, tuple[float, bool]] = {}
     coll_cache: dict = {}
     spans: dict = {}
 
-    def t_op(op) -> float:
+    def t_op(op) -> tuple[float, bool]:
+        """(time of one execution, whether it is part of the attention core), once per op object."""
         k = id(op)
         if k not in op_cache:
-            op_cache[k] = op_time_s(op, dev, cal)
+            op_cache[k] = (op_time_s(op, dev, cal), is_attention_core(op))
         return op_cache[k]
 
     stage_times: list[StageTimes] = []
@@ -201,11 +202,12 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         flop = 0.0
         for op, c in st.ops:
-            t = t_op(op) * c
+            t1, attn = t_op(op)
+            t = t1 * c
             comp[op.phase] += t
             if op.kind != "vector":
                 gemm_phase[op.phase] += t
-            if is_attention_core(op):
+            if attn:
                 attn_phase[op.phase] += t
             flop += op.flop * c
         hw_flop_per_mb.append(flop)
@@ -257,7 +259,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             exp = total
             other_step += total
         step_rows.append((tr, c, cost, exp))
-    opt = sum(t_op(op) * c for op, c in wl.optimizer_ops)
+    opt = sum(t_op(op)[0] * c for op, c in wl.optimizer_ops)
 
     breakdown = {
         "compute": m * (cs.fwd_compute_s + cs.bwd_compute_s),
