@@ -89,3 +89,12 @@ def test_errors(small):
         search(scn, space, objective="cost")
     with pytest.raises(NarrowpathError, match="mode: 'inference'"):
         search(dataclasses.replace(scn, mode="inference"), space)
+
+
+def test_worker_processes_give_the_same_ranking(small):
+    scn, space = small
+    one = search(scn, space, top=3)
+    two = search(scn, space, top=3, jobs=2)
+    assert [c.plan for c in one.ranked] == [c.plan for c in two.ranked]
+    assert [c.step_time_s for c in one.ranked] == [c.step_time_s for c in two.ranked]
+    assert (one.num_plans, one.num_fit, one.baseline_rank) == (two.num_plans, two.num_fit, two.baseline_rank)

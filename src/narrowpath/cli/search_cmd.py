@@ -23,6 +23,7 @@ def register(sub) -> None:
                    "(default 0; the memory model already holds a runtime reserve)")
     p.add_argument("--max-plans", dest="max_plans", type=int, default=200_000,
                    help="refuse a space larger than this (default 200,000)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes pricing the plans (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -32,6 +33,8 @@ def run(args) -> int:
         raise SpecError("--top", f"must be >= 1, got {args.top}")
     if not args.min_free_gb >= 0:
         raise SpecError("--min-free-gb", f"must be >= 0, got {args.min_free_gb}")
+    if args.jobs < 1:
+        raise SpecError("--jobs", f"must be >= 1, got {args.jobs}")
     if args.max_plans < 1:
         raise SpecError("--max-plans", f"must be >= 1, got {args.max_plans}")
     if getattr(args, "scenario", None) is None and (args.model or args.system) and args.gbs is None:
@@ -41,7 +44,7 @@ def run(args) -> int:
     pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
     space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned)
     result = search(base, space, objective=args.objective, top=args.top, max_plans=args.max_plans,
-                    min_free_bytes=args.min_free_gb * 1e9)
+                    min_free_bytes=args.min_free_gb * 1e9, jobs=args.jobs)
     if not result.ranked:
         why = f"; first failure: {result.first_failure}" if result.first_failure else ""
         free = f" with {args.min_free_gb:g} GB free" if args.min_free_gb else ""

@@ -89,40 +89,69 @@ def _candidate(pred: StepPrediction, energy: bool) -> Candidate:
                      pred.memory.capacity_bytes, ledger_energy_j(pred) if energy else None)
 
 
+@dataclass(frozen=True, slots=True)
+class _Priced:
+    """What pricing a batch of plans gives: all the plans' candidates (fitting or not), and the failures."""
+
+    candidates: list[Candidate]
+    failures: list[tuple[int, str]]
+    """(position of the plan in the enumeration, message)."""
+
+
+def _price(job: tuple) -> _Priced:
+    """Price `plans` (each with its position); top level so that worker processes can run it."""
+    base, space, plans, calibration, min_free_bytes, energy_all = job
+    cands, failures = [], []
+    for i, plan in plans:
+        try:
+            pred = predict(_scenario(base, space, plan), calibration)
+        except NarrowpathError as exc:
+            failures.append((i, f"{describe_plan(plan)}: {exc}"))
+            continue
+        fits = pred.memory.capacity_bytes - pred.memory.total_bytes >= min_free_bytes
+        cands.append(_candidate(pred, energy_all and fits))
+    return _Priced(cands, failures)
+
+
+def _price_all(jobs: int, base: Scenario, space: SearchSpace, plans: list[Plan], calibration: Calibration | None,
+               min_free_bytes: float, energy_all: bool) -> _Priced:
+    numbered = list(enumerate(plans))
+    if jobs <= 1 or len(plans) < 2 * jobs:
+        return _price((base, space, numbered, calibration, min_free_bytes, energy_all))
+    from concurrent.futures import ProcessPoolExecutor
+    chunks = [numbered[k::jobs] for k in range(jobs)]  # interleaved: neighbouring plans cost alike
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        parts = list(pool.map(_price, [(base, space, c, calibration, min_free_bytes, energy_all) for c in chunks]))
+    return _Priced([c for p in parts for c in p.candidates], sorted(f for p in parts for f in p.failures))
+
+
 def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: int = 10,
            calibration: Calibration | None = None, max_plans: int = 200_000,
-           min_free_bytes: float = 0.0) -> SearchResult:
+           min_free_bytes: float = 0.0, jobs: int = 1) -> SearchResult:
     """Rank the plans of `space` for `base`'s model and system (base supplies the mode, name and calibration).
 
-    A plan counts as fitting when it leaves at least `min_free_bytes` of device memory free per GPU."""
+    A plan counts as fitting when it leaves at least `min_free_bytes` of device memory free per GPU. `jobs` > 1
+    prices the plans in that many worker processes (the result is the same: the ranking is a total order)."""
     key = sort_key(objective)
     if base.mode != "training":
         raise NarrowpathError(f"mode: {base.mode!r} is not modelled yet; search ranks training plans only")
     if top < 1:
         raise NarrowpathError(f"top: must be >= 1, got {top}")
+    if jobs < 1:
+        raise NarrowpathError(f"jobs: must be >= 1, got {jobs}")
     t0 = time.perf_counter()
     energy_all = objective == "energy"
-    cands: list[Candidate] = []
-    baseline = None
-    num = failed = 0
-    first_failure = None
+    plans = []
     for plan in candidate_plans(space):
-        num += 1
-        if num > max_plans:
+        plans.append(plan)
+        if len(plans) > max_plans:
             raise NarrowpathError(f"search: more than {max_plans} plans in the space; pin some knobs "
                                   "(e.g. --tp, --pp, --recompute) or raise --max-plans")
-        try:
-            pred = predict(_scenario(base, space, plan), calibration)
-        except NarrowpathError as exc:
-            failed += 1
-            first_failure = first_failure or f"{describe_plan(plan)}: {exc}"
-            continue
-        fits = pred.memory.capacity_bytes - pred.memory.total_bytes >= min_free_bytes
-        c = _candidate(pred, energy_all and fits)
-        if plan == space.base:
-            baseline = c
-        if fits:
-            cands.append(c)
+    priced = _price_all(jobs, base, space, plans, calibration, min_free_bytes, energy_all)
+    num, failed = len(plans), len(priced.failures)
+    first_failure = priced.failures[0][1] if priced.failures else None
+    baseline = next((c for c in priced.candidates if c.plan == space.base), None)
+    cands = [c for c in priced.candidates if c.headroom_bytes >= min_free_bytes]
     num_fit = len(cands)
     cands = _drop_equivalent(sorted(cands, key=key))
     if not energy_all:  # energy only for what is shown: re-predict those few (keeping every prediction costs GBs)
@@ -130,7 +159,7 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
         if baseline is not None and baseline.headroom_bytes >= min_free_bytes:
             baseline = _with_energy(baseline, base, space, calibration)
     rank = None
-    if baseline is not None and baseline.headroom_bytes >= min_free_bytes:  # competition ranking on the objective's metrics (ties share)
+    if baseline is not None and baseline.headroom_bytes >= min_free_bytes:  # competition ranking: ties share
         metrics = sort_key(objective)
         rank = 1 + sum(1 for c in cands if metrics(c)[:2] < metrics(baseline)[:2])
     return SearchResult(base, objective, tuple(cands), baseline, rank, num, num_fit, failed, first_failure,

@@ -12,6 +12,7 @@ from typing import Mapping
 
 from narrowpath.errors import SpecError
 from narrowpath.spec._check import choice, fraction, positive_float
+from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.device import Level
 
 
@@ -70,6 +71,8 @@ class Calibration:
     """Measured memory hierarchy, nearest first (capacity, STREAM-convention bandwidth); () = not measured."""
     fit_residuals: Mapping[str, float] = field(default_factory=dict)
     """RMS relative residual of the fit behind each entry (e.g. `matrix_half_flop.fp32`, `tiers.scale_up`)."""
+
+    __reduce__ = reduce_spec
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "matrix_efficiency_by_size", MappingProxyType(

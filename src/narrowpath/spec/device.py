@@ -7,6 +7,7 @@ from typing import Mapping
 
 from narrowpath.errors import SpecError
 from narrowpath.spec._check import positive_float
+from narrowpath.spec._pickle import reduce_spec
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -52,6 +53,8 @@ class Device:
     """Dynamic energy per byte moved at each level or network tier name, picojoules; empty = unknown."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Where each figure comes from, by field name."""
+
+    __reduce__ = reduce_spec
 
     def __post_init__(self) -> None:
         for attr in ("peak_matrix_flop_per_s", "peak_vector_flop_per_s", "energy_pj_per_flop",

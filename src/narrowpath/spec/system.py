@@ -7,6 +7,7 @@ from typing import Mapping
 
 from narrowpath.errors import SpecError
 from narrowpath.spec._check import choice, positive_float, positive_int
+from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.device import Device
 
 TIER_NAMES = ("scale_up", "scale_out", "front_end")
@@ -53,6 +54,8 @@ class System:
     host_bw_bytes_per_s_per_gpu: float = 0.0
     """Host (PCIe/C2C) bandwidth per GPU for offload, bytes/s; 0 = unknown."""
     sources: Mapping[str, str] = field(default_factory=dict)
+
+    __reduce__ = reduce_spec
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", tuple(self.tiers))
