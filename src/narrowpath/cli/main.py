@@ -20,6 +20,7 @@ SUBCOMMANDS = (
     "narrowpath.cli.trace_cmd",
     "narrowpath.cli.probe_cmd",
     "narrowpath.cli.calibrate_cmd",
+    "narrowpath.cli.search_cmd",
 )
 
 

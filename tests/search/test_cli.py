@@ -1,0 +1,60 @@
+"""`narrowpath search` end to end: table, JSON, pins, and one-line errors with exit code 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from narrowpath.cli.main import main
+
+SMALL = ["--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--gbs", "32", "--cp", "1", "--vpp", "1"]
+
+
+def test_table_lists_best_plans_and_the_own_plan(capsys):
+    assert main(["search", *SMALL, "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "narrowpath search" in out and "plans priced" in out and "rank" in out
+    body = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit() and "plans" not in ln]
+    assert len(body) == 3
+
+
+def test_json_is_ranked_and_pinned(capsys):
+    assert main(["search", *SMALL, "--tp", "2", "--top", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    best = data["best"]
+    assert 1 <= len(best) <= 4 and all(b["plan"]["tp"] == 2 and b["plan"]["cp"] == 1 for b in best)
+    times = [b["step_time_s"] for b in best]
+    assert times == sorted(times) and all(b["fits"] for b in best)
+    assert data["num_plans"] >= data["num_fit"] >= len(best)
+    assert data["baseline"]["plan"]["tp"] == 2
+
+
+def test_catalog_scenario_own_plan_ranked(capsys):
+    assert main(["search", "gpt3-175b-a100-1024", "--tp", "8", "--pp", "8", "--recompute", "full", "--json",
+                 "--top", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["baseline_rank"] >= 1
+    assert data["best"][0]["step_time_s"] <= data["baseline"]["step_time_s"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"], "--gbs"),
+    ([*SMALL, "--top", "0"], "--top"),
+    ([*SMALL, "--jobs", "0"], "--jobs"),
+    ([*SMALL, "--min-free-gb", "-1"], "--min-free-gb"),
+    ([*SMALL, "--max-plans", "2"], "more than 2 plans"),
+    ([*SMALL, "--min-free-gb", "1000"], "none of the"),
+    ([*SMALL, "--tp", "3"], "tp"),
+])
+def test_bad_input_one_line_exit_2(capsys, argv, needle):
+    assert main(["search", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_subprocess_exit_code():
+    r = subprocess.run([sys.executable, "-m", "narrowpath", "search", *SMALL, "--top", "0"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--top" in r.stderr and "Traceback" not in r.stderr
