@@ -6,6 +6,7 @@ Default scenario: the embedded one. `--json` emits `prediction` plus one key per
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -26,19 +27,30 @@ def register(sub) -> None:
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace JSON of one step")
     a = p.add_argument_group("analysis assumptions")
-    a.add_argument("--jitter-cv", type=float, default=0.02, help="per-rank compute jitter, std / segment time")
+    a.add_argument("--jitter-cv", type=float, default=0.02, help="per-rank compute jitter, std / segment time (0 to 1)")
     a.add_argument("--jitter-method", choices=("closed_form", "sampled"), default="closed_form")
     a.add_argument("--seed", type=int, default=0, help="seed for sampled jitter")
-    a.add_argument("--slow-node", type=float, default=0.10, help="fraction by which one node is slow")
+    a.add_argument("--slow-node", type=float, default=0.10, help="fraction by which one node is slow (0 to 100)")
     a.add_argument("--compression", type=float, default=4.0, help="gradient compression ratio for the what-if")
     a.add_argument("--failures-per-gpu-hour", type=float, default=None)
     a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", help="skip the what-if re-runs")
     p.set_defaults(func=run)
 
 
+def _in_range(flag: str, value: float, low: float, high: float = math.inf) -> None:
+    if not (math.isfinite(value) and low <= value <= high):
+        bound = f">= {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+        raise SpecError(flag, f"must be a finite number {bound}, got {value}")
+
+
 def options_from_args(args) -> AnalysisOptions:
-    if args.jitter_cv < 0 or args.slow_node < 0 or args.compression < 1:
-        raise SpecError("analyze", "--jitter-cv and --slow-node must be >= 0 and --compression >= 1")
+    _in_range("--jitter-cv", args.jitter_cv, 0, 1)  # T + cv·T·Z: beyond cv 1 many segment times would be negative
+    _in_range("--slow-node", args.slow_node, 0, 100)
+    _in_range("--compression", args.compression, 1)
+    if args.failures_per_gpu_hour is not None:
+        _in_range("--failures-per-gpu-hour", args.failures_per_gpu_hour, 0)
+    if args.seed < 0:
+        raise SpecError("--seed", f"must be >= 0, got {args.seed}")
     kw = dict(jitter_cv=args.jitter_cv, jitter_method=args.jitter_method, seed=args.seed,
               slow_node_fraction=args.slow_node, compression_ratio=args.compression, what_ifs=args.what_ifs)
     if args.failures_per_gpu_hour is not None:
@@ -78,8 +90,9 @@ def write_outputs(a, args) -> None:
 
 def run(args) -> int:
     check_output_paths(args)
+    options = options_from_args(args)
     pred = predict(scenario_from_args(args))
-    a = analyze_prediction(pred, options_from_args(args))
+    a = analyze_prediction(pred, options)
     write_outputs(a, args)
     if args.json:
         print(json.dumps({"prediction": prediction_to_json(pred), **analysis_to_json(a)}, indent=2))

@@ -61,7 +61,7 @@ def _load_results(paths: list[str]) -> dict[str, list[dict]]:
 
 
 def run(args) -> int:
-    from narrowpath.measure.nccl_tests import parse_nccl_tests_log_full
+    from narrowpath.measure.nccl_tests import read_nccl_tests_log
     from narrowpath.measure.profile import (build_profile, profile_document, tier_points_from_log,
                                             tier_points_from_probe)
     from narrowpath.report.measure_tables import format_fit_report
@@ -81,11 +81,7 @@ def run(args) -> int:
     lines.update(_pairs(args.line_rate, "--line-rate"))
     points = [tp for res in found["collectives"] for tp in tier_points_from_probe(res)]
     for path in args.nccl_log:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise NarrowpathError(f"{path}: cannot read nccl-tests log ({exc})") from None
-        points.append(tier_points_from_log(parse_nccl_tests_log_full(text), tier=args.tier, op=args.op,
+        points.append(tier_points_from_log(read_nccl_tests_log(path), tier=args.tier, op=args.op,
                                            num_ranks=args.ranks, name=path))
     compute = found["compute"][-1] if found["compute"] else None
     memory = found["memory"][-1] if found["memory"] else None

@@ -11,13 +11,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from importlib import resources
-from pathlib import Path
+from typing import Any, Mapping
 
 from narrowpath.catalog import calibration_for, store, system_for_hardware
+from narrowpath.catalog.resolve import calibration_from
 from narrowpath.cost.collectives import ALGORITHMS, OPS, collective_time
-from narrowpath.errors import CatalogError, NarrowpathError, SpecError
+from narrowpath.errors import CatalogError, SpecError
 from narrowpath.network.placement import contiguous_span
+from narrowpath.spec._check import positive_float, positive_int
+from narrowpath.spec.scenario import MAX_GPUS
 from narrowpath.report.collective_table import (CorpusRow, SweepRow, compare_text, corpus_json, corpus_text,
                                                 sweep_text)
 from narrowpath.spec.system import System
@@ -25,6 +29,8 @@ from narrowpath.spec.system import System
 _SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DTYPE_BYTES = 4  # nccl-tests default type: float
 _PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")
+_MAX_SIZE = 2**50  # 1 PiB: far beyond any message nccl-tests sends
+_MAX_ROWS = 10_000
 
 
 def parse_size(text: str) -> int:
@@ -35,8 +41,8 @@ def parse_size(text: str) -> int:
         value = float(t[:-1] if unit else t)
     except ValueError:
         raise SpecError("collective.size", f"cannot read size {text!r} (use e.g. 8, 64K, 8M, 8G)") from None
-    if value < 0:
-        raise SpecError("collective.size", f"must be >= 0, got {text!r}")
+    if not math.isfinite(value) or value < 0 or value * _SUFFIX[unit] > _MAX_SIZE:
+        raise SpecError("collective.size", f"must be a size from 0 to 1P (2^50 bytes), got {text!r}")
     return int(value * _SUFFIX[unit])
 
 
@@ -64,9 +70,12 @@ def _row(op: str, size: float, n: int, system: System, cal, algorithm: str) -> S
 
 
 def _sizes(lo: int, hi: int, factor: float) -> list[int]:
-    if lo <= 0 or hi < lo or factor <= 1:
-        raise SpecError("collective.sizes", f"need 0 < min-bytes <= max-bytes and factor > 1 "
+    if lo <= 0 or hi < lo or not factor > 1 or not math.isfinite(factor):
+        raise SpecError("collective.sizes", f"need 0 < min-bytes <= max-bytes and a finite factor > 1 "
                         f"(got {lo}, {hi}, {factor})")
+    if math.log(hi / lo) / math.log(factor) > _MAX_ROWS:
+        raise SpecError("collective.factor", f"-f {factor} from {lo} to {hi} bytes gives more than "
+                        f"{_MAX_ROWS:,} sizes; use a larger factor")
     out, s = [], float(lo)
     while s <= hi * (1 + 1e-12):
         out.append(int(s))
@@ -86,33 +95,58 @@ def run_corpus(path: str | None) -> tuple[list[CorpusRow], str]:
     if not isinstance(data, dict) or data.get("schema") != "collective-corpus/1":
         raise SpecError("corpus.schema", f"{source}: expected schema collective-corpus/1, got "
                         f"{(data or {}).get('schema') if isinstance(data, dict) else type(data).__name__!r}")
-    rows = []
-    for i, case in enumerate(data.get("cases") or []):
-        where = f"cases[{i}]"
-        try:
-            hw, cid = case["hardware"], case.get("id", where)
-            system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
-                                         nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"))
-            cal = calibration_for(system.device.name)
-            alg, op = case.get("algorithm", "auto"), case["collective"]
-            r = _row(op, float(case["message_bytes"]), int(hw["num_gpus"]), system, cal, alg)
-            measured = float(case["measured"]["busbw_GBps"]) * 1e9
-        except (KeyError, TypeError) as exc:
-            raise SpecError(f"corpus.{where}", f"missing or malformed field {exc}") from None
-        rows.append(CorpusRow(cid, op, int(hw["num_gpus"]), alg, r.busbw_bytes_per_s, measured,
-                              f"{r.algorithm}/{r.protocol}"))
+    cases = data.get("cases") or []
+    if not isinstance(cases, list):
+        raise SpecError("corpus.cases", f"{source}: must be a list, got {type(cases).__name__} {cases!r}")
+    rows = [_corpus_row(case, f"corpus.cases[{i}]") for i, case in enumerate(cases)]
     if not rows:
         raise SpecError("corpus.cases", f"{source}: no cases")
     return rows, source
 
 
-def _compare(args, system: System, cal) -> str:
-    from narrowpath.measure.nccl_tests import parse_nccl_tests_log_full
+def _mapping(where: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(where, f"must be a mapping, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _number(where: str, value: Any) -> Any:
+    """YAML 1.1 reads `1e6` as a string: accept numeric strings, name the field otherwise."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise SpecError(where, f"must be a number, got {value!r}") from None
+    return value
+
+
+def _corpus_row(case: Any, where: str) -> CorpusRow:
+    """One `collective-corpus/1` case predicted; every bad field is named."""
+    case = _mapping(where, case)
     try:
-        text = Path(args.compare).read_text()
-    except OSError as exc:
-        raise NarrowpathError(f"{args.compare}: cannot read ({exc.strerror})") from None
-    log = parse_nccl_tests_log_full(text)
+        hw, cid = _mapping(f"{where}.hardware", case["hardware"]), str(case.get("id", where))
+        n = positive_int(f"{where}.hardware.num_gpus", _number(f"{where}.hardware.num_gpus", hw["num_gpus"]))
+        size = positive_float(f"{where}.message_bytes", _number(f"{where}.message_bytes", case["message_bytes"]))
+        busbw = _mapping(f"{where}.measured", case["measured"])["busbw_GBps"]
+        measured = positive_float(f"{where}.measured.busbw_GBps", _number(f"{where}.measured.busbw_GBps", busbw)) * 1e9
+        system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
+                                     nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"))
+        alg, op = case.get("algorithm", "auto"), case["collective"]
+        r = _row(op, size, n, system, calibration_for(system.device.name), alg)
+    except KeyError as exc:
+        raise SpecError(f"{where}.{exc.args[0]}", "is required") from None
+    except CatalogError as exc:
+        raise SpecError(f"{where}.hardware.gpu", str(exc)) from None
+    except SpecError as exc:
+        if exc.field.startswith(where):
+            raise
+        raise SpecError(where, str(exc)) from None
+    return CorpusRow(cid, op, n, alg, r.busbw_bytes_per_s, measured, f"{r.algorithm}/{r.protocol}")
+
+
+def _compare(args, system: System, cal) -> str:
+    from narrowpath.measure.nccl_tests import read_nccl_tests_log
+    log = read_nccl_tests_log(args.compare)
     op = args.op or log.op or "all_reduce"
     n = args.gpus or log.num_ranks
     if not n:
@@ -125,8 +159,12 @@ def _compare(args, system: System, cal) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.gpus is not None and args.gpus < 1:
-        raise SpecError("collective.gpus", f"must be >= 1, got {args.gpus}")
+    if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
+        raise SpecError("--gpus", f"must be from 1 to {MAX_GPUS:,}, got {args.gpus}")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise SpecError("--gpus-per-node", f"must be >= 1, got {args.gpus_per_node}")
+    if args.nic_gbps is not None and not (math.isfinite(args.nic_gbps) and args.nic_gbps > 0):
+        raise SpecError("--nic-gbps", f"must be a finite number > 0, got {args.nic_gbps}")
     if args.corpus is not None:
         rows, source = run_corpus(args.corpus or None)
         print(json.dumps(corpus_json(rows), indent=2) if args.json else corpus_text(rows, source))
@@ -134,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.system:
         raise SpecError("collective.system", "give --system (a catalog system or device), or --corpus")
     system = _system(args.system, args.gpus_per_node, args.nic_gbps)
-    cal = calibration_for(args.calibration or system.device.name)
+    cal = calibration_from(args.calibration) if args.calibration else calibration_for(system.device.name)
     if args.compare:
         print(_compare(args, system, cal))
         return 0
@@ -156,7 +194,8 @@ def register(subparsers) -> None:
     p.add_argument("--gpus", type=int, help="GPUs in the group (default: one node)")
     p.add_argument("--gpus-per-node", type=int, help="override the system's GPUs per node")
     p.add_argument("--nic-gbps", type=float, help="override the scale-out NIC rate per GPU, Gb/s")
-    p.add_argument("--calibration", help="calibration profile (default: the system's device)")
+    p.add_argument("--calibration", help="calibration profile: a device name or a profile YAML from `narrowpath "
+                                         "calibrate` (default: the system's device)")
     p.add_argument("--op", choices=OPS, help="collective (default all_reduce)")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS)
     p.add_argument("-b", "--min-bytes", default="8")

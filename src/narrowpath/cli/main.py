@@ -24,8 +24,15 @@ SUBCOMMANDS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (plus where to look), not the whole usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="narrowpath",
         description="Where the time goes in distributed AI training: the narrowest path, and what would widen it.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -14,8 +14,10 @@ lines list the ranks and their devices.
 """
 from __future__ import annotations
 
+import gzip
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from narrowpath.errors import NarrowpathError
 from narrowpath.measure.busbw import NCCL_TEST_BINARIES
@@ -58,7 +60,7 @@ def _wrong(tok: str) -> int | None:
     return None if tok.upper() == "N/A" else int(tok)
 
 
-def _row(tokens: list[str], line_no: int) -> NcclTestsRow:
+def _row(tokens: list[str], line_no: int, source: str) -> NcclTestsRow:
     try:
         size, count, dtype, redop = int(tokens[0]), int(tokens[1]), tokens[2], tokens[3]
         rest = tokens[4:]
@@ -75,12 +77,12 @@ def _row(tokens: list[str], line_no: int) -> NcclTestsRow:
                        in_place_busbw_bytes_per_s=float(rest[6]) * 1e9, in_place_num_wrong=_wrong(rest[7]))
         return NcclTestsRow(**row)
     except (ValueError, IndexError) as exc:
-        raise NarrowpathError(f"nccl-tests log line {line_no}: cannot read data row {' '.join(tokens)!r} ({exc})") \
+        raise NarrowpathError(f"{source} line {line_no}: cannot read data row {' '.join(tokens)!r} ({exc})") \
             from None
 
 
-def parse_nccl_tests_log_full(text: str) -> NcclTestsLog:
-    """Rows, test name, rank count, devices and average busbw of an nccl-tests log."""
+def parse_nccl_tests_log_full(text: str, source: str = "nccl-tests log") -> NcclTestsLog:
+    """Rows, test name, rank count, devices and average busbw of an nccl-tests log; errors start with `source`."""
     rows, devices, op, avg, ranks = [], [], None, None, 0
     for no, line in enumerate(text.splitlines(), 1):
         s = line.strip()
@@ -101,11 +103,25 @@ def parse_nccl_tests_log_full(text: str) -> NcclTestsLog:
         tokens = s.split()
         if not tokens[0].isdigit():
             continue  # e.g. NCCL INFO/WARN lines interleaved in the log
-        rows.append(_row(tokens, no))
+        rows.append(_row(tokens, no, source))
     if not rows:
-        raise NarrowpathError("nccl-tests log: no data rows found (expected lines like "
+        raise NarrowpathError(f"{source}: no data rows found (expected lines like "
                               "'1048576  262144  float  sum  -1  40.1  26.1  45.7  0 ...')")
     return NcclTestsLog(tuple(rows), op, ranks or None, tuple(devices), avg)
+
+
+def read_nccl_tests_log(path: str | Path) -> NcclTestsLog:
+    """Parse an nccl-tests log file (plain or gzip-compressed); every error names the file."""
+    try:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except OSError as exc:  # includes gzip.BadGzipFile
+        raise NarrowpathError(f"{path}: cannot read nccl-tests log ({exc.strerror or exc})") from None
+    except EOFError:
+        raise NarrowpathError(f"{path}: cannot read nccl-tests log (truncated gzip file)") from None
+    # nccl-tests prints ASCII; a stray byte (a host name, an interleaved NCCL line) must not stop the parse
+    return parse_nccl_tests_log_full(raw.decode("utf-8", errors="replace"), source=f"nccl-tests log {path}")
 
 
 def parse_nccl_tests_log(text: str) -> list[NcclTestsRow]:

@@ -49,7 +49,7 @@ def _case(raw: Any, index: int) -> Case:
             raise NarrowpathError(f"kind: only `training` cases are supported, got {kind!r}")
         data = {k: v for k, v in raw.items() if k not in ("id", "source", "measured", "kind", "assumed")}
         assumed = raw.get("assumed") or {}
-        if isinstance(assumed, Mapping) and assumed:
+        if isinstance(assumed, Mapping) and assumed and isinstance(data.get("plan") or {}, Mapping):
             plan = dict(data.get("plan") or {})
             for k, v in assumed.items():
                 plan.setdefault(k, v)
