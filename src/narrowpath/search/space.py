@@ -11,7 +11,7 @@ plan a user starts from is always ranked against the rest):
     vpp     1, or chunks per stage that split each stage's layers evenly (Megatron interleaving), at most 8
     cp      powers of two dividing the sequence length and the GPU count, at most 32
     ep      MoE only: divisors of the expert count that divide dp (placement carves experts out of dp)
-    mbs     1, 2, 4, 8, 16 dividing the per-replica batch
+    mbs     powers of two up to 64 dividing the per-replica batch
     zero    0 when there is no data/context parallelism; else 1 (Megatron distributed optimizer) and 3 (FSDP).
             ZeRO-0 and -2 cost the model the same step time as ZeRO-1 (the optimizer update is the only
             difference, and ZeRO-1's is no slower) with more memory per rank: pin `zero_stage` to include them
@@ -35,7 +35,7 @@ from narrowpath.spec.system import System
 KNOBS = ("tp", "pp", "vpp", "cp", "ep", "mbs", "zero_stage", "recompute", "sequence_parallel")
 MAX_VPP = 8
 MAX_CP = 32
-MBS_CHOICES = (1, 2, 4, 8, 16)
+MBS_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def divisors(n: int) -> list[int]:
