@@ -39,7 +39,40 @@ def test_catalog_scenario_own_plan_ranked(capsys):
     assert data["best"][0]["step_time_s"] <= data["baseline"]["step_time_s"]
 
 
+def test_pin_keeps_the_scenarios_gpu_count_and_own_plan(capsys):
+    """`search llama3-8b-h100-8 --tp 4` searches 8 GPUs (the scenario's), not tp·pp·cp·dp of a rewritten plan
+    (it searched 32), and 'yours' is the scenario's own tp = 1 plan, priced apart from the pinned space."""
+    from narrowpath.catalog import load_scenario
+    own = load_scenario("llama3-8b-h100-8").plan
+    assert main(["search", "llama3-8b-h100-8", "--tp", "4", "--cp", "1", "--json", "--top", "3"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["num_gpus"] == 8 and data["pinned"] == {"tp": 4, "cp": 1}
+    for b in data["best"]:
+        p = b["plan"]
+        assert p["tp"] == 4 and p["tp"] * p["pp"] * p["cp"] * p["dp"] == 8 and p["gbs"] == own.gbs
+    assert data["baseline"]["plan"]["tp"] == own.tp and data["baseline"]["plan"]["dp"] == own.dp
+    assert data["baseline_in_space"] is False
+
+
+def test_json_is_complete(capsys):
+    assert main(["search", *SMALL, "--top", "2", "--json", "--min-free-gb", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"gbs", "pinned", "min_free_bytes", "num_ranked", "baseline_in_space", "baseline_rank"} <= set(data)
+    assert data["gbs"] == 32 and data["min_free_bytes"] == 1e9
+    assert data["num_fit"] >= data["num_ranked"] >= len(data["best"])
+    assert all(b["headroom_bytes"] >= 1e9 for b in data["best"])
+
+
+def test_memory_objective_reports_memory_saved(capsys):
+    assert main(["search", *SMALL, "--zero", "3", "--recompute", "full", "--objective", "memory", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "by memory per rank: best" in out and " GB vs yours " in out
+
+
 @pytest.mark.parametrize("argv,needle", [
+    (["llama3-8b-h100-8", "--tp", "3"], "--tp: no consistent plan"),
+    (["llama3-8b-h100-8", "--ep", "2"], "--ep: no consistent plan"),
+    (["llama3-8b-h100-8", "--tp", "8", "--pp", "8"], "--tp 8, --pp 8"),
     (["--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"], "--gbs"),
     ([*SMALL, "--top", "0"], "--top"),
     ([*SMALL, "--jobs", "0"], "--jobs"),

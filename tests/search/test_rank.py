@@ -91,10 +91,75 @@ def test_errors(small):
         search(dataclasses.replace(scn, mode="inference"), space)
 
 
-def test_worker_processes_give_the_same_ranking(small):
+def test_worker_processes_give_the_same_ranking(small, monkeypatch):
+    monkeypatch.setattr("narrowpath.search.rank.usable_cpus", lambda: 2)  # workers even on a 1-CPU runner
     scn, space = small
     one = search(scn, space, top=3)
     two = search(scn, space, top=3, jobs=2)
     assert [c.plan for c in one.ranked] == [c.plan for c in two.ranked]
     assert [c.step_time_s for c in one.ranked] == [c.step_time_s for c in two.ranked]
     assert (one.num_plans, one.num_fit, one.baseline_rank) == (two.num_plans, two.num_fit, two.baseline_rank)
+
+
+def test_own_plan_rank_counts_only_plans_better_on_the_objective():
+    """ZeRO-1 and ZeRO-2 with one micro-batch cost the same time, ZeRO-2 less memory: the table lists the ZeRO-2
+    plan first, but the base plan's competition rank counts only plans that are faster, so a tie shares the rank."""
+    scn = load_scenario("llama3-8b-h100-8")
+    plan = dataclasses.replace(scn.plan, tp=4, dp=2, mbs=8, gbs=16, zero_stage=1, recompute="full",
+                               sequence_parallel=True)
+    scn = dataclasses.replace(scn, plan=plan)
+    space = SearchSpace(scn.model, scn.system, 8, plan.gbs, plan,
+                        {"tp": 4, "pp": 1, "cp": 1, "mbs": 8, "recompute": "full"})
+    res = search(scn, space)
+    twin = next(c for c in res.ranked if c.plan == dataclasses.replace(plan, zero_stage=2))
+    assert twin.step_time_s == res.baseline.step_time_s and twin.memory_bytes < res.baseline.memory_bytes
+    position = [c.plan for c in res.ranked].index(plan) + 1
+    faster = sum(c.step_time_s < res.baseline.step_time_s for c in res.ranked)
+    assert res.baseline_rank == faster + 1 < position
+
+
+def test_own_plan_outside_the_pins_is_priced_and_ranked():
+    """Pins that exclude the scenario's plan still show it, priced apart and ranked against the pinned plans."""
+    scn = load_scenario("llama3-8b-h100-8")  # tp 1
+    space = SearchSpace(scn.model, scn.system, 8, scn.plan.gbs, scn.plan, {"tp": 2, "cp": 1, "vpp": 1})
+    res = search(scn, space, top=2)
+    assert not res.baseline_in_space and res.baseline is not None and res.baseline.plan == scn.plan
+    assert scn.plan not in {c.plan for c in res.ranked}
+    assert res.baseline.step_time_s == predict(scn).step_time_s
+    if res.baseline.fits:
+        assert res.baseline_rank == 1 + sum(c.step_time_s < res.baseline.step_time_s for c in res.ranked)
+        assert res.baseline.energy_per_step_j > 0
+    assert res.pinned == (("cp", 1), ("tp", 2), ("vpp", 1))
+
+
+def test_energy_rank_ties_on_energy():
+    scn = load_scenario("llama3-8b-h100-8")
+    space = SearchSpace(scn.model, scn.system, 8, scn.plan.gbs, scn.plan, {"cp": 1, "vpp": 1, "tp": 1, "pp": 1})
+    res = search(scn, space, objective="energy", top=2)
+    assert res.baseline_rank == 1 + sum(c.energy_per_step_j < res.baseline.energy_per_step_j * (1 - 1e-9)
+                                        for c in res.ranked)
+
+
+def test_zero2_costs_the_model_zero1_time_with_less_memory_at_one_micro_batch():
+    """Why the space tries ZeRO-2 only with one micro-batch per step (search/space.py): the step model gives it
+    ZeRO-1's time and sharded gradients. If this changes, revisit that rule."""
+    scn = load_scenario("llama3-8b-h100-8")
+    one = dataclasses.replace(scn.plan, mbs=8, zero_stage=1, recompute="none")
+    p1 = predict(dataclasses.replace(scn, plan=one))
+    p2 = predict(dataclasses.replace(scn, plan=dataclasses.replace(one, zero_stage=2)))
+    assert one.num_microbatches == 1
+    assert p2.step_time_s == p1.step_time_s and p2.memory.total_bytes < p1.memory.total_bytes
+
+
+def test_jobs_capped_at_usable_cpus(small, monkeypatch):
+    """`--jobs 200` on a small machine must not start 200 worker processes (each re-holds the interpreter and the
+    space: a shared VM ran out of memory): one usable CPU prices in-process."""
+    import concurrent.futures
+
+    def no_pool(*a, **k):
+        raise AssertionError("a process pool was started")
+
+    monkeypatch.setattr("narrowpath.search.rank.usable_cpus", lambda: 1)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
+    scn, space = small
+    assert search(scn, space, top=1, jobs=200).ranked

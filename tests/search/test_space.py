@@ -30,8 +30,11 @@ def test_every_plan_is_consistent_and_unique(scenario):
         assert p.num_gpus == scn.num_gpus and p.gbs == scn.plan.gbs
         assert not consistency_errors(scn.model, p, scn.num_gpus, scn.system)
         assert p.tp <= scn.system.scale_up_domain or p == scn.plan
-        assert p.sequence_parallel == (p.tp > 1) or p == scn.plan
-        assert (p.zero_stage == 0) == (p.dp * p.cp == 1) or p == scn.plan
+        if p != scn.plan:
+            assert p.sequence_parallel == (p.tp > 1 and scn.model.arch != "lstm")
+            shards, m = p.dp * p.cp, p.num_microbatches
+            allowed = {0} if shards == 1 or scn.model.arch == "lstm" else {1, 3} | ({2} if m == 1 else set())
+            assert p.zero_stage in allowed
         # fixed knobs come from the base plan
         assert (p.precision, p.attention, p.dp_overlap, p.tp_comm_overlap, p.placement) == \
             (scn.plan.precision, scn.plan.attention, scn.plan.dp_overlap, scn.plan.tp_comm_overlap, scn.plan.placement)
@@ -71,9 +74,37 @@ def test_moe_space_searches_expert_parallelism():
     assert all(p.dp % p.ep == 0 and m.moe.num_experts % p.ep == 0 for p in plans)
 
 
-def test_lstm_space_has_no_pipeline_or_context_parallelism():
+def test_lstm_space_searches_only_what_the_recurrent_workload_models():
+    """The LSTM workload has no pipeline, CP, SP, recompute or ZeRO sharding: those knobs stay off (a ZeRO-3 LSTM
+    plan got sharded memory at no cost in time and ranked first); tp and dp are still searched."""
     scn = load_scenario("gnmt-lstm-a100-8")
-    assert all(p.pp == 1 and p.cp == 1 for p in candidate_plans(_space(scn)))
+    plans = list(candidate_plans(_space(scn)))
+    assert all(p.pp == 1 and p.cp == 1 for p in plans)
+    assert all(p.zero_stage == 0 and p.recompute == "none" and not p.sequence_parallel for p in plans)
+    assert {p.tp for p in plans} >= {1, 2, 4, 8}
+
+
+def test_uneven_pipeline_splits_are_searched():
+    """Llama 3 405B (126 layers) trained on 16 pipeline stages (Dubey et al. 2024 §3.3); the model prices uneven
+    splits, so pp need only be at most the layer count. Interleaving still splits the layers evenly."""
+    scn = load_scenario("llama3-405b-h100-16k")
+    base = Plan(tp=8, pp=1, dp=16, mbs=1, gbs=64, zero_stage=1, sequence_parallel=True)
+    plans = list(candidate_plans(SearchSpace(scn.model, scn.system, 128, 64, base,
+                                             {"tp": 8, "recompute": "full", "mbs": 1})))
+    assert {p.pp for p in plans} == {1, 2, 4, 8, 16}
+    assert all(p.vpp == 1 or scn.model.layers % (p.pp * p.vpp) == 0 for p in plans)
+    assert knob_values(_space(load_scenario("llama3-8b-h100-8")))["pp"] == (1, 2, 4, 8)
+
+
+def test_zero2_tried_only_without_gradient_accumulation():
+    """With one micro-batch per step ZeRO-2 costs the model ZeRO-1's time with less memory, so leaving it out
+    hides plans that fit only with it; with accumulation the model does not price it, so it stays out."""
+    scn = load_scenario("llama3-8b-h100-8")
+    plans = list(candidate_plans(_space(scn, tp=8, pp=1, cp=1)))  # dp 1: nothing to shard
+    assert {p.zero_stage for p in plans} == {0}
+    plans = list(candidate_plans(_space(scn, tp=1, pp=1, cp=1)))  # dp 8, gbs 64: mbs 8 gives one micro-batch
+    assert {p.zero_stage for p in plans if p.num_microbatches == 1} == {1, 2, 3}
+    assert {p.zero_stage for p in plans if p.num_microbatches > 1} == {1, 3}
 
 
 @pytest.mark.parametrize("field,kw,msg", [

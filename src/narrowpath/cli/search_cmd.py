@@ -1,12 +1,20 @@
-"""`narrowpath search`: the best parallel plans for a model on a system at a fixed GPU count and global batch."""
+"""`narrowpath search`: the best parallel plans for a model on a system at a fixed GPU count and global batch.
+
+With a scenario (a file, a catalog id, or the default), a plan flag such as `--tp 4` pins that knob of the search;
+it does not rewrite the scenario's own plan, which keeps its GPU count and is ranked as it is (priced apart when
+the pins exclude it). Built from `--model/--system` alone, the flags are the user's plan and pin the search too.
+"""
 from __future__ import annotations
 
+import argparse
 import json
 
 from narrowpath.cli.common import add_scenario_args, scenario_from_args
 from narrowpath.errors import SpecError
 from narrowpath.report.search_table import format_search, search_to_json
-from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, search
+from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
+
+_FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp"}
 
 
 def register(sub) -> None:
@@ -23,9 +31,39 @@ def register(sub) -> None:
                    "(default 0; the memory model already holds a runtime reserve)")
     p.add_argument("--max-plans", dest="max_plans", type=int, default=200_000,
                    help="refuse a space larger than this (default 200,000)")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes pricing the plans (default 1)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes pricing the plans, at most one per usable "
+                   "CPU (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
+
+
+def _flag(knob: str) -> str:
+    return _FLAG.get(knob, f"--{knob}")
+
+
+def _pins_and_base(args):
+    """(pins, base scenario): the knob flags become pins; with a scenario they leave its own plan untouched."""
+    pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
+    from_scenario = getattr(args, "scenario", None) is not None or not (args.model or args.system)
+    if not from_scenario:
+        return pinned, scenario_from_args(args)
+    plain = argparse.Namespace(**vars(args))
+    for k in pinned:
+        setattr(plain, k, None)
+    return pinned, scenario_from_args(plain)
+
+
+def _no_plan_error(space: SearchSpace) -> SpecError:
+    """Why the space is empty: the pins that alone leave no consistent plan, or all of them together."""
+    culprits = [k for k, v in space.pinned.items()
+                if next(candidate_plans(SearchSpace(space.model, space.system, space.num_gpus, space.gbs,
+                                                    space.base, {k: v})), None) is None]
+    names = culprits or list(space.pinned)
+    what = ", ".join(f"{_flag(k)} {space.pinned[k]}" for k in names)
+    return SpecError(_flag(names[0]) if len(names) == 1 else "search",
+                     f"no consistent plan of {space.model.name} on {space.num_gpus} GPUs with a global batch of "
+                     f"{space.gbs} has {what} (heads, ffn, layers, sequence and batch must divide; tp above the "
+                     f"scale-up domain must span whole domains)")
 
 
 def run(args) -> int:
@@ -40,9 +78,10 @@ def run(args) -> int:
     if getattr(args, "scenario", None) is None and (args.model or args.system) and args.gbs is None:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")
-    base = scenario_from_args(args)
-    pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
+    pinned, base = _pins_and_base(args)
     space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned)
+    if pinned and next(candidate_plans(space), None) is None:
+        raise _no_plan_error(space)
     result = search(base, space, objective=args.objective, top=args.top, max_plans=args.max_plans,
                     min_free_bytes=args.min_free_gb * 1e9, jobs=args.jobs)
     if not result.ranked:

@@ -22,7 +22,7 @@ HEADERS = ["rank", "tp", "pp", "vpp", "cp", "dp", "ep", "mbs", "zero", "recomput
 def format_search(r: SearchResult, top: int) -> str:
     scn = r.base
     lines = [f"narrowpath search — {scn.model.name} on {scn.num_gpus} x {scn.system.device.name} ({scn.system.name}), "
-             f"global batch {r.ranked[0].plan.gbs if r.ranked else '?'} sequences, best by {_METRIC[r.objective]}",
+             f"global batch {scn.plan.gbs} sequences, best by {_METRIC[r.objective]}",
              f"  {r.num_plans:,} consistent plans priced in {r.elapsed_s:.2f} s "
              f"({r.num_plans / max(r.elapsed_s, 1e-9):,.0f} plans/s); {r.num_fit:,} fit in "
              f"{r.ranked[0].capacity_bytes / 1e9 if r.ranked else 0:.1f} GB per GPU"
@@ -31,24 +31,42 @@ def format_search(r: SearchResult, top: int) -> str:
     rows = [_row(str(i + 1), c) for i, c in enumerate(r.ranked[:top])]
     b = r.baseline
     if b is not None:
-        rows.append(_row("yours" if r.baseline_rank is None else f"yours ({r.baseline_rank})", b))
+        label = "yours" if r.baseline_rank is None else f"yours ({r.baseline_rank})"
+        rows.append(_row(label if r.baseline_in_space else f"{label}*", b))
     lines.append(table(HEADERS, rows))
     lines.append("")
-    if b is None:
-        lines.append("  the scenario's own plan is not in the space (it does not match the pins, batch or GPU count, "
-                     "or the model could not place it)")
-    elif r.baseline_rank is None:
-        lines.append(f"  the scenario's own plan needs {b.memory_bytes / 1e9:.1f} GB per GPU of "
-                     f"{b.capacity_bytes / 1e9:.1f} GB: it does not fit")
-    elif r.ranked:
-        best = r.ranked[0]
-        gain = 1 - best.step_time_s / b.step_time_s
-        lines.append(f"  the scenario's own plan ranks {r.baseline_rank} of the {len(r.ranked):,} distinct plans that fit; "
-                     "the best plan's step is "
-                     f"{best.step_time_s:.3f} s vs {b.step_time_s:.3f} s ({100 * gain:+.1f} % time saved)")
+    lines += _baseline_lines(r)
+    if r.pinned:
+        lines.append("  pinned: " + ", ".join(f"{k}={v}" for k, v in r.pinned))
     lines.append("  kept from the scenario: precision, attention kernel, overlap switches, placement order; "
                  "plans that differ only by an equally costed recompute are shown once (the lightest)")
     return "\n".join(lines)
+
+
+_UNIT = {"time": (1.0, "s", 3), "energy": (1e-3, "kJ", 1), "memory": (1e-9, "GB", 1)}
+
+
+def _baseline_lines(r: SearchResult) -> list[str]:
+    b = r.baseline
+    if b is None:
+        return ["  the scenario's own plan is not ranked (it does not describe this GPU count and batch, or the model "
+                "could not place it)"]
+    where = "" if r.baseline_in_space else "* (outside the pinned space, priced apart)"
+    if r.baseline_rank is None:
+        need = f" and {r.min_free_bytes / 1e9:g} GB free" if r.min_free_bytes else ""
+        return [f"  the scenario's own plan{where} needs {b.memory_bytes / 1e9:.1f} GB per GPU{need} of "
+                f"{b.capacity_bytes / 1e9:.1f} GB: it does not fit"]
+    if not r.ranked:
+        return []
+    best = r.ranked[0]
+    scale, unit, nd = _UNIT[r.objective]
+    attr = {"time": "step_time_s", "energy": "energy_per_step_j", "memory": "memory_bytes"}[r.objective]
+    vb, vo = getattr(best, attr), getattr(b, attr)
+    ties = sum(1 for c in r.ranked if r.versus_baseline(c) == 0 and c.plan != b.plan)
+    tie = f" (tied with {ties:,} other plan{'s' if ties > 1 else ''})" if ties else ""
+    return [f"  the scenario's own plan{where} ranks {r.baseline_rank}{tie} of the {len(r.ranked):,} distinct plans "
+            f"that fit, by {_METRIC[r.objective]}: best {vb * scale:,.{nd}f} {unit} vs yours {vo * scale:,.{nd}f} "
+            f"{unit} ({100 * (1 - vb / vo):+.1f} % saved)"]
 
 
 def candidate_to_json(c: Candidate) -> dict:
@@ -57,14 +75,19 @@ def candidate_to_json(c: Candidate) -> dict:
                      "gbs": p.gbs, "zero_stage": p.zero_stage, "recompute": p.recompute,
                      "sequence_parallel": p.sequence_parallel},
             "step_time_s": c.step_time_s, "mfu": c.mfu, "tokens_per_s": c.tokens_per_s,
-            "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "fits": c.fits,
-            "energy_per_step_j": c.energy_per_step_j}
+            "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "headroom_bytes": c.headroom_bytes,
+            "fits": c.fits, "energy_per_step_j": c.energy_per_step_j}
 
 
 def search_to_json(r: SearchResult, top: int) -> dict:
+    """The search as JSON: `best` holds the first `top` ranked plans; `num_ranked` counts the distinct plans that fit
+    (what `baseline_rank` ranks against); `fits` of a plan is against capacity alone, `min_free_bytes` is the
+    headroom a ranked plan had to leave."""
     return {"scenario": r.base.name, "model": r.base.model.name, "system": r.base.system.name,
-            "num_gpus": r.base.num_gpus, "objective": r.objective, "num_plans": r.num_plans, "num_fit": r.num_fit,
+            "num_gpus": r.base.num_gpus, "gbs": r.base.plan.gbs, "objective": r.objective,
+            "pinned": dict(r.pinned), "min_free_bytes": r.min_free_bytes,
+            "num_plans": r.num_plans, "num_fit": r.num_fit, "num_ranked": len(r.ranked),
             "num_failed": r.num_failed, "first_failure": r.first_failure, "elapsed_s": r.elapsed_s,
             "best": [candidate_to_json(c) for c in r.ranked[:top]],
             "baseline": None if r.baseline is None else candidate_to_json(r.baseline),
-            "baseline_rank": r.baseline_rank}
+            "baseline_in_space": r.baseline_in_space, "baseline_rank": r.baseline_rank}

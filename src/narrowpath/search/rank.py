@@ -7,10 +7,16 @@ Objectives (ties broken by the next key, then by the plan's knobs so the order i
     memory   memory per rank of the most loaded stage, then step time
 Plans the model cannot place or price (a NarrowpathError from predict) are counted as failed, with the first
 message kept, and left out of the ranking.
+
+The base plan's rank is a competition rank on the objective's own metric (1 + the number of ranked plans strictly
+better on it, a relative difference under 1e-9 counting as a tie), so a plan as fast as the best is rank 1 even
+when the table lists an equally fast plan with less memory first. A base plan outside the space (it does not
+match the pins) is priced anyway and ranked against the space the same way.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -24,6 +30,10 @@ from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
 
 OBJECTIVES = ("time", "energy", "memory")
+_METRIC = {"time": "step_time_s", "energy": "energy_per_step_j", "memory": "memory_bytes"}
+TIE_REL = 1e-9
+"""Relative difference of the objective's metric below which two plans tie (floating-point sums of the same terms
+in a different order)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +66,11 @@ class SearchResult:
     ranked: tuple[Candidate, ...]
     """Plans that fit, best first (of plans differing only in an equally costed recompute, the lightest)."""
     baseline: Candidate | None
-    """The base scenario's own plan, evaluated (None when it is not in the space or failed)."""
+    """The base scenario's own plan, evaluated (None when it is inconsistent with the space's GPU count or batch, or
+    the model could not place it)."""
     baseline_rank: int | None
-    """1-based position of the base plan in `ranked` (None when it does not fit or is absent)."""
+    """Competition rank of the base plan among `ranked` on the objective's metric (None when it does not fit with
+    the required headroom, or is absent)."""
     num_plans: int
     """Plans enumerated (consistent with the model, system and batch)."""
     num_fit: int
@@ -67,10 +79,27 @@ class SearchResult:
     first_failure: str | None
     elapsed_s: float
     min_free_bytes: float = 0.0
+    baseline_in_space: bool = True
+    """Whether the base plan is one of the space's plans (False: it does not match the pins, priced apart)."""
+    pinned: tuple[tuple[str, object], ...] = ()
+    """The pinned knobs, (name, value) sorted by name."""
+
+    def versus_baseline(self, c: Candidate) -> int:
+        """-1 when `c` beats the base plan on the objective's metric by more than the tie tolerance, 0 for a tie,
+        1 when it is worse."""
+        assert self.baseline is not None
+        x, y = _metric(c, self.objective), _metric(self.baseline, self.objective)
+        if x < y - TIE_REL * abs(y):
+            return -1
+        return 1 if x > y + TIE_REL * abs(y) else 0
 
 
 def _plan_key(plan: Plan) -> tuple:
     return tuple((str(getattr(plan, k)) if isinstance(getattr(plan, k), str) else getattr(plan, k)) for k in KNOBS)
+
+
+def _metric(c: Candidate, objective: str) -> float:
+    return getattr(c, _METRIC[objective])
 
 
 def sort_key(objective: str) -> Callable[[Candidate], tuple]:
@@ -113,9 +142,18 @@ def _price(job: tuple) -> _Priced:
     return _Priced(cands, failures)
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS reports one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _price_all(jobs: int, base: Scenario, space: SearchSpace, plans: list[Plan], calibration: Calibration | None,
                min_free_bytes: float, energy_all: bool) -> _Priced:
     numbered = list(enumerate(plans))
+    jobs = min(jobs, usable_cpus())  # more workers than CPUs only add processes (~100+ MB each) and memory
     if jobs <= 1 or len(plans) < 2 * jobs:
         return _price((base, space, numbered, calibration, min_free_bytes, energy_all))
     from concurrent.futures import ProcessPoolExecutor
@@ -131,7 +169,8 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
     """Rank the plans of `space` for `base`'s model and system (base supplies the mode, name and calibration).
 
     A plan counts as fitting when it leaves at least `min_free_bytes` of device memory free per GPU. `jobs` > 1
-    prices the plans in that many worker processes (the result is the same: the ranking is a total order)."""
+    prices the plans in that many worker processes, at most one per usable CPU (the result is the same: the
+    ranking is a total order)."""
     key = sort_key(objective)
     if base.mode != "training":
         raise NarrowpathError(f"mode: {base.mode!r} is not modelled yet; search ranks training plans only")
@@ -151,19 +190,34 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
     num, failed = len(plans), len(priced.failures)
     first_failure = priced.failures[0][1] if priced.failures else None
     baseline = next((c for c in priced.candidates if c.plan == space.base), None)
+    in_space = baseline is not None
+    if baseline is None:
+        baseline = _price_outside(base, space, calibration)
     cands = [c for c in priced.candidates if c.headroom_bytes >= min_free_bytes]
     num_fit = len(cands)
     cands = _drop_equivalent(sorted(cands, key=key))
     if not energy_all:  # energy only for what is shown: re-predict those few (keeping every prediction costs GBs)
         cands = [_with_energy(c, base, space, calibration) if i < top else c for i, c in enumerate(cands)]
-        if baseline is not None and baseline.headroom_bytes >= min_free_bytes:
-            baseline = _with_energy(baseline, base, space, calibration)
-    rank = None
-    if baseline is not None and baseline.headroom_bytes >= min_free_bytes:  # competition ranking: ties share
-        metrics = sort_key(objective)
-        rank = 1 + sum(1 for c in cands if metrics(c)[:2] < metrics(baseline)[:2])
-    return SearchResult(base, objective, tuple(cands), baseline, rank, num, num_fit, failed, first_failure,
-                        time.perf_counter() - t0, min_free_bytes)
+    base_fits = baseline is not None and baseline.headroom_bytes >= min_free_bytes
+    if base_fits and baseline.energy_per_step_j is None:
+        baseline = _with_energy(baseline, base, space, calibration)
+    result = SearchResult(base, objective, tuple(cands), baseline, None, num, num_fit, failed, first_failure,
+                          time.perf_counter() - t0, min_free_bytes, in_space, tuple(sorted(space.pinned.items())))
+    if base_fits:  # competition ranking on the objective's metric: ties share a rank
+        result = dataclasses.replace(result, baseline_rank=1 + sum(result.versus_baseline(c) < 0 for c in cands))
+    return result
+
+
+def _price_outside(base: Scenario, space: SearchSpace, calibration: Calibration | None) -> Candidate | None:
+    """The base plan priced apart when it is not in the space (it does not match the pins): None when it does not
+    describe the space's GPU count and batch, or the model cannot place it."""
+    b = space.base
+    if b.num_gpus != space.num_gpus or b.gbs != space.gbs:
+        return None
+    try:
+        return _candidate(predict(_scenario(base, space, b), calibration), False)
+    except NarrowpathError:
+        return None
 
 
 _RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}

@@ -6,17 +6,23 @@ plan a user starts from is always ranked against the rest):
     tp      divisors of the GPU count up to the scale-up (NVLink) domain: a tensor-parallel group that leaves
             the domain puts two collectives per layer on the scale-out fabric (Narayanan et al. SC'21 §5.4 keep
             tp ≤ 8 for that reason); pin `tp` to try larger ones
-    pp      divisors of the GPU count that split the layers evenly (Megatron's requirement without a custom
-            stage layout)
-    vpp     1, or chunks per stage that split each stage's layers evenly (Megatron interleaving), at most 8
+    pp      divisors of the GPU count up to the layer count; an uneven split (Llama 3 405B: 126 layers on 16
+            stages; DeepSeek-V3: 61 on 16) is priced as the model lays it out, the slowest stage pacing the rest
+    vpp     1, or chunks per stage splitting the layers evenly over pp·vpp chunks (Megatron interleaving), at
+            most 8
     cp      powers of two dividing the sequence length and the GPU count, at most 32
     ep      MoE only: divisors of the expert count that divide dp (placement carves experts out of dp)
     mbs     powers of two up to 64 dividing the per-replica batch
-    zero    0 when there is no data/context parallelism; else 1 (Megatron distributed optimizer) and 3 (FSDP).
-            ZeRO-0 and -2 cost the model the same step time as ZeRO-1 (the optimizer update is the only
-            difference, and ZeRO-1's is no slower) with more memory per rank: pin `zero_stage` to include them
+    zero    0 when there is no data/context parallelism; else 1 (Megatron distributed optimizer) and 3 (FSDP),
+            and 2 when a step has one micro-batch. ZeRO-0 costs the model the same step time as ZeRO-1 with
+            more memory per rank. ZeRO-2 shards the gradients, which holds only without gradient accumulation:
+            with several micro-batches FSDP's SHARD_GRAD_OP either reduce-scatters every micro-batch or keeps
+            unsharded gradients (`no_sync`), and the step model prices neither (it gives ZeRO-2 ZeRO-1's time
+            with sharded gradients), so the search leaves it out there. Pin `zero_stage` to include any stage
     recompute  none, selective, full
     sp      on whenever tp > 1 (Megatron-LM: sequence parallelism is the norm with tp; Korthikanti et al. 2022)
+LSTM models search tp, dp and mbs only (the recurrent workload has no pipeline, context parallelism, sequence
+parallelism, recompute or ZeRO sharding): zero 0, no recompute and no sequence parallelism unless pinned.
 Kept from the base plan: precision, attention kernel, the overlap switches, bucket size and placement order.
 A pinned knob takes only the value given.
 """
@@ -72,15 +78,15 @@ def knob_values(space: SearchSpace) -> dict[str, tuple]:
     lstm = m.arch == "lstm"
     vals: dict[str, tuple] = {
         "tp": tuple(d for d in divisors(n) if d <= space.system.scale_up_domain),
-        "pp": (1,) if lstm else tuple(d for d in divisors(n) if m.layers % d == 0),
+        "pp": (1,) if lstm else tuple(d for d in divisors(n) if d <= m.layers),
         "cp": (1,) if lstm else tuple(d for d in divisors(n) if d <= MAX_CP and d & (d - 1) == 0
                                       and m.seq_len % d == 0),
         "ep": tuple(divisors(m.moe.num_experts)) if m.moe is not None else (1,),
         "vpp": tuple(range(1, MAX_VPP + 1)),
         "mbs": MBS_CHOICES,
-        "zero_stage": (0, 1, 3),
-        "recompute": RECOMPUTE,
-        "sequence_parallel": (False, True),
+        "zero_stage": (0,) if lstm else (0, 1, 2, 3),
+        "recompute": ("none",) if lstm else RECOMPUTE,
+        "sequence_parallel": (False,) if lstm else (False, True),
     }
     for knob, value in space.pinned.items():
         if knob != "dp":
@@ -107,7 +113,8 @@ def candidate_plans(space: SearchSpace) -> Iterator[Plan]:
                 if "dp" in pinned and dp != pinned["dp"]:
                     continue
                 for sp in v["sequence_parallel"]:
-                    if sp and tp == 1 or ("sequence_parallel" not in pinned and sp != (tp > 1)):
+                    if sp and tp == 1 or ("sequence_parallel" not in pinned and m.arch != "lstm"
+                                          and sp != (tp > 1)):
                         continue
                     for plan in _inner(space, v, tp, pp, cp, dp, sp):
                         seen_base = seen_base or plan == b
@@ -115,6 +122,14 @@ def candidate_plans(space: SearchSpace) -> Iterator[Plan]:
     if not seen_base and b.gbs == gbs and b.num_gpus == n and _matches_pins(b, pinned) \
             and not consistency_errors(m, b, n, space.system):
         yield b
+
+
+def _default_zero(zero: int, shards: int, micro: int, arch: str) -> bool:
+    """Whether an unpinned search tries ZeRO stage `zero` (see the module docstring): 0 exactly where there is
+    nothing to shard over (and always for an LSTM), 2 only without gradient accumulation."""
+    if shards == 1 or arch == "lstm":
+        return zero == 0
+    return zero in (1, 3) or (zero == 2 and micro == 1)
 
 
 def _matches_pins(plan: Plan, pinned: dict[str, object]) -> bool:
@@ -134,8 +149,8 @@ def _inner(space: SearchSpace, v: dict[str, tuple], tp: int, pp: int, cp: int, d
                 if vpp > 1 and (pp == 1 or m.layers % (pp * vpp) or micro % pp):
                     continue
                 for zero in v["zero_stage"]:
-                    if "zero_stage" not in pinned and (zero == 0) != (dp * cp == 1):
-                        continue  # ZeRO-0 only where there is nothing to shard over; see the module docstring
+                    if "zero_stage" not in pinned and not _default_zero(zero, dp * cp, micro, m.arch):
+                        continue
                     for rc in v["recompute"]:
                         plan = dataclasses.replace(b, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, gbs=gbs,
                                                    zero_stage=zero, recompute=rc, sequence_parallel=sp)
