@@ -62,7 +62,8 @@ def _no_plan_error(space: SearchSpace) -> SpecError:
     what = ", ".join(f"{_flag(k)} {space.pinned[k]}" for k in names)
     return SpecError(_flag(names[0]) if len(names) == 1 else "search",
                      f"no consistent plan of {space.model.name} on {space.num_gpus} GPUs with a global batch of "
-                     f"{space.gbs} has {what} (heads, ffn, layers, sequence and batch must divide; tp above the "
+                     f"{space.gbs} has {what} (tp must divide heads and ffn, pp·vpp fit the layers, cp the sequence, "
+                     f"dp·mbs the batch; ep needs an MoE model and must divide dp and the experts; tp above the "
                      f"scale-up domain must span whole domains)")
 
 
