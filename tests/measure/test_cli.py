@@ -68,3 +68,80 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monke
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+MEM = {"probe": "memory", "device": "cpu", "level_kernel": "read",
+       "levels": [{"name": "L2", "capacity_bytes": 2e6, "bandwidth_bytes_per_s": 1e11,
+                   "first_working_set_bytes": 65536, "last_working_set_bytes": 1e6}],
+       "samples": [{"kernel": "read", "working_set_bytes": 65536, "bandwidth_bytes_per_s": 1e11}]}
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"[1]", "a JSON list, not an object"),
+    (b"", "cannot read probe JSON"),
+    (b'{"\xe9": 1}', "not UTF-8"),
+    (b'{"probe": "all", "compute": 5}', "a part is a int"),
+    (b'{"probe": "memory"}', "memory.level_kernel"),
+    (json.dumps({**MEM, "levels": 5}).encode(), "memory.levels: expected a non-empty list"),
+    (json.dumps({**MEM, "samples": [{"x": 1}]}).encode(), "memory.samples[0].kernel"),
+    (json.dumps({**MEM, "levels": [{**MEM["levels"][0], "bandwidth_bytes_per_s": 0}]}).encode(),
+     "memory.levels[0].bandwidth_bytes_per_s: expected a number > 0, got 0"),
+    (b'{"probe": "compute", "samples": []}', "compute.samples: expected a non-empty list"),
+    (b'{"probe": "compute", "samples": [{"dtype": "fp32"}]}', "compute.samples[0].backend"),
+    (b'{"probe": "collectives", "tier": "scale_up", "num_ranks": 2, "samples": 5}', "collectives.samples"),
+])
+def test_calibrate_bad_probe_result_names_file_and_field(content, message, capsys, tmp_path):
+    res = tmp_path / "res.json"
+    res.write_bytes(content)
+    assert main(["calibrate", str(res), "-o", str(tmp_path / "p.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert str(res) in err and message in err, err
+
+
+def test_calibrate_minimal_memory_result_still_fits(capsys, tmp_path):
+    res = tmp_path / "res.json"
+    res.write_text(json.dumps(MEM))
+    assert main(["calibrate", str(res), "-o", str(tmp_path / "p.yaml")]) == 0
+    assert calibration_from(str(tmp_path / "p.yaml")).memory_levels[0].name == "L2"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--peak", "fp32=nan"], "--peak: expected NAME=POSITIVE_NUMBER"),
+    (["--peak", "fp32=inf"], "--peak: expected NAME=POSITIVE_NUMBER"),
+    (["--peak", "fp99=1e12"], "--peak: unknown name 'fp99'"),
+    (["--line-rate", "foo=1e9"], "--line-rate: unknown name 'foo'"),
+    (["--tier", "foo"], "--tier 'foo'"),
+    (["--op", "foo"], "--op 'foo'"),
+    (["--ranks", "0"], "--ranks must be >= 2"),
+    (["-o", "."], "--output .: is a directory"),
+])
+def test_calibrate_bad_flags(argv, message, capsys, tmp_path, monkeypatch, nccl_log_text):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.log").write_text(nccl_log_text)
+    assert main(["calibrate", "--nccl-log", "a.log", "-o", "p.yaml", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["collectives", "--ranks", "100000"], "--ranks must be from 2 to 128"),
+    (["collectives", "--tier", "foo"], "--tier 'foo'"),
+    (["collectives", "--ops", ","], "--ops: empty name"),
+    (["memory", "--repeats", "0"], "--repeats must be >= 1"),
+    (["memory", "--max-bytes", "nan"], "--max-bytes must be from"),
+    (["memory", "--max-bytes", "1e30"], "--max-bytes must be from"),
+    (["memory", "--max-bytes", "1000"], "--max-bytes must be from 262144"),
+    (["locality", "--batch", "0"], "--batch must be >= 1"),
+    (["memory", "-o", "."], "--output .: is a directory"),
+    (["memory", "--plots", "afile"], "--plots afile: exists and is not a directory"),
+    (["locality", "--memory-json", "afile"], "afile: cannot read probe JSON"),
+    (["locality", "--memory-json", "nolevels.json"], "levels: expected a non-empty list"),
+])
+def test_probe_bad_flags_fail_before_probing(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "nolevels.json").write_text('{"probe": "memory", "levels": []}')
+    assert main(["probe", *argv, "--quick", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err

@@ -150,3 +150,50 @@ def test_directory_mixing_ranks_with_a_duplicate(ddp_path, pp_paths, tmp_path):
     with pytest.raises(TraceFormatError) as err:
         read_trace(tmp_path)
     assert "rank 1" in str(err.value) and "zz-copy" in str(err.value) and pp_paths[1].name in str(err.value)
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bigint.json", b'{"traceEvents": [{"ph": "X", "ts": ' + b"9" * 5000 + b"}]}", "more than 4300 digits"),
+    ("deep.json", b'{"traceEvents": [' + b"[" * 5000 + b"]" * 5000 + b"]}", "nested too deeply"),
+    ("deep_args.json", b'{"traceEvents": [{"ph": "X", "args": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5000 + b"}]}",
+     "nested too deeply"),
+])
+def test_pathological_json_is_one_clear_error(name, content, message, tmp_path):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError) as err:
+        read_rank(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_same_file_twice_is_an_error_not_two_ranks(tmp_path):
+    path = tmp_path / "good.json"
+    path.write_bytes(GOOD)
+    with pytest.raises(TraceFormatError, match="given more than once"):
+        read_trace([path, tmp_path])
+
+
+@pytest.mark.parametrize("flag, target, message", [
+    ("--plots", "file", "--plots {}: exists and is not a directory"),
+    ("--plots", "under_file", "is not a writable directory"),
+    ("--timeline", "dir", "--timeline {}: is a directory"),
+    ("--timeline", "under_file", "is not a writable directory"),
+])
+def test_bad_output_paths_fail_before_reading(flag, target, message, tmp_path, capsys):
+    path = tmp_path / "good.json"
+    path.write_bytes(GOOD)
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    out = {"file": a_file, "dir": tmp_path, "under_file": a_file / "sub"}[target]
+    assert main(["trace", str(path), flag, str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert message.format(out) in err
+
+
+def test_timeline_parent_directory_is_created(tmp_path, capsys):
+    path = tmp_path / "good.json"
+    path.write_bytes(GOOD)
+    out = tmp_path / "new" / "t.json"
+    assert main(["trace", str(path), "--timeline", str(out)]) == 0
+    assert json.loads(out.read_text())["traceEvents"]

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
-from narrowpath.cli.common import add_scenario_args, scenario_from_args
-from narrowpath.errors import NarrowpathError, SpecError
+from narrowpath.cli.common import (add_scenario_args, check_output_dir, check_output_file, scenario_from_args,
+                                   writing)
+from narrowpath.errors import SpecError
 from narrowpath.report.analysis_console import format_analysis
 from narrowpath.report.analysis_json import analysis_to_json
 from narrowpath.report.prediction import prediction_to_json
@@ -60,32 +59,19 @@ def options_from_args(args) -> AnalysisOptions:
 
 def check_output_paths(args) -> None:
     """Fail before any work when --plots names a file or --timeline a directory, or a parent is not writable."""
-    if args.plots:
-        d = Path(args.plots)
-        if d.exists() and not d.is_dir():
-            raise NarrowpathError(f"--plots {args.plots}: exists and is not a directory")
-        parent = next((q for q in (d, *d.parents) if q.exists()), Path("."))
-        if not (parent.is_dir() and os.access(parent, os.W_OK)):
-            raise NarrowpathError(f"--plots {args.plots}: {parent} is not a writable directory")
-    if args.timeline:
-        f = Path(args.timeline)
-        if f.is_dir():
-            raise NarrowpathError(f"--timeline {args.timeline}: is a directory, give a file name")
-        parent = next((q for q in f.parents if q.exists()), Path("."))
-        if not (parent.is_dir() and os.access(parent, os.W_OK)):
-            raise NarrowpathError(f"--timeline {args.timeline}: {parent} is not a writable directory")
+    check_output_dir("--plots", args.plots)
+    check_output_file("--timeline", args.timeline)
 
 
 def write_outputs(a, args) -> None:
-    try:
-        if args.plots:
-            from narrowpath.report.plots import write_plots
+    if args.plots:
+        from narrowpath.report.plots import write_plots
+        with writing("--plots"):
             write_plots(a, args.plots)
-        if args.timeline:
-            from narrowpath.report.timeline import write_timeline
+    if args.timeline:
+        from narrowpath.report.timeline import write_timeline
+        with writing("--timeline"):
             write_timeline(a, args.timeline)
-    except OSError as exc:
-        raise NarrowpathError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
 
 
 def run(args) -> int:

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import yaml
 
 from narrowpath.errors import NarrowpathError
+from narrowpath.measure.busbw import NCCL_TEST_BINARIES
+from narrowpath.spec.device import DTYPES
+from narrowpath.spec.system import TIER_NAMES
 
 
 def register(sub) -> None:
@@ -30,7 +34,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _pairs(items: list[str], what: str) -> dict[str, float]:
+def _pairs(items: list[str], what: str, names: tuple[str, ...] | None = None) -> dict[str, float]:
     out = {}
     for item in items:
         key, sep, val = item.partition("=")
@@ -38,22 +42,26 @@ def _pairs(items: list[str], what: str) -> dict[str, float]:
             out[key.strip()] = float(val)
         except ValueError:
             raise NarrowpathError(f"{what}: expected NAME=NUMBER, got {item!r}") from None
-        if not sep or out[key.strip()] <= 0:
+        if not sep or not key.strip() or not (math.isfinite(out[key.strip()]) and out[key.strip()] > 0):
             raise NarrowpathError(f"{what}: expected NAME=POSITIVE_NUMBER, got {item!r}")
+        if names is not None and key.strip() not in names:
+            raise NarrowpathError(f"{what}: unknown name {key.strip()!r} in {item!r}; known: {', '.join(names)}")
     return out
 
 
 def _load_results(paths: list[str]) -> dict[str, list[dict]]:
     found: dict[str, list[dict]] = {"compute": [], "memory": [], "collectives": []}
+    from narrowpath.cli.probe_cmd import read_probe_json
+    from narrowpath.measure.profile import check_probe_result
     for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise NarrowpathError(f"{path}: cannot read probe JSON ({exc})") from None
+        data = read_probe_json(path)
         parts = [data.get(k) for k in ("compute", "memory", "locality", "collectives")] \
             if data.get("probe") == "all" else [data]
         for part in parts:
+            if part is not None and not isinstance(part, dict):
+                raise NarrowpathError(f"{path}: not a narrowpath probe result (a part is a {type(part).__name__})")
             if part and part.get("probe") in found:
+                check_probe_result(part, path)
                 found[part["probe"]].append(part)
             elif part and part.get("probe") != "locality":
                 raise NarrowpathError(f"{path}: not a narrowpath probe result (probe = {part.get('probe')!r})")
@@ -65,20 +73,28 @@ def run(args) -> int:
     from narrowpath.measure.profile import (build_profile, profile_document, tier_points_from_log,
                                             tier_points_from_probe)
     from narrowpath.report.measure_tables import format_fit_report
+    from narrowpath.cli.common import check_output_file, writing
     if not args.results and not args.nccl_log:
         raise NarrowpathError("calibrate needs probe results (RESULT.json) and/or --nccl-log FILE")
+    if args.tier not in TIER_NAMES:
+        raise NarrowpathError(f"--tier {args.tier!r}: must be one of {', '.join(TIER_NAMES)}")
+    if args.op is not None and args.op not in NCCL_TEST_BINARIES.values():
+        raise NarrowpathError(f"--op {args.op!r}: must be one of {', '.join(NCCL_TEST_BINARIES.values())}")
+    if args.ranks is not None and args.ranks < 2:
+        raise NarrowpathError(f"--ranks must be >= 2, got {args.ranks}")
+    check_output_file("--output", args.output)
     found = _load_results(args.results)
     peaks, peak_mem = {}, 0.0
     if args.device:
         from narrowpath.catalog import store
         dev = store.device(args.device)
         peaks, peak_mem = dict(dev.peak_matrix_flop_per_s), dev.level("hbm").bw_bytes_per_s
-    peaks.update(_pairs(args.peak, "--peak"))
+    peaks.update(_pairs(args.peak, "--peak", (*DTYPES, "fp64")))
     lines = {}
     if args.system:
         from narrowpath.catalog import store
         lines = {t.name: t.bw_bytes_per_s_per_gpu for t in store.system(args.system).tiers}
-    lines.update(_pairs(args.line_rate, "--line-rate"))
+    lines.update(_pairs(args.line_rate, "--line-rate", TIER_NAMES))
     points = [tp for res in found["collectives"] for tp in tier_points_from_probe(res)]
     for path in args.nccl_log:
         points.append(tier_points_from_log(read_nccl_tests_log(path), tier=args.tier, op=args.op,
@@ -93,7 +109,8 @@ def run(args) -> int:
     rep = build_profile(name=args.name or device, device=device, compute=compute, memory=memory,
                         tier_points=points, peaks=peaks, peak_mem_bw_bytes_per_s=peak_mem, line_rates=lines,
                         base=base)
-    Path(args.output).write_text(yaml.safe_dump(profile_document(rep.profile), sort_keys=False, width=120))
+    with writing("--output"):
+        Path(args.output).write_text(yaml.safe_dump(profile_document(rep.profile), sort_keys=False, width=120))
     if args.json:
         print(json.dumps({"output": args.output, "fits": rep.lines, "profile": rep.profile}, indent=1))
     else:

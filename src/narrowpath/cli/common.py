@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 from narrowpath.catalog import load_scenario, system as catalog_system
 from narrowpath.catalog.resolve import DEFAULT_SCENARIO, calibration_from, resolve_model
-from narrowpath.errors import SpecError
+from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
 
@@ -81,3 +85,36 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     cal = calibration_from(args.profile) if getattr(args, "profile", None) else (base.calibration if base else None)
     return Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
                     mode=base.mode if base is not None else "training", calibration=cal)
+
+
+def check_output_dir(flag: str, path: str | None) -> None:
+    """Fail before any work when an output directory flag names a file or sits under an unwritable one."""
+    if not path:
+        return
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise NarrowpathError(f"{flag} {path}: exists and is not a directory")
+    parent = next((q for q in (d, *d.parents) if q.exists()), Path("."))
+    if not (parent.is_dir() and os.access(parent, os.W_OK)):
+        raise NarrowpathError(f"{flag} {path}: {parent} is not a writable directory")
+
+
+def check_output_file(flag: str, path: str | None) -> None:
+    """Fail before any work when an output file flag names a directory or sits under an unwritable one."""
+    if not path:
+        return
+    f = Path(path)
+    if f.is_dir():
+        raise NarrowpathError(f"{flag} {path}: is a directory, give a file name")
+    parent = next((q for q in f.parents if q.exists()), Path("."))
+    if not (parent.is_dir() and os.access(parent, os.W_OK)):
+        raise NarrowpathError(f"{flag} {path}: {parent} is not a writable directory")
+
+
+@contextmanager
+def writing(flag: str) -> Iterator[None]:
+    """Turn an OSError while writing an output into one line naming the flag and the file."""
+    try:
+        yield
+    except OSError as exc:
+        raise NarrowpathError(f"{flag}: cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None

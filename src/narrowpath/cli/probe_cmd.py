@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
 
 from narrowpath.errors import NarrowpathError
+from narrowpath.spec.system import TIER_NAMES
 
 PROBES = ("compute", "memory", "locality", "collectives", "all")
+MAX_LOCAL_RANKS = 128  # local processes the collectives probe may spawn
 
 
 def register(sub) -> None:
@@ -65,21 +69,81 @@ def _run_one(what: str, args, memory_result=None) -> dict | None:
                                                progress=prog)
 
 
-def _read_json(path: str) -> dict:
+def read_probe_json(path: str) -> dict:
+    """A probe result file (`probe ... -o`) as a JSON object; every error names the file."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise NarrowpathError(f"{path}: cannot read probe JSON ({exc})") from None
-    if data.get("probe") == "all":
-        data = data.get("memory") or {}
-    if data.get("probe") != "memory":
-        raise NarrowpathError(f"{path}: not a memory probe result (probe = {data.get('probe')!r})")
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise NarrowpathError(f"{path}: cannot read probe JSON ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise NarrowpathError(f"{path}: cannot read probe JSON (not UTF-8 text at byte {exc.start})") from None
+    except ValueError as exc:
+        raise NarrowpathError(f"{path}: cannot read probe JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise NarrowpathError(f"{path}: cannot read probe JSON (nested too deeply)") from None
+    if not isinstance(data, dict):
+        raise NarrowpathError(f"{path}: not a narrowpath probe result (a JSON {type(data).__name__}, not an object)")
     return data
 
 
+def _read_json(path: str) -> dict:
+    data = read_probe_json(path)
+    if data.get("probe") == "all":
+        data = data.get("memory") or {}
+    if not isinstance(data, dict) or data.get("probe") != "memory":
+        raise NarrowpathError(f"{path}: not a memory probe result (probe = "
+                              f"{data.get('probe') if isinstance(data, dict) else data!r})")
+    levels = data.get("levels")
+    if not (isinstance(levels, list) and levels and all(
+            isinstance(lv, dict) and isinstance(lv.get("capacity_bytes"), (int, float))
+            and isinstance(lv.get("bandwidth_bytes_per_s"), (int, float)) for lv in levels)):
+        raise NarrowpathError(f"{path}: levels: expected a non-empty list of {{name, capacity_bytes, "
+                              f"bandwidth_bytes_per_s}}, got {levels!r}"[:300])
+    return data
+
+
+def _physical_memory_bytes() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def check_args(args) -> None:
+    """Refuse bad flags before any probe runs (a full probe takes minutes)."""
+    if not 2 <= args.ranks <= MAX_LOCAL_RANKS:
+        raise NarrowpathError(f"--ranks must be from 2 to {MAX_LOCAL_RANKS} local processes, got {args.ranks}")
+    if args.repeats is not None and args.repeats < 1:
+        raise NarrowpathError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.batch < 1:
+        raise NarrowpathError(f"--batch must be >= 1, got {args.batch}")
+    if args.max_bytes is not None:
+        # the memory and locality sweeps start at 64 KiB of working set and 256 KiB of weights
+        low = 256 * 1024 if args.what in ("memory", "locality", "all") else 1
+        limit = _physical_memory_bytes() / 2
+        if not (math.isfinite(args.max_bytes) and low <= args.max_bytes <= limit):
+            raise NarrowpathError(f"--max-bytes must be from {low} to half this machine's memory ({limit:.3g}) "
+                                  f"for `probe {args.what}`, got {args.max_bytes}")
+    if args.tier is not None and args.tier not in TIER_NAMES:
+        raise NarrowpathError(f"--tier {args.tier!r}: must be one of {', '.join(TIER_NAMES)}")
+    if args.backend is not None and args.what in ("collectives", "all"):
+        try:
+            from torch.distributed import Backend
+        except ImportError:
+            Backend = None
+        known = getattr(Backend, "backend_list", None)
+        if known and args.backend.lower() not in known:
+            raise NarrowpathError(f"--backend {args.backend!r}: torch.distributed knows "
+                                  f"{', '.join(k for k in known if k not in ('undefined', 'fake'))}")
+    if args.ops is not None and not all(o.strip() for o in args.ops.split(",")):
+        raise NarrowpathError(f"--ops: empty name in {args.ops!r}; give e.g. all_reduce,all_gather")
+    from narrowpath.cli.common import check_output_dir, check_output_file
+    check_output_file("--output", args.output)
+    check_output_dir("--plots", args.plots)
+
+
 def run(args) -> int:
-    if args.ranks < 2:
-        raise NarrowpathError(f"--ranks must be >= 2, got {args.ranks}")
+    check_args(args)
     t0 = time.perf_counter()
     if args.what == "all":
         result = {"probe": "all"}
@@ -101,7 +165,9 @@ def _report(result: dict, args) -> None:
     from narrowpath.report import measure_tables as tables
     parts = {k: v for k, v in result.items() if k in PROBES} if result["probe"] == "all" else {result["probe"]: result}
     if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=1))
+        from narrowpath.cli.common import writing
+        with writing("--output"):
+            Path(args.output).write_text(json.dumps(result, indent=1))
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -114,9 +180,11 @@ def _report(result: dict, args) -> None:
         from narrowpath.report import measure_plots as plots
         out = Path(args.plots)
         written = []
-        for k, v in parts.items():
-            if k == "locality":
-                written.append(plots.plot_locality(v, out, levels=v.get("levels_used")))
-            else:
-                written.append(getattr(plots, f"plot_{k}")(v, out))
+        from narrowpath.cli.common import writing
+        with writing("--plots"):
+            for k, v in parts.items():
+                if k == "locality":
+                    written.append(plots.plot_locality(v, out, levels=v.get("levels_used")))
+                else:
+                    written.append(getattr(plots, f"plot_{k}")(v, out))
         print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -21,9 +21,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from narrowpath.cli.common import check_output_dir, check_output_file, writing
     from narrowpath.trace.analyze import analyze, report_to_dict
     from narrowpath.trace.reader import read_trace
 
+    check_output_dir("--plots", args.plots)
+    check_output_file("--timeline", args.timeline)
     trace = read_trace(args.traces)
     try:
         report = analyze(trace, critical_step=args.step)
@@ -41,10 +44,12 @@ def run(args) -> int:
     written = []
     if args.plots:
         from narrowpath.report.trace_plots import write_plots
-        written += write_plots(report, args.plots)
+        with writing("--plots"):
+            written += write_plots(report, args.plots)
     if args.timeline:
         from narrowpath.report.trace_timeline import write_timeline
-        write_timeline(trace, args.timeline)
+        with writing("--timeline"):
+            write_timeline(trace, args.timeline)
         written.append(args.timeline)
     if args.json:
         out = report_to_dict(report)

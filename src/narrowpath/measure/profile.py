@@ -13,6 +13,7 @@ Efficiencies above 1 (a low peak estimate, e.g. a CPU in turbo) are clipped to 1
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -42,6 +43,46 @@ class FitReport:
 
     profile: dict[str, Any]
     lines: list[dict[str, Any]] = field(default_factory=list)
+
+
+_TEXT, _COUNT, _POSITIVE = "text", "number >= 0", "number > 0"
+_RESULT_SHAPE: dict[str, dict[str, Any]] = {
+    "compute": {"samples": {"dtype": _TEXT, "backend": _TEXT, "flop": _POSITIVE, "flops_per_s": _POSITIVE}},
+    "memory": {"level_kernel": _TEXT,
+               "levels": {"name": _TEXT, "capacity_bytes": _POSITIVE, "bandwidth_bytes_per_s": _POSITIVE,
+                          "first_working_set_bytes": _COUNT, "last_working_set_bytes": _COUNT},
+               "samples": {"kernel": _TEXT, "working_set_bytes": _COUNT, "bandwidth_bytes_per_s": _POSITIVE}},
+    "collectives": {"tier": _TEXT, "num_ranks": _POSITIVE,
+                    "samples": {"op": _TEXT, "size_bytes": _COUNT, "time_s": _POSITIVE}},
+}
+
+
+def _bad_value(value: Any, kind: str) -> bool:
+    if kind == _TEXT:
+        return not isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return True
+    return value < 0 or (kind == _POSITIVE and value == 0)
+
+
+def check_probe_result(result: Any, source: str) -> None:
+    """A `narrowpath probe` result has the fields the fits read; the error names the file and the field."""
+    from narrowpath.errors import NarrowpathError
+    kind = result.get("probe") if isinstance(result, Mapping) else None
+    for key, want in _RESULT_SHAPE.get(kind, {}).items():
+        value = result.get(key)
+        if isinstance(want, str):
+            if _bad_value(value, want):
+                raise NarrowpathError(f"{source}: {kind}.{key}: expected a {want}, got {value!r}"[:300])
+            continue
+        if not isinstance(value, list) or not value:
+            raise NarrowpathError(f"{source}: {kind}.{key}: expected a non-empty list, got {value!r}"[:300])
+        for i, item in enumerate(value):
+            for field_name, kind_of in want.items():
+                got = item.get(field_name) if isinstance(item, Mapping) else None
+                if _bad_value(got, kind_of):
+                    raise NarrowpathError(f"{source}: {kind}.{key}[{i}].{field_name}: expected a {kind_of}, "
+                                          f"got {got!r}"[:300])
 
 
 def large_message_busbw(op: str, num_ranks: int, size_bytes: list[float], time_s: list[float]) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from narrowpath.trace.model import Trace
 def write_timeline(trace: Trace, path: str, min_dur_s: float = 0.0) -> int:
     """Write the timeline; activities shorter than `min_dur_s` are left out. Returns the number of events."""
     n = 0
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # as analyze --timeline does
     with open(path, "w", encoding="utf-8") as fh:
         zero = min((r.origin_ns + r.clock_offset_ns for r in trace.ranks), default=0)
         fh.write(json.dumps({"displayTimeUnit": "ms", "otherData": {

@@ -104,6 +104,10 @@ class _Text:
                 if self.eof:
                     what = "file ends inside a value (truncated?)" if exc.pos >= len(self.buf) - 1 else exc.msg
                     raise self.fail(exc.pos, f"invalid JSON: {what}") from None
+            except ValueError:  # an integer of more than 4300 digits (Python's int-conversion limit)
+                raise self.fail(pos, "invalid JSON: a number with more than 4300 digits") from None
+            except RecursionError:
+                raise self.fail(pos, "invalid JSON: nested too deeply") from None
             pos = self.refill(pos)
 
 
@@ -222,7 +226,7 @@ def _fast_batch(inner: str, rule: SkipRule | None, stats: dict[str, int]) -> lis
         return []
     try:
         events = json.loads("[{" + "},{".join(pieces) + "}]")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # the element-by-element path names the problem and its position
         return None
     if len(events) != len(pieces):
         return None

@@ -248,6 +248,12 @@ def trace_paths(inputs: Iterable[str | os.PathLike]) -> list[str]:
             paths.append(item)
         else:
             raise TraceFormatError(f"{item}: no such trace file or directory")
+    seen: dict[str, str] = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise TraceFormatError(f"{path}: given more than once (also as {seen[real]}); one file per rank")
+        seen[real] = path
     return paths
 
 
