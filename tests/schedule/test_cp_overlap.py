@@ -27,7 +27,8 @@ def test_kv_exchange_hidden_at_most_by_attention():
     assert kv.tier == "scale_out"
     micro = pred.workload.num_microbatches
     hidden_per_microbatch = (kv.total_s - kv.exposed_s) / micro
-    assert hidden_per_microbatch <= _attention_time_s(pred, "fwd") * (1 + 1e-9)
+    cp = pred.scenario.plan.cp  # the first of cp ring blocks runs on local K, V: only cp - 1 can hide a transfer
+    assert hidden_per_microbatch <= _attention_time_s(pred, "fwd") * (cp - 1) / cp * (1 + 1e-9)
     assert kv.exposed_s > 0 and pred.breakdown_s["exposed_cp_comm"] > 0
 
 
@@ -40,6 +41,6 @@ def test_small_kv_exchange_inside_nvlink_stays_hidden():
 def test_full_recompute_regathers_kv():
     pred = predict(_scn(tp=8, pp=1, vpp=1, cp=2, dp=16, mbs=1, zero_stage=1, recompute="full"))
     phases = {t.phase for t in pred.transfers if t.name == "cp.kv_all_gather"}
-    assert phases == {"fwd", "recompute"}
+    assert phases == {"fwd", "bwd", "recompute"}  # ring CP re-circulates K, V in backward beside dK, dV
     none = predict(_scn(tp=8, pp=1, vpp=1, cp=2, dp=16, mbs=1, zero_stage=1, recompute="none"))
-    assert {t.phase for t in none.transfers if t.name == "cp.kv_all_gather"} == {"fwd"}
+    assert {t.phase for t in none.transfers if t.name == "cp.kv_all_gather"} == {"fwd", "bwd"}

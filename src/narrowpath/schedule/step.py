@@ -130,6 +130,8 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         same_node = stride < system.gpus_per_node and system.gpus_per_node % stride == 0
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
+    elif axis == "edp" and plan.cp > 1:
+        span = group_span(plan, system, "edpcp")  # the cp × dp/ep ranks that hold the same experts
     elif axis == "edp":
         # expert-data-parallel group: the dp/ep ranks that hold the same experts, `stride` apart in the layout
         span = _strided_span(max(1, plan.dp // plan.ep), axis_strides(plan)["dp"], scn)
@@ -215,7 +217,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         rows = []
         # overlappable traffic per phase hides behind that phase's matrix work (a CP KV exchange: its attention)
         hide_budget = dict(gemm_phase)
-        attn_budget = dict(attn_phase)
+        # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
+        attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in attn_phase.items()}
         extra_compute = 0.0
         for tr, c in st.transfers:
             cost = _price(tr, scn, cal, spans, coll_cache)

@@ -74,6 +74,12 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
         errs.append(("plan.gbs", f"interleaved schedule needs micro-batches ({p.num_microbatches}) divisible by pp {p.pp}"))
     if model.arch == "lstm" and (p.pp > 1 or p.cp > 1):
         errs.append(("plan", "the LSTM model supports tp and dp only"))
+    if model.arch == "lstm":  # its workload (workload/lstm.py) has no ZeRO sharding, recompute or SP to price
+        for knob, value, plain in (("zero_stage", p.zero_stage, 0), ("recompute", p.recompute, "none"),
+                                   ("sequence_parallel", p.sequence_parallel, False)):
+            if value != plain:
+                errs.append((f"plan.{knob}", f"the LSTM model is modelled without it: {knob} must be {plain!r}, "
+                             f"got {value!r}"))
     if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:
         errs.append(("plan.tp", f"tp {p.tp} spans scale-up domains of {system.scale_up_domain} GPUs unevenly"))
     return errs

@@ -82,7 +82,9 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
                 xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), 2.0))
     if plan.cp > 1:
         kv = b * s * 2 * model.kv_dim / plan.tp * A * plan.cp
-        for ph in ("fwd",) + (("recompute",) if plan.recompute == "full" else ()):  # a full re-run re-gathers K, V
+        # ring context parallelism (Megatron-Core / Transformer Engine P2P): K, V go round the ring in forward, again
+        # in backward beside their gradients, and again in a full recompute's forward
+        for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
             xfers.append((Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, True, "attention"), 1.0))
         xfers.append((Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True, "attention"),
                        1.0))
@@ -90,16 +92,42 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
         tok = b * s * model.moe.top_k * model.moe.capacity_factor * h * A
         for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
             xfers.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", tok, ph, False), 2.0))
-    if plan.zero_stage == 3:
+    if plan.zero_stage == 3 or zero2_per_microbatch(plan):
         p = T.layer_params(model, plan, moe_layer=moe_layer)
         e = T.layer_expert_params(model, plan) if moe_layer else 0.0
-        xfers += zero3_transfers(plan, p - e, e)
+        xfers += (zero3_transfers if plan.zero_stage == 3 else zero2_transfers)(plan, p - e, e)
     return ops, xfers
 
 
 def expert_dp(plan) -> int:
-    """Size of the expert-data-parallel group that replicates one rank's experts (ep carved out of dp)."""
-    return max(1, plan.dp // plan.ep)
+    """Size of the expert-data-parallel group that replicates one rank's experts: the dp·cp ranks that hold the
+    same weights (cp ranks see other sequence chunks), divided by ep (experts carved out of dp)."""
+    return max(1, plan.dp * plan.cp // plan.ep)
+
+
+def dense_dp(plan) -> int:
+    """Size of the group that syncs (and ZeRO-shards) dense gradients and weights: dp × cp (Megatron-LM reduces
+    gradients over the data-parallel group with context parallelism, since cp ranks hold the same weights)."""
+    return plan.dp * plan.cp
+
+
+def zero2_per_microbatch(plan) -> bool:
+    """ZeRO-2 keeps only its shard of the gradients, so with gradient accumulation it must reduce-scatter them
+    after every backward, not once per step (DeepSpeed stage 2; maintainers in deepspeedai/DeepSpeed#2252)."""
+    return plan.zero_stage == 2 and plan.num_microbatches > 1
+
+
+def zero2_transfers(plan, dense_params: float, expert_params: float) -> list[tuple[Transfer, float]]:
+    """ZeRO-2 with gradient accumulation: one layer's gradients reduce-scattered after its backward, per
+    micro-batch, overlapped with the backward of the layers before it."""
+    gb = grad_bytes_per_param(plan.precision)
+    out: list[tuple[Transfer, float]] = []
+    for axis, n, p in (("dp", dense_dp(plan), dense_params), ("edp", expert_dp(plan), expert_params)):
+        if n > 1 and p > 0:
+            pre = "dp.expert_" if axis == "edp" else "dp."
+            out.append((Transfer(pre + "zero2_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd", True),
+                        1.0))
+    return out
 
 
 def zero3_transfers(plan, dense_params: float, expert_params: float) -> list[tuple[Transfer, float]]:
@@ -107,7 +135,7 @@ def zero3_transfers(plan, dense_params: float, expert_params: float) -> list[tup
     gradients after backward (FSDP / DeepSpeed stage 3). Experts are sharded over their own expert-dp group."""
     wb, gb = weight_bytes_per_param(plan.precision), grad_bytes_per_param(plan.precision)
     out: list[tuple[Transfer, float]] = []
-    for axis, n, p in (("dp", plan.dp, dense_params), ("edp", expert_dp(plan), expert_params)):
+    for axis, n, p in (("dp", dense_dp(plan), dense_params), ("edp", expert_dp(plan), expert_params)):
         if n > 1 and p > 0:
             pre = "dp.expert_" if axis == "edp" else "dp."
             out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "fwd", True), 1.0))
@@ -198,6 +226,8 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         params += emb
         if plan.zero_stage == 3:
             xf += zero3_transfers(plan, emb, 0.0)
+        elif zero2_per_microbatch(plan):
+            xf += zero2_transfers(plan, emb, 0.0)
         expert = n_moe * T.layer_expert_params(model, plan) if moe_work is not None else 0.0
         if plan.pp > 1:
             # Each chunk boundary sends activations forward and receives gradients backward, per micro-batch.
@@ -227,13 +257,14 @@ def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], lis
     Wb = weight_bytes_per_param(plan.precision)
     xf: list[tuple[Transfer, float]] = []
     ov = plan.dp_overlap
-    for axis, n, p, pre in (("dp", plan.dp, dense, "dp."), ("edp", expert_dp(plan), expert, "dp.expert_")):
+    for axis, n, p, pre in (("dp", dense_dp(plan), dense, "dp."), ("edp", expert_dp(plan), expert, "dp.expert_")):
         if n <= 1 or p <= 0:
             continue
         if plan.zero_stage == 0:
             xf.append((Transfer(pre + "grad_all_reduce", "all_reduce", axis, p * G, "step", ov), 1.0))
         elif plan.zero_stage in (1, 2):
-            xf.append((Transfer(pre + "grad_reduce_scatter", "reduce_scatter", axis, p * G, "step", ov), 1.0))
+            if not zero2_per_microbatch(plan):  # else the gradients were reduce-scattered after every backward
+                xf.append((Transfer(pre + "grad_reduce_scatter", "reduce_scatter", axis, p * G, "step", ov), 1.0))
             xf.append((Transfer(pre + "param_all_gather", "all_gather", axis, p * Wb, "step", ov), 1.0))
     if plan.pp > 1 and scn.model.tied_embeddings:
         emb = scn.model.vocab * scn.model.hidden / plan.tp
