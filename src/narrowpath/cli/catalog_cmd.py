@@ -11,7 +11,7 @@ from narrowpath.workload.counts import parameter_count
 def register(sub) -> None:
     p = sub.add_parser("catalog", help="list the embedded devices, systems, models and scenarios")
     p.add_argument("kind", nargs="?", choices=("devices", "systems", "models", "profiles", "scenarios"))
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 

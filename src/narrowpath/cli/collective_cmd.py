@@ -198,9 +198,9 @@ def register(subparsers) -> None:
                                          "calibrate` (default: the system's device)")
     p.add_argument("--op", choices=OPS, help="collective (default all_reduce)")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS)
-    p.add_argument("-b", "--min-bytes", default="8")
-    p.add_argument("-e", "--max-bytes", default="8G")
-    p.add_argument("-f", "--factor", type=float, default=2.0)
+    p.add_argument("-b", "--min-bytes", default="8", help="smallest message, e.g. 8, 64K, 8M (default 8)")
+    p.add_argument("-e", "--max-bytes", default="8G", help="largest message (default 8G, at most 1P)")
+    p.add_argument("-f", "--factor", type=float, default=2.0, help="size step factor, > 1 (default 2)")
     p.add_argument("--corpus", nargs="?", const="", default=None, metavar="FILE",
                    help="check a collective-corpus/1 file (default: the shipped collectives-public.yaml)")
     p.add_argument("--compare", metavar="LOG", help="an nccl-tests output log to put beside the model")

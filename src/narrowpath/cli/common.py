@@ -15,6 +15,9 @@ from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
 
 PLAN_INT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs")
+_PLAN_HELP = {"tp": "tensor-parallel size", "pp": "pipeline-parallel stages", "dp": "data-parallel size",
+              "cp": "context-parallel size", "ep": "expert-parallel size", "vpp": "virtual stages per pipeline rank",
+              "mbs": "micro-batch size (sequences)", "gbs": "global batch size (sequences)"}
 
 
 def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
@@ -26,7 +29,7 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--system", help="catalog system id, e.g. dgx-h100")
     g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")
     for f in PLAN_INT_FLAGS:
-        g.add_argument(f"--{f}", type=int)
+        g.add_argument(f"--{f}", type=int, help=_PLAN_HELP[f])
     g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3))
     g.add_argument("--recompute", choices=("none", "selective", "full"))
     g.add_argument("--sp", dest="sequence_parallel", action=argparse.BooleanOptionalAction, default=None,

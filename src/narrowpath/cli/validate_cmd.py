@@ -12,7 +12,7 @@ def register(sub) -> None:
     p = sub.add_parser("validate", help="predicted vs measured step time on published runs")
     p.add_argument("--corpus", help="a validation-corpus/1 YAML/JSON file (default: the shipped public corpus)")
     p.add_argument("--profile", help="calibration profile to use for every case instead of the per-device ones")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
