@@ -140,15 +140,20 @@ def test_energy_rank_ties_on_energy():
                                         for c in res.ranked)
 
 
-def test_zero2_costs_the_model_zero1_time_with_less_memory_at_one_micro_batch():
-    """Why the space tries ZeRO-2 only with one micro-batch per step (search/space.py): the step model gives it
-    ZeRO-1's time and sharded gradients. If this changes, revisit that rule."""
+def test_zero2_trades_traffic_for_memory_only_with_accumulation():
+    """ZeRO-2 at one micro-batch: ZeRO-1's time with less memory. With gradient accumulation it reduce-scatters
+    after every backward (DeepSpeed), so it may cost time; the search tries it either way (search/space.py)."""
     scn = load_scenario("llama3-8b-h100-8")
     one = dataclasses.replace(scn.plan, mbs=8, zero_stage=1, recompute="none")
     p1 = predict(dataclasses.replace(scn, plan=one))
     p2 = predict(dataclasses.replace(scn, plan=dataclasses.replace(one, zero_stage=2)))
     assert one.num_microbatches == 1
     assert p2.step_time_s == p1.step_time_s and p2.memory.total_bytes < p1.memory.total_bytes
+    acc = dataclasses.replace(one, mbs=1)  # 8 micro-batches
+    a1 = predict(dataclasses.replace(scn, plan=acc))
+    a2 = predict(dataclasses.replace(scn, plan=dataclasses.replace(acc, zero_stage=2)))
+    assert acc.num_microbatches > 1 and a2.step_time_s >= a1.step_time_s
+    assert any(t.name == "dp.zero2_grad_reduce_scatter" for t in a2.transfers)
 
 
 def test_jobs_capped_at_usable_cpus(small, monkeypatch):

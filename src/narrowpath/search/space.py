@@ -13,12 +13,10 @@ plan a user starts from is always ranked against the rest):
     cp      powers of two dividing the sequence length and the GPU count, at most 32
     ep      MoE only: divisors of the expert count that divide dp (placement carves experts out of dp)
     mbs     powers of two up to 64 dividing the per-replica batch
-    zero    0 when there is no data/context parallelism; else 1 (Megatron distributed optimizer) and 3 (FSDP),
-            and 2 when a step has one micro-batch. ZeRO-0 costs the model the same step time as ZeRO-1 with
-            more memory per rank. ZeRO-2 shards the gradients, which holds only without gradient accumulation:
-            with several micro-batches FSDP's SHARD_GRAD_OP either reduce-scatters every micro-batch or keeps
-            unsharded gradients (`no_sync`), and the step model prices neither (it gives ZeRO-2 ZeRO-1's time
-            with sharded gradients), so the search leaves it out there. Pin `zero_stage` to include any stage
+    zero    0 when there is no data/context parallelism; else 1 (Megatron distributed optimizer), 2 (DeepSpeed
+            stage 2: with gradient accumulation the gradients are reduce-scattered after every backward, which
+            the step model prices) and 3 (FSDP). ZeRO-0 costs the model ZeRO-1's step time with more memory per
+            rank, so it is left out where there is something to shard over. Pin `zero_stage` to include any stage
     recompute  none, selective, full
     sp      on whenever tp > 1 (Megatron-LM: sequence parallelism is the norm with tp; Korthikanti et al. 2022)
 LSTM models search tp, dp and mbs only (the recurrent workload has no pipeline, context parallelism, sequence
@@ -126,10 +124,10 @@ def candidate_plans(space: SearchSpace) -> Iterator[Plan]:
 
 def _default_zero(zero: int, shards: int, micro: int, arch: str) -> bool:
     """Whether an unpinned search tries ZeRO stage `zero` (see the module docstring): 0 exactly where there is
-    nothing to shard over (and always for an LSTM), 2 only without gradient accumulation."""
+    nothing to shard over (and always for an LSTM), else 1, 2 and 3."""
     if shards == 1 or arch == "lstm":
         return zero == 0
-    return zero in (1, 3) or (zero == 2 and micro == 1)
+    return zero in (1, 2, 3)
 
 
 def _matches_pins(plan: Plan, pinned: dict[str, object]) -> bool:
