@@ -116,3 +116,12 @@ def test_validate_table_reports_failed_cases_per_case(tmp_path):
     r = run_cli("validate", "--corpus", str(f))
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert "FAILED bad-gpu: unknown device 'Z100'" in r.stdout and "FAILED case[1]" in r.stdout
+
+
+def test_plan_flag_on_a_scenario_keeps_its_gpu_count(capsys):
+    """`--tp 4` on a 1024-GPU scenario re-derives dp (it used to drop the count and predict 512 GPUs)."""
+    assert main(["predict", "gpt3-175b-a100-1024", "--tp", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["num_gpus"] == 1024 and data["plan"]["tp"] == 4 and data["plan"]["dp"] == 32
+    assert main(["predict", "gpt3-175b-a100-1024", "--dp", "8", "--json"]) == 0  # an explicit dp sets the count
+    assert json.loads(capsys.readouterr().out)["num_gpus"] == 512

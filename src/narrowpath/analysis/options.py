@@ -4,7 +4,11 @@ Every default names its source; the CLI can override the common ones.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from narrowpath.errors import SpecError
+from narrowpath.spec._check import choice, positive_int
 
 LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
 """Dubey et al., 'The Llama 3 Herd of Models' (2024) §3.3.4: 419 unexpected interruptions in 54 days on 16,384
@@ -44,3 +48,22 @@ class AnalysisOptions:
     """Device counts of the scaling sweep, as multiples of the scenario's data-parallel degree."""
     what_ifs: bool = True
     """Evaluate the verdict's what-if changes (each re-runs the model)."""
+
+    def __post_init__(self) -> None:
+        """Range checks for API callers (the CLI checks its flags first, naming them)."""
+        for name, low, high in (("jitter_cv", 0.0, 1.0), ("slow_node_fraction", 0.0, 100.0),
+                                ("failures_per_gpu_hour", 0.0, math.inf), ("restart_s", 0.0, math.inf),
+                                ("storage_cap_bytes_per_s", 0.0, math.inf), ("compression_ratio", 1.0, math.inf),
+                                ("sram_usable_fraction", 0.0, 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and low <= v <= high):
+                raise SpecError(f"options.{name}", f"must be a finite number in [{low:g}, {high:g}], got {v!r}")
+        if self.storage_bw_bytes_per_s is not None and not (math.isfinite(self.storage_bw_bytes_per_s)
+                                                            and self.storage_bw_bytes_per_s > 0):
+            raise SpecError("options.storage_bw_bytes_per_s", f"must be a finite number > 0, got "
+                            f"{self.storage_bw_bytes_per_s!r}")
+        choice("options.jitter_method", self.jitter_method, ("closed_form", "sampled"))
+        positive_int("options.seed", self.seed, minimum=0)
+        positive_int("options.num_samples", self.num_samples)
+        if not self.sweep_factors or any(not (math.isfinite(f) and f > 0) for f in self.sweep_factors):
+            raise SpecError("options.sweep_factors", f"must be positive finite numbers, got {self.sweep_factors!r}")

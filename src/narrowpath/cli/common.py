@@ -65,7 +65,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         model = dataclasses.replace(model, seq_len=args.seq_len)
     if args.gpus is not None and args.gpus < 1:
         raise SpecError("--gpus", f"must be >= 1, got {args.gpus}")
-    gpus = args.gpus or (base.num_gpus if base is not None and not plan_kw else None)
+    # a scenario keeps its GPU count when tp/pp/cp change (dp is re-derived); an explicit --dp sets it instead
+    gpus = args.gpus or (base.num_gpus if base is not None and "dp" not in plan_kw else None)
     tp = plan_kw.get("tp", plan0.tp)
     pp = plan_kw.get("pp", plan0.pp)
     cp = plan_kw.get("cp", plan0.cp)

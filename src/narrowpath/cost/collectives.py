@@ -289,8 +289,8 @@ def collective_time(op: str, message_bytes: float, span: GroupSpan, system: Syst
         raise SpecError("collective.op", f"unknown collective {op!r}; known: {', '.join(OPS)}")
     if algorithm not in ALGORITHMS:
         raise SpecError("collective.algorithm", f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    if message_bytes < 0:
-        raise SpecError("collective.message_bytes", f"must be >= 0, got {message_bytes}")
+    if not math.isfinite(message_bytes) or message_bytes < 0:
+        raise SpecError("collective.message_bytes", f"must be a finite number >= 0, got {message_bytes}")
     if span.size <= 1 or message_bytes == 0:
         return CollectiveCost(0.0, "none", 0.0, "none", 0.0)
     pm = path_model(span, system, calibration)

@@ -200,10 +200,16 @@ def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: 
         prof["sources"][key] = note + f" / line rate {line / 1e9:.2f} GB/s"
         tiers[name] = {"bw_efficiency": round(_clip(big / line, key, prof["sources"]), 4),
                        "alpha_s": float(f"{ab.alpha_s:.3g}"), "measured_num_ranks": tp.num_ranks,
-                       "busbw_efficiency_by_size": [[s, round(s / t * bus_factor(tp.op, tp.num_ranks) / line, 4)]
+                       "busbw_efficiency_by_size": [[s, _table_eff(s / t * bus_factor(tp.op, tp.num_ranks) / line)]
                                                     for s, t in sorted(zip(tp.size_bytes, tp.time_s))]}
     if tiers:
         prof["tiers"] = {**prof.get("tiers", {}), **tiers}
+
+
+def _table_eff(eff: float) -> float:
+    """busbw / line rate of one measured size: 4 significant figures (a fixed 4 decimals turned the tiny
+    efficiencies of small messages into 0, i.e. an infinite time), at most 1."""
+    return min(1.0, float(f"{eff:.4g}"))
 
 
 def calibration_to_dict(cal) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from narrowpath.errors import SpecError
 
 
-def positive_int(field: str, value: Any, *, minimum: int = 1) -> int:
+def positive_int(field: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -15,6 +15,8 @@ def positive_int(field: str, value: Any, *, minimum: int = 1) -> int:
             raise SpecError(field, f"must be an integer >= {minimum}, got {value!r}")
     if value < minimum:
         raise SpecError(field, f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise SpecError(field, f"must be <= {maximum:,}, got {value:,}")
     return value
 
 
@@ -46,3 +48,15 @@ def boolean(field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise SpecError(field, f"must be true or false, got {value!r}")
     return value
+
+
+def size_points(field: str, points: Any) -> tuple[tuple[float, float], ...]:
+    """(size > 0, efficiency in (0, 1]) pairs of a measured efficiency-by-size table, each finite."""
+    out = []
+    for i, pt in enumerate(points):
+        try:
+            size, eff = pt
+        except (TypeError, ValueError):
+            raise SpecError(f"{field}[{i}]", f"must be a (size, efficiency) pair, got {pt!r}") from None
+        out.append((positive_float(f"{field}[{i}].size", size), fraction(f"{field}[{i}].efficiency", eff)))
+    return tuple(out)

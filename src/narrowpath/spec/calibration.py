@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import choice, fraction, positive_float
+from narrowpath.spec._check import choice, fraction, positive_float, size_points
 from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.device import Level
 
@@ -33,7 +33,7 @@ class TierCalibration:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "busbw_efficiency_by_size",
-                           tuple((float(s), float(e)) for s, e in self.busbw_efficiency_by_size))
+                           size_points("calibration.tiers.busbw_efficiency_by_size", self.busbw_efficiency_by_size))
         fraction("calibration.tiers.bw_efficiency", self.bw_efficiency)
         positive_float("calibration.tiers.alpha_s", self.alpha_s, allow_zero=True)
         positive_float("calibration.tiers.nvls_busbw_bytes_per_s", self.nvls_busbw_bytes_per_s, allow_zero=True)
@@ -76,7 +76,8 @@ class Calibration:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "matrix_efficiency_by_size", MappingProxyType(
-            {dt: tuple((float(f), float(e)) for f, e in pts) for dt, pts in self.matrix_efficiency_by_size.items()}))
+            {dt: size_points(f"calibration[{self.name}].matrix_efficiency_by_size.{dt}", pts)
+             for dt, pts in self.matrix_efficiency_by_size.items()}))
         object.__setattr__(self, "memory_levels", tuple(self.memory_levels))
         object.__setattr__(self, "fit_residuals", MappingProxyType(dict(self.fit_residuals)))
         object.__setattr__(self, "matrix_efficiency", MappingProxyType(dict(self.matrix_efficiency)))

@@ -10,6 +10,14 @@ from narrowpath.errors import SpecError
 from narrowpath.spec._check import boolean, choice, positive_float, positive_int
 
 
+MAX_LAYERS = 100_000
+"""Sanity bounds far above any published model (the deepest: a few hundred layers; widest: hidden ~25k, vocab
+~256k, context ~10M tokens), so that a typo cannot make the workload builder allocate per-layer lists or print
+a step time of 1e31 s."""
+MAX_WIDTH = 100_000_000
+MAX_SEQ_LEN = 1 << 30
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MoE:
     """Mixture-of-experts block. Accepted and validated; costing lands in a later issue."""
@@ -78,14 +86,14 @@ class Model:
 
     def __post_init__(self) -> None:
         choice("model.arch", self.arch, ("transformer", "lstm"))
-        positive_int("model.layers", self.layers)
-        positive_int("model.hidden", self.hidden)
-        positive_int("model.heads", self.heads)
-        positive_int("model.kv_heads", self.kv_heads, minimum=0)
-        positive_int("model.head_dim", self.head_dim, minimum=0)
-        positive_int("model.ffn", self.ffn, minimum=0)
-        positive_int("model.vocab", self.vocab)
-        positive_int("model.seq_len", self.seq_len)
+        positive_int("model.layers", self.layers, maximum=MAX_LAYERS)
+        positive_int("model.hidden", self.hidden, maximum=MAX_WIDTH)
+        positive_int("model.heads", self.heads, maximum=MAX_WIDTH)
+        positive_int("model.kv_heads", self.kv_heads, minimum=0, maximum=MAX_WIDTH)
+        positive_int("model.head_dim", self.head_dim, minimum=0, maximum=MAX_WIDTH)
+        positive_int("model.ffn", self.ffn, minimum=0, maximum=MAX_WIDTH)
+        positive_int("model.vocab", self.vocab, maximum=MAX_WIDTH)
+        positive_int("model.seq_len", self.seq_len, maximum=MAX_SEQ_LEN)
         choice("model.ffn_act", self.ffn_act, ("gelu", "swiglu", "relu"))
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         if self.dropout is None:

@@ -1,6 +1,7 @@
 """System: devices joined by network tiers — scale-up domain, scale-out fabric, front-end."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -37,7 +38,7 @@ class Tier:
         positive_float(f"tier[{self.name}].bw_bytes_per_s_per_gpu", self.bw_bytes_per_s_per_gpu)
         positive_int(f"tier[{self.name}].domain_size", self.domain_size, minimum=0)
         positive_float(f"tier[{self.name}].latency_s", self.latency_s, allow_zero=True)
-        if self.oversubscription < 1.0:
+        if not math.isfinite(self.oversubscription) or self.oversubscription < 1.0:
             raise SpecError(f"tier[{self.name}].oversubscription", f"must be >= 1, got {self.oversubscription}")
 
 
