@@ -13,6 +13,7 @@ from narrowpath.cli.common import add_scenario_args, scenario_from_args
 from narrowpath.errors import SpecError
 from narrowpath.report.search_table import format_search, search_to_json
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
+from narrowpath.search.rank import usable_cpus
 
 _FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp"}
 
@@ -31,8 +32,8 @@ def register(sub) -> None:
                    "(default 0; the memory model already holds a runtime reserve)")
     p.add_argument("--max-plans", dest="max_plans", type=int, default=200_000,
                    help="refuse a space larger than this (default 200,000)")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes pricing the plans, at most one per usable "
-                   "CPU (default 1)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes pricing the plans, at most one per "
+                   "usable CPU (default: one per usable CPU)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -72,6 +73,8 @@ def run(args) -> int:
         raise SpecError("--top", f"must be >= 1, got {args.top}")
     if not args.min_free_gb >= 0:
         raise SpecError("--min-free-gb", f"must be >= 0, got {args.min_free_gb}")
+    if args.jobs is None:
+        args.jobs = usable_cpus()
     if args.jobs < 1:
         raise SpecError("--jobs", f"must be >= 1, got {args.jobs}")
     if args.max_plans < 1:
