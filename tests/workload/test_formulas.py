@@ -85,3 +85,16 @@ def test_pipeline_formulas():
     assert pipeline_time_s([1.0] * 4, 8, vpp=3) == pytest.approx(8 + 3 / 3)
     assert bubble_fraction(8, 32, 2) == pytest.approx(7 / 64)
     assert pipeline_time_s([1.0, 2.0], 10) == pytest.approx(10 * 2 + 1 * 1.5)
+
+
+def test_uneven_layer_split_lightens_first_and_last_stage():
+    """Llama 3 405B: 126 layers on 16 stages, one fewer on the first and last (Dubey et al. 2024 §3.3.2)."""
+    from narrowpath.workload.build import stage_layer_ranges
+    counts = [sum(len(r) for r in st) for st in stage_layer_ranges(126, 16, 1)]
+    assert counts == [7] + [8] * 14 + [7]
+    ranges = [r for st in stage_layer_ranges(61, 16, 1) for r in st]
+    assert sorted(i for r in ranges for i in r) == list(range(61))  # every layer once
+    counts = [sum(len(r) for r in st) for st in stage_layer_ranges(61, 16, 1)]
+    assert counts[0] == counts[-1] == 3 and max(counts) == 4 and sum(counts) == 61
+    counts = [sum(len(r) for r in st) for st in stage_layer_ranges(7, 2, 1)]  # no middle stage: first takes it
+    assert counts == [4, 3]

@@ -31,13 +31,19 @@ def zero_shards(plan, *, expert: bool = False) -> int:
 
 
 def stage_layer_ranges(layers: int, pp: int, vpp: int) -> list[list[range]]:
-    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp; earlier chunks take the remainder."""
+    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp. When the layers do not split evenly,
+    the extra layers go to chunks of the middle stages first, since the first stage also runs the embedding and
+    the last the output layer and loss (Llama 3, Dubey et al. 2024 §3.3.2: one layer fewer on the first and last
+    stage for 126 layers on 16 stages); only then to the first and last stages."""
     chunks = pp * vpp
     base, extra = divmod(layers, chunks)
+    middle = [j for j in range(chunks) if 0 < j % pp < pp - 1]
+    ends = [j for j in range(chunks) if j % pp in (0, pp - 1)]
+    plus = set((middle + ends)[:extra])
     out: list[list[range]] = [[] for _ in range(pp)]
     start = 0
     for j in range(chunks):
-        n = base + (1 if j < extra else 0)
+        n = base + (1 if j in plus else 0)
         out[j % pp].append(range(start, start + n))
         start += n
     return out
