@@ -37,6 +37,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"))
     g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--cp-comm", dest="cp_comm", choices=("p2p", "all_gather", "a2a"),
+                   help="context-parallel K/V exchange: ring p2p (default), all_gather (Llama 3), a2a (Ulysses)")
     g.add_argument("--attention", choices=("auto", "flash", "unfused"))
     g.add_argument("--seq-len", dest="seq_len", type=int, help="training sequence length (overrides the model's)")
     p.add_argument("--profile", help="calibration profile YAML (from `narrowpath calibrate`) or a device name")
@@ -49,7 +51,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     base = load_scenario(source) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "recompute", "sequence_parallel",
                                                               "precision", "dp_overlap", "tp_comm_overlap",
-                                                              "attention")
+                                                              "attention", "cp_comm")
                if getattr(args, f, None) is not None}
     if base is None:
         if not (args.model and args.system):

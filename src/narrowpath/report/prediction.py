@@ -18,7 +18,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "system": s.system.name, "device": s.system.device.name, "model": s.model.name, "num_gpus": s.num_gpus,
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
-                                                "tp_comm_overlap", "attention")},
+                                                "tp_comm_overlap", "attention", "cp_comm")},
         "step_time_s": p.step_time_s,
         "breakdown_s": dict(p.breakdown_s),
         "mfu": p.mfu, "hfu": p.hfu,
@@ -53,7 +53,9 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     s, plan = p.scenario, p.scenario.plan
     lines = [f"narrowpath prediction — {s.name}",
              f"  {s.model.name} on {s.num_gpus} x {s.system.device.name} ({s.system.name}); "
-             f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} mbs={plan.mbs} "
+             f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp}"
+             + (f" ({plan.cp_comm})" if plan.cp > 1 else "")
+             + f" ep={plan.ep} vpp={plan.vpp} mbs={plan.mbs} "
              f"gbs={plan.gbs} zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} "
              f"{plan.precision}", ""]
     lines.append(f"  step time           {human_time(p.step_time_s)}")

@@ -38,7 +38,7 @@ def format_search(r: SearchResult, top: int) -> str:
     lines += _baseline_lines(r)
     if r.pinned:
         lines.append("  pinned: " + ", ".join(f"{k}={v}" for k, v in r.pinned))
-    lines.append("  kept from the scenario: precision, attention kernel, overlap switches, placement order; "
+    lines.append("  kept from the scenario: precision, attention kernel, CP exchange, overlap switches, placement order; "
                  "plans that differ only by an equally costed recompute are shown once (the lightest)")
     return "\n".join(lines)
 

@@ -21,7 +21,8 @@ plan a user starts from is always ranked against the rest):
     sp      on whenever tp > 1 (Megatron-LM: sequence parallelism is the norm with tp; Korthikanti et al. 2022)
 LSTM models search tp, dp and mbs only (the recurrent workload has no pipeline, context parallelism, sequence
 parallelism, recompute or ZeRO sharding): zero 0, no recompute and no sequence parallelism unless pinned.
-Kept from the base plan: precision, attention kernel, the overlap switches, bucket size and placement order.
+Kept from the base plan: precision, attention kernel, the CP exchange (`cp_comm`), the overlap switches, bucket
+size and placement order.
 A pinned knob takes only the value given.
 """
 from __future__ import annotations

@@ -10,6 +10,7 @@ AXES = ("tp", "cp", "ep", "dp", "pp")
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("auto", "flash", "unfused")
+CP_COMM = ("p2p", "all_gather", "a2a")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +47,10 @@ class Plan:
     """TP communication overlapped with the matrix multiplies (Transformer Engine userbuffers)."""
     attention: str = "auto"
     """Attention kernel: `flash`, `unfused` (materialised scores + fused softmax), `auto` (the calibration's default)."""
+    cp_comm: str = "p2p"
+    """How context parallelism exchanges K/V (Megatron-Core `--cp-comm-type`): `p2p` (ring, overlapped with the
+    attention blocks; the default), `all_gather` (K/V gathered before attention, exposed; Llama 3), `a2a`
+    (all-to-all from sequence- to head-split around attention, exposed; DeepSpeed-Ulysses)."""
     bucket_bytes: float = 40e6
     """Gradient bucket size for overlapped DP sync, bytes (Megatron/DDP default 40 MB)."""
     placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -59,6 +64,7 @@ class Plan:
         choice("plan.recompute", self.recompute, RECOMPUTE)
         choice("plan.precision", self.precision, PRECISIONS)
         choice("plan.attention", self.attention, ATTENTION)
+        choice("plan.cp_comm", self.cp_comm, CP_COMM)
         for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap"):
             boolean(f"plan.{b}", getattr(self, b))
         object.__setattr__(self, "bucket_bytes", positive_float("plan.bucket_bytes", self.bucket_bytes))

@@ -87,13 +87,7 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
             else:
                 xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), 2.0))
     if plan.cp > 1:
-        kv = b * s * 2 * model.kv_dim / plan.tp * A * plan.cp
-        # ring context parallelism (Megatron-Core / Transformer Engine P2P): K, V go round the ring in forward, again
-        # in backward beside their gradients, and again in a full recompute's forward
-        for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
-            xfers.append((Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, True, "attention"), 1.0))
-        xfers.append((Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True, "attention"),
-                       1.0))
+        xfers += cp_transfers(model, plan, b * s, A)
     if moe_layer and model.moe is not None and plan.ep > 1:
         tok = b * s * model.moe.top_k * model.moe.capacity_factor * h * A
         for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
@@ -103,6 +97,33 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
         e = T.layer_expert_params(model, plan) if moe_layer else 0.0
         xfers += (zero3_transfers if plan.zero_stage == 3 else zero2_transfers)(plan, p - e, e)
     return ops, xfers
+
+
+def cp_transfers(model, plan, tokens: float, a_bytes: int) -> list[tuple[Transfer, float]]:
+    """Context-parallel traffic of one layer and micro-batch on one rank (`tokens` = b·s/cp local tokens), by
+    `plan.cp_comm` (Megatron-Core --cp-comm-type):
+    p2p         ring: K, V go round the ring in forward, again in backward beside the reduce-scatter of their
+                gradients, and again in a full recompute's forward; each hides behind the attention blocks
+                (Liu et al., Ring Attention, 2023)
+    all_gather  K, V all-gathered before attention and their gradients reduce-scattered after, on the critical
+                path (Llama 3, Dubey et al. 2024 §3.3.2: small with GQA, but exposed)
+    a2a         all-to-all of Q, K, V from sequence- to head-split before attention and of the output back after,
+                and the same for the gradients in backward, on the critical path (DeepSpeed-Ulysses, Jacobs et al.
+                2023)"""
+    phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ())
+    if plan.cp_comm == "a2a":
+        qkv = tokens * (model.q_dim + 2 * model.kv_dim) / plan.tp * a_bytes
+        out = tokens * model.q_dim / plan.tp * a_bytes
+        return [(Transfer(f"cp.{what}_all_to_all", "all_to_all", "cp", size, ph, False), 1.0)
+                for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))]
+    kv = tokens * 2 * model.kv_dim / plan.tp * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
+    if plan.cp_comm == "all_gather":
+        gathers = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, False), 1.0)
+                   for ph in ("fwd",) + (("recompute",) if plan.recompute == "full" else ())]
+        return gathers + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", False), 1.0)]
+    ring = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, True, "attention"), 1.0) for ph in phases]
+    return ring + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True, "attention"),
+                    1.0)]
 
 
 def expert_dp(plan) -> int:
