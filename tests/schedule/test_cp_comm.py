@@ -14,7 +14,8 @@ from narrowpath.schedule.step import predict
 
 def _scn(**plan):
     s = load_scenario(None)  # llama3-70b on 256 H100: 64 heads, 8 kv heads, seq 8192
-    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, tp=8, pp=4, vpp=5, cp=2, dp=4, **plan))
+    # tp·cp = 8 divides the 8 kv heads, as the a2a type needs
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, tp=4, pp=4, vpp=5, cp=2, dp=8, **plan))
 
 
 def _cp(pred):

@@ -163,7 +163,9 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
         if span.crosses_scale_out and out.oversubscription > 1 and tr.axis in ("tp", "cp", "ep", "dp", "pp"):
             slow_key = ("slowdown", tr.axis)
             if slow_key not in cache:
-                cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, tr.axis)
+                # with context parallelism the dp traffic runs on the dp × cp groups (_span): contend over those
+                groups = "dpcp" if tr.axis == "dp" and scn.plan.cp > 1 else tr.axis
+                cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, groups)
             f = cache[slow_key]
             if f > 1.0:
                 bw_part = max(0.0, cost.time_s - cost.latency_s)

@@ -60,9 +60,13 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
         errs.append(("plan.pp", f"pp·vpp = {p.pp}·{p.vpp} = {p.pp * p.vpp} exceeds model.layers {model.layers}"))
     if model.seq_len % p.cp:
         errs.append(("plan.cp", f"cp {p.cp} does not divide model.seq_len {model.seq_len}"))
-    if p.cp > 1 and p.cp_comm == "a2a" and model.heads % (p.tp * p.cp):
-        errs.append(("plan.cp_comm", f"a2a context parallelism splits the heads over tp·cp = {p.tp * p.cp}, which "
-                     f"does not divide model.heads {model.heads}"))
+    if p.cp > 1 and p.cp_comm == "a2a":
+        # Transformer Engine's a2a (Ulysses) path asserts that the query and the key/value heads of a tp rank both
+        # split over cp; K, V heads are not replicated to make them fit
+        for what, n in (("heads", model.heads), ("kv_heads", model.kv_heads)):
+            if model.arch == "transformer" and n % (p.tp * p.cp):
+                errs.append(("plan.cp_comm", f"a2a context parallelism splits the heads over tp·cp = "
+                             f"{p.tp * p.cp}, which does not divide model.{what} {n}"))
     if p.sequence_parallel and (model.seq_len // p.cp) % p.tp:
         errs.append(("plan.sequence_parallel", f"seq_len/cp = {model.seq_len // p.cp} is not divisible by tp {p.tp}"))
     if p.ep > 1:

@@ -87,7 +87,7 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
             else:
                 xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), 2.0))
     if plan.cp > 1:
-        xfers += cp_transfers(model, plan, b * s, A)
+        xfers += cp_transfers(model, plan, b * s, A, recompute_core=plan.recompute == "selective" and kernel != "flash")
     if moe_layer and model.moe is not None and plan.ep > 1:
         tok = b * s * model.moe.top_k * model.moe.capacity_factor * h * A
         for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
@@ -99,27 +99,32 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
     return ops, xfers
 
 
-def cp_transfers(model, plan, tokens: float, a_bytes: int) -> list[tuple[Transfer, float]]:
+def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bool = False
+                 ) -> list[tuple[Transfer, float]]:
     """Context-parallel traffic of one layer and micro-batch on one rank (`tokens` = b·s/cp local tokens), by
-    `plan.cp_comm` (Megatron-Core --cp-comm-type):
+    `plan.cp_comm` (Megatron-Core --cp-comm-type). A recompute pass that re-runs the attention core needs the
+    remote K, V again: a full recompute, or a selective one with the unfused kernel (`recompute_core`; there the
+    output all-to-all of a2a is not repeated, the recomputed core only rebuilds the scores kept for backward):
     p2p         ring: K, V go round the ring in forward, again in backward beside the reduce-scatter of their
                 gradients, and again in a full recompute's forward; each hides behind the attention blocks
                 (Liu et al., Ring Attention, 2023)
-    all_gather  K, V all-gathered before attention and their gradients reduce-scattered after, on the critical
-                path (Llama 3, Dubey et al. 2024 §3.3.2: small with GQA, but exposed)
+    all_gather  K, V all-gathered before attention, in forward, again in backward (Transformer Engine's
+                AttnFuncWithCPAndKVAllGather saves only the local K, V and re-gathers them) and in a full
+                recompute; their gradients reduce-scattered after backward; all on the critical path (Llama 3,
+                Dubey et al. 2024 §3.3.2: small with GQA, but exposed)
     a2a         all-to-all of Q, K, V from sequence- to head-split before attention and of the output back after,
                 and the same for the gradients in backward, on the critical path (DeepSpeed-Ulysses, Jacobs et al.
                 2023)"""
-    phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ())
+    phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" or recompute_core else ())
     if plan.cp_comm == "a2a":
         qkv = tokens * (model.q_dim + 2 * model.kv_dim) / plan.tp * a_bytes
         out = tokens * model.q_dim / plan.tp * a_bytes
         return [(Transfer(f"cp.{what}_all_to_all", "all_to_all", "cp", size, ph, False), 1.0)
-                for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))]
+                for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))
+                if not (ph == "recompute" and what == "attn_out" and plan.recompute != "full")]
     kv = tokens * 2 * model.kv_dim / plan.tp * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
     if plan.cp_comm == "all_gather":
-        gathers = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, False), 1.0)
-                   for ph in ("fwd",) + (("recompute",) if plan.recompute == "full" else ())]
+        gathers = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, False), 1.0) for ph in phases]
         return gathers + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", False), 1.0)]
     ring = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, True, "attention"), 1.0) for ph in phases]
     return ring + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True, "attention"),
@@ -145,15 +150,18 @@ def zero2_per_microbatch(plan) -> bool:
 
 
 def zero2_transfers(plan, dense_params: float, expert_params: float) -> list[tuple[Transfer, float]]:
-    """ZeRO-2 with gradient accumulation: one layer's gradients reduce-scattered after its backward, per
-    micro-batch, overlapped with the backward of the layers before it."""
+    """ZeRO-2 with gradient accumulation: one layer's gradients reduce-scattered after its backward in each of the
+    first m − 1 micro-batches (count (m − 1)/m per micro-batch), behind the backward of the layers before it when
+    `dp_overlap` (DeepSpeed overlap_comm), else on the critical path. The last micro-batch's reduce-scatter is the
+    step's gradient reduce-scatter (`_step_work`), priced like ZeRO-1's: its last bucket cannot hide."""
     gb = grad_bytes_per_param(plan.precision)
+    m = plan.num_microbatches
     out: list[tuple[Transfer, float]] = []
     for axis, n, p in (("dp", dense_dp(plan), dense_params), ("edp", expert_dp(plan), expert_params)):
         if n > 1 and p > 0:
             pre = "dp.expert_" if axis == "edp" else "dp."
-            out.append((Transfer(pre + "zero2_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd", True),
-                        1.0))
+            out.append((Transfer(pre + "zero2_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd",
+                                 plan.dp_overlap), (m - 1) / m))
     return out
 
 
@@ -290,8 +298,8 @@ def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], lis
         if plan.zero_stage == 0:
             xf.append((Transfer(pre + "grad_all_reduce", "all_reduce", axis, p * G, "step", ov), 1.0))
         elif plan.zero_stage in (1, 2):
-            if not zero2_per_microbatch(plan):  # else the gradients were reduce-scattered after every backward
-                xf.append((Transfer(pre + "grad_reduce_scatter", "reduce_scatter", axis, p * G, "step", ov), 1.0))
+            # ZeRO-2 with accumulation: the last micro-batch's reduce-scatter (the earlier ones: zero2_transfers)
+            xf.append((Transfer(pre + "grad_reduce_scatter", "reduce_scatter", axis, p * G, "step", ov), 1.0))
             xf.append((Transfer(pre + "param_all_gather", "all_gather", axis, p * Wb, "step", ov), 1.0))
     if plan.pp > 1 and scn.model.tied_embeddings:
         emb = scn.model.vocab * scn.model.hidden / plan.tp
