@@ -116,13 +116,15 @@ def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bo
                 and the same for the gradients in backward, on the critical path (DeepSpeed-Ulysses, Jacobs et al.
                 2023)"""
     phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" or recompute_core else ())
+    # K or V width a tp rank holds: a whole head when tp exceeds the kv heads (replicated, as attention_ops counts)
+    kv_w = max(1.0, model.kv_heads / plan.tp) * model.head_dim
     if plan.cp_comm == "a2a":
-        qkv = tokens * (model.q_dim + 2 * model.kv_dim) / plan.tp * a_bytes
+        qkv = tokens * (model.q_dim / plan.tp + 2 * kv_w) * a_bytes
         out = tokens * model.q_dim / plan.tp * a_bytes
         return [(Transfer(f"cp.{what}_all_to_all", "all_to_all", "cp", size, ph, False), 1.0)
                 for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))
                 if not (ph == "recompute" and what == "attn_out" and plan.recompute != "full")]
-    kv = tokens * 2 * model.kv_dim / plan.tp * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
+    kv = tokens * 2 * kv_w * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
     if plan.cp_comm == "all_gather":
         gathers = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, False), 1.0) for ph in phases]
         return gathers + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", False), 1.0)]
