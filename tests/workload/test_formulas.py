@@ -98,3 +98,22 @@ def test_uneven_layer_split_lightens_first_and_last_stage():
     assert counts[0] == counts[-1] == 3 and max(counts) == 4 and sum(counts) == 61
     counts = [sum(len(r) for r in st) for st in stage_layer_ranges(7, 2, 1)]  # no middle stage: first takes it
     assert counts == [4, 3]
+
+
+def test_kv_heads_replicate_when_tp_exceeds_them():
+    """GQA with fewer key/value heads than tp ranks: each rank holds one whole K and V head (not a fraction)."""
+    import dataclasses as dc
+
+    from narrowpath.catalog import model as catalog_model
+    from narrowpath.spec import Plan
+    from narrowpath.workload import transformer as T
+    m = dc.replace(catalog_model("llama3-8b"), kv_heads=4)  # 32 heads, head_dim 128
+    plan = Plan(tp=8, dp=1, mbs=1, gbs=1)
+    assert T.kv_width_per_rank(m, 8) == m.head_dim
+    assert T.kv_width_per_rank(m, 2) == 2 * m.head_dim
+    qkv = next(op for op in T.layer_forward_ops(m, plan, "flash") if op.name == "qkv")
+    tokens = plan.mbs * m.seq_len
+    assert qkv.flop == 2.0 * tokens * m.hidden * (m.q_dim / 8 + 2 * m.head_dim)
+    h = m.hidden
+    assert T.layer_params(m, plan) == h * (m.q_dim / 8 + 2 * m.head_dim) + m.q_dim * h / 8 + 2 * h \
+        + m.mlp_matrices * h * m.ffn / 8

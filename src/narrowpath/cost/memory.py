@@ -63,7 +63,7 @@ def layer_activation_bytes(scn: Scenario, attention_kernel: str) -> float:
     # Replicated over tp unless sequence parallel: 2 norm inputs, QKV input, MLP input (A·E each), 2 dropout masks
     # (E each; none for models trained without dropout).
     replicated = 4 * A * E + (2 * E if m.dropout else 0)
-    qkv = A * b * s * (m.q_dim + 2 * m.kv_dim) / t
+    qkv = A * b * s * (m.q_dim / t + 2 * T.kv_width_per_rank(m, t))
     proj_in = A * b * s * m.q_dim / t
     if m.moe is not None:
         ffn_w, tok = m.moe.expert_ffn, m.moe.top_k * m.moe.capacity_factor + m.moe.shared_experts

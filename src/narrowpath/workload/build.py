@@ -117,7 +117,7 @@ def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bo
                 2023)"""
     phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" or recompute_core else ())
     # K or V width a tp rank holds: a whole head when tp exceeds the kv heads (replicated, as attention_ops counts)
-    kv_w = max(1.0, model.kv_heads / plan.tp) * model.head_dim
+    kv_w = T.kv_width_per_rank(model, plan.tp)
     if plan.cp_comm == "a2a":
         qkv = tokens * (model.q_dim / plan.tp + 2 * kv_w) * a_bytes
         out = tokens * model.q_dim / plan.tp * a_bytes

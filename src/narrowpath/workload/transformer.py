@@ -47,6 +47,12 @@ def _backward(op: Op) -> list[Op]:
     return [Op(op.name, "vector", "bwd", 0.0, 2.0 * op.hbm_bytes, op.dtype, op.kernels)]
 
 
+def kv_width_per_rank(model: Model, tp: int) -> float:
+    """K (or V) projection width one tensor-parallel rank holds: kv_heads/tp heads, or one whole (replicated)
+    head when tp exceeds the kv heads (GQA with more tp ranks than key/value groups)."""
+    return max(1.0, model.kv_heads / tp) * model.head_dim
+
+
 ATTENTION_CORE_OPS = frozenset({"flash_attn", "attn_scores", "softmax", "attn_dropout", "attn_av"})
 """Names of the attention-core ops `attention_ops` makes (backward GEMMs add a `.dgrad`/`.wgrad` suffix)."""
 
@@ -89,7 +95,7 @@ def layer_forward_ops(model: Model, plan: Plan, attention_kernel: str) -> list[O
     m = b * s
     E = b * s * h
     E_norm = E / t if plan.sequence_parallel else E  # norms/dropout split over tp only with sequence parallel
-    qkv_n = (model.q_dim + 2 * model.kv_dim) / t
+    qkv_n = model.q_dim / t + 2 * kv_width_per_rank(model, t)
     ops = [vector("ln1", "fwd", 2 * E_norm * A, dt)]
     ops.append(gemm("qkv", "fwd", m, h, qkv_n, dt, A, W))
     ops += attention_ops(model, plan, attention_kernel)
@@ -141,7 +147,7 @@ def as_phase(ops: list[Op], phase: str) -> list[Op]:
 def layer_params(model: Model, plan: Plan, *, moe_layer: bool = False) -> float:
     """Parameters of one layer held by one rank (tp-sharded matrices; norms replicated)."""
     h, t = model.hidden, plan.tp
-    attn = h * (model.q_dim + 2 * model.kv_dim) / t + model.q_dim * h / t
+    attn = h * (model.q_dim / t + 2 * kv_width_per_rank(model, t)) + model.q_dim * h / t
     norms = 2 * h
     if moe_layer and model.moe is not None:
         moe = model.moe
