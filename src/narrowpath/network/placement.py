@@ -104,11 +104,11 @@ def axis_strides(plan: Plan) -> dict[str, int]:
     return strides
 
 
-GROUP_AXES = {"dp": ("ep", "dp"), "dpcp": ("cp", "ep", "dp"), "edpcp": ("cp", "dp")}
+GROUP_AXES = {"dp": ("ep", "dp"), "dpcp": ("cp", "ep", "dp"), "edp": ("dp",), "edpcp": ("cp", "dp")}
 """Composite groups: the full dp group is ep × dp/ep; `dpcp` is the gradient / optimizer-sharding group of a
 context-parallel job (Megatron reduces gradients and shards the distributed optimizer over dp × cp, since cp ranks
-hold the same weights); `edpcp` is the expert-data-parallel group of a context-parallel job (cp × dp/ep: the ranks
-holding the same experts)."""
+hold the same weights); `edp` is the expert-data-parallel group (the dp/ep ranks holding the same experts) and
+`edpcp` its context-parallel form (cp × dp/ep)."""
 
 
 def _member_axes(axis: str) -> tuple[str, ...]:

@@ -160,11 +160,12 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
         span = _span(scn, tr.axis, spans)
         cost = collective_time(tr.op, tr.message_bytes, span, scn.system, cal)
         out = scn.system.tier("scale_out")
-        if span.crosses_scale_out and out.oversubscription > 1 and tr.axis in ("tp", "cp", "ep", "dp", "pp"):
+        if span.crosses_scale_out and out.oversubscription > 1 and tr.axis in ("tp", "cp", "ep", "dp", "edp", "pp"):
             slow_key = ("slowdown", tr.axis)
             if slow_key not in cache:
-                # with context parallelism the dp traffic runs on the dp × cp groups (_span): contend over those
-                groups = "dpcp" if tr.axis == "dp" and scn.plan.cp > 1 else tr.axis
+                # with context parallelism dp (expert-dp) traffic runs on the dp × cp (cp × dp/ep) groups (_span):
+                # contend over those
+                groups = {"dp": "dpcp", "edp": "edpcp"}.get(tr.axis, tr.axis) if scn.plan.cp > 1 else tr.axis
                 cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, groups)
             f = cache[slow_key]
             if f > 1.0:
