@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
 from narrowpath.errors import NarrowpathError
+from narrowpath.measure.machine import physical_memory_bytes
 from narrowpath.spec.system import TIER_NAMES
 
 PROBES = ("compute", "memory", "locality", "collectives", "all")
@@ -102,13 +102,6 @@ def _read_json(path: str) -> dict:
     return data
 
 
-def _physical_memory_bytes() -> float:
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return math.inf
-
-
 def check_args(args) -> None:
     """Refuse bad flags before any probe runs (a full probe takes minutes)."""
     if not 2 <= args.ranks <= MAX_LOCAL_RANKS:
@@ -120,7 +113,7 @@ def check_args(args) -> None:
     if args.max_bytes is not None:
         # the memory and locality sweeps start at 64 KiB of working set and 256 KiB of weights
         low = 256 * 1024 if args.what in ("memory", "locality", "all") else 1
-        limit = _physical_memory_bytes() / 2
+        limit = (physical_memory_bytes() or math.inf) / 2  # 0 = the OS does not say
         if not (math.isfinite(args.max_bytes) and low <= args.max_bytes <= limit):
             raise NarrowpathError(f"--max-bytes must be from {low} to half this machine's memory ({limit:.3g}) "
                                   f"for `probe {args.what}`, got {args.max_bytes}")
