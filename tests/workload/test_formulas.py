@@ -117,3 +117,29 @@ def test_kv_heads_replicate_when_tp_exceeds_them():
     h = m.hidden
     assert T.layer_params(m, plan) == h * (m.q_dim / 8 + 2 * m.head_dim) + m.q_dim * h / 8 + 2 * h \
         + m.mlp_matrices * h * m.ffn / 8
+
+
+def test_moe_expert_gemms_are_grouped_per_local_expert():
+    """A rank's num_experts/ep experts share its routed tokens: one grouped GEMM per matrix whose efficiency is that
+    of one expert's GEMM and whose weights are all local experts' (so expert parallelism makes each expert's GEMM
+    bigger and reads fewer weights per rank)."""
+    from narrowpath.catalog import calibration_for, model as catalog_model, system as catalog_system
+    from narrowpath.cost.roofline import compute_time_s, op_time_s
+    from narrowpath.spec import Plan, Scenario
+    from narrowpath.workload.build import build_workload
+    m, sysm = catalog_model("deepseek-v3"), catalog_system("dgx-h100")
+    cal = calibration_for(sysm.device.name)
+
+    def expert_up(ep: int):
+        plan = Plan(tp=1, pp=1, dp=256, ep=ep, mbs=1, gbs=256)
+        wl = build_workload(Scenario(name="t", system=sysm, model=m, plan=plan, num_gpus=256), "flash")
+        return next(op for st in wl.stages for op, _ in st.ops if op.name.startswith("expert_") and
+                    op.phase == "fwd" and op.kind == "matrix")
+    ops = {ep: expert_up(ep) for ep in (1, 8, 64, 256)}
+    assert ops[1].groups == m.moe.num_experts and ops[64].groups == m.moe.num_experts // 64
+    assert len({op.flop for op in ops.values()}) == 1  # the same token-expert work per rank
+    assert ops[1].weight_bytes == 64 * ops[64].weight_bytes  # all local experts' weights
+    times = [compute_time_s(ops[ep], sysm.device, cal) for ep in (1, 8, 64, 256)]
+    assert times == sorted(times, reverse=True) and times[0] > 1.5 * times[-1]  # bigger expert GEMMs run faster
+    totals = [op_time_s(ops[ep], sysm.device, cal) for ep in (1, 8, 64, 256)]
+    assert totals == sorted(totals, reverse=True)

@@ -48,7 +48,7 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
         return 0.0
     if op.kind == "vector":
         return op.flop / device.vector_peak(op.dtype)
-    eff = matrix_efficiency(op.flop, op.dtype, cal)
+    eff = matrix_efficiency(op.flop / op.groups, op.dtype, cal)  # a grouped GEMM ramps like one of its groups
     if op.kind == "flash":
         eff *= cal.flash_efficiency
     return op.flop / (device.matrix_peak(op.dtype) * eff)

@@ -59,10 +59,12 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple
         mlp_names = {"mlp_gate_up", "mlp_swiglu", "mlp_down", "mlp_up", "mlp_bias_gelu"}
         fwd = [op for op in fwd if op.name not in mlp_names]
         fwd.append(T.gemm("router", "fwd", b * s, h, moe.num_experts, plan.precision, A, A))
+        # the rank's num_experts/ep experts share its routed tokens (balanced routing): one grouped GEMM each
         fwd += T.mlp_forward_ops(model, plan, moe.expert_ffn, tokens_scale=moe.top_k * moe.capacity_factor,
-                                 prefix="expert")
+                                 prefix="expert", groups=max(1, moe.num_experts // plan.ep))
         if moe.shared_experts:
-            fwd += T.mlp_forward_ops(model, plan, moe.expert_ffn, tokens_scale=moe.shared_experts, prefix="shared")
+            fwd += T.mlp_forward_ops(model, plan, moe.expert_ffn, tokens_scale=moe.shared_experts, prefix="shared",
+                                     groups=moe.shared_experts)
     ops: list[tuple[Op, float]] = [(op, 1.0) for op in fwd]
     ops += [(op, 1.0) for op in T.backward_ops(fwd)]
     if plan.recompute == "full":

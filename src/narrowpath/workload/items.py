@@ -31,6 +31,9 @@ class Op:
     """Part of hbm_bytes that is weights (re-read every execution unless they persist nearer)."""
     model_flop: float | None = None
     """Useful FLOPs in the model-FLOPs convention (None = `flop`); e.g. causal flash executes ~half of it."""
+    groups: int = 1
+    """Independent equal GEMMs in one grouped kernel (MoE: the experts a rank holds, each with its own weights and
+    its share of the tokens); the size-dependent efficiency sees one group's FLOPs."""
 
     @property
     def useful_flop(self) -> float:

@@ -10,6 +10,8 @@ bias-GeLU, fused bias-dropout-add, fused scale-mask-softmax) — our own account
 """
 from __future__ import annotations
 
+import dataclasses
+
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.items import Op
@@ -23,12 +25,13 @@ def act_bytes(plan: Plan) -> int:
 
 
 def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_bytes: int, w_bytes: int,
-         *, weights: bool = True, batch: float = 1.0) -> Op:
-    """A (batched) GEMM [m×k]·[k×n]: 2mkn FLOPs; reads both inputs and writes the output once."""
+         *, weights: bool = True, batch: float = 1.0, groups: int = 1) -> Op:
+    """A (batched) GEMM [m×k]·[k×n]: 2mkn FLOPs; reads both inputs and writes the output once. `groups` > 1: a
+    grouped GEMM of that many [m/groups × k]·[k×n] products, each with its own weights (MoE experts)."""
     flop = 2.0 * m * k * n * batch
-    wb = k * n * w_bytes if weights else k * n * a_bytes * batch
+    wb = k * n * w_bytes * groups if weights else k * n * a_bytes * batch
     hbm = (m * k * a_bytes) * batch + wb + (m * n * a_bytes) * batch
-    return Op(name, "matrix", phase, flop, hbm, dtype, 1, wb if weights else 0.0)
+    return Op(name, "matrix", phase, flop, hbm, dtype, 1, wb if weights else 0.0, groups=groups)
 
 
 def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1) -> Op:
@@ -38,8 +41,10 @@ def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1) -
 def _backward(op: Op) -> list[Op]:
     """Backward of a forward op: a GEMM becomes dgrad + wgrad (2× FLOPs); element-wise ops move ~2× the bytes."""
     if op.kind == "matrix":
-        half = Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, op.weight_bytes)
-        return [half, Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, 0.0)]
+        half = Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, op.weight_bytes,
+                  groups=op.groups)
+        return [half, Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, 0.0,
+                         groups=op.groups)]
     if op.kind == "flash":
         # FlashAttention-2 backward: 5 GEMM-like products vs 2 forward (Dao 2023 §3.1.2) -> 2.5× FLOPs.
         return [Op(op.name, "flash", "bwd", 2.5 * op.flop, 2.5 * op.hbm_bytes, op.dtype, 1, 0.0,
@@ -115,21 +120,24 @@ def residual_op(model: Model, elements: float, a_bytes: int, dtype: str) -> Op:
     return vector("residual_add", "fwd", elements * 3 * a_bytes, dtype)
 
 
-def mlp_forward_ops(model: Model, plan: Plan, ffn: int, tokens_scale: float = 1.0, prefix: str = "mlp") -> list[Op]:
-    """Dense MLP (GeLU: up, act, down; SwiGLU: fused gate+up, act, down). `tokens_scale` scales the tokens (MoE)."""
+def mlp_forward_ops(model: Model, plan: Plan, ffn: int, tokens_scale: float = 1.0, prefix: str = "mlp",
+                    groups: int = 1) -> list[Op]:
+    """Dense MLP (GeLU: up, act, down; SwiGLU: fused gate+up, act, down). `tokens_scale` scales the tokens (MoE);
+    `groups` experts share them, each with its own weights (a grouped GEMM per matrix)."""
     A = act_bytes(plan)
     W = 1 if plan.precision == "fp8" else A
     dt = plan.precision
     m = plan.mbs * (model.seq_len // plan.cp) * tokens_scale
     h, t = model.hidden, plan.tp
     F = m * ffn / t
+    g = groups
     if model.ffn_act == "swiglu":
-        return [gemm(f"{prefix}_gate_up", "fwd", m, h, 2 * ffn / t, dt, A, W),
+        return [gemm(f"{prefix}_gate_up", "fwd", m, h, 2 * ffn / t, dt, A, W, groups=g),
                 vector(f"{prefix}_swiglu", "fwd", 3 * F * A, dt),
-                gemm(f"{prefix}_down", "fwd", m, ffn / t, h, dt, A, W)]
-    return [gemm(f"{prefix}_up", "fwd", m, h, ffn / t, dt, A, W),
+                gemm(f"{prefix}_down", "fwd", m, ffn / t, h, dt, A, W, groups=g)]
+    return [gemm(f"{prefix}_up", "fwd", m, h, ffn / t, dt, A, W, groups=g),
             vector(f"{prefix}_bias_gelu", "fwd", 2 * F * A, dt),
-            gemm(f"{prefix}_down", "fwd", m, ffn / t, h, dt, A, W)]
+            gemm(f"{prefix}_down", "fwd", m, ffn / t, h, dt, A, W, groups=g)]
 
 
 def backward_ops(fwd: list[Op]) -> list[Op]:
@@ -140,8 +148,7 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
 
 
 def as_phase(ops: list[Op], phase: str) -> list[Op]:
-    return [Op(o.name, o.kind, phase, o.flop, o.hbm_bytes, o.dtype, o.kernels, o.weight_bytes, o.model_flop)
-            for o in ops]
+    return [dataclasses.replace(o, phase=phase) for o in ops]
 
 
 def layer_params(model: Model, plan: Plan, *, moe_layer: bool = False) -> float:
