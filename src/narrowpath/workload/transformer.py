@@ -10,8 +10,6 @@ bias-GeLU, fused bias-dropout-add, fused scale-mask-softmax) — our own account
 """
 from __future__ import annotations
 
-import dataclasses
-
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.items import Op
@@ -148,7 +146,8 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
 
 
 def as_phase(ops: list[Op], phase: str) -> list[Op]:
-    return [dataclasses.replace(o, phase=phase) for o in ops]
+    return [Op(o.name, o.kind, phase, o.flop, o.hbm_bytes, o.dtype, o.kernels, o.weight_bytes, o.model_flop, o.groups)
+            for o in ops]
 
 
 def layer_params(model: Model, plan: Plan, *, moe_layer: bool = False) -> float:
