@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from narrowpath.schedule.step import TransferCost
 from narrowpath.trace.analyze import analyze
 from narrowpath.trace.compare import compare
 from narrowpath.trace.critical_path import critical_path
@@ -85,17 +86,12 @@ def test_breakdown_of_the_small_trace(small):
     assert b.overlap_pct == pytest.approx(45.0)
 
 
-@dataclass(frozen=True)
-class FakeTransfer:
-    op: str
-    axis: str
-    message_bytes: float
-    count: float
-    time_each_s: float
-    total_s: float
-    exposed_s: float
-    tier: str = "scale_up"
-    algorithm: str = "ring"
+def _transfer(op: str, axis: str, message_bytes: float, count: float, time_each_s: float, total_s: float,
+              exposed_s: float) -> TransferCost:
+    """A priced transfer as the step model reports it (the real class, so a renamed field fails here)."""
+    return TransferCost(name=f"{axis}.{op}", op=op, axis=axis, message_bytes=message_bytes, count=count,
+                        time_each_s=time_each_s, total_s=total_s, exposed_s=exposed_s, tier="scale_up",
+                        algorithm="ring", group_size=8, phase="bwd")
 
 
 @dataclass(frozen=True)
@@ -111,8 +107,8 @@ def test_comparison_names_the_differences_that_matter(small):
     rep = analyze(read_trace(small.path))
     pred = FakePrediction(step_time_s=290 * US, breakdown_s={
         "compute": 250 * US, "exposed_tp_comm": 10 * US, "exposed_dp_comm": 10 * US, "bubble": 20 * US,
-        "optimizer": 0.0}, transfers=(FakeTransfer("all_reduce", "dp", 1e6, 1, 200 * US, 200 * US, 20 * US),
-                                      FakeTransfer("all_gather", "tp", 1e6, 4, 10 * US, 40 * US, 0.0)))
+        "optimizer": 0.0}, transfers=(_transfer("all_reduce", "dp", 1e6, 1, 200 * US, 200 * US, 20 * US),
+                                      _transfer("all_gather", "tp", 1e6, 4, 10 * US, 40 * US, 0.0)))
     cmp = compare(rep, pred)
     assert cmp.predicted_pct["exposed_comm"] == pytest.approx(100 * 20 / 290)
     assert cmp.observed_pct["exposed_comm"] == pytest.approx(100 * 110 / 290)
