@@ -15,6 +15,8 @@ class SpecError(NarrowpathError):
 
     def __init__(self, field: str, message: str):
         self.field = field
+        self.detail = message
+        """The message without the field name (to re-raise it under another name, e.g. a CLI flag)."""
         super().__init__(f"{field}: {message}" if field else message)
 
 

@@ -15,6 +15,14 @@ LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
 H100 GPUs ≈ 1.97e-5 failures per GPU-hour (about one per 5.8 GPU-years)."""
 
 
+def in_range(field: str, value: object, low: float, high: float = math.inf) -> None:
+    """Raise SpecError naming `field` unless `value` is a finite number in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                              and low <= value <= high):
+        bound = f">= {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+        raise SpecError(field, f"must be a finite number {bound}, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AnalysisOptions:
     """Knobs of the synchronisation, communication and scaling accounts."""
@@ -50,14 +58,13 @@ class AnalysisOptions:
     """Evaluate the verdict's what-if changes (each re-runs the model)."""
 
     def __post_init__(self) -> None:
-        """Range checks for API callers (the CLI checks its flags first, naming them)."""
-        for name, low, high in (("jitter_cv", 0.0, 1.0), ("slow_node_fraction", 0.0, 100.0),
+        """Range checks (the CLI re-raises them under its flag names)."""
+        for name, low, high in (("jitter_cv", 0.0, 1.0),  # T + cv·T·Z: beyond cv 1 many segment times go negative
+                                ("slow_node_fraction", 0.0, 100.0),
                                 ("failures_per_gpu_hour", 0.0, math.inf), ("restart_s", 0.0, math.inf),
                                 ("storage_cap_bytes_per_s", 0.0, math.inf), ("compression_ratio", 1.0, math.inf),
                                 ("sram_usable_fraction", 0.0, 1.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and low <= v <= high):
-                raise SpecError(f"options.{name}", f"must be a finite number in [{low:g}, {high:g}], got {v!r}")
+            in_range(f"options.{name}", getattr(self, name), low, high)
         if self.storage_bw_bytes_per_s is not None and not (math.isfinite(self.storage_bw_bytes_per_s)
                                                             and self.storage_bw_bytes_per_s > 0):
             raise SpecError("options.storage_bw_bytes_per_s", f"must be a finite number > 0, got "
