@@ -147,6 +147,15 @@ def dense_dp(plan) -> int:
     return plan.dp * plan.cp
 
 
+def synced_groups(plan, dense_params: float, expert_params: float) -> list[tuple[str, float, str]]:
+    """(axis, parameters, transfer-name prefix) of each group that syncs or shards one rank's parameters: dense
+    ones over dp·cp (`dp`), routed experts over their expert-dp group (`edp`); groups of one rank or with no
+    parameters are left out."""
+    return [(axis, p, pre) for axis, n, p, pre in (("dp", dense_dp(plan), dense_params, "dp."),
+                                                   ("edp", expert_dp(plan), expert_params, "dp.expert_"))
+            if n > 1 and p > 0]
+
+
 def zero2_per_microbatch(plan) -> bool:
     """ZeRO-2 keeps only its shard of the gradients, so with gradient accumulation it must reduce-scatter them
     after every backward, not once per step (DeepSpeed stage 2; maintainers in deepspeedai/DeepSpeed#2252)."""
@@ -161,11 +170,9 @@ def zero2_transfers(plan, dense_params: float, expert_params: float) -> list[tup
     gb = grad_bytes_per_param(plan.precision)
     m = plan.num_microbatches
     out: list[tuple[Transfer, float]] = []
-    for axis, n, p in (("dp", dense_dp(plan), dense_params), ("edp", expert_dp(plan), expert_params)):
-        if n > 1 and p > 0:
-            pre = "dp.expert_" if axis == "edp" else "dp."
-            out.append((Transfer(pre + "zero2_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd",
-                                 plan.dp_overlap), (m - 1) / m))
+    for axis, p, pre in synced_groups(plan, dense_params, expert_params):
+        out.append((Transfer(pre + "zero2_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd",
+                             plan.dp_overlap), (m - 1) / m))
     return out
 
 
@@ -174,13 +181,11 @@ def zero3_transfers(plan, dense_params: float, expert_params: float) -> list[tup
     gradients after backward (FSDP / DeepSpeed stage 3). Experts are sharded over their own expert-dp group."""
     wb, gb = weight_bytes_per_param(plan.precision), grad_bytes_per_param(plan.precision)
     out: list[tuple[Transfer, float]] = []
-    for axis, n, p in (("dp", dense_dp(plan), dense_params), ("edp", expert_dp(plan), expert_params)):
-        if n > 1 and p > 0:
-            pre = "dp.expert_" if axis == "edp" else "dp."
-            out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "fwd", True), 1.0))
-            out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "bwd", True), 1.0))
-            out.append((Transfer(pre + "zero3_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd", True),
-                        1.0))
+    for axis, p, pre in synced_groups(plan, dense_params, expert_params):
+        out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "fwd", True), 1.0))
+        out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "bwd", True), 1.0))
+        out.append((Transfer(pre + "zero3_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd", True),
+                    1.0))
     return out
 
 
@@ -296,9 +301,7 @@ def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], lis
     Wb = weight_bytes_per_param(plan.precision)
     xf: list[tuple[Transfer, float]] = []
     ov = plan.dp_overlap
-    for axis, n, p, pre in (("dp", dense_dp(plan), dense, "dp."), ("edp", expert_dp(plan), expert, "dp.expert_")):
-        if n <= 1 or p <= 0:
-            continue
+    for axis, p, pre in synced_groups(plan, dense, expert):
         if plan.zero_stage == 0:
             xf.append((Transfer(pre + "grad_all_reduce", "all_reduce", axis, p * G, "step", ov), 1.0))
         elif plan.zero_stage in (1, 2):
