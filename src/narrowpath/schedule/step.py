@@ -130,17 +130,22 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         same_node = stride < system.gpus_per_node and system.gpus_per_node % stride == 0
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
-    elif axis == "edp" and plan.cp > 1:
-        span = group_span(plan, system, "edpcp")  # the cp × dp/ep ranks that hold the same experts
+    elif axis in ("dp", "edp") and plan.cp > 1:
+        span = group_span(plan, system, _sync_group(axis, plan))
     elif axis == "edp":
         # expert-data-parallel group: the dp/ep ranks that hold the same experts, `stride` apart in the layout
         span = _strided_span(max(1, plan.dp // plan.ep), axis_strides(plan)["dp"], scn)
-    elif axis == "dp" and plan.cp > 1:
-        span = group_span(plan, system, "dpcp")  # gradients and optimizer shards span dp × cp
     else:
         span = group_span(plan, system, axis)
     cache[axis] = span
     return span
+
+
+def _sync_group(axis: str, plan) -> str:
+    """Placement group a transfer of `axis` runs on: with context parallelism, gradient sync and ZeRO traffic
+    (dp) spans the dp × cp ranks and expert-dp traffic the cp × dp/ep ranks, since cp ranks hold the same
+    weights; otherwise the axis itself."""
+    return {"dp": "dpcp", "edp": "edpcp"}.get(axis, axis) if plan.cp > 1 else axis
 
 
 def _strided_span(size: int, stride: int, scn: Scenario) -> GroupSpan:
@@ -163,10 +168,7 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
         if span.crosses_scale_out and out.oversubscription > 1 and tr.axis in ("tp", "cp", "ep", "dp", "edp", "pp"):
             slow_key = ("slowdown", tr.axis)
             if slow_key not in cache:
-                # with context parallelism dp (expert-dp) traffic runs on the dp × cp (cp × dp/ep) groups (_span):
-                # contend over those
-                groups = {"dp": "dpcp", "edp": "edpcp"}.get(tr.axis, tr.axis) if scn.plan.cp > 1 else tr.axis
-                cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, groups)
+                cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, _sync_group(tr.axis, scn.plan))
             f = cache[slow_key]
             if f > 1.0:
                 bw_part = max(0.0, cost.time_s - cost.latency_s)
