@@ -24,18 +24,23 @@ def test_megatron_order_puts_tp_inside_a_node_and_dp_across(h100):
     assert dp.sparse and dp.num_groups == 32 and dp.groups_per_node == 8
 
 
-def test_dp_group_is_ep_times_dp_over_ep(h100):
-    """The full data-parallel group includes the expert axis carved out of it."""
+def test_expert_layout_refactors_the_stage_ranks(h100):
+    """Megatron-Core: the tp·cp·dp ranks of a stage are re-split as etp (fastest), ep, edp for the experts; the
+    dense dp group is unchanged by expert parallelism."""
     plan = Plan(tp=2, dp=8, ep=2, pp=2, gbs=64, placement=("tp", "dp", "cp", "ep", "pp"))
     assert list(group_ranks(plan, "dp")) == [0, 2, 4, 6, 8, 10, 12, 14]
-    assert list(group_ranks(plan, "ep")) == [0, 8]
+    assert list(group_ranks(plan, "ep")) == [0, 2]  # etp = tp = 2: the next expert shard is 2 ranks on
+    assert list(group_ranks(plan, "edp")) == [0, 4, 8, 12]
+    whole = Plan(tp=2, dp=16, ep=32, etp=1, gbs=64)  # Qwen3-235B on H100: ep spans tp and dp (etp 1)
+    assert list(group_ranks(whole, "ep")) == list(range(32))
+    assert group_ranks(whole, "edp").size == 1
     dp = group_span(plan, h100, "dp")
     assert (dp.ranks_per_node, dp.nodes, dp.tiers) == (4, 2, ("scale_up", "scale_out"))
 
 
 @pytest.mark.parametrize("order", [("tp", "cp", "ep", "dp", "pp"), ("pp", "dp", "ep", "cp", "tp"),
                                    ("dp", "tp", "pp", "ep", "cp")])
-@pytest.mark.parametrize("axis", ["tp", "cp", "ep", "dp", "pp"])
+@pytest.mark.parametrize("axis", ["tp", "cp", "ep", "dp", "pp", "edp", "dpcp"])
 def test_groups_of_an_axis_partition_the_ranks(order, axis):
     plan = Plan(tp=2, cp=2, dp=4, ep=2, pp=2, gbs=8, placement=order)
     groups = all_groups(plan, axis)

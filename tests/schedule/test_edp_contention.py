@@ -27,14 +27,17 @@ def test_expert_sync_pays_the_contention_slowdown(monkeypatch):
 
     def fake(plan, system, axis, **kw):
         seen.append(axis)
-        return 2.0 if axis in ("edp", "edpcp") else 1.0
+        return 2.0 if axis == "edp" else 1.0
     free = _expert_rs_s(_scenario(4.0))
     monkeypatch.setattr(step, "concurrent_slowdown", fake)
     slowed = _expert_rs_s(_scenario(4.0))
     assert "edp" in seen and slowed > free
     seen.clear()
-    _expert_rs_s(_scenario(4.0, cp=2))
-    assert "edpcp" in seen  # with context parallelism the expert groups are cp x dp/ep
+    scn = _scenario(4.0, cp=2)
+    _expert_rs_s(scn)
+    assert "edp" in seen  # with context parallelism the expert groups span the cp ranks (Megatron-Core layout)
+    edp = all_groups(scn.plan, "edp")[0]
+    assert edp.size == 128 // 4 and (edp[1] - edp[0]) == 4  # etp·ep = 1·4 fastest ranks, then edp over cp·dp
 
 
 def test_edp_groups_are_the_ranks_holding_the_same_experts():

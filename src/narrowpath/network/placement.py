@@ -1,8 +1,8 @@
 """Placement: where each parallel axis's groups land on ranks, and which tiers a group spans.
 
 Ranks are laid out with the plan's `placement` order, fastest-varying first (Megatron: tp, cp, dp, pp).
-The expert axis `ep` is carved out of dp (its fastest-varying part), so the layout sizes are
-tp, cp, ep, dp/ep, pp and multiply to the GPU count. Rank r lives on node r // gpus_per_node and in scale-up
+The layout axes are tp, cp, dp, pp (sizes multiply to the GPU count); the expert axes re-factor the tp·cp·dp
+ranks of one pipeline stage as etp × ep × edp (Megatron-Core; `expert_coordinates`). Rank r lives on node r // gpus_per_node and in scale-up
 domain r // domain_size (NVL72: a domain holds several nodes).
 
 A group's shape is measured on its real member ranks (mixed-radix layout), so any order — dense, strided or
@@ -22,6 +22,7 @@ from narrowpath.spec.plan import Plan
 from narrowpath.spec.system import System
 
 AXIS_NAMES = ("tp", "cp", "ep", "dp", "pp")
+"""The plan's parallel axes as a user names them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,54 +89,100 @@ def contiguous_span(num_gpus: int, system: System) -> GroupSpan:
                      domains=-(-num_gpus // per_dom), ranks_per_node=per_node, nodes=-(-num_gpus // per_node))
 
 
+DENSE_AXES = ("tp", "cp", "dp", "pp")
+"""Axes of the rank layout. Expert parallelism is not a layout axis of its own: Megatron-Core re-factors the
+tp·cp·dp ranks of one pipeline stage as etp × ep × edp for the expert layers (`expert_coordinates`)."""
+
+
 def axis_sizes(plan: Plan) -> dict[str, int]:
-    """Layout size of each axis (ep carved out of dp)."""
-    if plan.dp % plan.ep:
-        raise SpecError("plan.ep", f"expert parallelism {plan.ep} must divide dp {plan.dp}")
-    return {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "dp": plan.dp // plan.ep, "pp": plan.pp}
+    """Layout size of each dense axis."""
+    return {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
+
+
+def layout_order(plan: Plan) -> tuple[str, ...]:
+    """The dense axes in the plan's placement order, fastest-varying first (`ep` in a placement is ignored)."""
+    return tuple(a for a in plan.placement if a != "ep")
 
 
 def axis_strides(plan: Plan) -> dict[str, int]:
+    """Rank distance between neighbours along each dense axis."""
     strides, acc = {}, 1
     sizes = axis_sizes(plan)
-    for ax in plan.placement:
+    for ax in layout_order(plan):
         strides[ax] = acc
         acc *= sizes[ax]
     return strides
 
 
-GROUP_AXES = {"dp": ("ep", "dp"), "dpcp": ("cp", "ep", "dp"), "edp": ("dp",), "edpcp": ("cp", "dp")}
-"""Composite groups: the full dp group is ep × dp/ep; `dpcp` is the gradient / optimizer-sharding group of a
-context-parallel job (Megatron reduces gradients and shards the distributed optimizer over dp × cp, since cp ranks
-hold the same weights); `edp` is the expert-data-parallel group (the dp/ep ranks holding the same experts) and
-`edpcp` its context-parallel form (cp × dp/ep)."""
+GROUP_AXES = {"dpcp": ("cp", "dp"), "ep": ("ep",), "edp": ("edp",)}
+"""Composite groups: `dpcp` is the gradient / optimizer-sharding group of a context-parallel job (Megatron reduces
+gradients and shards the distributed optimizer over dp × cp, since cp ranks hold the same weights); `ep` the
+expert-parallel group and `edp` the expert-data-parallel group (the ranks of a stage holding the same expert
+shard, which spans the context-parallel ranks too in Megatron-Core's expert layout)."""
+
+
+def _coordinates(plan: Plan) -> dict[str, np.ndarray]:
+    """Every rank's coordinate on each layout axis and on the expert axes etp, ep, edp."""
+    n = plan.num_gpus
+    dtype = np.int32 if n < 2**31 else np.int64
+    rank = np.arange(n, dtype=dtype)
+    sizes, strides = axis_sizes(plan), axis_strides(plan)
+    coords = {ax: (rank // strides[ax]) % sizes[ax] for ax in DENSE_AXES}
+    coords.update(expert_coordinates(plan, coords))
+    return coords
+
+
+def expert_coordinates(plan: Plan, coords: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Megatron-Core's expert layout: a rank's index inside its pipeline stage (tp, cp, dp in placement order)
+    split as etp fastest, then ep, then edp (megatron.core.parallel_state, expert RankGenerator 'tp-ep-dp')."""
+    idx = np.zeros_like(coords["tp"])
+    acc = 1
+    for ax in layout_order(plan):
+        if ax != "pp":
+            idx = idx + coords[ax] * acc
+            acc *= axis_sizes(plan)[ax]
+    etp, ep = plan.expert_tp, plan.ep
+    if (plan.tp * plan.cp * plan.dp) % (etp * ep):
+        raise SpecError("plan.ep", f"ep·etp = {ep}·{etp} must divide tp·cp·dp = {plan.tp * plan.cp * plan.dp}")
+    return {"etp": idx % etp, "ep": (idx // etp) % ep, "edp": idx // (etp * ep)}
 
 
 def _member_axes(axis: str) -> tuple[str, ...]:
-    """Layout axes whose coordinates vary inside one group of `axis`."""
+    """Coordinates that vary inside one group of `axis`."""
     if axis in GROUP_AXES:
         return GROUP_AXES[axis]
-    if axis not in AXIS_NAMES:
-        raise SpecError("axis", f"unknown parallel axis {axis!r}; known: {', '.join(AXIS_NAMES + tuple(GROUP_AXES))}")
+    if axis not in DENSE_AXES:
+        raise SpecError("axis", f"unknown parallel axis {axis!r}; known: {', '.join(DENSE_AXES + tuple(GROUP_AXES))}")
     return (axis,)
 
 
+_FIXED = {"tp": ("cp", "dp", "pp"), "cp": ("tp", "dp", "pp"), "dp": ("tp", "cp", "pp"), "pp": ("tp", "cp", "dp"),
+          "dpcp": ("tp", "pp"), "ep": ("pp", "etp", "edp"), "edp": ("pp", "etp", "ep")}
+"""Coordinates every member of a group of that axis shares."""
+
+
 def group_ranks(plan: Plan, axis: str, group: int = 0) -> np.ndarray:
-    """Ranks of one group of `axis` (group 0 contains rank 0), in ring order (fastest-varying member first)."""
+    """Ranks of one group of `axis` (group 0 contains rank 0), in ring order (ascending rank)."""
     return all_groups(plan, axis)[group]
 
 
+@lru_cache(maxsize=8)
 def all_groups(plan: Plan, axis: str) -> np.ndarray:
-    """Every group of `axis` as rows of ranks, shape (num_groups, group size); rows partition the ranks."""
-    sizes, strides = axis_sizes(plan), axis_strides(plan)
-    members = _member_axes(axis)
-    rank = np.zeros(1, dtype=np.int64)
-    for ax in [a for a in plan.placement if a in members]:  # members, fastest-varying first
-        rank = (rank[None, :] + strides[ax] * np.arange(sizes[ax])[:, None]).reshape(-1)
-    base = np.zeros(1, dtype=np.int64)
-    for ax in [a for a in plan.placement if a not in members]:
-        base = (base[:, None] + strides[ax] * np.arange(sizes[ax])[None, :]).reshape(-1)
-    return np.sort(base)[:, None] + rank[None, :]
+    """Every group of `axis` as rows of ranks, shape (num_groups, group size); rows partition the ranks and are
+    ordered by their smallest rank, members ascending. Read-only (cached)."""
+    _member_axes(axis)
+    coords = _coordinates(plan)
+    key = np.zeros(plan.num_gpus, dtype=np.int64)
+    n_groups = 1
+    for a in _FIXED[axis]:  # one mixed-radix key over the coordinates a group's members share
+        radix = int(coords[a].max()) + 1
+        key = key * radix + coords[a]
+        n_groups *= radix
+    order = np.argsort(key, kind="stable")  # stable: members stay in ascending rank order
+    rows = order.astype(coords["tp"].dtype).reshape(n_groups, -1)
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    rows.setflags(write=False)
+    return rows
 
 
 def _per_block(ranks: np.ndarray, block: int) -> tuple[int, int]:
@@ -149,7 +196,7 @@ def _span_cached(plan: Plan, gpus_per_node: int, domain: int, axis: str) -> Grou
     groups = all_groups(plan, axis)
     ranks = groups[0]
     size = int(ranks.size)
-    stride = int(np.diff(np.sort(ranks)).min()) if size > 1 else axis_strides(plan)[_member_axes(axis)[-1]]
+    stride = int(np.diff(ranks).min()) if size > 1 else 1
     per_dom, doms = _per_block(ranks, domain)
     per_node, nodes = _per_block(ranks, gpus_per_node)
     node0 = groups // gpus_per_node == 0

@@ -130,31 +130,17 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         same_node = stride < system.gpus_per_node and system.gpus_per_node % stride == 0
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
-    elif axis in ("dp", "edp") and plan.cp > 1:
-        span = group_span(plan, system, _sync_group(axis, plan))
-    elif axis == "edp":
-        # expert-data-parallel group: the dp/ep ranks that hold the same experts, `stride` apart in the layout
-        span = _strided_span(max(1, plan.dp // plan.ep), axis_strides(plan)["dp"], scn)
     else:
-        span = group_span(plan, system, axis)
+        span = group_span(plan, system, _sync_group(axis, plan))
     cache[axis] = span
     return span
 
 
 def _sync_group(axis: str, plan) -> str:
     """Placement group a transfer of `axis` runs on: with context parallelism, gradient sync and ZeRO traffic
-    (dp) spans the dp × cp ranks and expert-dp traffic the cp × dp/ep ranks, since cp ranks hold the same
-    weights; otherwise the axis itself."""
-    return {"dp": "dpcp", "edp": "edpcp"}.get(axis, axis) if plan.cp > 1 else axis
-
-
-def _strided_span(size: int, stride: int, scn: Scenario) -> GroupSpan:
-    """Span of `size` ranks spaced `stride` apart from rank 0: members per scale-up domain and per node."""
-    dom, node = scn.system.scale_up_domain, scn.system.gpus_per_node
-    per_dom = min(size, max(1, -(-dom // stride)))
-    per_node = min(size, max(1, -(-node // stride)))
-    return span_of(size, ranks_per_domain=per_dom, domains=-(-size // per_dom), ranks_per_node=per_node,
-                   nodes=-(-size // per_node), axis="edp")
+    (dp) spans the dp × cp ranks, since cp ranks hold the same weights; expert-dp traffic runs on the expert-data-
+    parallel group, which Megatron-Core's expert layout already spreads over cp; otherwise the axis itself."""
+    return "dpcp" if axis == "dp" and plan.cp > 1 else axis
 
 
 def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: dict) -> CollectiveCost:

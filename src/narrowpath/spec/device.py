@@ -9,7 +9,11 @@ from narrowpath.errors import SpecError
 from narrowpath.spec._check import positive_float
 from narrowpath.spec._pickle import reduce_spec
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+FORMAT_DTYPE = {"mxfp8": "fp8", "nvfp4": "fp4"}
+"""Tensor-core rate a block-scaled training format runs at: MXFP8 at the FP8 rate, NVFP4 at the FP4 rate (NVIDIA
+Blackwell architecture technical brief, 2024; Transformer Engine docs, 'Using FP8 and FP4 with Transformer
+Engine')."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +47,9 @@ class Device:
     """Vector-unit (CUDA core / SIMD) peak FLOP/s by dtype, for element-wise work."""
     levels: tuple[Level, ...]
     """Memory hierarchy, nearest first; must contain an `hbm` level."""
+    block_scaled_formats: bool = False
+    """Tensor cores scale 16/32-element blocks in hardware (MXFP8, NVFP4): Blackwell and later. Without them
+    Transformer Engine refuses the mxfp8 and nvfp4 recipes."""
     tdp_w: float = 0.0
     """Board power limit, watts; 0 = unknown."""
     idle_w: float = 0.0
@@ -82,12 +89,23 @@ class Device:
     def hbm(self) -> Level:
         return self.level("hbm")
 
+    def supports(self, fmt: str) -> str | None:
+        """None when the tensor cores run `fmt` (a dtype or a training format); else why not, in words."""
+        if fmt in FORMAT_DTYPE:
+            if not self.block_scaled_formats:
+                return f"{self.name} has no block-scaled tensor-core formats (MXFP8/NVFP4 need Blackwell or later)"
+            if FORMAT_DTYPE[fmt] not in self.peak_matrix_flop_per_s:
+                return f"{self.name} lists no {FORMAT_DTYPE[fmt].upper()} tensor-core rate for {fmt}"
+        return None
+
     def matrix_peak(self, dtype: str) -> float:
-        """Peak matrix FLOP/s for `dtype`; fp8 falls back to fp16 rate on devices without FP8 units."""
+        """Peak matrix FLOP/s for `dtype` (or a training format: mxfp8 → fp8, nvfp4 → fp4); fp8 falls back to the
+        fp16 rate on devices without FP8 units."""
+        dtype = FORMAT_DTYPE.get(dtype, dtype)
         table = self.peak_matrix_flop_per_s
         if dtype in table:
             return table[dtype]
-        fallback = {"fp8": "fp16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32", "fp32": "tf32"}.get(dtype)
+        fallback = {"fp4": "fp8", "fp8": "fp16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32", "fp32": "tf32"}.get(dtype)
         if fallback in table:
             return table[fallback]
         raise SpecError(f"device[{self.name}].peak_matrix_flop_per_s", f"no rate for dtype {dtype!r}")

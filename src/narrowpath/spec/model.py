@@ -1,6 +1,9 @@
 """Model: what is trained — a dense or MoE decoder-only transformer, or a stacked LSTM (GNMT-style).
 
 Legend: l layers, h hidden, a heads, kv kv_heads, d = h/a head dim, f ffn inner size, V vocab, s sequence.
+Multi-head latent attention (MLA, DeepSeek-V2/V3): queries and keys/values pass through low-rank latents
+(q_lora_rank, kv_lora_rank); each head's query/key has a position-free part (qk_nope_head_dim) and a rotary part
+(qk_rope_head_dim, one rotary key shared by all heads); values have v_head_dim.
 """
 from __future__ import annotations
 
@@ -34,6 +37,11 @@ class MoE:
     """Leading layers that keep a dense MLP instead of experts."""
     capacity_factor: float = 1.0
     """Token capacity per expert relative to a perfect balance; 1 = no slack."""
+    shared_ffn: int = 0
+    """Inner size of one shared expert's MLP; 0 = expert_ffn (DeepSeek); Llama 4 and Qwen-MoE use a wider one."""
+    layer_every: int = 1
+    """After the leading dense layers, every `layer_every`-th layer is an MoE layer and the others dense (Llama 4
+    Maverick interleaves with 2); 1 = all of them."""
 
     def __post_init__(self) -> None:
         positive_int("model.moe.num_experts", self.num_experts)
@@ -43,9 +51,38 @@ class MoE:
         positive_int("model.moe.first_dense_layers", self.first_dense_layers, minimum=0)
         if self.top_k > self.num_experts:
             raise SpecError("model.moe.top_k", f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        positive_int("model.moe.shared_ffn", self.shared_ffn, minimum=0, maximum=MAX_WIDTH)
+        positive_int("model.moe.layer_every", self.layer_every, maximum=MAX_LAYERS)
+        if self.shared_ffn == 0:
+            object.__setattr__(self, "shared_ffn", self.expert_ffn)
         positive_float("model.moe.capacity_factor", self.capacity_factor)
         if self.capacity_factor < 1.0:
             raise SpecError("model.moe.capacity_factor", f"must be >= 1, got {self.capacity_factor}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-AI, 'DeepSeek-V2' 2024 §2.1; V3 Technical Report 2024 §2.1.1)."""
+
+    kv_lora_rank: int
+    """Width of the joint key/value latent c_KV (DeepSeek-V3: 512); this and the rotary key are what is cached."""
+    qk_nope_head_dim: int
+    """Per-head query/key width without rotary position (V3: 128)."""
+    qk_rope_head_dim: int
+    """Per-head rotary query/key width; the rotary key is one shared head (V3: 64)."""
+    v_head_dim: int
+    """Per-head value width (V3: 128)."""
+    q_lora_rank: int = 0
+    """Width of the query latent c_Q (V3: 1536); 0 = queries projected directly from the hidden state (V2-Lite)."""
+
+    def __post_init__(self) -> None:
+        for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            positive_int(f"model.{f}", getattr(self, f), maximum=MAX_WIDTH)
+        positive_int("model.q_lora_rank", self.q_lora_rank, minimum=0, maximum=MAX_WIDTH)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +105,8 @@ class Model:
     ffn: int = 0
     """Inner size of the dense MLP; 0 means 4·hidden."""
     ffn_act: str = "gelu"
-    """`gelu` (two matrices h→f→h) or `swiglu` (three: gate, up, down)."""
+    """`gelu`, `relu` or `squared-relu` (two matrices h→f→h; squared ReLU: Nemotron) or `swiglu` (three: gate,
+    up, down)."""
     vocab: int
     """Vocabulary size V."""
     seq_len: int
@@ -79,6 +117,17 @@ class Model:
     """`layernorm` or `rmsnorm`."""
     moe: MoE | None = None
     """Mixture-of-experts block; None = dense."""
+    mla: MLA | None = None
+    """Multi-head latent attention; None = standard (grouped-query) attention with `head_dim`."""
+    sliding_window: int = 0
+    """Tokens a query attends to on sliding-window layers (GPT-OSS: 128); 0 = full causal attention everywhere."""
+    sliding_window_every: int = 1
+    """Every `sliding_window_every`-th layer uses the window (GPT-OSS: 2, alternating with full attention)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules trained alongside (DeepSeek-V3 §2.2: one extra transformer block plus a
+    projection per predicted depth, sharing embedding and output head); they run on the last pipeline stage."""
+    parallel_attn_mlp: bool = False
+    """Attention and MLP read the same normed input and their outputs are summed (GPT-J, PaLM, Falcon)."""
     dropout: bool | None = None
     """Dropout in attention and residual paths (masks kept for backward). None = by family: GPT-style models
     (layernorm, GeLU) train with dropout (Megatron default 0.1); SwiGLU/RMSNorm models (Llama, Mistral, Qwen,
@@ -94,7 +143,11 @@ class Model:
         positive_int("model.ffn", self.ffn, minimum=0, maximum=MAX_WIDTH)
         positive_int("model.vocab", self.vocab, maximum=MAX_WIDTH)
         positive_int("model.seq_len", self.seq_len, maximum=MAX_SEQ_LEN)
-        choice("model.ffn_act", self.ffn_act, ("gelu", "swiglu", "relu"))
+        choice("model.ffn_act", self.ffn_act, ("gelu", "swiglu", "relu", "squared-relu"))
+        positive_int("model.sliding_window", self.sliding_window, minimum=0, maximum=MAX_SEQ_LEN)
+        positive_int("model.sliding_window_every", self.sliding_window_every, maximum=MAX_LAYERS)
+        positive_int("model.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
+        boolean("model.parallel_attn_mlp", self.parallel_attn_mlp)
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         if self.dropout is None:
             object.__setattr__(self, "dropout", not (self.ffn_act == "swiglu" or self.norm == "rmsnorm"))
@@ -116,19 +169,46 @@ class Model:
                 raise SpecError("model.kv_heads", f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads}")
         elif self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden)
+        if self.mla is not None and self.arch != "transformer":
+            raise SpecError("model.attention", "multi-head latent attention needs a transformer")
         if self.moe is not None and self.moe.first_dense_layers > self.layers:
             raise SpecError("model.moe.first_dense_layers",
                             f"{self.moe.first_dense_layers} exceeds layers {self.layers}")
 
     @property
     def q_dim(self) -> int:
-        """Width of the query projection, heads · head_dim."""
+        """Width of the query projection (and of the attention output), heads · head_dim; with MLA, the
+        concatenated value heads heads · v_head_dim that the output projection reads."""
+        if self.mla is not None:
+            return self.heads * self.mla.v_head_dim
         return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         """Width of the key (or value) projection, kv_heads · head_dim."""
         return self.kv_heads * self.head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head width of the query·key product: head_dim, or MLA's nope + rope width."""
+        return self.mla.qk_head_dim if self.mla is not None else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """Per-head width of the values: head_dim, or MLA's v_head_dim."""
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer `index` (0-based) has routed experts: after the leading dense layers, every
+        `moe.layer_every`-th layer (Llama 4: the odd ones for an interleave step of 2)."""
+        moe = self.moe
+        if moe is None or index < moe.first_dense_layers:
+            return False
+        return (index - moe.first_dense_layers + 1) % moe.layer_every == 0
+
+    def is_window_layer(self, index: int) -> bool:
+        """Whether layer `index` attends over a sliding window (GPT-OSS: even layers, starting with the first)."""
+        return self.sliding_window > 0 and index % self.sliding_window_every == 0
 
     @property
     def mlp_matrices(self) -> int:

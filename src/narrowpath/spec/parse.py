@@ -9,12 +9,12 @@ from narrowpath.errors import SpecError
 from narrowpath.spec._check import positive_int
 from narrowpath.spec.calibration import Calibration, TierCalibration
 from narrowpath.spec.device import Device, Level
-from narrowpath.spec.model import Model, MoE
+from narrowpath.spec.model import MLA, Model, MoE
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.system import System, Tier
 
 # Keys that carry provenance or notes and are not spec fields.
-_META_KEYS = {"id", "source", "sources", "note", "notes", "default_system", "description"}
+_META_KEYS = {"id", "source", "sources", "note", "notes", "default_system", "description", "aliases"}
 
 
 def _fields(cls) -> set[str]:
@@ -84,9 +84,52 @@ def _build(cls, where: str, data: Mapping[str, Any], **extra: Any):
         raise SpecError(where, str(exc)) from None
 
 
+_FLAT_MOE = {"experts": "num_experts", "top_k": "top_k", "shared_experts": "shared_experts",
+             "shared_ffn": "shared_ffn", "dense_layers": "first_dense_layers", "moe_layer_every": "layer_every",
+             "capacity_factor": "capacity_factor"}
+"""Validation-corpus spelling of an MoE model (flat keys; `ffn` is one expert's width and `dense_ffn` the dense
+layers' width, shared/validation/README.md) → the `moe` block's fields."""
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _flat_to_nested(d: dict) -> dict:
+    """Accept the corpus form of MoE and MLA models beside the nested `moe:` block; a null field = absent."""
+    d = {k: v for k, v in d.items() if v is not None}
+    if d.get("experts"):
+        if "moe" in d:
+            raise SpecError("model.experts", "give the experts either as a `moe` block or as flat fields, not both")
+        moe = {dst: d.pop(src) for src, dst in _FLAT_MOE.items() if src in d}
+        if "ffn" not in d:
+            raise SpecError("model.ffn", "is required (one expert's inner size for an MoE model)")
+        moe["expert_ffn"] = d["ffn"]
+        d["ffn"] = d.pop("dense_ffn", d["ffn"])
+        d["moe"] = moe
+    else:
+        for src in _FLAT_MOE:
+            if src != "experts" and src in d and src not in ("capacity_factor",):
+                raise SpecError(f"model.{src}", "applies to MoE models only (no `experts` given)")
+        d.pop("experts", None)
+        if "dense_ffn" in d:
+            raise SpecError("model.dense_ffn", "applies to MoE models only (no `experts` given)")
+    attention = d.pop("attention", None)
+    if attention not in (None, "mla", "mha", "gqa"):
+        raise SpecError("model.attention", f"must be mla (multi-head latent attention) or omitted, got {attention!r}")
+    if attention == "mla":
+        if "mla" in d:
+            raise SpecError("model.attention", "give MLA either as an `mla` block or as flat fields, not both")
+        d["mla"] = {k: d.pop(k) for k in _MLA_KEYS if k in d}
+    else:
+        stray = [k for k in _MLA_KEYS if k in d]
+        if stray:
+            raise SpecError(f"model.{stray[0]}", "applies to multi-head latent attention only (attention: mla)")
+    return d
+
+
 def model_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Model:
-    _check_keys("model", data, _fields(Model))
-    d = dict(data)
+    _mapping("model", data)
+    allowed = _fields(Model) | set(_FLAT_MOE) | {"dense_ffn", "attention", *_MLA_KEYS}
+    _check_keys("model", data, allowed)
+    d = _flat_to_nested(dict(data))
     if name is not None or "id" in d:
         d.setdefault("name", name or d.get("id"))
     if d.get("moe") is not None:
@@ -94,12 +137,20 @@ def model_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Mode
         if isinstance(moe, Mapping) and "capacity_factor" in moe:
             moe = {**moe, "capacity_factor": _num("model.moe.capacity_factor", moe["capacity_factor"])}
         d["moe"] = _build(MoE, "model.moe", moe)
+    if d.get("mla") is not None:
+        d["mla"] = _build(MLA, "model", d["mla"])
     return _build(Model, "model", d)
 
 
-def plan_from_dict(data: Mapping[str, Any]) -> Plan:
+def plan_from_dict(data: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None) -> Plan:
+    """A Plan from a mapping. `defaults` fill the knobs the mapping leaves out (a software stack's defaults,
+    catalog/stacks.yaml). A null knob must have been taken out by the caller (see `open_knobs`)."""
     _check_keys("plan", data, _fields(Plan))
-    d = dict(data)
+    d = {**(defaults or {}), **dict(data)}
+    for key, value in d.items():
+        if value is None:
+            raise SpecError(f"plan.{key}", "is null (not published); only a validation case may leave a knob "
+                            "for the tool to choose")
     if "placement" in d:
         if not isinstance(d["placement"], (list, tuple)):
             raise SpecError("plan.placement", f"must be a list of the axes tp, cp, ep, dp, pp; got {d['placement']!r}")
@@ -107,6 +158,12 @@ def plan_from_dict(data: Mapping[str, Any]) -> Plan:
     if "bucket_bytes" in d:
         d["bucket_bytes"] = float(_num("plan.bucket_bytes", d["bucket_bytes"]))
     return _build(Plan, "plan", d)
+
+
+def open_knobs(data: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Split a plan mapping into its published knobs and the names of those given as null (not published)."""
+    _mapping("plan", data)
+    return ({k: v for k, v in data.items() if v is not None}, tuple(k for k, v in data.items() if v is None))
 
 
 def device_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Device:
@@ -145,9 +202,9 @@ def system_from_dict(data: Mapping[str, Any], device: Device, *, name: str | Non
     d["name"] = name
     d["device"] = device
     d["tiers"] = tuple(tier_from_dict(t, f"{where}.tiers[{i}]") for i, t in enumerate(_list(f"{where}.tiers", d.get("tiers", ()))))
-    if "host_bw_bytes_per_s_per_gpu" in d:
-        d["host_bw_bytes_per_s_per_gpu"] = float(_num(f"{where}.host_bw_bytes_per_s_per_gpu",
-                                                      d["host_bw_bytes_per_s_per_gpu"]))
+    for key in ("host_bw_bytes_per_s_per_gpu", "power_limit_w"):
+        if key in d:
+            d[key] = float(_num(f"{where}.{key}", d[key]))
     return _build(System, where, d)
 
 

@@ -7,10 +7,17 @@ from narrowpath.errors import SpecError
 from narrowpath.spec._check import boolean, choice, positive_float, positive_int
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
+"""Matrix-multiply formats of Transformer Engine recipes that keep BF16 activations, weights and master copies:
+per-tensor-scaled FP8 (Hopper and later), MXFP8 (32-element blocks with E8M0 scales, Blackwell) and NVFP4
+(16-element blocks with E4M3 scales plus a per-tensor scale, Blackwell)."""
+MOE_ROUTING = ("dropless", "dropless-balanced", "token-drop")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("auto", "flash", "unfused")
 CP_COMM = ("p2p", "all_gather", "a2a")
+MAX_BATCH = 1 << 30
+"""Largest micro- or global batch accepted, sequences (a typo of 1e47 would otherwise price a step of 1e45 s)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +34,10 @@ class Plan:
     """Context-parallel degree (sequence split across ranks for attention)."""
     ep: int = 1
     """Expert-parallel degree (MoE only); 1 = experts replicated."""
+    etp: int = 0
+    """Expert tensor-parallel degree: how many ways each expert's matrices are split (Megatron-Core
+    --expert-tensor-parallel-size). The expert layout etp·ep·edp re-factors the same tp·cp·dp ranks as the dense
+    layout. 0 = tp (Megatron-Core's default); Megatron-Bridge's MoE recipes set 1 (whole experts per rank)."""
     vpp: int = 1
     """Virtual pipeline chunks per stage; 1 = plain 1F1B, >1 = interleaved 1F1B."""
     mbs: int = 1
@@ -40,7 +51,8 @@ class Plan:
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over tp; TP all-reduce becomes reduce-scatter + all-gather."""
     precision: str = "bf16"
-    """Dtype of the matrix multiplies: fp32, bf16, fp16 or fp8 (fp8 matmuls keep bf16 activations/weights)."""
+    """Format of the matrix multiplies: fp32, bf16, fp16, or a Transformer Engine low-precision recipe — fp8
+    (per-tensor scaling), mxfp8 or nvfp4 (block scaling) — which keeps bf16 activations and weights."""
     dp_overlap: bool = False
     """Gradient sync overlapped with backward in buckets (Megatron --overlap-grad-reduce; default off as there)."""
     tp_comm_overlap: bool = False
@@ -51,21 +63,35 @@ class Plan:
     """How context parallelism exchanges K/V (Megatron-Core `--cp-comm-type`): `p2p` (ring, overlapped with the
     attention blocks; the default), `all_gather` (K/V gathered before attention, exposed; Llama 3), `a2a`
     (all-to-all from sequence- to head-split around attention, exposed; DeepSpeed-Ulysses)."""
+    ep_overlap: bool = False
+    """MoE dispatch/combine all-to-all overlapped with the computation of another micro-batch (Megatron-Core
+    --overlap-moe-expert-parallel-comm, 1F1B A2A overlap; DeepSeek-V3 DualPipe §3.2.1)."""
+    moe_routing: str = "dropless"
+    """`dropless` (learned routing, every token kept: the busiest expert-parallel rank sets the pace),
+    `dropless-balanced` (routing forced to balance, as NVIDIA's MoE benchmarks run) or `token-drop` (capacity
+    factor caps each expert's tokens)."""
+    framework: str = ""
+    """Software stack that ran the plan, free text (e.g. `Megatron-Bridge / NeMo 26.04`); selects the stack's
+    defaults for knobs a file leaves out (catalog/stacks.yaml). Empty = the tool's defaults."""
     bucket_bytes: float = 40e6
     """Gradient bucket size for overlapped DP sync, bytes (Megatron/DDP default 40 MB)."""
     placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
     """Rank order of the parallel axes, fastest-varying first (Megatron: tp, cp, dp, pp)."""
 
     def __post_init__(self) -> None:
+        positive_int("plan.etp", self.etp, minimum=0)
         for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
-            positive_int(f"plan.{ax}", getattr(self, ax))
+            positive_int(f"plan.{ax}", getattr(self, ax), maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
             raise SpecError("plan.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         choice("plan.recompute", self.recompute, RECOMPUTE)
         choice("plan.precision", self.precision, PRECISIONS)
         choice("plan.attention", self.attention, ATTENTION)
         choice("plan.cp_comm", self.cp_comm, CP_COMM)
-        for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap"):
+        choice("plan.moe_routing", self.moe_routing, MOE_ROUTING)
+        if not isinstance(self.framework, str):
+            raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
+        for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap"):
             boolean(f"plan.{b}", getattr(self, b))
         object.__setattr__(self, "bucket_bytes", positive_float("plan.bucket_bytes", self.bucket_bytes))
         if isinstance(self.placement, str):
@@ -89,6 +115,22 @@ class Plan:
     def num_microbatches(self) -> int:
         """Micro-batches each pipeline runs per step: gbs / (dp · mbs)."""
         return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def expert_tp(self) -> int:
+        """Effective expert tensor-parallel degree (etp, or tp when etp is 0)."""
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel degree: the ranks of one stage (tp·cp·dp) that hold the same experts,
+        tp·cp·dp / (etp·ep) (Megatron-Core's expert rank layout)."""
+        return max(1, self.tp * self.cp * self.dp // (self.expert_tp * self.ep))
+
+    @property
+    def low_precision(self) -> bool:
+        """Matrix multiplies in a Transformer Engine FP8/MXFP8/NVFP4 recipe."""
+        return self.precision in LOW_PRECISIONS
 
     @property
     def schedule(self) -> str:

@@ -28,12 +28,20 @@ class Scenario:
     """`training` (one optimizer step) or `inference` (later issue)."""
     calibration: Calibration | None = None
     """Efficiency profile; None = the catalog's profile for the system's device."""
+    open_knobs: tuple[str, ...] = ()
+    """Plan knobs the source did not publish (null in a validation case): the plan holds a placeholder until
+    `schedule.choose` picks them without looking at the measurement."""
+    chosen: tuple[tuple[str, str], ...] = ()
+    """(knob, what was chosen and why) for every knob filled in for this scenario: open knobs chosen by
+    `schedule.choose`, and knobs a file left out that the software stack's defaults supplied."""
 
     def __post_init__(self) -> None:
         positive_int("num_gpus", self.num_gpus)
         if self.num_gpus > MAX_GPUS:
             raise SpecError("num_gpus", f"{self.num_gpus} exceeds the supported maximum of {MAX_GPUS:,} GPUs")
         choice("mode", self.mode, ("training", "inference"))
+        object.__setattr__(self, "open_knobs", tuple(self.open_knobs))
+        object.__setattr__(self, "chosen", tuple(tuple(c) for c in self.chosen))
         for msg_field, msg in consistency_errors(self.model, self.plan, self.num_gpus, self.system):
             raise SpecError(msg_field, msg)
 
@@ -52,8 +60,6 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
             errs.append(("plan.tp", f"tp {p.tp} and model.kv_heads {model.kv_heads}: one must divide the other"))
         if model.ffn % p.tp:
             errs.append(("plan.tp", f"tp {p.tp} does not divide model.ffn {model.ffn}"))
-        if model.moe is not None and model.moe.expert_ffn % p.tp and p.ep == 1:
-            errs.append(("plan.tp", f"tp {p.tp} does not divide model.moe.expert_ffn {model.moe.expert_ffn}"))
     elif p.tp > 1 and model.hidden % p.tp:
         errs.append(("plan.tp", f"tp {p.tp} does not divide model.hidden {model.hidden}"))
     if p.pp * p.vpp > model.layers:
@@ -69,14 +75,23 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
                              f"{p.tp * p.cp}, which does not divide model.{what} {n}"))
     if p.sequence_parallel and (model.seq_len // p.cp) % p.tp:
         errs.append(("plan.sequence_parallel", f"seq_len/cp = {model.seq_len // p.cp} is not divisible by tp {p.tp}"))
-    if p.ep > 1:
+    if p.ep > 1 or p.etp > 1:
         if model.moe is None:
-            errs.append(("plan.ep", f"ep {p.ep} > 1 needs an MoE model"))
+            errs.append(("plan.ep" if p.ep > 1 else "plan.etp", f"expert parallelism (ep {p.ep}, etp {p.etp}) "
+                         "needs an MoE model"))
         else:
             if model.moe.num_experts % p.ep:
                 errs.append(("plan.ep", f"ep {p.ep} does not divide model.moe.num_experts {model.moe.num_experts}"))
-            if p.dp % p.ep:  # experts are laid out inside the data-parallel group (network.placement)
-                errs.append(("plan.ep", f"ep {p.ep} does not divide dp {p.dp}"))
+            # Megatron-Core re-factors a stage's tp·cp·dp ranks as etp·ep·edp for the expert layers
+            if (p.tp * p.cp * p.dp) % (p.ep * p.expert_tp):
+                errs.append(("plan.ep", f"ep·etp = {p.ep}·{p.expert_tp} does not divide tp·cp·dp = "
+                             f"{p.tp}·{p.cp}·{p.dp} (the expert layers re-use the ranks of one pipeline stage)"))
+    if model.moe is not None and model.arch == "transformer":
+        if model.moe.expert_ffn % p.expert_tp:
+            errs.append(("plan.etp", f"expert tensor parallelism {p.expert_tp} does not divide "
+                         f"model.moe.expert_ffn {model.moe.expert_ffn}"))
+        if model.moe.shared_experts and model.moe.shared_ffn % p.tp:
+            errs.append(("plan.tp", f"tp {p.tp} does not divide model.moe.shared_ffn {model.moe.shared_ffn}"))
     if p.pp > 1 and p.vpp > 1 and p.num_microbatches % p.pp:
         errs.append(("plan.gbs", f"interleaved schedule needs micro-batches ({p.num_microbatches}) divisible by pp {p.pp}"))
     if model.arch == "lstm" and (p.pp > 1 or p.cp > 1):
@@ -87,6 +102,8 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
             if value != plain:
                 errs.append((f"plan.{knob}", f"the LSTM model is modelled without it: {knob} must be {plain!r}, "
                              f"got {value!r}"))
+    if system is not None and p.low_precision and system.device.supports(p.precision):
+        errs.append(("plan.precision", f"{p.precision}: {system.device.supports(p.precision)}"))
     if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:
         errs.append(("plan.tp", f"tp {p.tp} spans scale-up domains of {system.scale_up_domain} GPUs unevenly"))
     return errs

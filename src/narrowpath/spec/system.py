@@ -54,6 +54,9 @@ class System:
     """Network tiers, nearest first; must include `scale_up` and `scale_out`."""
     host_bw_bytes_per_s_per_gpu: float = 0.0
     """Host (PCIe/C2C) bandwidth per GPU for offload, bytes/s; 0 = unknown."""
+    power_limit_w: float = 0.0
+    """Board power cap every GPU runs under, watts (`nvidia-smi -pl`); 0 = the device's rated TDP. A cap below
+    the rating lowers the sustained clock and with it the tensor-core rate (cost.power)."""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     __reduce__ = reduce_spec
@@ -62,6 +65,10 @@ class System:
         object.__setattr__(self, "tiers", tuple(self.tiers))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
         positive_int(f"system[{self.name}].gpus_per_node", self.gpus_per_node)
+        positive_float(f"system[{self.name}].power_limit_w", self.power_limit_w, allow_zero=True)
+        if self.device.tdp_w and self.power_limit_w > self.device.tdp_w:
+            raise SpecError(f"system[{self.name}].power_limit_w", f"{self.power_limit_w:g} W exceeds the "
+                            f"{self.device.name} rating of {self.device.tdp_w:g} W")
         names = [t.name for t in self.tiers]
         for need in ("scale_up", "scale_out"):
             if need not in names:
