@@ -21,6 +21,7 @@ from narrowpath.spec.system import System
 from narrowpath.units import GBIT_PER_S
 
 DEFAULT_SCENARIO = "llama3-70b-h100-256"
+_HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu", "scale_up_gpus", "power_limit_w"}
 _SCENARIO_KEYS = {"name", "system", "hardware", "model", "plan", "num_gpus", "mode", "calibration", "kind",
                   "measured", "assumed", "step_time_derived"}
 
@@ -53,28 +54,40 @@ def read_data_file(path: str | Path) -> Any:
 
 
 def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_per_gpu: float | None = None,
+                        scale_up_gpus: int | None = None, power_limit_w: float | None = None,
                         base: System | None = None) -> System:
-    """The device's home system, re-shaped to the stated node size and NIC rate (validation-corpus `hardware`)."""
+    """The device's home system, re-shaped to the stated node size, NVLink domain, NIC rate and power cap
+    (validation-corpus `hardware`). Without `scale_up_gpus` the NVLink domain is the node when the home system's
+    domain is its node (DGX/HGX), else the home system's (NVL72)."""
     if gpus_per_node is not None:
         gpus_per_node = positive_int("hardware.gpus_per_node", gpus_per_node)
     if nic_gbps_per_gpu is not None:
         nic_gbps_per_gpu = positive_float("hardware.nic_gbps_per_gpu", nic_gbps_per_gpu)
+    if scale_up_gpus is not None:
+        scale_up_gpus = positive_int("hardware.scale_up_gpus", scale_up_gpus)
+    if power_limit_w is not None:
+        power_limit_w = positive_float("hardware.power_limit_w", power_limit_w)
     if base is None:
         if not isinstance(gpu, str):
             raise SpecError("hardware.gpu", f"must be a catalog device id, got {gpu!r}")
-        dev_entry = store.entries("devices").get(gpu)
+        dev_entry = store.entries("devices").get(store.canonical_id("devices", gpu))
         if dev_entry is None:
             store.device(gpu)  # raises CatalogError with nearest ids
         base = store.system(dev_entry["default_system"])
     tiers = []
     for t in base.tiers:
-        if t.name == "scale_up" and gpus_per_node and t.domain_size == base.gpus_per_node:
-            t = dataclasses.replace(t, domain_size=int(gpus_per_node))
+        if t.name == "scale_up":
+            if scale_up_gpus:
+                t = dataclasses.replace(t, domain_size=int(scale_up_gpus))
+            elif gpus_per_node and t.domain_size == base.gpus_per_node:
+                t = dataclasses.replace(t, domain_size=int(gpus_per_node))
         if t.name == "scale_out" and nic_gbps_per_gpu:
             t = dataclasses.replace(t, bw_bytes_per_s_per_gpu=float(nic_gbps_per_gpu) * GBIT_PER_S)
         tiers.append(t)
+    changed = any(v is not None for v in (gpus_per_node, nic_gbps_per_gpu, scale_up_gpus, power_limit_w))
     return dataclasses.replace(base, gpus_per_node=int(gpus_per_node or base.gpus_per_node), tiers=tuple(tiers),
-                               name=base.name if not (gpus_per_node or nic_gbps_per_gpu) else f"{base.name}*")
+                               power_limit_w=float(power_limit_w or base.power_limit_w),
+                               name=f"{base.name}*" if changed else base.name)
 
 
 def _system(value: Any, base_dir: Path | None) -> System:
@@ -148,11 +161,15 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
         raise SpecError("plan", "is required")
     hw = data.get("hardware")
     if hw is not None:
-        _check_keys("hardware", hw, {"gpu", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu"})
+        if "system" in data:
+            raise SpecError("hardware", "give either `system` or a `hardware` block, not both (the hardware block "
+                            "would re-shape a system the file also names)")
+        _check_keys("hardware", hw, _HARDWARE_KEYS)
         if "gpu" not in hw:
             raise SpecError("hardware.gpu", "is required")
         system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
-                                     nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"))
+                                     nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"),
+                                     scale_up_gpus=hw.get("scale_up_gpus"), power_limit_w=hw.get("power_limit_w"))
         num_gpus = hw.get("num_gpus", data.get("num_gpus"))
     elif "system" in data:
         system = _system(data["system"], base_dir)

@@ -35,8 +35,27 @@ def entries(kind: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+@lru_cache(maxsize=None)
+def aliases(kind: str) -> dict[str, str]:
+    """Other names of catalog entries (descriptive GPU names in published corpora: `GB200-NVL72-186GB` → GB200),
+    each listed once, exactly (no substring matching)."""
+    out: dict[str, str] = {}
+    for eid, entry in entries(kind).items():
+        for alias in entry.get("aliases") or ():
+            if alias in out or alias in entries(kind):
+                raise CatalogError(f"{_FILES[kind]}: alias {alias!r} names two entries")
+            out[alias] = eid
+    return out
+
+
+def canonical_id(kind: str, eid: str) -> str:
+    """The catalog id an id or alias names (unchanged when it names nothing: the lookup then says so)."""
+    return eid if eid in entries(kind) else aliases(kind).get(eid, eid)
+
+
 def _lookup(kind: str, eid: str, what: str) -> dict[str, Any]:
     table = entries(kind)
+    eid = canonical_id(kind, eid)
     if eid in table:
         return table[eid]
     near = difflib.get_close_matches(str(eid), list(table), n=3, cutoff=0.3)
@@ -62,7 +81,7 @@ def scenario_ids() -> list[str]:
 
 @lru_cache(maxsize=None)
 def device(eid: str) -> Device:
-    return device_from_dict(_lookup("devices", eid, "device"), name=eid)
+    return device_from_dict(_lookup("devices", eid, "device"), name=canonical_id("devices", eid))
 
 
 @lru_cache(maxsize=None)
