@@ -15,7 +15,8 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.hf_config import looks_like_hf_config, model_from_hf_config
 from narrowpath.spec.model import Model
 from narrowpath.spec.parse import (_check_keys, calibration_from_dict, device_from_dict, model_from_dict,
-                                   plan_from_dict, system_from_dict)
+                                   open_knobs, plan_from_dict, system_from_dict)
+from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
 from narrowpath.spec.system import System
 from narrowpath.units import GBIT_PER_S
@@ -152,7 +153,8 @@ def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
     raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {value!r}")
 
 
-def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None) -> Scenario:
+def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
+                       allow_null: bool = False) -> Scenario:
     """Build a Scenario from a mapping (scenario file, catalog entry, or a validation-corpus case)."""
     _check_keys("scenario", data, _SCENARIO_KEYS)
     if "model" not in data:
@@ -177,12 +179,29 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     else:
         raise SpecError("system", "is required (or a `hardware` block)")
     model = resolve_model(data["model"], base_dir)
-    plan = plan_from_dict(data["plan"])
+    plan, unpublished, chosen = plan_with_stack_defaults(data["plan"], allow_null=allow_null)
     if num_gpus is None:
         num_gpus = plan.num_gpus
     calibration = calibration_from(data["calibration"], base_dir) if data.get("calibration") else None
     return Scenario(name=str(name or data.get("name") or data.get("id") or "scenario"), system=system, model=model,
-                    plan=plan, num_gpus=num_gpus, mode=data.get("mode", "training"), calibration=calibration)
+                    plan=plan, num_gpus=num_gpus, mode=data.get("mode", "training"), calibration=calibration,
+                    open_knobs=unpublished, chosen=chosen)
+
+
+def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Plan, tuple[str, ...], tuple]:
+    """(plan, knobs left null, (knob, note) for every knob the software stack's defaults filled). Knobs the data
+    leaves out take the defaults of the stack `plan.framework` names (catalog/stacks.yaml); a null knob is left
+    open for `schedule.choose` when `allow_null` (validation cases), else refused."""
+    if not isinstance(data, Mapping):
+        raise SpecError("plan", f"must be a mapping, got {type(data).__name__} {data!r}")
+    published, unpublished = open_knobs(data)
+    if unpublished and not allow_null:
+        raise SpecError(f"plan.{unpublished[0]}", "is null (not published); give a value")
+    framework = published.get("framework") or ""
+    stack = store.stack_for(framework) if isinstance(framework, str) else None
+    defaults = {k: v for k, v in ((stack or {}).get("defaults") or {}).items() if k not in data}
+    chosen = tuple((k, f"{v!r} — default of the {stack['id']} stack") for k, v in defaults.items())
+    return plan_from_dict(published, defaults=defaults), unpublished, chosen
 
 
 def load_scenario(source: str | Path | Mapping[str, Any] | None = None) -> Scenario:

@@ -16,7 +16,7 @@ from narrowpath.spec.parse import calibration_from_dict, device_from_dict, model
 from narrowpath.spec.system import System
 
 _FILES = {"devices": "devices.yaml", "systems": "systems.yaml", "models": "models.yaml",
-          "profiles": "calibration.yaml", "scenarios": "scenarios.yaml"}
+          "profiles": "calibration.yaml", "scenarios": "scenarios.yaml", "stacks": "stacks.yaml"}
 
 
 @lru_cache(maxsize=None)
@@ -106,3 +106,13 @@ def calibration_for(device_name: str) -> Calibration:
 
 def scenario_data(eid: str) -> dict[str, Any]:
     return _lookup("scenarios", eid, "scenario")
+
+
+def stack_for(framework: str) -> dict[str, Any] | None:
+    """The software-stack entry whose `match` words occur in `framework` (free text), first match wins; None when
+    the text names no known stack (the tool's own defaults apply)."""
+    text = (framework or "").lower()
+    for entry in entries("stacks").values():
+        if any(word.lower() in text for word in entry.get("match", ())):
+            return entry
+    return None

@@ -18,6 +18,7 @@ from narrowpath.cost.roofline import matrix_table, op_time_s
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
+from narrowpath.schedule.choose import resolve_open_knobs
 from narrowpath.schedule.pipeline import pipeline_time_s
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
@@ -170,6 +171,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     if scn.mode != "training":  # refuse rather than price a training step under an inference label
         raise NarrowpathError(f"mode: {scn.mode!r} is not modelled yet; predictions cover training steps only "
                               "(mode: training)")
+    if scn.open_knobs:  # knobs the source did not publish: chosen without any measurement (schedule.choose)
+        scn = resolve_open_knobs(scn, lambda s: predict(s, calibration))
     cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
     kernel = cal.attention_kernel if scn.plan.attention == "auto" else scn.plan.attention
     wl = build_workload(scn, kernel)
@@ -292,7 +295,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
         f"{plan.precision} dense matrix peak, {peak / 1e12:.0f} TFLOP/s per GPU",
         f"gradients communicated in {'fp16' if plan.precision == 'fp16' else 'fp32'}",
-    ) + wl.notes
+    ) + tuple(f"{knob}: {note}" for knob, note in scn.chosen) + wl.notes
     return StepPrediction(scn, cal, kernel, step, breakdown, tuple(stage_times), tuple(transfers),
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,

@@ -47,6 +47,9 @@ class Device:
     """Vector-unit (CUDA core / SIMD) peak FLOP/s by dtype, for element-wise work."""
     levels: tuple[Level, ...]
     """Memory hierarchy, nearest first; must contain an `hbm` level."""
+    generation: str = ""
+    """Architecture generation (`ampere`, `hopper`, `blackwell`, `blackwell-ultra`, `cdna3`, ...): groups
+    validation errors and names the next generation for what-ifs; empty = unknown."""
     block_scaled_formats: bool = False
     """Tensor cores scale 16/32-element blocks in hardware (MXFP8, NVFP4): Blackwell and later. Without them
     Transformer Engine refuses the mxfp8 and nvfp4 recipes."""

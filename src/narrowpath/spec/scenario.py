@@ -62,8 +62,10 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
             errs.append(("plan.tp", f"tp {p.tp} does not divide model.ffn {model.ffn}"))
     elif p.tp > 1 and model.hidden % p.tp:
         errs.append(("plan.tp", f"tp {p.tp} does not divide model.hidden {model.hidden}"))
-    if p.pp * p.vpp > model.layers:
-        errs.append(("plan.pp", f"pp·vpp = {p.pp}·{p.vpp} = {p.pp * p.vpp} exceeds model.layers {model.layers}"))
+    chunks = p.pp * p.vpp
+    if chunks > model.layers and (model.layers + 2) % chunks:
+        errs.append(("plan.pp", f"pp·vpp = {p.pp}·{p.vpp} = {chunks} exceeds model.layers {model.layers} "
+                     "(or layers + 2 with the embedding and loss counted as layers)"))
     if model.seq_len % p.cp:
         errs.append(("plan.cp", f"cp {p.cp} does not divide model.seq_len {model.seq_len}"))
     if p.cp > 1 and p.cp_comm == "a2a":

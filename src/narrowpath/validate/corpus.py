@@ -1,6 +1,13 @@
-"""Read `validation-corpus/1` files (see shared/validation/README.md) into cases, tolerating bad ones per case."""
+"""Read `validation-corpus/1` files (see shared/validation/README.md) into cases, tolerating bad ones per case.
+
+The corpus is the contract: every documented extension is read (`sweep`, `plan.framework`, null = not
+published, mxfp8/nvfp4, MLA and flat MoE model fields, `hardware.power_limit_w` and `scale_up_gpus`, descriptive
+GPU names, extra `measured` fields). `assumed` is documentation and is never applied: a knob the source did not
+publish is chosen by `schedule.choose` without looking at the measurement.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -11,7 +18,10 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.spec.scenario import Scenario
 
 SCHEMA = "validation-corpus/1"
-SHIPPED = "training-public.yaml"
+SHIPPED = ("training-public.yaml", "training-sweeps-public.yaml", "published-extra.yaml")
+"""Training corpora shipped with the package, unmodified copies of shared/validation/ (and of the held-out
+llm-foundry runs, benchmarks/data/published-extra.yaml); `narrowpath validate` runs them all by default."""
+_CASE_META = ("id", "source", "measured", "kind", "assumed", "sweep", "note", "notes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,49 +34,66 @@ class Case:
     measured_step_time_s: float | None
     derived: bool
     error: str | None = None
+    sweep: str | None = None
+    """Group of cases that differ only in plan or precision (same model, hardware and batch)."""
+    corpus: str = ""
+    """File name of the corpus the case came from."""
 
 
-def shipped_corpus_path() -> Path:
-    return Path(str(resources.files("narrowpath.validate").joinpath("corpora", SHIPPED)))
+def shipped_corpus_path(name: str = SHIPPED[0]) -> Path:
+    return Path(str(resources.files("narrowpath.validate").joinpath("corpora", name)))
 
 
-def _case(raw: Any, index: int) -> Case:
+def shipped_corpus_paths() -> list[Path]:
+    return [shipped_corpus_path(n) for n in SHIPPED]
+
+
+def _measured_time(measured: Any) -> float:
+    if not isinstance(measured, Mapping) or "step_time_s" not in measured:
+        raise NarrowpathError("measured.step_time_s: is required")
+    t = measured["step_time_s"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise NarrowpathError(f"measured.step_time_s: must be a positive finite number, got {t!r}")
+    return float(t)
+
+
+def _case(raw: Any, index: int, corpus: str) -> Case:
     if not isinstance(raw, Mapping):
-        return Case(f"case[{index}]", "", None, None, False, f"case[{index}] is not a mapping")
+        return Case(f"case[{index}]", "", None, None, False, f"case[{index}] is not a mapping", corpus=corpus)
     cid = str(raw.get("id", f"case[{index}]"))
     source = str(raw.get("source", ""))
-    measured = raw.get("measured")
+    sweep = raw.get("sweep")
+    sweep = str(sweep) if sweep is not None else None
     t_ok = None
     try:
-        if not isinstance(measured, Mapping) or "step_time_s" not in measured:
-            raise NarrowpathError("measured.step_time_s: is required")
-        t = measured["step_time_s"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
-            raise NarrowpathError(f"measured.step_time_s: must be a positive number, got {t!r}")
-        t_ok = float(t)
+        t_ok = _measured_time(raw.get("measured"))
         kind = raw.get("kind", "training")
         if kind != "training":
-            raise NarrowpathError(f"kind: only `training` cases are supported, got {kind!r}")
-        data = {k: v for k, v in raw.items() if k not in ("id", "source", "measured", "kind", "assumed")}
-        assumed = raw.get("assumed") or {}
-        if isinstance(assumed, Mapping) and assumed and isinstance(data.get("plan") or {}, Mapping):
-            plan = dict(data.get("plan") or {})
-            for k, v in assumed.items():
-                plan.setdefault(k, v)
-            data["plan"] = plan
-        scn = scenario_from_dict(data, name=cid)
-        return Case(cid, source, scn, float(t), bool(measured.get("step_time_derived", False)))
+            raise NarrowpathError(f"kind: only `training` cases are priced here, got {kind!r}")
+        data = {k: v for k, v in raw.items() if k not in _CASE_META}
+        scn = scenario_from_dict(data, name=cid, allow_null=True)
+        return Case(cid, source, scn, t_ok, bool(raw["measured"].get("step_time_derived", False)), sweep=sweep,
+                    corpus=corpus)
     except NarrowpathError as exc:
-        return Case(cid, source, None, t_ok, False, str(exc))  # the measurement stays visible in the report
+        return Case(cid, source, None, t_ok, False, str(exc), sweep=sweep, corpus=corpus)
 
 
 def load_corpus(path: str | Path | None = None) -> list[Case]:
-    """Cases of a corpus file (default: the copy of the public corpus shipped with the package)."""
-    p = Path(path) if path is not None else shipped_corpus_path()
+    """Cases of one corpus file (default: every shipped training corpus)."""
+    if path is None:
+        return [c for p in shipped_corpus_paths() for c in load_corpus(p)]
+    p = Path(path)
     data = read_data_file(p)
     if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list):
         raise NarrowpathError(f"{p}: not a {SCHEMA} file (needs a top-level `cases` list)")
-    schema = data.get("schema", SCHEMA)
-    if schema != SCHEMA:
-        raise NarrowpathError(f"{p}: schema {schema!r} is not {SCHEMA!r}")
-    return [_case(raw, i) for i, raw in enumerate(data["cases"])]
+    if "schema" not in data:
+        raise NarrowpathError(f"{p}: no `schema:` line (expected {SCHEMA!r})")
+    if data["schema"] != SCHEMA:
+        raise NarrowpathError(f"{p}: schema {data['schema']!r} is not {SCHEMA!r}")
+    cases = [_case(raw, i, p.name) for i, raw in enumerate(data["cases"])]
+    seen: set[str] = set()
+    for c in cases:
+        if c.id in seen:
+            raise NarrowpathError(f"{p}: duplicate case id {c.id!r}")
+        seen.add(c.id)
+    return cases

@@ -1,0 +1,86 @@
+"""Choose the plan knobs a source did not publish (null in a validation case), without looking at a measurement.
+
+The rule (shared/validation/README.md): the software stack's documented default when it has one, otherwise the
+fastest setting that fits in memory. Every choice is recorded in `Scenario.chosen` and printed with the
+prediction, so a number never rests on an unstated assumption.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Callable
+
+from narrowpath.catalog import store
+from narrowpath.errors import SpecError
+from narrowpath.spec.scenario import Scenario
+
+Candidates = Callable[[Scenario], tuple]
+
+CANDIDATES: dict[str, Candidates] = {
+    "recompute": lambda s: ("none", "selective", "full"),
+    "zero_stage": lambda s: (1, 0, 2, 3) if s.plan.dp * s.plan.cp > 1 else (0,),
+    "sequence_parallel": lambda s: (s.plan.tp > 1,),
+    "mbs": lambda s: (1,),
+    "vpp": lambda s: (1,),
+    "moe_routing": lambda s: ("dropless",),
+    "dp_overlap": lambda s: (False,),
+    "tp_comm_overlap": lambda s: (False,),
+    "ep_overlap": lambda s: (False,),
+    "cp_comm": lambda s: ("p2p",),
+    "attention": lambda s: ("auto",),
+    "etp": lambda s: (0,),
+    "framework": lambda s: ("",),
+}
+"""Settings tried for an unpublished knob, the tool's default first. A single candidate is the documented
+default (Megatron-LM: sequence parallelism with tp > 1, 1F1B without interleaving, dropless routing, overlap off);
+several are tried and the fastest that fits wins."""
+
+
+def _stack_default(scn: Scenario, knob: str):
+    stack = store.stack_for(scn.plan.framework)
+    defaults = (stack or {}).get("defaults") or {}
+    return (defaults[knob], stack["id"]) if knob in defaults else None
+
+
+def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Scenario:
+    """`scn` with every open knob set (see module docstring); `price(scenario)` returns a prediction with
+    `step_time_s` and `memory.fits`. Raises SpecError for a knob no rule can choose (e.g. the batch size)."""
+    if not scn.open_knobs:
+        return scn
+    fixed: dict[str, object] = {}
+    notes: list[tuple[str, str]] = []
+    searched: dict[str, tuple] = {}
+    for knob in scn.open_knobs:
+        stack = _stack_default(scn, knob)
+        if stack is not None:
+            fixed[knob] = stack[0]
+            notes.append((knob, f"{stack[0]!r} — default of the {stack[1]} stack (not published)"))
+        elif knob == "dp" and scn.plan.tp * scn.plan.pp * scn.plan.cp:
+            fixed[knob] = scn.num_gpus // (scn.plan.tp * scn.plan.pp * scn.plan.cp)
+            notes.append((knob, f"{fixed[knob]} — what the GPU count leaves (not published)"))
+        elif knob in CANDIDATES:
+            searched[knob] = CANDIDATES[knob](scn)
+        else:
+            raise SpecError(f"plan.{knob}", "is null (not published) and no rule can choose it without the "
+                            "measurement; the case cannot be priced")
+    base = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, **fixed), open_knobs=())
+    best, best_key = None, None
+    names = list(searched)
+    for values in itertools.product(*(searched[k] for k in names)):
+        try:
+            cand = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **dict(zip(names, values))))
+            pred = price(cand)
+        except SpecError:
+            continue
+        # fitting plans first, then the fastest; a plan that fits nowhere: the one that overflows least
+        key = (not pred.memory.fits, pred.step_time_s if pred.memory.fits else pred.memory.overflow_bytes)
+        if best_key is None or key < best_key:
+            best, best_key = (cand, dict(zip(names, values)), pred.memory.fits), key
+    if best is None:
+        raise SpecError(f"plan.{names[0]}", "is null (not published) and no setting of it gives a consistent plan")
+    cand, values, fits = best
+    for knob in names:
+        how = "fastest that fits in memory" if fits else "none fits in memory; the one that overflows least"
+        tried = ", ".join(repr(v) for v in searched[knob])
+        notes.append((knob, f"{values[knob]!r} — {how} among {tried} (not published)"))
+    return dataclasses.replace(cand, chosen=scn.chosen + tuple(notes))
