@@ -20,6 +20,7 @@ from narrowpath.workload import transformer as T
 from narrowpath.workload.build import (grad_bytes_per_param, stage_layer_ranges, weight_bytes_per_param,
                                        zero_shards)
 from narrowpath.workload.items import Workload
+from narrowpath.workload.precision import operand_bytes
 
 RUNTIME_RESERVE_BYTES = 2.0e9
 """CUDA context, cuBLAS/NCCL workspaces and allocator fragmentation, bytes (typical 1.5-3 GB on Hopper)."""
@@ -51,36 +52,23 @@ class MemoryBreakdown:
         return max(self.items, key=self.items.get)
 
 
-def layer_activation_bytes(scn: Scenario, attention_kernel: str) -> float:
-    """Activation bytes one layer keeps for backward, per micro-batch, on one rank (Korthikanti §4, generalised)."""
+SCORE_OPS = frozenset({"softmax", "attn_dropout", "attn_av"})
+"""Attention-core ops whose saved tensors (the score-sized ones) selective recompute drops (Korthikanti §5)."""
+
+
+def layer_activation_bytes(scn: Scenario, attention_kernel: str, *, moe_layer: bool = False,
+                           window: bool = False) -> float:
+    """Activation bytes one layer keeps for backward, per micro-batch, on one rank: the sum of what its forward ops
+    keep (Op.saved_bytes; Korthikanti §4 generalised component by component). Selective recompute drops the
+    score-sized tensors of an unfused core; full recompute keeps only the layer input."""
     m, p = scn.model, scn.plan
     A = T.act_bytes(p)
-    b, s, h, t = p.mbs, m.seq_len // p.cp, m.hidden, p.tp
-    E = b * s * h
-    sp = p.sequence_parallel
+    E = p.mbs * (m.seq_len // p.cp) * m.hidden
     if p.recompute == "full":
-        return A * E / (t if sp else 1)
-    # Replicated over tp unless sequence parallel: 2 norm inputs, QKV input, MLP input (A·E each), 2 dropout masks
-    # (E each; none for models trained without dropout).
-    replicated = 4 * A * E + (2 * E if m.dropout else 0)
-    qkv = A * b * s * (m.q_dim / t + 2 * T.kv_width_per_rank(m, t))
-    proj_in = A * b * s * m.q_dim / t
-    if m.moe is not None:
-        ffn_w, tok = m.moe.expert_ffn, m.moe.top_k * m.moe.capacity_factor + m.moe.shared_experts
-    else:
-        ffn_w, tok = m.ffn, 1.0
-    F = b * s * ffn_w * tok / t
-    mlp = (3 if m.ffn_act == "swiglu" else 2) * A * F
-    if m.ffn_act == "swiglu":
-        mlp += 0  # gate, up and product kept: 3·F already counted
-    sharded = qkv + proj_in + mlp
-    if attention_kernel == "flash":
-        sharded += 4 * b * (m.heads / t) * s  # log-sum-exp statistics in fp32
-    elif p.recompute != "selective":
-        s_kv = m.seq_len if p.cp > 1 else s
-        per_score = (2 * A + 1) if m.dropout else A  # softmax out (+ dropout mask and dropout out)
-        sharded += per_score * b * (m.heads / t) * s * s_kv
-    return (replicated / t if sp else replicated) + sharded
+        return A * E / (p.tp if p.sequence_parallel else 1)
+    ops = T.layer_forward_ops(m, p, attention_kernel, moe_layer=moe_layer, window=window)
+    drop = SCORE_OPS if p.recompute == "selective" else frozenset()
+    return sum(op.saved_bytes for op in ops if op.name not in drop)
 
 
 def in_flight_microbatches(stage: int, scn: Scenario) -> float:
@@ -103,8 +91,8 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
     dev = scn.system.device
     Wb, G = weight_bytes_per_param(p.precision), grad_bytes_per_param(p.precision)
     A = T.act_bytes(p)
-    per_layer = layer_activation_bytes(scn, attention_kernel) if model.arch == "transformer" else \
-        p.mbs * model.seq_len * model.hidden * 6 * A / p.tp
+    lstm_layer = p.mbs * model.seq_len * model.hidden * 6 * A / p.tp
+    per_kind: dict[tuple[bool, bool], float] = {}
     b, s = p.mbs, model.seq_len // p.cp
     ranges = stage_layer_ranges(model.layers, p.pp, p.vpp) if model.arch == "transformer" else [[range(model.layers)]]
     out = []
@@ -118,17 +106,33 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
                 return st.params
             return dense / zero_shards(p) + expert / zero_shards(p, expert=True)
 
+        layer_acts = 0.0
+        for li in (i for r in rng for i in r):
+            if model.arch != "transformer":
+                layer_acts += lstm_layer
+                continue
+            kind = (model.is_moe_layer(li), model.is_window_layer(li))
+            if kind not in per_kind:
+                per_kind[kind] = layer_activation_bytes(scn, attention_kernel, moe_layer=kind[0], window=kind[1])
+            layer_acts += per_kind[kind]
+        if st.index == p.pp - 1 and model.mtp_layers:
+            layer_acts += model.mtp_layers * layer_activation_bytes(scn, attention_kernel,
+                                                                    moe_layer=model.moe is not None)
         weights = held(3) * Wb
+        q = operand_bytes(p) if p.low_precision else 0.0
+        if q and zero < 3:
+            weights += 2 * q * st.params  # the cached quantized row-wise and column-wise weight copies
         grads = held(2) * G
         opt_per_param = 12 if p.precision != "fp32" else 8
         optim = held(1) * opt_per_param
         n_layers = sum(len(r) for r in rng)
         infl = in_flight_microbatches(st.index, scn)
-        acts = per_layer * n_layers * infl
+        acts = layer_acts * infl
         temps = 0.0
         if p.recompute == "full" and model.arch == "transformer":
             no_rc = dataclasses.replace(scn, plan=dataclasses.replace(p, recompute="none"))
-            full = layer_activation_bytes(no_rc, attention_kernel)
+            full = max(layer_activation_bytes(no_rc, attention_kernel, moe_layer=k[0], window=k[1])
+                       for k in (per_kind or {(False, False): 0.0}))
             temps = max(temps, full)  # one layer re-materialised during its backward
         if st.index == p.pp - 1:
             logits = b * s * model.vocab / p.tp

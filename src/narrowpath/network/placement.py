@@ -114,10 +114,10 @@ def axis_strides(plan: Plan) -> dict[str, int]:
     return strides
 
 
-GROUP_AXES = {"dpcp": ("cp", "dp"), "ep": ("ep",), "edp": ("edp",)}
+GROUP_AXES = {"dpcp": ("cp", "dp"), "ep": ("ep",), "edp": ("edp",), "etp": ("etp",)}
 """Composite groups: `dpcp` is the gradient / optimizer-sharding group of a context-parallel job (Megatron reduces
 gradients and shards the distributed optimizer over dp × cp, since cp ranks hold the same weights); `ep` the
-expert-parallel group and `edp` the expert-data-parallel group (the ranks of a stage holding the same expert
+expert-parallel group, `etp` the expert-tensor-parallel group and `edp` the expert-data-parallel group (the ranks of a stage holding the same expert
 shard, which spans the context-parallel ranks too in Megatron-Core's expert layout)."""
 
 
@@ -157,7 +157,8 @@ def _member_axes(axis: str) -> tuple[str, ...]:
 
 
 _FIXED = {"tp": ("cp", "dp", "pp"), "cp": ("tp", "dp", "pp"), "dp": ("tp", "cp", "pp"), "pp": ("tp", "cp", "dp"),
-          "dpcp": ("tp", "pp"), "ep": ("pp", "etp", "edp"), "edp": ("pp", "etp", "ep")}
+          "dpcp": ("tp", "pp"), "ep": ("pp", "etp", "edp"), "edp": ("pp", "etp", "ep"),
+          "etp": ("pp", "ep", "edp")}
 """Coordinates every member of a group of that axis shares."""
 
 

@@ -26,7 +26,7 @@ from narrowpath.workload.build import build_workload
 from narrowpath.workload.items import Transfer, Workload
 from narrowpath.workload.transformer import is_attention_core
 
-_BUCKET = {"edp": "dp", "pp_ends": "pp"}
+_BUCKET = {"edp": "dp", "pp_ends": "pp", "etp": "ep"}
 """Breakdown bucket of the axes that are not plain plan axes (expert-data-parallel, first/last pipeline stage)."""
 
 BREAKDOWN_KEYS = ("compute", "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm",

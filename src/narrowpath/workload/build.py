@@ -12,7 +12,10 @@ import math
 
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
+from narrowpath.workload.attention import kv_pair_width_per_rank
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
+from narrowpath.workload.moe import moe_transfers
+from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost
 
 
 def grad_bytes_per_param(precision: str) -> int:
@@ -25,9 +28,9 @@ def weight_bytes_per_param(precision: str) -> int:
 
 def zero_shards(plan, *, expert: bool = False) -> int:
     """Ranks a ZeRO stage shards one rank's parameters over: the data-parallel group with context parallelism
-    (Megatron's distributed optimizer uses the dp×cp group), or for routed experts the expert-dp group dp·cp/ep."""
-    n = plan.dp * plan.cp
-    return max(1, n // plan.ep) if expert else n
+    (Megatron's distributed optimizer uses the dp×cp group), or for routed experts the expert-dp group
+    tp·cp·dp / (etp·ep)."""
+    return plan.expert_dp if expert else plan.dp * plan.cp
 
 
 def stage_layer_ranges(layers: int, pp: int, vpp: int) -> list[list[range]]:
@@ -66,51 +69,49 @@ def max_pipeline_chunks(layers: int) -> int:
     return layers + 2
 
 
-def _layer_work(scn: Scenario, kernel: str, moe_layer: bool) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
+def _layer_work(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False
+                ) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
+    """Ops (forward, backward, recompute) and transfers of one layer of a kind, per micro-batch on one rank."""
     model, plan = scn.model, scn.plan
     A = T.act_bytes(plan)
     b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
-    fwd = [op for op in T.layer_forward_ops(model, plan, kernel)]
-    if moe_layer and model.moe is not None:
-        moe = model.moe
-        mlp_names = {"mlp_gate_up", "mlp_swiglu", "mlp_down", "mlp_up", "mlp_bias_gelu"}
-        fwd = [op for op in fwd if op.name not in mlp_names]
-        fwd.append(T.gemm("router", "fwd", b * s, h, moe.num_experts, plan.precision, A, A))
-        # the rank's num_experts/ep experts share its routed tokens (balanced routing): one grouped GEMM each
-        fwd += T.mlp_forward_ops(model, plan, moe.expert_ffn, tokens_scale=moe.top_k * moe.capacity_factor,
-                                 prefix="expert", groups=max(1, moe.num_experts // plan.ep))
-        if moe.shared_experts:
-            fwd += T.mlp_forward_ops(model, plan, moe.expert_ffn, tokens_scale=moe.shared_experts, prefix="shared",
-                                     groups=moe.shared_experts)
+    moe_layer = moe_layer and model.moe is not None
+    fwd = T.layer_forward_ops(model, plan, kernel, moe_layer=moe_layer, window=window)
     ops: list[tuple[Op, float]] = [(op, 1.0) for op in fwd]
-    ops += [(op, 1.0) for op in T.backward_ops(fwd)]
+    ops += [(op, 1.0) for op in T.backward_ops(fwd, plan)]
     if plan.recompute == "full":
         ops += [(op, 1.0) for op in T.as_phase(fwd, "recompute")]
     elif plan.recompute == "selective" and kernel != "flash":
-        core = T.attention_ops(model, plan, kernel, phase="recompute")
+        core = T.attention_ops(model, plan, kernel, phase="recompute", window=window)
         ops += [(op, 1.0) for op in core]
+    if plan.zero_stage == 3 and plan.low_precision:
+        # gathered 16-bit weights are quantized again every micro-batch (Megatron-FSDP keeps no quantized cache)
+        q = quantize_cost(plan.precision)
+        w = T.layer_params(model, plan, moe_layer=moe_layer)
+        ops.append((T.vector("weight_quantize", "fwd", w * q.standalone_bytes, "bf16", q.kernels), 1.0))
 
     xfers: list[tuple[Transfer, float]] = []
     ov = plan.tp_comm_overlap
     act = b * s * h * A
     if plan.tp > 1:
+        # one gather/scatter pair around the attention block and one around a tp-sharded MLP (a dense MLP or an
+        # MoE layer's shared experts; routed experts with etp = 1 take their tokens by all-to-all instead)
+        pairs = 1.0 + (1.0 if not moe_layer or model.moe.shared_experts or plan.expert_tp > 1 else 0.0)
         phases = ["fwd", "bwd"] + (["recompute"] if plan.recompute == "full" else [])
         for ph in phases:
             if plan.sequence_parallel:
-                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", act, ph, ov), 2.0))
-                xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), 2.0))
+                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", act, ph, ov), pairs))
+                xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), pairs))
                 if ph == "bwd":
                     # Megatron re-gathers the sequence-parallel input of the column-parallel GEMMs for their weight
                     # gradient, asynchronously behind the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
-                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", act, ph, True), 2.0))
+                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", act, ph, True), pairs))
             else:
-                xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), 2.0))
+                xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), pairs))
     if plan.cp > 1:
         xfers += cp_transfers(model, plan, b * s, A, recompute_core=plan.recompute == "selective" and kernel != "flash")
-    if moe_layer and model.moe is not None and plan.ep > 1:
-        tok = b * s * model.moe.top_k * model.moe.capacity_factor * h * A
-        for ph in ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ()):
-            xfers.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", tok, ph, False), 2.0))
+    if moe_layer:
+        xfers += moe_transfers(model, plan)
     if plan.zero_stage == 3 or zero2_per_microbatch(plan):
         p = T.layer_params(model, plan, moe_layer=moe_layer)
         e = T.layer_expert_params(model, plan) if moe_layer else 0.0
@@ -135,15 +136,17 @@ def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bo
                 and the same for the gradients in backward, on the critical path (DeepSpeed-Ulysses, Jacobs et al.
                 2023)"""
     phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" or recompute_core else ())
-    # K or V width a tp rank holds: a whole head when tp exceeds the kv heads (replicated, as attention_ops counts)
-    kv_w = T.kv_width_per_rank(model, plan.tp)
+    # K and V widths a tp rank holds (a whole head when tp exceeds the kv heads, as attention_ops counts; MLA's
+    # up-projected per-head keys and values)
+    kv_w2 = kv_pair_width_per_rank(model, plan.tp)
     if plan.cp_comm == "a2a":
-        qkv = tokens * (model.q_dim / plan.tp + 2 * kv_w) * a_bytes
+        q_w = model.heads / plan.tp * model.qk_head_dim
+        qkv = tokens * (q_w + kv_w2) * a_bytes
         out = tokens * model.q_dim / plan.tp * a_bytes
         return [(Transfer(f"cp.{what}_all_to_all", "all_to_all", "cp", size, ph, False), 1.0)
                 for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))
                 if not (ph == "recompute" and what == "attn_out" and plan.recompute != "full")]
-    kv = tokens * 2 * kv_w * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
+    kv = tokens * kv_w2 * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
     if plan.cp_comm == "all_gather":
         gathers = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, False), 1.0) for ph in phases]
         return gathers + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", False), 1.0)]
@@ -153,9 +156,9 @@ def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bo
 
 
 def expert_dp(plan) -> int:
-    """Size of the expert-data-parallel group that replicates one rank's experts: the dp·cp ranks that hold the
-    same weights (cp ranks see other sequence chunks), divided by ep (experts carved out of dp)."""
-    return max(1, plan.dp * plan.cp // plan.ep)
+    """Size of the expert-data-parallel group that replicates one rank's experts: tp·cp·dp / (etp·ep)
+    (Megatron-Core's expert layout, network.placement)."""
+    return plan.expert_dp
 
 
 def dense_dp(plan) -> int:
@@ -207,9 +210,10 @@ def zero3_transfers(plan, dense_params: float, expert_params: float) -> list[tup
 
 
 def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
+    """Embedding lookup on the first stage; final norm, output layer (kept in 16 bit) and vocab-parallel cross
+    entropy on the last; and there too the multi-token-prediction modules (DeepSeek-V3 §2.2)."""
     model, plan = scn.model, scn.plan
     A = T.act_bytes(plan)
-    W = 1 if plan.precision == "fp8" else A
     b, s, h, t, V = plan.mbs, model.seq_len // plan.cp, model.hidden, plan.tp, model.vocab
     E = b * s * h
     ops: list[tuple[Op, float]] = []
@@ -224,25 +228,51 @@ def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[
             if plan.sequence_parallel:  # backward of the scatter into the sequence-parallel region
                 xf.append((Transfer("tp.embedding_grad_all_gather", "all_gather", "tp", act, "bwd", False), 1.0))
     if last:
-        dt = "bf16" if plan.precision == "fp8" else plan.precision  # the output layer is kept in 16 bit
+        heads = 1 + model.mtp_layers  # the main output and one per predicted depth, sharing the output layer
         E_norm = E / t if plan.sequence_parallel else E
-        logits = T.gemm("logits", "fwd", b * s, h, V / t, dt, A, A if plan.precision == "fp8" else W)
-        ops.append((T.vector("final_norm", "fwd", 2 * E_norm * A, plan.precision), 1.0))
-        ops.append((logits, 1.0))
+        logits = T.gemm("logits", "fwd", b * s, h, V / t, core_dtype(plan), A, A)
         n_logit = b * s * V / t
+        head = [T.vector("final_norm", "fwd", 2 * E_norm * A, plan.precision), logits]
+        ops += [(op, float(heads)) for op in head]
         # Vocab-parallel cross entropy in fp32 (Megatron): cast, max, exp-sum, loss ≈ 16 B/logit forward,
         # softmax-gradient write + cast ≈ 12 B/logit backward. Our own kernel accounting.
-        ops.append((T.vector("cross_entropy", "fwd", 16 * n_logit, "fp32", kernels=4), 1.0))
-        ops.append((T.vector("cross_entropy", "bwd", 12 * n_logit, "fp32", kernels=2), 1.0))
-        ops += [(op, 1.0) for op in T.backward_ops([logits])]
-        ops.append((T.vector("final_norm", "bwd", 4 * E_norm * A, plan.precision), 1.0))
+        ops.append((T.vector("cross_entropy", "fwd", 16 * n_logit, "fp32", kernels=4), float(heads)))
+        ops.append((T.vector("cross_entropy", "bwd", 12 * n_logit, "fp32", kernels=2), float(heads)))
+        ops += [(op, float(heads)) for op in T.backward_ops([logits], plan)]
+        ops.append((T.vector("final_norm", "bwd", 4 * E_norm * A, plan.precision), float(heads)))
+        if model.mtp_layers:
+            ops += _mtp_ops(scn)
         if t > 1:
-            xf.append((Transfer("tp.cross_entropy_stats", "all_reduce", "tp", 3 * b * s * 4, "fwd", False), 1.0))
+            xf.append((Transfer("tp.cross_entropy_stats", "all_reduce", "tp", 3 * b * s * 4, "fwd", False),
+                       float(heads)))
             kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
             if plan.sequence_parallel:
-                xf.append((Transfer("tp.logits_all_gather", "all_gather", "tp", act, "fwd", False), 1.0))
-            xf.append((Transfer(f"tp.logits_grad_{kind}", kind, "tp", act, "bwd", False), 1.0))
+                xf.append((Transfer("tp.logits_all_gather", "all_gather", "tp", act, "fwd", False), float(heads)))
+            xf.append((Transfer(f"tp.logits_grad_{kind}", kind, "tp", act, "bwd", False), float(heads)))
     return ops, xf
+
+
+def _mtp_ops(scn: Scenario) -> list[tuple[Op, float]]:
+    """One multi-token-prediction module per predicted depth (DeepSeek-V3 §2.2): norms of the hidden state and of
+    the shifted token embedding, a projection of their concatenation 2h → h, and one transformer block (an MoE
+    block when the model has experts); its output layer and loss are counted with the main head."""
+    model, plan = scn.model, scn.plan
+    b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
+    rows = b * s
+    fwd = [T.vector("mtp_norms", "fwd", 2 * 2 * rows * h * T.act_bytes(plan), plan.precision)]
+    fwd += T.linear("mtp_proj", plan, rows, 2 * h, h / plan.tp)
+    fwd += T.layer_forward_ops(model, plan, "flash", moe_layer=model.moe is not None)
+    ops = fwd + T.backward_ops(fwd, plan) + (T.as_phase(fwd, "recompute") if plan.recompute == "full" else [])
+    return [(op, float(model.mtp_layers)) for op in ops]
+
+
+def mtp_params(scn: Scenario) -> float:
+    """Parameters of the multi-token-prediction modules on one rank of the last stage: per depth a 2h → h
+    projection, two norms and one transformer layer."""
+    model, plan = scn.model, scn.plan
+    per = 2 * model.hidden * model.hidden / plan.tp + 2 * model.hidden \
+        + T.layer_params(model, plan, moe_layer=model.moe is not None)
+    return model.mtp_layers * per
 
 
 def embedding_params(scn: Scenario, first: bool, last: bool) -> float:
@@ -253,6 +283,14 @@ def embedding_params(scn: Scenario, first: bool, last: bool) -> float:
     return table * (int(first) + int(last)) + (model.hidden if last else 0)
 
 
+def layer_kinds(model) -> dict[tuple[bool, bool], list[int]]:
+    """Layer indices by kind (MoE layer?, sliding-window attention?)."""
+    kinds: dict[tuple[bool, bool], list[int]] = {}
+    for li in range(model.layers):
+        kinds.setdefault((model.is_moe_layer(li), model.is_window_layer(li)), []).append(li)
+    return kinds
+
+
 def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     """The scenario's work per rank (see module docstring). `attention_kernel` is the resolved kernel (`flash` or
     `unfused`): the plan's choice, or the calibration profile's default when the plan says `auto` (schedule.step)."""
@@ -261,35 +299,39 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         return build_lstm_workload(scn)
     model, plan = scn.model, scn.plan
     kernel = attention_kernel
-    first_moe = model.moe.first_dense_layers if model.moe is not None else model.layers
-    dense_ops, dense_xf = _layer_work(scn, kernel, False)
-    moe_work = _layer_work(scn, kernel, True) if model.moe is not None else None
+    kind_of = {li: kind for kind, idx in layer_kinds(model).items() for li in idx}
+    work = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of.values())}
     A = T.act_bytes(plan)
     b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
     p2p_bytes = b * s * h * A / plan.tp
     stages = []
     for i, ranges in enumerate(stage_layer_ranges(model.layers, plan.pp, plan.vpp)):
         idx = [li for r in ranges for li in r]
-        n_moe = sum(1 for li in idx if li >= first_moe)
-        n_dense = len(idx) - n_moe
-        ops = [(op, c * n_dense) for op, c in dense_ops] if n_dense else []
-        xf = [(tr, c * n_dense) for tr, c in dense_xf] if n_dense else []
-        params = n_dense * T.layer_params(model, plan)
-        if n_moe and moe_work is not None:
-            ops += [(op, c * n_moe) for op, c in moe_work[0]]
-            xf += [(tr, c * n_moe) for tr, c in moe_work[1]]
-            params += n_moe * T.layer_params(model, plan, moe_layer=True)
+        counts: dict[tuple[bool, bool], int] = {}
+        for li in idx:
+            counts[kind_of[li]] = counts.get(kind_of[li], 0) + 1
+        ops: list[tuple[Op, float]] = []
+        xf: list[tuple[Transfer, float]] = []
+        params = expert = 0.0
+        for kind, n in sorted(counts.items()):
+            ops += [(op, c * n) for op, c in work[kind][0]]
+            xf += [(tr, c * n) for tr, c in work[kind][1]]
+            params += n * T.layer_params(model, plan, moe_layer=kind[0])
+            expert += n * T.layer_expert_params(model, plan) if kind[0] else 0.0
         first, last = i == 0, i == plan.pp - 1
         e_ops, e_xf = _embedding_work(scn, first, last)
         ops += e_ops
         xf += e_xf
         emb = embedding_params(scn, first, last)
+        if last and model.mtp_layers:
+            emb += mtp_params(scn)
+            if model.moe is not None:
+                expert += model.mtp_layers * T.layer_expert_params(model, plan)
         params += emb
         if plan.zero_stage == 3:
             xf += zero3_transfers(plan, emb, 0.0)
         elif zero2_per_microbatch(plan):
             xf += zero2_transfers(plan, emb, 0.0)
-        expert = n_moe * T.layer_expert_params(model, plan) if moe_work is not None else 0.0
         if plan.pp > 1:
             # Each chunk boundary sends activations forward and receives gradients backward, per micro-batch.
             n_send = plan.vpp if not last else plan.vpp - 1
@@ -302,10 +344,10 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
 
     step_xf, opt_ops = _step_work(scn, stages)
     tokens = plan.gbs * model.seq_len
-    useful = _model_flop_per_step(scn, stages)
-    total_params = _total_params(scn)
+    from narrowpath.workload.counts import model_flop_per_token, parameter_count
+    useful = model_flop_per_token(model) * tokens
     return Workload(tuple(stages), tuple(step_xf), tuple(opt_ops), plan.num_microbatches, tokens, useful,
-                    total_params, ())
+                    parameter_count(model), ())
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:
@@ -334,21 +376,11 @@ def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], lis
     per_param = (G + 12 + 12 + Wb + G) if plan.precision != "fp32" else (4 + 12 + 12 + 4)
     kernels = 2 + math.ceil(local / 2.0e7)
     opt = Op("adam", "vector", "optimizer", 0.0, local * per_param, "fp32", kernels)
-    return xf, [(opt, 1.0)]
-
-
-def _model_flop_per_step(scn: Scenario, stages) -> float:
-    """Useful FLOPs of the whole job per step: 3 × forward matrix/attention FLOPs, no recompute (model FLOPs)."""
-    plan = scn.plan
-    per_rank_mb = 0.0
-    for st in stages:
-        for op, c in st.ops:
-            if op.phase == "fwd" and op.kind in ("matrix", "flash"):
-                per_rank_mb += op.useful_flop * c
-    # every (tp, cp) rank of a pipeline holds 1/(tp·cp) of the work; dp pipelines each run m micro-batches
-    return 3.0 * per_rank_mb * plan.tp * plan.cp * plan.dp * plan.num_microbatches
-
-
-def _total_params(scn: Scenario) -> float:
-    from narrowpath.workload.counts import parameter_count
-    return parameter_count(scn.model)
+    ops = [(opt, 1.0)]
+    q = quantize_cost(plan.precision)
+    if q is not None and plan.zero_stage < 3:
+        # the updated 16-bit weights are quantized once per step and cached for every micro-batch (TE's
+        # is_first_microbatch); ZeRO-3 re-quantizes the gathered weights per micro-batch (see _layer_work)
+        ops.append((Op("weight_quantize", "vector", "optimizer", 0.0, params * q.standalone_bytes, "bf16",
+                       q.kernels * 2), 1.0))
+    return xf, ops

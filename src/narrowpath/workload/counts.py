@@ -1,43 +1,94 @@
-"""Parameter counts (pure functions of the model)."""
+"""Parameter and model-FLOP counts (pure functions of the model, independent of the plan)."""
 from __future__ import annotations
 
 from narrowpath.spec.model import Model
 
 
+def attention_parameters(model: Model) -> float:
+    """Attention matrices of one layer (no biases or norms): Q, K, V and output projections, or MLA's down- and
+    up-projections (DeepSeek-V3 §2.1.1)."""
+    h = model.hidden
+    if model.mla is None:
+        return h * (model.q_dim + 2 * model.kv_dim) + model.q_dim * h
+    mla, a = model.mla, model.heads
+    q = h * mla.q_lora_rank + mla.q_lora_rank * a * mla.qk_head_dim if mla.q_lora_rank else h * a * mla.qk_head_dim
+    kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * a * (mla.qk_nope_head_dim
+                                                                               + mla.v_head_dim)
+    return q + kv + a * mla.v_head_dim * h
+
+
+def _norm_parameters(model: Model) -> float:
+    """The two norms of a layer (LayerNorm: weight and bias), plus MLA's latent norms."""
+    per = 2 * model.hidden if model.norm == "layernorm" else model.hidden
+    mla = model.mla
+    extra = (mla.q_lora_rank + mla.kv_lora_rank) if mla is not None else 0
+    return 2 * per + extra
+
+
 def parameter_count(model: Model) -> float:
-    """Total parameters.
+    """Total parameters (multi-token-prediction modules excluded, as DeepSeek-V3's 671 B excludes its 14 B MTP).
 
     Dense GPT with f = 4h, MHA: Narayanan et al. SC'21 eq. (2): P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)),
     which counts biases, two layer norms and learned position embeddings (s·h). We count the general
-    form (GQA, SwiGLU, MoE, untied output) and include position embeddings only for layernorm (GPT-style) models.
+    form (GQA, MLA, SwiGLU, MoE with shared experts and leading dense layers, untied output) and include position
+    embeddings only for layernorm (GPT-style) models.
     """
     h, l, V = model.hidden, model.layers, model.vocab
     if model.arch == "lstm":
         # per layer: 4 gates × (input h + recurrent h) × h weights + 2 × 4h biases; embedding + softmax
         return l * (8 * h * h + 8 * h) + 2 * V * h
-    attn = h * (model.q_dim + 2 * model.kv_dim) + model.q_dim * h
+    attn = attention_parameters(model)
     biases = (model.q_dim + 2 * model.kv_dim + h) + (model.ffn + h) if model.norm == "layernorm" else 0
-    norms = 4 * h if model.norm == "layernorm" else 2 * h
-    dense_mlp = model.mlp_matrices * h * model.ffn
-    per_dense = attn + dense_mlp + biases + norms
-    if model.moe is None:
-        layers = l * per_dense
-    else:
-        moe = model.moe
-        expert = model.mlp_matrices * h * moe.expert_ffn
-        per_moe = attn + biases + norms + (moe.num_experts + moe.shared_experts) * expert + h * moe.num_experts
-        layers = moe.first_dense_layers * per_dense + (l - moe.first_dense_layers) * per_moe
+    norms = _norm_parameters(model)
+    per_dense = attn + model.mlp_matrices * h * model.ffn + biases + norms
+    total = 0.0
+    for li in range(l):
+        if model.is_moe_layer(li):
+            moe = model.moe
+            experts = moe.num_experts * model.mlp_matrices * h * moe.expert_ffn
+            shared = moe.shared_experts * model.mlp_matrices * h * moe.shared_ffn
+            total += attn + biases + norms + experts + shared + h * moe.num_experts
+        else:
+            total += per_dense
     emb = V * h * (1 if model.tied_embeddings else 2)
     pos = model.seq_len * h if model.norm == "layernorm" else 0
     final_norm = 2 * h if model.norm == "layernorm" else h
-    return float(layers + emb + pos + final_norm)
+    return float(total + emb + pos + final_norm)
 
 
 def active_parameter_count(model: Model) -> float:
-    """Parameters touched per token (MoE: top_k + shared experts only)."""
+    """Parameters touched per token (MoE: top_k routed + shared experts only)."""
     if model.moe is None:
         return parameter_count(model)
     moe = model.moe
     expert = model.mlp_matrices * model.hidden * moe.expert_ffn
-    inactive = (model.layers - moe.first_dense_layers) * (moe.num_experts - moe.top_k) * expert
-    return parameter_count(model) - inactive
+    moe_layers = sum(1 for li in range(model.layers) if model.is_moe_layer(li))
+    return parameter_count(model) - moe_layers * (moe.num_experts - moe.top_k) * expert
+
+
+def _layer_forward_flop_per_token(model: Model, li: int) -> float:
+    """Model FLOPs of layer `li` for one token's forward: 2 per matrix parameter it multiplies (routed experts:
+    top_k of them, plus the router) and the attention scores and weighted sum over the keys it attends to, counted
+    non-causally (Korthikanti et al. 2022 §6: 4·s·h for MHA)."""
+    h, s = model.hidden, model.seq_len
+    keys = min(s, model.sliding_window) if model.is_window_layer(li) else s
+    attn = 2 * attention_parameters(model) + 2 * model.heads * keys * (model.qk_head_dim + model.v_head_dim)
+    if model.is_moe_layer(li):
+        moe = model.moe
+        mlp = 2 * model.mlp_matrices * h * (moe.top_k * moe.expert_ffn + moe.shared_experts * moe.shared_ffn) \
+            + 2 * h * moe.num_experts
+    else:
+        mlp = 2 * model.mlp_matrices * h * model.ffn
+    return attn + mlp
+
+
+def model_flop_per_token(model: Model) -> float:
+    """Model FLOPs per trained token (forward + backward = 3 × forward; no recompute): every layer, the output
+    layer (2·h·V), and each multi-token-prediction module (a 2h → h projection, one more layer and the output
+    layer again). The MFU convention of Korthikanti et al. 2022 §6 and Narayanan et al. SC'21 eq. (3) for GPT."""
+    h, V = model.hidden, model.vocab
+    fwd = sum(_layer_forward_flop_per_token(model, li) for li in range(model.layers)) + 2 * h * V
+    if model.mtp_layers:
+        last = model.layers - 1
+        fwd += model.mtp_layers * (2 * 2 * h * h + _layer_forward_flop_per_token(model, last) + 2 * h * V)
+    return 3.0 * fwd

@@ -34,6 +34,10 @@ class Op:
     groups: int = 1
     """Independent equal GEMMs in one grouped kernel (MoE: the experts a rank holds, each with its own weights and
     its share of the tokens); the size-dependent efficiency sees one group's FLOPs."""
+    saved_bytes: float = 0.0
+    """Bytes a forward execution keeps for its backward (the activation memory it is responsible for)."""
+    grad_elements: float = 0.0
+    """Output-gradient elements a low-precision GEMM quantizes in backward (m·n; 0 for 16/32-bit GEMMs)."""
 
     @property
     def useful_flop(self) -> float:

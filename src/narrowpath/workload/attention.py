@@ -1,0 +1,142 @@
+"""The attention block of one transformer layer on one rank, for one micro-batch (Megatron-Core layout).
+
+Legend: b micro-batch (sequences), s local sequence (seq_len/cp), h hidden, t tensor-parallel degree, a_t = heads/t
+local heads, d_qk / d_v per-head query-key and value widths, A activation bytes, E = b·s·h.
+
+Grouped-query attention: norm → QKV projection → rotary embedding → attention core → output projection →
+residual. Multi-head latent attention (DeepSeek-V2 §2.1, V3 §2.1.1, as Megatron-Core's MLASelfAttention runs it
+for training): the down-projections to the query latent (q_lora_rank) and to the joint key/value latent plus the
+shared rotary key (kv_lora_rank + qk_rope_head_dim) are replicated on every tensor-parallel rank; each latent is
+normed and up-projected per head (column-parallel); the core then is multi-head attention with query/key width
+qk_nope + qk_rope and value width v_head_dim. Sliding-window layers attend to the last `window` keys only.
+"""
+from __future__ import annotations
+
+from narrowpath.spec.model import Model
+from narrowpath.spec.plan import Plan
+from narrowpath.workload.items import Op
+from narrowpath.workload.ops import gemm, linear, vector
+from narrowpath.workload.precision import act_bytes, core_dtype
+
+FLASH_BLOCK = 128  # FlashAttention tile size along the sequence (Dao 2023), for the causal work fraction
+
+
+def kv_width_per_rank(model: Model, tp: int) -> float:
+    """K (or V) projection width one tensor-parallel rank holds: kv_heads/tp heads, or one whole (replicated)
+    head when tp exceeds the kv heads (GQA with more tp ranks than key/value groups)."""
+    return max(1.0, model.kv_heads / tp) * model.head_dim
+
+
+def kv_pair_width_per_rank(model: Model, tp: int) -> float:
+    """Width of one token's K plus V on a tensor-parallel rank: 2·kv_width_per_rank, or with MLA the up-projected
+    per-head keys (qk_nope + qk_rope) and values of heads/tp heads."""
+    if model.mla is not None:
+        return model.heads / tp * (model.mla.qk_head_dim + model.mla.v_head_dim)
+    return 2 * kv_width_per_rank(model, tp)
+
+
+def attended_keys(model: Model, plan: Plan, window: bool) -> tuple[float, float]:
+    """(keys a query block sees, fraction of the score matrix a causal flash kernel computes): with context
+    parallelism each query block sees all keys (ring); a sliding-window layer computes only the band of `window`
+    keys behind each query (plus one partial tile)."""
+    s = model.seq_len // plan.cp
+    s_kv = model.seq_len if plan.cp > 1 else s
+    if window and model.sliding_window < s_kv:
+        w = min(s_kv, model.sliding_window + FLASH_BLOCK)
+        return float(s_kv), w / s_kv
+    return float(s_kv), min(1.0, 0.5 * (1.0 + FLASH_BLOCK / s_kv))
+
+
+def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd", window: bool = False) -> list[Op]:
+    """The attention core (scores, softmax, dropout, weighted sum) for one micro-batch and layer, in 16 bit.
+    Saved for backward: Q, K, V and the output with the log-sum-exp statistics (flash), or the softmax output,
+    the dropout mask and output (unfused; Korthikanti et al. 2022 §4)."""
+    A = act_bytes(plan)
+    dt = core_dtype(plan)
+    b, s, t = plan.mbs, model.seq_len // plan.cp, plan.tp
+    s_kv, frac = attended_keys(model, plan, window)
+    a_t = model.heads / t
+    d_qk, d_v = model.qk_head_dim, model.v_head_dim
+    kv_t = a_t if model.mla is not None else max(1.0, model.kv_heads / t)
+    q_bytes, k_bytes, v_bytes = b * s * a_t * d_qk * A, b * s * kv_t * d_qk * A, b * s * kv_t * d_v * A
+    out_bytes = b * s * a_t * d_v * A
+    if kernel == "flash":
+        full = 2.0 * b * a_t * s * s_kv * (d_qk + d_v)
+        io = q_bytes + k_bytes + v_bytes + out_bytes
+        saved = io + 4 * b * a_t * s  # Q, K, V, O and the fp32 log-sum-exp
+        return [Op("flash_attn", "flash", phase, full * frac, io, dt, 1, 0.0, model_flop=full * frac
+                   if window else full, saved_bytes=saved)]
+    S2 = b * a_t * s * s_kv  # score elements
+    scores = Op("attn_scores", "matrix", phase, 2.0 * S2 * d_qk, q_bytes + b * s_kv * kv_t * d_qk * A + S2 * A, dt,
+                1, 0.0, saved_bytes=q_bytes + k_bytes + v_bytes)  # the core's inputs Q, K (and V for AV)
+    softmax = vector("softmax", phase, 2.0 * S2 * A, dt, saved_bytes=S2 * A)  # fused scale-mask-softmax
+    dropout = vector("attn_dropout", phase, 2.0 * S2 * A + S2, dt, saved_bytes=S2)  # read, write, 1-byte mask
+    av_saved = S2 * A if model.dropout else 0.0  # the dropped-out probabilities (else: the softmax output)
+    core = [scores, softmax] + ([dropout] if model.dropout else [])
+    av = Op("attn_av", "matrix", phase, 2.0 * S2 * d_v, S2 * A + b * s_kv * kv_t * d_v * A + out_bytes, dt, 1, 0.0,
+            saved_bytes=av_saved)
+    return core + [av]
+
+
+def norm_op(name: str, plan: Plan, elements: float) -> Op:
+    """LayerNorm/RMSNorm: read and write the tensor; keeps its input for backward."""
+    A = act_bytes(plan)
+    return vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A)
+
+
+def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = False) -> list[Op]:
+    """Forward ops of the attention half of a layer: norm, projections, rotary, core, output projection."""
+    A = act_bytes(plan)
+    b, s, t, h = plan.mbs, model.seq_len // plan.cp, plan.tp, model.hidden
+    m = b * s
+    sp = plan.sequence_parallel
+    rows = m / t if sp else m  # what a rank keeps of an all-gathered GEMM input (backward re-gathers it)
+    E_norm = m * h / t if sp else m * h
+    ops = [norm_op("ln1", plan, E_norm)]
+    if model.mla is None:
+        qkv_n = model.q_dim / t + 2 * kv_width_per_rank(model, t)
+        ops += linear("qkv", plan, m, h, qkv_n, fused_input=True, saved_rows=rows)
+        rope_elems = m * (model.heads / t + max(1.0, model.kv_heads / t)) * model.head_dim
+    else:
+        mla, a_t = model.mla, model.heads / t
+        if mla.q_lora_rank:
+            ops += linear("q_down", plan, m, h, mla.q_lora_rank, fused_input=True, saved_rows=rows)
+            ops.append(norm_op("q_norm", plan, m * mla.q_lora_rank))
+            ops += linear("q_up", plan, m, mla.q_lora_rank, a_t * mla.qk_head_dim, fused_input=True)
+        else:
+            ops += linear("q_proj", plan, m, h, a_t * mla.qk_head_dim, fused_input=True, saved_rows=rows)
+        ops += linear("kv_down", plan, m, h, mla.kv_lora_rank + mla.qk_rope_head_dim, fused_input=True,
+                      saved_rows=rows)
+        ops.append(norm_op("kv_norm", plan, m * mla.kv_lora_rank))
+        ops += linear("kv_up", plan, m, mla.kv_lora_rank, a_t * (mla.qk_nope_head_dim + mla.v_head_dim),
+                      fused_input=True)
+        rope_elems = m * (a_t + 1) * mla.qk_rope_head_dim
+    ops.append(vector("rope", "fwd", 2 * rope_elems * A, plan.precision))
+    ops += attention_ops(model, plan, kernel, window=window)
+    # flash keeps its output O for its own backward; a 16-bit projection reads that same tensor, a low-precision
+    # one keeps its quantized copy
+    keeps_input = kernel != "flash" or plan.low_precision
+    ops += linear("attn_proj", plan, m, model.q_dim / t, h, saved_rows=m if keeps_input else 0.0)
+    ops.append(residual_op(model, E_norm, A, plan.precision))
+    return ops
+
+
+def residual_op(model: Model, elements: float, a_bytes: int, dtype: str) -> Op:
+    """Fused bias-dropout-add (read 2 tensors, write 1, keep a 1-byte mask) or, without dropout, the residual add."""
+    if model.dropout:
+        return vector("bias_dropout_add", "fwd", elements * (3 * a_bytes + 1), dtype, saved_bytes=elements)
+    return vector("residual_add", "fwd", elements * 3 * a_bytes, dtype)
+
+
+def attention_params(model: Model, plan: Plan) -> float:
+    """Attention parameters of one layer held by one rank (projections tp-sharded, MLA down-projections and norms
+    replicated)."""
+    h, t = model.hidden, plan.tp
+    if model.mla is None:
+        return h * (model.q_dim / t + 2 * kv_width_per_rank(model, t)) + model.q_dim * h / t
+    mla, a_t = model.mla, model.heads / t
+    q = (h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * a_t * mla.qk_head_dim) if mla.q_lora_rank \
+        else h * a_t * mla.qk_head_dim
+    kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank \
+        + mla.kv_lora_rank * a_t * (mla.qk_nope_head_dim + mla.v_head_dim)
+    return q + kv + a_t * mla.v_head_dim * h

@@ -1,0 +1,146 @@
+"""The MLP half of a layer on one rank, for one micro-batch: a dense MLP, or a mixture of experts as Megatron-Core
+runs it (router → permute → all-to-all dispatch → grouped expert GEMMs → all-to-all combine → unpermute, plus
+shared experts).
+
+Expert layout (Megatron-Core MoE parallel folding; Liu et al. 2025, 'MoE Parallel Folding'): the tp·cp·dp ranks of
+a pipeline stage are re-split as etp × ep × edp for the experts. Each rank owns b·s/t tokens after attention (the
+sequence-parallel shard; b·s when tp = 1) and sends top_k copies of each into the expert-parallel all-to-all; a
+rank holds num_experts/ep experts, each split etp ways, so with balanced routing it runs
+R = (b·s/t)·top_k·etp expert rows, and each of its experts' GEMMs has R/(num_experts/ep) rows.
+
+Routing balance: token-drop routing pads every expert to its capacity (capacity_factor × the mean); dropless
+routing gives each expert-parallel rank a random share of the token copies, so the busiest of ep ranks runs
+n + √(2·n·ln ep) of a mean n (balls into bins, Raab & Steger 1998) and the whole group waits for it.
+"""
+from __future__ import annotations
+
+import math
+
+from narrowpath.spec.model import Model
+from narrowpath.spec.plan import Plan
+from narrowpath.workload.attention import norm_op, residual_op
+from narrowpath.workload.items import Op, Transfer
+from narrowpath.workload.ops import gemm, linear, vector
+from narrowpath.workload.precision import act_bytes, core_dtype
+
+
+def activation_op(model: Model, plan: Plan, elements: float, name: str) -> Op:
+    """The MLP activation on `elements` outputs of the up projection (per gate branch for SwiGLU): fused
+    bias-SwiGLU reads gate and up and writes their product; GeLU / squared ReLU read and write one tensor. It keeps
+    its input (both branches for SwiGLU) for backward."""
+    A = act_bytes(plan)
+    if model.ffn_act == "swiglu":
+        return vector(name, "fwd", 3 * elements * A, plan.precision, saved_bytes=2 * elements * A)
+    return vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A)
+
+
+def mlp_ops(model: Model, plan: Plan, ffn: int, rows: float, *, width_split: int, prefix: str = "mlp",
+            groups: int = 1, fused_input: bool = True, saved_rows: float | None = None) -> list[Op]:
+    """Up projection, activation, down projection on `rows` tokens, each matrix split `width_split` ways over the
+    inner size (tp for a dense MLP, etp for experts); `groups` experts share the rows (a grouped GEMM)."""
+    up = (2 if model.ffn_act == "swiglu" else 1) * ffn / width_split
+    act = activation_op(model, plan, rows * ffn / width_split, f"{prefix}_act")
+    return (linear(f"{prefix}_up", plan, rows, model.hidden, up, groups=groups, fused_input=fused_input,
+                   saved_rows=saved_rows)
+            + [act] + linear(f"{prefix}_down", plan, rows, ffn / width_split, model.hidden, groups=groups))
+
+
+def routing_imbalance(plan: Plan, copies_per_rank: float) -> float:
+    """Busiest expert-parallel rank's expert rows over the mean (see module docstring)."""
+    if plan.moe_routing == "token-drop" or plan.ep == 1 or copies_per_rank <= 0:
+        return 1.0
+    return 1.0 + math.sqrt(2.0 * math.log(plan.ep) / copies_per_rank)
+
+
+def local_tokens(model: Model, plan: Plan) -> float:
+    """Tokens a rank owns going into the MoE layer (the sequence-parallel shard)."""
+    tokens = plan.mbs * model.seq_len / plan.cp
+    return tokens / plan.tp if plan.sequence_parallel or plan.tp == 1 else tokens
+
+
+def expert_rows(model: Model, plan: Plan) -> float:
+    """Expert GEMM rows this rank runs per micro-batch and layer, including the routing imbalance."""
+    moe = model.moe
+    mean = local_tokens(model, plan) * moe.top_k * plan.expert_tp
+    if plan.moe_routing == "token-drop":
+        return mean * moe.capacity_factor
+    return mean * routing_imbalance(plan, mean)
+
+
+def dense_mlp_block_ops(model: Model, plan: Plan) -> list[Op]:
+    """Norm, dense MLP (inner size model.ffn, tp-sharded), residual."""
+    A = act_bytes(plan)
+    b, s, t, h = plan.mbs, model.seq_len // plan.cp, plan.tp, model.hidden
+    m = b * s
+    E_norm = m * h / t if plan.sequence_parallel else m * h
+    ops = [norm_op("ln2", plan, E_norm)]
+    ops += mlp_ops(model, plan, model.ffn, m, width_split=t, saved_rows=m / t if plan.sequence_parallel else m)
+    ops.append(residual_op(model, E_norm, A, plan.precision))
+    return ops
+
+
+def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
+    """Norm, router, permute, routed experts (grouped GEMMs), unpermute, shared experts, residual."""
+    moe = model.moe
+    A = act_bytes(plan)
+    b, s, t, h = plan.mbs, model.seq_len // plan.cp, plan.tp, model.hidden
+    E_norm = b * s * h / t if plan.sequence_parallel else b * s * h
+    tok = local_tokens(model, plan)
+    copies = tok * moe.top_k
+    ops = [norm_op("ln2", plan, E_norm)]
+    # router: logits of every expert in 16 bit, softmax / top-k / aux statistics in fp32 (keeps the probabilities)
+    ops.append(gemm("router", "fwd", tok, h, moe.num_experts, core_dtype(plan), A, A,
+                    saved_bytes=tok * h * A))
+    ops.append(vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32", kernels=3,
+                      saved_bytes=tok * moe.num_experts * 4))
+    # permute: gather each token's top_k copies into expert order (fused kernel: read tokens, write copies)
+    ops.append(vector("moe_permute", "fwd", tok * h * A + copies * h * A, plan.precision, kernels=2))
+    rows = expert_rows(model, plan)
+    ops += mlp_ops(model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
+                   groups=max(1, moe.num_experts // plan.ep), fused_input=False)
+    # unpermute: weight each copy by its routing probability and sum the copies back into the token
+    ops.append(vector("moe_unpermute", "fwd", copies * h * A + tok * h * A, plan.precision, kernels=2,
+                      saved_bytes=copies * h * A))
+    if moe.shared_experts:
+        m = b * s
+        ops += mlp_ops(model, plan, moe.shared_ffn * moe.shared_experts, m, width_split=t, prefix="shared",
+                       saved_rows=m / t if plan.sequence_parallel else m)
+    ops.append(residual_op(model, E_norm, A, plan.precision))
+    return ops
+
+
+def moe_transfers(model: Model, plan: Plan) -> list[tuple[Transfer, float]]:
+    """Expert-parallel traffic of one MoE layer per micro-batch: dispatch and combine all-to-alls of the token
+    copies on the ep group in forward and backward (and a full recompute's forward); with etp > 1 the dispatched
+    tokens are all-gathered over the etp ranks and the expert outputs reduce-scattered back. Overlapped with
+    another micro-batch's computation when `plan.ep_overlap` (Megatron-Core 1F1B A2A overlap, DeepSeek DualPipe)."""
+    moe = model.moe
+    A = act_bytes(plan)
+    phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ())
+    out: list[tuple[Transfer, float]] = []
+    if plan.ep > 1:
+        msg = local_tokens(model, plan) * moe.top_k * model.hidden * A
+        for ph in phases:
+            out.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", msg, ph, plan.ep_overlap), 2.0))
+    if plan.expert_tp > 1:
+        gathered = local_tokens(model, plan) * moe.top_k * plan.expert_tp * model.hidden * A
+        for ph in phases:
+            out.append((Transfer("ep.expert_tp_all_gather", "all_gather", "etp", gathered, ph, plan.ep_overlap), 1.0))
+            out.append((Transfer("ep.expert_tp_reduce_scatter", "reduce_scatter", "etp", gathered, ph,
+                                 plan.ep_overlap), 1.0))
+    return out
+
+
+def expert_params(model: Model, plan: Plan) -> float:
+    """Routed-expert parameters of one MoE layer held by one rank (num_experts/ep experts, split etp ways)."""
+    if model.moe is None:
+        return 0.0
+    moe = model.moe
+    return (moe.num_experts / plan.ep) * model.mlp_matrices * model.hidden * moe.expert_ffn / plan.expert_tp
+
+
+def moe_layer_params(model: Model, plan: Plan) -> float:
+    """MLP-half parameters of one MoE layer on one rank: routed experts, shared experts (tp-sharded), router."""
+    moe = model.moe
+    shared = moe.shared_experts * model.mlp_matrices * model.hidden * moe.shared_ffn / plan.tp
+    return expert_params(model, plan) + shared + model.hidden * moe.num_experts

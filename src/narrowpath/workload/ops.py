@@ -1,0 +1,98 @@
+"""Constructors of the work items every model is built from: GEMMs, linear layers (with low-precision
+quantization), element-wise kernels, and the backward and recompute passes derived from a forward op.
+
+Each forward op also states the bytes it keeps for its backward (`Op.saved_bytes`), so activation memory is the sum
+of what the ops keep — the same op list prices time and memory (Korthikanti et al. 2022 §4 count the same tensors
+component by component; tests/workload check the sum reproduces their closed forms).
+"""
+from __future__ import annotations
+
+from narrowpath.spec.plan import Plan
+from narrowpath.workload.items import Op
+from narrowpath.workload.precision import act_bytes, matrix_dtype, operand_bytes, quantize_cost
+
+
+def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_bytes: float, w_bytes: float,
+         *, weights: bool = True, batch: float = 1.0, groups: int = 1, out_bytes: float | None = None,
+         saved_bytes: float = 0.0, grad_elements: float = 0.0) -> Op:
+    """A (batched) GEMM [m×k]·[k×n]: 2mkn FLOPs; reads both inputs and writes the output once. `groups` > 1: a
+    grouped GEMM of that many [m/groups × k]·[k×n] products, each with its own weights (MoE experts).
+    `weights=False`: the second operand is an activation (attention scores), read at `a_bytes`."""
+    flop = 2.0 * m * k * n * batch
+    wb = k * n * w_bytes * groups if weights else k * n * a_bytes * batch
+    out = a_bytes if out_bytes is None else out_bytes
+    hbm = (m * k * a_bytes) * batch + wb + (m * n * out) * batch
+    return Op(name, "matrix", phase, flop, hbm, dtype, 1, wb if weights else 0.0, groups=groups,
+              saved_bytes=saved_bytes, grad_elements=grad_elements)
+
+
+def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1, saved_bytes: float = 0.0) -> Op:
+    """An element-wise / bandwidth-bound kernel moving `nbytes` at HBM."""
+    return Op(name, "vector", phase, 0.0, nbytes, dtype, kernels, saved_bytes=saved_bytes)
+
+
+def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int = 1, fused_input: bool = False,
+           saved_rows: float | None = None) -> list[Op]:
+    """A linear layer's forward on one rank: [quantize the input →] GEMM [m×k]·[k×n] in the plan's format.
+
+    Low-precision recipes (workload.precision) first quantize the BF16 input — in the norm kernel when it is
+    fused (`fused_input`, TE LayerNormLinear) — then read the quantized operands; the output is BF16. The layer
+    keeps its (quantized) input for the weight gradient: `saved_rows` of it (the sequence-parallel shard when the
+    GEMM reads an all-gathered input, which backward re-gathers; default m)."""
+    A = act_bytes(plan)
+    ob = operand_bytes(plan)
+    q = quantize_cost(plan.precision)
+    ops: list[Op] = []
+    if q is not None:
+        per = q.fused_bytes if fused_input else q.standalone_bytes
+        ops.append(vector(f"{name}.quantize", "fwd", m * k * per, "bf16", 0 if fused_input else q.kernels))
+    rows = m if saved_rows is None else saved_rows
+    ops.append(gemm(name, "fwd", m, k, n, matrix_dtype(plan), ob, ob, groups=groups, out_bytes=A,
+                    saved_bytes=rows * k * ob, grad_elements=m * n if q is not None else 0.0))
+    return ops
+
+
+def _backward(op: Op, plan: Plan | None) -> list[Op]:
+    """Backward of a forward op: a GEMM becomes dgrad + wgrad (2× FLOPs), preceded for a low-precision GEMM by the
+    quantization of its output gradient; flash attention 2.5× (Dao 2023 §3.1.2: five GEMM-like products vs two);
+    element-wise ops move ~2× the bytes."""
+    if op.kind == "matrix":
+        out = []
+        if op.grad_elements and plan is not None:
+            q = quantize_cost(plan.precision)
+            out.append(Op(op.name + ".grad_quantize", "vector", "bwd", 0.0, op.grad_elements * q.standalone_bytes,
+                          "bf16", q.kernels))
+        out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, op.weight_bytes,
+                      groups=op.groups))
+        out.append(Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, 0.0, groups=op.groups))
+        return out
+    if op.kind == "flash":
+        return [Op(op.name, "flash", "bwd", 2.5 * op.flop, 2.5 * op.hbm_bytes, op.dtype, 1, 0.0,
+                   model_flop=2.0 * op.useful_flop)]
+    if op.kernels == 0 and op.hbm_bytes == 0:
+        return []
+    return [Op(op.name, "vector", "bwd", 0.0, 2.0 * op.hbm_bytes, op.dtype, max(1, op.kernels))]
+
+
+def backward_ops(fwd: list[Op], plan: Plan | None = None) -> list[Op]:
+    """Backward ops of a forward op list (`plan` prices the low-precision gradient quantization)."""
+    out: list[Op] = []
+    for op in fwd:
+        if op.name.endswith(".quantize"):
+            continue  # the input quantization has no backward of its own (the grad quantize is the GEMM's)
+        out += _backward(op, plan)
+    return out
+
+
+def as_phase(ops: list[Op], phase: str) -> list[Op]:
+    """The same ops re-run in another phase (a recompute pass keeps nothing for backward)."""
+    return [Op(o.name, o.kind, phase, o.flop, o.hbm_bytes, o.dtype, o.kernels, o.weight_bytes, o.model_flop,
+               o.groups) for o in ops]
+
+
+ATTENTION_CORE_OPS = frozenset({"flash_attn", "attn_scores", "softmax", "attn_dropout", "attn_av"})
+"""Names of the attention-core ops (backward GEMMs add a `.dgrad`/`.wgrad` suffix)."""
+
+
+def is_attention_core(op: Op) -> bool:
+    return op.name.split(".", 1)[0] in ATTENTION_CORE_OPS

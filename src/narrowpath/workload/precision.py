@@ -1,0 +1,79 @@
+"""Number formats of a training step: what each tensor is stored and moved in, and what quantizing costs.
+
+Transformer Engine's low-precision recipes (TE docs, 'Using FP8 and FP4 with Transformer Engine', 2025; Megatron
+Core 'Low-Precision Training Guide') run the linear layers' GEMMs in FP8 (per-tensor scaling), MXFP8 (E4M3
+values, one E8M0 scale per 32 elements) or NVFP4 (E2M1 values, one E4M3 scale per 16 elements plus a per-tensor
+FP32 scale); activations between layers, the attention core, the router, the embedding and the output layer stay
+BF16, and master weights and optimizer state stay FP32. Each GEMM operand is quantized first — the layer's input
+in forward, the output gradient in backward, the weights once per step — into the row-wise copy the forward GEMM
+reads and the column-wise (transposed) copy the weight-gradient GEMM reads; TE keeps the quantized input for
+backward instead of the BF16 one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.spec.plan import Plan
+
+BLOCK_SCALE_BYTES = {"mxfp8": 1 / 32, "nvfp4": 1 / 16}
+"""Scale bytes per element: MXFP8 one E8M0 byte per 32 values, NVFP4 one E4M3 byte per 16 (OCP Microscaling
+Formats spec v1.0, 2023; NVIDIA Blackwell architecture brief)."""
+VALUE_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+
+
+def act_bytes(plan: Plan) -> int:
+    """Bytes per activation element between layers: BF16/FP16 (also under FP8/FP4 recipes), 4 for fp32 runs."""
+    return 4 if plan.precision == "fp32" else 2
+
+
+def operand_bytes(plan: Plan) -> float:
+    """Bytes per element of a linear layer's GEMM operands as the tensor cores read them: the quantized value plus
+    its block scale for the low-precision recipes, the activation width otherwise."""
+    fmt = plan.precision
+    if fmt in VALUE_BYTES:
+        return VALUE_BYTES[fmt] + BLOCK_SCALE_BYTES.get(fmt, 0.0)
+    return float(act_bytes(plan))
+
+
+def matrix_dtype(plan: Plan) -> str:
+    """Format of the linear layers' GEMMs (the plan's precision)."""
+    return plan.precision
+
+
+def core_dtype(plan: Plan) -> str:
+    """Format of the GEMM-like work that stays in 16 bit under a low-precision recipe: the attention core, the
+    router, the output layer."""
+    return "bf16" if plan.low_precision else plan.precision
+
+
+@dataclass(frozen=True, slots=True)
+class QuantizeCost:
+    """HBM traffic of quantizing one BF16 element into a recipe's row-wise and column-wise copies."""
+
+    standalone_bytes: float
+    """A quantize kernel of its own: read BF16 (twice for per-tensor current scaling: an amax pass first), write
+    both copies and their scales."""
+    fused_bytes: float
+    """Fused into the kernel that produces the tensor (a norm): what that kernel moves beyond writing its BF16
+    output, which the fused form no longer writes."""
+    kernels: int
+    """Kernel launches of the standalone form (amax + cast for per-tensor scaling)."""
+
+
+def quantize_cost(fmt: str) -> QuantizeCost | None:
+    """Per-element cost of quantizing for `fmt`; None for formats the GEMMs read directly (bf16, fp16, fp32).
+
+    fp8 is per-tensor *current* scaling, the recipe Megatron-Bridge and NeMo 2 ship: its scale needs the tensor's
+    amax before the cast, so it reads the input twice and cannot fuse into the norm (TE Float8CurrentScaling).
+    MXFP8 and NVFP4 compute their block scales inside the cast, which TE fuses into LayerNorm/RMSNorm; NVFP4 also
+    needs a per-tensor amax for its second-level scale and applies a 16×16 random Hadamard transform to the
+    weight-gradient operands inside the cast (Pretraining LLMs with NVFP4, NVIDIA 2025, §4)."""
+    if fmt not in VALUE_BYTES:
+        return None
+    copies = 2 * (VALUE_BYTES[fmt] + BLOCK_SCALE_BYTES.get(fmt, 0.0))  # row-wise + column-wise
+    bf16 = 2.0
+    if fmt == "fp8":
+        return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=2 * bf16 + copies, kernels=2)
+    if fmt == "mxfp8":
+        return QuantizeCost(standalone_bytes=bf16 + copies, fused_bytes=copies - bf16, kernels=1)
+    return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=copies, kernels=2)  # nvfp4: amax pass
