@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import (grad_bytes_per_param, stage_layer_ranges, weight_bytes_per_param,
-                                       zero_shards)
+from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, recompute_fraction,
+                                       stage_layer_ranges, weight_bytes_per_param, zero_shards)
 from narrowpath.workload.items import Workload
 from narrowpath.workload.precision import operand_bytes
 
@@ -92,6 +92,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
     Wb, G = weight_bytes_per_param(p.precision), grad_bytes_per_param(p.precision)
     A = T.act_bytes(p)
     lstm_layer = p.mbs * model.seq_len * model.hidden * 6 * A / p.tp
+    # what a layer keeps when it is not fully recomputed (selective recompute still drops the score tensors)
+    no_rc = dataclasses.replace(scn, plan=dataclasses.replace(
+        p, recompute="selective" if p.recompute == "selective" else "none", recompute_layers=0))
     per_kind: dict[tuple[bool, bool], float] = {}
     b, s = p.mbs, model.seq_len // p.cp
     ranges = stage_layer_ranges(model.layers, p.pp, p.vpp) if model.arch == "transformer" else [[range(model.layers)]]
@@ -107,17 +110,24 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             return dense / zero_shards(p) + expert / zero_shards(p, expert=True)
 
         layer_acts = 0.0
-        for li in (i for r in rng for i in r):
+        stage_layers = [i for r in rng for i in r]
+        for li in stage_layers:
             if model.arch != "transformer":
                 layer_acts += lstm_layer
                 continue
             kind = (model.is_moe_layer(li), model.is_window_layer(li))
             if kind not in per_kind:
-                per_kind[kind] = layer_activation_bytes(scn, attention_kernel, moe_layer=kind[0], window=kind[1])
+                per_kind[kind] = layer_activation_bytes(no_rc, attention_kernel, moe_layer=kind[0], window=kind[1])
             layer_acts += per_kind[kind]
         if st.index == p.pp - 1 and model.mtp_layers:
-            layer_acts += model.mtp_layers * layer_activation_bytes(scn, attention_kernel,
+            layer_acts += model.mtp_layers * layer_activation_bytes(no_rc, attention_kernel,
                                                                     moe_layer=model.moe is not None)
+        # a full recompute keeps only its layers' inputs; offloaded layers keep theirs in host memory
+        f_rc = recompute_fraction(p, len(stage_layers))
+        inputs = len(stage_layers) * layer_activation_bytes(scn, attention_kernel) if f_rc else 0.0
+        f_off = offload_fraction(p, len(stage_layers))
+        layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
+        layer_acts *= 1 - f_off
         weights = held(3) * Wb
         q = operand_bytes(p) if p.low_precision else 0.0
         if q and zero < 3:
@@ -129,11 +139,10 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         infl = in_flight_microbatches(st.index, scn)
         acts = layer_acts * infl
         temps = 0.0
+        if f_off:  # the layers being copied out or fetched back: one in each direction
+            temps += 2 * max(per_kind.values())
         if p.recompute == "full" and model.arch == "transformer":
-            no_rc = dataclasses.replace(scn, plan=dataclasses.replace(p, recompute="none"))
-            full = max(layer_activation_bytes(no_rc, attention_kernel, moe_layer=k[0], window=k[1])
-                       for k in (per_kind or {(False, False): 0.0}))
-            temps = max(temps, full)  # one layer re-materialised during its backward
+            temps = max(temps, max(per_kind.values()))  # one layer re-materialised during its backward
         if st.index == p.pp - 1:
             logits = b * s * model.vocab / p.tp
             # 16-bit logits + their fp32 copy, exponentiated in place and kept as the softmax for backward

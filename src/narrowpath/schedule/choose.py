@@ -16,8 +16,28 @@ from narrowpath.spec.scenario import Scenario
 
 Candidates = Callable[[Scenario], tuple]
 
+
+def _per_chunk(scn: Scenario) -> int:
+    """Layers of one pipeline chunk (the largest)."""
+    p = scn.plan
+    return max(1, -(-scn.model.layers // (p.pp * p.vpp)))
+
+
+def activation_strategies(scn: Scenario) -> tuple:
+    """How a stack keeps activations for backward when the source does not say: everything, selective recompute,
+    full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
+    --recompute-method block), or the saved activations of that share of layers offloaded to host memory
+    (Megatron-Core / TE CPU offloading). Each is a patch of plan knobs."""
+    n = _per_chunk(scn)
+    shares = sorted({k for k in (round(n / 4), round(n / 2), round(3 * n / 4)) if 0 < k < n})
+    out = [{"recompute": "none"}, {"recompute": "selective"}, {"recompute": "full"}]
+    out += [{"recompute": "full", "recompute_layers": k} for k in shares]
+    out += [{"recompute": "none", "offload_layers": k} for k in shares + [n]]
+    return tuple(out)
+
+
 CANDIDATES: dict[str, Candidates] = {
-    "recompute": lambda s: ("none", "selective", "full"),
+    "recompute": activation_strategies,
     "zero_stage": lambda s: (1, 0, 2, 3) if s.plan.dp * s.plan.cp > 1 else (0,),
     "sequence_parallel": lambda s: (s.plan.tp > 1,),
     "mbs": lambda s: (1,),
@@ -67,8 +87,11 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
     best, best_key = None, None
     names = list(searched)
     for values in itertools.product(*(searched[k] for k in names)):
+        patch: dict = {}
+        for knob, v in zip(names, values):
+            patch.update(v if isinstance(v, dict) else {knob: v})
         try:
-            cand = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **dict(zip(names, values))))
+            cand = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **patch))
             pred = price(cand)
         except SpecError:
             continue
@@ -81,6 +104,7 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
     cand, values, fits = best
     for knob in names:
         how = "fastest that fits in memory" if fits else "none fits in memory; the one that overflows least"
-        tried = ", ".join(repr(v) for v in searched[knob])
-        notes.append((knob, f"{values[knob]!r} — {how} among {tried} (not published)"))
+        v = values[knob]
+        shown = ", ".join(f"{k}={x!r}" for k, x in v.items()) if isinstance(v, dict) else repr(v)
+        notes.append((knob, f"{shown} — {how} of {len(searched[knob])} settings tried (not published)"))
     return dataclasses.replace(cand, chosen=scn.chosen + tuple(notes))

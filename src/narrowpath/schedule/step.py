@@ -26,7 +26,7 @@ from narrowpath.workload.build import build_workload
 from narrowpath.workload.items import Transfer, Workload
 from narrowpath.workload.transformer import is_attention_core
 
-_BUCKET = {"edp": "dp", "pp_ends": "pp", "etp": "ep"}
+_BUCKET = {"edp": "dp", "pp_ends": "pp", "etp": "ep", "host": "pp"}
 """Breakdown bucket of the axes that are not plain plan axes (expert-data-parallel, first/last pipeline stage)."""
 
 BREAKDOWN_KEYS = ("compute", "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm",
@@ -123,7 +123,9 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
     if axis in cache:
         return cache[axis]
     plan, system = scn.plan, scn.system
-    if axis in ("pp", "pp_ends"):
+    if axis == "host":
+        span = span_of(1, ranks_per_domain=1, domains=1, axis=axis)
+    elif axis in ("pp", "pp_ends"):
         # point-to-point between neighbouring stages (or first and last stage for tied embeddings): two ranks
         # `stride` apart share a block of B ranks when the stride divides into it
         stride = axis_strides(plan)["pp"] * (plan.pp - 1 if axis == "pp_ends" else 1)
@@ -148,6 +150,8 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
     """Cost of one transfer; on an oversubscribed fabric the bandwidth term of a cross-node transfer is stretched
     by the max-min fair-share slowdown of all groups of its axis running at once (network.contention)."""
     key = (tr.op, tr.axis, tr.message_bytes)
+    if key not in cache and tr.axis == "host":
+        cache[key] = host_copy_cost(tr.message_bytes, scn.system)
     if key not in cache:
         span = _span(scn, tr.axis, spans)
         cost = collective_time(tr.op, tr.message_bytes, span, scn.system, cal)
@@ -163,6 +167,14 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
                 cost = dataclasses.replace(cost, time_s=t, busbw_bytes_per_s=cost.busbw_bytes_per_s * cost.time_s / t)
         cache[key] = cost
     return cache[key]
+
+
+def host_copy_cost(nbytes: float, system) -> CollectiveCost:
+    """A copy between device and host memory over the GPU's host link (PCIe, or NVLink-C2C on Grace systems)."""
+    bw = system.host_bw_bytes_per_s_per_gpu or system.device.level("host").bw_bytes_per_s
+    lat = system.device.level("host").latency_s
+    return CollectiveCost(time_s=lat + nbytes / bw, algorithm="copy", busbw_bytes_per_s=bw,
+                          bottleneck_tier="host", wire_bytes_per_rank=0.0, latency_s=lat)
 
 
 def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepPrediction:

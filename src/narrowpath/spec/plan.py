@@ -48,6 +48,13 @@ class Plan:
     """0 none; 1 optimizer state sharded over dp (Megatron distributed optimizer); 2 + gradients; 3 + weights."""
     recompute: str = "none"
     """`none`; `selective` (attention core recomputed, Korthikanti et al.); `full` (whole layer from its input)."""
+    recompute_layers: int = 0
+    """With recompute `full`: how many layers of each pipeline chunk are recomputed (Megatron --recompute-method
+    block --recompute-num-layers N); the others keep all their activations. 0 = every layer."""
+    offload_layers: int = 0
+    """Layers of each pipeline chunk whose saved activations are copied to host memory during forward and fetched
+    back for backward, overlapped with computation (Megatron-Core / Transformer Engine CPU offloading,
+    --cpu-offloading-num-layers); 0 = none."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over tp; TP all-reduce becomes reduce-scatter + all-gather."""
     precision: str = "bf16"
@@ -80,6 +87,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         positive_int("plan.etp", self.etp, minimum=0)
+        positive_int("plan.recompute_layers", self.recompute_layers, minimum=0, maximum=100_000)
+        positive_int("plan.offload_layers", self.offload_layers, minimum=0, maximum=100_000)
         for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
             positive_int(f"plan.{ax}", getattr(self, ax), maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
@@ -104,6 +113,9 @@ class Plan:
                             f"{self.dp}·{self.mbs} = {self.dp * self.mbs}")
         if self.vpp > 1 and self.pp == 1:
             raise SpecError("plan.vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+        if self.recompute_layers and self.recompute != "full":
+            raise SpecError("plan.recompute_layers", f"{self.recompute_layers} layers recomputed needs recompute: "
+                            f"full, got {self.recompute!r}")
         if self.sequence_parallel and self.tp == 1:
             raise SpecError("plan.sequence_parallel", "needs tp > 1")
 

@@ -8,6 +8,7 @@ Conventions (stated so that every number can be traced):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from narrowpath.spec.scenario import Scenario
@@ -61,6 +62,38 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int) -> list[list[range]]:
         out[j % pp].append(range(start, start + n))
         start += n
     return out
+
+
+def recompute_fraction(plan, stage_layers: int) -> float:
+    """Share of a stage's layers a full recompute re-runs: recompute_layers per chunk of stage_layers/vpp (all
+    when recompute_layers is 0; none without full recompute)."""
+    if plan.recompute != "full":
+        return 0.0
+    if not plan.recompute_layers or not stage_layers:
+        return 1.0
+    return min(1.0, plan.recompute_layers * plan.vpp / stage_layers)
+
+
+def offload_fraction(plan, stage_layers: int) -> float:
+    """Share of a stage's layers whose saved activations live in host memory (offload_layers per chunk)."""
+    if not plan.offload_layers or not stage_layers:
+        return 0.0
+    return min(1.0, plan.offload_layers * plan.vpp / stage_layers)
+
+
+def stage_saved_bytes(scn: Scenario, kernel: str, layers: list[int], kind_of: dict) -> float:
+    """Activation bytes the given layers keep for backward per micro-batch without recompute (Op.saved_bytes)."""
+    model = scn.model
+    none = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, recompute="none", recompute_layers=0))
+    per_kind: dict = {}
+    total = 0.0
+    for li in layers:
+        kind = kind_of[li]
+        if kind not in per_kind:
+            per_kind[kind] = sum(op.saved_bytes for op in T.layer_forward_ops(model, none.plan, kernel,
+                                                                              moe_layer=kind[0], window=kind[1]))
+        total += per_kind[kind]
+    return total
 
 
 def max_pipeline_chunks(layers: int) -> int:
@@ -333,13 +366,27 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         elif zero2_per_microbatch(plan):
             xf += zero2_transfers(plan, emb, 0.0)
         if plan.pp > 1:
-            # Each chunk boundary sends activations forward and receives gradients backward, per micro-batch.
+            # Each chunk boundary sends activations forward and receives gradients backward, per micro-batch. The
+            # interleaved schedule overlaps them with the next chunk's computation (Megatron-Core
+            # overlap_p2p_comm, on by default for interleaving); plain 1F1B waits for them.
             n_send = plan.vpp if not last else plan.vpp - 1
             n_recv = plan.vpp if not first else plan.vpp - 1
             sends = (n_send + n_recv) / 2.0
+            ov = plan.vpp > 1
             if sends > 0:
-                xf.append((Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", False), sends))
-                xf.append((Transfer("pp.gradient", "send_recv", "pp", p2p_bytes, "bwd", False), sends))
+                xf.append((Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", ov), sends))
+                xf.append((Transfer("pp.gradient", "send_recv", "pp", p2p_bytes, "bwd", ov), sends))
+        f_rc = recompute_fraction(plan, len(idx))
+        if f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
+            ops = [(op, c * f_rc if op.phase == "recompute" else c) for op, c in ops]
+            xf = [(tr, c * f_rc if tr.phase == "recompute" else c) for tr, c in xf]
+        f_off = offload_fraction(plan, len(idx))
+        if f_off > 0:
+            # saved activations to host memory in forward and back for backward, hidden behind compute while the
+            # host link keeps up (the activation bytes are those of the offloaded layers, workload.offload_bytes)
+            per_mb = f_off * stage_saved_bytes(scn, kernel, [li for li in idx], kind_of)
+            xf.append((Transfer("host.activation_offload", "send_recv", "host", per_mb, "fwd", True), 1.0))
+            xf.append((Transfer("host.activation_reload", "send_recv", "host", per_mb, "bwd", True), 1.0))
         stages.append(StageWork(i, len(idx), tuple(ops), tuple(xf), params, expert))
 
     step_xf, opt_ops = _step_work(scn, stages)
