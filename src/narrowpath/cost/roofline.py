@@ -67,3 +67,8 @@ def op_time_s(op: Op, device: Device, cal: Calibration) -> float:
 def bound(op: Op, device: Device, cal: Calibration) -> str:
     """`compute` or `memory`: which roof limits the op."""
     return "compute" if compute_time_s(op, device, cal) >= memory_time_s(op, device, cal) else "memory"
+
+
+def host_time_s(op: Op, cal: Calibration) -> float:
+    """CPU time to issue one execution of `op`: its kernel launches at the profile's per-kernel dispatch cost."""
+    return op.kernels * cal.host_dispatch_s

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, stage_memory
-from narrowpath.cost.roofline import matrix_table, op_time_s
+from narrowpath.cost.roofline import host_time_s, matrix_table, op_time_s
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
@@ -194,11 +194,12 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     coll_cache: dict = {}
     spans: dict = {}
 
-    def t_op(op) -> tuple[float, bool]:
-        """(time of one execution, whether it is part of the attention core), once per op object."""
+    def t_op(op) -> tuple[float, bool, float]:
+        """(GPU time of one execution, whether it is part of the attention core, host time to issue it), once per
+        op object."""
         k = id(op)
         if k not in op_cache:
-            op_cache[k] = (op_time_s(op, dev, cal), is_attention_core(op))
+            op_cache[k] = (op_time_s(op, dev, cal), is_attention_core(op), host_time_s(op, cal))
         return op_cache[k]
 
     stage_times: list[StageTimes] = []
@@ -206,19 +207,23 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     hw_flop_per_mb: list[float] = []
     for st in wl.stages:
         comp = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+        host = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         flop = 0.0
         for op, c in st.ops:
-            t1, attn = t_op(op)
+            t1, attn, h1 = t_op(op)
             t = t1 * c
             comp[op.phase] += t
+            host[op.phase] += h1 * c
             if op.kind != "vector":
                 gemm_phase[op.phase] += t
             if attn:
                 attn_phase[op.phase] += t
             flop += op.flop * c
         hw_flop_per_mb.append(flop)
+        # a pass runs at the slower of the GPU's pace and the host's pace of issuing its kernels
+        comp = {ph: max(comp[ph], host[ph]) for ph in comp}
         exposed = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
         rows = []
         # overlappable traffic per phase hides behind that phase's matrix work (a CP KV exchange: its attention)
@@ -268,7 +273,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             exp = total
             other_step += total
         step_rows.append((tr, c, cost, exp))
-    opt = sum(t_op(op)[0] * c for op, c in wl.optimizer_ops)
+    opt = sum(max(t_op(op)[0], t_op(op)[2]) * c for op, c in wl.optimizer_ops)
 
     breakdown = {
         "compute": m * (cs.fwd_compute_s + cs.bwd_compute_s),

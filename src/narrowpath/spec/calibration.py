@@ -55,6 +55,9 @@ class Calibration:
     """Attained / peak HBM bandwidth for streaming element-wise kernels."""
     kernel_overhead_s: float = 4e-6
     """Fixed cost per kernel (launch, ramp-up, tail), seconds."""
+    host_dispatch_s: float = 0.0
+    """CPU time the framework spends to issue one kernel (Python, dispatcher, launch), seconds; a pass whose kernels
+    take less GPU time than this to issue runs at the host's pace. 0 = the host never binds."""
     attention_kernel: str = "flash"
     """Attention kernel the `auto` plan setting means on this device's usual software stack."""
     flash_efficiency: float = 0.7
@@ -88,6 +91,7 @@ class Calibration:
         positive_float(f"calibration[{self.name}].matrix_half_flop", self.matrix_half_flop, allow_zero=True)
         fraction(f"calibration[{self.name}].vector_bw_efficiency", self.vector_bw_efficiency)
         positive_float(f"calibration[{self.name}].kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
+        positive_float(f"calibration[{self.name}].host_dispatch_s", self.host_dispatch_s, allow_zero=True)
         choice(f"calibration[{self.name}].attention_kernel", self.attention_kernel, ("flash", "unfused"))
         fraction(f"calibration[{self.name}].flash_efficiency", self.flash_efficiency)
         if not 0.0 <= self.overlap_compute_slowdown < 1.0:

@@ -22,7 +22,8 @@ def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_byte
     wb = k * n * w_bytes * groups if weights else k * n * a_bytes * batch
     out = a_bytes if out_bytes is None else out_bytes
     hbm = (m * k * a_bytes) * batch + wb + (m * n * out) * batch
-    return Op(name, "matrix", phase, flop, hbm, dtype, 1, wb if weights else 0.0, groups=groups,
+    # a grouped GEMM is issued per group (Transformer Engine's GroupedLinear runs one cuBLAS GEMM per expert)
+    return Op(name, "matrix", phase, flop, hbm, dtype, groups, wb if weights else 0.0, groups=groups,
               saved_bytes=saved_bytes, grad_elements=grad_elements)
 
 
@@ -45,7 +46,7 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     ops: list[Op] = []
     if q is not None:
         per = q.fused_bytes if fused_input else q.standalone_bytes
-        ops.append(vector(f"{name}.quantize", "fwd", m * k * per, "bf16", 0 if fused_input else q.kernels))
+        ops.append(vector(f"{name}.quantize", "fwd", m * k * per, "bf16", 0 if fused_input else q.kernels * groups))
     rows = m if saved_rows is None else saved_rows
     ops.append(gemm(name, "fwd", m, k, n, matrix_dtype(plan), ob, ob, groups=groups, out_bytes=A,
                     saved_bytes=rows * k * ob, grad_elements=m * n if q is not None else 0.0))
@@ -61,10 +62,11 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
             out.append(Op(op.name + ".grad_quantize", "vector", "bwd", 0.0, op.grad_elements * q.standalone_bytes,
-                          "bf16", q.kernels))
-        out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, op.weight_bytes,
+                          "bf16", q.kernels * op.groups))
+        out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,
+                      op.weight_bytes, groups=op.groups))
+        out.append(Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels, 0.0,
                       groups=op.groups))
-        out.append(Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, 1, 0.0, groups=op.groups))
         return out
     if op.kind == "flash":
         return [Op(op.name, "flash", "bwd", 2.5 * op.flop, 2.5 * op.hbm_bytes, op.dtype, 1, 0.0,
