@@ -71,4 +71,5 @@ def bound(op: Op, device: Device, cal: Calibration) -> str:
 
 def host_time_s(op: Op, cal: Calibration) -> float:
     """CPU time to issue one execution of `op`: its kernel launches at the profile's per-kernel dispatch cost."""
-    return op.kernels * cal.host_dispatch_s
+    issued = op.kernels if op.host_kernels is None else op.host_kernels
+    return issued * cal.host_dispatch_s

@@ -64,6 +64,9 @@ class StageTimes:
     """Backward compute including recompute."""
     exposed_comm_s: dict[str, float]
     """Exposed communication per axis (tp, cp, ep, pp, dp for ZeRO-3)."""
+    host_wait_s: float = 0.0
+    """Part of the compute during which the GPU waits for the host (kernels issued slower than they run, host
+    synchronisations), per micro-batch; included in fwd/bwd_compute_s."""
 
     @property
     def total_s(self) -> float:
@@ -208,6 +211,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     for st in wl.stages:
         comp = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         host = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+        syncs = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         flop = 0.0
@@ -216,14 +220,17 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             t = t1 * c
             comp[op.phase] += t
             host[op.phase] += h1 * c
+            syncs[op.phase] += op.host_syncs * c
             if op.kind != "vector":
                 gemm_phase[op.phase] += t
             if attn:
                 attn_phase[op.phase] += t
             flop += op.flop * c
         hw_flop_per_mb.append(flop)
-        # a pass runs at the slower of the GPU's pace and the host's pace of issuing its kernels
-        comp = {ph: max(comp[ph], host[ph]) for ph in comp}
+        # a pass runs at the slower of the GPU's pace and the host's pace of issuing its kernels, and the GPU idles
+        # at every host synchronisation until the host has issued work again
+        waited = {ph: max(0.0, host[ph] - comp[ph]) + syncs[ph] * cal.host_sync_s for ph in comp}
+        comp = {ph: comp[ph] + waited[ph] for ph in comp}
         exposed = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
         rows = []
         # overlappable traffic per phase hides behind that phase's matrix work (a CP KV exchange: its attention)
@@ -248,7 +255,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             rows.append((tr, c, cost, exp))
         per_stage_xfer.append(rows)
         stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],
-                                      comp["bwd"] + comp["recompute"] + extra_compute, exposed))
+                                      comp["bwd"] + comp["recompute"] + extra_compute, exposed,
+                                      sum(waited.values())))
 
     m = wl.num_microbatches
     totals = [s.total_s for s in stage_times]

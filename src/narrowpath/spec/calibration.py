@@ -58,6 +58,9 @@ class Calibration:
     host_dispatch_s: float = 0.0
     """CPU time the framework spends to issue one kernel (Python, dispatcher, launch), seconds; a pass whose kernels
     take less GPU time than this to issue runs at the host's pace. 0 = the host never binds."""
+    host_sync_s: float = 0.0
+    """Time the GPU idles at a host synchronisation (the host waits for a value, then issues the next kernels),
+    seconds; 0 = free."""
     attention_kernel: str = "flash"
     """Attention kernel the `auto` plan setting means on this device's usual software stack."""
     flash_efficiency: float = 0.7
@@ -92,6 +95,7 @@ class Calibration:
         fraction(f"calibration[{self.name}].vector_bw_efficiency", self.vector_bw_efficiency)
         positive_float(f"calibration[{self.name}].kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
         positive_float(f"calibration[{self.name}].host_dispatch_s", self.host_dispatch_s, allow_zero=True)
+        positive_float(f"calibration[{self.name}].host_sync_s", self.host_sync_s, allow_zero=True)
         choice(f"calibration[{self.name}].attention_kernel", self.attention_kernel, ("flash", "unfused"))
         fraction(f"calibration[{self.name}].flash_efficiency", self.flash_efficiency)
         if not 0.0 <= self.overlap_compute_slowdown < 1.0:
@@ -99,8 +103,13 @@ class Calibration:
                             f"must be in [0, 1), got {self.overlap_compute_slowdown}")
 
     def matrix_eff(self, dtype: str) -> float:
+        """Large-GEMM efficiency for a dtype or a training format: the format's own entry (the block-scaled
+        formats' GEMMs load scale factors in their main loop), else its tensor-core dtype's (mxfp8 → fp8,
+        nvfp4 → fp4), else the nearest 16-bit entry."""
         table = self.matrix_efficiency
-        for key in (dtype, {"fp8": "bf16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32"}.get(dtype, ""), "bf16"):
+        base = {"mxfp8": "fp8", "nvfp4": "fp4"}.get(dtype, dtype)
+        for key in (dtype, base, {"fp4": "fp8", "fp8": "bf16", "bf16": "fp16", "fp16": "bf16",
+                                  "tf32": "fp32"}.get(base, ""), "bf16"):
             if key in table:
                 return table[key]
         return 0.7

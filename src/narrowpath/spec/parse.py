@@ -234,7 +234,8 @@ def calibration_from_dict(data: Mapping[str, Any], *, name: str | None = None) -
     d.setdefault("device", name)
     if "matrix_efficiency" in d:
         d["matrix_efficiency"] = _numbers(f"{where}.matrix_efficiency", d["matrix_efficiency"])
-    for key in ("matrix_half_flop", "vector_bw_efficiency", "kernel_overhead_s", "host_dispatch_s", "flash_efficiency",
+    for key in ("matrix_half_flop", "vector_bw_efficiency", "kernel_overhead_s", "host_dispatch_s", "host_sync_s",
+                "flash_efficiency",
                 "overlap_compute_slowdown"):
         if key in d:
             d[key] = float(_num(f"{where}.{key}", d[key]))

@@ -38,6 +38,12 @@ class Op:
     """Bytes a forward execution keeps for its backward (the activation memory it is responsible for)."""
     grad_elements: float = 0.0
     """Output-gradient elements a low-precision GEMM quantizes in backward (m·n; 0 for 16/32-bit GEMMs)."""
+    host_kernels: int | None = None
+    """Kernels the framework issues from the host per execution (None = `kernels`); 0 for kernels a library
+    launches internally (cuDNN's RNN loop over time steps)."""
+    host_syncs: int = 0
+    """Times per execution the host waits for the GPU before it can issue more work (a dropless MoE layer copies its
+    tokens-per-expert counts to the host to size the all-to-all and the grouped GEMMs)."""
 
     @property
     def useful_flop(self) -> float:

@@ -7,6 +7,8 @@ technique (Diamos et al., ICML 2016) exploits — the analysis stage reasons abo
 """
 from __future__ import annotations
 
+import dataclasses
+
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
@@ -25,8 +27,10 @@ def build_lstm_workload(scn: Scenario) -> Workload:
     model, plan = scn.model, scn.plan
     b, s, h, V = plan.mbs, model.seq_len, model.hidden, model.vocab
     steps = s * model.layers
-    fwd = lstm_step_ops(h, b, plan.tp, plan.precision)
-    ops = [(op, float(steps)) for op in fwd] + [(op, float(steps)) for op in T.backward_ops(fwd)]
+    # cuDNN runs the time loop inside one library call: its per-step kernels are not issued by the framework
+    fwd = [dataclasses.replace(op, host_kernels=0) for op in lstm_step_ops(h, b, plan.tp, plan.precision)]
+    bwd = [dataclasses.replace(op, host_kernels=0) for op in T.backward_ops(fwd)]
+    ops = [(op, float(steps)) for op in fwd] + [(op, float(steps)) for op in bwd]
     A = 4 if plan.precision == "fp32" else 2
     logits = T.gemm("logits", "fwd", b * s, h, V / plan.tp, plan.precision, A, A)
     ops += [(logits, 1.0)] + [(op, 1.0) for op in T.backward_ops([logits])]

@@ -14,6 +14,7 @@ n + √(2·n·ln ep) of a mean n (balls into bins, Raab & Steger 1998) and the w
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from narrowpath.spec.model import Model
@@ -91,8 +92,11 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # router: logits of every expert in 16 bit, softmax / top-k / aux statistics in fp32 (keeps the probabilities)
     ops.append(gemm("router", "fwd", tok, h, moe.num_experts, core_dtype(plan), A, A,
                     saved_bytes=tok * h * A))
-    ops.append(vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32", kernels=3,
-                      saved_bytes=tok * moe.num_experts * 4))
+    topk = vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32", kernels=3,
+                  saved_bytes=tok * moe.num_experts * 4)
+    if plan.moe_routing != "token-drop":  # dropless: the host needs the tokens-per-expert counts (Megatron-Core
+        topk = dataclasses.replace(topk, host_syncs=1)  # MoEAlltoAllTokenDispatcher copies them to the CPU)
+    ops.append(topk)
     # permute: gather each token's top_k copies into expert order (fused kernel: read tokens, write copies)
     ops.append(vector("moe_permute", "fwd", tok * h * A + copies * h * A, plan.precision, kernels=2))
     rows = expert_rows(model, plan)

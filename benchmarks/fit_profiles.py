@@ -1,0 +1,129 @@
+"""Fit the per-device calibration constants on the shipped training corpora, and say what each was fitted on.
+
+One profile per device (never per case or source). Per device, fitted on its dense (non-MoE) cases only — a GEMM
+efficiency is a property of the device and format, which dense runs show without MoE's own effects: the large-GEMM
+efficiency of each format its dense cases run (bf16, fp8, mxfp8, nvfp4) and the flash-attention efficiency; a
+format no dense case runs keeps its prior (datasheet/benchmark) value. Shared by every device and fitted on every
+case (properties of the software stack on its host, not of the GPU): the host's dispatch time per kernel and the
+GPU's idle time at a host synchronisation (dropless MoE layers sync once per forward). Objective: mean |log(predicted / measured)| over the device's cases, minimised by coordinate
+descent on a grid (the fit is coarse on purpose: a constant that only a finer grid would justify is noise).
+
+    python benchmarks/fit_profiles.py            # fit and print the constants and the errors before/after
+    python benchmarks/fit_profiles.py --check    # only print each device's error with the shipped profiles
+
+The constants are then written into src/narrowpath/catalog/calibration.yaml by hand, each with the cases it was
+fitted on in its `sources` entry; this script is the record of how.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+from collections import defaultdict
+
+from narrowpath.catalog import calibration_for
+from narrowpath.errors import NarrowpathError
+from narrowpath.schedule.step import predict
+from narrowpath.validate.corpus import load_corpus
+
+GRID = {
+    "bf16": [0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
+    "fp8": [0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
+    "mxfp8": [0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
+    "nvfp4": [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65],
+    "flash": [0.4, 0.5, 0.6, 0.7, 0.8],
+}
+HOST = {"host_dispatch_s": [0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 60e-6],
+        "host_sync_s": [0.0, 0.5e-3, 1e-3, 2e-3, 3e-3, 5e-3, 8e-3]}
+
+
+def _cal(base, params: dict):
+    eff = dict(base.matrix_efficiency)
+    for fmt in ("bf16", "fp8", "mxfp8", "nvfp4"):
+        if fmt in params:
+            eff[fmt] = params[fmt]
+            if fmt == "bf16":
+                eff["fp16"] = params[fmt]
+    extra = {k: params[k] for k in ("host_dispatch_s", "host_sync_s") if k in params}
+    if "flash" in params:
+        extra["flash_efficiency"] = params["flash"]
+    return dataclasses.replace(base, matrix_efficiency=eff, **extra)
+
+
+def device_cases() -> dict[str, list]:
+    out = defaultdict(list)
+    for c in load_corpus(None):
+        if c.scenario is not None:
+            out[c.scenario.system.device.name].append(c)
+    return out
+
+
+def loss(cases, cal) -> float:
+    errs = []
+    for c in cases:
+        try:
+            p = predict(c.scenario, cal)
+        except NarrowpathError:
+            continue
+        errs.append(abs(math.log(p.step_time_s / c.measured_step_time_s)))
+    return statistics.mean(errs) if errs else float("inf")
+
+
+def mean_abs_error(cases, cal) -> float:
+    return statistics.mean(abs(predict(c.scenario, cal).step_time_s / c.measured_step_time_s - 1) for c in cases)
+
+
+def fit_device(cases, base, host: dict, sweeps: int = 3) -> dict:
+    cases = [c for c in cases if c.scenario.model.moe is None]
+    if not cases:
+        return {}  # nothing dense to fit: the profile's priors stand
+    precisions = {c.scenario.plan.precision for c in cases}
+    keys = [k for k in ("bf16", "fp8", "mxfp8", "nvfp4") if k in precisions or (k == "bf16" and "fp16" in precisions)]
+    params = {k: base.matrix_eff(k) for k in keys}
+    params["flash"] = base.flash_efficiency
+    params.update(host)
+    for _ in range(sweeps):
+        for k in keys + ["flash"]:
+            best = min(GRID[k], key=lambda v: loss(cases, _cal(base, {**params, k: v})))
+            params[k] = best
+    return params
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--devices", nargs="*")
+    args = ap.parse_args()
+    by_dev = device_cases()
+    devices = args.devices or sorted(by_dev)
+    if args.check:
+        for d in devices:
+            print(f"{d:18s} n={len(by_dev[d]):3d} mean|e| {mean_abs_error(by_dev[d], calibration_for(d)) * 100:5.1f} %")
+        return 0
+    host = {"host_dispatch_s": 0.0, "host_sync_s": 0.0}
+    fitted = {}
+    for d in devices:  # device constants on dense cases (the host constants barely touch them)
+        fitted[d] = fit_device(by_dev[d], calibration_for(d), host)
+    # host constants: jointly over every case of every device (they describe the host and the framework)
+    for _ in range(2):
+        for k, grid in HOST.items():
+            host[k] = min(grid, key=lambda v: sum(loss(by_dev[d], _cal(calibration_for(d), {**fitted[d], **host,
+                                                                                              k: v}))
+                                                  * len(by_dev[d]) for d in devices))
+    print(f"shared {host}", file=sys.stderr)
+    for d in devices:
+        base = calibration_for(d)
+        params = {**fitted[d], **host}
+        dense = [c for c in by_dev[d] if c.scenario.model.moe is None]
+        moe = [c for c in by_dev[d] if c.scenario.model.moe is not None]
+        print(f"{d:18s} n={len(by_dev[d]):3d} (dense {len(dense)}, MoE {len(moe)}) before "
+              f"{mean_abs_error(by_dev[d], base) * 100:5.1f} % after {mean_abs_error(by_dev[d], _cal(base, params)) * 100:5.1f} %"
+              f" dense {mean_abs_error(dense, _cal(base, params)) * 100 if dense else 0:5.1f} %"
+              f" MoE {mean_abs_error(moe, _cal(base, params)) * 100 if moe else 0:5.1f} %  {params}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
