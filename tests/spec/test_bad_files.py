@@ -22,7 +22,7 @@ HF = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_att
     ("42\n", "a profile must be a mapping, got int"),
     ("profiles: 5\n", "calibration.profiles"),
     ("profiles: [5]\n", "a profile must be a mapping, got int 5"),
-    (PROFILE + "matrix_efficiency: [1, 2]\n", "matrix_efficiency: must be a mapping"),
+    ("device: H100-SXM5-80GB\nmatrix_efficiency: [1, 2]\n", "matrix_efficiency: must be a mapping"),
     ("device: H100-SXM5-80GB\nmatrix_efficiency: 0.5\n", "matrix_efficiency: must be a mapping"),
     (PROFILE + "tiers: [1]\n", "tiers: must be a mapping"),
     (PROFILE + "tiers: {scale_up: 3}\n", "tiers.scale_up: must be a mapping"),

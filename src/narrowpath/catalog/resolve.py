@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
 from narrowpath.catalog import store
-from narrowpath.errors import CatalogError, NarrowpathError, SpecError
+from narrowpath.errors import CatalogError, NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.hf_config import looks_like_hf_config, model_from_hf_config
@@ -18,6 +17,7 @@ from narrowpath.spec.parse import (_check_keys, calibration_from_dict, device_fr
                                    open_knobs, plan_from_dict, system_from_dict)
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
+from narrowpath.spec.strict_load import load_json, load_yaml
 from narrowpath.spec.system import System
 from narrowpath.units import GBIT_PER_S
 
@@ -43,8 +43,8 @@ def read_data_file(path: str | Path) -> Any:
         raise NarrowpathError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     try:
         if p.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return load_json(text)
+        return load_yaml(text)
     except (ValueError, yaml.YAMLError) as exc:  # ValueError: JSONDecodeError, or an integer too long to convert
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "integer string conversion" in first:
@@ -70,7 +70,7 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
         power_limit_w = positive_float("hardware.power_limit_w", power_limit_w)
     if base is None:
         if not isinstance(gpu, str):
-            raise SpecError("hardware.gpu", f"must be a catalog device id, got {gpu!r}")
+            raise SpecError("hardware.gpu", f"must be a catalog device id, got {shown(gpu)}")
         dev_entry = store.entries("devices").get(store.canonical_id("devices", gpu))
         if dev_entry is None:
             store.device(gpu)  # raises CatalogError with nearest ids
@@ -98,7 +98,7 @@ def _system(value: Any, base_dir: Path | None) -> System:
         dev = value.get("device")
         device = store.device(dev) if isinstance(dev, str) else device_from_dict(dev or {})
         return system_from_dict({k: v for k, v in value.items() if k != "device"}, device)
-    raise SpecError("system", f"must be a catalog id or a mapping, got {value!r}")
+    raise SpecError("system", f"must be a catalog id or a mapping, got {shown(value)}")
 
 
 def resolve_model(value: Any, base_dir: Path | None = None) -> Model:
@@ -111,13 +111,13 @@ def resolve_model(value: Any, base_dir: Path | None = None) -> Model:
     if isinstance(value, Mapping):
         if "hf_config" in value:
             if not isinstance(value["hf_config"], str):
-                raise SpecError("model.hf_config", f"must be a config.json path, got {value['hf_config']!r}")
+                raise SpecError("model.hf_config", f"must be a config.json path, got {shown(value['hf_config'])}")
             p = Path(value["hf_config"]) if base_dir is None else base_dir / value["hf_config"]
             return model_from_hf_config(_hf_data(p), name=value.get("name"), seq_len=value.get("seq_len"))
         if looks_like_hf_config(value):
             return model_from_hf_config(value)
         return model_from_dict(value)
-    raise SpecError("model", f"must be a catalog id, a config.json path or a mapping, got {value!r}")
+    raise SpecError("model", f"must be a catalog id, a config.json path or a mapping, got {shown(value)}")
 
 
 def _hf_data(p: Path) -> Mapping[str, Any]:
@@ -141,16 +141,16 @@ def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
                 profiles = data["profiles"]
                 if not isinstance(profiles, list) or not profiles:
                     raise SpecError("calibration.profiles", f"{p}: must be a non-empty list of profiles, "
-                                    f"got {profiles!r}")
+                                    f"got {shown(profiles)}")
                 data = profiles[0]
             if not isinstance(data, Mapping):
                 raise SpecError("calibration", f"{p}: a profile must be a mapping, got {type(data).__name__} "
-                                f"{data!r}")
+                                f"{shown(data)}")
             return calibration_from_dict(data, name=data.get("id") or p.stem)
         return store.calibration_for(value)
     if isinstance(value, Mapping):
         return calibration_from_dict(value)
-    raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {value!r}")
+    raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {shown(value)}")
 
 
 def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,

@@ -90,8 +90,8 @@ def run_corpus(path: str | None) -> tuple[list[CorpusRow], str]:
         data, source = read_data_file(path), str(path)
     else:
         text = resources.files("narrowpath.validate").joinpath("corpora/collectives-public.yaml").read_text()
-        import yaml
-        data, source = yaml.safe_load(text), "collectives-public.yaml (shipped)"
+        from narrowpath.spec.strict_load import load_yaml
+        data, source = load_yaml(text), "collectives-public.yaml (shipped)"
     if not isinstance(data, dict) or data.get("schema") != "collective-corpus/1":
         raise SpecError("corpus.schema", f"{source}: expected schema collective-corpus/1, got "
                         f"{(data or {}).get('schema') if isinstance(data, dict) else type(data).__name__!r}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from narrowpath.errors import NarrowpathError
 from narrowpath.measure.machine import physical_memory_bytes
+from narrowpath.spec.strict_load import load_json
 from narrowpath.spec.system import TIER_NAMES
 
 PROBES = ("compute", "memory", "locality", "collectives", "all")
@@ -72,7 +73,7 @@ def _run_one(what: str, args, memory_result=None) -> dict | None:
 def read_probe_json(path: str) -> dict:
     """A probe result file (`probe ... -o`) as a JSON object; every error names the file."""
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        data = load_json(Path(path).read_bytes().decode("utf-8"))
     except OSError as exc:
         raise NarrowpathError(f"{path}: cannot read probe JSON ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from narrowpath.errors import SpecError
+from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import positive_int
 from narrowpath.spec.model import Model, MoE
 
@@ -35,13 +35,13 @@ def _int(cfg: Mapping[str, Any], field: str, value: Any) -> int:
     """An integer config value; errors name the config.json key it came from."""
     key = next((k for k in _KEYS.get(field, (field,)) if cfg.get(k) is not None), field)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}")
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {shown(value)}")
     try:
         f = float(value)
     except ValueError:
-        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}") from None
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {shown(value)}") from None
     if not f.is_integer():
-        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}")
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {shown(value)}")
     return int(f)
 
 
@@ -50,7 +50,7 @@ def _bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise SpecError(f"config.json.{key}", f"must be true or false, got {value!r}")
+        raise SpecError(f"config.json.{key}", f"must be true or false, got {shown(value)}")
     return value
 
 
