@@ -121,5 +121,5 @@ def test_hf_config_that_is_not_an_object_names_the_file(tmp_path, content):
 def test_good_hf_config_still_reads(tmp_path):
     f = tmp_path / "cfg.json"
     f.write_text(json.dumps({**HF, "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": False}))
-    m = resolve_model(str(f))
-    assert m.moe.num_experts == 8 and m.moe.top_k == 2 and m.tied_embeddings is False
+    m = resolve_model(str(f), seq_len=128)
+    assert m.moe.num_experts == 8 and m.moe.top_k == 2 and m.tied_embeddings is False and m.seq_len == 128

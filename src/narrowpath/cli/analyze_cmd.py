@@ -6,10 +6,12 @@ Default scenario: the embedded one. `--json` emits `prediction` plus one key per
 from __future__ import annotations
 
 import json
+import sys
 
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
-from narrowpath.cli.common import (add_scenario_args, check_output_dir, check_output_file, scenario_from_args,
-                                   writing)
+from narrowpath.cli.common import (add_scenario_args, atomic_dir, atomic_write_text, check_output_dir,
+                                   check_output_file, moved, refuse_inputs_as_outputs, scenario_from_args,
+                                   scenario_inputs)
 from narrowpath.errors import SpecError
 from narrowpath.report.analysis_console import format_analysis
 from narrowpath.report.analysis_json import analysis_to_json
@@ -53,20 +55,26 @@ def options_from_args(args) -> AnalysisOptions:
 
 
 def check_output_paths(args) -> None:
-    """Fail before any work when --plots names a file or --timeline a directory, or a parent is not writable."""
+    """Fail before any work when --plots names a file or --timeline a directory, a parent is not writable, or
+    --timeline is one of the inputs (the scenario file, --model config.json, --profile, or a file they name)."""
     check_output_dir("--plots", args.plots)
     check_output_file("--timeline", args.timeline)
+    refuse_inputs_as_outputs({"--timeline": args.timeline}, scenario_inputs(args))
 
 
 def write_outputs(a, args) -> None:
+    """Write the plots and the timeline (each file atomically) and say on stderr where they went."""
     if args.plots:
         from narrowpath.report.plots import write_plots
-        with writing("--plots"):
-            write_plots(a, args.plots)
+        with atomic_dir("--plots", args.plots) as tmp:
+            paths = moved(write_plots(a, str(tmp)), tmp, args.plots)
+        print(f"wrote {len(paths)} plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if args.timeline:
-        from narrowpath.report.timeline import write_timeline
-        with writing("--timeline"):
-            write_timeline(a, args.timeline)
+        from narrowpath.report.timeline import aggregation_note, timeline_document
+        doc = timeline_document(a)
+        atomic_write_text("--timeline", args.timeline, json.dumps(doc))
+        note = aggregation_note(doc)
+        print(f"wrote timeline {args.timeline}" + (f" ({note})" if note else ""), file=sys.stderr)
 
 
 def run(args) -> int:

@@ -131,9 +131,10 @@ def check_args(args) -> None:
                                   f"{', '.join(k for k in known if k not in ('undefined', 'fake'))}")
     if args.ops is not None and not all(o.strip() for o in args.ops.split(",")):
         raise NarrowpathError(f"--ops: empty name in {args.ops!r}; give e.g. all_reduce,all_gather")
-    from narrowpath.cli.common import check_output_dir, check_output_file
+    from narrowpath.cli.common import check_output_dir, check_output_file, refuse_inputs_as_outputs
     check_output_file("--output", args.output)
     check_output_dir("--plots", args.plots)
+    refuse_inputs_as_outputs({"--output": args.output}, [args.memory_json])
 
 
 def run(args) -> int:
@@ -159,9 +160,9 @@ def _report(result: dict, args) -> None:
     from narrowpath.report import measure_tables as tables
     parts = {k: v for k, v in result.items() if k in PROBES} if result["probe"] == "all" else {result["probe"]: result}
     if args.output:
-        from narrowpath.cli.common import writing
-        with writing("--output"):
-            Path(args.output).write_text(json.dumps(result, indent=1))
+        from narrowpath.cli.common import atomic_write_text
+        atomic_write_text("--output", args.output, json.dumps(result, indent=1))
+        print(f"wrote {args.output}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -172,13 +173,13 @@ def _report(result: dict, args) -> None:
             print(f"\nprobe all: {result['wall_time_s']:.1f} s")
     if args.plots:
         from narrowpath.report import measure_plots as plots
-        out = Path(args.plots)
         written = []
-        from narrowpath.cli.common import writing
-        with writing("--plots"):
+        from narrowpath.cli.common import atomic_dir, moved
+        with atomic_dir("--plots", args.plots) as tmp:
             for k, v in parts.items():
                 if k == "locality":
-                    written.append(plots.plot_locality(v, out, levels=v.get("levels_used")))
+                    written.append(plots.plot_locality(v, tmp, levels=v.get("levels_used")))
                 else:
-                    written.append(getattr(plots, f"plot_{k}")(v, out))
-        print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
+                    written.append(getattr(plots, f"plot_{k}")(v, tmp))
+            written = moved(written, tmp, args.plots)
+        print("wrote plots: " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -16,7 +16,8 @@ def positive_int(field: str, value: Any, *, minimum: int = 1, maximum: int | Non
     if value < minimum:
         raise SpecError(field, f"must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
-        raise SpecError(field, f"must be <= {maximum:,}, got {value:,}")
+        raise SpecError(field, f"must be <= {maximum:,}, got {value:,}" if value < 10**15 else
+                        f"must be <= {maximum:,}, got {float(value):.3g}")
     return value
 
 

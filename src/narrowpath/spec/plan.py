@@ -43,7 +43,7 @@ class Plan:
     mbs: int = 1
     """Micro-batch size, sequences."""
     gbs: int = 1
-    """Global batch size per optimizer step, sequences."""
+    """Global batch size per optimizer step, sequences (at most MAX_BATCH)."""
     zero_stage: int = 0
     """0 none; 1 optimizer state sharded over dp (Megatron distributed optimizer); 2 + gradients; 3 + weights."""
     recompute: str = "none"
