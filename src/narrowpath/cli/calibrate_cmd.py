@@ -155,7 +155,8 @@ def run(args) -> int:
         from narrowpath.catalog.resolve import calibration_from
         base = calibration_from(args.base)
     if not (compute or memory or points):
-        raise NarrowpathError("calibrate: nothing left to fit (no compute, memory or collective measurement)")
+        why = f": {'; '.join(warnings)}" if warnings else ""
+        raise NarrowpathError(f"calibrate: nothing left to fit (no compute, memory or collective measurement){why}")
     rep = build_profile(name=args.name or device, device=device, compute=compute, memory=memory,
                         tier_points=points, peaks=peaks, peak_mem_bw_bytes_per_s=peak_mem, line_rates=lines,
                         base=base)
