@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,10 +99,31 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                     mode=base.mode if base is not None else "training", calibration=cal)
 
 
+def has_module(name: str) -> bool:
+    """Whether `import name` would find the module, without importing it (a None entry in sys.modules, as a
+    test's block leaves it, counts as missing)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Fail before any work when an optional dependency is missing, naming the extra that installs it."""
+    if not has_module(module):
+        raise NarrowpathError(f"{what} needs {module}, which is not installed: pip install 'narrowpath[{extra}]' "
+                              f"(the `{extra}` extra)")
+
+
 def check_output_dir(flag: str, path: str | None) -> None:
-    """Fail before any work when an output directory flag names a file or sits under an unwritable one."""
+    """Fail before any work when an output directory flag names a file or sits under an unwritable one (and, for
+    --plots, when matplotlib is missing)."""
     if not path:
         return
+    if flag == "--plots":
+        require_extra("matplotlib", "plots", "--plots")
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise NarrowpathError(f"{flag} {path}: exists and is not a directory")

@@ -104,7 +104,12 @@ def _read_json(path: str) -> dict:
 
 
 def check_args(args) -> None:
-    """Refuse bad flags before any probe runs (a full probe takes minutes)."""
+    """Refuse bad flags, and a missing PyTorch for the collectives probe, before any probe runs (a full probe
+    takes minutes)."""
+    from narrowpath.cli.common import require_extra
+    if args.what in ("collectives", "all"):
+        require_extra("torch", "measure", f"`probe {args.what}`" + (" (its collectives part)" if args.what == "all"
+                                                                    else ""))
     if not 2 <= args.ranks <= MAX_LOCAL_RANKS:
         raise NarrowpathError(f"--ranks must be from 2 to {MAX_LOCAL_RANKS} local processes, got {args.ranks}")
     if args.repeats is not None and args.repeats < 1:
