@@ -2,14 +2,19 @@
 
 Each module in SUBCOMMANDS exposes `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
 Any NarrowpathError becomes one line on stderr and exit code 2 — never a traceback; so does a failed write to
-standard output (`> /dev/full`, a full disk), and a closed pipe (`| head`) ends quietly.
+standard output (`> /dev/full`, a full disk), and a closed pipe (`| head`) ends quietly. Ctrl-C and SIGTERM end
+the command with one line (exit 130 / 143) after its `finally` blocks ran: no worker process outlives it.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 from importlib.metadata import PackageNotFoundError, version
 
 from narrowpath.errors import NarrowpathError
@@ -62,6 +67,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that `finally` blocks run (search terminates its workers)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While a command runs, SIGTERM raises Terminated instead of killing the process where it stands (which would
+    orphan worker processes); the previous handler comes back afterwards (main() also runs inside tests)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -69,9 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        code = int(args.func(args) or 0)
+        with _sigterm_raises():
+            code = int(args.func(args) or 0)
         sys.stdout.flush()  # a write that fails fails here, not in the interpreter's exit
         return code
+    except KeyboardInterrupt:
+        print("narrowpath: interrupted", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("narrowpath: terminated", file=sys.stderr)
+        return 143
     except NarrowpathError as exc:
         print(f"narrowpath: error: {exc}", file=sys.stderr)
         return 2
