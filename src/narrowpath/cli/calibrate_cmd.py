@@ -14,9 +14,14 @@ from narrowpath.spec.system import TIER_NAMES
 
 
 def register(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit a calibration profile from probe results and nccl-tests logs")
+    p = sub.add_parser("calibrate", help="fit a calibration profile from probe results and nccl-tests logs",
+                       description="Fit a calibration profile (matrix efficiency and its size ramp, memory levels, "
+                       "collective alpha and bus-bandwidth efficiency per tier) from `narrowpath probe -o` results "
+                       "and nccl-tests logs, with the residual of each fit; use it with --profile FILE. A probe of "
+                       "the host CPU is this machine's profile: --device ID only for a probe run on that device.")
     p.add_argument("results", nargs="*", metavar="RESULT.json", help="outputs of `narrowpath probe ... -o`")
-    p.add_argument("--nccl-log", action="append", default=[], metavar="FILE", help="an nccl-tests output log")
+    p.add_argument("--nccl-log", action="append", default=[], metavar="FILE",
+                   help="an nccl-tests output log (repeatable)")
     p.add_argument("--op", help="collective of the nccl-tests logs when they do not say (e.g. all_reduce)")
     p.add_argument("--ranks", type=int, help="ranks of the nccl-tests logs when they do not list them")
     p.add_argument("--tier", default="scale_up", help="tier the nccl-tests logs measure (default scale_up)")

@@ -216,7 +216,9 @@ def register(subparsers) -> None:
     p.add_argument("--calibration", help="calibration profile: a device name or a profile YAML from `narrowpath "
                                          "calibrate` (default: the system's device)")
     p.add_argument("--op", choices=OPS, help="collective (default all_reduce)")
-    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS)
+    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS,
+                   help="collective algorithm (default auto: the fastest that applies, as NCCL's tuner picks; "
+                        "all_to_all runs direct and send_recv p2p only)")
     p.add_argument("-b", "--min-bytes", default="8", help="smallest message, e.g. 8, 64K, 8M (default 8)")
     p.add_argument("-e", "--max-bytes", default="8G", help="largest message (default 8G, at most 1P)")
     p.add_argument("-f", "--factor", type=float, default=2.0, help="size step factor, > 1 (default 2)")

@@ -34,16 +34,22 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")
     for f in PLAN_INT_FLAGS:
         g.add_argument(f"--{f}", type=int, help=_PLAN_HELP[f])
-    g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3))
-    g.add_argument("--recompute", choices=("none", "selective", "full"))
+    g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3),
+                   help="ZeRO stage: 0 none, 1 optimizer state sharded over data parallelism (Megatron distributed "
+                        "optimizer), 2 + gradients, 3 + weights (FSDP)")
+    g.add_argument("--recompute", choices=("none", "selective", "full"),
+                   help="activation recomputation: none, selective (attention core), full (whole layer)")
     g.add_argument("--sp", dest="sequence_parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism")
-    g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"))
-    g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"), help="dtype of the matrix multiplies")
+    g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap the gradient sync with the backward pass in buckets")
+    g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap tensor-parallel communication with the matrix multiplies")
     g.add_argument("--cp-comm", dest="cp_comm", choices=("p2p", "all_gather", "a2a"),
                    help="context-parallel K/V exchange: ring p2p (default), all_gather (Llama 3), a2a (Ulysses)")
-    g.add_argument("--attention", choices=("auto", "flash", "unfused"))
+    g.add_argument("--attention", choices=("auto", "flash", "unfused"),
+                   help="attention kernel (auto: the calibration profile's default for the device)")
     g.add_argument("--seq-len", dest="seq_len", type=int,
                    help="training sequence length, tokens (overrides a catalog model's; required with a HuggingFace "
                         "config.json, which states only the position limit max_position_embeddings)")

@@ -17,7 +17,11 @@ MAX_LOCAL_RANKS = 128  # local processes the collectives probe may spawn
 
 
 def register(sub) -> None:
-    p = sub.add_parser("probe", help="measure this machine: GEMM rates, memory levels, locality cliff, collectives")
+    p = sub.add_parser("probe", help="measure this machine: GEMM rates, memory levels, locality cliff, collectives",
+                       description="Measure the machine this runs on: GEMM FLOP/s by size and dtype (compute), "
+                       "bandwidth by working-set size and the cache levels it reveals (memory), the locality cliff "
+                       "of a recurrent step (locality), collectives through torch.distributed (collectives; needs "
+                       "the `measure` extra). Save with -o for `narrowpath calibrate`.")
     p.add_argument("what", choices=PROBES, help="which probe (all = the four in turn)")
     p.add_argument("--quick", action="store_true", help="small sweep, under 20 s per probe")
     p.add_argument("--json", action="store_true", help="print the raw result as JSON instead of tables")
