@@ -50,11 +50,11 @@ def test_collective_time_refuses_nan_bytes():
 
 @pytest.mark.parametrize("gbs", [10 ** 47, 1.0e47, (1 << 30) + 1])
 def test_global_batch_is_bounded_like_the_gpu_count(gbs):
-    """`plan.gbs: 1.0e+47` priced a step of 3.7e45 s; above MAX_GBS (2^30 sequences) it is refused."""
+    """`plan.gbs: 1.0e+47` priced a step of 3.7e45 s; above MAX_BATCH (2^30 sequences) it is refused."""
     with pytest.raises(SpecError, match=r"plan.gbs: must be <= 1,073,741,824"):
         Plan(gbs=gbs)
 
 
 def test_largest_global_batch_is_accepted():
-    from narrowpath.spec.plan import MAX_GBS
-    assert Plan(gbs=MAX_GBS).gbs == MAX_GBS
+    from narrowpath.spec.plan import MAX_BATCH
+    assert Plan(gbs=MAX_BATCH).gbs == MAX_BATCH
