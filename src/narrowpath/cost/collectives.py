@@ -293,8 +293,9 @@ def collective_time(op: str, message_bytes: float, span: GroupSpan, system: Syst
     if not math.isfinite(message_bytes) or message_bytes < 0:
         raise SpecError("collective.message_bytes", f"must be a finite number >= 0, got {message_bytes}")
     if op in ONLY_ALGORITHM and algorithm not in ("auto", ONLY_ALGORITHM[op]):
-        raise SpecError("collective.algorithm", f"{algorithm} does not apply to {op}: NCCL runs it as {ONLY_ALGORITHM[op]} "
-                        f"only (give auto or {ONLY_ALGORITHM[op]})")
+        only = ONLY_ALGORITHM[op]
+        raise SpecError("collective.algorithm", f"{algorithm} does not apply to {op}: NCCL runs it as {only} only "
+                        f"(give auto or {only})")
     if span.size <= 1 or message_bytes == 0:
         return CollectiveCost(0.0, "none", 0.0, "none", 0.0)
     pm = path_model(span, system, calibration)

@@ -23,7 +23,6 @@ from typing import Any, Iterable, Mapping
 from narrowpath.measure.busbw import bus_factor
 from narrowpath.measure.fit import fit_alpha_beta, fit_matrix_ramp
 from narrowpath.measure.nccl_tests import NcclTestsLog
-
 from narrowpath.spec.calibration import SCHEMA
 
 MAX_OVER_PEAK = 2.0
