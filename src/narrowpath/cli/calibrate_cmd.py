@@ -92,7 +92,7 @@ def _host_parts_for_a_device(found: dict[str, list[dict]], args) -> list[str]:
                 raise NarrowpathError(
                     f"--device {args.device}: {res['_file']} measured GEMMs on the host CPU ({res.get('device')}, "
                     f"{best['backend']}), not on an {args.device}: its best {best['flops_per_s'] / 1e9:.1f} GFLOP/s "
-                    f"{best['dtype']} is {best['flops_per_s'] / peak:.2g} of the {args.device}'s peak. Run the probe "
+                    f"{best['dtype']} is {best['flops_per_s'] / peak:.2%} of the {args.device}'s peak. Run the probe "
                     "on that device, or drop --device to fit this machine's own profile")
         if found["memory"]:
             found["memory"] = []
