@@ -42,13 +42,14 @@ def test_predict_from_file_and_hf_config(tmp_path, capsys):
            "num_key_value_heads": 4, "intermediate_size": 8192, "vocab_size": 32000, "max_position_embeddings": 4096,
            "rms_norm_eps": 1e-5}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    (tmp_path / "s.yaml").write_text("system: dgx-h100\nmodel: config.json\nnum_gpus: 8\n"
-                                     "plan: {tp: 2, dp: 4, mbs: 2, gbs: 32, precision: bf16}\n")
+    (tmp_path / "s.yaml").write_text("system: dgx-h100\nmodel: {hf_config: config.json, seq_len: 2048}\n"
+                                     "num_gpus: 8\nplan: {tp: 2, dp: 4, mbs: 2, gbs: 32, precision: bf16}\n")
     assert main(["predict", str(tmp_path / "s.yaml"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["plan"]["dp"] == 4 and data["step_time_s"] > 0
+    assert data["plan"]["dp"] == 4 and data["step_time_s"] > 0 and data["seq_len"] == 2048
     assert main(["predict", "--model", str(tmp_path / "config.json"), "--system", "dgx-h100", "--gpus", "8",
-                 "--json"]) == 0
+                 "--seq-len", "4096", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["seq_len"] == 4096
 
 
 def test_analyze_default_scenario_runs():

@@ -164,11 +164,16 @@ def test_bad_input_raises_spec_error(h100):
         collective_time("all_gather", 1e6, span, sys_, cal, "nvls")
 
 
-def test_all_to_all_and_send_recv_accept_any_algorithm_name(h100):
-    """NCCL has one algorithm for these; a request for another is served by it and reported."""
+@pytest.mark.parametrize("op, n, only", [("all_to_all", 8, "direct"), ("send_recv", 2, "p2p")])
+def test_all_to_all_and_send_recv_run_their_one_algorithm(h100, op, n, only):
+    """NCCL has one algorithm for these: auto and its name give it; naming another is refused (it was served by
+    the one algorithm under the other's name: a "ring" table of p2p rows)."""
     sys_, cal = h100
-    assert collective_time("all_to_all", 1e6, contiguous_span(8, sys_), sys_, cal, "ring").algorithm == "direct"
-    assert collective_time("send_recv", 1e6, contiguous_span(2, sys_), sys_, cal, "ring").algorithm == "p2p"
+    span = contiguous_span(n, sys_)
+    assert collective_time(op, 1e6, span, sys_, cal, "auto").algorithm == only
+    assert collective_time(op, 1e6, span, sys_, cal, only).algorithm == only
+    with pytest.raises(SpecError, match=f"collective.algorithm: ring does not apply to {op}: NCCL runs it as {only}"):
+        collective_time(op, 1e6, span, sys_, cal, "ring")
 
 
 def test_corpus_cases_within_ten_percent():

@@ -33,3 +33,30 @@ def test_predicted_cliff_positions_and_heights():
 def test_prediction_is_a_staircase():
     t = [predicted_s_per_flop(x, LEVELS, 1, 0.0) for x in (1e6, 5e7, 5e9)]
     assert t == pytest.approx([2 / 100e9, 2 / 30e9, 2 / 15e9])
+
+
+def _cliff(wb: float) -> dict:
+    return {"weight_bytes": wb, "hidden": (wb / 4) ** 0.5, "jump": 2.0}
+
+
+def _level(name: str, wb: float) -> dict:
+    return {"level": name, "weight_bytes": wb, "hidden": (wb / 4) ** 0.5, "jump": 3.0}
+
+
+def test_one_measured_cliff_is_given_to_one_level_only():
+    """One cliff at 3 MB between L2 (1 MiB) and L3 (32 MiB): nearest-per-level gave it to both; it is L2's only."""
+    from narrowpath.measure.locality_probe import compare_cliffs
+    rows = compare_cliffs([_cliff(3e6)], [_level("L2", 2**20), _level("L3", 32 * 2**20)])
+    assert [r["measured_weight_bytes"] for r in rows] == [3e6, None]
+
+
+def test_cliffs_match_in_order_and_within_a_factor():
+    from narrowpath.measure.locality_probe import MAX_MATCH_RATIO, compare_cliffs, match_cliffs
+    assert match_cliffs([1.2e6, 40e6], [1e6, 32e6]) == [0, 1]
+    assert match_cliffs([1.5e6, 2e6, 30e6], [1e6, 32e6]) == [0, 2]  # an extra measured cliff is left over
+    assert match_cliffs([20e6], [1e6, 32e6]) == [None, 0]
+    assert match_cliffs([1e6 * MAX_MATCH_RATIO * 1.1], [1e6]) == [None]
+    rows = compare_cliffs([_cliff(40e6), _cliff(1.2e6)], [_level("L3", 32e6), _level("L2", 1e6)])  # any order
+    assert [(r["level"], r["measured_weight_bytes"]) for r in rows] == [("L3", 40e6), ("L2", 1.2e6)]
+    used = [r["measured_weight_bytes"] for r in rows if r["measured_weight_bytes"]]
+    assert len(used) == len(set(used))

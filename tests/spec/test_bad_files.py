@@ -22,7 +22,7 @@ HF = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_att
     ("42\n", "a profile must be a mapping, got int"),
     ("profiles: 5\n", "calibration.profiles"),
     ("profiles: [5]\n", "a profile must be a mapping, got int 5"),
-    (PROFILE + "matrix_efficiency: [1, 2]\n", "matrix_efficiency: must be a mapping"),
+    ("device: H100-SXM5-80GB\nmatrix_efficiency: [1, 2]\n", "matrix_efficiency: must be a mapping"),
     ("device: H100-SXM5-80GB\nmatrix_efficiency: 0.5\n", "matrix_efficiency: must be a mapping"),
     (PROFILE + "tiers: [1]\n", "tiers: must be a mapping"),
     (PROFILE + "tiers: {scale_up: 3}\n", "tiers.scale_up: must be a mapping"),
@@ -121,5 +121,5 @@ def test_hf_config_that_is_not_an_object_names_the_file(tmp_path, content):
 def test_good_hf_config_still_reads(tmp_path):
     f = tmp_path / "cfg.json"
     f.write_text(json.dumps({**HF, "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": False}))
-    m = resolve_model(str(f))
-    assert m.moe.num_experts == 8 and m.moe.top_k == 2 and m.tied_embeddings is False
+    m = resolve_model(str(f), seq_len=128)
+    assert m.moe.num_experts == 8 and m.moe.top_k == 2 and m.tied_embeddings is False and m.seq_len == 128

@@ -97,7 +97,7 @@ def test_specs_are_immutable():
       "rms_norm_eps": 1e-5, "hidden_act": "silu"}, dict(kv_heads=8, ffn_act="swiglu", norm="rmsnorm", ffn=14336)),
     ({"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
       "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
-      "rms_norm_eps": 1e-5}, dict(kv_heads=8, ffn_act="swiglu", seq_len=32768)),
+      "rms_norm_eps": 1e-5}, dict(kv_heads=8, ffn_act="swiglu", seq_len=4096)),
     ({"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
       "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
       "rms_norm_eps": 1e-6, "tie_word_embeddings": False}, dict(kv_heads=4, layers=28, tied_embeddings=False)),
@@ -111,7 +111,7 @@ def test_specs_are_immutable():
       "num_experts_per_tok": 2, "rms_norm_eps": 1e-5}, dict(kv_heads=8)),
 ])
 def test_hf_config_key_styles(cfg, expect):
-    m = model_from_hf_config(cfg)
+    m = model_from_hf_config(cfg, seq_len=expect.get("seq_len", 1024))
     for k, v in expect.items():
         assert getattr(m, k) == v, k
     if cfg["model_type"] == "mixtral":
@@ -140,7 +140,7 @@ def test_hf_qwen1_and_deepseek_key_styles():
           "num_hidden_layers": 61, "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
           "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "vocab_size": 129280,
           "v_head_dim": 128, "rms_norm_eps": 1e-6}
-    assert model_from_hf_config(ds) == model("deepseek-v3").__class__(**{**_fields(model("deepseek-v3")),
+    assert model_from_hf_config(ds, seq_len=2048) == model("deepseek-v3").__class__(**{**_fields(model("deepseek-v3")),
                                                                            "name": "deepseek_v3", "seq_len": 2048})
 
 

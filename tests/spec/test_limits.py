@@ -46,3 +46,15 @@ def test_collective_time_refuses_nan_bytes():
     span = group_span(Plan(tp=8, dp=2, gbs=2), sys_, "dp")
     with pytest.raises(SpecError, match="message_bytes"):
         collective_time("all_reduce", math.nan, span, sys_, calibration_for("H100-SXM5-80GB"))
+
+
+@pytest.mark.parametrize("gbs", [10 ** 47, 1.0e47, (1 << 30) + 1])
+def test_global_batch_is_bounded_like_the_gpu_count(gbs):
+    """`plan.gbs: 1.0e+47` priced a step of 3.7e45 s; above MAX_BATCH (2^30 sequences) it is refused."""
+    with pytest.raises(SpecError, match=r"plan.gbs: must be <= 1,073,741,824"):
+        Plan(gbs=gbs)
+
+
+def test_largest_global_batch_is_accepted():
+    from narrowpath.spec.plan import MAX_BATCH
+    assert Plan(gbs=MAX_BATCH).gbs == MAX_BATCH

@@ -2,22 +2,22 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
 from narrowpath.catalog import store
-from narrowpath.errors import CatalogError, NarrowpathError, SpecError
+from narrowpath.errors import CatalogError, NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
-from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.calibration import SCHEMA as CALIBRATION_SCHEMA, Calibration
 from narrowpath.spec.hf_config import looks_like_hf_config, model_from_hf_config
 from narrowpath.spec.model import Model
 from narrowpath.spec.parse import (_check_keys, calibration_from_dict, device_from_dict, model_from_dict,
                                    open_knobs, plan_from_dict, system_from_dict)
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
+from narrowpath.spec.strict_load import load_json, load_yaml
 from narrowpath.spec.system import System
 from narrowpath.units import GBIT_PER_S
 
@@ -43,8 +43,8 @@ def read_data_file(path: str | Path) -> Any:
         raise NarrowpathError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     try:
         if p.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return load_json(text)
+        return load_yaml(text)
     except (ValueError, yaml.YAMLError) as exc:  # ValueError: JSONDecodeError, or an integer too long to convert
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "integer string conversion" in first:
@@ -70,7 +70,7 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
         power_limit_w = positive_float("hardware.power_limit_w", power_limit_w)
     if base is None:
         if not isinstance(gpu, str):
-            raise SpecError("hardware.gpu", f"must be a catalog device id, got {gpu!r}")
+            raise SpecError("hardware.gpu", f"must be a catalog device id, got {shown(gpu)}")
         dev_entry = store.entries("devices").get(store.canonical_id("devices", gpu))
         if dev_entry is None:
             store.device(gpu)  # raises CatalogError with nearest ids
@@ -98,26 +98,31 @@ def _system(value: Any, base_dir: Path | None) -> System:
         dev = value.get("device")
         device = store.device(dev) if isinstance(dev, str) else device_from_dict(dev or {})
         return system_from_dict({k: v for k, v in value.items() if k != "device"}, device)
-    raise SpecError("system", f"must be a catalog id or a mapping, got {value!r}")
+    raise SpecError("system", f"must be a catalog id or a mapping, got {shown(value)}")
 
 
-def resolve_model(value: Any, base_dir: Path | None = None) -> Model:
-    """A Model from a catalog id, a HuggingFace config.json path, or a mapping (spec fields or HF keys)."""
+def resolve_model(value: Any, base_dir: Path | None = None, *, seq_len: int | None = None) -> Model:
+    """A Model from a catalog id, a HuggingFace config.json path, or a mapping (spec fields or HF keys).
+
+    `seq_len` (the --seq-len flag) is the training sequence length a HuggingFace config needs (it states only the
+    position limit); a `seq_len` beside `hf_config` in the mapping gives it too, the flag winning."""
     if isinstance(value, str):
         p = Path(value) if base_dir is None else base_dir / value
         if value.endswith(".json") and p.exists():
-            return model_from_hf_config(_hf_data(p), name=p.stem)
+            return model_from_hf_config(_hf_data(p), name=p.stem, seq_len=seq_len)
         return store.model(value)
     if isinstance(value, Mapping):
         if "hf_config" in value:
+            _check_keys("model", value, {"hf_config", "name", "seq_len"})
             if not isinstance(value["hf_config"], str):
-                raise SpecError("model.hf_config", f"must be a config.json path, got {value['hf_config']!r}")
+                raise SpecError("model.hf_config", f"must be a config.json path, got {shown(value['hf_config'])}")
             p = Path(value["hf_config"]) if base_dir is None else base_dir / value["hf_config"]
-            return model_from_hf_config(_hf_data(p), name=value.get("name"), seq_len=value.get("seq_len"))
+            return model_from_hf_config(_hf_data(p), name=value.get("name"),
+                                        seq_len=seq_len if seq_len is not None else value.get("seq_len"))
         if looks_like_hf_config(value):
-            return model_from_hf_config(value)
+            return model_from_hf_config(value, seq_len=seq_len)
         return model_from_dict(value)
-    raise SpecError("model", f"must be a catalog id, a config.json path or a mapping, got {value!r}")
+    raise SpecError("model", f"must be a catalog id, a config.json path or a mapping, got {shown(value)}")
 
 
 def _hf_data(p: Path) -> Mapping[str, Any]:
@@ -125,6 +130,29 @@ def _hf_data(p: Path) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise SpecError("model", f"{p}: a config.json must hold a JSON object, got {type(data).__name__}")
     return data
+
+
+def calibration_document(data: Any, source: str | Path) -> Calibration:
+    """The profile of a parsed profile file: one profile mapping, or `{schema: narrowpath-calibration/1,
+    profiles: [...]}` (the first profile is used; ids must be unique). An unknown `schema:` is refused."""
+    p = Path(source)
+    if isinstance(data, Mapping) and "schema" in data and data["schema"] != CALIBRATION_SCHEMA:
+        raise SpecError("calibration.schema", f"{p}: unknown schema {shown(data['schema'])}; this version reads "
+                        f"{CALIBRATION_SCHEMA}")
+    if isinstance(data, Mapping) and "profiles" in data:
+        profiles = data["profiles"]
+        if not isinstance(profiles, list) or not profiles:
+            raise SpecError("calibration.profiles", f"{p}: must be a non-empty list of profiles, "
+                            f"got {shown(profiles)}")
+        ids = [q.get("id") for q in profiles if isinstance(q, Mapping) and q.get("id") is not None]
+        dup = next((i for n, i in enumerate(ids) if i in ids[:n]), None)
+        if dup is not None:
+            raise SpecError("calibration.profiles", f"{p}: duplicate profile id {shown(dup)}")
+        data = profiles[0]
+    if not isinstance(data, Mapping):
+        raise SpecError("calibration", f"{p}: a profile must be a mapping, got {type(data).__name__} "
+                        f"{shown(data)}")
+    return calibration_from_dict(data, name=data.get("id") or p.stem)
 
 
 def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
@@ -136,26 +164,17 @@ def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
         if p.suffix in (".yaml", ".yml", ".json"):
             if not p.exists():
                 raise NarrowpathError(f"{p}: no such file (calibration profile)")
-            data = read_data_file(p)
-            if isinstance(data, Mapping) and "profiles" in data:
-                profiles = data["profiles"]
-                if not isinstance(profiles, list) or not profiles:
-                    raise SpecError("calibration.profiles", f"{p}: must be a non-empty list of profiles, "
-                                    f"got {profiles!r}")
-                data = profiles[0]
-            if not isinstance(data, Mapping):
-                raise SpecError("calibration", f"{p}: a profile must be a mapping, got {type(data).__name__} "
-                                f"{data!r}")
-            return calibration_from_dict(data, name=data.get("id") or p.stem)
+            return calibration_document(read_data_file(p), p)
         return store.calibration_for(value)
     if isinstance(value, Mapping):
         return calibration_from_dict(value)
-    raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {value!r}")
+    raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {shown(value)}")
 
 
 def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
-                       allow_null: bool = False) -> Scenario:
-    """Build a Scenario from a mapping (scenario file, catalog entry, or a validation-corpus case)."""
+                       allow_null: bool = False, seq_len: int | None = None) -> Scenario:
+    """Build a Scenario from a mapping (scenario file, catalog entry, or a validation-corpus case); `seq_len` is the
+    --seq-len flag, which a HuggingFace config.json model needs (see resolve_model)."""
     _check_keys("scenario", data, _SCENARIO_KEYS)
     if "model" not in data:
         raise SpecError("model", "is required")
@@ -178,7 +197,7 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
         num_gpus = data.get("num_gpus")
     else:
         raise SpecError("system", "is required (or a `hardware` block)")
-    model = resolve_model(data["model"], base_dir)
+    model = resolve_model(data["model"], base_dir, seq_len=seq_len)
     plan, unpublished, chosen = plan_with_stack_defaults(data["plan"], allow_null=allow_null)
     if num_gpus is None:
         num_gpus = plan.num_gpus
@@ -193,7 +212,7 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     leaves out take the defaults of the stack `plan.framework` names (catalog/stacks.yaml); a null knob is left
     open for `schedule.choose` when `allow_null` (validation cases), else refused."""
     if not isinstance(data, Mapping):
-        raise SpecError("plan", f"must be a mapping, got {type(data).__name__} {data!r}")
+        raise SpecError("plan", f"must be a mapping, got {type(data).__name__} {shown(data)}")
     published, unpublished = open_knobs(data)
     if unpublished and not allow_null:
         raise SpecError(f"plan.{unpublished[0]}", "is null (not published); give a value")
@@ -204,12 +223,13 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     return plan_from_dict(published, defaults=defaults), unpublished, chosen
 
 
-def load_scenario(source: str | Path | Mapping[str, Any] | None = None) -> Scenario:
-    """A scenario from a file path (YAML/JSON), a catalog scenario id, a mapping, or None for the default."""
+def load_scenario(source: str | Path | Mapping[str, Any] | None = None, *, seq_len: int | None = None) -> Scenario:
+    """A scenario from a file path (YAML/JSON), a catalog scenario id, a mapping, or None for the default;
+    `seq_len` (--seq-len) reaches a HuggingFace config.json model (which needs it)."""
     if source is None:
         source = DEFAULT_SCENARIO
     if isinstance(source, Mapping):
-        return scenario_from_dict(source)
+        return scenario_from_dict(source, seq_len=seq_len)
     p = Path(source)
     if p.suffix in (".yaml", ".yml", ".json") or p.exists():
         if not p.exists():
@@ -219,7 +239,7 @@ def load_scenario(source: str | Path | Mapping[str, Any] | None = None) -> Scena
             raise SpecError("scenario", f"{p}: must hold a mapping at top level")
         if looks_like_hf_config(data) and "plan" not in data:
             raise SpecError("plan", f"{p} is a model config.json; pass it as --model with a plan (--tp, --pp, ...)")
-        return scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent)
+        return scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent, seq_len=seq_len)
     if str(source) in store.entries("scenarios"):
         return scenario_from_dict(store.scenario_data(str(source)), name=str(source))
     try:

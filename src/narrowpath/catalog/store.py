@@ -6,13 +6,12 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
-from narrowpath.errors import CatalogError
+from narrowpath.errors import CatalogError, shown
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.device import Device
 from narrowpath.spec.model import Model
 from narrowpath.spec.parse import calibration_from_dict, device_from_dict, model_from_dict, system_from_dict
+from narrowpath.spec.strict_load import load_yaml
 from narrowpath.spec.system import System
 
 _FILES = {"devices": "devices.yaml", "systems": "systems.yaml", "models": "models.yaml",
@@ -23,12 +22,12 @@ _FILES = {"devices": "devices.yaml", "systems": "systems.yaml", "models": "model
 def entries(kind: str) -> dict[str, dict[str, Any]]:
     """Raw entries of one catalog file by id."""
     text = resources.files("narrowpath.catalog").joinpath(_FILES[kind]).read_text()
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     out: dict[str, dict[str, Any]] = {}
     for entry in data.get(kind, []):
         eid = entry.get("id")
         if not eid:
-            raise CatalogError(f"{_FILES[kind]}: an entry has no id: {entry!r}")
+            raise CatalogError(f"{_FILES[kind]}: an entry has no id: {shown(entry)}")
         if eid in out:
             raise CatalogError(f"{_FILES[kind]}: duplicate id {eid!r}")
         out[eid] = entry
@@ -58,9 +57,9 @@ def _lookup(kind: str, eid: str, what: str) -> dict[str, Any]:
     eid = canonical_id(kind, eid)
     if eid in table:
         return table[eid]
-    near = difflib.get_close_matches(str(eid), list(table), n=3, cutoff=0.3)
+    near = difflib.get_close_matches(str(eid)[:100], list(table), n=3, cutoff=0.3)
     hint = f"; nearest: {', '.join(near)}" if near else f"; known: {', '.join(table)}"
-    raise CatalogError(f"unknown {what} {eid!r}{hint}")
+    raise CatalogError(f"unknown {what} {shown(eid)}{hint}")
 
 
 def device_ids() -> list[str]:

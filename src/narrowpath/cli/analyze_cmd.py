@@ -6,10 +6,12 @@ Default scenario: the embedded one. `--json` emits `prediction` plus one key per
 from __future__ import annotations
 
 import json
+import sys
 
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
-from narrowpath.cli.common import (add_scenario_args, check_output_dir, check_output_file, scenario_from_args,
-                                   writing)
+from narrowpath.cli.common import (add_scenario_args, atomic_dir, atomic_write_text, check_output_dir,
+                                   check_output_file, moved, refuse_inputs_as_outputs, scenario_from_args,
+                                   scenario_inputs)
 from narrowpath.errors import SpecError
 from narrowpath.report.analysis_console import format_analysis
 from narrowpath.report.analysis_json import analysis_to_json
@@ -19,19 +21,30 @@ from narrowpath.schedule.step import predict
 
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="where the time goes: accounts, budgets, verdict with what-ifs, energy "
-                                       "(default scenario if none)")
+                                       "(default scenario if none)",
+                       description="Where the time goes in one training step: the prediction, the five accounts "
+                       "(bytes per useful FLOP, collectives, overlap, topology fit, scaling), the distance, "
+                       "communication and synchronisation budgets, a verdict with what-if gains, and energy.")
     add_scenario_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace JSON of one step")
     a = p.add_argument_group("analysis assumptions")
-    a.add_argument("--jitter-cv", type=float, default=0.02, help="per-rank compute jitter, std / segment time (0 to 1)")
-    a.add_argument("--jitter-method", choices=("closed_form", "sampled"), default="closed_form")
-    a.add_argument("--seed", type=int, default=0, help="seed for sampled jitter")
-    a.add_argument("--slow-node", type=float, default=0.10, help="fraction by which one node is slow (0 to 100)")
-    a.add_argument("--compression", type=float, default=4.0, help="gradient compression ratio for the what-if")
-    a.add_argument("--failures-per-gpu-hour", type=float, default=None)
-    a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", help="skip the what-if re-runs")
+    a.add_argument("--jitter-cv", type=float, default=0.02,
+                   help="per-rank compute jitter, std / segment time (0 to 1; default 0.02)")
+    a.add_argument("--jitter-method", choices=("closed_form", "sampled"), default="closed_form",
+                   help="expected wait for the slowest rank: closed_form (extreme-value approximation, the "
+                        "default) or sampled (seeded Monte Carlo, see --seed)")
+    a.add_argument("--seed", type=int, default=0, help="seed for sampled jitter (default 0)")
+    a.add_argument("--slow-node", type=float, default=0.10,
+                   help="fraction by which one node is slow (0 to 100; default 0.1)")
+    a.add_argument("--compression", type=float, default=4.0,
+                   help="gradient compression ratio for the what-if (>= 1; default 4)")
+    a.add_argument("--failures-per-gpu-hour", type=float, default=None,
+                   help="interruptions per GPU-hour for the failure budget (default 1.97e-5: Llama 3's 419 in "
+                        "54 days on 16,384 H100)")
+    a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false",
+                   help="skip the what-if re-runs (default: run them)")
     p.set_defaults(func=run)
 
 
@@ -53,20 +66,26 @@ def options_from_args(args) -> AnalysisOptions:
 
 
 def check_output_paths(args) -> None:
-    """Fail before any work when --plots names a file or --timeline a directory, or a parent is not writable."""
+    """Fail before any work when --plots names a file or --timeline a directory, a parent is not writable, or
+    --timeline is one of the inputs (the scenario file, --model config.json, --profile, or a file they name)."""
     check_output_dir("--plots", args.plots)
     check_output_file("--timeline", args.timeline)
+    refuse_inputs_as_outputs({"--timeline": args.timeline}, scenario_inputs(args))
 
 
 def write_outputs(a, args) -> None:
+    """Write the plots and the timeline (each file atomically) and say on stderr where they went."""
     if args.plots:
         from narrowpath.report.plots import write_plots
-        with writing("--plots"):
-            write_plots(a, args.plots)
+        with atomic_dir("--plots", args.plots) as tmp:
+            paths = moved(write_plots(a, str(tmp)), tmp, args.plots)
+        print(f"wrote {len(paths)} plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if args.timeline:
-        from narrowpath.report.timeline import write_timeline
-        with writing("--timeline"):
-            write_timeline(a, args.timeline)
+        from narrowpath.report.timeline import aggregation_note, timeline_document
+        doc = timeline_document(a)
+        atomic_write_text("--timeline", args.timeline, json.dumps(doc))
+        note = aggregation_note(doc)
+        print(f"wrote timeline {args.timeline}" + (f" ({note})" if note else ""), file=sys.stderr)
 
 
 def run(args) -> int:

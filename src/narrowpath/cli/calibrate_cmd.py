@@ -3,20 +3,25 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+import sys
 
 import yaml
 
-from narrowpath.errors import NarrowpathError
+from narrowpath.errors import NarrowpathError, shown
 from narrowpath.measure.busbw import NCCL_TEST_BINARIES
 from narrowpath.spec.device import DTYPES
 from narrowpath.spec.system import TIER_NAMES
 
 
 def register(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit a calibration profile from probe results and nccl-tests logs")
+    p = sub.add_parser("calibrate", help="fit a calibration profile from probe results and nccl-tests logs",
+                       description="Fit a calibration profile (matrix efficiency and its size ramp, memory levels, "
+                       "collective alpha and bus-bandwidth efficiency per tier) from `narrowpath probe -o` results "
+                       "and nccl-tests logs, with the residual of each fit; use it with --profile FILE. A probe of "
+                       "the host CPU is this machine's profile: --device ID only for a probe run on that device.")
     p.add_argument("results", nargs="*", metavar="RESULT.json", help="outputs of `narrowpath probe ... -o`")
-    p.add_argument("--nccl-log", action="append", default=[], metavar="FILE", help="an nccl-tests output log")
+    p.add_argument("--nccl-log", action="append", default=[], metavar="FILE",
+                   help="an nccl-tests output log (repeatable)")
     p.add_argument("--op", help="collective of the nccl-tests logs when they do not say (e.g. all_reduce)")
     p.add_argument("--ranks", type=int, help="ranks of the nccl-tests logs when they do not list them")
     p.add_argument("--tier", default="scale_up", help="tier the nccl-tests logs measure (default scale_up)")
@@ -57,15 +62,61 @@ def _load_results(paths: list[str]) -> dict[str, list[dict]]:
         data = read_probe_json(path)
         parts = [data.get(k) for k in ("compute", "memory", "locality", "collectives")] \
             if data.get("probe") == "all" else [data]
+        if not any(parts):
+            raise NarrowpathError(f"{path}: not a narrowpath probe result (no `probe` key, or `probe all` with no "
+                                  "part): nothing to fit")
         for part in parts:
             if part is not None and not isinstance(part, dict):
                 raise NarrowpathError(f"{path}: not a narrowpath probe result (a part is a {type(part).__name__})")
             if part and part.get("probe") in found:
                 check_probe_result(part, path)
-                found[part["probe"]].append(part)
+                found[part["probe"]].append({**part, "_file": path})
             elif part and part.get("probe") != "locality":
-                raise NarrowpathError(f"{path}: not a narrowpath probe result (probe = {part.get('probe')!r})")
+                raise NarrowpathError(f"{path}: not a narrowpath probe result (probe = {shown(part.get('probe'))})")
     return found
+
+
+def _host_parts_for_a_device(found: dict[str, list[dict]], args) -> list[str]:
+    """A profile for a catalog device (--device) or system (--system) needs measurements taken on it. A GEMM sweep
+    of the host CPU is refused (fitted "as" an A100 it would claim an A100 runs at 0.02 % of its peak); the memory
+    probe (always host DRAM, never the device's HBM) and, with --system, collectives over host loopback (gloo) are
+    left out, each with a warning line returned."""
+    warnings = []
+    if args.device:
+        from narrowpath.catalog import store
+        dev = store.device(args.device)
+        for res in found["compute"]:
+            if not any(s.get("backend") == "torch-cuda" for s in res["samples"]):
+                best = max(res["samples"], key=lambda s: s["flops_per_s"])
+                peak = dev.peak_matrix_flop_per_s.get(best["dtype"]) or dev.matrix_peak("bf16")
+                raise NarrowpathError(
+                    f"--device {args.device}: {res['_file']} measured GEMMs on the host CPU ({res.get('device')}, "
+                    f"{best['backend']}), not on an {args.device}: its best {best['flops_per_s'] / 1e9:.1f} GFLOP/s "
+                    f"{best['dtype']} is {best['flops_per_s'] / peak:.2%} of the {args.device}'s peak. Run the probe "
+                    "on that device, or drop --device to fit this machine's own profile")
+        if found["memory"]:
+            found["memory"] = []
+            warnings.append(f"memory probe left out: it measures host memory ({args.device} HBM needs a device "
+                            "probe); vector_bw_efficiency and memory_levels keep the base/default values")
+    if args.system:
+        host = [r for r in found["collectives"] if r.get("backend") != "nccl"]
+        if host:
+            found["collectives"] = [r for r in found["collectives"] if r.get("backend") == "nccl"]
+            warnings.append(f"collectives probe over {host[0].get('backend')} (host loopback) left out: it does not "
+                            f"measure the {args.system} links whose line rates --system gives (--line-rate states "
+                            "the loopback's own)")
+    return warnings
+
+
+def check_loads_back(text: str, output: str) -> None:
+    """The profile text as the reader will load it: a fit never writes a file `--profile` refuses."""
+    from narrowpath.catalog.resolve import calibration_document
+    from narrowpath.spec.strict_load import load_yaml
+    try:
+        calibration_document(load_yaml(text), output)
+    except NarrowpathError as exc:
+        raise NarrowpathError(f"--output {output}: the fitted profile would not load back ({exc}); not written") \
+            from None
 
 
 def run(args) -> int:
@@ -73,7 +124,7 @@ def run(args) -> int:
     from narrowpath.measure.profile import (build_profile, profile_document, tier_points_from_log,
                                             tier_points_from_probe)
     from narrowpath.report.measure_tables import format_fit_report
-    from narrowpath.cli.common import check_output_file, writing
+    from narrowpath.cli.common import atomic_write_text, check_output_file, refuse_inputs_as_outputs
     if not args.results and not args.nccl_log:
         raise NarrowpathError("calibrate needs probe results (RESULT.json) and/or --nccl-log FILE")
     if args.tier not in TIER_NAMES:
@@ -83,7 +134,9 @@ def run(args) -> int:
     if args.ranks is not None and args.ranks < 2:
         raise NarrowpathError(f"--ranks must be >= 2, got {args.ranks}")
     check_output_file("--output", args.output)
+    refuse_inputs_as_outputs({"--output": args.output}, [*args.results, *args.nccl_log, args.base])
     found = _load_results(args.results)
+    warnings = _host_parts_for_a_device(found, args)
     peaks, peak_mem = {}, 0.0
     if args.device:
         from narrowpath.catalog import store
@@ -106,11 +159,17 @@ def run(args) -> int:
     if args.base:
         from narrowpath.catalog.resolve import calibration_from
         base = calibration_from(args.base)
+    if not (compute or memory or points):
+        why = f": {'; '.join(warnings)}" if warnings else ""
+        raise NarrowpathError(f"calibrate: nothing left to fit (no compute, memory or collective measurement){why}")
     rep = build_profile(name=args.name or device, device=device, compute=compute, memory=memory,
                         tier_points=points, peaks=peaks, peak_mem_bw_bytes_per_s=peak_mem, line_rates=lines,
                         base=base)
-    with writing("--output"):
-        Path(args.output).write_text(yaml.safe_dump(profile_document(rep.profile), sort_keys=False, width=120))
+    text = yaml.safe_dump(profile_document(rep.profile), sort_keys=False, width=120)
+    check_loads_back(text, args.output)
+    atomic_write_text("--output", args.output, text)
+    for w in warnings + rep.warnings:
+        print(f"narrowpath calibrate: warning: {w}", file=sys.stderr)
     if args.json:
         print(json.dumps({"output": args.output, "fits": rep.lines, "profile": rep.profile}, indent=1))
     else:

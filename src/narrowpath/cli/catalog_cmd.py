@@ -9,8 +9,12 @@ from narrowpath.workload.counts import parameter_count
 
 
 def register(sub) -> None:
-    p = sub.add_parser("catalog", help="list the embedded devices, systems, models and scenarios")
-    p.add_argument("kind", nargs="?", choices=("devices", "systems", "models", "profiles", "scenarios"))
+    p = sub.add_parser("catalog", help="list the embedded devices, systems, models and scenarios",
+                       description="List the embedded catalog: devices (peaks, memory), systems (node size, "
+                       "links), models (shapes, parameters), calibration profiles and scenarios; the ids are what "
+                       "--model, --system, --profile and a scenario argument accept.")
+    p.add_argument("kind", nargs="?", choices=("devices", "systems", "models", "profiles", "scenarios"),
+                   help="list only this kind (default: all)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -21,8 +25,11 @@ def _rows(kind: str) -> tuple[list[str], list[list]]:
         for d in catalog.device_ids():
             dev = catalog.device(d)
             rows.append([d, f"{dev.matrix_peak('bf16') / 1e12:.0f}", f"{dev.peak_matrix_flop_per_s.get('fp8', 0) / 1e12:.0f}",
-                         f"{dev.hbm.capacity_bytes / 1e9:.0f}", f"{dev.hbm.bw_bytes_per_s / 1e12:.2f}", f"{dev.tdp_w:.0f}"])
-        return ["device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s", "TDP W"], rows
+                         f"{dev.hbm.capacity_bytes / 2**30:.1f}", f"{dev.hbm.capacity_bytes / 1e9:.1f}",
+                         f"{dev.hbm.bw_bytes_per_s / 1e12:.2f}", f"{dev.tdp_w:.0f}"])
+        # an "80GB" part holds 80 GiB = 85.9 GB: both, named (it printed "HBM GB 86")
+        return ["device", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB (2^30 B)", "HBM GB (1e9 B)", "HBM TB/s",
+                "TDP W"], rows
     if kind == "systems":
         rows = []
         for s in catalog.system_ids():
@@ -50,6 +57,18 @@ def _rows(kind: str) -> tuple[list[str], list[list]]:
     return ["scenario", "system", "model", "GPUs", "description"], rows
 
 
+MAX_WIDTH = 120
+"""Terminal tables stay within this many columns: a long last column (a scenario's description) is cut."""
+
+
+def _fit(head: list[str], rows: list[list]) -> list[list]:
+    """Rows whose last column is cut (with "…") so that the table is at most MAX_WIDTH wide (--json keeps all)."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(head)]
+    room = MAX_WIDTH - 2 - sum(w + 2 for w in widths[:-1])
+    room = max(room, len(head[-1]), 10)
+    return [[*r[:-1], str(r[-1]) if len(str(r[-1])) <= room else str(r[-1])[:room - 1] + "…"] for r in rows]
+
+
 def run(args) -> int:
     kinds = [args.kind] if args.kind else ["devices", "systems", "models", "profiles", "scenarios"]
     if args.json:
@@ -62,5 +81,5 @@ def run(args) -> int:
     for k in kinds:
         head, rows = _rows(k)
         print(f"\n{k.upper()}")
-        print(table(head, rows))
+        print(table(head, _fit(head, rows)))
     return 0

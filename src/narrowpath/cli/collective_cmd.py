@@ -4,7 +4,7 @@
     narrowpath collective --corpus [FILE] [--json]
     narrowpath collective --compare LOG --system dgx-h100 --gpus 8 [--op all_reduce]
 
-Sizes take nccl-tests suffixes (K, M, G = 2^10, 2^20, 2^30 bytes, as `-b 8M` does there).
+Sizes take nccl-tests suffixes (K, M, G = 2^10, 2^20, 2^30 bytes, as `-b 8M` does there; also T and P).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from narrowpath.catalog import calibration_for, store, system_for_hardware
 from narrowpath.catalog.resolve import calibration_from
-from narrowpath.cost.collectives import ALGORITHMS, OPS, collective_time
+from narrowpath.cost.collectives import ALGORITHMS, ONLY_ALGORITHM, OPS, collective_time
 from narrowpath.errors import CatalogError, SpecError
 from narrowpath.network.placement import contiguous_span
 from narrowpath.spec._check import positive_float, positive_int
@@ -26,11 +26,14 @@ from narrowpath.report.collective_table import (CorpusRow, SweepRow, compare_tex
                                                 sweep_text)
 from narrowpath.spec.system import System
 
-_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 _DTYPE_BYTES = 4  # nccl-tests default type: float
 _PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")
 _MAX_SIZE = 2**50  # 1 PiB: far beyond any message nccl-tests sends
 _MAX_ROWS = 10_000
+MAX_OVER_LINE = 3.0
+"""A measured busbw above this multiple of the system's fastest link per GPU is not a measurement of that system
+(in-switch reduction, NVLS/SHARP, reports busbw somewhat above the link rate, never several times it)."""
 
 
 def parse_size(text: str) -> int:
@@ -90,8 +93,8 @@ def run_corpus(path: str | None) -> tuple[list[CorpusRow], str]:
         data, source = read_data_file(path), str(path)
     else:
         text = resources.files("narrowpath.validate").joinpath("corpora/collectives-public.yaml").read_text()
-        import yaml
-        data, source = yaml.safe_load(text), "collectives-public.yaml (shipped)"
+        from narrowpath.spec.strict_load import load_yaml
+        data, source = load_yaml(text), "collectives-public.yaml (shipped)"
     if not isinstance(data, dict) or data.get("schema") != "collective-corpus/1":
         raise SpecError("corpus.schema", f"{source}: expected schema collective-corpus/1, got "
                         f"{(data or {}).get('schema') if isinstance(data, dict) else type(data).__name__!r}")
@@ -131,6 +134,7 @@ def _corpus_row(case: Any, where: str) -> CorpusRow:
         measured = positive_float(f"{where}.measured.busbw_GBps", _number(f"{where}.measured.busbw_GBps", busbw)) * 1e9
         system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
                                      nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"))
+        check_measured_busbw(f"{where}.measured.busbw_GBps", measured, system)
         alg, op = case.get("algorithm", "auto"), case["collective"]
         r = _row(op, size, n, system, calibration_for(system.device.name), alg)
     except KeyError as exc:
@@ -144,6 +148,15 @@ def _corpus_row(case: Any, where: str) -> CorpusRow:
     return CorpusRow(cid, op, n, alg, r.busbw_bytes_per_s, measured, f"{r.algorithm}/{r.protocol}")
 
 
+def check_measured_busbw(where: str, busbw_bytes_per_s: float, system: System, what: str = "measured busbw") -> None:
+    """Refuse a busbw no link of `system` could carry (a log of another system, or wrong units)."""
+    line = max((t.bw_bytes_per_s_per_gpu for t in system.tiers), default=0.0)
+    if line > 0 and busbw_bytes_per_s > MAX_OVER_LINE * line:
+        raise SpecError(where, f"{what} {busbw_bytes_per_s / 1e9:,.1f} GB/s is {busbw_bytes_per_s / line:,.0f}x the "
+                        f"fastest link of {system.name} ({line / 1e9:,.0f} GB/s per GPU): not a measurement of this "
+                        "system (check --system and the figures' units)")
+
+
 def _compare(args, system: System, cal) -> str:
     from narrowpath.measure.nccl_tests import read_nccl_tests_log
     log = read_nccl_tests_log(args.compare)
@@ -151,6 +164,9 @@ def _compare(args, system: System, cal) -> str:
     n = args.gpus or log.num_ranks
     if not n:
         raise SpecError("collective.gpus", "the log does not list its ranks; give --gpus")
+    for r in log.rows:
+        check_measured_busbw("--compare", r.busbw_bytes_per_s, system,
+                             f"{args.compare}: the busbw at {int(r.size_bytes):,} bytes,")
     pairs = [(r.size_bytes, r.time_s, r.busbw_bytes_per_s, _row(op, r.size_bytes, n, system, cal, args.algorithm))
              for r in log.rows if r.size_bytes > 0]
     footer = f"  measured avg busbw {log.avg_busbw_bytes_per_s / 1e9:.2f} GB/s" if log.avg_busbw_bytes_per_s else ""
@@ -173,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("collective.system", "give --system (a catalog system or device), or --corpus")
     system = _system(args.system, args.gpus_per_node, args.nic_gbps)
     cal = calibration_from(args.calibration) if args.calibration else calibration_for(system.device.name)
+    if args.algorithm != "auto" and args.op in ONLY_ALGORITHM and args.algorithm != ONLY_ALGORITHM[args.op]:
+        raise SpecError("--algorithm", f"{args.algorithm} does not apply to {args.op}: NCCL runs it as "
+                        f"{ONLY_ALGORITHM[args.op]} only (give auto or {ONLY_ALGORITHM[args.op]})")
     if args.compare:
         print(_compare(args, system, cal))
         return 0
@@ -197,7 +216,9 @@ def register(subparsers) -> None:
     p.add_argument("--calibration", help="calibration profile: a device name or a profile YAML from `narrowpath "
                                          "calibrate` (default: the system's device)")
     p.add_argument("--op", choices=OPS, help="collective (default all_reduce)")
-    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS)
+    p.add_argument("--algorithm", default="auto", choices=ALGORITHMS,
+                   help="collective algorithm (default auto: the fastest that applies, as NCCL's tuner picks; "
+                        "all_to_all runs direct and send_recv p2p only)")
     p.add_argument("-b", "--min-bytes", default="8", help="smallest message, e.g. 8, 64K, 8M (default 8)")
     p.add_argument("-e", "--max-bytes", default="8G", help="largest message (default 8G, at most 1P)")
     p.add_argument("-f", "--factor", type=float, default=2.0, help="size step factor, > 1 (default 2)")

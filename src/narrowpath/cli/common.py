@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
+import shutil
+import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, Mapping
 
 from narrowpath.catalog import load_scenario, system as catalog_system
-from narrowpath.catalog.resolve import DEFAULT_SCENARIO, calibration_from, resolve_model
+from narrowpath.catalog.resolve import DEFAULT_SCENARIO, calibration_from, read_data_file, resolve_model
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
@@ -30,17 +34,25 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")
     for f in PLAN_INT_FLAGS:
         g.add_argument(f"--{f}", type=int, help=_PLAN_HELP[f])
-    g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3))
-    g.add_argument("--recompute", choices=("none", "selective", "full"))
+    g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3),
+                   help="ZeRO stage: 0 none, 1 optimizer state sharded over data parallelism (Megatron distributed "
+                        "optimizer), 2 + gradients, 3 + weights (FSDP)")
+    g.add_argument("--recompute", choices=("none", "selective", "full"),
+                   help="activation recomputation: none, selective (attention core), full (whole layer)")
     g.add_argument("--sp", dest="sequence_parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism")
-    g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"))
-    g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"), help="dtype of the matrix multiplies")
+    g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap the gradient sync with the backward pass in buckets")
+    g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap tensor-parallel communication with the matrix multiplies")
     g.add_argument("--cp-comm", dest="cp_comm", choices=("p2p", "all_gather", "a2a"),
                    help="context-parallel K/V exchange: ring p2p (default), all_gather (Llama 3), a2a (Ulysses)")
-    g.add_argument("--attention", choices=("auto", "flash", "unfused"))
-    g.add_argument("--seq-len", dest="seq_len", type=int, help="training sequence length (overrides the model's)")
+    g.add_argument("--attention", choices=("auto", "flash", "unfused"),
+                   help="attention kernel (auto: the calibration profile's default for the device)")
+    g.add_argument("--seq-len", dest="seq_len", type=int,
+                   help="training sequence length, tokens (overrides a catalog model's; required with a HuggingFace "
+                        "config.json, which states only the position limit max_position_embeddings)")
     p.add_argument("--profile", help="calibration profile YAML (from `narrowpath calibrate`) or a device name")
 
 
@@ -48,7 +60,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
-    base = load_scenario(source) if (source or not flagged) else None
+    base = load_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "recompute", "sequence_parallel",
                                                               "precision", "dp_overlap", "tp_comm_overlap",
                                                               "attention", "cp_comm")
@@ -56,11 +68,11 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     if base is None:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a scenario)")
-        model = resolve_model(args.model)
+        model = resolve_model(args.model, seq_len=args.seq_len)
         system = catalog_system(args.system)
         plan0 = Plan()
     else:
-        model = resolve_model(args.model) if args.model else base.model
+        model = resolve_model(args.model, seq_len=args.seq_len) if args.model else base.model
         system = catalog_system(args.system) if args.system else base.system
         plan0 = base.plan
     if args.seq_len is not None:
@@ -93,10 +105,31 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                     mode=base.mode if base is not None else "training", calibration=cal)
 
 
+def has_module(name: str) -> bool:
+    """Whether `import name` would find the module, without importing it (a None entry in sys.modules, as a
+    test's block leaves it, counts as missing)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Fail before any work when an optional dependency is missing, naming the extra that installs it."""
+    if not has_module(module):
+        raise NarrowpathError(f"{what} needs {module}, which is not installed: pip install 'narrowpath[{extra}]' "
+                              f"(the `{extra}` extra)")
+
+
 def check_output_dir(flag: str, path: str | None) -> None:
-    """Fail before any work when an output directory flag names a file or sits under an unwritable one."""
+    """Fail before any work when an output directory flag names a file or sits under an unwritable one (and, for
+    --plots, when matplotlib is missing)."""
     if not path:
         return
+    if flag == "--plots":
+        require_extra("matplotlib", "plots", "--plots")
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise NarrowpathError(f"{flag} {path}: exists and is not a directory")
@@ -124,3 +157,90 @@ def writing(flag: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise NarrowpathError(f"{flag}: cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
+
+
+def scenario_inputs(args: argparse.Namespace) -> list[Path]:
+    """The files the scenario arguments read: the scenario file, --model config.json, --profile, and the model
+    config and profile files a scenario file names (relative to its folder)."""
+    files = [Path(v) for v in (getattr(args, "scenario", None), getattr(args, "model", None),
+                               getattr(args, "profile", None)) if v and Path(v).is_file()]
+    src = getattr(args, "scenario", None)
+    if src and Path(src).is_file():
+        data = read_data_file(src)
+        if isinstance(data, Mapping):
+            model = data.get("model")
+            named = [model, model.get("hf_config") if isinstance(model, Mapping) else None, data.get("calibration")]
+            files += [Path(src).parent / v for v in named if isinstance(v, str) and (Path(src).parent / v).is_file()]
+    return files
+
+
+def refuse_inputs_as_outputs(outputs: Mapping[str, str | None], inputs: Iterable[str | os.PathLike | None]) -> None:
+    """Fail before any work when an output file flag names one of the inputs (the same file by any name or link),
+    or a trace file inside an input directory (it would be read as a rank next time)."""
+    ins = [Path(i) for i in inputs if i]
+    for flag, out in outputs.items():
+        if not out:
+            continue
+        o = Path(out)
+        for i in ins:
+            same = os.path.realpath(o) == os.path.realpath(i) or (o.exists() and i.exists() and os.path.samefile(o, i))
+            inside = i.is_dir() and o.parent.exists() and os.path.samefile(o.parent, i) \
+                and o.name.endswith((".json", ".json.gz"))
+            if same or inside:
+                what = "is an input" if same else "would land among the traces read from"
+                raise NarrowpathError(f"{flag} {out}: {what} {i}; give another output path (the input is kept)")
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextmanager
+def atomic_file(flag: str, path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file beside `path` to write; renamed onto `path` when the block succeeds, removed when it fails.
+    A reader never sees half a file, a failed run leaves an earlier file intact, and an OSError is one line
+    naming the flag. The temporary name keeps the suffix (matplotlib picks the format from it)."""
+    final = Path(path)
+    with writing(flag):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=final.suffix or ".tmp")
+        os.close(fd)
+        try:
+            yield Path(tmp)
+            os.chmod(tmp, _umask_mode())
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def atomic_write_text(flag: str, path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` through atomic_file."""
+    with atomic_file(flag, path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+@contextmanager
+def atomic_dir(flag: str, path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary directory inside output directory `path`; each file written there is renamed into `path` when
+    the block succeeds (an earlier plot is replaced whole or not at all); the directory is removed either way."""
+    final = Path(path)
+    with writing(flag):
+        final.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final, prefix=".narrowpath-"))
+        try:
+            yield tmp
+            mode = _umask_mode()
+            for f in sorted(tmp.iterdir()):
+                os.chmod(f, mode)
+                os.replace(f, final / f.name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def moved(paths: Iterable[str | os.PathLike], tmp: Path, final: str | os.PathLike) -> list[Path]:
+    """The final paths of files a writer reported under `tmp`, once atomic_dir moved them into `final`."""
+    return [Path(final) / Path(p).relative_to(tmp) for p in paths]

@@ -9,7 +9,10 @@ from narrowpath.schedule.step import predict
 
 
 def register(sub) -> None:
-    p = sub.add_parser("predict", help="predict one training step of a scenario")
+    p = sub.add_parser("predict", help="predict one training step of a scenario",
+                       description="Predict one training step of a scenario (a file, a catalog id, or --model/"
+                       "--system flags): step time and its breakdown, MFU/HFU, tokens/s, memory per rank (and "
+                       "whether it fits), the collectives per step and the assumptions behind the numbers.")
     add_scenario_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)

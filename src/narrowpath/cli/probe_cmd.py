@@ -9,6 +9,7 @@ from pathlib import Path
 
 from narrowpath.errors import NarrowpathError
 from narrowpath.measure.machine import physical_memory_bytes
+from narrowpath.spec.strict_load import load_json
 from narrowpath.spec.system import TIER_NAMES
 
 PROBES = ("compute", "memory", "locality", "collectives", "all")
@@ -16,7 +17,11 @@ MAX_LOCAL_RANKS = 128  # local processes the collectives probe may spawn
 
 
 def register(sub) -> None:
-    p = sub.add_parser("probe", help="measure this machine: GEMM rates, memory levels, locality cliff, collectives")
+    p = sub.add_parser("probe", help="measure this machine: GEMM rates, memory levels, locality cliff, collectives",
+                       description="Measure the machine this runs on: GEMM FLOP/s by size and dtype (compute), "
+                       "bandwidth by working-set size and the cache levels it reveals (memory), the locality cliff "
+                       "of a recurrent step (locality), collectives through torch.distributed (collectives; needs "
+                       "the `measure` extra). Save with -o for `narrowpath calibrate`.")
     p.add_argument("what", choices=PROBES, help="which probe (all = the four in turn)")
     p.add_argument("--quick", action="store_true", help="small sweep, under 20 s per probe")
     p.add_argument("--json", action="store_true", help="print the raw result as JSON instead of tables")
@@ -72,7 +77,7 @@ def _run_one(what: str, args, memory_result=None) -> dict | None:
 def read_probe_json(path: str) -> dict:
     """A probe result file (`probe ... -o`) as a JSON object; every error names the file."""
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        data = load_json(Path(path).read_bytes().decode("utf-8"))
     except OSError as exc:
         raise NarrowpathError(f"{path}: cannot read probe JSON ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
@@ -103,7 +108,12 @@ def _read_json(path: str) -> dict:
 
 
 def check_args(args) -> None:
-    """Refuse bad flags before any probe runs (a full probe takes minutes)."""
+    """Refuse bad flags, and a missing PyTorch for the collectives probe, before any probe runs (a full probe
+    takes minutes)."""
+    from narrowpath.cli.common import require_extra
+    if args.what in ("collectives", "all"):
+        require_extra("torch", "measure", f"`probe {args.what}`" + (" (its collectives part)" if args.what == "all"
+                                                                    else ""))
     if not 2 <= args.ranks <= MAX_LOCAL_RANKS:
         raise NarrowpathError(f"--ranks must be from 2 to {MAX_LOCAL_RANKS} local processes, got {args.ranks}")
     if args.repeats is not None and args.repeats < 1:
@@ -130,9 +140,10 @@ def check_args(args) -> None:
                                   f"{', '.join(k for k in known if k not in ('undefined', 'fake'))}")
     if args.ops is not None and not all(o.strip() for o in args.ops.split(",")):
         raise NarrowpathError(f"--ops: empty name in {args.ops!r}; give e.g. all_reduce,all_gather")
-    from narrowpath.cli.common import check_output_dir, check_output_file
+    from narrowpath.cli.common import check_output_dir, check_output_file, refuse_inputs_as_outputs
     check_output_file("--output", args.output)
     check_output_dir("--plots", args.plots)
+    refuse_inputs_as_outputs({"--output": args.output}, [args.memory_json])
 
 
 def run(args) -> int:
@@ -158,9 +169,9 @@ def _report(result: dict, args) -> None:
     from narrowpath.report import measure_tables as tables
     parts = {k: v for k, v in result.items() if k in PROBES} if result["probe"] == "all" else {result["probe"]: result}
     if args.output:
-        from narrowpath.cli.common import writing
-        with writing("--output"):
-            Path(args.output).write_text(json.dumps(result, indent=1))
+        from narrowpath.cli.common import atomic_write_text
+        atomic_write_text("--output", args.output, json.dumps(result, indent=1))
+        print(f"wrote {args.output}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -171,13 +182,13 @@ def _report(result: dict, args) -> None:
             print(f"\nprobe all: {result['wall_time_s']:.1f} s")
     if args.plots:
         from narrowpath.report import measure_plots as plots
-        out = Path(args.plots)
         written = []
-        from narrowpath.cli.common import writing
-        with writing("--plots"):
+        from narrowpath.cli.common import atomic_dir, moved
+        with atomic_dir("--plots", args.plots) as tmp:
             for k, v in parts.items():
                 if k == "locality":
-                    written.append(plots.plot_locality(v, out, levels=v.get("levels_used")))
+                    written.append(plots.plot_locality(v, tmp, levels=v.get("levels_used")))
                 else:
-                    written.append(getattr(plots, f"plot_{k}")(v, out))
-        print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
+                    written.append(getattr(plots, f"plot_{k}")(v, tmp))
+            written = moved(written, tmp, args.plots)
+        print("wrote plots: " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 
 from narrowpath.cli.common import add_scenario_args, scenario_from_args
 from narrowpath.errors import SpecError
@@ -34,6 +36,9 @@ def register(sub) -> None:
                    help="refuse a space larger than this (default 200,000)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes pricing the plans, at most one per "
                    "usable CPU (default: one per usable CPU)")
+    p.add_argument("--max-minutes", dest="max_minutes", type=float, default=10.0,
+                   help="refuse, before pricing, a space estimated to take longer than this (default 10; a few plans "
+                   "are timed first); a search over 10 s says so and prints progress on stderr")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -79,6 +84,8 @@ def run(args) -> int:
         raise SpecError("--jobs", f"must be >= 1, got {args.jobs}")
     if args.max_plans < 1:
         raise SpecError("--max-plans", f"must be >= 1, got {args.max_plans}")
+    if not (math.isfinite(args.max_minutes) and args.max_minutes > 0):
+        raise SpecError("--max-minutes", f"must be a finite number > 0, got {args.max_minutes}")
     if getattr(args, "scenario", None) is None and (args.model or args.system) and args.gbs is None:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")
@@ -87,7 +94,8 @@ def run(args) -> int:
     if pinned and next(candidate_plans(space), None) is None:
         raise _no_plan_error(space)
     result = search(base, space, objective=args.objective, top=args.top, max_plans=args.max_plans,
-                    min_free_bytes=args.min_free_gb * 1e9, jobs=args.jobs)
+                    min_free_bytes=args.min_free_gb * 1e9, jobs=args.jobs, max_seconds=args.max_minutes * 60,
+                    progress=lambda line: print(line, file=sys.stderr, flush=True))
     if not result.ranked:
         why = f"; first failure: {result.first_failure}" if result.first_failure else ""
         free = f" with {args.min_free_gb:g} GB free" if args.min_free_gb else ""

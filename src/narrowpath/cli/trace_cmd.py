@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 
 def register(sub) -> None:
@@ -21,12 +23,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from narrowpath.cli.common import check_output_dir, check_output_file, writing
+    from narrowpath.cli.common import (atomic_dir, atomic_file, check_output_dir, check_output_file, moved,
+                                       refuse_inputs_as_outputs)
     from narrowpath.trace.analyze import analyze, report_to_dict
-    from narrowpath.trace.reader import read_trace
+    from narrowpath.trace.reader import read_trace, trace_paths
 
     check_output_dir("--plots", args.plots)
     check_output_file("--timeline", args.timeline)
+    inputs = [*args.traces, *trace_paths(args.traces), args.against]
+    refuse_inputs_as_outputs({"--timeline": args.timeline}, [i for i in inputs if i and Path(i).exists()])
     trace = read_trace(args.traces)
     try:
         report = analyze(trace, critical_step=args.step)
@@ -44,13 +49,15 @@ def run(args) -> int:
     written = []
     if args.plots:
         from narrowpath.report.trace_plots import write_plots
-        with writing("--plots"):
-            written += write_plots(report, args.plots)
+        with atomic_dir("--plots", args.plots) as tmp:
+            written += [str(p) for p in moved(write_plots(report, str(tmp)), tmp, args.plots)]
     if args.timeline:
         from narrowpath.report.trace_timeline import write_timeline
-        with writing("--timeline"):
-            write_timeline(trace, args.timeline)
+        with atomic_file("--timeline", args.timeline) as tmp:
+            write_timeline(trace, str(tmp))
         written.append(args.timeline)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
     if args.json:
         out = report_to_dict(report)
         if comparison is not None:
@@ -64,6 +71,4 @@ def run(args) -> int:
     print(format_report(report))
     if comparison is not None:
         print(format_comparison(comparison, scenario_name))
-    for path in written:
-        print(f"wrote {path}")
     return 0

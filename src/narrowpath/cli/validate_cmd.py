@@ -9,7 +9,10 @@ from narrowpath.validate.run import run_validation
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="predicted vs measured step time on published runs")
+    p = sub.add_parser("validate", help="predicted vs measured step time on published runs",
+                       description="Predict every case of a validation corpus (published training runs with their "
+                       "hardware, model, plan and measured step time) and print predicted vs measured, the error "
+                       "of each case and the mean absolute error.")
     p.add_argument("--corpus", help="a validation-corpus/1 YAML/JSON file (default: the shipped public corpus)")
     p.add_argument("--profile", help="calibration profile to use for every case instead of the per-device ones")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -274,8 +274,9 @@ REGISTRY: dict[str, AlgorithmFn] = {
 }
 """Collective algorithms by name (STYLE.md #8); each returns None where it does not apply."""
 ALGORITHMS = ("auto", *REGISTRY)
-_ONLY = {"all_to_all": "direct", "send_recv": "p2p"}
-"""Ops NCCL runs with one algorithm only: any request is served by it."""
+ONLY_ALGORITHM = {"all_to_all": "direct", "send_recv": "p2p"}
+"""Ops NCCL runs with one algorithm only: `auto` means it; naming another is an error (it printed a "ring" table
+of p2p rows)."""
 
 
 def collective_time(op: str, message_bytes: float, span: GroupSpan, system: System, calibration: Calibration,
@@ -291,11 +292,15 @@ def collective_time(op: str, message_bytes: float, span: GroupSpan, system: Syst
         raise SpecError("collective.algorithm", f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
     if not math.isfinite(message_bytes) or message_bytes < 0:
         raise SpecError("collective.message_bytes", f"must be a finite number >= 0, got {message_bytes}")
+    if op in ONLY_ALGORITHM and algorithm not in ("auto", ONLY_ALGORITHM[op]):
+        only = ONLY_ALGORITHM[op]
+        raise SpecError("collective.algorithm", f"{algorithm} does not apply to {op}: NCCL runs it as {only} only "
+                        f"(give auto or {only})")
     if span.size <= 1 or message_bytes == 0:
         return CollectiveCost(0.0, "none", 0.0, "none", 0.0)
     pm = path_model(span, system, calibration)
-    if op in _ONLY:
-        algorithm = _ONLY[op]
+    if op in ONLY_ALGORITHM:
+        algorithm = ONLY_ALGORITHM[op]
     names = REGISTRY if algorithm == "auto" else (algorithm,)
     best = None
     for name in names:

@@ -145,11 +145,54 @@ def predicted_cliffs(samples: list[dict[str, Any]], levels: list[dict[str, Any]]
     return out
 
 
+MAX_MATCH_RATIO = 4.0
+"""A measured cliff further than this factor (in weight bytes) from a predicted one is not that level's cliff."""
+
+
+def match_cliffs(measured_bytes: list[float], predicted_bytes: list[float],
+                 max_ratio: float = MAX_MATCH_RATIO) -> list[int | None]:
+    """For each predicted cliff (ascending), the index of its measured cliff or None: a one-to-one matching that
+    keeps both orders (a bigger level's cliff comes at bigger weights) and minimises the summed |log ratio|, a
+    predicted cliff left unmatched costing log(max_ratio). Matching each predicted cliff to its nearest measured
+    one independently gave one measured cliff to two cache levels."""
+    skip = math.log(max_ratio)
+    P, M = len(predicted_bytes), len(measured_bytes)
+    # best[i][j]: least cost of the first i predicted and j measured cliffs; choice records the move
+    best = [[0.0] * (M + 1) for _ in range(P + 1)]
+    move = [[""] * (M + 1) for _ in range(P + 1)]
+    for i in range(1, P + 1):
+        best[i][0], move[i][0] = best[i - 1][0] + skip, "p"
+    for j in range(1, M + 1):
+        move[0][j] = "m"
+    for i in range(1, P + 1):
+        for j in range(1, M + 1):
+            cost = abs(math.log(measured_bytes[j - 1] / predicted_bytes[i - 1]))
+            options = [(best[i - 1][j] + skip, "p"), (best[i][j - 1], "m")]
+            if cost <= skip:
+                options.append((best[i - 1][j - 1] + cost, "pm"))
+            best[i][j], move[i][j] = min(options)
+    out: list[int | None] = [None] * P
+    i, j = P, M
+    while i > 0 or j > 0:
+        step = move[i][j]
+        if step == "pm":
+            out[i - 1] = j - 1
+        i, j = i - (step in ("p", "pm")), j - (step in ("m", "pm"))
+    return out
+
+
 def compare_cliffs(measured: list[dict], predicted: list[dict]) -> list[dict[str, Any]]:
-    """Each predicted cliff beside the nearest measured one (ratio of weight bytes measured / predicted)."""
+    """Each predicted cliff beside the measured cliff matched to it (`match_cliffs`: one level per measured
+    cliff), with the ratio of weight bytes measured / predicted; None where no measured cliff is within
+    MAX_MATCH_RATIO."""
+    order = sorted(range(len(measured)), key=lambda k: measured[k]["weight_bytes"])
+    p_order = sorted(range(len(predicted)), key=lambda k: predicted[k]["weight_bytes"])
+    matched = match_cliffs([measured[k]["weight_bytes"] for k in order],
+                           [predicted[k]["weight_bytes"] for k in p_order])
+    pairs = dict(zip(p_order, matched))
     rows = []
-    for p in predicted:
-        m = min(measured, key=lambda m: abs(math.log(m["weight_bytes"] / p["weight_bytes"])), default=None)
+    for i, p in enumerate(predicted):
+        m = measured[order[pairs[i]]] if pairs[i] is not None else None
         rows.append({"level": p["level"], "predicted_weight_bytes": p["weight_bytes"],
                      "predicted_hidden": p["hidden"], "predicted_jump": p["jump"],
                      "measured_weight_bytes": m["weight_bytes"] if m else None,

@@ -15,6 +15,7 @@ lines list the ranks and their devices.
 from __future__ import annotations
 
 import gzip
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,14 @@ def _row(tokens: list[str], line_no: int, source: str) -> NcclTestsRow:
         if len(rest) == 8:
             row.update(in_place_time_s=float(rest[4]) * 1e-6, in_place_algbw_bytes_per_s=float(rest[5]) * 1e9,
                        in_place_busbw_bytes_per_s=float(rest[6]) * 1e9, in_place_num_wrong=_wrong(rest[7]))
+        labels = ("time (us)", "algbw (GB/s)", "busbw (GB/s)")
+        for label, tok in [*zip(labels, rest[0:3]), *zip((f"in-place {x}" for x in labels), rest[4:7])]:
+            if not (math.isfinite(float(tok)) and float(tok) >= 0):  # not a measurement: +nan% in a compare
+                raise ValueError(f"{label} {tok} is not a finite number >= 0")
+        if size < 0:
+            raise ValueError(f"negative size {size}")
+        if size > 0 and t == 0:
+            raise ValueError("time (us) 0 for a message of more than 0 bytes")
         return NcclTestsRow(**row)
     except (ValueError, IndexError) as exc:
         raise NarrowpathError(f"{source} line {line_no}: cannot read data row {' '.join(tokens)!r} ({exc})") \

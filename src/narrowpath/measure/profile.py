@@ -9,7 +9,9 @@ comes from one fit in `fit.py`, and each fit's RMS relative residual goes to `fi
 - tiers[t]: alpha_s from the α-β fit of all_reduce (else the first op measured); bw_efficiency = large-message
   busbw / line rate (only when the line rate is known, from `--system` or `--line-rate`), where large-message
   busbw is the median busbw over sizes ≥ 1/8 of the largest (the plateau nccl-tests users quote).
-Efficiencies above 1 (a low peak estimate, e.g. a CPU in turbo) are clipped to 1 and say so in `sources`.
+Efficiencies above 1 (a low peak estimate, e.g. a CPU in turbo) are clipped to 1 and say so in `sources` and in
+the report's warnings; above MAX_OVER_PEAK the peak (or the result) is wrong and the fit is refused. Efficiencies
+keep 4 significant figures, so a tiny one is never rounded to 0 (which the reader rejects).
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ from typing import Any, Iterable, Mapping
 from narrowpath.measure.busbw import bus_factor
 from narrowpath.measure.fit import fit_alpha_beta, fit_matrix_ramp
 from narrowpath.measure.nccl_tests import NcclTestsLog
+from narrowpath.spec.calibration import SCHEMA
 
-SCHEMA = "narrowpath-calibration/1"
+MAX_OVER_PEAK = 2.0
+"""Measured / peak above which a fit is refused: a CPU's estimated peak can be low by a turbo factor (clipped to 1
+with a warning), but twice the peak means the wrong peak or someone else's numbers."""
 
 
 @dataclass
@@ -43,6 +48,8 @@ class FitReport:
 
     profile: dict[str, Any]
     lines: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What the user should know about the fit (a figure clipped to the peak, a part left out)."""
 
 
 _TEXT, _COUNT, _POSITIVE = "text", "number >= 0", "number > 0"
@@ -117,11 +124,19 @@ def tier_points_from_log(log: NcclTestsLog, *, tier: str, op: str | None, num_ra
                       f"nccl-tests log {name} ({op}, {n} ranks{dev})")
 
 
-def _clip(value: float, what: str, sources: dict[str, str]) -> float:
+def _clip(value: float, what: str, sources: dict[str, str], warnings: list[str]) -> float:
+    """An efficiency of at most 1, with 4 significant figures: above 1 it is clipped (and said so), above
+    MAX_OVER_PEAK refused."""
+    from narrowpath.errors import NarrowpathError
+    if value > MAX_OVER_PEAK:
+        raise NarrowpathError(f"{what}: measured {value:.3g}x the peak it is divided by; the peak is wrong for what "
+                              "was measured (give the right --device/--peak/--system/--line-rate) or the result "
+                              "is not this device's")
     if value > 1.0:
         sources[what] = sources.get(what, "") + f" [measured {value:.3f} of peak: peak estimate too low, clipped to 1]"
+        warnings.append(f"{what}: measured {value:.3f} of the peak, clipped to 1 (peak estimate too low?)")
         return 1.0
-    return value
+    return float(f"{value:.4g}")
 
 
 def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, rep: FitReport) -> None:
@@ -141,8 +156,8 @@ def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, 
         sources[key] = (f"{backend} GEMM sweep on {rows[0]['device']}, n={rows[0]['n']}..{rows[-1]['n']}, "
                         f"median of {rows[0]['repeats']}; R_inf {ramp.rate_flop_per_s / 1e9:.1f} GFLOP/s / peak "
                         f"{peak / 1e9:.1f} GFLOP/s")
-        eff[dtype] = round(_clip(ramp.rate_flop_per_s / peak, key, sources), 4)
-        by_size[dtype] = [[s["flop"], round(min(1.0, s["flops_per_s"] / peak), 4)] for s in rows]
+        eff[dtype] = _clip(ramp.rate_flop_per_s / peak, key, sources, rep.warnings)
+        by_size[dtype] = [[s["flop"], _table_eff(s["flops_per_s"] / peak)] for s in rows]
         half[dtype] = ramp.half_flop
         residuals[key] = round(ramp.fit.rms_rel_residual, 4)
         rep.lines.append({"fit": key, "value": eff[dtype], "rms_rel_residual": ramp.fit.rms_rel_residual,
@@ -173,7 +188,7 @@ def _memory(memory: Mapping[str, Any], peak_mem_bw: float, prof: dict, rep: FitR
         far = levels[-1]["bandwidth_bytes_per_s"]
         prof["sources"]["vector_bw_efficiency"] = (f"farthest level {far / 1e9:.1f} GB/s / peak "
                                                    f"{peak_mem_bw / 1e9:.1f} GB/s")
-        prof["vector_bw_efficiency"] = round(_clip(far / peak_mem_bw, "vector_bw_efficiency", prof["sources"]), 4)
+        prof["vector_bw_efficiency"] = _clip(far / peak_mem_bw, "vector_bw_efficiency", prof["sources"], rep.warnings)
 
 
 def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: dict, rep: FitReport) -> None:
@@ -198,7 +213,7 @@ def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: 
             continue
         key = f"tiers.{name}"
         prof["sources"][key] = note + f" / line rate {line / 1e9:.2f} GB/s"
-        tiers[name] = {"bw_efficiency": round(_clip(big / line, key, prof["sources"]), 4),
+        tiers[name] = {"bw_efficiency": _clip(big / line, key, prof["sources"], rep.warnings),
                        "alpha_s": float(f"{ab.alpha_s:.3g}"), "measured_num_ranks": tp.num_ranks,
                        "busbw_efficiency_by_size": [[s, _table_eff(s / t * bus_factor(tp.op, tp.num_ranks) / line)]
                                                     for s, t in sorted(zip(tp.size_bytes, tp.time_s))]}

@@ -9,17 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from narrowpath.measure.busbw import bus_factor
 from narrowpath.measure.fit import fit_matrix_ramp
 from narrowpath.measure.profile import large_message_busbw
+from narrowpath.spec.strict_load import load_yaml
 
 POINTS_PATH = Path(__file__).with_name("public_points.yaml")
 
 
 def load_public_points(path: Path = POINTS_PATH) -> list[dict[str, Any]]:
-    return yaml.safe_load(path.read_text())["devices"]
+    return load_yaml(path.read_text())["devices"]
 
 
 def fit_public_points(path: Path = POINTS_PATH) -> dict[str, dict[str, float]]:

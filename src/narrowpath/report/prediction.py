@@ -15,7 +15,10 @@ def prediction_to_json(p: StepPrediction) -> dict:
     plan = s.plan
     return {
         "scenario": s.name,
+        "fits": p.memory.fits,
+        "reason": memory_warning(p),
         "system": s.system.name, "device": s.system.device.name, "model": s.model.name, "num_gpus": s.num_gpus,
+        "seq_len": s.model.seq_len,
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm")},
@@ -56,8 +59,11 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
              f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp}"
              + (f" ({plan.cp_comm})" if plan.cp > 1 else "")
              + f" ep={plan.ep} vpp={plan.vpp} mbs={plan.mbs} "
-             f"gbs={plan.gbs} zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} "
-             f"{plan.precision}", ""]
+             f"gbs={plan.gbs} seq={s.model.seq_len} zero={plan.zero_stage} recompute={plan.recompute} "
+             f"sp={plan.sequence_parallel} {plan.precision}", ""]
+    warn = memory_warning(p)
+    if warn:
+        lines[-1:] = [f"  WARNING: {warn}", ""]
     lines.append(f"  step time           {human_time(p.step_time_s)}")
     lines.append(f"  MFU / HFU           {p.mfu * 100:.1f} % / {p.hfu * 100:.1f} %")
     lines.append(f"  TFLOP/s per GPU     {p.model_tflops_per_gpu:.1f} (model)  {p.hardware_tflops_per_gpu:.1f} (hardware)")
@@ -73,7 +79,6 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     rows = [[k, f"{v / 1e9:.2f}", f"{v / m.capacity_bytes * 100:.1f}"] for k, v in m.items.items()]
     rows.append(["total", f"{m.total_bytes / 1e9:.2f}", f"{m.total_bytes / m.capacity_bytes * 100:.1f}"])
     lines.append(table(["item", "GB", "of HBM (%)"], rows))
-    warn = memory_warning(p)
     lines.append(f"  {'WARNING: ' + warn if warn else 'fits in ' + human_bytes(m.capacity_bytes) + ' of HBM'}")
     if transfers and p.transfers:
         lines.append("")

@@ -8,6 +8,12 @@ Objectives (ties broken by the next key, then by the plan's knobs so the order i
 Plans the model cannot place or price (a NarrowpathError from predict) are counted as failed, with the first
 message kept, and left out of the ranking.
 
+Before pricing, the space is counted and a few plans are priced to time them: a search that would take longer
+than `max_seconds` (a plan at 16 M GPUs takes over a second: every rank is placed) is refused up front with the
+estimate; a long one is announced, and `progress` receives a line every few seconds. Worker processes ignore
+SIGINT and are terminated the moment the search is left early (Ctrl-C, SIGTERM turned into an exception by the
+CLI, an error), so no worker outlives it.
+
 The base plan's rank is a competition rank on the objective's own metric (1 + the number of ranked plans strictly
 better on it, a relative difference under 1e-9 counting as a tie), so a plan as fast as the best is rank 1 even
 when the table lists an equally fast plan with less memory first. A base plan outside the space (it does not
@@ -16,7 +22,9 @@ match the pins) is priced anyway and ranked against the space the same way.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -142,6 +150,54 @@ def _price(job: tuple) -> _Priced:
     return _Priced(cands, failures)
 
 
+ANNOUNCE_S = 10.0
+"""A search estimated to take longer than this is announced through `progress` (with its estimate)."""
+PROGRESS_EVERY_S = 3.0
+"""Seconds between progress lines."""
+TIMED_PLANS = 3
+"""Plans priced one by one first to estimate the time per plan (the fastest counts: the first is cold)."""
+
+
+class _Progress:
+    """Progress lines for a long pricing run: done/total, rate and time left, at most every PROGRESS_EVERY_S."""
+
+    def __init__(self, total: int, sink: Callable[[str], None] | None, done: int = 0):
+        self.total, self.sink, self.done = total, sink, done
+        self.t0 = self.last = time.perf_counter()
+
+    def add(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if self.sink is None or now - self.last < PROGRESS_EVERY_S or self.done >= self.total:
+            return
+        self.last = now
+        left = (now - self.t0) / max(1, self.done) * (self.total - self.done) if self.done else float("nan")
+        self.sink(f"search: priced {self.done:,} of {self.total:,} plans ({self.done / self.total:.0%}), "
+                  f"about {human_duration(left)} left")
+
+
+def human_duration(seconds: float) -> str:
+    """12 s, 3.5 min, 4.2 h, 3.1 days."""
+    if not seconds == seconds:  # NaN
+        return "? s"
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _worker_init() -> None:
+    """In a pricing worker: Ctrl-C is the parent's to handle (it terminates the pool), SIGTERM kills at once (the
+    parent's handler, inherited by fork, would raise inside the worker), and the worker dies with its parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:  # Linux: SIGTERM when the parent dies, even by SIGKILL
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask where the OS reports one)."""
     try:
@@ -150,27 +206,73 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _price_all(jobs: int, base: Scenario, space: SearchSpace, plans: list[Plan], calibration: Calibration | None,
-               min_free_bytes: float, energy_all: bool) -> _Priced:
-    numbered = list(enumerate(plans))
-    jobs = min(jobs, usable_cpus())  # more workers than CPUs only add processes (~100+ MB each) and memory
-    if jobs <= 1 or len(plans) < 2 * jobs:
-        return _price((base, space, numbered, calibration, min_free_bytes, energy_all))
-    from concurrent.futures import ProcessPoolExecutor
-    chunks = [numbered[k::jobs] for k in range(jobs)]  # interleaved: neighbouring plans cost alike
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        parts = list(pool.map(_price, [(base, space, c, calibration, min_free_bytes, energy_all) for c in chunks]))
+def _merge(parts: list[_Priced]) -> _Priced:
     return _Priced([c for p in parts for c in p.candidates], sorted(f for p in parts for f in p.failures))
+
+
+def _price_all(jobs: int, base: Scenario, space: SearchSpace, numbered: list[tuple[int, Plan]],
+               calibration: Calibration | None, min_free_bytes: float, energy_all: bool,
+               progress: _Progress) -> _Priced:
+    """Price the numbered plans in `jobs` processes (in-process for 1), in interleaved chunks (neighbouring plans
+    cost alike) so that progress can be reported as chunks finish."""
+    jobs = min(jobs, usable_cpus())  # more workers than CPUs only add processes (~100+ MB each) and memory
+    job = lambda chunk: (base, space, chunk, calibration, min_free_bytes, energy_all)  # noqa: E731
+    if jobs <= 1 or len(numbered) < 2 * jobs:
+        size = max(1, len(numbered) // 100)
+        parts = []
+        for k in range(0, len(numbered), size):
+            parts.append(_price(job(numbered[k:k + size])))
+            progress.add(len(numbered[k:k + size]))
+        return _merge(parts)
+    num_chunks = min(len(numbered), jobs * 16)
+    chunks = [numbered[k::num_chunks] for k in range(num_chunks)]
+    pool = multiprocessing.get_context().Pool(jobs, initializer=_worker_init)
+    try:
+        parts = []
+        for part in pool.imap_unordered(_price, [job(c) for c in chunks]):
+            parts.append(part)
+            progress.add(len(part.candidates) + len(part.failures))
+        pool.close()
+    except BaseException:  # Ctrl-C, SIGTERM (as an exception), an error: no worker outlives the search
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return _merge(parts)
+
+
+def _estimate(base: Scenario, space: SearchSpace, numbered: list[tuple[int, Plan]], calibration, min_free_bytes,
+              energy_all, jobs: int, max_seconds: float | None, say: Callable[[str], None] | None) -> _Priced:
+    """Price the first TIMED_PLANS plans one by one; refuse when the rest would take longer than `max_seconds`,
+    announce it when it takes longer than ANNOUNCE_S. Returns what was priced."""
+    parts, fastest = [], float("inf")
+    for item in numbered[:TIMED_PLANS]:
+        t0 = time.perf_counter()
+        parts.append(_price((base, space, [item], calibration, min_free_bytes, energy_all)))
+        fastest = min(fastest, time.perf_counter() - t0)
+    rest = len(numbered) - len(parts)
+    est = fastest * rest / max(1, min(jobs, usable_cpus())) if rest else 0.0
+    where = f"{len(numbered):,} plans of {space.model.name} on {space.num_gpus:,} GPUs at about {fastest:.2g} s each"
+    if max_seconds is not None and est > max_seconds:
+        raise NarrowpathError(f"search: {where} would take about {human_duration(est)} on {min(jobs, usable_cpus())} "
+                              f"process(es), more than the {human_duration(max_seconds)} allowed; pin knobs "
+                              "(e.g. --tp, --pp, --cp, --mbs, --recompute, --zero) or raise --max-minutes")
+    if say is not None and est > ANNOUNCE_S:
+        say(f"search: {where}: about {human_duration(est)} on {min(jobs, usable_cpus())} process(es) "
+            "(progress every few seconds; Ctrl-C stops it)")
+    return _merge(parts)
 
 
 def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: int = 10,
            calibration: Calibration | None = None, max_plans: int = 200_000,
-           min_free_bytes: float = 0.0, jobs: int = 1) -> SearchResult:
+           min_free_bytes: float = 0.0, jobs: int = 1, max_seconds: float | None = None,
+           progress: Callable[[str], None] | None = None) -> SearchResult:
     """Rank the plans of `space` for `base`'s model and system (base supplies the mode, name and calibration).
 
     A plan counts as fitting when it leaves at least `min_free_bytes` of device memory free per GPU. `jobs` > 1
     prices the plans in that many worker processes, at most one per usable CPU (the result is the same: the
-    ranking is a total order)."""
+    ranking is a total order). A space estimated to take longer than `max_seconds` (None: no limit) is refused
+    before it is priced; `progress` receives the announcement of a long search and a line every few seconds."""
     key = sort_key(objective)
     if base.mode != "training":
         raise NarrowpathError(f"mode: {base.mode!r} is not modelled yet; search ranks training plans only")
@@ -186,7 +288,11 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
         if len(plans) > max_plans:
             raise NarrowpathError(f"search: more than {max_plans} plans in the space; pin some knobs "
                                   "(e.g. --tp, --pp, --recompute) or raise --max-plans")
-    priced = _price_all(jobs, base, space, plans, calibration, min_free_bytes, energy_all)
+    numbered = list(enumerate(plans))
+    first = _estimate(base, space, numbered, calibration, min_free_bytes, energy_all, jobs, max_seconds, progress)
+    rest = _price_all(jobs, base, space, numbered[TIMED_PLANS:], calibration, min_free_bytes, energy_all,
+                      _Progress(len(numbered), progress, done=min(TIMED_PLANS, len(numbered))))
+    priced = _merge([first, rest])
     num, failed = len(plans), len(priced.failures)
     first_failure = priced.failures[0][1] if priced.failures else None
     baseline = next((c for c in priced.candidates if c.plan == space.base), None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from narrowpath.errors import SpecError
+from narrowpath.errors import SpecError, shown
 
 
 def positive_int(field: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
@@ -12,17 +12,18 @@ def positive_int(field: str, value: Any, *, minimum: int = 1, maximum: int | Non
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise SpecError(field, f"must be an integer >= {minimum}, got {value!r}")
+            raise SpecError(field, f"must be an integer >= {minimum}, got {shown(value)}")
     if value < minimum:
         raise SpecError(field, f"must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
-        raise SpecError(field, f"must be <= {maximum:,}, got {value:,}")
+        raise SpecError(field, f"must be <= {maximum:,}, got {value:,}" if value < 10**15 else
+                        f"must be <= {maximum:,}, got {float(value):.3g}")
     return value
 
 
 def positive_float(field: str, value: Any, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(field, f"must be a number, got {value!r}")
+        raise SpecError(field, f"must be a number, got {shown(value)}")
     value = float(value)
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
@@ -40,13 +41,13 @@ def fraction(field: str, value: Any) -> float:
 def choice(field: str, value: Any, options: Iterable[str]) -> str:
     options = tuple(options)
     if value not in options:
-        raise SpecError(field, f"must be one of {', '.join(options)}; got {value!r}")
+        raise SpecError(field, f"must be one of {', '.join(options)}; got {shown(value)}")
     return value
 
 
 def boolean(field: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise SpecError(field, f"must be true or false, got {value!r}")
+        raise SpecError(field, f"must be true or false, got {shown(value)}")
     return value
 
 
@@ -57,6 +58,6 @@ def size_points(field: str, points: Any) -> tuple[tuple[float, float], ...]:
         try:
             size, eff = pt
         except (TypeError, ValueError):
-            raise SpecError(f"{field}[{i}]", f"must be a (size, efficiency) pair, got {pt!r}") from None
+            raise SpecError(f"{field}[{i}]", f"must be a (size, efficiency) pair, got {shown(pt)}") from None
         out.append((positive_float(f"{field}[{i}].size", size), fraction(f"{field}[{i}].efficiency", eff)))
     return tuple(out)

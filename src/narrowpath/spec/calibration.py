@@ -15,6 +15,8 @@ from narrowpath.spec._check import choice, fraction, positive_float, size_points
 from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.device import Level
 
+SCHEMA = "narrowpath-calibration/1"
+"""Schema tag of a calibration profile file (`{schema: …, profiles: [ … ]}`)."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TierCalibration:

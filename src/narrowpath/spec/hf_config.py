@@ -1,9 +1,17 @@
-"""Read a HuggingFace `config.json` (Llama, Mistral, Mixtral, Qwen, GPT-NeoX, GPT-2 key styles) into a Model."""
+"""Read a HuggingFace `config.json` (Llama, Mistral, Mixtral, Qwen, GPT-NeoX, GPT-2 key styles) into a Model.
+
+A config.json states the position limit (`max_position_embeddings`: 131,072 for Llama 3.1), not the length the
+model is trained at, so the training sequence length must be given (`--seq-len`, or `seq_len` beside
+`hf_config` in a scenario file); only a config's own `seq_length` key (ChatGLM, Qwen-1: the training length)
+supplies it. A config narrowpath cannot model is refused, not priced as something else: a `model_type` that is
+not a decoder-only transformer (mamba, rwkv, t5, …) or one it does not know, a zero where a count must be
+positive, an MoE type without experts.
+"""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from narrowpath.errors import SpecError
+from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import positive_int
 from narrowpath.spec.model import Model, MoE
 
@@ -16,8 +24,24 @@ _KEYS = {
     "head_dim": ("head_dim",),
     "ffn": ("intermediate_size", "n_inner", "ffn_hidden_size"),
     "vocab": ("vocab_size", "padded_vocab_size"),
-    "seq_len": ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
+    "seq_len": ("seq_length",),
+    "positions": ("max_position_embeddings", "n_positions", "n_ctx"),
 }
+
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "granitemoe",
+             "jetmoe", "phimoe", "minimax")
+"""model_type values that are mixtures of experts: their expert count must be given and positive."""
+DENSE_TYPES = ("llama", "mistral", "qwen", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt2", "gpt_neox",
+               "gptj", "gpt_bigcode", "opt", "bloom", "falcon", "phi", "phi3", "starcoder2", "olmo", "olmo2",
+               "chatglm", "glm", "baichuan", "internlm", "internlm2", "stablelm", "cohere", "granite", "nemotron",
+               "mpt", "codegen", "exaone", "smollm3")
+"""Decoder-only transformer model_type values whose config keys this reader maps."""
+NOT_TRANSFORMER = {"mamba": "a state-space model", "mamba2": "a state-space model", "falcon_mamba": "a state-space "
+                   "model", "jamba": "a hybrid state-space/attention model", "zamba": "a hybrid state-space model",
+                   "rwkv": "a recurrent (RWKV) model", "recurrent_gemma": "a recurrent model", "xlstm": "a recurrent "
+                   "model", "t5": "an encoder-decoder", "mt5": "an encoder-decoder", "bart": "an encoder-decoder",
+                   "whisper": "an encoder-decoder", "bert": "an encoder-only model", "roberta": "an encoder-only "
+                   "model", "vit": "a vision encoder", "clip": "a vision-language encoder"}
 
 
 def _get(cfg: Mapping[str, Any], field: str) -> Any:
@@ -35,13 +59,13 @@ def _int(cfg: Mapping[str, Any], field: str, value: Any) -> int:
     """An integer config value; errors name the config.json key it came from."""
     key = next((k for k in _KEYS.get(field, (field,)) if cfg.get(k) is not None), field)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}")
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {shown(value)}")
     try:
         f = float(value)
     except ValueError:
-        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}") from None
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {shown(value)}") from None
     if not f.is_integer():
-        raise SpecError(f"config.json.{key}", f"must be an integer, got {value!r}")
+        raise SpecError(f"config.json.{key}", f"must be an integer, got {shown(value)}")
     return int(f)
 
 
@@ -50,23 +74,67 @@ def _bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise SpecError(f"config.json.{key}", f"must be true or false, got {value!r}")
+        raise SpecError(f"config.json.{key}", f"must be true or false, got {shown(value)}")
     return value
 
 
+def _model_type(cfg: Mapping[str, Any]) -> str:
+    """The config's model_type, refused when it is not a decoder-only transformer this reader knows."""
+    mtype = str(cfg.get("model_type", "")).lower()
+    if mtype in NOT_TRANSFORMER:
+        raise SpecError("config.json.model_type", f"{mtype!r} is {NOT_TRANSFORMER[mtype]}, not a decoder-only "
+                        "transformer: narrowpath cannot model it")
+    if mtype and mtype not in DENSE_TYPES + MOE_TYPES:
+        raise SpecError("config.json.model_type", f"unknown model_type {shown(mtype, 40)}; narrowpath reads the "
+                        f"decoder-only transformers {', '.join(sorted(DENSE_TYPES + MOE_TYPES))} (or write the model "
+                        "as a mapping of spec fields)")
+    return mtype
+
+
+def _counts(cfg: Mapping[str, Any], values: dict[str, Any]) -> dict[str, int]:
+    """The integer fields, each >= 1 (a zero head count or position limit is not a model)."""
+    ints = {}
+    for f, v in values.items():
+        if v is None:
+            continue
+        ints[f] = _int(cfg, f, v)
+        if ints[f] < 1:
+            key = next(k for k in _KEYS[f] if cfg.get(k) is not None)
+            raise SpecError(f"config.json.{key}", f"must be >= 1, got {ints[f]}")
+    return ints
+
+
+def _seq_len(cfg: Mapping[str, Any], ints: dict[str, int], seq_len: Any) -> int:
+    """The training sequence length: the one given, else the config's `seq_length`; never the position limit."""
+    limit = ints.get("positions")
+    limit_key = next((k for k in _KEYS["positions"] if cfg.get(k) is not None), "max_position_embeddings")
+    if seq_len is None:
+        if "seq_len" in ints:
+            return ints["seq_len"]
+        stated = f" ({limit_key} {limit:,} is the position limit)" if limit else ""
+        raise SpecError("model.seq_len", f"a HuggingFace config.json does not state the training sequence "
+                        f"length{stated}: give --seq-len N (in a scenario file, model: {{hf_config: FILE, "
+                        f"seq_len: N}})")
+    seq_len = positive_int("model.seq_len", seq_len)
+    if limit and seq_len > limit:
+        raise SpecError("model.seq_len", f"{seq_len:,} exceeds the config's position limit {limit_key} {limit:,}")
+    return seq_len
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None) -> Model:
-    """Map HF keys to a Model. `seq_len` overrides max_position_embeddings (the training length is often shorter)."""
+    """Map HF keys to a Model. `seq_len` is the training sequence length (required unless the config states
+    `seq_length`; max_position_embeddings is only the limit it must not exceed)."""
     if not isinstance(cfg, Mapping):
         raise SpecError("config.json", "must be a JSON object")
     values = {f: _get(cfg, f) for f in _KEYS}
     for required in ("layers", "hidden", "heads", "vocab"):
         if values[required] is None:
             raise SpecError(f"config.json.{_KEYS[required][0]}", "is required to build a model")
-    mtype = str(cfg.get("model_type", "")).lower()
+    mtype = _model_type(cfg)
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu"))).lower()
     gated = mtype in ("llama", "mistral", "mixtral", "qwen", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
                       "gemma2", "deepseek_v2", "deepseek_v3") or act in ("silu", "swiglu")
-    ints = {f: _int(cfg, f, v) for f, v in values.items() if v is not None}
+    ints = _counts(cfg, values)
     ffn = ints.get("ffn") or 4 * ints["hidden"]
     if mtype == "qwen":
         ffn //= 2  # Qwen-1 states the fused gate+up width: each SwiGLU branch is intermediate_size / 2
@@ -76,7 +144,6 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         "kv_heads": ints.get("kv_heads") or ints["heads"], "ffn": ffn,
         "ffn_act": "swiglu" if gated else ("relu" if act == "relu" else "gelu"),
         "vocab": ints["vocab"],
-        "seq_len": positive_int("model.seq_len", seq_len) if seq_len is not None else (ints.get("seq_len") or 2048),
         "tied_embeddings": _bool(cfg, "tie_word_embeddings", mtype in ("gpt2",)),
         # Qwen-1 names its RMSNorm epsilon layer_norm_epsilon
         "norm": "rmsnorm" if ("rms_norm_eps" in cfg or mtype == "qwen") else "layernorm",
@@ -90,9 +157,15 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         model["head_dim"] = ints["head_dim"]
     elif cfg.get("v_head_dim"):  # DeepSeek MLA: approximated as heads of the value width (as in the catalog)
         model["head_dim"] = _int(cfg, "v_head_dim", cfg["v_head_dim"])
-    exp_key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k)), None)
-    if exp_key:
-        n_exp = _int(cfg, exp_key, cfg[exp_key])
+    exp_key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k) is not None),
+                   None)
+    n_exp = _int(cfg, exp_key, cfg[exp_key]) if exp_key else 0
+    if mtype in MOE_TYPES and n_exp < 1:
+        raise SpecError(f"config.json.{exp_key or 'num_local_experts'}", f"a {mtype} model is a mixture of experts: "
+                        f"the expert count must be >= 1, got {n_exp if exp_key else 'none'}")
+    if n_exp < 0:
+        raise SpecError(f"config.json.{exp_key}", f"must be >= 0, got {n_exp}")
+    if n_exp:
         top_k_key = next((k for k in ("num_experts_per_tok", "num_experts_per_token") if cfg.get(k)), None)
         top_k = _int(cfg, top_k_key, cfg[top_k_key]) if top_k_key else 2
         expert_ffn = _int(cfg, "moe_intermediate_size", cfg.get("moe_intermediate_size") or ffn)
@@ -103,4 +176,5 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         model["moe"] = MoE(num_experts=n_exp, top_k=top_k,
                            expert_ffn=expert_ffn, shared_experts=shared,
                            first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
+    model["seq_len"] = _seq_len(cfg, ints, seq_len)  # last: a broken config is named before a missing length
     return Model(**model)

@@ -5,7 +5,7 @@ import dataclasses
 import difflib
 from typing import Any, Mapping
 
-from narrowpath.errors import SpecError
+from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import positive_int
 from narrowpath.spec.calibration import Calibration, TierCalibration
 from narrowpath.spec.device import Device, Level
@@ -23,13 +23,13 @@ def _fields(cls) -> set[str]:
 
 def _check_keys(where: str, data: Mapping[str, Any], allowed: set[str]) -> None:
     if not isinstance(data, Mapping):
-        raise SpecError(where, f"must be a mapping, got {type(data).__name__} {data!r}")
+        raise SpecError(where, f"must be a mapping, got {type(data).__name__} {shown(data)}")
     for key in data:
         if key in _META_KEYS or key in allowed:
             continue
-        near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+        near = difflib.get_close_matches(str(key)[:100], sorted(allowed), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(sorted(allowed))}"
-        raise SpecError(f"{where}.{key}", f"unknown field{hint}")
+        raise SpecError(f"{where}.{shown(key, 60) if not isinstance(key, str) else key[:60]}", f"unknown field{hint}")
 
 
 _MAX_FLOAT = 1.7976931348623157e308
@@ -42,9 +42,9 @@ def _num(where: str, v: Any) -> Any:
         try:
             return float(v)
         except ValueError:
-            raise SpecError(where, f"must be a number, got {v!r}") from None
+            raise SpecError(where, f"must be a number, got {shown(v)}") from None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SpecError(where, f"must be a number, got {v!r}")
+        raise SpecError(where, f"must be a number, got {shown(v)}")
     if isinstance(v, int) and abs(v) > _MAX_FLOAT:
         raise SpecError(where, f"must be a number below 1e308, got an integer of about "
                                f"{int(v.bit_length() * 0.30103) + 1} digits")
@@ -53,13 +53,13 @@ def _num(where: str, v: Any) -> Any:
 
 def _mapping(where: str, v: Any) -> Mapping[str, Any]:
     if not isinstance(v, Mapping):
-        raise SpecError(where, f"must be a mapping, got {type(v).__name__} {v!r}")
+        raise SpecError(where, f"must be a mapping, got {type(v).__name__} {shown(v)}")
     return v
 
 
 def _list(where: str, v: Any) -> list | tuple:
     if not isinstance(v, (list, tuple)):
-        raise SpecError(where, f"must be a list, got {type(v).__name__} {v!r}")
+        raise SpecError(where, f"must be a list, got {type(v).__name__} {shown(v)}")
     return v
 
 
@@ -153,7 +153,7 @@ def plan_from_dict(data: Mapping[str, Any], *, defaults: Mapping[str, Any] | Non
                             "for the tool to choose")
     if "placement" in d:
         if not isinstance(d["placement"], (list, tuple)):
-            raise SpecError("plan.placement", f"must be a list of the axes tp, cp, ep, dp, pp; got {d['placement']!r}")
+            raise SpecError("plan.placement", f"must be a list of the axes tp, cp, ep, dp, pp; got {shown(d['placement'])}")
         d["placement"] = tuple(d["placement"])
     if "bucket_bytes" in d:
         d["bucket_bytes"] = float(_num("plan.bucket_bytes", d["bucket_bytes"]))
@@ -213,7 +213,7 @@ def _pairs(where: str, value: Any) -> tuple[tuple[float, float], ...]:
     try:
         return tuple((float(_num(where, x)), float(_num(where, y))) for x, y in value)
     except (TypeError, ValueError):
-        raise SpecError(where, f"must be a list of [x, y] number pairs, got {value!r}") from None
+        raise SpecError(where, f"must be a list of [x, y] number pairs, got {shown(value)}") from None
 
 
 def _tier_value(where: str, key: str, value: Any) -> Any:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from narrowpath.errors import SpecError
+from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import boolean, choice, positive_float, positive_int
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
@@ -43,7 +43,7 @@ class Plan:
     mbs: int = 1
     """Micro-batch size, sequences."""
     gbs: int = 1
-    """Global batch size per optimizer step, sequences."""
+    """Global batch size per optimizer step, sequences (at most MAX_BATCH)."""
     zero_stage: int = 0
     """0 none; 1 optimizer state sharded over dp (Megatron distributed optimizer); 2 + gradients; 3 + weights."""
     recompute: str = "none"
@@ -92,7 +92,7 @@ class Plan:
         for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
             positive_int(f"plan.{ax}", getattr(self, ax), maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
-            raise SpecError("plan.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+            raise SpecError("plan.zero_stage", f"must be 0, 1, 2 or 3, got {shown(self.zero_stage)}")
         choice("plan.recompute", self.recompute, RECOMPUTE)
         choice("plan.precision", self.precision, PRECISIONS)
         choice("plan.attention", self.attention, ATTENTION)
@@ -104,7 +104,7 @@ class Plan:
             boolean(f"plan.{b}", getattr(self, b))
         object.__setattr__(self, "bucket_bytes", positive_float("plan.bucket_bytes", self.bucket_bytes))
         if isinstance(self.placement, str):
-            raise SpecError("plan.placement", f"must list the axes {', '.join(AXES)}; got {self.placement!r}")
+            raise SpecError("plan.placement", f"must list the axes {', '.join(AXES)}; got {shown(self.placement)}")
         object.__setattr__(self, "placement", tuple(self.placement))
         if sorted(self.placement) != sorted(AXES):
             raise SpecError("plan.placement", f"must order exactly {', '.join(AXES)}; got {list(self.placement)}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from narrowpath.errors import SpecError
+from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import choice, positive_int
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.model import Model
@@ -103,7 +103,7 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
                                    ("sequence_parallel", p.sequence_parallel, False)):
             if value != plain:
                 errs.append((f"plan.{knob}", f"the LSTM model is modelled without it: {knob} must be {plain!r}, "
-                             f"got {value!r}"))
+                             f"got {shown(value)}"))
     if system is not None and p.low_precision and system.device.supports(p.precision):
         errs.append(("plan.precision", f"{p.precision}: {system.device.supports(p.precision)}"))
     if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:

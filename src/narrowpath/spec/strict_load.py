@@ -1,0 +1,104 @@
+"""Parse YAML and JSON text strictly: a duplicate key is an error, and so is a YAML alias bomb.
+
+PyYAML's `safe_load` keeps the last of two equal keys without a word (two `system:` lines: the first is ignored),
+and it builds aliases as shared references, so a few hundred bytes of nested aliases (`b: [*a, *a, …]`, nine
+levels deep) load instantly into a value with 10⁹ elements that explodes the first time anything walks it —
+formatting an error message took 2.2 GB. `load_yaml` counts what the aliases expand to before anything is
+constructed and refuses more than MAX_ALIAS_EXPANSION extra nodes, and refuses a recursive alias (`&a [*a]`).
+`load_json` refuses duplicate object keys the same way. Both raise the parser's own error type (yaml.YAMLError,
+ValueError), so a caller's "not valid YAML/JSON" handling names the file.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+MAX_ALIAS_EXPANSION = 100_000
+"""Nodes that aliases may add when expanded (a scenario or a corpus uses a handful)."""
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def expanded_size(root: Node) -> tuple[int, int]:
+    """(nodes once every alias is expanded, distinct nodes) of a composed document; iterative, so a deep document
+    does not hit the recursion limit. Raises ConstructorError on a recursive alias."""
+    size: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            continue
+        if key in size:
+            continue
+        if key in open_:  # an ancestor still being expanded: the alias refers to itself
+            raise ConstructorError(None, None, "a recursive alias (a value that contains itself) is not allowed",
+                                   node.start_mark)
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    return size[id(root)], len(size)
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys and aliases that expand beyond MAX_ALIAS_EXPANSION nodes."""
+
+    def compose_document(self) -> Node:
+        node = super().compose_document()
+        total, distinct = expanded_size(node)
+        if total - distinct > MAX_ALIAS_EXPANSION:
+            raise ConstructorError(None, None, f"aliases expand to {total:,} values (more than "
+                                   f"{MAX_ALIAS_EXPANSION:,} beyond the {distinct:,} written; an alias bomb?)",
+                                   node.start_mark)
+        return node
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict:
+        if isinstance(node, MappingNode):
+            seen: dict[Any, tuple[int, int]] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges; explicit keys override it
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader reports it below
+                    continue
+                if first is not None:
+                    raise ConstructorError(None, None, f"duplicate key {str(key)[:60]!r} at line "
+                                           f"{key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1} "
+                                           f"(first at line {first[0] + 1}, column {first[1] + 1})",
+                                           key_node.start_mark)
+                seen[key] = (key_node.start_mark.line, key_node.start_mark.column)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document, parsed by StrictLoader."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key[:60]!r} in a JSON object")
+        out[key] = value
+    return out
+
+
+def load_json(text: str) -> Any:
+    """JSON text, refusing duplicate object keys."""
+    return json.loads(text, object_pairs_hook=_no_duplicates)

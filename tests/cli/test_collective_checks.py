@@ -1,0 +1,75 @@
+"""`narrowpath collective`: what is not a measurement is refused naming the flag or line (negative or zero times
+gave `+nan%`, a busbw of 477,600 GB/s passed without a word), `--algorithm ring` for send_recv is refused (it
+printed p2p rows under a "ring" header), and `-e 1P` is accepted as its help says."""
+from __future__ import annotations
+
+import pytest
+
+from narrowpath.cli.main import main
+
+ROW = "     1048576        262144     float     sum      -1    {t}   16.70   {bus}      0    61.42   17.07   29.88      0\n"
+HEAD = "# Collective test starting: all_reduce_perf\n"
+CASE = ("schema: collective-corpus/1\ncases:\n  - {{hardware: {{gpu: H100-SXM5-80GB, num_gpus: 8}}, "
+        "collective: all_reduce, message_bytes: 1e8, measured: {{busbw_GBps: {bw}}}}}\n")
+
+
+def one_line_error(capsys, argv: list[str], *fragments: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err and len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+    return lines[0]
+
+
+@pytest.mark.parametrize("t, bus, fragment", [
+    ("-62.78", "29.23", "time (us) -62.78 is not a finite number >= 0"),
+    ("nan", "29.23", "time (us) nan is not a finite number >= 0"),
+    ("0.00", "29.23", "time (us) 0 for a message of more than 0 bytes"),
+    ("62.78", "-5", "busbw (GB/s) -5 is not a finite number >= 0"),
+])
+def test_compare_refuses_rows_that_are_not_measurements(tmp_path, capsys, t, bus, fragment):
+    log = tmp_path / "x.log"
+    log.write_text(HEAD + ROW.format(t=t, bus=bus))
+    one_line_error(capsys, ["collective", "--system", "dgx-h100", "--gpus", "8", "--compare", str(log)],
+                   f"{log} line 2", fragment)
+
+
+def test_compare_refuses_a_busbw_no_link_of_the_system_carries(tmp_path, capsys):
+    log = tmp_path / "x.log"
+    log.write_text(HEAD + ROW.format(t="62.78", bus="477600"))
+    one_line_error(capsys, ["collective", "--system", "dgx-h100", "--gpus", "8", "--compare", str(log)],
+                   "--compare", "477,600.0 GB/s is 1,061x the fastest link of dgx-h100 (450 GB/s per GPU)")
+
+
+def test_corpus_refuses_an_absurd_busbw(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text(CASE.format(bw=477600))
+    one_line_error(capsys, ["collective", "--corpus", str(f)], "corpus.cases[0].measured.busbw_GBps",
+                   "fastest link of")
+    f.write_text(CASE.format(bw=400))
+    assert main(["collective", "--corpus", str(f)]) == 0
+
+
+def test_a_plausible_log_still_compares(tmp_path, capsys):
+    log = tmp_path / "x.log"
+    log.write_text(HEAD + ROW.format(t="62.78", bus="29.23"))
+    assert main(["collective", "--system", "dgx-h100", "--gpus", "8", "--compare", str(log)]) == 0
+    assert "nan" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("op, alg, only", [("send_recv", "ring", "p2p"), ("all_to_all", "tree", "direct")])
+def test_an_algorithm_the_op_does_not_run_is_refused(capsys, op, alg, only):
+    one_line_error(capsys, ["collective", "--system", "dgx-h100", "--op", op, "--algorithm", alg],
+                   "--algorithm", f"{alg} does not apply to {op}", f"runs it as {only} only")
+    assert main(["collective", "--system", "dgx-h100", "--op", op, "--algorithm", only, "-e", "1M"]) == 0
+    out = capsys.readouterr().out
+    assert f"{only}/" in out and f"algorithm {only}" in out
+
+
+def test_max_bytes_takes_1p_as_its_help_says(capsys):
+    assert main(["collective", "--system", "dgx-h100", "-b", "1T", "-e", "1P", "-f", "1024"]) == 0
+    out = capsys.readouterr().out
+    assert "1125899906842624" in out
+    one_line_error(capsys, ["collective", "--system", "dgx-h100", "-e", "2P"], "collective.size", "from 0 to 1P")
