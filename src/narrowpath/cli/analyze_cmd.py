@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
+from narrowpath.analysis.options import in_range
 from narrowpath.cli.common import (add_scenario_args, check_output_dir, check_output_file, scenario_from_args,
                                    writing)
 from narrowpath.errors import SpecError
@@ -28,7 +29,8 @@ def register(sub) -> None:
     a.add_argument("--jitter-cv", type=float, default=0.02, help="per-rank compute jitter, std / segment time (0 to 1)")
     a.add_argument("--jitter-method", choices=("closed_form", "sampled"), default="closed_form")
     a.add_argument("--seed", type=int, default=0, help="seed for sampled jitter")
-    a.add_argument("--slow-node", type=float, default=0.10, help="fraction by which one node is slow (0 to 100)")
+    a.add_argument("--slow-node", type=float, default=10.0, metavar="PERCENT",
+                   help="percent by which one node is slower than the others (0 to 1000; default 10)")
     a.add_argument("--compression", type=float, default=4.0, help="gradient compression ratio for the what-if")
     a.add_argument("--failures-per-gpu-hour", type=float, default=None)
     a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", help="skip the what-if re-runs")
@@ -42,8 +44,9 @@ _FLAG = {"options.jitter_cv": "--jitter-cv", "options.slow_node_fraction": "--sl
 
 def options_from_args(args) -> AnalysisOptions:
     """The analysis options of the flags; AnalysisOptions checks the ranges, reported here under the flag names."""
+    in_range("--slow-node", args.slow_node, 0.0, 1000.0)  # percent here, a fraction in AnalysisOptions
     kw = dict(jitter_cv=args.jitter_cv, jitter_method=args.jitter_method, seed=args.seed,
-              slow_node_fraction=args.slow_node, compression_ratio=args.compression, what_ifs=args.what_ifs)
+              slow_node_fraction=args.slow_node / 100.0, compression_ratio=args.compression, what_ifs=args.what_ifs)
     if args.failures_per_gpu_hour is not None:
         kw["failures_per_gpu_hour"] = args.failures_per_gpu_hour
     try:
