@@ -47,7 +47,7 @@ def components(ctx: Context) -> dict[str, float]:
     return {"matrix_compute": compute - mem_part, "hbm_bound_compute": mem_part, **b}
 
 
-def _label(ctx: Context, key: str) -> str:
+def component_label(ctx: Context, key: str) -> str:
     if key.startswith("exposed_"):
         ax = key.split("_")[1]
         span = ctx.spans.get(ax)
@@ -72,7 +72,7 @@ def tier_carries_traffic(ctx: Context, tier: str) -> bool:
 def remedy_sentence(ctx: Context, key: str, what_ifs: tuple[WhatIf, ...]) -> str:
     """What the what-ifs tried for component `key` say (module docstring): the best change on the same hardware
     (plan and software), and a hardware or fabric change when one does better."""
-    label = _label(ctx, key)
+    label = component_label(ctx, key)
     tried = [w for w in what_ifs if key in w.targets and w.status not in ("invalid", "not applicable")]
     best = [w for w in tried if w.status == "faster"]
     same = [w for w in best if w.kind in ("plan", "software")]
@@ -103,7 +103,7 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True, sram_usable_fraction:
     mat = comps["matrix_compute"]
     if others:
         key = max(others, key=others.get)
-        sentence = (f"The narrowest path is {_label(ctx, key)}: {others[key]:.3g} s of {step:.3g} s "
+        sentence = (f"The narrowest path is {component_label(ctx, key)}: {others[key]:.3g} s of {step:.3g} s "
                     f"({others[key] / step:.0%} of the step); matrix arithmetic itself takes {mat:.3g} s "
                     f"({mat / step:.0%}).")
     else:

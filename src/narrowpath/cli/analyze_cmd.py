@@ -25,6 +25,13 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace JSON of one step")
+    p.add_argument("--html", metavar="FILE", help="write the analysis as one self-contained HTML page")
+    add_assumption_args(p)
+    p.set_defaults(func=run)
+
+
+def add_assumption_args(p) -> None:
+    """The analysis assumptions (shared by `analyze` and `report`)."""
     a = p.add_argument_group("analysis assumptions")
     a.add_argument("--jitter-cv", type=float, default=0.02, help="per-rank compute jitter, std / segment time (0 to 1)")
     a.add_argument("--jitter-method", choices=("closed_form", "sampled"), default="closed_form")
@@ -34,7 +41,6 @@ def register(sub) -> None:
     a.add_argument("--compression", type=float, default=4.0, help="gradient compression ratio for the what-if")
     a.add_argument("--failures-per-gpu-hour", type=float, default=None)
     a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false", help="skip the what-if re-runs")
-    p.set_defaults(func=run)
 
 
 _FLAG = {"options.jitter_cv": "--jitter-cv", "options.slow_node_fraction": "--slow-node",
@@ -59,6 +65,7 @@ def check_output_paths(args) -> None:
     """Fail before any work when --plots names a file or --timeline a directory, or a parent is not writable."""
     check_output_dir("--plots", args.plots)
     check_output_file("--timeline", args.timeline)
+    check_output_file("--html", args.html)
 
 
 def write_outputs(a, args) -> None:
@@ -70,6 +77,10 @@ def write_outputs(a, args) -> None:
         from narrowpath.report.timeline import write_timeline
         with writing("--timeline"):
             write_timeline(a, args.timeline)
+    if args.html:
+        from narrowpath.report.html_report import write_report
+        with writing("--html"):
+            write_report(a, args.html)
 
 
 def run(args) -> int:
