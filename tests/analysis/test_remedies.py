@@ -32,7 +32,7 @@ def test_no_gain_rows_are_never_ranked(any_analysis):
         if w.step_s is None or not w.fits:
             continue
         if abs(w.gain_s) <= NO_GAIN_FRACTION * step:
-            assert w.status == "no gain" and w.skipped == "no gain"
+            assert w.status == "no gain" and w.skipped.startswith("no gain")
         elif w.gain_s < 0:
             assert w.status == "slower" and w.skipped
         else:
@@ -65,6 +65,21 @@ def test_an_oversubscribed_fabric_is_offered_a_non_blocking_one():
     w = _by_change(analyze(scenario_from_dict(FAT_TREE_4_TO_1)))["non_blocking_fabric"]
     assert w.scenario.system.tier("scale_out").oversubscription == 1.0
     assert w.gain_s >= 0
+
+
+def test_power_cap_and_expert_overlap_are_tried_and_say_when_the_model_does_not_respond():
+    """The power cap (80 % of TDP) and the expert all-to-all overlap are re-predicted; where the step does not move
+    at all, the row says the model's step does not respond, rather than calling the change useless."""
+    from tests.analysis.conftest import MIXTRAL, scenario_from_flags
+    a = analyze(scenario_from_flags(MIXTRAL))
+    w = _by_change(a)
+    cap = w["power_cap"]
+    assert cap.scenario.system.power_limit_w == pytest.approx(0.8 * 700) and cap.targets == ("energy",)
+    assert w["ep_overlap"].scenario.plan.ep_overlap and "exposed_ep_comm" in w["ep_overlap"].targets
+    for x in (cap, w["ep_overlap"]):
+        same = x.step_s == a.prediction.step_time_s
+        assert (x.skipped == "no gain: the model's step does not respond to this change") == same
+        assert x.energy_per_token_j > 0
 
 
 @pytest.mark.parametrize("name", ["llama3-70b-h100-256", "gnmt-lstm-a100-8"])

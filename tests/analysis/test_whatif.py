@@ -90,7 +90,8 @@ def _by_hand(scn, change: str):
         return dataclasses.replace(scn, system=dataclasses.replace(scn.system, tiers=tiers))
 
     dom = scn.system.scale_up_domain
-    nxt = {"A100-SXM4-80GB": "dgx-h100", "H100-SXM5-80GB": "dgx-b200", "H200-SXM-141GB": "dgx-b200"}
+    nxt = {"A100-SXM4-80GB": "dgx-h100", "H100-SXM5-80GB": "dgx-b200", "H200-SXM-141GB": "dgx-b200",
+           "B200": "dgx-b300", "GB200": "gb300-nvl72"}
     table = {
         "raise_mbs": lambda: _valid(scn, mbs=2 * p.mbs),
         "interleave_pipeline": lambda: _valid(scn, vpp=min(2 * p.vpp, scn.model.layers // p.pp)),
@@ -106,6 +107,9 @@ def _by_hand(scn, change: str):
         "next_generation": lambda: dataclasses.replace(scn, system=catalog_system(nxt[scn.system.device.name]),
                                                        calibration=None),
         "flash_attention": lambda: plan(attention="flash"),
+        "ep_overlap": lambda: plan(ep_overlap=True),
+        "power_cap": lambda: dataclasses.replace(scn, system=dataclasses.replace(
+            scn.system, power_limit_w=0.8 * scn.system.device.tdp_w)),
         "fp8": lambda: plan(precision="fp8"),
         "recompute_none": lambda: plan(recompute="none"),
         "recompute_selective": lambda: plan(recompute="selective"),

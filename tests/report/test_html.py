@@ -73,3 +73,37 @@ def test_bad_report_arguments_are_one_line(argv, flag, tmp_path, capsys):
         assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0] and "Traceback" not in err[0]
+
+
+def _with_band(orig):
+    """predict --json as the model gives it once it carries an error band and a validation verdict."""
+    def pj(p):
+        d = orig(p)
+        d["band"] = {"low_s": 17.0, "high_s": 21.5, "level": 0.8}
+        d["validated"] = {"inside": False, "nearest": ["narayanan21-t1-18.4B", "korthikanti22-t5-175B-full"],
+                          "reason": "tp across nodes is outside every validated case"}
+        return d
+    return pj
+
+
+def test_band_and_validation_render_when_the_prediction_carries_them(monkeypatch, reports):
+    """The report, the comparison page and the comparison text show `band` and `validated` of predict --json, and
+    the evidence table lists the nearest validated cases the model names."""
+    import narrowpath.report.compare_text as CT
+    import narrowpath.report.html_compare as HC
+    import narrowpath.report.html_report as H
+    from narrowpath.analysis.compare import compare
+    a, _ = reports["llama3-70b-h100-256"]
+    monkeypatch.setattr(H, "prediction_to_json", _with_band(H.prediction_to_json))
+    monkeypatch.setattr(HC, "prediction_to_json", _with_band(HC.prediction_to_json))
+    monkeypatch.setattr(CT, "prediction_to_json", _with_band(CT.prediction_to_json))
+    html = H.report_html(a)
+    assert "band 17 – 21.5 s, 80% band" in html
+    assert "OUTSIDE the validated regime: tp across nodes is outside every validated case" in html
+    assert "the validated cases nearest to this scenario" in html
+    evidence = html[html.index('id="evidence"'):]
+    assert "narayanan21-t1-18.4B" in evidence and "korthikanti22-t5-175B-full" in evidence
+    b, _ = reports["gpt3-175b-a100-1024"]
+    c = compare(a, b)
+    assert "(band 17 – 21.5 s, 80% band)" in HC.compare_html(c) and "OUTSIDE the validated regime" in HC.compare_html(c)
+    assert "A: step 18.79 s (band 17 – 21.5 s, 80%; OUTSIDE the validated regime:" in CT.format_comparison(c)

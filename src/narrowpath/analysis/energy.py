@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from narrowpath.analysis.context import Context
-from narrowpath.analysis.ledger import LedgerRow
+from narrowpath.analysis.context import Context, build_context
+from narrowpath.analysis.ledger import LedgerRow, build_ledger
 from narrowpath.catalog.facility import facility_for
 from narrowpath.network.fabric import fabric_for
 from narrowpath.spec.system import System
@@ -144,3 +144,10 @@ def build_energy(ctx: Context, ledger: tuple[LedgerRow, ...]) -> EnergyAccount:
     return EnergyAccount(fj, bj, sj, total, total / pred.workload.tokens_per_step,
                          total / (n * pred.step_time_s), dev.tdp_w, eff, tuple(dict.fromkeys(missing)),
                          dev.sources.get("energy", "catalog devices.yaml"), energy_levels(ctx, total))
+
+
+def facility_energy_per_token_j(pred) -> float:
+    """Facility-level energy per token of a prediction, from its ledger without the amortised checkpoint (what a
+    what-if row shows; the analysis's own energy account adds the checkpoint's front-end bytes)."""
+    ctx = build_context(pred)
+    return build_energy(ctx, build_ledger(ctx)).levels[-1].per_token_j

@@ -1,8 +1,9 @@
 """The changes a practitioner would try, each aimed at components of the step (the verdict's paths).
 
 Plan knobs (repaired to the nearest valid plan, analysis.repair); hardware and fabric (a NIC of twice the rate,
-a non-blocking fabric, a 72-GPU NVLink domain, the vendor's next GPU generation); software (FlashAttention, FP8
-matrix multiplies, persistent recurrent kernels). Every candidate names the components it targets so that the
+a non-blocking fabric, a 72-GPU NVLink domain, the vendor's next GPU generation, a board power cap at
+POWER_CAP_FRACTION of TDP — aimed at energy, not time); software (FlashAttention, FP8 matrix multiplies, the
+expert all-to-all overlapped with computation, persistent recurrent kernels). Every candidate names the components it targets so that the
 verdict can say whether its narrowest path had a remedy tried. A candidate is listed only where it can change
 something (e.g. no in-network reduction on a tier without traffic, no interleaving without a pipeline).
 """
@@ -26,6 +27,8 @@ NVL_DOMAIN = 72
 """GPUs in one NVLink domain of an NVL72 rack (GB200 NVL72)."""
 BUCKET = {"edp": "dp", "pp_ends": "pp"}
 COMPUTE = ("matrix_compute", "hbm_bound_compute")
+POWER_CAP_FRACTION = 0.8
+"""Board power cap the what-if tries, as a fraction of TDP (a common data-centre setting for energy per token)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,18 @@ def fabric_candidates(ctx: Context) -> list[Candidate]:
     return out
 
 
+def power_cap_candidates(ctx: Context) -> list[Candidate]:
+    scn = ctx.pred.scenario
+    system, dev = scn.system, scn.system.device
+    cap = POWER_CAP_FRACTION * dev.tdp_w
+    if not dev.tdp_w or (system.power_limit_w and system.power_limit_w <= cap):
+        return []
+    now = system.power_limit_w or dev.tdp_w
+    return [Candidate("power_cap", f"cap board power at {cap:,.0f} W ({now:,.0f} W now)",
+                      lambda: dataclasses.replace(scn, system=dataclasses.replace(system, power_limit_w=cap)),
+                      kind="hardware", targets=("energy",))]
+
+
 def hardware_candidates(ctx: Context) -> list[Candidate]:
     scn = ctx.pred.scenario
     nxt = facility_for(scn.system).next_system
@@ -173,6 +188,10 @@ def software_candidates(ctx: Context, usable_fraction: float) -> list[Candidate]
     if p.precision in ("bf16", "fp16") and "fp8" in dev.peak_matrix_flop_per_s and scn.model.arch != "lstm":
         out.append(Candidate("fp8", "FP8 matrix multiplies", lambda: with_plan(scn, precision="fp8"),
                              kind="software", targets=COMPUTE))
+    if scn.model.moe is not None and p.ep > 1 and not p.ep_overlap:
+        out.append(Candidate("ep_overlap", "overlap the expert all-to-all with computation",
+                             lambda: with_plan(scn, ep_overlap=True), kind="software",
+                             targets=("exposed_ep_comm",)))
     if scn.model.arch == "lstm":
         out.append(Candidate("persistent_rnn", "persistent recurrent kernels (weights kept in on-chip SRAM)", None,
                              kind="software", targets=("hbm_bound_compute",),
@@ -198,5 +217,5 @@ def persistent_what_if(ctx: Context, usable_fraction: float = 0.75) -> WhatIf:
 def candidates(ctx: Context, usable_fraction: float = 0.75) -> list[Candidate]:
     """Every change worth a re-run for this scenario, plan knobs first (`usable_fraction`: the SRAM share a
     persistent kernel can give to weights, AnalysisOptions.sram_usable_fraction)."""
-    return (plan_candidates(ctx) + fabric_candidates(ctx) + hardware_candidates(ctx)
+    return (plan_candidates(ctx) + fabric_candidates(ctx) + hardware_candidates(ctx) + power_cap_candidates(ctx)
             + software_candidates(ctx, usable_fraction))

@@ -4,7 +4,8 @@ A change is a plan knob (repaired to the nearest valid plan, analysis.repair), t
 changed `System`; a new device brings its own calibration profile) or the software stack (attention kernel,
 precision, overlap switches). Status of a row:
 - `faster`: evaluated, fits in HBM, and gains more than NO_GAIN_FRACTION of the step — only these are ranked;
-- `no gain`: evaluated and fits, but gains less than that (or nothing at all);
+- `no gain`: evaluated and fits, but gains less than that (or nothing at all; when the re-predicted step is
+  identical to the base's in every component, the row says that the model's step does not respond to the change);
 - `slower`: evaluated and fits, and the step gets longer by more than that;
 - `does not fit`: its step time is shown, it is never ranked;
 - `invalid`: the spec refuses the change even after repair (its message is kept);
@@ -16,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
+from narrowpath.analysis.energy import facility_energy_per_token_j
 from narrowpath.analysis.repair import repaired
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import StepPrediction, predict
@@ -51,6 +53,9 @@ class WhatIf:
     """Dependent knobs changed to keep the plan valid (analysis.repair), each with its reason."""
     status: str = "faster"
     """One of STATUSES (module docstring)."""
+    energy_per_token_j: float | None = None
+    """Facility-level energy per token of the changed scenario (analysis.energy, without the amortised checkpoint);
+    None when not re-predicted."""
 
 
 Make = Callable[[], "Scenario | tuple[Scenario, tuple[str, ...]]"]
@@ -115,7 +120,10 @@ def from_prediction(base: StepPrediction, change: str, description: str, pred: S
     elif status == "does not fit":
         mem = pred.memory if pred is not None else base.memory
         skipped = (f"does not fit: needs {mem.total_bytes / 1e9:.1f} GB of {mem.capacity_bytes / 1e9:.1f} GB")
+    elif status == "no gain" and pred is not None and dict(pred.breakdown_s) == dict(base.breakdown_s):
+        skipped = "no gain: the model's step does not respond to this change"
     else:
         skipped = status
+    energy = facility_energy_per_token_j(pred) if pred is not None else None
     return WhatIf(change, description, step, gain, gain / base.step_time_s, fits, skipped,
-                  pred.scenario if pred is not None else None, kind, targets, repairs, status)
+                  pred.scenario if pred is not None else None, kind, targets, repairs, status, energy)

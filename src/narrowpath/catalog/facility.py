@@ -92,6 +92,7 @@ def facility_for(system: System) -> Facility:
         basis = f"generation {entry['id']}"
     else:
         entry, basis = generic, f"generic (no facility data for {system.name} / {system.device.name})"
-    nxt = devices[system.device.name].get("next_system", "") if system.device.name in devices else ""
+    nxt = (devices[system.device.name].get("next_system") or {}).get(system.device.name, "") \
+        if system.device.name in devices else ""
     return Facility(**_check(basis, entry), basis=basis, next_system=nxt,
                     sources=MappingProxyType(dict(entry["sources"])))

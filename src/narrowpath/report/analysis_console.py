@@ -118,9 +118,12 @@ def format_verdict_energy(a: Analysis) -> list[str]:
              + (f" [repaired: {'; '.join(w.repairs)}]" if w.repairs else ""),
              "-" if w.step_s is None else f"{w.step_s:.4g}",
              _ms(w.gain_s) if w.step_s is not None else "-", _pct(w.gain_fraction) if w.step_s is not None else "-",
-             w.status if w.status in ("faster", "no gain", "slower") else w.skipped] for i, w in enumerate(v.what_ifs)]
+             "-" if w.energy_per_token_j is None else f"{w.energy_per_token_j:.3g}",
+             w.skipped if w.skipped.startswith("no gain:") or w.status not in ("faster", "no gain", "slower")
+             else w.status] for i, w in enumerate(v.what_ifs)]
     if rows:
-        L.append(table(["rank", "kind", "change", "step (s)", "gain (ms)", "gain (%)", "status"], rows))
+        L.append(table(["rank", "kind", "change", "step (s)", "gain (ms)", "gain (%)", "J/token (facility)",
+                        "status"], rows))
     L += ["", "  ENERGY (whole job, one step)"]
     rows = [["arithmetic", e.flop_j / 1e3]] + [[f"data @ {k}", v / 1e3] for k, v in e.bytes_j.items() if v > 0]
     rows += [["static (idle power x time)", e.static_j / 1e3], ["total", e.total_j / 1e3]]

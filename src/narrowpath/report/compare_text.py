@@ -37,10 +37,27 @@ def significant(d) -> bool:
     return ref > 0 and abs(d.delta) > SHOWN_CHANGE * ref and math.isfinite(d.delta)
 
 
+def band_line(label: str, pj: dict) -> str:
+    """`A: step 18.79 s (band 17 – 21 s, 80 %; outside the validated regime: …)` from a predict --json."""
+    extra = []
+    band = pj.get("band")
+    if isinstance(band, dict) and band.get("low_s") is not None and band.get("high_s") is not None:
+        level = band.get("level")
+        extra.append(f"band {band['low_s']:.4g} – {band['high_s']:.4g} s"
+                     + (f", {level:.0%}" if isinstance(level, (int, float)) else ""))
+    v = pj.get("validated")
+    if isinstance(v, dict):
+        extra.append(("inside" if v.get("inside") else "OUTSIDE") + " the validated regime"
+                     + (f": {v['reason']}" if v.get("reason") else ""))
+    return f"  {label}: step {pj['step_time_s']:.4g} s" + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def format_comparison(c: Comparison) -> str:
     sa, sb = c.a.prediction.scenario, c.b.prediction.scenario
     lines = [f"narrowpath compare — A: {sa.name} ({sa.num_gpus} x {sa.system.device.name})   "
-             f"B: {sb.name} ({sb.num_gpus} x {sb.system.device.name})", "", "  WHAT CHANGED AND WHY"]
+             f"B: {sb.name} ({sb.num_gpus} x {sb.system.device.name})",
+             band_line("A", prediction_to_json(c.a.prediction)), band_line("B", prediction_to_json(c.b.prediction)),
+             "", "  WHAT CHANGED AND WHY"]
     lines += [f"  - {s}" for s in c.sentences]
     rows = [[d.account, d.item, value_text(d.a, d.unit), value_text(d.b, d.unit),
              "-" if d.delta is None else value_text(d.delta, d.unit) if d.unit else f"{d.delta * 100:+.2f} pt"]

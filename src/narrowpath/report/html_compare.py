@@ -16,10 +16,14 @@ def _side(label: str, an, pj: dict) -> str:
     p = an.prediction
     s = p.scenario
     band = band_text(pj)
+    v = pj.get("validated")
+    regime = "" if not isinstance(v, dict) else para(
+        ("Inside" if v.get("inside") else "OUTSIDE") + " the validated regime"
+        + (f": {v['reason']}" if v.get("reason") else "") + ".", "" if v.get("inside") else "warn")
     return (f"<h3>{esc(label)}: {esc(s.name)}</h3>"
             + para(f"{s.model.name} on {s.num_gpus:,} × {s.system.device.name} ({s.system.name}); step "
                    f"{p.step_time_s:.4g} s" + (f" (band {band})" if band else "") + f"; {p.tokens_per_s:,.0f} tokens/s",
-                   "sub")
+                   "sub") + regime
             + figures(stacked_hbar(f"{label}: step {p.step_time_s:.4g} s",
                                    [(LABELS[k], p.breakdown_s[k]) for k in BREAKDOWN_KEYS], "s")))
 

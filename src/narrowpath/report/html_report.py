@@ -66,14 +66,19 @@ def verdict_section(a: Analysis) -> str:
                      w.description + (f" [repaired: {'; '.join(w.repairs)}]" if w.repairs else ""),
                      "-" if w.step_s is None else f"{w.step_s:.4g}", "-" if w.step_s is None else ms(w.gain_s),
                      "-" if w.step_s is None else pct(w.gain_fraction),
-                     w.status if w.status in ("faster", "no gain", "slower") else w.skipped])
+                     "-" if w.energy_per_token_j is None else f"{w.energy_per_token_j:.3g}",
+                     w.skipped if w.skipped.startswith("no gain:") or w.status not in ("faster", "no gain", "slower")
+                     else w.status])
         classes.append("" if w.status == "faster" else "dim")
-    wt = table(["rank", "kind", "change", "step (s)", "gain (ms)", "gain (%)", "status"], rows, text_cols=(2, 6),
-               row_classes=classes) if rows else para("What-ifs were not run (--no-what-ifs).", "note")
+    base_e = {e.level: e for e in a.energy.levels}.get("facility")
+    note = (f" J/token: facility-level energy per token of the changed scenario (this one: "
+            f"{base_e.per_token_j:.3g} J with its checkpoint writes).") if base_e else ""
+    wt = table(["rank", "kind", "change", "step (s)", "gain (ms)", "gain (%)", "J/token", "status"], rows,
+               text_cols=(2, 7), row_classes=classes) if rows else para("What-ifs were not run (--no-what-ifs).", "note")
     return section("verdict", "Verdict and what-ifs", f'<div class="verdict">{esc(v.sentence)}</div>',
                    para("Each change is a re-prediction of a changed copy of the scenario; only changes that make "
                         "the step faster are ranked. Plan changes that break a divisibility rule are repaired to the "
-                        "nearest valid plan, and the repair is named.", "note"), wt)
+                        "nearest valid plan, and the repair is named." + note, "note"), wt)
 
 
 def _evidence_cases(a: Analysis, pj: dict) -> tuple[list, str]:
