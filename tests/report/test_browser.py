@@ -5,6 +5,7 @@ box); screenshots are not blank; the key numbers are in the rendered text; every
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -63,6 +64,19 @@ def test_full_page_screenshot_of_the_default_report(browser, reports, viewport, 
         _not_blank(img)
         band = img[: img.shape[0] // 2]  # the charts of the top half
         _not_blank(band)
+    finally:
+        page.close()
+
+
+def test_the_default_report_prints(browser, reports):
+    """Printing (Chromium's print to PDF, A4) gives a multi-page PDF without a console error."""
+    import base64
+    a, path = reports["llama3-70b-h100-256"]
+    page = _load(browser, path, "desktop")
+    try:
+        pdf = base64.b64decode(page.cmd("Page.printToPDF", {"paperWidth": 8.27, "paperHeight": 11.69})["data"])
+        assert pdf[:5] == b"%PDF-" and len(re.findall(rb"/Type\s*/Page\b", pdf)) >= 3
+        assert page.console_errors() == []
     finally:
         page.close()
 
