@@ -5,7 +5,7 @@ from pathlib import Path
 
 from narrowpath.analysis.compare import Comparison
 from narrowpath.report.compare_text import significant, value_text
-from narrowpath.report.html import esc, figures, kpis, page, para, section, table
+from narrowpath.report.html import esc, kpis, page, para, section, table
 from narrowpath.report.html_report import band_text
 from narrowpath.report.prediction import LABELS, prediction_to_json
 from narrowpath.report.svg import stacked_hbar
@@ -24,8 +24,8 @@ def _side(label: str, an, pj: dict) -> str:
             + para(f"{s.model.name} on {s.num_gpus:,} × {s.system.device.name} ({s.system.name}); step "
                    f"{p.step_time_s:.4g} s" + (f" (band {band})" if band else "") + f"; {p.tokens_per_s:,.0f} tokens/s",
                    "sub") + regime
-            + figures(stacked_hbar(f"{label}: step {p.step_time_s:.4g} s",
-                                   [(LABELS[k], p.breakdown_s[k]) for k in BREAKDOWN_KEYS], "s")))
+            + stacked_hbar(f"{label}: step {p.step_time_s:.4g} s",
+                           [(LABELS[k], p.breakdown_s[k]) for k in BREAKDOWN_KEYS], "s"))
 
 
 def compare_html(c: Comparison) -> str:
@@ -38,7 +38,8 @@ def compare_html(c: Comparison) -> str:
                     (f"{pb.tokens_per_s / pa.tokens_per_s:.3g}×", "B / A tokens per second")]))
     why = section("why", "What changed and why", "<ol>" + "".join(f"<li>{esc(s)}</li>" for s in c.sentences)
                   + "</ol>")
-    sides = section("sides", "Side by side", _side("A", c.a, ja), _side("B", c.b, jb))
+    sides = section("sides", "Side by side", f'<div class="figs"><div>{_side("A", c.a, ja)}</div>'
+                                             f'<div>{_side("B", c.b, jb)}</div></div>')
     rows, classes = [], []
     for x in c.deltas:
         rows.append([x.account, x.item, value_text(x.a, x.unit), value_text(x.b, x.unit),
@@ -48,7 +49,7 @@ def compare_html(c: Comparison) -> str:
     deltas = section("deltas", "Every account and budget", para(
         "B − A for every number; greyed rows move by less than 0.1 %. The last column is where the value is read: "
         "the side's `predict --json` or `analyze --json`.", "note"),
-        table(["account", "item", "A", "B", "B − A", "from"], rows, row_classes=classes, text_cols=(5,)))
+        table(["account", "item", "A", "B", "B − A", "from"], rows, row_classes=classes, text_cols=(1, 5)))
     return page(f"narrowpath compare — {pa.scenario.name} vs {pb.scenario.name}", head + why + sides + deltas)
 
 

@@ -169,7 +169,7 @@ def stacked_hbar(title: str, segments: Sequence[tuple[str, float]], unit: str, w
     total = sum(v for _, v in segments if v > 0) or 1.0
     left, bar_h, top = 8.0, 26.0, 26.0
     pw = width - 2 * left
-    height = top + bar_h + 12 + len(segments) * 17 + 6
+    height = top + bar_h + 12 + len(segments) * 20 + 6
     out = [svg_open(width, height, title), text(left, 16, title, size=13, cls="ct")]
     x = left
     for i, (label, v) in enumerate(segments):
@@ -181,9 +181,9 @@ def stacked_hbar(title: str, segments: Sequence[tuple[str, float]], unit: str, w
         x += w
     for i, (label, v) in enumerate(segments):
         cx = left
-        cy = top + bar_h + 22 + i * 17
-        out.append(f'<rect x="{_f(cx)}" y="{_f(cy - 9)}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>')
-        out.append(text(cx + 14, cy, f"{label}: {fmt_num(v)} {unit} ({v / total:.1%})", size=11))
+        cy = top + bar_h + 24 + i * 20
+        out.append(f'<rect x="{_f(cx)}" y="{_f(cy - 11)}" width="12" height="12" fill="{PALETTE[i % len(PALETTE)]}"/>')
+        out.append(text(cx + 17, cy, f"{label}: {fmt_num(v)} {unit} ({v / total:.1%})", size=14))
     out.append("</svg>")
     return "".join(out)
 
