@@ -191,6 +191,12 @@ def comm_sentences(a: Analysis, b: Analysis, key: str) -> list[str]:
             cause = ("overlap",)
         groups.setdefault(cause, []).append((x, y, d))
     out = []
+    if ("appear",) in groups and ("disappear",) in groups:  # one pattern set replaced by another (e.g. SP off)
+        gone, new = groups.pop(("disappear",)), groups.pop(("appear",))
+        rows_a, rows_b = [i[0] for i in gone], [i[1] for i in new]
+        d = sum(i[2] for i in gone + new)
+        out.append(f"{rows_a[0].name.split('.')[0].upper()} {_ops(rows_a)} in A are replaced by {_ops(rows_b)} in B: "
+                   f"{_signed(d)} exposed.")
     for cause, items in groups.items():
         d = sum(i[2] for i in items)
         rows = [i[1] or i[0] for i in items]
