@@ -13,7 +13,7 @@ from pathlib import Path
 
 from narrowpath.analysis import analyze
 from narrowpath.catalog import load_scenario, scenario_ids
-from narrowpath.report.html_report import report_html
+from narrowpath.report.html_report import report_html, shipped_cases
 
 
 def end_to_end(argv: list[str], repeats: int = 3) -> float:
@@ -26,6 +26,9 @@ def end_to_end(argv: list[str], repeats: int = 3) -> float:
 
 
 def main() -> int:
+    t0 = time.perf_counter()
+    n = len(shipped_cases())
+    print(f"read the shipped validation corpora ({n} cases, once per process)  {time.perf_counter() - t0:6.2f} s")
     for sid in scenario_ids():
         a = analyze(load_scenario(sid))
         t0 = time.perf_counter()

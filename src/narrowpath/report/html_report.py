@@ -7,6 +7,7 @@ JSON outputs do not also show.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from narrowpath.analysis import Analysis
@@ -81,11 +82,18 @@ def verdict_section(a: Analysis) -> str:
                         "nearest valid plan, and the repair is named." + note, "note"), wt)
 
 
+@lru_cache(maxsize=1)
+def shipped_cases() -> tuple:
+    """Every buildable case of the shipped training corpora, read once per process (reading them is most of a
+    report's time)."""
+    return tuple(c for c in load_corpus(None) if c.scenario is not None and c.measured_step_time_s)
+
+
 def _evidence_cases(a: Analysis, pj: dict) -> tuple[list, str]:
     """Shipped validation cases behind this prediction: the model's nearest ones when it names them, else the
     cases on the same device."""
     try:
-        cases = [c for c in load_corpus(None) if c.scenario is not None and c.measured_step_time_s]
+        cases = list(shipped_cases())
     except NarrowpathError as exc:
         return [], f"the shipped validation corpus could not be read: {exc}"
     nearest = (pj.get("validated") or {}).get("nearest") or []
