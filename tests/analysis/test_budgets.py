@@ -64,7 +64,8 @@ def test_sync_budget(default_analysis):
     assert s.bubble_s == pytest.approx(p.breakdown_s["bubble"])
     assert 0 < s.goodput < 1
     f = s.failures
-    assert f.write_s == pytest.approx(f.checkpoint_bytes / f.write_bw_bytes_per_s)
+    c = s.checkpoint
+    assert f.write_s == pytest.approx(c.serialise_s + f.checkpoint_bytes / f.write_bw_bytes_per_s)
 
 
 def test_communication_budget(default_analysis):
@@ -113,7 +114,8 @@ def test_failure_budget_of_the_default_scenario(default_analysis):
     assert f.interruptions_per_day == pytest.approx(n * rate * 24)
     assert f.daly_interval_s == pytest.approx(F.daly_interval_s(f.write_s, f.mtbf_s))
     assert f.young_interval_s == pytest.approx(math.sqrt(2 * f.write_s * f.mtbf_s))
-    assert f.goodput == pytest.approx(1 - F.waste_fraction(f.daly_interval_s, f.write_s, f.mtbf_s, a.options.restart_s))
+    assert f.goodput == pytest.approx(1 - F.waste_fraction(f.daly_interval_s, f.write_s, f.mtbf_s,
+                                                           a.options.restart_s + f.restore_s))
 
 
 def test_lstm_cliff_points_are_model_runs(lstm_analysis):

@@ -38,11 +38,26 @@ def test_ledger_hbm_is_the_workload_bytes(any_analysis):
 
 
 def test_ledger_network_modelled_time_matches_transfers(any_analysis):
+    """The network tiers' modelled time is every transfer's time split over the tiers its bytes cross in proportion
+    to bytes / line rate (recomputed here from the tier bytes); the tiers add up to the transfers' total, and a
+    tier that carries bytes is charged time."""
+    from narrowpath.analysis.traffic import row_tier_bytes
     a = any_analysis
+    scn = a.prediction.scenario
     rows = {r.level: r for r in a.data_movement}
     assert tuple(rows) == LEVELS
+    want = {"scale_up": 0.0, "scale_out": 0.0}
+    for t in a.prediction.transfers:
+        need = {k: b / scn.system.tier(k).bw_bytes_per_s_per_gpu for k, b in row_tier_bytes(scn, t).items()}
+        for k, v in need.items():
+            want[k] += t.total_s * v / sum(need.values())
+        if not need and t.tier in want:
+            want[t.tier] += t.total_s
     for tier in ("scale_up", "scale_out"):
-        assert rows[tier].modelled_s == pytest.approx(sum(t.total_s for t in a.prediction.transfers if t.tier == tier))
+        assert rows[tier].modelled_s == pytest.approx(want[tier], rel=1e-9, abs=1e-15)
+        assert (rows[tier].modelled_s > 0) == (rows[tier].bytes_per_step > 0) or not rows[tier].bytes_per_step
+    on_network = sum(t.total_s for t in a.prediction.transfers if t.tier in want)
+    assert rows["scale_up"].modelled_s + rows["scale_out"].modelled_s == pytest.approx(on_network, rel=1e-9)
 
 
 def test_compute_ops_sum_to_the_stage_compute(any_analysis):

@@ -99,9 +99,12 @@ def test_dimensionless_fields_are_fractions(any_analysis):
     for r in doc["data_movement"]["levels"]:
         assert r["share_of_step"] >= 0
     for s in doc["scaling"]:
+        if s["step_s"] is None:  # a size with no valid plan is listed with the reason
+            assert s["note"].startswith("no valid plan") and s["efficiency"] is None
+            continue
         assert 0 < s["efficiency"] < 2 and 0 <= s["communication_share"] <= 1
     for t in doc["topology"]["tiers"]:
-        assert 0 <= t["utilisation"] and 0 <= t["busy_fraction"] <= 1.0 + 1e-9
+        assert 0 <= t["utilisation"] <= 1 and 0 <= t["busy_fraction"] <= 1
 
 
 @pytest.mark.parametrize("name", ["gnmt-lstm-a100-8", "gpt3-175b-a100-1024"])

@@ -50,13 +50,17 @@ def test_inventory_and_breakdown_agree_with_predict(both):
 
 
 def test_ledger_network_time_agrees_with_predict(both):
-    """The ledger's modelled time on scale_up / scale_out is the predict transfer time bottlenecked on that tier;
-    each level's share of the step is its time at bandwidth over predict's step time."""
+    """The ledger's modelled time on scale_up + scale_out is the predict transfer time on the network (each
+    transfer split over the tiers it crosses); a tier that carries bytes is charged time; each level's share of
+    the step is its time at bandwidth over predict's step time."""
     pred, ana = both
     levels = {r["level"]: r for r in ana["data_movement"]["levels"]}
+    expect = sum(t["total_s"] for t in pred["transfers"] if t["tier"] in ("scale_up", "scale_out"))
+    got = levels["scale_up"]["modelled_s"] + levels["scale_out"]["modelled_s"]
+    assert got == pytest.approx(expect, rel=1e-9, abs=1e-15)
     for tier in ("scale_up", "scale_out"):
-        expect = sum(t["total_s"] for t in pred["transfers"] if t["tier"] == tier)
-        assert levels[tier]["modelled_s"] == pytest.approx(expect, rel=1e-9, abs=1e-15)
+        if levels[tier]["bytes_per_step"] > 0:
+            assert levels[tier]["modelled_s"] > 0
     for r in levels.values():
         if r["bw_bytes_per_s"]:
             assert r["time_at_bw_s"] == pytest.approx(r["bytes_per_step"] / r["bw_bytes_per_s"])

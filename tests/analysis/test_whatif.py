@@ -52,58 +52,101 @@ def test_skipped_when_it_does_not_fit():
     assert predict(w.scenario).memory.fits is False
 
 
+def _valid(scn, **kw):
+    """The plan with `kw`, dp following the GPU count, and — written here independently of analysis.repair — the
+    virtual stages lowered, then the micro-batch halved, until the spec accepts it (the repair order)."""
+    from narrowpath.errors import NarrowpathError
+    p = dataclasses.replace(scn.plan, **{k: v for k, v in kw.items() if k in ("placement",)})
+    fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+    fields.update(kw)
+    if "dp" not in kw:
+        fields["dp"] = scn.num_gpus // (fields["tp"] * fields["pp"] * fields["cp"])
+    fields["sequence_parallel"] = fields["sequence_parallel"] and fields["tp"] > 1
+    if fields["pp"] == 1:
+        fields["vpp"] = 1
+    vpps = [fields["vpp"]] if "vpp" in kw else range(min(fields["vpp"], scn.model.layers // fields["pp"]) or 1, 0, -1)
+    mbss = [fields["mbs"]] if "mbs" in kw else [fields["mbs"] >> i for i in range(fields["mbs"].bit_length())]
+    for mbs in mbss:
+        for vpp in vpps:
+            try:
+                q = type(p)(**{**fields, "vpp": vpp, "mbs": mbs})
+                return dataclasses.replace(scn, plan=q, num_gpus=q.num_gpus)  # the Scenario checks consistency
+            except NarrowpathError:
+                continue
+    raise AssertionError(f"no valid plan for {kw}")
+
+
 def _by_hand(scn, change: str):
     """The changed scenario for a what-if id, built here without the analysis code (independent reference)."""
+    from narrowpath.catalog import system as catalog_system
     p = scn.plan
 
     def plan(**kw):
         q = dataclasses.replace(p, **kw)
         return dataclasses.replace(scn, plan=q, num_gpus=q.num_gpus)
 
-    def tier(name):
-        tiers = tuple(dataclasses.replace(t, in_network_reduction=True) if t.name == name else t
-                      for t in scn.system.tiers)
+    def tier(name, **kw):
+        tiers = tuple(dataclasses.replace(t, **kw) if t.name == name else t for t in scn.system.tiers)
         return dataclasses.replace(scn, system=dataclasses.replace(scn.system, tiers=tiers))
 
     dom = scn.system.scale_up_domain
+    nxt = {"A100-SXM4-80GB": "dgx-h100", "H100-SXM5-80GB": "dgx-b200", "H200-SXM-141GB": "dgx-b200",
+           "B200": "dgx-b300", "GB200": "gb300-nvl72"}
     table = {
-        "raise_mbs": lambda: plan(mbs=2 * p.mbs),
-        "interleave_pipeline": lambda: plan(vpp=2 * p.vpp),
+        "raise_mbs": lambda: _valid(scn, mbs=2 * p.mbs),
+        "interleave_pipeline": lambda: _valid(scn, vpp=min(2 * p.vpp, scn.model.layers // p.pp)),
         "dp_overlap": lambda: plan(dp_overlap=True),
         "tp_comm_overlap": lambda: plan(tp_comm_overlap=True),
         "sequence_parallel": lambda: plan(sequence_parallel=True),
-        "in_network_reduction_scale_up": lambda: tier("scale_up"),
-        "in_network_reduction_scale_out": lambda: tier("scale_out"),
+        "in_network_reduction_scale_up": lambda: tier("scale_up", in_network_reduction=True),
+        "in_network_reduction_scale_out": lambda: tier("scale_out", in_network_reduction=True),
+        "nic_x2": lambda: tier("scale_out", bw_bytes_per_s_per_gpu=2 * scn.system.tier("scale_out")
+                               .bw_bytes_per_s_per_gpu),
+        "non_blocking_fabric": lambda: tier("scale_out", oversubscription=1.0),
+        "nvlink_72": lambda: tier("scale_up", domain_size=72),
+        "next_generation": lambda: dataclasses.replace(scn, system=catalog_system(nxt[scn.system.device.name]),
+                                                       calibration=None),
+        "flash_attention": lambda: plan(attention="flash"),
+        "ep_overlap": lambda: plan(ep_overlap=True),
+        "power_cap": lambda: dataclasses.replace(scn, system=dataclasses.replace(
+            scn.system, power_limit_w=0.8 * scn.system.device.tdp_w)),
+        "fp8": lambda: plan(precision="fp8"),
         "recompute_none": lambda: plan(recompute="none"),
         "recompute_selective": lambda: plan(recompute="selective"),
         "recompute_full": lambda: plan(recompute="full"),
         "zero1": lambda: plan(zero_stage=1),
-        "halve_tp": lambda: plan(tp=p.tp // 2, dp=2 * p.dp, sequence_parallel=p.sequence_parallel and p.tp > 2),
-        "halve_pp": lambda: plan(pp=p.pp // 2, dp=2 * p.dp, vpp=p.vpp if p.pp // 2 > 1 else 1),
+        "halve_tp": lambda: _valid(scn, tp=p.tp // 2),
+        "halve_pp": lambda: _valid(scn, pp=p.pp // 2),
     }
     for ax in ("tp", "cp", "ep"):
         order = (ax,) + tuple(a for a in p.placement if a != ax)
         table[f"{ax}_in_scale_up"] = (lambda o=order: plan(placement=o)) if getattr(p, ax) <= dom else \
-            (lambda: plan(tp=dom, dp=p.dp * p.tp // dom))
+            (lambda: _valid(scn, tp=dom))
     return table[change]()
 
 
 def test_every_gain_recomputed_by_hand(any_analysis):
     """Every what-if's step time equals predict() of the changed scenario built by hand; its gain is base − that;
-    the changed scenario differs from the base (a real re-run of a changed plan)."""
+    the changed scenario differs from the base (a real re-run of a changed plan). A new device brings its own
+    calibration profile; persistent kernels (no core-model knob) re-price the base step (analysis.persistence)."""
+    from narrowpath.analysis.persistence import persistent_step_s
     a = any_analysis
     base = a.prediction
     for w in a.verdict.what_ifs:
         if w.step_s is None:
-            assert w.skipped.startswith("invalid")
+            assert w.status in ("invalid", "not applicable") and w.skipped.startswith(w.status), w.change
+            continue
+        if w.change == "persistent_rnn":
+            assert w.scenario is None and w.step_s == pytest.approx(persistent_step_s(base), rel=1e-12)
             continue
         scn = _by_hand(base.scenario, w.change)
         assert (scn.plan, scn.system) != (base.scenario.plan, base.scenario.system), w.change
-        again = predict(scn, base.calibration)
+        again = predict(scn, None if w.change == "next_generation" else base.calibration)
         assert w.step_s == pytest.approx(again.step_time_s, rel=1e-12), w.change
         assert w.gain_s == pytest.approx(base.step_time_s - again.step_time_s, rel=1e-9, abs=1e-12), w.change
         assert w.fits == again.memory.fits
-        assert bool(w.skipped) == (not again.memory.fits), w.change
+        assert (w.status == "does not fit") == (not again.memory.fits), w.change
+        assert bool(w.skipped) == (w.status != "faster"), w.change
 
 
 def test_expected_candidates_for_the_default_plan(default_analysis):
@@ -115,18 +158,20 @@ def test_expected_candidates_for_the_default_plan(default_analysis):
     expect |= {"tp_comm_overlap"} if not p.tp_comm_overlap else set()
     expect |= {"dp_overlap"} if not p.dp_overlap else set()
     expect |= {"raise_mbs"} if p.gbs % (p.dp * p.mbs * 2) == 0 else set()
+    expect |= {"nic_x2", "nvlink_72", "next_generation", "fp8"}  # hardware, fabric and software changes too
     assert expect <= got
     assert "tp_in_scale_up" not in got  # TP already inside the scale-up domain
 
 
 def test_tp_across_nodes_is_pulled_into_the_scale_up_domain(tp_across_nodes_analysis):
     """TP groups placed across nodes: flagged by the topology account, and 'place TP inside the scale-up domain'
-    is the top-ranked change with a large predicted gain."""
+    is the top-ranked plan change with a large predicted gain, named as the remedy on this hardware."""
     a = tp_across_nodes_analysis
     assert any(f.startswith("TP groups") for f in a.topology.flags)
     w = _by_change(a)["tp_in_scale_up"]
     assert not w.skipped and w.gain_fraction > 0.2
-    assert a.verdict.what_ifs[0].change == "tp_in_scale_up"
+    assert [w for w in a.verdict.what_ifs if w.kind == "plan"][0].change == "tp_in_scale_up"
+    assert "on this hardware: place TP groups inside the scale-up domain" in a.verdict.sentence
     assert "tensor-parallel" in a.verdict.sentence and "scale_out" in a.verdict.sentence
 
 

@@ -75,7 +75,7 @@ def analyze_prediction(pred: StepPrediction, opts: AnalysisOptions | None = None
         distance=build_distance(ctx, opts, ckpt_per_rank, interval_steps),
         communication=build_communication(ctx, ledger, inventory, opts.compression_ratio, opts.what_ifs),
         synchronisation=sync,
-        verdict=build_verdict(ctx, opts.what_ifs),
+        verdict=build_verdict(ctx, opts.what_ifs, opts.sram_usable_fraction),
         energy=build_energy(ctx, ledger),
     )
 

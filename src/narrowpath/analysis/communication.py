@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context
 from narrowpath.analysis.inventory import InventoryRow
-from narrowpath.analysis.ledger import LedgerRow
+from narrowpath.analysis.ledger import LedgerRow, network_seconds
 from narrowpath.analysis.verdict import tier_carries_traffic
 from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
 from narrowpath.cost.collectives import collective_time
@@ -63,9 +63,10 @@ def build_communication(ctx: Context, ledger: tuple[LedgerRow, ...], inventory: 
     pred = ctx.pred
     scn = pred.scenario
     rows = []
+    exposed_by_tier = network_seconds(ctx, exposed=True)
     for lr in ledger:
         if lr.level in ("scale_up", "scale_out", "front_end"):
-            exposed = sum(t.exposed_s for t in pred.transfers if t.tier == lr.level)
+            exposed = exposed_by_tier.get(lr.level, 0.0)
             rows.append(TierTraffic(lr.level, lr.bytes_per_step, lr.bytes_per_useful_flop, lr.modelled_s or 0.0,
                                     exposed))
     dom = max(inventory, key=lambda r: r.critical_path_s, default=None)

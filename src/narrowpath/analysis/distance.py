@@ -5,7 +5,9 @@ Accesses per step (critical stage rank; m micro-batches):
 - weights: Σ weight_bytes read by the step's ops / weight size (core workload; every GEMM re-reads its weights);
 - gradients: read + write per micro-batch (accumulation), + 1 read by the gradient sync, + 1 by the optimizer;
 - optimizer_state: read + write once (Adam);
-- activations: each micro-batch writes its activations once and backward reads them once: 2·m / in-flight;
+- activations: each micro-batch writes its activations once and backward reads them once: 2·m / in-flight; they
+  persist from a layer's forward to its backward (every layer's, every in-flight micro-batch's), so however small
+  one layer's share is, no nearer level can hold them across that interval: never "could live nearer";
 - temporaries: produced and consumed once per micro-batch: 2·m;
 - checkpoint: written once per checkpoint interval (synchronisation budget), to front-end storage.
 Working set: the part that is reused before moving on — one layer's weights (re-read by each micro-batch and,
@@ -13,6 +15,9 @@ for a recurrent layer, every time step), one layer's activations of one micro-ba
 optimizer state is streamed once per step (no reuse to capture nearer). The nearest level (`sram`, `l2`) whose
 usable capacity holds the working set is reported; a nearer home only pays when the item is re-read.
 For recurrent models, the persistent-RNN cliff (analysis.persistence) is attached.
+Sizes are those of one rank of the critical stage (by time); the prediction's memory table shows the stage most
+loaded in memory. When they differ, `stage_note` says which items differ and why (a pipeline's first stage keeps
+the most micro-batches in flight, its last stage holds the logits).
 """
 from __future__ import annotations
 
@@ -41,6 +46,34 @@ class DataItem:
 class DistanceBudget:
     items: tuple[DataItem, ...]
     persistence: PersistenceCliff | None
+    stage: int
+    """Pipeline stage whose rank the sizes describe (the critical stage by time)."""
+    memory_stage: int
+    """Stage of the prediction's memory table (the most loaded in memory)."""
+    stage_note: str
+    """Why the sizes differ from the memory table ('' when both describe the same stage)."""
+
+
+def stage_note(pred, stage: int) -> str:
+    """Which items of `stage` differ from the memory table's stage, with both values and the reason."""
+    mem_stage = pred.memory.stage
+    if stage == mem_stage:
+        return ""
+    a, b = pred.memory_by_stage[stage].items, pred.memory.items
+    diff = [k for k in ("weights", "gradients", "optimizer_state", "activations", "temporaries")
+            if abs(a.get(k, 0.0) - b.get(k, 0.0)) > 5e6]
+    if not diff:
+        return ""
+    vals = "; ".join(f"{k} {a.get(k, 0.0) / 1e9:.2f} GB here vs {b.get(k, 0.0) / 1e9:.2f} GB" for k in diff)
+    why = []
+    if "activations" in diff:
+        why.append("earlier pipeline stages keep more micro-batches in flight (1F1B warm-up)")
+    if "temporaries" in diff:
+        why.append("the last stage holds the logits for the loss")
+    if {"weights", "gradients", "optimizer_state"} & set(diff):
+        why.append("the first and last stages also hold the embedding and output layers")
+    return (f"sizes are stage {stage}'s (the critical stage by time); the memory table shows stage {mem_stage} "
+            f"(the most loaded in memory): {vals} — {', '.join(why)}")
 
 
 def _nearer(ws: float, dev, usable: float) -> str:
@@ -76,7 +109,8 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
     add("optimizer_state", mem.items.get("optimizer_state", 0.0), "hbm", 2.0, 0.0,
         "streamed once per step by Adam: no reuse to capture nearer", reused=False)
     add("activations", acts, "hbm", 2.0 * m / infl if acts else 0.0, acts / (layers * infl),
-        f"{infl:g} micro-batches in flight; written in forward, read in backward")
+        f"{infl:g} micro-batches in flight; kept from forward to backward, so no nearer level can hold them",
+        reused=False)
     add("temporaries", mem.items.get("temporaries", 0.0), "hbm", 2.0 * m, mem.items.get("temporaries", 0.0),
         "logits / gathered layers / gradient buckets")
     add("kv_cache", 0.0, "hbm", 0.0, 0.0, "training: no KV cache", reused=False)
@@ -84,4 +118,5 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
         1.0 / checkpoint_interval_steps if checkpoint_interval_steps > 0 else 0.0, 0.0,
         "written once per checkpoint interval (Daly 2006)", reused=False)
     cliff = persistence_cliff(scn, u) if scn.model.arch == "lstm" else None
-    return DistanceBudget(tuple(rows), cliff)
+    return DistanceBudget(tuple(rows), cliff, ctx.critical_stage, pred.memory.stage,
+                          stage_note(pred, ctx.critical_stage))

@@ -6,13 +6,42 @@ catalog device entry (`energy_pj_per_flop`, `energy_pj_per_byte`, `idle_w`, `tdp
 Assumptions: every GPU moves what the critical stage's rank moves (the ledger); static power is `idle_w` for the
 whole step on every GPU; element-wise work is charged through its bytes (its FLOPs are counted in the matrix
 dtype's coefficient only when it has any).
+
+Levels, each including the ones before it (catalog facility.yaml, each figure with its source):
+- gpu: the account above;
+- node: + the rest of every node (CPUs, memory, NICs, NVSwitches, fans, PSU losses) for the step;
+- cluster: + the scale-out switches of the generated fabric (leaves, spines, core; none when the job fits in one
+  scale-up domain) for the step; the front-end and storage networks are not counted;
+- facility: cluster × PUE (cooling, power conversion).
+The NIC and optics energy per byte in the GPU level's scale-out coefficient is also inside the node and switch
+power: a double count of < 0.1 % of the total for the catalog scenarios, left in rather than guessed out.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from narrowpath.analysis.context import Context
-from narrowpath.analysis.ledger import LedgerRow
+from narrowpath.analysis.context import Context, build_context
+from narrowpath.analysis.ledger import LedgerRow, build_ledger
+from narrowpath.catalog.facility import facility_for
+from narrowpath.network.fabric import fabric_for
+from narrowpath.spec.system import System
+
+ENERGY_LEVELS = ("gpu", "node", "cluster", "facility")
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyLevel:
+    level: str
+    """`gpu`, `node`, `cluster` (+ scale-out switches) or `facility` (× PUE); each includes the ones before."""
+    total_j: float
+    """Whole job, one step."""
+    per_token_j: float
+    power_w: float
+    """Average power of the whole job at this level."""
+    added: str
+    """What this level adds, with its count and figure."""
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +60,8 @@ class EnergyAccount:
     missing: tuple[str, ...]
     """Coefficients the catalog lacks (counted as 0)."""
     source: str
+    levels: tuple[EnergyLevel, ...] = ()
+    """GPU, node, cluster and facility totals (module docstring)."""
 
 
 def pj_per_flop(coeffs, dtype: str) -> float | None:
@@ -46,6 +77,43 @@ def energy_j(flop: float, pj_flop: float, bytes_by_level: dict[str, float], pj_b
     """(flop J, bytes J per level, static J) — Horowitz ISSCC 2014 decomposition."""
     return (flop * pj_flop * 1e-12, {k: b * pj_byte.get(k, 0.0) * 1e-12 for k, b in bytes_by_level.items()},
             static_w * time_s)
+
+
+def switch_count(system: System, num_gpus: int) -> int:
+    """Scale-out switches of the generated fabric (network.fabric): leaves, spines above them (k/2 uplinks per leaf
+    over the leaf oversubscription, k ports per spine; pod spines take k/2 of them), and the core of a 3-level
+    tree; 0 when the job fits in one scale-up domain (Al-Fares et al. SIGCOMM 2008 folded-Clos counts)."""
+    if num_gpus <= system.scale_up_domain:
+        return 0
+    fab = fabric_for(system, num_gpus)
+    tree = fab.fat_tree()
+    k = fab.switch_radix
+    o1, o2 = fab.oversubscription
+    leaves = tree.num_leaves
+    if tree.levels == 2:
+        return leaves + math.ceil(leaves * (k / 2) / o1 / k)
+    spines = math.ceil(leaves * (k / 2) / o1 / (k / 2))
+    return leaves + spines + math.ceil(spines * (k / 2) / o2 / k)
+
+
+def energy_levels(ctx: Context, gpu_j: float) -> tuple[EnergyLevel, ...]:
+    """GPU → node → cluster → facility energy of one step (module docstring)."""
+    pred = ctx.pred
+    system, n, step = pred.scenario.system, ctx.num_gpus, pred.step_time_s
+    fac = facility_for(system)
+    tokens = pred.workload.tokens_per_step
+    nodes = -(-n // system.gpus_per_node)
+    switches = switch_count(system, n)
+    node_j = gpu_j + fac.node_non_gpu_w * nodes * step
+    cluster_j = node_j + fac.switch_w * switches * step
+    rows = [("gpu", gpu_j, f"{n} GPUs", pred.scenario.system.device.sources.get("energy", "catalog devices.yaml")),
+            ("node", node_j, f"{nodes} nodes x {fac.node_non_gpu_w:,.0f} W besides the GPUs",
+             fac.sources.get("node_non_gpu_w", "")),
+            ("cluster", cluster_j, f"{switches} scale-out switches x {fac.switch_w:,.0f} W",
+             fac.sources.get("switch_w", "")),
+            ("facility", cluster_j * fac.pue, f"PUE {fac.pue:g}", fac.sources.get("pue", ""))]
+    return tuple(EnergyLevel(lv, j, j / tokens, j / step, added, f"{src} [{fac.basis}]" if lv != "gpu" else src)
+                 for lv, j, added, src in rows)
 
 
 def build_energy(ctx: Context, ledger: tuple[LedgerRow, ...]) -> EnergyAccount:
@@ -75,4 +143,11 @@ def build_energy(ctx: Context, ledger: tuple[LedgerRow, ...]) -> EnergyAccount:
     total = fj + sum(bj.values()) + sj
     return EnergyAccount(fj, bj, sj, total, total / pred.workload.tokens_per_step,
                          total / (n * pred.step_time_s), dev.tdp_w, eff, tuple(dict.fromkeys(missing)),
-                         dev.sources.get("energy", "catalog devices.yaml"))
+                         dev.sources.get("energy", "catalog devices.yaml"), energy_levels(ctx, total))
+
+
+def facility_energy_per_token_j(pred) -> float:
+    """Facility-level energy per token of a prediction, from its ledger without the amortised checkpoint (what a
+    what-if row shows; the analysis's own energy account adds the checkpoint's front-end bytes)."""
+    ctx = build_context(pred)
+    return build_energy(ctx, build_ledger(ctx)).levels[-1].per_token_j

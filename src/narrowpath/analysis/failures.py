@@ -4,7 +4,7 @@ Young, 'A first order approximation to the optimum checkpoint interval', CACM 17
 Daly, 'A higher order estimate of the optimum checkpoint interval for restart dumps', FGCS 22(3) 2006, eq. 37:
 τ = √(2δM)·[1 + ⅓√(δ/2M) + (1/9)(δ/2M)] − δ for δ < 2M, else τ = M.
 Waste fraction (Daly 2006 first-order form): δ/τ (writing) + (τ + δ)/(2M) (rework after a failure, half an
-interval on average) + R/M (restart). Goodput = 1 − waste.
+interval on average) + R/M (restart: detect and reschedule, then restore the checkpoint). Goodput = 1 − waste.
 """
 from __future__ import annotations
 
@@ -43,7 +43,11 @@ class FailureBudget:
     checkpoint_bytes: float
     """Whole job: 16-bit weights + fp32 master weights and two Adam moments."""
     write_bw_bytes_per_s: float
+    """Bandwidth the checkpoint transfer gets (storage shared by all writers, front-end network)."""
     write_s: float
+    """δ: serialisation + transfer (analysis.checkpoint)."""
+    restore_s: float
+    """Reading the checkpoint back after a failure (part of the restart R)."""
     mtbf_s: float
     interruptions_per_day: float
     young_interval_s: float
@@ -52,12 +56,12 @@ class FailureBudget:
     goodput: float
 
 
-def failure_budget(num_gpus: int, checkpoint_bytes: float, write_bw_bytes_per_s: float,
-                   failures_per_gpu_hour: float, restart_s: float) -> FailureBudget:
-    write = checkpoint_bytes / write_bw_bytes_per_s if write_bw_bytes_per_s > 0 else math.inf
+def failure_budget(num_gpus: int, checkpoint_bytes: float, write_bw_bytes_per_s: float, write_s: float,
+                   restore_s: float, failures_per_gpu_hour: float, restart_s: float) -> FailureBudget:
+    """`restart_s` is detection and rescheduling; the restart R of the waste adds `restore_s` to it."""
     mtbf = job_mtbf_s(num_gpus, failures_per_gpu_hour)
-    young = young_interval_s(write, mtbf) if not math.isinf(mtbf) else math.inf
-    daly = daly_interval_s(write, mtbf) if not math.isinf(mtbf) else math.inf
-    waste = waste_fraction(daly, write, mtbf, restart_s)
-    return FailureBudget(checkpoint_bytes, write_bw_bytes_per_s, write, mtbf, 86400.0 / mtbf, young, daly, waste,
-                         1.0 - waste)
+    young = young_interval_s(write_s, mtbf) if not math.isinf(mtbf) else math.inf
+    daly = daly_interval_s(write_s, mtbf) if not math.isinf(mtbf) else math.inf
+    waste = waste_fraction(daly, write_s, mtbf, restart_s + restore_s)
+    return FailureBudget(checkpoint_bytes, write_bw_bytes_per_s, write_s, restore_s, mtbf, 86400.0 / mtbf, young,
+                         daly, waste, 1.0 - waste)

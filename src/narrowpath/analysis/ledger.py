@@ -10,7 +10,9 @@ critical stage) per training step.
   L2 traffic is at least the HBM traffic. Element-wise kernels pass their
   HBM bytes once through both.
 - host: no offload is modelled, so 0.
-- scale_up, scale_out: bytes each rank sends (analysis.traffic) over every transfer of the step.
+- scale_up, scale_out: bytes each rank sends (analysis.traffic) over every transfer of the step; "modelled" is
+  the core model's time of every transfer split over the tiers its bytes cross (analysis.traffic.tier_seconds),
+  so a tier that carries bytes is never charged 0 s and the tiers add up to the transfers' time.
 - front_end: input token ids and labels (2 × 4 bytes per token) plus the checkpoint written, amortised per step.
 Useful FLOP convention: the core model's model FLOPs (3 × forward matrix + attention FLOPs, no recompute)
 divided by the GPU count. "Time at bandwidth" is bytes / peak bandwidth of the level (a floor); "modelled"
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context
-from narrowpath.analysis.traffic import tier_bytes_per_rank
+from narrowpath.analysis.traffic import NETWORK_TIERS, row_tier_bytes, tier_seconds
 
 LEVELS = ("sram", "l2", "hbm", "host", "scale_up", "scale_out", "front_end")
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
@@ -59,11 +61,19 @@ def op_level_bytes(op, level: str) -> float:
 
 def network_bytes(ctx: Context) -> dict[str, float]:
     """Bytes per step one rank sends on scale_up and scale_out, summed over the prediction's transfers."""
-    out = {"scale_up": 0.0, "scale_out": 0.0}
+    out = dict.fromkeys(NETWORK_TIERS, 0.0)
     for t in ctx.pred.transfers:
-        span = ctx.spans.get(t.axis) if t.axis in ctx.spans and t.axis != "pp" else None
-        for tier, b in tier_bytes_per_rank(t.op, t.message_bytes, span, t.tier).items():
-            out[tier] += b * t.count
+        for tier, b in row_tier_bytes(ctx.pred.scenario, t).items():
+            out[tier] += b
+    return out
+
+
+def network_seconds(ctx: Context, exposed: bool = False) -> dict[str, float]:
+    """Core-model transfer time (or its exposed part) per step charged to each network tier (tier_seconds)."""
+    out = dict.fromkeys(NETWORK_TIERS, 0.0)
+    for t in ctx.pred.transfers:
+        for tier, s in tier_seconds(ctx.pred.scenario, t, t.exposed_s if exposed else None).items():
+            out[tier] += s
     return out
 
 
@@ -83,9 +93,9 @@ def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[
     host_bw = system.host_bw_bytes_per_s_per_gpu or (dev.level("host").bw_bytes_per_s if any(
         lv.name == "host" for lv in dev.levels) else 0.0)
     by_level["host"] = (0.0, host_bw, 0.0, "no offload modelled")
-    for tier in ("scale_up", "scale_out"):
-        modelled = sum(t.total_s for t in pred.transfers if t.tier == tier)
-        by_level[tier] = (net[tier], system.tier(tier).bw_bytes_per_s_per_gpu, modelled,
+    secs = network_seconds(ctx)
+    for tier in NETWORK_TIERS:
+        by_level[tier] = (net[tier], system.tier(tier).bw_bytes_per_s_per_gpu, secs[tier],
                           "transfers of the step (analysis.traffic)")
     fe_bw = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
     tokens_per_rank = pred.workload.tokens_per_step / scn.plan.dp

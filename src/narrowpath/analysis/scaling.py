@@ -1,7 +1,10 @@
 """Account 5 — scaling: step time, efficiency, energy and interruptions as the device count grows.
 
 Strong scaling keeps the global batch fixed (the data-parallel degree grows, each replica gets fewer
-micro-batches; when a replica would get less than one micro-batch, the micro-batch shrinks to fit); weak scaling keeps the batch per replica fixed (the global batch grows with dp).
+micro-batches; when a replica would get less than one micro-batch, the micro-batch shrinks to fit); weak scaling
+keeps the batch per replica fixed (the global batch grows with dp). A point whose plan breaks a divisibility rule
+is repaired like a what-if (analysis.repair: fewer virtual stages first, then a smaller micro-batch) and says so in
+its `note`; a point no repair makes valid is still listed, with no step time and the spec's reason in `note`.
 Efficiency: strong = (T₀·N₀)/(T·N) — the same work on more devices; weak = (T₀/T) — the same work per device.
 Interruptions per day = N × per-device failure rate × 24 h (analysis.failures).
 The seed example of the issue is `communication_share`: 100 ms compute + 5 ms communication is 5 ms / 105 ms
@@ -16,7 +19,7 @@ from typing import Callable
 from narrowpath.analysis.context import build_context
 from narrowpath.analysis.energy import build_energy
 from narrowpath.analysis.ledger import build_ledger
-from narrowpath.analysis.whatif import with_plan
+from narrowpath.analysis.repair import repaired
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import StepPrediction, predict
 
@@ -39,14 +42,17 @@ class ScalingPoint:
     dp: int
     gbs: int
     mbs: int
-    step_s: float
-    efficiency: float
-    communication_share: float
+    step_s: float | None
+    """None when no valid plan exists at this size (`note` says why)."""
+    efficiency: float | None
+    communication_share: float | None
     """Exposed communication / step."""
-    energy_per_step_j: float
-    tokens_per_s: float
+    energy_per_step_j: float | None
+    tokens_per_s: float | None
     interruptions_per_day: float
     fits: bool
+    note: str = ""
+    """What was repaired to make the point valid, or why it has no valid plan ('' for the plan as scaled)."""
 
 
 def ledger_energy_j(pred: StepPrediction) -> float:
@@ -56,7 +62,7 @@ def ledger_energy_j(pred: StepPrediction) -> float:
 
 
 def _point(mode: str, pred: StepPrediction, base: StepPrediction, rate_per_gpu_hour: float,
-           energy_of: Callable[[StepPrediction], float]) -> ScalingPoint:
+           energy_of: Callable[[StepPrediction], float], note: str = "") -> ScalingPoint:
     scn = pred.scenario
     n, n0 = scn.num_gpus, base.scenario.num_gpus
     t, t0 = pred.step_time_s, base.step_time_s
@@ -64,7 +70,7 @@ def _point(mode: str, pred: StepPrediction, base: StepPrediction, rate_per_gpu_h
     comm = sum(v for k, v in pred.breakdown_s.items() if k.startswith("exposed_"))
     return ScalingPoint(mode, n, scn.plan.dp, scn.plan.gbs, scn.plan.mbs, t, eff, communication_share(t - comm, comm),
                         energy_of(pred), pred.tokens_per_s,
-                        n * rate_per_gpu_hour * 24.0, pred.memory.fits)
+                        n * rate_per_gpu_hour * 24.0, pred.memory.fits, note)
 
 
 def scaling_sweep(base: StepPrediction, factors: tuple[float, ...], rate_per_gpu_hour: float,
@@ -76,19 +82,22 @@ def scaling_sweep(base: StepPrediction, factors: tuple[float, ...], rate_per_gpu
         for f in factors:
             dp = p.dp * f
             if dp < 1 or dp != int(dp):
-                continue
+                continue  # not a device count of this plan's shape
             dp = int(dp)
+            n = scn.num_gpus // p.dp * dp
             gbs = p.gbs if mode == "strong" else p.gbs * dp // p.dp
-            mbs = p.mbs
-            if mode == "strong" and gbs % (dp * mbs) == 0 and gbs % dp == 0:
-                pass
-            elif mode == "strong" and gbs % dp == 0:
-                mbs = math.gcd(mbs, gbs // dp)  # fewer sequences per replica: shrink the micro-batch to fit
-            if gbs % (dp * mbs) or (p.gbs * dp) % p.dp:
+            mbs = math.gcd(p.mbs, gbs // dp) if mode == "strong" and gbs % dp == 0 else p.mbs
+            if dp == p.dp:
+                out.append(_point(mode, base, base, rate_per_gpu_hour, energy_of))
                 continue
             try:
-                pred = base if (dp == p.dp) else predict(with_plan(scn, dp=dp, gbs=gbs, mbs=mbs), base.calibration)
-            except NarrowpathError:
+                changed, repairs = repaired(scn, dp=dp, gbs=gbs, mbs=mbs)
+                pred = predict(changed, base.calibration)
+            except NarrowpathError as exc:
+                out.append(ScalingPoint(mode, n, dp, gbs, mbs, None, None, None, None, None,
+                                        n * rate_per_gpu_hour * 24.0, False, f"no valid plan: {exc}"))
                 continue
-            out.append(_point(mode, pred, base, rate_per_gpu_hour, energy_of))
+            note = "; ".join(([f"micro-batch {p.mbs} -> {mbs} (fewer sequences per replica)"] if mbs != p.mbs
+                              else []) + list(repairs))
+            out.append(_point(mode, pred, base, rate_per_gpu_hour, energy_of, note))
     return tuple(out)

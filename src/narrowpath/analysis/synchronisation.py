@@ -7,8 +7,8 @@
   sync point of a group of n ranks costs σ·E[max of n normals] with σ = cv·segment (analysis.jitter).
 - One node x slow: synchronous training runs at the slowest rank's pace, so compute and the bubble (idle time
   made of other stages' compute) stretch by x: Δ = x·(compute + bubble).
-- Failures: analysis.failures (Young 1974 / Daly 2006); the checkpoint goes over the front-end network, every GPU
-  writing its shard in parallel, up to what the storage sustains (AnalysisOptions.storage_cap_bytes_per_s).
+- Failures: analysis.failures (Young 1974 / Daly 2006); the checkpoint is staged through host memory and goes over
+  the front-end network to a storage system all writers share (analysis.checkpoint, catalog facility.yaml).
 """
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from narrowpath.analysis.checkpoint import CheckpointCost, checkpoint_cost
 from narrowpath.analysis.context import Context
 from narrowpath.analysis.failures import FailureBudget, failure_budget
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.jitter import expected_wait_s
 from narrowpath.analysis.options import AnalysisOptions
+from narrowpath.catalog.facility import facility_for
 from narrowpath.schedule.step import StepPrediction
-from narrowpath.workload.build import weight_bytes_per_param
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,24 +49,21 @@ class SyncBudget:
     bubble_s: float
     bubble_fraction: float
     failures: FailureBudget
+    checkpoint: CheckpointCost
     goodput: float
     """Failure goodput × step / (step + jitter wait)."""
 
 
-def checkpoint_bytes(params_total: float, precision: str) -> float:
-    """16-bit (or fp32) weights + fp32 master + two Adam moments (12 B/param; Rajbhandari et al. SC'20 §3)."""
-    extra = 8.0 if precision == "fp32" else 12.0
-    return params_total * (weight_bytes_per_param(precision) + extra)
+def checkpoint_of(pred: StepPrediction, opts: AnalysisOptions) -> CheckpointCost:
+    """Checkpoint write and restore of the job (analysis.checkpoint) on its system's facility."""
+    return checkpoint_cost(pred, facility_for(pred.scenario.system), opts.storage_bw_bytes_per_s)
 
 
 def failures_of(pred: StepPrediction, opts: AnalysisOptions) -> FailureBudget:
-    """Failure budget of the job: checkpoint over the front-end (all GPUs in parallel, capped by storage)."""
-    scn = pred.scenario
-    system = scn.system
-    fe = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
-    bw = opts.storage_bw_bytes_per_s or min(fe * scn.num_gpus, opts.storage_cap_bytes_per_s)
-    return failure_budget(scn.num_gpus, checkpoint_bytes(pred.workload.params_total, scn.plan.precision), bw,
-                          opts.failures_per_gpu_hour, opts.restart_s)
+    """Failure budget of the job with its checkpoint priced by analysis.checkpoint."""
+    c = checkpoint_of(pred, opts)
+    return failure_budget(pred.scenario.num_gpus, c.checkpoint_bytes, c.write_bw_bytes_per_s, c.write_s,
+                          c.restore_s, opts.failures_per_gpu_hour, opts.restart_s)
 
 
 def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opts: AnalysisOptions) -> SyncBudget:
@@ -87,5 +85,5 @@ def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opt
     fb = failures_of(pred, opts)
     step = pred.step_time_s
     return SyncBudget(n_sync, tuple(points), opts.jitter_cv, opts.jitter_method, seg, wait,
-                      opts.slow_node_fraction, slow_step, bubble, bubble / step, fb,
+                      opts.slow_node_fraction, slow_step, bubble, bubble / step, fb, checkpoint_of(pred, opts),
                       fb.goodput * step / (step + wait))

@@ -1,11 +1,12 @@
 """Account 4 — topology fit: which tier each parallel dimension's groups span, how busy each tier's busiest link
 is over a step, and flags for high-frequency traffic placed on a far tier.
 
-Utilisation of a tier's busiest link = bytes one GPU injects into the tier per step / (its per-GPU bandwidth ×
-step time); every rank of the critical stage injects the same, so the GPU's own link is the busiest. Above a
-leaf switch with oversubscription o, uplinks carry o times that share (scale-out only; rail-optimised fabrics
-keep same-rail traffic below the spine, so this is the worst case). `busy_fraction` is the share of the step
-the core model has the tier's transfers running.
+Utilisation of a tier's busiest link, a fraction in [0, 1]: on scale-up, the bytes one GPU injects per step /
+(its NVLink bandwidth × step time) — every rank of the critical stage injects the same, so the GPU's own ports are
+the busiest; on scale-out, the most loaded link of the generated fabric (NIC, leaf or spine trunk) with every
+group's flows laid on it (analysis.link_load), so an oversubscribed leaf counts only the bytes that really leave
+it. `busy_fraction` is the share of the step the core model has the tier's transfers running (each transfer's
+time split over the tiers it crosses, analysis.traffic.tier_seconds), capped at 1.
 High frequency = issued at least once per layer per micro-batch (tp, cp, ep and pp patterns); such traffic on
 scale_out or front_end is flagged (Narayanan et al. SC'21 §3.2: keep TP inside a server).
 """
@@ -14,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context
-from narrowpath.analysis.ledger import network_bytes
-from narrowpath.analysis.traffic import tier_bytes_per_rank
+from narrowpath.analysis.ledger import network_bytes, network_seconds
+from narrowpath.analysis.link_load import busiest_scale_out_link
+from narrowpath.analysis.traffic import row_tier_bytes
 
 HIGH_FREQUENCY_AXES = ("tp", "cp", "ep")
 FAR_TIERS = ("scale_out", "front_end")
@@ -41,8 +43,12 @@ class TierLoad:
     bytes_per_step: float
     bw_bytes_per_s: float
     utilisation: float
-    """Busiest link: bytes / (bandwidth × step), × oversubscription on scale_out."""
+    """Busiest link: its bytes / (its capacity × step), a fraction in [0, 1] (module docstring)."""
     busy_fraction: float
+    busiest_link: str
+    """Which link that is: `NVLink ports`, `NIC`, `leaf uplink`, … ('' when the tier carries nothing)."""
+    saturated: bool
+    """The busiest link would need more than the step for its bytes (utilisation is then capped at 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +70,8 @@ def build_topology(ctx: Context) -> TopologyFit:
         for t in pred.transfers:
             if t.axis != ax:
                 continue
-            sp = None if ax == "pp" else span
-            for tier, b in tier_bytes_per_rank(t.op, t.message_bytes, sp, t.tier).items():
-                by_tier[tier] = by_tier.get(tier, 0.0) + b * t.count
+            for tier, b in row_tier_bytes(pred.scenario, t).items():
+                by_tier[tier] = by_tier.get(tier, 0.0) + b
         tiers = span.tiers if ax != "pp" else tuple(dict.fromkeys(
             t.tier for t in pred.transfers if t.axis == "pp" and t.tier != "none"))
         flag = ""
@@ -76,13 +81,13 @@ def build_topology(ctx: Context) -> TopologyFit:
                     f"({by_tier.get(far[0], 0) / 1e9:.2f} GB/step per GPU) crosses {far[0]}")
         axes.append(AxisFit(ax, span.size, tiers, span.domains, span.nodes, span.groups_per_node, by_tier, flag))
     net = network_bytes(ctx)
+    secs = network_seconds(ctx)
     step = pred.step_time_s
-    loads = []
-    for tier in ("scale_up", "scale_out"):
-        tr = system.tier(tier)
-        util = net[tier] / (tr.bw_bytes_per_s_per_gpu * step)
-        if tier == "scale_out":
-            util *= tr.oversubscription
-        busy = sum(t.total_s for t in pred.transfers if t.tier == tier) / step
-        loads.append(TierLoad(tier, net[tier], tr.bw_bytes_per_s_per_gpu, util, busy))
+    up = system.tier("scale_up")
+    raw = net["scale_up"] / (up.bw_bytes_per_s_per_gpu * step)
+    loads = [TierLoad("scale_up", net["scale_up"], up.bw_bytes_per_s_per_gpu, min(1.0, raw),
+                      min(1.0, secs["scale_up"] / step), "NVLink ports" if net["scale_up"] > 0 else "", raw > 1.0)]
+    link = busiest_scale_out_link(pred)
+    loads.append(TierLoad("scale_out", net["scale_out"], system.tier("scale_out").bw_bytes_per_s_per_gpu,
+                          link.utilisation, min(1.0, secs["scale_out"] / step), link.kind, link.saturated))
     return TopologyFit(tuple(axes), tuple(loads))

@@ -4,17 +4,21 @@ Narrowest path: the largest component of the step other than matrix arithmetic i
 per axis (named with the tier it crosses), the pipeline bubble, memory-bound compute (the HBM roof, from the
 roofline bound of each op), or the optimizer — that is what a change can widen; the sentence also gives the
 share of matrix arithmetic itself (the useful work, which only a faster chip or fewer FLOPs shrink).
+
+The changes tried (analysis.remedies) are re-predicted (analysis.whatif) and ranked by gain; only those that make
+the step faster by more than the model's resolution are ranked, "no gain", slower, unfit and invalid ones follow.
+The narrowest path always gets an answer: the sentence names the best remedy tried for it, says that the remedies
+tried for it gain nothing, or says that no change among the modelled knobs targets it.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context
-from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
+from narrowpath.analysis.remedies import HIGH_FREQUENCY, candidates
+from narrowpath.analysis.whatif import STATUSES, WhatIf
 
-HIGH_FREQUENCY = ("tp", "cp", "ep")
-"""Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
+__all__ = ["HIGH_FREQUENCY", "Verdict", "build_verdict", "components", "tier_carries_traffic"]
 AXIS_LABEL = {"tp": "tensor-parallel", "cp": "context-parallel", "ep": "expert-parallel", "edp": "expert-data-parallel", "pp": "pipeline",
               "dp": "data-parallel"}
 
@@ -29,6 +33,8 @@ class Verdict:
     components_s: dict[str, float]
     what_ifs: tuple[WhatIf, ...]
     """Feasible ones ranked by gain first, then the skipped ones."""
+    remedy: str
+    """What the what-ifs say about the narrowest path (module docstring); '' when what-ifs were not run."""
 
 
 def components(ctx: Context) -> dict[str, float]:
@@ -41,7 +47,7 @@ def components(ctx: Context) -> dict[str, float]:
     return {"matrix_compute": compute - mem_part, "hbm_bound_compute": mem_part, **b}
 
 
-def _label(ctx: Context, key: str) -> str:
+def component_label(ctx: Context, key: str) -> str:
     if key.startswith("exposed_"):
         ax = key.split("_")[1]
         span = ctx.spans.get(ax)
@@ -63,55 +69,33 @@ def tier_carries_traffic(ctx: Context, tier: str) -> bool:
     return False
 
 
-def candidates(ctx: Context) -> list[tuple[str, str, object]]:
-    """(change id, description, scenario factory) of every change worth a re-run for this plan."""
-    scn = ctx.pred.scenario
-    p, system = scn.plan, scn.system
-    out: list[tuple[str, str, object]] = []
-    dom = system.scale_up_domain
-    for ax in HIGH_FREQUENCY:
-        span = ctx.spans.get(ax)
-        if span is None or not span.crosses_scale_out:
-            continue
-        if getattr(p, ax) <= dom:
-            order = (ax,) + tuple(a for a in p.placement if a != ax)
-            out.append((f"{ax}_in_scale_up", f"place {ax.upper()} groups inside the scale-up domain",
-                        lambda o=order: with_plan(scn, placement=o)))
-        elif ax == "tp":
-            out.append(("tp_in_scale_up", f"shrink TP to the scale-up domain ({dom}), raise DP",
-                        lambda: with_plan(scn, tp=dom, dp=p.dp * p.tp // dom)))
-    if p.gbs % (p.dp * p.mbs * 2) == 0:
-        out.append(("raise_mbs", f"raise the micro-batch to {2 * p.mbs}", lambda: with_plan(scn, mbs=2 * p.mbs)))
-    if p.pp > 1:
-        out.append(("interleave_pipeline", f"interleave the pipeline: vpp {p.vpp} -> {2 * p.vpp}",
-                    lambda: with_plan(scn, vpp=2 * p.vpp)))
-    if p.dp > 1 and not p.dp_overlap:
-        out.append(("dp_overlap", "overlap the gradient sync with backward", lambda: with_plan(scn, dp_overlap=True)))
-    if p.tp > 1 and not p.tp_comm_overlap:
-        out.append(("tp_comm_overlap", "overlap TP communication with the GEMMs",
-                    lambda: with_plan(scn, tp_comm_overlap=True)))
-    if p.tp > 1 and not p.sequence_parallel:
-        out.append(("sequence_parallel", "enable sequence parallelism", lambda: with_plan(scn, sequence_parallel=True)))
-    for tier in ("scale_up", "scale_out"):
-        if not system.tier(tier).in_network_reduction and tier_carries_traffic(ctx, tier):
-            out.append((f"in_network_reduction_{tier}", f"in-network reduction (SHARP) on {tier}",
-                        lambda t=tier: dataclasses.replace(scn, system=with_tier(system, t, in_network_reduction=True))))
-    for rc in ("none", "selective", "full"):
-        if rc != p.recompute:
-            out.append((f"recompute_{rc}", f"recompute {p.recompute} -> {rc}", lambda r=rc: with_plan(scn, recompute=r)))
-    if p.dp > 1 and p.zero_stage == 0:
-        out.append(("zero1", "shard the optimizer state over DP (ZeRO-1)", lambda: with_plan(scn, zero_stage=1)))
-    if p.tp >= 2:
-        out.append(("halve_tp", f"TP {p.tp} -> {p.tp // 2}, DP {p.dp} -> {2 * p.dp}",
-                    lambda: with_plan(scn, tp=p.tp // 2, dp=2 * p.dp, sequence_parallel=p.sequence_parallel and p.tp > 2)))
-    if p.pp >= 2:
-        vpp = p.vpp if p.pp // 2 > 1 else 1
-        out.append(("halve_pp", f"PP {p.pp} -> {p.pp // 2}, DP {p.dp} -> {2 * p.dp}",
-                    lambda: with_plan(scn, pp=p.pp // 2, dp=2 * p.dp, vpp=vpp)))
-    return out
+def remedy_sentence(ctx: Context, key: str, what_ifs: tuple[WhatIf, ...]) -> str:
+    """What the what-ifs tried for component `key` say (module docstring): the best change on the same hardware
+    (plan and software), and a hardware or fabric change when one does better."""
+    label = component_label(ctx, key)
+    tried = [w for w in what_ifs if key in w.targets and w.status not in ("invalid", "not applicable")]
+    best = [w for w in tried if w.status == "faster"]
+    same = [w for w in best if w.kind in ("plan", "software")]
+    other = [w for w in best if w.kind not in ("plan", "software")]
+    parts = []
+    if same:
+        w = max(same, key=lambda w: w.gain_s)
+        parts.append(f"Best remedy tried for it on this hardware: {w.description} ({w.gain_s:.3g} s faster, "
+                     f"{w.gain_fraction:.1%} of the step).")
+    if other and (not same or max(o.gain_s for o in other) > max(w.gain_s for w in same)):
+        w = max(other, key=lambda w: w.gain_s)
+        parts.append(f"{'With' if same else 'Best remedy tried for it:'} {w.description} "
+                     f"({w.gain_s:.3g} s faster, {w.gain_fraction:.1%}){' does more.' if same else '.'}")
+    if not same and not other:
+        if tried:
+            names = ", ".join(w.description for w in tried[:4])
+            parts.append(f"The remedies tried for {label} gain nothing here ({names}).")
+        else:
+            parts.append(f"No change among the knobs narrowpath models targets {label}.")
+    return " ".join(parts)
 
 
-def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
+def build_verdict(ctx: Context, run_what_ifs: bool = True, sram_usable_fraction: float = 0.75) -> Verdict:
     pred = ctx.pred
     comps = components(ctx)
     step = pred.step_time_s
@@ -119,7 +103,7 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
     mat = comps["matrix_compute"]
     if others:
         key = max(others, key=others.get)
-        sentence = (f"The narrowest path is {_label(ctx, key)}: {others[key]:.3g} s of {step:.3g} s "
+        sentence = (f"The narrowest path is {component_label(ctx, key)}: {others[key]:.3g} s of {step:.3g} s "
                     f"({others[key] / step:.0%} of the step); matrix arithmetic itself takes {mat:.3g} s "
                     f"({mat / step:.0%}).")
     else:
@@ -130,12 +114,15 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True) -> Verdict:
         sentence += (f" The plan itself does not fit: stage {mem.stage} needs {mem.total_bytes / 1e9:.1f} GB of "
                      f"{mem.capacity_bytes / 1e9:.1f} GB per GPU.")
     wis: list[WhatIf] = []
-    for c, d, f in candidates(ctx) if run_what_ifs else []:
-        w = evaluate(pred, c, d, f)
+    for c in candidates(ctx, sram_usable_fraction) if run_what_ifs else []:
+        w = c.run(ctx)
         same = [o for o in wis if o.scenario is not None and w.scenario is not None
                 and (o.scenario.plan, o.scenario.system) == (w.scenario.plan, w.scenario.system)]
         if not same:  # two descriptions of one changed plan are evaluated and listed once
             wis.append(w)
-    ranked = sorted([w for w in wis if not w.skipped], key=lambda w: -w.gain_s)
-    ranked += [w for w in wis if w.skipped]
-    return Verdict(key, comps[key], comps[key] / step, sentence, comps, tuple(ranked))
+    ranked = sorted([w for w in wis if w.status == "faster"], key=lambda w: -w.gain_s)
+    ranked += sorted([w for w in wis if w.status != "faster"], key=lambda w: (STATUSES.index(w.status), -w.gain_s))
+    remedy = remedy_sentence(ctx, key, tuple(ranked)) if run_what_ifs else ""
+    if remedy:
+        sentence += " " + remedy
+    return Verdict(key, comps[key], comps[key] / step, sentence, comps, tuple(ranked), remedy)

@@ -9,6 +9,7 @@ import json
 import sys
 
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
+from narrowpath.analysis.options import in_range
 from narrowpath.cli.common import (add_scenario_args, atomic_dir, atomic_write_text, check_output_dir,
                                    check_output_file, moved, refuse_inputs_as_outputs, scenario_from_args,
                                    scenario_inputs)
@@ -29,6 +30,13 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace JSON of one step")
+    p.add_argument("--html", metavar="FILE", help="write the analysis as one self-contained HTML page")
+    add_assumption_args(p)
+    p.set_defaults(func=run)
+
+
+def add_assumption_args(p) -> None:
+    """The analysis assumptions (shared by `analyze` and `report`)."""
     a = p.add_argument_group("analysis assumptions")
     a.add_argument("--jitter-cv", type=float, default=0.02,
                    help="per-rank compute jitter, std / segment time (0 to 1; default 0.02)")
@@ -36,8 +44,8 @@ def register(sub) -> None:
                    help="expected wait for the slowest rank: closed_form (extreme-value approximation, the "
                         "default) or sampled (seeded Monte Carlo, see --seed)")
     a.add_argument("--seed", type=int, default=0, help="seed for sampled jitter (default 0)")
-    a.add_argument("--slow-node", type=float, default=0.10,
-                   help="fraction by which one node is slow (0 to 100; default 0.1)")
+    a.add_argument("--slow-node", type=float, default=10.0, metavar="PERCENT",
+                   help="percent by which one node is slower than the others (0 to 1000; default 10)")
     a.add_argument("--compression", type=float, default=4.0,
                    help="gradient compression ratio for the what-if (>= 1; default 4)")
     a.add_argument("--failures-per-gpu-hour", type=float, default=None,
@@ -45,7 +53,6 @@ def register(sub) -> None:
                         "54 days on 16,384 H100)")
     a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false",
                    help="skip the what-if re-runs (default: run them)")
-    p.set_defaults(func=run)
 
 
 _FLAG = {"options.jitter_cv": "--jitter-cv", "options.slow_node_fraction": "--slow-node",
@@ -55,8 +62,9 @@ _FLAG = {"options.jitter_cv": "--jitter-cv", "options.slow_node_fraction": "--sl
 
 def options_from_args(args) -> AnalysisOptions:
     """The analysis options of the flags; AnalysisOptions checks the ranges, reported here under the flag names."""
+    in_range("--slow-node", args.slow_node, 0.0, 1000.0)  # percent here, a fraction in AnalysisOptions
     kw = dict(jitter_cv=args.jitter_cv, jitter_method=args.jitter_method, seed=args.seed,
-              slow_node_fraction=args.slow_node, compression_ratio=args.compression, what_ifs=args.what_ifs)
+              slow_node_fraction=args.slow_node / 100.0, compression_ratio=args.compression, what_ifs=args.what_ifs)
     if args.failures_per_gpu_hour is not None:
         kw["failures_per_gpu_hour"] = args.failures_per_gpu_hour
     try:
@@ -70,7 +78,8 @@ def check_output_paths(args) -> None:
     --timeline is one of the inputs (the scenario file, --model config.json, --profile, or a file they name)."""
     check_output_dir("--plots", args.plots)
     check_output_file("--timeline", args.timeline)
-    refuse_inputs_as_outputs({"--timeline": args.timeline}, scenario_inputs(args))
+    check_output_file("--html", args.html)
+    refuse_inputs_as_outputs({"--timeline": args.timeline, "--html": args.html}, scenario_inputs(args))
 
 
 def write_outputs(a, args) -> None:
@@ -86,6 +95,10 @@ def write_outputs(a, args) -> None:
         atomic_write_text("--timeline", args.timeline, json.dumps(doc))
         note = aggregation_note(doc)
         print(f"wrote timeline {args.timeline}" + (f" ({note})" if note else ""), file=sys.stderr)
+    if args.html:
+        from narrowpath.report.html_report import report_html
+        atomic_write_text("--html", args.html, report_html(a))
+        print(f"wrote report {args.html}", file=sys.stderr)
 
 
 def run(args) -> int:

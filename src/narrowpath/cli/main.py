@@ -29,6 +29,8 @@ SUBCOMMANDS = (
     "narrowpath.cli.probe_cmd",
     "narrowpath.cli.calibrate_cmd",
     "narrowpath.cli.search_cmd",
+    "narrowpath.cli.compare_cmd",
+    "narrowpath.cli.report_cmd",
 )
 
 

@@ -68,12 +68,14 @@ def format_accounts(a: Analysis) -> list[str]:
 
 def format_budgets(a: Analysis) -> list[str]:
     d = a.distance
-    L = ["", "  DISTANCE BUDGET (per rank of the critical stage)"]
+    L = ["", f"  DISTANCE BUDGET (per rank of stage {d.stage}, the critical stage)"]
     L.append(table(["item", "size (GB)", "lives in", "accesses/step", "moved/step (GB)", "working set (MB)",
                     "could live in", "note"],
                    [[i.item, i.bytes_per_rank / 1e9, i.level, f"{i.accesses_per_step:.3g}",
                      i.bytes_moved_per_step / 1e9, i.working_set_bytes / 1e6, i.nearer_level or "-", i.note]
                     for i in d.items]))
+    if d.stage_note:
+        L.append(f"  note: {d.stage_note}")
     if d.persistence is not None:
         c = d.persistence
         L.append(f"  persistent-RNN: FP16 layer weights fit {c.usable_fraction:.0%} of {human_bytes(c.sram_bytes)} SRAM "
@@ -98,7 +100,7 @@ def format_budgets(a: Analysis) -> list[str]:
              f"{s.segment_s * 1e3:.3f} ms)")
     L.append(f"  jitter: normal, cv {s.jitter_cv:.1%} per segment ({s.jitter_method}): expected wait for the slowest "
              f"{s.jitter_wait_s * 1e3:,.1f} ms per step")
-    L.append(f"  one node {s.slow_node_fraction:.0%} slow: step {s.slow_node_step_s:.4g} s "
+    L.append(f"  one node {s.slow_node_fraction * 100:g} % slower: step {s.slow_node_step_s:.4g} s "
              f"(+{(s.slow_node_step_s / a.prediction.step_time_s - 1) * 100:.1f} %)")
     L.append(f"  pipeline bubble: {s.bubble_s * 1e3:,.1f} ms ({_pct(s.bubble_fraction)} % of the step)")
     L.append(f"  failures: job MTBF {_h(f.mtbf_s)} h ({f.interruptions_per_day:.3f} interruptions/day); checkpoint "
@@ -112,11 +114,16 @@ def format_budgets(a: Analysis) -> list[str]:
 def format_verdict_energy(a: Analysis) -> list[str]:
     v, e = a.verdict, a.energy
     L = ["", "  VERDICT", f"  {v.sentence}"]
-    rows = [[i + 1 if not w.skipped else "-", w.description, "-" if w.step_s is None else f"{w.step_s:.4g}",
+    rows = [[i + 1 if w.status == "faster" else "-", w.kind, w.description
+             + (f" [repaired: {'; '.join(w.repairs)}]" if w.repairs else ""),
+             "-" if w.step_s is None else f"{w.step_s:.4g}",
              _ms(w.gain_s) if w.step_s is not None else "-", _pct(w.gain_fraction) if w.step_s is not None else "-",
-             w.skipped or "ok"] for i, w in enumerate(v.what_ifs)]
+             "-" if w.energy_per_token_j is None else f"{w.energy_per_token_j:.3g}",
+             w.skipped if w.skipped.startswith("no gain:") or w.status not in ("faster", "no gain", "slower")
+             else w.status] for i, w in enumerate(v.what_ifs)]
     if rows:
-        L.append(table(["rank", "change", "step (s)", "gain (ms)", "gain (%)", "status"], rows))
+        L.append(table(["rank", "kind", "change", "step (s)", "gain (ms)", "gain (%)", "J/token (facility)",
+                        "status"], rows))
     L += ["", "  ENERGY (whole job, one step)"]
     rows = [["arithmetic", e.flop_j / 1e3]] + [[f"data @ {k}", v / 1e3] for k, v in e.bytes_j.items() if v > 0]
     rows += [["static (idle power x time)", e.static_j / 1e3], ["total", e.total_j / 1e3]]

@@ -96,16 +96,48 @@ def plot_breakdown(a: Analysis, path: Path) -> Path:
     return save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
-def plot_scaling(a: Analysis, path: Path) -> Path:
-    """Step time, efficiency and communication share, energy per step and interruptions per day against the GPU
-    count; hollow markers = the plan does not fit in memory at that count."""
+def label_log_minor_ticks(ax) -> None:
+    """Minor tick labels on a log y axis that cannot collide: none when the axis spans more than about one
+    decade (the major labels say enough), else only 2× and 5× each decade, and none where a label would touch
+    another (drawn extents checked)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    import math as _m
+    lo, hi = ax.get_ylim()
+    if lo <= 0 or _m.log10(hi / lo) > 1.2:
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        return
+
+    def fmt(v, _):
+        mant = v / 10 ** _m.floor(_m.log10(v) + 1e-9)
+        return (f"{v:,.0f}" if v >= 100 else f"{v:.3g}") if round(mant, 6) in (2.0, 5.0) else ""
+    ax.yaxis.set_minor_formatter(FuncFormatter(fmt))
+
+
+def drop_colliding_labels(ax) -> None:
+    """Blank every minor y tick label whose drawn box overlaps a major label or an earlier minor label."""
+    fig = ax.figure
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    kept = [t.get_window_extent(r) for t in ax.yaxis.get_ticklabels() if t.get_text() and t.get_visible()]
+    for t in ax.yaxis.get_ticklabels(minor=True):
+        if not (t.get_text() and t.get_visible()):
+            continue
+        box = t.get_window_extent(r)
+        if any(box.overlaps(k) for k in kept):
+            t.set_visible(False)
+        else:
+            kept.append(box)
+
+
+def scaling_figure(a: Analysis):
+    """The scaling figure (see plot_scaling); separate so that its layout can be checked without a file."""
     from matplotlib.ticker import FuncFormatter
     plt = pyplot()
     fig, axs = plt.subplots(2, 2, figsize=(12, 8))
     (ax1, ax2), (ax3, ax4) = axs
     styles = {"strong": ("o", "-", "#1f77b4"), "weak": ("s", "--", "#d62728")}
     for mode, (mk, ls, c) in styles.items():
-        pts = sorted((s for s in a.scaling if s.mode == mode), key=lambda s: s.num_gpus)
+        pts = sorted((s for s in a.scaling if s.mode == mode and s.step_s is not None), key=lambda s: s.num_gpus)
         if not pts:
             continue
         n = [s.num_gpus for s in pts]
@@ -127,7 +159,7 @@ def plot_scaling(a: Analysis, path: Path) -> Path:
     ax4.plot(sorted(by_n), [by_n[k] for k in sorted(by_n)], "o-", color="black",
              label=f"N × {a.options.failures_per_gpu_hour:.3g} failures per GPU-hour × 24 h")
     fmt = FuncFormatter(lambda v, _: f"{v:,.0f}")
-    gfmt = FuncFormatter(lambda v, _: f"{v:,.3g}")
+    gfmt = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
     for ax in axs.flat:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(fmt)
@@ -138,21 +170,29 @@ def plot_scaling(a: Analysis, path: Path) -> Path:
     ax1.set_ylabel("step time (s, log scale)")
     ax1.set_title("Step time", fontsize=9)
     ax2.set_ylabel("%")
-    ax2.set_ylim(0, max([105.0] + [s.efficiency * 105 for s in a.scaling]))
+    ax2.set_ylim(0, max([105.0] + [s.efficiency * 105 for s in a.scaling if s.efficiency is not None]))
     ax2.set_title("Efficiency (strong: T0·N0/(T·N); weak: T0/T), exposed comm share", fontsize=9)
     ax3.set_yscale("log")
     ax3.set_ylabel("energy per step, whole job (kJ, log scale)")
     ax3.set_title("Energy per step", fontsize=9)
     ax4.set_yscale("log")
     ax4.set_ylabel("expected interruptions per day (log scale)")
-    for ax in (ax1, ax3, ax4):
-        ax.yaxis.set_major_formatter(gfmt)
-        ax.yaxis.set_minor_formatter(gfmt)
-        ax.tick_params(axis="y", which="minor", labelsize=7)
     ax4.set_title("Expected interruptions per day (same for strong and weak)", fontsize=9)
     fig.suptitle(f"Scaling — {a.prediction.scenario.name} (strong: fixed global batch; weak: fixed batch per replica; "
                  "hollow marker = does not fit in memory)", fontsize=10)
-    return save_figure(fig, path, dpi=100)
+    fig.tight_layout()
+    for ax in (ax1, ax3, ax4):
+        ax.yaxis.set_major_formatter(gfmt)
+        label_log_minor_ticks(ax)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+        drop_colliding_labels(ax)
+    return fig
+
+
+def plot_scaling(a: Analysis, path: Path) -> Path:
+    """Step time, efficiency and communication share, energy per step and interruptions per day against the GPU
+    count; hollow markers = the plan does not fit in memory at that count."""
+    return save_figure(scaling_figure(a), path, dpi=100, tight_layout=False)
 
 
 def plot_memory(a: Analysis, path: Path) -> Path:

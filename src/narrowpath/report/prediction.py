@@ -1,6 +1,7 @@
 """Render a StepPrediction: terminal text and a JSON-ready dict (stable keys, SI units in the names)."""
 from __future__ import annotations
 
+from narrowpath.analysis.flop_conventions import CONVENTIONS, flop_conventions
 from narrowpath.report.console import human_bytes, human_time, table
 from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction
 
@@ -24,7 +25,8 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "tp_comm_overlap", "attention", "cp_comm")},
         "step_time_s": p.step_time_s,
         "breakdown_s": dict(p.breakdown_s),
-        "mfu": p.mfu, "hfu": p.hfu,
+        "mfu": p.mfu, "hfu": p.hfu, "mfu_causal": flop_conventions(p).mfu_causal,
+        "flop_conventions": dict(CONVENTIONS),
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "hardware_tflops_per_gpu": p.hardware_tflops_per_gpu,
         "tokens_per_s": p.tokens_per_s,
@@ -65,7 +67,11 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     if warn:
         lines[-1:] = [f"  WARNING: {warn}", ""]
     lines.append(f"  step time           {human_time(p.step_time_s)}")
-    lines.append(f"  MFU / HFU           {p.mfu * 100:.1f} % / {p.hfu * 100:.1f} %")
+    fc = flop_conventions(p)
+    lines.append(f"  MFU                 {p.mfu * 100:.1f} % (every attention score counted: PaLM / Megatron)"
+                 f" · {fc.mfu_causal * 100:.1f} % (causal: half the scores)")
+    lines.append(f"  HFU                 {p.hfu * 100:.1f} % (FLOPs executed: recompute in, causal flash attention "
+                 "skips masked blocks)")
     lines.append(f"  TFLOP/s per GPU     {p.model_tflops_per_gpu:.1f} (model)  {p.hardware_tflops_per_gpu:.1f} (hardware)")
     lines.append(f"  tokens/s            {p.tokens_per_s:,.0f}")
     lines.append("")

@@ -1,0 +1,221 @@
+"""The changes a practitioner would try, each aimed at components of the step (the verdict's paths).
+
+Plan knobs (repaired to the nearest valid plan, analysis.repair); hardware and fabric (a NIC of twice the rate,
+a non-blocking fabric, a 72-GPU NVLink domain, the vendor's next GPU generation, a board power cap at
+POWER_CAP_FRACTION of TDP — aimed at energy, not time); software (FlashAttention, FP8 matrix multiplies, the
+expert all-to-all overlapped with computation, persistent recurrent kernels). Every candidate names the components it targets so that the
+verdict can say whether its narrowest path had a remedy tried. A candidate is listed only where it can change
+something (e.g. no in-network reduction on a tier without traffic, no interleaving without a pipeline).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from narrowpath.analysis.context import Context
+from narrowpath.analysis.persistence import persistent_step_s, recurrent_weight_bytes
+from narrowpath.analysis.whatif import (Make, WhatIf, evaluate, from_prediction, not_applicable, with_plan,
+                                        with_plan_repaired, with_tier)
+from narrowpath.catalog import system as catalog_system
+from narrowpath.catalog.facility import facility_for
+from narrowpath.units import GBIT_PER_S
+
+HIGH_FREQUENCY = ("tp", "cp", "ep")
+"""Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
+NVL_DOMAIN = 72
+"""GPUs in one NVLink domain of an NVL72 rack (GB200 NVL72)."""
+BUCKET = {"edp": "dp", "pp_ends": "pp"}
+COMPUTE = ("matrix_compute", "hbm_bound_compute")
+POWER_CAP_FRACTION = 0.8
+"""Board power cap the what-if tries, as a fraction of TDP (a common data-centre setting for energy per token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    change: str
+    description: str
+    make: Make | None
+    """Factory of the changed scenario (with repairs); None for `evaluate_fn` candidates."""
+    kind: str = "plan"
+    targets: tuple[str, ...] = ()
+    own_calibration: bool = False
+    """A new device: the changed scenario takes its own calibration profile."""
+    evaluate_fn: Callable[[], WhatIf] | None = None
+    """A change the core model has no knob for, re-priced by the analysis (persistent kernels)."""
+
+    def run(self, ctx: Context) -> WhatIf:
+        if self.evaluate_fn is not None:
+            return self.evaluate_fn()
+        return evaluate(ctx.pred, self.change, self.description, self.make, kind=self.kind, targets=self.targets,
+                        calibration=None if self.own_calibration else "same")
+
+
+def exposed_key(axis: str) -> str:
+    return f"exposed_{BUCKET.get(axis, axis)}_comm"
+
+
+def tier_axes(ctx: Context, tier: str) -> tuple[str, ...]:
+    """Breakdown keys of the exposed communication of every axis whose transfers use `tier`."""
+    keys = []
+    for t in ctx.pred.transfers:
+        span = ctx.spans.get(t.axis)
+        if t.tier == tier or (span is not None and t.axis != "pp" and tier in span.tiers):
+            keys.append(exposed_key(t.axis))
+    return tuple(dict.fromkeys(keys))
+
+
+def plan_candidates(ctx: Context) -> list[Candidate]:
+    scn = ctx.pred.scenario
+    p, system = scn.plan, scn.system
+    out: list[Candidate] = []
+    dom = system.scale_up_domain
+    recurrent = scn.model.arch == "lstm"  # its workload has no recompute, ZeRO or SP to price (spec.scenario)
+    for ax in HIGH_FREQUENCY:
+        span = ctx.spans.get(ax)
+        if span is None or not span.crosses_scale_out:
+            continue
+        if getattr(p, ax) <= dom:
+            order = (ax,) + tuple(a for a in p.placement if a != ax)
+            out.append(Candidate(f"{ax}_in_scale_up", f"place {ax.upper()} groups inside the scale-up domain",
+                                 lambda o=order: with_plan(scn, placement=o), targets=(exposed_key(ax),)))
+        elif ax == "tp":
+            out.append(Candidate("tp_in_scale_up", f"shrink TP to the scale-up domain ({dom}), raise DP",
+                                 lambda: with_plan_repaired(scn, tp=dom), targets=("exposed_tp_comm",)))
+    out.append(Candidate("raise_mbs", f"raise the micro-batch to {2 * p.mbs}",
+                         lambda: with_plan_repaired(scn, mbs=2 * p.mbs), targets=COMPUTE))
+    if p.pp > 1:
+        top = scn.model.layers // p.pp
+        vpp = min(2 * p.vpp, top)
+        if vpp > p.vpp:
+            out.append(Candidate("interleave_pipeline", f"interleave the pipeline: vpp {p.vpp} -> {vpp}",
+                                 lambda: with_plan_repaired(scn, vpp=vpp), targets=("bubble",)))
+    if p.dp > 1 and not p.dp_overlap:
+        out.append(Candidate("dp_overlap", "overlap the gradient sync with backward",
+                             lambda: with_plan(scn, dp_overlap=True), targets=("exposed_dp_comm",)))
+    if p.tp > 1 and not p.tp_comm_overlap:
+        out.append(Candidate("tp_comm_overlap", "overlap TP communication with the GEMMs",
+                             lambda: with_plan(scn, tp_comm_overlap=True), targets=("exposed_tp_comm",)))
+    if p.tp > 1 and not p.sequence_parallel and not recurrent:
+        out.append(Candidate("sequence_parallel", "enable sequence parallelism",
+                             lambda: with_plan(scn, sequence_parallel=True),
+                             targets=("exposed_tp_comm", "hbm_bound_compute")))
+    for rc in ("none", "selective", "full"):
+        if rc != p.recompute and not recurrent:
+            out.append(Candidate(f"recompute_{rc}", f"recompute {p.recompute} -> {rc}",
+                                 lambda r=rc: with_plan(scn, recompute=r), targets=COMPUTE))
+    if p.dp > 1 and p.zero_stage == 0 and not recurrent:
+        out.append(Candidate("zero1", "shard the optimizer state over DP (ZeRO-1)",
+                             lambda: with_plan(scn, zero_stage=1), targets=("optimizer",)))
+    if p.tp >= 2:
+        out.append(Candidate("halve_tp", f"TP {p.tp} -> {p.tp // 2}, DP follows",
+                             lambda: with_plan_repaired(scn, tp=p.tp // 2), targets=("exposed_tp_comm",)))
+    if p.pp >= 2:
+        out.append(Candidate("halve_pp", f"PP {p.pp} -> {p.pp // 2}, DP follows",
+                             lambda: with_plan_repaired(scn, pp=p.pp // 2), targets=("bubble", "exposed_pp_comm")))
+    return out
+
+
+def fabric_candidates(ctx: Context) -> list[Candidate]:
+    scn = ctx.pred.scenario
+    system = scn.system
+    out: list[Candidate] = []
+    for tier in ("scale_up", "scale_out"):
+        axes = tier_axes(ctx, tier)
+        if not system.tier(tier).in_network_reduction and axes:
+            out.append(Candidate(f"in_network_reduction_{tier}", f"in-network reduction (SHARP) on {tier}",
+                                 lambda t=tier: dataclasses.replace(scn, system=with_tier(system, t,
+                                                                                          in_network_reduction=True)),
+                                 kind="fabric", targets=axes))
+    out_axes = tier_axes(ctx, "scale_out")
+    if out_axes:
+        nic = system.tier("scale_out").bw_bytes_per_s_per_gpu
+        out.append(Candidate("nic_x2", f"NIC {nic / GBIT_PER_S:,.0f} -> {2 * nic / GBIT_PER_S:,.0f} Gb/s per GPU",
+                             lambda: dataclasses.replace(scn, system=with_tier(system, "scale_out",
+                                                                               bw_bytes_per_s_per_gpu=2 * nic)),
+                             kind="fabric", targets=out_axes))
+        o = system.tier("scale_out").oversubscription
+        if o > 1:
+            out.append(Candidate("non_blocking_fabric", f"scale-out oversubscription {o:g}:1 -> 1:1",
+                                 lambda: dataclasses.replace(scn, system=with_tier(system, "scale_out",
+                                                                                   oversubscription=1.0)),
+                                 kind="fabric", targets=out_axes))
+        if system.scale_up_domain < NVL_DOMAIN < scn.num_gpus or system.scale_up_domain < scn.num_gpus <= NVL_DOMAIN:
+            out.append(Candidate("nvlink_72", f"a {NVL_DOMAIN}-GPU NVLink domain (NVL72-style) instead of "
+                                              f"{system.scale_up_domain}",
+                                 lambda: dataclasses.replace(scn, system=with_tier(system, "scale_up",
+                                                                                   domain_size=NVL_DOMAIN)),
+                                 kind="hardware", targets=out_axes))
+    return out
+
+
+def power_cap_candidates(ctx: Context) -> list[Candidate]:
+    scn = ctx.pred.scenario
+    system, dev = scn.system, scn.system.device
+    cap = POWER_CAP_FRACTION * dev.tdp_w
+    if not dev.tdp_w or (system.power_limit_w and system.power_limit_w <= cap):
+        return []
+    now = system.power_limit_w or dev.tdp_w
+    return [Candidate("power_cap", f"cap board power at {cap:,.0f} W ({now:,.0f} W now)",
+                      lambda: dataclasses.replace(scn, system=dataclasses.replace(system, power_limit_w=cap)),
+                      kind="hardware", targets=("energy",))]
+
+
+def hardware_candidates(ctx: Context) -> list[Candidate]:
+    scn = ctx.pred.scenario
+    nxt = facility_for(scn.system).next_system
+    if not nxt:
+        return [Candidate("next_generation", "the next GPU generation", None, kind="hardware",
+                          targets=COMPUTE + ("optimizer",),
+                          evaluate_fn=lambda: not_applicable("next_generation", "the next GPU generation",
+                                                             f"no later generation of {scn.system.device.name} "
+                                                             "in the catalog", "hardware", COMPUTE + ("optimizer",)))]
+    new = catalog_system(nxt)
+    return [Candidate("next_generation", f"the next GPU generation: {scn.system.device.name} -> {new.device.name} "
+                                         f"({nxt})", lambda: dataclasses.replace(scn, system=new, calibration=None),
+                      kind="hardware", targets=COMPUTE + ("optimizer",), own_calibration=True)]
+
+
+def software_candidates(ctx: Context, usable_fraction: float) -> list[Candidate]:
+    pred = ctx.pred
+    scn = pred.scenario
+    p, dev = scn.plan, scn.system.device
+    out: list[Candidate] = []
+    if scn.model.arch != "lstm" and pred.attention_kernel != "flash":
+        out.append(Candidate("flash_attention", f"FlashAttention instead of the {pred.attention_kernel} attention",
+                             lambda: with_plan(scn, attention="flash"), kind="software",
+                             targets=("hbm_bound_compute",)))
+    if p.precision in ("bf16", "fp16") and "fp8" in dev.peak_matrix_flop_per_s and scn.model.arch != "lstm":
+        out.append(Candidate("fp8", "FP8 matrix multiplies", lambda: with_plan(scn, precision="fp8"),
+                             kind="software", targets=COMPUTE))
+    if scn.model.moe is not None and p.ep > 1 and not p.ep_overlap:
+        out.append(Candidate("ep_overlap", "overlap the expert all-to-all with computation",
+                             lambda: with_plan(scn, ep_overlap=True), kind="software",
+                             targets=("exposed_ep_comm",)))
+    if scn.model.arch == "lstm":
+        out.append(Candidate("persistent_rnn", "persistent recurrent kernels (weights kept in on-chip SRAM)", None,
+                             kind="software", targets=("hbm_bound_compute",),
+                             evaluate_fn=lambda: persistent_what_if(ctx, usable_fraction)))
+    return out
+
+
+def persistent_what_if(ctx: Context, usable_fraction: float = 0.75) -> WhatIf:
+    """Persistent kernels (Diamos et al. ICML 2016): the recurrent GEMM re-priced without its weight reads from
+    HBM and per-time-step launches (analysis.persistence) — only where one layer's weights fit the usable SRAM."""
+    pred = ctx.pred
+    desc = "persistent recurrent kernels (weights kept in on-chip SRAM)"
+    targets = ("hbm_bound_compute",)
+    sram = pred.scenario.system.device.level("sram").capacity_bytes
+    w = recurrent_weight_bytes(pred)
+    if w > usable_fraction * sram:
+        return not_applicable("persistent_rnn", desc, f"one layer's weights ({w / 1e6:.1f} MB) exceed "
+                              f"{usable_fraction:.0%} of the {sram / 1e6:.1f} MB SRAM", "software", targets)
+    return from_prediction(pred, "persistent_rnn", desc, step_s=persistent_step_s(pred), kind="software",
+                           targets=targets)
+
+
+def candidates(ctx: Context, usable_fraction: float = 0.75) -> list[Candidate]:
+    """Every change worth a re-run for this scenario, plan knobs first (`usable_fraction`: the SRAM share a
+    persistent kernel can give to weights, AnalysisOptions.sram_usable_fraction)."""
+    return (plan_candidates(ctx) + fabric_candidates(ctx) + hardware_candidates(ctx) + power_cap_candidates(ctx)
+            + software_candidates(ctx, usable_fraction))
