@@ -12,8 +12,8 @@ def _ms(t: float | None) -> str:
     return "-" if t is None else f"{t * 1e3:,.2f}"
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f}"
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}"
 
 
 def _h(t: float) -> str:
@@ -60,9 +60,11 @@ def format_accounts(a: Analysis) -> list[str]:
     L += ["", "  5. SCALING (strong: fixed global batch; weak: fixed batch per replica)"]
     L.append(table(["mode", "GPUs", "dp", "gbs", "mbs", "step (s)", "efficiency (%)", "comm (% step)", "energy/step (kJ)",
                     "tokens/s", "interruptions/day", "fits"],
-                   [[s.mode, s.num_gpus, s.dp, s.gbs, s.mbs, s.step_s, _pct(s.efficiency), _pct(s.communication_share),
-                     s.energy_per_step_j / 1e3, f"{s.tokens_per_s:,.0f}", f"{s.interruptions_per_day:.3f}",
-                     "yes" if s.fits else "NO"] for s in a.scaling]))
+                   [[s.mode, s.num_gpus, s.dp, s.gbs, s.mbs, "-" if s.step_s is None else s.step_s,
+                     _pct(s.efficiency), _pct(s.communication_share),
+                     "-" if s.energy_per_step_j is None else s.energy_per_step_j / 1e3,
+                     "-" if s.tokens_per_s is None else f"{s.tokens_per_s:,.0f}", f"{s.interruptions_per_day:.3f}",
+                     ("yes" if s.fits else "NO") + (f" ({s.note})" if s.note else "")] for s in a.scaling]))
     return L
 
 
