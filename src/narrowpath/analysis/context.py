@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import bound, op_time_s
 from narrowpath.network.placement import GroupSpan, group_span
 from narrowpath.schedule.step import StepPrediction
@@ -60,7 +61,7 @@ def critical_stage(pred: StepPrediction) -> int:
 
 def build_context(pred: StepPrediction) -> Context:
     scn = pred.scenario
-    dev, cal = scn.system.device, pred.calibration
+    dev, cal = capped_device(scn.system), pred.calibration
     crit = critical_stage(pred)
     m = pred.workload.num_microbatches
     cache: dict[int, tuple[float, str]] = {}

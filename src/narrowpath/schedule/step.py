@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, stage_memory
+from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, matrix_table, op_time_s
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
@@ -191,7 +192,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
     kernel = cal.attention_kernel if scn.plan.attention == "auto" else scn.plan.attention
     wl = build_workload(scn, kernel)
-    dev, plan = scn.system.device, scn.plan
+    dev, plan = capped_device(scn.system), scn.plan  # a power cap slows the arithmetic (cost.power)
     slow = cal.overlap_compute_slowdown
     op_cache: dict[int, tuple[float, bool]] = {}
     coll_cache: dict = {}
@@ -309,7 +310,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
 
     ranks_per_stage = plan.tp * plan.cp * plan.dp
     hw_flop = sum(hw_flop_per_mb) * m * ranks_per_stage
-    peak = dev.matrix_peak(plan.precision)
+    peak = scn.system.device.matrix_peak(plan.precision)  # MFU against the rated peak, capped or not
     mems = stage_memory(scn, wl, kernel)
     mem = max(mems, key=lambda b: b.total_bytes)
     assumptions = (
