@@ -1,6 +1,7 @@
 """Render a StepPrediction: terminal text and a JSON-ready dict (stable keys, SI units in the names)."""
 from __future__ import annotations
 
+from narrowpath.analysis.band import error_band
 from narrowpath.analysis.flop_conventions import CONVENTIONS, flop_conventions
 from narrowpath.report.console import human_bytes, human_time, table
 from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction
@@ -14,6 +15,7 @@ LABELS = {"compute": "compute (fwd+bwd+recompute)", "exposed_tp_comm": "exposed 
 def prediction_to_json(p: StepPrediction) -> dict:
     s = p.scenario
     plan = s.plan
+    band, validated = error_band(s, p.step_time_s).to_json()
     return {
         "scenario": s.name,
         "fits": p.memory.fits,
@@ -24,6 +26,9 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm")},
         "step_time_s": p.step_time_s,
+        "band": band,
+        "validated": validated,
+        "chosen": {k: v for k, v in s.chosen},
         "breakdown_s": dict(p.breakdown_s),
         "mfu": p.mfu, "hfu": p.hfu, "mfu_causal": flop_conventions(p).mfu_causal,
         "flop_conventions": dict(CONVENTIONS),
@@ -67,6 +72,9 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     if warn:
         lines[-1:] = [f"  WARNING: {warn}", ""]
     lines.append(f"  step time           {human_time(p.step_time_s)}")
+    band = error_band(s, p.step_time_s)
+    lines.append(f"  {band.level:.0%} band            {human_time(band.low_s)} – {human_time(band.high_s)}"
+                 + ("" if band.inside else f"  OUTSIDE THE VALIDATED REGIMES: {band.reason}"))
     fc = flop_conventions(p)
     lines.append(f"  MFU                 {p.mfu * 100:.1f} % (every attention score counted: PaLM / Megatron)"
                  f" · {fc.mfu_causal * 100:.1f} % (causal: half the scores)")

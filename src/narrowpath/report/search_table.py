@@ -2,21 +2,24 @@
 from __future__ import annotations
 
 from narrowpath.report.console import table
+from narrowpath.search.bands import shown_bands
 from narrowpath.search.rank import Candidate, SearchResult
 
 _METRIC = {"time": "step time", "energy": "energy per step", "memory": "memory per rank"}
 
 
-def _row(rank: str, c: Candidate) -> list:
+def _row(rank: str, c: Candidate, band=None) -> list:
     p = c.plan
-    return [rank, p.tp, p.pp, p.vpp, p.cp, p.dp, p.ep, p.mbs, p.zero_stage, p.recompute,
-            "on" if p.sequence_parallel else "off", round(c.step_time_s, 3), round(100 * c.mfu, 1),
+    b, tied = band if band is not None else (None, False)
+    span = "-" if b is None else f"{b.low_s:.3g}-{b.high_s:.3g}" + ("" if b.inside else " !")
+    return [rank + (" =" if tied and rank != "1" else ""), p.tp, p.pp, p.vpp, p.cp, p.dp, p.ep, p.mbs, p.zero_stage,
+            p.recompute, "on" if p.sequence_parallel else "off", round(c.step_time_s, 3), span, round(100 * c.mfu, 1),
             round(c.memory_bytes / 1e9, 1), round(c.headroom_bytes / 1e9, 1),
             "-" if c.energy_per_step_j is None else round(c.energy_per_step_j / 1e3, 1), round(c.tokens_per_s)]
 
 
-HEADERS = ["rank", "tp", "pp", "vpp", "cp", "dp", "ep", "mbs", "zero", "recompute", "sp", "step (s)", "MFU (%)",
-           "mem (GB)", "free (GB)", "energy (kJ)", "tokens/s"]
+HEADERS = ["rank", "tp", "pp", "vpp", "cp", "dp", "ep", "mbs", "zero", "recompute", "sp", "step (s)", "80% band (s)",
+           "MFU (%)", "mem (GB)", "free (GB)", "energy (kJ)", "tokens/s"]
 
 
 def format_search(r: SearchResult, top: int) -> str:
@@ -28,12 +31,18 @@ def format_search(r: SearchResult, top: int) -> str:
              f"{r.ranked[0].capacity_bytes / 1e9 if r.ranked else 0:.1f} GB per GPU"
              + (f" with {r.min_free_bytes / 1e9:g} GB free" if r.min_free_bytes else "")
              + (f"; {r.num_failed:,} could not be placed (first: {r.first_failure})" if r.num_failed else ""), ""]
-    rows = [_row(str(i + 1), c) for i, c in enumerate(r.ranked[:top])]
+    bands = shown_bands(r, top)
+    rows = [_row(str(i + 1), c, bands.get(id(c))) for i, c in enumerate(r.ranked[:top])]
     b = r.baseline
     if b is not None:
         label = "yours" if r.baseline_rank is None else f"yours ({r.baseline_rank})"
-        rows.append(_row(label if r.baseline_in_space else f"{label}*", b))
+        rows.append(_row(label if r.baseline_in_space else f"{label}*", b, bands.get(id(b))))
     lines.append(table(HEADERS, rows))
+    tied = sum(1 for c in r.ranked[1:top] if bands.get(id(c), (None, False))[1])
+    outside = [bd.reason for bd, _ in bands.values() if not bd.inside]
+    lines.append(f"  = : statistically tied with the best (their 80 % error bands overlap; {tied} of the shown plans)")
+    if outside:
+        lines.append(f"  ! : outside the validated regimes — {outside[0]}")
     lines.append("")
     lines += _baseline_lines(r)
     if r.pinned:
@@ -69,25 +78,32 @@ def _baseline_lines(r: SearchResult) -> list[str]:
             f"{unit} ({100 * (1 - vb / vo):+.1f} % saved)"]
 
 
-def candidate_to_json(c: Candidate) -> dict:
+def candidate_to_json(c: Candidate, band=None) -> dict:
     p = c.plan
-    return {"plan": {"tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "dp": p.dp, "ep": p.ep, "mbs": p.mbs,
-                     "gbs": p.gbs, "zero_stage": p.zero_stage, "recompute": p.recompute,
-                     "sequence_parallel": p.sequence_parallel},
-            "step_time_s": c.step_time_s, "mfu": c.mfu, "tokens_per_s": c.tokens_per_s,
-            "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "headroom_bytes": c.headroom_bytes,
-            "fits": c.fits, "energy_per_step_j": c.energy_per_step_j}
+    out = {"plan": {"tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "dp": p.dp, "ep": p.ep, "mbs": p.mbs,
+                    "gbs": p.gbs, "zero_stage": p.zero_stage, "recompute": p.recompute,
+                    "sequence_parallel": p.sequence_parallel},
+           "step_time_s": c.step_time_s, "mfu": c.mfu, "tokens_per_s": c.tokens_per_s,
+           "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "headroom_bytes": c.headroom_bytes,
+           "fits": c.fits, "energy_per_step_j": c.energy_per_step_j}
+    if band is not None:
+        b, tied = band
+        out["band"], out["validated"] = b.to_json()
+        out["tied_with_best"] = tied
+    return out
 
 
 def search_to_json(r: SearchResult, top: int) -> dict:
     """The search as JSON: `best` holds the first `top` ranked plans; `num_ranked` counts the distinct plans that fit
     (what `baseline_rank` ranks against); `fits` of a plan is against capacity alone, `min_free_bytes` is the
-    headroom a ranked plan had to leave."""
+    headroom a ranked plan had to leave. Each shown plan carries its error `band`, `validated` and whether it is
+    `tied_with_best` (bands overlap)."""
+    bands = shown_bands(r, top)
     return {"scenario": r.base.name, "model": r.base.model.name, "system": r.base.system.name,
             "num_gpus": r.base.num_gpus, "gbs": r.base.plan.gbs, "objective": r.objective,
             "pinned": dict(r.pinned), "min_free_bytes": r.min_free_bytes,
             "num_plans": r.num_plans, "num_fit": r.num_fit, "num_ranked": len(r.ranked),
             "num_failed": r.num_failed, "first_failure": r.first_failure, "elapsed_s": r.elapsed_s,
-            "best": [candidate_to_json(c) for c in r.ranked[:top]],
-            "baseline": None if r.baseline is None else candidate_to_json(r.baseline),
+            "best": [candidate_to_json(c, bands.get(id(c))) for c in r.ranked[:top]],
+            "baseline": None if r.baseline is None else candidate_to_json(r.baseline, bands.get(id(r.baseline))),
             "baseline_in_space": r.baseline_in_space, "baseline_rank": r.baseline_rank}
