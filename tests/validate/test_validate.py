@@ -1,6 +1,7 @@
 """The validation corpus is the contract: read any validation-corpus/1 file; meet the accuracy targets."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -10,29 +11,47 @@ from narrowpath.cli.main import main
 from narrowpath.validate.corpus import load_corpus, shipped_corpus_path
 from narrowpath.validate.run import run_validation
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "validation" / "training-public.yaml"
+SHARED_DIR = Path(__file__).resolve().parents[3] / "shared" / "validation"
+SHIPPED_SHA256 = {
+    # sha256 of the unmodified copies of shared/validation/ (and benchmarks/data/) the package ships: the corpora
+    # are checked in every clone, with or without shared/ next to it
+    "training-public.yaml": "9a560b1786595664bbf4039824548d57a853ccce23835b34dc45d9e1e1947923",
+    "training-sweeps-public.yaml": "7f25aef698fb22191f872224313953cae37ad5f24fc2e3ef3990e73eaa76b3ab",
+    "published-extra.yaml": "c935e00aa8d3b30c03685a12cf01ea019702f69aa711f4318db441193c569a8c",
+    "inference-public.yaml": "89c8b05a0b1b7beeb5b6f6754ea83e4fba3eb2c874802962486b84043e5b299c",
+}
 
 
-def test_shipped_corpus_is_an_unmodified_copy_of_the_public_one():
-    if not SHARED.exists():
-        pytest.skip(f"shared corpus not present at {SHARED}")
-    assert shipped_corpus_path().read_text() == SHARED.read_text()
+@pytest.mark.parametrize("name", sorted(SHIPPED_SHA256))
+def test_shipped_corpora_are_unmodified_copies(name):
+    """The shipped copy has the recorded checksum; where shared/validation (or benchmarks/data) is next to the
+    clone, the copy equals it byte for byte."""
+    shipped = shipped_corpus_path(name)
+    assert hashlib.sha256(shipped.read_bytes()).hexdigest() == SHIPPED_SHA256[name]
+    for origin in (SHARED_DIR / name, Path(__file__).resolve().parents[2] / "benchmarks" / "data" / name):
+        if origin.exists():
+            assert origin.read_bytes() == shipped.read_bytes(), origin
 
 
 def test_accuracy_targets_on_public_corpus():
     """Issue 2 targets: mean |error| <= 5 % and worst <= 10 % over all 18 cases, one calibration per device."""
-    rep = run_validation(SHARED if SHARED.exists() else None)
+    rep = run_validation(shipped_corpus_path("training-public.yaml"))
     assert len(rep.cases) == 18 and len(rep.ok_cases) == 18
     assert rep.mean_abs_error <= 0.05, rep.mean_abs_error
     assert rep.max_abs_error <= 0.10, (rep.worst.id, rep.max_abs_error)
 
 
 def test_validate_json_schema(capsys):
-    assert main(["validate", "--json"]) == 0
+    """The issue-10 contract: groups, ranking, and per case id/predicted/measured/error/chosen."""
+    assert main(["validate", "--corpus", str(shipped_corpus_path("training-sweeps-public.yaml")), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert {"cases", "mean_abs_error", "max_abs_error"} <= set(data)
-    case = data["cases"][0]
-    assert {"id", "predicted_step_time_s", "measured_step_time_s", "error"} <= set(case)
+    assert {"cases", "mean_abs_error", "max_abs_error", "groups", "ranking"} <= set(data)
+    assert {g["kind"] for g in data["groups"]} == {"hardware", "precision", "family", "source"}
+    assert all({"name", "kind", "n", "mean_abs_error", "max_abs_error"} <= set(g) for g in data["groups"])
+    assert {"pairs", "order_agreement", "top1_regret_mean", "top1_regret_max"} <= set(data["ranking"])
+    case = next(c for c in data["cases"] if c["error"] is not None)
+    assert {"id", "predicted_step_time_s", "measured_step_time_s", "error", "chosen"} <= set(case)
+    assert "recompute" in case["chosen"]  # every sweep case leaves recompute unpublished: the tool says its choice
     assert case["error"] == pytest.approx((case["predicted_step_time_s"] - case["measured_step_time_s"])
                                           / case["measured_step_time_s"])
 
@@ -68,7 +87,7 @@ cases:
     assert "unknown device 'TPU-v9'" in cases["unknown-gpu"].error
     assert "measured.step_time_s" in cases["no-measurement"].error
     assert "num_gpus 16" in cases["inconsistent"].error
-    assert main(["validate", "--corpus", str(corpus), "--json"]) == 0
+    assert main(["validate", "--corpus", str(corpus), "--json"]) == 1  # a case failed: non-zero, for CI
     data = json.loads(capsys.readouterr().out)
     assert data["num_cases"] == 5 and data["num_failed"] == 4
     assert data["mean_abs_error"] == pytest.approx(abs(data["cases"][0]["error"]))

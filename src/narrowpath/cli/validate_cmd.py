@@ -1,4 +1,4 @@
-"""`narrowpath validate`: predicted vs measured step time on a corpus of published runs."""
+"""`narrowpath validate`: predicted vs measured step time on corpora of published runs, by regime and by ranking."""
 from __future__ import annotations
 
 import json
@@ -7,43 +7,61 @@ from narrowpath.catalog.resolve import calibration_from
 from narrowpath.report.console import table
 from narrowpath.validate.run import run_validation
 
+WORST_SHOWN = 15
+
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="predicted vs measured step time on published runs",
-                       description="Predict every case of a validation corpus (published training runs with their "
-                       "hardware, model, plan and measured step time) and print predicted vs measured, the error "
-                       "of each case and the mean absolute error.")
-    p.add_argument("--corpus", help="a validation-corpus/1 YAML/JSON file (default: the shipped public corpus)")
+                       description="Predict every case of the validation corpora (published training runs with "
+                       "their hardware, model, plan and measured step time; default: every shipped corpus) and print "
+                       "the errors by regime (hardware generation, precision, parallel family, source), how well "
+                       "the model ranks the plans of each sweep, and the worst cases. Exit status 1 when any case "
+                       "could not be priced (each says why), so CI can rely on it.")
+    p.add_argument("--corpus", help="a validation-corpus/1 YAML/JSON file (default: every shipped training corpus: "
+                   "training-public, training-sweeps-public, published-extra)")
     p.add_argument("--profile", help="calibration profile to use for every case instead of the per-device ones")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--cases", action="store_true", help=f"list every case (default: the {WORST_SHOWN} worst)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output: cases (with the knobs the tool chose), groups, ranking")
     p.set_defaults(func=run)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}"
 
 
 def run(args) -> int:
     cal = calibration_from(args.profile) if args.profile else None
     rep = run_validation(args.corpus, cal)
+    status = 1 if rep.num_failed else 0
     if args.json:
-        print(json.dumps(rep.to_json(), indent=2))
-        return 0
-    rows = []
-    for c in rep.cases:
-        if c.error is None:
-            measured = "-" if c.measured_step_time_s is None else f"{c.measured_step_time_s:.3f}"
-            rows.append([c.id, "-", measured, "FAILED", "-"])
-        else:
-            rows.append([c.id, f"{c.predicted_step_time_s:.3f}", f"{c.measured_step_time_s:.3f}"
-                         + (" (d)" if c.derived else ""), f"{c.error * 100:+.1f}", f"{c.mfu * 100:.1f}"])
+        print(json.dumps(rep.to_json(), indent=2, allow_nan=False))
+        return status
+    ok = sorted(rep.ok_cases, key=lambda c: -abs(c.error))
+    shown = rep.ok_cases if args.cases else ok[:WORST_SHOWN]
     print(f"validation corpus: {rep.corpus}")
-    print(table(["case", "predicted (s)", "measured (s)", "error (%)", "MFU (%)"], rows))
+    rows = [[c.id, c.corpus, f"{c.predicted_step_time_s:.3f}", f"{c.measured_step_time_s:.3f}"
+             + (" (d)" if c.derived else ""), f"{c.error * 100:+.1f}", f"{c.mfu * 100:.1f}"] for c in shown]
+    title = "every case" if args.cases else f"the {len(shown)} largest errors (--cases lists all)"
+    print(f"\n  {title}")
+    print(table(["case", "corpus", "predicted (s)", "measured (s)", "error (%)", "MFU (%)"], rows))
+    if any(c.derived for c in shown):
+        print("  (d) measured time derived by the source from its reported throughput")
+    print("\n  by regime")
+    print(table(["kind", "group", "cases", "mean |error| (%)", "worst (%)"],
+                [[g.kind, g.name, g.n, _pct(g.mean_abs_error), _pct(g.max_abs_error)] for g in rep.groups()]))
+    r = rep.ranking
+    if r is not None and r.sweeps:
+        print(f"\n  ranking of plans: {r.sweeps} sweep groups, {r.pairs} pairs differing by > 3 %: order agreement "
+              f"{_pct(r.order_agreement)} %; top-1 regret mean {_pct(r.top1_regret_mean)} %, worst "
+              f"{_pct(r.top1_regret_max)} %")
     for c in rep.cases:
         if c.error is None:
             print(f"  FAILED {c.id}: {c.failure}")
     if rep.ok_cases:
         w = rep.worst
-        if any(c.derived for c in rep.ok_cases):
-            print("  (d) measured time derived by the source from its reported throughput")
         print(f"\n  mean absolute error {rep.mean_abs_error * 100:.2f} %   worst {rep.max_abs_error * 100:.2f} % ({w.id})"
               f"   cases {len(rep.ok_cases)}/{len(rep.cases)}")
     else:
         print("\n  no case could be predicted")
-    return 0
+    return status

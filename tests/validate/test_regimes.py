@@ -1,0 +1,64 @@
+"""CI holds every shipped corpus to its accuracy bounds by regime, its ranking of plans and its error bands, so a
+physics regression fails the build. The bounds are today's figures plus a small margin (stated per bound); they
+are regression guards, the issue's targets are in docs/validation.md and the closing notes."""
+from __future__ import annotations
+
+import pytest
+
+from narrowpath.validate.regenerate import loso_coverage, main as regenerate, residual_records
+from narrowpath.validate.run import run_validation
+
+
+@pytest.fixture(scope="module")
+def report():
+    return run_validation(None)
+
+
+def test_every_case_of_every_shipped_corpus_is_read(report):
+    by_corpus = {}
+    for c in report.cases:
+        by_corpus.setdefault(c.corpus, []).append(c)
+    assert {k: len(v) for k, v in by_corpus.items()} == {"training-public.yaml": 18,
+                                                        "training-sweeps-public.yaml": 225,
+                                                        "published-extra.yaml": 15}
+    failed = [c for c in report.cases if c.error is None]
+    # one published plan is inconsistent as published (ep 64 on a stage of 32 ranks); it says so in one line
+    assert [c.id for c in failed] == ["mb25-09-deepseek-v3-gb200-n256-gbs2048-mxfp8-tp1pp8cp1ep64vp2mbs1"]
+    assert "does not divide tp·cp·dp" in failed[0].failure and "\n" not in failed[0].failure
+
+
+BOUNDS = {  # (kind, group): ceiling on the mean |error| (today's value + ~2 pp)
+    ("hardware", "ampere"): 0.065, ("hardware", "hopper"): 0.165, ("hardware", "blackwell"): 0.14,
+    ("hardware", "blackwell-ultra"): 0.125,
+    ("precision", "fp16"): 0.06, ("precision", "bf16"): 0.225, ("precision", "fp8"): 0.14,
+    ("precision", "mxfp8"): 0.11, ("precision", "nvfp4"): 0.085,
+    ("family", "DP"): 0.07, ("family", "FSDP/ZeRO-3"): 0.095, ("family", "CP"): 0.10, ("family", "PTD-P"): 0.12,
+    ("family", "MoE/EP"): 0.20,
+}
+
+
+def test_error_by_regime_stays_within_bounds(report):
+    groups = {(g.kind, g.name): g for g in report.groups()}
+    over = {k: round(groups[k].mean_abs_error, 4) for k, bound in BOUNDS.items() if groups[k].mean_abs_error > bound}
+    assert not over, over
+    assert report.mean_abs_error <= 0.13
+
+
+def test_ranking_of_plans(report):
+    """Issue-10 targets: pairwise order agreement >= 85 %, mean top-1 regret <= 3 %."""
+    r = report.ranking
+    assert r.pairs >= 50
+    assert r.order_agreement >= 0.85
+    assert r.top1_regret_mean <= 0.03
+
+
+def test_error_bands_are_honest_out_of_source():
+    """Leave one source out: the measured time falls inside the 80 % band for 70–90 % of cases (issue 10)."""
+    cov = loso_coverage(residual_records())
+    hit, n = sum(h for h, _ in cov.values()), sum(m for _, m in cov.values())
+    assert 0.70 <= hit / n <= 0.90, cov
+
+
+def test_shipped_residuals_and_validation_doc_are_current():
+    """docs/validation.md and catalog/residuals.json are what `python -m narrowpath.validate.regenerate` writes."""
+    assert regenerate(["--check"]) == 0
