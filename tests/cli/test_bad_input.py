@@ -125,5 +125,5 @@ def test_validate_case_with_a_list_plan_fails_that_case_only(tmp_path, capsys):
     f = tmp_path / "v.yaml"
     f.write_text("schema: validation-corpus/1\ncases:\n  - {id: a, hardware: {gpu: H100-SXM5-80GB, num_gpus: 8}, "
                  "model: llama3-8b, plan: [1], assumed: {gbs: 8}, measured: {step_time_s: 1}}\n")
-    assert main(["validate", "--corpus", str(f)]) == 0
+    assert main(["validate", "--corpus", str(f)]) == 1  # a failed case: non-zero exit
     assert "FAILED a: plan: must be a mapping" in capsys.readouterr().out

@@ -46,7 +46,8 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     ops: list[Op] = []
     if q is not None:
         per = q.fused_bytes if fused_input else q.standalone_bytes
-        ops.append(vector(f"{name}.quantize", "fwd", m * k * per, "bf16", 0 if fused_input else q.kernels * groups))
+        # TE quantizes a grouped layer's inputs in one multi-tensor kernel (tex.fused_multi_quantize)
+        ops.append(vector(f"{name}.quantize", "fwd", m * k * per, "bf16", 0 if fused_input else q.kernels))
     rows = m if saved_rows is None else saved_rows
     ops.append(gemm(name, "fwd", m, k, n, matrix_dtype(plan), ob, ob, groups=groups, out_bytes=A,
                     saved_bytes=rows * k * ob, grad_elements=m * n if q is not None else 0.0))
@@ -62,7 +63,7 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
             out.append(Op(op.name + ".grad_quantize", "vector", "bwd", 0.0, op.grad_elements * q.standalone_bytes,
-                          "bf16", q.kernels * op.groups))
+                          "bf16", q.kernels))
         out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,
                       op.weight_bytes, groups=op.groups))
         out.append(Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels, 0.0,
