@@ -23,7 +23,7 @@ import numpy as np
 from narrowpath.network.contention import alltoall_pairs, ring_pairs
 from narrowpath.network.fabric import FabricSpec, fabric_for
 from narrowpath.network.placement import all_groups
-from narrowpath.schedule.step import StepPrediction
+from narrowpath.schedule.step import StepPrediction, sync_group
 from narrowpath.spec.plan import Plan
 
 from narrowpath.analysis.traffic import row_tier_bytes
@@ -45,13 +45,9 @@ class BusiestLink:
 
 
 def group_axis(plan: Plan, axis: str) -> str:
-    """Placement group a transfer row of `axis` runs on (schedule.step's mapping: with context parallelism the
-    gradient and optimizer traffic of dp spans dp × cp, expert-dp spans cp × dp/ep)."""
-    if axis == "pp_ends":
-        return "pp"
-    if plan.cp > 1 and axis in ("dp", "edp"):
-        return {"dp": "dpcp", "edp": "edpcp"}[axis]
-    return axis
+    """Placement group a transfer row of `axis` runs on: schedule.step's own mapping (gradient traffic of a
+    context-parallel job on dp × cp, a deduplicating MoE dispatch on the ep group), first/last stage on pp."""
+    return "pp" if axis == "pp_ends" else sync_group(axis, plan)
 
 
 def _chain_pairs(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ from narrowpath.workload.build import build_workload
 from narrowpath.workload.items import Transfer, Workload
 from narrowpath.workload.transformer import is_attention_core
 
-_BUCKET = {"edp": "dp", "pp_ends": "pp", "etp": "ep", "host": "pp"}
+_BUCKET = {"edp": "dp", "pp_ends": "pp", "etp": "ep", "host": "pp", "ep_inter": "ep", "ep_intra": "ep"}
 """Breakdown bucket of the axes that are not plain plan axes (expert-data-parallel, first/last pipeline stage)."""
 
 BREAKDOWN_KEYS = ("compute", "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm",
@@ -129,6 +129,12 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
     plan, system = scn.plan, scn.system
     if axis == "host":
         span = span_of(1, ranks_per_domain=1, domains=1, axis=axis)
+    elif axis in ("ep_inter", "ep_intra"):
+        # the two legs of a deduplicating MoE dispatch: the ep ranks with one local index across domains, and
+        # the ep ranks inside one domain (workload.moe.moe_transfers)
+        ep = group_span(plan, system, "ep")
+        span = span_of(ep.domains, ranks_per_domain=1, domains=ep.domains, axis=axis) if axis == "ep_inter" else \
+            span_of(ep.ranks_per_domain, ranks_per_domain=ep.ranks_per_domain, domains=1, axis=axis)
     elif axis in ("pp", "pp_ends"):
         # point-to-point between neighbouring stages (or first and last stage for tied embeddings): two ranks
         # `stride` apart share a block of B ranks when the stride divides into it
@@ -138,15 +144,17 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
     else:
-        span = group_span(plan, system, _sync_group(axis, plan))
+        span = group_span(plan, system, sync_group(axis, plan))
     cache[axis] = span
     return span
 
 
-def _sync_group(axis: str, plan) -> str:
+def sync_group(axis: str, plan) -> str:
     """Placement group a transfer of `axis` runs on: with context parallelism, gradient sync and ZeRO traffic
     (dp) spans the dp × cp ranks, since cp ranks hold the same weights; expert-dp traffic runs on the expert-data-
     parallel group, which Megatron-Core's expert layout already spreads over cp; otherwise the axis itself."""
+    if axis in ("ep_inter", "ep_intra"):
+        return "ep"
     return "dpcp" if axis == "dp" and plan.cp > 1 else axis
 
 
@@ -160,10 +168,11 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
         span = _span(scn, tr.axis, spans)
         cost = collective_time(tr.op, tr.message_bytes, span, scn.system, cal)
         out = scn.system.tier("scale_out")
-        if span.crosses_scale_out and out.oversubscription > 1 and tr.axis in ("tp", "cp", "ep", "dp", "edp", "pp"):
+        if span.crosses_scale_out and out.oversubscription > 1 and tr.axis in ("tp", "cp", "ep", "dp", "edp", "pp",
+                                                                                "ep_inter"):
             slow_key = ("slowdown", tr.axis)
             if slow_key not in cache:
-                cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, _sync_group(tr.axis, scn.plan))
+                cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, sync_group(tr.axis, scn.plan))
             f = cache[slow_key]
             if f > 1.0:
                 bw_part = max(0.0, cost.time_s - cost.latency_s)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import positive_int
-from narrowpath.spec.model import Model, MoE
+from narrowpath.spec.model import MLA, Model, MoE
 
 # Each model field and the keys the HF families use for it, in order of preference.
 _KEYS = {
@@ -155,8 +155,18 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         model["dropout"] = any(v > 0 for v in present)
     if ints.get("head_dim"):
         model["head_dim"] = ints["head_dim"]
-    elif cfg.get("v_head_dim"):  # DeepSeek MLA: approximated as heads of the value width (as in the catalog)
+    if cfg.get("kv_lora_rank"):  # DeepSeek-V2/V3 multi-head latent attention
+        mla = {k: _int(cfg, k, cfg[k]) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                                  "v_head_dim") if cfg.get(k) is not None}
+        missing = [k for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if k not in mla]
+        if missing:
+            raise SpecError(f"config.json.{missing[0]}", "is required with kv_lora_rank (multi-head latent attention)")
+        mla["q_lora_rank"] = _int(cfg, "q_lora_rank", cfg.get("q_lora_rank") or 0)
+        model["mla"] = MLA(**mla)
+    elif cfg.get("v_head_dim"):
         model["head_dim"] = _int(cfg, "v_head_dim", cfg["v_head_dim"])
+    if cfg.get("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction modules
+        model["mtp_layers"] = _int(cfg, "num_nextn_predict_layers", cfg["num_nextn_predict_layers"])
     exp_key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k) is not None),
                    None)
     n_exp = _int(cfg, exp_key, cfg[exp_key]) if exp_key else 0
@@ -173,8 +183,12 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         if not shared and cfg.get("shared_expert_intermediate_size"):  # Qwen-MoE: one wide shared expert
             shared = max(1, round(_int(cfg, "shared_expert_intermediate_size",
                                        cfg["shared_expert_intermediate_size"]) / expert_ffn))
+        # group-limited routing (DeepSeek-V3: n_group 8 node groups, topk_group 4): a token's experts on at most
+        # topk_group groups, which the deployment maps to nodes
+        max_nodes = _int(cfg, "topk_group", cfg["topk_group"]) if cfg.get("n_group", 1) and \
+            cfg.get("topk_group") and cfg.get("topk_group") < cfg.get("n_group", 1) else 0
         model["moe"] = MoE(num_experts=n_exp, top_k=top_k,
-                           expert_ffn=expert_ffn, shared_experts=shared,
+                           expert_ffn=expert_ffn, shared_experts=shared, max_nodes=max_nodes,
                            first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
     model["seq_len"] = _seq_len(cfg, ints, seq_len)  # last: a broken config is named before a missing length
     return Model(**model)

@@ -42,6 +42,9 @@ class MoE:
     layer_every: int = 1
     """After the leading dense layers, every `layer_every`-th layer is an MoE layer and the others dense (Llama 4
     Maverick interleaves with 2); 1 = all of them."""
+    max_nodes: int = 0
+    """Node-limited routing: each token's experts lie on at most this many nodes (DeepSeek-V3 §2.1.2: M = 4, by
+    choosing the top experts within the top-M node groups); 0 = unlimited."""
 
     def __post_init__(self) -> None:
         positive_int("model.moe.num_experts", self.num_experts)
@@ -53,6 +56,7 @@ class MoE:
             raise SpecError("model.moe.top_k", f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
         positive_int("model.moe.shared_ffn", self.shared_ffn, minimum=0, maximum=MAX_WIDTH)
         positive_int("model.moe.layer_every", self.layer_every, maximum=MAX_LAYERS)
+        positive_int("model.moe.max_nodes", self.max_nodes, minimum=0, maximum=MAX_LAYERS)
         if self.shared_ffn == 0:
             object.__setattr__(self, "shared_ffn", self.expert_ffn)
         positive_float("model.moe.capacity_factor", self.capacity_factor)

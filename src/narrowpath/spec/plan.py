@@ -13,6 +13,7 @@ LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 per-tensor-scaled FP8 (Hopper and later), MXFP8 (32-element blocks with E8M0 scales, Blackwell) and NVFP4
 (16-element blocks with E4M3 scales plus a per-tensor scale, Blackwell)."""
 MOE_ROUTING = ("dropless", "dropless-balanced", "token-drop")
+EP_DISPATCH = ("all_to_all", "dedup")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("auto", "flash", "unfused")
 CP_COMM = ("p2p", "all_gather", "a2a")
@@ -73,6 +74,10 @@ class Plan:
     ep_overlap: bool = False
     """MoE dispatch/combine all-to-all overlapped with the computation of another micro-batch (Megatron-Core
     --overlap-moe-expert-parallel-comm, 1F1B A2A overlap; DeepSeek-V3 DualPipe §3.2.1)."""
+    ep_dispatch: str = "all_to_all"
+    """How MoE tokens reach their experts: `all_to_all` (NCCL all-to-all of every token-expert copy, Megatron-Core's
+    alltoall dispatcher) or `dedup` (each token crosses the scale-out fabric once per destination node and is fanned
+    out over NVLink there: DeepSeek-V3's dispatch kernels §3.2.2, DeepEP, Megatron-Core's flex dispatcher)."""
     moe_routing: str = "dropless"
     """`dropless` (learned routing, every token kept: the busiest expert-parallel rank sets the pace),
     `dropless-balanced` (routing forced to balance, as NVIDIA's MoE benchmarks run) or `token-drop` (capacity
@@ -98,6 +103,7 @@ class Plan:
         choice("plan.attention", self.attention, ATTENTION)
         choice("plan.cp_comm", self.cp_comm, CP_COMM)
         choice("plan.moe_routing", self.moe_routing, MOE_ROUTING)
+        choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
         if not isinstance(self.framework, str):
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
         for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from narrowpath.network.placement import group_span
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
 from narrowpath.workload.attention import kv_pair_width_per_rank
@@ -144,7 +145,8 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool, window: bool = Fals
     if plan.cp > 1:
         xfers += cp_transfers(model, plan, b * s, A, recompute_core=plan.recompute == "selective" and kernel != "flash")
     if moe_layer:
-        xfers += moe_transfers(model, plan)
+        span = group_span(plan, scn.system, "ep") if plan.ep > 1 and plan.ep_dispatch == "dedup" else None
+        xfers += moe_transfers(model, plan, span.domains if span else 1, span.ranks_per_domain if span else 1)
     if plan.zero_stage == 3 or zero2_per_microbatch(plan):
         p = T.layer_params(model, plan, moe_layer=moe_layer)
         e = T.layer_expert_params(model, plan) if moe_layer else 0.0

@@ -113,17 +113,46 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     return ops
 
 
-def moe_transfers(model: Model, plan: Plan) -> list[tuple[Transfer, float]]:
-    """Expert-parallel traffic of one MoE layer per micro-batch: dispatch and combine all-to-alls of the token
-    copies on the ep group in forward and backward (and a full recompute's forward); with etp > 1 the dispatched
-    tokens are all-gathered over the etp ranks and the expert outputs reduce-scattered back. Overlapped with
-    another micro-batch's computation when `plan.ep_overlap` (Megatron-Core 1F1B A2A overlap, DeepSeek DualPipe)."""
+def remote_nodes_per_token(top_k: int, domains: int, max_nodes: int = 0) -> float:
+    """Expected number of other scale-up domains a token's top_k experts fall on, experts spread evenly over
+    `domains` domains: (D − 1)·(1 − (1 − 1/D)^k) for independent uniform picks; at most max_nodes − 1 other
+    domains with node-limited routing (the token's own node is usually among the M chosen: DeepSeek-V3 routes by
+    node-group affinity)."""
+    if domains <= 1:
+        return 0.0
+    remote = (domains - 1) * (1.0 - (1.0 - 1.0 / domains) ** top_k)
+    return min(remote, max_nodes - 1) if max_nodes else remote
+
+
+def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: int = 1
+                  ) -> list[tuple[Transfer, float]]:
+    """Expert-parallel traffic of one MoE layer per micro-batch: dispatch and combine of the token copies in forward
+    and backward (and a full recompute's forward); with etp > 1 the dispatched tokens are all-gathered over the etp
+    ranks and the expert outputs reduce-scattered back. Overlapped with another micro-batch's computation when
+    `plan.ep_overlap` (Megatron-Core 1F1B A2A overlap, DeepSeek DualPipe).
+
+    `all_to_all` dispatch: one NCCL all-to-all of every token-expert copy on the ep group. `dedup` dispatch over an
+    ep group of `ep_domains` scale-up domains × `ep_per_domain` ranks: each token crosses the scale-out tier once
+    per destination domain (remote_nodes_per_token: an all-to-all among the ranks with the same local index,
+    `ep_inter`) and its copies are fanned out inside the domain over NVLink (`ep_intra`)."""
     moe = model.moe
     A = act_bytes(plan)
     phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ())
     out: list[tuple[Transfer, float]] = []
-    if plan.ep > 1:
-        msg = local_tokens(model, plan) * moe.top_k * model.hidden * A
+    tok = local_tokens(model, plan)
+    if plan.ep > 1 and plan.ep_dispatch == "dedup" and ep_domains > 1:
+        remote = remote_nodes_per_token(moe.top_k, ep_domains, moe.max_nodes)
+        # nccl-tests all-to-all size whose off-domain share (D − 1)/D is the deduplicated scale-out traffic
+        inter = tok * remote * model.hidden * A * ep_domains / (ep_domains - 1)
+        intra = tok * moe.top_k * model.hidden * A
+        for ph in phases:
+            out.append((Transfer("ep.dispatch_combine_internode", "all_to_all", "ep_inter", inter, ph,
+                                 plan.ep_overlap), 2.0))
+            if ep_per_domain > 1:
+                out.append((Transfer("ep.dispatch_combine_intranode", "all_to_all", "ep_intra", intra, ph,
+                                     plan.ep_overlap), 2.0))
+    elif plan.ep > 1:
+        msg = tok * moe.top_k * model.hidden * A
         for ph in phases:
             out.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", msg, ph, plan.ep_overlap), 2.0))
     if plan.expert_tp > 1:
