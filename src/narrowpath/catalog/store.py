@@ -15,7 +15,8 @@ from narrowpath.spec.strict_load import load_yaml
 from narrowpath.spec.system import System
 
 _FILES = {"devices": "devices.yaml", "systems": "systems.yaml", "models": "models.yaml",
-          "profiles": "calibration.yaml", "scenarios": "scenarios.yaml", "stacks": "stacks.yaml"}
+          "profiles": "calibration.yaml", "scenarios": "scenarios.yaml", "stacks": "stacks.yaml",
+          "serving_stacks": "serving_stacks.yaml"}
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,211 @@
+"""Turn a serving file (or an `inference-corpus/1` case) into a ServingScenario.
+
+The file has the corpus case's shape: `system` (catalog id or inline) or a `hardware` block, `model`, `num_gpus`,
+`plan` (tp, pp, dp, ep, replicas, weights_precision, kv_precision, framework and the ServingPlan knobs) and
+`workload` (scenario, request_rate_per_s, batch_size, concurrency, input_tokens, output_tokens, num_requests,
+seed, requests_file). A null plan knob was not published: it is left open for schedule.serving_defaults, which
+fills it from the serving stack's defaults or chooses it without looking at any measurement.
+
+`dp` follows the corpus convention (shared/validation/README.md): for a dense model it counts replicas; for an MoE
+model it is attention data parallelism. Where tp·dp·pp exceeds the GPUs while tp·pp matches them, `tp` is
+TensorRT-LLM's tp_size with attention DP on (the dp ranks split the tp GPUs: attention tp = tp/dp).
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from narrowpath.catalog import store
+from narrowpath.catalog.resolve import _system, read_data_file, resolve_model, system_for_hardware
+from narrowpath.errors import NarrowpathError, SpecError
+from narrowpath.spec._check import positive_float, positive_int
+from narrowpath.spec.parse import _check_keys, calibration_from_dict
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+
+_TOP_KEYS = {"name", "system", "hardware", "model", "plan", "workload", "num_gpus", "mode", "calibration", "kind",
+             "measured", "assumed"}
+_HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu", "scale_up_gpus", "power_limit_w"}
+_PLAN_ALIASES = {"weights_precision": "weight_precision"}
+_PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "prefill_replicas", "weights_precision", "weight_precision",
+              "kv_precision", "max_batch", "max_num_tokens", "kv_block_tokens", "kv_memory_fraction",
+              "chunked_prefill", "policy", "admission", "spec_tokens", "spec_acceptance", "spec_draft_layers",
+              "expert_node_limit", "framework"}
+_WORKLOAD_KEYS = {"scenario", "request_rate_per_s", "batch_size", "concurrency", "input_tokens", "output_tokens",
+                  "num_requests", "seed", "requests_file"}
+OPEN_OK = ("tp", "pp", "ep", "weight_precision", "kv_precision")
+"""Plan knobs a case may leave null: chosen by schedule.serving_defaults."""
+
+
+def serving_stack(framework: str) -> dict[str, Any]:
+    """The serving-stack entry whose `match` words occur in `framework` (first match), else `default`."""
+    text = (framework or "").lower()
+    table = store.entries("serving_stacks")
+    for entry in table.values():
+        if any(w.lower() in text for w in entry.get("match") or ()):
+            return entry
+    return table["default"]
+
+
+def read_request_trace(path: str | Path) -> tuple[tuple[float, int, int], ...]:
+    """Requests of a trace file: CSV with a header or JSON/JSONL records, each with `arrival_s` (or `timestamp_s`),
+    `input_tokens`, `output_tokens`. Errors name the file, the row and the field."""
+    p = Path(path)
+    if not p.exists():
+        raise NarrowpathError(f"workload.requests_file: {p}: no such file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NarrowpathError(f"workload.requests_file: {p}: cannot read ({exc})") from None
+    if p.suffix == ".csv":
+        rows = list(csv.DictReader(text.splitlines()))
+    elif p.suffix == ".jsonl":
+        rows = []
+        for i, line in enumerate(text.splitlines()):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    raise NarrowpathError(f"workload.requests_file: {p} line {i + 1}: not valid JSON") from None
+    else:
+        data = read_data_file(p)
+        rows = data.get("requests") if isinstance(data, Mapping) else data
+        if not isinstance(rows, list):
+            raise NarrowpathError(f"workload.requests_file: {p}: needs a list of requests (or `requests:`)")
+    if not rows:
+        raise NarrowpathError(f"workload.requests_file: {p}: holds no requests")
+    out = []
+    for i, r in enumerate(rows):
+        where = f"workload.requests_file: {p} request {i + 1}"
+        if not isinstance(r, Mapping):
+            raise NarrowpathError(f"{where}: must be a record, got {r!r}")
+        t = r.get("arrival_s", r.get("timestamp_s"))
+        try:
+            t = positive_float("arrival_s", float(t), allow_zero=True)
+            n_in = positive_int("input_tokens", int(float(r["input_tokens"])))
+            n_out = positive_int("output_tokens", int(float(r["output_tokens"])))
+        except KeyError as exc:
+            raise NarrowpathError(f"{where}: missing field {exc.args[0]}") from None
+        except (TypeError, ValueError):
+            raise NarrowpathError(f"{where}: arrival_s, input_tokens and output_tokens must be numbers, got "
+                                  f"{dict(r)!r}") from None
+        except SpecError as exc:
+            raise NarrowpathError(f"{where}: {exc}") from None
+        out.append((t, n_in, n_out))
+    out.sort(key=lambda x: x[0])
+    return tuple(out)
+
+
+def load_from_dict(data: Any, base_dir: Path | None = None) -> Load:
+    """The `workload` block as a Load."""
+    if not isinstance(data, Mapping):
+        raise SpecError("workload", f"must be a mapping, got {data!r}")
+    _check_keys("workload", data, _WORKLOAD_KEYS)
+    d = {k: v for k, v in data.items() if v is not None}
+    scenario = d.get("scenario", "offline")
+    arrival = {"server": "poisson", "offline": "offline", "fixed-batch": "fixed-batch", "poisson": "poisson",
+               "trace": "trace"}.get(scenario)
+    if arrival is None:
+        raise SpecError("workload.scenario", f"must be offline, server (Poisson arrivals), fixed-batch or trace; "
+                        f"got {scenario!r}")
+    requests = ()
+    if "requests_file" in d:
+        path = Path(d["requests_file"]) if base_dir is None else base_dir / d["requests_file"]
+        requests, arrival = read_request_trace(path), "trace"
+    kw = {"arrival": arrival, "requests": requests}
+    for src, dst in (("request_rate_per_s", "rate_per_s"), ("batch_size", "batch_size"),
+                     ("concurrency", "concurrency"), ("input_tokens", "input_tokens"),
+                     ("output_tokens", "output_tokens"), ("num_requests", "num_requests"), ("seed", "seed")):
+        if src in d:
+            v = d[src]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SpecError(f"workload.{src}", f"must be a number, got {v!r}")
+            kw[dst] = float(v) if dst == "rate_per_s" else (int(v) if float(v).is_integer() else v)
+    return Load(**kw)
+
+
+def _plan(data: Any, model, num_gpus: int | None, allow_null: bool) -> tuple[ServingPlan, tuple[str, ...], int]:
+    """(plan with placeholders for open knobs, the open knobs, num_gpus)."""
+    if not isinstance(data, Mapping):
+        raise SpecError("plan", f"must be a mapping, got {data!r}")
+    _check_keys("plan", data, _PLAN_KEYS)
+    kw = {_PLAN_ALIASES.get(k, k): v for k, v in data.items()}
+    open_ = tuple(k for k, v in kw.items() if v is None)
+    bad = [k for k in open_ if k not in OPEN_OK] if allow_null else list(open_)
+    if bad:
+        raise SpecError(f"plan.{bad[0]}", "is null (not published); give a value")
+    kw = {k: v for k, v in kw.items() if v is not None}
+    for k in ("weight_precision", "kv_precision"):
+        if k in kw and not isinstance(kw[k], str):
+            raise SpecError(f"plan.{k}", f"must be a format name, got {kw[k]!r}")
+    for k in ("tp", "pp", "dp", "ep", "replicas"):
+        if k in kw:
+            kw[k] = positive_int(f"plan.{k}", kw[k], maximum=1 << 20)
+    tp, pp, dp = kw.get("tp", 1), kw.get("pp", 1), kw.get("dp", 1)
+    if model.moe is None and dp > 1:  # a dense model's dp instances are replicas
+        kw["replicas"] = kw.get("replicas", 1) * dp
+        kw["dp"] = dp = 1
+    reps = kw.get("replicas", 1)
+    if num_gpus is None:
+        num_gpus = tp * dp * pp * reps
+    if model.moe is not None and dp > 1 and tp * dp * pp * reps != num_gpus and tp * pp * reps == num_gpus \
+            and tp % dp == 0:
+        kw["tp"] = tp // dp  # TensorRT-LLM tp_size with attention DP: the dp ranks share the tp GPUs
+    if "ep" in open_:
+        kw["ep"] = 1
+    return ServingPlan(**kw), tuple("weight_precision" if k == "weights_precision" else k for k in open_), num_gpus
+
+
+def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
+                               allow_null: bool = False) -> tuple[ServingScenario, tuple[str, ...]]:
+    """(scenario, open knobs) from a serving file or an inference-corpus case (module docstring)."""
+    _check_keys("serving", data, _TOP_KEYS)
+    for need in ("model", "plan", "workload"):
+        if need not in data:
+            raise SpecError(need, "is required")
+    hw = data.get("hardware")
+    if hw is not None:
+        if "system" in data:
+            raise SpecError("hardware", "give either `system` or a `hardware` block, not both")
+        _check_keys("hardware", hw, _HARDWARE_KEYS)
+        if "gpu" not in hw:
+            raise SpecError("hardware.gpu", "is required")
+        system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
+                                     nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"),
+                                     scale_up_gpus=hw.get("scale_up_gpus"), power_limit_w=hw.get("power_limit_w"))
+        num_gpus = hw.get("num_gpus", data.get("num_gpus"))
+    elif "system" in data:
+        system = _system(data["system"], base_dir)
+        num_gpus = data.get("num_gpus")
+    else:
+        raise SpecError("system", "is required (or a `hardware` block)")
+    if num_gpus is not None:
+        num_gpus = positive_int("num_gpus", num_gpus, maximum=1 << 24)
+    load = load_from_dict(data["workload"], base_dir)
+    raw_model = data["model"]
+    if isinstance(raw_model, Mapping) and "seq_len" not in raw_model and "hf_config" not in raw_model:
+        raw_model = {**raw_model, "seq_len": load.max_seq_tokens}  # a serving model needs no training length
+    model = resolve_model(raw_model, base_dir)
+    plan, open_, num_gpus = _plan(data["plan"], model, num_gpus, allow_null)
+    mode = data.get("mode", "inference")
+    if mode != "inference":
+        raise SpecError("mode", f"a serving file describes inference, got mode {mode!r}")
+    cal = None
+    if data.get("calibration"):
+        c = data["calibration"]
+        cal = calibration_from_dict(c) if isinstance(c, Mapping) else store.calibration_for(str(c))
+    scn = ServingScenario(name=str(name or data.get("name") or "serving"), system=system, model=model, plan=plan,
+                          load=load, num_gpus=num_gpus, calibration=cal)
+    return scn, open_
+
+
+def load_serving_scenario(path: str | Path) -> tuple[ServingScenario, tuple[str, ...]]:
+    """A serving scenario from a YAML/JSON file."""
+    p = Path(path)
+    if not p.exists():
+        raise NarrowpathError(f"{p}: no such file")
+    data = read_data_file(p)
+    if not isinstance(data, Mapping):
+        raise SpecError("serving", f"{p}: must hold a mapping at top level")
+    return serving_scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent)

@@ -1,0 +1,193 @@
+"""Time of one serving iteration of one lane: the workload's serving ops priced by the roofline (cost.roofline),
+its transfers by cost.collectives on the groups network.placement lays out — the same physics and the same
+calibration profile as a training step.
+
+A lane is one micro-batch of one attention data-parallel rank: with pp stages, pp micro-batches are in flight
+(one per stage) and a lane's iteration takes the sum of its stage times and hand-offs, but a stage cannot take a
+new micro-batch before finishing the other pp − 1, so a lane's period is max(Σ stages, pp · slowest stage)
+(GPipe-style steady state, Huang et al. 2019; TensorRT-LLM pipeline-parallel in-flight batching).
+
+The ops that depend only on the token count T (projections, MLPs and experts, norms, collectives) are priced once
+on a grid of T and interpolated (each op's time is max of two affine functions of T plus a constant, so the sum is
+piecewise linear); the attention core (context length) and the output layer (sequences producing a token) are
+priced per iteration. An iteration with prompt tokens runs eagerly at the host's pace if that is slower (profile
+`host_dispatch_s` per kernel); decode-only iterations replay a captured CUDA graph (TensorRT-LLM and vLLM capture
+generation batches), so the host does not bind them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from narrowpath.catalog import calibration_for
+from narrowpath.cost.collectives import CollectiveCost, collective_time
+from narrowpath.cost.roofline import op_time_s
+from narrowpath.network.placement import GroupSpan, group_span, span_of
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.serving import ServingScenario
+from narrowpath.workload.items import Op, Transfer
+from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
+                                         kv_bytes_per_token, layer_kind, layer_token_ops, prefill_attention_op,
+                                         stage_layers)
+from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
+                                              stage_boundary_transfer)
+
+
+def token_grid(max_tokens: int) -> np.ndarray:
+    """Token counts the T-dependent costs are priced at: every count to 8, then steps of 25 %."""
+    pts = list(range(1, 9))
+    x = 8.0
+    while x < max_tokens:
+        x = min(float(max_tokens), x * 1.25)
+        pts.append(int(round(x)))
+    return np.unique(np.asarray(pts, dtype=float))
+
+
+@dataclass(frozen=True, slots=True)
+class PricedTransfer:
+    transfer: Transfer
+    count: float
+    span: GroupSpan
+    cost: CollectiveCost
+
+
+class ServingCost:
+    """Prices iterations of one lane of a resolved serving scenario (plan knobs all set)."""
+
+    def __init__(self, scn: ServingScenario, max_tokens: int, calibration: Calibration | None = None):
+        self.scn = scn
+        self.cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
+        m, p, sysm = scn.model, scn.plan, scn.system
+        self.dev = sysm.device
+        self.f = Formats.of(p, "fp8" in self.dev.peak_matrix_flop_per_s)
+        self.layout = instance_plan(p)
+        self.stages = stage_layers(m, p.pp)
+        self.kinds = [[layer_kind(m, i) for i in layers] for layers in self.stages]
+        self._spans: dict[str, GroupSpan] = {}
+        self._coll: dict[tuple, CollectiveCost] = {}
+        self.grid = token_grid(max(8, int(max_tokens)))
+        self.tok_s = np.array([[self._token_time(s, T) for T in self.grid] for s in range(p.pp)])
+        self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
+        self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
+        self._handoff: dict[int, float] = {}
+
+    # ---- work items ---------------------------------------------------------------------------------------
+    def token_ops(self, stage: int, T: float) -> list[tuple[Op, float]]:
+        """T-dependent ops of one stage (its layers, and the embedding on the first stage), with counts."""
+        m, p = self.scn.model, self.scn.plan
+        out: list[tuple[Op, float]] = []
+        for kind in set(self.kinds[stage]):
+            n = self.kinds[stage].count(kind)
+            out += [(op, float(n)) for op in layer_token_ops(m, p, self.f, T, kind[0])]
+        if stage == 0:
+            out.append((embedding_op(m, T), 1.0))
+        return out
+
+    def token_transfers(self, stage: int, T: float) -> list[PricedTransfer]:
+        """T-dependent transfers of one stage per iteration: the layers' collectives and the hand-off of the
+        activations to the next stage."""
+        m, p = self.scn.model, self.scn.plan
+        out = []
+        for kind in set(self.kinds[stage]):
+            n = self.kinds[stage].count(kind)
+            for tr, c in layer_transfers(m, p, self.f, T, kind[0]):
+                out.append(self._priced(tr, c * n))
+        if stage < p.pp - 1:
+            out.append(self._priced(stage_boundary_transfer(m, T), 1.0, self._boundary_span(stage)))
+        return out
+
+    def attention_ops(self, stage: int, dec_seqs: float, dec_ctx: float, pre_tokens: float, pre_pairs: float,
+                      pre_ctx: float, queries_per_seq: float = 1.0) -> list[tuple[Op, float]]:
+        """Attention cores of one stage: decodes over their contexts, prompt chunks over theirs (a sliding-window
+        layer sees at most the window per sequence / query)."""
+        m, p, f = self.scn.model, self.scn.plan, self.f
+        out = []
+        n_win = sum(1 for k in self.kinds[stage] if k[1])
+        n_full = len(self.kinds[stage]) - n_win
+        W = m.sliding_window
+        for n, window in ((n_full, False), (n_win, True)):
+            if not n:
+                continue
+            dctx = min(dec_ctx, dec_seqs * W) if window else dec_ctx
+            pairs = min(pre_pairs, pre_tokens * W) if window else pre_pairs
+            pctx = min(pre_ctx, pre_tokens + W) if window else pre_ctx
+            if dec_seqs:
+                out.append((decode_attention_op(m, p, f, dec_seqs, dctx, queries_per_seq), float(n)))
+            if pre_tokens:
+                out.append((prefill_attention_op(m, p, f, pre_tokens, pairs, pctx), float(n)))
+        return out
+
+    def head(self, rows: float) -> tuple[list[tuple[Op, float]], list[PricedTransfer]]:
+        """Output-layer ops and the logits all-gather of the last stage for `rows` sequences."""
+        m, p = self.scn.model, self.scn.plan
+        ops = [(op, 1.0) for op in head_ops(m, p, rows)]
+        tr = logits_transfer(m, p, rows)
+        return ops, ([self._priced(tr, 1.0)] if tr is not None else [])
+
+    # ---- pricing ------------------------------------------------------------------------------------------
+    def span(self, axis: str) -> GroupSpan:
+        if axis not in self._spans:
+            self._spans[axis] = group_span(self.layout, self.scn.system, axis)
+        return self._spans[axis]
+
+    def _boundary_span(self, stage: int) -> GroupSpan:
+        """Neighbouring stages' GPUs (stride tp·dp apart): inside one scale-up domain or across the fabric."""
+        stride, dom = self.scn.plan.tp * self.scn.plan.dp, self.scn.system.scale_up_domain
+        same = (stage * stride) // dom == ((stage + 1) * stride) // dom
+        return span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="pp")
+
+    def _priced(self, tr: Transfer, count: float, span: GroupSpan | None = None) -> PricedTransfer:
+        span = span or self.span(tr.axis)
+        key = (tr.op, span, tr.message_bytes)
+        if key not in self._coll:
+            self._coll[key] = collective_time(tr.op, tr.message_bytes, span, self.scn.system, self.cal)
+        return PricedTransfer(tr, count, span, self._coll[key])
+
+    def op_s(self, ops: list[tuple[Op, float]]) -> float:
+        return sum(op_time_s(op, self.dev, self.cal) * c for op, c in ops)
+
+    def _token_time(self, stage: int, T: float) -> float:
+        return self.op_s(self.token_ops(stage, T)) + sum(pt.cost.time_s * pt.count
+                                                        for pt in self.token_transfers(stage, T))
+
+    def token_time_s(self, stage: int, T: float) -> float:
+        """T-dependent time of one stage, interpolated on the grid (linear beyond its end)."""
+        g, y = self.grid, self.tok_s[stage]
+        if T <= 0:
+            return 0.0
+        if T > g[-1]:
+            return float(y[-1] + (y[-1] - y[-2]) / (g[-1] - g[-2]) * (T - g[-1]))
+        return float(np.interp(T, g, y))
+
+    def iteration_s(self, T: float, dec_seqs: float, dec_ctx: float, pre_tokens: float = 0.0,
+                    pre_pairs: float = 0.0, pre_ctx: float = 0.0, rows: float | None = None,
+                    queries_per_seq: float = 1.0) -> float:
+        """Period of one lane iteration of T tokens: `dec_seqs` decodes holding `dec_ctx` context tokens,
+        `pre_tokens` prompt tokens with `pre_pairs` causal query-key pairs over `pre_ctx` context, `rows`
+        sequences producing a token (default: the decodes)."""
+        pp = self.scn.plan.pp
+        rows = dec_seqs if rows is None else rows
+        stage_t = []
+        for s in range(pp):
+            t = self.token_time_s(s, T) + self.op_s(self.attention_ops(s, dec_seqs, dec_ctx, pre_tokens, pre_pairs,
+                                                                       pre_ctx, queries_per_seq))
+            if s == pp - 1 and rows:
+                ops, trs = self.head(rows)
+                t += self.op_s(ops) + sum(pt.cost.time_s for pt in trs)
+            stage_t.append(t)
+        total = sum(stage_t)
+        if pre_tokens and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
+            total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
+        return max(total, pp * max(stage_t)) if pp > 1 else total
+
+    def handoff_s(self, prompt_tokens: int) -> float:
+        """Disaggregated serving: time to move one prompt's KV cache from a prefill instance to a decode
+        instance — over the scale-up fabric when two instances fit one domain, else over the scale-out NICs."""
+        if prompt_tokens not in self._handoff:
+            p, sysm = self.scn.plan, self.scn.system
+            nbytes = kv_handoff_bytes_per_gpu(self.kv_bytes_per_token, prompt_tokens)
+            same = 2 * p.instance_gpus <= sysm.scale_up_domain
+            span = span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="kv")
+            self._handoff[prompt_tokens] = collective_time("send_recv", nbytes, span, sysm, self.cal).time_s
+        return self._handoff[prompt_tokens]

@@ -1,0 +1,138 @@
+"""Fill the serving knobs a file leaves to the engine: the serving stack's documented defaults
+(catalog/serving_stacks.yaml), formats a source did not publish, and the batch limits trtllm-bench derives for
+itself. Every filled knob is noted with its reason; nothing here reads a measurement.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from narrowpath.catalog.serving import serving_stack
+from narrowpath.cost.serving_memory import ServingMemory, serving_memory
+from narrowpath.spec.serving import ServingPlan, ServingScenario
+from narrowpath.workload.counts import parameter_count
+from narrowpath.workload.serving import VALUE_BYTES, Formats, kv_bytes_per_token_layer
+
+TRTLLM_MAX_REQUESTS = 4096
+"""trtllm-bench caps the requests its heuristic sizes for (decoder buffers), before dividing by pp."""
+TRTLLM_MAX_TOKENS = 32768
+"""... and the token budget (activation buffers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-lane limits of a resolved deployment."""
+
+    max_batch: int
+    max_num_tokens: int
+    block_tokens: int
+    kv_fraction: float
+    memory: ServingMemory
+
+    @property
+    def lane_kv_blocks(self) -> int:
+        return self.memory.kv_blocks
+
+
+def trtllm_bench_limits(scn: ServingScenario, isl: float, osl: float, fraction: float) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) as trtllm-bench sizes them when not given (TensorRT-LLM
+    tensorrt_llm/bench/build/tuning.py, calc_engine_setting + finetune_setting): the KV memory left after the
+    engine (parameters × bytes per element) on the instance's GPUs, times the KV fraction, over one request's KV
+    at ISL + OSL, gives the requests it can hold (capped at 4096, divided by pp) → batch rounded up to a multiple
+    of 32 (at least 64) below 256, of 128 below 1024, else of 256; tokens = batch · (1 + ISL/OSL) capped at 32768,
+    rounded up to 256 (at least 2048) below 4096, to 512 below 8192, else to 1024. With attention data
+    parallelism the KV memory splits over the dp ranks."""
+    m, p = scn.model, scn.plan
+    engine = parameter_count(m) * VALUE_BYTES[p.weight_precision]
+    total = scn.system.device.hbm.capacity_bytes * p.instance_gpus
+    per_token = kv_bytes_per_token_layer(m, p) * m.layers * p.tp
+    requests = max(0.0, (total - engine) * fraction / p.dp / (per_token * (isl + osl)))
+    raw_bs = min(requests, TRTLLM_MAX_REQUESTS) / p.pp
+    raw_tok = min(raw_bs * (1 + isl / osl), TRTLLM_MAX_TOKENS)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tok < 4096:
+        tok = max(2048, 256 * math.ceil(raw_tok / 256))
+    elif raw_tok < 8192:
+        tok = 512 * math.ceil(raw_tok / 512)
+    else:
+        tok = 1024 * math.ceil(raw_tok / 1024)
+    return int(bs), int(tok)
+
+
+def resolve_formats(scn: ServingScenario, open_knobs: tuple[str, ...]) -> ServingScenario:
+    """Weight and KV formats a source left open: the stack's checkpoint format, and for fp8/fp4 weights the KV
+    format its quantized checkpoints carry (else the 16-bit type of the weights)."""
+    stack = serving_stack(scn.plan.framework)
+    p, notes = scn.plan, list(scn.chosen)
+    if "weight_precision" in open_knobs:
+        w = stack["defaults"].get("weight_precision", "bf16")
+        p = dataclasses.replace(p, weight_precision=w)
+        notes.append(("weight_precision", f"{w} — checkpoint format of the {stack['id']} stack (not published)"))
+    if "kv_precision" in open_knobs:
+        quant = p.weight_precision in ("fp8", "fp4")
+        kv = stack.get("quantized_kv", "bf16") if quant else ("fp16" if p.weight_precision == "fp16" else "bf16")
+        if kv in ("fp8", "fp4") and "fp8" not in scn.system.device.peak_matrix_flop_per_s:
+            kv = "bf16"
+        why = f"the {stack['id']} stack's quantized checkpoints carry it" if quant else "the weights' 16-bit type"
+        p = dataclasses.replace(p, kv_precision=kv)
+        notes.append(("kv_precision", f"{kv} — {why} (not published)"))
+    return dataclasses.replace(scn, plan=p, chosen=tuple(notes))
+
+
+def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
+    """The plan with policy, admission, chunking, block size, KV fraction and batch limits set (stack defaults,
+    trtllm-bench's heuristic, or the load's fixed batch), and the memory they leave for the KV cache."""
+    stack = serving_stack(scn.plan.framework)
+    d = stack.get("defaults") or {}
+    p, load, notes = scn.plan, scn.load, list(scn.chosen)
+    kw: dict = {}
+
+    def take(knob: str, value, why: str) -> None:
+        kw[knob] = value
+        notes.append((knob, f"{value!r} — {why}"))
+
+    if not p.policy:
+        if load.arrival == "fixed-batch":
+            take("policy", "static", "the load is a static batch")
+        else:
+            take("policy", d.get("policy", "decode-first"), f"default of the {stack['id']} stack")
+    for knob, empty in (("admission", ""), ("chunked_prefill", None), ("kv_block_tokens", 0),
+                        ("kv_memory_fraction", 0.0)):
+        if getattr(p, knob) == empty:
+            take(knob, d[knob], f"default of the {stack['id']} stack")
+    p = dataclasses.replace(p, **kw)
+    kw = {}
+    if load.arrival == "trace":
+        isl = sum(r[1] for r in load.requests) / len(load.requests)
+        osl = sum(r[2] for r in load.requests) / len(load.requests)
+    else:
+        isl, osl = float(load.input_tokens), float(load.output_tokens)
+    if p.policy == "static":
+        per_lane = max(1, -(-load.batch_size // (p.replicas * p.dp * p.pp))) if load.batch_size else 0
+        if not p.max_batch:
+            take("max_batch", per_lane or d.get("max_batch", 256), "the static batch per micro-batch")
+        if not p.max_num_tokens:
+            take("max_num_tokens", int((kw.get("max_batch") or p.max_batch) * isl), "the whole batch's prompts")
+    elif not (p.max_batch and p.max_num_tokens):
+        if stack.get("batch_limits") == "trtllm-bench":
+            bs, tok = trtllm_bench_limits(dataclasses.replace(scn, plan=p), isl, osl, p.kv_memory_fraction)
+            why = f"trtllm-bench's heuristic for ISL {isl:g} / OSL {osl:g}"
+        else:
+            bs, tok = d.get("max_batch", 256), d.get("max_num_tokens", 8192)
+            why = f"default of the {stack['id']} stack"
+        if not p.max_batch:
+            take("max_batch", bs, why)
+        if not p.max_num_tokens:
+            take("max_num_tokens", tok, why)
+    p = dataclasses.replace(p, **kw)
+    scn = dataclasses.replace(scn, plan=p, chosen=tuple(notes))
+    f = Formats.of(p, "fp8" in scn.system.device.peak_matrix_flop_per_s)
+    mem = serving_memory(scn.model, p, scn.system, f, max_num_tokens=p.max_num_tokens, max_batch=p.max_batch,
+                         kv_fraction=p.kv_memory_fraction, block_tokens=p.kv_block_tokens)
+    return scn, Limits(p.max_batch, p.max_num_tokens, p.kv_block_tokens, p.kv_memory_fraction, mem)

@@ -1,0 +1,218 @@
+"""Simulate a serving deployment: resolve the engine's defaults, price iterations (schedule.serving_cost), lay the
+requests out on lanes and run each lane (schedule.serving_sim), or a static batch schedule.
+
+Lanes: an instance has dp attention-DP ranks × pp micro-batches; a colocated deployment has replicas × dp × pp
+lanes, all alike; a disaggregated one has prefill lanes (prefill_replicas × dp × pp) whose finished prompts reach
+the decode lanes after the KV hand-off. Requests go to lanes round-robin in arrival order (a load balancer in front
+of the replicas, TensorRT-LLM's attention-DP balancing inside an instance); the expert layers see every rank's
+tokens, so lanes are priced as if all ranks carried the same load.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from narrowpath.errors import SimulationError, SpecError
+from narrowpath.schedule.serving_cost import ServingCost
+from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
+from narrowpath.schedule.serving_sim import Lane, LaneSpec
+from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, ServingResult
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.serving import ServingScenario
+
+
+@dataclass
+class ServingRun:
+    """A resolved scenario, its cost model and limits, and the simulated result."""
+
+    scenario: ServingScenario
+    cost: ServingCost
+    limits: Limits
+    result: ServingResult
+
+    @property
+    def spec_gain(self) -> float:
+        return spec_gain(self.scenario.plan.spec_tokens, self.scenario.plan.spec_acceptance)
+
+
+def spec_gain(k: int, alpha: float) -> float:
+    """Expected tokens per verification step with k draft tokens accepted with probability α each:
+    (1 − α^(k+1)) / (1 − α) (Leviathan et al. 2023, eq. 1)."""
+    if k <= 0:
+        return 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha) if alpha < 1 else float(k + 1)
+
+
+def arrivals(scn: ServingScenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival s, prompt tokens, output tokens) per request: all at 0 (offline, fixed batch; closed-loop requests
+    beyond the concurrency are released later), a Poisson stream of the given rate (seeded numpy Generator), or
+    the trace."""
+    load = scn.load
+    n = load.total_requests
+    if load.arrival == "trace":
+        r = np.asarray(load.requests, dtype=float)
+        return r[:, 0] - r[0, 0], r[:, 1].astype(np.int64), r[:, 2].astype(np.int64)
+    n_in = np.full(n, load.input_tokens, dtype=np.int64)
+    n_out = np.full(n, load.output_tokens, dtype=np.int64)
+    if load.arrival == "poisson":
+        gaps = np.random.default_rng(load.seed).exponential(1.0 / load.rate_per_s, n)
+        t = np.cumsum(gaps) - gaps[0]
+    else:
+        t = np.zeros(n)
+    return t, n_in, n_out
+
+
+def _step_fn(cost: ServingCost, draft_layers: int, k: int):
+    """Iteration pricing handed to the lanes: the lane's iteration plus, under speculative decoding, k draft
+    passes of `draft_layers` layers and the output layer over the decodes (an MTP/EAGLE draft head)."""
+    layers = cost.scn.model.layers
+    pp = cost.scn.plan.pp
+
+    def step(T, dec, dctx, pre_tok, pairs, pctx, rows, q):
+        t = cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q)
+        if k and dec:
+            per_layer = sum(cost.token_time_s(s, dec) for s in range(pp)) / layers
+            ops, trs = cost.head(dec)
+            t += k * (draft_layers * per_layer + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
+        return t
+    return step
+
+
+def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finish, tot: LaneTotals, log) -> None:
+    """Static batching: take `max_batch` requests, run all their prompts in one context pass, decode the batch
+    until its longest request ends (finished slots stay in the batch), then the next batch."""
+    B, now = lim.max_batch, 0.0
+    step = _step_fn(cost, 1, 0)
+    blocks = lim.memory.kv_blocks // cost.scn.plan.pp
+    for start in range(0, len(rids), B):
+        ids = rids[start:start + B]
+        b = len(ids)
+        need = sum(math.ceil((n_in[i] + n_out[i]) / lim.block_tokens) for i in ids)
+        if need > blocks:
+            raise SimulationError(f"a static batch of {b} sequences of {int(n_in[ids].max())} + "
+                                  f"{int(n_out[ids].max())} tokens needs {need} KV blocks; a lane holds {blocks} "
+                                  f"(reduce the batch or add GPUs)")
+        now = max(now, float(arr[ids].max()))
+        P = float(n_in[ids].sum())
+        dt = step(P, 0, 0.0, P, float((n_in[ids] * (n_in[ids] + 1) / 2).sum()), P, b, 1)
+        _log(log, tot, now, dt, 1, 0, int(P), need)
+        now += dt
+        first[ids] = now
+        ctx = P + b
+        steps_total = int(n_out[ids].max()) - 1
+        order = np.sort(np.unique(n_out[ids] - 1))
+        done_steps = 0
+        for target in order:
+            n = int(target) - done_steps
+            if n > 0:
+                t0 = step(b, b, ctx, 0, 0, 0, b, 1)
+                t1 = step(b, b, ctx + (n - 1) * b, 0, 0, 0, b, 1)
+                dt = n * (t0 + t1) / 2
+                _log(log, tot, now, dt, n, b, 0, need)
+                tot.decode_ctx_tokens += n * ctx + b * n * (n - 1) / 2
+                tot.decode_tokens += n * b
+                now += dt
+                ctx += n * b
+                done_steps = int(target)
+            finish[ids[n_out[ids] - 1 == target]] = now
+        tot.prompt_tokens += P
+        tot.prompt_pairs += float((n_in[ids] * (n_in[ids] + 1) / 2).sum())
+        del steps_total
+
+
+def _log(log, tot: LaneTotals, now, dt, steps, dec, prompt, blocks) -> None:
+    tot.iterations += steps
+    tot.busy_s += dt
+    tot.tokens += steps * dec + prompt
+    tot.kv_block_s += blocks * dt
+    tot.kv_peak_blocks = max(tot.kv_peak_blocks, blocks)
+    if log is not None:
+        log.append(IterationRecord(now, dt, steps, dec, prompt, blocks))
+
+
+def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration: Calibration | None = None,
+             *, log_lane: bool = True) -> ServingRun:
+    """Resolve the defaults of `scn` and simulate its load (module docstring)."""
+    if any(k in open_knobs for k in ("tp", "pp", "ep")):
+        from narrowpath.schedule.serving_choose import choose_layout
+        scn = choose_layout(scn, open_knobs, calibration)
+    scn = resolve_formats(scn, open_knobs)
+    scn, lim = resolve_limits(scn)
+    p = scn.plan
+    q = 1 + p.spec_tokens
+    cost = ServingCost(scn, max(lim.max_num_tokens, lim.max_batch * q), calibration)
+    gain = spec_gain(p.spec_tokens, p.spec_acceptance)
+    step = _step_fn(cost, p.spec_draft_layers, p.spec_tokens)
+    arr, n_in, n_out = arrivals(scn)
+    n = len(arr)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    per_rank = p.dp * p.pp
+    lane_blocks = lim.memory.kv_tokens // p.pp // lim.block_tokens
+    tot = LaneTotals()
+    log: list = []
+    notes = [f"{k}: {v}" for k, v in scn.chosen]
+    conc = scn.load.concurrency
+
+    def lane_spec(policy: str) -> LaneSpec:
+        return LaneSpec(lim.max_batch, lim.max_num_tokens, lane_blocks, lim.block_tokens, policy, p.admission,
+                        bool(p.chunked_prefill), p.spec_tokens, gain)
+
+    def run_lanes(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray) -> list[Lane]:
+        out = []
+        for i in range(lanes):
+            rids = rids_all[i::lanes]
+            if not len(rids):
+                continue
+            lc = -(-conc // lanes) if conc else 0
+            if lc and lc < len(rids):
+                arr_v[rids[lc:]] = np.inf
+            lane = Lane(lane_spec(policy), step, rids, arr_v, n_in, n_out, first, finish, tot,
+                        log if (log_lane and i == 0) else None, lc)
+            lane.run()
+            out.append(lane)
+        return out
+
+    order = np.argsort(arr, kind="stable")
+    if p.policy == "static":
+        lanes = p.replicas * per_rank
+        for i in range(lanes):
+            _static(cost, lim, order[i::lanes], arr, n_in, n_out, first, finish, tot,
+                    log if (log_lane and i == 0) else None)
+    elif p.disaggregated:
+        if conc:
+            notes.append("closed-loop concurrency is not applied to a disaggregated deployment: all requests are "
+                         "sent at their arrival times")
+            conc = 0
+        pre_lanes = run_lanes(order, p.prefill_replicas * per_rank, "prefill-only", arr)
+        ready = np.full(n, np.inf)
+        for lane in pre_lanes:
+            for t, rid in lane.ready:
+                ready[rid] = t + cost.handoff_s(int(n_in[rid]))
+                tot.handoff_s += cost.handoff_s(int(n_in[rid]))
+        notes.append(f"KV hand-off of a {int(n_in.mean())}-token prompt: {cost.handoff_s(int(n_in.mean())) * 1e3:.2f} ms "
+                     f"per request ({'scale-up' if 2 * p.instance_gpus <= scn.system.scale_up_domain else 'scale-out'}"
+                     " fabric)")
+        run_lanes(np.argsort(ready, kind="stable"), (p.replicas - p.prefill_replicas) * per_rank, "decode-only",
+                  ready)
+    else:
+        run_lanes(order, p.replicas * per_rank, p.policy, arr)
+    if np.isnan(finish).any():
+        raise SimulationError(f"{int(np.isnan(finish).sum())} requests never finished")
+    res = ServingResult(arr, first, finish, n_in, n_out, p.replicas * per_rank, lane_blocks, lim.block_tokens, tot,
+                        log, notes)
+    return ServingRun(scn, cost, lim, res)
+
+
+def check_fits(scn: ServingScenario) -> None:
+    """Refuse (one line) a load whose single request cannot fit a lane's KV cache."""
+    _, lim = resolve_limits(resolve_formats(scn, ()))
+    need = math.ceil(scn.load.max_seq_tokens / lim.block_tokens)
+    blocks = lim.memory.kv_tokens // scn.plan.pp // lim.block_tokens
+    if need > blocks:
+        raise SpecError("workload", f"a request of {scn.load.max_seq_tokens} tokens needs {need} KV blocks; one "
+                        f"lane of this deployment holds {blocks}")
+
+

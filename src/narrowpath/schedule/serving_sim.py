@@ -1,0 +1,313 @@
+"""Request-level simulation of one serving lane (one micro-batch of one attention-DP rank; schedule.serving_run
+spreads requests over the lanes): continuous batching under a sequence limit and a per-iteration token budget,
+chunked prefill, decode-first or prefill-first iterations, paged KV with reserve-ahead admission or on-demand
+allocation with preemption, prefill-only and decode-only lanes of a disaggregated deployment, speculative
+decoding, and static batches.
+
+Semantics (Yu et al. 2022, Orca; Kwon et al. 2023, vLLM; Agrawal et al. 2024, Sarathi-Serve; TensorRT-LLM
+in-flight batching):
+- an iteration runs every running decode (q query tokens each: 1, or 1 + draft tokens under speculative decoding)
+  and prompt work: `decode-first` fills the token budget left by the decodes with prompt chunks (the prompt in
+  progress first, then waiting requests in arrival order; without chunked prefill a prompt is admitted only if it
+  fits whole); `prefill-first` runs an iteration of prompts alone whenever a waiting request can be admitted;
+- the iteration that finishes a prompt emits the request's first token; each decode iteration one more (under
+  speculative decoding (1 − α^(k+1))/(1 − α) on average, Leviathan et al. 2023 eq. 1);
+- `reserve` admission takes blocks for prompt + output up front and never preempts; `on-demand` takes blocks as
+  the context grows and, when a step would overflow, preempts the newest running request, which re-queues at the
+  head and recomputes its prompt plus what it generated (vLLM recompute preemption);
+- closed loop (`concurrency`): a new request is sent when one finishes.
+Between events (an arrival that could be admitted, a finish, a KV overflow) a decode-only batch is unchanged and
+its step time grows linearly with the context, so the steps up to the next event advance together (trapezoid
+sum, exact for a linear step time); the result equals stepping one iteration at a time.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from narrowpath.errors import SimulationError
+from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals
+
+LOG_LIMIT = 50_000
+"""Iteration records kept for the logged lane (timelines, plots)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSpec:
+    """Limits and policy of one lane."""
+
+    max_seqs: int
+    max_tokens: int
+    kv_blocks: int
+    block_tokens: int
+    policy: str
+    """decode-first, prefill-first, prefill-only or decode-only."""
+    admission: str
+    chunked: bool
+    spec_tokens: int = 0
+    spec_gain: float = 1.0
+    """Tokens a decode step yields per sequence."""
+
+
+class Lane:
+    """State and loop of one lane. `step_s(T, dec, dec_ctx, pre_tok, pre_pairs, pre_ctx, rows, q)` prices an
+    iteration; `arr` (arrival times; inf = released by the closed loop), `n_in`, `n_out`, `first`, `finish` are
+    global per-request arrays the lane reads and writes for its requests `rids` (sorted by arrival)."""
+
+    def __init__(self, spec: LaneSpec, step_s, rids: np.ndarray, arr, n_in, n_out, first, finish,
+                 totals: LaneTotals, log: list | None, concurrency: int = 0):
+        self.s, self.step_s, self.rids = spec, step_s, rids
+        self.arr, self.n_in, self.n_out, self.first, self.finish = arr, n_in, n_out, first, finish
+        self.tot, self.log, self.conc = totals, log, concurrency
+        self.now = 0.0
+        self.p = 0  # next request of `rids` not yet arrived
+        self.released = len(rids) if not concurrency else min(concurrency, len(rids))
+        self.waiting: deque = deque()
+        self.pre: list[list] = []  # [rid, done, prompt, resumed]
+        self.r_id = np.zeros(0, dtype=np.int64)
+        self.r_ctx = np.zeros(0)
+        self.r_rem = np.zeros(0)
+        self.r_blk = np.zeros(0, dtype=np.int64)  # blocks held (reserve: the whole budget)
+        self.free = spec.kv_blocks
+        self.prompt_of: dict[int, int] = {}  # recompute length of preempted requests
+        self.ready: list[tuple[float, int]] = []  # prefill-only lanes: (first token time, rid)
+
+    # ---- admission -------------------------------------------------------------------------------------------
+    def _blocks(self, tokens: float) -> int:
+        return int(math.ceil(tokens / self.s.block_tokens))
+
+    def _need(self, rid: int) -> int:
+        """Blocks a waiting request needs to be admitted."""
+        prompt = self.prompt_of.get(rid, int(self.n_in[rid]))
+        if self.s.admission == "reserve" and self.s.policy != "prefill-only":
+            return self._blocks(self.n_in[rid] + self.n_out[rid] + self.s.spec_tokens)
+        if self.s.policy == "decode-only":
+            return self._blocks(prompt + 1 + self.s.spec_tokens)
+        return self._blocks(prompt)
+
+    def _arrivals(self) -> None:
+        while self.p < self.released and self.arr[self.rids[self.p]] <= self.now:
+            self.waiting.append(int(self.rids[self.p]))
+            self.p += 1
+
+    def _next_arrival(self) -> float:
+        return float(self.arr[self.rids[self.p]]) if self.p < self.released else math.inf
+
+    def _finish(self, rid: int) -> None:
+        self.finish[rid] = self.now
+        if self.conc and self.released < len(self.rids):  # closed loop: the next request goes out now
+            self.arr[self.rids[self.released]] = self.now
+            self.released += 1
+
+    def _admissible(self) -> bool:
+        if not self.waiting or len(self.r_id) + len(self.pre) >= self.s.max_seqs:
+            return False
+        return self._need(self.waiting[0]) <= self.free
+
+    # ---- one iteration -----------------------------------------------------------------------------------------
+    def _plan_prompts(self, budget: int) -> list[tuple[list, int]]:
+        """Prompt chunks of this iteration within `budget` tokens: the prompts in progress, then admissions."""
+        chunks = []
+        for item in self.pre:
+            if budget <= 0:
+                break
+            c = min(item[2] - item[1], budget)  # a prompt in progress always continues
+            chunks.append((item, c))
+            budget -= c
+        while budget > 0 and self._admissible():
+            rid = self.waiting[0]
+            prompt = self.prompt_of.get(rid, int(self.n_in[rid]))
+            if prompt > budget and not self.s.chunked and (chunks or prompt <= self.s.max_tokens):
+                break  # waits for an iteration whose budget holds it whole
+            self.waiting.popleft()
+            need = self._need(rid)
+            self.free -= need
+            item = [rid, 0, prompt, rid in self.prompt_of, need]
+            self.pre.append(item)
+            c = min(prompt, budget)
+            chunks.append((item, c))
+            budget -= c
+        return chunks
+
+    def _preempt_for(self, g: float) -> None:
+        """On-demand KV: preempt the newest running requests until every decode can grow by g tokens."""
+        while len(self.r_id):
+            grow = np.ceil((self.r_ctx + g) / self.s.block_tokens).astype(np.int64) - self.r_blk
+            need = int(grow[grow > 0].sum())
+            if need <= self.free:
+                self.free -= need
+                self.r_blk = self.r_blk + np.maximum(grow, 0)
+                return
+            rid, ctx, blk = int(self.r_id[-1]), self.r_ctx[-1], int(self.r_blk[-1])
+            self.r_id, self.r_ctx, self.r_rem, self.r_blk = (self.r_id[:-1], self.r_ctx[:-1], self.r_rem[:-1],
+                                                             self.r_blk[:-1])
+            self.free += blk
+            self.prompt_of[rid] = int(round(ctx))
+            self.waiting.appendleft(rid)
+            self.tot.preemptions += 1
+
+    def _admit_decode(self, rid: int, ctx: float, rem: float, blocks: int) -> None:
+        self.r_id = np.append(self.r_id, rid)
+        self.r_ctx = np.append(self.r_ctx, ctx)
+        self.r_rem = np.append(self.r_rem, rem)
+        self.r_blk = np.append(self.r_blk, blocks)
+
+    def _record(self, dt: float, steps: int, dec: int, prompt_tokens: int) -> None:
+        used = self.s.kv_blocks - self.free
+        self.tot.kv_block_s += used * dt
+        self.tot.kv_peak_blocks = max(self.tot.kv_peak_blocks, used)
+        if self.log is not None and len(self.log) < LOG_LIMIT:
+            self.log.append(IterationRecord(self.now, dt, steps, dec, prompt_tokens, used))
+
+    def run(self) -> None:
+        s = self.s
+        q = 1 + s.spec_tokens
+        decode_lane = s.policy == "decode-only"
+        while True:
+            self._arrivals()
+            if decode_lane:
+                while self._admissible():
+                    rid = self.waiting.popleft()
+                    if self.n_out[rid] <= 1:  # the prefill instance produced its only token
+                        self._finish(rid)
+                        continue
+                    need = self._need(rid)
+                    self.free -= need
+                    self._admit_decode(rid, self.n_in[rid] + 1, self.n_out[rid] - 1, need)
+            if not len(self.r_id) and not self.pre and not self._admissible():
+                nxt = self._next_arrival()
+                if math.isinf(nxt):
+                    if self.waiting:
+                        rid = self.waiting[0]
+                        raise SimulationError(
+                            f"a request of {int(self.n_in[rid])} + {int(self.n_out[rid])} tokens needs "
+                            f"{self._need(rid)} KV blocks of {s.block_tokens} tokens; a lane holds {s.kv_blocks}")
+                    return
+                self.now = max(self.now, nxt)
+                continue
+            prefill_turn = s.policy == "prefill-only" or (s.policy == "prefill-first" and (self.pre or
+                                                                                            self._admissible()))
+            decodes = 0 if prefill_turn else len(self.r_id)
+            if s.admission == "on-demand" and decodes and not decode_lane:
+                self._preempt_for(s.spec_gain)
+                decodes = len(self.r_id)
+            elif decode_lane and s.admission == "on-demand" and decodes:
+                self._preempt_for(s.spec_gain)
+                decodes = len(self.r_id)
+            chunks = [] if decode_lane else self._plan_prompts(s.max_tokens - decodes * q)
+            if not decodes and not chunks:
+                if not len(self.r_id):  # nothing fits the budget yet: wait for the next arrival
+                    self.now = max(self.now, self._next_arrival())
+                    continue
+                decodes = len(self.r_id)
+            if chunks:
+                self._iterate_mixed(decodes, chunks, q)
+            else:
+                self._iterate_decodes(q)
+
+    def _iterate_mixed(self, decodes: int, chunks: list, q: int) -> None:
+        """One iteration with prompt chunks (and the running decodes unless `decodes` is 0)."""
+        s = self.s
+        pre_tok = sum(c for _, c in chunks)
+        pairs = sum(c * (item[1] + (c + 1) / 2) for item, c in chunks)
+        pctx = sum(item[1] + c for item, c in chunks)
+        done = [item for item, c in chunks if item[1] + c >= item[2]]
+        rows = decodes + len(done)
+        dctx = float(self.r_ctx[:decodes].sum()) if decodes else 0.0
+        dt = self.step_s(decodes * q + pre_tok, decodes, dctx, pre_tok, pairs, pctx, rows, q)
+        self.now += dt
+        self._account(dt, 1, decodes, decodes * q, pre_tok, dctx, pairs)
+        self._record(dt, 1, decodes, pre_tok)
+        if decodes:
+            self._advance(decodes, 1)
+        for item, c in chunks:
+            item[1] += c
+        for item in done:
+            self.pre.remove(item)
+            rid, prompt, resumed, blocks = item[0], item[2], item[3], item[4]
+            if not resumed:
+                self.first[rid] = self.now
+            rem = float(self.n_out[rid] - 1) if not resumed else self._resumed_rem(rid)
+            if s.policy == "prefill-only":
+                self.free += blocks
+                self.ready.append((self.now, rid))
+            elif rem <= 0:
+                self.free += blocks
+                self._finish(rid)
+            else:
+                self.prompt_of.pop(rid, None)
+                self._admit_decode(rid, prompt + 1, rem, blocks)
+
+    def _resumed_rem(self, rid: int) -> float:
+        generated = self.prompt_of[rid] - int(self.n_in[rid])  # the recomputed prompt then emits one more
+        return float(self.n_out[rid] - generated - 1)
+
+    def _iterate_decodes(self, q: int) -> None:
+        """Decode-only iterations, as many at once as pass before the next event."""
+        s, g = self.s, self.s.spec_gain
+        D = len(self.r_id)
+        L0 = float(self.r_ctx.sum())
+        n = max(1, int(math.ceil(float(self.r_rem.min()) / g - 1e-9)))
+        t0 = self.step_s(D * q, D, L0, 0, 0, 0, D, q)
+        if self._admissible():
+            n = 1
+        elif not self.waiting and len(self.r_id) + len(self.pre) < s.max_seqs:
+            nxt = self._next_arrival()  # an arrival could be admitted: stop at the step that sees it
+            if not math.isinf(nxt):
+                n = min(n, max(1, int((nxt - self.now) / t0) + 1))
+        if s.admission == "on-demand" and n > 1:
+            n = min(n, self._steps_until_overflow(n))
+        t1 = self.step_s(D * q, D, L0 + (n - 1) * D * g, 0, 0, 0, D, q) if n > 1 else t0
+        dt = n * (t0 + t1) / 2
+        self.now += dt
+        self._account(dt, n, D, n * D * q, 0, n * L0 + D * g * n * (n - 1) / 2, 0.0)
+        self._record(dt, n, D, 0)
+        self._advance(D, n)
+
+    def _steps_until_overflow(self, n_max: int) -> int:
+        """Largest n ≤ n_max decode steps whose block growth fits the free blocks (≥ 1)."""
+        g, B = self.s.spec_gain, self.s.block_tokens
+
+        def need(n: int) -> int:
+            grow = np.ceil((self.r_ctx + n * g) / B).astype(np.int64) - self.r_blk
+            return int(grow[grow > 0].sum())
+
+        lo, hi = 1, n_max
+        if need(hi) <= self.free:
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if need(mid) <= self.free else (lo, mid)
+        return lo
+
+    def _advance(self, decodes: int, n: int) -> None:
+        """n decode steps of the first `decodes` running sequences; retire the finished ones."""
+        g = self.s.spec_gain
+        self.r_ctx[:decodes] += n * g
+        self.r_rem[:decodes] -= n * g
+        if self.s.admission == "on-demand":
+            need = np.ceil(self.r_ctx[:decodes] / self.s.block_tokens).astype(np.int64)
+            grow = np.maximum(need - self.r_blk[:decodes], 0)
+            self.free -= int(grow.sum())
+            self.r_blk[:decodes] += grow
+        done = self.r_rem <= 1e-9
+        if done.any():
+            for i in np.flatnonzero(done):
+                self.free += int(self.r_blk[i])
+                self._finish(int(self.r_id[i]))
+            keep = ~done
+            self.r_id, self.r_ctx, self.r_rem, self.r_blk = (self.r_id[keep], self.r_ctx[keep], self.r_rem[keep],
+                                                             self.r_blk[keep])
+
+    def _account(self, dt, steps, dec, dec_tok, pre_tok, dctx, pairs) -> None:
+        t = self.tot
+        t.iterations += steps
+        t.busy_s += dt
+        t.tokens += dec_tok + pre_tok
+        t.decode_tokens += dec_tok
+        t.prompt_tokens += pre_tok
+        t.decode_ctx_tokens += dctx
+        t.prompt_pairs += pairs

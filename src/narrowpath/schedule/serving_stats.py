@@ -1,0 +1,111 @@
+"""What a serving simulation measured: per-request times, the iteration log of one lane, and the summary figures
+(throughput, TTFT / TPOT / end-to-end latency at mean, p50, p90, p99, KV-cache utilisation).
+
+Conventions (vLLM `benchmark_serving.py`, trtllm-bench): TTFT = first token time − arrival (queueing included);
+TPOT = (finish − first token) / (output tokens − 1) per request, over requests with more than one output token;
+end-to-end = finish − arrival; throughput = tokens / (last finish − first arrival).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STATS = ("mean", "p50", "p90", "p99")
+
+
+def summary(values: np.ndarray) -> dict[str, float]:
+    """mean, p50, p90, p99 of `values` (linear interpolation between order statistics, numpy's default)."""
+    if values.size == 0:
+        return {k: 0.0 for k in STATS}
+    p = np.percentile(values, (50, 90, 99))
+    return {"mean": float(values.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+
+
+@dataclass(frozen=True, slots=True)
+class IterationRecord:
+    """One iteration (or `steps` identical decode iterations merged) of the logged lane."""
+
+    start_s: float
+    duration_s: float
+    steps: int
+    decodes: int
+    prompt_tokens: int
+    kv_blocks_used: int
+
+
+@dataclass
+class LaneTotals:
+    """Sums over a lane's iterations (the accounts read them)."""
+
+    iterations: int = 0
+    busy_s: float = 0.0
+    tokens: float = 0.0
+    """Σ T over iterations (decode query tokens + prompt tokens)."""
+    decode_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    decode_ctx_tokens: float = 0.0
+    """Σ over iterations of the context tokens decodes read."""
+    prompt_pairs: float = 0.0
+    kv_block_s: float = 0.0
+    """∫ used KV blocks dt."""
+    kv_peak_blocks: int = 0
+    preemptions: int = 0
+    handoff_s: float = 0.0
+
+
+@dataclass
+class ServingResult:
+    """A simulated run."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    lanes: int
+    kv_blocks_per_lane: int
+    block_tokens: int
+    totals: LaneTotals
+    log: list[IterationRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.finish_s.max() - self.arrival_s.min()) if self.finish_s.size else 0.0
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return float(self.output_tokens.sum()) / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    @property
+    def total_tokens_per_s(self) -> float:
+        return float(self.output_tokens.sum() + self.input_tokens.sum()) / self.makespan_s if self.makespan_s else 0.0
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        many = self.output_tokens > 1
+        return (self.finish_s[many] - self.first_token_s[many]) / (self.output_tokens[many] - 1)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def kv_utilisation(self) -> float:
+        """Time-averaged share of the KV blocks in use over the lanes' busy time."""
+        cap = self.kv_blocks_per_lane * self.lanes * self.makespan_s
+        return self.totals.kv_block_s / cap if cap > 0 else 0.0
+
+    @property
+    def kv_peak_utilisation(self) -> float:
+        return self.totals.kv_peak_blocks / self.kv_blocks_per_lane if self.kv_blocks_per_lane else 0.0
+
+    def figures(self) -> dict:
+        """The JSON contract of `serve --json`: throughputs and latency summaries."""
+        return {"output_tokens_per_s": self.output_tokens_per_s, "total_tokens_per_s": self.total_tokens_per_s,
+                "ttft_s": summary(self.ttft_s), "tpot_s": summary(self.tpot_s), "e2e_latency_s": summary(self.e2e_s)}

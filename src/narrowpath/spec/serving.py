@@ -1,0 +1,273 @@
+"""Serving specs: how a model is deployed for inference (ServingPlan), what traffic it serves (Load), and the two
+together on a system (ServingScenario).
+
+Layout of one serving instance (TensorRT-LLM `Mapping`, vLLM `--tensor/--pipeline/--data-parallel-size`): `pp`
+pipeline stages, each of `dp` attention data-parallel ranks of `tp` GPUs; the dense layers and attention are
+split `tp` ways, the routed experts of an MoE model `ep` ways over all tp·dp GPUs of a stage (expert tensor
+parallelism etp = tp·dp/ep). An instance has tp·dp·pp GPUs; `replicas` instances serve side by side, of which
+`prefill_replicas` only prefill and hand their KV cache to the others (disaggregated serving).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.errors import SpecError
+from narrowpath.spec._check import boolean, choice, fraction, positive_float, positive_int
+from narrowpath.spec._pickle import reduce_spec
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.model import Model
+from narrowpath.spec.system import System
+
+WEIGHT_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp4")
+"""Formats of the linear layers' weights (and, for fp8/fp4, of the activations they multiply: W8A8 FP8 with
+per-tensor scales, W4A4 NVFP4 with 16-element block scales)."""
+KV_PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+POLICIES = ("decode-first", "prefill-first", "static")
+"""`decode-first`: every iteration runs all running decodes, then fills the token budget with prompts (TensorRT-LLM
+in-flight batching, Sarathi-Serve stall-free batching); `prefill-first`: waiting prompts run in an iteration of
+their own and decodes wait (vLLM V0 default, Orca); `static`: a whole batch is prefilled, then decoded to its end
+before the next batch starts (TensorRT-LLM 0.5 `gptSessionBenchmark`, FasterTransformer)."""
+ADMISSIONS = ("reserve", "on-demand")
+"""KV admission: `reserve` admits a request only when blocks for its whole prompt + output fit (TensorRT-LLM
+GUARANTEED_NO_EVICT, never preempts); `on-demand` allocates blocks as tokens are generated and preempts the
+newest request when the cache is full (vLLM, recompute on resume)."""
+ARRIVALS = ("offline", "poisson", "fixed-batch", "trace")
+MAX_TOKENS = 1 << 24
+"""Largest prompt or output length accepted, tokens (16.7 M)."""
+MAX_REQUESTS = 10_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingPlan:
+    """How one model is served. 0 in a size knob means: the serving stack's default (catalog/serving_stacks.yaml)."""
+
+    tp: int = 1
+    """Tensor-parallel GPUs of one attention data-parallel rank (attention and dense layers split tp ways)."""
+    pp: int = 1
+    """Pipeline stages of an instance; pp micro-batches are in flight, one per stage."""
+    dp: int = 1
+    """Attention data-parallel ranks per instance (MoE: each rank has its own requests and KV cache; the expert
+    layers serve the tokens of all of them). 1 = none."""
+    ep: int = 1
+    """Expert-parallel degree of the routed experts over the tp·dp GPUs of a stage; 1 = experts split by tensor
+    parallelism only."""
+    replicas: int = 1
+    """Independent instances serving side by side (requests spread evenly)."""
+    prefill_replicas: int = 0
+    """Of the replicas, instances that only prefill and send the KV cache to a decode instance over the fabric;
+    0 = prefill and decode share every instance (colocated)."""
+    weight_precision: str = "bf16"
+    """Format of the linear layers (WEIGHT_PRECISIONS); the output layer, router and embedding stay 16 bit."""
+    kv_precision: str = "bf16"
+    """Format of the KV cache (KV_PRECISIONS)."""
+    max_batch: int = 0
+    """Sequences one micro-batch of one attention-DP rank keeps in flight (TensorRT-LLM max_batch_size, vLLM
+    max_num_seqs); 0 = stack default."""
+    max_num_tokens: int = 0
+    """Tokens one iteration of one micro-batch may process (decodes + prompt chunks); 0 = stack default."""
+    kv_block_tokens: int = 0
+    """Tokens per paged-KV block (vLLM 16, TensorRT-LLM 32); a sequence holds whole blocks. 0 = stack default."""
+    kv_memory_fraction: float = 0.0
+    """Share of the memory left after weights, activations and runtime that the KV cache takes; 0 = stack
+    default (TensorRT-LLM kv_cache_free_gpu_mem_fraction 0.9)."""
+    chunked_prefill: bool | None = None
+    """Split prompts into chunks that fill the token budget left by the decodes (Sarathi-Serve); None = stack
+    default."""
+    policy: str = ""
+    """Iteration policy (POLICIES); empty = stack default (`static` for a fixed-batch load)."""
+    admission: str = ""
+    """KV admission (ADMISSIONS); empty = stack default."""
+    spec_tokens: int = 0
+    """Speculative decoding: draft tokens proposed per step (0 = off)."""
+    spec_acceptance: float = 0.0
+    """Probability that one draft token is accepted (what-if input; Leviathan et al. 2023 α)."""
+    spec_draft_layers: int = 1
+    """Transformer layers of the draft model run per draft token (1 = an MTP / EAGLE head)."""
+    expert_node_limit: int = 0
+    """Node-limited routing: each token's experts lie on at most this many nodes (DeepSeek-V3 §2.1.2, M = 4), so
+    its dispatch crosses the scale-out fabric at most that often; 0 = no limit."""
+    framework: str = ""
+    """Serving stack, free text (`TensorRT-LLM 1.0`, `vLLM 0.8`); selects its defaults for knobs left at 0."""
+
+    __reduce__ = reduce_spec
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "dp", "ep", "replicas"):
+            positive_int(f"plan.{f}", getattr(self, f), maximum=1 << 20)
+        for f in ("prefill_replicas", "max_batch", "max_num_tokens", "kv_block_tokens", "spec_tokens",
+                  "expert_node_limit"):
+            positive_int(f"plan.{f}", getattr(self, f), minimum=0, maximum=MAX_TOKENS)
+        positive_int("plan.spec_draft_layers", self.spec_draft_layers, maximum=1000)
+        choice("plan.weight_precision", self.weight_precision, WEIGHT_PRECISIONS)
+        choice("plan.kv_precision", self.kv_precision, KV_PRECISIONS)
+        choice("plan.policy", self.policy, ("",) + POLICIES)
+        choice("plan.admission", self.admission, ("",) + ADMISSIONS)
+        if self.chunked_prefill is not None:
+            boolean("plan.chunked_prefill", self.chunked_prefill)
+        if self.kv_memory_fraction:
+            fraction("plan.kv_memory_fraction", self.kv_memory_fraction)
+        positive_float("plan.spec_acceptance", self.spec_acceptance, allow_zero=True)
+        if self.spec_acceptance >= 1.0:
+            raise SpecError("plan.spec_acceptance", f"must be in [0, 1), got {self.spec_acceptance}")
+        if self.spec_tokens and self.policy == "static":
+            raise SpecError("plan.spec_tokens", "speculative decoding needs continuous batching (policy "
+                            "decode-first or prefill-first)")
+        if self.prefill_replicas and self.prefill_replicas >= self.replicas:
+            raise SpecError("plan.prefill_replicas", f"{self.prefill_replicas} of {self.replicas} replicas leaves "
+                            "none to decode (disaggregation needs prefill_replicas < replicas)")
+        if self.prefill_replicas and self.policy == "static":
+            raise SpecError("plan.prefill_replicas", "disaggregated serving needs continuous batching")
+        if not isinstance(self.framework, str):
+            raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
+
+    @property
+    def instance_gpus(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.instance_gpus * self.replicas
+
+    @property
+    def expert_tp(self) -> int:
+        """Ways each routed expert is split: the tp·dp GPUs of a stage over ep."""
+        return max(1, self.tp * self.dp // self.ep)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_replicas > 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Load:
+    """The traffic: when requests arrive and how long they are."""
+
+    arrival: str = "offline"
+    """`offline` (all queued at time 0), `poisson` (at `rate_per_s`), `fixed-batch` (static batches of
+    `batch_size`), `trace` (arrival time, prompt and output lengths of each request in `requests`)."""
+    rate_per_s: float = 0.0
+    """Mean arrival rate of a Poisson stream, requests/s."""
+    batch_size: int = 0
+    """Sequences of a fixed batch."""
+    concurrency: int = 0
+    """Closed loop: at most this many requests outstanding; a new one is sent when one ends (trtllm-bench
+    --concurrency). 0 = open loop."""
+    input_tokens: int = 0
+    """Prompt length, tokens (every request; a trace gives its own)."""
+    output_tokens: int = 0
+    """Generated tokens per request."""
+    num_requests: int = 0
+    """Requests in the run; 0 = one fixed batch, or 1,000 otherwise."""
+    seed: int = 0
+    """Seed of the arrival process (numpy Generator)."""
+    requests: tuple[tuple[float, int, int], ...] = ()
+    """Trace: (arrival time s, prompt tokens, output tokens) per request, sorted by time."""
+
+    __reduce__ = reduce_spec
+
+    def __post_init__(self) -> None:
+        choice("workload.scenario", self.arrival, ARRIVALS)
+        object.__setattr__(self, "requests", tuple(tuple(r) for r in self.requests))
+        positive_float("workload.request_rate_per_s", self.rate_per_s, allow_zero=True)
+        positive_int("workload.batch_size", self.batch_size, minimum=0, maximum=MAX_REQUESTS)
+        positive_int("workload.concurrency", self.concurrency, minimum=0, maximum=MAX_REQUESTS)
+        positive_int("workload.num_requests", self.num_requests, minimum=0, maximum=MAX_REQUESTS)
+        positive_int("workload.seed", self.seed, minimum=0, maximum=2**63 - 1)
+        if self.arrival == "trace":
+            if not self.requests:
+                raise SpecError("workload.requests", "a trace needs at least one request")
+            return
+        positive_int("workload.input_tokens", self.input_tokens, maximum=MAX_TOKENS)
+        positive_int("workload.output_tokens", self.output_tokens, maximum=MAX_TOKENS)
+        if self.arrival == "poisson" and self.rate_per_s <= 0:
+            raise SpecError("workload.request_rate_per_s", "a Poisson stream needs a rate > 0 requests/s")
+        if self.arrival == "fixed-batch" and self.batch_size < 1:
+            raise SpecError("workload.batch_size", "a fixed batch needs batch_size >= 1")
+
+    @property
+    def total_requests(self) -> int:
+        if self.arrival == "trace":
+            return len(self.requests)
+        if self.num_requests:
+            return self.num_requests
+        return self.batch_size if self.arrival == "fixed-batch" else 1000
+
+    @property
+    def max_seq_tokens(self) -> int:
+        """Longest prompt + output of any request."""
+        if self.arrival == "trace":
+            return max(i + o for _, i, o in self.requests)
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingScenario:
+    """A model served on a system under a load."""
+
+    name: str = "serving"
+    system: System
+    model: Model
+    plan: ServingPlan
+    load: Load
+    num_gpus: int
+    """GPUs of the deployment; must equal replicas·tp·dp·pp."""
+    calibration: Calibration | None = None
+    """Efficiency profile; None = the catalog's profile of the system's device (the one training uses)."""
+    chosen: tuple[tuple[str, str], ...] = ()
+    """(knob, what was chosen and why) for every knob the stack's defaults or `choose` filled in."""
+
+    __reduce__ = reduce_spec
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chosen", tuple(tuple(c) for c in self.chosen))
+        positive_int("num_gpus", self.num_gpus, maximum=1 << 24)
+        for where, msg in serving_consistency(self.model, self.plan, self.num_gpus, self.system):
+            raise SpecError(where, msg)
+
+
+def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: System) -> list[tuple[str, str]]:
+    """Cross-field violations of a serving deployment as (field, message); empty when consistent."""
+    errs: list[tuple[str, str]] = []
+    p = plan
+    if p.num_gpus != num_gpus:
+        errs.append(("plan", f"replicas·tp·dp·pp = {p.replicas}·{p.tp}·{p.dp}·{p.pp} = {p.num_gpus} does not equal "
+                     f"num_gpus {num_gpus}"))
+    if model.arch != "transformer":
+        errs.append(("model.arch", f"serving models decoder-only transformers, got {model.arch!r}"))
+        return errs
+    if model.heads % p.tp:
+        errs.append(("plan.tp", f"tp {p.tp} does not divide model.heads {model.heads}"))
+    if model.kv_heads % p.tp and p.tp % model.kv_heads:
+        errs.append(("plan.tp", f"tp {p.tp} and model.kv_heads {model.kv_heads}: one must divide the other"))
+    if model.ffn % p.tp:
+        errs.append(("plan.tp", f"tp {p.tp} does not divide model.ffn {model.ffn}"))
+    if p.pp > model.layers:
+        errs.append(("plan.pp", f"pp {p.pp} exceeds model.layers {model.layers}"))
+    if model.moe is None:
+        if p.ep > 1:
+            errs.append(("plan.ep", f"expert parallelism (ep {p.ep}) needs an MoE model"))
+        if p.dp > 1:
+            errs.append(("plan.dp", "attention data parallelism needs an MoE model (for a dense model, dp "
+                         "instances are replicas)"))
+    else:
+        if model.moe.num_experts % p.ep:
+            errs.append(("plan.ep", f"ep {p.ep} does not divide model.moe.num_experts {model.moe.num_experts}"))
+        if (p.tp * p.dp) % p.ep:
+            errs.append(("plan.ep", f"ep {p.ep} does not divide the tp·dp = {p.tp * p.dp} GPUs of a stage"))
+        elif model.moe.expert_ffn % p.expert_tp:
+            errs.append(("plan.ep", f"expert tensor parallelism tp·dp/ep = {p.expert_tp} does not divide "
+                         f"model.moe.expert_ffn {model.moe.expert_ffn}"))
+    dev = system.device
+    if p.weight_precision == "fp4" or p.kv_precision == "fp4":
+        if not dev.block_scaled_formats or "fp4" not in dev.peak_matrix_flop_per_s:
+            what = "plan.weight_precision" if p.weight_precision == "fp4" else "plan.kv_precision"
+            errs.append((what, f"fp4 (NVFP4) needs block-scaled FP4 tensor cores (Blackwell); {dev.name} has none"))
+    if "fp8" in (p.weight_precision, p.kv_precision) and "fp8" not in dev.peak_matrix_flop_per_s:
+        what = "plan.weight_precision" if p.weight_precision == "fp8" else "plan.kv_precision"
+        errs.append((what, f"fp8 needs FP8 tensor cores (Hopper or later); {dev.name} has none"))
+    if p.expert_node_limit and model.moe is None:
+        errs.append(("plan.expert_node_limit", "node-limited routing applies to MoE models only"))
+    if p.tp > system.scale_up_domain:
+        errs.append(("plan.tp", f"tp {p.tp} exceeds the scale-up domain of {system.scale_up_domain} GPUs (a tensor-"
+                     "parallel all-reduce per layer and token across the scale-out fabric is not served)"))
+    return errs

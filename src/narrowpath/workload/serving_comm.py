@@ -1,0 +1,92 @@
+"""Communication of one serving iteration on one GPU: what crosses which parallel group per layer, per stage
+boundary and per generated token. No timing here (schedule.serving_cost prices these with cost.collectives on
+the groups' spans).
+
+Per layer at T tokens of one attention-DP rank (A = 2 bytes, h hidden, t = tp, messages in the nccl-tests
+convention of cost.collectives):
+- tensor parallelism: an all-reduce of T·h·A after the attention output projection and one after the MLP (one in
+  all for a parallel attention+MLP block) (Shoeybi et al. 2019, Megatron-LM §3);
+- routed experts spread over the tp·dp GPUs of a stage (ep > 1 or dp > 1): each GPU takes T/t of its rank's tokens;
+  with ep > 1 it sends each token once to every expert-parallel rank holding one of its top_k experts (dispatch,
+  in the GEMM format: TensorRT-LLM / DeepEP quantize before dispatch) and receives the expert outputs back
+  (combine, 16 bit) — an all-to-all on the ep group; a token's k experts, drawn without replacement from E, lie
+  on ep·(1 − C(E − E/ep, k)/C(E, k)) distinct ranks. With expert tensor parallelism etp > 1 the received rows are
+  all-gathered over the etp group and the outputs reduce-scattered back (Megatron-Core MoE layout); with ep = 1
+  the tokens themselves are all-gathered over the whole stage (TensorRT-LLM attention DP + MoE TP). With tp > 1
+  the MoE output is then all-gathered over tp. With ep = dp = 1 the experts are split like a dense MLP and end in
+  the tp all-reduce;
+- pipeline parallelism: the T·h·A activations to the next stage once per iteration (send/recv);
+- the output layer's vocabulary-parallel logits are all-gathered over tp (rows·V·A).
+"""
+from __future__ import annotations
+
+import math
+
+from narrowpath.spec.model import Model
+from narrowpath.spec.serving import ServingPlan
+from narrowpath.workload.items import Transfer
+from narrowpath.workload.serving import ACT_BYTES, Formats
+
+
+def distinct_expert_ranks(num_experts: int, top_k: int, ep: int) -> float:
+    """Expected expert-parallel ranks one token's top_k distinct experts lie on (E/ep experts per rank):
+    ep · (1 − C(E − E/ep, k) / C(E, k))."""
+    if ep <= 1:
+        return 1.0
+    per = num_experts / ep
+    if num_experts - per < top_k:
+        return float(ep)
+
+    def lc(n: float, k: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+    return ep * (1.0 - math.exp(lc(num_experts - per, top_k) - lc(num_experts, top_k)))
+
+
+def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_layer: bool
+                    ) -> list[tuple[Transfer, float]]:
+    """(transfer, count) pairs of one layer at T tokens (module docstring)."""
+    A, h, t = ACT_BYTES, model.hidden, plan.tp
+    out: list[tuple[Transfer, float]] = []
+    if T <= 0:
+        return out
+    experts_spread = moe_layer and (plan.ep > 1 or plan.dp > 1)
+    if t > 1:
+        n_ar = 1 if model.parallel_attn_mlp or experts_spread else 2
+        out.append((Transfer("tp.all_reduce", "all_reduce", "tp", T * h * A, "fwd"), float(n_ar)))
+    if not experts_spread:
+        return out
+    moe = model.moe
+    T_g = T / t
+    if plan.ep > 1:
+        d = distinct_expert_ranks(moe.num_experts, moe.top_k, plan.ep)
+        out.append((Transfer("ep.dispatch", "all_to_all", "ep", T_g * d * h * f.W, "fwd"), 1.0))
+        out.append((Transfer("ep.combine", "all_to_all", "ep", T_g * d * h * A, "fwd"), 1.0))
+        gathered = T_g * moe.top_k * plan.expert_tp * h * A
+    else:
+        gathered = T_g * plan.expert_tp * h * A
+    if plan.expert_tp > 1:
+        out.append((Transfer("etp.all_gather", "all_gather", "etp", gathered, "fwd"), 1.0))
+        out.append((Transfer("etp.reduce_scatter", "reduce_scatter", "etp", gathered, "fwd"), 1.0))
+    if t > 1:
+        out.append((Transfer("tp.moe_all_gather", "all_gather", "tp", T * h * A, "fwd"), 1.0))
+    return out
+
+
+def stage_boundary_transfer(model: Model, T: float) -> Transfer:
+    """Activations of T tokens handed to the next pipeline stage."""
+    return Transfer("pp.activations", "send_recv", "pp", T * model.hidden * ACT_BYTES, "fwd")
+
+
+def logits_transfer(model: Model, plan: ServingPlan, rows: float) -> Transfer | None:
+    """All-gather of the vocabulary-parallel logits of `rows` sequences over tp (None without tp)."""
+    if plan.tp <= 1 or rows <= 0:
+        return None
+    return Transfer("tp.logits_all_gather", "all_gather", "tp", rows * model.vocab * ACT_BYTES, "fwd")
+
+
+def kv_handoff_bytes_per_gpu(kv_bytes_per_token_gpu: float, prompt_tokens: float) -> float:
+    """Disaggregated serving: KV cache bytes each prefill GPU sends to its counterpart in the decode instance for
+    one prompt (same layout on both sides: each GPU sends its own shard in parallel; Zhong et al. 2024,
+    DistServe §3; Patel et al. 2024, Splitwise)."""
+    return kv_bytes_per_token_gpu * prompt_tokens
