@@ -31,6 +31,7 @@ SUBCOMMANDS = (
     "narrowpath.cli.search_cmd",
     "narrowpath.cli.compare_cmd",
     "narrowpath.cli.report_cmd",
+    "narrowpath.cli.serve_cmd",
 )
 
 

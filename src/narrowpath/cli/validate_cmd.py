@@ -6,6 +6,8 @@ import json
 from narrowpath.catalog.resolve import calibration_from
 from narrowpath.report.console import table
 from narrowpath.validate.run import run_validation
+from narrowpath.cli.serve_validate import run_inference
+from narrowpath.validate.inference import is_inference_corpus
 
 WORST_SHOWN = 15
 
@@ -32,6 +34,8 @@ def _pct(x: float | None) -> str:
 
 def run(args) -> int:
     cal = calibration_from(args.profile) if args.profile else None
+    if args.corpus and is_inference_corpus(args.corpus):  # issue 13: inference-corpus/1 files (cli/serve_validate)
+        return run_inference(args, cal)
     rep = run_validation(args.corpus, cal)
     status = 1 if rep.num_failed else 0
     if args.json:

@@ -68,9 +68,11 @@ class ServingCost:
         self._coll: dict[tuple, CollectiveCost] = {}
         self.grid = token_grid(max(8, int(max_tokens)))
         self.tok_s = np.array([[self._token_time(s, T) for T in self.grid] for s in range(p.pp)])
+        self.head_s = np.array([self._head_time(n) for n in self.grid])
         self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
         self._handoff: dict[int, float] = {}
+        self._affine = [self._attention_lines(s) for s in range(p.pp)]
 
     # ---- work items ---------------------------------------------------------------------------------------
     def token_ops(self, stage: int, T: float) -> list[tuple[Op, float]]:
@@ -147,18 +149,70 @@ class ServingCost:
     def op_s(self, ops: list[tuple[Op, float]]) -> float:
         return sum(op_time_s(op, self.dev, self.cal) * c for op, c in ops)
 
+    def _head_time(self, rows: float) -> float:
+        ops, trs = self.head(rows)
+        return self.op_s(ops) + sum(pt.cost.time_s for pt in trs)
+
+    def _attention_lines(self, stage: int) -> list | None:
+        """Per attention op of the stage: (count, which, FLOP and byte coefficients, compute line, overhead), so
+        that its roofline time is max(c0 + c1·F, B / bw) + overhead with F and B linear in the iteration's sizes.
+        The lines are read off cost.roofline at two sizes: exact for the profile's saturating GEMM ramp, whose
+        time (F + F_half) / (peak · eff_max) is affine in F. None (price each op) when the profile has a measured
+        efficiency table, which is not affine."""
+        from narrowpath.cost.roofline import compute_time_s, matrix_table, memory_time_s
+        if matrix_table(self.f.core, self.cal):
+            return None
+        lines = []
+        base = self.attention_ops(stage, 1.0, 1.0, 0.0, 0.0, 0.0) + self.attention_ops(stage, 0.0, 0.0, 1.0, 1.0, 1.0)
+        probe = self.attention_ops(stage, 2.0, 3.0, 0.0, 0.0, 0.0) + self.attention_ops(stage, 0.0, 0.0, 2.0, 3.0, 5.0)
+        for (op1, n), (op2, _) in zip(base, probe):
+            big = Op(op1.name, op1.kind, "fwd", op1.flop * 1e6, 1.0, op1.dtype, 1)
+            c_big, c_2big = compute_time_s(big, self.dev, self.cal), compute_time_s(
+                Op(op1.name, op1.kind, "fwd", op1.flop * 2e6, 1.0, op1.dtype, 1), self.dev, self.cal)
+            c1 = (c_2big - c_big) / (op1.flop * 1e6)
+            c0 = c_big - c1 * op1.flop * 1e6
+            bw = memory_time_s(Op(op1.name, "vector", "fwd", 0.0, 1.0, op1.dtype), self.dev, self.cal)
+            if op1.name == "attn_decode":  # F = f·ctx·q; B = b_ctx·ctx + b_q·seqs·q  (from sizes 1,1 and 2,3)
+                f = op1.flop
+                b_q = op2.hbm_bytes - 3 * op1.hbm_bytes  # 3·b_ctx + 2·b_q − 3·(b_ctx + b_q) = −b_q
+                b_q = -b_q
+                b_ctx = op1.hbm_bytes - b_q
+                lines.append((n, "dec", f, b_ctx, b_q, c0, c1, bw, self.cal.kernel_overhead_s))
+            else:  # F = f·pairs; B = b_ctx·pctx + b_tok·tokens  (from (1,1,1) and (2,3,5))
+                f = op1.flop
+                b_ctx = (op2.hbm_bytes - 2 * op1.hbm_bytes) / 3.0
+                b_tok = op1.hbm_bytes - b_ctx
+                lines.append((n, "pre", f, b_ctx, b_tok, c0, c1, bw, self.cal.kernel_overhead_s))
+        return lines
+
+    def attention_s(self, stage: int, dec_seqs: float, dec_ctx: float, pre_tokens: float, pre_pairs: float,
+                    pre_ctx: float, q: float = 1.0) -> float:
+        """Attention-core time of one stage (the roofline of `attention_ops`, via the affine lines when exact)."""
+        lines = self._affine[stage]
+        if lines is None or self.scn.model.sliding_window:
+            return self.op_s(self.attention_ops(stage, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx, q))
+        t = 0.0
+        for n, which, f, b1, b2, c0, c1, bw, ovh in lines:
+            if which == "dec":
+                if dec_seqs:
+                    F = f * dec_ctx * q
+                    t += n * (max(c0 + c1 * F if F > 0 else 0.0, (b1 * dec_ctx + b2 * dec_seqs * q) * bw) + ovh)
+            elif pre_tokens:
+                F = f * pre_pairs
+                t += n * (max(c0 + c1 * F if F > 0 else 0.0, (b1 * pre_ctx + b2 * pre_tokens) * bw) + ovh)
+        return t
+
     def _token_time(self, stage: int, T: float) -> float:
         return self.op_s(self.token_ops(stage, T)) + sum(pt.cost.time_s * pt.count
                                                         for pt in self.token_transfers(stage, T))
 
     def token_time_s(self, stage: int, T: float) -> float:
         """T-dependent time of one stage, interpolated on the grid (linear beyond its end)."""
-        g, y = self.grid, self.tok_s[stage]
-        if T <= 0:
-            return 0.0
-        if T > g[-1]:
-            return float(y[-1] + (y[-1] - y[-2]) / (g[-1] - g[-2]) * (T - g[-1]))
-        return float(np.interp(T, g, y))
+        return _interp(T, self.grid, self.tok_s[stage])
+
+    def head_time_s(self, rows: float) -> float:
+        """Output layer and logits gather of the last stage for `rows` sequences (grid-interpolated)."""
+        return _interp(rows, self.grid, self.head_s)
 
     def iteration_s(self, T: float, dec_seqs: float, dec_ctx: float, pre_tokens: float = 0.0,
                     pre_pairs: float = 0.0, pre_ctx: float = 0.0, rows: float | None = None,
@@ -168,13 +222,18 @@ class ServingCost:
         sequences producing a token (default: the decodes)."""
         pp = self.scn.plan.pp
         rows = dec_seqs if rows is None else rows
+        if pp == 1:
+            total = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
+                                                               queries_per_seq) + self.head_time_s(rows)
+            if pre_tokens and self.cal.host_dispatch_s:
+                total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
+            return total
         stage_t = []
         for s in range(pp):
-            t = self.token_time_s(s, T) + self.op_s(self.attention_ops(s, dec_seqs, dec_ctx, pre_tokens, pre_pairs,
-                                                                       pre_ctx, queries_per_seq))
-            if s == pp - 1 and rows:
-                ops, trs = self.head(rows)
-                t += self.op_s(ops) + sum(pt.cost.time_s for pt in trs)
+            t = self.token_time_s(s, T) + self.attention_s(s, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
+                                                           queries_per_seq)
+            if s == pp - 1:
+                t += self.head_time_s(rows)
             stage_t.append(t)
         total = sum(stage_t)
         if pre_tokens and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
@@ -191,3 +250,12 @@ class ServingCost:
             span = span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="kv")
             self._handoff[prompt_tokens] = collective_time("send_recv", nbytes, span, sysm, self.cal).time_s
         return self._handoff[prompt_tokens]
+
+
+def _interp(x: float, g: np.ndarray, y: np.ndarray) -> float:
+    """y(x) on the grid g, linear between points and beyond the last; 0 at x ≤ 0."""
+    if x <= 0:
+        return 0.0
+    if x > g[-1]:
+        return float(y[-1] + (y[-1] - y[-2]) / (g[-1] - g[-2]) * (x - g[-1]))
+    return float(np.interp(x, g, y))

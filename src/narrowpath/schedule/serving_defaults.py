@@ -18,6 +18,21 @@ TRTLLM_MAX_REQUESTS = 4096
 """trtllm-bench caps the requests its heuristic sizes for (decoder buffers), before dividing by pp."""
 TRTLLM_MAX_TOKENS = 32768
 """... and the token budget (activation buffers)."""
+TRTLLM_BATCH_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (1664, 1536))
+"""TensorRT-LLM DynamicBatchConfig.kDefaultBatchSizeTable: (capacity below, run-time batch)."""
+TRTLLM_BATCH_GRANULARITY = 512
+TRTLLM_BATCH_FALLBACK_THRESHOLD = 128
+
+
+def trtllm_runtime_batch(capacity: int) -> int:
+    """Run-time batch size TensorRT-LLM's dynamic batch tuner picks for a KV cache that holds `capacity` sequences
+    of the average length (DynamicBatchTuner::getRuntimeBatchSize): the table's entry, else capacity rounded down
+    to 512 when within 128 of it."""
+    for limit, bs in TRTLLM_BATCH_TABLE:
+        if capacity < limit:
+            return bs
+    threshold = capacity // TRTLLM_BATCH_GRANULARITY * TRTLLM_BATCH_GRANULARITY
+    return threshold if capacity < threshold + TRTLLM_BATCH_FALLBACK_THRESHOLD else capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +117,12 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             take("policy", "static", "the load is a static batch")
         else:
             take("policy", d.get("policy", "decode-first"), f"default of the {stack['id']} stack")
+    if kw.get("policy", p.policy) == "static" and not p.kv_memory_fraction:  # a static session allocates what its batch needs
+        take("kv_memory_fraction", 1.0, "a static batch's KV cache is allocated whole, not as a share of the free "
+             "memory (TensorRT-LLM 0.x GptSession)")
     for knob, empty in (("admission", ""), ("chunked_prefill", None), ("kv_block_tokens", 0),
                         ("kv_memory_fraction", 0.0)):
-        if getattr(p, knob) == empty:
+        if getattr(p, knob) == empty and knob not in kw:
             take(knob, d[knob], f"default of the {stack['id']} stack")
     p = dataclasses.replace(p, **kw)
     kw = {}
@@ -135,4 +153,13 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
     f = Formats.of(p, "fp8" in scn.system.device.peak_matrix_flop_per_s)
     mem = serving_memory(scn.model, p, scn.system, f, max_num_tokens=p.max_num_tokens, max_batch=p.max_batch,
                          kv_fraction=p.kv_memory_fraction, block_tokens=p.kv_block_tokens)
-    return scn, Limits(p.max_batch, p.max_num_tokens, p.kv_block_tokens, p.kv_memory_fraction, mem)
+    max_seqs = p.max_batch
+    if stack.get("runtime_batch_tuning") and p.policy != "static":
+        capacity = int(mem.kv_tokens // p.pp / (isl + osl))
+        tuned = trtllm_runtime_batch(capacity)
+        if tuned < max_seqs:
+            max_seqs = tuned
+            notes.append(("runtime batch", f"{tuned} — TensorRT-LLM's dynamic batch tuning for a KV cache holding "
+                          f"{capacity} sequences of {isl + osl:g} tokens (max_batch {p.max_batch})"))
+            scn = dataclasses.replace(scn, chosen=tuple(notes))
+    return scn, Limits(max_seqs, p.max_num_tokens, p.kv_block_tokens, p.kv_memory_fraction, mem)

@@ -28,9 +28,13 @@ class ServingRun:
     """A resolved scenario, its cost model and limits, and the simulated result."""
 
     scenario: ServingScenario
+    """The deployment as simulated (every default filled in)."""
     cost: ServingCost
     limits: Limits
     result: ServingResult
+    given: ServingScenario | None = None
+    """The deployment before the stack's limits were filled in (layout and formats chosen): what-ifs start here,
+    so a changed layout gets its own limits."""
 
     @property
     def spec_gain(self) -> float:
@@ -139,6 +143,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         from narrowpath.schedule.serving_choose import choose_layout
         scn = choose_layout(scn, open_knobs, calibration)
     scn = resolve_formats(scn, open_knobs)
+    given = scn
     scn, lim = resolve_limits(scn)
     p = scn.plan
     q = 1 + p.spec_tokens
@@ -203,7 +208,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         raise SimulationError(f"{int(np.isnan(finish).sum())} requests never finished")
     res = ServingResult(arr, first, finish, n_in, n_out, p.replicas * per_rank, lane_blocks, lim.block_tokens, tot,
                         log, notes)
-    return ServingRun(scn, cost, lim, res)
+    return ServingRun(scn, cost, lim, res, given)
 
 
 def check_fits(scn: ServingScenario) -> None:

@@ -67,10 +67,12 @@ class Lane:
         self.released = len(rids) if not concurrency else min(concurrency, len(rids))
         self.waiting: deque = deque()
         self.pre: list[list] = []  # [rid, done, prompt, resumed]
-        self.r_id = np.zeros(0, dtype=np.int64)
-        self.r_ctx = np.zeros(0)
-        self.r_rem = np.zeros(0)
-        self.r_blk = np.zeros(0, dtype=np.int64)  # blocks held (reserve: the whole budget)
+        cap = spec.max_seqs + 1
+        self.n = 0  # running sequences: the first n entries, oldest admission first
+        self.r_id = np.zeros(cap, dtype=np.int64)
+        self.r_ctx = np.zeros(cap)
+        self.r_rem = np.zeros(cap)
+        self.r_blk = np.zeros(cap, dtype=np.int64)  # blocks held (reserve: the whole budget)
         self.free = spec.kv_blocks
         self.prompt_of: dict[int, int] = {}  # recompute length of preempted requests
         self.ready: list[tuple[float, int]] = []  # prefill-only lanes: (first token time, rid)
@@ -103,7 +105,7 @@ class Lane:
             self.released += 1
 
     def _admissible(self) -> bool:
-        if not self.waiting or len(self.r_id) + len(self.pre) >= self.s.max_seqs:
+        if not self.waiting or self.n + len(self.pre) >= self.s.max_seqs:
             return False
         return self._need(self.waiting[0]) <= self.free
 
@@ -133,27 +135,28 @@ class Lane:
         return chunks
 
     def _preempt_for(self, g: float) -> None:
-        """On-demand KV: preempt the newest running requests until every decode can grow by g tokens."""
-        while len(self.r_id):
-            grow = np.ceil((self.r_ctx + g) / self.s.block_tokens).astype(np.int64) - self.r_blk
-            need = int(grow[grow > 0].sum())
+        """On-demand KV: take the blocks every decode needs to grow by g tokens, preempting the newest running
+        requests while they do not fit."""
+        B = self.s.block_tokens
+        while self.n:
+            n = self.n
+            grow = np.maximum(np.ceil((self.r_ctx[:n] + g) / B).astype(np.int64) - self.r_blk[:n], 0)
+            need = int(grow.sum())
             if need <= self.free:
                 self.free -= need
-                self.r_blk = self.r_blk + np.maximum(grow, 0)
+                self.r_blk[:n] += grow
                 return
-            rid, ctx, blk = int(self.r_id[-1]), self.r_ctx[-1], int(self.r_blk[-1])
-            self.r_id, self.r_ctx, self.r_rem, self.r_blk = (self.r_id[:-1], self.r_ctx[:-1], self.r_rem[:-1],
-                                                             self.r_blk[:-1])
+            self.n = n - 1
+            rid, ctx, blk = int(self.r_id[n - 1]), self.r_ctx[n - 1], int(self.r_blk[n - 1])
             self.free += blk
             self.prompt_of[rid] = int(round(ctx))
             self.waiting.appendleft(rid)
             self.tot.preemptions += 1
 
     def _admit_decode(self, rid: int, ctx: float, rem: float, blocks: int) -> None:
-        self.r_id = np.append(self.r_id, rid)
-        self.r_ctx = np.append(self.r_ctx, ctx)
-        self.r_rem = np.append(self.r_rem, rem)
-        self.r_blk = np.append(self.r_blk, blocks)
+        i = self.n
+        self.r_id[i], self.r_ctx[i], self.r_rem[i], self.r_blk[i] = rid, ctx, rem, blocks
+        self.n = i + 1
 
     def _record(self, dt: float, steps: int, dec: int, prompt_tokens: int) -> None:
         used = self.s.kv_blocks - self.free
@@ -177,7 +180,7 @@ class Lane:
                     need = self._need(rid)
                     self.free -= need
                     self._admit_decode(rid, self.n_in[rid] + 1, self.n_out[rid] - 1, need)
-            if not len(self.r_id) and not self.pre and not self._admissible():
+            if not self.n and not self.pre and not self._admissible():
                 nxt = self._next_arrival()
                 if math.isinf(nxt):
                     if self.waiting:
@@ -190,19 +193,19 @@ class Lane:
                 continue
             prefill_turn = s.policy == "prefill-only" or (s.policy == "prefill-first" and (self.pre or
                                                                                             self._admissible()))
-            decodes = 0 if prefill_turn else len(self.r_id)
-            if s.admission == "on-demand" and decodes and not decode_lane:
-                self._preempt_for(s.spec_gain)
-                decodes = len(self.r_id)
-            elif decode_lane and s.admission == "on-demand" and decodes:
-                self._preempt_for(s.spec_gain)
-                decodes = len(self.r_id)
+            decodes = 0 if prefill_turn else self.n
+            if s.admission == "on-demand" and decodes:
+                self._preempt_for(s.spec_gain)  # blocks for this step's tokens
+                decodes = self.n
             chunks = [] if decode_lane else self._plan_prompts(s.max_tokens - decodes * q)
             if not decodes and not chunks:
-                if not len(self.r_id):  # nothing fits the budget yet: wait for the next arrival
+                if not self.n:  # nothing fits the budget yet: wait for the next arrival
                     self.now = max(self.now, self._next_arrival())
                     continue
-                decodes = len(self.r_id)
+                decodes = self.n
+                if s.admission == "on-demand":
+                    self._preempt_for(s.spec_gain)
+                    decodes = self.n
             if chunks:
                 self._iterate_mixed(decodes, chunks, q)
             else:
@@ -222,7 +225,7 @@ class Lane:
         self._account(dt, 1, decodes, decodes * q, pre_tok, dctx, pairs)
         self._record(dt, 1, decodes, pre_tok)
         if decodes:
-            self._advance(decodes, 1)
+            self._advance(decodes, 1, grown=True)
         for item, c in chunks:
             item[1] += c
         for item in done:
@@ -248,13 +251,13 @@ class Lane:
     def _iterate_decodes(self, q: int) -> None:
         """Decode-only iterations, as many at once as pass before the next event."""
         s, g = self.s, self.s.spec_gain
-        D = len(self.r_id)
-        L0 = float(self.r_ctx.sum())
-        n = max(1, int(math.ceil(float(self.r_rem.min()) / g - 1e-9)))
+        D = self.n
+        L0 = float(self.r_ctx[:D].sum())
+        n = max(1, int(math.ceil(float(self.r_rem[:D].min()) / g - 1e-9)))
         t0 = self.step_s(D * q, D, L0, 0, 0, 0, D, q)
         if self._admissible():
             n = 1
-        elif not self.waiting and len(self.r_id) + len(self.pre) < s.max_seqs:
+        elif not self.waiting and D + len(self.pre) < s.max_seqs:
             nxt = self._next_arrival()  # an arrival could be admitted: stop at the step that sees it
             if not math.isinf(nxt):
                 n = min(n, max(1, int((nxt - self.now) / t0) + 1))
@@ -265,14 +268,16 @@ class Lane:
         self.now += dt
         self._account(dt, n, D, n * D * q, 0, n * L0 + D * g * n * (n - 1) / 2, 0.0)
         self._record(dt, n, D, 0)
-        self._advance(D, n)
+        self._advance(D, n, grown=s.admission == "on-demand")
 
     def _steps_until_overflow(self, n_max: int) -> int:
         """Largest n ≤ n_max decode steps whose block growth fits the free blocks (≥ 1)."""
         g, B = self.s.spec_gain, self.s.block_tokens
 
-        def need(n: int) -> int:
-            grow = np.ceil((self.r_ctx + n * g) / B).astype(np.int64) - self.r_blk
+        ctx, blk = self.r_ctx[:self.n], self.r_blk[:self.n]
+
+        def need(n: int) -> int:  # blocks beyond those held (the first step's are already taken)
+            grow = np.ceil((ctx + n * g) / B).astype(np.int64) - blk
             return int(grow[grow > 0].sum())
 
         lo, hi = 1, n_max
@@ -283,24 +288,29 @@ class Lane:
             lo, hi = (mid, hi) if need(mid) <= self.free else (lo, mid)
         return lo
 
-    def _advance(self, decodes: int, n: int) -> None:
-        """n decode steps of the first `decodes` running sequences; retire the finished ones."""
+    def _advance(self, decodes: int, n: int, grown: bool = False) -> None:
+        """n decode steps of the first `decodes` running sequences (all of them); retire the finished ones. With
+        on-demand KV the first step's blocks were taken before the step (`grown`); the rest are taken here."""
         g = self.s.spec_gain
-        self.r_ctx[:decodes] += n * g
-        self.r_rem[:decodes] -= n * g
-        if self.s.admission == "on-demand":
-            need = np.ceil(self.r_ctx[:decodes] / self.s.block_tokens).astype(np.int64)
-            grow = np.maximum(need - self.r_blk[:decodes], 0)
+        k = self.n
+        ctx, rem, blk = self.r_ctx[:k], self.r_rem[:k], self.r_blk[:k]
+        ctx += n * g
+        rem -= n * g
+        if self.s.admission == "on-demand" and (n > 1 or not grown):
+            grow = np.maximum(np.ceil(ctx / self.s.block_tokens).astype(np.int64) - blk, 0)
             self.free -= int(grow.sum())
-            self.r_blk[:decodes] += grow
-        done = self.r_rem <= 1e-9
-        if done.any():
-            for i in np.flatnonzero(done):
-                self.free += int(self.r_blk[i])
-                self._finish(int(self.r_id[i]))
-            keep = ~done
-            self.r_id, self.r_ctx, self.r_rem, self.r_blk = (self.r_id[keep], self.r_ctx[keep], self.r_rem[keep],
-                                                             self.r_blk[keep])
+            blk += grow
+        if rem.min() > 1e-9:
+            return
+        done = rem <= 1e-9
+        for i in np.flatnonzero(done):
+            self.free += int(blk[i])
+            self._finish(int(self.r_id[i]))
+        keep = ~done
+        m = int(keep.sum())
+        for a in (self.r_id, self.r_ctx, self.r_rem, self.r_blk):
+            a[:m] = a[:k][keep]
+        self.n = m
 
     def _account(self, dt, steps, dec, dec_tok, pre_tok, dctx, pairs) -> None:
         t = self.tot

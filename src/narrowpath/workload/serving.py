@@ -121,9 +121,11 @@ class Formats:
 
 
 def _linear(name: str, f: Formats, m: float, k: float, n: float, groups: float = 1.0) -> Op:
-    """A quantized linear layer's GEMM on m rows: reads W-byte inputs and weights, writes 16-bit outputs."""
-    g = max(1, int(round(groups)))  # kernels issued; the weight bytes follow the (expected) active groups
-    return gemm(name, "fwd", m, k, n, f.w_dtype, f.W, f.W * groups / g, groups=g, out_bytes=ACT_BYTES)
+    """A quantized linear layer's GEMM on m rows: reads W-byte inputs and weights, writes 16-bit outputs. With
+    `groups` (active experts, possibly fractional in expectation) it is one grouped-GEMM launch over all of them
+    (TensorRT-LLM / vLLM fused MoE kernels run every local expert in one CUTLASS / Triton launch): weights of
+    `groups` experts, efficiency of the whole launch."""
+    return gemm(name, "fwd", m, k, n, f.w_dtype, f.W, f.W * groups, out_bytes=ACT_BYTES)
 
 
 def attention_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list[Op]:

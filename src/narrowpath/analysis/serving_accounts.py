@@ -1,0 +1,221 @@
+"""The accounts of a serving run, per generated token: bytes per useful FLOP at each level, collectives per token
+with their tier, the distance budget of the weights and the KV cache, and MFU / MBU.
+
+They are read off the run's mean iteration (schedule.serving_stats.LaneTotals over the lanes' iterations: mean
+tokens, decodes, context read, prompt pairs), priced with the same ops and transfers as the simulation.
+- Levels (analysis.ledger's convention): hbm = the ops' HBM traffic (what the roofline prices); sram / l2 = GEMM
+  operand traffic through 128- and 256-wide tiles, at least the HBM traffic; scale_up / scale_out = bytes a GPU
+  sends per collective on each tier (analysis.traffic); front_end = token ids in and out (4 bytes each).
+- Useful FLOPs per generated token: 2 per active parameter the token multiplies (attention, MLP or top_k + shared
+  experts, output layer) plus the attention scores and weighted sum over its context (Kaplan et al. 2020 §2.1,
+  C_forward ≈ 2N + 2·n_layer·n_ctx·d_attn); prompt tokens count the same per token.
+- MFU = useful FLOP/s per GPU / dense peak of the weight format; MBU = (weights read + KV cache read) per second
+  per GPU / HBM peak bandwidth (the memory-bandwidth utilisation of decoding, Databricks 2023 'LLM inference
+  performance engineering').
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from narrowpath.analysis.ledger import L2_TILE, SRAM_TILE
+from narrowpath.analysis.traffic import tier_bytes_per_rank
+from narrowpath.schedule.serving_run import ServingRun
+from narrowpath.workload.counts import active_parameter_count
+from narrowpath.workload.serving import VALUE_BYTES, kv_bytes_per_token_layer
+
+LEVELS = ("sram", "l2", "hbm", "host", "scale_up", "scale_out", "front_end")
+TOKEN_ID_BYTES = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class MeanIteration:
+    """The average iteration of a lane."""
+
+    tokens: float
+    decodes: float
+    decode_ctx: float
+    prompt_tokens: float
+    prompt_pairs: float
+    duration_s: float
+    output_tokens: float
+    """Tokens generated per iteration (all sequences of the lane)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LevelRow:
+    level: str
+    bytes_per_token: float
+    bytes_per_useful_flop: float
+    bw_bytes_per_s: float
+    time_per_token_s: float
+    """bytes_per_token / the level's bandwidth, per GPU (a floor)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRow:
+    name: str
+    op: str
+    axis: str
+    tier: str
+    group_size: int
+    message_bytes: float
+    per_token: float
+    """Executions per generated token (per GPU)."""
+    time_per_token_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DataItemRow:
+    item: str
+    bytes_per_gpu: float
+    level: str
+    bytes_read_per_token: float
+    working_set_bytes: float
+    nearer_level: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServingAccounts:
+    mean: MeanIteration
+    useful_flop_per_token: float
+    levels: tuple[LevelRow, ...]
+    collectives: tuple[CollectiveRow, ...]
+    distance: tuple[DataItemRow, ...]
+    mfu: float
+    mbu: float
+    time_split: dict[str, float]
+    """Share of the mean iteration's time by what bounds it (see `time_split`)."""
+
+
+def mean_iteration(run: ServingRun) -> MeanIteration:
+    t = run.result.totals
+    it = max(1, t.iterations)
+    q = 1 + run.scenario.plan.spec_tokens
+    out = float(run.result.output_tokens.sum()) / run.result.lanes
+    return MeanIteration(t.tokens / it, t.decode_tokens / it / q, t.decode_ctx_tokens / it, t.prompt_tokens / it,
+                         t.prompt_pairs / it, t.busy_s / it, out / it)
+
+
+def _useful_flop_per_token(run: ServingRun, mean: MeanIteration) -> float:
+    m = run.scenario.model
+    ctx = mean.decode_ctx / mean.decodes if mean.decodes else mean.prompt_pairs / max(1.0, mean.prompt_tokens)
+    attn = 2 * m.layers * m.heads * (m.qk_head_dim + m.v_head_dim) * ctx
+    return 2 * (active_parameter_count(m) - m.vocab * m.hidden) + attn
+
+
+def serving_accounts(run: ServingRun) -> ServingAccounts:
+    """The accounts of `run` (module docstring)."""
+    cost, scn = run.cost, run.scenario
+    p, dev = scn.plan, scn.system.device
+    mean = mean_iteration(run)
+    q = 1 + p.spec_tokens
+    gen = max(mean.output_tokens, 1e-12)
+    ops, trs = [], []
+    for s in range(p.pp):
+        ops += cost.token_ops(s, mean.tokens)
+        ops += cost.attention_ops(s, mean.decodes, mean.decode_ctx, mean.prompt_tokens, mean.prompt_pairs,
+                                  mean.prompt_tokens + mean.prompt_pairs / max(1.0, mean.prompt_tokens), q)
+        trs += cost.token_transfers(s, mean.tokens)
+    h_ops, h_trs = cost.head(mean.decodes)
+    ops, trs = ops + h_ops, trs + h_trs
+    flop_tok = _useful_flop_per_token(run, mean)
+    # useful FLOPs of one iteration on one tensor-parallel GPU (the byte counts below are per GPU, all stages)
+    iter_flop = (mean.decodes + mean.prompt_tokens) * flop_tok / p.tp
+    kvl = kv_bytes_per_token_layer(scn.model, p)
+    level_bytes = dict.fromkeys(LEVELS, 0.0)
+    w_bytes = kv_bytes = 0.0
+    for op, n in ops:
+        level_bytes["hbm"] += op.hbm_bytes * n
+        a = 0.5 if op.dtype == "fp4" else VALUE_BYTES.get(op.dtype, 2.0)
+        for lv, tile in (("sram", SRAM_TILE), ("l2", L2_TILE)):
+            level_bytes[lv] += n * (max(op.hbm_bytes, op.flop * a / tile) if op.kind != "vector" and op.flop
+                                    else op.hbm_bytes)
+        w_bytes += op.weight_bytes * n
+        if op.name == "attn_decode":
+            kv_bytes += mean.decode_ctx * kvl * n
+    coll: dict[tuple, list] = {}
+    comm_s = 0.0
+    for pt in trs:
+        tb = tier_bytes_per_rank(pt.transfer.op, pt.transfer.message_bytes, pt.span, pt.cost.bottleneck_tier)
+        for tier, b in tb.items():
+            level_bytes[tier] += b * pt.count
+        key = (pt.transfer.name, pt.cost.bottleneck_tier)
+        row = coll.setdefault(key, [pt, 0.0, 0.0])
+        row[1] += pt.count
+        row[2] += pt.cost.time_s * pt.count
+        comm_s += pt.cost.time_s * pt.count
+    level_bytes["front_end"] = (mean.prompt_tokens + gen) * TOKEN_ID_BYTES
+    bw = {"sram": dev.level("sram").bw_bytes_per_s if any(lv.name == "sram" for lv in dev.levels) else 0.0,
+          "l2": dev.level("l2").bw_bytes_per_s if any(lv.name == "l2" for lv in dev.levels) else 0.0,
+          "hbm": dev.hbm.bw_bytes_per_s, "host": scn.system.host_bw_bytes_per_s_per_gpu,
+          "scale_up": scn.system.tier("scale_up").bw_bytes_per_s_per_gpu,
+          "scale_out": scn.system.tier("scale_out").bw_bytes_per_s_per_gpu,
+          "front_end": scn.system.tier("front_end").bw_bytes_per_s_per_gpu if scn.system.has_tier("front_end")
+          else 0.0}
+    levels = tuple(LevelRow(lv, level_bytes[lv] / gen, level_bytes[lv] / iter_flop if iter_flop else 0.0,
+                            bw[lv], level_bytes[lv] / gen / bw[lv] if bw[lv] else 0.0) for lv in LEVELS)
+    collectives = tuple(CollectiveRow(pt.transfer.name, pt.transfer.op, pt.transfer.axis, tier, pt.span.size,
+                                      pt.transfer.message_bytes, cnt / gen, t / gen)
+                        for (name, tier), (pt, cnt, t) in coll.items())
+    mem = run.limits.memory
+    kv_held = run.result.kv_utilisation * mem.kv_pool_bytes
+    layers = max(1, len(cost.stages[0]))
+    seq_kv = mem.kv_bytes_per_token * (run.result.input_tokens.mean() + run.result.output_tokens.mean() / 2)
+    distance = (
+        DataItemRow("weights", mem.weights_bytes, "hbm", w_bytes / gen, mem.weights_bytes / layers,
+                    _nearer(mem.weights_bytes / layers, dev),
+                    "every weight is read once per iteration and shared by the iteration's tokens"),
+        DataItemRow("kv_cache", kv_held, "hbm", kv_bytes / gen, seq_kv / layers, "",
+                    f"each decode reads its whole context once per token and nothing re-reads it within the "
+                    f"iteration, so no nearer level helps; {run.result.kv_utilisation:.0%} of the "
+                    f"{mem.kv_pool_bytes / 1e9:.1f} GB pool in use on average"),
+        DataItemRow("activations", mem.activation_bytes, "hbm", 0.0, mem.activation_bytes, "",
+                    "workspace of one forward pass, rewritten every iteration"),
+    )
+    dur = mean.duration_s
+    split = time_split(cost, ops, trs, mean.decode_ctx * kvl)
+    total = sum(split.values())
+    split = {k: v / total for k, v in split.items()} if total > 0 else split
+    peak = dev.matrix_peak(p.weight_precision)
+    tokens_per_s_gpu = run.result.total_tokens_per_s / scn.num_gpus
+    mfu = tokens_per_s_gpu * flop_tok / peak
+    mbu = (w_bytes + kv_bytes) / dur / dev.hbm.bw_bytes_per_s if dur else 0.0
+    return ServingAccounts(mean, flop_tok, levels, collectives, distance, mfu, mbu, split)
+
+
+def _nearer(working_set: float, dev) -> str:
+    """Nearest on-chip level whose capacity holds the working set ('' = none)."""
+    for name in ("sram", "l2"):
+        if any(lv.name == name for lv in dev.levels) and 0 < working_set <= 0.5 * dev.level(name).capacity_bytes:
+            return name
+    return ""
+
+
+def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[str, float]:
+    """Seconds of an iteration by what bounds each op (its roofline side): `hbm: weights`, `hbm: kv cache`,
+    `hbm: activations` (a memory-bound op's time split by its bytes), `compute: gemms`, `compute: attention`,
+    `kernel launches` (per-kernel overhead), and `<tier>: <collective>` for the transfers."""
+    from narrowpath.cost.roofline import compute_time_s, memory_time_s
+    dev, cal = cost.dev, cost.cal
+    out: dict[str, float] = {}
+
+    def add(k, v):
+        out[k] = out.get(k, 0.0) + v
+
+    for op, n in ops:
+        c, m = compute_time_s(op, dev, cal), memory_time_s(op, dev, cal)
+        add("kernel launches", n * op.kernels * cal.kernel_overhead_s)
+        if c >= m:
+            add("compute: attention" if op.kind == "flash" else "compute: gemms" if op.kind == "matrix"
+                else "compute: element-wise", n * c)
+            continue
+        kv = kv_read_bytes_per_layer_op if op.name == "attn_decode" else 0.0
+        w = op.weight_bytes
+        act = max(0.0, op.hbm_bytes - w - kv)
+        for k, b in (("hbm: weights", w), ("hbm: kv cache", kv), ("hbm: activations", act)):
+            if b > 0 and op.hbm_bytes > 0:
+                add(k, n * m * b / op.hbm_bytes)
+    for pt in transfers:
+        add(f"{pt.cost.bottleneck_tier}: {pt.transfer.op}", pt.cost.time_s * pt.count)
+    return out

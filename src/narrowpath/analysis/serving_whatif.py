@@ -1,0 +1,165 @@
+"""Verdict of a serving run: the narrowest path (the account that takes the largest share of an iteration, or
+waiting when requests spend longer queued than served), and a ranked list of changes, each a re-simulation of
+the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
+KV cache, disaggregated prefill/decode pools, a larger scale-up domain, speculative decoding (when an acceptance
+rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are compared with is re-run on
+that same load.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from narrowpath.analysis.serving_accounts import ServingAccounts
+from narrowpath.errors import NarrowpathError
+from narrowpath.schedule.serving_run import ServingRun, simulate
+from narrowpath.schedule.serving_stats import summary
+from narrowpath.spec.serving import ServingScenario, serving_consistency
+
+WHATIF_REQUESTS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    name: str
+    change: str
+    output_tokens_per_s_per_gpu: float
+    ttft_p50_s: float
+    tpot_p50_s: float
+    e2e_p50_s: float
+    gain: float
+    """Improvement against the baseline on the same load: relative gain of output tokens/s per GPU when the
+    baseline is saturated (its throughput falls short of the offered load), else relative cut of the median
+    end-to-end latency (a server that keeps up cannot serve more than it is offered)."""
+    num_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServingVerdict:
+    narrowest: str
+    detail: str
+    baseline: WhatIf
+    whatifs: tuple[WhatIf, ...]
+    ranked_by: str
+    """`throughput per GPU` or `median end-to-end latency`."""
+    skipped: tuple[tuple[str, str], ...]
+    """(what-if, why it was not run)."""
+
+
+def _load(scn: ServingScenario):
+    load = scn.load
+    if load.arrival != "trace" and load.total_requests > WHATIF_REQUESTS:
+        load = dataclasses.replace(load, num_requests=WHATIF_REQUESTS)
+    return load
+
+
+def _measure(name: str, change: str, scn: ServingScenario, base: "WhatIf | None", by_latency: bool) -> WhatIf:
+    res = simulate(scn, (), log_lane=False).result
+    per_gpu = res.output_tokens_per_s / scn.num_gpus
+    e2e = summary(res.e2e_s)["p50"]
+    if base is None:
+        gain = 0.0
+    elif by_latency:
+        gain = 1.0 - e2e / base.e2e_p50_s if base.e2e_p50_s else 0.0
+    else:
+        gain = per_gpu / base.output_tokens_per_s_per_gpu - 1.0
+    return WhatIf(name, change, per_gpu, summary(res.ttft_s)["p50"], summary(res.tpot_s)["p50"], e2e, gain,
+                  scn.num_gpus)
+
+
+def keeps_up(scn: ServingScenario, output_tokens_per_s: float) -> bool:
+    """Whether an open-loop load is served as fast as it is offered (within 5 %)."""
+    load = scn.load
+    if load.arrival == "poisson":
+        offered = load.rate_per_s * load.output_tokens
+    elif load.arrival == "trace" and len(load.requests) > 1:
+        span = load.requests[-1][0] - load.requests[0][0]
+        offered = sum(r[2] for r in load.requests) / span if span > 0 else float("inf")
+    else:
+        return False
+    return output_tokens_per_s >= 0.95 * offered
+
+
+def candidates(scn: ServingScenario, spans_cross: bool) -> tuple[list[tuple[str, str, ServingScenario]],
+                                                                  list[tuple[str, str]]]:
+    """(name, change, scenario) of each applicable what-if, and (name, reason) of those that do not apply."""
+    p, m, sysm = scn.plan, scn.model, scn.system
+    out, skipped = [], []
+
+    def plan_ok(plan, system=sysm) -> str:
+        errs = serving_consistency(m, plan, plan.num_gpus, system)
+        return errs[0][1] if errs else ""
+
+    more = dataclasses.replace(p, tp=p.tp * 2, replicas=p.replicas // 2 if p.replicas % 2 == 0 else p.replicas,
+                               prefill_replicas=p.prefill_replicas // 2 if p.replicas % 2 == 0 else p.prefill_replicas)
+    why = plan_ok(more)
+    if why:
+        skipped.append(("more TP", why))
+    else:
+        same = more.num_gpus == p.num_gpus
+        out.append(("more TP", f"tp {p.tp} → {more.tp}" + (f", replicas {p.replicas} → {more.replicas}" if same
+                                                            else f" ({more.num_gpus} GPUs)"),
+                    dataclasses.replace(scn, plan=more, num_gpus=more.num_gpus)))
+    if p.kv_precision in ("fp8", "fp4"):
+        skipped.append(("FP8 KV cache", f"the KV cache is already {p.kv_precision}"))
+    elif "fp8" not in sysm.device.peak_matrix_flop_per_s:
+        skipped.append(("FP8 KV cache", f"{sysm.device.name} has no FP8 support"))
+    else:
+        out.append(("FP8 KV cache", f"kv {p.kv_precision} → fp8",
+                    dataclasses.replace(scn, plan=dataclasses.replace(p, kv_precision="fp8"))))
+    if p.disaggregated:
+        skipped.append(("disaggregation", "already disaggregated"))
+    elif p.policy == "static" or scn.load.arrival == "fixed-batch":
+        skipped.append(("disaggregation", "a static batch has no prefill/decode interference to remove"))
+    else:
+        reps = p.replicas if p.replicas >= 2 else 2
+        dis = dataclasses.replace(p, replicas=reps, prefill_replicas=max(1, reps // 4))
+        out.append(("disaggregation", f"{dis.prefill_replicas} prefill + {reps - dis.prefill_replicas} decode "
+                    f"instances" + ("" if reps == p.replicas else f" ({dis.num_gpus} GPUs)"),
+                    dataclasses.replace(scn, plan=dis, num_gpus=dis.num_gpus)))
+    if not spans_cross:
+        skipped.append(("larger scale-up domain", "every group and hand-off already stays in one scale-up domain"))
+    else:
+        dom = max(72, p.instance_gpus * 2)
+        tiers = tuple(dataclasses.replace(t, domain_size=dom) if t.name == "scale_up" else t for t in sysm.tiers)
+        big = dataclasses.replace(sysm, tiers=tiers, name=f"{sysm.name}+nvl{dom}")
+        out.append(("larger scale-up domain", f"scale-up domain {sysm.scale_up_domain} → {dom} GPUs",
+                    dataclasses.replace(scn, system=big)))
+    if p.spec_acceptance > 0 and not p.spec_tokens and p.policy != "static":
+        for k in (1, 2, 4):
+            out.append((f"speculative decoding k={k}", f"{k} draft tokens at acceptance {p.spec_acceptance:g}",
+                        dataclasses.replace(scn, plan=dataclasses.replace(p, spec_tokens=k))))
+    return out, skipped
+
+
+def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
+    """Narrowest path of `run` and its what-ifs, ranked by throughput per GPU."""
+    given = run.given or run.scenario
+    scn = dataclasses.replace(given, load=_load(given))
+    base = _measure("baseline", "as given", scn, None, False)
+    by_latency = keeps_up(scn, base.output_tokens_per_s_per_gpu * scn.num_gpus)
+    res = run.result
+    wait = float((res.ttft_s - 0).mean()) - float(acc.mean.duration_s)
+    service = float(res.e2e_s.mean() - res.ttft_s.mean())
+    top = max(acc.time_split.items(), key=lambda kv: kv[1]) if acc.time_split else ("", 0.0)
+    if wait > service and wait > 0:
+        narrowest = "waiting"
+        detail = (f"requests wait {wait:.3g} s on average for a batch slot or KV space before their first token, "
+                  f"longer than the {service:.3g} s of decoding that follows: the deployment is over-loaded "
+                  f"(within an iteration, {top[0]} takes {top[1]:.0%})")
+    else:
+        narrowest = top[0]
+        detail = f"{top[0]} takes {top[1]:.0%} of an iteration (mean batch {acc.mean.decodes:.0f} decodes + " \
+                 f"{acc.mean.prompt_tokens:.0f} prompt tokens, {acc.mean.duration_s * 1e3:.2f} ms)"
+    crosses = any(r.tier == "scale_out" for r in acc.collectives) or run.cost.scn.plan.disaggregated and \
+        2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
+    cands, skipped = candidates(scn, crosses)
+    results = []
+    for name, change, alt in cands:
+        try:
+            results.append(_measure(name, change, alt, base, by_latency))
+        except NarrowpathError as exc:
+            skipped.append((name, str(exc)))
+    results.sort(key=lambda w: -w.gain)
+    return ServingVerdict(narrowest, detail, base, tuple(results),
+                          "median end-to-end latency" if by_latency else "throughput per GPU", tuple(skipped))

@@ -1,0 +1,150 @@
+"""`narrowpath serve`: simulate a model served on a system under a load — throughput, TTFT / TPOT / end-to-end
+latency (mean, p50, p90, p99), KV-cache use, MFU / MBU, the accounts per generated token and the verdict.
+
+    narrowpath serve [SCENARIO | --model M --system S] [--rate R | --offline | --batch B]
+                     [--input-len I --output-len O [--num-requests N] | --requests FILE]
+                     [--json] [--plots DIR] [--timeline FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from narrowpath.analysis.serving_accounts import serving_accounts
+from narrowpath.analysis.serving_whatif import serving_verdict
+from narrowpath.catalog import system as catalog_system
+from narrowpath.catalog.resolve import calibration_from, resolve_model
+from narrowpath.catalog.serving import load_serving_scenario, read_request_trace
+from narrowpath.cli.common import check_output_dir, check_output_file, writing
+from narrowpath.errors import SpecError
+from narrowpath.schedule.serving_run import simulate
+from narrowpath.spec.serving import KV_PRECISIONS, POLICIES, WEIGHT_PRECISIONS, Load, ServingPlan, ServingScenario
+
+_PLAN_FLAGS = {"tp": int, "pp": int, "dp": int, "ep": int, "replicas": int, "prefill_replicas": int,
+               "max_batch": int, "max_num_tokens": int, "kv_block_tokens": int, "spec_tokens": int,
+               "expert_node_limit": int}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="simulate serving a model: throughput, TTFT/TPOT, KV cache, accounts, verdict",
+                       description="Simulate a model served on a system (continuous batching, paged KV cache, "
+                       "chunked prefill, disaggregation, speculative decoding) under a load, and explain where an "
+                       "iteration's time goes.")
+    p.add_argument("scenario", nargs="?", help="serving file (.yaml/.json; the inference-corpus case shape)")
+    g = p.add_argument_group("deployment (override the file's)")
+    g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
+    g.add_argument("--system", help="catalog system id, e.g. dgx-h100")
+    g.add_argument("--gpus", type=int, help="GPUs in all (replicas are derived when not given)")
+    for f in _PLAN_FLAGS:
+        g.add_argument("--" + f.replace("_", "-"), dest=f, type=int)
+    g.add_argument("--weights", dest="weight_precision", choices=WEIGHT_PRECISIONS, help="weight format")
+    g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS, help="KV cache format")
+    g.add_argument("--kv-fraction", dest="kv_memory_fraction", type=float,
+                   help="share of the free memory the KV cache takes")
+    g.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--policy", choices=POLICIES)
+    g.add_argument("--admission", choices=("reserve", "on-demand"))
+    g.add_argument("--spec-acceptance", dest="spec_acceptance", type=float,
+                   help="speculative decoding: acceptance rate of one draft token (with --spec-tokens, or as a "
+                   "what-if)")
+    g.add_argument("--framework", help="serving stack whose defaults fill the knobs left out (free text)")
+    w = p.add_argument_group("load")
+    arr = w.add_mutually_exclusive_group()
+    arr.add_argument("--rate", type=float, help="Poisson arrivals, requests/s")
+    arr.add_argument("--offline", action="store_true", help="all requests queued at time 0")
+    arr.add_argument("--batch", type=int, help="static batches of B sequences")
+    w.add_argument("--concurrency", type=int, help="closed loop: at most this many requests outstanding")
+    w.add_argument("--input-len", dest="input_len", type=int, help="prompt tokens per request")
+    w.add_argument("--output-len", dest="output_len", type=int, help="output tokens per request")
+    w.add_argument("--num-requests", dest="num_requests", type=int)
+    w.add_argument("--requests", help="trace file (CSV/JSON/JSONL: arrival_s, input_tokens, output_tokens)")
+    w.add_argument("--seed", type=int, help="seed of the arrival process (default 0)")
+    p.add_argument("--profile", help="calibration profile YAML or a device name")
+    p.add_argument("--no-whatif", dest="whatif", action="store_false", help="skip the what-if re-simulations")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plots", help="directory for PNG plots (latency CDFs, one lane over time)")
+    p.add_argument("--timeline", help="Perfetto/Chrome-trace JSON of one lane's iterations")
+    p.set_defaults(func=run)
+
+
+def _load(args, base: Load | None) -> Load:
+    if args.requests and (args.input_len or args.output_len):
+        raise SpecError("--requests", "give either a trace file or --input-len/--output-len, not both")
+    kw = {} if base is None else {f.name: getattr(base, f.name) for f in dataclasses.fields(Load)}
+    if args.rate is not None:
+        kw.update(arrival="poisson", rate_per_s=args.rate)
+    elif args.offline:
+        kw["arrival"] = "offline"
+    elif args.batch is not None:
+        kw.update(arrival="fixed-batch", batch_size=args.batch)
+    for flag, field in (("concurrency", "concurrency"), ("input_len", "input_tokens"),
+                        ("output_len", "output_tokens"), ("num_requests", "num_requests"), ("seed", "seed")):
+        if getattr(args, flag) is not None:
+            kw[field] = getattr(args, flag)
+    if args.requests:
+        kw.update(arrival="trace", requests=read_request_trace(args.requests))
+    elif base is None and not (kw.get("input_tokens") and kw.get("output_tokens")):
+        raise SpecError("--input-len/--output-len", "give the prompt and output lengths (or --requests FILE)")
+    if kw.get("arrival") == "trace" and not args.requests and base is not None and base.arrival != "trace":
+        kw["arrival"] = "offline"
+    kw.setdefault("arrival", "offline")
+    if kw["arrival"] == "fixed-batch" and not kw.get("num_requests"):
+        kw["num_requests"] = kw["batch_size"]
+    return Load(**kw)
+
+
+def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
+    """The serving scenario of a file and/or the flags."""
+    open_knobs: tuple[str, ...] = ()
+    if args.scenario:
+        base, open_knobs = load_serving_scenario(args.scenario)
+        model = resolve_model(args.model) if args.model else base.model
+        system = catalog_system(args.system) if args.system else base.system
+        plan0, load0, cal = base.plan, base.load, base.calibration
+    else:
+        if not (args.model and args.system):
+            raise SpecError("--model/--system", "give both --model and --system (or a serving file)")
+        model, system, plan0, load0, cal = resolve_model(args.model), catalog_system(args.system), ServingPlan(), \
+            None, None
+    kw = {f: getattr(args, f) for f in list(_PLAN_FLAGS) + ["weight_precision", "kv_precision", "kv_memory_fraction",
+                                                             "chunked_prefill", "policy", "admission",
+                                                             "spec_acceptance", "framework"]
+          if getattr(args, f, None) is not None}
+    open_knobs = tuple(k for k in open_knobs if k not in kw)
+    plan = dataclasses.replace(plan0, **kw)
+    if args.gpus is not None:
+        if args.gpus < 1 or args.gpus % plan.instance_gpus:
+            raise SpecError("--gpus", f"{args.gpus} GPUs are not a multiple of tp·dp·pp = {plan.instance_gpus}")
+        if args.replicas is None:
+            plan = dataclasses.replace(plan, replicas=args.gpus // plan.instance_gpus)
+    load = _load(args, load0)
+    if args.profile:
+        cal = calibration_from(args.profile)
+    scn = ServingScenario(name=f"{model.name}@{system.name}", system=system, model=model, plan=plan, load=load,
+                          num_gpus=plan.num_gpus, calibration=cal)
+    return scn, open_knobs
+
+
+def run(args) -> int:
+    check_output_dir("--plots", args.plots)
+    check_output_file("--timeline", args.timeline)
+    scn, open_knobs = scenario_from_args(args)
+    result = simulate(scn, open_knobs)
+    acc = serving_accounts(result)
+    verdict = serving_verdict(result, acc) if args.whatif else None
+    if args.plots:
+        from narrowpath.report.serving_plots import write_serving_plots
+        with writing("--plots"):
+            write_serving_plots(result, args.plots)
+    if args.timeline:
+        from narrowpath.report.serving_timeline import write_serving_timeline
+        with writing("--timeline"):
+            write_serving_timeline(result, args.timeline)
+    if args.json:
+        from narrowpath.report.serving_json import serving_to_json
+        print(json.dumps(serving_to_json(result, acc, verdict), indent=2))
+    else:
+        from narrowpath.report.serving_console import format_serving
+        print(format_serving(result, acc, verdict))
+    return 0

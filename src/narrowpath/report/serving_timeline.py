@@ -1,0 +1,31 @@
+"""Chrome-trace (Perfetto-loadable) JSON of the logged lane of a serving run: one slice per iteration (merged
+decode steps are one slice with their step count), and counters of decodes, prompt tokens and KV blocks in use.
+Times in microseconds (Trace Event Format)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from narrowpath.schedule.serving_run import ServingRun
+
+
+def serving_timeline_events(run: ServingRun) -> list[dict]:
+    ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"lane 0 of {run.scenario.name}"}},
+          {"name": "thread_name", "ph": "M", "pid": 0, "tid": 1, "args": {"name": "iterations"}}]
+    for r in run.result.log:
+        kind = "prefill + decode" if r.prompt_tokens and r.decodes else "prefill" if r.prompt_tokens else "decode"
+        ev.append({"name": kind + (f" ×{r.steps}" if r.steps > 1 else ""), "ph": "X", "pid": 0, "tid": 1,
+                   "ts": r.start_s * 1e6, "dur": r.duration_s * 1e6, "cat": kind,
+                   "args": {"decodes": r.decodes, "prompt_tokens": r.prompt_tokens, "steps": r.steps,
+                            "kv_blocks_used": r.kv_blocks_used}})
+        ev.append({"name": "batch", "ph": "C", "pid": 0, "ts": r.start_s * 1e6,
+                   "args": {"decodes": r.decodes, "prompt_tokens": r.prompt_tokens}})
+        ev.append({"name": "kv blocks", "ph": "C", "pid": 0, "ts": r.start_s * 1e6,
+                   "args": {"used": r.kv_blocks_used}})
+    return ev
+
+
+def write_serving_timeline(run: ServingRun, path: str | Path) -> Path:
+    p = Path(path)
+    p.write_text(json.dumps({"traceEvents": serving_timeline_events(run), "displayTimeUnit": "ms"}))
+    return p
