@@ -12,6 +12,7 @@ import math
 import sys
 
 from narrowpath.cli.common import add_scenario_args, scenario_from_args
+from narrowpath.cli.serve_search import add_serve_search_args, run_serve_search
 from narrowpath.errors import SpecError
 from narrowpath.report.search_table import format_search, search_to_json
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
@@ -40,6 +41,7 @@ def register(sub) -> None:
                    help="refuse, before pricing, a space estimated to take longer than this (default 10; a few plans "
                    "are timed first); a search over 10 s says so and prints progress on stderr")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_serve_search_args(p)  # issue 13: `search --serve` (cli/serve_search.py)
     p.set_defaults(func=run)
 
 
@@ -86,6 +88,8 @@ def run(args) -> int:
         raise SpecError("--max-plans", f"must be >= 1, got {args.max_plans}")
     if not (math.isfinite(args.max_minutes) and args.max_minutes > 0):
         raise SpecError("--max-minutes", f"must be a finite number > 0, got {args.max_minutes}")
+    if args.serve:  # issue 13: serving plans under latency SLOs
+        return run_serve_search(args)
     if getattr(args, "scenario", None) is None and (args.model or args.system) and args.gbs is None:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")

@@ -194,8 +194,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     """Predict one training step of `scenario` (closed form)."""
     scn = scenario
     if scn.mode != "training":  # refuse rather than price a training step under an inference label
-        raise NarrowpathError(f"mode: {scn.mode!r} is not modelled yet; predictions cover training steps only "
-                              "(mode: training)")
+        raise NarrowpathError(f"mode: {scn.mode!r} is not modelled yet by the training step (predict, analyze, "
+                              "search); use `narrowpath serve` for inference")
     if scn.open_knobs:  # knobs the source did not publish: chosen without any measurement (schedule.choose)
         scn = resolve_open_knobs(scn, lambda s: predict(s, calibration))
     cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
