@@ -18,7 +18,7 @@ import numpy as np
 from narrowpath.errors import SimulationError, SpecError
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
-from narrowpath.schedule.serving_sim import Lane, LaneSpec
+from narrowpath.schedule.serving_sim import Lane, LaneGroup, LaneSpec
 from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, ServingResult
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingScenario
@@ -138,7 +138,7 @@ def _log(log, tot: LaneTotals, now, dt, steps, dec, prompt, blocks) -> None:
 
 
 def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration: Calibration | None = None,
-             *, log_lane: bool = True) -> ServingRun:
+             *, log_lane: bool = True, merge: bool = True) -> ServingRun:
     """Resolve the defaults of `scn` and simulate its load (module docstring)."""
     if any(k in open_knobs for k in ("tp", "pp", "ep")):
         from narrowpath.schedule.serving_choose import choose_layout
@@ -164,21 +164,25 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
 
     def lane_spec(policy: str) -> LaneSpec:
         return LaneSpec(lim.max_batch, lim.max_num_tokens, lane_blocks, lim.block_tokens, policy, p.admission,
-                        bool(p.chunked_prefill), p.spec_tokens, gain)
+                        bool(p.chunked_prefill), p.spec_tokens, gain, merge)
 
     def run_lanes(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray) -> list[Lane]:
+        """Lanes i, i + 1, ... of one lockstep group are the dp attention-DP ranks of one instance micro-batch."""
         out = []
-        for i in range(lanes):
-            rids = rids_all[i::lanes]
-            if not len(rids):
-                continue
-            lc = -(-conc // lanes) if conc else 0
-            if lc and lc < len(rids):
-                arr_v[rids[lc:]] = np.inf
-            lane = Lane(lane_spec(policy), step, rids, arr_v, n_in, n_out, first, finish, tot,
-                        log if (log_lane and i == 0) else None, lc)
-            lane.run()
-            out.append(lane)
+        for g in range(0, lanes, p.dp):
+            group = []
+            for i in range(g, min(g + p.dp, lanes)):
+                rids = rids_all[i::lanes]
+                lc = -(-conc // lanes) if conc else 0
+                if lc and lc < len(rids):
+                    arr_v[rids[lc:]] = np.inf
+                group.append(Lane(lane_spec(policy), step, rids, arr_v, n_in, n_out, first, finish, tot,
+                                  log if (log_lane and i == 0) else None, lc))
+            if len(group) > 1:
+                LaneGroup(group).run()
+            else:
+                group[0].run()
+            out += group
         return out
 
     order = np.argsort(arr, kind="stable")

@@ -50,6 +50,27 @@ class LaneSpec:
     spec_tokens: int = 0
     spec_gain: float = 1.0
     """Tokens a decode step yields per sequence."""
+    merge: bool = True
+    """Advance identical decode steps together up to the next event (False: one iteration at a time, the
+    reference the merged run is checked against)."""
+
+
+class Step:
+    """An iteration a lane has decided on: `decodes` running sequences, prompt `chunks`, and (decode-only) up to
+    `n_max` identical steps whose time grows linearly from `t0` (`t_at(k)` prices the k-th)."""
+
+    __slots__ = ("decodes", "chunks", "n_max", "t0", "t1", "dctx", "pre_tokens", "pairs", "q", "t_at")
+
+    def __init__(self, decodes, chunks, n_max, t0, t1, dctx, pre_tokens, pairs, q):
+        self.decodes, self.chunks, self.n_max, self.t0, self.t1 = decodes, chunks, n_max, t0, t1
+        self.dctx, self.pre_tokens, self.pairs, self.q = dctx, pre_tokens, pairs, q
+        self.t_at = None
+
+    def duration(self, n: int) -> float:
+        """Time of the first n steps: the trapezoid of the first and n-th step times (exact for a linear growth)."""
+        if n <= 1 or self.t_at is None:
+            return self.t0 * n
+        return n * (self.t0 + self.t_at(n)) / 2
 
 
 class Lane:
@@ -166,6 +187,19 @@ class Lane:
             self.log.append(IterationRecord(self.now, dt, steps, dec, prompt_tokens, used))
 
     def run(self) -> None:
+        """Serve the lane's requests to the end, one iteration (or merged decode steps) at a time."""
+        while True:
+            step = self.prepare()
+            if not isinstance(step, Step):
+                if math.isinf(step):
+                    return
+                self.now = step
+                continue
+            self.commit(step, step.n_max, step.duration(step.n_max))
+
+    def prepare(self) -> "Step | float":
+        """Decide the next iteration (admissions, preemptions and block allocations included) and return it, or
+        the time until which the lane has nothing to do (inf: it is done)."""
         s = self.s
         q = 1 + s.spec_tokens
         decode_lane = s.policy == "decode-only"
@@ -182,14 +216,13 @@ class Lane:
                     self._admit_decode(rid, self.n_in[rid] + 1, self.n_out[rid] - 1, need)
             if not self.n and not self.pre and not self._admissible():
                 nxt = self._next_arrival()
-                if math.isinf(nxt):
-                    if self.waiting:
-                        rid = self.waiting[0]
-                        raise SimulationError(
-                            f"a request of {int(self.n_in[rid])} + {int(self.n_out[rid])} tokens needs "
-                            f"{self._need(rid)} KV blocks of {s.block_tokens} tokens; a lane holds {s.kv_blocks}")
-                    return
-                self.now = max(self.now, nxt)
+                if math.isinf(nxt) and self.waiting:
+                    rid = self.waiting[0]
+                    raise SimulationError(
+                        f"a request of {int(self.n_in[rid])} + {int(self.n_out[rid])} tokens needs "
+                        f"{self._need(rid)} KV blocks of {s.block_tokens} tokens; a lane holds {s.kv_blocks}")
+                if nxt > self.now or math.isinf(nxt):
+                    return nxt
                 continue
             prefill_turn = s.policy == "prefill-only" or (s.policy == "prefill-first" and (self.pre or
                                                                                             self._admissible()))
@@ -200,30 +233,42 @@ class Lane:
             chunks = [] if decode_lane else self._plan_prompts(s.max_tokens - decodes * q)
             if not decodes and not chunks:
                 if not self.n:  # nothing fits the budget yet: wait for the next arrival
-                    self.now = max(self.now, self._next_arrival())
+                    nxt = self._next_arrival()
+                    if nxt > self.now or math.isinf(nxt):
+                        return nxt
                     continue
                 decodes = self.n
                 if s.admission == "on-demand":
                     self._preempt_for(s.spec_gain)
                     decodes = self.n
-            if chunks:
-                self._iterate_mixed(decodes, chunks, q)
-            else:
-                self._iterate_decodes(q)
+            return self._mixed_step(decodes, chunks, q) if chunks else self._decode_step(q)
 
-    def _iterate_mixed(self, decodes: int, chunks: list, q: int) -> None:
-        """One iteration with prompt chunks (and the running decodes unless `decodes` is 0)."""
-        s = self.s
+    def _mixed_step(self, decodes: int, chunks: list, q: int) -> "Step":
         pre_tok = sum(c for _, c in chunks)
         pairs = sum(c * (item[1] + (c + 1) / 2) for item, c in chunks)
         pctx = sum(item[1] + c for item, c in chunks)
-        done = [item for item, c in chunks if item[1] + c >= item[2]]
-        rows = decodes + len(done)
+        done = sum(1 for item, c in chunks if item[1] + c >= item[2])
         dctx = float(self.r_ctx[:decodes].sum()) if decodes else 0.0
-        dt = self.step_s(decodes * q + pre_tok, decodes, dctx, pre_tok, pairs, pctx, rows, q)
+        t0 = self.step_s(decodes * q + pre_tok, decodes, dctx, pre_tok, pairs, pctx, decodes + done, q)
+        return Step(decodes, chunks, 1, t0, t0, dctx, pre_tok, pairs, q)
+
+    def commit(self, step: "Step", n: int, dt: float) -> None:
+        """Carry out `n` (≤ step.n_max) steps of `step`, which take `dt` (the slowest lane's time in a group)."""
         self.now += dt
-        self._account(dt, 1, decodes, decodes * q, pre_tok, dctx, pairs)
-        self._record(dt, 1, decodes, pre_tok)
+        if step.chunks:
+            self._commit_mixed(step, dt)
+            return
+        D, g = step.decodes, self.s.spec_gain
+        self._account(dt, n, D, n * D * step.q, 0, n * step.dctx + D * g * n * (n - 1) / 2, 0.0)
+        self._record(dt, n, D, 0)
+        self._advance(D, n, grown=self.s.admission == "on-demand")
+
+    def _commit_mixed(self, step: "Step", dt: float) -> None:
+        """One iteration with prompt chunks (and the running decodes unless there are none)."""
+        s, decodes, chunks = self.s, step.decodes, step.chunks
+        done = [item for item, c in chunks if item[1] + c >= item[2]]
+        self._account(dt, 1, decodes, decodes * step.q, step.pre_tokens, step.dctx, step.pairs)
+        self._record(dt, 1, decodes, step.pre_tokens)
         if decodes:
             self._advance(decodes, 1, grown=True)
         for item, c in chunks:
@@ -248,8 +293,8 @@ class Lane:
         generated = self.prompt_of[rid] - int(self.n_in[rid])  # the recomputed prompt then emits one more
         return float(self.n_out[rid] - generated - 1)
 
-    def _iterate_decodes(self, q: int) -> None:
-        """Decode-only iterations, as many at once as pass before the next event."""
+    def _decode_step(self, q: int) -> "Step":
+        """Decode-only iterations: as many at once as pass before the lane's next event."""
         s, g = self.s, self.s.spec_gain
         D = self.n
         L0 = float(self.r_ctx[:D].sum())
@@ -263,12 +308,11 @@ class Lane:
                 n = min(n, max(1, int((nxt - self.now) / t0) + 1))
         if s.admission == "on-demand" and n > 1:
             n = min(n, self._steps_until_overflow(n))
-        t1 = self.step_s(D * q, D, L0 + (n - 1) * D * g, 0, 0, 0, D, q) if n > 1 else t0
-        dt = n * (t0 + t1) / 2
-        self.now += dt
-        self._account(dt, n, D, n * D * q, 0, n * L0 + D * g * n * (n - 1) / 2, 0.0)
-        self._record(dt, n, D, 0)
-        self._advance(D, n, grown=s.admission == "on-demand")
+        if not s.merge:
+            n = 1
+        step = Step(D, [], n, t0, t0, L0, 0, 0.0, q)
+        step.t_at = lambda k: self.step_s(D * q, D, L0 + (k - 1) * D * g, 0, 0, 0, D, q) if k > 1 else t0
+        return step
 
     def _steps_until_overflow(self, n_max: int) -> int:
         """Largest n ≤ n_max decode steps whose block growth fits the free blocks (≥ 1)."""
@@ -321,3 +365,39 @@ class Lane:
         t.prompt_tokens += pre_tok
         t.decode_ctx_tokens += dctx
         t.prompt_pairs += pairs
+
+
+class LaneGroup:
+    """Lanes that iterate in lockstep: the attention data-parallel ranks of one instance (and micro-batch), which
+    every MoE layer synchronises — the experts serve the tokens of all ranks at once — so an iteration lasts as long
+    as its slowest rank's (a rank with a prompt chunk holds up the others; a rank with nothing to do waits in the
+    collective). TensorRT-LLM attention DP; DeepSeek-V3 §3.4 decoding with DP attention and EP experts."""
+
+    def __init__(self, lanes: list[Lane]):
+        self.lanes = lanes
+
+    def run(self) -> None:
+        lanes = self.lanes
+        while True:
+            steps = [ln.prepare() for ln in lanes]
+            act = [(ln, st) for ln, st in zip(lanes, steps) if isinstance(st, Step)]
+            idle = [st for st in steps if not isinstance(st, Step)]
+            now = max(ln.now for ln in lanes)
+            if not act:
+                t = min(idle)
+                if math.isinf(t):
+                    return
+                for ln in lanes:
+                    ln.now = max(ln.now, t)
+                continue
+            n = min(st.n_max for _, st in act)
+            nxt = min(idle, default=math.inf)
+            if n > 1 and not math.isinf(nxt):  # stop at the step that lets an idle rank start
+                n = min(n, max(1, int((nxt - now) / max(st.t0 for _, st in act)) + 1))
+            dt = max(st.duration(n) for _, st in act)
+            for ln, st in zip(lanes, steps):
+                ln.now = now
+                if isinstance(st, Step):
+                    ln.commit(st, n, dt)
+                else:
+                    ln.now = now + dt

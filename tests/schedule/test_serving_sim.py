@@ -1,0 +1,133 @@
+"""Serving simulator semantics: merged decode steps equal single steps, static batches match a hand sum, KV
+admission and preemption, chunked prefill, policies, disaggregation, speculative decoding, closed loop, seeds."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.errors import SimulationError
+from narrowpath.schedule.serving_cost import ServingCost
+from narrowpath.schedule.serving_run import simulate, spec_gain
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+
+
+def scn(plan=ServingPlan(), load=Load(arrival="offline", input_tokens=256, output_tokens=64, num_requests=64),
+        mdl="llama3-8b", sysm="dgx-h100"):
+    return ServingScenario(system=system(sysm), model=model(mdl), plan=plan, load=load, num_gpus=plan.num_gpus)
+
+
+@pytest.mark.parametrize("plan,load", [
+    (ServingPlan(tp=2, replicas=2), Load(arrival="poisson", rate_per_s=8, input_tokens=512, output_tokens=96,
+                                         num_requests=120)),
+    (ServingPlan(max_batch=32, admission="on-demand", kv_memory_fraction=0.02),
+     Load(arrival="offline", input_tokens=400, output_tokens=200, num_requests=80)),
+    (ServingPlan(policy="prefill-first"), Load(arrival="poisson", rate_per_s=3, input_tokens=700, output_tokens=50,
+                                               num_requests=60)),
+])
+def test_merged_decode_steps_equal_single_steps(plan, load):
+    """Advancing a decode-only batch to its next event at once gives the same request times as stepping each
+    iteration (the step time is linear in the context between events)."""
+    a = simulate(scn(plan, load)).result
+    b = simulate(scn(plan, load), merge=False).result
+    np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-9)
+    np.testing.assert_allclose(a.first_token_s, b.first_token_s, rtol=1e-9)
+    assert a.totals.iterations == b.totals.iterations and a.totals.preemptions == b.totals.preemptions
+
+
+def test_static_batch_is_prefill_then_every_decode_step():
+    """A fixed batch: one context pass over all prompts, then output − 1 decode steps over the whole batch; its
+    throughput is B·output / (prefill + Σ steps), priced by the same iteration cost."""
+    B, i, o = 16, 128, 32
+    s = scn(load=Load(arrival="fixed-batch", batch_size=B, input_tokens=i, output_tokens=o))
+    run = simulate(s)
+    cost = run.cost
+    t = cost.iteration_s(B * i, 0, 0, B * i, B * i * (i + 1) / 2, B * i, B)
+    t += sum(cost.iteration_s(B, B, B * (i + 1) + k * B) for k in range(o - 1))
+    assert run.scenario.plan.policy == "static"
+    assert run.result.output_tokens_per_s == pytest.approx(B * o / t, rel=1e-6)
+    assert run.result.ttft_s.mean() == pytest.approx(cost.iteration_s(B * i, 0, 0, B * i, B * i * (i + 1) / 2,
+                                                                      B * i, B), rel=1e-9)
+
+
+def test_reserve_never_preempts_on_demand_does_when_the_cache_is_small():
+    load = Load(arrival="offline", input_tokens=400, output_tokens=400, num_requests=100)
+    small = dict(max_batch=64, kv_memory_fraction=0.03)
+    on_demand = simulate(scn(ServingPlan(admission="on-demand", **small), load)).result
+    reserve = simulate(scn(ServingPlan(admission="reserve", **small), load)).result
+    assert on_demand.totals.preemptions > 0 and reserve.totals.preemptions == 0
+    assert reserve.kv_peak_utilisation <= 1.0 and on_demand.kv_peak_utilisation <= 1.0
+    assert np.all(np.isfinite(on_demand.finish_s)) and np.all(on_demand.finish_s >= on_demand.first_token_s)
+
+
+def test_a_request_larger_than_the_cache_is_refused():
+    with pytest.raises(SimulationError, match="KV blocks"):
+        simulate(scn(ServingPlan(kv_memory_fraction=0.001),
+                     Load(arrival="offline", input_tokens=60000, output_tokens=10, num_requests=2)))
+
+
+def test_chunked_prefill_splits_a_long_prompt_over_iterations():
+    """A 10,000-token prompt with a 2,048-token budget takes ⌈10000/2048⌉ = 5 iterations before its first token."""
+    s = scn(ServingPlan(max_num_tokens=2048, chunked_prefill=True),
+            Load(arrival="offline", input_tokens=10000, output_tokens=4, num_requests=1))
+    run = simulate(s)
+    prompt_iters = [r for r in run.result.log if r.prompt_tokens]
+    assert len(prompt_iters) == 5 and sum(r.prompt_tokens for r in prompt_iters) == 10000
+
+
+def test_prefill_first_answers_sooner_but_decodes_slower_than_decode_first():
+    load = Load(arrival="poisson", rate_per_s=6, input_tokens=1500, output_tokens=200, num_requests=150)
+    pf = simulate(scn(ServingPlan(policy="prefill-first", chunked_prefill=False), load)).result
+    df = simulate(scn(ServingPlan(policy="decode-first", chunked_prefill=True, max_num_tokens=512), load)).result
+    assert np.median(pf.ttft_s) < np.median(df.ttft_s)
+    assert np.median(pf.tpot_s) > np.median(df.tpot_s)
+
+
+def test_disaggregated_prefill_hands_the_kv_over_the_fabric():
+    """Prefill instances emit the first token; the decode instance receives the request one KV hand-off later;
+    between two 8-GPU nodes the hand-off crosses the scale-out fabric."""
+    load = Load(arrival="poisson", rate_per_s=4, input_tokens=2000, output_tokens=100, num_requests=80)
+    run = simulate(scn(ServingPlan(tp=8, replicas=2, prefill_replicas=1), load, mdl="llama3-70b"))
+    cost = run.cost
+    assert run.result.totals.handoff_s == pytest.approx(80 * cost.handoff_s(2000))
+    assert cost.handoff_s(2000) > cost.handoff_s(200) > 0
+    assert any("scale-out" in n for n in run.result.notes)
+    assert np.all(run.result.finish_s > run.result.first_token_s)
+
+
+def test_speculative_decoding_gain_and_effect():
+    """Expected tokens per verification step (1 − α^(k+1))/(1 − α); a memory-bound decode gets faster per token."""
+    assert spec_gain(0, 0.9) == 1.0
+    assert spec_gain(3, 0.8) == pytest.approx((1 - 0.8 ** 4) / 0.2)
+    load = Load(arrival="offline", input_tokens=256, output_tokens=256, num_requests=8)
+    base = simulate(scn(ServingPlan(max_batch=8), load)).result
+    spec = simulate(scn(ServingPlan(max_batch=8, spec_tokens=3, spec_acceptance=0.8), load)).result
+    assert np.median(spec.tpot_s) < np.median(base.tpot_s)
+
+
+def test_closed_loop_keeps_at_most_concurrency_requests_outstanding():
+    load = Load(arrival="offline", concurrency=6, input_tokens=300, output_tokens=40, num_requests=40)
+    res = simulate(scn(load=load)).result
+    events = sorted([(t, 1) for t in res.arrival_s] + [(t, -1) for t in res.finish_s], key=lambda e: (e[0], e[1]))
+    live = np.cumsum([d for _, d in events])
+    assert live.max() <= 6 and res.arrival_s.max() > 0
+
+
+def test_poisson_arrivals_follow_the_seed():
+    load = Load(arrival="poisson", rate_per_s=5, input_tokens=200, output_tokens=20, num_requests=50, seed=7)
+    a = simulate(scn(load=load)).result
+    b = simulate(scn(load=load)).result
+    c = simulate(scn(load=dataclasses.replace(load, seed=8))).result
+    np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
+    assert not np.array_equal(a.arrival_s, c.arrival_s)
+    assert np.mean(np.diff(a.arrival_s)) == pytest.approx(1 / 5, rel=0.35)
+
+
+def test_attention_fast_path_equals_the_op_roofline():
+    """The affine attention pricing equals pricing the attention ops with cost.roofline."""
+    run = simulate(scn())
+    cost: ServingCost = run.cost
+    for args in ((3, 5000, 0, 0, 0), (0, 0, 700, 700 * 900, 1500), (40, 90000, 300, 300 * 2000, 4000)):
+        assert cost.attention_s(0, *args) == pytest.approx(cost.op_s(cost.attention_ops(0, *args)), rel=1e-12)
