@@ -208,4 +208,4 @@ def load_serving_scenario(path: str | Path) -> tuple[ServingScenario, tuple[str,
     data = read_data_file(p)
     if not isinstance(data, Mapping):
         raise SpecError("serving", f"{p}: must hold a mapping at top level")
-    return serving_scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent)
+    return serving_scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent, allow_null=True)

@@ -1,0 +1,105 @@
+"""`narrowpath serve` and `search --serve`: the JSON contract, outputs, and one-line refusals (exit 2)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from narrowpath.cli.main import main
+
+BASE = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--input-len", "256", "--output-len", "32",
+        "--num-requests", "40"]
+
+
+def test_serve_json_contract(capsys):
+    assert main(BASE + ["--rate", "4", "--json", "--no-whatif"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("output_tokens_per_s", "total_tokens_per_s"):
+        assert out[key] > 0
+    for key in ("ttft_s", "tpot_s", "e2e_latency_s"):
+        assert set(out[key]) == {"mean", "p50", "p90", "p99"}
+        assert 0 < out[key]["p50"] <= out[key]["p99"]
+    assert out["total_tokens_per_s"] > out["output_tokens_per_s"]
+    assert 0 <= out["kv_cache"]["utilisation"] <= 1 and 0 < out["mfu"] < 1 and 0 < out["mbu"] < 1
+    assert {r["level"] for r in out["accounts"]["levels"]} >= {"hbm", "sram", "l2", "scale_up"}
+
+
+def test_serve_console_with_whatifs_plots_and_timeline(tmp_path, capsys):
+    tl = tmp_path / "t.json"
+    assert main(BASE + ["--tp", "2", "--gpus", "4", "--offline", "--plots", str(tmp_path / "p"),
+                        "--timeline", str(tl)]) == 0
+    text = capsys.readouterr().out
+    for phrase in ("throughput", "TTFT", "KV cache use", "MFU", "collectives per generated token",
+                   "distance budget", "narrowest path", "more TP", "FP8 KV cache"):
+        assert phrase in text
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["serve_lane.png", "serve_latency.png"]
+    events = json.loads(tl.read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" for e in events)
+
+
+def test_serve_a_file_and_a_trace(tmp_path, capsys):
+    trace = tmp_path / "req.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n0.5,300,20\n1.0,50,5\n")
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"system": "dgx-h100", "model": "llama3-8b", "num_gpus": 2,
+                                 "plan": {"tp": 1, "dp": 2, "weights_precision": "fp8", "kv_precision": None,
+                                          "framework": "vLLM 0.8"},
+                                 "workload": {"scenario": "server", "requests_file": "req.csv"}}))
+    assert main(["serve", str(f), "--json", "--no-whatif"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"]["load"]["num_requests"] == 3 and out["scenario"]["plan"]["replicas"] == 2
+    assert out["scenario"]["plan"]["kv_precision"] == "bf16"  # vLLM keeps the model's 16-bit KV
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--model", "llama3-405b", "--system", "dgx-h100", "--input-len", "10", "--output-len", "5"],
+     "does not fit for serving"),
+    (["--model", "llama3-8b", "--system", "dgx-a100", "--weights", "fp8", "--input-len", "10",
+      "--output-len", "5"], "plan.weight_precision"),
+    (["--model", "llama3-8b", "--system", "dgx-h100", "--requests", "missing.csv"], "workload.requests_file"),
+    (["--model", "llama3-8b", "--system", "dgx-h100"], "--input-len/--output-len"),
+    (["--model", "llama3-8b", "--system", "dgx-h100", "--tp", "3", "--input-len", "9", "--output-len", "9"],
+     "plan.tp"),
+])
+def test_serve_refusals_are_one_line(capsys, extra, needle):
+    assert main(["serve"] + extra) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_request_file_names_row_and_field(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n0.1,abc,4\n")
+    assert main(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--requests", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "request 2" in err and "input_tokens" in err and len(err.strip().splitlines()) == 1
+
+
+SEARCH = ["search", "--serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "4", "--input-len",
+          "512", "--output-len", "64", "--jobs", "1"]
+
+
+def test_search_serve_ranks_by_throughput_per_gpu_under_slos(capsys):
+    assert main(SEARCH + ["--slo-ttft", "5", "--slo-tpot", "0.05", "--json", "--top", "50"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["num_plans"] >= 40 and out["meets_slo"] >= 1
+    tput = [r["output_tokens_per_s_per_gpu"] for r in out["ranked"]]
+    assert tput == sorted(tput, reverse=True)
+    assert all(r["ttft_s"] <= 5 and r["tpot_s"] <= 0.05 for r in out["ranked"])
+
+
+def test_search_serve_impossible_slos_are_one_line(capsys):
+    assert main(SEARCH + ["--slo-ttft", "1e-6", "--slo-tpot", "1e-6"]) == 2
+    err = capsys.readouterr().err
+    assert "none of the" in err and "--slo-ttft/--slo-tpot" in err and len(err.strip().splitlines()) == 1
+    assert main(SEARCH + ["--slo-ttft", "1"]) == 2
+    assert "--slo-ttft/--slo-tpot" in capsys.readouterr().err
+
+
+def test_predict_points_inference_to_serve(tmp_path, capsys):
+    f = tmp_path / "inf.yaml"
+    f.write_text(yaml.safe_dump({"system": "dgx-h100", "model": "llama3-8b", "num_gpus": 8, "mode": "inference",
+                                 "plan": {"tp": 1, "pp": 1, "dp": 8, "mbs": 1, "gbs": 8}}))
+    assert main(["predict", str(f)]) == 2
+    assert "narrowpath serve" in capsys.readouterr().err

@@ -1,0 +1,97 @@
+"""The inference validator reads every case of an inference-corpus/1 file and keeps the JSON contract."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from narrowpath.catalog.serving import serving_scenario_from_dict
+from narrowpath.cli.main import main
+from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
+from narrowpath.validate.corpus import shipped_corpus_path
+from narrowpath.validate.inference import is_inference_corpus, load_inference_corpus, run_case
+
+CORPUS = shipped_corpus_path("inference-public.yaml")
+
+
+def _data(raw):
+    return {k: v for k, v in raw.items() if k not in ("id", "source", "kind", "measured", "assumed")}
+
+
+def test_every_shipped_case_is_read_and_resolved():
+    """All 40 cases build a serving scenario (nulls left open, every GPU in the catalog) and get their limits."""
+    cases = load_inference_corpus(CORPUS)
+    assert len(cases) == 40 and is_inference_corpus(CORPUS)
+    for raw in cases:
+        data = _data(raw)
+        if data["workload"].get("output_tokens") is None:
+            data["workload"] = {**data["workload"], "output_tokens": data["workload"]["input_tokens"]}
+        scn, open_knobs = serving_scenario_from_dict(data, name=raw["id"], allow_null=True)
+        assert scn.num_gpus == raw["hardware"]["num_gpus"], raw["id"]
+        if "ep" not in open_knobs:
+            r, lim = resolve_limits(resolve_formats(scn, open_knobs))
+            assert lim.max_batch >= 1 and lim.memory.kv_tokens > 0, raw["id"]
+
+
+def test_attention_dp_cases_map_tp_size_to_attention_dp():
+    """`tp 8, dp 8` on 8 GPUs of an MoE model is TensorRT-LLM's tp_size 8 with attention DP: dp 8 ranks of 1 GPU."""
+    raw = next(c for c in load_inference_corpus(CORPUS) if c["id"] == "trtllm-perf-qwen3-235b-h200-tp8-fp8-1000-1000")
+    scn, open_knobs = serving_scenario_from_dict(_data(raw), allow_null=True)
+    assert (scn.plan.tp, scn.plan.dp, scn.num_gpus) == (1, 8, 8) and "ep" in open_knobs
+
+
+def _small_corpus(tmp_path, cases):
+    path = tmp_path / "inf.yaml"
+    path.write_text(yaml.safe_dump({"schema": "inference-corpus/1", "cases": cases}))
+    return path
+
+
+def test_cli_json_contract(tmp_path, capsys):
+    raw = [c for c in load_inference_corpus(CORPUS) if c["id"] in ("trtllm-blog-gptj-h100-fp8-bs64",
+                                                                    "nemo-llama2-7b-h100-tp1-bs1-128-20")]
+    path = _small_corpus(tmp_path, raw)
+    assert main(["validate", "--corpus", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["cases"]) == 2
+    errs = []
+    for c, r in zip(out["cases"], raw):
+        measured = {k for k in r["measured"] if k != "percentile"}
+        assert set(c["figures"]) == measured
+        for f in c["figures"].values():
+            assert f["error"] == pytest.approx((f["predicted"] - f["measured"]) / f["measured"])
+            errs.append(f["error"])
+        assert abs(c["error"]) == max(abs(f["error"]) for f in c["figures"].values())
+    assert out["mean_abs_error"] == pytest.approx(sum(abs(e) for e in errs) / len(errs))
+    assert out["max_abs_error"] == pytest.approx(max(abs(e) for e in errs))
+    assert set(out["groups"]) >= {"regime", "generation", "precision", "family"}
+    assert main(["validate", "--corpus", str(path)]) == 0
+    assert "by regime" in capsys.readouterr().out
+
+
+def test_unpublished_output_length_is_predicted_as_a_generation_rate():
+    raw = next(c for c in load_inference_corpus(CORPUS) if c["id"] == "trtllm-blog-gptj-a100-fp16-bs1")
+    case = run_case(raw, 0)
+    assert case.failure is None and "output length not published" in case.notes[0]
+    res = case.run.result
+    assert case.figures["output_tokens_per_s"].predicted == pytest.approx(1 / res.tpot_s.mean())
+
+
+@pytest.mark.parametrize("doc,msg", [
+    ({"cases": []}, "is not .inference-corpus/1"),
+    ({"schema": "inference-corpus/1"}, "not an inference-corpus/1 file"),
+    ({"schema": "inference-corpus/1", "cases": [{"id": "a"}, {"id": "a"}]}, "duplicate case id"),
+])
+def test_bad_corpus_is_one_line(tmp_path, capsys, doc, msg):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    from narrowpath.errors import NarrowpathError
+    with pytest.raises(NarrowpathError, match=msg):
+        load_inference_corpus(path)
+
+
+def test_a_bad_case_fails_alone():
+    case = run_case({"id": "x", "measured": {"output_tokens_per_s": 5}, "model": "llama3-8b",
+                     "hardware": {"gpu": "NoSuchGPU", "num_gpus": 1}, "plan": {"tp": 1},
+                     "workload": {"scenario": "offline", "input_tokens": 10, "output_tokens": 10}}, 0)
+    assert case.failure and "NoSuchGPU" in case.failure and case.error is None
