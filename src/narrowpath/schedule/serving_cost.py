@@ -16,6 +16,7 @@ generation batches), so the host does not bind them.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,7 @@ class ServingCost:
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
         self._handoff: dict[int, float] = {}
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
+        self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
 
     # ---- work items ---------------------------------------------------------------------------------------
     def token_ops(self, stage: int, T: float) -> list[tuple[Op, float]]:
@@ -208,11 +210,11 @@ class ServingCost:
 
     def token_time_s(self, stage: int, T: float) -> float:
         """T-dependent time of one stage, interpolated on the grid (linear beyond its end)."""
-        return _interp(T, self.grid, self.tok_s[stage])
+        return _interp(T, self._g, self._tok[stage])
 
     def head_time_s(self, rows: float) -> float:
         """Output layer and logits gather of the last stage for `rows` sequences (grid-interpolated)."""
-        return _interp(rows, self.grid, self.head_s)
+        return _interp(rows, self._g, self._head)
 
     def iteration_s(self, T: float, dec_seqs: float, dec_ctx: float, pre_tokens: float = 0.0,
                     pre_pairs: float = 0.0, pre_ctx: float = 0.0, rows: float | None = None,
@@ -252,10 +254,15 @@ class ServingCost:
         return self._handoff[prompt_tokens]
 
 
-def _interp(x: float, g: np.ndarray, y: np.ndarray) -> float:
-    """y(x) on the grid g, linear between points and beyond the last; 0 at x ≤ 0."""
+def _interp(x: float, g: list, y: list) -> float:
+    """y(x) on the ascending grid g (lists, for speed on scalars), linear between points and beyond either end;
+    0 at x ≤ 0."""
     if x <= 0:
         return 0.0
-    if x > g[-1]:
-        return float(y[-1] + (y[-1] - y[-2]) / (g[-1] - g[-2]) * (x - g[-1]))
-    return float(np.interp(x, g, y))
+    i = bisect_left(g, x)
+    if i == 0:
+        i = 1
+    elif i == len(g):
+        i -= 1
+    x0, x1 = g[i - 1], g[i]
+    return y[i - 1] + (y[i] - y[i - 1]) * (x - x0) / (x1 - x0)

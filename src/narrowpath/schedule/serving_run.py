@@ -138,8 +138,9 @@ def _log(log, tot: LaneTotals, now, dt, steps, dec, prompt, blocks) -> None:
 
 
 def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration: Calibration | None = None,
-             *, log_lane: bool = True, merge: bool = True) -> ServingRun:
-    """Resolve the defaults of `scn` and simulate its load (module docstring)."""
+             *, log_lane: bool = True, merge: bool = True, cost: ServingCost | None = None) -> ServingRun:
+    """Resolve the defaults of `scn` and simulate its load (module docstring). `cost`: an iteration cost model
+    of the same layout and formats to reuse (a search prices a layout once for all its batch limits)."""
     if any(k in open_knobs for k in ("tp", "pp", "ep")):
         from narrowpath.schedule.serving_choose import choose_layout
         scn = choose_layout(scn, open_knobs, calibration)
@@ -148,7 +149,9 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     scn, lim = resolve_limits(scn)
     p = scn.plan
     q = 1 + p.spec_tokens
-    cost = ServingCost(scn, max(lim.max_num_tokens, lim.max_batch * q), calibration)
+    need = max(lim.max_num_tokens, lim.max_batch * q)
+    if cost is None or cost.grid[-1] < need:
+        cost = ServingCost(scn, need, calibration)
     gain = spec_gain(p.spec_tokens, p.spec_acceptance)
     step = _step_fn(cost, p.spec_draft_layers, p.spec_tokens)
     arr, n_in, n_out = arrivals(scn)
@@ -251,10 +254,11 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     B = lim.max_batch
     lanes = p.replicas * p.dp * p.pp
     n = B * (warmup_batches + measured_batches)
-    if p.disaggregated or p.policy == "static":
-        load = dataclasses.replace(scn.load, num_requests=n * lanes, concurrency=0 if p.policy == "static"
-                                   else B * lanes, arrival="fixed-batch" if p.policy == "static" else "offline",
-                                   batch_size=B * lanes if p.policy == "static" else 0)
+    if p.disaggregated:
+        return _steady_disaggregated(scn2, lim, calibration, 2, cost)
+    if p.policy == "static":
+        load = dataclasses.replace(scn.load, num_requests=n * lanes, concurrency=0, arrival="fixed-batch",
+                                   batch_size=B * lanes)
         res = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False).result
         keep = np.arange(res.arrival_s.size) >= B * lanes * warmup_batches
         ttft = (res.first_token_s - res.arrival_s)[keep]
@@ -283,3 +287,41 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     many = keep & (n_out > 1)
     tpot = (finish[many] - first[many]) / (n_out[many] - 1)
     return SteadyLane(rate * lanes, summary((first - arr)[keep]), summary(tpot), lanes)
+
+
+DISAGG_LOAD = 0.9
+"""Share of its estimated capacity at which a disaggregated deployment's steady state is measured."""
+
+
+def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batches: int,
+                          cost: ServingCost | None) -> SteadyLane:
+    """Steady state of a disaggregated deployment: the smallest deployment with the same prefill : decode ratio
+    (per-GPU figures do not depend on the scale), fed a Poisson stream at DISAGG_LOAD of the smaller of its prefill
+    capacity (token budget per iteration over a full iteration's time) and its decode capacity (batch over OSL
+    steps at full batch); latencies are read after the first batch of requests."""
+    from math import gcd
+    from narrowpath.schedule.serving_stats import summary
+    p = scn.plan
+    g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
+    small = dataclasses.replace(p, replicas=p.replicas // g, prefill_replicas=p.prefill_replicas // g)
+    scn = dataclasses.replace(scn, plan=small, num_gpus=small.num_gpus)
+    if cost is None or cost.grid[-1] < max(lim.max_num_tokens, lim.max_batch):
+        cost = ServingCost(scn, max(lim.max_num_tokens, lim.max_batch), calibration)
+    load = scn.load
+    isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
+    per = small.dp * small.pp
+    budget = lim.max_num_tokens
+    pre_rate = small.prefill_replicas * per * budget / isl / cost.iteration_s(budget, 0, 0, budget,
+                                                                           budget * (isl + 1) / 2, budget, 1)
+    B = lim.max_batch
+    dec_rate = (small.replicas - small.prefill_replicas) * per * B / osl / cost.iteration_s(
+        B, B, B * (isl + osl / 2))
+    n = B * (small.replicas - small.prefill_replicas) * per * batches
+    load = dataclasses.replace(load, arrival="poisson", rate_per_s=DISAGG_LOAD * min(pre_rate, dec_rate),
+                               num_requests=n, concurrency=0)
+    res = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost).result
+    keep = np.arange(n) >= n // batches
+    many = keep & (res.output_tokens > 1)
+    tpot = (res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1)
+    rate = res.output_tokens_per_s / small.num_gpus * p.num_gpus
+    return SteadyLane(rate, summary(res.ttft_s[keep]), summary(tpot), p.replicas * per)

@@ -96,6 +96,7 @@ class Lane:
         self.r_blk = np.zeros(cap, dtype=np.int64)  # blocks held (reserve: the whole budget)
         self.free = spec.kv_blocks
         self.prompt_of: dict[int, int] = {}  # recompute length of preempted requests
+        self._need_cache: dict[int, int] = {}
         self.ready: list[tuple[float, int]] = []  # prefill-only lanes: (first token time, rid)
 
     # ---- admission -------------------------------------------------------------------------------------------
@@ -104,7 +105,16 @@ class Lane:
 
     def _need(self, rid: int) -> int:
         """Blocks a waiting request needs to be admitted."""
-        prompt = self.prompt_of.get(rid, int(self.n_in[rid]))
+        if rid in self.prompt_of:
+            prompt = self.prompt_of[rid]
+        else:
+            need = self._need_cache.get(rid)
+            if need is None:
+                need = self._need_cache[rid] = self._need_of(int(self.n_in[rid]), rid)
+            return need
+        return self._need_of(prompt, rid)
+
+    def _need_of(self, prompt: int, rid: int) -> int:
         if self.s.admission == "reserve" and self.s.policy != "prefill-only":
             return self._blocks(self.n_in[rid] + self.n_out[rid] + self.s.spec_tokens)
         if self.s.policy == "decode-only":

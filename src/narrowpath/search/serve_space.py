@@ -112,7 +112,7 @@ def _evaluate(args) -> list[ServeCandidate]:
         scn = ServingScenario(name="search", system=space.system, model=space.model, plan=plan, load=space.load,
                               num_gpus=space.num_gpus, calibration=cal)
         try:
-            if cost is None and not plan.disaggregated:
+            if cost is None:
                 big = dataclasses.replace(scn, plan=dataclasses.replace(plan, max_batch=max(batches)))
                 r_scn, lim = resolve_limits(resolve_formats(big, ()))
                 cost = ServingCost(r_scn, max(lim.max_num_tokens, lim.max_batch * (1 + plan.spec_tokens)), cal)
