@@ -21,9 +21,19 @@ from narrowpath.errors import SpecError
 from narrowpath.schedule.serving_run import simulate
 from narrowpath.spec.serving import KV_PRECISIONS, POLICIES, WEIGHT_PRECISIONS, Load, ServingPlan, ServingScenario
 
-_PLAN_FLAGS = {"tp": int, "pp": int, "dp": int, "ep": int, "replicas": int, "prefill_replicas": int,
-               "max_batch": int, "max_num_tokens": int, "kv_block_tokens": int, "spec_tokens": int,
-               "expert_node_limit": int}
+_PLAN_FLAGS = {
+    "tp": "tensor-parallel GPUs of one attention-DP rank (default 1, or the file's)",
+    "pp": "pipeline stages of an instance (default 1)",
+    "dp": "attention data-parallel ranks per instance, MoE models (default 1)",
+    "ep": "expert-parallel degree over the tp·dp GPUs of a stage (default 1)",
+    "replicas": "instances serving side by side (default: --gpus / (tp·dp·pp), else 1)",
+    "prefill_replicas": "of the replicas, prefill-only instances: disaggregated serving (default 0)",
+    "max_batch": "sequences per micro-batch of a rank (default: the serving stack's)",
+    "max_num_tokens": "token budget of one iteration (default: the serving stack's)",
+    "kv_block_tokens": "tokens per paged-KV block (default: the serving stack's)",
+    "spec_tokens": "speculative decoding: draft tokens per step (default 0 = off)",
+    "expert_node_limit": "node-limited routing: nodes a token's experts may span (default 0 = no limit)",
+}
 
 
 def register(sub) -> None:
@@ -36,19 +46,24 @@ def register(sub) -> None:
     g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
     g.add_argument("--system", help="catalog system id, e.g. dgx-h100")
     g.add_argument("--gpus", type=int, help="GPUs in all (replicas are derived when not given)")
-    for f in _PLAN_FLAGS:
-        g.add_argument("--" + f.replace("_", "-"), dest=f, type=int)
-    g.add_argument("--weights", dest="weight_precision", choices=WEIGHT_PRECISIONS, help="weight format")
-    g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS, help="KV cache format")
+    for f, text in _PLAN_FLAGS.items():
+        g.add_argument("--" + f.replace("_", "-"), dest=f, type=int, help=text)
+    g.add_argument("--weights", dest="weight_precision", choices=WEIGHT_PRECISIONS,
+                   help="weight format of the linear layers (default bf16, or the stack's checkpoint format)")
+    g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS, help="KV cache format (default bf16)")
     g.add_argument("--kv-fraction", dest="kv_memory_fraction", type=float,
-                   help="share of the free memory the KV cache takes")
-    g.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--policy", choices=POLICIES)
-    g.add_argument("--admission", choices=("reserve", "on-demand"))
+                   help="share of the free memory the KV cache takes (default: the serving stack's, 0.9)")
+    g.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=None,
+                   help="split prompts into chunks that fill the iteration's token budget (default: the stack's)")
+    g.add_argument("--policy", choices=POLICIES, help="iteration policy (default: the stack's; static for --batch)")
+    g.add_argument("--admission", choices=("reserve", "on-demand"),
+                   help="KV admission: reserve a request's whole budget, or allocate as it grows and preempt "
+                   "(default: the stack's)")
     g.add_argument("--spec-acceptance", dest="spec_acceptance", type=float,
                    help="speculative decoding: acceptance rate of one draft token (with --spec-tokens, or as a "
-                   "what-if)")
-    g.add_argument("--framework", help="serving stack whose defaults fill the knobs left out (free text)")
+                   "what-if; default 0)")
+    g.add_argument("--framework", help="serving stack whose defaults fill the knobs left out (free text; default: "
+                   "the tool's own, those of vLLM)")
     w = p.add_argument_group("load")
     arr = w.add_mutually_exclusive_group()
     arr.add_argument("--rate", type=float, help="Poisson arrivals, requests/s")
@@ -57,7 +72,8 @@ def register(sub) -> None:
     w.add_argument("--concurrency", type=int, help="closed loop: at most this many requests outstanding")
     w.add_argument("--input-len", dest="input_len", type=int, help="prompt tokens per request")
     w.add_argument("--output-len", dest="output_len", type=int, help="output tokens per request")
-    w.add_argument("--num-requests", dest="num_requests", type=int)
+    w.add_argument("--num-requests", dest="num_requests", type=int,
+                   help="requests in the run (default 1,000; one batch with --batch)")
     w.add_argument("--requests", help="trace file (CSV/JSON/JSONL: arrival_s, input_tokens, output_tokens)")
     w.add_argument("--seed", type=int, help="seed of the arrival process (default 0)")
     p.add_argument("--profile", help="calibration profile YAML or a device name")

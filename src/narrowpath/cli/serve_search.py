@@ -18,16 +18,19 @@ from narrowpath.spec.serving import KV_PRECISIONS, WEIGHT_PRECISIONS, Load, Serv
 
 def add_serve_search_args(p) -> None:
     g = p.add_argument_group("serving search (--serve)")
-    g.add_argument("--serve", action="store_true", help="search serving plans instead of training plans")
+    g.add_argument("--serve", action="store_true", help="search serving plans instead of training plans (ranked "
+                   "by output tokens/s per GPU under --slo-ttft and --slo-tpot)")
     g.add_argument("--slo-ttft", dest="slo_ttft", type=float, help="time-to-first-token SLO, seconds")
     g.add_argument("--slo-tpot", dest="slo_tpot", type=float, help="time-per-output-token SLO, seconds")
     g.add_argument("--slo-stat", dest="slo_stat", choices=("mean", "p50", "p90", "p99"), default="p90",
                    help="statistic the SLOs bound (default p90)")
     g.add_argument("--input-len", dest="input_len", type=int, help="prompt tokens per request")
     g.add_argument("--output-len", dest="output_len", type=int, help="output tokens per request")
-    g.add_argument("--weights", dest="weight_precision", choices=WEIGHT_PRECISIONS)
-    g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS)
-    g.add_argument("--framework", help="serving stack whose defaults the plans keep")
+    g.add_argument("--weights", dest="weight_precision", choices=WEIGHT_PRECISIONS,
+                   help="weight format every serving plan uses (default bf16)")
+    g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS,
+                   help="KV cache format every serving plan uses (default bf16)")
+    g.add_argument("--framework", help="serving stack whose defaults the plans keep (default: the tool's own)")
     g.add_argument("--replicas", type=int, help="pin the instance count")
     g.add_argument("--max-batch", dest="max_batch", type=int, help="pin the per-lane batch limit")
     g.add_argument("--no-disaggregation", dest="disaggregation", action="store_false",
