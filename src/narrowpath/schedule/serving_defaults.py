@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.serving_memory import ServingMemory, serving_memory
-from narrowpath.spec.serving import ServingPlan, ServingScenario
+from narrowpath.spec.serving import ServingScenario
 from narrowpath.workload.counts import parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, Formats, kv_bytes_per_token_layer
 

@@ -9,7 +9,6 @@ tokens, so lanes are priced as if all ranks carried the same load.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -227,101 +226,3 @@ def check_fits(scn: ServingScenario) -> None:
     if need > blocks:
         raise SpecError("workload", f"a request of {scn.load.max_seq_tokens} tokens needs {need} KV blocks; one "
                         f"lane of this deployment holds {blocks}")
-
-
-
-
-@dataclass(frozen=True, slots=True)
-class SteadyLane:
-    """Steady state of one saturated lane (closed loop, the lane's batch always full)."""
-
-    output_tokens_per_s: float
-    """Of the whole deployment (the lane's rate × lanes)."""
-    ttft_s: dict
-    tpot_s: dict
-    lanes: int
-
-
-def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibration: Calibration | None = None,
-                *, warmup_batches: int = 1, measured_batches: int = 2) -> SteadyLane:
-    """Serve one lane of a resolved deployment in a closed loop that keeps its batch (max_batch sequences) full:
-    the first `warmup_batches` batches of requests warm it up and are not measured; the next `measured_batches`
-    give the latency percentiles; the lane's rate times the lane count is the deployment's throughput (all lanes
-    alike). Disaggregated deployments are simulated whole (their lanes differ)."""
-    from narrowpath.schedule.serving_stats import summary
-    scn2, lim = resolve_limits(resolve_formats(scn, ()))
-    p = scn2.plan
-    B = lim.max_batch
-    lanes = p.replicas * p.dp * p.pp
-    n = B * (warmup_batches + measured_batches)
-    if p.disaggregated:
-        return _steady_disaggregated(scn2, lim, calibration, 2, cost)
-    if p.policy == "static":
-        load = dataclasses.replace(scn.load, num_requests=n * lanes, concurrency=0, arrival="fixed-batch",
-                                   batch_size=B * lanes)
-        res = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False).result
-        keep = np.arange(res.arrival_s.size) >= B * lanes * warmup_batches
-        ttft = (res.first_token_s - res.arrival_s)[keep]
-        many = keep & (res.output_tokens > 1)
-        tpot = ((res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1))
-        return SteadyLane(res.output_tokens_per_s, summary(ttft), summary(tpot), lanes)
-    cost = cost or ServingCost(scn2, max(lim.max_num_tokens, B * (1 + p.spec_tokens)), calibration)
-    load = scn.load
-    if load.arrival == "trace":
-        n_in = np.resize(np.array([r[1] for r in load.requests], dtype=np.int64), n)
-        n_out = np.resize(np.array([r[2] for r in load.requests], dtype=np.int64), n)
-    else:
-        n_in = np.full(n, load.input_tokens, dtype=np.int64)
-        n_out = np.full(n, load.output_tokens, dtype=np.int64)
-    arr = np.zeros(n)
-    first, finish = np.full(n, np.nan), np.full(n, np.nan)
-    spec = LaneSpec(B, lim.max_num_tokens, lim.memory.kv_tokens // p.pp // lim.block_tokens, lim.block_tokens,
-                    p.policy, p.admission, bool(p.chunked_prefill), p.spec_tokens,
-                    spec_gain(p.spec_tokens, p.spec_acceptance))
-    lane = Lane(spec, _step_fn(cost, p.spec_draft_layers, p.spec_tokens), np.arange(n), arr, n_in, n_out, first,
-                finish, LaneTotals(), None, B)
-    lane.run()
-    keep = np.arange(n) >= B * warmup_batches
-    t0 = float(arr[keep].min())
-    rate = float(n_out[keep].sum()) / (float(finish[keep].max()) - t0)
-    many = keep & (n_out > 1)
-    tpot = (finish[many] - first[many]) / (n_out[many] - 1)
-    return SteadyLane(rate * lanes, summary((first - arr)[keep]), summary(tpot), lanes)
-
-
-DISAGG_LOAD = 0.9
-"""Share of its estimated capacity at which a disaggregated deployment's steady state is measured."""
-
-
-def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batches: int,
-                          cost: ServingCost | None) -> SteadyLane:
-    """Steady state of a disaggregated deployment: the smallest deployment with the same prefill : decode ratio
-    (per-GPU figures do not depend on the scale), fed a Poisson stream at DISAGG_LOAD of the smaller of its prefill
-    capacity (token budget per iteration over a full iteration's time) and its decode capacity (batch over OSL
-    steps at full batch); latencies are read after the first batch of requests."""
-    from math import gcd
-    from narrowpath.schedule.serving_stats import summary
-    p = scn.plan
-    g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
-    small = dataclasses.replace(p, replicas=p.replicas // g, prefill_replicas=p.prefill_replicas // g)
-    scn = dataclasses.replace(scn, plan=small, num_gpus=small.num_gpus)
-    if cost is None or cost.grid[-1] < max(lim.max_num_tokens, lim.max_batch):
-        cost = ServingCost(scn, max(lim.max_num_tokens, lim.max_batch), calibration)
-    load = scn.load
-    isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
-    per = small.dp * small.pp
-    budget = lim.max_num_tokens
-    pre_rate = small.prefill_replicas * per * budget / isl / cost.iteration_s(budget, 0, 0, budget,
-                                                                           budget * (isl + 1) / 2, budget, 1)
-    B = lim.max_batch
-    dec_rate = (small.replicas - small.prefill_replicas) * per * B / osl / cost.iteration_s(
-        B, B, B * (isl + osl / 2))
-    n = B * (small.replicas - small.prefill_replicas) * per * batches
-    load = dataclasses.replace(load, arrival="poisson", rate_per_s=DISAGG_LOAD * min(pre_rate, dec_rate),
-                               num_requests=n, concurrency=0)
-    res = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost).result
-    keep = np.arange(n) >= n // batches
-    many = keep & (res.output_tokens > 1)
-    tpot = (res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1)
-    rate = res.output_tokens_per_s / small.num_gpus * p.num_gpus
-    return SteadyLane(rate, summary(res.ttft_s[keep]), summary(tpot), p.replicas * per)

@@ -2,7 +2,7 @@
 batch limit for a model on a fixed number of GPUs, each served at its steady state, ranked by output tokens/s
 per GPU among the plans that meet the latency SLOs.
 
-A plan is evaluated by schedule.serving_run.steady_lane: a closed loop keeps each lane's batch (the plan's
+A plan is evaluated by schedule.serving_steady.steady_lane: a closed loop keeps each lane's batch (the plan's
 max_batch) full with requests of the load's lengths; TTFT and TPOT are read at a percentile (default p90) over the
 requests after a warm-up batch, and throughput is the saturated rate. This is the batch-size sweep serving
 configurators run per parallel layout (throughput per GPU against per-request speed), with the SLO as the filter.
@@ -103,7 +103,7 @@ def _evaluate(args) -> list[ServeCandidate]:
     """All batch limits of one layout (runs in a worker process)."""
     from narrowpath.schedule.serving_cost import ServingCost
     from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
-    from narrowpath.schedule.serving_run import steady_lane
+    from narrowpath.schedule.serving_steady import steady_lane
     space, layout, batches, slo_ttft, slo_tpot, stat, cal = args
     out = []
     cost = None
