@@ -131,3 +131,26 @@ def test_attention_fast_path_equals_the_op_roofline():
     cost: ServingCost = run.cost
     for args in ((3, 5000, 0, 0, 0), (0, 0, 700, 700 * 900, 1500), (40, 90000, 300, 300 * 2000, 4000)):
         assert cost.attention_s(0, *args) == pytest.approx(cost.op_s(cost.attention_ops(0, *args)), rel=1e-12)
+
+
+def test_node_limited_routing_caps_the_fabric_bytes_of_dispatch():
+    """DeepSeek-V3 on 16 H800 (2 nodes, ep 16, attention DP): node-limited routing sends a token once per chosen
+    node (forwarded over NVLink there), so the fabric carries fewer bytes than a flat per-rank dispatch, and fewer
+    still with a tighter limit."""
+    from narrowpath.spec.parse import model_from_dict
+    from narrowpath.workload.serving_comm import node_limited_message
+    ds = model_from_dict(dict(name="dsv3", layers=61, hidden=7168, heads=128, kv_heads=128, ffn=2048, vocab=129280,
+                              experts=256, top_k=8, ffn_act="swiglu", shared_experts=1, dense_layers=3,
+                              dense_ffn=18432, attention="mla", q_lora_rank=1536, kv_lora_rank=512,
+                              qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, seq_len=4096))
+    load = Load(arrival="offline", input_tokens=512, output_tokens=32, num_requests=64)
+
+    def dispatch_s(limit):
+        plan = ServingPlan(tp=1, dp=16, ep=16, weight_precision="fp8", expert_node_limit=limit)
+        s = ServingScenario(system=system("dgx-h800"), model=ds, plan=plan, load=load, num_gpus=16)
+        cost = simulate(s).cost
+        return sum(pt.cost.time_s * pt.count for pt in cost.token_transfers(0, 64.0) if pt.transfer.axis == "ep")
+
+    assert dispatch_s(1) < dispatch_s(2) < dispatch_s(0)
+    assert node_limited_message(100.0, 5.0, 16, 2, 4) == 100.0
+    assert node_limited_message(100.0, 5.0, 16, 2, 1) == pytest.approx(100.0 * 0.5 / 2.5)

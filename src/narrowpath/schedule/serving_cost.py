@@ -16,6 +16,7 @@ generation batches), so the host does not bind them.
 """
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -31,8 +32,8 @@ from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
                                          kv_bytes_per_token, layer_kind, layer_token_ops, prefill_attention_op,
                                          stage_layers)
-from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
-                                              stage_boundary_transfer)
+from narrowpath.workload.serving_comm import (distinct_expert_ranks, kv_handoff_bytes_per_gpu, layer_transfers,
+                                              logits_transfer, node_limited_message, stage_boundary_transfer)
 
 
 def token_grid(max_tokens: int) -> np.ndarray:
@@ -96,6 +97,11 @@ class ServingCost:
         for kind in set(self.kinds[stage]):
             n = self.kinds[stage].count(kind)
             for tr, c in layer_transfers(m, p, self.f, T, kind[0]):
+                if tr.axis == "ep" and p.expert_node_limit:
+                    sp = self.span("ep")
+                    d = distinct_expert_ranks(m.moe.num_experts, m.moe.top_k, p.ep)
+                    tr = dataclasses.replace(tr, message_bytes=node_limited_message(
+                        tr.message_bytes, d, sp.size, sp.domains, p.expert_node_limit))
                 out.append(self._priced(tr, c * n))
         if stage < p.pp - 1:
             out.append(self._priced(stage_boundary_transfer(m, T), 1.0, self._boundary_span(stage)))

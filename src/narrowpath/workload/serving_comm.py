@@ -73,6 +73,22 @@ def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
     return out
 
 
+def node_limited_message(message_bytes: float, copies_per_token: float, size: int, domains: int,
+                         node_limit: int) -> float:
+    """All-to-all message of a dispatch/combine whose tokens may reach at most `node_limit` nodes (DeepSeek-V3
+    §2.1.2 node-limited routing, with its dispatch: a token crosses the fabric once per chosen node and is forwarded
+    over NVLink there, DeepEP). A flat per-rank dispatch puts copies·(n − r)/n of a token's copies on the fabric
+    (r = n/domains members per domain); node-limited routing puts at most min(M, d)·(d − 1)/d there. The message is
+    scaled so that cost.collectives' direct all-to-all (fabric leg S·(n − r)/n) carries those bytes; it never grows
+    (the NVLink leg is then understated; the fabric leg bounds a cross-node all-to-all)."""
+    if node_limit <= 0 or domains <= 1 or copies_per_token <= 0:
+        return message_bytes
+    r = size / domains
+    fabric_copies = copies_per_token * (size - r) / size
+    capped = min(node_limit, domains) * (domains - 1) / domains
+    return message_bytes * min(1.0, capped / fabric_copies) if fabric_copies > 0 else message_bytes
+
+
 def stage_boundary_transfer(model: Model, T: float) -> Transfer:
     """Activations of T tokens handed to the next pipeline stage."""
     return Transfer("pp.activations", "send_recv", "pp", T * model.hidden * ACT_BYTES, "fwd")
