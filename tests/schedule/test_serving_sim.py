@@ -152,5 +152,7 @@ def test_node_limited_routing_caps_the_fabric_bytes_of_dispatch():
         return sum(pt.cost.time_s * pt.count for pt in cost.token_transfers(0, 64.0) if pt.transfer.axis == "ep")
 
     assert dispatch_s(1) < dispatch_s(2) < dispatch_s(0)
-    assert node_limited_message(100.0, 5.0, 16, 2, 4) == 100.0
+    # 5 copies per token over 16 ranks in 2 nodes: 2.5 cross the fabric flat; 1 per remote chosen node limited
+    assert node_limited_message(100.0, 5.0, 16, 2, 4) == pytest.approx(100.0 * 1.0 / 2.5)
     assert node_limited_message(100.0, 5.0, 16, 2, 1) == pytest.approx(100.0 * 0.5 / 2.5)
+    assert node_limited_message(100.0, 5.0, 16, 1, 1) == 100.0 and node_limited_message(100.0, 0.5, 16, 2, 4) == 100.0
