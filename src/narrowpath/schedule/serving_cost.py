@@ -10,9 +10,11 @@ new micro-batch before finishing the other pp âˆ’ 1, so a lane's period is max(Î
 The ops that depend only on the token count T (projections, MLPs and experts, norms, collectives) are priced once
 on a grid of T and interpolated (each op's time is max of two affine functions of T plus a constant, so the sum is
 piecewise linear); the attention core (context length) and the output layer (sequences producing a token) are
-priced per iteration. An iteration with prompt tokens runs eagerly at the host's pace if that is slower (profile
-`host_dispatch_s` per kernel); decode-only iterations replay a captured CUDA graph (TensorRT-LLM and vLLM capture
-generation batches), so the host does not bind them.
+priced per iteration. Under a stack that runs prompt iterations eagerly (TensorRT-LLM's PyTorch backend) such an
+iteration runs at the host's pace if that is slower (profile `host_dispatch_s` per kernel); decode-only iterations
+replay a captured CUDA graph and compiled engines enqueue ahead, so the host does not bind them. The profile's
+`host_sync_s` (a host synchronisation per dropless MoE layer in Megatron training) does not apply: serving MoE
+kernels keep the routing on the device.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from narrowpath.catalog import calibration_for
+from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.roofline import op_time_s
 from narrowpath.network.placement import GroupSpan, group_span, span_of
@@ -74,6 +77,7 @@ class ServingCost:
         self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
         self._handoff: dict[int, float] = {}
+        self.eager_prefill = bool(serving_stack(p.framework).get("eager_prefill", False))
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
 
@@ -233,7 +237,7 @@ class ServingCost:
         if pp == 1:
             total = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
                                                                queries_per_seq) + self.head_time_s(rows)
-            if pre_tokens and self.cal.host_dispatch_s:
+            if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:
                 total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
             return total
         stage_t = []
@@ -244,7 +248,7 @@ class ServingCost:
                 t += self.head_time_s(rows)
             stage_t.append(t)
         total = sum(stage_t)
-        if pre_tokens and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
+        if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
             total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
         return max(total, pp * max(stage_t)) if pp > 1 else total
 
