@@ -41,7 +41,7 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     lanes = p.replicas * p.dp * p.pp
     n = B * (warmup_batches + measured_batches)
     if p.disaggregated:
-        return _steady_disaggregated(scn2, lim, calibration, 2, cost)
+        return _steady_disaggregated(scn2, lim, calibration, 1.5, cost)
     if p.policy == "static":
         load = dataclasses.replace(scn.load, num_requests=n * lanes, concurrency=0, arrival="fixed-batch",
                                    batch_size=B * lanes)
@@ -79,12 +79,13 @@ DISAGG_LOAD = 0.9
 """Share of its estimated capacity at which a disaggregated deployment's steady state is measured."""
 
 
-def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batches: int,
+def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batches: float,
                           cost: ServingCost | None) -> SteadyLane:
     """Steady state of a disaggregated deployment: the smallest deployment with the same prefill : decode ratio
     (per-GPU figures do not depend on the scale), fed a Poisson stream at DISAGG_LOAD of the smaller of its prefill
     capacity (token budget per iteration over a full iteration's time) and its decode capacity (batch over OSL
-    steps at full batch); latencies are read after the first batch of requests."""
+    steps at full batch); latencies are read after the first batch of requests (a batch per decode lane), over
+    half a batch more (at least 16 requests)."""
     p = scn.plan
     g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
     small = dataclasses.replace(p, replicas=p.replicas // g, prefill_replicas=p.prefill_replicas // g)
@@ -100,11 +101,12 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     B = lim.max_batch
     dec_rate = (small.replicas - small.prefill_replicas) * per * B / osl / cost.iteration_s(
         B, B, B * (isl + osl / 2))
-    n = B * (small.replicas - small.prefill_replicas) * per * batches
+    warm = B * (small.replicas - small.prefill_replicas) * per
+    n = warm + max(int(warm * (batches - 1)), 16)
     load = dataclasses.replace(load, arrival="poisson", rate_per_s=DISAGG_LOAD * min(pre_rate, dec_rate),
                                num_requests=n, concurrency=0)
     res = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost).result
-    keep = np.arange(n) >= n // batches
+    keep = np.arange(n) >= warm
     many = keep & (res.output_tokens > 1)
     tpot = (res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1)
     rate = res.output_tokens_per_s / small.num_gpus * p.num_gpus

@@ -118,6 +118,8 @@ def _evaluate(args) -> list[ServeCandidate]:
                 cost = ServingCost(r_scn, max(lim.max_num_tokens, lim.max_batch * (1 + plan.spec_tokens)), cal)
             s = steady_lane(scn, cost, cal)
             ttft, tpot = s.ttft_s[stat], s.tpot_s[stat]
+            if not (ttft > 0 and tpot > 0):
+                raise NarrowpathError(f"{plan}: no request measured after the warm-up")
             out.append(ServeCandidate(plan, s.output_tokens_per_s / space.num_gpus, ttft, tpot,
                                       ttft <= slo_ttft and tpot <= slo_tpot))
         except NarrowpathError as exc:
