@@ -103,3 +103,14 @@ def test_predict_points_inference_to_serve(tmp_path, capsys):
                                  "plan": {"tp": 1, "pp": 1, "dp": 8, "mbs": 1, "gbs": 8}}))
     assert main(["predict", str(f)]) == 2
     assert "narrowpath serve" in capsys.readouterr().err
+
+
+def test_gpus_derive_replicas_before_disaggregation_is_checked(capsys):
+    """--gpus 16 with tp 2 · dp 4 gives 2 instances, so one of them may prefill for the other."""
+    assert main(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--tp", "2", "--dp", "4", "--ep", "8",
+                 "--gpus", "16", "--prefill-replicas", "1", "--rate", "10", "--input-len", "500", "--output-len", "20",
+                 "--num-requests", "40", "--no-whatif", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"]["plan"]["replicas"] == 2 and out["scenario"]["plan"]["prefill_replicas"] == 1
+    assert main(BASE[:-2] + ["--num-requests", "0"]) == 2
+    assert "--num-requests" in capsys.readouterr().err

@@ -85,6 +85,10 @@ def register(sub) -> None:
 
 
 def _load(args, base: Load | None) -> Load:
+    for flag, v in (("--num-requests", args.num_requests), ("--input-len", args.input_len),
+                    ("--output-len", args.output_len), ("--batch", args.batch)):
+        if v is not None and v < 1:
+            raise SpecError(flag, f"must be >= 1, got {v}")
     if args.requests and (args.input_len or args.output_len):
         raise SpecError("--requests", "give either a trace file or --input-len/--output-len, not both")
     kw = {} if base is None else {f.name: getattr(base, f.name) for f in dataclasses.fields(Load)}
@@ -128,12 +132,12 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
                                                              "spec_acceptance", "framework"]
           if getattr(args, f, None) is not None}
     open_knobs = tuple(k for k in open_knobs if k not in kw)
-    plan = dataclasses.replace(plan0, **kw)
     if args.gpus is not None:
-        if args.gpus < 1 or args.gpus % plan.instance_gpus:
-            raise SpecError("--gpus", f"{args.gpus} GPUs are not a multiple of tp·dp·pp = {plan.instance_gpus}")
-        if args.replicas is None:
-            plan = dataclasses.replace(plan, replicas=args.gpus // plan.instance_gpus)
+        inst = kw.get("tp", plan0.tp) * kw.get("dp", plan0.dp) * kw.get("pp", plan0.pp)
+        if args.gpus < 1 or args.gpus % inst:
+            raise SpecError("--gpus", f"{args.gpus} GPUs are not a multiple of tp·dp·pp = {inst}")
+        kw.setdefault("replicas", args.gpus // inst)
+    plan = dataclasses.replace(plan0, **kw)
     load = _load(args, load0)
     if args.profile:
         cal = calibration_from(args.profile)
