@@ -133,26 +133,21 @@ def test_attention_fast_path_equals_the_op_roofline():
         assert cost.attention_s(0, *args) == pytest.approx(cost.op_s(cost.attention_ops(0, *args)), rel=1e-12)
 
 
-def test_node_limited_routing_caps_the_fabric_bytes_of_dispatch():
-    """DeepSeek-V3 on 16 H800 (2 nodes, ep 16, attention DP): node-limited routing sends a token once per chosen
-    node (forwarded over NVLink there), so the fabric carries fewer bytes than a flat per-rank dispatch, and fewer
-    still with a tighter limit."""
-    from narrowpath.spec.parse import model_from_dict
-    from narrowpath.workload.serving_comm import node_limited_message
-    ds = model_from_dict(dict(name="dsv3", layers=61, hidden=7168, heads=128, kv_heads=128, ffn=2048, vocab=129280,
-                              experts=256, top_k=8, ffn_act="swiglu", shared_experts=1, dense_layers=3,
-                              dense_ffn=18432, attention="mla", q_lora_rank=1536, kv_lora_rank=512,
-                              qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, seq_len=4096))
+def test_deduplicating_dispatch_with_node_limited_routing_cuts_fabric_time():
+    """DeepSeek-V3 (node-limited to 4 nodes) on 32 H800 (4 nodes, ep 32, attention DP): a dispatch that crosses the
+    fabric once per destination node and fans out over NVLink (dedup, as training's) spends less time on the
+    fabric than a flat all-to-all of the per-rank copies; the inter-node leg spans one rank per node."""
     load = Load(arrival="offline", input_tokens=512, output_tokens=32, num_requests=64)
 
-    def dispatch_s(limit):
-        plan = ServingPlan(tp=1, dp=16, ep=16, weight_precision="fp8", expert_node_limit=limit)
-        s = ServingScenario(system=system("dgx-h800"), model=ds, plan=plan, load=load, num_gpus=16)
+    def ep_time(dispatch):
+        plan = ServingPlan(tp=1, dp=32, ep=32, weight_precision="fp8", ep_dispatch=dispatch)
+        s = ServingScenario(system=system("dgx-h800"), model=model("deepseek-v3"), plan=plan, load=load,
+                            num_gpus=32)
         cost = simulate(s).cost
-        return sum(pt.cost.time_s * pt.count for pt in cost.token_transfers(0, 64.0) if pt.transfer.axis == "ep")
+        rows = [pt for pt in cost.token_transfers(0, 64.0) if pt.transfer.axis.startswith("ep")]
+        return sum(pt.cost.time_s * pt.count for pt in rows), {pt.transfer.axis: pt.span for pt in rows}
 
-    assert dispatch_s(1) < dispatch_s(2) < dispatch_s(0)
-    # 5 copies per token over 16 ranks in 2 nodes: 2.5 cross the fabric flat; 1 per remote chosen node limited
-    assert node_limited_message(100.0, 5.0, 16, 2, 4) == pytest.approx(100.0 * 1.0 / 2.5)
-    assert node_limited_message(100.0, 5.0, 16, 2, 1) == pytest.approx(100.0 * 0.5 / 2.5)
-    assert node_limited_message(100.0, 5.0, 16, 1, 1) == 100.0 and node_limited_message(100.0, 0.5, 16, 2, 4) == 100.0
+    flat, flat_spans = ep_time("all_to_all")
+    dedup, spans = ep_time("dedup")
+    assert dedup < flat and set(flat_spans) == {"ep"}
+    assert (spans["ep_inter"].size, spans["ep_inter"].domains) == (4, 4) and spans["ep_intra"].domains == 1

@@ -32,7 +32,6 @@ _PLAN_FLAGS = {
     "max_num_tokens": "token budget of one iteration (default: the serving stack's)",
     "kv_block_tokens": "tokens per paged-KV block (default: the serving stack's)",
     "spec_tokens": "speculative decoding: draft tokens per step (default 0 = off)",
-    "expert_node_limit": "node-limited routing: nodes a token's experts may span (default 0 = no limit)",
 }
 
 
@@ -55,6 +54,9 @@ def register(sub) -> None:
                    help="share of the free memory the KV cache takes (default: the serving stack's, 0.9)")
     g.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=None,
                    help="split prompts into chunks that fill the iteration's token budget (default: the stack's)")
+    g.add_argument("--ep-dispatch", dest="ep_dispatch", choices=("all_to_all", "dedup"),
+                   help="MoE dispatch: one all-to-all of the copies, or once per destination node over the fabric "
+                   "and fanned out over NVLink (DeepEP; with the model's node-limited routing) (default all_to_all)")
     g.add_argument("--policy", choices=POLICIES, help="iteration policy (default: the stack's; static for --batch)")
     g.add_argument("--admission", choices=("reserve", "on-demand"),
                    help="KV admission: reserve a request's whole budget, or allocate as it grows and preempt "
@@ -129,7 +131,7 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
             None, None
     kw = {f: getattr(args, f) for f in list(_PLAN_FLAGS) + ["weight_precision", "kv_precision", "kv_memory_fraction",
                                                              "chunked_prefill", "policy", "admission",
-                                                             "spec_acceptance", "framework"]
+                                                             "spec_acceptance", "framework", "ep_dispatch"]
           if getattr(args, f, None) is not None}
     open_knobs = tuple(k for k in open_knobs if k not in kw)
     if args.gpus is not None:

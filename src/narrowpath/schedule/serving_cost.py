@@ -18,7 +18,6 @@ kernels keep the routing on the device.
 """
 from __future__ import annotations
 
-import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -35,8 +34,8 @@ from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
                                          kv_bytes_per_token, layer_kind, layer_token_ops, prefill_attention_op,
                                          stage_layers)
-from narrowpath.workload.serving_comm import (distinct_expert_ranks, kv_handoff_bytes_per_gpu, layer_transfers,
-                                              logits_transfer, node_limited_message, stage_boundary_transfer)
+from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
+                                              stage_boundary_transfer)
 
 
 def token_grid(max_tokens: int) -> np.ndarray:
@@ -100,12 +99,9 @@ class ServingCost:
         out = []
         for kind in set(self.kinds[stage]):
             n = self.kinds[stage].count(kind)
-            for tr, c in layer_transfers(m, p, self.f, T, kind[0]):
-                if tr.axis == "ep" and p.expert_node_limit:
-                    sp = self.span("ep")
-                    d = distinct_expert_ranks(m.moe.num_experts, m.moe.top_k, p.ep)
-                    tr = dataclasses.replace(tr, message_bytes=node_limited_message(
-                        tr.message_bytes, d, sp.size, sp.domains, p.expert_node_limit))
+            ep = self.span("ep") if m.moe is not None and p.ep > 1 else None
+            for tr, c in layer_transfers(m, p, self.f, T, kind[0], ep.domains if ep else 1,
+                                         ep.ranks_per_domain if ep else 1):
                 out.append(self._priced(tr, c * n))
         if stage < p.pp - 1:
             out.append(self._priced(stage_boundary_transfer(m, T), 1.0, self._boundary_span(stage)))
@@ -141,8 +137,17 @@ class ServingCost:
 
     # ---- pricing ------------------------------------------------------------------------------------------
     def span(self, axis: str) -> GroupSpan:
+        """Span of a group of the instance layout; `ep_inter` / `ep_intra` are the two legs of a deduplicating
+        dispatch (the ep ranks of one local index across domains, the ep ranks inside one domain), as
+        schedule.step prices them."""
         if axis not in self._spans:
-            self._spans[axis] = group_span(self.layout, self.scn.system, axis)
+            if axis in ("ep_inter", "ep_intra"):
+                ep = self.span("ep")
+                self._spans[axis] = span_of(ep.domains, ranks_per_domain=1, domains=ep.domains, axis=axis) \
+                    if axis == "ep_inter" else span_of(ep.ranks_per_domain, ranks_per_domain=ep.ranks_per_domain,
+                                                       domains=1, axis=axis)
+            else:
+                self._spans[axis] = group_span(self.layout, self.scn.system, axis)
         return self._spans[axis]
 
     def _boundary_span(self, stage: int) -> GroupSpan:

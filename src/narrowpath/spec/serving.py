@@ -16,6 +16,7 @@ from narrowpath.spec._check import boolean, choice, fraction, positive_float, po
 from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.model import Model
+from narrowpath.spec.plan import EP_DISPATCH
 from narrowpath.spec.system import System
 
 WEIGHT_PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp4")
@@ -83,9 +84,11 @@ class ServingPlan:
     """Probability that one draft token is accepted (what-if input; Leviathan et al. 2023 α)."""
     spec_draft_layers: int = 1
     """Transformer layers of the draft model run per draft token (1 = an MTP / EAGLE head)."""
-    expert_node_limit: int = 0
-    """Node-limited routing: each token's experts lie on at most this many nodes (DeepSeek-V3 §2.1.2, M = 4), so
-    its dispatch crosses the scale-out fabric at most that often; 0 = no limit."""
+    ep_dispatch: str = "all_to_all"
+    """How routed tokens reach their experts (spec.plan EP_DISPATCH): `all_to_all` (one all-to-all of the copies
+    on the ep group) or `dedup` (each token crosses the scale-out fabric once per destination node and is fanned
+    out over NVLink there, DeepEP; with the model's node-limited routing, `moe.max_nodes`, at most that many
+    nodes)."""
     framework: str = ""
     """Serving stack, free text (`TensorRT-LLM 1.0`, `vLLM 0.8`); selects its defaults for knobs left at 0."""
 
@@ -94,14 +97,14 @@ class ServingPlan:
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "ep", "replicas"):
             positive_int(f"plan.{f}", getattr(self, f), maximum=1 << 20)
-        for f in ("prefill_replicas", "max_batch", "max_num_tokens", "kv_block_tokens", "spec_tokens",
-                  "expert_node_limit"):
+        for f in ("prefill_replicas", "max_batch", "max_num_tokens", "kv_block_tokens", "spec_tokens"):
             positive_int(f"plan.{f}", getattr(self, f), minimum=0, maximum=MAX_TOKENS)
         positive_int("plan.spec_draft_layers", self.spec_draft_layers, maximum=1000)
         choice("plan.weight_precision", self.weight_precision, WEIGHT_PRECISIONS)
         choice("plan.kv_precision", self.kv_precision, KV_PRECISIONS)
         choice("plan.policy", self.policy, ("",) + POLICIES)
         choice("plan.admission", self.admission, ("",) + ADMISSIONS)
+        choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
         if self.chunked_prefill is not None:
             boolean("plan.chunked_prefill", self.chunked_prefill)
         if self.kv_memory_fraction:
@@ -265,8 +268,6 @@ def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: 
     if "fp8" in (p.weight_precision, p.kv_precision) and "fp8" not in dev.peak_matrix_flop_per_s:
         what = "plan.weight_precision" if p.weight_precision == "fp8" else "plan.kv_precision"
         errs.append((what, f"fp8 needs FP8 tensor cores (Hopper or later); {dev.name} has none"))
-    if p.expert_node_limit and model.moe is None:
-        errs.append(("plan.expert_node_limit", "node-limited routing applies to MoE models only"))
     if p.tp > system.scale_up_domain:
         errs.append(("plan.tp", f"tp {p.tp} exceeds the scale-up domain of {system.scale_up_domain} GPUs (a tensor-"
                      "parallel all-reduce per layer and token across the scale-out fabric is not served)"))

@@ -12,7 +12,9 @@ convention of cost.collectives):
   (combine, 16 bit) — an all-to-all on the ep group; a token's k experts, drawn without replacement from E, lie
   on ep·(1 − C(E − E/ep, k)/C(E, k)) distinct ranks. With expert tensor parallelism etp > 1 the received rows are
   all-gathered over the etp group and the outputs reduce-scattered back (Megatron-Core MoE layout); with ep = 1
-  the tokens themselves are all-gathered over the whole stage (TensorRT-LLM attention DP + MoE TP). With tp > 1
+  the tokens themselves are all-gathered over the whole stage (TensorRT-LLM attention DP + MoE TP). A `dedup`
+  dispatch over several domains sends each token once per destination node over the fabric (at most the model's
+  `max_nodes` with node-limited routing, DeepSeek-V3 §2.1.2) and fans it out over NVLink (DeepEP), as training's. With tp > 1
   the MoE output is then all-gathered over tp. With ep = dp = 1 the experts are split like a dense MLP and end in
   the tp all-reduce;
 - pipeline parallelism: the T·h·A activations to the next stage once per iteration (send/recv);
@@ -25,6 +27,7 @@ import math
 from narrowpath.spec.model import Model
 from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.items import Transfer
+from narrowpath.workload.moe import remote_nodes_per_token
 from narrowpath.workload.serving import ACT_BYTES, Formats
 
 
@@ -43,9 +46,10 @@ def distinct_expert_ranks(num_experts: int, top_k: int, ep: int) -> float:
     return ep * (1.0 - math.exp(lc(num_experts - per, top_k) - lc(num_experts, top_k)))
 
 
-def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_layer: bool
-                    ) -> list[tuple[Transfer, float]]:
-    """(transfer, count) pairs of one layer at T tokens (module docstring)."""
+def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_layer: bool, ep_domains: int = 1,
+                    ep_per_domain: int = 1) -> list[tuple[Transfer, float]]:
+    """(transfer, count) pairs of one layer at T tokens (module docstring). `ep_domains` × `ep_per_domain`: how the
+    ep group lies on scale-up domains, for a deduplicating dispatch."""
     A, h, t = ACT_BYTES, model.hidden, plan.tp
     out: list[tuple[Transfer, float]] = []
     if T <= 0:
@@ -58,7 +62,19 @@ def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
         return out
     moe = model.moe
     T_g = T / t
-    if plan.ep > 1:
+    if plan.ep > 1 and plan.ep_dispatch == "dedup" and ep_domains > 1:
+        # as training's deduplicating dispatch (workload.moe.moe_transfers): once per destination node over the
+        # fabric (an all-to-all among the ranks of one local index, whose off-domain share (D − 1)/D is that
+        # traffic), then the copies fanned out inside the domain
+        remote = remote_nodes_per_token(moe.top_k, ep_domains, moe.max_nodes)
+        for name, b in (("dispatch", f.W), ("combine", A)):
+            out.append((Transfer(f"ep.{name}_internode", "all_to_all", "ep_inter",
+                                 T_g * remote * h * b * ep_domains / (ep_domains - 1), "fwd"), 1.0))
+            if ep_per_domain > 1:
+                out.append((Transfer(f"ep.{name}_intranode", "all_to_all", "ep_intra", T_g * moe.top_k * h * b,
+                                     "fwd"), 1.0))
+        gathered = T_g * moe.top_k * plan.expert_tp * h * A
+    elif plan.ep > 1:
         d = distinct_expert_ranks(moe.num_experts, moe.top_k, plan.ep)
         out.append((Transfer("ep.dispatch", "all_to_all", "ep", T_g * d * h * f.W, "fwd"), 1.0))
         out.append((Transfer("ep.combine", "all_to_all", "ep", T_g * d * h * A, "fwd"), 1.0))
@@ -71,22 +87,6 @@ def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
     if t > 1:
         out.append((Transfer("tp.moe_all_gather", "all_gather", "tp", T * h * A, "fwd"), 1.0))
     return out
-
-
-def node_limited_message(message_bytes: float, copies_per_token: float, size: int, domains: int,
-                         node_limit: int) -> float:
-    """All-to-all message of a dispatch/combine whose tokens may reach at most `node_limit` nodes (DeepSeek-V3
-    §2.1.2 node-limited routing, with its dispatch: a token crosses the fabric once per chosen node and is forwarded
-    over NVLink there, DeepEP). A flat per-rank dispatch puts copies·(n − r)/n of a token's copies on the fabric
-    (r = n/domains members per domain); node-limited routing puts at most min(M, d)·(d − 1)/d there. The message is
-    scaled so that cost.collectives' direct all-to-all (fabric leg S·(n − r)/n) carries those bytes; it never grows
-    (the NVLink leg is then understated; the fabric leg bounds a cross-node all-to-all)."""
-    if node_limit <= 0 or domains <= 1 or copies_per_token <= 0:
-        return message_bytes
-    r = size / domains
-    fabric_copies = copies_per_token * (size - r) / size
-    capped = min(node_limit, domains) * (domains - 1) / domains
-    return message_bytes * min(1.0, capped / fabric_copies) if fabric_copies > 0 else message_bytes
 
 
 def stage_boundary_transfer(model: Model, T: float) -> Transfer:
