@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from narrowpath.cost.collectives import bus_factor
 from narrowpath.trace import schema
 from narrowpath.trace.model import RankTrace
 from narrowpath.trace.windows import Window
@@ -25,6 +24,7 @@ def busbw_factor(kind: str, group_size: int) -> float:
         return 1.0
     if group_size == 1 and kind not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         return 1.0  # a point-to-point or broadcast "group" of one: busbw = algbw
+    from narrowpath.cost.collectives import bus_factor  # on first use: the cost stage is slow to import
     return bus_factor(kind, group_size)
 
 
