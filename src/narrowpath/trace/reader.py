@@ -113,9 +113,9 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
             name_id = intern(name)
         kind = gpu_cats.get(cat)
         if kind is not None:
-            args = e.get("args") or _EMPTY
+            args = e.get("args", _EMPTY)
             if type(args) is not dict:
-                args = _EMPTY
+                args = _bad_args(e, path)
             lane = args.get("stream", e.get("tid"))
             if type(lane) is not int:
                 lane = _int(lane)
@@ -130,14 +130,28 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
         elif cat in rt_cats:
             if name == POLL_CALL:
                 continue
-            args = e.get("args") or _EMPTY
+            args = e.get("args", _EMPTY)
             if type(args) is not dict:
-                args = _EMPTY
+                args = _bad_args(e, path)
             corr, tid = args.get("correlation", -1), e.get("tid")
             r_name(name_id); r_ts(ts); r_dur(dur)
             r_corr(corr if type(corr) is int else _int(corr)); r_tid(tid if type(tid) is int else _int(tid))
         elif cat in host_cats:
-            _host_event(cols, e, name, name_id, ts, dur)
+            _host_event(cols, e, name, name_id, ts, dur, path)
+
+
+def _bad_args(e: dict[str, Any], path: str) -> dict[str, Any]:
+    """`args` of a kept event that is not an object: refused (read as empty, a kernel loses its stream and
+    launch, and a trace of such events measures 0 % everywhere). `null` counts as absent."""
+    if e["args"] is None:
+        return _EMPTY
+    raise TraceFormatError(f"{path}: trace event {str(e.get('name'))[:60]!r} (cat {e.get('cat')!r}, ts {e.get('ts')}): "
+                           f"'args' must be an object, got {_short(e['args'])}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
@@ -152,11 +166,12 @@ def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
                                ) from None
 
 
-def _host_event(cols: RankColumns, e: dict[str, Any], name: str, name_id: int, ts: int, dur: int) -> None:
+def _host_event(cols: RankColumns, e: dict[str, Any], name: str, name_id: int, ts: int, dur: int,
+                path: str) -> None:
     """A CPU op or annotation: a step marker, collective metadata, or (CPU-only traces) host work."""
-    args = e.get("args") or _EMPTY
+    args = e.get("args", _EMPTY)
     if type(args) is not dict:
-        args = _EMPTY
+        args = _bad_args(e, path)
     if name.startswith("ProfilerStep"):
         m = schema.STEP_RE.match(name)
         steps = cols.steps
