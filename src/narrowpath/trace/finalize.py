@@ -166,7 +166,13 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
         rt_name=rt["name"][rt_order].astype(np.int32), rt_start_s=sec(rt["ts"][rt_order].astype(np.float64)),
         rt_dur_s=rt["dur"][rt_order] * _NS, rt_corr=rt["corr"][rt_order], rt_tid=rt["tid"][rt_order],
         step_number=st["num"][st_order], step_start_s=sec(st["ts"][st_order].astype(np.float64)),
-        step_dur_s=st["dur"][st_order] * _NS, num_events=cols.num_events)
+        step_dur_s=st["dur"][st_order] * _NS, num_events=cols.num_events, backend=_backend(header))
+
+
+def _backend(header: dict[str, Any]) -> str | None:
+    info = header.get("distributedInfo")
+    backend = info.get("backend") if isinstance(info, dict) else None
+    return str(backend)[:40] if backend is not None else None
 
 
 def _world_from_groups(groups: tuple[ProcessGroup, ...]) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any
 from narrowpath.errors import TraceFormatError
 from narrowpath.trace import schema
 from narrowpath.trace.finalize import finalize_rank
+from narrowpath.trace.jobs import describe_job, group_jobs
 from narrowpath.trace.jsonstream import SkipRule, iter_trace
 from narrowpath.trace.model import RankTrace, Trace
 
@@ -272,14 +273,18 @@ def trace_paths(inputs: Iterable[str | os.PathLike]) -> list[str]:
     return paths
 
 
-def read_trace(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> Trace:
-    """Read every rank of a job. Two files claiming the same rank are an error naming both."""
+def read_jobs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[Trace, ...]:
+    """Read every file and group the ranks into jobs (trace/jobs.py): a folder may hold several jobs."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    ranks = [read_rank(p, i) for i, p in enumerate(trace_paths(inputs))]
-    seen: dict[int, str] = {}
-    for r in ranks:
-        if r.rank in seen:
-            raise TraceFormatError(f"{r.path}: rank {r.rank} ({r.rank_source}) already read from {seen[r.rank]}")
-        seen[r.rank] = r.path
-    return Trace(ranks=tuple(sorted(ranks, key=lambda r: r.rank)))
+    return group_jobs([read_rank(p, i) for i, p in enumerate(trace_paths(inputs))])
+
+
+def read_trace(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> Trace:
+    """Read every rank of one job. Two files claiming the same rank of it are an error naming both; files of
+    several jobs are an error saying which files belong together (`read_jobs` reads them all)."""
+    jobs = read_jobs(inputs)
+    if len(jobs) > 1:
+        raise TraceFormatError(f"the trace files hold {len(jobs)} jobs ({'; '.join(describe_job(j) for j in jobs)}); "
+                               f"give the files of one job")
+    return jobs[0]
