@@ -71,6 +71,8 @@ CASES = [
     TC("rank_beyond_world.json", b'{"distributedInfo": {"rank": 2, "world_size": 2}, ' + GOOD[1:],
        "distributedInfo.rank 2 is not below distributedInfo.world_size 2"),
     TC("info_a_list.json", b'{"distributedInfo": [0], ' + GOOD[1:], "distributedInfo must be an object, got [0]"),
+    TC("base_time_infinite.json", b'{"baseTimeNanoseconds": Infinity, ' + GOOD[1:],
+       "baseTimeNanoseconds must be a number of nanoseconds, got inf"),  # found by test_fuzz.py
     TC("group_ranks_words.json", b'{"distributedInfo": {"rank": 0, "pg_config": [{"ranks": ["a"]}]}, ' + GOOD[1:],
        "distributedInfo.pg_config[0].ranks must be a list of ranks"),
 ]

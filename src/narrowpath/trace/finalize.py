@@ -7,6 +7,7 @@ the kernel name (`ncclKernel_AllReduce_*`, `ncclDevKernel_SendRecv`, ...).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any
@@ -157,8 +158,7 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
     return RankTrace(
         path=os.fspath(path), rank=rank, rank_source=rank_source, world_size=world_size, device_name=device_name,
         host_mode=host_mode, names=names, origin_ns=origin,
-        clock_offset_ns=int(header.get("baseTimeNanoseconds") or 0) if isinstance(
-            header.get("baseTimeNanoseconds"), (int, float)) else 0, process_groups=groups,
+        clock_offset_ns=_base_time_ns(path, header), process_groups=groups,
         act_name=name[order], act_start_s=sec(ts[order].astype(np.float64)), act_dur_s=dur[order] * _NS,
         act_lane=lane[order], act_kind=kind[order], act_class=act_class[order], act_corr=corr[order],
         act_launch_s=launch_s[order], act_launch_tid=launch_tid[order], act_coll=coll[order],
@@ -167,6 +167,16 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
         rt_dur_s=rt["dur"][rt_order] * _NS, rt_corr=rt["corr"][rt_order], rt_tid=rt["tid"][rt_order],
         step_number=st["num"][st_order], step_start_s=sec(st["ts"][st_order].astype(np.float64)),
         step_dur_s=st["dur"][st_order] * _NS, num_events=cols.num_events, backend=_backend(header))
+
+
+def _base_time_ns(path: str, header: dict[str, Any]) -> int:
+    """`baseTimeNanoseconds` (0 when absent): a finite number, or the file is refused."""
+    value = header.get("baseTimeNanoseconds")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TraceFormatError(f"{path}: baseTimeNanoseconds must be a number of nanoseconds, got {_short(value)}")
+    return int(value)
 
 
 def _backend(header: dict[str, Any]) -> str | None:
