@@ -201,11 +201,15 @@ def _int(value: Any) -> int:
 
 POLL_CALL = "cudaEventQuery"
 """A non-blocking poll: launches nothing and waits for nothing, so it is dropped (on every parse path)."""
-GPU_SKIP_RULE = SkipRule(skip=('"ph": "f"', '"ph": "s"', '"cat": "cpu_op"', f'"name": "{POLL_CALL}"'),
-                         unless=("record_param_comms", "ProfilerStep"))
+_HEAD = '\n    "ph": '
+GPU_SKIP_RULE = SkipRule(
+    skip=(_HEAD + '"f"', _HEAD + '"s"', _HEAD + '"X", "cat": "cpu_op"',
+          _HEAD + f'"X", "cat": "cuda_runtime", "name": "{POLL_CALL}"'),
+    unless=(_HEAD + '"X", "cat": "cpu_op", "name": "record_param_comms"',
+            _HEAD + '"X", "cat": "cpu_op", "name": "ProfilerStep'))
 """GPU traces need kernels, launches, syncs, steps and record_param_comms (older PyTorch files mark
-ProfilerStep as a cpu_op, hence the exception): flow arrows, plain CPU ops and
-`cudaEventQuery` polls (which launch nothing and block nothing) are skipped undecoded."""
+ProfilerStep as a cpu_op, hence the exception): flow arrows, plain CPU ops and `cudaEventQuery` polls (which
+launch nothing and block nothing), written in Kineto's layout, are skipped undecoded."""
 
 
 def read_rank(path: str, fallback_rank: int = 0) -> RankTrace:
