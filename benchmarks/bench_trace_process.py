@@ -13,6 +13,10 @@ alike; the table gives the median and the best of `--rounds` rounds, and the rat
   `get_temporal_breakdown` (printing both), i.e. less than narrowpath computes;
 - `narrowpath --help` through the console script next to the interpreter, and through `python -m narrowpath`.
 
+Both sides run from bytecode: narrowpath's package is byte-compiled first (as `pip install` does; an editable
+install under PYTHONDONTWRITEBYTECODE would otherwise compile every module from source in every process),
+HTA's was compiled when pip installed it.
+
 HTA is not a dependency of narrowpath: install it anywhere (`pip install HolisticTraceAnalysis==0.5.0`, e.g. in a
 virtual environment) and pass that interpreter with --hta-python.
 Run: python benchmarks/bench_trace_process.py [--hta-python PATH] [--rounds 7]
@@ -62,6 +66,9 @@ def main() -> None:
     ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
+    import compileall
+    import narrowpath
+    compileall.compile_dir(os.path.dirname(narrowpath.__file__), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="bench_trace_process_"))
     try:
         shutil.copy(TRACES / TRACE, work / TRACE)  # HTA wants a directory; never touch ../shared/traces

@@ -1,6 +1,4 @@
-import sys
-
-from narrowpath.cli.main import main
+from narrowpath.cli.main import entry
 
 if __name__ == "__main__":  # `python -m narrowpath`; the guard keeps spawned worker processes (sweep) from re-running it
-    sys.exit(main())
+    entry()
