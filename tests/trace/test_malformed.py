@@ -125,6 +125,21 @@ def test_gzip_of_truncated_json(ddp_path, tmp_path):
         read_rank(path)
 
 
+@pytest.mark.parametrize("tail, message", [(b"", None), (b"\0" * 700, None), (b"garbage", "is not another gzip member")])
+def test_gzip_members_and_padding(tail, message, tmp_path):
+    """A gzip file of two members reads as their concatenation (as `gzip` does); zero padding after the last is
+    allowed, other bytes are an error."""
+    text = GOOD.decode()
+    cut = text.index('"traceEvents"')
+    path = tmp_path / "two_members.json.gz"
+    path.write_bytes(gzip.compress(text[:cut].encode()) + gzip.compress(text[cut:].encode()) + tail)
+    if message is None:
+        assert read_rank(path).num_activities == 1
+    else:
+        with pytest.raises(TraceFormatError, match=message):
+            read_rank(path)
+
+
 def test_missing_path_and_empty_directory(tmp_path):
     with pytest.raises(TraceFormatError, match="no such trace file"):
         read_trace(tmp_path / "nope.json")

@@ -15,7 +15,6 @@ naming the file, the character offset and what is wrong.
 from __future__ import annotations
 
 import codecs
-import gzip
 import json
 import queue
 import threading
@@ -29,8 +28,10 @@ from narrowpath.errors import TraceFormatError
 CHUNK_CHARS = 2**20
 """Characters read per refill (1 Mi: the text, its pieces and their decoded events stay a few MiB; 4 Mi took
 ~15 MB more peak memory for no measurable speed)."""
-READ_AHEAD_CHUNKS = 2
-"""Decompressed chunks a gzip file's read-ahead thread may hold."""
+READ_AHEAD_CHUNKS = 4
+"""Decompressed pieces (at most CHUNK_CHARS bytes each) a gzip file's read-ahead thread may hold."""
+COMPRESSED_BLOCK_BYTES = 2**18
+"""Compressed bytes handed to zlib at a time."""
 KINETO_SEPARATOR = "},\n  {"
 
 _DECODER = json.JSONDecoder()
@@ -47,35 +48,65 @@ class SkipRule:
 _WS = " \t\n\r"
 
 
+def gunzip(fh) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip file, every member, in pieces of at most CHUNK_CHARS bytes.
+
+    zlib itself checks each member's CRC-32 and length (wbits 31), so nothing is checksummed twice as `gzip`
+    does. As in `gzip.GzipFile`: zero bytes between or after members are padding; a stream cut short is an
+    EOFError, a damaged one a zlib.error, other bytes after a member an OSError."""
+    d = zlib.decompressobj(31)
+    while True:
+        if d.eof:
+            rest = d.unused_data.lstrip(b"\0")
+            while len(rest) < 2:
+                more = fh.read(COMPRESSED_BLOCK_BYTES)
+                if not more:
+                    if rest:
+                        raise OSError("data after the end of the gzip stream is not another gzip member")
+                    return
+                rest = (rest + more).lstrip(b"\0")
+            if rest[:2] != b"\x1f\x8b":
+                raise OSError("data after the end of the gzip stream is not another gzip member")
+            d = zlib.decompressobj(31)
+            pending = rest
+        else:
+            pending = d.unconsumed_tail or fh.read(COMPRESSED_BLOCK_BYTES)
+            if not pending:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        data = d.decompress(pending, CHUNK_CHARS)
+        if data:
+            yield data
+
+
 class _ReadAhead:
     """Decompressed chunks of a gzip file, read ahead by a thread: zlib releases the GIL while it inflates, so
     decompression runs beside the parsing on another core. At most `READ_AHEAD_CHUNKS` chunks wait in memory;
     an error of the decompressor is raised in the reader, at the chunk where it occurred."""
 
-    def __init__(self, raw):
+    def __init__(self, fh):
         self._queue: queue.Queue = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(raw,), name="narrowpath-gunzip", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(fh,), name="narrowpath-gunzip", daemon=True)
         self._thread.start()
 
-    def _run(self, raw) -> None:
-        while not self._stop.is_set():
-            try:
-                data = raw.read(CHUNK_CHARS)
-            except Exception as exc:  # noqa: BLE001 — handed to the reader, which names it
-                self._put(exc)
-                return
-            self._put(data)
-            if not data:
-                return
+    def _run(self, fh) -> None:
+        try:
+            for data in gunzip(fh):
+                if not self._put(data):
+                    return
+        except Exception as exc:  # noqa: BLE001 — handed to the reader, which names it
+            self._put(exc)
+            return
+        self._put(b"")
 
-    def _put(self, item) -> None:
+    def _put(self, item) -> bool:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.05)
-                return
+                return True
             except queue.Full:
                 continue
+        return False
 
     def read(self, _size: int) -> bytes:
         item = self._queue.get()
@@ -96,7 +127,7 @@ class _Text:
         self._fh = open(path, "rb")
         magic = self._fh.read(2)
         self._fh.seek(0)
-        self._raw = _ReadAhead(gzip.GzipFile(fileobj=self._fh, mode="rb")) if magic == b"\x1f\x8b" else self._fh
+        self._raw = _ReadAhead(self._fh) if magic == b"\x1f\x8b" else self._fh
         self._utf8 = codecs.getincrementaldecoder("utf-8")()
         self.buf = ""
         self.offset = 0
