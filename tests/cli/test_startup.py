@@ -68,3 +68,15 @@ def test_public_api_names_resolve_lazily():
     assert "predict" in dir(narrowpath)
     with pytest.raises(AttributeError):
         narrowpath.no_such_name  # noqa: B018
+
+
+def test_trace_imports_only_the_trace_stage(tmp_path):
+    """`narrowpath trace` loads numpy and the trace stage, not numpy.ma (np.unique pulls it in, ~15 ms), the
+    comparison with a prediction, the catalog, YAML or the step model."""
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"deviceProperties": [{"name": "x"}], "traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "sm80_gemm", "ts": 1, "dur": 2, "args": {"stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "ts": 2, "dur": 2, "args": {"stream": 8}}]}))
+    loaded = _modules_after(["trace", str(path)])
+    assert "numpy" in loaded and "narrowpath.trace.critical_path" in loaded
+    assert not {"numpy.ma", "yaml", "narrowpath.trace.compare", "narrowpath.catalog", "narrowpath.schedule"} & loaded

@@ -105,3 +105,13 @@ def test_the_command_exits_0_or_2_with_strict_json(data):
         json.loads(out.getvalue(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     else:
         assert code == 2 and err.getvalue().startswith("narrowpath: error:") and err.getvalue().count("\n") == 1
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.text(alphabet=st.sampled_from("abcdeklmnorstuvxyzACEGKMNRSTUVZ_:0123456789<>( ,éİ"), max_size=40)
+       .map(lambda s: s.replace("_", "_gemm" if len(s) % 7 == 0 else "_")))
+def test_kernel_categories_match_the_case_insensitive_patterns(name):
+    """The lower-cased fast matching of kernel names gives the category the original patterns give."""
+    from narrowpath.trace import schema
+    expected = next((c for c, p in schema.KERNEL_CATEGORIES if p.search(name)), "other")
+    assert schema.kernel_category(name) == expected
