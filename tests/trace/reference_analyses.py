@@ -1,7 +1,8 @@
-"""The critical-path walk and the idle-gap causes as narrowpath computed them before they were made O(n log n),
-kept verbatim as the independent references the fast ones must reproduce exactly (test_fast_analyses.py).
-The walk is quadratic in the activities of a stream (for every activity it walks back over the earlier ends of
-the same stream); the idle causes sort every other stream's ends once per stream."""
+"""The critical-path walk, the idle-gap causes and the collective inventory as narrowpath computed them before
+they were made O(n log n) or vectorised, kept verbatim as the independent references the fast ones must
+reproduce exactly (test_fast_analyses.py). The walk is quadratic in the activities of a stream (for every
+activity it walks back over the earlier ends of the same stream); the idle causes sort every other stream's ends
+once per stream; the collectives were one Python object per communication kernel, twice per step."""
 from __future__ import annotations
 
 import bisect
@@ -10,6 +11,7 @@ import numpy as np
 
 from narrowpath.trace import schema
 from narrowpath.trace.critical_path import BLOCKING_RETURN_S, PATH_CATEGORIES
+from narrowpath.trace.collectives import CollectiveGroup, CollectiveSample, busbw_factor
 from narrowpath.trace.idle import IDLE_CAUSES
 
 _CLASS_TO_CAT = {schema.CLASS_COMPUTE: "compute", schema.CLASS_COMM: "communication",
@@ -134,3 +136,40 @@ def reference_idle_causes(rank, window, consecutive_kernel_delay_s=30e-9, sync_t
         totals["other_stream_wait"] += float(gap[other].sum())
         totals["other"] += float(gap[~host & ~kernel & ~other].sum())
     return totals, num_gaps
+
+
+def reference_collective_samples(rank, window):
+    """The samples as the old per-kernel loop built them."""
+    idx = window.index[rank.act_class[window.index] == schema.CLASS_COMM]
+    out = []
+    for i in idx:
+        kind = schema.COLLECTIVE_KINDS[rank.act_coll[i]] if rank.act_coll[i] >= 0 else "unknown"
+        n, dur, size = int(rank.act_group_size[i]), float(rank.act_dur_s[i]), float(rank.act_message_bytes[i])
+        algbw = size / dur if dur > 0 and np.isfinite(size) else np.nan
+        out.append(CollectiveSample(kind=kind, group_size=n, start_s=float(rank.act_start_s[i]), dur_s=dur,
+                                    message_bytes=size, algbw_bytes_per_s=algbw,
+                                    busbw_bytes_per_s=algbw * busbw_factor(kind, n)))
+    return tuple(out)
+
+
+def _nan(fn, values: list[float]) -> float:
+    vals = [v for v in values if np.isfinite(v)]
+    return float(fn(vals)) if vals else float("nan")
+
+
+def reference_collective_inventory(samples):
+    """Group samples by (kind, group size), largest total time first."""
+    groups: dict[tuple[str, int], list[CollectiveSample]] = {}
+    for s in samples:
+        groups.setdefault((s.kind, s.group_size), []).append(s)
+    rows = []
+    for (kind, n), items in groups.items():
+        sizes = [s.message_bytes for s in items]
+        busbw = [s.busbw_bytes_per_s for s in items]
+        rows.append(CollectiveGroup(
+            kind=kind, group_size=n, count=len(items), total_s=sum(s.dur_s for s in items),
+            min_message_bytes=_nan(min, sizes), max_message_bytes=_nan(max, sizes),
+            total_bytes=_nan(sum, sizes), median_busbw_bytes_per_s=_nan(np.median, busbw),
+            max_busbw_bytes_per_s=_nan(max, busbw),
+            median_algbw_bytes_per_s=_nan(np.median, [s.algbw_bytes_per_s for s in items])))
+    return tuple(sorted(rows, key=lambda r: -r.total_s))

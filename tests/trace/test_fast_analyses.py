@@ -4,7 +4,9 @@ with launches, CUDA-graph launches, synchronisations and blocking copies; and a 
 kernels (which took the quadratic walk hours) is analysed in seconds."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -12,26 +14,40 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from narrowpath.trace.collectives import collective_inventory, collective_samples
 from narrowpath.trace.critical_path import critical_path
 from narrowpath.trace.idle import idle_causes
 from narrowpath.trace.reader import read_rank
 from narrowpath.trace.windows import steps, whole_trace
-from reference_analyses import reference_critical_path, reference_idle_causes  # tests/trace is on sys.path
+from reference_analyses import (reference_collective_inventory, reference_collective_samples,  # tests/trace on sys.path
+                                reference_critical_path, reference_idle_causes)
 
 KERNELS = ("sm80_gemm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "Memcpy DtoH", "elementwise", "Event Sync")
 CALLS = ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaGraphLaunch")
 
 activity = st.tuples(st.integers(0, 400), st.integers(0, 60), st.sampled_from((7, 8, 20)),
-                     st.sampled_from(KERNELS), st.integers(0, 12), st.booleans())
-"""(start µs, duration µs, stream, name, correlation id, launched from thread 2)."""
+                     st.sampled_from(KERNELS), st.integers(0, 12),
+                     st.one_of(st.none(), st.tuples(st.sampled_from(["allreduce", "allgather", "_reduce_scatter_base",
+                                                                     "send", "broadcast"]),
+                                                    st.integers(0, 10**6), st.integers(0, 16))))
+"""(start µs, duration µs, stream, name, correlation id, collective args (name, elements, group size) or None)."""
 call = st.tuples(st.integers(0, 400), st.integers(0, 80), st.sampled_from(CALLS), st.integers(-1, 12),
                  st.sampled_from((1, 2)))
 """(start µs, duration µs, name, correlation id, thread)."""
 
 
+def _same(xs, ys) -> bool:
+    """Equal dataclass records, NaN equal to NaN."""
+    def norm(x):
+        return [(k, "nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in dataclasses.asdict(x).items()]
+    return [norm(x) for x in xs] == [norm(y) for y in ys]
+
+
 def _events(acts, calls, step_starts):
     ev = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": lane, "ts": ts, "dur": dur,
-           "args": {"stream": lane, "correlation": corr}} for ts, dur, lane, n, corr, _ in acts]
+           "args": {"stream": lane, "correlation": corr, **({} if c is None else {
+               "Collective name": c[0], "In msg nelems": c[1], "Group size": c[2], "dtype": "Float"})}}
+          for ts, dur, lane, n, corr, c in acts]
     ev += [{"ph": "X", "cat": "cuda_runtime", "name": n, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
             "args": {"correlation": corr}} for ts, dur, n, corr, tid in calls]
     ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": ts,
@@ -54,6 +70,9 @@ def test_same_results_as_the_reference_code(acts, calls, step_starts):
             reference_critical_path(rank, window)
         idle = idle_causes(rank, window)
         assert (idle.by_cause_s, idle.num_gaps) == reference_idle_causes(rank, window)
+        samples = collective_samples(rank, window)
+        assert _same(list(samples), reference_collective_samples(rank, window))
+        assert _same(collective_inventory(samples), reference_collective_inventory(list(samples)))
 
 
 def test_one_stream_of_200k_kernels_is_not_quadratic(tmp_path):
