@@ -28,7 +28,7 @@ from narrowpath.errors import TraceFormatError
 CHUNK_CHARS = 2**20
 """Characters read per refill (1 Mi: the text, its pieces and their decoded events stay a few MiB; 4 Mi took
 ~15 MB more peak memory for no measurable speed)."""
-READ_AHEAD_CHUNKS = 4
+READ_AHEAD_CHUNKS = 2
 """Decompressed pieces (at most CHUNK_CHARS bytes each) a gzip file's read-ahead thread may hold."""
 COMPRESSED_BLOCK_BYTES = 2**18
 """Compressed bytes handed to zlib at a time."""
