@@ -86,11 +86,16 @@ def test_files_are_relative_to_the_grid(tmp_path):
                                         '"num_attention_heads": 8, "num_key_value_heads": 8, '
                                         '"intermediate_size": 1024, "vocab_size": 32000, '
                                         '"max_position_embeddings": 1024}')
-    (tmp_path / "grid.yaml").write_text(yaml.safe_dump({**GOOD, "systems": ["sys/mine.yaml"], "models": ["tiny.json"]}))
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump({**GOOD, "systems": ["sys/mine.yaml"], "models": [
+        {"hf_config": "tiny.json", "seq_len": 512}, {"hf_config": "tiny.json", "seq_len": 1024, "name": "tiny-1k"}]}))
     grid = load_grid(tmp_path / "grid.yaml")
     cell = grid.cells()[0]
     assert cell.system.name == "mine" and cell.system.device.name == "H100-SXM5-80GB"
-    assert cell.model.layers == 4 and cell.system_label == "sys/mine.yaml"
+    assert cell.model.layers == 4 and cell.model.seq_len == 512 and cell.system_label == "sys/mine.yaml"
+    assert [m for m, _ in grid.models] == ["tiny.json@512", "tiny-1k"]
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**GOOD, "models": ["tiny.json"]}))
+    with pytest.raises(SpecError, match=r"^grid.models\[0\]: model.seq_len: .*seq_len: N"):
+        load_grid(tmp_path / "bad.yaml")
 
 
 def test_missing_files_name_the_field(tmp_path):

@@ -69,7 +69,8 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(message=f"{parser.prog} {_version()}\n")
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
 
 
 def _silence_stdout() -> None:

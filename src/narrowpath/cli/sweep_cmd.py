@@ -3,14 +3,13 @@ one search per cell, on a Dask cluster: a local one by default, `--scheduler ADD
 
 DIR receives `rows.jsonl` (one row per finished cell, written as each finishes: `--resume` after a kill skips
 them), `summary.txt` (the table printed) and `sweep.png` (best tokens/s per GPU and per watt per cell).
-SIGTERM and Ctrl-C stop the cluster and exit 130, keeping the rows written so far.
+Ctrl-C and SIGTERM stop the cluster and exit 130 / 143, keeping the rows written so far.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -38,21 +37,14 @@ def register(sub) -> None:
 
 def _check_paths(args) -> None:
     """Fail before any work on an unusable DIR, or one whose outputs would overwrite the grid file."""
-    from narrowpath.cli.common import check_output_dir
-    from narrowpath.errors import NarrowpathError
+    from narrowpath.cli.common import check_output_dir, refuse_inputs_as_outputs
     check_output_dir("-o", args.output)
-    grid = Path(args.grid).resolve()
     for name in OUTPUTS:
-        if (Path(args.output) / name).resolve() == grid:
-            raise NarrowpathError(f"-o {args.output}: would overwrite the grid file {args.grid} (as {name}); "
-                                  "give another directory")
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+        refuse_inputs_as_outputs({"-o": os.path.join(args.output, name)}, [args.grid])
 
 
 def run(args) -> int:
+    from narrowpath.cli.main import Terminated
     from narrowpath.errors import SpecError
     if args.workers is not None and args.workers < 1:
         raise SpecError("--workers", f"must be >= 1, got {args.workers}")
@@ -66,35 +58,28 @@ def run(args) -> int:
     grid = load_grid(args.grid)
     workers = args.workers or usable_cpus()
     bar = Progress(grid.num_cells, label="sweep", unit="cells", enabled=args.progress)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         outcome = run_sweep(grid, args.output, scheduler=args.scheduler, workers=workers, resume=args.resume,
                             on_row=lambda row, done, total: bar.update(done))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as stop:  # the cluster is closed by now (run_sweep's finally)
         bar.close()
-        rows = Path(args.output) / ROWS_FILE
-        print(f"narrowpath: sweep interrupted; the finished cells are in {rows}: add --resume to continue",
-              file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        what = "interrupted" if isinstance(stop, KeyboardInterrupt) else "terminated"
+        print(f"narrowpath: sweep {what}; the finished cells are in {Path(args.output) / ROWS_FILE}: add --resume "
+              f"to continue", file=sys.stderr)
+        return 130 if isinstance(stop, KeyboardInterrupt) else 143
     bar.close()
     return _report(outcome, args)
 
 
 def _report(outcome, args) -> int:
-    from narrowpath.cli.common import writing
+    from narrowpath.cli.common import atomic_write_text, writing
     from narrowpath.report.sweep_table import format_sweep, sweep_to_json
     rows = list(outcome.rows)
     text = format_sweep(rows, num_reused=outcome.num_reused, num_computed=outcome.num_computed,
                         rows_path=str(outcome.rows_path))
     out = Path(args.output)
     written = [str(outcome.rows_path)]
-    with writing("-o"):
-        tmp = out / ".summary.txt.tmp"
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, out / "summary.txt")
-    written.append(str(out / "summary.txt"))
+    written.append(str(atomic_write_text("-o", out / "summary.txt", text + "\n")))
     note = None
     if importlib.util.find_spec("matplotlib") is None:  # the rows and the table stand without the plot
         note = "no plot: matplotlib is not installed (pip install 'narrowpath[sweep]')"
@@ -107,8 +92,8 @@ def _report(outcome, args) -> int:
                                        files_written=written), indent=2))
     else:
         print(text)
-        for path in written:
-            print(f"wrote {path}")
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
     if note:
         print(f"narrowpath: {note}", file=sys.stderr)
     return 0

@@ -3,7 +3,8 @@
 A GRID file (YAML or JSON) holds exactly these keys:
 
     systems:   [dgx-a100, my-system.yaml]     # catalog ids or system files (YAML/JSON, relative to the grid)
-    models:    [llama3-8b, config.json]       # catalog ids, HuggingFace config.json or model files
+    models:    [llama3-8b, {hf_config: config.json, seq_len: 4096}]   # catalog ids, model files, or a
+                                              # HuggingFace config.json with its training sequence length
     num_gpus:  [8, 16, 64]                    # GPU counts
     gbs:       [256, 512]                     # global batch sizes, sequences per step
     objective: time                           # time | energy | memory, or a list of them
@@ -78,14 +79,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _list(field: str, value: Any) -> list[Any]:
-    """A non-empty list without repeats (a scalar counts as a list of one)."""
+def _list(field: str, value: Any, *, mappings: bool = False) -> list[Any]:
+    """A non-empty list without repeats (a scalar, or a mapping where `mappings` allows them, counts as a list of
+    one)."""
     items = value if isinstance(value, list) else [value]
     if not items:
         raise SpecError(field, "must list at least one value")
     seen: set[str] = set()
     for i, item in enumerate(items):
-        if isinstance(item, (list, dict)):
+        if isinstance(item, list) or (isinstance(item, dict) and not mappings):
             raise SpecError(f"{field}[{i}]", f"must be a single value, got {_short(item)}")
         if repr(item) in seen:
             raise SpecError(f"{field}[{i}]", f"{_short(item)} is listed twice")
@@ -106,7 +108,25 @@ def _labels(field: str, value: Any) -> list[str]:
     return items
 
 
-def _resolved(field: str, label: str, resolve, base_dir: Path) -> Any:
+def _model_entries(value: Any) -> list[tuple[str, Any]]:
+    """(label, entry) of each model: a catalog id or file name (its own label), or `{hf_config: FILE, seq_len: N}`
+    (a HuggingFace config states no training length) labelled by its `name`, else `FILE@seq_len`."""
+    out = []
+    for i, item in enumerate(_list("grid.models", value, mappings=True)):
+        if isinstance(item, dict):
+            if not isinstance(item.get("hf_config"), str):
+                raise SpecError(f"grid.models[{i}]", "a mapping must be {hf_config: FILE, seq_len: N[, name: LABEL]}")
+            label = item.get("name") or f"{item['hf_config']}@{item.get('seq_len')}"
+            out.append((str(label), item))
+        elif not isinstance(item, str) or not item.strip():
+            raise SpecError(f"grid.models[{i}]", f"must be a catalog id, a file name or {{hf_config: FILE, seq_len: "
+                                                 f"N}}, got {_short(item)}")
+        else:
+            out.append((item, item))
+    return out
+
+
+def _resolved(field: str, label: Any, resolve, base_dir: Path) -> Any:
     try:
         return resolve(label, base_dir)
     except SpecError as exc:
@@ -127,7 +147,7 @@ def grid_from_dict(data: Any, base_dir: Path | None = None) -> Grid:
     for k in GRID_KEYS:
         if k not in data:
             raise SpecError(f"grid.{k}", "is required")
-    lists = {k: _list(f"grid.{k}", data[k]) for k in GRID_KEYS}
+    lists = {k: _list(f"grid.{k}", data[k], mappings=k == "models") for k in GRID_KEYS}
     num_cells = 1
     for items in lists.values():
         num_cells *= len(items)
@@ -137,8 +157,8 @@ def grid_from_dict(data: Any, base_dir: Path | None = None) -> Grid:
     base = base_dir or Path(".")
     systems = tuple((s, _resolved(f"grid.systems[{i}]", s, resolve_system, base))
                     for i, s in enumerate(_labels("grid.systems", data["systems"])))
-    models = tuple((m, _resolved(f"grid.models[{i}]", m, resolve_model, base))
-                   for i, m in enumerate(_labels("grid.models", data["models"])))
+    models = tuple((label, _resolved(f"grid.models[{i}]", entry, resolve_model, base))
+                   for i, (label, entry) in enumerate(_model_entries(data["models"])))
     objectives = tuple(lists["objective"])
     for i, o in enumerate(objectives):
         if o not in OBJECTIVES:
