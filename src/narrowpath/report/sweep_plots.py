@@ -1,5 +1,5 @@
 """The sweep plot: per model, the best tokens/s per GPU (top) and per watt (bottom) against the GPU count, one
-line per system and global batch (and objective, when the grid has several). Cells without a fitting plan are
+line per system (colour), global batch (line style) and objective (marker). Cells without a fitting plan are
 left out of their line (a gap)."""
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from narrowpath.report.figures import pyplot, save_figure
 def plot_sweep(rows: Sequence[dict[str, Any]], path: str) -> str:
     plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in rows))
+    colors = {k: f"C{i % 10}" for i, k in enumerate(dict.fromkeys(r["system"] for r in rows))}  # system: colour
+    styles = {k: ("-", "--", ":", "-.")[i % 4] for i, k in enumerate(dict.fromkeys(r["gbs"] for r in rows))}
+    markers = {k: "os^"[i % 3] for i, k in enumerate(dict.fromkeys(r["objective"] for r in rows))}
     several_objectives = len({r["objective"] for r in rows}) > 1
     several_batches = len({r["gbs"] for r in rows}) > 1
     fig, axes = plt.subplots(2, len(models), figsize=(max(4.2 * len(models), 5.5), 7.0), squeeze=False,
@@ -27,7 +30,8 @@ def plot_sweep(rows: Sequence[dict[str, Any]], path: str) -> str:
             x = [r["num_gpus"] for r in items]
             for row, key in ((0, "tokens_per_s_per_gpu"), (1, "tokens_per_s_per_w")):
                 y = [r[key] if r["fits"] and r[key] is not None else float("nan") for r in items]
-                axes[row][col].plot(x, y, marker="o", label=label)
+                axes[row][col].plot(x, y, color=colors[system], linestyle=styles[gbs], marker=markers[objective],
+                                    label=label)
         axes[0][col].set_title(model, fontsize=10)
         axes[1][col].set_xlabel("GPUs")
         counts = sorted({r["num_gpus"] for r in rows if r["model"] == model})
