@@ -10,7 +10,8 @@
    both alike); the best run of each side is compared. Target: at least 5x faster, lower peak memory.
 
 HTA is a development-only dependency: `pip install HolisticTraceAnalysis` (it is never imported by
-narrowpath itself). Run: python benchmarks/bench_trace_hta.py [--repeats 5]
+narrowpath itself); give its interpreter with --hta-python when it lives in another environment.
+Run: python benchmarks/bench_trace_hta.py [--repeats 5] [--hta-python PATH]
 """
 from __future__ import annotations
 
@@ -80,8 +81,13 @@ def child(side: str, trace_dir: str, repeats: int) -> dict:
             "baseline_rss_mb": baseline, "result": result}
 
 
+HTA_PYTHON = [sys.executable]
+"""The interpreter with HTA installed (--hta-python): HTA need not share narrowpath's environment."""
+
+
 def run_child(side: str, trace_dir: str, repeats: int) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--child", side, trace_dir, "--repeats", str(repeats)],
+    python = HTA_PYTHON[0] if side == "hta" else sys.executable
+    proc = subprocess.run([python, __file__, "--child", side, trace_dir, "--repeats", str(repeats)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{side} child failed:\n{proc.stderr[-3000:]}")
@@ -93,7 +99,9 @@ def main() -> None:
     ap.add_argument("--child", nargs=2, metavar=("SIDE", "DIR"))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed")
     args = ap.parse_args()
+    HTA_PYTHON[0] = args.hta_python
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.repeats)))
         return

@@ -1,5 +1,4 @@
-import sys
+from narrowpath.cli.main import entry
 
-from narrowpath.cli.main import main
-
-sys.exit(main())
+if __name__ == "__main__":  # `python -m narrowpath`; the guard keeps spawned worker processes (sweep) from re-running it
+    entry()

@@ -51,6 +51,30 @@ CASES = [
     TC("no_events.json.gz", b'{"traceEvents": []}', "nothing to measure"),
     TC("only_metadata.json", b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}',
        "nothing to measure"),
+    # accepted before, and wrong: a kernel's args that are not an object lose its stream and launch (every share
+    # became 0 %); a rank that is not a number was ignored for the file name's
+    TC("args_a_string.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+       b'"ts": 1, "dur": 1, "args": "x"}]}', "trace event 'k' (cat 'kernel', ts 1): 'args' must be an object, got 'x'"),
+    TC("args_a_list_on_a_launch.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": '
+       b'"cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 1, "args": [1]}]}',
+       "'args' must be an object, got [1]"),
+    TC("args_a_number_on_a_step.json", b'{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": '
+       b'"ProfilerStep#1", "ts": 1, "dur": 1, "args": 0}]}', "'args' must be an object, got 0"),
+    TC("rank_a_word.json", b'{"distributedInfo": {"rank": "zero", "world_size": 2}, ' + GOOD[1:],
+       "distributedInfo.rank must be an integer >= 0, got 'zero'"),
+    TC("rank_negative.json", b'{"distributedInfo": {"rank": -1}, ' + GOOD[1:],
+       "distributedInfo.rank must be an integer >= 0, got -1"),
+    TC("rank_a_bool.json", b'{"distributedInfo": {"rank": true}, ' + GOOD[1:],
+       "distributedInfo.rank must be an integer >= 0, got True"),
+    TC("world_a_string.json", b'{"distributedInfo": {"rank": 0, "world_size": "2"}, ' + GOOD[1:],
+       "distributedInfo.world_size must be an integer >= 0, got '2'"),
+    TC("rank_beyond_world.json", b'{"distributedInfo": {"rank": 2, "world_size": 2}, ' + GOOD[1:],
+       "distributedInfo.rank 2 is not below distributedInfo.world_size 2"),
+    TC("info_a_list.json", b'{"distributedInfo": [0], ' + GOOD[1:], "distributedInfo must be an object, got [0]"),
+    TC("base_time_infinite.json", b'{"baseTimeNanoseconds": Infinity, ' + GOOD[1:],
+       "baseTimeNanoseconds must be a number of nanoseconds, got inf"),  # found by test_fuzz.py
+    TC("group_ranks_words.json", b'{"distributedInfo": {"rank": 0, "pg_config": [{"ranks": ["a"]}]}, ' + GOOD[1:],
+       "distributedInfo.pg_config[0].ranks must be a list of ranks"),
 ]
 
 
@@ -72,14 +96,16 @@ def test_good_control_case_reads(tmp_path):
 
 
 def test_odd_field_types_are_tolerated(tmp_path):
-    """Non-numeric ids and non-object args are read as unknown (-1), not as an error."""
+    """Non-numeric ids are read as unknown (-1), numeric strings as numbers, and `args: null` or no args as empty
+    (the stream then comes from `tid`), not as an error."""
     path = tmp_path / "odd.json"
     path.write_bytes(b'{"deviceProperties": [{}], "traceEvents": ['
                      b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": "7", '
                      b'"correlation": [1]}}, {"ph": "X", "cat": "kernel", "name": "k2", "ts": 3, "dur": 1, '
-                     b'"args": [1, 2], "tid": 9}]}')
+                     b'"args": null, "tid": 9}, {"ph": "X", "cat": "kernel", "name": "k3", "ts": 5, "dur": 1, '
+                     b'"tid": 11}]}')
     r = read_rank(path)
-    assert list(r.act_lane) == [7, 9] and list(r.act_corr) == [-1, -1]
+    assert list(r.act_lane) == [7, 9, 11] and list(r.act_corr) == [-1, -1, -1]
 
 
 def test_truncated_gzip(ddp_path, tmp_path):
@@ -97,6 +123,21 @@ def test_gzip_of_truncated_json(ddp_path, tmp_path):
     path.write_bytes(gzip.compress(text[: len(text) // 2]))
     with pytest.raises(TraceFormatError, match="truncated"):
         read_rank(path)
+
+
+@pytest.mark.parametrize("tail, message", [(b"", None), (b"\0" * 700, None), (b"garbage", "is not another gzip member")])
+def test_gzip_members_and_padding(tail, message, tmp_path):
+    """A gzip file of two members reads as their concatenation (as `gzip` does); zero padding after the last is
+    allowed, other bytes are an error."""
+    text = GOOD.decode()
+    cut = text.index('"traceEvents"')
+    path = tmp_path / "two_members.json.gz"
+    path.write_bytes(gzip.compress(text[:cut].encode()) + gzip.compress(text[cut:].encode()) + tail)
+    if message is None:
+        assert read_rank(path).num_activities == 1
+    else:
+        with pytest.raises(TraceFormatError, match=message):
+            read_rank(path)
 
 
 def test_missing_path_and_empty_directory(tmp_path):

@@ -101,6 +101,21 @@ def _system(value: Any, base_dir: Path | None) -> System:
     raise SpecError("system", f"must be a catalog id or a mapping, got {shown(value)}")
 
 
+def resolve_system(value: Any, base_dir: Path | None = None) -> System:
+    """A System from a catalog id, a YAML/JSON file holding one system (the fields of a `systems.yaml` entry,
+    `device` a catalog id or a mapping), or such a mapping. A relative path is taken from `base_dir`."""
+    if isinstance(value, str) and value.endswith((".yaml", ".yml", ".json")):
+        p = Path(value) if base_dir is None else base_dir / value
+        if not p.is_file():
+            raise NarrowpathError(f"{p}: no such system file")
+        data = read_data_file(p)
+        if not isinstance(data, Mapping):
+            raise SpecError("system", f"{p}: must hold a mapping (one system), got {type(data).__name__}")
+        named = data if ("id" in data or "name" in data) else {**data, "name": p.stem}
+        return _system(named, p.parent)
+    return _system(value, base_dir)
+
+
 def resolve_model(value: Any, base_dir: Path | None = None, *, seq_len: int | None = None) -> Model:
     """A Model from a catalog id, a HuggingFace config.json path, or a mapping (spec fields or HF keys).
 

@@ -1,4 +1,8 @@
-"""Shared CLI plumbing: scenario arguments (a file, a catalog name, or flags) and the calibration profile."""
+"""Shared CLI plumbing: scenario arguments (a file, a catalog name, or flags) and the calibration profile.
+
+Imports of the catalog and the specs sit inside the functions that need them, so a command that only checks
+output paths (`trace`, `sweep`) does not load the catalog at start-up.
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,13 +14,12 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
-from narrowpath.catalog import load_scenario, system as catalog_system
-from narrowpath.catalog.resolve import DEFAULT_SCENARIO, calibration_from, read_data_file, resolve_model
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import Plan
-from narrowpath.spec.scenario import Scenario
+
+if TYPE_CHECKING:
+    from narrowpath.spec.scenario import Scenario
 
 PLAN_INT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs")
 _PLAN_HELP = {"tp": "tensor-parallel size", "pp": "pipeline-parallel stages", "dp": "data-parallel size",
@@ -25,6 +28,7 @@ _PLAN_HELP = {"tp": "tensor-parallel size", "pp": "pipeline-parallel stages", "d
 
 
 def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
+    from narrowpath.catalog.resolve import DEFAULT_SCENARIO
     if positional:
         p.add_argument("scenario", nargs="?", help="scenario file (.yaml/.json) or catalog scenario id "
                        f"(default: {DEFAULT_SCENARIO} unless --model/--system are given)")
@@ -58,6 +62,10 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
+    from narrowpath.catalog import load_scenario, system as catalog_system
+    from narrowpath.catalog.resolve import calibration_from, resolve_model
+    from narrowpath.spec.plan import Plan
+    from narrowpath.spec.scenario import Scenario
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
     base = load_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
@@ -162,6 +170,7 @@ def writing(flag: str) -> Iterator[None]:
 def scenario_inputs(args: argparse.Namespace) -> list[Path]:
     """The files the scenario arguments read: the scenario file, --model config.json, --profile, and the model
     config and profile files a scenario file names (relative to its folder)."""
+    from narrowpath.catalog.resolve import read_data_file
     files = [Path(v) for v in (getattr(args, "scenario", None), getattr(args, "model", None),
                                getattr(args, "profile", None)) if v and Path(v).is_file()]
     src = getattr(args, "scenario", None)

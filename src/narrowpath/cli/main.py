@@ -1,13 +1,18 @@
 """Entry point of the `narrowpath` command: dispatches to one module per subcommand.
 
-Each module in SUBCOMMANDS exposes `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
+Each module in COMMANDS exposes `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
 Any NarrowpathError becomes one line on stderr and exit code 2 — never a traceback; so does a failed write to
 standard output (`> /dev/full`, a full disk), and a closed pipe (`| head`) ends quietly. Ctrl-C and SIGTERM end
 the command with one line (exit 130 / 143) after its `finally` blocks ran: no worker process outlives it.
+
+Start-up is lazy: only the module of the command being run is imported (and it imports its stage — numpy,
+the catalog, the step model — when it runs). `narrowpath --help` imports none of them: it lists the commands
+from the one-line help in COMMANDS, which `tests/cli/test_startup.py` holds equal to each module's own.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import signal
@@ -15,24 +20,33 @@ import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
-from importlib.metadata import PackageNotFoundError, version
 
 from narrowpath.errors import NarrowpathError
 
-SUBCOMMANDS = (
-    "narrowpath.cli.predict_cmd",
-    "narrowpath.cli.analyze_cmd",
-    "narrowpath.cli.catalog_cmd",
-    "narrowpath.cli.validate_cmd",
-    "narrowpath.cli.collective_cmd",
-    "narrowpath.cli.trace_cmd",
-    "narrowpath.cli.probe_cmd",
-    "narrowpath.cli.calibrate_cmd",
-    "narrowpath.cli.search_cmd",
-    "narrowpath.cli.compare_cmd",
-    "narrowpath.cli.report_cmd",
-    "narrowpath.cli.serve_cmd",
-)
+COMMANDS = {  # name: (module, one-line help of `narrowpath --help`)
+    "predict": ("narrowpath.cli.predict_cmd", "predict one training step of a scenario"),
+    "analyze": ("narrowpath.cli.analyze_cmd", "where the time goes: accounts, budgets, verdict with what-ifs, "
+                                              "energy (default scenario if none)"),
+    "catalog": ("narrowpath.cli.catalog_cmd", "list the embedded devices, systems, models and scenarios"),
+    "validate": ("narrowpath.cli.validate_cmd", "predicted vs measured step time on published runs"),
+    "collective": ("narrowpath.cli.collective_cmd", "predicted nccl-tests table, collective corpus check, "
+                                                    "log compare"),
+    "trace": ("narrowpath.cli.trace_cmd", "measure the accounts on PyTorch profiler (Kineto) traces"),
+    "probe": ("narrowpath.cli.probe_cmd", "measure this machine: GEMM rates, memory levels, locality cliff, "
+                                          "collectives"),
+    "calibrate": ("narrowpath.cli.calibrate_cmd", "fit a calibration profile from probe results and nccl-tests "
+                                                  "logs"),
+    "search": ("narrowpath.cli.search_cmd", "rank every consistent parallel plan of a scenario by the step model"),
+    "sweep": ("narrowpath.cli.sweep_cmd", "design-space sweep: systems x models x GPU counts x batches, one "
+                                          "search per cell, on a Dask cluster"),
+    "compare": ("narrowpath.cli.compare_cmd", "two scenarios (or a scenario and a what-if) side by side, with "
+                                              "deltas and what changed and why"),
+    "report": ("narrowpath.cli.report_cmd", "the analysis as one self-contained HTML page (default scenario if "
+                                            "none)"),
+    "serve": ("narrowpath.cli.serve_cmd", "simulate serving a model: throughput, TTFT/TPOT, KV cache, accounts, "
+                                          "verdict"),
+}
+SUBCOMMANDS = tuple(module for module, _ in COMMANDS.values())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,10 +57,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # on --version only: slow to import
     try:
         return version("narrowpath")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "(not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, looked up only when asked for (the package metadata takes milliseconds to read)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
 
 
 def _silence_stdout() -> None:
@@ -59,14 +85,25 @@ def _silence_stdout() -> None:
         pass
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand argv runs: its first word that is not an option (the top level has only flag options)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: the command it runs gets its full parser (its module is imported), every other
+    command a placeholder carrying its one-line help. With argv None every command is registered in full."""
     parser = _Parser(
         prog="narrowpath",
         description="Where the time goes in distributed AI training: the narrowest path, and what would widen it.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMANDS:
-        importlib.import_module(module_name).register(sub)
+    chosen = None if argv is None else _command_of(argv)
+    for name, (module_name, help_text) in COMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(module_name).register(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
@@ -93,7 +130,8 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -122,5 +160,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def entry() -> None:
+    """The console script and `python -m narrowpath`: run `main`, then leave without the interpreter's teardown.
+
+    Freeing every object of a process that imported numpy costs ~20 ms, a tenth of `narrowpath trace` on a real
+    trace. By the time `main` returns every output is written and closed (files are written in `with` blocks,
+    clusters and pools are shut in `finally`), so the atexit handlers run, stdout and stderr are flushed, and
+    the process ends at once. An exception leaves the normal way (with its traceback)."""
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):  # a closed pipe (`| head`) or a closed stream
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

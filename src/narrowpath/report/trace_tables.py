@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import math
 
+from typing import TYPE_CHECKING
+
 from narrowpath.report.console import human_bytes, human_time, table
-from narrowpath.trace.analyze import TraceReport
-from narrowpath.trace.compare import Comparison
+
+if TYPE_CHECKING:  # imported for the annotations only: a trace without --against never loads the comparison
+    from narrowpath.trace.analyze import TraceReport
+    from narrowpath.trace.compare import Comparison
 
 
 def _gbps(v: float) -> str:

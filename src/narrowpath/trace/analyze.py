@@ -13,8 +13,7 @@ from typing import Any
 
 from narrowpath.trace import windows
 from narrowpath.trace.breakdown import Breakdown, temporal_breakdown
-from narrowpath.trace.collectives import (CollectiveGroup, CollectiveSample, collective_inventory,
-                                          collective_samples)
+from narrowpath.trace.collectives import CollectiveGroup, CollectiveSamples, collective_inventory, collective_samples
 from narrowpath.trace.critical_path import CriticalPath, critical_path
 from narrowpath.trace.idle import IdleCauses, idle_causes
 from narrowpath.trace.kernels import KernelCategory, kernel_breakdown
@@ -49,7 +48,7 @@ class RankAccounts:
     steps: tuple[StepAccounts, ...]
     kernels: tuple[KernelCategory, ...]
     collectives: tuple[CollectiveGroup, ...]
-    samples: tuple[CollectiveSample, ...]
+    samples: CollectiveSamples
     idle: IdleCauses
     critical_path: CriticalPath
 

@@ -8,12 +8,13 @@ includes any wait for late peers, so a straggler lowers the observed busbw.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from narrowpath.cost.collectives import bus_factor
 from narrowpath.trace import schema
+from narrowpath.trace.intervals import distinct
 from narrowpath.trace.model import RankTrace
 from narrowpath.trace.windows import Window
 
@@ -25,6 +26,7 @@ def busbw_factor(kind: str, group_size: int) -> float:
         return 1.0
     if group_size == 1 and kind not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         return 1.0  # a point-to-point or broadcast "group" of one: busbw = algbw
+    from narrowpath.cost.collectives import bus_factor  # on first use: the cost stage is slow to import
     return bus_factor(kind, group_size)
 
 
@@ -60,37 +62,80 @@ class CollectiveGroup:
     median_algbw_bytes_per_s: float
 
 
-def collective_samples(rank: RankTrace, window: Window) -> tuple[CollectiveSample, ...]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveSamples(Sequence):
+    """The collectives of a window as columns (one row per communication activity, in start order); iterating
+    or indexing gives `CollectiveSample`s, made on demand (a rank may hold hundreds of thousands)."""
+
+    kind: np.ndarray
+    """Index into schema.COLLECTIVE_KINDS ("unknown" when the trace does not say)."""
+    group_size: np.ndarray
+    start_s: np.ndarray
+    dur_s: np.ndarray
+    message_bytes: np.ndarray
+    algbw_bytes_per_s: np.ndarray
+    busbw_bytes_per_s: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.kind.size)
+
+    def __getitem__(self, i: int) -> CollectiveSample:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return CollectiveSample(kind=schema.COLLECTIVE_KINDS[self.kind[i]], group_size=int(self.group_size[i]),
+                                start_s=float(self.start_s[i]), dur_s=float(self.dur_s[i]),
+                                message_bytes=float(self.message_bytes[i]),
+                                algbw_bytes_per_s=float(self.algbw_bytes_per_s[i]),
+                                busbw_bytes_per_s=float(self.busbw_bytes_per_s[i]))
+
+
+_UNKNOWN = schema.COLLECTIVE_KINDS.index("unknown")
+
+
+def collective_samples(rank: RankTrace, window: Window) -> CollectiveSamples:
     idx = window.index[rank.act_class[window.index] == schema.CLASS_COMM]
-    out = []
-    for i in idx:
-        kind = schema.COLLECTIVE_KINDS[rank.act_coll[i]] if rank.act_coll[i] >= 0 else "unknown"
-        n, dur, size = int(rank.act_group_size[i]), float(rank.act_dur_s[i]), float(rank.act_message_bytes[i])
-        algbw = size / dur if dur > 0 and np.isfinite(size) else np.nan
-        out.append(CollectiveSample(kind=kind, group_size=n, start_s=float(rank.act_start_s[i]), dur_s=dur,
-                                    message_bytes=size, algbw_bytes_per_s=algbw,
-                                    busbw_bytes_per_s=algbw * busbw_factor(kind, n)))
-    return tuple(out)
+    kind = np.where(rank.act_coll[idx] >= 0, rank.act_coll[idx], _UNKNOWN).astype(np.int8)
+    n = rank.act_group_size[idx].astype(np.int64)
+    dur, size = rank.act_dur_s[idx], rank.act_message_bytes[idx]
+    ok = (dur > 0) & np.isfinite(size)
+    algbw = np.full(idx.size, np.nan)
+    algbw[ok] = size[ok] / dur[ok]
+    factor = np.ones(idx.size)
+    pairs = kind.astype(np.int64) * (1 << 32) + n
+    for pair in distinct(pairs):  # the few (kind, group size) pairs
+        k, g = divmod(int(pair), 1 << 32)
+        factor[pairs == pair] = busbw_factor(schema.COLLECTIVE_KINDS[k], g)
+    return CollectiveSamples(kind=kind, group_size=n, start_s=rank.act_start_s[idx], dur_s=dur, message_bytes=size,
+                             algbw_bytes_per_s=algbw, busbw_bytes_per_s=algbw * factor)
 
 
-def _nan(fn, values: list[float]) -> float:
-    vals = [v for v in values if np.isfinite(v)]
-    return float(fn(vals)) if vals else float("nan")
+def _finite(fn, values: np.ndarray) -> float:
+    vals = values[np.isfinite(values)]
+    return float(fn(vals)) if vals.size else float("nan")
 
 
-def collective_inventory(samples: tuple[CollectiveSample, ...]) -> tuple[CollectiveGroup, ...]:
-    """Group samples by (kind, group size), largest total time first."""
-    groups: dict[tuple[str, int], list[CollectiveSample]] = {}
-    for s in samples:
-        groups.setdefault((s.kind, s.group_size), []).append(s)
+def _sequential_sum(values: np.ndarray) -> float:
+    """Left-to-right sum (as Python's `sum`; numpy's `sum` adds pairwise, which rounds differently)."""
+    return float(np.cumsum(values)[-1]) if values.size else 0.0
+
+
+def collective_inventory(samples: CollectiveSamples) -> tuple[CollectiveGroup, ...]:
+    """Group samples by (kind, group size), largest total time first (ties: first seen first)."""
+    if not len(samples):
+        return ()
+    pairs = samples.kind.astype(np.int64) * (1 << 32) + samples.group_size
+    order = np.argsort(pairs, kind="stable")
+    cut = np.flatnonzero(np.diff(pairs[order])) + 1
+    groups = sorted(np.split(order, cut), key=lambda g: g[0])  # in order of first appearance
     rows = []
-    for (kind, n), items in groups.items():
-        sizes = [s.message_bytes for s in items]
-        busbw = [s.busbw_bytes_per_s for s in items]
+    for g in groups:
+        sizes = samples.message_bytes[g]
         rows.append(CollectiveGroup(
-            kind=kind, group_size=n, count=len(items), total_s=sum(s.dur_s for s in items),
-            min_message_bytes=_nan(min, sizes), max_message_bytes=_nan(max, sizes),
-            total_bytes=_nan(sum, sizes), median_busbw_bytes_per_s=_nan(np.median, busbw),
-            max_busbw_bytes_per_s=_nan(max, busbw),
-            median_algbw_bytes_per_s=_nan(np.median, [s.algbw_bytes_per_s for s in items])))
+            kind=schema.COLLECTIVE_KINDS[samples.kind[g[0]]], group_size=int(samples.group_size[g[0]]),
+            count=int(g.size), total_s=_sequential_sum(samples.dur_s[g]), min_message_bytes=_finite(np.min, sizes),
+            max_message_bytes=_finite(np.max, sizes),
+            total_bytes=_finite(_sequential_sum, sizes), median_busbw_bytes_per_s=_finite(np.median,
+                                                                                            samples.busbw_bytes_per_s[g]),
+            max_busbw_bytes_per_s=_finite(np.max, samples.busbw_bytes_per_s[g]),
+            median_algbw_bytes_per_s=_finite(np.median, samples.algbw_bytes_per_s[g])))
     return tuple(sorted(rows, key=lambda r: -r.total_s))

@@ -7,12 +7,14 @@ the kernel name (`ncclKernel_AllReduce_*`, `ncclDevKernel_SendRecv`, ...).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any
 
 import numpy as np
 
+from narrowpath.errors import TraceFormatError
 from narrowpath.trace import schema
 from narrowpath.trace.model import ProcessGroup, RankTrace
 
@@ -32,30 +34,70 @@ def rank_from_name(path: str) -> int | None:
     return int(found[-1]) if found else None
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_distributed_info(path: str, header: dict[str, Any]) -> None:
+    """`distributedInfo`, when present, is an object whose `rank` and `world_size` (when given) are counts, the
+    rank below the world size: anything else is refused rather than ignored (a rank "zero" used to fall back to
+    the file name silently)."""
+    if "distributedInfo" not in header:
+        return
+    info = header["distributedInfo"]
+    if not isinstance(info, dict):
+        raise TraceFormatError(f"{path}: distributedInfo must be an object, got {_short(info)}")
+    for key in ("rank", "world_size"):
+        if key in info and not _count(info[key]):
+            raise TraceFormatError(f"{path}: distributedInfo.{key} must be an integer >= 0, got {_short(info[key])}")
+    if "rank" in info and "world_size" in info and info["rank"] >= info["world_size"]:
+        raise TraceFormatError(f"{path}: distributedInfo.rank {info['rank']} is not below distributedInfo.world_size "
+                               f"{info['world_size']}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _rank_of(path: str, header: dict[str, Any], fallback: int) -> tuple[int, str, int | None]:
+    check_distributed_info(path, header)
     info = header.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+    if isinstance(info, dict) and "rank" in info:
         ws = info.get("world_size")
-        return info["rank"], "distributedInfo", ws if isinstance(ws, int) else None
+        return info["rank"], "distributedInfo", ws
     by_name = rank_from_name(path)
     if by_name is not None:
         return by_name, "file name", None
     return fallback, "file order", None
 
 
-def _process_groups(header: dict[str, Any]) -> tuple[ProcessGroup, ...]:
+def _process_groups(path: str, header: dict[str, Any]) -> tuple[ProcessGroup, ...]:
+    """`distributedInfo.pg_config`, each entry checked (a group's ranks are counts; its size one too)."""
     info = header.get("distributedInfo")
+    groups = info.get("pg_config") if isinstance(info, dict) else None
+    if groups is None:
+        return ()
+    if not isinstance(groups, list):
+        raise TraceFormatError(f"{path}: distributedInfo.pg_config must be a list, got {_short(groups)}")
     out = []
-    for pg in (info.get("pg_config") or []) if isinstance(info, dict) else []:
-        if isinstance(pg, dict):
-            ranks = pg.get("ranks") if isinstance(pg.get("ranks"), list) else []
-            out.append(ProcessGroup(name=str(pg.get("pg_name", "")), size=int(pg.get("pg_size") or len(ranks)),
-                                    ranks=tuple(int(r) for r in ranks)))
+    for i, pg in enumerate(groups):
+        where = f"{path}: distributedInfo.pg_config[{i}]"
+        if not isinstance(pg, dict):
+            raise TraceFormatError(f"{where} must be an object, got {_short(pg)}")
+        ranks = pg.get("ranks", [])
+        if not isinstance(ranks, list) or not all(_count(r) for r in ranks):
+            raise TraceFormatError(f"{where}.ranks must be a list of ranks (integers >= 0), got {_short(ranks)}")
+        size = pg.get("pg_size") or len(ranks)
+        if not _count(size):
+            raise TraceFormatError(f"{where}.pg_size must be an integer >= 0, got {_short(size)}")
+        out.append(ProcessGroup(name=str(pg.get("pg_name", "")), size=size, ranks=tuple(ranks)))
     return tuple(out)
 
 
 def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -> RankTrace:
     rank, rank_source, world_size = _rank_of(path, header, fallback_rank)
+    groups = _process_groups(path, header)
     host_mode = len(cols.act["ts"]) == 0
     table = cols.host if host_mode else cols.act
     name = _np(table["name"], np.int64).astype(np.int32)
@@ -104,7 +146,7 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
     for i in np.flatnonzero(comm & (coll < 0)):
         coll[i] = schema.COLLECTIVE_KINDS.index(schema.collective_kind(names[name[i]]))
     if host_mode:  # gloo annotations carry no group size: the default group is the world
-        group[comm & (group == 0)] = world_size or _world_from_groups(_process_groups(header)) or 0
+        group[comm & (group == 0)] = world_size or _world_from_groups(groups) or 0
 
     order = np.argsort(ts, kind="stable")
     sec = lambda a: (a - origin) * _NS  # noqa: E731
@@ -116,8 +158,7 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
     return RankTrace(
         path=os.fspath(path), rank=rank, rank_source=rank_source, world_size=world_size, device_name=device_name,
         host_mode=host_mode, names=names, origin_ns=origin,
-        clock_offset_ns=int(header.get("baseTimeNanoseconds") or 0) if isinstance(
-            header.get("baseTimeNanoseconds"), (int, float)) else 0, process_groups=_process_groups(header),
+        clock_offset_ns=_base_time_ns(path, header), process_groups=groups,
         act_name=name[order], act_start_s=sec(ts[order].astype(np.float64)), act_dur_s=dur[order] * _NS,
         act_lane=lane[order], act_kind=kind[order], act_class=act_class[order], act_corr=corr[order],
         act_launch_s=launch_s[order], act_launch_tid=launch_tid[order], act_coll=coll[order],
@@ -125,7 +166,23 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
         rt_name=rt["name"][rt_order].astype(np.int32), rt_start_s=sec(rt["ts"][rt_order].astype(np.float64)),
         rt_dur_s=rt["dur"][rt_order] * _NS, rt_corr=rt["corr"][rt_order], rt_tid=rt["tid"][rt_order],
         step_number=st["num"][st_order], step_start_s=sec(st["ts"][st_order].astype(np.float64)),
-        step_dur_s=st["dur"][st_order] * _NS, num_events=cols.num_events)
+        step_dur_s=st["dur"][st_order] * _NS, num_events=cols.num_events, backend=_backend(header))
+
+
+def _base_time_ns(path: str, header: dict[str, Any]) -> int:
+    """`baseTimeNanoseconds` (0 when absent): a finite number, or the file is refused."""
+    value = header.get("baseTimeNanoseconds")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TraceFormatError(f"{path}: baseTimeNanoseconds must be a number of nanoseconds, got {_short(value)}")
+    return int(value)
+
+
+def _backend(header: dict[str, Any]) -> str | None:
+    info = header.get("distributedInfo")
+    backend = info.get("backend") if isinstance(info, dict) else None
+    return str(backend)[:40] if backend is not None else None
 
 
 def _world_from_groups(groups: tuple[ProcessGroup, ...]) -> int | None:

@@ -41,16 +41,19 @@ class IdleCauses:
 
 def idle_causes(rank: RankTrace, window: Window, consecutive_kernel_delay_s: float = CONSECUTIVE_KERNEL_DELAY_S,
                 sync_tolerance_s: float = SYNC_TOLERANCE_S) -> IdleCauses:
+    """O(n log n) in the window's activities: one sort groups them by stream, and the latest end on another
+    stream before each gap closes comes from one sort of all ends (`latest_other_end`)."""
     sel = window.index
     totals = dict.fromkeys(IDLE_CAUSES, 0.0)
     if sel.size < 2:
         return IdleCauses(by_cause_s=totals, num_gaps=0)
     start, end, lane = rank.act_start_s[sel], rank.act_end_s[sel], rank.act_lane[sel]
     launch = rank.act_launch_s[sel]
+    by_lane = np.argsort(lane, kind="stable")  # grouped by stream, each group in start order
+    bounds = np.flatnonzero(np.diff(lane[by_lane])) + 1
+    ends_order = np.argsort(end, kind="stable")
     num_gaps = 0
-    for stream in np.unique(lane):
-        on = lane == stream
-        idx = np.flatnonzero(on)  # already sorted by start
+    for idx in np.split(by_lane, bounds):
         if idx.size < 2:
             continue
         prev_end = np.maximum.accumulate(end[idx])[:-1]
@@ -61,12 +64,27 @@ def idle_causes(rank: RankTrace, window: Window, consecutive_kernel_delay_s: flo
         num_gaps += int(gap.size)
         host = np.nan_to_num(launch[nxt], nan=-np.inf) > prev_end
         kernel = ~host & (gap < consecutive_kernel_delay_s)
-        other_ends = np.sort(end[~on])  # latest end on another stream before the gap closes
-        k = np.searchsorted(other_ends, start[nxt], side="right") - 1
-        latest = np.where(k >= 0, other_ends[np.maximum(k, 0)] if other_ends.size else 0.0, -np.inf)
+        latest = latest_other_end(end, lane, ends_order, start[nxt], lane[idx[0]])
         other = ~host & ~kernel & (latest > prev_end) & (start[nxt] - latest <= sync_tolerance_s)
         totals["host_wait"] += float(gap[host].sum())
         totals["kernel_wait"] += float(gap[kernel].sum())
         totals["other_stream_wait"] += float(gap[other].sum())
         totals["other"] += float(gap[~host & ~kernel & ~other].sum())
     return IdleCauses(by_cause_s=totals, num_gaps=num_gaps)
+
+
+def latest_other_end(end: np.ndarray, lane: np.ndarray, ends_order: np.ndarray, t: np.ndarray,
+                     own_lane) -> np.ndarray:
+    """For each time t, the latest end at or before t of an activity not on `own_lane` (-inf when none).
+
+    `ends_order` sorts `end` (stable). The last end before t is the answer unless it is on the own stream; then
+    the answer is the last end before that stream's run of consecutive ends, found by binary search on the
+    positions where the sorted ends change stream."""
+    ends = end[ends_order]
+    lanes = lane[ends_order]
+    k = np.searchsorted(ends, t, side="right") - 1
+    starts_run = np.flatnonzero(np.concatenate(([True], lanes[1:] != lanes[:-1])))
+    kk = np.maximum(k, 0)
+    run_start = starts_run[np.searchsorted(starts_run, kk, side="right") - 1] if ends.size else kk
+    k_other = np.where(k < 0, -1, np.where(lanes[kk] != own_lane, k, run_start - 1)) if ends.size else k
+    return np.where(k_other >= 0, ends[np.maximum(k_other, 0)] if ends.size else 0.0, -np.inf)

@@ -1,4 +1,4 @@
-"""Interval algebra on numpy arrays (seconds): merge, union length, intersection length.
+"""Interval algebra on numpy arrays (seconds): merge, union length, intersection length; and `distinct`.
 
 Merging follows HTA's `merge_kernel_intervals` (hta/utils/utils.py): sort by start; an interval joins the
 current group unless it starts strictly after the running maximum end, so touching intervals merge.
@@ -44,3 +44,12 @@ def intersection(a_start_s: np.ndarray, a_end_s: np.ndarray, b_start_s: np.ndarr
     cum = np.concatenate(([0.0], np.cumsum(b_end_s - b_start_s)[:-1]))
     return float(np.sum(_covered_before(a_end_s, b_start_s, b_end_s, cum)
                         - _covered_before(a_start_s, b_start_s, b_end_s, cum)))
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array: `np.unique` without its import of numpy.ma (numpy 2.x
+    imports it on the first call, ~15 ms of a `narrowpath trace` process)."""
+    s = np.sort(values)
+    if s.size < 2:
+        return s
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from narrowpath.trace import schema
+from narrowpath.trace.intervals import distinct
 from narrowpath.trace.model import RankTrace
 from narrowpath.trace.windows import Window
 
@@ -48,9 +49,9 @@ def kernel_breakdown(rank: RankTrace, window: Window) -> tuple[KernelCategory, .
     total = float(durs.sum()) or 1.0
     per_name = np.bincount(names, weights=durs, minlength=len(rank.names))
     rows = []
-    for ci in np.unique(cat_of):
+    for ci in distinct(cat_of):
         m = cat_of == ci
-        in_cat = np.unique(names[m])
+        in_cat = distinct(names[m])
         top = int(in_cat[np.argmax(per_name[in_cat])])
         rows.append(KernelCategory(category=cats[ci], num_kernels=int(m.sum()), total_s=float(durs[m].sum()),
                                    share_pct=100.0 * float(durs[m].sum()) / total,

@@ -79,6 +79,8 @@ class RankTrace:
     step_dur_s: np.ndarray
     num_events: int
     """Events in the file's traceEvents (decoded or skipped)."""
+    backend: str | None = None
+    """`distributedInfo.backend` (nccl, gloo, ...); None when the trace does not say."""
 
     @property
     def act_end_s(self) -> np.ndarray:

@@ -18,6 +18,7 @@ from typing import Any
 from narrowpath.errors import TraceFormatError
 from narrowpath.trace import schema
 from narrowpath.trace.finalize import finalize_rank
+from narrowpath.trace.jobs import describe_job, group_jobs
 from narrowpath.trace.jsonstream import SkipRule, iter_trace
 from narrowpath.trace.model import RankTrace, Trace
 
@@ -113,9 +114,9 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
             name_id = intern(name)
         kind = gpu_cats.get(cat)
         if kind is not None:
-            args = e.get("args") or _EMPTY
+            args = e.get("args", _EMPTY)
             if type(args) is not dict:
-                args = _EMPTY
+                args = _bad_args(e, path)
             lane = args.get("stream", e.get("tid"))
             if type(lane) is not int:
                 lane = _int(lane)
@@ -130,14 +131,28 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
         elif cat in rt_cats:
             if name == POLL_CALL:
                 continue
-            args = e.get("args") or _EMPTY
+            args = e.get("args", _EMPTY)
             if type(args) is not dict:
-                args = _EMPTY
+                args = _bad_args(e, path)
             corr, tid = args.get("correlation", -1), e.get("tid")
             r_name(name_id); r_ts(ts); r_dur(dur)
             r_corr(corr if type(corr) is int else _int(corr)); r_tid(tid if type(tid) is int else _int(tid))
         elif cat in host_cats:
-            _host_event(cols, e, name, name_id, ts, dur)
+            _host_event(cols, e, name, name_id, ts, dur, path)
+
+
+def _bad_args(e: dict[str, Any], path: str) -> dict[str, Any]:
+    """`args` of a kept event that is not an object: refused (read as empty, a kernel loses its stream and
+    launch, and a trace of such events measures 0 % everywhere). `null` counts as absent."""
+    if e["args"] is None:
+        return _EMPTY
+    raise TraceFormatError(f"{path}: trace event {str(e.get('name'))[:60]!r} (cat {e.get('cat')!r}, ts {e.get('ts')}): "
+                           f"'args' must be an object, got {_short(e['args'])}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
@@ -152,11 +167,12 @@ def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
                                ) from None
 
 
-def _host_event(cols: RankColumns, e: dict[str, Any], name: str, name_id: int, ts: int, dur: int) -> None:
+def _host_event(cols: RankColumns, e: dict[str, Any], name: str, name_id: int, ts: int, dur: int,
+                path: str) -> None:
     """A CPU op or annotation: a step marker, collective metadata, or (CPU-only traces) host work."""
-    args = e.get("args") or _EMPTY
+    args = e.get("args", _EMPTY)
     if type(args) is not dict:
-        args = _EMPTY
+        args = _bad_args(e, path)
     if name.startswith("ProfilerStep"):
         m = schema.STEP_RE.match(name)
         steps = cols.steps
@@ -185,11 +201,15 @@ def _int(value: Any) -> int:
 
 POLL_CALL = "cudaEventQuery"
 """A non-blocking poll: launches nothing and waits for nothing, so it is dropped (on every parse path)."""
-GPU_SKIP_RULE = SkipRule(skip=('"ph": "f"', '"ph": "s"', '"cat": "cpu_op"', f'"name": "{POLL_CALL}"'),
-                         unless=("record_param_comms", "ProfilerStep"))
+_HEAD = '\n    "ph": '
+GPU_SKIP_RULE = SkipRule(
+    skip=(_HEAD + '"f"', _HEAD + '"s"', _HEAD + '"X", "cat": "cpu_op"',
+          _HEAD + f'"X", "cat": "cuda_runtime", "name": "{POLL_CALL}"'),
+    unless=(_HEAD + '"X", "cat": "cpu_op", "name": "record_param_comms"',
+            _HEAD + '"X", "cat": "cpu_op", "name": "ProfilerStep'))
 """GPU traces need kernels, launches, syncs, steps and record_param_comms (older PyTorch files mark
-ProfilerStep as a cpu_op, hence the exception): flow arrows, plain CPU ops and
-`cudaEventQuery` polls (which launch nothing and block nothing) are skipped undecoded."""
+ProfilerStep as a cpu_op, hence the exception): flow arrows, plain CPU ops and `cudaEventQuery` polls (which
+launch nothing and block nothing), written in Kineto's layout, are skipped undecoded."""
 
 
 def read_rank(path: str, fallback_rank: int = 0) -> RankTrace:
@@ -257,14 +277,18 @@ def trace_paths(inputs: Iterable[str | os.PathLike]) -> list[str]:
     return paths
 
 
-def read_trace(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> Trace:
-    """Read every rank of a job. Two files claiming the same rank are an error naming both."""
+def read_jobs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[Trace, ...]:
+    """Read every file and group the ranks into jobs (trace/jobs.py): a folder may hold several jobs."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    ranks = [read_rank(p, i) for i, p in enumerate(trace_paths(inputs))]
-    seen: dict[int, str] = {}
-    for r in ranks:
-        if r.rank in seen:
-            raise TraceFormatError(f"{r.path}: rank {r.rank} ({r.rank_source}) already read from {seen[r.rank]}")
-        seen[r.rank] = r.path
-    return Trace(ranks=tuple(sorted(ranks, key=lambda r: r.rank)))
+    return group_jobs([read_rank(p, i) for i, p in enumerate(trace_paths(inputs))])
+
+
+def read_trace(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> Trace:
+    """Read every rank of one job. Two files claiming the same rank of it are an error naming both; files of
+    several jobs are an error saying which files belong together (`read_jobs` reads them all)."""
+    jobs = read_jobs(inputs)
+    if len(jobs) > 1:
+        raise TraceFormatError(f"the trace files hold {len(jobs)} jobs ({'; '.join(describe_job(j) for j in jobs)}); "
+                               f"give the files of one job")
+    return jobs[0]

@@ -77,10 +77,29 @@ KERNEL_CATEGORIES = (
 )
 
 
+def _lowered(pattern: re.Pattern) -> tuple[re.Pattern, bool]:
+    """(pattern, whether to match it on the lower-cased name): a case-insensitive pattern becomes its lower-case
+    case-sensitive twin (unless it holds an upper-case escape such as \\D, whose meaning lowering would change)."""
+    if pattern.flags & re.IGNORECASE and not re.search(r"\\[A-Z]", pattern.pattern):
+        return re.compile(pattern.pattern.lower()), True
+    return pattern, False
+
+
+_LOWERED_CATEGORIES = tuple((c, *_lowered(p)) for c, p in KERNEL_CATEGORIES)
+"""KERNEL_CATEGORIES for ASCII names lower-cased once: case-insensitive matching over names of hundreds of
+characters was most of the analyses' time on a real trace (tests/trace/test_fuzz.py holds the two equal)."""
+
+
 def kernel_category(name: str) -> str:
     """Coarse category of a kernel (or host op) name for the kernel breakdown; "other" when none matches."""
-    for category, pattern in KERNEL_CATEGORIES:
-        if pattern.search(name):
+    if not name.isascii():
+        for category, pattern in KERNEL_CATEGORIES:
+            if pattern.search(name):
+                return category
+        return "other"
+    lowered = name.lower()
+    for category, pattern, ignore_case in _LOWERED_CATEGORIES:
+        if pattern.search(lowered if ignore_case else name):
             return category
     return "other"
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from narrowpath.trace import schema
+from narrowpath.trace.intervals import distinct
 from narrowpath.trace.model import RankTrace
 from narrowpath.trace.windows import Window
 
@@ -49,7 +50,7 @@ def straggler_report(ranks: tuple[RankTrace, ...], windows: tuple[Window, ...]) 
     if len(ranks) < 2:
         return None
     comm = [w.index[r.act_class[w.index] == schema.CLASS_COMM] for r, w in zip(ranks, windows)]
-    codes = sorted({int(c) for r, i in zip(ranks, comm) for c in np.unique(r.act_coll[i])})
+    codes = sorted({int(c) for r, i in zip(ranks, comm) for c in distinct(r.act_coll[i])})
     arrivals = {schema.COLLECTIVE_KINDS[c]: [_t0(r, ranks[0]) + r.act_start_s[i[r.act_coll[i] == c]]
                                              for r, i in zip(ranks, comm)] for c in codes}
     rank_ids = tuple(r.rank for r in ranks)

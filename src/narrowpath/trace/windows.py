@@ -61,6 +61,12 @@ def steps(rank: RankTrace) -> list[Window]:
     first = [float(rank.act_start_s[i].min()) if i.size else np.nan for i in issued]
     start, end = rank.act_start_s, rank.act_end_s
     reach = np.maximum.accumulate(end) if end.size else end  # running max end: monotone, so searchable
+    next_first = [float("nan")] * len(first)  # the first start of a later step that launched anything
+    upcoming = float("nan")
+    for k in range(len(first) - 1, -1, -1):
+        next_first[k] = upcoming
+        if first[k] == first[k]:
+            upcoming = first[k]
     out = []
     for k, (number, cpu_start, cpu_dur, idx) in enumerate(zip(rank.step_number, rank.step_start_s,
                                                                rank.step_dur_s, issued)):
@@ -68,9 +74,8 @@ def steps(rank: RankTrace) -> list[Window]:
             out.append(Window(step=int(number), index=idx, start_s=float(cpu_start),
                               end_s=float(cpu_start + cpu_dur), time_index=idx))
             continue
-        later = [f for f in first[k + 1:] if f == f]
         a = first[k]
-        b = later[0] if later else float(end[idx].max())
+        b = next_first[k] if next_first[k] == next_first[k] else float(end[idx].max())
         b = max(b, a)
         i0 = int(np.searchsorted(reach, a, side="right"))  # first activity that may end after a
         i1 = int(np.searchsorted(start, b, side="left"))   # activities starting before b
