@@ -215,3 +215,15 @@ def test_measured_busbw_table_in_the_calibration_is_used_for_rings(h100):
     assert c.busbw_bytes_per_s == pytest.approx(0.4 * line) and c.protocol == "measured"
     assert collective_time("all_reduce", 1e9, span, sys_, measured, "ring").busbw_bytes_per_s == \
         pytest.approx(0.7 * line)
+
+
+def test_full_mesh_point_to_point_uses_one_link():
+    """MI300X: every pair of the 8 GPUs has one 64 GB/s Infinity Fabric link (448 GB/s = 7 links per GPU); a
+    send/recv between two of them cannot exceed that link (it was priced at the whole 448 GB/s, 282 GB/s attained)."""
+    from narrowpath.network.placement import span_of
+    sysm = system("mi300x-platform")
+    cal = calibration_for("MI300X")
+    big = 8e9
+    c = collective_time("send_recv", big, span_of(2, ranks_per_domain=2, domains=1), sysm, cal)
+    assert big / c.time_s <= 64e9
+    assert big / c.time_s == pytest.approx(64e9 * cal.tier("scale_up").bw_efficiency, rel=0.01)

@@ -257,11 +257,11 @@ def direct(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
 
 
 def p2p(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
-    """Point-to-point send/recv between neighbours: α + S/B over NVLink when both sit in one domain, else over
-    the sender's NIC (Hockney α-β)."""
+    """Point-to-point send/recv between neighbours: α + S/B over the scale-up tier when both sit in one domain
+    (the pair's own link on a full mesh), else over the sender's NIC (Hockney α-β)."""
     if op != "send_recv":
         return None
-    bw, alpha, tier = (pm.up_bw, pm.alpha_up_s, "scale_up") if pm.domains <= 1 else \
+    bw, alpha, tier = (pm.pair_bw or pm.up_bw, pm.alpha_up_s, "scale_up") if pm.domains <= 1 else \
         (pm.nic_bw, pm.alpha_out_s, "scale_out")
     lat = tuple(_BASE_LAT_S["ring"][p] + alpha * _HOP_RATIO[tier][p] for p in range(3))
     return _cost(op, "p2p", S, lat, _protocol_bw(op, bw, 1.0, pm.domains > 1), tier, S, 2)

@@ -55,6 +55,9 @@ class PathModel:
     """Calibration's measured (message bytes, ring busbw / line rate) on the scale-up tier; () = use α-β."""
     out_measured: tuple[tuple[float, float], ...] = ()
     """Same for the scale-out tier."""
+    pair_bw: float = 0.0
+    """Attained scale-up bandwidth between two GPUs, bytes/s: up_bw behind a switch, one link's share
+    up_bw/(domain − 1) on a full mesh; 0 = up_bw."""
 
     def measured_busbw(self, message_bytes: float) -> float:
         """Ring busbw from the calibration's measured table of the bounding tier (log-size interpolation,
@@ -143,7 +146,9 @@ def path_model(span: GroupSpan, system: System, cal: Calibration) -> PathModel:
                    nvls_algbw=nvls_algbw, out_in_network=out.in_network_reduction,
                    up_line_bw=up.bw_bytes_per_s_per_gpu, nic_line_bw=out.bw_bytes_per_s_per_gpu,
                    up_measured=tuple(getattr(cu, "busbw_efficiency_by_size", ())),
-                   out_measured=tuple(getattr(co, "busbw_efficiency_by_size", ())))
+                   out_measured=tuple(getattr(co, "busbw_efficiency_by_size", ())),
+                   pair_bw=up.bw_bytes_per_s_per_gpu * cu.bw_efficiency / (dom - 1)
+                   if up.topology == "full_mesh" and dom > 1 else 0.0)
     if len(_CACHE) > 1024:
         _CACHE.clear()
     _CACHE[key] = (system, cal, pm)

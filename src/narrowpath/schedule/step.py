@@ -323,7 +323,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     mems = stage_memory(scn, wl, kernel)
     mem = max(mems, key=lambda b: b.total_bytes)
     assumptions = (
-        profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "")}),
+        profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "", "host")},
+                      scn.system.device.name),
         f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else ""),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
@@ -337,8 +338,9 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                           assumptions)
 
 
-def profile_usage(cal: Calibration, dtype: str, tiers: set[str]) -> str:
-    """Which entries of the calibration profile a prediction read (STYLE.md #12: provenance travels with numbers)."""
+def profile_usage(cal: Calibration, dtype: str, tiers: set[str], device: str = "") -> str:
+    """Which entries of the calibration profile a prediction read (STYLE.md #12: provenance travels with numbers),
+    and a warning when the profile was measured on another device than the one it prices."""
     if matrix_table(dtype, cal):
         pts = matrix_table(dtype, cal)
         matrix = f"matrix {dtype}: measured table ({len(pts)} sizes, {pts[0][1]:.2f}..{pts[-1][1]:.2f})"
@@ -350,7 +352,8 @@ def profile_usage(cal: Calibration, dtype: str, tiers: set[str]) -> str:
         table = f", measured busbw table ({len(tc.busbw_efficiency_by_size)} sizes)" if tc.busbw_efficiency_by_size else ""
         parts.append(f"{name}: busbw eff {tc.bw_efficiency:.2f}, alpha {tc.alpha_s * 1e6:.1f} us{table}"
                      + ("" if name in cal.tiers else " (default, not in profile)"))
-    return f"calibration profile {cal.name} used: " + "; ".join(parts)
+    other = f" (WARNING: measured on {cal.device}, applied to {device})" if device and cal.device != device else ""
+    return f"calibration profile {cal.name}{other} used: " + "; ".join(parts)
 
 
 def _merge(rows: list[TransferCost]) -> list[TransferCost]:

@@ -31,7 +31,8 @@ class Tier:
     in_network_reduction: bool = False
     """Switches can reduce in-network (NVLink SHARP / InfiniBand SHARP)."""
     topology: str = "switched"
-    """`switched` (NVSwitch), `rail_optimized`, `fat_tree`, or `ethernet`."""
+    """`switched` (NVSwitch), `full_mesh` (a direct link between every pair of GPUs, e.g. MI300X Infinity Fabric:
+    two GPUs talk over one link of bw/(domain − 1)), `rail_optimized`, `fat_tree`, or `ethernet`."""
 
     def __post_init__(self) -> None:
         choice("tier.name", self.name, TIER_NAMES)
