@@ -1,0 +1,134 @@
+"""Failures over a long horizon: interruptions by component class, and what each costs a synchronous job.
+
+An event simulation over wall time, replicated with the run's seed. Failures of each class arrive as a Poisson
+process (components × 1/MTBF; software failures scale with the job's GPUs); any one stops the whole job, which
+notices after `detect_s`, relaunches (`restart_s`), reads the last checkpoint back (its bytes over the storage
+bandwidth every reader shares) and redoes the training since that checkpoint. Checkpoints are written every
+`interval_s` of training, blocking, at the same shared bandwidth; a failure during a write loses that write.
+Planned maintenance (every `maintenance_every_s`) writes a checkpoint first, then restarts: no rework. Failures
+during a restart are absorbed by it. Training progresses at the simulated mean step time.
+
+Reported: interruptions per class, the wall time lost per cause, the effective training-time ratio (time spent
+on steps that are kept, over wall time; the Llama 3 paper's "effective training time") and goodput (the same
+kept work valued at the noise-free step time, so slow steps count as lost too).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from narrowpath.spec.noise import Failures
+
+LOSS_CAUSES = ("failure rework", "failure detection", "restart", "checkpoint reload", "checkpoint writes",
+               "planned maintenance")
+
+
+@dataclass(frozen=True, slots=True)
+class Population:
+    """How many components of each class can fail."""
+
+    gpu: int
+    node: int
+    link: int
+    switch: int
+
+    def count(self, cls: str) -> int:
+        return {"gpu": self.gpu, "node": self.node, "link": self.link, "switch": self.switch,
+                "software": self.gpu}[cls]
+
+
+@dataclass(frozen=True, slots=True)
+class LongRun:
+    horizon_s: float
+    replications: int
+    interruptions_by_class: dict
+    """Mean unexpected interruptions per class over the horizon."""
+    planned_interruptions: float
+    interruptions_sd: float
+    """Standard deviation of the total unexpected count across replications."""
+    checkpoint_interval_s: float
+    checkpoint_write_s: float
+    reload_s: float
+    lost_s: dict
+    """Mean wall seconds lost per cause (LOSS_CAUSES) over the horizon."""
+    effective_training_time_ratio: float
+    goodput: float
+    steps_kept: float
+
+
+def _one(rng: np.random.Generator, f: Failures, rates: np.ndarray, classes: tuple[str, ...], interval_s: float,
+         write_s: float, reload_s: float) -> tuple[dict, int, dict, float]:
+    horizon = f.horizon_s
+    total_rate = float(rates.sum())
+    t, saved, pending = 0.0, 0.0, 0.0
+    lost = dict.fromkeys(LOSS_CAUSES, 0.0)
+    counts = dict.fromkeys(classes, 0)
+    planned = 0
+    next_fail = t + rng.exponential(1.0 / total_rate) if total_rate > 0 else np.inf
+    next_maint = f.maintenance_every_s if f.maintenance_every_s > 0 else np.inf
+    while t < horizon:
+        to_ckpt = interval_s - pending
+        event = min(next_fail, next_maint, horizon, t + to_ckpt)
+        pending += event - t
+        t = event
+        if t >= horizon:
+            break
+        if t == next_fail:
+            cls = classes[int(rng.choice(len(classes), p=rates / total_rate))]
+            counts[cls] += 1
+            lost["failure rework"] += pending
+            pending = 0.0
+            down = f.detect_s + f.restart_s + reload_s
+            lost["failure detection"] += f.detect_s
+            lost["restart"] += f.restart_s
+            lost["checkpoint reload"] += reload_s
+            t += down
+            next_fail = t + rng.exponential(1.0 / total_rate)
+            while next_maint < t:
+                next_maint += f.maintenance_every_s
+        elif t == next_maint:
+            planned += 1
+            saved += pending
+            pending = 0.0
+            lost["planned maintenance"] += write_s + f.restart_s + reload_s
+            t += write_s + f.restart_s + reload_s
+            next_maint += f.maintenance_every_s
+            if next_fail < t:
+                next_fail = t + rng.exponential(1.0 / total_rate) if total_rate > 0 else np.inf
+        else:  # checkpoint due: blocking write; a failure during it loses the write
+            if next_fail < t + write_s:
+                lost["checkpoint writes"] += next_fail - t
+                t = next_fail
+                continue
+            lost["checkpoint writes"] += write_s
+            t += write_s
+            saved += pending
+            pending = 0.0
+    return counts, planned, lost, min(saved + pending, horizon)
+
+
+def long_run(f: Failures, pop: Population, checkpoint_bytes: float, write_bw_bytes_per_s: float, interval_s: float,
+             mean_step_s: float, noise_free_step_s: float, rng: np.random.Generator, replications: int = 20
+             ) -> LongRun:
+    """Replicate the horizon `replications` times (module docstring)."""
+    classes = tuple(c for c, _ in f.mtbf_h)
+    rates = np.array([pop.count(c) / (h * 3600.0) for c, h in f.mtbf_h]) if classes else np.zeros(0)
+    write_s = checkpoint_bytes / write_bw_bytes_per_s
+    interval = f.checkpoint_interval_s or interval_s
+    totals: dict = dict.fromkeys(classes, 0.0)
+    lost_sum = dict.fromkeys(LOSS_CAUSES, 0.0)
+    planned = useful = 0.0
+    per_rep = []
+    for _ in range(replications):
+        counts, pl, lost, u = _one(rng, f, rates, classes, interval, write_s, write_s)
+        for c in classes:
+            totals[c] += counts[c] / replications
+        for k in LOSS_CAUSES:
+            lost_sum[k] += lost[k] / replications
+        planned += pl / replications
+        useful += u / replications
+        per_rep.append(sum(counts.values()))
+    ettr = useful / f.horizon_s
+    return LongRun(f.horizon_s, replications, totals, planned, float(np.std(per_rep)), interval, write_s, write_s,
+                   lost_sum, ettr, ettr * noise_free_step_s / mean_step_s, useful / mean_step_s)

@@ -1,0 +1,172 @@
+"""`simulate`: play N training steps of a scenario as events, with noise and faults; the facade of the simulator.
+
+The noise-free step is played first with one unit per stage (every rank alike: symmetry); with per-step noise the
+job is played with every unit, the same seed giving the same result bit for bit (one `numpy.random.Generator`,
+drawn in program order).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from narrowpath.errors import SimulationError
+from narrowpath.network.fabric import fabric_for
+from narrowpath.schedule.sim.engine import StepEngine
+from narrowpath.schedule.sim.faults import LOSS_CAUSES, LongRun, Population, long_run
+from narrowpath.schedule.sim.layout import build_layout
+from narrowpath.schedule.sim.perturb import Perturbation
+from narrowpath.schedule.sim.programs import build_programs
+from narrowpath.schedule.sim.record import Event, Recorder
+from narrowpath.schedule.sim.tail import step_tail
+from narrowpath.schedule.sim.work import build_sim_work
+from narrowpath.schedule.step import StepPrediction, predict
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.noise import NoiseSpec
+from narrowpath.spec.scenario import Scenario
+
+SLACK = "slack (delays off the critical path)"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInputs:
+    """What the long-horizon run needs that the analysis stage computes (checkpoint size, interval)."""
+
+    checkpoint_bytes: float
+    interval_s: float
+    """Used when the noise spec does not set `checkpoint-every`."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    prediction: StepPrediction
+    seed: int
+    steps: int
+    schedule: str
+    step_times_s: np.ndarray
+    noise_free_step_time_s: float
+    """The simulator's own step without noise (the reference for schedules)."""
+    lost_time_s_by_cause: dict
+    """Mean seconds per step each cause added on the critical path; with faults, the long run's losses too."""
+    waits_s: dict
+    """Mean seconds per step a rank waits at each collective kind."""
+    slowest: tuple
+    """(first rank of the unit, stage, steps it arrived last at the step barrier, mean lead over the median s)."""
+    long_run: LongRun | None
+    noise: NoiseSpec
+    units_per_stage: int
+    events: tuple[Event, ...] = field(default=())
+
+    @property
+    def closed_form_step_time_s(self) -> float:
+        return self.prediction.step_time_s
+
+    def stats(self) -> dict:
+        t = self.step_times_s
+        return {"mean": float(t.mean()), "p50": float(np.percentile(t, 50)), "p90": float(np.percentile(t, 90)),
+                "p99": float(np.percentile(t, 99)), "max": float(t.max())}
+
+    @property
+    def goodput(self) -> float:
+        """Useful work (at the noise-free step time) over wall time: the long run's with faults, else the ratio of
+        the noise-free to the mean simulated step."""
+        if self.long_run is not None:
+            return self.long_run.goodput
+        return self.noise_free_step_time_s / float(self.step_times_s.mean())
+
+
+def default_schedule(scn: Scenario) -> str:
+    return "interleaved" if scn.plan.vpp > 1 else "1f1b"
+
+
+def population_of(scn: Scenario) -> Population:
+    """Components that can fail: GPUs, servers, scale-out links (one NIC and cable per GPU, rail-optimised) and
+    fabric switches (the generated fat tree's leaves plus half as many spines: a two-level folded Clos)."""
+    gpus = scn.num_gpus
+    nodes = -(-gpus // scn.system.gpus_per_node)
+    leaves = fabric_for(scn.system, gpus).fat_tree().num_leaves if nodes > 1 else 0
+    return Population(gpus, nodes, gpus if nodes > 1 else 0, leaves + -(-leaves // 2))
+
+
+def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int = 20, seed: int = 0,
+             schedule: str | None = None, exact: bool = False, timeline_ranks: tuple[int, ...] = (),
+             timeline_steps: int = 2, checkpoint: CheckpointInputs | None = None,
+             calibration: Calibration | None = None) -> SimResult:
+    """Simulate `steps` steps (see module docstring). `exact` draws kernel noise member by member everywhere."""
+    noise = noise or NoiseSpec()
+    if steps < 1:
+        raise SimulationError(f"--steps: must be >= 1, got {steps}")
+    pred = predict(scenario, calibration)
+    scn = pred.scenario
+    schedule = schedule or default_schedule(scn)
+    work = build_sim_work(pred, split_backward=schedule == "zb-h1")
+    programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches)
+    bucket = scn.plan.bucket_bytes
+    rng = np.random.default_rng(seed)
+
+    sym = build_layout(scn, symmetric=True)
+    noisy = noise.step_noise
+    layout = build_layout(scn, symmetric=False) if noisy else sym
+    _check_ranks(timeline_ranks, scn.num_gpus)
+    recorder = Recorder(layout, tuple(timeline_ranks), timeline_steps) if timeline_ranks else None
+    eager = schedule == "zb-h1"
+    base_eng = StepEngine(work, programs, sym, scn.plan.cp, None, recorder=None if noisy else recorder, eager=eager)
+    states, base_waits = base_eng.run_pipeline(rng, 0.0)
+    base, _, _, _ = step_tail(base_eng, states, rng, bucket)
+
+    lost: Counter = Counter()
+    waits: Counter = Counter()
+    last: Counter = Counter()
+    lead: Counter = Counter()
+    if noisy:
+        pert = Perturbation(noise, scn, layout, base)
+        pert.draw_phases(rng)
+        eng = StepEngine(work, programs, layout, scn.plan.cp, pert, exact=exact, recorder=recorder, eager=eager)
+        times = np.empty(steps)
+        t0 = 0.0
+        for k in range(steps):
+            pert.new_step(rng)
+            states, w = eng.run_pipeline(rng, t0)
+            end, cz, who, ahead = step_tail(eng, states, rng, bucket)
+            times[k] = end
+            t0 += end
+            waits.update(w)
+            for c, v in zip(pert.causes, cz):
+                lost[c] += float(v)
+            lost[SLACK] += (end - base) - float(cz.sum())
+            last[who] += 1
+            lead[who] += ahead
+    else:
+        if recorder is not None:
+            t0 = base
+            for _ in range(1, min(steps, timeline_steps)):
+                more, _ = base_eng.run_pipeline(rng, t0)
+                step_tail(base_eng, more, rng, bucket)
+                t0 += base
+        times = np.full(steps, base)
+        waits.update({k: v * steps for k, v in base_waits.items()})
+    lost_per_step = {k: v / steps for k, v in lost.items()}
+    waits_per_step = {k: v / steps for k, v in waits.items()}
+    slowest = tuple((int(layout.unit_ranks[s, u, 0]), s, n, lead[(s, u)] / n) for (s, u), n in last.most_common(5))
+    lr = None
+    if noise.failures is not None:
+        if checkpoint is None:
+            raise SimulationError("faults need the checkpoint size and interval (CheckpointInputs)")
+        f = noise.failures
+        fe = scn.system.tier("front_end").bw_bytes_per_s_per_gpu if scn.system.has_tier("front_end") else 0.0
+        bw = min(f.storage_bw_bytes_per_s, fe * scn.num_gpus) if fe > 0 else f.storage_bw_bytes_per_s
+        lr = long_run(f, population_of(scn), checkpoint.checkpoint_bytes, bw, checkpoint.interval_s,
+                      float(times.mean()), base, rng)
+        if lr.steps_kept > 0:
+            for k in LOSS_CAUSES:
+                if lr.lost_s[k] > 0:
+                    lost_per_step[k] = lr.lost_s[k] / lr.steps_kept
+    return SimResult(pred, seed, steps, schedule, times, base, lost_per_step, waits_per_step, slowest, lr, noise,
+                     layout.num_units, tuple(recorder.events) if recorder is not None else ())
+
+
+def _check_ranks(ranks: tuple[int, ...], num_gpus: int) -> None:
+    for r in ranks:
+        if not 0 <= r < num_gpus:
+            raise SimulationError(f"--timeline-ranks: rank {r} does not exist (the job has {num_gpus} GPUs)")

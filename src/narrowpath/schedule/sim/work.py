@@ -1,0 +1,311 @@
+"""What the simulator plays, priced: per stage and virtual chunk, the forward and backward passes of one
+micro-batch (compute seconds, kernels, blocking collectives in order), the pipeline messages, the gradient sync
+and the optimizer — all from the workload and cost stages `predict` uses (one physics, two compositions).
+
+Chunk work: a chunk runs its layers' work (`workload.build._layer_work`, per dense or MoE layer) plus the
+embedding on stage 0's first chunk and the output layer and loss on the last stage's last chunk
+(`_embedding_work`, with their ZeRO traffic). Whatever the stage's work holds beyond these (a future item) is
+spread over its chunks by layer count, so the chunks always add up to the stage `predict` prices.
+
+Within a pass (Megatron order, not modelled op by op): blocking collectives are spread evenly through the pass,
+each kind at positions (j + ½)/n, and the compute splits at them; an overlappable transfer hides behind the
+matrix work of its phase (a context-parallel ring exchange behind (cp − 1)/cp of its attention), the hidden part
+slows that compute by the calibration's `overlap_compute_slowdown`, and what does not fit waits at the end of
+the pass — the rule `schedule.step` applies per stage, applied per chunk pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from narrowpath.cost.roofline import op_time_s
+from narrowpath.schedule.step import StepPrediction, _price, transfer_span
+from narrowpath.workload import transformer as T
+from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, stage_layer_ranges, \
+    zero2_per_microbatch, zero2_transfers, zero3_transfers
+from narrowpath.workload.items import Op, StageWork, Transfer
+
+PASS_PHASES = {"F": ("fwd",), "B": ("bwd", "recompute"), "W": ("bwd",), "BW": ("bwd", "recompute")}
+"""Workload phases each pass runs: F forward, BW whole backward (1F1B), or B (input gradients + recompute) and W
+(weight gradients) apart (zero-bubble schedules)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """A blocking collective inside a pass: every member of its group waits for the last one, then all spend
+    `cost_s` together."""
+
+    name: str
+    axis: str
+    """Placement group: tp, cp, ep, dp, edp (dp/edp become dp×cp / cp×dp/ep groups with context parallelism)."""
+    cost_s: float
+    latency_s: float
+    """Size-independent part of cost_s (a slow link stretches only the rest)."""
+    tiers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PassWork:
+    """One pass (F, B, W or BW) of one chunk for one micro-batch on one rank of a stage."""
+
+    kind: str
+    chunk: int
+    compute_s: float
+    """Kernel time including the overlap slowdown."""
+    kernels: float
+    syncs: tuple[Sync, ...]
+    """Blocking collectives in the order they occur."""
+    shares: tuple[float, ...]
+    """Fraction of compute_s before the first sync, between syncs, after the last (len(syncs) + 1, sum 1)."""
+    hidden_s: float = 0.0
+    """Communication that ran hidden behind this pass's compute."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepTransfer:
+    """A once-per-step transfer of one stage (gradient sync, parameter all-gather, tied embeddings), priced."""
+
+    name: str
+    op: str
+    axis: str
+    message_bytes: float
+    cost_s: float
+    latency_s: float
+    tiers: tuple[str, ...]
+    overlappable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StageProgramWork:
+    """Everything one stage does in a step, per chunk and pass kind."""
+
+    index: int
+    passes: dict
+    """(kind, chunk) → PassWork."""
+    chunk_layers: tuple[int, ...]
+    step_transfers: tuple[StepTransfer, ...]
+    chunk_param_share: tuple[float, ...]
+    """Fraction of the stage's gradient bytes each chunk owns (bucket readiness)."""
+    fwd_compute_s: float
+    """Forward compute of one micro-batch over all chunks (the parameter all-gather's overlap window)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimWork:
+    stages: tuple[StageProgramWork, ...]
+    vpp: int
+    num_microbatches: int
+    p2p_s: dict
+    """`F`/`B` → (seconds, latency, tiers) of one pipeline message (activation / gradient)."""
+    optimizer_s: float
+    optimizer_kernels: float
+    slowdown: float
+    """Calibration overlap_compute_slowdown (compute sharing the chip with overlapped communication)."""
+
+
+def _sync_axis(axis: str) -> str:
+    return {"pp_ends": "pp_ends"}.get(axis, axis)
+
+
+class _Pricer:
+    """Cached op and transfer prices through the closed form's own functions."""
+
+    def __init__(self, pred: StepPrediction):
+        self.pred, self.scn, self.cal = pred, pred.scenario, pred.calibration
+        self._ops: dict = {}
+        self._coll: dict = {}
+        self._spans: dict = {}
+
+    def op(self, op: Op) -> float:
+        k = id(op)
+        if k not in self._ops:
+            self._ops[k] = (op_time_s(op, self.scn.system.device, self.cal), op)
+        return self._ops[k][0]
+
+    def transfer(self, tr: Transfer):
+        cost = _price(tr, self.scn, self.cal, self._spans, self._coll)
+        return cost, transfer_span(self.scn, tr.axis).tiers
+
+
+def _counts(items) -> Counter:
+    out: Counter = Counter()
+    for it, c in items:
+        out[it] += c
+    return out
+
+
+def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tuple[Counter, Counter]]:
+    """(op counts, transfer counts) per chunk of stage `st`; they add up to the stage's items exactly."""
+    plan, model = scn.plan, scn.model
+    n_chunks = len(ranges)
+    weights = [len(r) for r in ranges] if sum(len(r) for r in ranges) else [1] * n_chunks
+    ops = [Counter() for _ in ranges]
+    xfs = [Counter() for _ in ranges]
+    if model.arch == "transformer":
+        first_moe = model.moe.first_dense_layers if model.moe is not None else model.layers
+        dense = _layer_work(scn, kernel, False)
+        moe = _layer_work(scn, kernel, True) if model.moe is not None else None
+        for j, r in enumerate(ranges):
+            n_moe = sum(1 for li in r if li >= first_moe) if moe is not None else 0
+            for work, n in ((dense, len(r) - n_moe), (moe, n_moe)):
+                if n:
+                    o, x = work
+                    ops[j].update({op: c * n for op, c in o})
+                    xfs[j].update({tr: c * n for tr, c in x})
+        first, last = st.index == 0, st.index == plan.pp - 1
+        for j, is_edge in ((0, first), (n_chunks - 1, last)):
+            if is_edge:
+                e_ops, e_xf = _embedding_work(scn, j == 0 and first, j == n_chunks - 1 and last)
+                ops[j].update(dict(_counts(e_ops)))
+                xfs[j].update(dict(_counts(e_xf)))
+                emb = embedding_params(scn, j == 0 and first, j == n_chunks - 1 and last)
+                if plan.zero_stage == 3:
+                    xfs[j].update(dict(_counts(zero3_transfers(plan, emb, 0.0))))
+                elif zero2_per_microbatch(plan):
+                    xfs[j].update(dict(_counts(zero2_transfers(plan, emb, 0.0))))
+    # the stage's own items are the reference: spread any difference over the chunks by layer count
+    total = sum(weights)
+    for mine, ref in ((ops, _counts(st.ops)), (xfs, _counts((t, c) for t, c in st.transfers if t.axis != "pp"))):
+        have: Counter = Counter()
+        for cnt in mine:
+            have.update(cnt)
+        for item in set(ref) | set(have):
+            diff = ref.get(item, 0.0) - have.get(item, 0.0)
+            if abs(diff) > 1e-9 * max(1.0, abs(ref.get(item, 0.0))):
+                for j in range(n_chunks):
+                    mine[j][item] += diff * weights[j] / total
+    return list(zip(ops, xfs))
+
+
+def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, cp: int, slowdown: float
+               ) -> PassWork:
+    phases = PASS_PHASES[kind]
+    wgrad = kind in ("B", "W")
+
+    def in_pass(op: Op) -> bool:
+        if op.phase not in phases:
+            return False
+        if not wgrad or op.phase != "bwd":
+            return True
+        is_w = op.name.endswith(".wgrad") and not T.is_attention_core(op)
+        return is_w == (kind == "W")
+
+    compute = kernels = 0.0
+    gemm = {ph: 0.0 for ph in phases}
+    attn = {ph: 0.0 for ph in phases}
+    for op, c in ops.items():
+        if c and in_pass(op):
+            t = pr.op(op) * c
+            compute += t
+            kernels += op.kernels * c
+            if op.kind != "vector":
+                gemm[op.phase] += t
+            if T.is_attention_core(op):
+                attn[op.phase] += t
+    blocking: list[tuple[float, int, Sync]] = []
+    tail: list[Sync] = []
+    hide = dict(gemm)
+    attn_budget = {ph: t * (cp - 1) / cp for ph, t in attn.items()}
+    hidden_total = 0.0
+    for order, (tr, c) in enumerate(sorted(xfs.items(), key=lambda kv: kv[0].name)):
+        if not c or tr.phase not in phases or tr.axis == "pp":
+            continue
+        grad_sync = "grad_reduce_scatter" in tr.name
+        if wgrad and tr.phase == "bwd" and grad_sync != (kind == "W"):
+            continue
+        if kind == "W" and not grad_sync:
+            continue
+        cost, tiers = pr.transfer(tr)
+        total = cost.time_s * c
+        if tr.overlappable:
+            window = attn_budget if tr.hides_behind == "attention" else hide
+            hidden = min(total, window.get(tr.phase, 0.0), hide.get(tr.phase, 0.0))
+            hide[tr.phase] -= hidden
+            if tr.hides_behind == "attention":
+                attn_budget[tr.phase] -= hidden
+            hidden_total += hidden
+            compute += slowdown * hidden
+            if total - hidden > 1e-15:
+                tail.append(Sync(tr.name, tr.axis, total - hidden, 0.0, tiers))
+        else:
+            n = max(1, round(c))
+            for j in range(n):
+                blocking.append(((j + 0.5) / n, order, Sync(tr.name, tr.axis, total / n, cost.latency_s, tiers)))
+    blocking.sort(key=lambda x: (x[0], x[1]))
+    pos = [p for p, _, _ in blocking] + [1.0] * len(tail)
+    edges = [0.0] + pos + [1.0]
+    shares = tuple(b - a for a, b in zip(edges[:-1], edges[1:]))
+    return PassWork(kind, chunk, compute, kernels, tuple(s for _, _, s in blocking) + tuple(tail), shares,
+                    hidden_total)
+
+
+def _chunk_params(scn, st: StageWork, ranges: list[range]) -> list[float]:
+    model, plan = scn.model, scn.plan
+    if model.arch != "transformer" or len(ranges) == 1:
+        return [1.0]
+    first_moe = model.moe.first_dense_layers if model.moe is not None else model.layers
+    out = []
+    for j, r in enumerate(ranges):
+        p = sum(T.layer_params(model, plan, moe_layer=li >= first_moe) for li in r)
+        p += embedding_params(scn, j == 0 and st.index == 0, j == len(ranges) - 1 and st.index == plan.pp - 1)
+        out.append(p)
+    s = sum(out)
+    return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
+
+
+def _step_transfers(pr: _Pricer, st: StageWork, top: StageWork, pp: int) -> tuple[StepTransfer, ...]:
+    """The most loaded stage's step transfers (what `predict` prices), scaled to this stage's parameters."""
+    dense_ratio = (st.params - st.expert_params) / max(1e-30, top.params - top.expert_params)
+    expert_ratio = st.expert_params / top.expert_params if top.expert_params > 0 else 0.0
+    out = []
+    for tr, c in pr.pred.workload.step_transfers:
+        if tr.axis == "pp_ends" and st.index not in (0, pp - 1):
+            continue
+        ratio = {"dp": dense_ratio, "edp": expert_ratio}.get(tr.axis, 1.0)
+        if ratio <= 0:
+            continue
+        scaled = tr if ratio == 1.0 else dataclasses.replace(tr, message_bytes=tr.message_bytes * ratio)
+        cost, tiers = pr.transfer(scaled)
+        out.append(StepTransfer(tr.name, tr.op, tr.axis, scaled.message_bytes, cost.time_s * c, cost.latency_s * c,
+                                tiers, tr.overlappable))
+    return tuple(out)
+
+
+def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWork:
+    """Price every pass of every chunk of every stage (see module docstring). `split_backward` prices B and W
+    apart (zero-bubble schedules) instead of one BW pass."""
+    scn, wl = pred.scenario, pred.workload
+    plan = scn.plan
+    pr = _Pricer(pred)
+    slowdown = pred.calibration.overlap_compute_slowdown
+    vpp = plan.vpp if scn.model.arch == "transformer" else 1
+    layer_ranges = stage_layer_ranges(scn.model.layers, plan.pp, vpp) if scn.model.arch == "transformer" \
+        else [[range(st.layers)] for st in wl.stages]
+    top = max(wl.stages, key=lambda s: s.params)
+    kinds = ("F", "B", "W") if split_backward else ("F", "BW")
+    stages = []
+    for st, ranges in zip(wl.stages, layer_ranges):
+        passes = {}
+        for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
+            for kind in kinds:
+                passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown)
+        fwd = sum(passes[("F", j)].compute_s for j in range(len(ranges)))
+        stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
+                                       _step_transfers(pr, st, top, plan.pp), tuple(_chunk_params(scn, st, ranges)),
+                                       fwd))
+    p2p = {}
+    for st in wl.stages:
+        for tr, _ in st.transfers:
+            if tr.axis == "pp" and tr.phase in ("fwd", "bwd"):
+                cost, tiers = pr.transfer(tr)
+                p2p["F" if tr.phase == "fwd" else "B"] = (cost.time_s, cost.latency_s, tiers)
+    opt_s = sum(pr.op(op) * c for op, c in wl.optimizer_ops)
+    opt_k = sum(op.kernels * c for op, c in wl.optimizer_ops)
+    return SimWork(tuple(stages), vpp, wl.num_microbatches, p2p, opt_s, opt_k, slowdown)
+
+
+def num_buckets(message_bytes: float, bucket_bytes: float) -> int:
+    """Gradient buckets of a stage's sync (DDP/Megatron fill buckets of `bucket_bytes` in backward order)."""
+    return max(1, math.ceil(message_bytes / bucket_bytes)) if bucket_bytes > 0 else 1
