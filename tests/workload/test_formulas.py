@@ -84,7 +84,10 @@ def test_pipeline_formulas():
     assert pipeline_time_s([1.0] * 4, 8) == pytest.approx(11.0)
     assert pipeline_time_s([1.0] * 4, 8, vpp=3) == pytest.approx(8 + 3 / 3)
     assert bubble_fraction(8, 32, 2) == pytest.approx(7 / 64)
-    assert pipeline_time_s([1.0, 2.0], 10) == pytest.approx(10 * 2 + 1 * 1.5)
+    # unequal stages follow the exact 1F1B schedule (the simulator's): the slow last stage works m·T without a
+    # pause once micro-batch 0 reaches it (F_0), then the last gradient returns through stage 0 (B_0); with
+    # backward = 2 x forward: F = (1/3, 2/3), B = (2/3, 4/3) -> 1/3 + 10·2 + 2/3 = 21 (was m·T_max + (p-1)·T_mean)
+    assert pipeline_time_s([1.0, 2.0], 10) == pytest.approx(1 / 3 + 10 * 2 + 2 / 3)
 
 
 def test_uneven_layer_split_lightens_first_and_last_stage():
