@@ -37,18 +37,21 @@ class StageState:
 
 class StepEngine:
     def __init__(self, work: SimWork, programs: tuple[StageProgram, ...], layout: Layout, cp: int,
-                 pert: Perturbation | None, exact: bool = False, recorder=None, eager: bool = False):
+                 pert: Perturbation | None, exact: bool = False, recorder=None, eager: bool = False,
+                 batch: int = 1):
         self.work, self.programs, self.layout, self.cp, self.pert = work, programs, layout, cp, pert
         self.eager = eager
         """Sends complete without waiting for the receiver to post (buffered); default: rendezvous (NCCL)."""
-        self.units, self.p = layout.num_units, layout.pp
+        self.p = layout.pp
+        self._groups: dict = {}
+        self.set_batch(batch)
         self.kernel = pert.kernel if pert is not None else None
         self.num_causes = len(pert.causes) if pert is not None else 0
         self.recorder = recorder
         self.plans: dict[tuple, PassPlan] = {}
         for st in work.stages:
             for (kind, chunk), pw in st.passes.items():
-                self.plans[(st.index, kind, chunk)] = compile_pass(pw, self.group, self.kernel, layout.tp, exact)
+                self.plans[(st.index, kind, chunk)] = compile_pass(pw, self._group1, self.kernel, layout.tp, exact)
         m = work.num_microbatches
         has_w = any(isinstance(x, Pass) and x.kind == "W" for x in programs[0].items)
         self.completes = {("W", m - 1)} if has_w else {("BW", m - 1)}
@@ -59,8 +62,25 @@ class StepEngine:
             self.chunk_order.append(tuple(order))
         self.ci = pert.cause_index if pert is not None else {}
 
-    def group(self, axis: str) -> np.ndarray | None:
+    def set_batch(self, batch: int) -> None:
+        """Play `batch` independent steps at once: step s's units are lanes s·U … s·U + U − 1 of every array
+        (steps start together after the previous step's global barrier, so they only share the fixed noise)."""
+        self.batch = batch
+        self.unit1 = self.layout.num_units
+        self.units = self.unit1 * batch
+        self._groups = {}
+
+    def _group1(self, axis: str) -> np.ndarray | None:
         return None if self.layout.symmetric else self.layout.group(axis, self.cp)
+
+    def group(self, axis: str) -> np.ndarray | None:
+        """Unit groups of an axis over all lanes of the batch (None: the collective stays inside a unit)."""
+        if axis not in self._groups:
+            g = self._group1(axis)
+            if g is not None and self.batch > 1:
+                g = (g[None, :, :] + self.unit1 * np.arange(self.batch)[:, None, None]).reshape(-1, g.shape[1])
+            self._groups[axis] = g
+        return self._groups[axis]
 
     # ------------------------------------------------------------------------------------------------------
     def run_pipeline(self, rng: np.random.Generator, t0: float) -> tuple[list[StageState], dict]:
@@ -158,56 +178,72 @@ class StepEngine:
 
     # ------------------------------------------------------------------------------------------------------
     def _exchange(self, i: int, ex: Exchange, st: StageState, msgs: dict, ready: deque) -> bool:
-        if not ex.messages:
+        messages = ex.messages
+        if not messages:
             return True
-        for mid, is_send in ex.messages:
-            rec = msgs.setdefault(mid, [None, None, None, None, None])
+        clock, cause = st.clock, st.cause
+        missing = None
+        for mid, is_send in messages:
+            rec = msgs.get(mid)
+            if rec is None:
+                rec = msgs[mid] = [None, None, None, None, None, 0]
             slot = 0 if is_send else 2
             if rec[slot] is None:
-                rec[slot], rec[slot + 1] = st.clock, st.cause
+                rec[slot], rec[slot + 1] = clock, cause
                 waiter = self._wake.pop((mid, slot), None)
                 if waiter is not None:
                     ready.append(waiter)
-        need = (0,) if self.eager else (0, 2)
-        missing = [(mid, k) for mid, _ in ex.messages for k in need if msgs[mid][k] is None]
-        if missing:
-            self._wake[missing[0]] = i
+            if rec[4] is None:
+                if rec[0] is None:
+                    missing = (mid, 0)
+                elif rec[2] is None and not self.eager:
+                    missing = (mid, 2)
+        if missing is not None:
+            self._wake[missing] = i
             return False
-        t, cz = st.clock, st.cause
-        for mid, is_send in ex.messages:
+        t, cz = clock, cause
+        for mid, is_send in messages:
             rec = msgs[mid]
             if rec[4] is None:
                 rec[4] = self._message(mid, rec)
             end, end_cause, start = rec[4]
-            own = rec[0] if is_send else rec[2]
-            self._pp_wait = self._pp_wait + (start - own)
+            self._pp_wait = self._pp_wait + (start - (rec[0] if is_send else rec[2]))
             later = end > t
-            t = np.maximum(t, end)
-            if cz is not None:
-                cz = np.where(later[None, :], end_cause, cz)
+            if later.any():
+                t = np.maximum(t, end)
+                if cz is not None:
+                    cz = end_cause if later.all() else np.where(later, end_cause, cz)
             if self.recorder is not None:
                 self.recorder.message(i, mid, is_send, start + self.t0, end + self.t0)
+            rec[5] += 1
+            if rec[5] == 2:
+                del msgs[mid]
         st.clock, st.cause = t, cz
         return True
 
     def _message(self, mid: tuple, rec: list):
-        """(end, cause at end, start) of a pipeline message once both ends have posted it."""
+        """(end, cause at end, start) of a pipeline message once its sender (and, rendezvous, its receiver) posted."""
         post_s, cause_s, post_r, cause_r = rec[:4]
-        start = post_s if self.eager else np.maximum(post_s, post_r)
+        if self.eager:
+            start, cz = post_s, cause_s
+        else:
+            first = post_s >= post_r
+            start = np.maximum(post_s, post_r)
+            cz = cause_s
+            if cause_s is not None and not first.all():
+                cz = cause_r if not first.any() else np.where(first, cause_s, cause_r)
         cost, lat, tiers = self.work.p2p_s[mid[0]]
-        dur = np.full(self.units, cost)
-        cz = None
-        if cause_s is not None:
-            cz = cause_s.copy() if self.eager else np.where((post_s >= post_r)[None, :], cause_s, cause_r).copy()
+        end = start + cost
         pert = self.pert
-        if pert is not None:
+        if pert is not None and tiers and (pert.slow_link or pert.flap_at):
+            cz = cz.copy()
             src = mid[1]
             dst = (src + 1) % self.p if mid[0] == "F" else (src - 1) % self.p
             for tier in tiers:
                 frac = pert.slow_link.get(tier)
                 if frac is not None:
                     extra = np.maximum(frac[src], frac[dst]) * max(0.0, cost - lat)
-                    dur = dur + extra
+                    end = end + extra
                     cz[self.ci["slow-link"]] += extra
                 at = pert.flap_at.get(tier)
                 if at is not None:
@@ -216,9 +252,9 @@ class StepEngine:
                         at[src][hit & (at[src] <= start)] = np.inf
                         at[dst][hit & (at[dst] <= start)] = np.inf
                         extra = hit * pert.flap_penalty[tier]
-                        dur = dur + extra
+                        end = end + extra
                         cz[self.ci["link-flap"]] += extra
-        return start + dur, cz, start
+        return end, cz, start
 
     # ------------------------------------------------------------------------------------------------------
     def _pass(self, i: int, op: Pass, st: StageState) -> None:

@@ -45,9 +45,9 @@ class Perturbation:
                         raise SpecError("noise.slow-gpu", f"rank {i} does not exist: the job has {n} GPUs (0..{n - 1})")
                     rank_f[i] = 1.0 + s.fraction
             factor = np.maximum(factor, rank_f)
-        self.factor = unit_factor(layout, factor) if noise.slow else None
+        self.factor1 = unit_factor(layout, factor) if noise.slow else None
         self.slow_label = f"slow-{noise.slow[0].kind}" if noise.slow else None
-        self.slow_link: dict[str, np.ndarray] = {}
+        self.slow_link1: dict[str, np.ndarray] = {}
         for sl in noise.slow_links:
             if not scn.system.has_tier(sl.tier):
                 raise SpecError("noise.slow-link.tier", f"the system has no {sl.tier} tier")
@@ -55,7 +55,7 @@ class Perturbation:
                 raise SpecError("noise.slow-link.rank", f"rank {sl.rank} does not exist: the job has {n} GPUs")
             flag = np.zeros(n)
             flag[sl.rank] = sl.fraction
-            self.slow_link[sl.tier] = np.maximum(self.slow_link.get(sl.tier, 0.0), unit_factor(layout, flag))
+            self.slow_link1[sl.tier] = np.maximum(self.slow_link1.get(sl.tier, 0.0), unit_factor(layout, flag))
         self.nominal_step_s = nominal_step_s
         self.flap_at: dict[str, np.ndarray] = {}
         self.flap_penalty = {f.tier: f.penalty_s for f in noise.flaps}
@@ -63,10 +63,18 @@ class Perturbation:
             if not scn.system.has_tier(f.tier):
                 raise SpecError("noise.link-flap.tier", f"the system has no {f.tier} tier")
         self.phases: list = []
+        self.set_batch(1)
+
+    def set_batch(self, batch: int) -> None:
+        """Tile the fixed per-unit state over `batch` steps played side by side (see StepEngine.set_batch)."""
+        self.batch = batch
+        self.factor = None if self.factor1 is None else np.tile(self.factor1, (1, batch))
+        self.slow_link = {k: np.tile(v, (1, batch)) for k, v in self.slow_link1.items()}
 
     # --- per job -----------------------------------------------------------------------------------------
     def draw_phases(self, rng: np.random.Generator) -> None:
-        """Random phases of the periodic pauses, per member rank ((pp, units, tp) arrays)."""
+        """Random phases of the periodic pauses, per member rank ((pp, units, tp) arrays); steps with pauses are
+        played one at a time (a pause depends on where the step starts in wall time)."""
         lay = self.layout
         self.phases = []
         for it in self.noise.interference:
@@ -78,7 +86,7 @@ class Perturbation:
         """Draw which links flap in this step and when (seconds after the step's start)."""
         lay = self.layout
         for f in self.noise.flaps:
-            hit = rng.random((lay.pp, lay.num_units, lay.tp)) < f.prob
+            hit = rng.random((lay.pp, lay.num_units * self.batch, lay.tp)) < f.prob
             when = rng.random(hit.shape) * self.nominal_step_s
             self.flap_at[f.tier] = np.where(hit, when, np.inf).min(axis=2)
 

@@ -27,6 +27,8 @@ from narrowpath.spec.noise import NoiseSpec
 from narrowpath.spec.scenario import Scenario
 
 SLACK = "slack (delays off the critical path)"
+MAX_LANES = 4096
+"""Steps are played side by side up to this many units per stage array (numpy work per event vs its overhead)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +115,7 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     eager = schedule == "zb-h1"
     base_eng = StepEngine(work, programs, sym, scn.plan.cp, None, recorder=None if noisy else recorder, eager=eager)
     states, base_waits = base_eng.run_pipeline(rng, 0.0)
-    base, _, _, _ = step_tail(base_eng, states, rng, bucket)
+    base = float(step_tail(base_eng, states, rng, bucket)[0][0])
 
     lost: Counter = Counter()
     waits: Counter = Counter()
@@ -122,21 +124,29 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     if noisy:
         pert = Perturbation(noise, scn, layout, base)
         pert.draw_phases(rng)
-        eng = StepEngine(work, programs, layout, scn.plan.cp, pert, exact=exact, recorder=recorder, eager=eager)
+        batch = 1 if (noise.interference or recorder is not None) else max(1, min(steps, MAX_LANES // layout.num_units))
+        eng = StepEngine(work, programs, layout, scn.plan.cp, pert, exact=exact, recorder=recorder, eager=eager,
+                         batch=batch)
         times = np.empty(steps)
-        t0 = 0.0
-        for k in range(steps):
+        t0, k = 0.0, 0
+        while k < steps:
+            n = min(batch, steps - k)
+            if n != eng.batch:
+                eng.set_batch(n)
+            pert.set_batch(n)
             pert.new_step(rng)
             states, w = eng.run_pipeline(rng, t0)
-            end, cz, who, ahead = step_tail(eng, states, rng, bucket)
-            times[k] = end
-            t0 += end
-            waits.update(w)
+            ends, cz, who, ahead = step_tail(eng, states, rng, bucket)
+            times[k:k + n] = ends
+            t0 += float(ends.sum())
+            waits.update({key: v * n for key, v in w.items()})
             for c, v in zip(pert.causes, cz):
-                lost[c] += float(v)
-            lost[SLACK] += (end - base) - float(cz.sum())
-            last[who] += 1
-            lead[who] += ahead
+                lost[c] += float(v.sum())
+            lost[SLACK] += float((ends - base).sum() - cz.sum())
+            for s, u in enumerate(who):
+                last[u] += 1
+                lead[u] += float(ahead[s])
+            k += n
     else:
         if recorder is not None:
             t0 = base

@@ -109,9 +109,9 @@ def _link_extras(eng: StepEngine, i: int, tr: StepTransfer, g, start: np.ndarray
 
 
 def step_tail(eng: StepEngine, states: list[StageState], rng: np.random.Generator, bucket_bytes: float
-              ) -> tuple[float, np.ndarray | None, tuple[int, int], float]:
-    """(step end, cause vector of the last unit, (stage, unit) that arrived last at the barrier, its lead over
-    the median arrival) — times from the step's start."""
+              ) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]], np.ndarray]:
+    """Per step of the batch: (step end, cause vector of the unit that finished the step (C, steps), (stage,
+    unit) that arrived last at the barrier, its lead over the median arrival) — times from the steps' start."""
     work = eng.work
     ag_exposed = 0.0
     for i, st in enumerate(states):
@@ -125,39 +125,44 @@ def step_tail(eng: StepEngine, states: list[StageState], rng: np.random.Generato
                 ag_exposed = max(ag_exposed, ag)
     if eng.p > 1:
         first, last = states[0], states[-1]
-        tied = [tr for tr in work.stages[0].step_transfers if tr.axis == "pp_ends"]
-        for tr in tied:
+        for tr in (tr for tr in work.stages[0].step_transfers if tr.axis == "pp_ends"):
             t = np.maximum(first.clock, last.clock)
             if first.cause is not None:
                 cz = np.where((first.clock >= last.clock)[None, :], first.cause, last.cause)
                 first.cause = last.cause = cz
             first.clock = last.clock = t + tr.cost_s
-    ends = np.stack([s.clock for s in states])
-    flat = int(ends.argmax())
-    stage, unit = divmod(flat, eng.units)
-    barrier = float(ends.max())
-    lead = barrier - float(np.median(ends))
-    eng.waits["step barrier (gradient-norm all-reduce)"] += float((barrier - ends).mean())
-    cz = states[stage].cause[:, unit].copy() if states[stage].cause is not None else None
-    opt = np.full(ends.shape, work.optimizer_s)
-    if eng.pert is not None:
+    S, U = eng.batch, eng.unit1
+    ends = np.stack([st.clock for st in states]).reshape(eng.p, S, U).transpose(1, 0, 2).reshape(S, -1)
+    flat = ends.argmax(axis=1)
+    barrier = ends.max(axis=1)
+    lead = barrier - np.median(ends, axis=1)
+    eng.waits["step barrier (gradient-norm all-reduce)"] += float((barrier[:, None] - ends).mean())
+    who = [divmod(int(f), U) for f in flat]
+    cz = None
+    if states[0].cause is not None:
+        cz = np.stack([states[st].cause[:, s * U + u] for s, (st, u) in enumerate(who)], axis=1)
+    opt = np.full((eng.p, eng.units), work.optimizer_s)
+    pert = eng.pert
+    if pert is not None:
         base = opt
         if eng.kernel is not None:
-            ext = work.optimizer_s * (eng.kernel.factor(rng, work.optimizer_kernels, ends.shape) - 1.0)
-            base = base + ext
-        if eng.pert.factor is not None:
-            base = base * eng.pert.factor
+            base = base + work.optimizer_s * (eng.kernel.factor(rng, work.optimizer_kernels, opt.shape) - 1.0)
+        jit = base - work.optimizer_s
+        if pert.factor is not None:
+            base = base * pert.factor
         opt = base
-    j = int(opt.argmax())
-    if cz is not None and eng.pert is not None:
-        extra = float(opt.flat[j] - work.optimizer_s)
-        if eng.pert.factor is not None:
-            slow = float(opt.flat[j] - opt.flat[j] / eng.pert.factor.flat[j])
-            cz[eng.ci[eng.pert.slow_label]] += slow
-            extra -= slow
-        if eng.kernel is not None:
-            cz[eng.ci["jitter"]] += extra
-    end = barrier + float(opt.max()) + ag_exposed
+        o = opt.reshape(eng.p, S, U).transpose(1, 0, 2).reshape(S, -1)
+        j = o.argmax(axis=1)
+        if cz is not None:
+            jj = jit.reshape(eng.p, S, U).transpose(1, 0, 2).reshape(S, -1)[np.arange(S), j]
+            if eng.kernel is not None:
+                cz[eng.ci["jitter"]] += jj
+            if pert.factor is not None:
+                cz[eng.ci[pert.slow_label]] += o[np.arange(S), j] - work.optimizer_s - jj
+        opt_max = o.max(axis=1)
+    else:
+        opt_max = np.full(S, work.optimizer_s)
+    end = barrier + opt_max + ag_exposed
     if eng.recorder is not None:
-        eng.recorder.tail(barrier + eng.t0, barrier + float(opt.max()) + eng.t0, end + eng.t0)
-    return end, cz, (stage, unit), lead
+        eng.recorder.tail(float(barrier[0]) + eng.t0, float(barrier[0] + opt_max[0]) + eng.t0, float(end[0]) + eng.t0)
+    return end, cz, who, lead
