@@ -18,12 +18,15 @@ import numpy as np
 
 from narrowpath.analysis.checkpoint import CheckpointCost, checkpoint_cost
 from narrowpath.analysis.context import Context
-from narrowpath.analysis.failures import FailureBudget, failure_budget
+from narrowpath.analysis.failures import FailureBudget, daly_interval_s, failure_budget
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.jitter import expected_wait_s
 from narrowpath.analysis.options import AnalysisOptions
 from narrowpath.catalog.facility import facility_for
+from narrowpath.schedule.sim.faults import class_rates_per_s
+from narrowpath.schedule.sim.run import CheckpointInputs, population_of
 from narrowpath.schedule.step import StepPrediction
+from narrowpath.spec.noise import NoiseSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,17 @@ class SyncBudget:
 def checkpoint_of(pred: StepPrediction, opts: AnalysisOptions) -> CheckpointCost:
     """Checkpoint write and restore of the job (analysis.checkpoint) on its system's facility."""
     return checkpoint_cost(pred, facility_for(pred.scenario.system), opts.storage_bw_bytes_per_s)
+
+
+def checkpoint_inputs(pred: StepPrediction, noise: NoiseSpec) -> CheckpointInputs:
+    """What the simulator's long run needs: the checkpoint's write and restore (analysis.checkpoint on the system's
+    facility; the noise spec's `storage=` sets the shared store's bandwidth) and Daly's interval for the job's
+    MTBF under the spec's failure rates."""
+    f = noise.failures
+    c = checkpoint_cost(pred, facility_for(pred.scenario.system), f.storage_bw_bytes_per_s or None)
+    rate = sum(class_rates_per_s(f, population_of(pred.scenario)).values())
+    interval = daly_interval_s(c.write_s, 1.0 / rate) if rate > 0 else f.horizon_s
+    return CheckpointInputs(c.checkpoint_bytes, c.write_s, c.restore_s, interval)
 
 
 def failures_of(pred: StepPrediction, opts: AnalysisOptions) -> FailureBudget:

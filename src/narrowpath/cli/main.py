@@ -45,6 +45,8 @@ COMMANDS = {  # name: (module, one-line help of `narrowpath --help`)
                                             "none)"),
     "serve": ("narrowpath.cli.serve_cmd", "simulate serving a model: throughput, TTFT/TPOT, KV cache, accounts, "
                                           "verdict"),
+    "simulate": ("narrowpath.cli.simulate_cmd", "play training steps as events: stragglers, noise, faults, "
+                                                "goodput"),
 }
 SUBCOMMANDS = tuple(module for module, _ in COMMANDS.values())
 

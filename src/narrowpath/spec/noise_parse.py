@@ -180,10 +180,14 @@ class _Builder:
                          notes=tuple(self.notes))
 
 
-def parse_noise(specs: Iterable[str]) -> NoiseSpec:
-    """Build a NoiseSpec from `--noise` strings (each a comma-separated list of items)."""
+def parse_noise(specs: Iterable[str | Mapping]) -> NoiseSpec:
+    """Build a NoiseSpec from `--noise` strings (each a comma-separated list of items) and parsed noise files
+    (mappings of item names to values), in order."""
     b = _Builder()
     for spec in specs:
+        if isinstance(spec, Mapping):
+            _add_mapping(b, spec)
+            continue
         for item in str(spec).split(","):
             if not item.strip():
                 continue
@@ -194,15 +198,16 @@ def parse_noise(specs: Iterable[str]) -> NoiseSpec:
     return b.build()
 
 
-def noise_from_mapping(data: Any) -> NoiseSpec:
-    """Build a NoiseSpec from a YAML/JSON mapping with the same names as the `--noise` grammar."""
+def _add_mapping(b: _Builder, data: Any) -> None:
     if not isinstance(data, Mapping):
         raise SpecError("noise", f"a noise file must hold a mapping of item names to values, got {type(data).__name__}")
-    b = _Builder()
     for name, value in data.items():
-        values = value if isinstance(value, list) else [value]
-        for v in values:
-            if name not in NAMES:
-                raise SpecError("noise", f"unknown item {name!r}; known: {', '.join(NAMES)}")
+        for v in (value if isinstance(value, list) else [value]):
             b.item(str(name), v)
+
+
+def noise_from_mapping(data: Any) -> NoiseSpec:
+    """Build a NoiseSpec from a YAML/JSON mapping with the same names as the `--noise` grammar."""
+    b = _Builder()
+    _add_mapping(b, data)
     return b.build()

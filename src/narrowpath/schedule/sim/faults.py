@@ -57,6 +57,11 @@ class LongRun:
     steps_kept: float
 
 
+def class_rates_per_s(f: Failures, pop: Population) -> dict[str, float]:
+    """Interruptions per second of the whole job from each component class (components / MTBF)."""
+    return {c: pop.count(c) / (h * 3600.0) for c, h in f.mtbf_h}
+
+
 def _one(rng: np.random.Generator, f: Failures, rates: np.ndarray, classes: tuple[str, ...], interval_s: float,
          write_s: float, reload_s: float) -> tuple[dict, int, dict, float]:
     horizon = f.horizon_s
@@ -112,8 +117,9 @@ def long_run(f: Failures, pop: Population, checkpoint_bytes: float, write_bw_byt
              mean_step_s: float, noise_free_step_s: float, rng: np.random.Generator, replications: int = 20
              ) -> LongRun:
     """Replicate the horizon `replications` times (module docstring)."""
-    classes = tuple(c for c, _ in f.mtbf_h)
-    rates = np.array([pop.count(c) / (h * 3600.0) for c, h in f.mtbf_h]) if classes else np.zeros(0)
+    by_class = class_rates_per_s(f, pop)
+    classes = tuple(by_class)
+    rates = np.array([by_class[c] for c in classes]) if classes else np.zeros(0)
     write_s = checkpoint_bytes / write_bw_bytes_per_s
     interval = f.checkpoint_interval_s or interval_s
     totals: dict = dict.fromkeys(classes, 0.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -36,6 +37,8 @@ class CheckpointInputs:
     """What the long-horizon run needs that the analysis stage computes (checkpoint size, interval)."""
 
     checkpoint_bytes: float
+    write_bw_bytes_per_s: float
+    """Shared by every writer and reader of the checkpoint."""
     interval_s: float
     """Used when the noise spec does not set `checkpoint-every`."""
 
@@ -93,9 +96,12 @@ def population_of(scn: Scenario) -> Population:
 
 def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int = 20, seed: int = 0,
              schedule: str | None = None, exact: bool = False, timeline_ranks: tuple[int, ...] = (),
-             timeline_steps: int = 2, checkpoint: CheckpointInputs | None = None,
+             timeline_steps: int = 2,
+             checkpoint: CheckpointInputs | Callable[[StepPrediction, NoiseSpec], CheckpointInputs] | None = None,
              calibration: Calibration | None = None) -> SimResult:
-    """Simulate `steps` steps (see module docstring). `exact` draws kernel noise member by member everywhere."""
+    """Simulate `steps` steps (see module docstring). `exact` draws kernel noise member by member everywhere.
+    `checkpoint` (needed with failures): the checkpoint's size, bandwidth and interval, or a function of the
+    prediction and the noise that gives them (`analysis.synchronisation.checkpoint_inputs`)."""
     noise = noise or NoiseSpec()
     if steps < 1:
         raise SimulationError(f"--steps: must be >= 1, got {steps}")
@@ -163,10 +169,8 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     if noise.failures is not None:
         if checkpoint is None:
             raise SimulationError("faults need the checkpoint size and interval (CheckpointInputs)")
-        f = noise.failures
-        fe = scn.system.tier("front_end").bw_bytes_per_s_per_gpu if scn.system.has_tier("front_end") else 0.0
-        bw = min(f.storage_bw_bytes_per_s, fe * scn.num_gpus) if fe > 0 else f.storage_bw_bytes_per_s
-        lr = long_run(f, population_of(scn), checkpoint.checkpoint_bytes, bw, checkpoint.interval_s,
+        ck = checkpoint(pred, noise) if callable(checkpoint) else checkpoint
+        lr = long_run(noise.failures, population_of(scn), ck.checkpoint_bytes, ck.write_bw_bytes_per_s, ck.interval_s,
                       float(times.mean()), base, rng)
         if lr.steps_kept > 0:
             for k in LOSS_CAUSES:
