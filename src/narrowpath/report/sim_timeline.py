@@ -1,7 +1,8 @@
 """Chrome-trace (Perfetto-loadable) JSON of the simulated steps on chosen ranks.
 
-pid = rank, one track (tid) per stream: compute (passes, optimizer), pipeline (send/recv), collectives across
-units (cp/ep/dp groups, with the tensor-parallel collectives folded into the passes), gradient sync, step end.
+pid = rank, one track (tid) per stream: compute (passes, optimizer), tensor-parallel collectives (the engine folds
+them into their pass's run; drawn where they fall in the pass, stretched to its simulated length), pipeline
+(send/recv), collectives across units (cp/ep/dp groups), gradient sync, step end.
 Flow events ('s'/'f', one id per message or collective) link the two ends of a pipeline message and the
 recorded members of one collective. Times in microseconds from the job's start (Trace Event Format).
 """
@@ -12,9 +13,9 @@ from pathlib import Path
 
 from narrowpath.schedule.sim import SimResult
 
-TRACKS = {"compute": 1, "pp": 2, "collective": 3, "dp": 4, "step": 5}
-NAMES = {1: "compute stream", 2: "pipeline send/recv", 3: "collectives across units", 4: "gradient sync (dp)",
-         5: "step end"}
+TRACKS = {"compute": 1, "tp": 2, "pp": 3, "collective": 4, "dp": 5, "step": 6}
+NAMES = {1: "compute stream", 2: "tensor-parallel collectives (placed in their pass)", 3: "pipeline send/recv",
+         4: "collectives across units (cp/ep/dp)", 5: "gradient sync (dp)", 6: "step end"}
 
 
 def sim_timeline_events(r: SimResult) -> list[dict]:

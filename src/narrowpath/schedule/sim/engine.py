@@ -270,7 +270,7 @@ class StepEngine:
         if (op.kind, op.mb) in self.completes:
             st.last_bwd[op.chunk] = (start, t, cz)
         if self.recorder is not None:
-            self.recorder.compute(i, op, start + self.t0, t + self.t0)
+            self.recorder.compute(i, op, start + self.t0, t + self.t0, plan)
 
     def _run(self, i: int, run: Run, t: np.ndarray, cz):
         pert = self.pert

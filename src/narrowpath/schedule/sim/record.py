@@ -14,7 +14,7 @@ from narrowpath.schedule.sim.layout import Layout
 class Event:
     rank: int
     track: str
-    """`compute`, `pp`, `collective`, `dp`, `step`."""
+    """`compute`, `tp`, `pp`, `collective`, `dp`, `step`."""
     name: str
     start_s: float
     end_s: float
@@ -51,7 +51,7 @@ class Recorder:
     def _units(self, stage: int):
         return [(u, ranks) for (s, u), ranks in self.where.items() if s == stage]
 
-    def compute(self, stage: int, op, start: np.ndarray, end: np.ndarray) -> None:
+    def compute(self, stage: int, op, start: np.ndarray, end: np.ndarray, plan=None) -> None:
         if not self.active:
             return
         for u, ranks in self._units(stage):
@@ -59,6 +59,32 @@ class Recorder:
                 self.events.append(Event(r, "compute", f"{op.kind}{op.mb}" + (f".c{op.chunk}" if op.chunk else ""),
                                          float(start[u]), float(end[u]),
                                          {"pass": op.kind, "microbatch": op.mb, "chunk": op.chunk, "step": self.step}))
+            if plan is not None:
+                self._tp(stage, u, ranks, op, plan, float(start[u]), float(end[u]))
+
+    def _tp(self, stage: int, u: int, ranks: list[int], op, plan, t0: float, t1: float) -> None:
+        """Tensor-parallel collectives of a pass, placed where they fall in its nominal layout (a run folds them:
+        their exact moments are not simulated) and stretched to the pass's simulated length; one flow per
+        collective links the recorded members of the unit."""
+        nominal = sum(getattr(x, "compute_s", 0.0) + getattr(x, "comm_s", 0.0) for x in plan.items) + \
+            sum(getattr(x, "cost_s", 0.0) for x in plan.items)
+        scale = (t1 - t0) / nominal if nominal > 0 else 0.0
+        t = t0
+        for x in plan.items:
+            if not hasattr(x, "seg_s"):
+                t += getattr(x, "cost_s", 0.0) * scale
+                continue
+            n = max(1, x.syncs)
+            segs = list(x.seg_s) or [0.0]
+            each = x.comm_s / x.syncs if x.syncs else 0.0
+            for j in range(max(len(segs), x.syncs)):
+                t += (segs[j] if j < len(segs) else 0.0) * scale
+                if j < x.syncs:
+                    flow = self._flow((self.step, stage, u, op.kind, op.chunk, op.mb, j, id(x)))
+                    for r in ranks:
+                        self.events.append(Event(r, "tp", f"tp collective {j + 1}/{n}", t, t + each * scale,
+                                                 {"pass": op.kind, "microbatch": op.mb, "step": self.step}, flow))
+                    t += each * scale
 
     def message(self, stage: int, mid: tuple, is_send: bool, start: np.ndarray, end: np.ndarray) -> None:
         if not self.active:
