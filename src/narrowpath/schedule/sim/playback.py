@@ -1,0 +1,80 @@
+"""A pipeline program played once, without noise, on Python floats: the engine's rules for one unit per stage.
+
+Used by the engine for the noise-free step (symmetry) and by the closed form (`schedule.pipeline`) to time
+schedules whose stages or chunks differ. A pass takes its stage's time for its (kind, chunk); a batched exchange
+ends when all its messages have moved; a message moves when its sender (and, rendezvous, its receiver) has posted
+it and takes `p2p_s[kind]`. Ready stages run in FIFO order; a stage waiting for a post is woken by it.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from narrowpath.errors import SimulationError
+from narrowpath.schedule.sim.programs import Exchange, StageProgram
+
+
+@dataclass(frozen=True, slots=True)
+class Playback:
+    ends_s: tuple[float, ...]
+    """Each stage's clock after its last exchange."""
+    completes: tuple[dict, ...]
+    """Per stage: chunk → (start, end) of the pass after which the chunk's gradients are complete."""
+    pp_wait_s: float
+    """Seconds all stages together waited for pipeline messages (bubbles included)."""
+
+
+def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, eager: bool = False,
+         completes: frozenset = frozenset()) -> Playback:
+    """`pass_s[(stage, kind, chunk)]` seconds; `completes`: (kind, micro-batch) pairs to report (module doc)."""
+    p = len(programs)
+    clock, pcs = [0.0] * p, [0] * p
+    last: list[dict] = [{} for _ in range(p)]
+    posts: dict = {}
+    ends: dict = {}
+    wake: dict = {}
+    wait = 0.0
+    sides = (True,) if eager else (True, False)
+    ready = deque(range(p))
+    while ready:
+        i = ready.popleft()
+        items = programs[i].items
+        pc, t = pcs[i], clock[i]
+        while pc < len(items):
+            it = items[pc]
+            if isinstance(it, Exchange):
+                missing = None
+                for key in it.messages:
+                    if key not in posts:
+                        posts[key] = t
+                        waiter = wake.pop(key, None)
+                        if waiter is not None:
+                            ready.append(waiter)
+                for mid, _ in it.messages:
+                    if mid not in ends:
+                        for side in sides:
+                            if (mid, side) not in posts:
+                                missing = (mid, side)
+                if missing is not None:
+                    wake[missing] = i
+                    break
+                for key in it.messages:
+                    mid = key[0]
+                    if mid not in ends:
+                        s0 = posts[(mid, True)] if eager else max(posts[(mid, True)], posts[(mid, False)])
+                        ends[mid] = (s0, s0 + p2p_s[mid[0]])
+                    s0, e = ends[mid]
+                    wait += s0 - posts[key]
+                    if e > t:
+                        t = e
+            else:
+                start = t
+                t += pass_s[(i, it.kind, it.chunk)]
+                if (it.kind, it.mb) in completes:
+                    last[i][it.chunk] = (start, t)
+            pc += 1
+        pcs[i], clock[i] = pc, t
+    stuck = [i for i in range(p) if pcs[i] < len(programs[i].items)]
+    if stuck:
+        raise SimulationError(f"pipeline program deadlocks at stages {stuck[:3]}")
+    return Playback(tuple(clock), tuple(last), wait)
