@@ -11,7 +11,7 @@ how schedules compose) plays Megatron's programs exactly, and these forms follow
   step is the longest of p paths, one per candidate bottleneck stage b: micro-batch 0 reaches b's first
   backward (its forward through every stage and its backward back to b + 1, or b's own warm-up forwards if
   later), b then works without pause through its remaining passes, and the last gradient returns through the
-  stages before b (`one_f_one_b_time_s`, O(p)); equal to the simulator there, within ~4 % of it for other
+  stages before b (`one_f_one_b_time_s`, O(p)); equal to the simulator there, within ~5 % of it for other
   imbalance. Other 1F1B imbalance (a heavier first stage, an uneven layer split) is played exactly
   (`played_time_s`, O(m·p)). tests/schedule/sim/test_programs.py holds both to the simulator.
 - Interleaved with unequal chunks inside a stage (an uneven layer split over p·v chunks, Llama 3 405B's 126

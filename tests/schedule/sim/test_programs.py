@@ -74,7 +74,7 @@ def test_zero_bubble_h1_bubble(p, m):
 def test_unequal_stages_closed_form_follows_the_schedule():
     """pipeline.py's 1F1B path form equals the played schedule when the first stage is lighter and the last heavier
     than equal middle stages (a cheap embedding, the output layer); other imbalance is played, so it is exact
-    too; the path form alone stays within 4.5 % for any imbalance of the ends (the simulator is the reference)."""
+    too; the path form alone stays within 6 % for any imbalance of the ends (the simulator is the reference)."""
     rng = np.random.default_rng(7)
     for _ in range(40):
         p, m = int(rng.integers(2, 9)), int(rng.integers(1, 24))
@@ -88,7 +88,8 @@ def test_unequal_stages_closed_form_follows_the_schedule():
         s[0], s[-1] = rng.uniform(0.6, 1.6), rng.uniform(0.6, 1.6)
         fwd, bwd = list(s), list(ratio * s)
         played = play(p, 1, m, [[x] for x in fwd], [[x] for x in bwd], "1f1b")
-        assert one_f_one_b_time_s(fwd, bwd, m) == pytest.approx(played, rel=0.045)
+        assert one_f_one_b_time_s(fwd, bwd, m) == pytest.approx(played, rel=0.06)
+        assert pipeline_time_s([f + b for f, b in zip(fwd, bwd)], m, fwd_times_s=fwd) == pytest.approx(played, rel=1e-9)
         s[p // 2] *= 1.3  # an uneven layer split: unequal middle stages
         fwd, bwd = list(s), list(ratio * s)
         played = play(p, 1, m, [[x] for x in fwd], [[x] for x in bwd], "1f1b")
