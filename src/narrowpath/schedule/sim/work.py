@@ -8,7 +8,8 @@ embedding on stage 0's first chunk and the output layer and loss on the last sta
 spread over its chunks by layer count, so the chunks always add up to the stage `predict` prices.
 
 Within a pass (Megatron order, not modelled op by op): blocking collectives are spread evenly through the pass,
-each kind at positions (j + ½)/n, and the compute splits at them; an overlappable transfer hides behind the
+kinds interleaved in proportion to their counts (kind q's j-th of n_q ordered by (j + ½)/n_q), the k-th of N at
+(k + ½)/N of the compute; an overlappable transfer hides behind the
 matrix work of its phase (a context-parallel ring exchange behind (cp − 1)/cp of its attention), the hidden part
 slows that compute by the calibration's `overlap_compute_slowdown`, and what does not fit waits at the end of
 the pass — the rule `schedule.step` applies per stage, applied per chunk pass.
@@ -234,7 +235,8 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
             for j in range(n):
                 blocking.append(((j + 0.5) / n, order, Sync(tr.name, tr.axis, total / n, cost.latency_s, tiers)))
     blocking.sort(key=lambda x: (x[0], x[1]))
-    pos = [p for p, _, _ in blocking] + [1.0] * len(tail)
+    # kinds interleave in proportion to their counts; the compute splits evenly between consecutive collectives
+    pos = [(k + 0.5) / len(blocking) for k in range(len(blocking))] + [1.0] * len(tail)
     edges = [0.0] + pos + [1.0]
     shares = tuple(b - a for a, b in zip(edges[:-1], edges[1:]))
     return PassWork(kind, chunk, compute, kernels, tuple(s for _, _, s in blocking) + tuple(tail), shares,
