@@ -32,7 +32,7 @@ Example: --noise jitter=lognormal:0.05,slow-node=1:0.2,link-flap=scale_out:0.01 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="play training steps as events: stragglers, noise, faults, goodput",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=argparse.RawTextHelpFormatter)
     add_scenario_args(p)
     p.add_argument("--steps", type=int, default=20, help="steps to simulate (default 20)")
     p.add_argument("--noise", action="append", default=[], metavar="SPEC", help=NOISE_HELP)

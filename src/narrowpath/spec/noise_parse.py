@@ -11,8 +11,9 @@
     fail=CLASS:MTBF | fail=llama3          CLASS gpu | node | link | switch | software; MTBF per component
     detect=T  restart=T  checkpoint-every=T  horizon=T  maintenance=T  storage=BYTES_PER_S
 Times take a unit suffix (us, ms, s, min, h, d; seconds by default, hours for MTBF). A YAML file is a mapping of
-the same names to the same values (a string, a number, or a list of them for repeated items), or to a mapping of
-the item's fields by name (`jitter: {dist: lognormal, cv: 0.05}`).
+the same names to the same values (a quoted string — YAML 1.1 reads an unquoted 2:0.5 as the base-60 number
+120.5 —, a number for the one-value items, or a list for repeated items), or to a mapping of the item's fields
+by name (`jitter: {dist: lognormal, cv: 0.05}`).
 """
 from __future__ import annotations
 
@@ -92,6 +93,9 @@ def _split(name: str, value: Any) -> list[str]:
         if any(p is None for p in parts):
             raise SpecError(f"noise.{name}", f"needs {', '.join(keys[:len(parts)])}")
         return [str(p) for p in parts]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise SpecError(f"noise.{name}", f"got the number {value!r}: YAML 1.1 reads unquoted 2:0.5 as base 60 (120.5); "
+                        f"quote the value ('2:0.5') or give its fields by name")
     return str(value).split(":")
 
 

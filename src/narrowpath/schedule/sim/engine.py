@@ -241,7 +241,7 @@ class StepEngine:
         if pert.factor is not None:
             f = pert.factor[i]
             slow = base * (f - 1.0)
-            cz[self.ci[pert.slow_label]] += slow
+            cz[pert.slow_label[i], pert.lanes] += slow
             base = base + slow
         end = t + base + run.comm_s
         for tier in run.tiers:

@@ -30,8 +30,8 @@ class Perturbation:
         n, gpn = scn.num_gpus, scn.system.gpus_per_node
         num_nodes = -(-n // gpn)
         self.kernel = KernelNoise(noise.jitter) if noise.jitter else None
-        self.slow_cause: dict[str, np.ndarray] = {}
         factor = np.ones(n)
+        label = np.zeros(n, dtype=np.int64)
         for s in noise.slow:
             rank_f = np.ones(n)
             for i in s.ids:
@@ -44,9 +44,15 @@ class Perturbation:
                     if i >= n:
                         raise SpecError("noise.slow-gpu", f"rank {i} does not exist: the job has {n} GPUs (0..{n - 1})")
                     rank_f[i] = 1.0 + s.fraction
+            label = np.where(rank_f > factor, self.cause_index[f"slow-{s.kind}"], label)
             factor = np.maximum(factor, rank_f)
         self.factor1 = unit_factor(layout, factor) if noise.slow else None
-        self.slow_label = f"slow-{noise.slow[0].kind}" if noise.slow else None
+        self.slow_label1 = None
+        if noise.slow:
+            members = factor[layout.unit_ranks]
+            pick = members.argmax(axis=2)[..., None]
+            self.slow_label1 = np.take_along_axis(label[layout.unit_ranks], pick, axis=2)[..., 0]
+            """(pp, units) cause index of the slowness that sets each unit's pace (slow-node or slow-gpu)."""
         self.slow_link1: dict[str, np.ndarray] = {}
         for sl in noise.slow_links:
             if not scn.system.has_tier(sl.tier):
@@ -69,6 +75,8 @@ class Perturbation:
         """Tile the fixed per-unit state over `batch` steps played side by side (see StepEngine.set_batch)."""
         self.batch = batch
         self.factor = None if self.factor1 is None else np.tile(self.factor1, (1, batch))
+        self.slow_label = None if self.slow_label1 is None else np.tile(self.slow_label1, (1, batch))
+        self.lanes = np.arange(self.layout.num_units * batch)
         self.slow_link = {k: np.tile(v, (1, batch)) for k, v in self.slow_link1.items()}
 
     # --- per job -----------------------------------------------------------------------------------------

@@ -158,7 +158,8 @@ def step_tail(eng: StepEngine, states: list[StageState], rng: np.random.Generato
             if eng.kernel is not None:
                 cz[eng.ci["jitter"]] += jj
             if pert.factor is not None:
-                cz[eng.ci[pert.slow_label]] += o[np.arange(S), j] - work.optimizer_s - jj
+                lab = pert.slow_label.reshape(eng.p, S, U).transpose(1, 0, 2).reshape(S, -1)[np.arange(S), j]
+                cz[lab, np.arange(S)] += o[np.arange(S), j] - work.optimizer_s - jj
         opt_max = o.max(axis=1)
     else:
         opt_max = np.full(S, work.optimizer_s)
