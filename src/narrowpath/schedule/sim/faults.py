@@ -5,8 +5,9 @@ process (components × 1/MTBF; software failures scale with the job's GPUs); any
 notices after `detect_s`, relaunches (`restart_s`), reads the last checkpoint back (its bytes over the storage
 bandwidth every reader shares) and redoes the training since that checkpoint. Checkpoints are written every
 `interval_s` of training, blocking, at the same shared bandwidth; a failure during a write loses that write.
-Planned maintenance (every `maintenance_every_s`) writes a checkpoint first, then restarts: no rework. Failures
-during a restart are absorbed by it. Training progresses at the simulated mean step time.
+Planned maintenance (every `maintenance_every_s`) writes a checkpoint first, then restarts: no rework. A failure
+while the job is down restarts the relaunch; maintenance due then is taken inside the downtime (both counted:
+failures happen on the machine's clock, not the job's). Training progresses at the simulated mean step time.
 
 Reported: interruptions per class, the wall time lost per cause, the effective training-time ratio (time spent
 on steps that are kept, over wall time; the Llama 3 paper's "effective training time") and goodput (the same
@@ -64,43 +65,59 @@ def class_rates_per_s(f: Failures, pop: Population) -> dict[str, float]:
 
 def _one(rng: np.random.Generator, f: Failures, rates: np.ndarray, classes: tuple[str, ...], interval_s: float,
          write_s: float, reload_s: float) -> tuple[dict, int, dict, float]:
+    """One horizon: (interruptions per class, planned ones, wall seconds lost per cause, training seconds kept)."""
     horizon = f.horizon_s
     total_rate = float(rates.sum())
+    draw = (lambda: rng.exponential(1.0 / total_rate)) if total_rate > 0 else (lambda: np.inf)
     t, saved, pending = 0.0, 0.0, 0.0
     lost = dict.fromkeys(LOSS_CAUSES, 0.0)
     counts = dict.fromkeys(classes, 0)
     planned = 0
-    next_fail = t + rng.exponential(1.0 / total_rate) if total_rate > 0 else np.inf
+    next_fail = draw()
     next_maint = f.maintenance_every_s if f.maintenance_every_s > 0 else np.inf
+
+    def fail() -> None:
+        counts[classes[int(rng.choice(len(classes), p=rates / total_rate))]] += 1
+
+    def down_until(end: float) -> float:
+        """Failures and maintenance falling while the job is down: a failure restarts the relaunch (it is seen at
+        once), a maintenance window is taken inside the downtime. Both are counted."""
+        nonlocal next_fail, next_maint, planned
+        while min(next_fail, next_maint) < min(end, horizon):
+            if next_fail <= next_maint:
+                fail()
+                again = f.restart_s + reload_s
+                lost["restart"] += f.restart_s
+                lost["checkpoint reload"] += reload_s
+                end = max(end, next_fail + again)
+                next_fail += draw()
+            else:
+                planned += 1
+                next_maint += f.maintenance_every_s
+        return end
+
     while t < horizon:
-        to_ckpt = interval_s - pending
-        event = min(next_fail, next_maint, horizon, t + to_ckpt)
+        event = min(next_fail, next_maint, horizon, t + interval_s - pending)
         pending += event - t
         t = event
         if t >= horizon:
             break
         if t == next_fail:
-            cls = classes[int(rng.choice(len(classes), p=rates / total_rate))]
-            counts[cls] += 1
+            fail()
             lost["failure rework"] += pending
             pending = 0.0
-            down = f.detect_s + f.restart_s + reload_s
             lost["failure detection"] += f.detect_s
             lost["restart"] += f.restart_s
             lost["checkpoint reload"] += reload_s
-            t += down
-            next_fail = t + rng.exponential(1.0 / total_rate)
-            while next_maint < t:
-                next_maint += f.maintenance_every_s
+            next_fail = t + draw()
+            t = down_until(t + f.detect_s + f.restart_s + reload_s)
         elif t == next_maint:
             planned += 1
             saved += pending
             pending = 0.0
             lost["planned maintenance"] += write_s + f.restart_s + reload_s
-            t += write_s + f.restart_s + reload_s
             next_maint += f.maintenance_every_s
-            if next_fail < t:
-                next_fail = t + rng.exponential(1.0 / total_rate) if total_rate > 0 else np.inf
+            t = down_until(t + write_s + f.restart_s + reload_s)
         else:  # checkpoint due: blocking write; a failure during it loses the write
             if next_fail < t + write_s:
                 lost["checkpoint writes"] += next_fail - t
