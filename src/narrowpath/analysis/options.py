@@ -55,6 +55,8 @@ class AnalysisOptions:
     """Device counts of the scaling sweep, as multiples of the scenario's data-parallel degree."""
     what_ifs: bool = True
     """Evaluate the verdict's what-if changes (each re-runs the model)."""
+    simulate: bool = True
+    """Play the synchronisation budget's jitter and slow node on the step event simulator too (schedule.sim)."""
 
     def __post_init__(self) -> None:
         """Range checks (the CLI re-raises them under its flag names)."""

@@ -9,10 +9,15 @@
   made of other stages' compute) stretch by x: Δ = x·(compute + bubble).
 - Failures: analysis.failures (Young 1974 / Daly 2006); the checkpoint is staged through host memory and goes over
   the front-end network to a storage system all writers share (analysis.checkpoint, catalog facility.yaml).
+- Simulated (`AnalysisOptions.simulate`, on by default): the step event simulator (schedule.sim, docs/simulate.md)
+  plays the same step with the same jitter (normal, per-kernel cv = cv·√(kernels per segment), so a segment
+  has the budget's cv) and with one node x slow (the critical stage's first node); its numbers sit beside the
+  closed form's in `simulated`, which lists the fields it computed (`from_simulator`). The closed-form fields
+  keep their meaning; `goodput` uses the simulated jitter wait when there is one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,10 +28,13 @@ from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.jitter import expected_wait_s
 from narrowpath.analysis.options import AnalysisOptions
 from narrowpath.catalog.facility import facility_for
+from narrowpath.errors import NarrowpathError
+from narrowpath.network.placement import axis_strides
 from narrowpath.schedule.sim.faults import class_rates_per_s
-from narrowpath.schedule.sim.run import CheckpointInputs, population_of
+from narrowpath.schedule.sim.run import CheckpointInputs, population_of, simulate
 from narrowpath.schedule.step import StepPrediction
 from narrowpath.spec.noise import NoiseSpec
+from narrowpath.spec.noise_parse import parse_noise
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +44,32 @@ class SyncPoint:
     count_per_step: float
     wait_each_s: float
     wait_total_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedSync:
+    """The synchronisation budget's numbers from the step event simulator (docs/simulate.md)."""
+
+    source: str
+    """Which simulator, and with what (`narrowpath simulate` equivalent)."""
+    steps: int
+    seed: int
+    jitter_spec: str
+    jitter_wait_s: float
+    """Mean simulated step minus the noise-free simulated step, under the budget's jitter."""
+    jitter_wait_p99_s: float
+    slow_node_spec: str
+    slow_node_step_s: float
+    noise_free_step_s: float
+    lost_time_s_by_cause: tuple[tuple[str, float], ...]
+    """(cause, seconds per step) on the critical path, from the jitter run."""
+    wait_s_by_collective: tuple[tuple[str, float], ...]
+    """(collective kind, mean seconds a rank waits there per step), from the jitter run."""
+    from_simulator: tuple[str, ...] = ("jitter_wait_s", "jitter_wait_p99_s", "slow_node_step_s",
+                                       "noise_free_step_s", "lost_time_s_by_cause", "wait_s_by_collective",
+                                       "goodput")
+    """Fields of the budget that came from the simulator (`goodput` is the budget's own field)."""
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +88,9 @@ class SyncBudget:
     failures: FailureBudget
     checkpoint: CheckpointCost
     goodput: float
-    """Failure goodput × step / (step + jitter wait)."""
+    """Failure goodput × step / (step + jitter wait); the simulated jitter wait when `simulated` is set."""
+    simulated: SimulatedSync | None = field(default=None)
+    """The simulator's numbers (None when AnalysisOptions.simulate is off or it cannot play the plan)."""
 
 
 def checkpoint_of(pred: StepPrediction, opts: AnalysisOptions) -> CheckpointCost:
@@ -98,6 +134,39 @@ def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opt
     slow_step = pred.step_time_s + opts.slow_node_fraction * (compute + bubble)
     fb = failures_of(pred, opts)
     step = pred.step_time_s
+    sim = simulated_sync(pred, opts, n_sync) if opts.simulate else None
+    used_wait = sim.jitter_wait_s if sim is not None and sim.steps else wait
     return SyncBudget(n_sync, tuple(points), opts.jitter_cv, opts.jitter_method, seg, wait,
                       opts.slow_node_fraction, slow_step, bubble, bubble / step, fb, checkpoint_of(pred, opts),
-                      fb.goodput * step / (step + wait))
+                      fb.goodput * step / (step + max(0.0, used_wait)), sim)
+
+
+SIM_STEPS = 8
+"""Steps the budget simulates under jitter (the mean wait's standard error is well under 1 % of it)."""
+
+
+def simulated_sync(pred: StepPrediction, opts: AnalysisOptions, n_sync: float) -> SimulatedSync:
+    """Play the step with the budget's jitter and with one node slow (module docstring)."""
+    scn = pred.scenario
+    kernels = sum(op.kernels * c for st in pred.workload.stages[:1] for op, c in st.ops) * pred.workload.num_microbatches
+    crit = max(range(len(pred.stages)), key=lambda i: pred.stages[i].total_s)
+    per_segment = max(1.0, kernels / n_sync) if n_sync else max(1.0, kernels)
+    cv_kernel = opts.jitter_cv * float(np.sqrt(per_segment))
+    dist = "normal" if cv_kernel <= 0.3 else "lognormal"
+    jitter = f"jitter={dist}:{cv_kernel:.6g}"
+    node = (axis_strides(scn.plan)["pp"] * crit) // scn.system.gpus_per_node if scn.plan.pp > 1 else 0
+    slow = f"slow-node={node}:{opts.slow_node_fraction:g}"
+    source = (f"narrowpath.schedule.sim.simulate (narrowpath simulate --noise {jitter} --steps {SIM_STEPS} "
+              f"--seed {opts.seed}; --noise {slow} --steps 1)")
+    try:
+        jr = simulate(scn, parse_noise([jitter]) if opts.jitter_cv > 0 else None, steps=SIM_STEPS, seed=opts.seed,
+                      calibration=pred.calibration)
+        sr = simulate(scn, parse_noise([slow]) if opts.slow_node_fraction > 0 else None, steps=1,
+                      calibration=pred.calibration)
+    except NarrowpathError as exc:  # a plan the simulator cannot play: the closed form stands alone
+        return SimulatedSync(source, 0, opts.seed, jitter, float("nan"), float("nan"), slow, float("nan"),
+                             float("nan"), (), (), (), f"not simulated: {exc}")
+    waits = jr.step_times_s - jr.noise_free_step_time_s
+    return SimulatedSync(source, SIM_STEPS, opts.seed, jitter, float(waits.mean()), float(np.percentile(waits, 99)),
+                         slow, float(sr.stats()["mean"]), jr.noise_free_step_time_s,
+                         tuple(jr.lost_time_s_by_cause.items()), tuple(jr.waits_s.items()))

@@ -53,6 +53,9 @@ def add_assumption_args(p) -> None:
                         "54 days on 16,384 H100)")
     a.add_argument("--no-what-ifs", dest="what_ifs", action="store_false",
                    help="skip the what-if re-runs (default: run them)")
+    a.add_argument("--no-simulate", dest="simulate", action="store_false",
+                   help="skip the step simulator's synchronisation numbers (default: play the budget's jitter and "
+                        "slow node on it too)")
 
 
 _FLAG = {"options.jitter_cv": "--jitter-cv", "options.slow_node_fraction": "--slow-node",
@@ -64,7 +67,8 @@ def options_from_args(args) -> AnalysisOptions:
     """The analysis options of the flags; AnalysisOptions checks the ranges, reported here under the flag names."""
     in_range("--slow-node", args.slow_node, 0.0, 1000.0)  # percent here, a fraction in AnalysisOptions
     kw = dict(jitter_cv=args.jitter_cv, jitter_method=args.jitter_method, seed=args.seed,
-              slow_node_fraction=args.slow_node / 100.0, compression_ratio=args.compression, what_ifs=args.what_ifs)
+              slow_node_fraction=args.slow_node / 100.0, compression_ratio=args.compression, what_ifs=args.what_ifs,
+              simulate=getattr(args, "simulate", True))
     if args.failures_per_gpu_hour is not None:
         kw["failures_per_gpu_hour"] = args.failures_per_gpu_hour
     try:

@@ -39,12 +39,26 @@ def _uniform(values: list[float]) -> bool:
 
 def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int = 1, *,
                     fwd_times_s: list[float] | None = None,
-                    chunk_weights: list[list[float]] | None = None) -> float:
+                    chunk_weights: list[list[float]] | None = None, overlapped_send_s: float = 0.0) -> float:
     """Time of the pipelined forward/backward part of one step.
 
     `fwd_times_s`: each stage's forward part of its per-micro-batch time (default a third: backward = 2×
     forward); only unequal stages need it. `chunk_weights`: per stage, the share of its time each of its vpp
-    chunks takes (default equal)."""
+    chunks takes (default equal). `overlapped_send_s`: the time of one pipeline message when the sends run beside
+    compute (Megatron-Core overlap_p2p_comm) and so are not in the stage times: the fill and the drain still wait
+    for them at each of the p·v − 1 chunk boundaries (`fill_drain_latency_s`)."""
+    return _pipeline_time_s(stage_times_s, num_microbatches, vpp, fwd_times_s, chunk_weights) + \
+        fill_drain_latency_s(len(stage_times_s), vpp, overlapped_send_s)
+
+
+def fill_drain_latency_s(pp: int, vpp: int, message_s: float) -> float:
+    """Overlapped pipeline sends still sit on the fill's and the drain's chain: micro-batch 0's forward crosses
+    p·v − 1 chunk boundaries, the last gradient as many back: 2·(p·v − 1)·message (equal to the simulator)."""
+    return 2.0 * (pp * vpp - 1) * message_s if pp > 1 else 0.0
+
+
+def _pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int,
+                     fwd_times_s: list[float] | None, chunk_weights: list[list[float]] | None) -> float:
     p = len(stage_times_s)
     m = num_microbatches
     t_max = max(stage_times_s)
@@ -101,7 +115,8 @@ def one_f_one_b_time_s(fwd_s: list[float], bwd_s: list[float], m: int) -> float:
     return best
 
 
-def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[float]], m: int) -> float:
+def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[float]], m: int,
+                  mode: str = "rendezvous") -> float:
     """Play Megatron's program (`schedule.sim.playback`: the simulator's rules without noise, pipeline messages
     of zero time since the stage times already include them) with per-stage, per-chunk pass times."""
     p, v = len(fwd_s), len(fwd_s[0])
@@ -110,15 +125,18 @@ def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[floa
         for c in range(v):
             durations[(i, "F", c)] = fwd_s[i][c]
             durations[(i, "BW", c)] = bwd_s[i][c]
-    return max(play(build_programs(schedule, p, v, m), durations, {"F": 0.0, "B": 0.0}).ends_s)
+    programs = build_programs(schedule, p, v, m, mode == "async")
+    return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode=mode).ends_s)
 
 
 def interleaved_time_s(fwd_s: list[list[float]], bwd_s: list[list[float]], m: int) -> float:
     """Interleaved 1F1B (Megatron-Core `forward_backward_pipelining_with_interleaving`, micro-batches in groups of
-    p per chunk) with per-stage, per-chunk forward and backward times, played exactly; past 3p micro-batches the
+    p per chunk, pipeline sends overlapped with compute: overlap_p2p_comm) with per-stage, per-chunk forward and
+    backward times, played exactly; past 3p micro-batches the
     time grows by the same amount per group of p, so it is extrapolated from 2p and 3p (module docstring)."""
     p = len(fwd_s)
     if m <= 3 * p:
-        return played_time_s("interleaved", fwd_s, bwd_s, m)
-    t2, t3 = played_time_s("interleaved", fwd_s, bwd_s, 2 * p), played_time_s("interleaved", fwd_s, bwd_s, 3 * p)
+        return played_time_s("interleaved", fwd_s, bwd_s, m, "async")
+    t2 = played_time_s("interleaved", fwd_s, bwd_s, 2 * p, "async")
+    t3 = played_time_s("interleaved", fwd_s, bwd_s, 3 * p, "async")
     return t3 + (m // p - 3) * (t3 - t2)

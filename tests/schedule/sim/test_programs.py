@@ -15,7 +15,7 @@ from narrowpath.schedule.sim.programs import Pass, build_programs
 from narrowpath.schedule.sim.work import PassWork, SimWork, StageProgramWork
 
 
-def play(p, v, m, fwd, bwd, schedule, wgt=None, p2p_s=0.0):
+def play(p, v, m, fwd, bwd, schedule, wgt=None, p2p_s=0.0, mode=None):
     """Makespan of a synthetic pipeline: fwd/bwd (p, v) per-pass seconds; wgt: W part of bwd (zero-bubble)."""
     stages = []
     for i in range(p):
@@ -30,7 +30,8 @@ def play(p, v, m, fwd, bwd, schedule, wgt=None, p2p_s=0.0):
         stages.append(StageProgramWork(i, passes, (1,) * v, (), (1.0 / v,) * v, 0.0))
     work = SimWork(tuple(stages), v, m, {"F": (p2p_s, 0.0, ()), "B": (p2p_s, 0.0, ())}, 0.0, 0, 0.0)
     lay = Layout(p, 1, 1, np.zeros((p, 1, 1), dtype=int), {}, True)
-    eng = StepEngine(work, build_programs(schedule, p, v, m), lay, 1, None, eager=schedule == "zb-h1")
+    mode = mode or {"zb-h1": "eager", "interleaved": "async"}.get(schedule, "rendezvous")
+    eng = StepEngine(work, build_programs(schedule, p, v, m, mode == "async"), lay, 1, None, p2p_mode=mode)
     states, _ = eng.run_pipeline(np.random.default_rng(0), 0.0)
     return max(float(s.clock.max()) for s in states)
 

@@ -38,11 +38,12 @@ class StageState:
 
 class StepEngine:
     def __init__(self, work: SimWork, programs: tuple[StageProgram, ...], layout: Layout, cp: int,
-                 pert: Perturbation | None, exact: bool = False, recorder=None, eager: bool = False,
+                 pert: Perturbation | None, exact: bool = False, recorder=None, p2p_mode: str = "rendezvous",
                  batch: int = 1):
         self.work, self.programs, self.layout, self.cp, self.pert = work, programs, layout, cp, pert
-        self.eager = eager
-        """Sends complete without waiting for the receiver to post (buffered); default: rendezvous (NCCL)."""
+        self.p2p_mode = p2p_mode
+        """`rendezvous`, `eager` or `async` pipeline messages (sim.playback)."""
+        self.eager = p2p_mode != "rendezvous"
         self.p = layout.pp
         self._groups: dict = {}
         self.set_batch(batch)
@@ -123,7 +124,7 @@ class StepEngine:
         self.t0, self.waits = t0, defaultdict(float)
         dur = {k: sum(x.compute_s + x.comm_s if isinstance(x, Run) else x.cost_s for x in plan.items)
                for k, plan in self.plans.items()}
-        pb = play(self.programs, dur, {k: v[0] for k, v in self.work.p2p_s.items()}, eager=self.eager,
+        pb = play(self.programs, dur, {k: v[0] for k, v in self.work.p2p_s.items()}, mode=self.p2p_mode,
                   completes=frozenset(self.completes))
         if self.p > 1:
             self.waits["pp (send/recv, incl. bubble)"] += pb.pp_wait_s / self.p
@@ -162,7 +163,14 @@ class StepEngine:
             if rec[4] is None:
                 rec[4] = self._message(mid, rec)
             end, end_cause, start = rec[4]
-            self._pp_wait = self._pp_wait + (start - (rec[0] if is_send else rec[2]))
+            if is_send and self.p2p_mode == "async":
+                if self.recorder is not None:
+                    self.recorder.message(i, mid, is_send, start + self.t0, end + self.t0)
+                rec[5] += 1
+                if rec[5] == 2:
+                    del msgs[mid]
+                continue
+            self._pp_wait = self._pp_wait + np.maximum(0.0, end - (rec[0] if is_send else rec[2]))
             later = end > t
             if later.any():
                 t = np.maximum(t, end)

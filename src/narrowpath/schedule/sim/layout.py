@@ -3,7 +3,8 @@ coordinate, which meet at every tensor-parallel collective — and the groups ot
 
 Every rank of a stage runs the same program, so a stage's state is a numpy array over its units and one program
 event updates all of them at once; a collective of axis A is a max over each group's members (an index array of
-shape groups × members). Units keep the placement's rank order, so unit u of stage i and unit u of stage i + 1
+shape groups × members). Expert groups (etp × ep × edp over a stage's ranks, Megatron-Core) may cut across
+tensor-parallel groups: the units they touch are synchronised together. Units keep the placement's rank order, so unit u of stage i and unit u of stage i + 1
 are pipeline neighbours. Without noise every unit behaves alike and one unit per stage stands for all (symmetry).
 """
 from __future__ import annotations
@@ -15,8 +16,8 @@ import numpy as np
 from narrowpath.network.placement import all_groups, axis_sizes, axis_strides
 from narrowpath.spec.scenario import Scenario
 
-UNIT_AXES = ("cp", "ep", "dp", "edp")
-"""Axes whose groups span several units (tp stays inside a unit; pp links stages)."""
+UNIT_AXES = ("cp", "dp", "dpcp", "ep", "edp", "etp")
+"""Axes whose groups can span several units (tp stays inside a unit; pp links stages)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -28,12 +29,13 @@ class Layout:
     unit_ranks: np.ndarray
     """(pp, units, tp) global rank of every member."""
     groups: dict
-    """Placement axis (cp, ep, dp, edp, dpcp, edpcp) → (groups, members) unit indices; None for groups of one."""
+    """Placement axis (UNIT_AXES) → (groups, members) unit indices; None when its groups stay inside units."""
     symmetric: bool
 
     def group(self, axis: str, cp: int) -> np.ndarray | None:
-        """Unit groups a transfer of `axis` synchronises (dp/edp span dp×cp / cp×dp/ep with context parallelism)."""
-        key = {"dp": "dpcp", "edp": "edpcp"}.get(axis, axis) if cp > 1 else axis
+        """Unit groups a transfer of `axis` synchronises (dp spans dp × cp with context parallelism, as
+        `schedule.step` prices it)."""
+        key = "dpcp" if axis == "dp" and cp > 1 else axis
         return self.groups.get(key)
 
     def locate(self, rank: int) -> tuple[int, int, int]:
@@ -45,12 +47,41 @@ class Layout:
         return int(s), int(u), int(t)
 
 
+def _unit_groups(rows: np.ndarray, unit_of: np.ndarray) -> np.ndarray | None:
+    """Groups of units an axis's collectives synchronise: units sharing a member group, merged when groups overlap
+    (Megatron-Core's expert layout can cut across tensor-parallel groups: etp × ep × edp over a stage's ranks).
+    Rows are padded with their first unit when the merged groups differ in size; None when every group stays
+    inside one unit."""
+    mine = rows[(unit_of[rows] >= 0).all(axis=1)]
+    parent = list(range(int(unit_of.max()) + 1))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for row in unit_of[mine]:
+        first = find(int(row[0]))
+        for u in np.unique(row[1:]):
+            root = find(int(u))
+            if root != first:
+                parent[root] = first
+    comps: dict[int, list[int]] = {}
+    for u in range(len(parent)):
+        comps.setdefault(find(u), []).append(u)
+    size = max(len(c) for c in comps.values())
+    if size == 1:
+        return None
+    return np.array([c + [c[0]] * (size - len(c)) for c in sorted(comps.values())], dtype=np.int64)
+
+
 def build_layout(scn: Scenario, symmetric: bool) -> Layout:
     plan = scn.plan
     sizes, strides = axis_sizes(plan), axis_strides(plan)
     pp, tp = plan.pp, plan.tp
     base = np.zeros(1, dtype=np.int64)
-    for ax in ("cp", "ep", "dp"):
+    for ax in ("cp", "dp"):
         base = (base[:, None] + strides[ax] * np.arange(sizes[ax])[None, :]).reshape(-1)
     base = np.sort(base)
     if symmetric:
@@ -61,16 +92,11 @@ def build_layout(scn: Scenario, symmetric: bool) -> Layout:
     groups: dict = {}
     if not symmetric:
         unit_of = np.full(plan.num_gpus, -1, dtype=np.int64)
-        unit_of[unit_ranks[0, :, 0]] = np.arange(base.size)
-        for axis in ("cp", "ep", "dp", "edp", "dpcp", "edpcp"):
-            if axis in ("cp", "dpcp", "edpcp") and plan.cp == 1:
+        unit_of[unit_ranks[0]] = np.arange(base.size)[:, None]
+        for axis in UNIT_AXES:
+            if axis in ("cp", "dpcp") and plan.cp == 1:
                 continue
-            rows = all_groups(plan, axis)
-            if rows.shape[1] <= 1:
-                groups[axis] = None
-                continue
-            mask = (unit_of[rows] >= 0).all(axis=1)
-            groups[axis] = unit_of[rows[mask]]
+            groups[axis] = _unit_groups(all_groups(plan, axis), unit_of)
     return Layout(pp, tp, int(base.size), unit_ranks, groups, symmetric)
 
 

@@ -3,7 +3,10 @@
 Used by the engine for the noise-free step (symmetry) and by the closed form (`schedule.pipeline`) to time
 schedules whose stages or chunks differ. A pass takes its stage's time for its (kind, chunk); a batched exchange
 ends when all its messages have moved; a message moves when its sender (and, rendezvous, its receiver) has posted
-it and takes `p2p_s[kind]`. Ready stages run in FIFO order; a stage waiting for a post is woken by it.
+it and takes `p2p_s[kind]`. Modes: `rendezvous` (NCCL: a message starts when both ends have posted it, both
+wait for its end), `eager` (it starts when the sender posts; the sender waits for its end, the receiver for its
+arrival), `async` (as eager, but the sender does not wait: Megatron-Core's overlap_p2p_comm, the default for
+interleaving). Ready stages run in FIFO order; a stage waiting for a post is woken by it.
 """
 from __future__ import annotations
 
@@ -21,10 +24,10 @@ class Playback:
     completes: tuple[dict, ...]
     """Per stage: chunk → (start, end) of the pass after which the chunk's gradients are complete."""
     pp_wait_s: float
-    """Seconds all stages together waited for pipeline messages (bubbles included)."""
+    """Seconds all stages together spent in pipeline exchanges (waiting and transferring; bubbles included)."""
 
 
-def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, eager: bool = False,
+def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode: str = "rendezvous",
          completes: frozenset = frozenset()) -> Playback:
     """`pass_s[(stage, kind, chunk)]` seconds; `completes`: (kind, micro-batch) pairs to report (module doc)."""
     p = len(programs)
@@ -34,6 +37,7 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, eager
     ends: dict = {}
     wake: dict = {}
     wait = 0.0
+    eager = mode != "rendezvous"
     sides = (True,) if eager else (True, False)
     ready = deque(range(p))
     while ready:
@@ -64,7 +68,9 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, eager
                         s0 = posts[(mid, True)] if eager else max(posts[(mid, True)], posts[(mid, False)])
                         ends[mid] = (s0, s0 + p2p_s[mid[0]])
                     s0, e = ends[mid]
-                    wait += s0 - posts[key]
+                    if mode == "async" and key[1]:
+                        continue  # the send runs beside the next pass
+                    wait += max(0.0, e - posts[key])
                     if e > t:
                         t = e
             else:

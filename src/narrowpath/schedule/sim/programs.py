@@ -127,8 +127,9 @@ def _input_from(op: Pass, i: int, p: int, v: int) -> tuple | None:
 
 
 @lru_cache(maxsize=64)
-def build_programs(schedule: str, p: int, v: int, m: int) -> tuple[StageProgram, ...]:
-    """Every stage's program for one step."""
+def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False) -> tuple[StageProgram, ...]:
+    """Every stage's program for one step. `overlap` (Megatron-Core overlap_p2p_comm): every pass posts its send
+    as soon as it ends and the receive of the pass after it (no batching of a forward with a backward)."""
     if schedule not in SCHEDULES:
         raise SimulationError(f"--schedule: unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     if schedule != "interleaved" and v > 1:
@@ -142,6 +143,8 @@ def build_programs(schedule: str, p: int, v: int, m: int) -> tuple[StageProgram,
     for i in range(p):
         if schedule == "interleaved":
             groups = order_interleaved(p, v, m, i)
+            if overlap:
+                groups = [[x] for grp in groups for x in grp]
         else:
             groups = [[x] for x in (order_zbh1(p, m, i) if schedule == "zb-h1" else order_1f1b(p, m, i))]
         items: list = []

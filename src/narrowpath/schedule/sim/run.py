@@ -85,6 +85,16 @@ def default_schedule(scn: Scenario) -> str:
     return "interleaved" if scn.plan.vpp > 1 else "1f1b"
 
 
+def p2p_mode(pred: StepPrediction, schedule: str) -> str:
+    """How pipeline messages behave: ZB-H1 posts its receives ahead (eager sends, which its bubble relies on); an
+    interleaved schedule whose workload overlaps pipeline sends with compute (Megatron-Core overlap_p2p_comm)
+    sends asynchronously; otherwise NCCL's rendezvous (Megatron's blocking batched send/recv)."""
+    if schedule == "zb-h1":
+        return "eager"
+    overlapped = any(tr.axis == "pp" and tr.overlappable for st in pred.workload.stages for tr, _ in st.transfers)
+    return "async" if schedule == "interleaved" and overlapped else "rendezvous"
+
+
 def population_of(scn: Scenario) -> Population:
     """Components that can fail: GPUs, servers, scale-out links (one NIC and cable per GPU, rail-optimised) and
     fabric switches (the generated fat tree's leaves plus half as many spines: a two-level folded Clos)."""
@@ -109,7 +119,8 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     scn = pred.scenario
     schedule = schedule or default_schedule(scn)
     work = build_sim_work(pred, split_backward=schedule == "zb-h1")
-    programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches)
+    mode = p2p_mode(pred, schedule)
+    programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches, mode == "async")
     bucket = scn.plan.bucket_bytes
     rng = np.random.default_rng(seed)
 
@@ -118,8 +129,7 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     layout = build_layout(scn, symmetric=False) if noisy else sym
     _check_ranks(timeline_ranks, scn.num_gpus)
     recorder = Recorder(layout, tuple(timeline_ranks), timeline_steps) if timeline_ranks else None
-    eager = schedule == "zb-h1"
-    base_eng = StepEngine(work, programs, sym, scn.plan.cp, None, recorder=None if noisy else recorder, eager=eager)
+    base_eng = StepEngine(work, programs, sym, scn.plan.cp, None, recorder=None if noisy else recorder, p2p_mode=mode)
     states, base_waits = base_eng.run_pipeline(rng, 0.0)
     base = float(step_tail(base_eng, states, rng, bucket)[0][0])
 
@@ -131,7 +141,7 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
         pert = Perturbation(noise, scn, layout, base)
         pert.draw_phases(rng)
         batch = 1 if (noise.interference or recorder is not None) else max(1, min(steps, MAX_LANES // layout.num_units))
-        eng = StepEngine(work, programs, layout, scn.plan.cp, pert, exact=exact, recorder=recorder, eager=eager,
+        eng = StepEngine(work, programs, layout, scn.plan.cp, pert, exact=exact, recorder=recorder, p2p_mode=mode,
                          batch=batch)
         times = np.empty(steps)
         t0, k = 0.0, 0

@@ -21,11 +21,11 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from narrowpath.cost.roofline import op_time_s
+from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.schedule.step import StepPrediction, _price, transfer_span
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, stage_layer_ranges, \
-    zero2_per_microbatch, zero2_transfers, zero3_transfers
+from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kinds, \
+    stage_layer_ranges, zero2_per_microbatch, zero2_transfers, zero3_transfers
 from narrowpath.workload.items import Op, StageWork, Transfer
 
 PASS_PHASES = {"F": ("fwd",), "B": ("bwd", "recompute"), "W": ("bwd",), "BW": ("bwd", "recompute")}
@@ -120,10 +120,18 @@ class _Pricer:
         self._spans: dict = {}
 
     def op(self, op: Op) -> float:
+        """GPU time of one execution."""
+        return self._op(op)[0]
+
+    def host(self, op: Op) -> float:
+        """Host time to issue one execution (its kernel launches)."""
+        return self._op(op)[1]
+
+    def _op(self, op: Op) -> tuple:
         k = id(op)
         if k not in self._ops:
-            self._ops[k] = (op_time_s(op, self.scn.system.device, self.cal), op)
-        return self._ops[k][0]
+            self._ops[k] = (op_time_s(op, self.scn.system.device, self.cal), host_time_s(op, self.cal), op)
+        return self._ops[k]
 
     def transfer(self, tr: Transfer):
         cost = _price(tr, self.scn, self.cal, self._spans, self._coll)
@@ -145,16 +153,14 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
     ops = [Counter() for _ in ranges]
     xfs = [Counter() for _ in ranges]
     if model.arch == "transformer":
-        first_moe = model.moe.first_dense_layers if model.moe is not None else model.layers
-        dense = _layer_work(scn, kernel, False)
-        moe = _layer_work(scn, kernel, True) if model.moe is not None else None
+        kind_of = {li: kind for kind, idx in layer_kinds(model).items() for li in idx}
+        per_kind = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of.values())}
         for j, r in enumerate(ranges):
-            n_moe = sum(1 for li in r if li >= first_moe) if moe is not None else 0
-            for work, n in ((dense, len(r) - n_moe), (moe, n_moe)):
-                if n:
-                    o, x = work
-                    ops[j].update({op: c * n for op, c in o})
-                    xfs[j].update({tr: c * n for tr, c in x})
+            n_kind = Counter(kind_of[li] for li in r)
+            for kind, n in n_kind.items():
+                o, x = per_kind[kind]
+                ops[j].update({op: c * n for op, c in o})
+                xfs[j].update({tr: c * n for tr, c in x})
         first, last = st.index == 0, st.index == plan.pp - 1
         for j, is_edge in ((0, first), (n_chunks - 1, last)):
             if is_edge:
@@ -168,7 +174,10 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
                     xfs[j].update(dict(_counts(zero2_transfers(plan, emb, 0.0))))
     # the stage's own items are the reference: spread any difference over the chunks by layer count
     total = sum(weights)
-    for mine, ref in ((ops, _counts(st.ops)), (xfs, _counts((t, c) for t, c in st.transfers if t.axis != "pp"))):
+    # pipeline sends are messages between passes; overlapped ones (interleaving) also share their pass's compute
+    # window with the other overlapped traffic, as in predict: they stay in the chunks' items for that
+    ref_xf = _counts((t, c) for t, c in st.transfers if t.axis != "pp" or t.overlappable)
+    for mine, ref in ((ops, _counts(st.ops)), (xfs, ref_xf)):
         have: Counter = Counter()
         for cnt in mine:
             have.update(cnt)
@@ -193,25 +202,30 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
         is_w = op.name.endswith(".wgrad") and not T.is_attention_core(op)
         return is_w == (kind == "W")
 
-    compute = kernels = 0.0
+    kernels = 0.0
+    gpu = {ph: 0.0 for ph in phases}
+    host = {ph: 0.0 for ph in phases}
     gemm = {ph: 0.0 for ph in phases}
     attn = {ph: 0.0 for ph in phases}
     for op, c in ops.items():
         if c and in_pass(op):
             t = pr.op(op) * c
-            compute += t
+            gpu[op.phase] += t
+            host[op.phase] += pr.host(op) * c
             kernels += op.kernels * c
             if op.kind != "vector":
                 gemm[op.phase] += t
             if T.is_attention_core(op):
                 attn[op.phase] += t
+    # a phase runs at the slower of the GPU's pace and the host's pace of issuing its kernels (as predict)
+    compute = sum(max(gpu[ph], host[ph]) for ph in phases)
     blocking: list[tuple[float, int, Sync]] = []
     tail: list[Sync] = []
     hide = dict(gemm)
     attn_budget = {ph: t * (cp - 1) / cp for ph, t in attn.items()}
     hidden_total = 0.0
     for order, (tr, c) in enumerate(sorted(xfs.items(), key=lambda kv: kv[0].name)):
-        if not c or tr.phase not in phases or tr.axis == "pp":
+        if not c or tr.phase not in phases or (tr.axis == "pp" and not tr.overlappable):
             continue
         grad_sync = "grad_reduce_scatter" in tr.name
         if wgrad and tr.phase == "bwd" and grad_sync != (kind == "W"):
@@ -247,10 +261,9 @@ def _chunk_params(scn, st: StageWork, ranges: list[range]) -> list[float]:
     model, plan = scn.model, scn.plan
     if model.arch != "transformer" or len(ranges) == 1:
         return [1.0]
-    first_moe = model.moe.first_dense_layers if model.moe is not None else model.layers
     out = []
     for j, r in enumerate(ranges):
-        p = sum(T.layer_params(model, plan, moe_layer=li >= first_moe) for li in r)
+        p = sum(T.layer_params(model, plan, moe_layer=model.is_moe_layer(li)) for li in r)
         p += embedding_params(scn, j == 0 and st.index == 0, j == len(ranges) - 1 and st.index == plan.pp - 1)
         out.append(p)
     s = sum(out)
@@ -303,7 +316,7 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWor
             if tr.axis == "pp" and tr.phase in ("fwd", "bwd"):
                 cost, tiers = pr.transfer(tr)
                 p2p["F" if tr.phase == "fwd" else "B"] = (cost.time_s, cost.latency_s, tiers)
-    opt_s = sum(pr.op(op) * c for op, c in wl.optimizer_ops)
+    opt_s = sum(max(pr.op(op), pr.host(op)) * c for op, c in wl.optimizer_ops)
     opt_k = sum(op.kernels * c for op, c in wl.optimizer_ops)
     return SimWork(tuple(stages), vpp, wl.num_microbatches, p2p, opt_s, opt_k, slowdown)
 
