@@ -130,9 +130,9 @@ class Failures:
     """Relaunch: scheduling, process start, NCCL initialisation (before the checkpoint is read)."""
     checkpoint_interval_s: float = 0.0
     """Seconds of training between checkpoints; 0 = Daly 2006's optimum for the job's MTBF."""
-    storage_bw_bytes_per_s: float = 2e12
-    """Aggregate bandwidth of the checkpoint store, shared by every writer and reader (the front-end network
-    caps it at GPUs × front-end rate)."""
+    storage_bw_bytes_per_s: float = 0.0
+    """Aggregate write bandwidth of the checkpoint store, shared by every writer and reader; 0 = the facility's
+    provisioning per GPU × GPUs (catalog facility.yaml; the front-end network caps it either way)."""
     horizon_s: float = 86400.0
     """Wall time simulated (a day by default)."""
     maintenance_every_s: float = 0.0
@@ -150,7 +150,7 @@ class Failures:
         positive_float("noise.detect", self.detect_s, allow_zero=True)
         positive_float("noise.restart", self.restart_s, allow_zero=True)
         positive_float("noise.checkpoint-every", self.checkpoint_interval_s, allow_zero=True)
-        positive_float("noise.storage", self.storage_bw_bytes_per_s)
+        positive_float("noise.storage", self.storage_bw_bytes_per_s, allow_zero=True)
         positive_float("noise.horizon", self.horizon_s)
         positive_float("noise.maintenance", self.maintenance_every_s, allow_zero=True)
 

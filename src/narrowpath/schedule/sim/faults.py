@@ -2,9 +2,9 @@
 
 An event simulation over wall time, replicated with the run's seed. Failures of each class arrive as a Poisson
 process (components × 1/MTBF; software failures scale with the job's GPUs); any one stops the whole job, which
-notices after `detect_s`, relaunches (`restart_s`), reads the last checkpoint back (its bytes over the storage
-bandwidth every reader shares) and redoes the training since that checkpoint. Checkpoints are written every
-`interval_s` of training, blocking, at the same shared bandwidth; a failure during a write loses that write.
+notices after `detect_s`, relaunches (`restart_s`), reads the last checkpoint back (`restore_s`: analysis.checkpoint, over the
+storage every reader shares) and redoes the training since that checkpoint. Checkpoints are written every
+`interval_s` of training, blocking (`write_s`); a failure during a write loses that write.
 Planned maintenance (every `maintenance_every_s`) writes a checkpoint first, then restarts: no rework. A failure
 while the job is down restarts the relaunch; maintenance due then is taken inside the downtime (both counted:
 failures happen on the machine's clock, not the job's). Training progresses at the simulated mean step time.
@@ -130,21 +130,20 @@ def _one(rng: np.random.Generator, f: Failures, rates: np.ndarray, classes: tupl
     return counts, planned, lost, min(saved + pending, horizon)
 
 
-def long_run(f: Failures, pop: Population, checkpoint_bytes: float, write_bw_bytes_per_s: float, interval_s: float,
+def long_run(f: Failures, pop: Population, write_s: float, restore_s: float, interval_s: float,
              mean_step_s: float, noise_free_step_s: float, rng: np.random.Generator, replications: int = 20
              ) -> LongRun:
-    """Replicate the horizon `replications` times (module docstring)."""
+    """Replicate the horizon `replications` times (module docstring); `write_s`/`restore_s` of one checkpoint."""
     by_class = class_rates_per_s(f, pop)
     classes = tuple(by_class)
     rates = np.array([by_class[c] for c in classes]) if classes else np.zeros(0)
-    write_s = checkpoint_bytes / write_bw_bytes_per_s
     interval = f.checkpoint_interval_s or interval_s
     totals: dict = dict.fromkeys(classes, 0.0)
     lost_sum = dict.fromkeys(LOSS_CAUSES, 0.0)
     planned = useful = 0.0
     per_rep = []
     for _ in range(replications):
-        counts, pl, lost, u = _one(rng, f, rates, classes, interval, write_s, write_s)
+        counts, pl, lost, u = _one(rng, f, rates, classes, interval, write_s, restore_s)
         for c in classes:
             totals[c] += counts[c] / replications
         for k in LOSS_CAUSES:
@@ -153,5 +152,5 @@ def long_run(f: Failures, pop: Population, checkpoint_bytes: float, write_bw_byt
         useful += u / replications
         per_rep.append(sum(counts.values()))
     ettr = useful / f.horizon_s
-    return LongRun(f.horizon_s, replications, totals, planned, float(np.std(per_rep)), interval, write_s, write_s,
+    return LongRun(f.horizon_s, replications, totals, planned, float(np.std(per_rep)), interval, write_s, restore_s,
                    lost_sum, ettr, ettr * noise_free_step_s / mean_step_s, useful / mean_step_s)

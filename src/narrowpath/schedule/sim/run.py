@@ -34,11 +34,13 @@ MAX_LANES = 4096
 
 @dataclass(frozen=True, slots=True)
 class CheckpointInputs:
-    """What the long-horizon run needs that the analysis stage computes (checkpoint size, interval)."""
+    """What the long-horizon run needs that the analysis stage computes (analysis.checkpoint, failures)."""
 
     checkpoint_bytes: float
-    write_bw_bytes_per_s: float
-    """Shared by every writer and reader of the checkpoint."""
+    write_s: float
+    """A blocking checkpoint write: staging through host memory and the transfer every writer shares."""
+    restore_s: float
+    """Reading it back after a failure."""
     interval_s: float
     """Used when the noise spec does not set `checkpoint-every`."""
 
@@ -180,7 +182,7 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
         if checkpoint is None:
             raise SimulationError("faults need the checkpoint size and interval (CheckpointInputs)")
         ck = checkpoint(pred, noise) if callable(checkpoint) else checkpoint
-        lr = long_run(noise.failures, population_of(scn), ck.checkpoint_bytes, ck.write_bw_bytes_per_s, ck.interval_s,
+        lr = long_run(noise.failures, population_of(scn), ck.write_s, ck.restore_s, ck.interval_s,
                       float(times.mean()), base, rng)
         if lr.steps_kept > 0:
             for k in LOSS_CAUSES:

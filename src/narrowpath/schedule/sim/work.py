@@ -205,6 +205,7 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
     kernels = 0.0
     gpu = {ph: 0.0 for ph in phases}
     host = {ph: 0.0 for ph in phases}
+    host_syncs = {ph: 0.0 for ph in phases}
     gemm = {ph: 0.0 for ph in phases}
     attn = {ph: 0.0 for ph in phases}
     for op, c in ops.items():
@@ -212,13 +213,15 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
             t = pr.op(op) * c
             gpu[op.phase] += t
             host[op.phase] += pr.host(op) * c
+            host_syncs[op.phase] += op.host_syncs * c
             kernels += op.kernels * c
             if op.kind != "vector":
                 gemm[op.phase] += t
             if T.is_attention_core(op):
                 attn[op.phase] += t
-    # a phase runs at the slower of the GPU's pace and the host's pace of issuing its kernels (as predict)
-    compute = sum(max(gpu[ph], host[ph]) for ph in phases)
+    # a phase runs at the slower of the GPU's pace and the host's pace of issuing its kernels, and the GPU idles at
+    # every host synchronisation until the host has issued work again (as predict)
+    compute = sum(max(gpu[ph], host[ph]) + host_syncs[ph] * pr.cal.host_sync_s for ph in phases)
     blocking: list[tuple[float, int, Sync]] = []
     tail: list[Sync] = []
     hide = dict(gemm)
