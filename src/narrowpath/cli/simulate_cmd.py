@@ -32,16 +32,20 @@ Example: --noise jitter=lognormal:0.05,slow-node=1:0.2,link-flap=scale_out:0.01 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="play training steps as events: stragglers, noise, faults, goodput",
+                       description="Play training steps as events from the same workload and cost model as predict: "
+                                   "exact pipeline schedules, collectives as rendezvous, noise and faults; report the "
+                                   "step-time distribution, the lost time by cause and goodput (docs/simulate.md).",
                        formatter_class=argparse.RawTextHelpFormatter)
     add_scenario_args(p)
     p.add_argument("--steps", type=int, default=20, help="steps to simulate (default 20)")
     p.add_argument("--noise", action="append", default=[], metavar="SPEC", help=NOISE_HELP)
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same result bit for bit)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0; same seed, same result bit for bit)")
     p.add_argument("--schedule", choices=("auto",) + SCHEDULES, default="auto",
-                   help="pipeline schedule (auto: the plan's, 1f1b or interleaved; zb-h1 needs vpp 1)")
-    p.add_argument("--exact", action="store_true", help="draw kernel noise rank by rank (slower; no folding)")
+                   help="pipeline schedule (default auto: the plan's, 1f1b or interleaved; zb-h1 needs vpp 1)")
+    p.add_argument("--exact", action="store_true", help="draw kernel noise rank by rank (slower; default: fold the "
+                                                        "tensor-parallel maxima of light-tailed noise)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--timeline", metavar="FILE", help="write a Perfetto/Chrome-trace JSON of the first steps")
+    p.add_argument("--timeline", metavar="FILE", help="write a Perfetto/Chrome-trace JSON of the first two steps")
     p.add_argument("--timeline-ranks", metavar="R,R", help="ranks on the timeline (default: 0 and the first rank "
                                                            "of the last pipeline stage)")
     p.set_defaults(func=run)

@@ -90,12 +90,13 @@ def test_unequal_stages_closed_form_follows_the_schedule():
         fwd, bwd = list(s), list(ratio * s)
         played = play(p, 1, m, [[x] for x in fwd], [[x] for x in bwd], "1f1b")
         assert one_f_one_b_time_s(fwd, bwd, m) == pytest.approx(played, rel=0.06)
-        assert pipeline_time_s([f + b for f, b in zip(fwd, bwd)], m, fwd_times_s=fwd) == pytest.approx(played, rel=1e-9)
+        assert pipeline_time_s([f + b for f, b in zip(fwd, bwd)], m, fwd_times_s=fwd) == \
+            pytest.approx(played, rel=1e-9 if m <= 4 * p else 0.01)
         s[p // 2] *= 1.3  # an uneven layer split: unequal middle stages
         fwd, bwd = list(s), list(ratio * s)
         played = play(p, 1, m, [[x] for x in fwd], [[x] for x in bwd], "1f1b")
-        totals = [f + b for f, b in zip(fwd, bwd)]
-        assert pipeline_time_s(totals, m, fwd_times_s=fwd) == pytest.approx(played, rel=1e-9)
+        totals = [f + b for f, b in zip(fwd, bwd)]  # played exactly for 4p micro-batches, then at the busiest pace
+        assert pipeline_time_s(totals, m, fwd_times_s=fwd) == pytest.approx(played, rel=1e-9 if m <= 4 * p else 0.01)
 
 
 def test_interleaved_closed_form_is_the_schedule_with_unequal_chunks():

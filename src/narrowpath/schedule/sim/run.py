@@ -28,6 +28,8 @@ from narrowpath.spec.noise import NoiseSpec
 from narrowpath.spec.scenario import Scenario
 
 SLACK = "slack (delays off the critical path)"
+MAX_PASSES = 2_000_000
+"""Most passes a step may have (a few seconds of playing); beyond, the closed form is the tool."""
 MAX_LANES = 4096
 """Steps are played side by side up to this many units per stage array (numpy work per event vs its overhead)."""
 
@@ -119,6 +121,10 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
         raise SimulationError(f"--steps: must be >= 1, got {steps}")
     pred = predict(scenario, calibration)
     scn = pred.scenario
+    passes = 2 * scn.plan.pp * scn.plan.vpp * pred.workload.num_microbatches
+    if passes > MAX_PASSES:
+        raise SimulationError(f"the step has {passes:,} pipeline passes (pp·vpp·2 per micro-batch); the simulator "
+                              f"plays each one and stops at {MAX_PASSES:,}: fewer micro-batches (gbs)")
     schedule = schedule or default_schedule(scn)
     work = build_sim_work(pred, split_backward=schedule == "zb-h1")
     mode = p2p_mode(pred, schedule)
