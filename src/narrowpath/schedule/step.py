@@ -216,6 +216,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         return op_cache[k]
 
     stage_times: list[StageTimes] = []
+    edge_s: list[float] = []
     per_stage_xfer: list[list[tuple[Transfer, float, CollectiveCost, float]]] = []
     hw_flop_per_mb: list[float] = []
     for st in wl.stages:
@@ -225,10 +226,13 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         flop = 0.0
+        edge = 0.0  # the embedding's or the output layer's work: it sits in the stage's first or last chunk
         for op, c in st.ops:
             t1, attn, h1 = t_op(op)
             t = t1 * c
             comp[op.phase] += t
+            if op.name.split(".", 1)[0] in EDGE_OPS:
+                edge += t
             host[op.phase] += h1 * c
             syncs[op.phase] += op.host_syncs * c
             if op.kind != "vector":
@@ -237,6 +241,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 attn_phase[op.phase] += t
             flop += op.flop * c
         hw_flop_per_mb.append(flop)
+        edge_s.append(edge)
         # a pass runs at the slower of the GPU's pace and the host's pace of issuing its kernels, and the GPU idles
         # at every host synchronisation until the host has issued work again
         waited = {ph: max(0.0, host[ph] - comp[ph]) + syncs[ph] * cal.host_sync_s for ph in comp}
@@ -270,7 +275,12 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
 
     m = wl.num_microbatches
     totals = [s.total_s for s in stage_times]
-    pipe = pipeline_time_s(totals, m, plan.vpp)
+    # overlapped interleaved sends still sit on the fill's and the drain's chain (pipeline.fill_drain_latency_s)
+    send_s = max((cost.time_s for rows in per_stage_xfer for tr, _, cost, _ in rows
+                  if tr.axis == "pp" and tr.overlappable), default=0.0)
+    pipe = pipeline_time_s(totals, m, plan.vpp, fwd_times_s=[s.fwd_compute_s for s in stage_times],
+                           chunk_weights=chunk_shares(scn, totals, edge_s) if plan.vpp > 1 else None,
+                           overlapped_send_s=send_s)
     crit = max(range(len(stage_times)), key=lambda i: totals[i])
     cs = stage_times[crit]
     bubble = pipe - m * cs.total_s
@@ -336,6 +346,30 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
                           assumptions)
+
+
+EDGE_OPS = frozenset({"embedding_lookup", "embedding_grad", "final_norm", "logits", "cross_entropy", "mtp_norms",
+                      "mtp_proj"})
+"""Ops of the embedding (first stage, first chunk) and of the output head (last stage, last chunk)."""
+
+
+def chunk_shares(scn: Scenario, stage_s: list[float], edge_s: list[float]) -> list[list[float]] | None:
+    """Each stage's share of its per-micro-batch time per interleaved chunk: its layers' time split by layer
+    count, the embedding in the first stage's first chunk and the output head in the last stage's last chunk
+    (None when the chunks of every stage come out equal: the closed form then needs no shares)."""
+    from narrowpath.workload.build import stage_layer_ranges
+    ranges = stage_layer_ranges(scn.model.layers, scn.plan.pp, scn.plan.vpp)
+    shares = []
+    for i, (st, total, edge) in enumerate(zip(ranges, stage_s, edge_s)):
+        n = sum(len(r) for r in st)
+        per_layer = (total - edge) / n if n else 0.0
+        times = [len(r) * per_layer for r in st]
+        if edge:
+            times[0 if i == 0 else -1] += edge
+        shares.append([t / total if total else 1.0 / len(st) for t in times])
+    if all(max(w) - min(w) <= 1e-9 for w in shares):
+        return None
+    return shares
 
 
 def profile_usage(cal: Calibration, dtype: str, tiers: set[str], device: str = "") -> str:
