@@ -32,7 +32,7 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingScenario
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
-                                         kv_bytes_per_token, layer_kind, layer_token_ops, prefill_attention_op,
+                                         kv_bytes_per_token, kv_group_reads, layer_kind, layer_token_ops, prefill_attention_op,
                                          stage_layers)
 from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
                                               stage_boundary_transfer)
@@ -76,7 +76,9 @@ class ServingCost:
         self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
         self._handoff: dict[int, float] = {}
-        self.eager_prefill = bool(serving_stack(p.framework).get("eager_prefill", False))
+        stack = serving_stack(p.framework)
+        self.eager_prefill = bool(stack.get("eager_prefill", False))
+        self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
 
@@ -123,7 +125,7 @@ class ServingCost:
             pairs = min(pre_pairs, pre_tokens * W) if window else pre_pairs
             pctx = min(pre_ctx, pre_tokens + W) if window else pre_ctx
             if dec_seqs:
-                out.append((decode_attention_op(m, p, f, dec_seqs, dctx, queries_per_seq), float(n)))
+                out.append((decode_attention_op(m, p, f, dec_seqs, dctx, queries_per_seq, self.kv_reads), float(n)))
             if pre_tokens:
                 out.append((prefill_attention_op(m, p, f, pre_tokens, pairs, pctx), float(n)))
         return out
