@@ -32,7 +32,7 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingScenario
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
-                                         kv_bytes_per_token, kv_group_reads, layer_kind, layer_token_ops, prefill_attention_op,
+                                         kv_bytes_per_token, kv_group_reads, kv_group_reads, layer_kind, layer_token_ops, prefill_attention_op,
                                          stage_layers)
 from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
                                               stage_boundary_transfer)
@@ -66,6 +66,10 @@ class ServingCost:
         self.dev = sysm.device
         self.f = Formats.of(p, "fp8" in self.dev.peak_matrix_flop_per_s)
         self.layout = instance_plan(p)
+        stack = serving_stack(p.framework)
+        self.eager_prefill = bool(stack.get("eager_prefill", False))
+        self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
+        self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)
         self.kinds = [[layer_kind(m, i) for i in layers] for layers in self.stages]
         self._spans: dict[str, GroupSpan] = {}
@@ -76,9 +80,6 @@ class ServingCost:
         self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
         self._handoff: dict[int, float] = {}
-        stack = serving_stack(p.framework)
-        self.eager_prefill = bool(stack.get("eager_prefill", False))
-        self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
 
@@ -103,7 +104,7 @@ class ServingCost:
             n = self.kinds[stage].count(kind)
             ep = self.span("ep") if m.moe is not None and p.ep > 1 else None
             for tr, c in layer_transfers(m, p, self.f, T, kind[0], ep.domains if ep else 1,
-                                         ep.ranks_per_domain if ep else 1):
+                                         ep.ranks_per_domain if ep else 1, self.exchange):
                 out.append(self._priced(tr, c * n))
         if stage < p.pp - 1:
             out.append(self._priced(stage_boundary_transfer(m, T), 1.0, self._boundary_span(stage)))
