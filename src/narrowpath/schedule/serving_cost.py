@@ -12,7 +12,11 @@ on a grid of T and interpolated (each op's time is max of two affine functions o
 piecewise linear); the attention core (context length) and the output layer (sequences producing a token) are
 priced per iteration. Under a stack that runs prompt iterations eagerly (TensorRT-LLM's PyTorch backend) such an
 iteration runs at the host's pace if that is slower (profile `host_dispatch_s` per kernel); decode-only iterations
-replay a captured CUDA graph and compiled engines enqueue ahead, so the host does not bind them. The profile's
+replay a captured CUDA graph and in-flight-batching engines enqueue ahead, so the host does not bind them. A static
+session that synchronises on every step before enqueuing the next (stack `host_sync_per_step`: TensorRT-LLM
+0.x GptSession, whose generation loop calls shouldStopSync — decoder.forwardSync() — before executeContext of the
+next step, cpp/tensorrt_llm/runtime/gptSession.cpp, CUDA graphs off by default) adds the host's enqueue of every
+kernel (`host_dispatch_s` each) to each step: the GPU idles while the host launches. The profile's
 `host_sync_s` (a host synchronisation per dropless MoE layer in Megatron training) does not apply: serving MoE
 kernels keep the routing on the device.
 """
@@ -79,6 +83,7 @@ class ServingCost:
         self.head_s = np.array([self._head_time(n) for n in self.grid])
         self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
+        self.launch_s = self._launch_times() if stack.get("host_sync_per_step") else None
         self._handoff: dict[int, float] = {}
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
@@ -169,6 +174,17 @@ class ServingCost:
     def op_s(self, ops: list[tuple[Op, float]]) -> float:
         return sum(op_time_s(op, self.dev, self.cal) * c for op, c in ops)
 
+    def _launch_times(self) -> list[float]:
+        """Host time to enqueue one iteration of each stage, kernel by kernel (the profile's host_dispatch_s per
+        kernel): the stage's layer ops, one attention core per layer and, on the last stage, the output layer."""
+        out = []
+        for s in range(self.scn.plan.pp):
+            kernels = float(self.kernels[s]) + len(self.stages[s])
+            if s == self.scn.plan.pp - 1:
+                kernels += sum(op.kernels for op, _ in self.head(1.0)[0])
+            out.append(kernels * self.cal.host_dispatch_s)
+        return out
+
     def _head_time(self, rows: float) -> float:
         ops, trs = self.head(rows)
         return self.op_s(ops) + sum(pt.cost.time_s for pt in trs)
@@ -242,9 +258,12 @@ class ServingCost:
         sequences producing a token (default: the decodes)."""
         pp = self.scn.plan.pp
         rows = dec_seqs if rows is None else rows
+        launch = self.launch_s
         if pp == 1:
             total = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
                                                                queries_per_seq) + self.head_time_s(rows)
+            if launch is not None:  # the host enqueues the step only once the previous one has finished
+                return total + launch[0]
             if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:
                 total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
             return total
@@ -254,7 +273,7 @@ class ServingCost:
                                                            queries_per_seq)
             if s == pp - 1:
                 t += self.head_time_s(rows)
-            stage_t.append(t)
+            stage_t.append(t + (launch[s] if launch is not None else 0.0))
         total = sum(stage_t)
         if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
             total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
