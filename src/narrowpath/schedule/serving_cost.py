@@ -36,8 +36,8 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingScenario
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
-                                         kv_bytes_per_token, kv_group_reads, kv_group_reads, layer_kind, layer_token_ops, prefill_attention_op,
-                                         stage_layers)
+                                         kv_bytes_per_token, kv_group_reads, layer_kind, layer_token_ops,
+                                         prefill_attention_op, stage_layers)
 from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
                                               stage_boundary_transfer)
 

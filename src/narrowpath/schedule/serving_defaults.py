@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.serving_memory import ServingMemory, serving_memory
-from narrowpath.spec.serving import ServingScenario
+from narrowpath.spec.serving import ServingScenario, serving_consistency
 from narrowpath.workload.counts import parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, Formats, kv_bytes_per_token_layer
 
@@ -89,11 +89,11 @@ def trtllm_bench_limits(scn: ServingScenario, isl: float, osl: float, fraction: 
     return int(bs), int(tok)
 
 
-def resolve_layout_defaults(scn: ServingScenario, open_knobs: tuple[str, ...]) -> tuple[ServingScenario, tuple[str, ...]]:
+def resolve_layout_defaults(scn: ServingScenario, open_knobs: tuple[str, ...]
+                            ) -> tuple[ServingScenario, tuple[str, ...]]:
     """Unpublished layout knobs (tp, pp, ep) that the serving stack defines a default for take it (the engine runs
     that value when its command does not set one); the rest stay open for schedule.serving_choose. An MoE model's
     ep default that does not divide its experts or the stage stays open."""
-    from narrowpath.spec.serving import serving_consistency
     stack = serving_stack(scn.plan.framework)
     table = stack.get("layout_defaults") or {}
     p, notes, still = scn.plan, list(scn.chosen), []
