@@ -12,7 +12,11 @@ on a grid of T and interpolated (each op's time is max of two affine functions o
 piecewise linear); the attention core (context length) and the output layer (sequences producing a token) are
 priced per iteration. Under a stack that runs prompt iterations eagerly (TensorRT-LLM's PyTorch backend) such an
 iteration runs at the host's pace if that is slower (profile `host_dispatch_s` per kernel); decode-only iterations
-replay a captured CUDA graph and compiled engines enqueue ahead, so the host does not bind them. The profile's
+replay a captured CUDA graph and in-flight-batching engines enqueue ahead, so the host does not bind them. A static
+session that synchronises on every step before enqueuing the next (stack `host_sync_per_step`: TensorRT-LLM
+0.x GptSession, whose generation loop calls shouldStopSync — decoder.forwardSync() — before executeContext of the
+next step, cpp/tensorrt_llm/runtime/gptSession.cpp, CUDA graphs off by default) adds the host's enqueue of every
+kernel (`host_dispatch_s` each) to each step: the GPU idles while the host launches. The profile's
 `host_sync_s` (a host synchronisation per dropless MoE layer in Megatron training) does not apply: serving MoE
 kernels keep the routing on the device.
 """
@@ -32,8 +36,8 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingScenario
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
-                                         kv_bytes_per_token, layer_kind, layer_token_ops, prefill_attention_op,
-                                         stage_layers)
+                                         kv_bytes_per_token, kv_group_reads, layer_kind, layer_token_ops,
+                                         prefill_attention_op, stage_layers)
 from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
                                               stage_boundary_transfer)
 
@@ -66,6 +70,10 @@ class ServingCost:
         self.dev = sysm.device
         self.f = Formats.of(p, "fp8" in self.dev.peak_matrix_flop_per_s)
         self.layout = instance_plan(p)
+        stack = serving_stack(p.framework)
+        self.eager_prefill = bool(stack.get("eager_prefill", False))
+        self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
+        self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)
         self.kinds = [[layer_kind(m, i) for i in layers] for layers in self.stages]
         self._spans: dict[str, GroupSpan] = {}
@@ -75,8 +83,8 @@ class ServingCost:
         self.head_s = np.array([self._head_time(n) for n in self.grid])
         self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
+        self.launch_s = self._launch_times() if stack.get("host_sync_per_step") else None
         self._handoff: dict[int, float] = {}
-        self.eager_prefill = bool(serving_stack(p.framework).get("eager_prefill", False))
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
 
@@ -101,7 +109,7 @@ class ServingCost:
             n = self.kinds[stage].count(kind)
             ep = self.span("ep") if m.moe is not None and p.ep > 1 else None
             for tr, c in layer_transfers(m, p, self.f, T, kind[0], ep.domains if ep else 1,
-                                         ep.ranks_per_domain if ep else 1):
+                                         ep.ranks_per_domain if ep else 1, self.exchange):
                 out.append(self._priced(tr, c * n))
         if stage < p.pp - 1:
             out.append(self._priced(stage_boundary_transfer(m, T), 1.0, self._boundary_span(stage)))
@@ -123,7 +131,7 @@ class ServingCost:
             pairs = min(pre_pairs, pre_tokens * W) if window else pre_pairs
             pctx = min(pre_ctx, pre_tokens + W) if window else pre_ctx
             if dec_seqs:
-                out.append((decode_attention_op(m, p, f, dec_seqs, dctx, queries_per_seq), float(n)))
+                out.append((decode_attention_op(m, p, f, dec_seqs, dctx, queries_per_seq, self.kv_reads), float(n)))
             if pre_tokens:
                 out.append((prefill_attention_op(m, p, f, pre_tokens, pairs, pctx), float(n)))
         return out
@@ -165,6 +173,17 @@ class ServingCost:
 
     def op_s(self, ops: list[tuple[Op, float]]) -> float:
         return sum(op_time_s(op, self.dev, self.cal) * c for op, c in ops)
+
+    def _launch_times(self) -> list[float]:
+        """Host time to enqueue one iteration of each stage, kernel by kernel (the profile's host_dispatch_s per
+        kernel): the stage's layer ops, one attention core per layer and, on the last stage, the output layer."""
+        out = []
+        for s in range(self.scn.plan.pp):
+            kernels = float(self.kernels[s]) + len(self.stages[s])
+            if s == self.scn.plan.pp - 1:
+                kernels += sum(op.kernels for op, _ in self.head(1.0)[0])
+            out.append(kernels * self.cal.host_dispatch_s)
+        return out
 
     def _head_time(self, rows: float) -> float:
         ops, trs = self.head(rows)
@@ -239,9 +258,12 @@ class ServingCost:
         sequences producing a token (default: the decodes)."""
         pp = self.scn.plan.pp
         rows = dec_seqs if rows is None else rows
+        launch = self.launch_s
         if pp == 1:
             total = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
                                                                queries_per_seq) + self.head_time_s(rows)
+            if launch is not None:  # the host enqueues the step only once the previous one has finished
+                return total + launch[0]
             if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:
                 total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
             return total
@@ -251,7 +273,7 @@ class ServingCost:
                                                            queries_per_seq)
             if s == pp - 1:
                 t += self.head_time_s(rows)
-            stage_t.append(t)
+            stage_t.append(t + (launch[s] if launch is not None else 0.0))
         total = sum(stage_t)
         if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
             total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)

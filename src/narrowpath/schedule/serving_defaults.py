@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.serving_memory import ServingMemory, serving_memory
-from narrowpath.spec.serving import ServingScenario
+from narrowpath.spec.serving import ServingScenario, serving_consistency
 from narrowpath.workload.counts import parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, Formats, kv_bytes_per_token_layer
 
@@ -50,19 +50,26 @@ class Limits:
         return self.memory.kv_blocks
 
 
-def trtllm_bench_limits(scn: ServingScenario, isl: float, osl: float, fraction: float) -> tuple[int, int]:
+def trtllm_bench_limits(scn: ServingScenario, isl: float, osl: float, fraction: float, max_isl: float,
+                        chunked: bool) -> tuple[int, int]:
     """(max_batch_size, max_num_tokens) as trtllm-bench sizes them when not given (TensorRT-LLM
-    tensorrt_llm/bench/build/tuning.py, calc_engine_setting + finetune_setting): the KV memory left after the
-    engine (parameters × bytes per element) on the instance's GPUs, times the KV fraction, over one request's KV
-    at ISL + OSL, gives the requests it can hold (capped at 4096, divided by pp) → batch rounded up to a multiple
-    of 32 (at least 64) below 256, of 128 below 1024, else of 256; tokens = batch · (1 + ISL/OSL) capped at 32768,
-    rounded up to 256 (at least 2048) below 4096, to 512 below 8192, else to 1024. With attention data
-    parallelism the KV memory splits over the dp ranks."""
+    tensorrt_llm/bench/build/tuning.py calc_engine_setting + finetune_setting, called from
+    bench/benchmark/utils/general.py get_settings with the run's --tp and --pp): the memory of the tp·pp GPUs
+    less the engine (parameters × bytes per element), times the KV fraction, over one request's KV at ISL + OSL
+    (2 · layers · max(tp, kv_heads) · head_size · KV bytes per token: every tp rank counted with at least one kv
+    head) gives the requests it can hold, capped at 4096 and divided by pp → batch rounded up to a multiple of 32
+    (at least 64) below 256, of 128 below 1024, else of 256; tokens = batch · (1 + ISL/OSL) capped at 32768,
+    rounded up to 256 (at least 2048) below 4096, to 512 below 8192, else to 1024. trtllm-bench's --tp is the
+    instance's tp·dp (attention data parallelism is an LLM-API option on top of it), so the heuristic does not
+    divide by dp and each attention-DP rank gets the whole figure. Without chunked prefill the token budget is
+    raised to the longest prompt + the batch, so that a prompt always fits beside the running decodes
+    (get_settings: "Forcing max_num_tokens to max_isl + max_batch_size")."""
     m, p = scn.model, scn.plan
+    tp_size = p.tp * p.dp
     engine = parameter_count(m) * VALUE_BYTES[p.weight_precision]
-    total = scn.system.device.hbm.capacity_bytes * p.instance_gpus
-    per_token = kv_bytes_per_token_layer(m, p) * m.layers * p.tp
-    requests = max(0.0, (total - engine) * fraction / p.dp / (per_token * (isl + osl)))
+    total = scn.system.device.hbm.capacity_bytes * tp_size * p.pp
+    per_token = 2 * m.layers * max(tp_size, m.kv_heads) * m.head_dim * VALUE_BYTES[p.kv_precision]
+    requests = max(0.0, (total - engine) * fraction / (per_token * (isl + osl)))
     raw_bs = min(requests, TRTLLM_MAX_REQUESTS) / p.pp
     raw_tok = min(raw_bs * (1 + isl / osl), TRTLLM_MAX_TOKENS)
     if raw_bs < 256:
@@ -77,7 +84,28 @@ def trtllm_bench_limits(scn: ServingScenario, isl: float, osl: float, fraction: 
         tok = 512 * math.ceil(raw_tok / 512)
     else:
         tok = 1024 * math.ceil(raw_tok / 1024)
+    if not chunked:
+        tok = max(tok, int(max_isl) + bs)
     return int(bs), int(tok)
+
+
+def resolve_layout_defaults(scn: ServingScenario, open_knobs: tuple[str, ...]
+                            ) -> tuple[ServingScenario, tuple[str, ...]]:
+    """Unpublished layout knobs (tp, pp, ep) that the serving stack defines a default for take it (the engine runs
+    that value when its command does not set one); the rest stay open for schedule.serving_choose. An MoE model's
+    ep default that does not divide its experts or the stage stays open."""
+    stack = serving_stack(scn.plan.framework)
+    table = stack.get("layout_defaults") or {}
+    p, notes, still = scn.plan, list(scn.chosen), []
+    for knob in open_knobs:
+        if knob in ("tp", "pp", "ep") and knob in table:
+            trial = dataclasses.replace(p, **{knob: int(table[knob])})
+            if not serving_consistency(scn.model, trial, scn.num_gpus, scn.system):
+                p = trial
+                notes.append((knob, f"{table[knob]} — default of the {stack['id']} stack (not published)"))
+                continue
+        still.append(knob)
+    return dataclasses.replace(scn, plan=p, chosen=tuple(notes)), tuple(still)
 
 
 def resolve_formats(scn: ServingScenario, open_knobs: tuple[str, ...]) -> ServingScenario:
@@ -139,7 +167,9 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             take("max_num_tokens", int((kw.get("max_batch") or p.max_batch) * isl), "the whole batch's prompts")
     elif not (p.max_batch and p.max_num_tokens):
         if stack.get("batch_limits") == "trtllm-bench":
-            bs, tok = trtllm_bench_limits(dataclasses.replace(scn, plan=p), isl, osl, p.kv_memory_fraction)
+            max_isl = max(r[1] for r in load.requests) if load.arrival == "trace" else isl
+            bs, tok = trtllm_bench_limits(dataclasses.replace(scn, plan=p), isl, osl, p.kv_memory_fraction, max_isl,
+                                          bool(p.chunked_prefill))
             why = f"trtllm-bench's heuristic for ISL {isl:g} / OSL {osl:g}"
         else:
             bs, tok = d.get("max_batch", 256), d.get("max_num_tokens", 8192)

@@ -16,7 +16,7 @@ import numpy as np
 
 from narrowpath.errors import SimulationError, SpecError
 from narrowpath.schedule.serving_cost import ServingCost
-from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
+from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_layout_defaults, resolve_limits
 from narrowpath.schedule.serving_sim import Lane, LaneGroup, LaneSpec
 from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, ServingResult
 from narrowpath.spec.calibration import Calibration
@@ -140,6 +140,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
              *, log_lane: bool = True, merge: bool = True, cost: ServingCost | None = None) -> ServingRun:
     """Resolve the defaults of `scn` and simulate its load (module docstring). `cost`: an iteration cost model
     of the same layout and formats to reuse (a search prices a layout once for all its batch limits)."""
+    scn, open_knobs = resolve_layout_defaults(scn, open_knobs)
     if any(k in open_knobs for k in ("tp", "pp", "ep")):
         from narrowpath.schedule.serving_choose import choose_layout
         scn = choose_layout(scn, open_knobs, calibration)

@@ -197,11 +197,26 @@ def layer_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
         + mlp_token_ops(model, f, T, model.ffn / plan.tp)
 
 
+def kv_group_reads(model: Model, plan: ServingPlan, shared: bool) -> float:
+    """Times a decode step reads one kv head's cache on a GPU: once when every query head of its group shares the
+    load (XQA / FlashDecoding tile all heads of a group together), else once per query head of the group —
+    heads/kv_heads per kv head, the grouped-query ratio (a masked multi-head attention kernel with one thread block
+    per (sequence, query head): TensorRT-LLM before 0.7, whose 'improved GQA kernels in the generation phase' gave
+    up to 2.4x on Llama-70B over v0.5/0.6, NVIDIA TensorRT-LLM blog 'Falcon-180B on a single H200 ... 6.7x faster
+    Llama-70B over A100', Dec 2023). MLA decodes over one shared latent: always once."""
+    if shared or model.mla is not None:
+        return 1.0
+    q_heads = model.heads / plan.tp
+    kv_heads = max(1.0, model.kv_heads / plan.tp)
+    return max(1.0, q_heads / kv_heads)
+
+
 def decode_attention_op(model: Model, plan: ServingPlan, f: Formats, seqs: float, context_tokens: float,
-                        queries_per_seq: float = 1.0) -> Op:
+                        queries_per_seq: float = 1.0, kv_reads: float = 1.0) -> Op:
     """Attention core of `seqs` decoding sequences holding `context_tokens` tokens of context in all, for one
-    layer on one GPU: reads each sequence's KV cache once (every query head of a kv group shares it: XQA /
-    FlashDecoding), `queries_per_seq` query tokens each (speculative verification > 1)."""
+    layer on one GPU: reads each sequence's KV cache `kv_reads` times (1: every query head of a kv group shares
+    it, XQA / FlashDecoding; kv_group_reads otherwise), `queries_per_seq` query tokens each (speculative
+    verification > 1)."""
     a_t = model.heads / plan.tp
     if model.mla is not None:
         d_qk = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
@@ -209,7 +224,8 @@ def decode_attention_op(model: Model, plan: ServingPlan, f: Formats, seqs: float
     else:
         d_qk = d_v = model.head_dim
     flop = 2.0 * a_t * (d_qk + d_v) * context_tokens * queries_per_seq
-    io = context_tokens * kv_bytes_per_token_layer(model, plan) + seqs * queries_per_seq * a_t * (d_qk + d_v) * ACT_BYTES
+    io = context_tokens * kv_bytes_per_token_layer(model, plan) * kv_reads \
+        + seqs * queries_per_seq * a_t * (d_qk + d_v) * ACT_BYTES
     return Op("attn_decode", "flash", "fwd", flop, io, f.core, 1 if seqs else 0, 0.0)
 
 

@@ -17,6 +17,12 @@ convention of cost.collectives):
   `max_nodes` with node-limited routing, DeepSeek-V3 §2.1.2) and fans it out over NVLink (DeepEP), as training's. With tp > 1
   the MoE output is then all-gathered over tp. With ep = dp = 1 the experts are split like a dense MLP and end in
   the tp all-reduce;
+- `gather` exchange (TensorRT-LLM's fused MoE on one scale-up domain, 1.x before wide EP): no all-to-all. With
+  attention data parallelism every GPU all-gathers the tokens of all dp ranks in the GEMM format (FP8 / FP4
+  quantized before the gather: 'FP4 AllGather', NVIDIA TensorRT-LLM tech blog 3, 'Optimizing DeepSeek R1 Throughput
+  on NVIDIA Blackwell GPUs'), runs its experts (or expert slices) on the copies routed to them, and reduce-scatters
+  the 16-bit outputs back (CutlassFusedMoE: allgather before, reducescatter after the fused MoE op); with attention
+  tensor parallelism the tokens are already on every GPU and the partial outputs are all-reduced as a dense MLP's;
 - pipeline parallelism: the T·h·A activations to the next stage once per iteration (send/recv);
 - the output layer's vocabulary-parallel logits are all-gathered over tp (rows·V·A).
 """
@@ -46,18 +52,30 @@ def distinct_expert_ranks(num_experts: int, top_k: int, ep: int) -> float:
     return ep * (1.0 - math.exp(lc(num_experts - per, top_k) - lc(num_experts, top_k)))
 
 
+EXCHANGES = ("all_to_all", "gather")
+"""How routed tokens reach the experts (module docstring): an all-to-all of the token copies on the ep group
+(Megatron-Core, DeepEP, vLLM / SGLang expert parallelism) or TensorRT-LLM's all-gather + reduce-scatter."""
+
+
 def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_layer: bool, ep_domains: int = 1,
-                    ep_per_domain: int = 1) -> list[tuple[Transfer, float]]:
+                    ep_per_domain: int = 1, exchange: str = "all_to_all") -> list[tuple[Transfer, float]]:
     """(transfer, count) pairs of one layer at T tokens (module docstring). `ep_domains` × `ep_per_domain`: how the
-    ep group lies on scale-up domains, for a deduplicating dispatch."""
+    ep group lies on scale-up domains, for a deduplicating dispatch; `exchange`: EXCHANGES."""
     A, h, t = ACT_BYTES, model.hidden, plan.tp
     out: list[tuple[Transfer, float]] = []
     if T <= 0:
         return out
     experts_spread = moe_layer and (plan.ep > 1 or plan.dp > 1)
+    gather = exchange == "gather" and experts_spread
+    if gather and plan.dp == 1:  # tokens replicated over tp: the experts' partial sums end in an all-reduce
+        experts_spread = gather = False
     if t > 1:
         n_ar = 1 if model.parallel_attn_mlp or experts_spread else 2
         out.append((Transfer("tp.all_reduce", "all_reduce", "tp", T * h * A, "fwd"), float(n_ar)))
+    if gather:
+        out.append((Transfer("dp.moe_all_gather", "all_gather", "dp", T * plan.dp * h * f.W, "fwd"), 1.0))
+        out.append((Transfer("dp.moe_reduce_scatter", "reduce_scatter", "dp", T * plan.dp * h * A, "fwd"), 1.0))
+        return out
     if not experts_spread:
         return out
     moe = model.moe

@@ -1,0 +1,132 @@
+"""What a serving stack does by itself, as its sources describe it: trtllm-bench's own batch limits, the layout an
+engine runs when a knob is not given, how TensorRT-LLM moves tokens to the experts, the pre-0.7 generation kernel's
+K/V re-reads, and a static session's serial kernel launches."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.catalog.serving import serving_stack
+from narrowpath.schedule.serving_cost import ServingCost
+from narrowpath.schedule.serving_defaults import resolve_layout_defaults, resolve_limits, trtllm_bench_limits
+from narrowpath.spec.parse import model_from_dict
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from narrowpath.workload.serving import Formats, decode_attention_op, kv_group_reads
+from narrowpath.workload.serving_comm import layer_transfers
+
+DSV3 = dict(name="deepseek-v3", layers=61, hidden=7168, heads=128, kv_heads=128, ffn=2048, vocab=129280,
+            experts=256, top_k=8, ffn_act="swiglu", shared_experts=1, dense_layers=3, dense_ffn=18432,
+            attention="mla", q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+            v_head_dim=128, seq_len=4096)
+
+
+def _scn(name: str, gpus: int, framework: str, arrival: str = "offline", **plan) -> ServingScenario:
+    p = ServingPlan(framework=framework, **plan)
+    load = Load(arrival=arrival, input_tokens=128, output_tokens=128, batch_size=8 if arrival == "fixed-batch" else 0)
+    return ServingScenario(system=system("dgx-h100"), model=model(name), plan=p, load=load, num_gpus=gpus)
+
+
+@pytest.mark.parametrize("isl, osl, chunked, want", [
+    (128, 2048, True, (512, 2048)),
+    (2048, 128, True, (512, 9216)),
+    (2048, 128, False, (512, 9216)),
+])
+def test_trtllm_bench_heuristic_llama3_8b_fp8_on_one_h100(isl, osl, chunked, want):
+    """tuning.py by hand, Llama-3 8B (8.030e9 parameters) in FP8 on one 85.9e9-byte H100, KV fraction 0.9:
+    (85.9e9 − 8.030e9) · 0.9 = 70.08e9 bytes hold 70.08e9 / (2·32 layers·8 kv heads·128·1 byte = 65,536 B per
+    token) / 2,176 tokens = 491.4 requests → batch 128·⌈491.4/128⌉ = 512. Tokens 491.4·(1 + 128/2048) = 522 →
+    2,048 (the floor); 491.4·(1 + 2048/128) = 8,354 → 1,024·⌈8,354/1,024⌉ = 9,216, already above 2,048 + 512."""
+    scn = _scn("llama3-8b", 1, "TensorRT-LLM 1.0", weight_precision="fp8", kv_precision="fp8")
+    assert trtllm_bench_limits(scn, isl, osl, 0.9, isl, chunked) == want
+
+
+def test_trtllm_bench_without_chunking_fits_the_longest_prompt_beside_the_batch():
+    """Llama-3 70B FP8 on 8 H100 at tp 8, 2,048 / 2,048: (687.2e9 − 70.55e9)·0.9 = 554.98e9 bytes over
+    2·80·8·128 = 163,840 B per token · 4,096 tokens = 827.0 requests → batch 128·7 = 896, tokens 1,654 → 2,048;
+    without chunking get_settings raises the budget to the longest prompt + the batch, 2,048 + 896 = 2,944."""
+    scn = _scn("llama3-70b", 8, "TensorRT-LLM 1.0", tp=8, weight_precision="fp8", kv_precision="fp8")
+    assert trtllm_bench_limits(scn, 2048, 2048, 0.9, 2048, True) == (896, 2048)
+    assert trtllm_bench_limits(scn, 2048, 2048, 0.9, 2048, False) == (896, 2944)
+
+
+def test_trtllm_bench_heuristic_sees_tp_size_not_attention_dp():
+    """trtllm-bench's --tp is tp·dp with attention DP on: the heuristic is the same for attention tp 8 and for 8
+    attention-DP ranks of one GPU (each rank then gets the whole figure)."""
+    a = _scn("mixtral-8x7b", 8, "TensorRT-LLM 1.0", tp=8, ep=8)
+    b = dataclasses.replace(a, plan=dataclasses.replace(a.plan, tp=1, dp=8))
+    assert trtllm_bench_limits(a, 1000, 1000, 0.9, 1000, False) == trtllm_bench_limits(b, 1000, 1000, 0.9, 1000,
+                                                                                         False)
+
+
+def test_trtllm_bench_runs_guaranteed_no_evict_unchunked_at_fixed_limits():
+    """TensorRT-LLM 1.0 trtllm-bench (PyTorch backend) defaults: GUARANTEED_NO_EVICT, no chunked prefill, and no
+    run-time batch tuning, so the lane's sequence limit is the heuristic's max batch."""
+    scn = _scn("llama3-8b", 1, "TensorRT-LLM 1.0 (PyTorch backend)", weight_precision="fp8", kv_precision="fp8")
+    r, lim = resolve_limits(scn)
+    assert (r.plan.admission, r.plan.chunked_prefill, r.plan.policy) == ("reserve", False, "decode-first")
+    assert lim.max_batch == r.plan.max_batch
+
+
+def test_unpublished_ep_takes_the_engines_default_moe_tensor_parallelism():
+    """Without --ep TensorRT-LLM's Mapping runs the experts in tensor parallelism (moe_ep 1); a stack without such a
+    default leaves ep open for the fastest-layout choice."""
+    scn = _scn("mixtral-8x7b", 8, "TensorRT-LLM 1.0", tp=8, ep=1)
+    chosen, still = resolve_layout_defaults(scn, ("ep", "kv_precision"))
+    assert chosen.plan.ep == 1 and still == ("kv_precision",)
+    assert any(k == "ep" and "default of the trtllm-bench stack" in why for k, why in chosen.chosen)
+    vllm = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, framework="vLLM 0.8"))
+    assert resolve_layout_defaults(vllm, ("ep",))[1] == ("ep",)
+
+
+def test_gqa_reads_per_query_head_before_tensorrt_llm_0_7():
+    """Llama-3 70B (64 query heads, 8 kv heads): a per-query-head kernel reads each kv head 8 times at tp 1 and at
+    tp 8 (8 query heads over 1 kv head); at tp 16 the 4 query heads share one replicated kv head; MLA has one
+    latent. The 0.5/0.6 stack uses it, 0.7 does not."""
+    m = model("llama3-70b")
+    assert kv_group_reads(m, ServingPlan(tp=1), shared=False) == 8
+    assert kv_group_reads(m, ServingPlan(tp=8), shared=False) == 8
+    assert kv_group_reads(m, ServingPlan(tp=16), shared=False) == 4
+    assert kv_group_reads(m, ServingPlan(tp=1), shared=True) == 1
+    assert kv_group_reads(model_from_dict(DSV3), ServingPlan(tp=1), shared=False) == 1
+    assert serving_stack("TensorRT-LLM 0.5.0").get("decode_kv_per_query_head") is True
+    assert not serving_stack("TensorRT-LLM 0.7a").get("decode_kv_per_query_head")
+    p = ServingPlan(kv_precision="fp8")
+    f = Formats.of(p, True)
+    one, eight = decode_attention_op(m, p, f, 4, 4000, 1, 1.0), decode_attention_op(m, p, f, 4, 4000, 1, 8.0)
+    kv = 4000 * 2 * 8 * 128 * 1  # context · K and V · kv heads · head dim · fp8
+    assert eight.hbm_bytes - one.hbm_bytes == pytest.approx(7 * kv)
+
+
+def test_tensorrt_llm_moe_gathers_with_attention_dp_and_all_reduces_with_attention_tp():
+    """Mixtral (h 4096) at T = 100 tokens per rank. Attention DP over 8 GPUs: an all-gather of the 8 ranks' tokens
+    in the GEMM format (fp8: 100·8·4096·1 B) and a reduce-scatter of the 16-bit outputs (100·8·4096·2 B), no
+    all-to-all. Attention tp 8: tokens already everywhere, two all-reduces per layer as a dense layer's."""
+    m = model("mixtral-8x7b")
+    adp = ServingPlan(tp=1, dp=8, ep=8, weight_precision="fp8")
+    got = {tr.name: (tr.op, tr.axis, tr.message_bytes, c)
+           for tr, c in layer_transfers(m, adp, Formats.of(adp, True), 100.0, True, exchange="gather")}
+    assert got == {"dp.moe_all_gather": ("all_gather", "dp", 100 * 8 * 4096 * 1.0, 1.0),
+                   "dp.moe_reduce_scatter": ("reduce_scatter", "dp", 100 * 8 * 4096 * 2.0, 1.0)}
+    tp = ServingPlan(tp=8, ep=8, weight_precision="fp8")
+    got = [(tr.name, c) for tr, c in layer_transfers(m, tp, Formats.of(tp, True), 100.0, True, exchange="gather")]
+    assert got == [("tp.all_reduce", 2.0)]
+    a2a = [tr.name for tr, _ in layer_transfers(m, adp, Formats.of(adp, True), 100.0, True)]
+    assert "ep.dispatch" in a2a and "ep.combine" in a2a
+
+
+def test_static_session_adds_the_serial_kernel_launches_to_every_step():
+    """TensorRT-LLM 0.x GptSession waits for each step before enqueuing the next kernel by kernel: an iteration
+    lasts its GPU time plus (layer-op kernels + one attention core per layer + the output layer's 4) ·
+    host_dispatch_s. An in-flight-batching stack (vLLM) adds nothing to a decode step."""
+    scn, lim = resolve_limits(_scn("llama3-8b", 1, "TensorRT-LLM 0.5.0", arrival="fixed-batch"))
+    cost = ServingCost(scn, lim.max_num_tokens)
+    m = scn.model
+    launch = (float(cost.kernels[0]) + m.layers + 4) * cost.cal.host_dispatch_s
+    assert cost.launch_s == [pytest.approx(launch)] and launch > 0
+    with_launch = cost.iteration_s(8, 8, 8 * 200)
+    cost.launch_s = None
+    assert with_launch - cost.iteration_s(8, 8, 8 * 200) == pytest.approx(launch)
+    vscn, vlim = resolve_limits(_scn("llama3-8b", 1, "vLLM 0.8"))
+    assert ServingCost(vscn, vlim.max_num_tokens).launch_s is None
