@@ -41,8 +41,9 @@ class Breakdown:
 
     @property
     def overlap_pct(self) -> float:
-        """HTA comp_comm_overlap: share of communication time overlapped by compute, in percent."""
-        return 100.0 * self.overlap_s / self.comm_s if self.comm_s > 0 else 0.0
+        """HTA comp_comm_overlap: share of communication time overlapped by compute, in percent (the overlap is an
+        interval intersection of the same sums, so a ratio above 100 is rounding: clamped)."""
+        return min(100.0, 100.0 * self.overlap_s / self.comm_s) if self.comm_s > 0 else 0.0
 
     def parts_s(self) -> dict[str, float]:
         """The four parts of the span in seconds: compute, exposed_comm, memcpy, idle.
