@@ -141,3 +141,17 @@ def test_bad_paths_give_one_line_and_exit_2(argv, capsys):
     assert main(["analyze", "--no-what-ifs", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("narrowpath: error:") and "\n" not in err and "Traceback" not in err
+
+
+def test_console_shows_the_simulated_synchronisation_beside_the_closed_form(default_analysis):
+    """The simulator's wait, p99 and slow-node step are printed with the numbers the budget carries."""
+    from narrowpath.report.analysis_console import format_analysis
+
+    sim = default_analysis.synchronisation.simulated
+    assert sim is not None and sim.steps > 0
+    out = format_analysis(default_analysis)
+    line = next(x for x in out.splitlines() if x.strip().startswith("simulated ("))
+    assert f"{sim.jitter_wait_s * 1e3:,.1f} ms per step" in line
+    assert f"p99 {sim.jitter_wait_p99_s * 1e3:,.1f} ms" in line
+    assert f"step {sim.slow_node_step_s:.4g} s" in line
+    assert "goodput (failures and jitter, simulated)" in out

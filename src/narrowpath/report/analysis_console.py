@@ -109,7 +109,28 @@ def format_budgets(a: Analysis) -> list[str]:
              f"{human_bytes(f.checkpoint_bytes)} written in {f.write_s:.2f} s at {human_bytes(f.write_bw_bytes_per_s)}/s; "
              f"interval Young {_min(f.young_interval_s)} min, Daly {_min(f.daly_interval_s)} min; "
              f"waste {_pct(f.waste_fraction)} %")
-    L.append(f"  goodput (failures and jitter): {_pct(s.goodput)} %")
+    L += _simulated_sync_lines(s, a.prediction.step_time_s)
+    L.append(f"  goodput (failures and jitter{', simulated' if s.simulated and s.simulated.steps else ''}): "
+             f"{_pct(s.goodput)} %")
+    return L
+
+
+def _simulated_sync_lines(s, step_s: float) -> list[str]:
+    """The event simulator's numbers for the same budget (SyncBudget.simulated), beside the closed form's."""
+    sim = s.simulated
+    if sim is None:
+        return []
+    if not sim.steps:
+        return [f"  simulator: {sim.note}"]
+    L = [f"  simulated ({sim.steps} steps, {sim.jitter_spec}): wait for the slowest {sim.jitter_wait_s * 1e3:,.1f} ms "
+         f"per step (p99 {sim.jitter_wait_p99_s * 1e3:,.1f} ms); {sim.slow_node_spec}: step "
+         f"{sim.slow_node_step_s:.4g} s (+{(sim.slow_node_step_s / step_s - 1) * 100:.1f} %)"]
+    lost = sorted(((c, v) for c, v in sim.lost_time_s_by_cause if v > 0), key=lambda cv: -cv[1])[:4]
+    if lost:
+        L.append("  simulated lost time by cause: " + ", ".join(f"{c} {v * 1e3:,.1f} ms" for c, v in lost))
+    waits = sorted(((c, v) for c, v in sim.wait_s_by_collective if v > 0), key=lambda cv: -cv[1])[:4]
+    if waits:
+        L.append("  simulated wait per rank at: " + ", ".join(f"{c} {v * 1e3:,.1f} ms" for c, v in waits))
     return L
 
 
