@@ -186,15 +186,9 @@ def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
     raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {shown(value)}")
 
 
-def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
-                       allow_null: bool = False, seq_len: int | None = None) -> Scenario:
-    """Build a Scenario from a mapping (scenario file, catalog entry, or a validation-corpus case); `seq_len` is the
-    --seq-len flag, which a HuggingFace config.json model needs (see resolve_model)."""
-    _check_keys("scenario", data, _SCENARIO_KEYS)
-    if "model" not in data:
-        raise SpecError("model", "is required")
-    if "plan" not in data:
-        raise SpecError("plan", "is required")
+def system_and_gpus(data: Mapping[str, Any], base_dir: Path | None) -> tuple[System, Any]:
+    """(system, num_gpus as given or None) from a file's `system` name/block or its corpus-style `hardware` block
+    (one of the two; shared by training scenarios and serving files)."""
     hw = data.get("hardware")
     if hw is not None:
         if "system" in data:
@@ -206,12 +200,22 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
         system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
                                      nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"),
                                      scale_up_gpus=hw.get("scale_up_gpus"), power_limit_w=hw.get("power_limit_w"))
-        num_gpus = hw.get("num_gpus", data.get("num_gpus"))
-    elif "system" in data:
-        system = _system(data["system"], base_dir)
-        num_gpus = data.get("num_gpus")
-    else:
-        raise SpecError("system", "is required (or a `hardware` block)")
+        return system, hw.get("num_gpus", data.get("num_gpus"))
+    if "system" in data:
+        return _system(data["system"], base_dir), data.get("num_gpus")
+    raise SpecError("system", "is required (or a `hardware` block)")
+
+
+def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
+                       allow_null: bool = False, seq_len: int | None = None) -> Scenario:
+    """Build a Scenario from a mapping (scenario file, catalog entry, or a validation-corpus case); `seq_len` is the
+    --seq-len flag, which a HuggingFace config.json model needs (see resolve_model)."""
+    _check_keys("scenario", data, _SCENARIO_KEYS)
+    if "model" not in data:
+        raise SpecError("model", "is required")
+    if "plan" not in data:
+        raise SpecError("plan", "is required")
+    system, num_gpus = system_and_gpus(data, base_dir)
     model = resolve_model(data["model"], base_dir, seq_len=seq_len)
     plan, unpublished, chosen = plan_with_stack_defaults(data["plan"], allow_null=allow_null)
     if num_gpus is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from narrowpath.catalog import store
-from narrowpath.catalog.resolve import _system, read_data_file, resolve_model, system_for_hardware
+from narrowpath.catalog.resolve import read_data_file, resolve_model, system_and_gpus
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.parse import _check_keys, calibration_from_dict
@@ -26,7 +26,6 @@ from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
 _TOP_KEYS = {"name", "system", "hardware", "model", "plan", "workload", "num_gpus", "mode", "calibration", "kind",
              "measured", "assumed"}
-_HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu", "scale_up_gpus", "power_limit_w"}
 _PLAN_ALIASES = {"weights_precision": "weight_precision"}
 _PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "prefill_replicas", "weights_precision", "weight_precision",
               "kv_precision", "max_batch", "max_num_tokens", "kv_block_tokens", "kv_memory_fraction",
@@ -164,22 +163,7 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
     for need in ("model", "plan", "workload"):
         if need not in data:
             raise SpecError(need, "is required")
-    hw = data.get("hardware")
-    if hw is not None:
-        if "system" in data:
-            raise SpecError("hardware", "give either `system` or a `hardware` block, not both")
-        _check_keys("hardware", hw, _HARDWARE_KEYS)
-        if "gpu" not in hw:
-            raise SpecError("hardware.gpu", "is required")
-        system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
-                                     nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"),
-                                     scale_up_gpus=hw.get("scale_up_gpus"), power_limit_w=hw.get("power_limit_w"))
-        num_gpus = hw.get("num_gpus", data.get("num_gpus"))
-    elif "system" in data:
-        system = _system(data["system"], base_dir)
-        num_gpus = data.get("num_gpus")
-    else:
-        raise SpecError("system", "is required (or a `hardware` block)")
+    system, num_gpus = system_and_gpus(data, base_dir)
     if num_gpus is not None:
         num_gpus = positive_int("num_gpus", num_gpus, maximum=1 << 24)
     load = load_from_dict(data["workload"], base_dir)
