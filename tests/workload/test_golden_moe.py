@@ -1,0 +1,105 @@
+"""Golden mixture-of-experts work on one rank (Megatron-Core's MoE layer and expert layout, Liu et al. 2025 'MoE
+Parallel Folding'), worked out by hand for Mixtral 8x7B (h 4096, 8 experts of f 14336, top 2, s 4096) and the
+DeepSeek-V3 shape (256 experts of 2048, top 8, one shared expert)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from narrowpath.catalog import model
+from narrowpath.spec import Plan
+from narrowpath.spec.model import MoE
+from narrowpath.workload.moe import (expert_params, expert_rows, local_tokens, moe_block_ops, moe_layer_params,
+                                     moe_transfers, routing_imbalance)
+
+MIXTRAL = model("mixtral-8x7b")
+
+
+def P(**kw) -> Plan:
+    """A plan with one micro-batch per data-parallel rank."""
+    return Plan(gbs=kw.get("dp", 1) * kw.get("mbs", 1), **kw)
+
+
+def test_tokens_a_rank_owns_entering_the_moe_layer():
+    """b·s/cp tokens, split over tp by sequence parallelism (or when tp = 1): 2·4096/2 = 4096 with cp 2 and no
+    tp; 4096/4 = 1024 with tp 4 and SP; without SP every tp rank holds all 4096."""
+    assert local_tokens(MIXTRAL, P(cp=2, mbs=2)) == 4096
+    assert local_tokens(MIXTRAL, P(tp=4, sequence_parallel=True)) == 1024
+    assert local_tokens(MIXTRAL, P(tp=4)) == 4096
+
+
+def test_routing_imbalance_is_balls_into_bins():
+    """Raab & Steger 1998: n balls per bin on average over k bins, the fullest holds n + √(2·n·ln k):
+    ep = 8, n = 4096 → 1 + √(2·ln 8 / 4096) = 1.0318646; ep = 4, n = 8192 → 1.0183970. Token-drop routing
+    (capacity padding) and ep = 1 (one bin) have none."""
+    assert routing_imbalance(P(dp=8, ep=8), 4096) == pytest.approx(1.0318646, abs=1e-7)
+    assert routing_imbalance(P(dp=4, ep=4), 8192) == pytest.approx(1.0183970, abs=1e-7)
+    assert routing_imbalance(P(dp=8, ep=8, moe_routing="token-drop"), 4096) == 1.0
+    assert routing_imbalance(P(dp=8), 4096) == 1.0
+
+
+def test_expert_rows_per_rank_by_hand():
+    """Rows = local tokens × top_k × etp × (imbalance or capacity factor). Mixtral, dp 8, ep 8, 4096 tokens:
+    4096·2 = 8192 copies; dropless: 8192·(1 + √(2·ln 8/8192)) = 8192 + √(2·8192·ln 8) = 8376.5…; token-drop at
+    capacity factor 1.25: 10,240. With tp 2 (SP), etp 2: 2048 tokens · 2 · 2 = 8192 rows before imbalance."""
+    dropless = expert_rows(MIXTRAL, P(dp=8, ep=8))
+    assert dropless == pytest.approx(8192 + math.sqrt(2 * 8192 * math.log(8)), rel=1e-12)
+    capped = dataclasses.replace(MIXTRAL, moe=dataclasses.replace(MIXTRAL.moe, capacity_factor=1.25))
+    assert expert_rows(capped, P(dp=8, ep=8, moe_routing="token-drop")) == 10_240
+    assert expert_rows(MIXTRAL, P(tp=2, dp=4, ep=4, etp=2, sequence_parallel=True,
+                                     moe_routing="token-drop")) == 8192
+
+
+def test_grouped_expert_gemms_by_hand():
+    """DeepSeek-V3's experts on dp = ep = 64, token-drop: 4096 tokens · top 8 = 32,768 rows over 256/64 = 4 local
+    experts, one grouped GEMM per matrix (8,192 rows per expert). Up (gate + up, SwiGLU) [32768 × 7168]·[7168 ×
+    4096]: 2·32768·7168·4096 = 1,924,145,348,608 FLOPs; its weights, 4 experts × 7168·4096·2 B = 234,881,024 B;
+    down [32768 × 2048]·[2048 × 7168] = 962,072,674,304 FLOPs. The shared expert runs on all 4096 tokens:
+    2·4096·7168·4096 = 240,518,168,576 FLOPs."""
+    m = model("deepseek-v3")
+    ops = {op.name: op for op in moe_block_ops(m, P(dp=64, ep=64, moe_routing="token-drop"))}
+    up, down = ops["expert_up"], ops["expert_down"]
+    assert (up.flop, up.groups, up.weight_bytes) == (1_924_145_348_608, 4, 234_881_024)
+    assert down.flop == 962_072_674_304
+    assert ops["shared_up"].flop == 240_518_168_576
+
+
+def test_router_permute_and_unpermute_bytes_by_hand():
+    """Mixtral, 4096 tokens, A = 2: router GEMM 2·4096·4096·8 = 268,435,456 FLOPs in BF16 even under FP8; top-k
+    and softmax in fp32 over 3 kernels, 3·4096·8·4 = 393,216 B, keeping the probabilities 131,072 B; the
+    dropless dispatcher syncs with the host once (token-drop: never). Permute reads the tokens and writes 2
+    copies: 4096·4096·2 + 8192·4096·2 = 100,663,296 B; unpermute the reverse, keeping the copies 67,108,864 B."""
+    ops = {op.name: op for op in moe_block_ops(MIXTRAL, P(dp=8, ep=8, precision="fp8"))}
+    assert (ops["router"].flop, ops["router"].dtype) == (268_435_456, "bf16")
+    topk = ops["router_topk"]
+    assert (topk.hbm_bytes, topk.kernels, topk.saved_bytes, topk.host_syncs) == (393_216, 3, 131_072, 1)
+    assert ops["moe_permute"].hbm_bytes == ops["moe_unpermute"].hbm_bytes == 100_663_296
+    assert ops["moe_unpermute"].saved_bytes == 67_108_864
+    drop = {op.name: op for op in moe_block_ops(MIXTRAL, P(dp=8, ep=8, moe_routing="token-drop"))}
+    assert drop["router_topk"].host_syncs == 0
+
+
+def test_expert_parallel_traffic_by_hand():
+    """Dispatch and combine all-to-alls carry each rank's token copies: 4096·2·4096·2 = 67,108,864 B, twice per
+    pass, in forward and backward (and a full recompute's forward). With etp 2 the dispatched copies are gathered
+    over the 2 expert-tp ranks (2048 tokens·2·2·4096·2 = 67,108,864 B gathered) and the outputs reduce-scattered."""
+    xf = moe_transfers(MIXTRAL, P(dp=8, ep=8, recompute="full"))
+    assert [(t.op, t.phase, t.message_bytes, c) for t, c in xf] == [
+        ("all_to_all", ph, 67_108_864, 2.0) for ph in ("fwd", "bwd", "recompute")]
+    etp = moe_transfers(MIXTRAL, P(tp=2, dp=4, ep=4, etp=2, sequence_parallel=True))
+    gathers = [(t.op, t.axis, t.message_bytes) for t, _ in etp if t.axis == "etp"]
+    assert gathers == [("all_gather", "etp", 67_108_864), ("reduce_scatter", "etp", 67_108_864)] * 2
+
+
+def test_expert_and_moe_layer_parameters_per_rank_by_hand():
+    """Mixtral on ep 4, etp 2: 8/4 = 2 experts per rank, each 3·4096·14336 split 2 ways: 176,160,768 parameters;
+    plus the router 4096·8 = 32,768. A shared expert (DeepSeek style, f 2048) is tp-sharded: with tp 2,
+    3·4096·2048/2 = 12,582,912."""
+    plan = P(tp=2, dp=4, ep=4, etp=2)
+    assert expert_params(MIXTRAL, plan) == 176_160_768
+    assert moe_layer_params(MIXTRAL, plan) == 176_160_768 + 32_768
+    shared = dataclasses.replace(MIXTRAL, moe=MoE(num_experts=8, top_k=2, expert_ffn=14336, shared_experts=1,
+                                                  shared_ffn=2048))
+    assert moe_layer_params(shared, plan) == 176_160_768 + 12_582_912 + 32_768
