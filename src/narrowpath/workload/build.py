@@ -314,7 +314,7 @@ def embedding_params(scn: Scenario, first: bool, last: bool) -> float:
     model, plan = scn.model, scn.plan
     table = model.vocab * model.hidden / plan.tp
     if plan.pp == 1:
-        return table * (1 if model.tied_embeddings else 2)
+        return table * (1 if model.tied_embeddings else 2) + model.hidden
     return table * (int(first) + int(last)) + (model.hidden if last else 0)
 
 
