@@ -1,0 +1,113 @@
+"""Golden operator times, the GEMM size ramp, the power-cap clock and the FLOP conventions, by hand on a device and
+a calibration with round numbers (never the shipped calibration's own inputs echoed back)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from narrowpath.cost.flops import korthikanti_model_flop, mfu, narayanan_eq3_flop
+from narrowpath.cost.power import capped_device, clock_fraction
+from narrowpath.cost.roofline import (bound, compute_time_s, host_time_s, matrix_efficiency, memory_time_s,
+                                      op_time_s, table_efficiency)
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.device import Device, Level
+from narrowpath.workload.items import Op
+
+DEV = Device(name="round", peak_matrix_flop_per_s={"bf16": 1e15, "fp8": 2e15},
+             peak_vector_flop_per_s={"fp32": 5e13}, tdp_w=700.0, idle_w=120.0,
+             levels=(Level(name="hbm", capacity_bytes=80e9, bw_bytes_per_s=2e12),
+                     Level(name="host", capacity_bytes=1e12, bw_bytes_per_s=5e10)))
+CAL = Calibration(name="round", device="round", matrix_efficiency={"bf16": 0.8, "fp8": 0.6}, matrix_half_flop=1e9,
+                  vector_bw_efficiency=0.9, kernel_overhead_s=5e-6, host_dispatch_s=2e-6, flash_efficiency=0.5)
+
+
+def test_gemm_size_ramp_is_eff_max_f_over_f_plus_f_half():
+    """eff(F) = eff_max·F/(F + F_half) (a saturating ramp): eff_max 0.8, F_half 1e9: F = 1e9 → 0.4 (half by
+    definition), F = 3e9 → 0.6, F = 9e9 → 0.72; fp8 has its own eff_max 0.6: F = 1e9 → 0.3; MXFP8 GEMMs use the FP8
+    entry; F_half = 0 means no ramp."""
+    assert matrix_efficiency(1e9, "bf16", CAL) == pytest.approx(0.4)
+    assert matrix_efficiency(3e9, "bf16", CAL) == pytest.approx(0.6)
+    assert matrix_efficiency(9e9, "bf16", CAL) == pytest.approx(0.72)
+    assert matrix_efficiency(1e9, "mxfp8", CAL) == pytest.approx(0.3)
+    flat = Calibration(name="f", device="round", matrix_efficiency={"bf16": 0.8}, matrix_half_flop=0.0)
+    assert matrix_efficiency(1e3, "bf16", flat) == 0.8
+
+
+def test_measured_efficiency_table_interpolates_in_log_flops():
+    """A measured table (1e9: 0.2, 1e11: 0.6, 1e13: 0.8): 1e10, halfway in log, 0.4; 1e12 → 0.7; above the last
+    point 0.8; below the first the time stays the smallest GEMM's (latency-bound): 5e8 → 0.2·0.5 = 0.1."""
+    pts = ((1e9, 0.2), (1e11, 0.6), (1e13, 0.8))
+    assert table_efficiency(1e10, pts) == pytest.approx(0.4)
+    assert table_efficiency(1e12, pts) == pytest.approx(0.7)
+    assert table_efficiency(1e14, pts) == 0.8 and table_efficiency(1e13, pts) == 0.8
+    assert table_efficiency(5e8, pts) == pytest.approx(0.1)
+    cal = Calibration(name="t", device="round", matrix_efficiency={"bf16": 0.8},
+                      matrix_efficiency_by_size={"bf16": pts})
+    assert matrix_efficiency(1e10, "bf16", cal) == pytest.approx(0.4)
+    # no fp8 table: the ramp, with the 16-bit eff_max (no fp8 entry) and the default F_half 2e9: 0.8·1e10/1.2e10
+    assert matrix_efficiency(1e10, "fp8", cal) == pytest.approx(0.8 * 1e10 / 1.2e10)
+
+
+def test_roofline_time_of_a_gemm_by_hand():
+    """Williams et al. 2009 + launch cost: t = max(F/(peak·eff), bytes/(BW·eff_bw)) + kernels·overhead.
+    F = 9e9 FLOPs (eff 0.72), 1e8 B: compute 9e9/(1e15·0.72) = 12.5 µs, memory 1e8/(2e12·0.9) = 55.6 µs:
+    memory-bound, 55.56 + 5 = 60.56 µs. F = 9e12 (eff 0.8·9e12/(9e12 + 1e9)): 11.2512 ms, compute-bound."""
+    small = Op("g", "matrix", "fwd", 9e9, 1e8, "bf16")
+    assert compute_time_s(small, DEV, CAL) == pytest.approx(12.5e-6)
+    assert memory_time_s(small, DEV, CAL) == pytest.approx(1e8 / 1.8e12)
+    assert op_time_s(small, DEV, CAL) == pytest.approx(1e8 / 1.8e12 + 5e-6)
+    assert bound(small, DEV, CAL) == "memory"
+    big = Op("g", "matrix", "fwd", 9e12, 1e8, "bf16")
+    assert op_time_s(big, DEV, CAL) == pytest.approx(9e12 / (1e15 * 0.8 * 9e12 / (9e12 + 1e9)) + 5e-6)
+    assert bound(big, DEV, CAL) == "compute"
+
+
+def test_grouped_gemm_ramps_like_one_group_and_flash_runs_at_its_fraction():
+    """A grouped GEMM of 4 experts with 4e9 FLOPs in all ramps like one 1e9 GEMM (eff 0.4): 4e9/(1e15·0.4) =
+    10 µs, plus 4 launches. Flash attention: 3e9 FLOPs at 0.6·0.5 = 0.3 → 10 µs. A vector op's FLOPs run on the
+    vector units: 5e8/5e13 = 10 µs."""
+    grouped = Op("e", "matrix", "fwd", 4e9, 0.0, "bf16", 4, groups=4)
+    assert compute_time_s(grouped, DEV, CAL) == pytest.approx(10e-6)
+    assert op_time_s(grouped, DEV, CAL) == pytest.approx(10e-6 + 4 * 5e-6)
+    assert compute_time_s(Op("f", "flash", "fwd", 3e9, 0.0, "bf16"), DEV, CAL) == pytest.approx(10e-6)
+    assert compute_time_s(Op("v", "vector", "fwd", 5e8, 0.0, "fp32"), DEV, CAL) == pytest.approx(10e-6)
+    assert compute_time_s(Op("z", "matrix", "fwd", 0.0, 1.0, "bf16"), DEV, CAL) == 0.0
+
+
+def test_host_issue_time():
+    """The host issues each kernel in host_dispatch_s = 2 µs: 3 kernels → 6 µs; a library's internal launches
+    (host_kernels = 0) cost the host nothing."""
+    assert host_time_s(Op("v", "vector", "fwd", 0.0, 1.0, "bf16", 3), CAL) == pytest.approx(6e-6)
+    assert host_time_s(Op("v", "vector", "fwd", 0.0, 1.0, "bf16", 3, host_kernels=0), CAL) == 0.0
+
+
+def test_power_cap_clock_fraction():
+    """P − P_idle ∝ f² (cost.power): an H100 SXM (700 W rated, 120 W idle) capped at 600 W runs at
+    √(480/580) = 0.90972 of its clock; at 410 W √(290/580) = √0.5 = 0.70711; no cap, an unknown rating or a cap
+    at or above the rating: 1."""
+    assert clock_fraction(700, 120, 600) == pytest.approx(math.sqrt(480 / 580))
+    assert clock_fraction(700, 120, 410) == pytest.approx(math.sqrt(0.5))
+    assert clock_fraction(700, 120, 0) == clock_fraction(0, 120, 600) == clock_fraction(700, 120, 800) == 1.0
+
+
+def test_capped_device_scales_arithmetic_not_memory():
+    """Capped at 410 W the matrix and vector peaks scale by √0.5 (1e15 → 7.0711e14), HBM bandwidth does not."""
+    from narrowpath.catalog import system
+    import dataclasses
+    sysm = dataclasses.replace(system("dgx-h100"), device=DEV, power_limit_w=410.0)
+    dev = capped_device(sysm)
+    assert dev.peak_matrix_flop_per_s["bf16"] == pytest.approx(1e15 * math.sqrt(0.5))
+    assert dev.peak_vector_flop_per_s["fp32"] == pytest.approx(5e13 * math.sqrt(0.5))
+    assert dev.hbm.bw_bytes_per_s == 2e12
+    assert capped_device(dataclasses.replace(sysm, power_limit_w=0.0)) is DEV
+
+
+def test_flop_conventions_by_hand():
+    """Narayanan et al. SC'21 eq. (3) with full recompute, 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), and Korthikanti
+    et al. §6 without, 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)); B 1, s 2048, l 2, h 1024, V 1024:
+    96·2048·2·1024²·(1 + 1/3 + 1/32) = 562,640,715,776 and 72·…·(1 + 1/3 + 1/24) = 425,201,762,304.
+    MFU: 1e18 FLOPs in 10 s on 100 GPUs of 2e15 FLOP/s = 0.5."""
+    assert narayanan_eq3_flop(1, 2048, 2, 1024, 1024) == pytest.approx(562_640_715_776)
+    assert korthikanti_model_flop(1, 2048, 2, 1024, 1024) == pytest.approx(425_201_762_304)
+    assert mfu(1e18, 10.0, 100, 2e15) == pytest.approx(0.5)
