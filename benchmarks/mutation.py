@@ -39,7 +39,10 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutation_mutants import STAGES, Mutant, generate  # noqa: E402
+try:
+    from mutation_mutants import STAGES, Mutant, generate  # noqa: E402
+except ModuleNotFoundError as e:  # mutmut (or libcst) missing
+    sys.exit(f"benchmarks/mutation.py needs the bench extra ({e.name} is missing): pip install -e '.[test,bench]'")
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = ("tests/workload", "tests/cost", "tests/network", "tests/schedule")

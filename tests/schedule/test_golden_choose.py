@@ -1,0 +1,96 @@
+"""How the knobs a source did not publish are chosen (schedule/choose.py), checked with a made-up price function
+whose answer is known by construction: the stack's default when it documents one, else the fastest setting that
+fits, else the one that overflows least; every choice is written down."""
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.errors import SpecError
+from narrowpath.schedule.choose import CANDIDATES, activation_strategies, resolve_open_knobs
+from narrowpath.spec import Plan, Scenario
+
+
+def _scn(open_knobs=(), **kw) -> Scenario:
+    plan = Plan(**kw)
+    return Scenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, num_gpus=plan.num_gpus,
+                    open_knobs=open_knobs)
+
+
+def _price(table):
+    """A price function: (step time, fits) looked up by the plan's recompute and zero stage."""
+    def price(s):
+        t, fits = table[(s.plan.recompute, s.plan.recompute_layers, s.plan.offload_layers, s.plan.zero_stage)]
+        return SimpleNamespace(step_time_s=t, memory=SimpleNamespace(fits=fits, overflow_bytes=0 if fits else t))
+    return price
+
+
+def test_activation_strategies_of_a_32_layer_chunk():
+    """Chunk of 32 layers (pp 1): keep all, selective, full; full for a quarter, half, three quarters of the chunk
+    (8, 16, 24 layers); offload 8, 16, 24 or all 32 layers' activations — 10 strategies."""
+    out = activation_strategies(_scn())
+    assert out[:3] == ({"recompute": "none"}, {"recompute": "selective"}, {"recompute": "full"})
+    assert [d.get("recompute_layers") for d in out[3:6]] == [8, 16, 24]
+    assert [d["offload_layers"] for d in out[6:]] == [8, 16, 24, 32]
+    assert len(activation_strategies(_scn(pp=4, vpp=2, gbs=4))) == 3 + 3 + 4  # chunks of 4 layers: 1, 2, 3
+
+
+def test_documented_defaults_of_the_other_knobs():
+    """Megatron-LM's defaults (shared/validation/README.md): SP with tp > 1, no interleaving, micro-batch 1,
+    dropless routing, overlap off, p2p context parallelism, the profile's attention; ZeRO tried 1, 0, 2, 3 when
+    there is something to shard, else 0."""
+    s = _scn(tp=2, dp=4, gbs=4)
+    assert CANDIDATES["sequence_parallel"](s) == (True,) and CANDIDATES["sequence_parallel"](_scn()) == (False,)
+    assert CANDIDATES["zero_stage"](s) == (1, 0, 2, 3) and CANDIDATES["zero_stage"](_scn()) == (0,)
+    assert [CANDIDATES[k](s) for k in ("mbs", "vpp", "moe_routing", "dp_overlap", "cp_comm", "etp")] == [
+        (1,), (1,), ("dropless",), (False,), ("p2p",), (0,)]
+
+
+def test_the_fastest_setting_that_fits_is_chosen_and_recorded():
+    """Of ZeRO 1 (10 s, fits), 0 (8 s, overflows), 2 (9 s, fits), 3 (12 s, fits): ZeRO-2 — the fastest that fits —
+    and the note says how many settings were tried and that it was not published."""
+    table = {("none", 0, 0, z): v for z, v in {1: (10.0, True), 0: (8.0, False), 2: (9.0, True),
+                                               3: (12.0, True)}.items()}
+    out = resolve_open_knobs(_scn(("zero_stage",), dp=4, gbs=4), _price(table))
+    assert out.plan.zero_stage == 2 and out.open_knobs == ()
+    assert out.chosen == (("zero_stage", "2 — fastest that fits in memory of 4 settings tried (not published)"),)
+
+
+def test_when_nothing_fits_the_least_overflow_is_chosen():
+    """No setting fits: the one that overflows least (here the overflow is the made-up time: ZeRO-0, 8)."""
+    table = {("none", 0, 0, z): (t, False) for z, t in {1: 10.0, 0: 8.0, 2: 9.0, 3: 12.0}.items()}
+    out = resolve_open_knobs(_scn(("zero_stage",), dp=4, gbs=4), _price(table))
+    assert out.plan.zero_stage == 0 and "none fits in memory; the one that overflows least" in out.chosen[0][1]
+
+
+def test_recompute_patches_several_knobs_at_once():
+    """An open `recompute` picks a whole strategy: here full recompute of 16 of 32 layers is the fastest fitting."""
+    table = {("none", 0, 0, 0): (5.0, False), ("selective", 0, 0, 0): (6.0, False), ("full", 0, 0, 0): (9.0, True),
+             ("full", 8, 0, 0): (8.0, False), ("full", 16, 0, 0): (7.0, True), ("full", 24, 0, 0): (7.5, True)}
+    table |= {("none", 0, k, 0): (9.5, True) for k in (8, 16, 24, 32)}
+    out = resolve_open_knobs(_scn(("recompute",)), _price(table))
+    assert (out.plan.recompute, out.plan.recompute_layers) == ("full", 16)
+    assert out.chosen[0][1].startswith("recompute='full', recompute_layers=16 — fastest that fits")
+
+
+def test_stack_defaults_and_the_gpu_count_fill_knobs_without_pricing():
+    """A Megatron-Bridge run leaves dp_overlap out: the stack's documented default (true) is taken, and an open dp
+    is what the GPU count leaves: 16 / (tp 2 · pp 2) = 4; nothing is searched (the one plan left is priced once)."""
+    scn = dataclasses.replace(_scn(tp=2, pp=2, dp=4, gbs=4, framework="Megatron-Bridge 0.2"),
+                              open_knobs=("dp_overlap", "dp"))
+    priced = []
+    out = resolve_open_knobs(scn, lambda s: priced.append(s) or SimpleNamespace(
+        step_time_s=1.0, memory=SimpleNamespace(fits=True, overflow_bytes=0)))
+    assert len(priced) == 1
+    assert out.plan.dp_overlap is True and out.plan.dp == 4
+    assert out.chosen[0] == ("dp_overlap", "True — default of the megatron-bridge stack (not published)")
+    assert out.chosen[1] == ("dp", "4 — what the GPU count leaves (not published)")
+
+
+def test_a_knob_no_rule_can_choose_is_refused():
+    with pytest.raises(SpecError, match="plan.gbs"):
+        resolve_open_knobs(_scn(("gbs",)), lambda s: None)
+    assert resolve_open_knobs(_scn(), lambda s: None) == _scn()
