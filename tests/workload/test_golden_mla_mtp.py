@@ -1,0 +1,101 @@
+"""Golden multi-head latent attention, multi-token prediction and the embedding/output work by hand.
+
+MLA as Megatron-Core's MLASelfAttention runs it for training (DeepSeek-V3 §2.1.1): the down-projections to the
+query latent (1536) and to the joint KV latent plus the shared rotary key (512 + 64) are replicated on every tensor-
+parallel rank; the latents are normed and up-projected per head (column-parallel); the core is multi-head
+attention with query/key width 128 + 64 = 192 and value width 128. DeepSeek-V3 shapes, tp 8 with SP, micro-batch
+1 × 4096 tokens (m = 4096 rows, 128/8 = 16 heads a rank), BF16, A = 2."""
+from __future__ import annotations
+
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.spec import Plan, Scenario
+from narrowpath.workload.attention import attention_block_ops, attention_params, kv_pair_width_per_rank
+from narrowpath.workload.build import _embedding_work, build_workload, mtp_params
+from tests.workload.golden_models import deepseek_v3
+
+TP8 = Plan(tp=8, sequence_parallel=True)
+
+
+@pytest.fixture(scope="module")
+def mla_ops():
+    return {op.name: op for op in attention_block_ops(deepseek_v3(), TP8, "flash")}
+
+
+def test_mla_projections_by_hand(mla_ops):
+    """q_down [4096 × 7168]·[7168 × 1536]: 90,194,313,216 FLOPs, keeping its SP input shard 512·7168·2 =
+    7,340,032 B; q_up [4096 × 1536]·[1536 × 16·192]: 38,654,705,664; kv_down [4096 × 7168]·[7168 × 576]:
+    33,822,867,456; kv_up [4096 × 512]·[512 × 16·(128 + 128)]: 17,179,869,184; output projection
+    [4096 × 16·128]·[2048 × 7168]: 120,259,084,288. The latent norms read and write 4096·1536 and 4096·512
+    elements (25,165,824 and 8,388,608 B); rotary on 16 query heads and the one shared key head of 64:
+    4096·17·64 elements, 17,825,792 B."""
+    o = mla_ops
+    assert [o[n].flop for n in ("q_down", "q_up", "kv_down", "kv_up", "attn_proj")] == [
+        90_194_313_216, 38_654_705_664, 33_822_867_456, 17_179_869_184, 120_259_084_288]
+    assert o["q_down"].saved_bytes == o["kv_down"].saved_bytes == 7_340_032
+    assert o["q_up"].saved_bytes == 4096 * 1536 * 2 and o["kv_up"].saved_bytes == 4096 * 512 * 2
+    assert (o["q_norm"].hbm_bytes, o["kv_norm"].hbm_bytes, o["rope"].hbm_bytes) == (25_165_824, 8_388_608,
+                                                                                    17_825_792)
+
+
+def test_mla_flash_core_by_hand(mla_ops):
+    """16 heads, d_qk 192, d_v 128, s 4096: full scores + weighted sum 2·16·4096²·(192 + 128) = 171,798,691,840
+    FLOPs, causal with diagonal tiles 0.5·(1 + 128/4096) = 0.515625 → 88,583,700,480. Q and K 4096·16·192·2 =
+    25,165,824 B each, V and O 4096·16·128·2 = 16,777,216 B each (every head has its own K and V after the
+    up-projection): 83,886,080 B; saved with the fp32 LSE (4·16·4096): 84,148,224 B. A tp rank's K + V width is
+    16·(192 + 128) = 5,120."""
+    fa = mla_ops["flash_attn"]
+    assert (fa.useful_flop, fa.flop, fa.hbm_bytes, fa.saved_bytes) == (171_798_691_840, 88_583_700_480,
+                                                                       83_886_080, 84_148_224)
+    assert kv_pair_width_per_rank(deepseek_v3(), 8) == 5_120
+
+
+def test_mla_parameters_per_rank_by_hand():
+    """Replicated: W_DQ 7168·1536 + its norm 1536, W_DKV+W_KR 7168·576 + its norm 512; split over 8: W_UQ
+    1536·128·192/8 = 4,718,592, W_UKV 512·128·256/8 = 2,097,152, W_O 128·128·7168/8 = 14,680,064:
+    11,011,584 + 4,718,592 + 4,129,280 + 2,097,152 + 14,680,064 = 36,636,672."""
+    assert attention_params(deepseek_v3(), TP8) == 36_636_672
+
+
+def test_mtp_module_work_and_parameters_by_hand():
+    """One MTP module (DeepSeek-V3 §2.2) on the last stage, tp 1, ep 8, 4096 tokens: norms of the hidden state and
+    of the shifted embedding, 2 × (read + write) of 4096·7168·2 B = 234,881,024 B; the projection of their
+    concatenation [4096 × 14336]·[14336 × 7168]: 841,813,590,016 FLOPs; one MoE layer. The output layer and loss
+    run once more for it (2 heads). Parameters: 2·7168² + 2·7168 + one MoE layer on ep 8 (attention 187,105,280 +
+    latent norms 2,048 + norms 14,336 + 32 local experts × 44,040,192 + shared 44,040,192 + router 1,835,008):
+    1,745,057,792."""
+    plan = Plan(dp=8, ep=8, gbs=8)
+    scn = Scenario(system=system("dgx-h100"), model=deepseek_v3(), plan=plan, num_gpus=8)
+    ops = {(op.name, op.phase): (op, c) for op, c in build_workload(scn, "flash").stages[0].ops}
+    norms, n = ops[("mtp_norms", "fwd")]
+    assert (norms.hbm_bytes, n) == (234_881_024, 1.0)
+    assert ops[("mtp_proj", "fwd")][0].flop == 841_813_590_016
+    assert ops[("logits", "fwd")][1] == 2.0 and ops[("cross_entropy", "bwd")][1] == 2.0
+    assert mtp_params(scn) == 1_745_057_792
+
+
+def test_embedding_and_output_work_by_hand():
+    """Llama-3 8B, tp 2 with SP, 8192 tokens (E = 8192·4096): lookup reads and writes E·2 B twice = 134,217,728 B,
+    its gradient 3·E·2 = 201,326,592 B; the vocab-parallel embedding output is reduce-scattered into the SP region
+    (and all-gathered back in backward). Last stage: final norm on E/2 elements 67,108,864 B; logits
+    [8192 × 4096]·[4096 × 64128] = 4,303,557,230,592 FLOPs kept in BF16; fp32 cross entropy 16 B per logit forward
+    (8192·64128 logits: 8,405,385,216 B) and 12 B backward (6,304,038,912 B); its max/sum statistics all-reduced
+    over tp (3·8192·4 = 98,304 B); the logits' input all-gathered and its gradient reduce-scattered."""
+    plan = Plan(tp=2, sequence_parallel=True, precision="fp8")
+    scn = Scenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, num_gpus=2)
+    ops, xf = _embedding_work(scn, True, True)
+    by = {(op.name, op.phase): op for op, _ in ops}
+    assert by[("embedding_lookup", "fwd")].hbm_bytes == 134_217_728
+    assert by[("embedding_grad", "bwd")].hbm_bytes == 201_326_592
+    assert by[("final_norm", "fwd")].hbm_bytes == 67_108_864 and by[("final_norm", "bwd")].hbm_bytes == 134_217_728
+    assert (by[("logits", "fwd")].flop, by[("logits", "fwd")].dtype) == (4_303_557_230_592, "bf16")
+    assert by[("cross_entropy", "fwd")].hbm_bytes == 8_405_385_216
+    assert by[("cross_entropy", "bwd")].hbm_bytes == 6_304_038_912
+    act = 8192 * 4096 * 2
+    assert [(t.name, t.op, t.phase, t.message_bytes) for t, _ in xf] == [
+        ("tp.embedding_reduce_scatter", "reduce_scatter", "fwd", act),
+        ("tp.embedding_grad_all_gather", "all_gather", "bwd", act),
+        ("tp.cross_entropy_stats", "all_reduce", "fwd", 98_304),
+        ("tp.logits_all_gather", "all_gather", "fwd", act),
+        ("tp.logits_grad_reduce_scatter", "reduce_scatter", "bwd", act)]
