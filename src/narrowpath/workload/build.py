@@ -379,7 +379,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
                 xf.append((Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", ov), sends))
                 xf.append((Transfer("pp.gradient", "send_recv", "pp", p2p_bytes, "bwd", ov), sends))
         f_rc = recompute_fraction(plan, len(idx))
-        if f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
+        if plan.recompute == "full" and f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
             ops = [(op, c * f_rc if op.phase == "recompute" else c) for op, c in ops]
             xf = [(tr, c * f_rc if tr.phase == "recompute" else c) for tr, c in xf]
         f_off = offload_fraction(plan, len(idx))
