@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import difflib
 import hashlib
 import json
 import math
@@ -157,7 +158,8 @@ def run_mutants(jobs: list[tuple[Mutant, str, list[str]]], cov: dict, n_workers:
         nonlocal done
         m, source, tests = jobs[i]
         if not tests:
-            results[i] = {**_record(m), "status": "no-tests", "tests": [], "seconds": 0.0}
+            results[i] = {**_record(m), "status": "no-tests", "tests": [], "seconds": 0.0,
+                          "diff": changed_lines((ROOT / m.path).read_text(), source)}
         else:
             w = free.pop()
             try:
@@ -165,7 +167,8 @@ def run_mutants(jobs: list[tuple[Mutant, str, list[str]]], cov: dict, n_workers:
                 status, secs = w.run(m.path, source, tests, budget, mem_bytes)
             finally:
                 free.append(w)
-            results[i] = {**_record(m), "status": status, "tests": tests, "seconds": round(secs, 2)}
+            results[i] = {**_record(m), "status": status, "tests": tests, "seconds": round(secs, 2),
+                          "diff": changed_lines((ROOT / m.path).read_text(), source)}
         done += 1
         if done % 10 == 0 or done == len(jobs):
             rate = (time.perf_counter() - t_start) / done
@@ -179,6 +182,15 @@ def run_mutants(jobs: list[tuple[Mutant, str, list[str]]], cov: dict, n_workers:
 def _record(m: Mutant) -> dict:
     return {"id": m.id, "path": m.path, "line": m.line, "function": m.function, "operator": m.operator,
             "original": m.original, "mutated": m.mutated}
+
+
+def changed_lines(original: str, mutated: str) -> list[str]:
+    """The source lines a mutant changes, as '-old' / '+new' (whitespace squeezed)."""
+    out = []
+    for ln in difflib.unified_diff(original.splitlines(), mutated.splitlines(), lineterm="", n=0):
+        if ln[:1] in "+-" and not ln.startswith(("+++", "---")):
+            out.append(ln[0] + " ".join(ln[1:].split()))
+    return out
 
 
 def summarise(records: list[dict], generated: int, equivalent: dict[str, str]) -> dict:
@@ -216,8 +228,8 @@ def print_summary(s: dict, records: list[dict], equivalent: dict[str, str], out:
     for r in records:
         if r["status"] in ("survived", "no-tests"):
             why = f"  [equivalent: {equivalent[r['id']]}]" if r["id"] in equivalent else ""
-            lines.append(f"{r['id']}  {r['path']}:{r['line']} {r['status']}{why}\n    - {r['original']}\n"
-                         f"    + {r['mutated']}")
+            diff = "\n".join(f"    {d}" for d in r.get("diff") or [f"-{r['original']}", f"+{r['mutated']}"])
+            lines.append(f"{r['id']}  {r['path']}:{r['line']} {r['status']}{why}\n{diff}")
     (out / "survivors.txt").write_text("\n".join(lines) + "\n")
     print(f"survivors: {out / 'survivors.txt'}")
 

@@ -35,7 +35,7 @@ def test_norms_rope_and_residual_bytes_by_hand(ops):
     """Sequence-parallel norm on m·h/t = 4,194,304 elements: read + write 16,777,216 B, keeps its input
     8,388,608 B. Rotary on Q and K of the rank: 8192·(32/8 + max(1, 8/8))·128 = 5,242,880 elements, read + write
     20,971,520 B. Residual add: read 2, write 1 tensor of m·h/t: 25,165,824 B."""
-    assert (ops["ln1"].hbm_bytes, ops["ln1"].saved_bytes) == (16_777_216, 8_388_608)
+    assert (ops["ln1"].hbm_bytes, ops["ln1"].saved_bytes, ops["ln1"].kind) == (16_777_216, 8_388_608, "vector")
     assert ops["rope"].hbm_bytes == 20_971_520
     assert ops["residual_add"].hbm_bytes == 25_165_824 and ops["residual_add"].saved_bytes == 0
 
@@ -102,7 +102,7 @@ def test_gemm_bytes_and_backward_by_hand():
     g = gemm("g", "fwd", 10, 20, 30, "bf16", 2, 2)
     assert (g.flop, g.hbm_bytes, g.weight_bytes) == (12_000, 2_200, 1_200)
     dgrad, wgrad = backward_ops([g])
-    assert (dgrad.name, wgrad.name) == ("g.dgrad", "g.wgrad")
+    assert (dgrad.name, wgrad.name, dgrad.kind, wgrad.kind) == ("g.dgrad", "g.wgrad", "matrix", "matrix")
     assert dgrad.flop == wgrad.flop == 12_000 and dgrad.weight_bytes == 1_200 and wgrad.weight_bytes == 0
     grouped = gemm("e", "fwd", 10, 20, 30, "bf16", 2, 2, groups=4)
     assert grouped.weight_bytes == 4 * 1_200 and grouped.kernels == 4  # four experts' weights, one GEMM each
@@ -111,8 +111,14 @@ def test_gemm_bytes_and_backward_by_hand():
 def test_unfused_attention_core_by_hand():
     """Unfused core (Korthikanti §4): scores 2·S·d_qk with S = b·a_t·s·s_kv score elements, softmax reads and writes
     S·A, dropout S·A in, S·A + S (1-byte mask) out, AV 2·S·d_v. GPT 1.7B (24 heads of 96, s 2048), tp = 1, b = 1:
-    S = 24·2048² = 100,663,296; scores 19,327,352,832 FLOPs, softmax 402,653,184 B, dropout 503,316,480 B."""
+    S = 24·2048² = 100,663,296; scores 19,327,352,832 FLOPs, softmax 402,653,184 B, dropout 503,316,480 B.
+    The scores GEMM reads Q and K (2048·24·96·2 = 9,437,184 B each) and writes S·2 B: 220,200,960 B; AV reads the
+    probabilities S·2 and V and writes O (9,437,184 B each): 220,200,960 B. Backward of an element-wise kernel
+    moves twice its bytes in at least one kernel."""
     core = {op.name: op for op in attention_ops(model("gpt-1.7b"), Plan(precision="fp16"), "unfused")}
     assert core["attn_scores"].flop == 19_327_352_832 == core["attn_av"].flop
+    assert core["attn_scores"].hbm_bytes == 220_200_960 == core["attn_av"].hbm_bytes
     assert core["softmax"].hbm_bytes == 402_653_184
     assert core["attn_dropout"].hbm_bytes == 503_316_480
+    (soft_bwd,) = backward_ops([core["softmax"]])
+    assert (soft_bwd.hbm_bytes, soft_bwd.kernels, soft_bwd.phase) == (805_306_368, 1, "bwd")

@@ -39,6 +39,28 @@ def test_mla_projections_by_hand(mla_ops):
                                                                                     17_825_792)
 
 
+def test_mla_without_a_query_latent_projects_queries_directly():
+    """q_lora_rank 0 (DeepSeek-V2-Lite): one column-parallel q_proj [4096 × 7168]·[7168 × 16·192] =
+    180,388,626,432 FLOPs, keeping its SP input shard (512 rows): 7,340,032 B; no query norm."""
+    import dataclasses
+    m = deepseek_v3()
+    m = dataclasses.replace(m, mla=dataclasses.replace(m.mla, q_lora_rank=0))
+    ops = {op.name: op for op in attention_block_ops(m, TP8, "flash")}
+    assert (ops["q_proj"].flop, ops["q_proj"].saved_bytes) == (180_388_626_432, 7_340_032)
+    assert "q_norm" not in ops and "q_down" not in ops
+
+
+def test_mla_under_fp8_quantizes_the_latents_inside_their_norms():
+    """FP8: the up-projections read the normed latents, quantized inside the norm kernel (no kernel of their own,
+    6 B per element: kv_up 4096·512·6 = 12,582,912 B); the output projection's input comes from attention, its
+    own 2-kernel quantize (4096·2048·6 = 50,331,648 B)."""
+    ops = {op.name: op for op in attention_block_ops(deepseek_v3(), Plan(tp=8, sequence_parallel=True,
+                                                                          precision="fp8"), "flash")}
+    assert (ops["kv_up.quantize"].hbm_bytes, ops["kv_up.quantize"].kernels) == (12_582_912, 0)
+    assert ops["q_up.quantize"].kernels == 0
+    assert (ops["attn_proj.quantize"].hbm_bytes, ops["attn_proj.quantize"].kernels) == (50_331_648, 2)
+
+
 def test_mla_flash_core_by_hand(mla_ops):
     """16 heads, d_qk 192, d_v 128, s 4096: full scores + weighted sum 2·16·4096²·(192 + 128) = 171,798,691,840
     FLOPs, causal with diagonal tiles 0.5·(1 + 128/4096) = 0.515625 → 88,583,700,480. Q and K 4096·16·192·2 =
@@ -73,6 +95,22 @@ def test_mtp_module_work_and_parameters_by_hand():
     assert ops[("mtp_proj", "fwd")][0].flop == 841_813_590_016
     assert ops[("logits", "fwd")][1] == 2.0 and ops[("cross_entropy", "bwd")][1] == 2.0
     assert mtp_params(scn) == 1_745_057_792
+
+
+def test_mtp_sits_on_the_last_pipeline_stage_only():
+    """pp 2: the MTP module's parameters (1,745,057,792 on ep 8, of which its 32 local experts 1,409,286,144) and
+    its activations are on the last stage; the first stage holds none of them."""
+    from narrowpath.cost.memory import stage_memory
+    base = Plan(pp=2, dp=8, ep=8, gbs=16)
+    with_mtp = Scenario(system=system("dgx-h100"), model=deepseek_v3(), plan=base, num_gpus=16)
+    without = Scenario(system=system("dgx-h100"), model=deepseek_v3(mtp_layers=0), plan=base, num_gpus=16)
+    a, b = build_workload(with_mtp, "flash"), build_workload(without, "flash")
+    assert a.stages[0].params == b.stages[0].params and a.stages[0].expert_params == b.stages[0].expert_params
+    assert a.stages[1].params - b.stages[1].params == 1_745_057_792
+    assert a.stages[1].expert_params - b.stages[1].expert_params == 1_409_286_144
+    ma, mb = stage_memory(with_mtp, a, "flash"), stage_memory(without, b, "flash")
+    assert ma[0].items["activations"] == mb[0].items["activations"]
+    assert ma[1].items["activations"] > mb[1].items["activations"]
 
 
 def test_embedding_and_output_work_by_hand():
