@@ -34,6 +34,7 @@ def test_nccl_tests_conventions():
     assert bus_factor("all_to_all", 8) == 0.875 and bus_factor("send_recv", 2) == 1.0
     assert bus_factor("all_reduce", 1) == 0.0
     assert (ring_steps("all_reduce", 8), ring_steps("reduce_scatter", 8), ring_steps("send_recv", 2)) == (14, 7, 1)
+    assert (ring_steps("broadcast", 8), ring_steps("all_to_all", 8)) == (7, 7)
 
 
 def test_nccl_simple_protocol_size_correction():
@@ -84,6 +85,9 @@ def test_hierarchical_all_reduce_by_hand():
     5e8/(0.92·40e9) = 13.6051 ms; total 31.1359 ms."""
     c = hierarchical("all_reduce", S, pm())
     assert c.time_s == pytest.approx(2 * (15.4e-6 + 8.75e-3) + 14e-6 + 10e-6 * 4.0 / 9.6 + 5e8 / (0.92 * 40e9))
+    assert c.latency_s == pytest.approx(2 * 15.4e-6 + 14e-6 + 10e-6 * 4.0 / 9.6)  # the size-independent part
+    assert c.busbw_bytes_per_s == pytest.approx(S * 2 * 15 / 16 / c.time_s)  # nccl-tests: 2(n − 1)/n, n = 16
+    assert (c.bottleneck_tier, c.wire_bytes_per_rank) == ("scale_out", S * 2 * 15 / 16)
 
 
 def test_direct_all_to_all_sends_n_minus_r_over_n_through_the_nic():
@@ -127,6 +131,9 @@ def test_measured_busbw_table_replaces_the_alpha_beta_ramp():
     assert ring("all_reduce", math.sqrt(1e15), m).busbw_bytes_per_s == pytest.approx(325e9)
     assert ring("all_reduce", 1e5, m).time_s == pytest.approx(7e-6)
     assert interpolate_log(((1.0, 2.0), (100.0, 4.0)), 10.0) == pytest.approx(3.0)
+    # a table measured twice at one size takes the later point there, no division by a zero log-width
+    assert interpolate_log(((1.0, 2.0), (1.0, 3.0), (100.0, 4.0)), 1.0) == 2.0
+    assert interpolate_log(((1.0, 2.0), (10.0, 3.0), (10.0, 5.0)), 10.0) == 3.0
 
 
 def _system(nvls_ok: bool = True) -> System:

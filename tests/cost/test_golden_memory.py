@@ -71,6 +71,7 @@ def test_zero_stages_and_fp8_weight_copies_by_hand():
     assert (z3["optimizer_state"], z3["gradients"], z3["weights"]) == (12 * p / 4, 4 * p / 4, 2 * p / 4)
     assert z3["temporaries"] == pytest.approx(788_004_864 + 4 * p / 32)
     assert mem(zero_stage=1, precision="fp8")["weights"] == 2 * p + 2 * p
+    assert mem(zero_stage=3, precision="fp8")["weights"] == 2 * p / 4  # re-quantized per micro-batch, not cached
 
 
 def test_full_recompute_keeps_layer_inputs_and_one_layer():

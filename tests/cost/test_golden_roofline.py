@@ -42,6 +42,8 @@ def test_measured_efficiency_table_interpolates_in_log_flops():
     assert table_efficiency(1e12, pts) == pytest.approx(0.7)
     assert table_efficiency(1e14, pts) == 0.8 and table_efficiency(1e13, pts) == 0.8
     assert table_efficiency(5e8, pts) == pytest.approx(0.1)
+    assert table_efficiency(1e9, ((1e9, 0.2), (1e9, 0.3), (1e11, 0.6))) == pytest.approx(0.2)  # repeated size
+    assert table_efficiency(2e9, ((1e9, 0.2), (2e9, 0.3), (2e9, 0.5), (1e11, 0.6))) == pytest.approx(0.3)
     cal = Calibration(name="t", device="round", matrix_efficiency={"bf16": 0.8},
                       matrix_efficiency_by_size={"bf16": pts})
     assert matrix_efficiency(1e10, "bf16", cal) == pytest.approx(0.4)

@@ -21,10 +21,13 @@ def _scn(open_knobs=(), **kw) -> Scenario:
 
 
 def _price(table):
-    """A price function: (step time, fits) looked up by the plan's recompute and zero stage."""
+    """A price function: (step time, fits[, overflow bytes]) looked up by the plan's activation knobs and ZeRO."""
     def price(s):
-        t, fits = table[(s.plan.recompute, s.plan.recompute_layers, s.plan.offload_layers, s.plan.zero_stage)]
-        return SimpleNamespace(step_time_s=t, memory=SimpleNamespace(fits=fits, overflow_bytes=0 if fits else t))
+        t, fits, *over = table[(s.plan.recompute, s.plan.recompute_layers, s.plan.offload_layers, s.plan.zero_stage)]
+        if t is None:
+            raise SpecError("plan", "cannot be placed")
+        return SimpleNamespace(step_time_s=t, memory=SimpleNamespace(fits=fits, overflow_bytes=over[0] if over else
+                                                                     (0 if fits else t)))
     return price
 
 
@@ -60,10 +63,23 @@ def test_the_fastest_setting_that_fits_is_chosen_and_recorded():
 
 
 def test_when_nothing_fits_the_least_overflow_is_chosen():
-    """No setting fits: the one that overflows least (here the overflow is the made-up time: ZeRO-0, 8)."""
-    table = {("none", 0, 0, z): (t, False) for z, t in {1: 10.0, 0: 8.0, 2: 9.0, 3: 12.0}.items()}
+    """No setting fits: the one that overflows least, whatever its speed: ZeRO-3 (1 GB over, 12 s), not ZeRO-0
+    (50 GB over, 8 s)."""
+    table = {("none", 0, 0, z): (t, False, o) for z, t, o in ((1, 10.0, 5e9), (0, 8.0, 50e9), (2, 9.0, 20e9),
+                                                              (3, 12.0, 1e9))}
     out = resolve_open_knobs(_scn(("zero_stage",), dp=4, gbs=4), _price(table))
-    assert out.plan.zero_stage == 0 and "none fits in memory; the one that overflows least" in out.chosen[0][1]
+    assert out.plan.zero_stage == 3 and "none fits in memory; the one that overflows least" in out.chosen[0][1]
+
+
+def test_a_setting_that_cannot_be_placed_is_skipped():
+    """ZeRO-1 cannot be placed (SpecError): it is skipped and the others still compete: ZeRO-2 (9 s) wins; when no
+    setting can be placed the knob is refused, naming it."""
+    table = {("none", 0, 0, 1): (None, True), ("none", 0, 0, 0): (8.0, False), ("none", 0, 0, 2): (9.0, True),
+             ("none", 0, 0, 3): (12.0, True)}
+    assert resolve_open_knobs(_scn(("zero_stage",), dp=4, gbs=4), _price(table)).plan.zero_stage == 2
+    nothing = {k: (None, True) for k in table}
+    with pytest.raises(SpecError, match="plan.zero_stage"):
+        resolve_open_knobs(_scn(("zero_stage",), dp=4, gbs=4), _price(nothing))
 
 
 def test_recompute_patches_several_knobs_at_once():

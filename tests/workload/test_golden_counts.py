@@ -87,6 +87,18 @@ def test_mla_moe_model_flops_per_token_by_hand():
     assert model_flop_per_token(deepseek_v3(mtp_layers=1)) == 281_152_192_512 + 10_695_081_984
 
 
+def test_gpt_style_moe_parameters_with_biases_by_hand():
+    """A LayerNorm/GeLU MoE model (biases, learned positions): 2 layers, h 64, 4 heads, V 100, s 32, 4 experts of
+    f 128. Per layer: attention 4·64² = 16,384; biases of Q, K, V, O (4·64 = 256) and of the MLP as counts.py counts
+    them, f + h = 256 + 64 = 320 (one dense MLP's, not one per expert); two LayerNorms 2·2·64 = 256; experts
+    4·2·64·128 = 65,536; router 64·4 = 256 → 83,008 × 2 = 166,016; tables 2·100·64 = 12,800; positions 32·64 =
+    2,048; final LayerNorm 128: 180,992."""
+    from narrowpath.spec.model import MoE
+    m = Model(layers=2, hidden=64, heads=4, ffn=256, vocab=100, seq_len=32,
+              moe=MoE(num_experts=4, top_k=1, expert_ffn=128))
+    assert parameter_count(m) == 180_992
+
+
 def test_sliding_window_layers_count_only_the_keys_they_attend():
     """A window layer attends min(s, window) keys (GPT-OSS: 128 on alternate layers). Two layers, h = 1024, 8 heads
     of 128, s = 4096, window 128, f = 4096 GeLU, V = 1000: per layer matrices 2·4·1024² = 8,388,608 and MLP

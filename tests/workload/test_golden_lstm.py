@@ -49,8 +49,8 @@ def test_parameters_traffic_and_optimizer_by_hand(wl):
     assert parameter_count(model("gnmt-lstm")) == 132_710_400
     st = wl.stages[0]
     assert st.params == 66_355_200
-    assert [(t.phase, t.message_bytes, c) for t, c in st.transfers] == [("fwd", 524_288, 2048.0),
-                                                                        ("bwd", 524_288, 2048.0)]
+    assert [(t.op, t.axis, t.phase, t.message_bytes, c) for t, c in st.transfers] == [
+        ("all_gather", "tp", "fwd", 524_288, 2048.0), ("all_gather", "tp", "bwd", 524_288, 2048.0)]
     ((sync, _),) = wl.step_transfers
     assert (sync.op, sync.message_bytes) == ("all_reduce", 132_710_400)
     ((adam, _),) = wl.optimizer_ops

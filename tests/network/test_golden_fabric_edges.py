@@ -1,0 +1,43 @@
+"""Golden edges of the network stage: flows that cross no finite link, what a bad request names, and how many
+nodes share a leaf (NVIDIA DGX SuperPOD rail-optimised scalable units of k/2 nodes on k-port leaves)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from narrowpath.catalog import system
+from narrowpath.errors import SpecError
+from narrowpath.network.contention import concurrent_slowdown, max_min_rates
+from narrowpath.network.fabric import FabricSpec, nodes_per_leaf
+from narrowpath.network.placement import group_ranks
+from narrowpath.spec.plan import Plan
+
+
+def test_flows_on_infinite_links_only_are_unbounded():
+    """A flow crossing only the padding link (infinite) has no bottleneck: rate ∞; with a finite flow beside it
+    the finite one gets its link (4)."""
+    assert list(max_min_rates(np.array([[1], [1]]), np.array([4.0, np.inf]))) == [np.inf, np.inf]
+    assert list(max_min_rates(np.array([[0], [1]]), np.array([4.0, np.inf]))) == [4.0, np.inf]
+
+
+def test_nodes_per_leaf():
+    """64-port leaves, 32 down: a rail-optimised scalable unit is 32 nodes (one NIC of each per leaf); on a plain
+    fat tree a leaf takes 32 ports / 8 GPUs = 4 nodes; at least one node however large."""
+    h100 = system("dgx-h100")
+    assert nodes_per_leaf(h100) == 32
+    tiers = tuple(dataclasses.replace(t, topology="fat_tree") if t.name == "scale_out" else t for t in h100.tiers)
+    flat = dataclasses.replace(h100, tiers=tiers)
+    assert nodes_per_leaf(flat) == 4 and nodes_per_leaf(flat, switch_radix=8) == 1
+
+
+def test_bad_requests_name_their_field():
+    plan = Plan(dp=8, gbs=8)
+    with pytest.raises(SpecError, match=r"^contention\.pattern: must be ring or all_to_all, got 'tree'"):
+        concurrent_slowdown(plan, system("dgx-h100"), "dp", pattern="tree")
+    with pytest.raises(SpecError, match=r"^fabric\.topology: unknown 'torus'"):
+        FabricSpec(num_gpus=8, gpus_per_node=8, scale_up_domain=8, scale_up_bw_bytes_per_s=1e9,
+                   nic_bw_bytes_per_s=1e9, topology="torus")
+    with pytest.raises(SpecError, match=r"^axis: unknown parallel axis 'xp'; known: tp, cp, dp, pp, dpcp"):
+        group_ranks(plan, "xp")

@@ -1,0 +1,100 @@
+"""Golden parts of the step model: which link a pipeline send uses, which bucket expert gradients land in, how
+oversubscription stretches an all-to-all, how rows of several layer kinds merge, and the provenance text a
+prediction carries (STYLE.md #12)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import calibration_for, model, system
+from narrowpath.cost.collectives import collective_time
+from narrowpath.network.contention import concurrent_slowdown
+from narrowpath.schedule.step import predict, profile_usage, transfer_span
+from narrowpath.spec import Plan, Scenario
+from narrowpath.spec.calibration import TierCalibration
+
+H100 = system("dgx-h100")
+CAL = calibration_for(H100.device.name)
+
+
+def _scn(mid="llama3-8b", sysm=H100, **kw) -> Scenario:
+    plan = Plan(**kw)
+    return Scenario(system=sysm, model=model(mid), plan=plan, num_gpus=plan.num_gpus)
+
+
+def test_pipeline_neighbours_and_ends_by_stride():
+    """Placement tp, cp, dp, pp: with tp 2 the pipeline stride is 2 ranks, so neighbouring stages share an 8-GPU
+    NVLink domain; the first and last of 4 stages are 2·3 = 6 ranks apart, which does not divide 8: they talk
+    across nodes. With tp 8 neighbours are 8 apart: different nodes."""
+    s = _scn(tp=2, pp=4, gbs=4)
+    pp, ends = transfer_span(s, "pp"), transfer_span(s, "pp_ends")
+    assert (pp.size, pp.ranks_per_domain, pp.domains, pp.nodes) == (2, 2, 1, 1)
+    assert (ends.size, ends.ranks_per_domain, ends.domains, ends.nodes) == (2, 1, 2, 2)
+    far = transfer_span(_scn(tp=8, pp=2, gbs=2), "pp")
+    assert (far.domains, far.nodes, far.tiers) == (2, 2, ("scale_out",))
+
+
+def test_expert_gradient_sync_is_data_parallel_time():
+    """Mixtral, dp 8, ep 4: experts are replicated over an expert-dp group of 8/4 = 2 and their gradients are
+    all-reduced there; that time is exposed data-parallel communication (bucketed, behind backward), like the
+    dense gradients', never pipeline time."""
+    pred = predict(_scn("mixtral-8x7b", dp=8, ep=4, gbs=8, dp_overlap=True), CAL)
+    rows = [t for t in pred.transfers if t.phase == "step"]
+    assert {t.axis for t in rows} == {"dp", "edp"}
+    assert pred.breakdown_s["exposed_pp_comm"] == 0.0
+    assert pred.breakdown_s["exposed_dp_comm"] == pytest.approx(sum(t.exposed_s for t in rows))
+    assert all(t.exposed_s < t.total_s for t in rows)  # overlapped with the backward
+
+
+def test_oversubscribed_fabric_stretches_the_all_to_all_bandwidth_term():
+    """DeepSeek-V3 on 64 nodes of a 2:1 fat tree, tp = etp = 8, ep 64 (8 expert groups, one rank on every node):
+    every group's all-to-all runs at once, so the bandwidth part of each (time − latency) is stretched by the
+    max-min slowdown f of the ep axis (network.contention), the latency part is not."""
+    tiers = tuple(dataclasses.replace(t, oversubscription=2.0, topology="fat_tree") if t.name == "scale_out" else t
+                  for t in H100.tiers)
+    sysm = dataclasses.replace(H100, tiers=tiers)
+    scn = _scn("deepseek-v3", sysm, tp=8, dp=64, ep=64, gbs=64)
+    f = concurrent_slowdown(scn.plan, sysm, "ep")
+    assert f > 1.0
+    row = next(t for t in predict(scn, CAL).transfers if t.name == "ep.dispatch_combine")
+    alone = collective_time("all_to_all", row.message_bytes, transfer_span(scn, "ep"), sysm, CAL)
+    assert row.time_each_s == pytest.approx(alone.latency_s + (alone.time_s - alone.latency_s) * f)
+
+
+def test_rows_of_several_layer_kinds_merge():
+    """DeepSeek-V3 (3 dense + 58 MoE layers with a shared expert) on tp 2: both kinds enter and leave tensor
+    parallelism twice per layer with the same message, so the step shows one all-gather row per phase with
+    2 · 61 = 122 calls per micro-batch, its total the sum of both kinds'."""
+    pred = predict(_scn("deepseek-v3", tp=2, dp=8, ep=8, etp=1, gbs=8, sequence_parallel=True), CAL)
+    rows = [t for t in pred.transfers if t.name == "tp.all_gather" and t.phase == "fwd"]
+    assert len(rows) == 1 and rows[0].count == 122
+    assert rows[0].total_s == pytest.approx(122 * rows[0].time_each_s)
+
+
+def test_assumptions_state_the_conventions():
+    pred = predict(_scn(tp=8, gbs=2), CAL)
+    a = pred.assumptions
+    assert a[1] == "attention kernel: flash (profile default)"
+    assert a[2] == "pipeline schedule: 1f1b, 2 micro-batches"
+    assert a[3] == ("MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) "
+                    "scores (Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
+                    "bf16 dense matrix peak, 989 TFLOP/s per GPU")
+    assert a[4] == "gradients communicated in fp32"
+    assert predict(_scn(tp=8, gbs=2, precision="fp16"), CAL).assumptions[4] == "gradients communicated in fp16"
+
+
+def test_profile_usage_names_every_entry_read():
+    """The H100 profile's figures (catalog/calibration.yaml) as the prediction reports them; a tier the profile
+    lacks is the default 0.80 / 5 µs and says so; measured tables are announced with their size."""
+    no_fe = dataclasses.replace(CAL, tiers={k: v for k, v in CAL.tiers.items() if k != "front_end"})
+    assert profile_usage(no_fe, "bf16", {"scale_up", "front_end"}) == (
+        "calibration profile H100-SXM5-80GB used: matrix bf16: eff_max 0.55, F_half 6e+09 FLOP; HBM eff 0.85; "
+        "kernel overhead 4.0 us; front_end: busbw eff 0.80, alpha 5.0 us (default, not in profile); "
+        "scale_up: busbw eff 0.82, alpha 5.0 us")
+    tables = dataclasses.replace(CAL, matrix_efficiency_by_size={"bf16": ((1e9, 0.2), (1e10, 0.5), (1e12, 0.8))},
+                                 tiers={"scale_up": TierCalibration(bw_efficiency=0.8, alpha_s=3e-6,
+                                                                    busbw_efficiency_by_size=((1e6, .5), (1e9, .8)))})
+    assert profile_usage(tables, "bf16", {"scale_up"}) == (
+        "calibration profile H100-SXM5-80GB used: matrix bf16: measured table (3 sizes, 0.20..0.80); HBM eff 0.85; "
+        "kernel overhead 4.0 us; scale_up: busbw eff 0.80, alpha 3.0 us, measured busbw table (2 sizes)")
