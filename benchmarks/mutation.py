@@ -97,7 +97,11 @@ def coverage_map(pool: tuple[str, ...], out: Path) -> dict:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mutation_coverage.py"), str(dest), *pool],
                        cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL)
-    data = json.loads(dest.read_text())
+    data = json.loads(dest.read_text()) if dest.exists() else {"files": {}}
+    if not data["files"]:
+        dest.unlink(missing_ok=True)
+        sys.exit(f"no test of the pool ran under coverage (collection failed?): run "
+                 f"`python benchmarks/mutation_coverage.py out.json {' '.join(pool)}` to see why")
     if data["failed"]:  # timing tests may fail under tracing; the clean baseline run (main) decides
         print(f"  under coverage {len(data['failed'])} test(s) failed: {', '.join(data['failed'])}")
     return data

@@ -61,6 +61,7 @@ def collect(out: Path, test_paths: list[str], source_dirs: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path.cwd()))  # as `python -m pytest` does: tests import `tests.…` helpers
     dest, *paths = sys.argv[1:]
     sources = [str(Path("src/narrowpath") / s) for s in ("workload", "cost", "network", "schedule")]
     sys.exit(collect(Path(dest), paths, sources))
