@@ -61,6 +61,14 @@ def test_ring_all_reduce_of_a_small_message_uses_ll():
     assert c.protocol == "LL" and c.time_s == pytest.approx(6.6e-6 + 14e-6 * 0.47 / 3.4 + 64 * 1.75 * 4 / 400e9)
 
 
+def test_ll_carries_a_third_of_the_bandwidth_for_gathers_in_one_domain():
+    """tuning.cc: LL moves 8-byte lines with a 4-byte flag; NCCL derates ring LL all-reduce (and anything across
+    nodes) to a quarter, other ops inside a node to a third: an all-gather of 64 B on 8 ranks in one domain takes
+    6.6 µs + 7 hops × 1 µs × 0.47/3.4 + 64·0.875 / (400 GB/s / 3)."""
+    c = ring("all_gather", 64, pm(size=8, d=1))
+    assert c.protocol == "LL" and c.time_s == pytest.approx(6.6e-6 + 7e-6 * 0.47 / 3.4 + 64 * 0.875 * 3 / 400e9)
+
+
 def test_ring_across_domains_runs_one_ring_per_rail():
     """16 ranks on 2 × 8: NCCL lays one ring per NIC rail, 8 × 40 GB/s = 320 GB/s (below NVLink): all_gather of S
     at algbw 320e9/(15/16): 4e9·0.9375/320e9 = 11.71875 ms; latency 8.4 µs + 14 NVLink hops × 1 µs + 1 network
@@ -118,6 +126,7 @@ def test_nvls_and_sharp_by_hand():
     assert nvls("all_reduce", S, pm(size=8, d=1, nvls_algbw=500e9)).time_s == pytest.approx(25e-6 + S / 400e9)
     assert nvls("all_reduce", S, pm(nvls_algbw=300e9)) is None  # NVLS does not cross domains
     c = sharp("all_reduce", S, pm(out_in_network=True))
+    assert (c.algorithm, c.bottleneck_tier, c.protocol) == ("sharp", "scale_out", "Simple")
     assert c.time_s == pytest.approx(18.4e-6 + 2 * (15.4e-6 + 8.75e-3) + 5e8 / (0.9 * 40e9 * 0.9))
     assert sharp("all_reduce", S, pm()) is None
 
@@ -128,6 +137,7 @@ def test_measured_busbw_table_replaces_the_alpha_beta_ramp():
     smallest measured size the time is that size's: 1e6·1.75/(250e9) = 7 µs."""
     m = pm(size=8, d=1, up_line_bw=500e9, up_measured=((1e6, 0.5), (1e9, 0.8)))
     assert ring("all_reduce", 1e9, m).time_s == pytest.approx(4.375e-3)
+    assert (ring("all_reduce", 1e9, m).algorithm, ring("all_reduce", 1e9, m).protocol) == ("ring", "measured")
     assert ring("all_reduce", math.sqrt(1e15), m).busbw_bytes_per_s == pytest.approx(325e9)
     assert ring("all_reduce", 1e5, m).time_s == pytest.approx(7e-6)
     assert interpolate_log(((1.0, 2.0), (100.0, 4.0)), 10.0) == pytest.approx(3.0)

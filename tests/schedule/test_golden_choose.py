@@ -48,8 +48,9 @@ def test_documented_defaults_of_the_other_knobs():
     s = _scn(tp=2, dp=4, gbs=4)
     assert CANDIDATES["sequence_parallel"](s) == (True,) and CANDIDATES["sequence_parallel"](_scn()) == (False,)
     assert CANDIDATES["zero_stage"](s) == (1, 0, 2, 3) and CANDIDATES["zero_stage"](_scn()) == (0,)
-    assert [CANDIDATES[k](s) for k in ("mbs", "vpp", "moe_routing", "dp_overlap", "cp_comm", "etp")] == [
-        (1,), (1,), ("dropless",), (False,), ("p2p",), (0,)]
+    assert [CANDIDATES[k](s) for k in ("mbs", "vpp", "moe_routing", "dp_overlap", "tp_comm_overlap", "ep_overlap",
+                                       "cp_comm", "attention", "etp", "framework")] == [
+        (1,), (1,), ("dropless",), (False,), (False,), (False,), ("p2p",), ("auto",), (0,), ("",)]
 
 
 def test_the_fastest_setting_that_fits_is_chosen_and_recorded():
@@ -78,7 +79,8 @@ def test_a_setting_that_cannot_be_placed_is_skipped():
              ("none", 0, 0, 3): (12.0, True)}
     assert resolve_open_knobs(_scn(("zero_stage",), dp=4, gbs=4), _price(table)).plan.zero_stage == 2
     nothing = {k: (None, True) for k in table}
-    with pytest.raises(SpecError, match="plan.zero_stage"):
+    with pytest.raises(SpecError, match=r"^plan\.zero_stage: is null \(not published\) and no setting of it gives a "
+                                        r"consistent plan$"):
         resolve_open_knobs(_scn(("zero_stage",), dp=4, gbs=4), _price(nothing))
 
 

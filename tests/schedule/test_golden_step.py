@@ -146,3 +146,7 @@ def test_context_parallel_ring_hides_behind_all_but_one_attention_block():
     kv = [t for t in pred.transfers if t.name == "cp.kv_all_gather" and t.phase == "fwd"][0]
     assert kv.total_s > attn_fwd
     assert kv.exposed_s == pytest.approx(kv.total_s - attn_fwd / 2, rel=1e-9)
+    # backward: the K, V gather uses up the attention window, so the gradients' reduce-scatter finds none left
+    kv_b = [t for t in pred.transfers if t.name == "cp.kv_all_gather" and t.phase == "bwd"][0]
+    rs = [t for t in pred.transfers if t.name == "cp.kv_grad_reduce_scatter"][0]
+    assert kv_b.exposed_s < kv_b.total_s and rs.exposed_s == pytest.approx(rs.total_s)

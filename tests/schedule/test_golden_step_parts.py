@@ -33,6 +33,8 @@ def test_pipeline_neighbours_and_ends_by_stride():
     assert (ends.size, ends.ranks_per_domain, ends.domains, ends.nodes) == (2, 1, 2, 2)
     far = transfer_span(_scn(tp=8, pp=2, gbs=2), "pp")
     assert (far.domains, far.nodes, far.tiers) == (2, 2, ("scale_out",))
+    ends3 = transfer_span(_scn(tp=4, pp=3, gbs=3), "pp_ends")  # 4·2 = 8 apart: the next node
+    assert (ends3.domains, transfer_span(_scn(tp=4, pp=3, gbs=3), "pp").domains) == (2, 1)
 
 
 def test_expert_gradient_sync_is_data_parallel_time():
@@ -92,6 +94,8 @@ def test_profile_usage_names_every_entry_read():
         "calibration profile H100-SXM5-80GB used: matrix bf16: eff_max 0.55, F_half 6e+09 FLOP; HBM eff 0.85; "
         "kernel overhead 4.0 us; front_end: busbw eff 0.80, alpha 5.0 us (default, not in profile); "
         "scale_up: busbw eff 0.82, alpha 5.0 us")
+    assert profile_usage(CAL, "fp8", set()).startswith(
+        "calibration profile H100-SXM5-80GB used: matrix fp8: eff_max 0.70, F_half 6e+09 FLOP; ")
     tables = dataclasses.replace(CAL, matrix_efficiency_by_size={"bf16": ((1e9, 0.2), (1e10, 0.5), (1e12, 0.8))},
                                  tiers={"scale_up": TierCalibration(bw_efficiency=0.8, alpha_s=3e-6,
                                                                     busbw_efficiency_by_size=((1e6, .5), (1e9, .8)))})

@@ -70,6 +70,23 @@ def test_flash_attention_backward_is_two_and_a_half_forwards(ops):
     assert bwd.useful_flop == 274_877_906_944 and bwd.phase == "bwd" and bwd.kind == "flash"
 
 
+def test_context_parallel_queries_see_every_key():
+    """cp 2 (ring attention): a rank holds 8192/2 = 4096 queries, and each sees all 8192 keys: full
+    2·32·4096·8192·256 = 549,755,813,888 FLOPs, causal with diagonal tiles 0.5·(1 + 128/8192) of them."""
+    (fa,) = attention_ops(model("llama3-8b"), Plan(cp=2, gbs=1), "flash")
+    assert fa.useful_flop == 549_755_813_888 and fa.flop == 549_755_813_888 * 0.5078125
+
+
+def test_fp8_qkv_input_is_quantized_inside_the_norm():
+    """Under FP8 the QKV GEMM's input is cast inside LayerNormLinear: 6 B per element of its m·h input
+    (8192·4096·6 = 201,326,592 B) and no kernel of its own; the MLP down projection's input comes from the
+    activation, a quantize kernel pair of its own (8192·1792·6 B)."""
+    ops = {op.name: op for op in layer_forward_ops(model("llama3-8b"), Plan(tp=8, sequence_parallel=True, gbs=1,
+                                                                           precision="fp8"), "flash")}
+    assert (ops["qkv.quantize"].hbm_bytes, ops["qkv.quantize"].kernels) == (201_326_592, 0)
+    assert (ops["mlp_down.quantize"].hbm_bytes, ops["mlp_down.quantize"].kernels) == (8192 * 1792 * 6, 2)
+
+
 def test_swiglu_mlp_has_three_matrices_and_a_three_tensor_activation(ops):
     """SwiGLU (Shazeer 2020; Llama): gate and up [h × f/t] each, in one GEMM of n = 2·14336/8 = 3584 (FLOPs
     2·8192·4096·3584 = 240,518,168,576), then down [f/t × h] (2·8192·1792·4096 = 120,259,084,288): three

@@ -56,3 +56,11 @@ def test_parameters_traffic_and_optimizer_by_hand(wl):
     ((adam, _),) = wl.optimizer_ops
     assert adam.hbm_bytes == 1_990_656_000
     assert wl.model_flop_per_step == 39_273_180_954_624 and wl.tokens_per_step == 65_536
+    assert wl.params_total == 132_710_400
+
+
+def test_two_replicas_already_sync_their_gradients():
+    plan = Plan(dp=2, mbs=64, gbs=128, precision="fp16")
+    wl = build_workload(Scenario(system=system("dgx-a100"), model=model("gnmt-lstm"), plan=plan, num_gpus=2), "flash")
+    assert [(t.name, t.axis, t.message_bytes) for t, _ in wl.step_transfers] == [
+        ("dp.grad_all_reduce", "dp", 2 * 132_710_400)]

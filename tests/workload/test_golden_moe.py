@@ -89,9 +89,10 @@ def test_expert_parallel_traffic_by_hand():
     assert [(t.op, t.phase, t.message_bytes, c) for t, c in xf] == [
         ("all_to_all", ph, 67_108_864, 2.0) for ph in ("fwd", "bwd", "recompute")]
     etp = moe_transfers(MIXTRAL, P(tp=2, dp=4, ep=4, etp=2, sequence_parallel=True))
-    gathers = [(t.op, t.axis, t.phase, t.message_bytes) for t, _ in etp if t.axis == "etp"]
-    assert gathers == [(op, "etp", ph, 67_108_864) for ph in ("fwd", "bwd")
+    gathers = [(t.name, t.op, t.axis, t.phase, t.message_bytes) for t, _ in etp if t.axis == "etp"]
+    assert gathers == [(f"ep.expert_tp_{op}", op, "etp", ph, 67_108_864) for ph in ("fwd", "bwd")
                        for op in ("all_gather", "reduce_scatter")]
+    assert {t.name for t, _ in xf} == {"ep.dispatch_combine"}
 
 
 def test_expert_and_moe_layer_parameters_per_rank_by_hand():

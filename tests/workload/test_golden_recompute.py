@@ -78,6 +78,54 @@ def test_offloaded_activations_travel_to_the_host_and_back():
     assert rows["host.activation_reload"].time_each_s == pytest.approx(2e-6 + 570_949_632 / 50e9)
 
 
+def test_offloaded_moe_layers_move_their_own_activations():
+    """Mixtral (32 MoE layers), pp 2, offloading 4 of each stage's 16 layers: a quarter of 16 MoE layers'
+    saved bytes per micro-batch (an MoE layer keeps its router, permute and expert inputs, not a dense MLP's)."""
+    from narrowpath.cost.memory import layer_activation_bytes
+    scn, wl = _wl("mixtral-8x7b", pp=2, dp=4, ep=4, gbs=8, offload_layers=4)
+    moe = layer_activation_bytes(scn, "flash", moe_layer=True)
+    assert moe != layer_activation_bytes(scn, "flash", moe_layer=False)
+    (off,) = [t for t, _ in wl.stages[0].transfers if t.name == "host.activation_offload"]
+    assert off.message_bytes == pytest.approx(0.25 * 16 * moe)
+
+
+def test_zero3_fp8_moe_layer_requantizes_its_own_weights():
+    """ZeRO-3 with FP8 re-quantizes each layer's gathered weights every micro-batch: an MoE layer's (attention,
+    norms, its local experts and router: workload.transformer.layer_params) × 6 B in 2 kernels."""
+    from narrowpath.workload.transformer import layer_params
+    scn, wl = _wl("mixtral-8x7b", dp=8, ep=4, gbs=8, zero_stage=3, precision="fp8")
+    (wq,) = [(op, c) for op, c in wl.stages[0].ops if op.name == "weight_quantize"]
+    assert wq[0].hbm_bytes == layer_params(scn.model, scn.plan, moe_layer=True) * 6 and wq[0].kernels == 2
+    assert wq[1] == 32.0
+
+
+def test_zero1_shards_experts_over_their_own_group():
+    """Mixtral, dp 8, ep 4: dense parameters' Adam state is sharded over dp 8, the experts' over their expert-dp
+    group of 8/4 = 2: Adam touches dense/8 + experts/2 parameters, 34 B each."""
+    _, wl = _wl("mixtral-8x7b", dp=8, ep=4, gbs=8, zero_stage=1)
+    st = wl.stages[0]
+    ((adam, _),) = [(op, c) for op, c in wl.optimizer_ops if op.name == "adam"]
+    assert adam.hbm_bytes == pytest.approx(((st.params - st.expert_params) / 8 + st.expert_params / 2) * 34)
+
+
+def test_expert_parallel_traffic_only_with_expert_parallelism():
+    """ep 1: no all-to-all at all; ep_overlap marks the dispatch/combine overlappable (Megatron-Core 1F1B A2A
+    overlap), else it is exposed."""
+    _, one = _wl("mixtral-8x7b", dp=8, gbs=8)
+    assert not [t for t, _ in one.stages[0].transfers if t.axis == "ep"]
+    for overlap in (True, False):
+        _, wl = _wl("mixtral-8x7b", dp=8, ep=8, gbs=8, ep_overlap=overlap)
+        assert {t.overlappable for t, _ in wl.stages[0].transfers if t.axis == "ep"} == {overlap}
+
+
+def test_tied_embeddings_need_no_sync_on_one_stage():
+    import dataclasses
+    plan = Plan(tp=2)
+    scn = Scenario(system=system("dgx-h100"), model=dataclasses.replace(model("llama3-8b"), tied_embeddings=True),
+                   plan=plan, num_gpus=2)
+    assert build_workload(scn, "flash").step_transfers == ()
+
+
 def test_fp32_training_keeps_4_byte_weights_and_8_byte_adam():
     """fp32 runs: 4 B weights (all-gathered at 4 B under ZeRO-3), 4 B gradients, Adam's two fp32 moments 8 B
     (no separate master copy); the optimizer reads and writes 4 + 12 + 12 + 4 = 32 B per parameter."""
