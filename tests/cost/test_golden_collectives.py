@@ -6,6 +6,7 @@ Legend: 2 domains × 8 GPUs unless stated; NVLink 400 GB/s per GPU, NIC 40 GB/s 
 NVLink and 5 µs on the network. Messages of 4 GB are past NCCL's size correction (factor 1 from 1 GiB)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -108,6 +109,9 @@ def test_direct_all_to_all_sends_n_minus_r_over_n_through_the_nic():
     assert c.wire_bytes_per_rank == pytest.approx(1.5e9)
     one = direct("all_to_all", 1.6e9, pm(size=8, d=1))
     assert one.time_s == pytest.approx(9.4e-6 + 3.5e-3) and one.bottleneck_tier == "scale_up"
+    assert (c.latency_s, one.latency_s) == (pytest.approx(18.4e-6), pytest.approx(9.4e-6))
+    pair = direct("all_to_all", 1.6e9, pm(size=2, r=2, d=1))  # 2 ranks: half of S crosses NVLink
+    assert pair.time_s == pytest.approx(9.4e-6 + 1.6e9 / 2 / 400e9)
 
 
 def test_point_to_point_by_hand():
@@ -140,6 +144,9 @@ def test_measured_busbw_table_replaces_the_alpha_beta_ramp():
     assert (ring("all_reduce", 1e9, m).algorithm, ring("all_reduce", 1e9, m).protocol) == ("ring", "measured")
     assert ring("all_reduce", math.sqrt(1e15), m).busbw_bytes_per_s == pytest.approx(325e9)
     assert ring("all_reduce", 1e5, m).time_s == pytest.approx(7e-6)
+    assert ring("all_reduce", 1e5, m).busbw_bytes_per_s == pytest.approx(1e5 * 1.75 / 7e-6)
+    # reduce-scatter reads the same table: 1 GB at busbw 400 GB/s with its factor 7/8: 2.1875 ms
+    assert ring("reduce_scatter", 1e9, m).time_s == pytest.approx(1e9 * 0.875 / 400e9)
     assert interpolate_log(((1.0, 2.0), (100.0, 4.0)), 10.0) == pytest.approx(3.0)
     # a table measured twice at one size takes the later point there, no division by a zero log-width
     assert interpolate_log(((1.0, 2.0), (1.0, 3.0), (100.0, 4.0)), 1.0) == 2.0
@@ -189,6 +196,11 @@ def test_collective_time_picks_the_fastest_and_checks_its_input():
     assert best.time_s == min(times.values())
     assert collective_time("all_reduce", S, span_of(1, ranks_per_domain=1, domains=1), _system(), CAL).time_s == 0
     assert collective_time("all_reduce", 0, span, _system(), CAL).time_s == 0
+    sharp_sys = dataclasses.replace(_system(), tiers=tuple(
+        dataclasses.replace(t, in_network_reduction=True) if t.name == "scale_out" else t for t in _system().tiers))
+    assert collective_time("all_reduce", S, span, sharp_sys, CAL, "sharp").algorithm == "sharp"
+    with pytest.raises(SpecError, match=r"^collective\.algorithm: tree does not apply to all_gather on this group"):
+        collective_time("all_gather", S, span, _system(), CAL, "tree")
     for bad in (dict(op="gather"), dict(algorithm="magic"), dict(op="all_to_all", algorithm="ring"),
                 dict(message_bytes=-1.0), dict(algorithm="nvls")):
         kw = dict(op="all_reduce", message_bytes=S, algorithm="auto") | bad

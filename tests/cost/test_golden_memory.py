@@ -54,6 +54,7 @@ def test_memory_of_one_rank_by_hand():
                          "runtime_reserve": RUNTIME_RESERVE_BYTES}
     assert mem.total_bytes == sum(mem.items.values()) and mem.fits == (mem.total_bytes <= 80e9)
     assert mem.largest_item == "optimizer_state" and mem.overflow_bytes == 0
+    assert RUNTIME_RESERVE_BYTES == 2e9  # CUDA context, library workspaces, fragmentation: 2 GB
 
 
 def test_zero_stages_and_fp8_weight_copies_by_hand():

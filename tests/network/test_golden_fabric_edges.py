@@ -43,6 +43,10 @@ def test_generated_fabric_levels_and_oversubscription():
     above: 64 leaves → 2 levels, 65 → 3 (pods of 32 leaves)."""
     from narrowpath.network.fabric import FatTree, fabric_for
     assert fabric_for(system("dgx-h100"), 16).oversubscription == (1.0, 1.0)
+    assert FabricSpec(num_gpus=8, gpus_per_node=8, scale_up_domain=8, scale_up_bw_bytes_per_s=1e9,
+                      nic_bw_bytes_per_s=1e9).oversubscription == (1.0, 1.0)  # non-blocking unless stated
+    half = fabric_for(system("dgx-h100"), 16, nics_per_gpu=0.5)  # one 400 Gb/s NIC shared by two GPUs
+    assert (half.nics_per_gpu, half.nic_bw_bytes_per_s, half.gpu_nic_bw) == (0.5, 100e9, 50e9)
     assert fabric_for(system("dgx-h100"), 16, spine_oversubscription=3.0).oversubscription == (1.0, 3.0)
     two = FatTree.uniform(num_endpoints=64 * 32, endpoint_bw=1.0, endpoints_per_leaf=32, radix=64)
     three = FatTree.uniform(num_endpoints=65 * 32, endpoint_bw=1.0, endpoints_per_leaf=32, radix=64)

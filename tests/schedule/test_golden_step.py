@@ -37,6 +37,7 @@ def test_bucketed_overlap_by_hand():
     assert exposed_after_bucketed_overlap(10.0, 100e6, 25e6, 100.0, 0.1) == pytest.approx(3.25)
     assert exposed_after_bucketed_overlap(10.0, 10e6, 25e6, 100.0, 0.1) == 10.0
     assert exposed_after_bucketed_overlap(10.0, 100e6, 0.0, 100.0, 0.1) == 10.0
+    assert exposed_after_bucketed_overlap(10.0, 1.0, 0.5, 100.0, 0.1) == pytest.approx(5.5)  # 2 half-byte buckets
 
 
 def test_gradient_sync_hides_behind_backward_only():

@@ -74,6 +74,15 @@ def test_rows_of_several_layer_kinds_merge():
     assert rows[0].total_s == pytest.approx(122 * rows[0].time_each_s)
 
 
+def test_host_copies_use_the_host_link_or_the_device_host_level():
+    """A copy to host memory: latency of the device's host level (2 µs) + bytes over the system's per-GPU host
+    link (50 GB/s); without a system figure, over the device's own host level (50 GB/s on H100)."""
+    from narrowpath.schedule.step import host_copy_cost
+    assert host_copy_cost(1e9, H100).time_s == pytest.approx(2e-6 + 1e9 / 50e9)
+    bare = dataclasses.replace(H100, host_bw_bytes_per_s_per_gpu=0.0)
+    assert host_copy_cost(1e9, bare).time_s == pytest.approx(2e-6 + 1e9 / H100.device.level("host").bw_bytes_per_s)
+
+
 def test_assumptions_state_the_conventions():
     pred = predict(_scn(tp=8, gbs=2), CAL)
     a = pred.assumptions

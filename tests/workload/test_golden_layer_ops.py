@@ -77,6 +77,23 @@ def test_context_parallel_queries_see_every_key():
     assert fa.useful_flop == 549_755_813_888 and fa.flop == 549_755_813_888 * 0.5078125
 
 
+def test_sliding_window_flash_computes_the_band_only():
+    """A window layer (window 128, s 4096) computes the band of 128 keys behind each query plus one partial
+    128-tile: 256/4096 = 1/16 of the full score matrix, in both executed and model FLOPs:
+    2·8·4096·4096·256/16 = 4,294,967,296 (8 heads of 128, h 1024)."""
+    from narrowpath.spec.model import Model
+    m = Model(layers=2, hidden=1024, heads=8, vocab=1000, seq_len=4096, sliding_window=128, sliding_window_every=2)
+    (fa,) = attention_ops(m, Plan(), "flash", window=True)
+    assert fa.flop == fa.useful_flop == 4_294_967_296
+
+
+def test_unfused_core_without_dropout_keeps_the_softmax_output_only():
+    """No dropout (Llama): the weighted sum reads the softmax output, which softmax already keeps; AV keeps
+    nothing of its own."""
+    core = {op.name: op for op in attention_ops(model("llama3-8b"), Plan(), "unfused")}
+    assert "attn_dropout" not in core and core["attn_av"].saved_bytes == 0.0
+
+
 def test_fp8_qkv_input_is_quantized_inside_the_norm():
     """Under FP8 the QKV GEMM's input is cast inside LayerNormLinear: 6 B per element of its m·h input
     (8192·4096·6 = 201,326,592 B) and no kernel of its own; the MLP down projection's input comes from the
@@ -84,6 +101,7 @@ def test_fp8_qkv_input_is_quantized_inside_the_norm():
     ops = {op.name: op for op in layer_forward_ops(model("llama3-8b"), Plan(tp=8, sequence_parallel=True, gbs=1,
                                                                            precision="fp8"), "flash")}
     assert (ops["qkv.quantize"].hbm_bytes, ops["qkv.quantize"].kernels) == (201_326_592, 0)
+    assert ops["mlp_up.quantize"].kernels == 0  # the MLP's input: cast inside its norm too
     assert (ops["mlp_down.quantize"].hbm_bytes, ops["mlp_down.quantize"].kernels) == (8192 * 1792 * 6, 2)
 
 

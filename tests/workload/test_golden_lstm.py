@@ -54,7 +54,7 @@ def test_parameters_traffic_and_optimizer_by_hand(wl):
     ((sync, _),) = wl.step_transfers
     assert (sync.op, sync.message_bytes) == ("all_reduce", 132_710_400)
     ((adam, _),) = wl.optimizer_ops
-    assert adam.hbm_bytes == 1_990_656_000
+    assert adam.hbm_bytes == 1_990_656_000 and adam.kernels == 3
     assert wl.model_flop_per_step == 39_273_180_954_624 and wl.tokens_per_step == 65_536
     assert wl.params_total == 132_710_400
 

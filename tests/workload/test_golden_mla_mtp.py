@@ -134,9 +134,9 @@ def test_embedding_and_output_work_by_hand():
     assert by[("cross_entropy", "fwd")].hbm_bytes == 8_405_385_216
     assert by[("cross_entropy", "bwd")].hbm_bytes == 6_304_038_912
     act = 8192 * 4096 * 2
-    assert [(t.name, t.op, t.phase, t.message_bytes) for t, _ in xf] == [
-        ("tp.embedding_reduce_scatter", "reduce_scatter", "fwd", act),
-        ("tp.embedding_grad_all_gather", "all_gather", "bwd", act),
-        ("tp.cross_entropy_stats", "all_reduce", "fwd", 98_304),
-        ("tp.logits_all_gather", "all_gather", "fwd", act),
-        ("tp.logits_grad_reduce_scatter", "reduce_scatter", "bwd", act)]
+    assert [(t.name, t.op, t.phase, t.message_bytes, c) for t, c in xf] == [
+        ("tp.embedding_reduce_scatter", "reduce_scatter", "fwd", act, 1.0),
+        ("tp.embedding_grad_all_gather", "all_gather", "bwd", act, 1.0),
+        ("tp.cross_entropy_stats", "all_reduce", "fwd", 98_304, 1.0),
+        ("tp.logits_all_gather", "all_gather", "fwd", act, 1.0),
+        ("tp.logits_grad_reduce_scatter", "reduce_scatter", "bwd", act, 1.0)]

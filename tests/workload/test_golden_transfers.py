@@ -82,8 +82,24 @@ def test_zero3_gathers_weights_twice_and_reduce_scatters_fp32_gradients():
     """FSDP / ZeRO-3 per layer and micro-batch: all-gather the 16-bit weights before forward and before backward
     (109,060,096 · 2 = 218,120,192 B each), reduce-scatter the fp32 gradients (· 4 = 436,240,384 B)."""
     xf = zero3_transfers(Plan(tp=2, dp=4, gbs=4, zero_stage=3), LAYER, 0.0)
-    assert [(t.op, t.phase, t.message_bytes) for t, _ in xf] == [
-        ("all_gather", "fwd", 218_120_192), ("all_gather", "bwd", 218_120_192), ("reduce_scatter", "bwd", 436_240_384)]
+    assert [(t.op, t.phase, t.message_bytes, t.overlappable) for t, _ in xf] == [
+        ("all_gather", "fwd", 218_120_192, True), ("all_gather", "bwd", 218_120_192, True),
+        ("reduce_scatter", "bwd", 436_240_384, True)]
+
+
+def test_zero3_moe_layer_splits_dense_and_expert_parameters():
+    """An MoE layer under ZeRO-3 gathers its dense part over dp and its experts over the expert-dp group:
+    Mixtral, dp 8, ep 4 (expert-dp 2): dense = layer − local experts, experts = 2 × 176,160,768."""
+    from narrowpath.workload.transformer import layer_expert_params
+    plan = Plan(dp=8, ep=4, gbs=8, zero_stage=3)
+    scn = Scenario(system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=8)
+    per_layer = {(t.name, t.axis): t.message_bytes for t, c in build_workload(scn, "flash").stages[0].transfers
+                 if t.phase == "fwd" and "zero3" in t.name and c == 32}  # (the tables' own gathers: once)
+    experts = layer_expert_params(scn.model, plan)
+    assert experts == 2 * 176_160_768
+    dense = layer_params(scn.model, plan, moe_layer=True) - experts
+    assert per_layer[("dp.zero3_param_all_gather", "dp")] == dense * 2
+    assert per_layer[("dp.expert_zero3_param_all_gather", "edp")] == experts * 2
 
 
 def test_zero2_reduce_scatters_in_all_but_the_last_micro_batch():
@@ -106,6 +122,7 @@ def test_step_gradient_sync_and_adam_by_hand():
     assert (tr.op, tr.axis, tr.message_bytes, c) == ("all_reduce", "dp", params * 4, 1.0)
     ((adam, _),) = wl.optimizer_ops
     assert adam.hbm_bytes == params * 34 and adam.kernels == 2 + math.ceil(params / 2e7)
+    assert (adam.kind, adam.flop, adam.phase) == ("vector", 0.0, "optimizer")
 
 
 def test_zero1_step_traffic_and_sharded_adam_by_hand():
@@ -114,8 +131,8 @@ def test_zero1_step_traffic_and_sharded_adam_by_hand():
     2 + 12 + 12 + 2 + 2 = 30 B/param."""
     params = 32 * LAYER + 2 * 262_668_288 + 4096
     wl = _wl(tp=2, dp=4, gbs=4, zero_stage=1, precision="fp16")
-    assert [(t.op, t.message_bytes) for t, _ in wl.step_transfers] == [("reduce_scatter", params * 2),
-                                                                       ("all_gather", params * 2)]
+    assert [(t.op, t.message_bytes, t.phase) for t, _ in wl.step_transfers] == [
+        ("reduce_scatter", params * 2, "step"), ("all_gather", params * 2, "step")]
     ((adam, _),) = wl.optimizer_ops
     assert adam.hbm_bytes == pytest.approx(params / 4 * 30)
 
@@ -127,7 +144,7 @@ def test_low_precision_weights_are_quantized_once_per_step_unless_zero3():
     params = 32 * LAYER + 2 * 262_668_288 + 4096
     wl = _wl(tp=2, dp=4, gbs=4, precision="fp8")
     wq = [op for op, _ in wl.optimizer_ops if op.name == "weight_quantize"]
-    assert [(op.hbm_bytes, op.kernels) for op in wq] == [(params * 6, 4)]
+    assert [(op.hbm_bytes, op.kernels, op.flop, op.kind) for op in wq] == [(params * 6, 4, 0.0, "vector")]
     z3 = _wl(tp=2, dp=4, gbs=4, precision="fp8", zero_stage=3)
     per_layer = [(op.hbm_bytes, c) for op, c in z3.stages[0].ops if op.name == "weight_quantize"]
     assert per_layer == [(654_360_576, 32.0)]
