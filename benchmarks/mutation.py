@@ -13,6 +13,7 @@ random sample is run and the kill rate is given with its Wilson 95 % interval.
     python benchmarks/mutation.py --all --jobs 2               # every mutant
     python benchmarks/mutation.py --issue                      # the seven errors issue 10 says survived
     python benchmarks/mutation.py --ids ID [ID ...]            # named mutants (e.g. after adding a test)
+    python benchmarks/mutation.py --report out/mutation/results.json   # re-summarise with today's equivalents
 
 Needs the `bench` extra (`pip install -e '.[test,bench]'`). Writes out/mutation/results.json and survivors.txt.
 Not part of `.ci/run`.
@@ -261,12 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ids", nargs="+", help="run these mutant ids only")
     ap.add_argument("--issue", action="store_true", help="run the seven mutants of issue 10 item 6")
     ap.add_argument("--list", action="store_true", help="count the mutants per file and stop")
+    ap.add_argument("--report", type=Path, help="summarise a results.json again with today's equivalent list")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
     ap.add_argument("--pool", nargs="+", default=list(POOL), help="test paths the selection draws from")
     ap.add_argument("--mem-bytes", type=float, default=4e9, help="address-space limit per test run")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "mutation")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.report:
+        old = json.loads(a.report.read_text())
+        equivalent = yaml.safe_load(EQUIVALENT.read_text()) or {}
+        summary = summarise(old["mutants"], old["summary"]["generated"], equivalent)
+        print_summary(summary, old["mutants"], equivalent, a.out)
+        return 0
     mutants, files = generate(ROOT)
     if a.list:
         for rel in files:
