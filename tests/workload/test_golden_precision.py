@@ -66,16 +66,16 @@ def test_fp8_linear_layer_by_hand():
 def test_mxfp8_linear_fused_into_the_norm_and_grouped_by_hand():
     """MXFP8, input quantized inside the norm (TE LayerNormLinear): 100·200·0.0625 = 1,250 B and no kernel of its
     own; operands 1.03125 B: 20,625 + 61,875 + 60,000 (BF16 out) = 142,500 B. A grouped GEMM of 4 experts with a
-    standalone quantize: 4 launches of the 1-kernel cast; its output-gradient quantize 4 × 1 kernels,
-    30,000 · 4.0625 = 121,875 B."""
+    standalone quantize: one multi-tensor cast for all 4 experts (TE tex.fused_multi_quantize), 1 kernel; its
+    output-gradient quantize likewise, 30,000 · 4.0625 = 121,875 B in 1 kernel."""
     plan = Plan(precision="mxfp8")
     quant, g = linear("l", plan, 100, 200, 300, fused_input=True)
     assert (quant.hbm_bytes, quant.kernels) == (1_250, 0)
     assert g.hbm_bytes == 142_500
     quant4, g4 = linear("e", plan, 100, 200, 300, groups=4)
-    assert quant4.kernels == 4
+    assert quant4.kernels == 1
     grad_q = backward_ops([g4], plan)[0]
-    assert (grad_q.hbm_bytes, grad_q.kernels) == (121_875, 4)
+    assert (grad_q.hbm_bytes, grad_q.kernels) == (121_875, 1)
 
 
 def test_nvfp4_linear_keeps_a_half_byte_input_with_its_scales():
