@@ -7,6 +7,7 @@ import gzip
 import pytest
 
 from narrowpath.cli.main import main
+from tests.cli.one_line import one_line_error
 
 S = "gpt3-175b-a100-1024"
 NCCL_LOG = """\
@@ -18,16 +19,6 @@ NCCL_LOG = """\
 """
 CASE = ("schema: collective-corpus/1\ncases:\n  - {{hardware: {{gpu: H100-SXM5-80GB, num_gpus: {n}}}, "
         "collective: all_reduce, message_bytes: {size}, measured: {{busbw_GBps: {bw}}}}}\n")
-
-
-def one_line_error(capsys, argv: list[str], *fragments: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 def test_usage_error_is_one_line(capsys):

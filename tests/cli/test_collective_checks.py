@@ -6,21 +6,12 @@ from __future__ import annotations
 import pytest
 
 from narrowpath.cli.main import main
+from tests.cli.one_line import one_line_error
 
 ROW = "     1048576        262144     float     sum      -1    {t}   16.70   {bus}      0    61.42   17.07   29.88      0\n"
 HEAD = "# Collective test starting: all_reduce_perf\n"
 CASE = ("schema: collective-corpus/1\ncases:\n  - {{hardware: {{gpu: H100-SXM5-80GB, num_gpus: 8}}, "
         "collective: all_reduce, message_bytes: 1e8, measured: {{busbw_GBps: {bw}}}}}\n")
-
-
-def one_line_error(capsys, argv: list[str], *fragments: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 @pytest.mark.parametrize("t, bus, fragment", [

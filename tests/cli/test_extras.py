@@ -7,19 +7,7 @@ import time
 
 import pytest
 
-from narrowpath.cli.main import main
-
-
-def one_line_error(capsys, argv: list[str], *fragments: str) -> str:
-    t0 = time.perf_counter()
-    assert main(argv) == 2
-    assert time.perf_counter() - t0 < 5  # refused up front, not after the probes
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
+from tests.cli.one_line import one_line_error
 
 
 @pytest.mark.parametrize("what", ["collectives", "all"])

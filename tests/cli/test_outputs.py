@@ -14,6 +14,7 @@ import pytest
 from narrowpath.cli.common import atomic_dir, atomic_file, atomic_write_text
 from narrowpath.cli.main import main
 from narrowpath.errors import NarrowpathError
+from tests.cli.one_line import one_line_error
 
 SCN = "system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 8\nplan: {tp: 8, gbs: 16}\n"
 NCCL_LOG = """\
@@ -23,16 +24,6 @@ NCCL_LOG = """\
      1048576        262144     float     sum      -1    62.78   16.70   29.23      0    61.42   17.07   29.88      0
     16777216       4194304     float     sum      -1    163.9  102.36  179.13      0    162.1  103.50  181.12      0
 """
-
-
-def one_line_error(capsys, argv: list[str], *fragments: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 def _trace_file(tmp_path: Path) -> Path:

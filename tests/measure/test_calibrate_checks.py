@@ -12,6 +12,7 @@ import yaml
 from narrowpath.catalog.resolve import calibration_from
 from narrowpath.cli.main import main
 from narrowpath.errors import SpecError
+from tests.cli.one_line import one_line_error
 
 
 def cpu_compute(rate_scale: float = 1.0, peak: float = 100e9) -> dict:
@@ -24,16 +25,6 @@ def cpu_compute(rate_scale: float = 1.0, peak: float = 100e9) -> dict:
                      "flop": flop, "time_s": flop / rate, "flops_per_s": rate, "repeats": 3})
     return {"probe": "compute", "device": "Some CPU @ 2.0GHz", "samples": rows,
             "peaks": {"fp32": {"peak_flops_per_s": peak, "reason": "estimate"}}}
-
-
-def one_line_error(capsys, argv: list[str], *fragments: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 @pytest.fixture

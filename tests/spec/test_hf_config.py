@@ -10,22 +10,13 @@ from narrowpath.catalog.resolve import resolve_model
 from narrowpath.cli.main import main
 from narrowpath.errors import SpecError
 from narrowpath.spec.hf_config import model_from_hf_config
+from tests.cli.one_line import one_line_error
 
 LLAMA31 = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
            "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "hidden_act": "silu"}
 MIXTRAL = {**LLAMA31, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2,
            "max_position_embeddings": 32768, "vocab_size": 32000}
-
-
-def one_line_error(capsys, argv: list[str], *fragments: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 def test_position_limit_is_not_the_training_length(tmp_path, capsys):

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from narrowpath.catalog.resolve import load_scenario
-from narrowpath.cli.main import main
 from narrowpath.errors import MAX_MESSAGE_CHARS, NarrowpathError, SpecError, shown
 from narrowpath.spec.strict_load import MAX_ALIAS_EXPANSION, load_yaml
+from tests.cli.one_line import one_line_error
 
 SCN = "system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 8\nplan: {tp: 2, gbs: 64}\n"
 
@@ -21,14 +21,6 @@ def alias_bomb(levels: int = 9) -> str:
         prev, cur = chr(96 + i), chr(97 + i)
         lines.append(f"{cur}: &{cur} [" + ",".join(["*" + prev] * 9) + "]")
     return "\n".join(lines) + f"\nsystem: dgx-h100\nmodel: llama3-8b\nnum_gpus: *{chr(96 + levels)}\nplan: {{tp: 1}}\n"
-
-
-def one_line_error(capsys, argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert "Traceback" not in err and len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.mark.parametrize("text, key, line", [
