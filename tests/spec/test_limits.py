@@ -58,3 +58,11 @@ def test_global_batch_is_bounded_like_the_gpu_count(gbs):
 def test_largest_global_batch_is_accepted():
     from narrowpath.spec.plan import MAX_BATCH
     assert Plan(gbs=MAX_BATCH).gbs == MAX_BATCH
+
+
+def test_efficiency_tables_are_read_in_ascending_size_and_a_size_twice_is_refused():
+    """np.interp needs ascending sizes: a table written largest-first prices like the same table sorted."""
+    up = TierCalibration(bw_efficiency=0.9, alpha_s=5e-6, busbw_efficiency_by_size=((1e9, .8), (1e6, .5)))
+    assert up.busbw_efficiency_by_size == ((1e6, .5), (1e9, .8))
+    with pytest.raises(SpecError, match="busbw_efficiency_by_size.*size 1e\\+06 more than once"):
+        TierCalibration(bw_efficiency=0.9, alpha_s=5e-6, busbw_efficiency_by_size=((1e6, .5), (1e6, .6)))

@@ -52,7 +52,8 @@ def boolean(field: str, value: Any) -> bool:
 
 
 def size_points(field: str, points: Any) -> tuple[tuple[float, float], ...]:
-    """(size > 0, efficiency in (0, 1]) pairs of a measured efficiency-by-size table, each finite."""
+    """(size > 0, efficiency in (0, 1]) pairs of a measured efficiency-by-size table, each finite, in ascending size
+    (a table may list them in any order; one size twice is refused)."""
     out = []
     for i, pt in enumerate(points):
         try:
@@ -60,4 +61,8 @@ def size_points(field: str, points: Any) -> tuple[tuple[float, float], ...]:
         except (TypeError, ValueError):
             raise SpecError(f"{field}[{i}]", f"must be a (size, efficiency) pair, got {shown(pt)}") from None
         out.append((positive_float(f"{field}[{i}].size", size), fraction(f"{field}[{i}].efficiency", eff)))
-    return tuple(out)
+    sizes = [s for s, _ in out]
+    if len(set(sizes)) != len(sizes):
+        dup = next(s for s in sizes if sizes.count(s) > 1)
+        raise SpecError(field, f"gives size {dup:g} more than once")
+    return tuple(sorted(out))  # the interpolation reads them in ascending size
