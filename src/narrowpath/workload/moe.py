@@ -11,6 +11,10 @@ R = (b·s/t)·top_k·etp expert rows, and each of its experts' GEMMs has R/(num_
 Routing balance: token-drop routing pads every expert to its capacity (capacity_factor × the mean); dropless
 routing gives each expert-parallel rank a random share of the token copies, so the busiest of ep ranks runs
 n + √(2·n·ln ep) of a mean n (balls into bins, Raab & Steger 1998) and the whole group waits for it.
+`dropless-balanced` is Megatron-Core's forced load balancing (`moe_router_force_load_balancing`), which routes on
+random logits: that is exactly the random assignment the bound describes, so both dropless kinds are priced by it.
+Learned routing's extra skew beyond random (kept small by the auxiliary balance loss, and changing over training)
+is not modelled: no published run separates it from the rest of the step.
 """
 from __future__ import annotations
 
