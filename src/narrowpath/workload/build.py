@@ -106,9 +106,15 @@ def max_pipeline_chunks(layers: int) -> int:
 def _layer_work(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False
                 ) -> tuple[list[tuple[Op, float]], list[tuple[Transfer, float]]]:
     """Ops (forward, backward, recompute) and transfers of one layer of a kind, per micro-batch on one rank."""
+    moe_layer = moe_layer and scn.model.moe is not None
+    return (layer_ops(scn, kernel, moe_layer, window),
+            layer_comm(scn, kernel, moe_layer) + layer_zero_transfers(scn.model, scn.plan, moe_layer))
+
+
+def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False) -> list[tuple[Op, float]]:
+    """Ops of one layer of a kind per micro-batch on one rank: forward, backward, the recompute pass, and with
+    ZeRO-3 under a low-precision recipe the re-quantization of the gathered weights."""
     model, plan = scn.model, scn.plan
-    A = T.act_bytes(plan)
-    b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
     moe_layer = moe_layer and model.moe is not None
     fwd = T.layer_forward_ops(model, plan, kernel, moe_layer=moe_layer, window=window)
     ops: list[tuple[Op, float]] = [(op, 1.0) for op in fwd]
@@ -123,7 +129,15 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool, window: bool = Fals
         q = quantize_cost(plan.precision)
         w = T.layer_params(model, plan, moe_layer=moe_layer)
         ops.append((T.vector("weight_quantize", "fwd", w * q.standalone_bytes, "bf16", q.kernels), 1.0))
+    return ops
 
+
+def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transfer, float]]:
+    """Tensor-, context- and expert-parallel transfers of one layer of a kind per micro-batch on one rank."""
+    model, plan = scn.model, scn.plan
+    moe_layer = moe_layer and model.moe is not None
+    A = T.act_bytes(plan)
+    b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
     xfers: list[tuple[Transfer, float]] = []
     ov = plan.tp_comm_overlap
     act = b * s * h * A
@@ -147,11 +161,17 @@ def _layer_work(scn: Scenario, kernel: str, moe_layer: bool, window: bool = Fals
     if moe_layer:
         span = group_span(plan, scn.system, "ep") if plan.ep > 1 and plan.ep_dispatch == "dedup" else None
         xfers += moe_transfers(model, plan, span.domains if span else 1, span.ranks_per_domain if span else 1)
+    return xfers
+
+
+def layer_zero_transfers(model, plan, moe_layer: bool) -> list[tuple[Transfer, float]]:
+    """ZeRO-3 (and ZeRO-2 with gradient accumulation) traffic of one layer of a kind per micro-batch on one rank."""
     if plan.zero_stage == 3 or zero2_per_microbatch(plan):
+        moe_layer = moe_layer and model.moe is not None
         p = T.layer_params(model, plan, moe_layer=moe_layer)
         e = T.layer_expert_params(model, plan) if moe_layer else 0.0
-        xfers += (zero3_transfers if plan.zero_stage == 3 else zero2_transfers)(plan, p - e, e)
-    return ops, xfers
+        return (zero3_transfers if plan.zero_stage == 3 else zero2_transfers)(plan, p - e, e)
+    return []
 
 
 def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bool = False
@@ -326,6 +346,31 @@ def layer_kinds(model) -> dict[tuple[bool, bool], list[int]]:
     return kinds
 
 
+def pp_transfers(plan, first: bool, last: bool, p2p_bytes: float) -> list[tuple[Transfer, float]]:
+    """Point-to-point traffic of one pipeline stage per micro-batch (none without pipelining).
+
+    Each chunk boundary sends activations forward and receives gradients backward, per micro-batch. The interleaved
+    schedule overlaps them with the next chunk's computation (Megatron-Core overlap_p2p_comm, on by default for
+    interleaving); plain 1F1B waits for them."""
+    if plan.pp <= 1:
+        return []
+    n_send = plan.vpp if not last else plan.vpp - 1
+    n_recv = plan.vpp if not first else plan.vpp - 1
+    sends = (n_send + n_recv) / 2.0
+    ov = plan.vpp > 1
+    if sends <= 0:
+        return []
+    return [(Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", ov), sends),
+            (Transfer("pp.gradient", "send_recv", "pp", p2p_bytes, "bwd", ov), sends)]
+
+
+def offload_transfers(per_mb_bytes: float) -> list[tuple[Transfer, float]]:
+    """Saved activations to host memory in forward and back for backward, hidden behind compute while the host link
+    keeps up (`per_mb_bytes`: the activation bytes of the offloaded layers per micro-batch)."""
+    return [(Transfer("host.activation_offload", "send_recv", "host", per_mb_bytes, "fwd", True), 1.0),
+            (Transfer("host.activation_reload", "send_recv", "host", per_mb_bytes, "bwd", True), 1.0)]
+
+
 def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     """The scenario's work per rank (see module docstring). `attention_kernel` is the resolved kernel (`flash` or
     `unfused`): the plan's choice, or the calibration profile's default when the plan says `auto` (schedule.step)."""
@@ -367,17 +412,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             xf += zero3_transfers(plan, emb, 0.0)
         elif zero2_per_microbatch(plan):
             xf += zero2_transfers(plan, emb, 0.0)
-        if plan.pp > 1:
-            # Each chunk boundary sends activations forward and receives gradients backward, per micro-batch. The
-            # interleaved schedule overlaps them with the next chunk's computation (Megatron-Core
-            # overlap_p2p_comm, on by default for interleaving); plain 1F1B waits for them.
-            n_send = plan.vpp if not last else plan.vpp - 1
-            n_recv = plan.vpp if not first else plan.vpp - 1
-            sends = (n_send + n_recv) / 2.0
-            ov = plan.vpp > 1
-            if sends > 0:
-                xf.append((Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", ov), sends))
-                xf.append((Transfer("pp.gradient", "send_recv", "pp", p2p_bytes, "bwd", ov), sends))
+        xf += pp_transfers(plan, first, last, p2p_bytes)
         f_rc = recompute_fraction(plan, len(idx))
         if plan.recompute == "full" and f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
             ops = [(op, c * f_rc if op.phase == "recompute" else c) for op, c in ops]
@@ -386,9 +421,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         if f_off > 0:
             # saved activations to host memory in forward and back for backward, hidden behind compute while the
             # host link keeps up (the activation bytes are those of the offloaded layers, workload.offload_bytes)
-            per_mb = f_off * stage_saved_bytes(scn, kernel, [li for li in idx], kind_of)
-            xf.append((Transfer("host.activation_offload", "send_recv", "host", per_mb, "fwd", True), 1.0))
-            xf.append((Transfer("host.activation_reload", "send_recv", "host", per_mb, "bwd", True), 1.0))
+            xf += offload_transfers(f_off * stage_saved_bytes(scn, kernel, [li for li in idx], kind_of))
         stages.append(StageWork(i, len(idx), tuple(ops), tuple(xf), params, expert))
 
     step_xf, opt_ops = _step_work(scn, stages)
@@ -401,9 +434,15 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:
     """Gradient sync, parameter all-gather and optimizer update for the most loaded stage's rank."""
-    plan = scn.plan
     top = max(stages, key=lambda st: st.params)
-    params, expert = top.params, top.expert_params
+    return (step_transfers(scn, top.params, top.expert_params),
+            optimizer_ops(scn.plan, top.params, top.expert_params))
+
+
+def step_transfers(scn: Scenario, params: float, expert: float) -> list[tuple[Transfer, float]]:
+    """Once-per-step transfers of a rank holding `params` parameters (`expert` of them in routed experts): gradient
+    sync and ZeRO-1/2 parameter all-gather per synced group, and the tied-embedding all-reduce across the pipeline."""
+    plan = scn.plan
     dense = params - expert
     G = grad_bytes_per_param(plan.precision)
     Wb = weight_bytes_per_param(plan.precision)
@@ -419,6 +458,15 @@ def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], lis
     if plan.pp > 1 and scn.model.tied_embeddings:
         emb = scn.model.vocab * scn.model.hidden / plan.tp
         xf.append((Transfer("pp.tied_embedding_all_reduce", "all_reduce", "pp_ends", emb * G, "step", False), 1.0))
+    return xf
+
+
+def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
+    """The optimizer update of a rank holding `params` parameters (`expert` of them in routed experts), after ZeRO
+    sharding, and the once-per-step quantization of the updated weights under a low-precision recipe."""
+    dense = params - expert
+    G = grad_bytes_per_param(plan.precision)
+    Wb = weight_bytes_per_param(plan.precision)
     local = dense / zero_shards(plan) + expert / zero_shards(plan, expert=True) if plan.zero_stage >= 1 else params
     # Adam (mixed precision): read grad G, master/m/v 12, write master/m/v 12 and the 16-bit weight Wb;
     # plus the gradient-norm pass (read G). fp32 runs have no separate master copy.
@@ -432,4 +480,4 @@ def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], lis
         # is_first_microbatch); ZeRO-3 re-quantizes the gathered weights per micro-batch (see _layer_work)
         ops.append((Op("weight_quantize", "vector", "optimizer", 0.0, params * q.standalone_bytes, "bf16",
                        q.kernels * 2), 1.0))
-    return xf, ops
+    return ops
