@@ -28,7 +28,13 @@ def activation_strategies(scn: Scenario) -> tuple:
     full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
     --recompute-method block), or the saved activations of that share of layers offloaded to host memory
     (Megatron-Core / TE CPU offloading). Each is a patch of plan knobs."""
-    n = _per_chunk(scn)
+    return activation_patches(_per_chunk(scn))
+
+
+def activation_patches(layers_per_chunk: int) -> tuple:
+    """The activation strategies of `activation_strategies` for pipeline chunks of `layers_per_chunk` layers (the
+    search tries the same ones)."""
+    n = layers_per_chunk
     shares = sorted({k for k in (round(n / 4), round(n / 2), round(3 * n / 4)) if 0 < k < n})
     out = [{"recompute": "none"}, {"recompute": "selective"}, {"recompute": "full"}]
     out += [{"recompute": "full", "recompute_layers": k} for k in shares]

@@ -1,29 +1,47 @@
 """The plans a search may try: every consistent combination of the parallel knobs for a fixed GPU count and
 global batch.
 
-Knobs searched (the base plan itself is added to the space when it is consistent and matches the pins, so the
-plan a user starts from is always ranked against the rest):
+Two extents. `full` (the default) varies every knob the step model prices; `basic` is the space of the first
+search (the structural knobs only, everything else kept from the base plan). Knobs and the values tried:
+
     tp      divisors of the GPU count up to the scale-up (NVLink) domain: a tensor-parallel group that leaves
             the domain puts two collectives per layer on the scale-out fabric (Narayanan et al. SC'21 §5.4 keep
             tp ≤ 8 for that reason); pin `tp` to try larger ones
     pp      divisors of the GPU count up to the layer count; an uneven split (Llama 3 405B: 126 layers on 16
             stages; DeepSeek-V3: 61 on 16) is priced as the model lays it out, the slowest stage pacing the rest
-    vpp     1, or chunks per stage splitting the layers evenly over pp·vpp chunks (Megatron interleaving), at
-            most 8
+    vpp     1, or chunks per stage (Megatron interleaving) when the micro-batches divide by pp: full, 2-16 chunks
+            whenever pp·vpp chunks fit the layers (uneven chunks and the embedding/loss-as-layers split of
+            `workload.build.stage_layer_ranges` included); basic, 2-8 chunks splitting the layers evenly
     cp      powers of two dividing the sequence length and the GPU count, at most 32
-    ep      MoE only: divisors of the expert count that divide dp (placement carves experts out of dp)
+    ep      MoE only: divisors of the expert count; ep·etp must divide the tp·cp·dp ranks of a stage (basic: ep
+            divides dp)
+    etp     MoE only (full): tp (0, Megatron-Core's default) or 1 (whole experts per rank, Megatron-Bridge's MoE
+            recipes)
     mbs     powers of two up to 64 dividing the per-replica batch
     zero    0 when there is no data/context parallelism; else 1 (Megatron distributed optimizer), 2 (DeepSpeed
             stage 2: with gradient accumulation the gradients are reduce-scattered after every backward, which
             the step model prices) and 3 (FSDP). ZeRO-0 costs the model ZeRO-1's step time with more memory per
             rank, so it is left out where there is something to shard over. Pin `zero_stage` to include any stage
-    recompute  none, selective, full
+    recompute  none, selective, full; full: also the first quarter, half or three quarters of the layers of each
+            chunk (`recompute_layers`, Megatron --recompute-method block), and with none the saved activations of
+            that share of the layers (or all of them) offloaded to host memory (`offload_layers`): the activation
+            strategies of `schedule.choose.activation_patches` (basic: none, selective, full)
     sp      on whenever tp > 1 (Megatron-LM: sequence parallelism is the norm with tp; Korthikanti et al. 2022)
-LSTM models search tp, dp and mbs only (the recurrent workload has no pipeline, context parallelism, sequence
-parallelism, recompute or ZeRO sharding): zero 0, no recompute and no sequence parallelism unless pinned.
-Kept from the base plan: precision, attention kernel, the CP exchange (`cp_comm`), the overlap switches, bucket
-size and placement order.
-A pinned knob takes only the value given.
+    dp_overlap        off/on when gradients are synchronised (full)
+    bucket_bytes      with dp_overlap: the base plan's, 10, 40 and 160 MB (full)
+    tp_comm_overlap   off/on when tp > 1 (full)
+    cp_comm           p2p, all_gather, a2a when cp > 1 (full)
+    ep_overlap        off/on for MoE with expert or expert-tensor parallelism (full)
+    ep_dispatch       all_to_all, dedup for MoE when the expert-parallel group leaves its scale-up domain (full)
+    placement         the base plan's order, Megatron's tp-cp-dp-pp, pipeline inside data parallel tp-cp-pp-dp,
+                      and data inside context parallel tp-dp-cp-pp; orders that lay out the same ranks (they differ
+                      only in axes of size 1) are tried once (full)
+A knob that cannot change a plan's numbers (tp_comm_overlap at tp = 1, cp_comm at cp = 1, a bucket size without
+dp_overlap, ...) keeps the base plan's value. LSTM models search tp, dp, mbs (and in full the DP overlap, bucket and
+placement) only: the recurrent workload has no pipeline, context parallelism, sequence parallelism, recompute or
+ZeRO sharding. Kept from the base plan: precision, attention kernel, MoE routing, framework. The base plan itself
+is added when it is consistent and matches the pins, so the plan a user starts from is always ranked. A pinned
+knob takes only the value given.
 """
 from __future__ import annotations
 
@@ -33,14 +51,20 @@ from typing import Iterator
 
 from narrowpath.errors import SpecError
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import RECOMPUTE, Plan
-from narrowpath.spec.scenario import consistency_errors
+from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, RECOMPUTE, Plan
 from narrowpath.spec.system import System
 
-KNOBS = ("tp", "pp", "vpp", "cp", "ep", "mbs", "zero_stage", "recompute", "sequence_parallel")
-MAX_VPP = 8
+KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero_stage", "recompute", "recompute_layers",
+         "offload_layers", "sequence_parallel", "dp_overlap", "bucket_bytes", "tp_comm_overlap", "cp_comm",
+         "ep_overlap", "ep_dispatch", "placement")
+"""Plan fields a search varies (and a pin may fix); `dp` can be pinned too."""
+EXTENTS = ("full", "basic")
+MAX_VPP = 16
+MAX_VPP_BASIC = 8
 MAX_CP = 32
 MBS_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+BUCKET_CHOICES = (10e6, 40e6, 160e6)
+PLACEMENT_CHOICES = (("tp", "cp", "ep", "dp", "pp"), ("tp", "cp", "ep", "pp", "dp"), ("tp", "dp", "cp", "ep", "pp"))
 
 
 def divisors(n: int) -> list[int]:
@@ -52,7 +76,8 @@ def divisors(n: int) -> list[int]:
 @dataclass(frozen=True, slots=True)
 class SearchSpace:
     """What to search: the model on `num_gpus` GPUs of `system` with `gbs` sequences per step, starting from
-    `base` (fixed knobs come from it); `pinned` knobs take only the given value."""
+    `base` (fixed knobs come from it); `pinned` knobs take only the given value; `extent` is `full` (every knob
+    the model prices) or `basic` (the structural knobs only)."""
 
     model: Model
     system: System
@@ -60,6 +85,7 @@ class SearchSpace:
     gbs: int
     base: Plan
     pinned: dict[str, object] = dataclasses.field(default_factory=dict)
+    extent: str = "full"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp"})
@@ -69,23 +95,44 @@ class SearchSpace:
             raise SpecError("search.num_gpus", f"must be >= 1, got {self.num_gpus}")
         if self.gbs < 1:
             raise SpecError("search.gbs", f"must be >= 1, got {self.gbs}")
+        if self.extent not in EXTENTS:
+            raise SpecError("search.extent", f"must be one of {', '.join(EXTENTS)}, got {self.extent!r}")
+        if "placement" in self.pinned:
+            object.__setattr__(self, "pinned", {**self.pinned, "placement": tuple(self.pinned["placement"])})
+
+    @property
+    def full(self) -> bool:
+        return self.extent == "full"
 
 
 def knob_values(space: SearchSpace) -> dict[str, tuple]:
-    """Candidate values of every knob before the cross-knob checks (a pinned knob: its one value)."""
-    m, n, b = space.model, space.num_gpus, space.base
+    """Candidate values of every knob before the cross-knob checks (a pinned knob: its one value). The activation
+    strategy (recompute, recompute_layers, offload_layers) depends on the layers per chunk; here `recompute` lists
+    the recompute modes and the other two the base plan's values (see `activation_strategies`)."""
+    m, n, b, full = space.model, space.num_gpus, space.base, space.full
     lstm = m.arch == "lstm"
+    moe = m.moe is not None
     vals: dict[str, tuple] = {
         "tp": tuple(d for d in divisors(n) if d <= space.system.scale_up_domain),
         "pp": (1,) if lstm else tuple(d for d in divisors(n) if d <= m.layers),
         "cp": (1,) if lstm else tuple(d for d in divisors(n) if d <= MAX_CP and d & (d - 1) == 0
                                       and m.seq_len % d == 0),
-        "ep": tuple(divisors(m.moe.num_experts)) if m.moe is not None else (1,),
-        "vpp": tuple(range(1, MAX_VPP + 1)),
+        "ep": tuple(divisors(m.moe.num_experts)) if moe else (1,),
+        "etp": (0, 1) if moe and full else (b.etp,),
+        "vpp": tuple(range(1, (MAX_VPP if full else MAX_VPP_BASIC) + 1)),
         "mbs": MBS_CHOICES,
         "zero_stage": (0,) if lstm else (0, 1, 2, 3),
         "recompute": ("none",) if lstm else RECOMPUTE,
+        "recompute_layers": (b.recompute_layers,),
+        "offload_layers": (b.offload_layers,),
         "sequence_parallel": (False,) if lstm else (False, True),
+        "dp_overlap": (False, True) if full else (b.dp_overlap,),
+        "bucket_bytes": tuple(sorted({b.bucket_bytes, *BUCKET_CHOICES})) if full else (b.bucket_bytes,),
+        "tp_comm_overlap": (False, True) if full and not lstm else (b.tp_comm_overlap,),
+        "cp_comm": CP_COMM if full and not lstm else (b.cp_comm,),
+        "ep_overlap": (False, True) if full and moe else (b.ep_overlap,),
+        "ep_dispatch": EP_DISPATCH if full and moe else (b.ep_dispatch,),
+        "placement": tuple(dict.fromkeys((b.placement,) + PLACEMENT_CHOICES)) if full else (b.placement,),
     }
     for knob, value in space.pinned.items():
         if knob != "dp":
@@ -93,65 +140,34 @@ def knob_values(space: SearchSpace) -> dict[str, tuple]:
     return vals
 
 
+def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[tuple[str, int, int], ...]:
+    """(recompute, recompute_layers, offload_layers) tried for pipeline chunks of `layers_per_chunk` layers: in the
+    full extent the activation strategies of `schedule.choose.activation_patches`, in the basic one the three
+    recompute modes (offload as in the base plan); pins on any of the three fields filter them."""
+    from narrowpath.schedule.choose import activation_patches
+    b, v = space.base, knob_values(space)
+    if space.model.arch == "lstm":
+        out = [("none", 0, 0)]
+    elif space.full:
+        out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0))
+               for p in activation_patches(layers_per_chunk)]
+    else:
+        out = [(rc, b.recompute_layers if rc == "full" else 0, b.offload_layers) for rc in RECOMPUTE]
+    pins = space.pinned
+    return tuple(s for s in dict.fromkeys(out)
+                 if s[0] in v["recompute"] and ("recompute_layers" not in pins or s[1] == pins["recompute_layers"])
+                 and ("offload_layers" not in pins or s[2] == pins["offload_layers"]))
+
+
 def candidate_plans(space: SearchSpace) -> Iterator[Plan]:
     """Every consistent plan of the space, each once, in a fixed order; the base plan last if not yet seen."""
-    m, n, gbs, b = space.model, space.num_gpus, space.gbs, space.base
-    v = knob_values(space)
-    pinned = space.pinned
-    seen_base = False
-    for tp in v["tp"]:
-        if n % tp:
-            continue
-        for pp in v["pp"]:
-            if (n // tp) % pp:
-                continue
-            for cp in v["cp"]:
-                if (n // (tp * pp)) % cp:
-                    continue
-                dp = n // (tp * pp * cp)
-                if "dp" in pinned and dp != pinned["dp"]:
-                    continue
-                for sp in v["sequence_parallel"]:
-                    if sp and tp == 1 or ("sequence_parallel" not in pinned and m.arch != "lstm"
-                                          and sp != (tp > 1)):
-                        continue
-                    for plan in _inner(space, v, tp, pp, cp, dp, sp):
-                        seen_base = seen_base or plan == b
-                        yield plan
-    if not seen_base and b.gbs == gbs and b.num_gpus == n and _matches_pins(b, pinned) \
-            and not consistency_errors(m, b, n, space.system):
-        yield b
+    from narrowpath.search.table import build_table
+    table = build_table(space)
+    for i in range(len(table)):
+        yield table.plan(i)
 
 
-def _default_zero(zero: int, shards: int, micro: int, arch: str) -> bool:
-    """Whether an unpinned search tries ZeRO stage `zero` (see the module docstring): 0 exactly where there is
-    nothing to shard over (and always for an LSTM), else 1, 2 and 3."""
-    if shards == 1 or arch == "lstm":
-        return zero == 0
-    return zero in (1, 2, 3)
-
-
-def _matches_pins(plan: Plan, pinned: dict[str, object]) -> bool:
-    return all(getattr(plan, k) == v for k, v in pinned.items())
-
-
-def _inner(space: SearchSpace, v: dict[str, tuple], tp: int, pp: int, cp: int, dp: int, sp: bool) -> Iterator[Plan]:
-    m, n, gbs, b, pinned = space.model, space.num_gpus, space.gbs, space.base, space.pinned
-    for ep in v["ep"]:
-        if ep > 1 and dp % ep:
-            continue
-        for mbs in v["mbs"]:
-            if gbs % (dp * mbs):
-                continue
-            micro = gbs // (dp * mbs)
-            for vpp in v["vpp"]:
-                if vpp > 1 and (pp == 1 or m.layers % (pp * vpp) or micro % pp):
-                    continue
-                for zero in v["zero_stage"]:
-                    if "zero_stage" not in pinned and not _default_zero(zero, dp * cp, micro, m.arch):
-                        continue
-                    for rc in v["recompute"]:
-                        plan = dataclasses.replace(b, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, gbs=gbs,
-                                                   zero_stage=zero, recompute=rc, sequence_parallel=sp)
-                        if not consistency_errors(m, plan, n, space.system):
-                            yield plan
+def count_plans(space: SearchSpace) -> int:
+    """How many plans the space holds (without building a Plan for each)."""
+    from narrowpath.search.table import build_table
+    return len(build_table(space))

@@ -1,0 +1,548 @@
+"""Price many plans at once as numpy arrays: memory, a lower bound of the step time, and the step time itself.
+
+The parts a plan is made of (search.parts: a layer's ops and transfers, the embedding, the collectives of a
+placement) come from the functions `predict` calls; this module composes them the way `schedule.step.predict` and
+`cost.memory.stage_memory` do, for arrays of plans instead of one. Sums are taken per part rather than per op, so a
+number may differ from predict's in the last bits (tests/search/test_bulk.py holds them within 1e-12 relative);
+the search re-prices what it shows with predict itself.
+
+Stages that hold the same layers and the same ends (first/last) are one *class* (a 16-stage pipeline has at most a
+few): a class is priced once and counted as often as it occurs. Memory is evaluated at a class's first stage, which
+holds the most micro-batches in flight. A class also records which layer kinds the stages up to it hold, since
+`stage_memory` sizes some temporaries by the largest layer seen so far.
+
+Lower bound (`StructuralPrices.bound_s`, used to prune): every stage's per-micro-batch time is its compute (with
+host waits) plus exposed communication and the slowdown of hidden communication, both ≥ 0, so T_i ≥ C_i; the
+pipeline time m·max T + (p − 1)·mean T / v only grows with each T_i; the rest of the step (gradient sync, tied
+embedding, optimizer) is ≥ 0. Hence step ≥ m·max C + (p − 1)·mean C / v.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_microbatches
+from narrowpath.schedule.step import host_copy_cost
+from narrowpath.search.parts import AGG, SLOT_ATTENTION, SLOT_NONE, SLOT_PHASE, Parts
+from narrowpath.search.table import PlanTable
+from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, offload_transfers, pp_transfers,
+                                       recompute_fraction, stage_layer_ranges, weight_bytes_per_param)
+from narrowpath.workload.precision import act_bytes, operand_bytes
+
+_RC = {"none": 0, "selective": 1, "full": 2}
+
+
+def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position of the first row of each distinct combination, inverse index) of integer columns."""
+    n = len(cols[0])
+    key = np.zeros(n, dtype=np.int64)
+    radix = 1
+    for c in cols:
+        u, codes = np.unique(np.asarray(c), return_inverse=True)
+        radix *= max(1, u.size)
+        if radix > 2 ** 62:
+            stacked = np.stack([np.asarray(x, dtype=np.float64) for x in cols], axis=1)
+            _, first, inv = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+            return first, inv.reshape(-1)
+        key = key * max(1, u.size) + codes
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return first, inv.reshape(-1)
+
+
+def _unique_float_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    stacked = np.stack([np.asarray(x, dtype=np.float64) for x in cols], axis=1)
+    _, first, inv = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    return first, inv.reshape(-1)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Stage classes of one (pp, vpp) pipeline: arrays over classes q."""
+
+    counts: np.ndarray
+    """(Q, K) layers of each kind per stage."""
+    first: np.ndarray
+    last: np.ndarray
+    mult: np.ndarray
+    """Stages in the class."""
+    minidx: np.ndarray
+    """Index of the class's first stage."""
+    layers: np.ndarray
+    seen: np.ndarray
+    """(Q, K) kinds held by the stages up to the class's first stage."""
+
+
+def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int) -> Shape:
+    ranges = stage_layer_ranges(layers, pp, vpp)
+    K = len(kinds)
+    classes: dict[tuple, list] = {}
+    seen = np.zeros(K, dtype=bool)
+    for i, rng in enumerate(ranges):
+        counts = np.zeros(K)
+        for r in rng:
+            for li in r:
+                counts[kinds.index(kind_of[li])] += 1
+        seen = seen | (counts > 0)
+        key = (tuple(counts), i == 0, i == pp - 1, tuple(seen))
+        if key not in classes:
+            classes[key] = [i, 0]
+        classes[key][1] += 1
+    keys = list(classes)
+    return Shape(counts=np.array([k[0] for k in keys]).reshape(len(keys), K), first=np.array([k[1] for k in keys]),
+                 last=np.array([k[2] for k in keys]), mult=np.array([classes[k][1] for k in keys], dtype=float),
+                 minidx=np.array([classes[k][0] for k in keys]),
+                 layers=np.array([sum(k[0]) for k in keys], dtype=float),
+                 seen=np.array([k[3] for k in keys]).reshape(len(keys), K))
+
+
+@dataclass(slots=True)
+class StructuralPrices:
+    """What every plan of a structural row shares, for rows `rows`: arrays over (row) or (row, class)."""
+
+    rows: np.ndarray
+    memory_bytes: np.ndarray
+    bound_s: np.ndarray
+    """Lower bound of the step time (module docstring)."""
+    compute: np.ndarray
+    """(R, Q, 3) per-micro-batch compute incl. host waits per phase (fwd, bwd, recompute) of each class."""
+    gemm: np.ndarray
+    attn: np.ndarray
+    counts: np.ndarray
+    mult: np.ndarray
+    minidx: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    valid: np.ndarray
+    f_rc: np.ndarray
+    saved: np.ndarray
+    """(R, Q) activation bytes a class's layers keep without recompute (what offloading moves, before f_off)."""
+    f_off: np.ndarray
+    params_top: np.ndarray
+    expert_top: np.ndarray
+    crit_params_class: np.ndarray
+    optimizer_s: np.ndarray | None = None
+
+
+class Bulk:
+    """Array pricing of the plans of one table."""
+
+    def __init__(self, table: PlanTable, parts: Parts):
+        self.t, self.p = table, parts
+        space = table.space
+        self.model, self.system = space.model, space.system
+        cols = table.cols
+        self.cols = cols
+        strat = table.strategies
+        self.rc = np.array([_RC[s[0]] for s in strat], dtype=np.int8)[cols["strat"]]
+        self.m = (space.gbs // (cols["dp"].astype(np.int64) * cols["mbs"])).astype(np.int64)
+        kinds = parts.kinds
+        self.K = len(kinds)
+        kind_of = [(self.model.is_moe_layer(li), self.model.is_window_layer(li)) for li in range(self.model.layers)]
+        first, inv = unique_rows(cols["pp"], cols["vpp"])
+        self.shape_of = inv
+        self.shapes = [pipeline_shape(self.model.layers, kind_of, kinds, int(cols["pp"][i]), int(cols["vpp"][i]))
+                       for i in first]
+        self.Q = max(len(s.mult) for s in self.shapes) if self.shapes else 1
+        self.low = space.base.low_precision
+        self.cal = parts.cal
+
+    # ---- helpers ----------------------------------------------------------------------------------------------------
+    def _fields(self, r: int) -> dict:
+        """Fields of structural row r's first plan (a representative)."""
+        return self.t.fields(int(self.t.starts[r]))
+
+    def _per_unique(self, rows: np.ndarray, keycols: tuple, fn) -> np.ndarray:
+        """fn(key tuple, representative fields) for each distinct key among `rows`, spread back over the rows."""
+        cols = [self.cols[c][rows] if isinstance(c, str) else c for c in keycols]
+        first, inv = unique_rows(*cols)
+        vals = [fn(tuple(int(c[i]) for c in cols), self._fields(int(rows[i]))) for i in first]
+        return np.asarray(vals)[inv]
+
+    def _shape_arrays(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        Q, K = self.Q, self.K
+        g = self.shape_of[rows]
+        out = {"counts": np.zeros((len(self.shapes), Q, K)), "first": np.zeros((len(self.shapes), Q), dtype=bool),
+               "last": np.zeros((len(self.shapes), Q), dtype=bool), "mult": np.zeros((len(self.shapes), Q)),
+               "minidx": np.zeros((len(self.shapes), Q), dtype=np.int64), "layers": np.zeros((len(self.shapes), Q)),
+               "seen": np.zeros((len(self.shapes), Q, K), dtype=bool)}
+        for j, sh in enumerate(self.shapes):
+            q = len(sh.mult)
+            for k in out:
+                out[k][j, :q] = getattr(sh, k)
+        return {k: v[g] for k, v in out.items()}
+
+    # ---- structural rows: memory, compute, bound ----------------------------------------------------------------------
+    def structural(self, rows: np.ndarray) -> StructuralPrices:
+        P, c = self.p, self.cols
+        rows = np.asarray(rows, dtype=np.int64)
+        R, Q, K = len(rows), self.Q, self.K
+        sh = self._shape_arrays(rows)
+        valid = sh["mult"] > 0
+        rc = self.rc[rows]
+        tp, cp, mbs, sp = (c[k][rows] for k in ("tp", "cp", "mbs", "sp"))
+        ep, etp, zero, pp = (c[k][rows] for k in ("ep", "etp", "zero", "pp"))
+        z3q = (zero == 3) & self.low
+        # per-micro-batch ops of each class: layer kinds by count, then the embedding ends
+        ops_key = ("tp", "cp", "mbs", "sp", rc, z3q.astype(np.int8), "ep", "etp")
+        NA = len(AGG)
+        acc = np.zeros((R, Q, 3, NA))
+        LA = np.zeros((R, K))
+        LP = np.zeros((R, K))
+        LE = np.zeros((R, K))
+        SV = np.zeros((R, K))
+        for k, kind in enumerate(P.kinds):
+            ids = self._per_unique(rows, ops_key, lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
+            agg = np.asarray(P.agg)
+            acc += sh["counts"][:, :, k, None, None] * agg[ids][:, None]
+            LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", (rc == 1).astype(np.int8), "ep", "etp"),
+                                        lambda key, f, kind=kind: P.activations(key, f, kind))
+            pe = self._per_unique(rows, ("tp", "ep", "etp"),
+                                  lambda key, f, kind=kind: P.layer_params(key, f, kind[0]))
+            LP[:, k], LE[:, k] = pe[:, 0], pe[:, 1]
+            SV[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", "ep", "etp"),
+                                        lambda key, f, kind=kind: P.saved_bytes(key, f, kind))
+        emb_key = ("tp", "cp", "mbs", "sp", (rc == 2).astype(np.int8), "ep", "etp")
+        par_key = ("tp", "ep", "etp", (pp == 1).astype(np.int8))
+        emb_ops = np.zeros((R, Q, 3, NA))
+        emb_par = np.zeros((R, Q, 2))
+        for fl in ((True, True), (True, False), (False, True), (False, False)):
+            sel = (sh["first"] == fl[0]) & (sh["last"] == fl[1]) & valid
+            has = sel.any(axis=1)
+            if not has.any():
+                continue
+            sub = np.flatnonzero(has)
+            ids = np.zeros(R, dtype=np.int64)
+            ids[sub] = self._per_unique(rows[sub], tuple(k if isinstance(k, str) else k[sub] for k in emb_key),
+                                        lambda key, f, fl=fl: P.embedding_ops_id(key, f, *fl))
+            agg = np.asarray(P.agg)
+            emb_ops[sel] = np.broadcast_to(agg[ids][:, None], (R, Q) + agg.shape[1:])[sel]
+            pe = np.zeros((R, 2))
+            pe[sub] = self._per_unique(rows[sub], tuple(k if isinstance(k, str) else k[sub] for k in par_key),
+                                       lambda key, f, fl=fl: P.embedding_params(key, f, *fl))
+            emb_par[sel] = np.broadcast_to(pe[:, None, :], (R, Q, 2))[sel]
+        acc += emb_ops
+        f_rc = self._per_class(rows, sh, lambda pl, n: recompute_fraction(pl, n))
+        f_off = self._per_class(rows, sh, lambda pl, n: offload_fraction(pl, n))
+        acc[:, :, 2, :] *= np.where(f_rc < 1.0, f_rc, 1.0)[:, :, None]
+        comp, host, syncs = acc[..., 0], acc[..., 1], acc[..., 2]
+        waited = np.maximum(0.0, host - comp) + syncs * self.cal.host_sync_s
+        compute = comp + waited
+        # the bound: every stage at least its compute
+        ctot = compute.sum(axis=2)
+        m = self.m[rows].astype(float)
+        p, v = pp.astype(float), c["vpp"][rows].astype(float)
+        cmax = np.where(valid, ctot, -np.inf).max(axis=1)
+        cmean = (np.where(valid, ctot, 0.0) * sh["mult"]).sum(axis=1) / p
+        bound = m * cmax + np.where(pp > 1, (p - 1) * cmean / v, 0.0)
+        # parameters per class, the most loaded stage (first of the largest)
+        params = np.zeros((R, Q))
+        expert = np.zeros((R, Q))
+        for k, kind in enumerate(P.kinds):
+            params += sh["counts"][:, :, k] * LP[:, None, k]
+            if kind[0]:
+                expert += sh["counts"][:, :, k] * LE[:, None, k]
+        params += emb_par[..., 0]
+        expert += emb_par[..., 1]
+        top = _first_max(np.where(valid, params, -np.inf), sh["minidx"])
+        idx = np.arange(R)
+        mem = self._memory(rows, sh, valid, params, expert, LA, f_rc, f_off)
+        saved = (sh["counts"] * SV[:, None, :]).sum(axis=2)
+        return StructuralPrices(rows, mem, bound, compute, acc[..., 3], acc[..., 4], sh["counts"], sh["mult"],
+                                sh["minidx"], sh["first"], sh["last"], valid, f_rc, saved, f_off,
+                                params[idx, top], expert[idx, top], top)
+
+    def _per_class(self, rows, sh, fn) -> np.ndarray:
+        """fn(stand-in plan, stage layers) per (row, class), once per distinct (strategy, vpp, layers)."""
+        strat = self.cols["strat"][rows]
+        vpp = self.cols["vpp"][rows]
+        R, Q = sh["layers"].shape
+        s2, v2, n2 = (np.repeat(strat, Q), np.repeat(vpp, Q), sh["layers"].reshape(-1).astype(np.int64))
+        first, inv = unique_rows(s2, v2, n2)
+        vals = []
+        for i in first:
+            rc, rcl, off = self.t.strategies[int(s2[i])]
+            pl = _StandIn(recompute=rc, recompute_layers=rcl, offload_layers=off, vpp=int(v2[i]))
+            vals.append(fn(pl, int(n2[i])))
+        return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
+
+    def _memory(self, rows, sh, valid, params, expert, LA, f_rc, f_off) -> np.ndarray:
+        """Memory per rank of the most loaded stage (cost.memory.stage_memory, evaluated per class at its first
+        stage)."""
+        c, P, model, base = self.cols, self.p, self.model, self.t.space.base
+        R, Q = params.shape
+        tp, cp, dp, mbs, sp, ep, zero = (c[k][rows].astype(np.int64) for k in ("tp", "cp", "dp", "mbs", "sp", "ep",
+                                                                                "zero"))
+        etp = c["etp"][rows].astype(np.int64)
+        expert_tp = np.where(etp > 0, etp, tp)
+        shards = (dp * cp).astype(float)[:, None]
+        eshards = np.maximum(1, tp * cp * dp // (expert_tp * ep)).astype(float)[:, None]
+        z = zero[:, None]
+        dense = params - expert
+        sharded = dense / shards + expert / eshards
+        Wb, G = weight_bytes_per_param(base.precision), grad_bytes_per_param(base.precision)
+        A = act_bytes(base)
+        layer_acts = np.zeros((R, Q))
+        for k in range(self.K):
+            layer_acts = layer_acts + sh["counts"][:, :, k] * LA[:, None, k]
+        if model.mtp_layers:
+            mtp = self._per_unique(rows, ("tp", "cp", "mbs", "sp", (self.rc[rows] == 1).astype(np.int8), "ep", "etp"),
+                                   lambda key, f: P.mtp_activations(key, f))
+            layer_acts = layer_acts + np.where(sh["last"], mtp[:, None], 0.0)
+        inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))
+        inputs = np.where(f_rc > 0, sh["layers"] * inp[:, None], 0.0)
+        layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
+        layer_acts = layer_acts * (1 - f_off)
+        weights = np.where(z < 3, params, sharded) * Wb
+        if base.low_precision:
+            weights = weights + np.where(z < 3, 2 * operand_bytes(base) * params, 0.0)
+        grads = np.where(z < 2, params, sharded) * G
+        optim = np.where(z < 1, params, sharded) * (12 if base.precision != "fp32" else 8)
+        infl = self._in_flight(rows, sh)
+        acts = layer_acts * infl
+        seen_max = np.where(sh["seen"], LA[:, None, :], -np.inf).max(axis=2)
+        temps = np.where(f_off > 0, 2 * seen_max, 0.0)
+        temps = np.where(self.rc[rows][:, None] == 2, np.maximum(temps, seen_max), temps)
+        s = model.seq_len // cp
+        logits = (mbs * s * model.vocab / tp)[:, None]
+        temps = np.where(sh["last"], np.maximum(temps, logits * (A + 4)), temps)
+        emb_out = (A * mbs * s * model.hidden / np.where(sp > 0, tp, 1))[:, None] * infl
+        acts = np.where(sh["first"], acts + emb_out, acts)
+        temps = np.where(z == 3, temps + 2 * (params / np.maximum(1.0, sh["layers"])) * Wb, temps)
+        total = weights + grads + optim + acts + temps + RUNTIME_RESERVE_BYTES
+        return np.where(valid, total, -np.inf).max(axis=1)
+
+    def _in_flight(self, rows, sh) -> np.ndarray:
+        pp, vpp, m = self.cols["pp"][rows], self.cols["vpp"][rows], self.m[rows]
+        R, Q = sh["minidx"].shape
+        a, b, cc, d = np.repeat(pp, Q), np.repeat(vpp, Q), np.repeat(m, Q), sh["minidx"].reshape(-1)
+        first, inv = unique_rows(a, b, cc, d)
+        vals = [in_flight_microbatches(int(d[i]), _StandInScn(int(a[i]), int(b[i]), int(cc[i]))) for i in first]
+        return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
+
+
+    # ---- plans: the step time --------------------------------------------------------------------------------------
+    def pair_fields(self, r: int, j: int) -> dict:
+        """Fields of the plan of structural row r with communication variant j (an index into `table.comm`)."""
+        t = self.t
+        return t.fields(int(t.starts[r] + j - t.comm_start[t.cols["block"][r]]))
+
+    def _per_unique_pairs(self, r: np.ndarray, j: np.ndarray, keycols: list, fn) -> np.ndarray:
+        cols = [(self.cols[c][r] if c in self.cols else self.t.comm[c][j]) if isinstance(c, str) else c
+                for c in keycols]
+        first, inv = unique_rows(*cols)
+        vals = [fn(tuple(int(c[i]) for c in cols), int(r[i]), int(j[i])) for i in first]
+        return np.asarray(vals, dtype=np.int64)[inv]
+
+    def exact(self, sp: StructuralPrices, at: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Step time of the plans (structural row sp.rows[at], communication variant j), seconds."""
+        P, c, cm = self.p, self.cols, self.t.comm
+        at = np.asarray(at, dtype=np.int64)
+        j = np.asarray(j, dtype=np.int64)
+        r = sp.rows[at]
+        n, Q = len(r), self.Q
+        pf = lambda key, rr, jj: self.pair_fields(rr, jj)  # noqa: E731
+        tp, cp, dp, pp, ep, etp = (c[k][r].astype(np.int64) for k in ("tp", "cp", "dp", "pp", "ep", "etp"))
+        zero, mbs, vpp = c["zero"][r], c["mbs"][r], c["vpp"][r]
+        rc = self.rc[r]
+        m = self.m[r]
+        lay_cols = ["tp", "cp", "dp", "pp", "ep", "etp", "plc"]
+        lay_id = self._per_unique_pairs(r, j, lay_cols, lambda key, rr, jj: P.layout(key, pf(key, rr, jj)))
+        moe = self.model.moe is not None
+        dedup = (cm["disp"][j] == 1) & (ep > 1) if moe else np.zeros(n, dtype=bool)
+        comm_lay = np.where(dedup, lay_id, -1)
+        comm_key = ["tp", "cp", "mbs", "sp", rc, "tpo", "cpc", "ep", "etp", "epo", "disp", comm_lay]
+        zero_on = (zero == 3) | ((zero == 2) & (m > 1))
+        zero_key = [np.where(zero_on, zero, -1)] + [np.where(zero_on, c[k][r], -1) for k in ("tp", "cp", "dp", "ep",
+                                                                                                "etp")] \
+            + [np.where(zero_on, cm["dpo"][j], -1), np.where(zero_on, m, -1)]
+        groups = []  # (template ids (n,) or (n, Q), multiplier (n, Q))
+        for k, kind in enumerate(P.kinds):
+            mult = sp.counts[at][:, :, k]
+            ids = self._per_unique_pairs(r, j, comm_key, lambda key, rr, jj, kind=kind: P.layer_comm_id(
+                key, pf(key, rr, jj), kind[0]))
+            groups.append((ids, mult))
+            ids = self._per_unique_pairs(r, j, zero_key, lambda key, rr, jj, kind=kind: P.layer_zero_id(
+                key, pf(key, rr, jj), kind[0]))
+            groups.append((ids, mult))
+        first, last, valid = sp.first[at], sp.last[at], sp.valid[at]
+        ones = np.ones((n, Q))
+        emb_ids, zemb_ids, pp_ids = (np.zeros((n, Q), dtype=np.int64) for _ in range(3))
+        empty = P.template_id([])
+        for fl in ((True, True), (True, False), (False, True), (False, False)):
+            sel = (first == fl[0]) & (last == fl[1]) & valid
+            has = np.flatnonzero(sel.any(axis=1))
+            if not has.size:
+                continue
+            rr, jj = r[has], j[has]
+            e = self._per_unique_pairs(rr, jj, ["tp", "cp", "mbs", "sp"], lambda key, a, b, fl=fl: P.embedding_comm_id(
+                key, pf(key, a, b), *fl))
+            zk = [x[has] for x in zero_key] + [(pp[has] == 1).astype(np.int8)]
+            z = self._per_unique_pairs(rr, jj, zk, lambda key, a, b, fl=fl: P.embedding_zero_id(
+                key, pf(key, a, b), *fl) if key[0] >= 0 else empty)
+            q = self._per_unique_pairs(rr, jj, ["pp", "vpp", "tp", "cp", "mbs"], lambda key, a, b, fl=fl: P.pp_id(
+                key, pf(key, a, b), *fl))
+            for arr, val in ((emb_ids, e), (zemb_ids, z), (pp_ids, q)):
+                full = np.full(n, empty, dtype=np.int64)
+                full[has] = val
+                arr[sel] = np.broadcast_to(full[:, None], (n, Q))[sel]
+        groups += [(emb_ids, ones), (zemb_ids, ones), (pp_ids, ones)]
+        # the overlap of each phase's transfers with its compute, transfer by transfer (schedule.step.predict)
+        C = sp.compute[at]
+        hb = [sp.gemm[at][:, :, ph].copy() for ph in range(3)]
+        cpf = cp.astype(float)[:, None]
+        ab = [sp.attn[at][:, :, ph] * (cpf - 1) / cpf for ph in range(3)]
+        f_rc = sp.f_rc[at]
+        rc_scale = np.where(f_rc < 1.0, f_rc, 1.0)
+        tot = np.zeros((n, Q))
+        hid = np.zeros((n, Q))
+        for ids, mult in groups:
+            times, counts, phase, typ = self._slots(ids, lay_id)
+            if ids.ndim == 1:
+                times, counts, phase, typ = (a[:, None, :] for a in (times, counts, phase, typ))
+            for s in range(times.shape[-1]):
+                ph = np.broadcast_to(phase[..., s], (n, Q))
+                ty = np.broadcast_to(typ[..., s], (n, Q))
+                total = times[..., s] * counts[..., s] * mult * np.where(ph == 2, rc_scale, 1.0)
+                tot += total
+                ov = ty >= SLOT_PHASE
+                if not ov.any():
+                    continue
+                hb_ph = np.where(ph == 0, hb[0], np.where(ph == 1, hb[1], hb[2]))
+                ab_ph = np.where(ph == 0, ab[0], np.where(ph == 1, ab[1], ab[2]))
+                win = np.where(ty == SLOT_ATTENTION, np.minimum(ab_ph, hb_ph), hb_ph)
+                h = np.where(ov, np.minimum(total, win), 0.0)
+                ha = np.where(ty == SLOT_ATTENTION, h, 0.0)
+                for q_ in range(3):
+                    on = ph == q_
+                    hb[q_] = np.where(on, hb[q_] - h, hb[q_])
+                    ab[q_] = np.where(on, ab[q_] - ha, ab[q_])
+                hid += h
+        # activation offload: the stage's saved bytes of its offloaded layers, to the host and back
+        off = sp.f_off[at] * sp.saved[at]
+        if (off > 0).any():
+            t_off = host_copy_cost(off, self.system).time_s
+            for ph in (0, 1):
+                total = np.where(off > 0, t_off, 0.0)
+                tot += total
+                h = np.minimum(total, hb[ph])
+                hb[ph] = hb[ph] - h
+                hid += h
+        slow = self.cal.overlap_compute_slowdown
+        fwd = C[:, :, 0]
+        bwd = C[:, :, 1] + C[:, :, 2] + slow * hid
+        T = fwd + bwd + (tot - hid)
+        mult_q = sp.mult[at]
+        p, v = pp.astype(float), vpp.astype(float)
+        Tmax = np.where(valid, T, -np.inf).max(axis=1)
+        Tmean = (np.where(valid, T, 0.0) * mult_q).sum(axis=1) / p
+        pipe = m * Tmax + np.where(pp > 1, (p - 1) * Tmean / v, 0.0)
+        crit = _first_max(np.where(valid, T, -np.inf), sp.minidx[at])
+        idx = np.arange(n)
+        cs_fwd, cs_bwd = fwd[idx, crit], bwd[idx, crit]
+        step_extra = self._step_transfers(sp, at, r, j, lay_id, cs_fwd, cs_bwd)
+        return pipe + step_extra + self.optimizer(sp)[at]
+
+    def _slots(self, ids: np.ndarray, lay: np.ndarray, info: bool = False):
+        """(times, counts, phase, type[, info]) of the slots of templates `ids` on layouts `lay`, padded to the
+        longest template; `ids` is (n,) or (n, Q), `lay` (n,)."""
+        P = self.p
+        flat = ids.reshape(len(ids), -1)
+        laybc = np.broadcast_to(lay[:, None], flat.shape)
+        first, inv = unique_rows(flat.reshape(-1), laybc.reshape(-1))
+        tids = flat.reshape(-1)[first]
+        lids = laybc.reshape(-1)[first]
+        S = max([len(P.templates[int(t)].transfers) for t in tids] + [0])
+        U = len(first)
+        times, counts = np.zeros((U, S)), np.zeros((U, S))
+        phase, typ = np.zeros((U, S), dtype=np.int8), np.zeros((U, S), dtype=np.int8)
+        inf = np.zeros((U, S, 4))
+        for u in range(U):
+            tm = P.templates[int(tids[u])]
+            k = len(tm.transfers)
+            if not k:
+                continue
+            lay_ = P.layout_list[int(lids[u])]
+            times[u, :k] = [lay_.time_s(tr) for tr in tm.transfers]
+            counts[u, :k], phase[u, :k], typ[u, :k], inf[u, :k] = tm.count, tm.phase, tm.type, tm.info
+        shape = ids.shape + (S,)
+        out = (times[inv].reshape(shape), counts[inv].reshape(shape), phase[inv].reshape(shape),
+               typ[inv].reshape(shape))
+        return out + (inf[inv].reshape(shape + (4,)),) if info else out
+
+    def _step_transfers(self, sp, at, r, j, lay_id, cs_fwd, cs_bwd) -> np.ndarray:
+        """Exposed once-per-step communication: the gradient sync and ZeRO-1/2 gather (bucketed, overlapped with the
+        critical stage's backward / next forward when dp_overlap) and the tied-embedding all-reduce."""
+        P, c, cm = self.p, self.cols, self.t.comm
+        params, expert = sp.params_top[at], sp.expert_top[at]
+        keys = [c["zero"][r], cm["dpo"][j], c["tp"][r], c["cp"][r], c["dp"][r], c["ep"][r], c["etp"][r],
+                (c["pp"][r] > 1).astype(np.int8)]
+        first, inv = _unique_float_rows(*keys, params, expert)
+        ids = np.array([P.step_id(tuple(int(k[i]) for k in keys), self.pair_fields(int(r[i]), int(j[i])),
+                                  float(params[i]), float(expert[i])) for i in first], dtype=np.int64)[inv]
+        times, counts, _, _, info = self._slots(ids, lay_id, info=True)
+        bucket = np.asarray(self.t.buckets)[cm["bucket"][j]]
+        slow = self.cal.overlap_compute_slowdown
+        out = np.zeros(len(r))
+        for s in range(times.shape[1]):
+            total = times[:, s] * counts[:, s]
+            is_dp, is_ag, ov, msg = (info[:, s, 0] > 0, info[:, s, 1] > 0, info[:, s, 2] > 0, info[:, s, 3])
+            window = np.where(is_ag, cs_fwd, cs_bwd)
+            exp = np.where(ov, bucketed_exposed(total, msg, bucket, window, slow), total)
+            out += np.where(is_dp, exp, total)
+        return out
+
+    def optimizer(self, sp: StructuralPrices) -> np.ndarray:
+        """Optimizer time of each structural row's most loaded rank (once per distinct parameter count)."""
+        if sp.optimizer_s is None:
+            c, r, P = self.cols, sp.rows, self.p
+            keys = [c[k][r] for k in ("zero", "tp", "cp", "dp", "ep", "etp")]
+            first, inv = _unique_float_rows(*keys, sp.params_top, sp.expert_top)
+            vals = [P.optimizer_s(tuple(int(k[i]) for k in keys), self._fields(int(r[i])), float(sp.params_top[i]),
+                                  float(sp.expert_top[i])) for i in first]
+            sp.optimizer_s = np.asarray(vals, dtype=float)[inv]
+        return sp.optimizer_s
+
+
+def bucketed_exposed(total_s, message_bytes, bucket_bytes, window_s, slowdown):
+    """`schedule.step.exposed_after_bucketed_overlap` over arrays (same formula, element by element)."""
+    n_buckets = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes / np.where(bucket_bytes > 0, bucket_bytes,
+                                                                                      1.0)), 1.0)
+    last_bucket = total_s / n_buckets
+    hidden = np.maximum(0.0, np.minimum(total_s - last_bucket, window_s))
+    return total_s - hidden + slowdown * hidden
+
+
+def _first_max(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Per row, the column of the largest value; among equal largest values the one with the smallest `order`."""
+    best = values.max(axis=1, keepdims=True)
+    cand = np.where(values == best, order, np.iinfo(np.int64).max)
+    return cand.argmin(axis=1)
+
+
+class _StandIn:
+    """The plan fields `recompute_fraction` / `offload_fraction` read."""
+
+    __slots__ = ("recompute", "recompute_layers", "offload_layers", "vpp")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+class _StandInPlan:
+    __slots__ = ("pp", "vpp", "num_microbatches")
+
+
+class _StandInScn:
+    """The scenario fields `in_flight_microbatches` reads."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, pp: int, vpp: int, m: int):
+        self.plan = _StandInPlan()
+        self.plan.pp, self.plan.vpp, self.plan.num_microbatches = pp, vpp, m
+
+
+__all__ = ["Bulk", "StructuralPrices", "unique_rows", "SLOT_NONE", "SLOT_PHASE", "SLOT_ATTENTION",
+           "host_copy_cost", "offload_transfers", "pp_transfers"]

@@ -1,0 +1,276 @@
+"""The work plans share, priced once: each part of a step is computed by the same workload and cost functions
+`predict` calls, for one representative plan per distinct value of the knobs that part reads, and reused by every
+plan with those knobs.
+
+Parts and the knobs they read (tests/search/test_parts.py varies every other knob and checks the part is unchanged):
+    layer ops          one layer of a kind: tp, cp, mbs, sp, recompute, ZeRO-3 (re-quantized weights), ep, etp
+                       (+ the base plan's precision, MoE routing and the attention kernel)
+    layer comm         its tp/cp/ep traffic: the same + tp_comm_overlap, cp_comm, ep_overlap, ep_dispatch and, for a
+                       deduplicating dispatch, the placement of the ep group
+    layer ZeRO comm    zero stage, tp, cp, dp, ep, etp, dp_overlap, micro-batches
+    embedding          first/last stage work: tp, cp, mbs, sp, full recompute (MTP), ep, etp, pp = 1
+    activations        bytes a layer keeps: tp, cp, mbs, sp, selective recompute, ep, etp
+    collectives        per placement (tp, cp, dp, pp, ep, etp, placement order): `schedule.step._price` with the
+                       placement's spans and contention, per (op, axis, message size)
+Ops are interned by content, so two knob settings that produce the same ops (selective recompute with a flash
+kernel re-runs nothing) get the same part: the search uses that to show such plans once.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from narrowpath.catalog import calibration_for
+from narrowpath.cost.memory import layer_activation_bytes
+from narrowpath.cost.power import capped_device
+from narrowpath.cost.roofline import host_time_s, op_time_s
+from narrowpath.schedule.step import _price
+from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.plan import Plan
+from narrowpath.spec.scenario import Scenario
+from narrowpath.workload import build as B
+from narrowpath.workload import transformer as T
+
+PHASES = ("fwd", "bwd", "recompute")
+AGG = ("comp", "host", "syncs", "gemm", "attn", "flop")
+"""Per-phase sums of a list of ops, as predict accumulates them: GPU time, host issue time, host syncs, time of the
+non-vector (matrix and flash) ops, time of the attention core, FLOPs."""
+SLOT_NONE, SLOT_EXPOSED, SLOT_PHASE, SLOT_ATTENTION = 0, 1, 2, 3
+"""How a transfer slot meets compute: padding, never hidden, hides behind its phase's matrix work, hides behind
+its phase's attention core only."""
+
+
+def _slot_type(tr) -> int:
+    if not tr.overlappable:
+        return SLOT_EXPOSED
+    return SLOT_ATTENTION if tr.hides_behind == "attention" else SLOT_PHASE
+
+
+class Template:
+    """A list of transfers (with counts) as slots: what each needs priced, its phase, count and type."""
+
+    __slots__ = ("transfers", "phase", "count", "type", "info")
+
+    def __init__(self, xfers: list):
+        self.transfers = [tr for tr, _ in xfers]
+        self.info = np.array([(tr.axis in ("dp", "edp"), tr.op == "all_gather", tr.overlappable, tr.message_bytes)
+                              for tr, _ in xfers], dtype=float).reshape(len(xfers), 4)
+        """Per slot: a data-parallel axis?, an all-gather?, overlappable?, message bytes (the step's transfers)."""
+        self.count = np.array([c for _, c in xfers], dtype=float)
+        self.phase = np.array([PHASES.index(tr.phase) if tr.phase in PHASES else -1 for tr, _ in xfers],
+                              dtype=np.int8)
+        self.type = np.array([_slot_type(tr) for tr, _ in xfers], dtype=np.int8)
+
+
+class Layout:
+    """One placement of the ranks: a representative scenario and the caches `schedule.step._price` fills."""
+
+    __slots__ = ("scn", "spans", "cache", "cal")
+
+    def __init__(self, scn: Scenario, cal: Calibration):
+        self.scn, self.cal, self.spans, self.cache = scn, cal, {}, {}
+
+    def time_s(self, tr) -> float:
+        return _price(tr, self.scn, self.cal, self.spans, self.cache).time_s
+
+
+class Parts:
+    """Caches of the parts of a step for one search (one model, system, GPU count, base plan, calibration)."""
+
+    def __init__(self, base: Scenario, calibration: Calibration | None):
+        self.base = base
+        self.cal = calibration or base.calibration or calibration_for(base.system.device.name)
+        plan = base.plan
+        self.kernel = self.cal.attention_kernel if plan.attention == "auto" else plan.attention
+        self.dev = capped_device(base.system)
+        self.kinds = sorted(B.layer_kinds(base.model))
+        """Layer kinds (MoE layer?, sliding window?) in the order predict visits them."""
+        self._ops: dict = {}
+        self._interned: dict = {}
+        self.agg: list[np.ndarray] = []
+        """Per interned op list: (3 phases, AGG) sums."""
+        self._op_cost: dict = {}
+        self._scn: dict = {}
+        self.templates: list[Template] = []
+        self._tmpl_ids: dict = {}
+        self.layouts: dict = {}
+        self.layout_list: list[Layout] = []
+        self._memo: dict = {}
+
+    # ---- plans and scenarios -------------------------------------------------------------------------------------
+    def scenario(self, fields: dict) -> Scenario:
+        """The search's scenario of a plan given by its fields (open knobs of the base are dropped: the plan is
+        the search's, not one to be chosen)."""
+        key = tuple(sorted(fields.items()))
+        s = self._scn.get(key)
+        if s is None:
+            if len(self._scn) > 50_000:
+                self._scn.clear()
+            plan = dataclasses.replace(self.base.plan, **fields)
+            s = dataclasses.replace(self.base, plan=plan, open_knobs=(), chosen=())
+            self._scn[key] = s
+        return s
+
+    # ---- ops -------------------------------------------------------------------------------------------------------
+    def _cost(self, op) -> tuple[float, float, bool]:
+        c = self._op_cost.get(op)
+        if c is None:
+            c = (op_time_s(op, self.dev, self.cal), host_time_s(op, self.cal), T.is_attention_core(op))
+            self._op_cost[op] = c
+        return c
+
+    def intern_ops(self, ops: list) -> int:
+        """Id of an op list (with counts) by content; its per-phase sums are `agg[id]`."""
+        key = tuple(ops)
+        i = self._interned.get(key)
+        if i is None:
+            a = np.zeros((3, len(AGG)))
+            for op, c in ops:
+                ph = PHASES.index(op.phase)
+                t1, h1, attn = self._cost(op)
+                t = t1 * c
+                a[ph, 0] += t
+                a[ph, 1] += h1 * c
+                a[ph, 2] += op.host_syncs * c
+                if op.kind != "vector":
+                    a[ph, 3] += t
+                if attn:
+                    a[ph, 4] += t
+                a[ph, 5] += op.flop * c
+            i = self._interned[key] = len(self.agg)
+            self.agg.append(a)
+        return i
+
+    def op_time(self, op) -> tuple[float, float]:
+        """(GPU time, host time) of one execution of an op."""
+        t, h, _ = self._cost(op)
+        return t, h
+
+    # ---- per-part values, memoised by the knobs they read ----------------------------------------------------------
+    def memo(self, part: str, key: tuple, fields: dict, fn):
+        """`fn(scenario)` for the representative plan `fields`, once per (part, key)."""
+        k = (part, key)
+        if k not in self._memo:
+            self._memo[k] = fn(self.scenario(fields))
+        return self._memo[k]
+
+    def layer_ops_id(self, key, fields, kind) -> int:
+        return self.memo("ops", (key, kind), fields,
+                         lambda s: self.intern_ops(B.layer_ops(s, self.kernel, kind[0], kind[1])))
+
+    def embedding_ops_id(self, key, fields, first: bool, last: bool) -> int:
+        return self.memo("emb_ops", (key, first, last), fields,
+                         lambda s: self.intern_ops(B._embedding_work(s, first, last)[0]))
+
+    def template_id(self, xfers: list) -> int:
+        key = tuple(xfers)
+        i = self._tmpl_ids.get(key)
+        if i is None:
+            i = self._tmpl_ids[key] = len(self.templates)
+            self.templates.append(Template(xfers))
+        return i
+
+    def layer_comm_id(self, key, fields, moe: bool) -> int:
+        return self.memo("comm", (key, moe), fields, lambda s: self.template_id(B.layer_comm(s, self.kernel, moe)))
+
+    def layer_zero_id(self, key, fields, moe: bool) -> int:
+        return self.memo("zero", (key, moe), fields,
+                         lambda s: self.template_id(B.layer_zero_transfers(s.model, s.plan, moe)))
+
+    def embedding_comm_id(self, key, fields, first: bool, last: bool) -> int:
+        return self.memo("emb_comm", (key, first, last), fields,
+                         lambda s: self.template_id(B._embedding_work(s, first, last)[1]))
+
+    def layout(self, key, fields) -> int:
+        """Index (into `layout_list`) of the placement `key` (tp, cp, dp, pp, ep, etp, placement code)."""
+        i = self.layouts.get(key)
+        if i is None:
+            i = self.layouts[key] = len(self.layout_list)
+            self.layout_list.append(Layout(self.scenario(fields), self.cal))
+        return i
+
+    def layer_params(self, key, fields, moe: bool) -> tuple[float, float]:
+        """(parameters, routed-expert parameters) of one layer of a kind on one rank."""
+        return self.memo("params", (key, moe), fields,
+                         lambda s: (T.layer_params(s.model, s.plan, moe_layer=moe),
+                                    T.layer_expert_params(s.model, s.plan) if moe else 0.0))
+
+    def embedding_params(self, key, fields, first: bool, last: bool) -> tuple[float, float]:
+        """(parameters, routed-expert parameters) a stage adds for the embedding, output layer and MTP modules."""
+        def fn(s):
+            emb = B.embedding_params(s, first, last)
+            expert = 0.0
+            if last and s.model.mtp_layers:
+                emb += B.mtp_params(s)
+                if s.model.moe is not None:
+                    expert = s.model.mtp_layers * T.layer_expert_params(s.model, s.plan)
+            return emb, expert
+        return self.memo("emb_params", (key, first, last), fields, fn)
+
+    def activations(self, key, fields, kind) -> float:
+        """Activation bytes one layer of a kind keeps without full recompute (memory's per-kind value)."""
+        def fn(s):
+            p = s.plan
+            no_rc = dataclasses.replace(s, plan=dataclasses.replace(
+                p, recompute="selective" if p.recompute == "selective" else "none", recompute_layers=0))
+            return layer_activation_bytes(no_rc, self.kernel, moe_layer=kind[0], window=kind[1])
+        return self.memo("acts", (key, kind), fields, fn)
+
+    def layer_input_bytes(self, key, fields) -> float:
+        """Bytes a fully recomputed layer keeps (its input)."""
+        return self.memo("inputs", key, fields, lambda s: layer_activation_bytes(
+            dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="full", recompute_layers=0)),
+            self.kernel))
+
+    def saved_bytes(self, key, fields, kind) -> float:
+        """Bytes one layer of a kind keeps without any recompute: what offloading moves (build.stage_saved_bytes)."""
+        def fn(s):
+            none = dataclasses.replace(s.plan, recompute="none", recompute_layers=0)
+            return sum(op.saved_bytes for op in T.layer_forward_ops(s.model, none, self.kernel, moe_layer=kind[0],
+                                                                    window=kind[1]))
+        return self.memo("saved", (key, kind), fields, fn)
+
+    def embedding_zero_id(self, key, fields, first: bool, last: bool) -> int:
+        """ZeRO-3 / ZeRO-2 (with accumulation) traffic of a stage's embedding, output layer and MTP parameters."""
+        def fn(s):
+            emb = self.embedding_params(key, fields, first, last)[0]
+            if s.plan.zero_stage == 3:
+                return self.template_id(B.zero3_transfers(s.plan, emb, 0.0))
+            if B.zero2_per_microbatch(s.plan):
+                return self.template_id(B.zero2_transfers(s.plan, emb, 0.0))
+            return self.template_id([])
+        return self.memo("emb_zero", (key, first, last), fields, fn)
+
+    def pp_id(self, key, fields, first: bool, last: bool) -> int:
+        def fn(s):
+            m, p = s.model, s.plan
+            p2p = p.mbs * (m.seq_len // p.cp) * m.hidden * T.act_bytes(p) / p.tp
+            return self.template_id(B.pp_transfers(p, first, last, p2p))
+        return self.memo("pp", (key, first, last), fields, fn)
+
+    def step_id(self, key, fields, params: float, expert: float) -> int:
+        return self.memo("step", (key, params, expert), fields,
+                         lambda s: self.template_id(B.step_transfers(s, params, expert)))
+
+    def optimizer_s(self, key, fields, params: float, expert: float) -> float:
+        """Time of the optimizer ops of a rank holding `params` (predict: the slower of GPU and host, per op)."""
+        def fn(s):
+            total = 0.0
+            for op, c in B.optimizer_ops(s.plan, params, expert):
+                t, h = self.op_time(op)
+                total += max(t, h) * c
+            return total
+        return self.memo("opt", (key, params, expert), fields, fn)
+
+    def mtp_activations(self, key, fields) -> float:
+        def fn(s):
+            p = s.plan
+            no_rc = dataclasses.replace(s, plan=dataclasses.replace(
+                p, recompute="selective" if p.recompute == "selective" else "none", recompute_layers=0))
+            return s.model.mtp_layers * layer_activation_bytes(no_rc, self.kernel, moe_layer=s.model.moe is not None)
+        return self.memo("mtp_acts", key, fields, fn)
+
+
+def plan_of(base: Plan, fields: dict) -> Plan:
+    return dataclasses.replace(base, **fields)
