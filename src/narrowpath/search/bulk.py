@@ -23,11 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_microbatches
-from narrowpath.schedule.step import host_copy_cost
-from narrowpath.search.parts import AGG, SLOT_ATTENTION, SLOT_NONE, SLOT_PHASE, Parts
+from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.table import PlanTable
-from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, offload_transfers, pp_transfers,
-                                       recompute_fraction, stage_layer_ranges, weight_bytes_per_param)
+from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, recompute_fraction,
+                                       stage_layer_ranges, weight_bytes_per_param)
 from narrowpath.workload.precision import act_bytes, operand_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
@@ -120,8 +119,19 @@ class StructuralPrices:
     f_off: np.ndarray
     params_top: np.ndarray
     expert_top: np.ndarray
-    crit_params_class: np.ndarray
+    top_class: np.ndarray
+    """Class of the stage with the most parameters (the one that syncs gradients and runs the optimizer)."""
+    hw_flop: np.ndarray
+    """Executed FLOPs per step over the whole job (predict's hardware_flop_per_step)."""
     optimizer_s: np.ndarray | None = None
+
+    def take(self, at: np.ndarray) -> "StructuralPrices":
+        """The prices of rows `at` (positions in this object)."""
+        kw = {f: (getattr(self, f)[at] if getattr(self, f) is not None else None) for f in self.__slots__}
+        return StructuralPrices(**kw)
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
 
 
 class Bulk:
@@ -156,7 +166,7 @@ class Bulk:
         """fn(key tuple, representative fields) for each distinct key among `rows`, spread back over the rows."""
         cols = [self.cols[c][rows] if isinstance(c, str) else c for c in keycols]
         first, inv = unique_rows(*cols)
-        vals = [fn(tuple(int(c[i]) for c in cols), self._fields(int(rows[i]))) for i in first]
+        vals = [fn(tuple(int(c[i]) for c in cols), lambda r=int(rows[i]): self._fields(r)) for i in first]
         return np.asarray(vals)[inv]
 
     def _shape_arrays(self, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -248,9 +258,11 @@ class Bulk:
         idx = np.arange(R)
         mem = self._memory(rows, sh, valid, params, expert, LA, f_rc, f_off)
         saved = (sh["counts"] * SV[:, None, :]).sum(axis=2)
+        ranks = (tp * cp * c["dp"][rows]).astype(float)
+        hw_flop = (np.where(valid, acc[..., 5].sum(axis=2), 0.0) * sh["mult"]).sum(axis=1) * m * ranks
         return StructuralPrices(rows, mem, bound, compute, acc[..., 3], acc[..., 4], sh["counts"], sh["mult"],
                                 sh["minidx"], sh["first"], sh["last"], valid, f_rc, saved, f_off,
-                                params[idx, top], expert[idx, top], top)
+                                params[idx, top], expert[idx, top], top, hw_flop)
 
     def _per_class(self, rows, sh, fn) -> np.ndarray:
         """fn(stand-in plan, stage layers) per (row, class), once per distinct (strategy, vpp, layers)."""
@@ -320,197 +332,16 @@ class Bulk:
         vals = [in_flight_microbatches(int(d[i]), _StandInScn(int(a[i]), int(b[i]), int(cc[i]))) for i in first]
         return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
 
-
-    # ---- plans: the step time --------------------------------------------------------------------------------------
-    def pair_fields(self, r: int, j: int) -> dict:
-        """Fields of the plan of structural row r with communication variant j (an index into `table.comm`)."""
-        t = self.t
-        return t.fields(int(t.starts[r] + j - t.comm_start[t.cols["block"][r]]))
-
-    def _per_unique_pairs(self, r: np.ndarray, j: np.ndarray, keycols: list, fn) -> np.ndarray:
-        cols = [(self.cols[c][r] if c in self.cols else self.t.comm[c][j]) if isinstance(c, str) else c
-                for c in keycols]
-        first, inv = unique_rows(*cols)
-        vals = [fn(tuple(int(c[i]) for c in cols), int(r[i]), int(j[i])) for i in first]
-        return np.asarray(vals, dtype=np.int64)[inv]
-
-    def exact(self, sp: StructuralPrices, at: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """Step time of the plans (structural row sp.rows[at], communication variant j), seconds."""
-        P, c, cm = self.p, self.cols, self.t.comm
-        at = np.asarray(at, dtype=np.int64)
-        j = np.asarray(j, dtype=np.int64)
-        r = sp.rows[at]
-        n, Q = len(r), self.Q
-        pf = lambda key, rr, jj: self.pair_fields(rr, jj)  # noqa: E731
-        tp, cp, dp, pp, ep, etp = (c[k][r].astype(np.int64) for k in ("tp", "cp", "dp", "pp", "ep", "etp"))
-        zero, mbs, vpp = c["zero"][r], c["mbs"][r], c["vpp"][r]
-        rc = self.rc[r]
-        m = self.m[r]
-        lay_cols = ["tp", "cp", "dp", "pp", "ep", "etp", "plc"]
-        lay_id = self._per_unique_pairs(r, j, lay_cols, lambda key, rr, jj: P.layout(key, pf(key, rr, jj)))
-        moe = self.model.moe is not None
-        dedup = (cm["disp"][j] == 1) & (ep > 1) if moe else np.zeros(n, dtype=bool)
-        comm_lay = np.where(dedup, lay_id, -1)
-        comm_key = ["tp", "cp", "mbs", "sp", rc, "tpo", "cpc", "ep", "etp", "epo", "disp", comm_lay]
-        zero_on = (zero == 3) | ((zero == 2) & (m > 1))
-        zero_key = [np.where(zero_on, zero, -1)] + [np.where(zero_on, c[k][r], -1) for k in ("tp", "cp", "dp", "ep",
-                                                                                                "etp")] \
-            + [np.where(zero_on, cm["dpo"][j], -1), np.where(zero_on, m, -1)]
-        groups = []  # (template ids (n,) or (n, Q), multiplier (n, Q))
-        for k, kind in enumerate(P.kinds):
-            mult = sp.counts[at][:, :, k]
-            ids = self._per_unique_pairs(r, j, comm_key, lambda key, rr, jj, kind=kind: P.layer_comm_id(
-                key, pf(key, rr, jj), kind[0]))
-            groups.append((ids, mult))
-            ids = self._per_unique_pairs(r, j, zero_key, lambda key, rr, jj, kind=kind: P.layer_zero_id(
-                key, pf(key, rr, jj), kind[0]))
-            groups.append((ids, mult))
-        first, last, valid = sp.first[at], sp.last[at], sp.valid[at]
-        ones = np.ones((n, Q))
-        emb_ids, zemb_ids, pp_ids = (np.zeros((n, Q), dtype=np.int64) for _ in range(3))
-        empty = P.template_id([])
-        for fl in ((True, True), (True, False), (False, True), (False, False)):
-            sel = (first == fl[0]) & (last == fl[1]) & valid
-            has = np.flatnonzero(sel.any(axis=1))
-            if not has.size:
-                continue
-            rr, jj = r[has], j[has]
-            e = self._per_unique_pairs(rr, jj, ["tp", "cp", "mbs", "sp"], lambda key, a, b, fl=fl: P.embedding_comm_id(
-                key, pf(key, a, b), *fl))
-            zk = [x[has] for x in zero_key] + [(pp[has] == 1).astype(np.int8)]
-            z = self._per_unique_pairs(rr, jj, zk, lambda key, a, b, fl=fl: P.embedding_zero_id(
-                key, pf(key, a, b), *fl) if key[0] >= 0 else empty)
-            q = self._per_unique_pairs(rr, jj, ["pp", "vpp", "tp", "cp", "mbs"], lambda key, a, b, fl=fl: P.pp_id(
-                key, pf(key, a, b), *fl))
-            for arr, val in ((emb_ids, e), (zemb_ids, z), (pp_ids, q)):
-                full = np.full(n, empty, dtype=np.int64)
-                full[has] = val
-                arr[sel] = np.broadcast_to(full[:, None], (n, Q))[sel]
-        groups += [(emb_ids, ones), (zemb_ids, ones), (pp_ids, ones)]
-        # the overlap of each phase's transfers with its compute, transfer by transfer (schedule.step.predict)
-        C = sp.compute[at]
-        hb = [sp.gemm[at][:, :, ph].copy() for ph in range(3)]
-        cpf = cp.astype(float)[:, None]
-        ab = [sp.attn[at][:, :, ph] * (cpf - 1) / cpf for ph in range(3)]
-        f_rc = sp.f_rc[at]
-        rc_scale = np.where(f_rc < 1.0, f_rc, 1.0)
-        tot = np.zeros((n, Q))
-        hid = np.zeros((n, Q))
-        for ids, mult in groups:
-            times, counts, phase, typ = self._slots(ids, lay_id)
-            if ids.ndim == 1:
-                times, counts, phase, typ = (a[:, None, :] for a in (times, counts, phase, typ))
-            for s in range(times.shape[-1]):
-                ph = np.broadcast_to(phase[..., s], (n, Q))
-                ty = np.broadcast_to(typ[..., s], (n, Q))
-                total = times[..., s] * counts[..., s] * mult * np.where(ph == 2, rc_scale, 1.0)
-                tot += total
-                ov = ty >= SLOT_PHASE
-                if not ov.any():
-                    continue
-                hb_ph = np.where(ph == 0, hb[0], np.where(ph == 1, hb[1], hb[2]))
-                ab_ph = np.where(ph == 0, ab[0], np.where(ph == 1, ab[1], ab[2]))
-                win = np.where(ty == SLOT_ATTENTION, np.minimum(ab_ph, hb_ph), hb_ph)
-                h = np.where(ov, np.minimum(total, win), 0.0)
-                ha = np.where(ty == SLOT_ATTENTION, h, 0.0)
-                for q_ in range(3):
-                    on = ph == q_
-                    hb[q_] = np.where(on, hb[q_] - h, hb[q_])
-                    ab[q_] = np.where(on, ab[q_] - ha, ab[q_])
-                hid += h
-        # activation offload: the stage's saved bytes of its offloaded layers, to the host and back
-        off = sp.f_off[at] * sp.saved[at]
-        if (off > 0).any():
-            t_off = host_copy_cost(off, self.system).time_s
-            for ph in (0, 1):
-                total = np.where(off > 0, t_off, 0.0)
-                tot += total
-                h = np.minimum(total, hb[ph])
-                hb[ph] = hb[ph] - h
-                hid += h
-        slow = self.cal.overlap_compute_slowdown
-        fwd = C[:, :, 0]
-        bwd = C[:, :, 1] + C[:, :, 2] + slow * hid
-        T = fwd + bwd + (tot - hid)
-        mult_q = sp.mult[at]
-        p, v = pp.astype(float), vpp.astype(float)
-        Tmax = np.where(valid, T, -np.inf).max(axis=1)
-        Tmean = (np.where(valid, T, 0.0) * mult_q).sum(axis=1) / p
-        pipe = m * Tmax + np.where(pp > 1, (p - 1) * Tmean / v, 0.0)
-        crit = _first_max(np.where(valid, T, -np.inf), sp.minidx[at])
-        idx = np.arange(n)
-        cs_fwd, cs_bwd = fwd[idx, crit], bwd[idx, crit]
-        step_extra = self._step_transfers(sp, at, r, j, lay_id, cs_fwd, cs_bwd)
-        return pipe + step_extra + self.optimizer(sp)[at]
-
-    def _slots(self, ids: np.ndarray, lay: np.ndarray, info: bool = False):
-        """(times, counts, phase, type[, info]) of the slots of templates `ids` on layouts `lay`, padded to the
-        longest template; `ids` is (n,) or (n, Q), `lay` (n,)."""
-        P = self.p
-        flat = ids.reshape(len(ids), -1)
-        laybc = np.broadcast_to(lay[:, None], flat.shape)
-        first, inv = unique_rows(flat.reshape(-1), laybc.reshape(-1))
-        tids = flat.reshape(-1)[first]
-        lids = laybc.reshape(-1)[first]
-        S = max([len(P.templates[int(t)].transfers) for t in tids] + [0])
-        U = len(first)
-        times, counts = np.zeros((U, S)), np.zeros((U, S))
-        phase, typ = np.zeros((U, S), dtype=np.int8), np.zeros((U, S), dtype=np.int8)
-        inf = np.zeros((U, S, 4))
-        for u in range(U):
-            tm = P.templates[int(tids[u])]
-            k = len(tm.transfers)
-            if not k:
-                continue
-            lay_ = P.layout_list[int(lids[u])]
-            times[u, :k] = [lay_.time_s(tr) for tr in tm.transfers]
-            counts[u, :k], phase[u, :k], typ[u, :k], inf[u, :k] = tm.count, tm.phase, tm.type, tm.info
-        shape = ids.shape + (S,)
-        out = (times[inv].reshape(shape), counts[inv].reshape(shape), phase[inv].reshape(shape),
-               typ[inv].reshape(shape))
-        return out + (inf[inv].reshape(shape + (4,)),) if info else out
-
-    def _step_transfers(self, sp, at, r, j, lay_id, cs_fwd, cs_bwd) -> np.ndarray:
-        """Exposed once-per-step communication: the gradient sync and ZeRO-1/2 gather (bucketed, overlapped with the
-        critical stage's backward / next forward when dp_overlap) and the tied-embedding all-reduce."""
-        P, c, cm = self.p, self.cols, self.t.comm
-        params, expert = sp.params_top[at], sp.expert_top[at]
-        keys = [c["zero"][r], cm["dpo"][j], c["tp"][r], c["cp"][r], c["dp"][r], c["ep"][r], c["etp"][r],
-                (c["pp"][r] > 1).astype(np.int8)]
-        first, inv = _unique_float_rows(*keys, params, expert)
-        ids = np.array([P.step_id(tuple(int(k[i]) for k in keys), self.pair_fields(int(r[i]), int(j[i])),
-                                  float(params[i]), float(expert[i])) for i in first], dtype=np.int64)[inv]
-        times, counts, _, _, info = self._slots(ids, lay_id, info=True)
-        bucket = np.asarray(self.t.buckets)[cm["bucket"][j]]
-        slow = self.cal.overlap_compute_slowdown
-        out = np.zeros(len(r))
-        for s in range(times.shape[1]):
-            total = times[:, s] * counts[:, s]
-            is_dp, is_ag, ov, msg = (info[:, s, 0] > 0, info[:, s, 1] > 0, info[:, s, 2] > 0, info[:, s, 3])
-            window = np.where(is_ag, cs_fwd, cs_bwd)
-            exp = np.where(ov, bucketed_exposed(total, msg, bucket, window, slow), total)
-            out += np.where(is_dp, exp, total)
-        return out
-
     def optimizer(self, sp: StructuralPrices) -> np.ndarray:
         """Optimizer time of each structural row's most loaded rank (once per distinct parameter count)."""
         if sp.optimizer_s is None:
             c, r, P = self.cols, sp.rows, self.p
             keys = [c[k][r] for k in ("zero", "tp", "cp", "dp", "ep", "etp")]
             first, inv = _unique_float_rows(*keys, sp.params_top, sp.expert_top)
-            vals = [P.optimizer_s(tuple(int(k[i]) for k in keys), self._fields(int(r[i])), float(sp.params_top[i]),
-                                  float(sp.expert_top[i])) for i in first]
+            vals = [P.optimizer_s(tuple(int(k[i]) for k in keys), lambda rr=int(r[i]): self._fields(rr),
+                                  float(sp.params_top[i]), float(sp.expert_top[i])) for i in first]
             sp.optimizer_s = np.asarray(vals, dtype=float)[inv]
         return sp.optimizer_s
-
-
-def bucketed_exposed(total_s, message_bytes, bucket_bytes, window_s, slowdown):
-    """`schedule.step.exposed_after_bucketed_overlap` over arrays (same formula, element by element)."""
-    n_buckets = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes / np.where(bucket_bytes > 0, bucket_bytes,
-                                                                                      1.0)), 1.0)
-    last_bucket = total_s / n_buckets
-    hidden = np.maximum(0.0, np.minimum(total_s - last_bucket, window_s))
-    return total_s - hidden + slowdown * hidden
 
 
 def _first_max(values: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -544,5 +375,3 @@ class _StandInScn:
         self.plan.pp, self.plan.vpp, self.plan.num_microbatches = pp, vpp, m
 
 
-__all__ = ["Bulk", "StructuralPrices", "unique_rows", "SLOT_NONE", "SLOT_PHASE", "SLOT_ATTENTION",
-           "host_copy_cost", "offload_transfers", "pp_transfers"]

@@ -27,7 +27,6 @@ from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.schedule.step import _price
 from narrowpath.spec.calibration import Calibration
-from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import build as B
 from narrowpath.workload import transformer as T
@@ -66,13 +65,31 @@ class Template:
 class Layout:
     """One placement of the ranks: a representative scenario and the caches `schedule.step._price` fills."""
 
-    __slots__ = ("scn", "spans", "cache", "cal")
+    __slots__ = ("scn", "spans", "cache", "cal", "sums")
 
     def __init__(self, scn: Scenario, cal: Calibration):
         self.scn, self.cal, self.spans, self.cache = scn, cal, {}, {}
+        self.sums: dict[int, np.ndarray] = {}
 
     def time_s(self, tr) -> float:
         return _price(tr, self.scn, self.cal, self.spans, self.cache).time_s
+
+    def phase_sums(self, tid: int, tm: "Template") -> np.ndarray:
+        """(9,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
+        of it, the part that hides behind the phase's matrix work, the part that hides behind its attention core
+        (what the closed form of the overlap needs, search.exact)."""
+        v = self.sums.get(tid)
+        if v is None:
+            v = np.zeros(9)
+            for tr, c, ph, ty in zip(tm.transfers, tm.count, tm.phase, tm.type):
+                t = self.time_s(tr) * c
+                v[ph] += t
+                if ty == SLOT_PHASE:
+                    v[3 + ph] += t
+                elif ty == SLOT_ATTENTION:
+                    v[6 + ph] += t
+            self.sums[tid] = v
+        return v
 
 
 class Parts:
@@ -148,11 +165,12 @@ class Parts:
         return t, h
 
     # ---- per-part values, memoised by the knobs they read ----------------------------------------------------------
-    def memo(self, part: str, key: tuple, fields: dict, fn):
-        """`fn(scenario)` for the representative plan `fields`, once per (part, key)."""
+    def memo(self, part: str, key: tuple, fields, fn):
+        """`fn(scenario)` for the representative plan `fields` (a dict, or a function returning one, called only
+        when needed), once per (part, key)."""
         k = (part, key)
         if k not in self._memo:
-            self._memo[k] = fn(self.scenario(fields))
+            self._memo[k] = fn(self.scenario(fields() if callable(fields) else fields))
         return self._memo[k]
 
     def layer_ops_id(self, key, fields, kind) -> int:
@@ -187,7 +205,7 @@ class Parts:
         i = self.layouts.get(key)
         if i is None:
             i = self.layouts[key] = len(self.layout_list)
-            self.layout_list.append(Layout(self.scenario(fields), self.cal))
+            self.layout_list.append(Layout(self.scenario(fields() if callable(fields) else fields), self.cal))
         return i
 
     def layer_params(self, key, fields, moe: bool) -> tuple[float, float]:
@@ -198,15 +216,7 @@ class Parts:
 
     def embedding_params(self, key, fields, first: bool, last: bool) -> tuple[float, float]:
         """(parameters, routed-expert parameters) a stage adds for the embedding, output layer and MTP modules."""
-        def fn(s):
-            emb = B.embedding_params(s, first, last)
-            expert = 0.0
-            if last and s.model.mtp_layers:
-                emb += B.mtp_params(s)
-                if s.model.moe is not None:
-                    expert = s.model.mtp_layers * T.layer_expert_params(s.model, s.plan)
-            return emb, expert
-        return self.memo("emb_params", (key, first, last), fields, fn)
+        return self.memo("emb_params", (key, first, last), fields, lambda s: _embedding_params(s, first, last))
 
     def activations(self, key, fields, kind) -> float:
         """Activation bytes one layer of a kind keeps without full recompute (memory's per-kind value)."""
@@ -234,7 +244,7 @@ class Parts:
     def embedding_zero_id(self, key, fields, first: bool, last: bool) -> int:
         """ZeRO-3 / ZeRO-2 (with accumulation) traffic of a stage's embedding, output layer and MTP parameters."""
         def fn(s):
-            emb = self.embedding_params(key, fields, first, last)[0]
+            emb = _embedding_params(s, first, last)[0]
             if s.plan.zero_stage == 3:
                 return self.template_id(B.zero3_transfers(s.plan, emb, 0.0))
             if B.zero2_per_microbatch(s.plan):
@@ -272,5 +282,13 @@ class Parts:
         return self.memo("mtp_acts", key, fields, fn)
 
 
-def plan_of(base: Plan, fields: dict) -> Plan:
-    return dataclasses.replace(base, **fields)
+def _embedding_params(s: Scenario, first: bool, last: bool) -> tuple[float, float]:
+    """As workload.build.build_workload adds them to a stage: embedding and output layer, and on the last stage the
+    MTP modules (their routed experts counted as expert parameters)."""
+    emb = B.embedding_params(s, first, last)
+    expert = 0.0
+    if last and s.model.mtp_layers:
+        emb += B.mtp_params(s)
+        if s.model.moe is not None:
+            expert = s.model.mtp_layers * T.layer_expert_params(s.model, s.plan)
+    return emb, expert

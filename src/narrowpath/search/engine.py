@@ -1,0 +1,304 @@
+"""The whole space priced in bulk, pruned with bounds that are provably below what a plan can reach.
+
+Stages of a search (docs/search.md):
+1. every structural row (search.table) gets its memory and a lower bound of its step time (search.bulk): numbers
+   every plan of the row shares;
+2. the rows that fit are visited best bound first, a batch at a time, and every plan of a visited row is priced
+   (search.exact); the visit stops at the first row whose bound exceeds the threshold τ: the `top`-th best distinct
+   time found so far, or the base plan's time when that is larger (its rank counts every plan faster than it);
+   a plan never visited has a bound above τ, so it can neither be shown nor be faster than the base plan;
+3. the plans shown (and any whose order or tie with the base plan is decided within 1e-11 of a threshold) are
+   priced again with `predict` itself, so what the search prints is exactly what `predict` prints.
+Memory per plan is exact in bulk, so a memory ranking visits rows by memory. An energy ranking needs the analysis
+ledger of a whole prediction per plan: it visits plans by a lower bound of their energy (static power × step time +
+executed FLOPs × the cheapest pJ/FLOP of the device) and prices them with predict until the bound passes τ.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import numpy as np
+
+from narrowpath.analysis.energy import pj_per_flop
+from narrowpath.errors import NarrowpathError
+from narrowpath.schedule.step import predict
+from narrowpath.search.bulk import Bulk, StructuralPrices
+from narrowpath.search.each import Candidate, Priced, Progress, candidate, describe_plan, price_all, scenario_of
+from narrowpath.search.exact import Exact
+from narrowpath.search.parts import Parts
+from narrowpath.search.table import PlanTable
+from narrowpath.spec.plan import CP_COMM, EP_DISPATCH
+
+TIE_REL = 1e-9
+"""Relative difference of the objective's metric below which two plans tie."""
+SAFE = 1e-8
+"""Relative margin kept between a bound or threshold and a decision (float sums of the same terms in another order
+differ by ~1e-15)."""
+NEAR = 1e-11
+"""A plan whose bulk number lies this close (relative) to a threshold is priced again with predict to decide."""
+RANK_HEAD = 10_000
+"""`ranked` lists every plan down to the base plan when it ranks at most this far down (else the top only)."""
+STRUCT_CHUNK = 20_000
+KEEP_CELLS = 2_000_000
+"""Rows × classes below which the per-class structural prices are kept for the second pass (else recomputed)."""
+_RC_ORDER = {"none": 0, "selective": 1, "full": 2}
+
+
+class Engine:
+    """One bulk search (see module docstring)."""
+
+    def __init__(self, base, space, table: PlanTable, calibration, min_free_bytes: float, jobs: int,
+                 say: Callable[[str], None] | None):
+        self.base, self.space, self.t = base, space, table
+        self.cal_arg = calibration
+        self.parts = Parts(scenario_of(base, space, space.base), calibration)
+        self.bulk = Bulk(table, self.parts)
+        self.exact = Exact(self.bulk)
+        self.cap = space.system.device.hbm.capacity_bytes
+        self.min_free = min_free_bytes
+        self.jobs, self.say = jobs, say
+        self.num_priced = 0
+        self.failures: list[tuple[int, str]] = []
+        self._kept: StructuralPrices | None = None
+        self.mem = np.zeros(0)
+        self.bound = np.zeros(0)
+        self.hw_flop = np.zeros(0)
+
+    # ---- stage 1 -------------------------------------------------------------------------------------------------
+    def structural_all(self) -> None:
+        S = self.t.num_structural
+        keep = S * self.bulk.Q <= KEEP_CELLS
+        mem, bound, flop, kept = np.zeros(S), np.zeros(S), np.zeros(S), []
+        for k in range(0, S, STRUCT_CHUNK):
+            rows = np.arange(k, min(S, k + STRUCT_CHUNK))
+            sp = self.bulk.structural(rows)
+            mem[rows], bound[rows], flop[rows] = sp.memory_bytes, sp.bound_s, sp.hw_flop
+            if keep:
+                kept.append(sp)
+        self.mem, self.bound, self.hw_flop = mem, bound, flop
+        if keep and kept:
+            self._kept = _concat(kept)
+        self.fits = self._fits_rows()
+
+    def _fits_rows(self) -> np.ndarray:
+        head = self.cap - self.mem
+        fits = head >= self.min_free
+        near = np.flatnonzero(np.abs(head - self.min_free) <= NEAR * self.cap)
+        for r in near:  # decide with predict's own memory
+            pred = self._predict_index(int(self.t.starts[r]))
+            if pred is not None:
+                fits[r] = pred.memory.capacity_bytes - pred.memory.total_bytes >= self.min_free
+        return fits
+
+    def prices(self, rows: np.ndarray) -> StructuralPrices:
+        if self._kept is not None:
+            return self._kept.take(rows)
+        return self.bulk.structural(rows)
+
+    # ---- stage 2 -------------------------------------------------------------------------------------------------
+    def price_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(plan index, step time) of every plan of the structural rows (bulk, predict where it fails)."""
+        sp = self.prices(rows)
+        try:
+            idx, t = self.exact.price_rows(sp, np.arange(len(rows)))
+        except NarrowpathError:
+            idx, t = self._price_one_by_one(rows)
+        self.num_priced += idx.size
+        return idx, t
+
+    def _price_one_by_one(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        idx, times = [], []
+        for r in rows:
+            for i in range(int(self.t.starts[r]), int(self.t.starts[r + 1])):
+                pred = self._predict_index(i)
+                if pred is not None:
+                    idx.append(i)
+                    times.append(pred.step_time_s)
+        return np.array(idx, dtype=np.int64), np.array(times)
+
+    def _predict_index(self, i: int):
+        plan = self.t.plan(i)
+        try:
+            return predict(scenario_of(self.base, self.space, plan), self.cal_arg)
+        except NarrowpathError as exc:
+            self.failures.append((i, f"{describe_plan(plan)}: {exc}"))
+            return None
+
+    def visit(self, order: np.ndarray, key: np.ndarray, threshold: Callable[[np.ndarray, np.ndarray], float]
+              ) -> tuple[np.ndarray, np.ndarray, float]:
+        """Price the rows of `order` (sorted by `key`, a lower bound of the metric the threshold is on) a batch at a
+        time while key·(1 − SAFE) ≤ threshold(priced indices, priced times). Returns (plan index, time, final τ)."""
+        idx_parts, t_parts = [], []
+        pos, batch, tau = 0, 4096, np.inf
+        var = self.t.variants(order)
+        cum = np.cumsum(var)
+        while pos < order.size:
+            if idx_parts:
+                tau = threshold(np.concatenate(idx_parts), np.concatenate(t_parts))
+            if key[pos] * (1 - SAFE) > tau:
+                break
+            end = int(np.searchsorted(cum, (cum[pos - 1] if pos else 0) + batch, side="right"))
+            end = max(end, pos + 1)
+            stop = int(np.searchsorted(key, tau / (1 - SAFE), side="right"))
+            end = min(end, max(stop, pos + 1))
+            i, t = self.price_rows(order[pos:end])
+            idx_parts.append(i)
+            t_parts.append(t)
+            pos, batch = end, min(batch * 2, 1 << 20)
+        if idx_parts and pos < order.size:
+            tau = threshold(np.concatenate(idx_parts), np.concatenate(t_parts))
+        elif pos >= order.size:
+            tau = np.inf
+        idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, dtype=np.int64)
+        return idx, (np.concatenate(t_parts) if t_parts else np.zeros(0)), tau
+
+    # ---- plan attributes ---------------------------------------------------------------------------------------------
+    def row_of(self, idx: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.t.starts, idx, side="right") - 1
+
+    def plan_keys(self, idx: np.ndarray) -> list[np.ndarray]:
+        """Sort keys of plans that order them as search.rank's plan key (the searched knobs, in KNOBS order)."""
+        t = self.t
+        s, j = t.locate(idx)
+        c = {k: v[s] for k, v in t.cols.items()}
+        c.update({k: v[j] for k, v in t.comm.items()})
+        strat = t.strategies
+        rc_rank = _rank([x[0] for x in strat])
+        plc_rank = _rank(t.placements)
+        cpc_rank, disp_rank = _rank(list(CP_COMM)), _rank(list(EP_DISPATCH))
+        return [c["tp"], c["pp"], c["vpp"], c["cp"], c["ep"], c["etp"], c["mbs"], c["zero"],
+                rc_rank[c["strat"]], np.array([x[1] for x in strat])[c["strat"]],
+                np.array([x[2] for x in strat])[c["strat"]], c["sp"], c["dpo"], np.asarray(t.buckets)[c["bucket"]],
+                c["tpo"], cpc_rank[c["cpc"]], c["epo"], disp_rank[c["disp"]], plc_rank[c["plc"]]]
+
+    def twin_rows(self) -> np.ndarray:
+        """Per structural row with selective recompute, the row that differs only in recompute none (else −1).
+        Rows of a block run in (mbs, vpp, zero, strategy) order, so a row's twin is in its run."""
+        if getattr(self, "_twins", None) is None:
+            t = self.t
+            c = t.cols
+            S = t.num_structural
+            change = np.ones(S, dtype=bool)
+            if S:
+                change[1:] = ((np.diff(c["block"]) != 0) | (np.diff(c["mbs"]) != 0) | (np.diff(c["vpp"]) != 0)
+                              | (np.diff(c["zero"]) != 0))
+            run = np.cumsum(change) - 1
+            NS = len(t.strategies)
+            none_code = {(x[1], x[2]): k for k, x in enumerate(t.strategies) if x[0] == "none"}
+            want = np.array([none_code.get(x[1:], -1) if x[0] == "selective" else -1 for x in t.strategies] or [-1])
+            code = run.astype(np.int64) * NS + c["strat"]
+            order = np.argsort(code, kind="stable")
+            w = want[c["strat"]]
+            target = run.astype(np.int64) * NS + np.maximum(w, 0)
+            pos = np.clip(np.searchsorted(code[order], target), 0, max(0, S - 1))
+            hit = (w >= 0) & (code[order][pos] == target) if S else np.zeros(0, dtype=bool)
+            self._twins = np.where(hit, order[pos], -1)
+        return self._twins
+
+    def twin_of(self, idx: np.ndarray) -> np.ndarray:
+        """For plans with selective recompute, the plan that differs only in recompute none (−1 otherwise)."""
+        s = self.row_of(idx)
+        tr = self.twin_rows()[s]
+        return np.where(tr >= 0, self.t.starts[np.maximum(tr, 0)] + (idx - self.t.starts[s]), -1)
+
+    def equivalent_rows(self) -> np.ndarray:
+        """Rows with selective recompute whose plans price exactly as their recompute-none twins' (every part the
+        same: selective recompute with a flash kernel re-runs nothing). Decided on the parts, not the numbers."""
+        tw = self.twin_rows()
+        out = np.zeros(tw.size, dtype=bool)
+        sel = np.flatnonzero(tw >= 0)
+        if not sel.size:
+            return out
+        a, b = self.prices(sel), self.prices(tw[sel])
+        same = (a.memory_bytes == b.memory_bytes) & (a.compute == b.compute).all(axis=(1, 2)) \
+            & (a.gemm == b.gemm).all(axis=(1, 2)) & (a.attn == b.attn).all(axis=(1, 2)) \
+            & (a.f_rc == b.f_rc).all(axis=1) & (a.saved == b.saved).all(axis=1)
+        # the transfers too, on the row's first variant, once per knob setting they read
+        c = self.t.cols
+        cand = sel[same]
+        if cand.size:
+            from narrowpath.search.bulk import unique_rows
+            first, inv = unique_rows(*(c[k][cand] for k in ("tp", "cp", "mbs", "sp", "ep", "etp", "block")))
+            ok = np.array([self._comm_signature(int(self.t.starts[cand[f]])) ==
+                           self._comm_signature(int(self.t.starts[tw[cand[f]]])) for f in first])
+            same[np.flatnonzero(same)] = ok[inv]
+        out[sel] = same
+        return out
+
+    def _comm_signature(self, i: int) -> tuple:
+        from narrowpath.workload import build as B
+        scn = self.parts.scenario(self.t.fields(i))
+        return tuple(tuple(B.layer_comm(scn, self.parts.kernel, kind[0])) for kind in self.parts.kinds)
+
+    def candidates(self, idx: np.ndarray, times: np.ndarray, mems: np.ndarray) -> list[Candidate]:
+        """Candidates of plans from bulk numbers."""
+        wl_flop, tokens, peak, n = self._flop_per_step()
+        out = []
+        for i, t, m in zip(idx, times, mems):
+            out.append(Candidate(self.t.plan(int(i)), float(t), wl_flop / (t * n * peak), tokens / t, float(m),
+                                 self.cap, None))
+        return out
+
+    def _flop_per_step(self):
+        from narrowpath.workload.counts import model_flop_per_token
+        model, plan = self.space.model, self.space.base
+        tokens = self.space.gbs * model.seq_len
+        return (model_flop_per_token(model) * tokens, float(tokens),
+                self.space.system.device.matrix_peak(plan.precision), self.space.num_gpus)
+
+    def exact_candidates(self, idx: np.ndarray, energy: bool) -> list[Candidate | None]:
+        """Candidates of plans priced with predict (None where predict fails)."""
+        plans = [(int(i), self.t.plan(int(i))) for i in idx]
+        got = price_all(1, self.base, self.space, plans, self.cal_arg, -np.inf, energy, Progress(len(plans), None))
+        self.failures += got.failures
+        by = dict(got.candidates)
+        return [by.get(int(i)) for i in idx]
+
+    def energy_bound(self, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Lower bound of the ledger energy per step of plans of `rows` with step times `times`: idle power of every
+        GPU for the step plus the executed FLOPs at the device's cheapest pJ/FLOP (the ledger also charges bytes
+        moved, ≥ 0)."""
+        dev = self.space.system.device
+        coeffs = [pj_per_flop(dev.energy_pj_per_flop, d) for d in ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8",
+                                                                   "nvfp4", self.space.base.precision)]
+        cmin = min([c for c in coeffs if c is not None] + [0.0]) if all(c is not None for c in coeffs) else 0.0
+        return dev.idle_w * self.space.num_gpus * times + self.hw_flop[rows] * cmin * 1e-12
+
+
+def _rank(values: list) -> np.ndarray:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = np.zeros(len(values), dtype=np.int64)
+    rank, prev = -1, object()
+    for i in order:
+        if values[i] != prev:
+            rank += 1
+            prev = values[i]
+        out[i] = rank
+    return out
+
+
+def _concat(parts: list[StructuralPrices]) -> StructuralPrices:
+    if len(parts) == 1:
+        return parts[0]
+    kw = {}
+    for f in StructuralPrices.__slots__:
+        vals = [getattr(p, f) for p in parts]
+        kw[f] = None if any(v is None for v in vals) else np.concatenate(vals)
+    return StructuralPrices(**kw)
+
+
+def kth_distinct(times: np.ndarray, k: int) -> float:
+    """The k-th smallest distinct value (inf when there are fewer)."""
+    if times.size == 0:
+        return np.inf
+    u = np.unique(times)
+    return float(u[k - 1]) if u.size >= k else np.inf
+
+
+def priced_summary(priced: Priced) -> tuple[list[Candidate], list[tuple[int, str]]]:
+    return [c for _, c in priced.candidates], priced.failures
+
+
+__all__ = ["Engine", "TIE_REL", "SAFE", "NEAR", "RANK_HEAD", "kth_distinct", "time", "dataclasses"]
