@@ -160,7 +160,7 @@ class Bulk:
     # ---- helpers ----------------------------------------------------------------------------------------------------
     def _fields(self, r: int) -> dict:
         """Fields of structural row r's first plan (a representative)."""
-        return self.t.fields(int(self.t.starts[r]))
+        return self.t.fields_at(r, int(self.t.comm_start[self.t.cols["block"][r]]))
 
     def _per_unique(self, rows: np.ndarray, keycols: tuple, fn) -> np.ndarray:
         """fn(key tuple, representative fields) for each distinct key among `rows`, spread back over the rows."""

@@ -1,9 +1,9 @@
 """The step time of every plan of some structural rows: all their communication variants at once.
 
-Plans come in blocks (search.table): the structural rows of a block share tp, pp, cp, dp, sp, ep and etp, and every
-one of them has the block's list of communication variants (placement, overlap switches, bucket, cp exchange, expert
-dispatch). A block is priced as a grid rows × variants: a part keyed by some row knobs and some variant knobs is
-looked up once per distinct pair, and the arithmetic runs over (rows, variants, stage classes) arrays.
+Every structural row (search.table) has its block's list of communication variants (placement, overlap switches,
+bucket, cp exchange, expert dispatch); blocks with the same list form a *group*, priced as one grid rows ×
+variants: a part keyed by some row knobs and some variant knobs is looked up once per distinct pair of keys, and
+the arithmetic runs over (rows, stage classes, variants) arrays.
 
 The overlap of a stage's transfers with its compute has a closed form. `schedule.step.predict` walks the transfers
 in order: one that hides behind its phase's matrix work hides min(t, hb) and spends hb; one that hides behind the
@@ -20,8 +20,9 @@ import numpy as np
 from narrowpath.schedule.step import host_copy_cost
 from narrowpath.search.bulk import Bulk, StructuralPrices, _first_max, unique_rows
 
-_CELLS = 300_000
-"""Rows × variants × classes priced at once (bounds the arrays to a few tens of MB)."""
+_CELLS = 400_000
+"""Rows × classes × variants priced at once (bounds the arrays to a few tens of MB)."""
+_OUTER = ("tp", "cp", "dp", "pp", "ep", "etp", "sp")
 
 
 def bucketed_exposed(total_s, message_bytes, bucket_bytes, window_s, slowdown):
@@ -39,115 +40,146 @@ class Exact:
     def __init__(self, bulk: Bulk):
         self.b = bulk
         self.t, self.p = bulk.t, bulk.p
+        self._group: np.ndarray | None = None
+
+    def group_of_block(self) -> np.ndarray:
+        """Group of every block: blocks whose variant lists are equal share one."""
+        if self._group is None:
+            t = self.t
+            sig: dict[tuple, int] = {}
+            nb = t.comm_start.size - 1
+            cols = [t.comm[k] for k in ("plc", "dpo", "bucket", "tpo", "cpc", "epo", "disp")]
+            out = np.zeros(nb, dtype=np.int64)
+            for b in range(nb):
+                lo, hi = int(t.comm_start[b]), int(t.comm_start[b + 1])
+                key = tuple(tuple(c[lo:hi].tolist()) for c in cols)
+                out[b] = sig.setdefault(key, len(sig))
+            self._group = out
+        return self._group
 
     def price_rows(self, sp: StructuralPrices, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(plan indices, step times) of every plan of the structural rows sp.rows[at]."""
         at = np.asarray(at, dtype=np.int64)
-        blocks = self.t.cols["block"][sp.rows[at]]
-        order = np.argsort(blocks, kind="stable")
-        at, blocks = at[order], blocks[order]
-        cuts = np.flatnonzero(np.diff(blocks)) + 1
+        t = self.t
+        blocks = t.cols["block"][sp.rows[at]]
+        groups = self.group_of_block()[blocks]
+        order = np.argsort(groups, kind="stable")
+        at, groups, blocks = at[order], groups[order], blocks[order]
+        cuts = np.flatnonzero(np.diff(groups)) + 1
         idx_out, t_out = [], []
         for part in np.split(np.arange(at.size), cuts):
             if not part.size:
                 continue
-            b = int(blocks[part[0]])
-            C = int(self.t.comm_start[b + 1] - self.t.comm_start[b])
+            b0 = int(blocks[part[0]])
+            C = int(t.comm_start[b0 + 1] - t.comm_start[b0])
             step = max(1, _CELLS // max(1, C * self.b.Q))
             for k in range(0, part.size, step):
                 sub = at[part[k:k + step]]
-                times = self._block(sp, sub, b)
+                times = self._group_times(sp, sub, b0)
                 rows = sp.rows[sub]
-                idx_out.append((self.t.starts[rows][:, None] + np.arange(C)[None, :]).reshape(-1))
+                idx_out.append((t.starts[rows][:, None] + np.arange(C)[None, :]).reshape(-1))
                 t_out.append(times.reshape(-1))
         if not idx_out:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         return np.concatenate(idx_out), np.concatenate(t_out)
 
-    # ---- one block ----------------------------------------------------------------------------------------------
+    # ---- one group ----------------------------------------------------------------------------------------------
     def _grid(self, rows, J, row_keys, var_keys, lay, fn) -> np.ndarray:
-        """(I, C, 9) phase sums of the templates fn(key, row, variant) → template id, on the variants' layouts."""
-        P = self.p
-        I, C = len(rows), len(J)
-        if row_keys:
-            rfirst, ri = unique_rows(*row_keys)
-        else:
-            rfirst, ri = np.zeros(1, dtype=np.int64), np.zeros(I, dtype=np.int64)
-        vfirst, vi = unique_rows(*(var_keys + [lay]))
+        """(I, C, 9) phase sums of the templates fn(key, row, variant) → template id on the plans' placements; the
+        key is the row's tp, cp, dp, pp, ep, etp, sp, then `row_keys`, then the variant's placement and
+        `var_keys`."""
+        P, c = self.p, self.b.cols
+        rk = [c[k][rows] for k in _OUTER] + list(row_keys)
+        vk = [self.t.comm["plc"][J]] + list(var_keys)
+        rfirst, ri = unique_rows(*rk)
+        vfirst, vi = unique_rows(*vk)
         out = np.zeros((len(rfirst), len(vfirst), 9))
+        layouts, templates = P.layout_list, P.templates
+        rkeys = [tuple(int(k[i]) for k in rk) for i in rfirst]
+        vkeys = [tuple(int(k[j]) for k in vk) for j in vfirst]
         for u, i in enumerate(rfirst):
-            for v, jv in enumerate(vfirst):
-                key = tuple(int(k[i]) for k in row_keys) + tuple(int(k[jv]) for k in var_keys)
-                tid = fn(key, int(rows[i]), int(J[jv]))
-                tm = P.templates[tid]
+            for v, j in enumerate(vfirst):
+                tid = fn(rkeys[u] + vkeys[v], int(rows[i]), int(J[j]))
+                tm = templates[tid]
                 if tm.transfers:
-                    out[u, v] = P.layout_list[int(lay[jv])].phase_sums(tid, tm)
-        return out[ri][:, vi]
+                    out[u, v] = layouts[int(lay[i, j])].phase_sums(tid, tm)
+        return out[ri[:, None], vi[None, :]]
 
-    def _block(self, sp: StructuralPrices, at: np.ndarray, b: int) -> np.ndarray:
-        """Step times (rows, variants) of the structural rows sp.rows[at] of block b."""
-        bulk, P, t = self.b, self.p, self.t
-        c, cm = bulk.cols, t.comm
-        rows = sp.rows[at]
-        J = np.arange(t.comm_start[b], t.comm_start[b + 1])
-        C = len(J)
-        r0 = int(rows[0])
-        consts = tuple(int(c[k][r0]) for k in ("tp", "pp", "cp", "dp", "ep", "etp", "sp"))
-        tp, pp, cp, dp, ep, etp, _ = consts
-        fields = lambda r, j: lambda: t.fields(int(t.starts[r] + j - t.comm_start[b]))  # noqa: E731
+    def _layouts(self, rows, J, fields) -> np.ndarray:
+        """(I, C) placement index of every plan."""
+        c, cm, P = self.b.cols, self.t.comm, self.p
+        outer = [c[k][rows] for k in _OUTER[:6]]
+        rfirst, ri = unique_rows(*outer)
         plc = cm["plc"][J]
-        lay_of: dict[int, int] = {}
-        lay = np.zeros(C, dtype=np.int64)
-        for jj in range(C):
-            k = int(plc[jj])
-            if k not in lay_of:
-                lay_of[k] = P.layout((tp, cp, dp, pp, ep, etp, k), fields(r0, int(J[jj])))
-            lay[jj] = lay_of[k]
+        pfirst, pi = unique_rows(plc)
+        out = np.zeros((len(rfirst), len(pfirst)), dtype=np.int64)
+        for u, i in enumerate(rfirst):
+            for v, j in enumerate(pfirst):
+                key = tuple(int(k[i]) for k in outer) + (int(plc[j]),)
+                out[u, v] = P.layout(key, fields(int(rows[i]), int(J[j])))
+        return out[ri[:, None], pi[None, :]]
+
+    def _group_times(self, sp: StructuralPrices, at: np.ndarray, b0: int) -> np.ndarray:
+        """Step times (rows, variants) of the structural rows sp.rows[at] (all of one group; b0 one of its
+        blocks)."""
+        bulk, t = self.b, self.t
+        rows = sp.rows[at]
+        J = np.arange(t.comm_start[b0], t.comm_start[b0 + 1])
+        cb = t.cols["block"]
+        # fields of row r's plan with the variant of comm index j (of block b0): the same index in r's own block
+        fields = lambda r, j: lambda: t.fields_at(r, int(t.comm_start[cb[r]] + j - t.comm_start[b0]))  # noqa: E731
+        lay = self._layouts(rows, J, fields)
         # the stage times do not depend on the bucket size: price each other combination once
-        sfirst, sv = unique_rows(lay, cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J], cm["dpo"][J])
-        pipe, cs_fwd, cs_bwd = self._stages(sp, at, rows, J[sfirst], lay[sfirst], fields, consts)
+        cm = t.comm
+        sfirst, sv = unique_rows(cm["plc"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J], cm["dpo"][J])
+        pipe, cs_fwd, cs_bwd = self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields)
         pipe, cs_fwd, cs_bwd = pipe[:, sv], cs_fwd[:, sv], cs_bwd[:, sv]
-        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, (tp, cp, dp, ep, etp, pp))
+        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd)
         return pipe + extra + bulk.optimizer(sp)[at][:, None]
 
-    def _stages(self, sp, at, rows, J, lay, fields, consts):
+    def _stages(self, sp, at, rows, J, lay, fields):
         """(pipeline time, critical stage's forward and backward time per micro-batch), each (rows, variants J)."""
         bulk, P, t = self.b, self.p, self.t
         c, cm = bulk.cols, t.comm
-        tp, pp, cp, dp, ep, etp, spv = consts
         I, Q, C = len(rows), bulk.Q, len(J)
         mbs, vpp, zero, m = c["mbs"][rows], c["vpp"][rows], c["zero"][rows], bulk.m[rows]
+        cp, pp, ep = (c[k][rows].astype(np.int64) for k in ("cp", "pp", "ep"))
         rc = bulk.rc[rows]
         dpo, tpo, cpc, epo, disp = cm["dpo"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J]
         moe = bulk.model.moe is not None
-        dedup_lay = np.where((disp == 1) & (ep > 1), lay, -1) if moe else np.full(C, -1)
         zero_on = (zero == 3) | ((zero == 2) & (m > 1))
         zr = [np.where(zero_on, zero, -1), np.where(zero_on, m, -1)]
-        zv = [dpo]
-        # the transfer sums of each class: layer kinds by count, the ends by class (one matrix product per row)
+        # memo keys name what each part reads (search.parts); the grid key is (tp, cp, dp, pp, ep, etp, sp,
+        # row keys..., placement, variant keys...)
+
+        def comm_key(k):
+            tp_, cp_, dp_, pp_, ep_, etp_, sp_, mbs_, rc_, plc_, tpo_, cpc_, epo_, disp_ = k
+            where = (dp_, pp_, plc_) if moe and disp_ == 1 and ep_ > 1 else ()  # dedup: the ep group's placement
+            return (tp_, cp_, sp_, ep_, etp_, mbs_, rc_, tpo_, cpc_, epo_, disp_) + where
+
+        def zero_key(k):
+            return k[:6] + (k[7], k[8], k[10])  # tp, cp, dp, pp, ep, etp, zero, m, dp_overlap
         coef, W = [], []
         for k, kind in enumerate(P.kinds):
-            w = self._grid(rows, J, [mbs, rc], [tpo, cpc, epo, disp, dedup_lay], lay,
-                           lambda key, r, j, kind=kind: P.layer_comm_id((tp, cp, spv, ep, etp) + key,
-                                                                       fields(r, j), kind[0]))
-            w += self._grid(rows, J, zr, zv, lay,
-                            lambda key, r, j, kind=kind: P.layer_zero_id((tp, cp, dp, ep, etp) + key,
-                                                                        fields(r, j), kind[0]))
+            w = self._grid(rows, J, [mbs, rc], [tpo, cpc, epo, disp], lay,
+                           lambda key, r, j, kind=kind: P.layer_comm_id(comm_key(key), fields(r, j), kind[0]))
+            w += self._grid(rows, J, zr, [dpo], lay,
+                            lambda key, r, j, kind=kind: P.layer_zero_id(zero_key(key), fields(r, j), kind[0]))
             coef.append(sp.counts[at][:, :, k])
             W.append(w)
         first, last, valid = sp.first[at], sp.last[at], sp.valid[at]
+        empty = P.template_id([])
         for fl in ((True, True), (True, False), (False, True), (False, False)):
             sel = (first == fl[0]) & (last == fl[1]) & valid
             if not sel.any():
                 continue
             w = self._grid(rows, J, [mbs], [], lay, lambda key, r, j, fl=fl: P.embedding_comm_id(
-                (tp, cp, spv) + key, fields(r, j), *fl))
-            w += self._grid(rows, J, zr + [np.full(I, int(pp == 1))], zv, lay,
-                            lambda key, r, j, fl=fl: P.embedding_zero_id((tp, cp, dp, ep, etp) + key,
-                                                                        fields(r, j), *fl) if key[0] >= 0
-                            else P.template_id([]))
+                (key[0], key[1], key[6], key[7]), fields(r, j), *fl))
+            w += self._grid(rows, J, zr, [dpo], lay,
+                            lambda key, r, j, fl=fl: P.embedding_zero_id(zero_key(key) + (int(key[3] == 1),),
+                                                                        fields(r, j), *fl) if key[7] >= 0 else empty)
             w += self._grid(rows, J, [vpp, mbs], [], lay, lambda key, r, j, fl=fl: P.pp_id(
-                (pp, tp, cp) + key, fields(r, j), *fl))
+                (key[3], key[0], key[1], key[7], key[8]), fields(r, j), *fl))
             coef.append(sel.astype(float))
             W.append(w)
         G = len(W)
@@ -161,7 +193,7 @@ class Exact:
             for i in (0, 1, 3, 4):
                 Z[..., i] += t_off
         hb = sp.gemm[at][:, :, None, :]
-        ab = sp.attn[at][:, :, None, :] * ((cp - 1) / cp)
+        ab = sp.attn[at][:, :, None, :] * ((cp - 1) / cp)[:, None, None, None]
         H = np.minimum(hb, Z[..., 3:6] + np.minimum(Z[..., 6:9], ab)).sum(axis=-1)  # (I, Q, C)
         slow = bulk.cal.overlap_compute_slowdown
         Cc = sp.compute[at]
@@ -171,40 +203,41 @@ class Exact:
         v_ok = valid[:, :, None]
         Tv = np.where(v_ok, T, -np.inf)
         Tmax = Tv.max(axis=1)
-        Tmean = (np.where(v_ok, T, 0.0) * sp.mult[at][:, :, None]).sum(axis=1) / pp
-        pipe = m.astype(float)[:, None] * Tmax + ((pp - 1) * Tmean / vpp.astype(float)[:, None] if pp > 1 else 0.0)
+        p = pp.astype(float)[:, None]
+        Tmean = (np.where(v_ok, T, 0.0) * sp.mult[at][:, :, None]).sum(axis=1) / p
+        pipe = m.astype(float)[:, None] * Tmax + np.where(p > 1, (p - 1) * Tmean / vpp.astype(float)[:, None], 0.0)
         crit = _first_max(Tv.transpose(0, 2, 1).reshape(I * C, Q), np.repeat(sp.minidx[at], C, axis=0)).reshape(I, C)
         ii, jj = np.meshgrid(np.arange(I), np.arange(C), indexing="ij")
         return pipe, fwd[ii, crit, jj], bwd[ii, crit, jj]
 
-    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, consts) -> np.ndarray:
+    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd) -> np.ndarray:
         """Exposed once-per-step communication (I, C): the gradient sync and ZeRO-1/2 gather, bucketed and overlapped
         with the critical stage's backward (or next forward) when dp_overlap, and the tied-embedding all-reduce."""
         bulk, P, t = self.b, self.p, self.t
-        cm = t.comm
-        tp, cp, dp, ep, etp, pp = consts
+        cm, c = t.comm, bulk.cols
         I, C = len(rows), len(J)
         params, expert = sp.params_top[at], sp.expert_top[at]
-        zero = bulk.cols["zero"][rows]
-        rfirst, ri = _unique_float(zero, params, expert)
-        dpo = cm["dpo"][J]
-        vfirst, vi = unique_rows(dpo, lay)
+        rk = [c[k][rows] for k in ("zero",) + _OUTER[:6]]
+        rfirst, ri = _unique_float(*rk, params, expert)
+        dpo, plc = cm["dpo"][J], cm["plc"][J]
+        vfirst, vi = unique_rows(dpo, plc)
         tids = np.zeros((len(rfirst), len(vfirst)), dtype=np.int64)
         for u, i in enumerate(rfirst):
+            base = tuple(int(k[i]) for k in rk)
             for v, j in enumerate(vfirst):
-                key = (int(zero[i]), int(dpo[j]), tp, cp, dp, ep, etp, int(pp > 1))
+                key = base + (int(dpo[j]),)
                 tids[u, v] = P.step_id(key, fields(int(rows[i]), int(J[j])), float(params[i]), float(expert[i]))
         S = max(len(P.templates[int(x)].transfers) for x in tids.reshape(-1)) if tids.size else 0
         times = np.zeros((len(rfirst), len(vfirst), S))
         info = np.zeros((len(rfirst), len(vfirst), S, 4))
-        for u in range(len(rfirst)):
+        for u, i in enumerate(rfirst):
             for v, j in enumerate(vfirst):
                 tm = P.templates[int(tids[u, v])]
-                L = P.layout_list[int(lay[j])]
+                L = P.layout_list[int(lay[i, j])]
                 for s, (tr, cnt) in enumerate(zip(tm.transfers, tm.count)):
                     times[u, v, s] = L.time_s(tr) * cnt
                 info[u, v, :len(tm.transfers)] = tm.info
-        times, info = times[ri][:, vi], info[ri][:, vi]
+        times, info = times[ri[:, None], vi[None, :]], info[ri[:, None], vi[None, :]]
         bucket = np.asarray(t.buckets)[cm["bucket"][J]][None, :]
         slow = bulk.cal.overlap_compute_slowdown
         out = np.zeros((I, C))

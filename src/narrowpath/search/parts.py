@@ -118,16 +118,11 @@ class Parts:
     # ---- plans and scenarios -------------------------------------------------------------------------------------
     def scenario(self, fields: dict) -> Scenario:
         """The search's scenario of a plan given by its fields (open knobs of the base are dropped: the plan is
-        the search's, not one to be chosen)."""
-        key = tuple(sorted(fields.items()))
-        s = self._scn.get(key)
-        if s is None:
-            if len(self._scn) > 50_000:
-                self._scn.clear()
-            plan = dataclasses.replace(self.base.plan, **fields)
-            s = dataclasses.replace(self.base, plan=plan, open_knobs=(), chosen=())
-            self._scn[key] = s
-        return s
+        the search's, not one to be chosen). The plans come from the search's table, whose rows passed the spec's
+        consistency checks, so they are built without checking them again (a part is priced for thousands of them;
+        the plans a search shows are built and checked normally)."""
+        plan = _unchecked(self.base.plan, fields)
+        return _unchecked(self.base, {"plan": plan, "open_knobs": (), "chosen": ()})
 
     # ---- ops -------------------------------------------------------------------------------------------------------
     def _cost(self, op) -> tuple[float, float, bool]:
@@ -253,11 +248,18 @@ class Parts:
         return self.memo("emb_zero", (key, first, last), fields, fn)
 
     def pp_id(self, key, fields, first: bool, last: bool) -> int:
-        def fn(s):
-            m, p = s.model, s.plan
-            p2p = p.mbs * (m.seq_len // p.cp) * m.hidden * T.act_bytes(p) / p.tp
-            return self.template_id(B.pp_transfers(p, first, last, p2p))
-        return self.memo("pp", (key, first, last), fields, fn)
+        """Pipeline traffic of a stage; key (pp, tp, cp, vpp, mbs). Priced by what it reads: pp > 1, vpp, the ends
+        and the message size."""
+        k = ("pp_msg", key, first, last)
+        if k not in self._memo:
+            pp, tp, cp, vpp, mbs = key
+            stand = _StandInPlan(pp=pp, tp=tp, cp=cp, vpp=vpp, mbs=mbs, precision=self.base.plan.precision)
+            msg = B.p2p_bytes(self.base.model, stand)
+            k2 = ("pp", (pp > 1, vpp, msg, first, last))
+            if k2 not in self._memo:
+                self._memo[k2] = self.template_id(B.pp_transfers(stand, first, last, msg))
+            self._memo[k] = self._memo[k2]
+        return self._memo[k]
 
     def step_id(self, key, fields, params: float, expert: float) -> int:
         return self.memo("step", (key, params, expert), fields,
@@ -280,6 +282,28 @@ class Parts:
                 p, recompute="selective" if p.recompute == "selective" else "none", recompute_layers=0))
             return s.model.mtp_layers * layer_activation_bytes(no_rc, self.kernel, moe_layer=s.model.moe is not None)
         return self.memo("mtp_acts", key, fields, fn)
+
+
+class _StandInPlan:
+    """The plan fields a pipeline transfer reads (pp, vpp; the message: mbs, cp, tp, precision)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _unchecked(proto, changes: dict):
+    """`dataclasses.replace(proto, **changes)` without running the frozen dataclass's checks."""
+    cls = type(proto)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    new = object.__new__(cls)
+    for f in names:
+        object.__setattr__(new, f, changes[f] if f in changes else getattr(proto, f))
+    return new
 
 
 def _embedding_params(s: Scenario, first: bool, last: bool) -> tuple[float, float]:

@@ -83,15 +83,19 @@ class PlanTable:
     def fields(self, i: int) -> dict:
         """Plan fields of plan i (plain Python values)."""
         s, j = self.locate(np.array([i]))
-        c = {k: int(v[s[0]]) for k, v in self.cols.items()}
-        c.update({k: int(v[j[0]]) for k, v in self.comm.items()})
-        rc, rcl, off = self.strategies[c["strat"]]
-        return dict(tp=c["tp"], pp=c["pp"], cp=c["cp"], dp=c["dp"], sequence_parallel=bool(c["sp"]), ep=c["ep"],
-                    etp=c["etp"], mbs=c["mbs"], vpp=c["vpp"], zero_stage=c["zero"], recompute=rc,
-                    recompute_layers=rcl, offload_layers=off, placement=self.placements[c["plc"]],
-                    dp_overlap=bool(c["dpo"]), bucket_bytes=self.buckets[c["bucket"]],
-                    tp_comm_overlap=bool(c["tpo"]), cp_comm=CP_COMM[c["cpc"]], ep_overlap=bool(c["epo"]),
-                    ep_dispatch=EP_DISPATCH[c["disp"]], gbs=self.space.gbs)
+        return self.fields_at(int(s[0]), int(j[0]))
+
+    def fields_at(self, s: int, j: int) -> dict:
+        """Plan fields of structural row s with the variant at index j of `comm`."""
+        c, m = self.cols, self.comm
+        rc, rcl, off = self.strategies[int(c["strat"][s])]
+        return dict(tp=int(c["tp"][s]), pp=int(c["pp"][s]), cp=int(c["cp"][s]), dp=int(c["dp"][s]),
+                    sequence_parallel=bool(c["sp"][s]), ep=int(c["ep"][s]), etp=int(c["etp"][s]),
+                    mbs=int(c["mbs"][s]), vpp=int(c["vpp"][s]), zero_stage=int(c["zero"][s]), recompute=rc,
+                    recompute_layers=rcl, offload_layers=off, placement=self.placements[int(m["plc"][j])],
+                    dp_overlap=bool(m["dpo"][j]), bucket_bytes=self.buckets[int(m["bucket"][j])],
+                    tp_comm_overlap=bool(m["tpo"][j]), cp_comm=CP_COMM[int(m["cpc"][j])],
+                    ep_overlap=bool(m["epo"][j]), ep_dispatch=EP_DISPATCH[int(m["disp"][j])], gbs=self.space.gbs)
 
     def plan(self, i: int) -> Plan:
         return dataclasses.replace(self.space.base, **self.fields(i))

@@ -346,6 +346,11 @@ def layer_kinds(model) -> dict[tuple[bool, bool], list[int]]:
     return kinds
 
 
+def p2p_bytes(model, plan) -> float:
+    """Bytes of one pipeline point-to-point message per micro-batch (Megatron's scatter-gather: b·s·h·A / t)."""
+    return plan.mbs * (model.seq_len // plan.cp) * model.hidden * T.act_bytes(plan) / plan.tp
+
+
 def pp_transfers(plan, first: bool, last: bool, p2p_bytes: float) -> list[tuple[Transfer, float]]:
     """Point-to-point traffic of one pipeline stage per micro-batch (none without pipelining).
 
@@ -381,9 +386,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     kernel = attention_kernel
     kind_of = {li: kind for kind, idx in layer_kinds(model).items() for li in idx}
     work = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of.values())}
-    A = T.act_bytes(plan)
-    b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
-    p2p_bytes = b * s * h * A / plan.tp
+    p2p = p2p_bytes(model, plan)
     stages = []
     for i, ranges in enumerate(stage_layer_ranges(model.layers, plan.pp, plan.vpp)):
         idx = [li for r in ranges for li in r]
@@ -412,7 +415,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             xf += zero3_transfers(plan, emb, 0.0)
         elif zero2_per_microbatch(plan):
             xf += zero2_transfers(plan, emb, 0.0)
-        xf += pp_transfers(plan, first, last, p2p_bytes)
+        xf += pp_transfers(plan, first, last, p2p)
         f_rc = recompute_fraction(plan, len(idx))
         if plan.recompute == "full" and f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
             ops = [(op, c * f_rc if op.phase == "recompute" else c) for op, c in ops]
