@@ -189,12 +189,19 @@ def price_outside(base: Scenario, space: SearchSpace, calibration: Calibration |
 _RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 
 
+_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.name != "recompute")
+
+
+def _without_recompute(plan: Plan) -> tuple:
+    return tuple(getattr(plan, f) for f in _PLAN_FIELDS)
+
+
 def drop_equivalent(ranked: list[Candidate]) -> list[Candidate]:
     """Keep one of the plans that differ only in `recompute` and cost the same time and memory (e.g. selective
     recompute with a flash kernel re-runs nothing): the one that recomputes least."""
     best: dict[tuple, Candidate] = {}
     for c in ranked:
-        k = (dataclasses.replace(c.plan, recompute="none"), c.step_time_s, c.memory_bytes)
+        k = (_without_recompute(c.plan), c.step_time_s, c.memory_bytes)
         if k not in best or _RECOMPUTE_ORDER[c.plan.recompute] < _RECOMPUTE_ORDER[best[k].plan.recompute]:
             best[k] = c
     keep = {id(c) for c in best.values()}

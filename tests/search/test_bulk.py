@@ -1,0 +1,118 @@
+"""Bulk pricing is predict: every number the search computes for a plan in bulk equals what `predict` returns for
+it (to 1e-12 relative: sums of the same terms in another order), its bound never exceeds predict's step time, and
+on spaces small enough to price exhaustively the search's top 20, counts and the base plan's rank are exactly those
+of an exhaustive `predict` over the same space."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from narrowpath.catalog import load_scenario, model, system
+from narrowpath.schedule.step import predict
+from narrowpath.search import SearchSpace, candidate_plans, search
+from narrowpath.search.bulk import Bulk
+from narrowpath.search.each import candidate, scenario_of
+from narrowpath.search.exact import Exact, bucketed_exposed
+from narrowpath.search.parts import Parts
+from narrowpath.search.rank import TIE_REL, drop_equivalent, sort_key
+from narrowpath.search.table import build_table
+from narrowpath.schedule.step import exposed_after_bucketed_overlap
+from narrowpath.spec import Plan, Scenario
+
+
+def _mixtral16() -> Scenario:
+    plan = Plan(tp=2, pp=1, dp=8, ep=8, mbs=1, gbs=32, zero_stage=1, sequence_parallel=True)
+    return Scenario(name="mixtral16", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
+
+
+def _fp8() -> Scenario:
+    scn = load_scenario("llama3-8b-h100-8")
+    return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, precision="fp8"))
+
+
+SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": _fp8, "mixtral16": _mixtral16,
+             "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
+             "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),
+             "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048")}
+
+
+def _space(scn, **pins) -> SearchSpace:
+    return SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, pins)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_bulk_numbers_are_predicts(name):
+    """Random plans across the whole space (every knob): memory and step time as predict's; the bound below."""
+    scn = SCENARIOS[name]()
+    table = build_table(_space(scn))
+    rng = np.random.default_rng(15)
+    rows = np.sort(rng.choice(table.num_structural, size=min(40, table.num_structural), replace=False))
+    bulk = Bulk(table, Parts(scenario_of(scn, _space(scn), scn.plan), None))
+    sp = bulk.structural(rows)
+    idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
+    assert idx.size == table.variants(rows).sum()
+    pick = rng.choice(idx.size, size=min(40, idx.size), replace=False)
+    for k in pick:
+        plan = table.plan(int(idx[k]))
+        pred = predict(scenario_of(scn, _space(scn), plan))
+        r = int(np.searchsorted(table.starts, idx[k], side="right") - 1)
+        at = int(np.searchsorted(rows, r))
+        assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12), plan
+        assert sp.memory_bytes[at] == pytest.approx(pred.memory.total_bytes, rel=1e-12), plan
+        assert sp.bound_s[at] <= pred.step_time_s * (1 + 1e-12), plan
+
+
+def test_bucketed_exposure_is_the_step_models():
+    rng = np.random.default_rng(3)
+    total, msg, bucket, window = rng.random(200) * 2, rng.random(200) * 4e9, rng.random(200) * 2e8, rng.random(200)
+    bucket[:5] = 0.0
+    got = bucketed_exposed(total, msg, bucket, window, 0.1)
+    want = [exposed_after_bucketed_overlap(*a, 0.1) for a in zip(total, msg, bucket, window)]
+    assert got.tolist() == pytest.approx(want, rel=1e-15)
+
+
+def _exhaustive(scn: Scenario, space: SearchSpace, objective: str):
+    cands = [candidate(predict(scenario_of(scn, space, p)), objective == "energy") for p in candidate_plans(space)]
+    fit = [c for c in cands if c.headroom_bytes >= 0]
+    return fit, drop_equivalent(sorted(fit, key=sort_key(objective)))
+
+
+EXHAUSTIVE = [("llama3-8b-h100-8", dict(tp=2, pp=2, zero_stage=2, mbs=2, cp=2)),
+              ("mixtral16", dict(tp=2, pp=1, mbs=1, zero_stage=1, cp=1))]
+
+
+@pytest.mark.parametrize("name,pins", EXHAUSTIVE, ids=[e[0] for e in EXHAUSTIVE])
+def test_top_20_is_an_exhaustive_predicts(name, pins):
+    """2,832 plans (cp exchanges, ZeRO-2 with accumulation, interleaving, partial recompute, offload, overlap
+    switches, bucket sizes, placements) and 1,360 MoE plans (ep, etp, dispatch, ep overlap): the search's shown plans,
+    their numbers, the counts and the base plan's rank and ties are an exhaustive predict's."""
+    scn = SCENARIOS[name]()
+    space = _space(scn, **pins)
+    res = search(scn, space, top=20)
+    fit, ranked = _exhaustive(scn, space, "time")
+    assert res.num_plans == len(list(candidate_plans(space)))
+    assert res.num_fit == len(fit)
+    assert res.num_ranked == len(ranked)
+    assert [c.plan for c in res.ranked[:20]] == [c.plan for c in ranked[:20]]
+    assert [(c.step_time_s, c.memory_bytes) for c in res.ranked[:20]] == \
+        [(c.step_time_s, c.memory_bytes) for c in ranked[:20]]
+    assert res.baseline_rank is not None
+    if res.baseline_rank is not None:
+        tb = res.baseline.step_time_s
+        assert res.baseline_rank == 1 + sum(c.step_time_s < tb - TIE_REL * tb for c in ranked)
+        assert res.baseline_ties == sum(abs(c.step_time_s - tb) <= TIE_REL * tb and c.plan != res.baseline.plan
+                                        for c in ranked)
+    assert res.num_priced <= res.num_fit
+
+
+def test_memory_ranking_is_an_exhaustive_predicts():
+    scn = SCENARIOS["mixtral16"]()
+    space = _space(scn, tp=2, pp=1, mbs=1, zero_stage=1, cp=1)
+    res = search(scn, space, top=10, objective="memory")
+    _, ranked = _exhaustive(scn, space, "memory")
+    assert [c.plan for c in res.ranked[:10]] == [c.plan for c in ranked[:10]]
+    assert res.baseline_in_space and res.baseline.fits
+    mb = res.baseline.memory_bytes
+    assert res.baseline_rank == 1 + sum(c.memory_bytes < mb - TIE_REL * mb for c in ranked)
