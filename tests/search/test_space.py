@@ -1,19 +1,82 @@
-"""The search space: every plan consistent, each once, pins respected, the base plan always included."""
+"""The search space: every plan consistent, each once, pins respected, the base plan always included.
+
+The `basic` extent is the first search's space plan for plan (held against that search's own nested loops, kept
+here as the reference); the `full` extent is held against a brute force over every knob value with the rules of
+search/space.py stated one by one."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
+import numpy as np
 import pytest
 
 from narrowpath.catalog import load_scenario, model, system
 from narrowpath.errors import SpecError
-from narrowpath.search.space import SearchSpace, candidate_plans, divisors, knob_values
+from narrowpath.network.placement import group_span
+from narrowpath.search.space import (SearchSpace, activation_strategies, candidate_plans, count_plans, divisors,
+                                     knob_values)
+from narrowpath.search.table import build_table
 from narrowpath.spec import Plan
 from narrowpath.spec.scenario import consistency_errors
 
 
-def _space(scn, **pinned):
-    return SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, pinned)
+def _space(scn, extent="full", **pinned):
+    return SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, pinned, extent)
+
+
+def _first_search_space(space: SearchSpace):
+    """The first search's enumeration (search/space.py before the full extent), verbatim in substance."""
+    m, n, gbs, b, pinned = space.model, space.num_gpus, space.gbs, space.base, space.pinned
+    lstm = m.arch == "lstm"
+    v = {"tp": tuple(d for d in divisors(n) if d <= space.system.scale_up_domain),
+         "pp": (1,) if lstm else tuple(d for d in divisors(n) if d <= m.layers),
+         "cp": (1,) if lstm else tuple(d for d in divisors(n) if d <= 32 and d & (d - 1) == 0 and m.seq_len % d == 0),
+         "ep": tuple(divisors(m.moe.num_experts)) if m.moe is not None else (1,), "vpp": tuple(range(1, 9)),
+         "mbs": (1, 2, 4, 8, 16, 32, 64), "zero_stage": (0,) if lstm else (0, 1, 2, 3),
+         "recompute": ("none",) if lstm else ("none", "selective", "full"),
+         "sequence_parallel": (False,) if lstm else (False, True)}
+    for k, val in pinned.items():
+        if k != "dp":
+            v[k] = (val,)
+    seen = False
+    for tp in v["tp"]:
+        for pp in v["pp"]:
+            if (n // tp) % pp or n % tp:
+                continue
+            for cp in v["cp"]:
+                if (n // (tp * pp)) % cp:
+                    continue
+                dp = n // (tp * pp * cp)
+                if "dp" in pinned and dp != pinned["dp"]:
+                    continue
+                for sp in v["sequence_parallel"]:
+                    if sp and tp == 1 or ("sequence_parallel" not in pinned and not lstm and sp != (tp > 1)):
+                        continue
+                    for ep in v["ep"]:
+                        if ep > 1 and dp % ep:
+                            continue
+                        for mbs in v["mbs"]:
+                            if gbs % (dp * mbs):
+                                continue
+                            micro = gbs // (dp * mbs)
+                            for vpp in v["vpp"]:
+                                if vpp > 1 and (pp == 1 or m.layers % (pp * vpp) or micro % pp):
+                                    continue
+                                for zero in v["zero_stage"]:
+                                    if "zero_stage" not in pinned and (zero != 0 if dp * cp == 1 or lstm
+                                                                       else zero == 0):
+                                        continue
+                                    for rc in v["recompute"]:
+                                        plan = dataclasses.replace(b, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+                                                                   mbs=mbs, gbs=gbs, zero_stage=zero, recompute=rc,
+                                                                   sequence_parallel=sp)
+                                        if not consistency_errors(m, plan, n, space.system):
+                                            seen = seen or plan == b
+                                            yield plan
+    if not seen and b.gbs == gbs and b.num_gpus == n and all(getattr(b, k) == x for k, x in pinned.items()) \
+            and not consistency_errors(m, b, n, space.system):
+        yield b
 
 
 @pytest.mark.parametrize("n", [1, 2, 12, 36, 97, 1024])
@@ -21,29 +84,132 @@ def test_divisors(n):
     assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
 
 
-@pytest.mark.parametrize("scenario", ["llama3-8b-h100-8", "gpt3-175b-a100-1024", "gnmt-lstm-a100-8"])
-def test_every_plan_is_consistent_and_unique(scenario):
+@pytest.mark.parametrize("scenario,pins", [
+    ("llama3-8b-h100-8", {}), ("gpt3-175b-a100-1024", {}), ("llama3-70b-h100-256", {}), ("gnmt-lstm-a100-8", {}),
+    ("llama3-405b-h100-16k", {}), ("gpt3-175b-a100-1024", {"tp": 8, "recompute": "full", "dp": 16}),
+    ("llama3-8b-h100-8", {"zero_stage": 2, "sequence_parallel": False})])
+def test_basic_extent_is_the_first_searchs_space(scenario, pins):
+    """Plan for plan and in the same order (21,799 plans for GPT-3 175B on 1,024 A100)."""
+    space = _space(load_scenario(scenario), "basic", **pins)
+    assert list(candidate_plans(space)) == list(_first_search_space(space))
+
+
+def _full_reference(space: SearchSpace) -> set[Plan]:
+    """Every plan of the full extent by brute force: every combination of knob values that the spec accepts,
+    keeping the knobs that cannot change a plan's numbers at the pinned or base value (search/space.py)."""
+    m, n, gbs, b, pins = space.model, space.num_gpus, space.gbs, space.base, space.pinned
+    v = knob_values(space)
+    moe, lstm = m.moe is not None, m.arch == "lstm"
+    keep = lambda k: pins.get(k, getattr(b, k))  # noqa: E731
+    out = set()
+    for tp, pp, cp in itertools.product(v["tp"], v["pp"], v["cp"]):
+        if n % (tp * pp * cp):
+            continue
+        dp = n // (tp * pp * cp)
+        if "dp" in pins and dp != pins["dp"]:
+            continue
+        for sp, ep, etp, mbs, vpp in itertools.product(v["sequence_parallel"], v["ep"], v["etp"], v["mbs"], v["vpp"]):
+            if "sequence_parallel" not in pins and not lstm and sp != (tp > 1):
+                continue
+            if moe and "etp" not in pins and etp == tp:
+                continue
+            if gbs % (dp * mbs) or (vpp > 1 and (pp == 1 or (gbs // (dp * mbs)) % pp)):
+                continue
+            expert_tp = etp or tp
+            sync = dp * cp > 1 or (moe and tp * cp * dp // (expert_tp * ep) > 1)
+            for zero in v["zero_stage"]:
+                if "zero_stage" not in pins and zero != 0 if dp * cp == 1 or lstm else zero == 0 and \
+                        "zero_stage" not in pins:
+                    continue
+                strategies = activation_strategies(space, max(1, -(-m.layers // (pp * vpp))))
+                for (rc, rcl, off), dpo, tpo, cpc, epo in itertools.product(
+                        strategies, v["dp_overlap"], v["tp_comm_overlap"], v["cp_comm"], v["ep_overlap"]):
+                    if (not sync and dpo != keep("dp_overlap")) or (tp == 1 and tpo != keep("tp_comm_overlap")) \
+                            or (cp == 1 and cpc != keep("cp_comm")) \
+                            or (not (moe and (ep > 1 or expert_tp > 1)) and epo != keep("ep_overlap")):
+                        continue
+                    for bucket, plc, disp in itertools.product(v["bucket_bytes"], v["placement"], v["ep_dispatch"]):
+                        if not (dpo and sync) and bucket != keep("bucket_bytes"):
+                            continue
+                        try:
+                            plan = dataclasses.replace(
+                                b, tp=tp, pp=pp, cp=cp, dp=dp, sequence_parallel=sp, ep=ep, etp=etp, mbs=mbs,
+                                vpp=vpp, gbs=gbs, zero_stage=zero, recompute=rc, recompute_layers=rcl,
+                                offload_layers=off, dp_overlap=dpo, bucket_bytes=bucket, tp_comm_overlap=tpo,
+                                cp_comm=cpc, ep_overlap=epo, ep_dispatch=disp, placement=plc)
+                        except SpecError:
+                            continue
+                        if consistency_errors(m, plan, n, space.system):
+                            continue
+                        sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+                        eff = tuple(a for a in plc if a != "ep" and sizes[a] > 1)
+                        first = next(p for p in v["placement"] if tuple(a for a in p if a != "ep" and sizes[a] > 1)
+                                     == eff)
+                        if plc != first and "placement" not in pins:
+                            continue  # the same ranks laid out: tried once
+                        crosses = moe and ep > 1 and group_span(plan, space.system, "ep").domains > 1
+                        if not crosses and disp != keep("ep_dispatch"):
+                            continue
+                        out.add(plan)
+    if b.gbs == gbs and b.num_gpus == n and all(getattr(b, k) == x for k, x in pins.items()) \
+            and not consistency_errors(m, b, n, space.system):
+        out.add(b)
+    return out
+
+
+def _small_dense():
+    scn = load_scenario("llama3-8b-h100-8")
+    plan = Plan(tp=1, dp=4, mbs=1, gbs=8, zero_stage=1)
+    return dataclasses.replace(scn, plan=plan, num_gpus=4)
+
+
+def _small_moe():
+    from narrowpath.spec import Scenario
+    plan = Plan(tp=2, pp=1, dp=8, ep=8, mbs=1, gbs=32, zero_stage=1, sequence_parallel=True)
+    return Scenario(name="m", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
+
+
+@pytest.mark.parametrize("make,pins", [(_small_dense, {"mbs": 2}), (_small_moe, {"tp": 2, "mbs": 1, "zero_stage": 1, "pp": 1, "cp": 1})],
+                         ids=["dense", "moe"])
+def test_full_extent_is_every_distinct_consistent_plan(make, pins):
+    scn = make()
+    space = _space(scn, **pins)
+    plans = list(candidate_plans(space))
+    assert len(plans) == len(set(plans)) == count_plans(space)
+    assert set(plans) == _full_reference(space)
+
+
+@pytest.mark.parametrize("scenario", ["llama3-8b-h100-8", "gpt3-175b-a100-1024", "deepseek-v3-h800-2048"])
+def test_full_extent_plans_are_consistent(scenario):
+    """A sample of the millions: consistent plans, pinned or derived where the rules say."""
     scn = load_scenario(scenario)
-    plans = list(candidate_plans(_space(scn)))
-    assert plans and len(plans) == len(set(plans))
-    for p in plans:
+    table = build_table(_space(scn))
+    rng = np.random.default_rng(7)
+    for i in rng.choice(len(table), size=300, replace=False):
+        p = table.plan(int(i))
         assert p.num_gpus == scn.num_gpus and p.gbs == scn.plan.gbs
         assert not consistency_errors(scn.model, p, scn.num_gpus, scn.system)
-        assert p.tp <= scn.system.scale_up_domain or p == scn.plan
-        if p != scn.plan:
-            assert p.sequence_parallel == (p.tp > 1 and scn.model.arch != "lstm")
-            shards = p.dp * p.cp
-            allowed = {0} if shards == 1 or scn.model.arch == "lstm" else {1, 2, 3}
-            assert p.zero_stage in allowed
-        # fixed knobs come from the base plan
-        assert (p.precision, p.attention, p.dp_overlap, p.tp_comm_overlap, p.placement) == \
-            (scn.plan.precision, scn.plan.attention, scn.plan.dp_overlap, scn.plan.tp_comm_overlap, scn.plan.placement)
-    assert scn.plan in plans
+        assert (p.precision, p.attention, p.moe_routing) == (scn.plan.precision, scn.plan.attention,
+                                                             scn.plan.moe_routing)
+        if p.tp == 1:
+            assert p.tp_comm_overlap == scn.plan.tp_comm_overlap
+        if p.cp == 1:
+            assert p.cp_comm == scn.plan.cp_comm
+        if not p.dp_overlap:
+            assert p.bucket_bytes == scn.plan.bucket_bytes
+    assert table.base_row is not None and table.plan(table.base_row) == scn.plan
+
+
+def test_full_extent_sizes():
+    """The enlarged spaces the issue names hold more than a million plans."""
+    assert count_plans(_space(load_scenario("gpt3-175b-a100-1024"))) >= 1_000_000
+    assert count_plans(_space(load_scenario("llama3-405b-h100-16k"))) >= 1_000_000
+    assert count_plans(_space(load_scenario("gpt3-175b-a100-1024"), "basic")) == 21_799
 
 
 def test_space_covers_the_obvious_plans():
     scn = load_scenario("llama3-8b-h100-8")  # 8 GPUs, gbs 64 (see catalog)
-    plans = set(candidate_plans(_space(scn)))
+    plans = set(candidate_plans(_space(scn, "basic")))
     want = dataclasses.replace(scn.plan, tp=8, pp=1, dp=1, cp=1, vpp=1, mbs=1, zero_stage=0, recompute="full",
                                sequence_parallel=True)
     assert want in plans
@@ -54,45 +220,59 @@ def test_space_covers_the_obvious_plans():
 
 def test_pins_restrict_every_plan():
     scn = load_scenario("gpt3-175b-a100-1024")
-    plans = list(candidate_plans(_space(scn, tp=8, recompute="full", dp=16)))
-    assert plans and all(p.tp == 8 and p.recompute == "full" and p.dp == 16 for p in plans)
+    table = build_table(_space(scn, tp=8, recompute="full", dp=16, placement=("tp", "cp", "ep", "pp", "dp")))
+    rng = np.random.default_rng(1)
+    for i in rng.choice(len(table), size=200, replace=False):
+        p = table.plan(int(i))
+        assert p.tp == 8 and p.recompute == "full" and p.dp == 16 and p.placement == ("tp", "cp", "ep", "pp", "dp")
     assert knob_values(_space(scn, tp=8))["tp"] == (8,)
+    full = {p.recompute_layers for p in candidate_plans(_space(scn, tp=8, pp=8, cp=1, mbs=1, recompute="full"))}
+    assert 0 in full and len(full) > 1  # full recompute of every layer and of a share of each chunk
 
 
 def test_pin_to_a_non_default_value_is_searched():
     scn = load_scenario("llama3-8b-h100-8")
-    plans = list(candidate_plans(_space(scn, zero_stage=2, sequence_parallel=False)))
+    plans = list(candidate_plans(_space(scn, "basic", zero_stage=2, sequence_parallel=False)))
     assert plans and all(p.zero_stage == 2 and not p.sequence_parallel for p in plans)
 
 
 def test_moe_space_searches_expert_parallelism():
     m, sysm = model("mixtral-8x7b"), system("dgx-h100")
     base = Plan(tp=1, pp=1, dp=64, mbs=1, gbs=256)
-    plans = list(candidate_plans(SearchSpace(m, sysm, 64, 256, base)))
+    plans = list(candidate_plans(SearchSpace(m, sysm, 64, 256, base, extent="basic")))
     eps = {p.ep for p in plans}
     assert {1, 2, 4, 8} <= eps
     assert all(p.dp % p.ep == 0 and m.moe.num_experts % p.ep == 0 for p in plans)
+    table = build_table(SearchSpace(m, sysm, 64, 256, base, {"tp": 2, "pp": 1, "cp": 1, "mbs": 1, "zero_stage": 1}))
+    plans = [table.plan(i) for i in range(len(table))]
+    assert {p.etp for p in plans} == {0, 1} and {p.ep_dispatch for p in plans} == {"all_to_all", "dedup"}
+    assert all(p.ep > 1 for p in plans if p.ep_dispatch == "dedup")
 
 
 def test_lstm_space_searches_only_what_the_recurrent_workload_models():
     """The LSTM workload has no pipeline, CP, SP, recompute or ZeRO sharding: those knobs stay off (a ZeRO-3 LSTM
     plan got sharded memory at no cost in time and ranked first); tp and dp are still searched."""
     scn = load_scenario("gnmt-lstm-a100-8")
-    plans = list(candidate_plans(_space(scn)))
-    assert all(p.pp == 1 and p.cp == 1 for p in plans)
-    assert all(p.zero_stage == 0 and p.recompute == "none" and not p.sequence_parallel for p in plans)
-    assert {p.tp for p in plans} >= {1, 2, 4, 8}
+    for extent in ("basic", "full"):
+        plans = list(candidate_plans(_space(scn, extent)))
+        assert all(p.pp == 1 and p.cp == 1 for p in plans)
+        assert all(p.zero_stage == 0 and p.recompute == "none" and not p.sequence_parallel for p in plans)
+        assert {p.tp for p in plans} >= {1, 2, 4, 8}
 
 
 def test_uneven_pipeline_splits_are_searched():
     """Llama 3 405B (126 layers) trained on 16 pipeline stages (Dubey et al. 2024 §3.3); the model prices uneven
-    splits, so pp need only be at most the layer count. Interleaving still splits the layers evenly."""
+    splits, so pp need only be at most the layer count; the full extent interleaves unevenly too (Megatron-Bridge's
+    126 layers on 16 × 8 chunks, the embedding and loss counted as layers)."""
     scn = load_scenario("llama3-405b-h100-16k")
     base = Plan(tp=8, pp=1, dp=16, mbs=1, gbs=64, zero_stage=1, sequence_parallel=True)
-    plans = list(candidate_plans(SearchSpace(scn.model, scn.system, 128, 64, base,
-                                             {"tp": 8, "recompute": "full", "mbs": 1})))
+    pins = {"tp": 8, "recompute": "full", "mbs": 1}
+    plans = list(candidate_plans(SearchSpace(scn.model, scn.system, 128, 64, base, pins, "basic")))
     assert {p.pp for p in plans} == {1, 2, 4, 8, 16}
     assert all(p.vpp == 1 or scn.model.layers % (p.pp * p.vpp) == 0 for p in plans)
+    pins.update(cp=1, zero_stage=1, recompute_layers=0, dp_overlap=False, placement=base.placement)
+    plans = list(candidate_plans(SearchSpace(scn.model, scn.system, 128, 64, base, pins)))
+    assert any(p.pp == 16 and p.vpp == 8 for p in plans)
     assert knob_values(_space(load_scenario("llama3-8b-h100-8")))["pp"] == (1, 2, 4, 8)
 
 
@@ -100,9 +280,9 @@ def test_zero_stages_tried():
     """ZeRO-0 only where there is nothing to shard over; else 1, 2 (priced with its per-micro-batch
     reduce-scatter under accumulation) and 3, with or without gradient accumulation."""
     scn = load_scenario("llama3-8b-h100-8")
-    plans = list(candidate_plans(_space(scn, tp=8, pp=1, cp=1)))  # dp 1: nothing to shard
+    plans = list(candidate_plans(_space(scn, "basic", tp=8, pp=1, cp=1)))  # dp 1: nothing to shard
     assert {p.zero_stage for p in plans} == {0}
-    plans = list(candidate_plans(_space(scn, tp=1, pp=1, cp=1)))  # dp 8, gbs 64: mbs 8 gives one micro-batch
+    plans = list(candidate_plans(_space(scn, "basic", tp=1, pp=1, cp=1)))  # dp 8, gbs 64: mbs 8 gives one
     assert {p.zero_stage for p in plans if p.num_microbatches == 1} == {1, 2, 3}
     assert {p.zero_stage for p in plans if p.num_microbatches > 1} == {1, 2, 3}
 
@@ -111,6 +291,7 @@ def test_zero_stages_tried():
     ("search.pinned", {"pinned": {"tensor": 2}}, "unknown knob"),
     ("search.num_gpus", {"num_gpus": 0}, "must be >= 1"),
     ("search.gbs", {"gbs": 0}, "must be >= 1"),
+    ("search.extent", {"extent": "huge"}, "must be one of"),
 ])
 def test_bad_space_names_the_field(field, kw, msg):
     scn = load_scenario("llama3-8b-h100-8")

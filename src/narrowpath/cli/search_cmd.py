@@ -7,6 +7,7 @@ the pins exclude it). Built from `--model/--system` alone, the flags are the use
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -16,30 +17,55 @@ from narrowpath.cli.serve_search import add_serve_search_args, run_serve_search
 from narrowpath.errors import SpecError
 from narrowpath.report.search_table import format_search, search_to_json
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
-from narrowpath.search.rank import usable_cpus
+from narrowpath.search.rank import MAX_PLANS, usable_cpus
+from narrowpath.search.space import EXTENTS
+from narrowpath.search.table import build_table
+from narrowpath.spec.plan import AXES, EP_DISPATCH
 
-_FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp"}
+_FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp", "bucket_bytes": "--bucket-mb",
+         "dp_overlap": "--dp-overlap/--no-dp-overlap", "tp_comm_overlap": "--tp-comm-overlap/--no-tp-comm-overlap",
+         "ep_overlap": "--ep-overlap/--no-ep-overlap"}
+_SEARCH_ONLY = ("etp", "ep_dispatch", "ep_overlap", "recompute_layers", "offload_layers", "bucket_bytes", "placement")
+"""Knobs only `search` has flags for (they pin the search; built from --model/--system they are your plan too)."""
 
 
 def register(sub) -> None:
     p = sub.add_parser("search", help="rank every consistent parallel plan of a scenario by the step model",
-                       description="Rank the parallel plans (tp, pp, vpp, cp, ep, dp, micro-batch, ZeRO stage, "
-                       "recompute, sequence parallelism) for the scenario's model, system, GPU count and global "
-                       "batch. A plan flag (e.g. --tp 8) pins that knob; the scenario's own plan is ranked too.")
+                       description="Rank the parallel plans (tp, pp, vpp, cp, ep, etp, dp, micro-batch, ZeRO stage, "
+                       "recompute incl. partial and activation offload, sequence parallelism, overlap switches, "
+                       "bucket size, CP exchange, expert dispatch, placement order) for the scenario's model, "
+                       "system, GPU count and global batch, priced in bulk with exactly predict's numbers. A plan "
+                       "flag (e.g. --tp 8) pins that knob; the scenario's own plan is ranked too.")
     add_scenario_args(p)
+    g = p.add_argument_group("search knobs (pin the search)")
+    g.add_argument("--space", dest="extent", choices=EXTENTS, default="full",
+                   help="full: every knob the model prices (default); basic: tp, pp, vpp <= 8, cp, ep, mbs, ZeRO, "
+                   "recompute and sp only, the rest kept from the scenario")
+    g.add_argument("--etp", type=int, help="expert tensor-parallel size (0 = tp)")
+    g.add_argument("--ep-dispatch", dest="ep_dispatch", choices=EP_DISPATCH, help="MoE dispatch")
+    g.add_argument("--ep-overlap", dest="ep_overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap the MoE all-to-all with another micro-batch's compute")
+    g.add_argument("--recompute-layers", dest="recompute_layers", type=int,
+                   help="with --recompute full: layers of each pipeline chunk recomputed (0 = all)")
+    g.add_argument("--offload-layers", dest="offload_layers", type=int,
+                   help="layers of each pipeline chunk whose activations are offloaded to host memory")
+    g.add_argument("--bucket-mb", dest="bucket_mb", type=float, help="gradient bucket size, MB")
+    g.add_argument("--placement", help="rank order of the parallel axes, fastest first, e.g. tp,cp,dp,pp")
     p.add_argument("--objective", choices=OBJECTIVES, default="time",
                    help="rank by step time (default), energy per step, or memory per GPU")
     p.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
     p.add_argument("--min-free-gb", dest="min_free_gb", type=float, default=0.0,
                    help="count a plan as fitting only if it leaves this much device memory free per GPU, GB "
                    "(default 0; the memory model already holds a runtime reserve)")
-    p.add_argument("--max-plans", dest="max_plans", type=int, default=200_000,
-                   help="refuse a space larger than this (default 200,000)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes pricing the plans, at most one per "
-                   "usable CPU (default: one per usable CPU)")
+    p.add_argument("--max-plans", dest="max_plans", type=int, default=MAX_PLANS,
+                   help=f"refuse a space larger than this (default {MAX_PLANS:.0e}; the space is counted without "
+                   "building its plans)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes laying out placements, computing "
+                   "energy ledgers or pricing a recurrent model's plans, at most one per usable CPU (default: one "
+                   "per usable CPU)")
     p.add_argument("--max-minutes", dest="max_minutes", type=float, default=10.0,
-                   help="refuse, before pricing, a space estimated to take longer than this (default 10; a few plans "
-                   "are timed first); a search over 10 s says so and prints progress on stderr")
+                   help="refuse a search whose placements or energy ledgers are estimated to take longer than this "
+                   "(default 10; a few are timed first); a search over 10 s says so and prints progress on stderr")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_serve_search_args(p)  # issue 13: `search --serve` (cli/serve_search.py)
     p.set_defaults(func=run)
@@ -49,12 +75,36 @@ def _flag(knob: str) -> str:
     return _FLAG.get(knob, f"--{knob}")
 
 
+def _placement(text: str) -> tuple[str, ...]:
+    """--placement tp,cp,dp,pp (fastest first); `ep` may be left out (it is not a layout axis: placement.py)."""
+    axes = tuple(a.strip() for a in text.split(",") if a.strip())
+    if "ep" not in axes and "dp" in axes:
+        axes = axes[:axes.index("dp")] + ("ep",) + axes[axes.index("dp"):]
+    if sorted(axes) != sorted(AXES):
+        raise SpecError("--placement", f"must order the axes {', '.join(a for a in AXES if a != 'ep')} (and "
+                        f"optionally ep), fastest first; got {text!r}")
+    return axes
+
+
 def _pins_and_base(args):
     """(pins, base scenario): the knob flags become pins; with a scenario they leave its own plan untouched."""
+    if getattr(args, "bucket_mb", None) is not None:
+        if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
+            raise SpecError("--bucket-mb", f"must be a finite number > 0, got {args.bucket_mb}")
+        args.bucket_bytes = args.bucket_mb * 1e6
+    if getattr(args, "placement", None) is not None and isinstance(args.placement, str):
+        args.placement = _placement(args.placement)
     pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
     from_scenario = getattr(args, "scenario", None) is not None or not (args.model or args.system)
     if not from_scenario:
-        return pinned, scenario_from_args(args)
+        base = scenario_from_args(args)
+        own = {k: v for k, v in pinned.items() if k in _SEARCH_ONLY}
+        if own:  # the search-only flags are the user's plan too
+            try:
+                base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **own))
+            except SpecError as exc:
+                raise SpecError(_flag(exc.field.removeprefix("plan.")), exc.detail) from None
+        return pinned, base
     plain = argparse.Namespace(**vars(args))
     for k in pinned:
         setattr(plain, k, None)
@@ -65,7 +115,7 @@ def _no_plan_error(space: SearchSpace) -> SpecError:
     """Why the space is empty: the pins that alone leave no consistent plan, or all of them together."""
     culprits = [k for k, v in space.pinned.items()
                 if next(candidate_plans(SearchSpace(space.model, space.system, space.num_gpus, space.gbs,
-                                                    space.base, {k: v})), None) is None]
+                                                    space.base, {k: v}, space.extent)), None) is None]
     names = culprits or list(space.pinned)
     what = ", ".join(f"{_flag(k)} {space.pinned[k]}" for k in names)
     return SpecError(_flag(names[0]) if len(names) == 1 else "search",
@@ -94,12 +144,13 @@ def run(args) -> int:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")
     pinned, base = _pins_and_base(args)
-    space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned)
-    if pinned and next(candidate_plans(space), None) is None:
+    space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned, args.extent)
+    table = build_table(space)
+    if pinned and len(table) == 0:
         raise _no_plan_error(space)
     result = search(base, space, objective=args.objective, top=args.top, max_plans=args.max_plans,
                     min_free_bytes=args.min_free_gb * 1e9, jobs=args.jobs, max_seconds=args.max_minutes * 60,
-                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+                    progress=lambda line: print(line, file=sys.stderr, flush=True), table=table)
     if not result.ranked:
         why = f"; first failure: {result.first_failure}" if result.first_failure else ""
         free = f" with {args.min_free_gb:g} GB free" if args.min_free_gb else ""

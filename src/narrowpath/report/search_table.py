@@ -8,47 +8,87 @@ from narrowpath.search.rank import Candidate, SearchResult
 _METRIC = {"time": "step time", "energy": "energy per step", "memory": "memory per rank"}
 
 
-def _row(rank: str, c: Candidate, band=None) -> list:
+def _activations(p) -> str:
+    """recompute none / selective / full; `full:N` for N layers of each chunk; `off:N` for N layers offloaded."""
+    out = p.recompute + (f":{p.recompute_layers}" if p.recompute_layers else "")
+    return out + (f"+off:{p.offload_layers}" if p.offload_layers else "")
+
+
+def _overlap(p) -> str:
+    on = [name for name, flag in (("dp", p.dp_overlap), ("tp", p.tp_comm_overlap), ("ep", p.ep_overlap)) if flag]
+    return "+".join(on) or "-"
+
+
+def _comm(p, moe: bool) -> str:
+    """Bucket (with dp overlap), CP exchange (with cp), expert dispatch (with ep)."""
+    parts = [f"{p.bucket_bytes / 1e6:g}MB"] if p.dp_overlap else []
+    if p.cp > 1:
+        parts.append(p.cp_comm)
+    if moe and p.ep > 1:
+        parts.append(p.ep_dispatch)
+    return " ".join(parts) or "-"
+
+
+def _order(p) -> str:
+    sizes = {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}
+    return "-".join(a for a in p.placement if a != "ep" and sizes[a] > 1) or "-"
+
+
+def _row(rank: str, c: Candidate, moe: bool, band=None) -> list:
     p = c.plan
     b, tied = band if band is not None else (None, False)
     span = "-" if b is None else f"{b.low_s:.3g}-{b.high_s:.3g}" + ("" if b.inside else " !")
-    return [rank + (" =" if tied and rank != "1" else ""), p.tp, p.pp, p.vpp, p.cp, p.dp, p.ep, p.mbs, p.zero_stage,
-            p.recompute, "on" if p.sequence_parallel else "off", round(c.step_time_s, 3), span, round(100 * c.mfu, 1),
-            round(c.memory_bytes / 1e9, 1), round(c.headroom_bytes / 1e9, 1),
-            "-" if c.energy_per_step_j is None else round(c.energy_per_step_j / 1e3, 1), round(c.tokens_per_s)]
+    expert = [p.ep, p.etp or p.tp] if moe else [p.ep]
+    return [rank + (" =" if tied and rank != "1" else ""), p.tp, p.pp, p.vpp, p.cp, p.dp, *expert, p.mbs,
+            p.zero_stage, _activations(p), "on" if p.sequence_parallel else "off", _overlap(p), _comm(p, moe),
+            _order(p), round(c.step_time_s, 3), span, round(100 * c.mfu, 1), round(c.memory_bytes / 1e9, 1),
+            round(c.headroom_bytes / 1e9, 1), "-" if c.energy_per_step_j is None else round(c.energy_per_step_j / 1e3, 1),
+            round(c.tokens_per_s)]
 
 
-HEADERS = ["rank", "tp", "pp", "vpp", "cp", "dp", "ep", "mbs", "zero", "recompute", "sp", "step (s)", "80% band (s)",
-           "MFU (%)", "mem (GB)", "free (GB)", "energy (kJ)", "tokens/s"]
+def headers(moe: bool) -> list[str]:
+    return ["rank", "tp", "pp", "vpp", "cp", "dp", "ep", *(["etp"] if moe else []), "mbs", "zero", "activations",
+            "sp", "overlap", "comm", "order", "step (s)", "80% band (s)", "MFU (%)", "mem (GB)", "free (GB)",
+            "energy (kJ)", "tokens/s"]
+
+
+HEADERS = headers(False)
 
 
 def format_search(r: SearchResult, top: int) -> str:
     scn = r.base
+    moe = scn.model.moe is not None
+    pruned = r.num_plans - r.num_priced
     lines = [f"narrowpath search — {scn.model.name} on {scn.num_gpus} x {scn.system.device.name} ({scn.system.name}), "
              f"global batch {scn.plan.gbs} sequences, best by {_METRIC[r.objective]}",
-             f"  {r.num_plans:,} consistent plans priced in {r.elapsed_s:.2f} s "
-             f"({r.num_plans / max(r.elapsed_s, 1e-9):,.0f} plans/s); {r.num_fit:,} fit in "
+             f"  {r.num_plans:,} consistent plans ({r.extent} space) in {r.elapsed_s:.2f} s: {r.num_priced:,} priced in "
+             f"full, {pruned:,} bounded out (their lower bound is above what could rank); {r.num_fit:,} fit in "
              f"{r.ranked[0].capacity_bytes / 1e9 if r.ranked else 0:.1f} GB per GPU"
              + (f" with {r.min_free_bytes / 1e9:g} GB free" if r.min_free_bytes else "")
              + (f"; {r.num_failed:,} could not be placed (first: {r.first_failure})" if r.num_failed else ""), ""]
     bands = shown_bands(r, top)
-    rows = [_row(str(i + 1), c, bands.get(id(c))) for i, c in enumerate(r.ranked[:top])]
+    rows = [_row(str(i + 1), c, moe, bands.get(id(c))) for i, c in enumerate(r.ranked[:top])]
     b = r.baseline
     if b is not None:
-        label = "yours" if r.baseline_rank is None else f"yours ({r.baseline_rank})"
-        rows.append(_row(label if r.baseline_in_space else f"{label}*", b, bands.get(id(b))))
-    lines.append(table(HEADERS, rows))
+        label = "yours" if r.baseline_rank is None else f"yours ({r.baseline_rank:,})"
+        rows.append(_row(label if r.baseline_in_space else f"{label}*", b, moe, bands.get(id(b))))
+    lines.append(table(headers(moe), rows))
     tied = sum(1 for c in r.ranked[1:top] if bands.get(id(c), (None, False))[1])
     outside = [bd.reason for bd, _ in bands.values() if not bd.inside]
     lines.append(f"  = : statistically tied with the best (their 80 % error bands overlap; {tied} of the shown plans)")
     if outside:
         lines.append(f"  ! : outside the validated regimes — {outside[0]}")
+    lines.append("  activations: recompute[:layers per chunk][+off:layers offloaded]; overlap: dp (gradient sync), "
+                 "tp (TP comm), ep (MoE all-to-all); comm: bucket, CP exchange, MoE dispatch; order: placement, "
+                 "fastest axis first")
     lines.append("")
     lines += _baseline_lines(r)
     if r.pinned:
         lines.append("  pinned: " + ", ".join(f"{k}={v}" for k, v in r.pinned))
-    lines.append("  kept from the scenario: precision, attention kernel, CP exchange, overlap switches, placement order; "
-                 "plans that differ only by an equally costed recompute are shown once (the lightest)")
+    kept = "precision, attention kernel, MoE routing" if r.extent == "full" else \
+        "precision, attention kernel, CP exchange, overlap switches, bucket size, placement order"
+    lines.append(f"  kept from the scenario: {kept}; plans that differ only by an equally costed recompute are shown "
+                 "once (the lightest)")
     return "\n".join(lines)
 
 
@@ -71,18 +111,21 @@ def _baseline_lines(r: SearchResult) -> list[str]:
     scale, unit, nd = _UNIT[r.objective]
     attr = {"time": "step_time_s", "energy": "energy_per_step_j", "memory": "memory_bytes"}[r.objective]
     vb, vo = getattr(best, attr), getattr(b, attr)
-    ties = sum(1 for c in r.ranked if r.versus_baseline(c) == 0 and c.plan != b.plan)
+    ties = r.baseline_ties
     tie = f" (tied with {ties:,} other plan{'s' if ties > 1 else ''})" if ties else ""
-    return [f"  the scenario's own plan{where} ranks {r.baseline_rank}{tie} of the {len(r.ranked):,} distinct plans "
+    return [f"  the scenario's own plan{where} ranks {r.baseline_rank:,}{tie} of the {r.num_ranked:,} distinct plans "
             f"that fit, by {_METRIC[r.objective]}: best {vb * scale:,.{nd}f} {unit} vs yours {vo * scale:,.{nd}f} "
             f"{unit} ({100 * (1 - vb / vo):+.1f} % saved)"]
 
 
 def candidate_to_json(c: Candidate, band=None) -> dict:
     p = c.plan
-    out = {"plan": {"tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "dp": p.dp, "ep": p.ep, "mbs": p.mbs,
-                    "gbs": p.gbs, "zero_stage": p.zero_stage, "recompute": p.recompute,
-                    "sequence_parallel": p.sequence_parallel},
+    out = {"plan": {"tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "dp": p.dp, "ep": p.ep, "etp": p.etp,
+                    "mbs": p.mbs, "gbs": p.gbs, "zero_stage": p.zero_stage, "recompute": p.recompute,
+                    "recompute_layers": p.recompute_layers, "offload_layers": p.offload_layers,
+                    "sequence_parallel": p.sequence_parallel, "dp_overlap": p.dp_overlap,
+                    "bucket_bytes": p.bucket_bytes, "tp_comm_overlap": p.tp_comm_overlap, "cp_comm": p.cp_comm,
+                    "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch, "placement": list(p.placement)},
            "step_time_s": c.step_time_s, "mfu": c.mfu, "tokens_per_s": c.tokens_per_s,
            "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "headroom_bytes": c.headroom_bytes,
            "fits": c.fits, "energy_per_step_j": c.energy_per_step_j}
@@ -94,16 +137,22 @@ def candidate_to_json(c: Candidate, band=None) -> dict:
 
 
 def search_to_json(r: SearchResult, top: int) -> dict:
-    """The search as JSON: `best` holds the first `top` ranked plans; `num_ranked` counts the distinct plans that fit
-    (what `baseline_rank` ranks against); `fits` of a plan is against capacity alone, `min_free_bytes` is the
-    headroom a ranked plan had to leave. Each shown plan carries its error `band`, `validated` and whether it is
-    `tied_with_best` (bands overlap)."""
+    """The search as JSON: `best` holds the first `top` ranked plans; `num_candidates` (= `num_plans`) is the whole
+    space before pruning, `num_priced` the plans priced in full (the rest were bounded out), `seconds` (=
+    `elapsed_s`) the search's wall time; `num_ranked` counts the distinct plans that fit (what `baseline_rank` ranks
+    against); `fits` of a plan is against capacity alone, `min_free_bytes` is the headroom a ranked plan had to
+    leave. Each shown plan carries its error `band`, `validated` and whether it is `tied_with_best` (bands
+    overlap)."""
     bands = shown_bands(r, top)
     return {"scenario": r.base.name, "model": r.base.model.name, "system": r.base.system.name,
-            "num_gpus": r.base.num_gpus, "gbs": r.base.plan.gbs, "objective": r.objective,
-            "pinned": dict(r.pinned), "min_free_bytes": r.min_free_bytes,
-            "num_plans": r.num_plans, "num_fit": r.num_fit, "num_ranked": len(r.ranked),
+            "num_gpus": r.base.num_gpus, "gbs": r.base.plan.gbs, "objective": r.objective, "space": r.extent,
+            "pinned": {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.pinned},
+            "min_free_bytes": r.min_free_bytes,
+            "num_plans": r.num_plans, "num_candidates": r.num_candidates, "num_priced": r.num_priced,
+            "num_fit": r.num_fit, "num_ranked": r.num_ranked,
             "num_failed": r.num_failed, "first_failure": r.first_failure, "elapsed_s": r.elapsed_s,
+            "seconds": r.elapsed_s,
             "best": [candidate_to_json(c, bands.get(id(c))) for c in r.ranked[:top]],
             "baseline": None if r.baseline is None else candidate_to_json(r.baseline, bands.get(id(r.baseline))),
-            "baseline_in_space": r.baseline_in_space, "baseline_rank": r.baseline_rank}
+            "baseline_in_space": r.baseline_in_space, "baseline_rank": r.baseline_rank,
+            "baseline_ties": r.baseline_ties}

@@ -85,6 +85,16 @@ def _reprice_near(eng: Engine, idx, T, thresholds) -> None:
                 T[k] = c.step_time_s
 
 
+def _reprice_tied(eng: Engine, idx, T, value: float) -> None:
+    """Plans whose bulk time lies within the tie tolerance of the base plan's get predict's own time: a plan that
+    costs exactly what the base plan costs (ZeRO-1 and ZeRO-2 at one micro-batch) shows the same number."""
+    pick = np.flatnonzero((np.abs(T - value) <= TIE_REL * abs(value)) & (idx != (eng.t.base_row or -1)))
+    if pick.size:
+        for k, c in zip(pick, eng.exact_candidates(idx[pick], energy=False)):
+            if c is not None:
+                T[k] = c.step_time_s
+
+
 def _head(eng: Engine, idx, T, M, limit: float, objective: str, top: int, primary: np.ndarray) -> list[Candidate]:
     """The ranked head: plans with primary metric ≤ limit, ordered, equivalents dropped, the first `top` priced
     again with predict (and with their energy)."""
@@ -129,6 +139,7 @@ def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int):
     limit = kth_distinct(T, top)
     if baseline is not None:
         _reprice_near(eng, idx, T, (Tb * (1 - TIE_REL), Tb * (1 + TIE_REL)))
+        _reprice_tied(eng, idx, T, Tb)
         d = _distinct(eng, idx, T, M)
         better = int((d & (T < Tb - TIE_REL * abs(Tb))).sum())
         ties = int((d & (np.abs(T - Tb) <= TIE_REL * abs(Tb))).sum())

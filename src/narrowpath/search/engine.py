@@ -237,8 +237,8 @@ class Engine:
         wl_flop, tokens, peak, n = self._flop_per_step()
         out = []
         for i, t, m in zip(idx, times, mems):
-            out.append(Candidate(self.t.plan(int(i)), float(t), wl_flop / (t * n * peak), tokens / t, float(m),
-                                 self.cap, None))
+            out.append(Candidate(self.t.plan(int(i)), float(t), float(wl_flop / (t * n * peak)), float(tokens / t),
+                                 float(m), self.cap, None))
         return out
 
     def _flop_per_step(self):

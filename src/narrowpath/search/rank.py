@@ -136,14 +136,15 @@ class _Progress(Progress):
 def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: int = 10,
            calibration: Calibration | None = None, max_plans: int = MAX_PLANS,
            min_free_bytes: float = 0.0, jobs: int = 1, max_seconds: float | None = None,
-           progress: Callable[[str], None] | None = None) -> SearchResult:
+           progress: Callable[[str], None] | None = None, table=None) -> SearchResult:
     """Rank the plans of `space` for `base`'s model and system (base supplies the mode, name and calibration).
 
     A plan counts as fitting when it leaves at least `min_free_bytes` of device memory free per GPU. `jobs` > 1
     lets worker processes (at most one per usable CPU) lay out placements, compute energy ledgers or price a
     recurrent model's plans (the result is the same: the ranking is a total order). A search estimated to take
     longer than `max_seconds` (None: no limit) is refused before the long part; `progress` receives the
-    announcement of a long search and a line every few seconds."""
+    announcement of a long search and a line every few seconds. `table` is the space's search.table.PlanTable when
+    the caller has built it already."""
     key = sort_key(objective)
     if base.mode != "training":
         raise NarrowpathError(f"mode: {base.mode!r} is not modelled yet; search ranks training plans only")
@@ -153,9 +154,9 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
         raise NarrowpathError(f"jobs: must be >= 1, got {jobs}")
     t0 = time.perf_counter()
     jobs = min(jobs, usable_cpus())  # more workers than CPUs only add processes (~100+ MB each) and memory
-    table = build_table(space)
+    table = build_table(space) if table is None else table
     if len(table) > max_plans:
-        raise NarrowpathError(f"search: {len(table):,} plans in the space, more than {max_plans:,}; pin some knobs "
+        raise NarrowpathError(f"search: more than {max_plans:,} plans in the space ({len(table):,}); pin some knobs "
                               "(e.g. --tp, --pp, --recompute) or raise --max-plans")
     if space.model.arch != "transformer":
         from narrowpath.search.one_by_one import search_each
