@@ -15,7 +15,7 @@ SMALL = ["--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--gbs",
 def test_table_lists_best_plans_and_the_own_plan(capsys):
     assert main(["search", *SMALL, "--top", "3"]) == 0
     out = capsys.readouterr().out
-    assert "narrowpath search" in out and "plans priced" in out and "rank" in out
+    assert "narrowpath search" in out and "priced in full" in out and "rank" in out
     body = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit() and "plans" not in ln]
     assert len(body) == 3
 
@@ -57,7 +57,10 @@ def test_pin_keeps_the_scenarios_gpu_count_and_own_plan(capsys):
 def test_json_is_complete(capsys):
     assert main(["search", *SMALL, "--top", "2", "--json", "--min-free-gb", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert {"gbs", "pinned", "min_free_bytes", "num_ranked", "baseline_in_space", "baseline_rank"} <= set(data)
+    assert {"gbs", "pinned", "min_free_bytes", "num_ranked", "baseline_in_space", "baseline_rank", "num_candidates",
+            "num_priced", "seconds", "num_plans", "num_fit", "num_failed", "first_failure", "elapsed_s", "best",
+            "baseline"} <= set(data)
+    assert data["num_candidates"] == data["num_plans"] >= data["num_priced"] >= 1 and data["seconds"] > 0
     assert data["gbs"] == 32 and data["min_free_bytes"] == 1e9
     assert data["num_fit"] >= data["num_ranked"] >= len(data["best"])
     assert all(b["headroom_bytes"] >= 1e9 for b in data["best"])

@@ -22,13 +22,10 @@ from typing import Any
 
 from narrowpath.errors import NarrowpathError
 from narrowpath.search.grid import Cell
-from narrowpath.search.rank import describe_plan, search
+from narrowpath.search.rank import MAX_PLANS, describe_plan, search
 from narrowpath.search.space import KNOBS, SearchSpace, candidate_plans
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
-
-MAX_PLANS = 200_000
-"""The search's own default bound on a cell's space (`narrowpath search --max-plans`)."""
 ROW_FIELDS = ("key", "system", "model", "num_gpus", "gbs", "objective", "fits", "reason", "plan", "plan_text",
               "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_s_per_w", "energy_per_step_j",
               "memory_per_gpu_bytes", "mfu", "num_plans", "num_fit", "search_s")
@@ -41,6 +38,10 @@ def _row(cell: Cell, **values: Any) -> dict[str, Any]:
                gbs=cell.gbs, objective=cell.objective, fits=False, num_plans=0, num_fit=0)
     row.update(values)
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def _json(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     best = result.ranked[0]
     tokens_per_step = best.tokens_per_s * best.step_time_s
     energy = best.energy_per_step_j
-    return _row(cell, fits=True, plan={k: getattr(best.plan, k) for k in KNOBS + ("dp",)},
+    return _row(cell, fits=True, plan={k: _json(getattr(best.plan, k)) for k in KNOBS + ("dp",)},
                 plan_text=describe_plan(best.plan), step_time_s=best.step_time_s, tokens_per_s=best.tokens_per_s,
                 tokens_per_s_per_gpu=best.tokens_per_s / cell.num_gpus,
                 tokens_per_s_per_w=tokens_per_step / energy if energy else None, energy_per_step_j=energy,

@@ -86,10 +86,9 @@ def lay_out_all(eng, rows: np.ndarray, max_seconds: float | None, say, elapsed_s
     if not rest:
         return
     space = eng.space
-    left = None if max_seconds is None else max(0.0, max_seconds - elapsed_s)
     est = estimate_or_refuse(f"{len(eng.t):,} plans of {space.model.name} on {space.num_gpus:,} GPUs with "
-                             f"{len(todo):,} placements to lay out", len(rest), each, eng.jobs, left, say,
-                             "e.g. --tp, --pp, --cp")
+                             f"{len(todo):,} placements to lay out", len(rest), each, eng.jobs, max_seconds, say,
+                             "e.g. --tp, --pp, --cp, --placement", spent_s=elapsed_s)
     if est <= PARALLEL_ABOVE_S:
         return  # laid out as pricing reaches them
     jobs_args = [(key, P.layout_list[index(key, i)].scn) for key, i in rest]

@@ -210,13 +210,14 @@ def drop_equivalent(ranked: list[Candidate]) -> list[Candidate]:
 
 
 def estimate_or_refuse(what: str, count: int, each_s: float, jobs: int, max_seconds: float | None,
-                       say: Callable[[str], None] | None, hint: str) -> float:
-    """Refuse work estimated beyond `max_seconds`, announce it beyond ANNOUNCE_S; returns the estimate."""
+                       say: Callable[[str], None] | None, hint: str, spent_s: float = 0.0) -> float:
+    """Refuse work estimated (with the `spent_s` already spent) beyond `max_seconds`, announce it beyond ANNOUNCE_S;
+    returns the estimate of the work left."""
     est = each_s * count / max(1, jobs)
-    if max_seconds is not None and est > max_seconds:
-        raise NarrowpathError(f"search: {what} at about {each_s:.2g} s each would take about {human_duration(est)} "
-                              f"on {jobs} process(es), more than the {human_duration(max_seconds)} allowed; pin knobs "
-                              f"({hint}) or raise --max-minutes")
+    if max_seconds is not None and spent_s + est > max_seconds:
+        raise NarrowpathError(f"search: {what} at about {each_s:.2g} s each would take about "
+                              f"{human_duration(spent_s + est)} on {jobs} process(es), more than the "
+                              f"{human_duration(max_seconds)} allowed; pin knobs ({hint}) or raise --max-minutes")
     if say is not None and est > ANNOUNCE_S:
         say(f"search: {what} at about {each_s:.2g} s each: about {human_duration(est)} on {jobs} process(es) "
             "(progress every few seconds; Ctrl-C stops it)")
