@@ -130,7 +130,7 @@ def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int):
 
     def threshold(idx, t):
         return max(kth_distinct(t, top), Tb * (1 + 2 * TIE_REL)) * (1 + SAFE)
-    idx, T, _ = eng.visit(order, eng.bound[order], threshold)
+    idx, T, _ = eng.visit(order, eng.bound[order], threshold, eng.lower_rows, _progress(eng, order))
     M = eng.mem[eng.row_of(idx)]
     b = eng.t.base_row
     if baseline is not None and b is not None:
@@ -146,6 +146,14 @@ def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int):
         if better < RANK_HEAD:
             limit = max(limit, Tb * (1 + TIE_REL))
     return _head(eng, idx, T, M, limit, "time", top, T), better, ties
+
+
+def _progress(eng: Engine, order) -> Progress | None:
+    """Progress lines (plans visited) when the search has a sink for them."""
+    if eng.say is None:
+        return None
+    from narrowpath.search.rank import _Progress
+    return _Progress(int(eng.t.variants(order).sum()), eng.say, what="fitting plans (bounded or priced)")
 
 
 def _by_memory(eng: Engine, fit_rows, equivalent, baseline: Candidate | None, top: int):

@@ -126,12 +126,14 @@ class Engine:
             self.failures.append((i, f"{describe_plan(plan)}: {exc}"))
             return None
 
-    def visit(self, order: np.ndarray, key: np.ndarray, threshold: Callable[[np.ndarray, np.ndarray], float]
+    def visit(self, order: np.ndarray, key: np.ndarray, threshold: Callable[[np.ndarray, np.ndarray], float],
+              lower: Callable[[np.ndarray], np.ndarray] | None = None, progress=None
               ) -> tuple[np.ndarray, np.ndarray, float]:
         """Price the rows of `order` (sorted by `key`, a lower bound of the metric the threshold is on) a batch at a
-        time while key·(1 − SAFE) ≤ threshold(priced indices, priced times). Returns (plan index, time, final τ)."""
+        time while key·(1 − SAFE) ≤ threshold(priced indices, priced times); `lower(rows)`, a tighter lower bound
+        per row, skips rows it puts above the threshold. Returns (plan index, time, final τ)."""
         idx_parts, t_parts = [], []
-        pos, batch, tau = 0, 4096, np.inf
+        pos, batch, tau, pos_before = 0, 4096, np.inf, 0
         var = self.t.variants(order)
         cum = np.cumsum(var)
         while pos < order.size:
@@ -143,10 +145,16 @@ class Engine:
             end = max(end, pos + 1)
             stop = int(np.searchsorted(key, tau / (1 - SAFE), side="right"))
             end = min(end, max(stop, pos + 1))
-            i, t = self.price_rows(order[pos:end])
+            rows = order[pos:end]
+            if np.isfinite(tau) and lower is not None:  # a row whose every plan is bounded above τ is not priced
+                rows = rows[lower(rows) * (1 - SAFE) <= tau]
+            i, t = self.price_rows(rows)
             idx_parts.append(i)
             t_parts.append(t)
             pos, batch = end, min(batch * 2, 1 << 20)
+            if progress is not None:
+                progress.add(int(cum[end - 1] - (cum[pos_before - 1] if pos_before else 0)))
+            pos_before = pos
         if idx_parts and pos < order.size:
             tau = threshold(np.concatenate(idx_parts), np.concatenate(t_parts))
         elif pos >= order.size:
@@ -172,6 +180,13 @@ class Engine:
                 rc_rank[c["strat"]], np.array([x[1] for x in strat])[c["strat"]],
                 np.array([x[2] for x in strat])[c["strat"]], c["sp"], c["dpo"], np.asarray(t.buckets)[c["bucket"]],
                 c["tpo"], cpc_rank[c["cpc"]], c["epo"], disp_rank[c["disp"]], plc_rank[c["plc"]]]
+
+    def lower_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Lower bound of every plan of each row from its dominant variants (search.exact)."""
+        try:
+            return self.exact.lower_rows(self.prices(rows), np.arange(len(rows)))
+        except NarrowpathError:
+            return np.full(len(rows), -np.inf)  # price them, and find the failures there
 
     def twin_rows(self) -> np.ndarray:
         """Per structural row with selective recompute, the row that differs only in recompute none (else −1).

@@ -12,6 +12,13 @@ attention core hides min(t, ab, hb) and spends both (hb starts at the phase's ma
 budget hides min(total, budget)); with hb every transfer hides what it would without it until the running total
 reaches hb, and nothing after. So the phase hides H = min(hb, P + min(A, ab)) whatever the order, and the stage takes
 compute + transfers − (1 − slowdown)·H. This module uses that identity; tests/search hold it against predict.
+
+Dominance gives a tighter lower bound per structural row. Variants that share the placement, the cp exchange and
+the expert dispatch differ only in overlap switches and bucket size. Switching an overlap on moves a transfer from
+the exposed part into P, so H cannot shrink and no stage gets slower; the pipeline time only grows with the stage
+times. The step's data-parallel exposure is at least the bucketed formula's with an unlimited window and the class's
+smallest bucket (it grows as the window shrinks and as the bucket grows). So pricing the class's dominant variant
+(every switch on, smallest bucket) with an unlimited window bounds every variant of the class from below.
 """
 from __future__ import annotations
 
@@ -119,12 +126,15 @@ class Exact:
                 out[u, v] = P.layout(key, fields(int(rows[i]), int(J[j])))
         return out[ri[:, None], pi[None, :]]
 
-    def _group_times(self, sp: StructuralPrices, at: np.ndarray, b0: int) -> np.ndarray:
+    def _group_times(self, sp: StructuralPrices, at: np.ndarray, b0: int, lower: bool = False) -> np.ndarray:
         """Step times (rows, variants) of the structural rows sp.rows[at] (all of one group; b0 one of its
-        blocks)."""
+        blocks); with `lower`, (rows, dominant variants) lower bounds of every variant of their class (module
+        docstring)."""
         bulk, t = self.b, self.t
         rows = sp.rows[at]
         J = np.arange(t.comm_start[b0], t.comm_start[b0 + 1])
+        if lower:
+            J = J[self.dominant(J)]
         cb = t.cols["block"]
         # fields of row r's plan with the variant of comm index j (of block b0): the same index in r's own block
         fields = lambda r, j: lambda: t.fields_at(r, int(t.comm_start[cb[r]] + j - t.comm_start[b0]))  # noqa: E731
@@ -134,8 +144,44 @@ class Exact:
         sfirst, sv = unique_rows(cm["plc"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J], cm["dpo"][J])
         pipe, cs_fwd, cs_bwd = self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields)
         pipe, cs_fwd, cs_bwd = pipe[:, sv], cs_fwd[:, sv], cs_bwd[:, sv]
+        if lower:  # any window: the most a variant of the class can hide
+            cs_fwd = cs_bwd = np.full(cs_fwd.shape, np.inf)
         extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd)
         return pipe + extra + bulk.optimizer(sp)[at][:, None]
+
+    def dominant(self, J: np.ndarray) -> np.ndarray:
+        """Positions in J (a block's variants) of the dominant variant of each class: variants that share the
+        placement, cp exchange and expert dispatch form a class; its dominant one has every overlap switch on
+        that the class offers and, with dp overlap, the smallest bucket."""
+        cm = self.t.comm
+        bucket = np.asarray(self.t.buckets)[cm["bucket"][J]]
+        order = np.lexsort((bucket, -cm["epo"][J], -cm["tpo"][J], -cm["dpo"][J], cm["disp"][J], cm["cpc"][J],
+                            cm["plc"][J]))
+        cls = np.stack([cm["plc"][J], cm["cpc"][J], cm["disp"][J]], axis=1)[order]
+        first = np.ones(len(J), dtype=bool)
+        first[1:] = (np.diff(cls, axis=0) != 0).any(axis=1)
+        return np.sort(order[first])
+
+    def lower_rows(self, sp: StructuralPrices, at: np.ndarray) -> np.ndarray:
+        """A lower bound of the step time of every plan of each structural row sp.rows[at], from its dominant
+        variants only (module docstring)."""
+        at = np.asarray(at, dtype=np.int64)
+        t = self.t
+        out = np.full(at.size, np.inf)
+        pos = np.arange(at.size)
+        groups = self.group_of_block()[t.cols["block"][sp.rows[at]]]
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        for part in np.split(order, cuts):
+            if not part.size:
+                continue
+            b0 = int(t.cols["block"][sp.rows[at[part[0]]]])
+            C = int(t.comm_start[b0 + 1] - t.comm_start[b0])
+            step = max(1, _CELLS // max(1, C * self.b.Q))
+            for k in range(0, part.size, step):
+                sub = part[k:k + step]
+                out[pos[sub]] = self._group_times(sp, at[sub], b0, lower=True).min(axis=1)
+        return out
 
     def _stages(self, sp, at, rows, J, lay, fields):
         """(pipeline time, critical stage's forward and backward time per micro-batch), each (rows, variants J)."""
