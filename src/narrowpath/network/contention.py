@@ -21,7 +21,7 @@ import numpy as np
 
 from narrowpath.errors import SpecError
 from narrowpath.network.fabric import FabricSpec, FatTree, fabric_for
-from narrowpath.network.placement import all_groups
+from narrowpath.network.placement import all_groups, layout_plan
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.system import System
 
@@ -144,4 +144,4 @@ def concurrent_slowdown(plan: Plan, system: System, axis: str, *, pattern: str |
     fabric = fabric or fabric_for(system, plan.num_gpus)
     if fabric.num_gpus != plan.num_gpus:
         raise SpecError("contention.fabric", f"fabric has {fabric.num_gpus} GPUs, plan needs {plan.num_gpus}")
-    return _slowdown(plan, fabric, axis, pattern)
+    return _slowdown(layout_plan(plan), fabric, axis, pattern)

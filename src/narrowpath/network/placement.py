@@ -206,6 +206,22 @@ def _span_cached(plan: Plan, gpus_per_node: int, domain: int, axis: str) -> Grou
                      groups_per_node=max(1, int(node0.any(axis=1).sum())))
 
 
+_LAYOUTS: dict[tuple, Plan] = {}
+
+
+def layout_plan(plan: Plan) -> Plan:
+    """One plan per rank layout (tp, cp, dp, pp, ep, expert tp, placement order): the layout is all that the
+    groups, spans and contention read, so plans that share it share their cached results (a search prices
+    millions of plans on a few hundred layouts)."""
+    key = (plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.expert_tp, layout_order(plan))
+    hit = _LAYOUTS.get(key)
+    if hit is None:
+        if len(_LAYOUTS) > 4096:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = plan
+    return hit
+
+
 def group_span(plan: Plan, system: System, axis: str) -> GroupSpan:
     """Span of the group of `axis` that contains rank 0 (all groups of an axis have the same shape)."""
-    return _span_cached(plan, system.gpus_per_node, system.scale_up_domain, axis)
+    return _span_cached(layout_plan(plan), system.gpus_per_node, system.scale_up_domain, axis)

@@ -156,6 +156,8 @@ class Bulk:
         self.Q = max(len(s.mult) for s in self.shapes) if self.shapes else 1
         self.low = space.base.low_precision
         self.cal = parts.cal
+        self._coded_rows: np.ndarray | None = None
+        self._codes: dict = {}
 
     # ---- helpers ----------------------------------------------------------------------------------------------------
     def _fields(self, r: int) -> dict:
@@ -163,11 +165,27 @@ class Bulk:
         return self.t.fields_at(r, int(self.t.comm_start[self.t.cols["block"][r]]))
 
     def _per_unique(self, rows: np.ndarray, keycols: tuple, fn) -> np.ndarray:
-        """fn(key tuple, representative fields) for each distinct key among `rows`, spread back over the rows."""
-        cols = [self.cols[c][rows] if isinstance(c, str) else c for c in keycols]
-        first, inv = unique_rows(*cols)
-        vals = [fn(tuple(int(c[i]) for c in cols), lambda r=int(rows[i]): self._fields(r)) for i in first]
-        return np.asarray(vals)[inv]
+        """fn(key tuple, representative fields) for each distinct key among `rows`, spread back over the rows.
+        Named columns are coded once per `rows` (the structural pass asks for the same few many times)."""
+        if self._coded_rows is not rows:
+            self._coded_rows, self._codes = rows, {}
+        coded = []
+        for c in keycols:
+            if isinstance(c, str):
+                if c not in self._codes:
+                    u, inv = np.unique(self.cols[c][rows], return_inverse=True)
+                    self._codes[c] = (u, inv.reshape(-1))
+                coded.append(self._codes[c])
+            else:
+                u, inv = np.unique(c, return_inverse=True)
+                coded.append((u, inv.reshape(-1)))
+        key = np.zeros(len(rows), dtype=np.int64)
+        for u, inv in coded:
+            key = key * max(1, u.size) + inv
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        vals = [fn(tuple(int(u[code[i]]) for u, code in coded), lambda r=int(rows[i]): self._fields(r))
+                for i in first]
+        return np.asarray(vals)[inv.reshape(-1)]
 
     def _shape_arrays(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         Q, K = self.Q, self.K
@@ -201,16 +219,19 @@ class Bulk:
         LP = np.zeros((R, K))
         LE = np.zeros((R, K))
         SV = np.zeros((R, K))
+        zeros = np.zeros(R, dtype=np.int8)
         for k, kind in enumerate(P.kinds):
-            ids = self._per_unique(rows, ops_key, lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
+            # a dense layer reads neither ep nor etp: leave them out of its keys (more plans share its parts)
+            ex = ("ep", "etp") if kind[0] and self.model.moe is not None else (zeros, zeros)
+            ids = self._per_unique(rows, ops_key[:6] + ex, lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
             agg = np.asarray(P.agg)
             acc += sh["counts"][:, :, k, None, None] * agg[ids][:, None]
-            LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", (rc == 1).astype(np.int8), "ep", "etp"),
+            LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", (rc == 1).astype(np.int8)) + ex,
                                         lambda key, f, kind=kind: P.activations(key, f, kind))
-            pe = self._per_unique(rows, ("tp", "ep", "etp"),
+            pe = self._per_unique(rows, ("tp",) + ex,
                                   lambda key, f, kind=kind: P.layer_params(key, f, kind[0]))
             LP[:, k], LE[:, k] = pe[:, 0], pe[:, 1]
-            SV[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", "ep", "etp"),
+            SV[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp") + ex,
                                         lambda key, f, kind=kind: P.saved_bytes(key, f, kind))
         emb_key = ("tp", "cp", "mbs", "sp", (rc == 2).astype(np.int8), "ep", "etp")
         par_key = ("tp", "ep", "etp", (pp == 1).astype(np.int8))

@@ -100,6 +100,8 @@ class Engine:
     # ---- stage 2 -------------------------------------------------------------------------------------------------
     def price_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(plan index, step time) of every plan of the structural rows (bulk, predict where it fails)."""
+        if not len(rows):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
         sp = self.prices(rows)
         try:
             idx, t = self.exact.price_rows(sp, np.arange(len(rows)))
@@ -183,6 +185,8 @@ class Engine:
 
     def lower_rows(self, rows: np.ndarray) -> np.ndarray:
         """Lower bound of every plan of each row from its dominant variants (search.exact)."""
+        if not len(rows):
+            return np.zeros(0)
         try:
             return self.exact.lower_rows(self.prices(rows), np.arange(len(rows)))
         except NarrowpathError:
