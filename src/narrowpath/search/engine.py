@@ -184,9 +184,12 @@ class Engine:
                 c["tpo"], cpc_rank[c["cpc"]], c["epo"], disp_rank[c["disp"]], plc_rank[c["plc"]]]
 
     def lower_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Lower bound of every plan of each row from its dominant variants (search.exact)."""
+        """Lower bound of every plan of each row from its dominant variants (search.exact); -inf (price them)
+        where a row has few variants beyond its dominant ones, so that bounding costs about what pricing does."""
         if not len(rows):
             return np.zeros(0)
+        if self.t.variants(rows).sum() < 3 * self.exact.dominant_count(rows).sum():
+            return np.full(len(rows), -np.inf)
         try:
             return self.exact.lower_rows(self.prices(rows), np.arange(len(rows)))
         except NarrowpathError:

@@ -162,6 +162,15 @@ class Exact:
         first[1:] = (np.diff(cls, axis=0) != 0).any(axis=1)
         return np.sort(order[first])
 
+    def dominant_count(self, rows: np.ndarray) -> np.ndarray:
+        """Number of dominant variants (classes) of each structural row."""
+        if getattr(self, "_ndom", None) is None:
+            t = self.t
+            nb = t.comm_start.size - 1
+            self._ndom = np.array([self.dominant(np.arange(t.comm_start[b], t.comm_start[b + 1])).size
+                                   for b in range(nb)], dtype=np.int64)
+        return self._ndom[self.t.cols["block"][rows]]
+
     def lower_rows(self, sp: StructuralPrices, at: np.ndarray) -> np.ndarray:
         """A lower bound of the step time of every plan of each structural row sp.rows[at], from its dominant
         variants only (module docstring)."""
