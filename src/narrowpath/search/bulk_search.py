@@ -187,11 +187,13 @@ def _by_energy(eng: Engine, fit_rows, baseline: Candidate | None, top: int, max_
     Eb = baseline.energy_per_step_j if baseline is not None else -np.inf
     # time one ledger to estimate the work: every plan whose bound is under the base plan's energy is priced
     t_ledger = _time_ledger(eng, order)
+    count = int(t.variants(order[key <= Eb * (1 + SAFE)]).sum()) if baseline is not None else 0
     if baseline is not None:
-        count = int(t.variants(order[key <= Eb * (1 + SAFE)]).sum())
-        estimate_or_refuse(f"{count:,} energy ledgers of {eng.space.model.name} on {eng.space.num_gpus:,} GPUs",
-                           count, t_ledger, eng.jobs, max_seconds, say,
+        estimate_or_refuse(f"up to {count:,} energy ledgers of {eng.space.model.name} on {eng.space.num_gpus:,} "
+                           "GPUs", count, t_ledger, eng.jobs, max_seconds, say,
                            "e.g. --tp, --pp, --cp, --mbs, --recompute, --zero, or --space basic")
+    from narrowpath.search.rank import _Progress
+    progress = _Progress(max(count, 1), say, what="energy ledgers (at most)")
     found: list[Candidate] = []
     got_idx: list[int] = []
     pos, batch = 0, 2048
@@ -203,8 +205,7 @@ def _by_energy(eng: Engine, fit_rows, baseline: Candidate | None, top: int, max_
         lb = eng.energy_bound(eng.row_of(idx), T)
         pick = idx[lb * (1 - SAFE) <= tau]
         plans = [(int(i), t.plan(int(i))) for i in pick]
-        priced = price_all(eng.jobs, eng.base, eng.space, plans, eng.cal_arg, eng.min_free, True,
-                           Progress(len(plans), say))
+        priced = price_all(eng.jobs, eng.base, eng.space, plans, eng.cal_arg, eng.min_free, True, progress)
         eng.failures += priced.failures
         for i, c in priced.candidates:
             if c.headroom_bytes >= eng.min_free:
