@@ -1,83 +1,130 @@
-"""Speed and memory of `search` on the catalog scenarios, side by side with a bare loop of predict() over the
-same plans (the floor: what pricing alone costs). No issue sets a target yet; the figures go in docs/search.md.
+"""Speed and memory of `search` (issue 15 targets), measured side by side in one run:
 
-    python benchmarks/bench_search.py [--rounds N]
+    GPT-3 175B on 1,024 A100, the first search's 21,799-plan space (`--space basic`)   ≤ 1 s
+    the same scenario's full space (≥ 1 M plans)                                        ≤ 10 s
+    Llama-3 405B on 16,384 H100, full space                                             ≤ 10 s
+    predict, in-process                                                                  ≤ 2 ms
 
-Each round runs, interleaved, the bare loop, the search and the search with 2 worker processes on one scenario, so
-the load of a shared machine hits all alike; medians are reported with their ratios. Peak RSS of a search is
-measured in a fresh subprocess.
+beside what the first search cost: one `predict` per plan (a bare loop of predict over the same 21,799 plans, and
+that loop's rate applied to the full spaces). Every search runs in a fresh process (imports and the catalog
+loaded, then one small unrelated search to load the calibration profiles, then the timed search: nothing it prices
+is cached), `--rounds` times, interleaved with the bare loop; medians are reported, with the peak RSS of the
+searching process and the machine's load average.
+
+    python benchmarks/bench_search.py [--rounds N] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 
-from narrowpath.catalog import load_scenario
-from narrowpath.schedule import predict
-from narrowpath.search import SearchSpace, candidate_plans, search
+TARGETS = [("gpt3-175b-a100-1024", "basic", 1.0), ("gpt3-175b-a100-1024", "full", 10.0),
+           ("llama3-405b-h100-16k", "full", 10.0)]
 
-SCENARIOS = ["llama3-8b-h100-8", "gpt3-175b-a100-1024", "llama3-70b-h100-256"]
-
-_RSS = """
-import resource, sys
+_SEARCH = r"""
+import json, resource, sys, time
 from narrowpath.catalog import load_scenario
 from narrowpath.search import SearchSpace, search
-scn = load_scenario(sys.argv[1])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-search(scn, SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan))
-print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+name, extent = sys.argv[1], sys.argv[2]
+warm = load_scenario("llama3-8b-h100-8")
+search(warm, SearchSpace(warm.model, warm.system, 8, warm.plan.gbs, warm.plan, {"tp": 8, "cp": 1, "mbs": 1}))
+scn = load_scenario(name)
+space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, extent=extent)
+t0, c0 = time.perf_counter(), time.process_time()
+r = search(scn, space)
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"seconds": wall, "cpu_s": cpu, "num_candidates": r.num_candidates, "num_priced": r.num_priced,
+                  "num_fit": r.num_fit, "baseline_rank": r.baseline_rank, "best_s": r.ranked[0].step_time_s,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+_LOOP = r"""
+import dataclasses, json, sys, time
+from narrowpath.catalog import load_scenario
+from narrowpath.schedule import predict
+from narrowpath.search import SearchSpace, candidate_plans
+name, limit = sys.argv[1], int(sys.argv[2])
+scn = load_scenario(name)
+plans = list(candidate_plans(SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan,
+                                         extent="basic")))[:limit]
+predict(scn)
+t0 = time.perf_counter()
+for p in plans:
+    predict(dataclasses.replace(scn, plan=p))
+print(json.dumps({"seconds": time.perf_counter() - t0, "plans": len(plans)}))
+"""
+
+_PREDICT = r"""
+import json, statistics, sys, time
+from narrowpath.catalog import load_scenario
+from narrowpath.schedule import predict
+out = {}
+for name in sys.argv[1:]:
+    scn = load_scenario(name)
+    predict(scn)
+    times = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        predict(scn)
+        times.append(time.perf_counter() - t0)
+    out[name] = statistics.median(times)
+print(json.dumps(out))
 """
 
 
-def bare_loop_s(scn, space) -> float:
-    t0 = time.perf_counter()
-    for plan in candidate_plans(space):
-        predict(dataclasses.replace(scn, plan=plan))
-    return time.perf_counter() - t0
+def _run(code: str, *args: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--loop-plans", type=int, default=21_799, help="plans of the bare predict loop (all: 21,799)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    out = {}
-    for name in SCENARIOS:
-        scn = load_scenario(name)
-        space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan)
-        loops, searches, searches2, res = [], [], [], None
-        for _ in range(args.rounds):
-            loops.append(bare_loop_s(scn, space))
-            t0 = time.perf_counter()
-            res = search(scn, space)
-            searches.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            search(scn, space, jobs=2)
-            searches2.append(time.perf_counter() - t0)
-        rss = subprocess.run([sys.executable, "-c", _RSS, name], capture_output=True, text=True, check=True)
-        before_kib, after_kib = map(int, rss.stdout.split())
-        t_loop, t_search, t_two = statistics.median(loops), statistics.median(searches), statistics.median(searches2)
-        out[name] = {"plans": res.num_plans, "fit": res.num_fit, "search_s": t_search, "bare_loop_s": t_loop,
-                     "plans_per_s": res.num_plans / t_search, "ratio_search_to_loop": t_search / t_loop,
-                     "search_jobs2_s": t_two, "speedup_jobs2": t_search / t_two,
-                     "peak_rss_mib": after_kib / 1024, "rss_growth_mib": (after_kib - before_kib) / 1024,
-                     "baseline_rank": res.baseline_rank,
-                     "best_vs_baseline": (res.ranked[0].step_time_s / res.baseline.step_time_s
-                                          if res.baseline and res.baseline_rank else None)}
-        o = out[name]
-        print(f"{name:22s} {o['plans']:6,d} plans ({o['fit']:,} fit)  search {t_search:6.2f} s "
-              f"({o['plans_per_s']:,.0f} plans/s)  bare predict loop {t_loop:6.2f} s  ratio {o['ratio_search_to_loop']:.2f}"
-              f"  --jobs 2 {t_two:6.2f} s (x{o['speedup_jobs2']:.2f})"
-              f"  peak RSS {o['peak_rss_mib']:.0f} MiB (+{o['rss_growth_mib']:.0f} during the search)")
+    runs: dict[tuple, list[dict]] = {t[:2]: [] for t in TARGETS}
+    loops, predicts, loads = [], [], []
+    for _ in range(args.rounds):
+        loads.append(os.getloadavg()[0])
+        loops.append(_run(_LOOP, "gpt3-175b-a100-1024", str(args.loop_plans)))
+        for name, extent, _ in TARGETS:
+            runs[(name, extent)].append(_run(_SEARCH, name, extent))
+        predicts.append(_run(_PREDICT, "gpt3-175b-a100-1024", "llama3-405b-h100-16k", "llama3-70b-h100-256",
+                             "llama3-8b-h100-8"))
+    per_plan = statistics.median(r["seconds"] / r["plans"] for r in loops)
+    out: dict = {"load_average": loads, "predict_per_plan_s": per_plan, "searches": {}, "predict_in_process_s": {}}
+    print(f"load average {', '.join(f'{x:.1f}' for x in loads)}; bare predict loop over the first search's plans: "
+          f"{per_plan * 1e3:.2f} ms a plan ({1 / per_plan:,.0f} plans/s)")
+    ok = True
+    for name, extent, target in TARGETS:
+        rs = runs[(name, extent)]
+        wall = statistics.median(r["seconds"] for r in rs)
+        cpu = statistics.median(r["cpu_s"] for r in rs)
+        first = rs[0]
+        old = first["num_candidates"] * per_plan
+        ok &= wall <= target
+        out["searches"][f"{name}/{extent}"] = {"seconds": wall, "cpu_s": cpu, "target_s": target,
+                                               "first_search_estimate_s": old, **{k: first[k] for k in first
+                                                                                  if k not in ("seconds", "cpu_s")}}
+        print(f"{name:22s} {extent:5s} {first['num_candidates']:>11,} plans ({first['num_priced']:,} priced in full) "
+              f"search {wall:6.2f} s (cpu {cpu:5.2f} s) target <= {target:g} s {'OK  ' if wall <= target else 'MISS'}"
+              f" | one predict per plan: {old:,.0f} s (x{old / wall:,.0f}) | peak RSS "
+              f"{max(r['peak_rss_mib'] for r in rs):.0f} MiB")
+    for name in predicts[0]:
+        t = statistics.median(p[name] for p in predicts)
+        ok &= t <= 2e-3
+        out["predict_in_process_s"][name] = t
+        print(f"predict in-process {name:24s} median {t * 1e3:6.3f} ms  target <= 2 ms {'OK' if t <= 2e-3 else 'MISS'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -233,8 +233,10 @@ class Bulk:
             LP[:, k], LE[:, k] = pe[:, 0], pe[:, 1]
             SV[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp") + ex,
                                         lambda key, f, kind=kind: P.saved_bytes(key, f, kind))
-        emb_key = ("tp", "cp", "mbs", "sp", (rc == 2).astype(np.int8), "ep", "etp")
-        par_key = ("tp", "ep", "etp", (pp == 1).astype(np.int8))
+        # the ends read ep, etp and full recompute only through the multi-token-prediction modules
+        mtp = self.model.mtp_layers > 0
+        emb_key = ("tp", "cp", "mbs", "sp") + (((rc == 2).astype(np.int8), "ep", "etp") if mtp else (zeros,) * 3)
+        par_key = ("tp",) + (("ep", "etp") if mtp else (zeros, zeros)) + ((pp == 1).astype(np.int8),)
         emb_ops = np.zeros((R, Q, 3, NA))
         emb_par = np.zeros((R, Q, 2))
         for fl in ((True, True), (True, False), (False, True), (False, False)):

@@ -102,8 +102,8 @@ class Exact:
         vfirst, vi = unique_rows(*vk)
         out = np.zeros((len(rfirst), len(vfirst), 9))
         layouts, templates = P.layout_list, P.templates
-        rkeys = [tuple(int(k[i]) for k in rk) for i in rfirst]
-        vkeys = [tuple(int(k[j]) for k in vk) for j in vfirst]
+        rkeys = list(zip(*(np.asarray(k)[rfirst].tolist() for k in rk)))
+        vkeys = list(zip(*(np.asarray(k)[vfirst].tolist() for k in vk)))
         for u, i in enumerate(rfirst):
             for v, j in enumerate(vfirst):
                 tid = fn(rkeys[u] + vkeys[v], int(rows[i]), int(J[j]))
@@ -203,7 +203,12 @@ class Exact:
         dpo, tpo, cpc, epo, disp = cm["dpo"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J]
         moe = bulk.model.moe is not None
         zero_on = (zero == 3) | ((zero == 2) & (m > 1))
-        zr = [np.where(zero_on, zero, -1), np.where(zero_on, m, -1)]
+        # ZeRO traffic reads the stage, the micro-batches (ZeRO-2: (m − 1)/m of them), whether the dense and
+        # the expert parameters are synced (dp·cp > 1, expert dp > 1) and dp_overlap
+        tp_, etp_ = c["tp"][rows].astype(np.int64), c["etp"][rows].astype(np.int64)
+        edp = (tp_ * cp * c["dp"][rows] // (np.where(etp_ > 0, etp_, tp_) * ep)) > 1
+        zr = [np.where(zero_on, zero, -1), np.where(zero_on & (zero == 2), m, 0),
+              (cp * c["dp"][rows] > 1).astype(np.int8), edp.astype(np.int8)]
         # memo keys name what each part reads (search.parts); the grid key is (tp, cp, dp, pp, ep, etp, sp,
         # row keys..., placement, variant keys...)
 
@@ -212,8 +217,8 @@ class Exact:
             where = (dp_, pp_, plc_) if moe and disp_ == 1 and ep_ > 1 else ()  # dedup: the ep group's placement
             return (tp_, cp_, sp_, ep_, etp_, mbs_, rc_, tpo_, cpc_, epo_, disp_) + where
 
-        def zero_key(k):
-            return k[:6] + (k[7], k[8], k[10])  # tp, cp, dp, pp, ep, etp, zero, m, dp_overlap
+        def zero_key(k):  # tp, ep, etp, zero, ZeRO-2 micro-batches, dense synced, experts synced, dp_overlap
+            return (k[0], k[4], k[5], k[7], k[8], k[9], k[10], k[12])
         coef, W = [], []
         for k, kind in enumerate(P.kinds):
             w = self._grid(rows, J, [mbs, rc], [tpo, cpc, epo, disp], lay,

@@ -25,7 +25,7 @@ from narrowpath.catalog import calibration_for
 from narrowpath.cost.memory import layer_activation_bytes
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
-from narrowpath.schedule.step import _price
+from narrowpath.schedule.step import _price, _span
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import build as B
@@ -63,16 +63,26 @@ class Template:
 
 
 class Layout:
-    """One placement of the ranks: a representative scenario and the caches `schedule.step._price` fills."""
+    """One placement of the ranks: a representative scenario and the caches `schedule.step._price` fills.
 
-    __slots__ = ("scn", "spans", "cache", "cal", "sums")
+    Without contention (a fabric that is not oversubscribed) a transfer's cost is `collective_time` of its op and
+    size on its group's span, the same on every placement where the span is: those are shared (`shared`)."""
 
-    def __init__(self, scn: Scenario, cal: Calibration):
+    __slots__ = ("scn", "spans", "cache", "cal", "sums", "shared")
+
+    def __init__(self, scn: Scenario, cal: Calibration, shared: dict | None = None):
         self.scn, self.cal, self.spans, self.cache = scn, cal, {}, {}
         self.sums: dict[int, np.ndarray] = {}
+        self.shared = shared
 
     def time_s(self, tr) -> float:
-        return _price(tr, self.scn, self.cal, self.spans, self.cache).time_s
+        if self.shared is None or tr.axis == "host":
+            return _price(tr, self.scn, self.cal, self.spans, self.cache).time_s
+        key = (tr.op, tr.message_bytes, _span(self.scn, tr.axis, self.spans))
+        t = self.shared.get(key)
+        if t is None:
+            t = self.shared[key] = _price(tr, self.scn, self.cal, self.spans, self.cache).time_s
+        return t
 
     def phase_sums(self, tid: int, tm: "Template") -> np.ndarray:
         """(9,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
@@ -113,6 +123,8 @@ class Parts:
         self._tmpl_ids: dict = {}
         self.layouts: dict = {}
         self.layout_list: list[Layout] = []
+        out = base.system.tier("scale_out")
+        self._shared: dict | None = {} if out.oversubscription <= 1 else None
         self._memo: dict = {}
 
     # ---- plans and scenarios -------------------------------------------------------------------------------------
@@ -200,7 +212,8 @@ class Parts:
         i = self.layouts.get(key)
         if i is None:
             i = self.layouts[key] = len(self.layout_list)
-            self.layout_list.append(Layout(self.scenario(fields() if callable(fields) else fields), self.cal))
+            self.layout_list.append(Layout(self.scenario(fields() if callable(fields) else fields), self.cal,
+                                           self._shared))
         return i
 
     def layer_params(self, key, fields, moe: bool) -> tuple[float, float]:
