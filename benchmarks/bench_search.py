@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 TARGETS = [("gpt3-175b-a100-1024", "basic", 1.0), ("gpt3-175b-a100-1024", "full", 10.0),
            ("llama3-405b-h100-16k", "full", 10.0)]

@@ -12,7 +12,6 @@ from typing import Callable
 
 import numpy as np
 
-from narrowpath.errors import NarrowpathError
 from narrowpath.search.each import Candidate, Progress, price_all
 from narrowpath.search.engine import NEAR, RANK_HEAD, SAFE, Engine, kth_distinct
 from narrowpath.search.layouts import lay_out_all
@@ -234,5 +233,3 @@ def _time_ledger(eng: Engine, order) -> float:
     eng.exact_candidates(np.array([i]), energy=True)
     return time.perf_counter() - t0
 
-
-_ = NarrowpathError

@@ -15,8 +15,6 @@ executed FLOPs × the cheapest pJ/FLOP of the device) and prices them with predi
 """
 from __future__ import annotations
 
-import dataclasses
-import time
 from typing import Callable
 
 import numpy as np
@@ -25,7 +23,7 @@ from narrowpath.analysis.energy import pj_per_flop
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import predict
 from narrowpath.search.bulk import Bulk, StructuralPrices
-from narrowpath.search.each import Candidate, Priced, Progress, candidate, describe_plan, price_all, scenario_of
+from narrowpath.search.each import Candidate, Progress, describe_plan, price_all, scenario_of
 from narrowpath.search.exact import Exact
 from narrowpath.search.parts import Parts
 from narrowpath.search.table import PlanTable
@@ -319,8 +317,3 @@ def kth_distinct(times: np.ndarray, k: int) -> float:
     return float(u[k - 1]) if u.size >= k else np.inf
 
 
-def priced_summary(priced: Priced) -> tuple[list[Candidate], list[tuple[int, str]]]:
-    return [c for _, c in priced.candidates], priced.failures
-
-
-__all__ = ["Engine", "TIE_REL", "SAFE", "NEAR", "RANK_HEAD", "kth_distinct", "time", "dataclasses"]

@@ -118,7 +118,6 @@ class Parts:
         self.agg: list[np.ndarray] = []
         """Per interned op list: (3 phases, AGG) sums."""
         self._op_cost: dict = {}
-        self._scn: dict = {}
         self.templates: list[Template] = []
         self._tmpl_ids: dict = {}
         self.layouts: dict = {}

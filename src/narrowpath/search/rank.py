@@ -27,11 +27,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import numpy as np
-
 from narrowpath.errors import NarrowpathError
-from narrowpath.search.each import (Candidate, Priced, Progress, candidate, describe_plan, human_duration, merge,
-                                    price, price_all, scenario_of, usable_cpus, worker_init)
+from narrowpath.search.each import (Candidate, Progress, candidate, describe_plan, human_duration, scenario_of,
+                                    usable_cpus)
 from narrowpath.search.space import KNOBS, SearchSpace
 from narrowpath.search.table import build_table
 from narrowpath.spec.calibration import Calibration
@@ -55,7 +53,6 @@ MAX_PLANS = 10 ** 10
 
 __all__ = ["OBJECTIVES", "TIE_REL", "Candidate", "SearchResult", "describe_plan", "search", "sort_key",
            "human_duration", "usable_cpus"]
-_ = (worker_init, price, merge)  # re-exported for callers of the first search's internals
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,4 +221,3 @@ def estimate_or_refuse(what: str, count: int, each_s: float, jobs: int, max_seco
     return est
 
 
-_unused = (Priced, price_all, np)

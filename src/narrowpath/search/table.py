@@ -197,7 +197,7 @@ class _Builder:
         return self._ep_domains[key]
 
     def comm(self, tp: int, pp: int, cp: int, dp: int, ep: int, etp: int) -> list[tuple[int, ...]]:
-        v, b, pins = self.v, self.b, self.pins
+        v, pins = self.v, self.pins
         sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
         plcs, seen = [], set()
         for plc in v["placement"]:
@@ -231,7 +231,7 @@ class _Builder:
         return out
 
     def build(self) -> PlanTable:
-        v, pins, n, m = self.v, self.pins, self.n, self.m
+        v, pins, n = self.v, self.pins, self.n
         blocks = []
         for tp in v["tp"]:
             if n % tp:
