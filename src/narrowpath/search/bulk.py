@@ -70,6 +70,10 @@ class Shape:
     layers: np.ndarray
     seen: np.ndarray
     """(Q, K) kinds held by the stages up to the class's first stage."""
+    chunks: np.ndarray
+    """(Q, v) layers of each interleaved chunk."""
+    stage_class: np.ndarray
+    """(p,) class of every stage."""
 
 
 def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int) -> Shape:
@@ -77,22 +81,26 @@ def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int) -
     K = len(kinds)
     classes: dict[tuple, list] = {}
     seen = np.zeros(K, dtype=bool)
+    stage_class = []
     for i, rng in enumerate(ranges):
         counts = np.zeros(K)
         for r in rng:
             for li in r:
                 counts[kinds.index(kind_of[li])] += 1
         seen = seen | (counts > 0)
-        key = (tuple(counts), i == 0, i == pp - 1, tuple(seen))
+        key = (tuple(counts), i == 0, i == pp - 1, tuple(seen), tuple(len(r) for r in rng))
         if key not in classes:
-            classes[key] = [i, 0]
+            classes[key] = [i, 0, len(classes)]
         classes[key][1] += 1
+        stage_class.append(classes[key][2])
     keys = list(classes)
     return Shape(counts=np.array([k[0] for k in keys]).reshape(len(keys), K), first=np.array([k[1] for k in keys]),
                  last=np.array([k[2] for k in keys]), mult=np.array([classes[k][1] for k in keys], dtype=float),
                  minidx=np.array([classes[k][0] for k in keys]),
                  layers=np.array([sum(k[0]) for k in keys], dtype=float),
-                 seen=np.array([k[3] for k in keys]).reshape(len(keys), K))
+                 seen=np.array([k[3] for k in keys]).reshape(len(keys), K),
+                 chunks=np.array([k[4] for k in keys], dtype=float).reshape(len(keys), vpp),
+                 stage_class=np.array(stage_class, dtype=np.int64))
 
 
 @dataclass(slots=True)
@@ -121,6 +129,10 @@ class StructuralPrices:
     expert_top: np.ndarray
     top_class: np.ndarray
     """Class of the stage with the most parameters (the one that syncs gradients and runs the optimizer)."""
+    edge: np.ndarray
+    """(R, Q) per-micro-batch time of the embedding's and output head's ops."""
+    shape: np.ndarray
+    """(R,) index of the row's pipeline shape in `Bulk.shapes`."""
     hw_flop: np.ndarray
     """Executed FLOPs per step over the whole job (predict's hardware_flop_per_step)."""
     optimizer_s: np.ndarray | None = None
@@ -264,10 +276,8 @@ class Bulk:
         # the bound: every stage at least its compute
         ctot = compute.sum(axis=2)
         m = self.m[rows].astype(float)
-        p, v = pp.astype(float), c["vpp"][rows].astype(float)
-        cmax = np.where(valid, ctot, -np.inf).max(axis=1)
-        cmean = (np.where(valid, ctot, 0.0) * sh["mult"]).sum(axis=1) / p
-        bound = m * cmax + np.where(pp > 1, (p - 1) * cmean / v, 0.0)
+        # every pipeline schedule keeps its busiest stage busy for all of that stage's work (schedule.pipeline)
+        bound = m * np.where(valid, ctot, -np.inf).max(axis=1)
         # parameters per class, the most loaded stage (first of the largest)
         params = np.zeros((R, Q))
         expert = np.zeros((R, Q))
@@ -285,7 +295,8 @@ class Bulk:
         hw_flop = (np.where(valid, acc[..., 5].sum(axis=2), 0.0) * sh["mult"]).sum(axis=1) * m * ranks
         return StructuralPrices(rows, mem, bound, compute, acc[..., 3], acc[..., 4], sh["counts"], sh["mult"],
                                 sh["minidx"], sh["first"], sh["last"], valid, f_rc, saved, f_off,
-                                params[idx, top], expert[idx, top], top, hw_flop)
+                                params[idx, top], expert[idx, top], top, edge=acc[..., 6].sum(axis=2),
+                                shape=self.shape_of[rows], hw_flop=hw_flop)
 
     def _per_class(self, rows, sh, fn) -> np.ndarray:
         """fn(stand-in plan, stage layers) per (row, class), once per distinct (strategy, vpp, layers)."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from narrowpath.schedule.step import host_copy_cost
 from narrowpath.search.bulk import Bulk, StructuralPrices, _first_max, unique_rows
+from narrowpath.search.pipeline_bulk import pipeline_times
 
 _CELLS = 400_000
 """Rows × classes × variants priced at once (bounds the arrays to a few tens of MB)."""
@@ -91,16 +92,16 @@ class Exact:
         return np.concatenate(idx_out), np.concatenate(t_out)
 
     # ---- one group ----------------------------------------------------------------------------------------------
-    def _grid(self, rows, J, row_keys, var_keys, lay, fn) -> np.ndarray:
-        """(I, C, 9) phase sums of the templates fn(key, row, variant) → template id on the plans' placements; the
-        key is the row's tp, cp, dp, pp, ep, etp, sp, then `row_keys`, then the variant's placement and
-        `var_keys`."""
+    def _grid(self, rows, J, row_keys, var_keys, lay, fn, value: str = "phase_sums", width: int = 9) -> np.ndarray:
+        """(I, C, width) `value` (a Layout method: the phase sums, or the longest overlapped pipeline message) of
+        the templates fn(key, row, variant) → template id on the plans' placements; the key is the row's tp, cp,
+        dp, pp, ep, etp, sp, then `row_keys`, then the variant's placement and `var_keys`."""
         P, c = self.p, self.b.cols
         rk = [c[k][rows] for k in _OUTER] + list(row_keys)
         vk = [self.t.comm["plc"][J]] + list(var_keys)
         rfirst, ri = unique_rows(*rk)
         vfirst, vi = unique_rows(*vk)
-        out = np.zeros((len(rfirst), len(vfirst), 9))
+        out = np.zeros((len(rfirst), len(vfirst), width))
         layouts, templates = P.layout_list, P.templates
         rkeys = list(zip(*(np.asarray(k)[rfirst].tolist() for k in rk)))
         vkeys = list(zip(*(np.asarray(k)[vfirst].tolist() for k in vk)))
@@ -109,7 +110,7 @@ class Exact:
                 tid = fn(rkeys[u] + vkeys[v], int(rows[i]), int(J[j]))
                 tm = templates[tid]
                 if tm.transfers:
-                    out[u, v] = layouts[int(lay[i, j])].phase_sums(tid, tm)
+                    out[u, v] = getattr(layouts[int(lay[i, j])], value)(tid, tm)
         return out[ri[:, None], vi[None, :]]
 
     def _layouts(self, rows, J, fields) -> np.ndarray:
@@ -142,7 +143,7 @@ class Exact:
         # the stage times do not depend on the bucket size: price each other combination once
         cm = t.comm
         sfirst, sv = unique_rows(cm["plc"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J], cm["dpo"][J])
-        pipe, cs_fwd, cs_bwd = self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields)
+        pipe, cs_fwd, cs_bwd = self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields, lower)
         pipe, cs_fwd, cs_bwd = pipe[:, sv], cs_fwd[:, sv], cs_bwd[:, sv]
         if lower:  # any window: the most a variant of the class can hide
             cs_fwd = cs_bwd = np.full(cs_fwd.shape, np.inf)
@@ -192,7 +193,7 @@ class Exact:
                 out[pos[sub]] = self._group_times(sp, at[sub], b0, lower=True).min(axis=1)
         return out
 
-    def _stages(self, sp, at, rows, J, lay, fields):
+    def _stages(self, sp, at, rows, J, lay, fields, lower: bool = False):
         """(pipeline time, critical stage's forward and backward time per micro-batch), each (rows, variants J)."""
         bulk, P, t = self.b, self.p, self.t
         c, cm = bulk.cols, t.comm
@@ -262,13 +263,43 @@ class Exact:
         T = fwd + bwd + (Z[..., 0:3].sum(axis=-1) - H)
         v_ok = valid[:, :, None]
         Tv = np.where(v_ok, T, -np.inf)
-        Tmax = Tv.max(axis=1)
-        p = pp.astype(float)[:, None]
-        Tmean = (np.where(v_ok, T, 0.0) * sp.mult[at][:, :, None]).sum(axis=1) / p
-        pipe = m.astype(float)[:, None] * Tmax + np.where(p > 1, (p - 1) * Tmean / vpp.astype(float)[:, None], 0.0)
+        # one overlapped pipeline message (interleaving): the fill and the drain wait for it at every chunk boundary
+        send = np.zeros((I, C))
+        inter = (pp > 1) & (vpp > 1)
+        if inter.any():
+            send[inter] = self._grid(rows[inter], J, [vpp[inter], mbs[inter]], [], lay[inter],
+                                     lambda key, r, j: P.pp_id((key[3], key[0], key[1], key[7], key[8]), fields(r, j),
+                                                               True, False), value="send_s", width=1)[..., 0]
+        if lower:  # every schedule keeps its busiest stage busy for all its work (schedule.pipeline)
+            fill = np.where(pp > 1, 2.0 * (pp * vpp - 1), 0.0)[:, None] * send
+            pipe = m.astype(float)[:, None] * Tv.max(axis=1) + fill
+        else:
+            pipe = self._pipeline(sp, at, T, fwd, m, send)
         crit = _first_max(Tv.transpose(0, 2, 1).reshape(I * C, Q), np.repeat(sp.minidx[at], C, axis=0)).reshape(I, C)
         ii, jj = np.meshgrid(np.arange(I), np.arange(C), indexing="ij")
         return pipe, fwd[ii, crit, jj], bwd[ii, crit, jj]
+
+    def _pipeline(self, sp, at, T, fwd, m, send) -> np.ndarray:
+        """(I, C) `schedule.pipeline.pipeline_time_s` of every plan: its stages' times (from their classes), forward
+        parts, chunk shares (schedule.step.chunk_shares) and overlapped message, shape by shape."""
+        I, Q, C = T.shape
+        out = np.zeros((I, C))
+        shape = sp.shape[at]
+        for g in np.unique(shape):
+            rows = np.flatnonzero(shape == g)
+            sh = self.b.shapes[int(g)]
+            sc = sh.stage_class
+            p, v = sc.size, sh.chunks.shape[1]
+            n = rows.size * C
+            Ts = T[rows][:, sc, :].transpose(0, 2, 1).reshape(n, p)
+            Fs = np.broadcast_to(fwd[rows][:, sc, :], (rows.size, p, C)).transpose(0, 2, 1).reshape(n, p)
+            shares = None
+            if v > 1:
+                edge = np.repeat(sp.edge[at][rows][:, sc], C, axis=0)
+                shares = chunk_shares(Ts, edge, sh.chunks[sc])
+            mm = np.repeat(m[rows], C)
+            out[rows] = pipeline_times(Ts, Fs, mm, v, shares, send[rows].reshape(n)).reshape(rows.size, C)
+        return out
 
     def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd) -> np.ndarray:
         """Exposed once-per-step communication (I, C): the gradient sync and ZeRO-1/2 gather, bucketed and overlapped
@@ -308,6 +339,24 @@ class Exact:
             exp = np.where(ov, bucketed_exposed(total, msg, bucket, window, slow), total)
             out += np.where(is_dp, exp, total)
         return out
+
+
+def chunk_shares(T: np.ndarray, edge: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+    """`schedule.step.chunk_shares` over plans: T, edge (n, p) stage times and their embedding/head part, chunks
+    (p, v) layers per chunk; equal shares (1/v) where the scalar function returns None (every stage's chunks
+    within 1e-9)."""
+    n, p = T.shape
+    layers = chunks.sum(axis=1)
+    per_layer = np.where(layers > 0, (T - edge) / np.where(layers > 0, layers, 1.0), 0.0)
+    times = chunks[None, :, :] * per_layer[:, :, None]
+    times[:, 0, 0] += edge[:, 0]
+    if p > 1:
+        times[:, p - 1, -1] += edge[:, p - 1]
+    v = chunks.shape[1]
+    shares = np.where(T[:, :, None] != 0, times / np.where(T == 0, 1.0, T)[:, :, None], 1.0 / v)
+    equal = ((shares.max(axis=2) - shares.min(axis=2)) <= 1e-9).all(axis=1)
+    shares[equal] = 1.0 / v
+    return shares
 
 
 def _unique_float(*cols) -> tuple[np.ndarray, np.ndarray]:

@@ -25,16 +25,17 @@ from narrowpath.catalog import calibration_for
 from narrowpath.cost.memory import layer_activation_bytes
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
-from narrowpath.schedule.step import _price, _span
+from narrowpath.schedule.step import EDGE_OPS, _price, _span
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import build as B
 from narrowpath.workload import transformer as T
 
 PHASES = ("fwd", "bwd", "recompute")
-AGG = ("comp", "host", "syncs", "gemm", "attn", "flop")
+AGG = ("comp", "host", "syncs", "gemm", "attn", "flop", "edge")
 """Per-phase sums of a list of ops, as predict accumulates them: GPU time, host issue time, host syncs, time of the
-non-vector (matrix and flash) ops, time of the attention core, FLOPs."""
+non-vector (matrix and flash) ops, time of the attention core, FLOPs, time of the embedding's and output head's
+ops (`schedule.step.EDGE_OPS`: they sit in a stage's first or last interleaved chunk)."""
 SLOT_NONE, SLOT_EXPOSED, SLOT_PHASE, SLOT_ATTENTION = 0, 1, 2, 3
 """How a transfer slot meets compute: padding, never hidden, hides behind its phase's matrix work, hides behind
 its phase's attention core only."""
@@ -83,6 +84,17 @@ class Layout:
         if t is None:
             t = self.shared[key] = _price(tr, self.scn, self.cal, self.spans, self.cache).time_s
         return t
+
+    def send_s(self, tid: int, tm: "Template") -> np.ndarray:
+        """(1,) the longest overlapped pipeline message of a template (what the pipeline's fill and drain wait for
+        at every chunk boundary: schedule.pipeline.fill_drain_latency_s)."""
+        k = ("send", tid)
+        v = self.sums.get(k)
+        if v is None:
+            v = np.array([max([self.time_s(tr) for tr in tm.transfers if tr.axis == "pp" and tr.overlappable],
+                              default=0.0)])
+            self.sums[k] = v
+        return v
 
     def phase_sums(self, tid: int, tm: "Template") -> np.ndarray:
         """(9,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
@@ -161,6 +173,8 @@ class Parts:
                 if attn:
                     a[ph, 4] += t
                 a[ph, 5] += op.flop * c
+                if op.name.split(".", 1)[0] in EDGE_OPS:
+                    a[ph, 6] += t
             i = self._interned[key] = len(self.agg)
             self.agg.append(a)
         return i

@@ -1,0 +1,109 @@
+"""`schedule.pipeline.pipeline_time_s` for many plans of one pipeline shape (p stages, v chunks) at once.
+
+The same branches as the scalar function, chosen per plan: Narayanan's form for equal stages (or an interleaved
+split Megatron refuses, or equal chunks), the 1F1B closed form for a cheap first and an expensive last stage around
+equal middle ones, and otherwise the schedule played (`search.replay`, the playback compiled once per program
+shape and replayed on arrays), 1F1B up to 4p micro-batches then at the busiest stage's pace, interleaved up to 3p
+micro-batches then extrapolated; plus the fill and drain latency of overlapped sends. tests/search/test_replay.py
+holds it to the scalar function on random stage times.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from narrowpath.schedule.pipeline import _REL_EQUAL
+from narrowpath.search.replay import compile_play, replay
+
+_P2P = {"F": 0.0, "B": 0.0}
+
+
+def _uniform(x: np.ndarray) -> np.ndarray:
+    """`schedule.pipeline._uniform` along the last axis."""
+    hi, lo = x.max(axis=-1), x.min(axis=-1)
+    return hi - lo <= _REL_EQUAL * np.maximum(np.abs(hi), 1e-300)
+
+
+def _seq_sum(x: np.ndarray) -> np.ndarray:
+    """Sum along the last axis left to right (as Python's sum)."""
+    out = np.zeros(x.shape[:-1])
+    for k in range(x.shape[-1]):
+        out = out + x[..., k]
+    return out
+
+
+def one_f_one_b(F: np.ndarray, B: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """`schedule.pipeline.one_f_one_b_time_s` over plans (rows of F, B)."""
+    n, p = F.shape
+    total_f = _seq_sum(F)
+    best = np.zeros(n)
+    f_before = np.zeros(n)
+    b_before = np.zeros(n)
+    b_after = _seq_sum(B)
+    mf = m.astype(float)
+    for b in range(p):
+        b_after = b_after - B[:, b]
+        w = np.minimum(p - b - 1, m)
+        ahead = np.minimum(w + 1, m).astype(float)
+        reach = np.maximum(total_f + b_after, f_before + ahead * F[:, b])
+        rest = mf * B[:, b] + (mf - ahead) * F[:, b]
+        best = np.maximum(best, reach + rest + b_before)
+        f_before = f_before + F[:, b]
+        b_before = b_before + B[:, b]
+    return best
+
+
+def _played(schedule: str, F: np.ndarray, B: np.ndarray, m: int, mode: str) -> np.ndarray:
+    """`schedule.pipeline.played_time_s` over plans: F, B (n, p, v) per-chunk pass times."""
+    n, p, v = F.shape
+    pass_s = {}
+    for i in range(p):
+        for c in range(v):
+            pass_s[(i, "F", c)] = F[:, i, c]
+            pass_s[(i, "BW", c)] = B[:, i, c]
+    return replay(compile_play(schedule, p, v, m, mode), pass_s, _P2P, n).max(axis=0)
+
+
+def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: np.ndarray | None,
+                   send: np.ndarray) -> np.ndarray:
+    """Pipeline time of n plans of one shape: T, F (n, p) stage times and their forward parts, m (n,) micro-batches,
+    shares (n, p, v) chunk shares (None: equal), send (n,) one overlapped message's time."""
+    n, p = T.shape
+    m = np.asarray(m, dtype=np.int64)
+    tmax = T.max(axis=1)
+    mf = m.astype(float)
+    if p == 1:
+        return mf * tmax
+    out = np.full(n, np.nan)
+    equal_chunks = np.ones(n, dtype=bool) if shares is None else _uniform(shares).all(axis=1)
+    narayanan = (_uniform(T) & equal_chunks) | ((v > 1) & (m % p != 0))
+    if v > 1:
+        narayanan |= equal_chunks
+    out[narayanan] = mf[narayanan] * tmax[narayanan] + (p - 1) * (_seq_sum(T[narayanan]) / p) / v
+    rest = np.flatnonzero(~narayanan)
+    if rest.size and v == 1:
+        Tr, Fr = T[rest], F[rest]
+        Br = Tr - Fr
+        mid = Tr[:, 1:-1] if p > 2 else Tr[:, :1]
+        closed = _uniform(mid) & (Tr[:, 0] <= mid[:, 0]) & (mid[:, 0] <= Tr[:, -1])
+        k = rest[closed]
+        out[k] = one_f_one_b(Fr[closed], Br[closed], m[k])
+        k = rest[~closed]
+        played = np.minimum(m[k], 4 * p)
+        for pl in np.unique(played):
+            s = k[played == pl]
+            t = _played("1f1b", F[s][:, :, None], (T[s] - F[s])[:, :, None], int(pl), "rendezvous")
+            out[s] = t + (m[s] - pl) * tmax[s]
+    elif rest.size:
+        Fc = F[rest][:, :, None] * shares[rest]
+        Bc = (T[rest] - F[rest])[:, :, None] * shares[rest]
+        mr = m[rest]
+        small = mr <= 3 * p
+        for mm in np.unique(mr[small]):
+            s = np.flatnonzero(small & (mr == mm))
+            out[rest[s]] = _played("interleaved", Fc[s], Bc[s], int(mm), "async")
+        s = np.flatnonzero(~small)
+        if s.size:
+            t2 = _played("interleaved", Fc[s], Bc[s], 2 * p, "async")
+            t3 = _played("interleaved", Fc[s], Bc[s], 3 * p, "async")
+            out[rest[s]] = t3 + (mr[s] // p - 3) * (t3 - t2)
+    return out + 2.0 * (p * v - 1) * send
