@@ -12,9 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from narrowpath.schedule.pipeline import _REL_EQUAL
-from narrowpath.search.replay import compile_play, replay
-
-_P2P = {"F": 0.0, "B": 0.0}
+from narrowpath.search.replay import graph_1f1b, graph_interleaved, makespan
 
 
 def _uniform(x: np.ndarray) -> np.ndarray:
@@ -53,14 +51,11 @@ def one_f_one_b(F: np.ndarray, B: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def _played(schedule: str, F: np.ndarray, B: np.ndarray, m: int, mode: str) -> np.ndarray:
-    """`schedule.pipeline.played_time_s` over plans: F, B (n, p, v) per-chunk pass times."""
+    """`schedule.pipeline.played_time_s` over plans: F, B (n, p, v) per-chunk pass times (1F1B rendezvous or
+    interleaved async, the two the step model plays)."""
     n, p, v = F.shape
-    pass_s = {}
-    for i in range(p):
-        for c in range(v):
-            pass_s[(i, "F", c)] = F[:, i, c]
-            pass_s[(i, "BW", c)] = B[:, i, c]
-    return replay(compile_play(schedule, p, v, m, mode), pass_s, _P2P, n).max(axis=0)
+    graph = graph_1f1b(p, m) if schedule == "1f1b" else graph_interleaved(p, v, m)
+    return makespan(graph, np.stack([F, B], axis=2))
 
 
 def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: np.ndarray | None,

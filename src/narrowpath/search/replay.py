@@ -1,101 +1,190 @@
-"""A pipeline program played for many plans at once: `schedule.sim.playback.play` compiled into a fixed list of
-steps, then replayed on numpy arrays (one entry per plan).
+"""The two pipeline programs the step model plays (`schedule.pipeline.played_time_s`), evaluated for many plans at
+once as max-plus dataflow graphs on numpy arrays.
 
-Which message a stage waits for, and in what order stages run, depend on the program only, never on the pass
-times: `play` is a dataflow over max and +. So one run of its algorithm on placeholder times fixes the order of
-its primitive steps (a stage runs a pass, posts a message, a message ends, a stage waits for a message), and
-replaying those steps with arrays of pass times gives `play`'s clocks for every plan. tests/search/test_replay.py
-holds the replay to `play` on random times for every schedule shape the search uses.
+`schedule.sim.playback.play` runs a stage's passes between batched exchanges (with overlapped sends every pass is
+its own group). A group starts when its exchange ends and its end is the sum
+of its passes' times after that. A message's post time is its sender's clock when it reaches the exchange after the
+group that produced it, or its receiver's clock when it reaches the exchange before the group that consumes it.
+- 1F1B, rendezvous (NCCL): a message moves once both ends have posted it, and both ends wait for it, so an
+  exchange ends at the latest of its stage's clock, the posts of the receivers of what it sends, and the posts of
+  the senders of what it receives.
+- interleaved, async (Megatron-Core overlap_p2p_comm): a sender does not wait, so an exchange ends at the latest of
+  its stage's clock and the posts of the senders of what it receives.
+Messages take no time (the stage times already hold them). Each group's end is then max(its dependencies) + its
+passes' time: a graph whose nodes are groups, built here from the programs' closed-form order (`schedule.sim.
+programs`), levelled once per program shape and evaluated level by level over all plans. tests/search/
+test_replay.py holds it to `play` on random times.
 """
 from __future__ import annotations
 
-from collections import deque
 from functools import lru_cache
 
 import numpy as np
 
 from narrowpath.errors import SimulationError
-from narrowpath.schedule.sim.programs import Exchange, build_programs
 
-PASS, POST, END, WAIT = 0, 1, 2, 3
+_CELLS = 4_000_000
+"""Nodes × plans evaluated at once."""
+
+
+class Graph:
+    """Groups of passes as nodes: dependencies (nodes, 3) (−1: none), the passes of each node (nodes, 2) as
+    indexes into the (stage, kind, chunk) duration table (−1: none), evaluation levels, and each stage's final
+    node and final dependencies."""
+
+    __slots__ = ("deps", "passes", "levels", "final", "p", "v")
+
+    def __init__(self, deps, passes, final, p, v):
+        self.deps, self.passes, self.final, self.p, self.v = deps, passes, final, p, v
+        self.levels = _levels(deps)
+
+
+def _levels(deps: np.ndarray) -> list[np.ndarray]:
+    """Nodes grouped by topological level (Kahn's algorithm, a level at a time over numpy arrays)."""
+    n = len(deps)
+    src = np.repeat(np.arange(n), deps.shape[1])
+    dst = deps.reshape(-1)
+    keep = dst >= 0
+    src, dst = src[keep], dst[keep]  # edge dst -> src (src depends on dst)
+    indeg = np.bincount(src, minlength=n)
+    order = np.argsort(dst, kind="stable")
+    succ = src[order]
+    start = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))])
+    level = np.flatnonzero(indeg == 0)
+    out = []
+    while level.size:
+        out.append(level)
+        counts = start[level + 1] - start[level]
+        if not counts.sum():
+            break
+        offs = np.repeat(start[level] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + \
+            np.arange(counts.sum())
+        nxt = succ[offs]
+        np.subtract.at(indeg, nxt, 1)
+        cand = np.unique(nxt)
+        level = cand[indeg[cand] == 0]
+    if sum(len(x) for x in out) != n:
+        raise SimulationError("pipeline program deadlocks")
+    return out
+
+
+def _table_index(p: int, v: int, stage: np.ndarray, kind: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+    """Index of (stage, kind: 0 F / 1 BW, chunk) in a (p, 2, v) duration table."""
+    return (stage * 2 + kind) * v + chunk
+
+
+def _pos_f(j, w):
+    """Position of forward j in a stage's pass sequence (w warm-up forwards, then forward/backward pairs)."""
+    return np.where(j < w, j, w + 2 * (j - w))
+
+
+def _pos_b(j, w, total):
+    """Position of backward j (pairs after the warm-up forwards, then the remaining backwards)."""
+    return np.where(j < total - w, w + 2 * j + 1, total + j)
+
+
+def _sequence(p: int, total: int, warm: np.ndarray):
+    """(stage, position, is forward, index in its kind's order) of every pass of p stages running `total`
+    forwards and `total` backwards: warm[i] forwards, then pairs, then backwards (both programs' shape)."""
+    stage = np.repeat(np.arange(p), 2 * total)
+    k = np.tile(np.arange(2 * total), p)
+    w = warm[stage]
+    steady = (k >= w) & (k < 2 * total - w)
+    is_f = (k < w) | (steady & ((k - w) % 2 == 0))
+    idx = np.where(is_f, np.where(k < w, k, w + (k - w) // 2), np.where(steady, (k - w) // 2, k - total))
+    return stage, k, is_f, idx
 
 
 @lru_cache(maxsize=256)
-def compile_play(schedule: str, p: int, v: int, m: int, mode: str) -> tuple:
-    """(steps, pass keys): the primitive steps of playing `build_programs(schedule, p, v, m, mode == "async")`
-    in `mode`, in an order valid for any pass times (module docstring). A step is (PASS, stage, pass key index),
-    (POST, stage, post slot), (END, message slot, send post slot, receive post slot or −1) or (WAIT, stage,
-    message slot); pass keys are (stage, kind, chunk)."""
-    programs = build_programs(schedule, p, v, m, mode == "async")
-    eager = mode != "rendezvous"
-    sides = (True,) if eager else (True, False)
-    pcs = [0] * p
-    posted: dict = {}
-    ended: dict = {}
-    wake: dict = {}
-    keys: dict = {}
-    steps: list[tuple] = []
-    ready = deque(range(p))
-    slot = lambda d, k: d.setdefault(k, len(d))  # noqa: E731
-    while ready:
-        i = ready.popleft()
-        items = programs[i].items
-        pc = pcs[i]
-        while pc < len(items):
-            it = items[pc]
-            if isinstance(it, Exchange):
-                missing = None
-                for key in it.messages:
-                    if key not in posted:
-                        posted[key] = len(posted)
-                        steps.append((POST, i, posted[key]))
-                        waiter = wake.pop(key, None)
-                        if waiter is not None:
-                            ready.append(waiter)
-                for mid, _ in it.messages:
-                    if mid not in ended:
-                        for side in sides:
-                            if (mid, side) not in posted:
-                                missing = (mid, side)
-                if missing is not None:
-                    wake[missing] = i
-                    break
-                for key in it.messages:
-                    mid = key[0]
-                    if mid not in ended:
-                        ended[mid] = len(ended)
-                        steps.append((END, ended[mid], posted[(mid, True)],
-                                      -1 if eager else posted[(mid, False)], mid[0]))
-                    if mode == "async" and key[1]:
-                        continue  # the send runs beside the next pass
-                    steps.append((WAIT, i, ended[mid]))
-            else:
-                steps.append((PASS, i, slot(keys, (i, it.kind, it.chunk))))
-            pc += 1
-        pcs[i] = pc
-    if any(pcs[i] < len(programs[i].items) for i in range(p)):
-        raise SimulationError("pipeline program deadlocks")
-    return tuple(steps), tuple(keys), len(posted), len(ended)
+def graph_1f1b(p: int, m: int) -> Graph:
+    """1F1B (rendezvous), one node per pass: stage i runs w = min(p − i − 1, m) warm-up forwards, then forward and
+    backward alternately, then the remaining backwards (schedule.sim.programs.order_1f1b)."""
+    warm = np.minimum(p - np.arange(p) - 1, m)
+    stage, k, is_f, mb = _sequence(p, m, warm)
+    node = stage * 2 * m + k
+
+    def at(i, pos):
+        ok = (i >= 0) & (i < p) & (pos >= 0)
+        return np.where(ok, np.clip(i, 0, p - 1) * 2 * m + pos, -1)
+
+    def pos(i, f, j):
+        ii = np.clip(i, 0, p - 1)
+        return np.where(f, _pos_f(j, warm[ii]), _pos_b(j, warm[ii], m))
+
+    prev = np.where(k > 0, node - 1, -1)
+    # the pass's input, posted by its sender after the pass that produced it (previous stage's forward, next
+    # stage's backward)
+    s_stage = np.where(is_f, stage - 1, stage + 1)
+    src = at(s_stage, pos(s_stage, is_f, mb))
+    # the previous pass's output, posted by its receiver before the pass that consumes it
+    p_is_f, p_mb = np.roll(is_f, 1), np.roll(mb, 1)
+    r_stage = np.where(p_is_f, stage + 1, stage - 1)
+    rcv = np.where(k > 0, at(r_stage, pos(r_stage, p_is_f, p_mb) - 1), -1)
+    deps = np.stack([prev, src, rcv], axis=1)
+    passes = np.stack([_table_index(p, 1, stage, np.where(is_f, 0, 1), np.zeros_like(stage)),
+                       np.full(stage.size, -1)], axis=1)
+    # the final exchange sends the last backward's output: its receiver's post before its own last pass
+    i = np.arange(p)
+    final = np.stack([i * 2 * m + 2 * m - 1, at(i - 1, pos(i - 1, np.zeros(p, dtype=bool), np.full(p, m - 1)) - 1)],
+                     axis=1)
+    return Graph(deps, passes, final, p, 1)
 
 
-def replay(compiled: tuple, pass_s: dict, p2p_s: dict, n: int) -> np.ndarray:
-    """Every stage's clock after its program, (p, n): `pass_s[(stage, kind, chunk)]` arrays (n,) of seconds,
-    `p2p_s[kind]` the message time per kind (scalars)."""
-    steps, keys, n_posts, n_ends = compiled
-    p = 1 + max(k[0] for k in keys)
-    dur = [np.asarray(pass_s[k], dtype=float) for k in keys]
-    clock = [np.zeros(n) for _ in range(p)]
-    posts: list = [None] * n_posts
-    ends: list = [None] * n_ends
-    for st in steps:
-        kind = st[0]
-        if kind == PASS:
-            clock[st[1]] = clock[st[1]] + dur[st[2]]
-        elif kind == POST:
-            posts[st[2]] = clock[st[1]]
-        elif kind == END:
-            s0 = posts[st[2]] if st[3] < 0 else np.maximum(posts[st[2]], posts[st[3]])
-            ends[st[1]] = s0 + p2p_s[st[4]] if p2p_s[st[4]] else s0
-        else:
-            clock[st[1]] = np.maximum(clock[st[1]], ends[st[2]])
-    return np.stack(clock)
+@lru_cache(maxsize=256)
+def graph_interleaved(p: int, v: int, m: int) -> Graph:
+    """Interleaved 1F1B with overlapped sends (async; every pass its own group), one node per pass: virtual
+    micro-batches in `schedule_table` order (micro-batches in groups of p per chunk), warm-up forwards
+    2(p − i − 1) + (v − 1)·p, then forward/backward pairs, backwards in reverse chunk order
+    (schedule.sim.programs.order_interleaved)."""
+    total = m * v
+    t = np.arange(total)
+    block = t // (p * v)
+    inner = t - block * p * v
+    chunk, mbs = inner // p, block * p + inner % p  # forward t: (chunk, micro-batch)
+    table = np.zeros((v, m), dtype=np.int64)
+    table[chunk, mbs] = t
+    warm = np.minimum((p - np.arange(p) - 1) * 2 + (v - 1) * p, total)
+    stage, k, is_f, idx = _sequence(p, total, warm)
+    node = stage * 2 * total + k
+    c = np.where(is_f, chunk[idx], v - 1 - chunk[idx])
+    mb = mbs[idx]
+    prev = np.where(k > 0, node - 1, -1)
+    # a forward (c, mb) comes from the previous stage's forward (c, mb) (stage 0: the last stage's chunk c − 1);
+    # a backward from the next stage's backward (c, mb) (the last stage: stage 0's chunk c + 1)
+    s_stage = np.where(is_f, np.where(stage > 0, stage - 1, p - 1), np.where(stage < p - 1, stage + 1, 0))
+    s_chunk = np.where(is_f, np.where(stage > 0, c, c - 1), np.where(stage < p - 1, c, c + 1))
+    ok = (s_chunk >= 0) & (s_chunk < v) & (p > 1)
+    sc = np.clip(s_chunk, 0, v - 1)
+    s_idx = np.where(is_f, table[sc, mb], table[v - 1 - sc, mb])
+    s_pos = np.where(is_f, _pos_f(s_idx, warm[s_stage]), _pos_b(s_idx, warm[s_stage], total))
+    src = np.where(ok, s_stage * 2 * total + s_pos, -1)
+    deps = np.stack([prev, src, np.full(stage.size, -1)], axis=1)
+    passes = np.stack([_table_index(p, v, stage, np.where(is_f, 0, 1), c), np.full(stage.size, -1)], axis=1)
+    i = np.arange(p)
+    final = np.stack([i * 2 * total + 2 * total - 1, np.full(p, -1)], axis=1)
+    return Graph(deps, passes, final, p, v)
+
+
+def makespan(graph: Graph, durations: np.ndarray) -> np.ndarray:
+    """The latest stage clock, (n,), for durations (n, p, 2, v) (kind 0 forward, 1 backward)."""
+    n = durations.shape[0]
+    flat = durations.reshape(n, -1)
+    nodes = len(graph.deps)
+    out = np.zeros(n)
+    step = max(1, _CELLS // max(1, nodes))
+    for a in range(0, n, step):
+        d = flat[a:a + step].T  # (table, n')
+        k = d.shape[1]
+        dur = np.zeros((nodes, k))
+        for col in range(2):
+            idx = graph.passes[:, col]
+            has = idx >= 0
+            dur[has] += d[idx[has]]
+        clock = np.zeros((nodes + 1, k))  # row `nodes`: no dependency (time 0)
+        deps = np.where(graph.deps >= 0, graph.deps, nodes)
+        for lv in graph.levels:
+            dd = deps[lv]
+            clock[lv] = np.maximum(np.maximum(clock[dd[:, 0]], clock[dd[:, 1]]), clock[dd[:, 2]]) + dur[lv]
+        fin = np.where(graph.final >= 0, graph.final, nodes)
+        out[a:a + step] = np.maximum(clock[fin[:, 0]], clock[fin[:, 1]]).max(axis=0)
+    return out
