@@ -23,7 +23,7 @@ import numpy as np
 
 from narrowpath.errors import SimulationError
 
-_CELLS = 4_000_000
+_CELLS = 8_000_000
 """Nodes × plans evaluated at once."""
 
 
@@ -32,11 +32,17 @@ class Graph:
     indexes into the (stage, kind, chunk) duration table (−1: none), evaluation levels, and each stage's final
     node and final dependencies."""
 
-    __slots__ = ("deps", "passes", "levels", "final", "p", "v")
+    __slots__ = ("deps", "passes", "levels", "final", "p", "v", "steps")
 
     def __init__(self, deps, passes, final, p, v):
         self.deps, self.passes, self.final, self.p, self.v = deps, passes, final, p, v
         self.levels = _levels(deps)
+        # per level: its nodes, their passes, and the dependency columns some node of the level has
+        self.steps = []
+        for lv in self.levels:
+            cols = [deps[lv, j] for j in range(deps.shape[1]) if (deps[lv, j] >= 0).any()]
+            pas = [passes[lv, j] for j in range(passes.shape[1]) if (passes[lv, j] >= 0).any()]
+            self.steps.append((lv, cols, pas))
 
 
 def _levels(deps: np.ndarray) -> list[np.ndarray]:
@@ -172,19 +178,16 @@ def makespan(graph: Graph, durations: np.ndarray) -> np.ndarray:
     nodes = len(graph.deps)
     out = np.zeros(n)
     step = max(1, _CELLS // max(1, nodes))
+    fin = np.where(graph.final >= 0, graph.final, nodes)
     for a in range(0, n, step):
-        d = flat[a:a + step].T  # (table, n')
-        k = d.shape[1]
-        dur = np.zeros((nodes, k))
-        for col in range(2):
-            idx = graph.passes[:, col]
-            has = idx >= 0
-            dur[has] += d[idx[has]]
-        clock = np.zeros((nodes + 1, k))  # row `nodes`: no dependency (time 0)
-        deps = np.where(graph.deps >= 0, graph.deps, nodes)
-        for lv in graph.levels:
-            dd = deps[lv]
-            clock[lv] = np.maximum(np.maximum(clock[dd[:, 0]], clock[dd[:, 1]]), clock[dd[:, 2]]) + dur[lv]
-        fin = np.where(graph.final >= 0, graph.final, nodes)
+        d = np.concatenate([flat[a:a + step].T, np.zeros((1, min(step, n - a)))])  # row −1: no pass
+        clock = np.zeros((nodes + 1, d.shape[1]))  # row `nodes`: no dependency (time 0)
+        for lv, cols, pas in graph.steps:
+            x = clock[np.where(cols[0] >= 0, cols[0], nodes)] if cols else np.zeros((lv.size, d.shape[1]))
+            for c in cols[1:]:
+                np.maximum(x, clock[np.where(c >= 0, c, nodes)], out=x)
+            for q in pas:
+                x += d[q]
+            clock[lv] = x
         out[a:a + step] = np.maximum(clock[fin[:, 0]], clock[fin[:, 1]]).max(axis=0)
     return out
