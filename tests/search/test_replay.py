@@ -10,7 +10,7 @@ import pytest
 from narrowpath.schedule.pipeline import pipeline_time_s
 from narrowpath.schedule.sim.playback import play
 from narrowpath.schedule.sim.programs import build_programs
-from narrowpath.search.pipeline_bulk import pipeline_times
+from narrowpath.search.pipeline_bulk import fill_bound, pipeline_times
 from narrowpath.search.replay import graph_1f1b, graph_interleaved, makespan
 
 
@@ -70,4 +70,6 @@ def test_bulk_pipeline_is_the_scalar_one(p, v, kind):
                                chunk_weights=None if shares is None else shares[j].tolist(),
                                overlapped_send_s=float(send[j]))
         assert got[j] == pytest.approx(want, rel=1e-12), (j, m[j])
-        assert got[j] >= m[j] * T[j].max() * (1 - 1e-12)  # the bound the search prunes with
+        assert got[j] >= m[j] * T[j].max() * (1 - 1e-12)  # the bounds the search prunes with
+        if v == 1:
+            assert got[j] >= fill_bound(T[j:j + 1], F[j:j + 1], m[j:j + 1])[0] * (1 - 1e-12)

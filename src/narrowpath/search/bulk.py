@@ -24,6 +24,7 @@ import numpy as np
 
 from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_microbatches
 from narrowpath.search.parts import AGG, Parts
+from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.table import PlanTable
 from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, recompute_fraction,
                                        stage_layer_ranges, weight_bytes_per_param)
@@ -276,8 +277,16 @@ class Bulk:
         # the bound: every stage at least its compute
         ctot = compute.sum(axis=2)
         m = self.m[rows].astype(float)
-        # every pipeline schedule keeps its busiest stage busy for all of that stage's work (schedule.pipeline)
+        # every pipeline schedule keeps its busiest stage busy for all of that stage's work (schedule.pipeline);
+        # with one chunk per stage the first micro-batch's way in and the last one's way out add to it
         bound = m * np.where(valid, ctot, -np.inf).max(axis=1)
+        shape = self.shape_of[rows]
+        for g in np.unique(shape):
+            shp = self.shapes[int(g)]
+            if shp.chunks.shape[1] == 1 and shp.stage_class.size > 1:
+                at = np.flatnonzero(shape == g)
+                sc = shp.stage_class
+                bound[at] = np.maximum(bound[at], fill_bound(ctot[at][:, sc], compute[at][:, sc, 0], m[at]))
         # parameters per class, the most loaded stage (first of the largest)
         params = np.zeros((R, Q))
         expert = np.zeros((R, Q))

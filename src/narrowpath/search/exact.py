@@ -26,7 +26,7 @@ import numpy as np
 
 from narrowpath.schedule.step import host_copy_cost
 from narrowpath.search.bulk import Bulk, StructuralPrices, _first_max, unique_rows
-from narrowpath.search.pipeline_bulk import pipeline_times
+from narrowpath.search.pipeline_bulk import fill_bound, pipeline_times
 
 _CELLS = 400_000
 """Rows × classes × variants priced at once (bounds the arrays to a few tens of MB)."""
@@ -273,11 +273,29 @@ class Exact:
         if lower:  # every schedule keeps its busiest stage busy for all its work (schedule.pipeline)
             fill = np.where(pp > 1, 2.0 * (pp * vpp - 1), 0.0)[:, None] * send
             pipe = m.astype(float)[:, None] * Tv.max(axis=1) + fill
+            pipe = np.maximum(pipe, self._fill_bound(sp, at, T, fwd, m) + fill)
         else:
             pipe = self._pipeline(sp, at, T, fwd, m, send)
         crit = _first_max(Tv.transpose(0, 2, 1).reshape(I * C, Q), np.repeat(sp.minidx[at], C, axis=0)).reshape(I, C)
         ii, jj = np.meshgrid(np.arange(I), np.arange(C), indexing="ij")
         return pipe, fwd[ii, crit, jj], bwd[ii, crit, jj]
+
+    def _fill_bound(self, sp, at, T, fwd, m) -> np.ndarray:
+        """(I, C) search.pipeline_bulk.fill_bound of one-chunk pipelines (0 for interleaved ones)."""
+        I, Q, C = T.shape
+        out = np.zeros((I, C))
+        shape = sp.shape[at]
+        for g in np.unique(shape):
+            sh = self.b.shapes[int(g)]
+            sc = sh.stage_class
+            if sh.chunks.shape[1] > 1 or sc.size == 1:
+                continue
+            rows = np.flatnonzero(shape == g)
+            p, n = sc.size, rows.size * C
+            Ts = T[rows][:, sc, :].transpose(0, 2, 1).reshape(n, p)
+            Fs = np.broadcast_to(fwd[rows][:, sc, :], (rows.size, p, C)).transpose(0, 2, 1).reshape(n, p)
+            out[rows] = fill_bound(Ts, Fs, np.repeat(m[rows], C)).reshape(rows.size, C)
+        return out
 
     def _pipeline(self, sp, at, T, fwd, m, send) -> np.ndarray:
         """(I, C) `schedule.pipeline.pipeline_time_s` of every plan: its stages' times (from their classes), forward

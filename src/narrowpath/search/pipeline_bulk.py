@@ -58,6 +58,23 @@ def _played(schedule: str, F: np.ndarray, B: np.ndarray, m: int, mode: str) -> n
     return makespan(graph, np.stack([F, B], axis=2))
 
 
+def fill_bound(T: np.ndarray, F: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """A lower bound of a one-chunk pipeline's time whatever its schedule: for every stage b, micro-batch 0's forward
+    must reach b through the stages before it, b then runs all its m passes one after another, and its last
+    backward's gradient must return through the stages before it: max_b Σ_{i<b} F_i + m·T_b + Σ_{i<b} B_i
+    (Narayanan's form and the closed form meet it with equal stages; a played schedule cannot beat it)."""
+    n, p = T.shape
+    best = np.zeros(n)
+    f_before = np.zeros(n)
+    b_before = np.zeros(n)
+    mf = np.asarray(m, dtype=float)
+    for b in range(p):
+        best = np.maximum(best, f_before + mf * T[:, b] + b_before)
+        f_before = f_before + F[:, b]
+        b_before = b_before + (T[:, b] - F[:, b])
+    return best
+
+
 def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: np.ndarray | None,
                    send: np.ndarray) -> np.ndarray:
     """Pipeline time of n plans of one shape: T, F (n, p) stage times and their forward parts, m (n,) micro-batches,
