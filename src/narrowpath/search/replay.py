@@ -38,11 +38,16 @@ class Graph:
         self.deps, self.passes, self.final, self.p, self.v = deps, passes, final, p, v
         self.levels = _levels(deps)
         # per level: its nodes, their passes, and the dependency columns some node of the level has
-        self.steps = []
-        for lv in self.levels:
-            cols = [deps[lv, j] for j in range(deps.shape[1]) if (deps[lv, j] >= 0).any()]
-            pas = [passes[lv, j] for j in range(passes.shape[1]) if (passes[lv, j] >= 0).any()]
-            self.steps.append((lv, cols, pas))
+        order = np.concatenate(self.levels)
+        starts = np.cumsum([0] + [len(lv) for lv in self.levels[:-1]])
+        has_dep = [np.logical_or.reduceat(deps[order, j] >= 0, starts) for j in range(deps.shape[1])]
+        has_pass = [np.logical_or.reduceat(passes[order, j] >= 0, starts) for j in range(passes.shape[1])]
+        dcols = [deps[order, j] for j in range(deps.shape[1])]
+        pcols = [passes[order, j] for j in range(passes.shape[1])]
+        ends = list(starts[1:]) + [order.size]
+        self.steps = [(order[a:b], [dc[a:b] for dc, h in zip(dcols, has_dep) if h[k]],
+                       [pc[a:b] for pc, h in zip(pcols, has_pass) if h[k]])
+                      for k, (a, b) in enumerate(zip(starts, ends))]
 
 
 def _levels(deps: np.ndarray) -> list[np.ndarray]:
