@@ -26,6 +26,7 @@ Equal stages keep Narayanan's forms.
 """
 from __future__ import annotations
 
+from narrowpath.schedule.sim.graph import graph_1f1b, graph_interleaved, graph_time_s
 from narrowpath.schedule.sim.playback import play
 from narrowpath.schedule.sim.programs import build_programs
 
@@ -128,6 +129,10 @@ def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[floa
         for c in range(v):
             durations[(i, "F", c)] = fwd_s[i][c]
             durations[(i, "BW", c)] = bwd_s[i][c]
+    if (schedule, mode) == ("1f1b", "rendezvous") and v == 1:  # the same result, compiled (sim.graph)
+        return graph_time_s(graph_1f1b(p, m), durations)
+    if (schedule, mode) == ("interleaved", "async") and v > 1 and m % p == 0:
+        return graph_time_s(graph_interleaved(p, v, m), durations)
     programs = build_programs(schedule, p, v, m, mode == "async")
     return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode=mode).ends_s)
 
