@@ -270,7 +270,8 @@ class Bulk:
         acc += emb_ops
         f_rc = self._per_class(rows, sh, lambda pl, n: recompute_fraction(pl, n))
         f_off = self._per_class(rows, sh, lambda pl, n: offload_fraction(pl, n))
-        acc[:, :, 2, :] *= np.where(f_rc < 1.0, f_rc, 1.0)[:, :, None]
+        # Megatron's block method: a full recompute of only some layers re-runs that share (build_workload)
+        acc[:, :, 2, :] *= np.where((rc == 2)[:, None] & (f_rc < 1.0), f_rc, 1.0)[:, :, None]
         comp, host, syncs = acc[..., 0], acc[..., 1], acc[..., 2]
         waited = np.maximum(0.0, host - comp) + syncs * self.cal.host_sync_s
         compute = comp + waited

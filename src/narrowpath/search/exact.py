@@ -246,8 +246,9 @@ class Exact:
         G = len(W)
         Z = np.matmul(np.stack(coef, axis=2), np.stack(W, axis=1).reshape(I, G, C * 9)).reshape(I, Q, C, 9)
         f_rc = sp.f_rc[at]
-        if (f_rc < 1.0).any():
-            Z[..., 2::3] *= np.where(f_rc < 1.0, f_rc, 1.0)[:, :, None, None]
+        scale = np.where((rc == 2)[:, None] & (f_rc < 1.0), f_rc, 1.0)  # block recompute (build_workload)
+        if (scale < 1.0).any():
+            Z[..., 2::3] *= scale[:, :, None, None]
         off = sp.f_off[at] * sp.saved[at]
         if (off > 0).any():  # activations to the host in forward and back in backward, hidden behind compute
             t_off = np.where(off > 0, host_copy_cost(off, bulk.system).time_s, 0.0)[:, :, None]
