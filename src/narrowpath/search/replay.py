@@ -23,9 +23,9 @@ def makespan(graph: Graph, durations: np.ndarray) -> np.ndarray:
         d = np.concatenate([flat[a:a + step].T, np.zeros((1, min(step, n - a)))])  # row −1: no pass
         clock = np.zeros((nodes + 1, d.shape[1]))  # row `nodes`: no dependency (time 0)
         for lv, cols, pas in graph.steps:
-            x = clock[np.where(cols[0] >= 0, cols[0], nodes)] if cols else np.zeros((lv.size, d.shape[1]))
+            x = clock[cols[0]] if cols else np.zeros((lv.size, d.shape[1]))
             for c in cols[1:]:
-                np.maximum(x, clock[np.where(c >= 0, c, nodes)], out=x)
+                np.maximum(x, clock[c], out=x)
             for q in pas:
                 x += d[q]
             clock[lv] = x

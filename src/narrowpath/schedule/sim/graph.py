@@ -35,12 +35,14 @@ class Graph:
     def __init__(self, deps, passes, final, p, v):
         self.deps, self.passes, self.final, self.p, self.v = deps, passes, final, p, v
         self.levels = _levels(deps)
-        # per level: its nodes, their passes, and the dependency columns some node of the level has
+        # per level: its nodes, their passes (−1: none), and the dependency columns some node of the level has
+        # (−1 mapped to row `nodes`, which evaluators keep at zero)
         order = np.concatenate(self.levels)
         starts = np.cumsum([0] + [len(lv) for lv in self.levels[:-1]])
         has_dep = [np.logical_or.reduceat(deps[order, j] >= 0, starts) for j in range(deps.shape[1])]
         has_pass = [np.logical_or.reduceat(passes[order, j] >= 0, starts) for j in range(passes.shape[1])]
-        dcols = [deps[order, j] for j in range(deps.shape[1])]
+        nodes = len(deps)  # a missing dependency reads the evaluator's zero row `nodes`
+        dcols = [np.where(deps[order, j] >= 0, deps[order, j], nodes) for j in range(deps.shape[1])]
         pcols = [passes[order, j] for j in range(passes.shape[1])]
         ends = list(starts[1:]) + [order.size]
         self.steps = [(order[a:b], [dc[a:b] for dc, h in zip(dcols, has_dep) if h[k]],
