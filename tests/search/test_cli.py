@@ -1,6 +1,7 @@
 """`narrowpath search` end to end: table, JSON, pins, and one-line errors with exit code 2."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -94,3 +95,37 @@ def test_subprocess_exit_code():
     r = subprocess.run([sys.executable, "-m", "narrowpath", "search", *SMALL, "--top", "0"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "--top" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_console_rows_merge_plans_that_differ_only_in_bucket_or_order_and_price_the_same(capsys):
+    """Each console row is one priced design: the plans it merges (a rank range) are exactly the JSON's plans of
+    those ranks, equal in every knob but bucket size and placement order and in every number; `top` rows shown."""
+    from narrowpath.report.search_table import merged_rows
+    from narrowpath.search import SearchSpace, search
+    from narrowpath.catalog import load_scenario
+
+    scn = load_scenario("gpt3-175b-a100-1024")
+    space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, {"tp": 8, "pp": 4, "mbs": 1})
+    r = search(scn, space, top=40)
+    rows = merged_rows(r.ranked, 5)
+    assert len(rows) == 5 and rows[0][0] == 0 and any(len(m) > 1 for _, m in rows)
+    seen = [c for _, m in rows for c in m]
+    assert len({id(c) for c in seen}) == len(seen)
+    for first, members in rows:
+        assert r.ranked[first] is members[0]
+        head = members[0]
+        for c in members[1:]:
+            assert (c.step_time_s, c.memory_bytes, c.energy_per_step_j) == \
+                (head.step_time_s, head.memory_bytes, head.energy_per_step_j)
+            assert c.plan != head.plan
+            assert dataclasses.replace(c.plan, bucket_bytes=head.plan.bucket_bytes,
+                                       placement=head.plan.placement) == head.plan
+    # rows are distinct designs: no two rows could have been merged
+    keys = [(m[0].step_time_s, m[0].memory_bytes,
+             dataclasses.replace(m[0].plan, bucket_bytes=1, placement=rows[0][1][0].plan.placement)) for _, m in rows]
+    assert len(set(keys)) == len(keys)
+    assert main(["search", "gpt3-175b-a100-1024", "--tp", "8", "--pp", "4", "--mbs", "1", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    body = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit() and "plans" not in ln]
+    assert len(body) == 5 and body[0].split()[0] == f"1-{len(rows[0][1])}"
+    assert "differ only in bucket size or placement order" in out

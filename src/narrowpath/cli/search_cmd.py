@@ -15,7 +15,7 @@ import sys
 from narrowpath.cli.common import add_scenario_args, scenario_from_args
 from narrowpath.cli.serve_search import add_serve_search_args, run_serve_search
 from narrowpath.errors import SpecError
-from narrowpath.report.search_table import format_search, search_to_json
+from narrowpath.report.search_table import SHOWN_PER_ROW, format_search, search_to_json
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
 from narrowpath.search.rank import MAX_PLANS, usable_cpus
 from narrowpath.search.space import EXTENTS
@@ -148,7 +148,9 @@ def run(args) -> int:
     table = build_table(space)
     if pinned and len(table) == 0:
         raise _no_plan_error(space)
-    result = search(base, space, objective=args.objective, top=args.top, max_plans=args.max_plans,
+    # the console merges plans that price the same (report.search_table.merged_rows): fetch enough for `top` rows
+    fetch = args.top if args.json else args.top * SHOWN_PER_ROW
+    result = search(base, space, objective=args.objective, top=fetch, max_plans=args.max_plans,
                     min_free_bytes=args.min_free_gb * 1e9, jobs=args.jobs, max_seconds=args.max_minutes * 60,
                     progress=lambda line: print(line, file=sys.stderr, flush=True), table=table)
     if not result.ranked:

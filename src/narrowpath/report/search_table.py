@@ -1,6 +1,8 @@
 """Terminal table and JSON of a plan search: the best plans, and where the scenario's own plan ranks."""
 from __future__ import annotations
 
+import dataclasses
+
 from narrowpath.report.console import table
 from narrowpath.search.bands import shown_bands
 from narrowpath.search.rank import Candidate, SearchResult
@@ -19,9 +21,11 @@ def _overlap(p) -> str:
     return "+".join(on) or "-"
 
 
-def _comm(p, moe: bool) -> str:
-    """Bucket (with dp overlap), CP exchange (with cp), expert dispatch (with ep)."""
-    parts = [f"{p.bucket_bytes / 1e6:g}MB"] if p.dp_overlap else []
+def _comm(p, moe: bool, buckets_bytes=()) -> str:
+    """Bucket (with dp overlap; `buckets_bytes` for a row of several), CP exchange (with cp), expert dispatch (with
+    ep)."""
+    sizes = sorted(set(buckets_bytes)) or [p.bucket_bytes]
+    parts = ["/".join(f"{b / 1e6:g}" for b in sizes) + "MB"] if p.dp_overlap else []
     if p.cp > 1:
         parts.append(p.cp_comm)
     if moe and p.ep > 1:
@@ -34,12 +38,12 @@ def _order(p) -> str:
     return "-".join(a for a in p.placement if a != "ep" and sizes[a] > 1) or "-"
 
 
-def _row(rank: str, c: Candidate, moe: bool, band=None) -> list:
+def _row(rank: str, c: Candidate, moe: bool, band=None, best: bool = False) -> list:
     p = c.plan
     b, tied = band if band is not None else (None, False)
     span = "-" if b is None else f"{b.low_s:.3g}-{b.high_s:.3g}" + ("" if b.inside else " !")
     expert = [p.ep, p.etp or p.tp] if moe else [p.ep]
-    return [rank + (" =" if tied and rank != "1" else ""), p.tp, p.pp, p.vpp, p.cp, p.dp, *expert, p.mbs,
+    return [rank + (" =" if tied and not best else ""), p.tp, p.pp, p.vpp, p.cp, p.dp, *expert, p.mbs,
             p.zero_stage, _activations(p), "on" if p.sequence_parallel else "off", _overlap(p), _comm(p, moe),
             _order(p), round(c.step_time_s, 3), span, round(100 * c.mfu, 1), round(c.memory_bytes / 1e9, 1),
             round(c.headroom_bytes / 1e9, 1), "-" if c.energy_per_step_j is None else round(c.energy_per_step_j / 1e3, 1),
@@ -53,6 +57,36 @@ def headers(moe: bool) -> list[str]:
 
 
 HEADERS = headers(False)
+_COMM = {False: headers(False).index("comm"), True: headers(True).index("comm")}
+SHOWN_PER_ROW = 8
+"""Plans the console fetches per row it shows (rows merge plans that price the same)."""
+_FREE_KNOBS = ("bucket_bytes", "placement")
+"""Knobs whose variants often price the same (a bucket whose sync hides under the backward pass; placements with the
+same spans): plans equal in everything else and in their numbers share one row."""
+
+
+def merged_rows(ranked, top: int) -> list[tuple[int, list[Candidate]]]:
+    """The first `top` rows of a ranking: (index of the row's first plan, its plans in ranking order), where plans
+    that differ only in _FREE_KNOBS and have exactly the same numbers share a row."""
+    rows: dict[tuple, tuple[int, list[Candidate]]] = {}
+    for i, c in enumerate(ranked):
+        rest = tuple(getattr(c.plan, f.name) for f in dataclasses.fields(c.plan) if f.name not in _FREE_KNOBS)
+        key = (c.step_time_s, c.memory_bytes, c.energy_per_step_j, rest)
+        if key in rows:
+            rows[key][1].append(c)
+        elif len(rows) < top:
+            rows[key] = (i, [c])
+    return list(rows.values())
+
+
+def _ranks(first: int, members: list[Candidate], ranked) -> str:
+    """`3` for one plan, `3-8` for ranks 3 to 8, `3 (+5)` when the row's plans are not consecutive."""
+    if len(members) == 1:
+        return str(first + 1)
+    last = first + len(members)
+    if all(ranked[j] is m for j, m in zip(range(first, last), members)):
+        return f"{first + 1}-{last}"
+    return f"{first + 1} (+{len(members) - 1})"
 
 
 def format_search(r: SearchResult, top: int) -> str:
@@ -66,16 +100,25 @@ def format_search(r: SearchResult, top: int) -> str:
              f"{r.ranked[0].capacity_bytes / 1e9 if r.ranked else 0:.1f} GB per GPU"
              + (f" with {r.min_free_bytes / 1e9:g} GB free" if r.min_free_bytes else "")
              + (f"; {r.num_failed:,} could not be placed (first: {r.first_failure})" if r.num_failed else ""), ""]
-    bands = shown_bands(r, top)
-    rows = [_row(str(i + 1), c, moe, bands.get(id(c))) for i, c in enumerate(r.ranked[:top])]
+    groups = merged_rows(r.ranked, top)
+    bands = shown_bands(r, max((first for first, _ in groups), default=-1) + 1)
+    rows = []
+    for first, members in groups:
+        row = _row(_ranks(first, members, r.ranked), members[0], moe, bands.get(id(members[0])), best=first == 0)
+        row[_COMM[moe]] = _comm(members[0].plan, moe, [c.plan.bucket_bytes for c in members])
+        row[_COMM[moe] + 1] = "/".join(dict.fromkeys(_order(c.plan) for c in members))
+        rows.append(row)
     b = r.baseline
     if b is not None:
         label = "yours" if r.baseline_rank is None else f"yours ({r.baseline_rank:,})"
         rows.append(_row(label if r.baseline_in_space else f"{label}*", b, moe, bands.get(id(b))))
     lines.append(table(headers(moe), rows))
-    tied = sum(1 for c in r.ranked[1:top] if bands.get(id(c), (None, False))[1])
+    tied = sum(1 for _, m in groups[1:] if bands.get(id(m[0]), (None, False))[1])
     outside = [bd.reason for bd, _ in bands.values() if not bd.inside]
-    lines.append(f"  = : statistically tied with the best (their 80 % error bands overlap; {tied} of the shown plans)")
+    lines.append(f"  = : statistically tied with the best (their 80 % error bands overlap; {tied} of the shown rows)")
+    if any(len(m) > 1 for _, m in groups):
+        lines.append("  a row with a range of ranks holds plans that differ only in bucket size or placement order and "
+                     "price the same to the last digit (their bucket sizes and orders listed with /)")
     if outside:
         lines.append(f"  ! : outside the validated regimes — {outside[0]}")
     lines.append("  activations: recompute[:layers per chunk][+off:layers offloaded]; overlap: dp (gradient sync), "
