@@ -89,7 +89,9 @@ def load_corpus(path: str | Path | None = None) -> list[Case]:
     if "schema" not in data:
         raise NarrowpathError(f"{p}: no `schema:` line (expected {SCHEMA!r})")
     if data["schema"] != SCHEMA:
-        raise NarrowpathError(f"{p}: schema {data['schema']!r} is not {SCHEMA!r}")
+        hint = " (a collective corpus: check it with `narrowpath collective --corpus FILE`)" \
+            if data["schema"] == "collective-corpus/1" else ""
+        raise NarrowpathError(f"{p}: schema {data['schema']!r} is not {SCHEMA!r} or 'inference-corpus/1'{hint}")
     cases = [_case(raw, i, p.name) for i, raw in enumerate(data["cases"])]
     seen: set[str] = set()
     for c in cases:
