@@ -130,3 +130,22 @@ def test_static_session_adds_the_serial_kernel_launches_to_every_step():
     assert with_launch - cost.iteration_s(8, 8, 8 * 200) == pytest.approx(launch)
     vscn, vlim = resolve_limits(_scn("llama3-8b", 1, "vLLM 0.8"))
     assert ServingCost(vscn, vlim.max_num_tokens).launch_s is None
+
+
+def test_python_executor_bookkeeping_bounds_a_large_decode_iteration():
+    """TensorRT-LLM's PyTorch backend handles each request of an iteration on the host (PR #10273: 45.11 ms per
+    iteration at 1,536 requests a rank → 29 us each), overlapped with the GPU. Llama-3 8B FP8 on one H100
+    decoding 1,536 sequences of 128 tokens: the host needs 1,536 · 29 us = 44.54 ms, more than the GPU (weights
+    8 GB and 1,536·128·65,536 B = 12.9 GB of KV at ~2.85 TB/s ≈ 8 ms + GEMMs), so the iteration takes exactly the
+    host's time; a 0.x engine (C++ batch manager) and a pipeline stage's share follow the same rule with pp."""
+    from narrowpath.schedule.serving_cost import host_bookkeeping_s
+    assert host_bookkeeping_s(29e-6, 1536) == pytest.approx(44.544e-3)
+    assert host_bookkeeping_s(29e-6, 100, pp=4) == pytest.approx(11.6e-3)
+    scn = _scn("llama3-8b", 1, "TensorRT-LLM 1.0 (PyTorch backend)", weight_precision="fp8", kv_precision="fp8")
+    cost = ServingCost(scn, 2048)
+    assert serving_stack(scn.plan.framework)["host_per_request_s"] == 29e-6
+    assert cost.iteration_s(1536, 1536, 1536 * 128.0) == pytest.approx(1536 * 29e-6, rel=1e-12)
+    few = cost.iteration_s(16, 16, 16 * 128.0)
+    assert few > 16 * 29e-6 * 2  # 16 requests: the GPU's weight read (~3 ms) sets the pace, not the host
+    old = _scn("llama3-8b", 1, "TensorRT-LLM 0.9", weight_precision="fp8", kv_precision="fp8")
+    assert ServingCost(old, 2048).host_per_request_s == 0.0

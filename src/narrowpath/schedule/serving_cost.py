@@ -52,6 +52,15 @@ def token_grid(max_tokens: int) -> np.ndarray:
     return np.unique(np.asarray(pts, dtype=float))
 
 
+def host_bookkeeping_s(per_request_s: float, requests: float, pp: int = 1) -> float:
+    """Host time a Python executor loop spends per iteration on the requests of one lane — scheduling, input
+    preparation, sampler post-processing and response handling, request by request. Under an overlap scheduler
+    (TensorRT-LLM PyExecutor) it runs while the GPU executes the previous iteration, so the iteration takes
+    max(GPU time, this); with pp stages each rank's loop handles all pp micro-batches in turn, so a lane's period
+    is at least pp times one micro-batch's bookkeeping. per_request_s comes from the serving stack."""
+    return per_request_s * requests * pp
+
+
 @dataclass(frozen=True, slots=True)
 class PricedTransfer:
     transfer: Transfer
@@ -72,6 +81,7 @@ class ServingCost:
         self.layout = instance_plan(p)
         stack = serving_stack(p.framework)
         self.eager_prefill = bool(stack.get("eager_prefill", False))
+        self.host_per_request_s = float(stack.get("host_per_request_s", 0.0))
         self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
         self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)
@@ -259,6 +269,7 @@ class ServingCost:
         pp = self.scn.plan.pp
         rows = dec_seqs if rows is None else rows
         launch = self.launch_s
+        bookkeeping = host_bookkeeping_s(self.host_per_request_s, max(dec_seqs, rows), pp)
         if pp == 1:
             total = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
                                                                queries_per_seq) + self.head_time_s(rows)
@@ -266,7 +277,7 @@ class ServingCost:
                 return total + launch[0]
             if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:
                 total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
-            return total
+            return max(total, bookkeeping)
         stage_t = []
         for s in range(pp):
             t = self.token_time_s(s, T) + self.attention_s(s, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
@@ -277,7 +288,7 @@ class ServingCost:
         total = sum(stage_t)
         if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
             total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
-        return max(total, pp * max(stage_t)) if pp > 1 else total
+        return max(total, pp * max(stage_t), bookkeeping)
 
     def handoff_s(self, prompt_tokens: int) -> float:
         """Disaggregated serving: time to move one prompt's KV cache from a prefill instance to a decode
