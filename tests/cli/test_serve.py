@@ -114,3 +114,19 @@ def test_gpus_derive_replicas_before_disaggregation_is_checked(capsys):
     assert out["scenario"]["plan"]["replicas"] == 2 and out["scenario"]["plan"]["prefill_replicas"] == 1
     assert main(BASE[:-2] + ["--num-requests", "0"]) == 2
     assert "--num-requests" in capsys.readouterr().err
+
+
+def test_a_host_bound_deployment_says_so_and_cannot_beat_its_executor(capsys):
+    """Llama-3 8B FP8 on one B200 under trtllm-bench 1.0, 128/1024: ~1,400 decodes an iteration need ~41 ms of the
+    PyTorch executor's host work (29 us each) against ~22 ms on the GPU, so the host sets the pace. One executor can
+    then produce at most 1 / 29 us = 34,483 output tokens/s whatever the GPU, and the accounts name the host as
+    the largest share of an iteration."""
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-b200", "--weights", "fp8", "--kv", "fp8", "--offline",
+            "--input-len", "128", "--output-len", "1024", "--num-requests", "3000", "--framework",
+            "TensorRT-LLM 1.0 (PyTorch backend)", "--json", "--no-whatif"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["output_tokens_per_s"] <= 1 / 29e-6
+    split = out["accounts"]["time_split"]
+    assert max(split, key=split.get) == "host: executor per-request work"
+    assert sum(split.values()) == pytest.approx(1.0)

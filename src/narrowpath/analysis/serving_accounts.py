@@ -12,6 +12,8 @@ tokens, decodes, context read, prompt pairs), priced with the same ops and trans
 - MFU = useful FLOP/s per GPU / dense peak of the weight format; MBU = (weights read + KV cache read) per second
   per GPU / HBM peak bandwidth (the memory-bandwidth utilisation of decoding, Databricks 2023 'LLM inference
   performance engineering').
+- Time split: the mean iteration's GPU time by what bounds each op, plus `host: executor per-request work` when the
+  serving stack's per-request host work (schedule.serving_cost.host_bookkeeping_s) outlasts that GPU time.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from narrowpath.analysis.ledger import L2_TILE, SRAM_TILE
 from narrowpath.analysis.traffic import tier_bytes_per_rank
 from narrowpath.schedule.serving_run import ServingRun
+from narrowpath.schedule.serving_cost import host_bookkeeping_s
 from narrowpath.workload.counts import active_parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, kv_bytes_per_token_layer
 
@@ -175,6 +178,9 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     )
     dur = mean.duration_s
     split = time_split(cost, ops, trs, mean.decode_ctx * kvl)
+    host = host_bookkeeping_s(cost.host_per_request_s, mean.decodes, p.pp)
+    if host > sum(split.values()):  # the executor's per-request host work outlasts the GPU's (serving_cost)
+        split[HOST_KEY] = host - sum(split.values())
     total = sum(split.values())
     split = {k: v / total for k, v in split.items()} if total > 0 else split
     peak = dev.matrix_peak(p.weight_precision)
@@ -190,6 +196,10 @@ def _nearer(working_set: float, dev) -> str:
         if any(lv.name == name for lv in dev.levels) and 0 < working_set <= 0.5 * dev.level(name).capacity_bytes:
             return name
     return ""
+
+
+HOST_KEY = "host: executor per-request work"
+"""The time_split row of an iteration the host's per-request bookkeeping holds up beyond its GPU work."""
 
 
 def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[str, float]:
