@@ -111,6 +111,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
 
         layer_acts = 0.0
         stage_layers = [i for r in rng for i in r]
+        largest_layer = 0.0  # the largest layer of this stage: what a layer-sized temporary must hold
         for li in stage_layers:
             if model.arch != "transformer":
                 layer_acts += lstm_layer
@@ -119,6 +120,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             if kind not in per_kind:
                 per_kind[kind] = layer_activation_bytes(no_rc, attention_kernel, moe_layer=kind[0], window=kind[1])
             layer_acts += per_kind[kind]
+            largest_layer = max(largest_layer, per_kind[kind])
         if st.index == p.pp - 1 and model.mtp_layers:
             layer_acts += model.mtp_layers * layer_activation_bytes(no_rc, attention_kernel,
                                                                     moe_layer=model.moe is not None)
@@ -140,9 +142,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         acts = layer_acts * infl
         temps = 0.0
         if f_off:  # the layers being copied out or fetched back: one in each direction
-            temps += 2 * max(per_kind.values())
+            temps += 2 * largest_layer
         if p.recompute == "full" and model.arch == "transformer":
-            temps = max(temps, max(per_kind.values()))  # one layer re-materialised during its backward
+            temps = max(temps, largest_layer)  # one layer re-materialised during its backward
         if st.index == p.pp - 1:
             logits = b * s * model.vocab / p.tp
             # 16-bit logits + their fp32 copy, exponentiated in place and kept as the softmax for backward

@@ -8,8 +8,8 @@ the search re-prices what it shows with predict itself.
 
 Stages that hold the same layers and the same ends (first/last) are one *class* (a 16-stage pipeline has at most a
 few): a class is priced once and counted as often as it occurs. Memory is evaluated at a class's first stage, which
-holds the most micro-batches in flight. A class also records which layer kinds the stages up to it hold, since
-`stage_memory` sizes some temporaries by the largest layer seen so far.
+holds the most micro-batches in flight. A class also records which layer kinds it holds, since `stage_memory`
+sizes some temporaries by the stage's largest layer.
 
 Lower bound (`StructuralPrices.bound_s`, used to prune): every stage's per-micro-batch time is its compute (with
 host waits) plus exposed communication and the slowdown of hidden communication, both ≥ 0, so T_i ≥ C_i; the
@@ -81,14 +81,13 @@ def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int) -
     ranges = stage_layer_ranges(layers, pp, vpp)
     K = len(kinds)
     classes: dict[tuple, list] = {}
-    seen = np.zeros(K, dtype=bool)
     stage_class = []
     for i, rng in enumerate(ranges):
         counts = np.zeros(K)
         for r in rng:
             for li in r:
                 counts[kinds.index(kind_of[li])] += 1
-        seen = seen | (counts > 0)
+        seen = counts > 0
         key = (tuple(counts), i == 0, i == pp - 1, tuple(seen), tuple(len(r) for r in rng))
         if key not in classes:
             classes[key] = [i, 0, len(classes)]
@@ -356,7 +355,7 @@ class Bulk:
         optim = np.where(z < 1, params, sharded) * (12 if base.precision != "fp32" else 8)
         infl = self._in_flight(rows, sh)
         acts = layer_acts * infl
-        seen_max = np.where(sh["seen"], LA[:, None, :], -np.inf).max(axis=2)
+        seen_max = np.maximum(0.0, np.where(sh["seen"], LA[:, None, :], -np.inf).max(axis=2))
         temps = np.where(f_off > 0, 2 * seen_max, 0.0)
         temps = np.where(self.rc[rows][:, None] == 2, np.maximum(temps, seen_max), temps)
         s = model.seq_len // cp
