@@ -120,3 +120,21 @@ def test_lstm_activations_by_hand():
     (mem,) = stage_memory(scn, build_workload(scn, "flash"), "flash")
     assert mem.items["activations"] == 3_221_225_472 + 67_108_864
     assert dataclasses.replace(mem, capacity_bytes=1.0).fits is False
+
+
+def test_a_stage_sizes_its_layer_temporary_by_its_own_largest_layer():
+    """Under full recompute a stage re-materialises one layer at a time, so its temporary is its largest layer's
+    activations. Eight layers on four stages, the first two dense with a 65,536-wide MLP (far larger than an MoE
+    layer of 8 experts of 512): stage 0 holds the dense layer's size; stages 1 and 2 hold only MoE layers and size
+    it by the MoE layer (not by the dense layer an earlier stage holds)."""
+    from narrowpath.spec.parse import model_from_dict
+    m = model_from_dict(dict(name="mixed", layers=8, hidden=1024, heads=8, kv_heads=8, ffn=512, vocab=32000,
+                             seq_len=2048, experts=8, top_k=1, ffn_act="swiglu", dense_layers=2, dense_ffn=65536))
+    plan = Plan(pp=4, dp=1, gbs=8, recompute="full")
+    scn = Scenario(system=system("dgx-h100"), model=m, plan=plan, num_gpus=4)
+    no_rc = dataclasses.replace(scn, plan=dataclasses.replace(plan, recompute="none"))
+    dense, moe = (layer_activation_bytes(no_rc, "flash", moe_layer=x) for x in (False, True))
+    assert dense > 4 * moe
+    mems = stage_memory(scn, build_workload(scn, "flash"), "flash")
+    assert mems[0].items["temporaries"] == dense
+    assert mems[1].items["temporaries"] == mems[2].items["temporaries"] == moe
