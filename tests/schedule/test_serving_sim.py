@@ -37,6 +37,23 @@ def test_merged_decode_steps_equal_single_steps(plan, load):
     assert a.totals.iterations == b.totals.iterations and a.totals.preemptions == b.totals.preemptions
 
 
+@pytest.mark.parametrize("sysm, pp, spec", [("dgx-b200", 1, 0), ("dgx-h100", 1, 0), ("dgx-h100", 2, 0),
+                                             ("dgx-b200", 1, 2)])
+def test_merged_steps_stay_exact_where_the_host_sets_the_pace(sysm, pp, spec):
+    """Under TensorRT-LLM's PyTorch executor an iteration takes max(GPU time, per-request host time): a decode batch
+    starts host-bound and turns GPU-bound as its context grows, a kink inside a merged run (and pp adds another,
+    pp × the slowest stage). Merged runs end at the kink, so they still equal single steps — on B200 (host-bound
+    most of the run), H100 (crossing over), a pipeline and with draft tokens."""
+    plan = ServingPlan(pp=pp, weight_precision="fp8", kv_precision="fp8", spec_tokens=spec, spec_acceptance=0.7,
+                       framework="TensorRT-LLM 1.0 (PyTorch backend)")
+    load = Load(arrival="offline", input_tokens=128, output_tokens=600, num_requests=1500)
+    a = simulate(scn(plan, load, sysm=sysm)).result
+    b = simulate(scn(plan, load, sysm=sysm), merge=False).result
+    np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-9)
+    np.testing.assert_allclose(a.first_token_s, b.first_token_s, rtol=1e-9)
+    assert a.totals.iterations == b.totals.iterations and a.totals.preemptions == b.totals.preemptions
+
+
 def test_static_batch_is_prefill_then_every_decode_step():
     """A fixed batch: one context pass over all prompts, then output − 1 decode steps over the whole batch; its
     throughput is B·output / (prefill + Σ steps), priced by the same iteration cost."""

@@ -178,8 +178,10 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     )
     dur = mean.duration_s
     split = time_split(cost, ops, trs, mean.decode_ctx * kvl)
-    host = host_bookkeeping_s(cost.host_per_request_s, mean.decodes, p.pp)
-    if host > sum(split.values()):  # the executor's per-request host work outlasts the GPU's (serving_cost)
+    # the executor's per-request host work where it outlasts the mean iteration's GPU work (serving_cost; the
+    # mean iteration's, so a run that is host-bound only in some iterations shows less than it loses there)
+    host = host_bookkeeping_s(cost.host_per_request_s, max(mean.decodes, mean.output_tokens), p.pp)
+    if host > sum(split.values()):
         split[HOST_KEY] = host - sum(split.values())
     total = sum(split.values())
     split = {k: v / total for k, v in split.items()} if total > 0 else split

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from narrowpath.analysis.serving_accounts import ServingAccounts
+from narrowpath.analysis.serving_accounts import HOST_KEY, ServingAccounts
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
@@ -151,6 +151,10 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
         narrowest = top[0]
         detail = f"{top[0]} takes {top[1]:.0%} of an iteration (mean batch {acc.mean.decodes:.0f} decodes + " \
                  f"{acc.mean.prompt_tokens:.0f} prompt tokens, {acc.mean.duration_s * 1e3:.2f} ms)"
+        if narrowest == HOST_KEY:
+            detail += ("; the engine's host loop handles every request of an iteration on one thread, so faster GPUs "
+                       "or more TP do not shorten it: fewer requests per loop do (more attention-DP ranks or "
+                       "replicas, each with its own loop), or a faster host CPU or scheduler")
     crosses = any(r.tier == "scale_out" for r in acc.collectives) or run.cost.scn.plan.disaggregated and \
         2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
     cands, skipped = candidates(scn, crosses)

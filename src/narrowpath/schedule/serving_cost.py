@@ -262,33 +262,38 @@ class ServingCost:
 
     def iteration_s(self, T: float, dec_seqs: float, dec_ctx: float, pre_tokens: float = 0.0,
                     pre_pairs: float = 0.0, pre_ctx: float = 0.0, rows: float | None = None,
-                    queries_per_seq: float = 1.0) -> float:
+                    queries_per_seq: float = 1.0, requests: float | None = None, extra_gpu_s: float = 0.0) -> float:
         """Period of one lane iteration of T tokens: `dec_seqs` decodes holding `dec_ctx` context tokens,
         `pre_tokens` prompt tokens with `pre_pairs` causal query-key pairs over `pre_ctx` context, `rows`
-        sequences producing a token (default: the decodes)."""
+        sequences producing a token (default: the decodes), `requests` the executor handles this iteration (default:
+        the larger of decodes and rows), `extra_gpu_s` more GPU work in the same iteration (draft passes).
+
+        GPU time: the stages' sum, or pp × the slowest stage when that is longer (GPipe steady state). Host time on
+        the executor's thread, overlapped with the GPU: the per-request bookkeeping (`host_bookkeeping_s`) plus, in
+        an eager prompt iteration, the framework's kernel-by-kernel dispatch; the iteration takes the longer of the
+        two. A static session that enqueues only after the previous step (`launch_s`) adds its host time instead."""
         pp = self.scn.plan.pp
         rows = dec_seqs if rows is None else rows
+        requests = max(dec_seqs, rows) if requests is None else requests
+        host = host_bookkeeping_s(self.host_per_request_s, requests, pp)
         launch = self.launch_s
-        bookkeeping = host_bookkeeping_s(self.host_per_request_s, max(dec_seqs, rows), pp)
         if pp == 1:
-            total = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
-                                                               queries_per_seq) + self.head_time_s(rows)
+            gpu = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
+                                                             queries_per_seq) + self.head_time_s(rows) + extra_gpu_s
             if launch is not None:  # the host enqueues the step only once the previous one has finished
-                return total + launch[0]
-            if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:
-                total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
-            return max(total, bookkeeping)
-        stage_t = []
-        for s in range(pp):
-            t = self.token_time_s(s, T) + self.attention_s(s, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
-                                                           queries_per_seq)
-            if s == pp - 1:
-                t += self.head_time_s(rows)
-            stage_t.append(t + (launch[s] if launch is not None else 0.0))
-        total = sum(stage_t)
+                return gpu + launch[0] + host
+        else:
+            stage_t = []
+            for s in range(pp):
+                t = self.token_time_s(s, T) + self.attention_s(s, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
+                                                               queries_per_seq)
+                if s == pp - 1:
+                    t += self.head_time_s(rows)
+                stage_t.append(t + (launch[s] if launch is not None else 0.0))
+            gpu = max(sum(stage_t), pp * max(stage_t)) + extra_gpu_s
         if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
-            total = max(total, float(self.kernels.sum()) * self.cal.host_dispatch_s)
-        return max(total, pp * max(stage_t), bookkeeping)
+            host += float(self.kernels.sum()) * self.cal.host_dispatch_s
+        return max(gpu, host)
 
     def handoff_s(self, prompt_tokens: int) -> float:
         """Disaggregated serving: time to move one prompt's KV cache from a prefill instance to a decode

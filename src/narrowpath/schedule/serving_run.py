@@ -17,7 +17,7 @@ import numpy as np
 from narrowpath.errors import SimulationError, SpecError
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_layout_defaults, resolve_limits
-from narrowpath.schedule.serving_sim import Lane, LaneGroup, LaneSpec
+from narrowpath.schedule.serving_sim import Lane, LaneGroup, LaneSpec, linear_runs_s
 from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, ServingResult
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingScenario
@@ -69,18 +69,18 @@ def arrivals(scn: ServingScenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _step_fn(cost: ServingCost, draft_layers: int, k: int):
-    """Iteration pricing handed to the lanes: the lane's iteration plus, under speculative decoding, k draft
-    passes of `draft_layers` layers and the output layer over the decodes (an MTP/EAGLE draft head)."""
+    """Iteration pricing handed to the lanes: the lane's iteration with, under speculative decoding, k draft
+    passes of `draft_layers` layers and the output layer over the decodes (an MTP/EAGLE draft head) on the GPU."""
     layers = cost.scn.model.layers
     pp = cost.scn.plan.pp
 
-    def step(T, dec, dctx, pre_tok, pairs, pctx, rows, q):
-        t = cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q)
+    def step(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests=None):
+        draft = 0.0
         if k and dec:
             per_layer = sum(cost.token_time_s(s, dec) for s in range(pp)) / layers
             ops, trs = cost.head(dec)
-            t += k * (draft_layers * per_layer + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
-        return t
+            draft = k * (draft_layers * per_layer + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
+        return cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests, draft)
     return step
 
 
@@ -111,9 +111,7 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
         for target in order:
             n = int(target) - done_steps
             if n > 0:
-                t0 = step(b, b, ctx, 0, 0, 0, b, 1)
-                t1 = step(b, b, ctx + (n - 1) * b, 0, 0, 0, b, 1)
-                dt = n * (t0 + t1) / 2
+                dt = linear_runs_s(lambda k, c=ctx: step(b, b, c + (k - 1) * b, 0, 0, 0, b, 1), n)
                 _log(log, tot, now, dt, n, b, 0, need)
                 tot.decode_ctx_tokens += n * ctx + b * n * (n - 1) / 2
                 tot.decode_tokens += n * b

@@ -55,6 +55,39 @@ class LaneSpec:
     reference the merged run is checked against)."""
 
 
+def linear_span(t_at, n: int) -> int:
+    """Largest m ≤ n such that the step times t_at(1..m) lie on one line, so that m merged steps are priced
+    exactly by their trapezoid. A step's GPU time is linear in the context, but the iteration takes the larger of
+    it and the executor's host time, or pp × the slowest stage: a convex piecewise-linear function whose first kink
+    ends the run (the times leave the line through t_at(1), t_at(2) there and never come back)."""
+    if n <= 2:
+        return n
+    t1 = t_at(1)
+    slope = t_at(2) - t1
+
+    def on_line(m: int) -> bool:
+        return abs(t_at(m) - (t1 + (m - 1) * slope)) <= 1e-9 * max(abs(t1), 1e-30)
+
+    if on_line(n):
+        return n
+    lo, hi = 2, n  # on_line(lo) holds, on_line(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if on_line(mid) else (lo, mid)
+    return lo
+
+
+def linear_runs_s(t_at, n: int) -> float:
+    """Exact time of n consecutive steps whose times t_at(1..n) are convex piecewise linear: a trapezoid per
+    linear stretch (see linear_span)."""
+    total, start = 0.0, 0
+    while start < n:
+        m = linear_span(lambda k: t_at(start + k), n - start)
+        total += m * (t_at(start + 1) + t_at(start + m)) / 2
+        start += m
+    return total
+
+
 class Step:
     """An iteration a lane has decided on: `decodes` running sequences, prompt `chunks`, and (decode-only) up to
     `n_max` identical steps whose time grows linearly from `t0` (`t_at(k)` prices the k-th)."""
@@ -74,7 +107,7 @@ class Step:
 
 
 class Lane:
-    """State and loop of one lane. `step_s(T, dec, dec_ctx, pre_tok, pre_pairs, pre_ctx, rows, q)` prices an
+    """State and loop of one lane. `step_s(T, dec, dec_ctx, pre_tok, pre_pairs, pre_ctx, rows, q[, requests])` prices an
     iteration; `arr` (arrival times; inf = released by the closed loop), `n_in`, `n_out`, `first`, `finish` are
     global per-request arrays the lane reads and writes for its requests `rids` (sorted by arrival)."""
 
@@ -259,7 +292,8 @@ class Lane:
         pctx = sum(item[1] + c for item, c in chunks)
         done = sum(1 for item, c in chunks if item[1] + c >= item[2])
         dctx = float(self.r_ctx[:decodes].sum()) if decodes else 0.0
-        t0 = self.step_s(decodes * q + pre_tok, decodes, dctx, pre_tok, pairs, pctx, decodes + done, q)
+        t0 = self.step_s(decodes * q + pre_tok, decodes, dctx, pre_tok, pairs, pctx, decodes + done, q,
+                         decodes + len(chunks))
         return Step(decodes, chunks, 1, t0, t0, dctx, pre_tok, pairs, q)
 
     def commit(self, step: "Step", n: int, dt: float) -> None:
@@ -322,6 +356,7 @@ class Lane:
             n = 1
         step = Step(D, [], n, t0, t0, L0, 0, 0.0, q)
         step.t_at = lambda k: self.step_s(D * q, D, L0 + (k - 1) * D * g, 0, 0, 0, D, q) if k > 1 else t0
+        step.n_max = linear_span(step.t_at, n)
         return step
 
     def _steps_until_overflow(self, n_max: int) -> int:

@@ -96,8 +96,9 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
     per = small.dp * small.pp
     budget = lim.max_num_tokens
+    prompts = max(1.0, budget / isl)  # prompts an iteration finishes, each producing its first token
     pre_rate = small.prefill_replicas * per * budget / isl / cost.iteration_s(budget, 0, 0, budget,
-                                                                           budget * (isl + 1) / 2, budget, 1)
+                                                                           budget * (isl + 1) / 2, budget, prompts)
     B = lim.max_batch
     dec_rate = (small.replicas - small.prefill_replicas) * per * B / osl / cost.iteration_s(
         B, B, B * (isl + osl / 2))
