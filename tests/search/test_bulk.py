@@ -32,7 +32,19 @@ def _fp8() -> Scenario:
     return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, precision="fp8"))
 
 
+def _dense_then_moe() -> Scenario:
+    """Two wide dense layers, then MoE layers with far more parameters: a later stage holds the memory peak, and
+    its layer-sized temporaries are its own (MoE) layer's, not the dense layer an earlier stage holds."""
+    from narrowpath.spec.parse import model_from_dict
+    m = model_from_dict(dict(name="dense-then-moe", layers=8, hidden=2048, heads=16, kv_heads=16, ffn=2048,
+                             vocab=32000, seq_len=4096, experts=64, top_k=1, ffn_act="swiglu", dense_layers=2,
+                             dense_ffn=65536))
+    plan = Plan(tp=1, pp=4, dp=2, ep=1, mbs=1, gbs=16, zero_stage=1, recompute="full")
+    return Scenario(name="dense-then-moe", system=system("dgx-h100"), model=m, plan=plan, num_gpus=8)
+
+
 SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": _fp8, "mixtral16": _mixtral16,
+             "dense-then-moe": _dense_then_moe,
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
              "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),
              "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048")}
