@@ -28,12 +28,12 @@ def test_every_case_of_every_shipped_corpus_is_read(report):
 
 
 BOUNDS = {  # (kind, group): ceiling on the mean |error| (today's value + ~2 pp)
-    ("hardware", "ampere"): 0.065, ("hardware", "hopper"): 0.16, ("hardware", "blackwell"): 0.145,
-    ("hardware", "blackwell-ultra"): 0.135,
-    ("precision", "fp16"): 0.06, ("precision", "bf16"): 0.225, ("precision", "fp8"): 0.125,
-    ("precision", "mxfp8"): 0.135, ("precision", "nvfp4"): 0.085,
-    ("family", "DP"): 0.07, ("family", "FSDP/ZeRO-3"): 0.095, ("family", "CP"): 0.10, ("family", "PTD-P"): 0.125,
-    ("family", "MoE/EP"): 0.205,
+    ("hardware", "ampere"): 0.065, ("hardware", "hopper"): 0.14, ("hardware", "blackwell"): 0.14,
+    ("hardware", "blackwell-ultra"): 0.14,
+    ("precision", "fp16"): 0.06, ("precision", "bf16"): 0.23, ("precision", "fp8"): 0.115,
+    ("precision", "mxfp8"): 0.13, ("precision", "nvfp4"): 0.085,
+    ("family", "DP"): 0.07, ("family", "FSDP/ZeRO-3"): 0.095, ("family", "CP"): 0.095, ("family", "PTD-P"): 0.115,
+    ("family", "MoE/EP"): 0.19,
 }
 
 
@@ -41,7 +41,7 @@ def test_error_by_regime_stays_within_bounds(report):
     groups = {(g.kind, g.name): g for g in report.groups()}
     over = {k: round(groups[k].mean_abs_error, 4) for k, bound in BOUNDS.items() if groups[k].mean_abs_error > bound}
     assert not over, over
-    assert report.mean_abs_error <= 0.13
+    assert report.mean_abs_error <= 0.125
 
 
 def test_ranking_of_plans(report):
@@ -62,3 +62,18 @@ def test_error_bands_are_honest_out_of_source():
 def test_shipped_residuals_and_validation_doc_are_current():
     """docs/validation.md and catalog/residuals.json are what `python -m narrowpath.validate.regenerate` writes."""
     assert regenerate(["--check"]) == 0
+
+
+def test_the_corpus_error_floor_bounds_our_own_error(report):
+    """Cases with the same resolved configuration get the same prediction (they are grouped by what a prediction
+    depends on), so our errors can be no better than the corpus's own floor: a bound the code computes, checked
+    against the model it bounds. Today 52 configurations are measured more than once and the worst floor is the
+    Qwen3-30B H100 pair (29.26 s vs 51.27 s in two containers): (51.27 − 29.26) / (51.27 + 29.26) = 27.3 %."""
+    q = report.repeatability
+    by_key = {}
+    for c in report.ok_cases:
+        by_key.setdefault(c.config_key, set()).add(c.predicted_step_time_s)
+    assert all(len(p) == 1 for p in by_key.values())
+    assert q.groups >= 40 and q.total == len(report.ok_cases)
+    assert report.mean_abs_error >= q.floor_mean_abs_error and report.max_abs_error >= q.floor_max_abs_error
+    assert q.floor_max_abs_error > 0.15  # the issue's worst-case target is out of reach on this corpus

@@ -59,6 +59,12 @@ def run(args) -> int:
         print(f"\n  ranking of plans: {r.sweeps} sweep groups, {r.pairs} pairs differing by > 3 %: order agreement "
               f"{_pct(r.order_agreement)} %; top-1 regret mean {_pct(r.top1_regret_mean)} %, worst "
               f"{_pct(r.top1_regret_max)} %")
+    q = rep.repeatability
+    if q is not None and q.groups:
+        print(f"\n  the corpus against itself: {q.groups} configurations were measured more than once ({q.cases} cases); "
+              f"their times differ by {_pct(q.median_spread)} % at the median, up to {_pct(q.max_spread)} % "
+              f"({q.spreads[0][0]}). No predictor of the stated configuration can do better than mean |error| "
+              f"{_pct(q.floor_mean_abs_error)} % and worst {_pct(q.floor_max_abs_error)} % over the corpus")
     for c in rep.cases:
         if c.error is None:
             print(f"  FAILED {c.id}: {c.failure}")

@@ -80,7 +80,7 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
          "## By regime", "", "| kind | group | cases | mean abs error (%) | worst (%) |", "|---|---|---|---|---|"]
     for g in rep.groups():
         L.append(f"| {g.kind} | {g.name} | {g.n} | {_pct(g.mean_abs_error)} | {_pct(g.max_abs_error)} |")
-    r = rep.ranking
+    r, q = rep.ranking, rep.repeatability
     L += ["", "## Ranking of plans (sweep groups)", "",
           "Cases of one sweep ran the same model on the same hardware and batch and differ only in plan or",
           "precision. Pairs whose measured times differ by more than 3 % are compared.", "",
@@ -88,6 +88,17 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
           f"- pairwise order agreement: {_pct(r.order_agreement)} %",
           f"- top-1 regret (measured time of the model's first choice over the measured best − 1): mean "
           f"{_pct(r.top1_regret_mean)} %, worst {_pct(r.top1_regret_max)} %", "",
+          "## The corpus against itself", "",
+          "Cases that state the same configuration (model, system, GPU count, every plan knob after the unpublished",
+          "ones are chosen) but were measured apart — another container version, a re-run table — get one",
+          "prediction from any model of what the corpus states; where their measured times differ, that model",
+          "cannot match them all (validate.repeatability: the best single prediction of a group is the 1/m-weighted",
+          "median for mean |error| and 2·m_min·m_max/(m_min + m_max) for the worst).", "",
+          f"- configurations measured more than once: {q.groups} ({q.cases} cases)",
+          f"- their measured times differ by {_pct(q.median_spread)} % at the median, up to {_pct(q.max_spread)} % "
+          f"({q.spreads[0][0] if q.spreads else '-'})",
+          f"- error floor of any such predictor over all {q.total} priced cases: mean |error| "
+          f"{_pct(q.floor_mean_abs_error)} %, worst {_pct(q.floor_max_abs_error)} %", "",
           "## Error bands: leave one source out", "",
           f"Each case's {int(LEVEL * 100)} % band built from the residuals of the other sources only "
           "(analysis.band):", "", "| source | inside the band | cases | coverage (%) |", "|---|---|---|---|"]

@@ -15,6 +15,7 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.validate.corpus import load_corpus
 from narrowpath.validate.ranking import RankingSummary, rank_sweeps
+from narrowpath.validate.repeatability import RepeatabilitySummary, config_key, repeatability
 
 GROUP_KINDS = ("hardware", "precision", "family", "source")
 
@@ -35,6 +36,8 @@ class CaseResult:
     corpus: str = ""
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Regime of the case by kind (GROUP_KINDS); a case may belong to several parallel families."""
+    config_key: str = ""
+    """What its prediction depends on (validate.repeatability.config_key); equal keys, equal predictions."""
 
 
 def regimes(scn: Scenario, source: str) -> dict[str, tuple[str, ...]]:
@@ -71,6 +74,7 @@ class ValidationReport:
     corpus: str
     cases: tuple[CaseResult, ...]
     ranking: RankingSummary | None = None
+    repeatability: RepeatabilitySummary | None = None
 
     @property
     def ok_cases(self) -> list[CaseResult]:
@@ -121,6 +125,7 @@ class ValidationReport:
             "groups": [{"name": g.name, "kind": g.kind, "n": g.n, "mean_abs_error": g.mean_abs_error,
                         "max_abs_error": g.max_abs_error} for g in self.groups()],
             "ranking": self.ranking.to_json() if self.ranking is not None else None,
+            "repeatability": self.repeatability.to_json() if self.repeatability is not None else None,
         }
 
 
@@ -142,6 +147,6 @@ def run_validation(path: str | Path | None = None, calibration: Calibration | No
         err = (pred.step_time_s - case.measured_step_time_s) / case.measured_step_time_s
         results.append(CaseResult(case.id, pred.step_time_s, case.measured_step_time_s, err, pred.mfu,
                                   derived=case.derived, chosen=dict(pred.scenario.chosen), sweep=case.sweep,
-                                  corpus=case.corpus, groups=groups))
+                                  corpus=case.corpus, groups=groups, config_key=config_key(pred.scenario)))
     name = str(path) if path is not None else "shipped: training-public, training-sweeps-public, published-extra"
-    return ValidationReport(name, tuple(results), rank_sweeps(results))
+    return ValidationReport(name, tuple(results), rank_sweeps(results), repeatability(results))
