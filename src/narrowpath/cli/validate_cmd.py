@@ -61,7 +61,8 @@ def run(args) -> int:
               f"{_pct(r.top1_regret_max)} %")
     q = rep.repeatability
     if q is not None and q.groups:
-        print(f"\n  the corpus against itself: {q.groups} configurations were measured more than once ({q.cases} cases); "
+        print(f"\n  the corpus against itself: {q.groups} configurations were measured more than once "
+              f"({q.cases} cases); "
               f"their times differ by {_pct(q.median_spread)} % at the median, up to {_pct(q.max_spread)} % "
               f"({q.spreads[0][0]}). No predictor of the stated configuration can do better than mean |error| "
               f"{_pct(q.floor_mean_abs_error)} % and worst {_pct(q.floor_max_abs_error)} % over the corpus")

@@ -107,8 +107,8 @@ class Step:
 
 
 class Lane:
-    """State and loop of one lane. `step_s(T, dec, dec_ctx, pre_tok, pre_pairs, pre_ctx, rows, q[, requests])` prices an
-    iteration; `arr` (arrival times; inf = released by the closed loop), `n_in`, `n_out`, `first`, `finish` are
+    """State and loop of one lane. `step_s(T, dec, dec_ctx, pre_tok, pre_pairs, pre_ctx, rows, q[, requests])`
+    prices an iteration; `arr` (arrival times; inf = released by the closed loop), `n_in`, `n_out`, `first`, `finish` are
     global per-request arrays the lane reads and writes for its requests `rids` (sorted by arrival)."""
 
     def __init__(self, spec: LaneSpec, step_s, rids: np.ndarray, arr, n_in, n_out, first, finish,
