@@ -168,3 +168,19 @@ def test_deduplicating_dispatch_with_node_limited_routing_cuts_fabric_time():
     dedup, spans = ep_time("dedup")
     assert dedup < flat and set(flat_spans) == {"ep"}
     assert (spans["ep_inter"].size, spans["ep_inter"].domains) == (4, 4) and spans["ep_intra"].domains == 1
+
+
+def test_linear_span_and_runs_by_hand():
+    """t(k) = max(5, 1 + k): flat at 5 up to k = 4, then rising by 1. From step 1 the times stay on one line for
+    4 steps; a run of 10 steps is 4·5 + (6 + … + 11) = 20 + 51 = 71, the trapezoid of the two stretches; a line
+    is one stretch; two steps are always a line."""
+    from narrowpath.schedule.serving_sim import linear_runs_s, linear_span
+    t = lambda k: max(5.0, 1.0 + k)  # noqa: E731
+    assert linear_span(t, 10) == 4
+    assert linear_span(lambda k: 3.0 + 0.5 * k, 10) == 10
+    assert linear_span(t, 2) == 2 and linear_span(t, 1) == 1
+    assert linear_span(lambda k: max(2.0 * k, 7.0 + k), 10) == 7  # 2k up to k = 7, then 7 + k
+    assert linear_runs_s(t, 10) == pytest.approx(71.0)
+    assert linear_runs_s(lambda k: 3.0 + 0.5 * k, 10) == pytest.approx(sum(3.0 + 0.5 * k for k in range(1, 11)))
+    assert linear_runs_s(lambda k: max(2.0 * k, 7.0 + k), 12) == pytest.approx(
+        sum(max(2.0 * k, 7.0 + k) for k in range(1, 13)))

@@ -1,6 +1,7 @@
 """Serving work items: KV bytes per token, decode reads every weight, MoE active experts, capacity."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -13,7 +14,7 @@ from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.serving import (Formats, element_bytes, expected_active_experts, kv_bytes_per_token,
                                          kv_bytes_per_token_layer, layer_token_ops, layer_weight_bytes,
                                          stage_weight_bytes)
-from narrowpath.workload.serving_comm import distinct_expert_ranks, layer_transfers
+from narrowpath.workload.serving_comm import distinct_expert_ranks, layer_transfers, stage_boundary_transfer
 
 
 def test_kv_bytes_per_token_gqa_by_precision_and_tp():
@@ -100,3 +101,78 @@ def test_capacity_and_blocks():
         serving_memory(model("llama3-405b"), p, s, f, max_num_tokens=2048, max_batch=64, kv_fraction=0.9,
                        block_tokens=16)
     assert math.isfinite(mem.free_bytes)
+
+
+def test_moe_layer_ops_of_mixtral_by_hand():
+    """Mixtral 8x7B (h 4096, 8 experts of ffn 14336, top 2, 32 q heads and 8 kv heads of 128), FP8 weights, tp 1,
+    ep 2 over 2 attention-DP ranks, one decode token per rank (T = 1):
+    - token copies entering the stage's experts: T·dp·top_k = 1·2·2 = 4; this GPU holds 8/2 = 4 experts, of which
+      4·(1 − (7/8)^4) = 1.6553 are hit in expectation, and runs rows = 4/2 copies × the dropless imbalance of ep 2;
+    - the expert up GEMM reads those experts' [4096 × 2·14336] FP8 weights: 1.6553·4096·28672 B = 194.40 MB, the
+      down GEMM 1.6553·14336·4096 B = 97.20 MB; FLOPs 2 per weight per row;
+    - the attention half is kept (add+norm, qkv [4096 × (4096 + 2·1024)], rotary/KV write, o_proj), then add+norm,
+      router [4096 × 8] in 16 bit (2·4096·8 FLOPs), top-k, permute, experts, unpermute;
+    - the layer's weight bytes: attention 4096·6144 + 4096·4096 (FP8) + 2 norms of 4096 in 16 bit + 4 experts ×
+      3·4096·14336 FP8 + the 16-bit router 4096·8·2."""
+    m = model("mixtral-8x7b")
+    p = ServingPlan(tp=1, dp=2, ep=2, weight_precision="fp8", kv_precision="fp8")
+    f = Formats.of(p, True)
+    names = [o.name for o in layer_token_ops(m, p, f, 1.0, True)]
+    assert names == ["add_norm", "qkv", "qkv_preprocess", "o_proj", "add_norm", "router", "router_topk",
+                     "moe_permute", "expert_up", "expert_act", "expert_down", "moe_unpermute"]
+    ops = {o.name: o for o in layer_token_ops(m, p, f, 1.0, True)}
+    active = 4 * (1 - (7 / 8) ** 4)
+    assert active == pytest.approx(1.6553, abs=1e-4)
+    assert ops["expert_up"].weight_bytes == pytest.approx(194.40e6, rel=1e-4)
+    assert ops["expert_up"].weight_bytes == pytest.approx(active * 4096 * 2 * 14336)
+    assert ops["expert_down"].weight_bytes == pytest.approx(active * 14336 * 4096)
+    rows = ops["expert_up"].flop / (2 * 4096 * 2 * 14336)
+    assert rows > 2.0 and ops["expert_down"].flop == pytest.approx(2 * rows * 14336 * 4096)
+    assert ops["qkv"].weight_bytes == 4096 * (4096 + 2 * 8 * 128)
+    assert ops["o_proj"].weight_bytes == 4096 * 4096
+    assert ops["router"].flop == 2 * 4096 * 8 and ops["router"].dtype == "bf16"
+    assert ops["moe_permute"].hbm_bytes == ops["moe_unpermute"].hbm_bytes == pytest.approx(2 * rows * 4096 * 2)
+    w = 4096 * 6144 + 4096 * 4096 + 2 * 4096 * 2 + 4 * 3 * 4096 * 14336 + 4096 * 8 * 2
+    assert layer_weight_bytes(m, p, f, True) == w
+
+
+def test_moe_serving_transfers_by_hand():
+    """Mixtral 8x7B at T = 64 tokens a rank, FP8 weights (W = 1 byte), activations 2 bytes, h 4096:
+    - ep 2 (one rank's dp 2 group), tp 1, all-to-all exchange: a token's 2 experts lie on 2·(1 − C(4,2)/C(8,2)) =
+      2·(1 − 6/28) = 1.5714 ranks; one FP8 dispatch of 64·1.5714·4096 B and one 16-bit combine of twice that;
+    - the same at ep 2 laid over two scale-up domains with the deduplicating dispatch: each token crosses to the
+      other domain with probability 1 − (1/2)^2 = 3/4, an all-to-all sized 64·(3/4)·4096·W·2/1 per direction;
+    - ep 1 at dp 2: expert tp = tp·dp/ep = 2, every expert split over the two attention-DP ranks: an all-gather of
+      the tokens and a reduce-scatter of the outputs, T·etp·h·2 = 64·2·4096·2 B each, no ep transfer;
+    - tp 2 alone: the two tp all-reduces of a dense layer; tp 2 with ep 2: one all-reduce (the experts end in an
+      all-gather over tp instead) and the dispatch of T/tp tokens."""
+    m = model("mixtral-8x7b")
+    p = ServingPlan(tp=1, dp=2, ep=2, weight_precision="fp8", kv_precision="fp8")
+    f = Formats.of(p, True)
+    d = 2 * (1 - 6 / 28)
+    assert distinct_expert_ranks(8, 2, 2) == pytest.approx(d)
+    tr = {t.name: (t.op, t.message_bytes, c) for t, c in layer_transfers(m, p, f, 64.0, True)}
+    assert tr == {"ep.dispatch": ("all_to_all", pytest.approx(64 * d * 4096), 1.0),
+                  "ep.combine": ("all_to_all", pytest.approx(64 * d * 4096 * 2), 1.0)}
+    dd = dataclasses.replace(p, ep_dispatch="dedup")
+    tr = {t.name: (t.op, t.axis, t.message_bytes, c) for t, c in layer_transfers(m, dd, f, 64.0, True, 2, 1)}
+    assert tr == {"ep.dispatch_internode": ("all_to_all", "ep_inter", pytest.approx(64 * 0.75 * 4096 * 2), 1.0),
+                  "ep.combine_internode": ("all_to_all", "ep_inter", pytest.approx(64 * 0.75 * 4096 * 2 * 2), 1.0)}
+    same_domain = {t.name for t, _ in layer_transfers(m, dd, f, 64.0, True, 1, 2)}
+    assert same_domain == {"ep.dispatch", "ep.combine"}  # one domain: nothing to deduplicate across the fabric
+    tr = {t.name: (t.op, t.message_bytes, c) for t, c in layer_transfers(m, dataclasses.replace(p, ep=1), f, 64.0,
+                                                                         True)}
+    assert tr == {"etp.all_gather": ("all_gather", 64 * 2 * 4096 * 2, 1.0),
+                  "etp.reduce_scatter": ("reduce_scatter", 64 * 2 * 4096 * 2, 1.0)}
+    assert layer_transfers(m, dataclasses.replace(p, dp=1, ep=1), f, 64.0, True) == []
+    tp2 = ServingPlan(tp=2, dp=1, ep=1, weight_precision="fp8")
+    tr = {t.name: (t.op, t.message_bytes, c) for t, c in layer_transfers(m, tp2, f, 64.0, True)}
+    assert tr["tp.all_reduce"] == ("all_reduce", 64 * 4096 * 2, 2.0)
+    assert {k for k in tr} == {"tp.all_reduce"}  # experts not spread over ranks: tp's two all-reduces only
+    tp2ep = ServingPlan(tp=2, dp=1, ep=2, weight_precision="fp8")
+    tr = {t.name: (t.op, t.message_bytes, c) for t, c in layer_transfers(m, tp2ep, f, 64.0, True)}
+    assert tr["tp.all_reduce"] == ("all_reduce", 64 * 4096 * 2, 1.0)
+    assert tr["tp.moe_all_gather"] == ("all_gather", 64 * 4096 * 2, 1.0)
+    assert tr["ep.dispatch"][1] == pytest.approx(32 * d * 4096)
+    assert stage_boundary_transfer(m, 64.0).message_bytes == 64 * 4096 * 2
+    assert stage_boundary_transfer(m, 64.0).op == "send_recv" and stage_boundary_transfer(m, 64.0).axis == "pp"

@@ -1,0 +1,61 @@
+"""The serving search's steady state (schedule.serving_steady) against the simulator it summarises: a saturated
+lane's rate and latencies, a static batch's measured batches, and a disaggregated plan reduced to its smallest
+deployment of the same prefill : decode ratio."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.schedule.serving_run import simulate
+from narrowpath.schedule.serving_stats import summary
+from narrowpath.schedule.serving_steady import steady_lane
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+
+
+def _scn(plan: ServingPlan, gpus: int, load: Load | None = None) -> ServingScenario:
+    load = load or Load(arrival="offline", input_tokens=256, output_tokens=64, num_requests=64)
+    return ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, load=load, num_gpus=gpus)
+
+
+def test_a_static_batch_is_measured_after_its_warm_up_batches():
+    """A static session (TensorRT-LLM 0.x) serves batches of max_batch one after another: the steady state is the
+    simulation of (warm-up + measured) batches over all lanes, its latencies read on the measured batches only —
+    whose first tokens wait for the whole warm-up batch, so their TTFT exceeds the first batch's makespan."""
+    plan = ServingPlan(max_batch=8, policy="static", framework="TensorRT-LLM 0.9")
+    scn = _scn(plan, 1)
+    st = steady_lane(scn, warmup_batches=1, measured_batches=2)
+    assert st.lanes == 1 and st.tpot_s is not None and st.ttft_s is not None
+    load = dataclasses.replace(scn.load, num_requests=24, concurrency=0, arrival="fixed-batch", batch_size=8)
+    res = simulate(dataclasses.replace(scn, load=load), (), log_lane=False).result
+    assert st.output_tokens_per_s == pytest.approx(res.output_tokens_per_s)
+    ttft = res.first_token_s - res.arrival_s
+    assert st.ttft_s == summary(ttft[8:])
+    assert st.ttft_s["p50"] > float(res.finish_s[:8].max())
+    tpot = (res.finish_s - res.first_token_s)[8:] / (res.output_tokens[8:] - 1)
+    assert st.tpot_s == summary(tpot)
+
+
+def test_a_disaggregated_plan_is_its_smallest_deployment_scaled():
+    """4 instances of which 2 prefill-only and 2 of which 1: the same ratio, so the same smallest deployment (one
+    prefill + one decode instance) is simulated; the larger serves twice the tokens per second with the same
+    latencies, over twice the lanes."""
+    small = steady_lane(_scn(ServingPlan(replicas=2, prefill_replicas=1), 2))
+    big = steady_lane(_scn(ServingPlan(replicas=4, prefill_replicas=2), 4))
+    assert big.output_tokens_per_s == pytest.approx(2 * small.output_tokens_per_s, rel=1e-12)
+    assert big.ttft_s == small.ttft_s and big.tpot_s == small.tpot_s
+    assert (small.lanes, big.lanes) == (2, 4)
+    three = steady_lane(_scn(ServingPlan(replicas=3, prefill_replicas=1), 3))  # 1 : 2, another deployment
+    assert three.lanes == 3 and three.output_tokens_per_s != pytest.approx(1.5 * small.output_tokens_per_s)
+
+
+def test_a_saturated_lane_keeps_its_batch_full():
+    """Continuous batching in a closed loop: the lane's TPOT is the iteration of a full batch, so its rate is close
+    to max_batch / TPOT, and the deployment's rate is the lane's times its lanes (tp 1, 2 replicas: 2 lanes)."""
+    one = steady_lane(_scn(ServingPlan(max_batch=16, framework="TensorRT-LLM 1.0"), 1))
+    two = steady_lane(_scn(ServingPlan(max_batch=16, replicas=2, framework="TensorRT-LLM 1.0"), 2))
+    assert two.output_tokens_per_s == pytest.approx(2 * one.output_tokens_per_s, rel=1e-12) and two.lanes == 2
+    assert one.output_tokens_per_s <= 16 / one.tpot_s["p50"] * 1.05
+    assert np.isfinite(one.ttft_s["p99"]) and one.ttft_s["p99"] >= one.ttft_s["p50"]
