@@ -149,3 +149,10 @@ def test_python_executor_bookkeeping_bounds_a_large_decode_iteration():
     assert few > 16 * 29e-6 * 2  # 16 requests: the GPU's weight read (~3 ms) sets the pace, not the host
     old = _scn("llama3-8b", 1, "TensorRT-LLM 0.9", weight_precision="fp8", kv_precision="fp8")
     assert ServingCost(old, 2048).host_per_request_s == 0.0
+
+
+def test_trtllm_bench_rounds_the_batch_up_to_a_multiple_of_128():
+    """Llama-3 8B FP8 on one H100 at 1000/1080: 70.08e9 B / 65,536 B per token / 2,080 tokens = 514.1 requests,
+    just above 4·128, so the batch is 128·⌈514.1/128⌉ = 640 (not 512)."""
+    scn = _scn("llama3-8b", 1, "TensorRT-LLM 1.0", weight_precision="fp8", kv_precision="fp8")
+    assert trtllm_bench_limits(scn, 1000, 1080, 0.9, 1000, True)[0] == 640

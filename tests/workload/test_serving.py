@@ -176,3 +176,16 @@ def test_moe_serving_transfers_by_hand():
     assert tr["ep.dispatch"][1] == pytest.approx(32 * d * 4096)
     assert stage_boundary_transfer(m, 64.0).message_bytes == 64 * 4096 * 2
     assert stage_boundary_transfer(m, 64.0).op == "send_recv" and stage_boundary_transfer(m, 64.0).axis == "pp"
+
+
+def test_activation_workspace_by_hand():
+    """Llama-3 8B, FP8 weights, tp 1, 8,192 tokens and 256 sequences: the largest op's non-weight traffic is the
+    SwiGLU, reading gate and up and writing their product, 3·8192·14336·2 = 704.6 MB (more than the up projection's
+    FP8 input and 16-bit output, 8192·4096 + 8192·28672·2 = 503.3 MB); plus fp32 logits 256·128256·4 = 131.3 MB,
+    plus the residual stream in and out, 8192·4096·2·2 = 134.2 MB."""
+    from narrowpath.cost.serving_memory import activation_workspace_bytes
+    m, p = model("llama3-8b"), ServingPlan(weight_precision="fp8")
+    f = Formats.of(p, True)
+    act = 3 * 8192 * 14336 * 2
+    assert act > 8192 * 4096 * 1 + 8192 * 28672 * 2
+    assert activation_workspace_bytes(m, p, f, 8192, 256) == act + 256 * 128256 * 4 + 8192 * 4096 * 2 * 2
