@@ -189,3 +189,25 @@ def test_activation_workspace_by_hand():
     act = 3 * 8192 * 14336 * 2
     assert act > 8192 * 4096 * 1 + 8192 * 28672 * 2
     assert activation_workspace_bytes(m, p, f, 8192, 256) == act + 256 * 128256 * 4 + 8192 * 4096 * 2 * 2
+
+
+def test_layer_kinds_and_decode_attention_flops_by_hand():
+    """DeepSeek-V3's first 3 layers are dense and the rest MoE (a dense model has no MoE layer). Decode attention of
+    a GQA model at tp 8 on 10 sequences of 1,000 context tokens: 2·(64/8 query heads)·(128 + 128)·10,000 =
+    40.96 MFLOP; MLA attends over its latent, d_qk = 512 + 64 and d_v = 512: 2·(128/8)·1088·10,000."""
+    from narrowpath.workload.serving import decode_attention_op, layer_kind
+    ds = model_from_dict(DSV3)
+    assert [layer_kind(ds, i)[0] for i in range(5)] == [False, False, False, True, True]
+    assert not any(layer_kind(model("llama3-8b"), i)[0] for i in range(32))
+    p = ServingPlan(tp=8)
+    op = decode_attention_op(model("llama3-70b"), p, Formats.of(p, True), 10, 10_000.0)
+    assert op.flop == 2 * 8 * 256 * 10_000
+    mla = decode_attention_op(ds, p, Formats.of(p, True), 10, 10_000.0)
+    assert mla.flop == 2 * 16 * (576 + 512) * 10_000
+
+
+def test_distinct_expert_ranks_at_the_boundary():
+    """16 experts on 2 ranks, top 8: the other rank's 8 experts could hold all 8 picks, C(8,8)/C(16,8) = 1/12,870,
+    so a token reaches 2·(1 − 1/12,870) ranks — not exactly 2; one more pick than the other rank holds forces 2."""
+    assert distinct_expert_ranks(16, 8, 2) == pytest.approx(2 * (1 - 1 / 12870), rel=1e-12)
+    assert distinct_expert_ranks(16, 9, 2) == 2.0
