@@ -156,3 +156,44 @@ def test_trtllm_bench_rounds_the_batch_up_to_a_multiple_of_128():
     just above 4·128, so the batch is 128·⌈514.1/128⌉ = 640 (not 512)."""
     scn = _scn("llama3-8b", 1, "TensorRT-LLM 1.0", weight_precision="fp8", kv_precision="fp8")
     assert trtllm_bench_limits(scn, 1000, 1080, 0.9, 1000, True)[0] == 640
+
+
+def test_serving_cost_stage_items_by_hand():
+    """DeepSeek-V3 at pp 2, FP8 weights, 64 tokens: the embedding (gather 64 rows of 7168, write them, 16 bit)
+    only on the first stage, once; MLA's q and kv norms read and write the latents (2·64·1536·2 and 2·64·512·2 B);
+    the shared expert is an MLP of inner width 2048 (one shared expert); the output layer samples over fp32 logits
+    (3 reads/writes of rows·vocab·4 B) and the last stage's weights carry the vocabulary table and the final norm."""
+    from narrowpath.workload.serving import stage_weight_bytes
+    ds = model_from_dict(DSV3)
+    scn = ServingScenario(system=system("dgx-h100"), model=ds,
+                          plan=ServingPlan(pp=2, weight_precision="fp8", framework="TensorRT-LLM 1.0"),
+                          load=Load(arrival="offline", input_tokens=128, output_tokens=128), num_gpus=2)
+    cost = ServingCost(scn, 256)
+    first = {op.name: (op, c) for op, c in cost.token_ops(0, 64.0)}
+    last = {op.name: (op, c) for op, c in cost.token_ops(1, 64.0)}
+    assert first["embedding"][1] == 1.0 and first["embedding"][0].hbm_bytes == 2 * 64 * 7168 * 2
+    assert "embedding" not in last
+    assert first["q_norm"][0].hbm_bytes == 2 * 64 * 1536 * 2 and first["kv_norm"][0].hbm_bytes == 2 * 64 * 512 * 2
+    assert last["shared_up"][0].weight_bytes == 7168 * 2 * 2048 * 1.0
+    ops, _ = cost.head(10.0)
+    sampling = {op.name: op for op, _ in ops}["sampling"]
+    assert sampling.hbm_bytes == 3 * 10 * 129280 * 4
+    f = cost.f
+    layers = cost.stages[1]
+    body = stage_weight_bytes(ds, scn.plan, f, layers, False, False)
+    assert stage_weight_bytes(ds, scn.plan, f, layers, False, True) == body + 129280 * 7168 * 2 + 7168 * 2
+
+
+def test_a_sliding_window_layer_decodes_over_its_window():
+    """GPT-OSS-like alternating layers, window 128: 4 sequences of 1,000 context tokens read 4·1000 tokens of K/V in
+    a full layer but at most 4·128 in a window layer."""
+    m = model_from_dict(dict(name="swa", layers=2, hidden=2048, heads=16, kv_heads=4, ffn=4096, vocab=32000,
+                             seq_len=4096, ffn_act="swiglu", sliding_window=128, sliding_window_every=2))
+    scn = ServingScenario(system=system("dgx-h100"), model=m, plan=ServingPlan(framework="TensorRT-LLM 1.0"),
+                          load=Load(arrival="offline", input_tokens=128, output_tokens=128), num_gpus=1)
+    cost = ServingCost(scn, 64)
+    ops = cost.attention_ops(0, 4.0, 4000.0, 0.0, 0.0, 0.0)
+    full = [op for op, _ in ops]
+    assert len(full) == 2
+    per_token = 2 * 4 * 128 * 2  # K and V, 4 kv heads of 128, 16 bit
+    assert sorted(op.hbm_bytes - 4 * 16 * 256 * 2 for op in full) == [4 * 128 * per_token, 4000 * per_token]
