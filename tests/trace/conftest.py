@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
-if not TRACES.is_dir():
-    TRACES = Path("/work/shared/traces")
+from tests.shared_paths import TRACES
+
 DDP = TRACES / "a100-ddp-2rank-rank0.json.gz"
 R16 = TRACES / "a100-16rank-rank0.json.gz"
 PP0 = TRACES / "pp-128rank-sampled-rank0.json.gz"

@@ -2,7 +2,6 @@
 skew `narrowpath trace` measures on the real multi-rank traces in shared/traces (docs/simulate.md)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +13,8 @@ from narrowpath.schedule.sim.distributions import KernelNoise
 from narrowpath.spec.noise import Jitter
 from narrowpath.spec.noise_parse import parse_noise
 from narrowpath.trace import analyze, read_trace, schema
+from tests.shared_paths import TRACES
 
-TRACES = Path(__file__).resolve().parents[4] / "shared" / "traces"
 PP_PAIR = [TRACES / "pp-128rank-sampled-rank0.json.gz", TRACES / "pp-128rank-sampled-rank1.json.gz"]
 
 
