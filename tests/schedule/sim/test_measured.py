@@ -2,7 +2,6 @@
 skew `narrowpath trace` measures on the real multi-rank traces in shared/traces (docs/simulate.md)."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
