@@ -184,3 +184,16 @@ def test_linear_span_and_runs_by_hand():
     assert linear_runs_s(lambda k: 3.0 + 0.5 * k, 10) == pytest.approx(sum(3.0 + 0.5 * k for k in range(1, 11)))
     assert linear_runs_s(lambda k: max(2.0 * k, 7.0 + k), 12) == pytest.approx(
         sum(max(2.0 * k, 7.0 + k) for k in range(1, 13)))
+
+
+def test_a_trace_starts_at_its_first_arrival():
+    """A request trace stamped from 5.0 s: arrivals are taken relative to the first (0, 2.5, 2.5 s), lengths as
+    given; the simulated first token of the first request comes after its prefill, not 5 s late."""
+    from narrowpath.schedule.serving_run import arrivals
+    load = Load(arrival="trace", requests=((5.0, 100, 4), (7.5, 200, 3), (7.5, 50, 2)))
+    t, n_in, n_out = arrivals(scn(load=load))
+    np.testing.assert_array_equal(t, [0.0, 2.5, 2.5])
+    np.testing.assert_array_equal(n_in, [100, 200, 50])
+    np.testing.assert_array_equal(n_out, [4, 3, 2])
+    res = simulate(scn(load=load)).result
+    assert 0 < res.first_token_s[0] < 1.0 and res.arrival_s[1] == pytest.approx(2.5)
