@@ -4,12 +4,10 @@ on spaces small enough to price exhaustively the search's top 20, counts and the
 of an exhaustive `predict` over the same space."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
-from narrowpath.catalog import load_scenario, model, system
+from narrowpath.catalog import load_scenario, system
 from narrowpath.schedule.step import predict
 from narrowpath.search import SearchSpace, candidate_plans, search
 from narrowpath.search.bulk import Bulk
@@ -20,16 +18,9 @@ from narrowpath.search.rank import TIE_REL, drop_equivalent, sort_key
 from narrowpath.search.table import build_table
 from narrowpath.schedule.step import exposed_after_bucketed_overlap
 from narrowpath.spec import Plan, Scenario
+from tests.search.scenarios import llama3_8b_fp8, mixtral16
 
 
-def _mixtral16() -> Scenario:
-    plan = Plan(tp=2, pp=1, dp=8, ep=8, mbs=1, gbs=32, zero_stage=1, sequence_parallel=True)
-    return Scenario(name="mixtral16", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
-
-
-def _fp8() -> Scenario:
-    scn = load_scenario("llama3-8b-h100-8")
-    return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, precision="fp8"))
 
 
 def _dense_then_moe() -> Scenario:
@@ -43,7 +34,8 @@ def _dense_then_moe() -> Scenario:
     return Scenario(name="dense-then-moe", system=system("dgx-h100"), model=m, plan=plan, num_gpus=8)
 
 
-SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": _fp8, "mixtral16": _mixtral16,
+SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": llama3_8b_fp8,
+             "mixtral16": mixtral16,
              "dense-then-moe": _dense_then_moe,
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
              "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),

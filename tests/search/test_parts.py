@@ -9,15 +9,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from narrowpath.catalog import load_scenario, model, system
+from narrowpath.catalog import load_scenario
 from narrowpath.cost.memory import layer_activation_bytes
 from narrowpath.errors import SpecError
 from narrowpath.search.parts import Parts
 from narrowpath.search.space import SearchSpace
 from narrowpath.search.table import build_table
-from narrowpath.spec import Plan, Scenario
 from narrowpath.workload import build as B
 from narrowpath.workload import transformer as T
+from tests.search.scenarios import llama3_8b_fp8, mixtral16
 
 _STAGE = ("tp", "cp", "mbs", "sequence_parallel", "ep", "etp")
 
@@ -51,14 +51,6 @@ PARTS = {
 }
 
 
-def _mixtral16() -> Scenario:
-    plan = Plan(tp=2, pp=1, dp=8, ep=8, mbs=1, gbs=32, zero_stage=1, sequence_parallel=True)
-    return Scenario(name="mixtral16", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
-
-
-def _fp8() -> Scenario:
-    scn = load_scenario("llama3-8b-h100-8")
-    return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, precision="fp8"))
 
 
 _TABLES: dict = {}
@@ -73,7 +65,7 @@ def _space_of(make):
     return _TABLES[make]
 
 
-@pytest.mark.parametrize("make", [lambda: load_scenario("llama3-8b-h100-8"), _fp8, _mixtral16,
+@pytest.mark.parametrize("make", [lambda: load_scenario("llama3-8b-h100-8"), llama3_8b_fp8, mixtral16,
                                   lambda: load_scenario("deepseek-v3-h800-2048")],
                          ids=["llama3-8b", "fp8", "mixtral", "deepseek-v3"])
 @pytest.mark.parametrize("part", list(PARTS))
