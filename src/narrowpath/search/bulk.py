@@ -8,8 +8,8 @@ the search re-prices what it shows with predict itself.
 
 Stages that hold the same layers and the same ends (first/last) are one *class* (a 16-stage pipeline has at most a
 few): a class is priced once and counted as often as it occurs. Memory is evaluated at a class's first stage, which
-holds the most micro-batches in flight. A class also records which layer kinds it holds, since `stage_memory`
-sizes some temporaries by the stage's largest layer.
+holds the most micro-batches in flight; `stage_memory` sizes some temporaries by the largest layer kind a stage
+holds, which its layer counts give.
 
 Lower bound (`StructuralPrices.bound_s`, used to prune): every stage's per-micro-batch time is its compute (with
 host waits) plus exposed communication and the slowdown of hidden communication, both ≥ 0, so T_i ≥ C_i; the
@@ -69,8 +69,6 @@ class Shape:
     minidx: np.ndarray
     """Index of the class's first stage."""
     layers: np.ndarray
-    seen: np.ndarray
-    """(Q, K) kinds held by the stages up to the class's first stage."""
     chunks: np.ndarray
     """(Q, v) layers of each interleaved chunk."""
     stage_class: np.ndarray
@@ -87,8 +85,7 @@ def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int) -
         for r in rng:
             for li in r:
                 counts[kinds.index(kind_of[li])] += 1
-        seen = counts > 0
-        key = (tuple(counts), i == 0, i == pp - 1, tuple(seen), tuple(len(r) for r in rng))
+        key = (tuple(counts), i == 0, i == pp - 1, tuple(len(r) for r in rng))
         if key not in classes:
             classes[key] = [i, 0, len(classes)]
         classes[key][1] += 1
@@ -98,8 +95,7 @@ def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int) -
                  last=np.array([k[2] for k in keys]), mult=np.array([classes[k][1] for k in keys], dtype=float),
                  minidx=np.array([classes[k][0] for k in keys]),
                  layers=np.array([sum(k[0]) for k in keys], dtype=float),
-                 seen=np.array([k[3] for k in keys]).reshape(len(keys), K),
-                 chunks=np.array([k[4] for k in keys], dtype=float).reshape(len(keys), vpp),
+                 chunks=np.array([k[3] for k in keys], dtype=float).reshape(len(keys), vpp),
                  stage_class=np.array(stage_class, dtype=np.int64))
 
 
@@ -204,8 +200,7 @@ class Bulk:
         g = self.shape_of[rows]
         out = {"counts": np.zeros((len(self.shapes), Q, K)), "first": np.zeros((len(self.shapes), Q), dtype=bool),
                "last": np.zeros((len(self.shapes), Q), dtype=bool), "mult": np.zeros((len(self.shapes), Q)),
-               "minidx": np.zeros((len(self.shapes), Q), dtype=np.int64), "layers": np.zeros((len(self.shapes), Q)),
-               "seen": np.zeros((len(self.shapes), Q, K), dtype=bool)}
+               "minidx": np.zeros((len(self.shapes), Q), dtype=np.int64), "layers": np.zeros((len(self.shapes), Q))}
         for j, sh in enumerate(self.shapes):
             q = len(sh.mult)
             for k in out:
@@ -355,7 +350,7 @@ class Bulk:
         optim = np.where(z < 1, params, sharded) * (12 if base.precision != "fp32" else 8)
         infl = self._in_flight(rows, sh)
         acts = layer_acts * infl
-        seen_max = np.maximum(0.0, np.where(sh["seen"], LA[:, None, :], -np.inf).max(axis=2))
+        seen_max = np.maximum(0.0, np.where(sh["counts"] > 0, LA[:, None, :], -np.inf).max(axis=2))
         temps = np.where(f_off > 0, 2 * seen_max, 0.0)
         temps = np.where(self.rc[rows][:, None] == 2, np.maximum(temps, seen_max), temps)
         s = model.seq_len // cp
