@@ -14,6 +14,8 @@ included. The validation targets are read against it.
 """
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
@@ -66,11 +68,7 @@ class RepeatabilitySummary:
 
     @property
     def median_spread(self) -> float | None:
-        s = sorted(x for _, x in self.spreads)
-        if not s:
-            return None
-        k = len(s) // 2
-        return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
+        return statistics.median(x for _, x in self.spreads) if self.spreads else None
 
     @property
     def max_spread(self) -> float | None:
@@ -86,7 +84,6 @@ class RepeatabilitySummary:
 def config_key(scn) -> str:
     """What a prediction depends on: the resolved scenario's model, system, GPU count, mode and plan, without
     names and without the free-text framework (its stack defaults are already in the plan)."""
-    import dataclasses
     return repr((dataclasses.replace(scn.model, name=""), dataclasses.replace(scn.system, name=""), scn.num_gpus,
                  scn.mode, scn.calibration, dataclasses.replace(scn.plan, framework="")))
 
