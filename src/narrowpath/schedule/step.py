@@ -3,8 +3,9 @@
 Per stage and micro-batch: T = compute (fwd + bwd + recompute) + exposed communication (TP, CP, EP, PP,
 ZeRO-3). Stages combine through the pipeline schedule (schedule.pipeline); then the data-parallel gradient
 sync (exposed part) and the optimizer update follow.
-Overlap: an overlappable transfer hides behind the compute of the same phase; what does not fit is exposed,
-and the hidden part slows the compute it shares the chip with by `overlap_compute_slowdown`.
+Overlap: an overlappable transfer hides behind the compute of the same phase (or, for the expert all-to-all
+with `ep_overlap`, behind the paired pass of another micro-batch: `pass_pair_hidden_s`); what does not fit is
+exposed, and the hidden part slows the compute it shares the chip with by `overlap_compute_slowdown`.
 """
 from __future__ import annotations
 
@@ -115,6 +116,38 @@ def exposed_after_bucketed_overlap(total_s: float, message_bytes: float, bucket_
     last_bucket = total_s / n_buckets
     hidden = max(0.0, min(total_s - last_bucket, window_s))
     return total_s - hidden + slowdown * hidden
+
+
+PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fwd",)}
+"""The passes a pass-pair transfer of each phase hides behind: a forward's behind the other micro-batch's backward
+(with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""
+
+
+def paired_fraction(num_microbatches: int) -> float:
+    """Share of a stage's micro-batches whose forward runs merged with another micro-batch's backward: all but one,
+    whose forward (the first) or backward (the last) has no partner. Megatron-Core combined 1F1B runs F0, then
+    (F1 + B0), …, (F(m−1) + B(m−2)), then B(m−1). The pipeline's further warm-up forwards (pp − stage − 1 on a
+    stage) are not counted: their passes are priced as paired."""
+    m = max(1, int(num_microbatches))
+    return (m - 1) / m
+
+
+def pass_pair_hidden_s(pair_s: dict, left_s: dict, paired: float) -> dict:
+    """Per phase, the part of the pass-pair traffic `pair_s` (seconds per micro-batch: the expert dispatch and
+    combine with `ep_overlap`) that hides, given `left_s`, the matrix work of each phase still free after the
+    phase's own overlapped traffic. Megatron-Core's EP all-to-all overlap (`overlap_moe_expert_parallel_comm`,
+    "combined 1F1B") and DeepSeek-V3's DualPipe (DeepSeek-AI 2024, §3.2.1) merge the forward of one micro-batch
+    with the backward of another, so each one's all-to-all runs during the other's computation: a forward's traffic
+    hides behind the partner's backward and recompute, a backward's and recompute's behind the partner's forward
+    (PAIR_PARTNERS). A share 1 − `paired` of the passes has no partner and hides behind its own phase only."""
+    P = {ph: pair_s.get(ph, 0.0) for ph in PAIR_PARTNERS}
+    L = {ph: max(0.0, left_s.get(ph, 0.0)) for ph in PAIR_PARTNERS}
+    back = P["bwd"] + P["recompute"]
+    h_back = min(back, L["fwd"])
+    with_partner = {"fwd": min(P["fwd"], L["bwd"] + L["recompute"]),
+                    "bwd": h_back * P["bwd"] / back if back > 0 else 0.0,
+                    "recompute": h_back * P["recompute"] / back if back > 0 else 0.0}
+    return {ph: paired * with_partner[ph] + (1.0 - paired) * min(P[ph], L[ph]) for ph in PAIR_PARTNERS}
 
 
 def transfer_span(scn: Scenario, axis: str) -> GroupSpan:
@@ -253,9 +286,13 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
         attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in attn_phase.items()}
         extra_compute = 0.0
+        pairs = []  # pass-pair traffic: hides after the phases' own overlapped traffic (pass_pair_hidden_s)
         for tr, c in st.transfers:
             cost = _price(tr, scn, cal, spans, coll_cache)
             total = cost.time_s * c
+            if tr.overlappable and tr.hides_behind == "pass_pair":
+                pairs.append((tr, c, cost, total))
+                continue
             if tr.overlappable:
                 window = attn_budget if tr.hides_behind == "attention" else hide_budget
                 hidden = min(total, window.get(tr.phase, 0.0), hide_budget.get(tr.phase, 0.0))
@@ -268,6 +305,16 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 exp = total
             exposed[_BUCKET.get(tr.axis, tr.axis)] += exp
             rows.append((tr, c, cost, exp))
+        if pairs:
+            pair_s = {ph: 0.0 for ph in PAIR_PARTNERS}
+            for tr, _, _, total in pairs:
+                pair_s[tr.phase] += total
+            hid = pass_pair_hidden_s(pair_s, hide_budget, paired_fraction(wl.num_microbatches))
+            for tr, c, cost, total in pairs:
+                hidden = hid[tr.phase] * total / pair_s[tr.phase]
+                extra_compute += slow * hidden
+                exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
+                rows.append((tr, c, cost, total - hidden))
         per_stage_xfer.append(rows)
         stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],
                                       comp["bwd"] + comp["recompute"] + extra_compute, exposed,

@@ -26,6 +26,7 @@ import numpy as np
 
 from narrowpath.schedule.step import host_copy_cost
 from narrowpath.search.bulk import Bulk, StructuralPrices, _first_max, unique_rows
+from narrowpath.search.parts import SUMS
 from narrowpath.search.pipeline_bulk import fill_bound, pipeline_times
 
 _CELLS = 400_000
@@ -40,6 +41,15 @@ def bucketed_exposed(total_s, message_bytes, bucket_bytes, window_s, slowdown):
     last_bucket = total_s / n_buckets
     hidden = np.maximum(0.0, np.minimum(total_s - last_bucket, window_s))
     return total_s - hidden + slowdown * hidden
+
+
+def _pass_pair_hidden(P: np.ndarray, L: np.ndarray, paired: np.ndarray) -> np.ndarray:
+    """schedule.step.pass_pair_hidden_s summed over the phases, for arrays: P (I, Q, C, 3) pass-pair traffic and
+    L (I, Q, C, 3) matrix work left per phase (fwd, bwd, recompute); `paired` (I,) the share with a partner."""
+    L = np.maximum(L, 0.0)
+    f = np.asarray(paired, dtype=float).reshape(-1, 1, 1)
+    with_partner = np.minimum(P[..., 0], L[..., 1] + L[..., 2]) + np.minimum(P[..., 1] + P[..., 2], L[..., 0])
+    return f * with_partner + (1.0 - f) * np.minimum(P, L).sum(axis=-1)
 
 
 class Exact:
@@ -92,7 +102,7 @@ class Exact:
         return np.concatenate(idx_out), np.concatenate(t_out)
 
     # ---- one group ----------------------------------------------------------------------------------------------
-    def _grid(self, rows, J, row_keys, var_keys, lay, fn, value: str = "phase_sums", width: int = 9) -> np.ndarray:
+    def _grid(self, rows, J, row_keys, var_keys, lay, fn, value: str = "phase_sums", width: int = SUMS) -> np.ndarray:
         """(I, C, width) `value` (a Layout method: the phase sums, or the longest overlapped pipeline message) of
         the templates fn(key, row, variant) → template id on the plans' placements; the key is the row's tp, cp,
         dp, pp, ep, etp, sp, then `row_keys`, then the variant's placement and `var_keys`."""
@@ -244,7 +254,7 @@ class Exact:
             coef.append(sel.astype(float))
             W.append(w)
         G = len(W)
-        Z = np.matmul(np.stack(coef, axis=2), np.stack(W, axis=1).reshape(I, G, C * 9)).reshape(I, Q, C, 9)
+        Z = np.matmul(np.stack(coef, axis=2), np.stack(W, axis=1).reshape(I, G, C * SUMS)).reshape(I, Q, C, SUMS)
         f_rc = sp.f_rc[at]
         scale = np.where((rc == 2)[:, None] & (f_rc < 1.0), f_rc, 1.0)  # block recompute (build_workload)
         if (scale < 1.0).any():
@@ -256,7 +266,8 @@ class Exact:
                 Z[..., i] += t_off
         hb = sp.gemm[at][:, :, None, :]
         ab = sp.attn[at][:, :, None, :] * ((cp - 1) / cp)[:, None, None, None]
-        H = np.minimum(hb, Z[..., 3:6] + np.minimum(Z[..., 6:9], ab)).sum(axis=-1)  # (I, Q, C)
+        H_ph = np.minimum(hb, Z[..., 3:6] + np.minimum(Z[..., 6:9], ab))  # (I, Q, C, 3)
+        H = H_ph.sum(axis=-1) + _pass_pair_hidden(Z[..., 9:12], hb - H_ph, (m - 1) / np.maximum(m, 1))
         slow = bulk.cal.overlap_compute_slowdown
         Cc = sp.compute[at]
         fwd = np.broadcast_to(Cc[:, :, None, 0], (I, Q, C))

@@ -36,15 +36,18 @@ AGG = ("comp", "host", "syncs", "gemm", "attn", "flop", "edge")
 """Per-phase sums of a list of ops, as predict accumulates them: GPU time, host issue time, host syncs, time of the
 non-vector (matrix and flash) ops, time of the attention core, FLOPs, time of the embedding's and output head's
 ops (`schedule.step.EDGE_OPS`: they sit in a stage's first or last interleaved chunk)."""
-SLOT_NONE, SLOT_EXPOSED, SLOT_PHASE, SLOT_ATTENTION = 0, 1, 2, 3
+SLOT_NONE, SLOT_EXPOSED, SLOT_PHASE, SLOT_ATTENTION, SLOT_PAIR = 0, 1, 2, 3, 4
 """How a transfer slot meets compute: padding, never hidden, hides behind its phase's matrix work, hides behind
-its phase's attention core only."""
+its phase's attention core only, hides behind the merged pass of another micro-batch
+(schedule.step.pass_pair_hidden_s)."""
+SUMS = 12
+"""Width of a template's phase sums (Layout.phase_sums)."""
 
 
 def _slot_type(tr) -> int:
     if not tr.overlappable:
         return SLOT_EXPOSED
-    return SLOT_ATTENTION if tr.hides_behind == "attention" else SLOT_PHASE
+    return {"attention": SLOT_ATTENTION, "pass_pair": SLOT_PAIR}.get(tr.hides_behind, SLOT_PHASE)
 
 
 class Template:
@@ -97,12 +100,13 @@ class Layout:
         return v
 
     def phase_sums(self, tid: int, tm: "Template") -> np.ndarray:
-        """(9,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
-        of it, the part that hides behind the phase's matrix work, the part that hides behind its attention core
-        (what the closed form of the overlap needs, search.exact)."""
+        """(12,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
+        of it, the part that hides behind the phase's matrix work, the part that hides behind its attention core,
+        the part that hides behind another micro-batch's merged pass (what the closed form of the overlap needs,
+        search.exact)."""
         v = self.sums.get(tid)
         if v is None:
-            v = np.zeros(9)
+            v = np.zeros(SUMS)
             for tr, c, ph, ty in zip(tm.transfers, tm.count, tm.phase, tm.type):
                 t = self.time_s(tr) * c
                 v[ph] += t
@@ -110,6 +114,8 @@ class Layout:
                     v[3 + ph] += t
                 elif ty == SLOT_ATTENTION:
                     v[6 + ph] += t
+                elif ty == SLOT_PAIR:
+                    v[9 + ph] += t
             self.sums[tid] = v
         return v
 

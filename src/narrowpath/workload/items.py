@@ -67,9 +67,11 @@ class Transfer:
     overlappable: bool = False
     """Can run concurrently with compute under the plan's settings."""
     hides_behind: str = "phase"
-    """What compute an overlappable transfer can hide behind: `phase` (all matrix work of its phase) or
+    """What compute an overlappable transfer can hide behind: `phase` (all matrix work of its phase),
     `attention` (only the attention core of its phase: a context-parallel KV exchange must arrive while the
-    attention blocks that need it run — Liu et al., Ring Attention, 2023 §3)."""
+    attention blocks that need it run — Liu et al., Ring Attention, 2023 §3) or `pass_pair` (the matrix work of
+    another micro-batch's pass that runs merged with this one: the expert all-to-all under Megatron-Core's combined
+    1F1B or DualPipe — schedule.step.pass_pair_hidden_s)."""
 
 
 @dataclass(frozen=True, slots=True)

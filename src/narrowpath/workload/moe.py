@@ -141,6 +141,7 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
     `ep_inter`) and its copies are fanned out inside the domain over NVLink (`ep_intra`)."""
     moe = model.moe
     A = act_bytes(plan)
+    PAIR = "pass_pair"  # overlapped with the merged pass of another micro-batch (Transfer.hides_behind)
     phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ())
     out: list[tuple[Transfer, float]] = []
     tok = local_tokens(model, plan)
@@ -151,20 +152,21 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
         intra = tok * moe.top_k * model.hidden * A
         for ph in phases:
             out.append((Transfer("ep.dispatch_combine_internode", "all_to_all", "ep_inter", inter, ph,
-                                 plan.ep_overlap), 2.0))
+                                 plan.ep_overlap, PAIR), 2.0))
             if ep_per_domain > 1:
                 out.append((Transfer("ep.dispatch_combine_intranode", "all_to_all", "ep_intra", intra, ph,
-                                     plan.ep_overlap), 2.0))
+                                     plan.ep_overlap, PAIR), 2.0))
     elif plan.ep > 1:
         msg = tok * moe.top_k * model.hidden * A
         for ph in phases:
-            out.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", msg, ph, plan.ep_overlap), 2.0))
+            out.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", msg, ph, plan.ep_overlap, PAIR), 2.0))
     if plan.expert_tp > 1:
         gathered = local_tokens(model, plan) * moe.top_k * plan.expert_tp * model.hidden * A
         for ph in phases:
-            out.append((Transfer("ep.expert_tp_all_gather", "all_gather", "etp", gathered, ph, plan.ep_overlap), 1.0))
+            out.append((Transfer("ep.expert_tp_all_gather", "all_gather", "etp", gathered, ph, plan.ep_overlap,
+                                 PAIR), 1.0))
             out.append((Transfer("ep.expert_tp_reduce_scatter", "reduce_scatter", "etp", gathered, ph,
-                                 plan.ep_overlap), 1.0))
+                                 plan.ep_overlap, PAIR), 1.0))
     return out
 
 

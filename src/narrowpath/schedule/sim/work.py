@@ -22,7 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from narrowpath.cost.roofline import host_time_s, op_time_s
-from narrowpath.schedule.step import StepPrediction, _price, transfer_span
+from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, paired_fraction, pass_pair_hidden_s, \
+    transfer_span
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kinds, \
     stage_layer_ranges, zero2_per_microbatch, zero2_transfers, zero3_transfers
@@ -189,8 +190,34 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
     return list(zip(ops, xfs))
 
 
-def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, cp: int, slowdown: float
-               ) -> PassWork:
+def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, num_microbatches: int
+                 ) -> tuple[dict, dict]:
+    """(hidden, traffic) per phase of a chunk's pass-pair traffic (the expert all-to-all with ep_overlap): what
+    hides behind the merged pass of another micro-batch once every phase's own overlapped traffic has taken its
+    share of the phase's matrix work (schedule.step.pass_pair_hidden_s, as predict)."""
+    gemm = {ph: 0.0 for ph in PAIR_PARTNERS}
+    attn = {ph: 0.0 for ph in PAIR_PARTNERS}
+    for op, c in ops.items():
+        if c and op.phase in gemm:
+            t = pr.op(op) * c
+            if op.kind != "vector":
+                gemm[op.phase] += t
+            if T.is_attention_core(op):
+                attn[op.phase] += t
+    own = {ph: 0.0 for ph in gemm}
+    own_attn = {ph: 0.0 for ph in gemm}
+    pair = {ph: 0.0 for ph in gemm}
+    for tr, c in xfs.items():
+        if not c or not tr.overlappable or tr.phase not in gemm or tr.axis == "pp":
+            continue
+        t = pr.transfer(tr)[0].time_s * c
+        {"pass_pair": pair, "attention": own_attn}.get(tr.hides_behind, own)[tr.phase] += t
+    left = {ph: gemm[ph] - min(gemm[ph], own[ph] + min(own_attn[ph], attn[ph] * (cp - 1) / cp)) for ph in gemm}
+    return pass_pair_hidden_s(pair, left, paired_fraction(num_microbatches)), pair
+
+
+def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, cp: int, slowdown: float,
+               pair_hidden: tuple[dict, dict] | None = None) -> PassWork:
     phases = PASS_PHASES[kind]
     wgrad = kind in ("B", "W")
 
@@ -237,7 +264,14 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
             continue
         cost, tiers = pr.transfer(tr)
         total = cost.time_s * c
-        if tr.overlappable:
+        if tr.overlappable and tr.hides_behind == "pass_pair" and pair_hidden is not None:
+            hid, traffic = pair_hidden
+            hidden = hid[tr.phase] * total / traffic[tr.phase] if traffic[tr.phase] > 0 else 0.0
+            hidden_total += hidden
+            compute += slowdown * hidden
+            if total - hidden > 1e-15:
+                tail.append(Sync(tr.name, tr.axis, total - hidden, 0.0, tiers))
+        elif tr.overlappable:
             window = attn_budget if tr.hides_behind == "attention" else hide
             hidden = min(total, window.get(tr.phase, 0.0), hide.get(tr.phase, 0.0))
             hide[tr.phase] -= hidden
@@ -307,8 +341,10 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWor
     for st, ranges in zip(wl.stages, layer_ranges):
         passes = {}
         for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
+            pairs = _pair_hidden(ops, xfs, pr, plan.cp, wl.num_microbatches) \
+                if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
             for kind in kinds:
-                passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown)
+                passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs)
         fwd = sum(passes[("F", j)].compute_s for j in range(len(ranges)))
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
                                        _step_transfers(pr, st, top, plan.pp), tuple(_chunk_params(scn, st, ranges)),

@@ -1,0 +1,129 @@
+"""The expert all-to-all with ep_overlap hides behind the merged pass of another micro-batch (Megatron-Core combined
+1F1B, DeepSeek-V3 DualPipe): a forward's behind the partner's backward, a backward's behind the partner's forward."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from narrowpath.catalog.resolve import load_scenario
+from narrowpath.cost.roofline import op_time_s
+from narrowpath.schedule.step import PAIR_PARTNERS, paired_fraction, pass_pair_hidden_s, predict
+from narrowpath.search.exact import _pass_pair_hidden
+from tests.search.scenarios import mixtral16
+
+PH = tuple(PAIR_PARTNERS)
+
+
+def test_hand_worked_pair():
+    """fwd traffic 3 ms, bwd 5 ms, recompute 1 ms; matrix work left fwd 4, bwd 6, recompute 2 ms; 3 of 4
+    micro-batches paired (m = 4).
+    With a partner: fwd 3 hides behind bwd + recompute 8 → 3; bwd + recompute 6 behind fwd 4 → 4, split 5:1 →
+    bwd 10/3, recompute 2/3. Without: min(3, 4) = 3, min(5, 6) = 5, min(1, 2) = 1.
+    Mixed 3/4 : 1/4 → fwd 3, bwd 0.75·10/3 + 0.25·5 = 3.75, recompute 0.75·2/3 + 0.25 = 0.75."""
+    assert paired_fraction(4) == 0.75
+    h = pass_pair_hidden_s({"fwd": 3.0, "bwd": 5.0, "recompute": 1.0}, {"fwd": 4.0, "bwd": 6.0, "recompute": 2.0},
+                           paired_fraction(4))
+    assert h == pytest.approx({"fwd": 3.0, "bwd": 3.75, "recompute": 0.75})
+
+
+def test_one_micro_batch_has_no_partner():
+    """m = 1: the forward and the backward of the only micro-batch run alone; each hides behind its own phase."""
+    assert paired_fraction(1) == 0.0
+    h = pass_pair_hidden_s({"fwd": 3.0, "bwd": 5.0}, {"fwd": 1.0, "bwd": 9.0}, paired_fraction(1))
+    assert h == pytest.approx({"fwd": 1.0, "bwd": 5.0, "recompute": 0.0})
+
+
+phase_dict = st.fixed_dictionaries({ph: st.floats(0.0, 10.0) for ph in PH})
+
+
+@settings(max_examples=200, deadline=None)
+@given(phase_dict, phase_dict, st.floats(0.0, 1.0))
+def test_pair_properties(traffic, left, f):
+    h = pass_pair_hidden_s(traffic, left, f)
+    for ph in PH:  # never more than the traffic, never negative
+        assert -1e-12 <= h[ph] <= traffic[ph] + 1e-12
+    # never more than the matrix work the partner (or, unpaired, the phase itself) leaves
+    assert h["fwd"] <= f * (left["bwd"] + left["recompute"]) + (1 - f) * left["fwd"] + 1e-9
+    assert h["bwd"] + h["recompute"] <= f * left["fwd"] + (1 - f) * (left["bwd"] + left["recompute"]) + 1e-9
+    # more matrix work left never hides less
+    more = {ph: v + 1.0 for ph, v in left.items()}
+    h2 = pass_pair_hidden_s(traffic, more, f)
+    assert all(h2[ph] >= h[ph] - 1e-12 for ph in PH)
+    # the vectorised mirror of the search sums to the same
+    P = np.array([[[[traffic[ph] for ph in PH]]]])
+    L = np.array([[[[left[ph] for ph in PH]]]])
+    assert _pass_pair_hidden(P, L, np.array([f]))[0, 0, 0] == pytest.approx(sum(h.values()), abs=1e-12)
+
+
+def _ep(pred, phase):
+    return [t for t in pred.transfers if t.axis == "ep" and t.phase == phase]
+
+
+def _gemm_s(pred, phase):
+    st = pred.workload.stages[0]
+    return sum(op_time_s(op, pred.scenario.system.device, pred.calibration) * c for op, c in st.ops
+               if op.phase == phase and op.kind != "vector")
+
+
+def test_forward_all_to_all_hides_behind_the_partners_backward():
+    """Mixtral 8x7B on 16 H100 (ep 8 inside a node, 4 micro-batches, 3 of them paired): with the overlap on, the forward's
+    dispatch and combine no longer compete for the forward's own matrix work but for the partner's backward, about
+    twice as long; the hidden part is what the pair rule gives for the step's own figures."""
+    scn = mixtral16()
+    on = predict(dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, ep_overlap=True, tp_comm_overlap=False)))
+    off = predict(dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, ep_overlap=False, tp_comm_overlap=False)))
+    m = on.workload.num_microbatches
+    assert m == 4
+    fwd_total = sum(t.total_s for t in _ep(on, "fwd")) / m
+    bwd_total = sum(t.total_s for t in _ep(on, "bwd")) / m
+    fwd_hidden = sum(t.total_s - t.exposed_s for t in _ep(on, "fwd")) / m
+    bwd_hidden = sum(t.total_s - t.exposed_s for t in _ep(on, "bwd")) / m
+    # no other traffic is overlapped (tp_comm_overlap off): the whole matrix work of each phase is left
+    left = {"fwd": _gemm_s(on, "fwd"), "bwd": _gemm_s(on, "bwd"), "recompute": 0.0}
+    assert left["bwd"] > 1.8 * left["fwd"]
+    want = pass_pair_hidden_s({"fwd": fwd_total, "bwd": bwd_total}, left, 0.75)
+    assert fwd_hidden == pytest.approx(want["fwd"], rel=1e-9)
+    assert bwd_hidden == pytest.approx(want["bwd"], rel=1e-9)
+    # without the overlap every byte of the all-to-all is exposed
+    assert sum(t.exposed_s for t in _ep(off, "fwd") + _ep(off, "bwd")) == pytest.approx(
+        sum(t.total_s for t in _ep(off, "fwd") + _ep(off, "bwd")))
+    assert on.step_time_s < off.step_time_s
+
+
+def test_simulator_prices_the_pair_as_predict():
+    """The event simulator (noise-free, non-interleaved) agrees with the closed form on an overlapped MoE plan."""
+    from narrowpath.schedule.sim.run import simulate
+    scn = mixtral16()
+    scn = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, ep_overlap=True, gbs=64))
+    r = simulate(scn, steps=1)
+    assert r.noise_free_step_time_s == pytest.approx(r.closed_form_step_time_s, rel=0.01)
+
+
+def test_search_prices_the_pair_as_predict():
+    """The search's closed form (search.exact) gives predict's step time for overlapped MoE plans."""
+    from narrowpath.search import SearchSpace
+    from narrowpath.search.bulk import Bulk
+    from narrowpath.search.each import scenario_of
+    from narrowpath.search.exact import Exact
+    from narrowpath.search.parts import Parts
+    from narrowpath.search.table import build_table
+    scn = load_scenario("deepseek-v3-h800-2048")
+    space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, {"ep_overlap": True})
+    table = build_table(space)
+    rng = np.random.default_rng(3)
+    rows = np.sort(rng.choice(table.num_structural, size=min(12, table.num_structural), replace=False))
+    bulk = Bulk(table, Parts(scenario_of(scn, space, scn.plan), None))
+    sp = bulk.structural(rows)
+    idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
+    checked = 0
+    for k in rng.choice(idx.size, size=min(12, idx.size), replace=False):
+        plan = table.plan(int(idx[k]))
+        assert plan.ep_overlap
+        pred = predict(scenario_of(scn, space, plan))
+        assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12), plan
+        checked += any(t.exposed_s < t.total_s for t in pred.transfers if t.axis == "ep")
+    assert checked > 0  # some of them hide part of their all-to-all
