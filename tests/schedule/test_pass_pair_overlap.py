@@ -94,13 +94,24 @@ def test_forward_all_to_all_hides_behind_the_partners_backward():
     assert on.step_time_s < off.step_time_s
 
 
-def test_simulator_prices_the_pair_as_predict():
-    """The event simulator (noise-free, non-interleaved) agrees with the closed form on an overlapped MoE plan."""
+def _deepseek_gb200():
+    from narrowpath.validate.corpus import load_corpus
+    case = next(c for c in load_corpus(None)
+                if c.id == "mb26-02-deepseek-v3-gb200-n256-gbs4096-mxfp8-tp1pp4cp1ep64vp4mbs1")
+    return case.scenario
+
+
+@pytest.mark.parametrize("make", [lambda: dataclasses.replace(mixtral16(), plan=dataclasses.replace(
+    mixtral16().plan, gbs=64)), _deepseek_gb200], ids=["mixtral16", "deepseek-v3-gb200-interleaved"])
+def test_simulator_prices_the_pair_as_predict(make):
+    """The event simulator (noise-free) agrees with the closed form on overlapped MoE plans: Mixtral on 16 H100, and
+    DeepSeek-V3 on 256 GB200 with an interleaved pipeline, whose overlapped sends take their share of the matrix
+    work before the all-to-all does (without them the simulator hid 2.3 % more than predict)."""
     from narrowpath.schedule.sim.run import simulate
-    scn = mixtral16()
-    scn = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, ep_overlap=True, gbs=64))
+    scn = make()
+    scn = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, ep_overlap=True))
     r = simulate(scn, steps=1)
-    assert r.noise_free_step_time_s == pytest.approx(r.closed_form_step_time_s, rel=0.01)
+    assert r.noise_free_step_time_s == pytest.approx(r.closed_form_step_time_s, rel=0.005)
 
 
 def test_search_prices_the_pair_as_predict():

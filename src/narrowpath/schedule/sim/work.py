@@ -208,7 +208,7 @@ def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, num_microbatc
     own_attn = {ph: 0.0 for ph in gemm}
     pair = {ph: 0.0 for ph in gemm}
     for tr, c in xfs.items():
-        if not c or not tr.overlappable or tr.phase not in gemm or tr.axis == "pp":
+        if not c or not tr.overlappable or tr.phase not in gemm:  # overlapped pipeline sends take their share too
             continue
         t = pr.transfer(tr)[0].time_s * c
         {"pass_pair": pair, "attention": own_attn}.get(tr.hides_behind, own)[tr.phase] += t
