@@ -43,6 +43,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                         "optimizer), 2 + gradients, 3 + weights (FSDP)")
     g.add_argument("--recompute", choices=("none", "selective", "full"),
                    help="activation recomputation: none, selective (attention core), full (whole layer)")
+    g.add_argument("--recompute-modules", dest="recompute_modules",
+                   help="with --recompute selective: the parts recomputed, comma-separated (Megatron-Core "
+                        "--recompute-modules: core_attn, layernorm, mla_up_proj, moe_act, mlp, shared_experts, moe)")
     g.add_argument("--sp", dest="sequence_parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism")
     g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"), help="dtype of the matrix multiplies")
@@ -105,6 +108,14 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["gbs"] = dp * mbs * max(1, 4 * pp) if base is None else dp * mbs * plan0.num_microbatches
     if "vpp" not in plan_kw and plan0.vpp > 1 and pp == 1:
         plan_kw["vpp"] = 1
+    mods = getattr(args, "recompute_modules", None)
+    if mods is not None:
+        plan_kw["recompute_modules"] = tuple(m.strip() for m in mods.split(",") if m.strip())
+    elif plan_kw.get("recompute", "selective") != "selective":
+        plan_kw["recompute_modules"] = ()  # another mode replaces the scenario's selective modules
+    if plan_kw.get("recompute_modules") and plan_kw.get("recompute", plan0.recompute) != "selective":
+        raise SpecError("--recompute-modules", "names what selective recompute recomputes; needs --recompute "
+                        "selective")
     plan = dataclasses.replace(plan0, **plan_kw)
     num_gpus = gpus or plan.num_gpus
     name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"

@@ -20,6 +20,7 @@ from narrowpath.workload import transformer as T
 from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, recompute_fraction,
                                        stage_layer_ranges, weight_bytes_per_param, zero_shards)
 from narrowpath.workload.items import Workload
+from narrowpath.workload.recompute import kept_bytes
 from narrowpath.workload.precision import operand_bytes
 
 RUNTIME_RESERVE_BYTES = 2.0e9
@@ -52,23 +53,19 @@ class MemoryBreakdown:
         return max(self.items, key=self.items.get)
 
 
-SCORE_OPS = frozenset({"softmax", "attn_dropout", "attn_av"})
-"""Attention-core ops whose saved tensors (the score-sized ones) selective recompute drops (Korthikanti §5)."""
-
-
 def layer_activation_bytes(scn: Scenario, attention_kernel: str, *, moe_layer: bool = False,
                            window: bool = False) -> float:
     """Activation bytes one layer keeps for backward, per micro-batch, on one rank: the sum of what its forward ops
-    keep (Op.saved_bytes; Korthikanti §4 generalised component by component). Selective recompute drops the
-    score-sized tensors of an unfused core; full recompute keeps only the layer input."""
+    keep (Op.saved_bytes; Korthikanti §4 generalised component by component). Selective recompute drops what its
+    modules rebuild (the score-sized tensors of an unfused core by default: workload.recompute); full recompute
+    keeps only the layer input."""
     m, p = scn.model, scn.plan
     A = T.act_bytes(p)
     E = p.mbs * (m.seq_len // p.cp) * m.hidden
     if p.recompute == "full":
         return A * E / (p.tp if p.sequence_parallel else 1)
     ops = T.layer_forward_ops(m, p, attention_kernel, moe_layer=moe_layer, window=window)
-    drop = SCORE_OPS if p.recompute == "selective" else frozenset()
-    return sum(op.saved_bytes for op in ops if op.name not in drop)
+    return kept_bytes(ops, m, p)  # selective recompute drops what its modules rebuild (workload.recompute)
 
 
 def in_flight_microbatches(stage: int, scn: Scenario) -> float:

@@ -166,6 +166,7 @@ def candidate_to_json(c: Candidate, band=None) -> dict:
     out = {"plan": {"tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "dp": p.dp, "ep": p.ep, "etp": p.etp,
                     "mbs": p.mbs, "gbs": p.gbs, "zero_stage": p.zero_stage, "recompute": p.recompute,
                     "recompute_layers": p.recompute_layers, "offload_layers": p.offload_layers,
+                    "recompute_modules": list(p.recompute_modules) if p.recompute == "selective" else [],
                     "sequence_parallel": p.sequence_parallel, "dp_overlap": p.dp_overlap,
                     "bucket_bytes": p.bucket_bytes, "tp_comm_overlap": p.tp_comm_overlap, "cp_comm": p.cp_comm,
                     "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch, "placement": list(p.placement)},

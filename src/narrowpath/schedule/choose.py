@@ -42,8 +42,29 @@ def activation_patches(layers_per_chunk: int) -> tuple:
     return tuple(out)
 
 
+def module_patches(model) -> tuple:
+    """Selective recompute by module (Megatron-Core --recompute-modules, workload.recompute) a stack may have run:
+    the sets NVIDIA's Megatron-Bridge performance configs use for a model of this structure (the MoE activation,
+    the norms with it, the whole MoE layer; the dense MLP; MLA's up-projections, alone or with the others:
+    scripts/performance/configs/{deepseek,gpt_oss,qwen}/*_workload_base_configs.py `recompute_modules`)."""
+    sets: list[tuple[str, ...]] = []
+    if model.moe is not None:
+        sets += [("moe_act",), ("layernorm", "moe_act"), ("moe",)]
+    else:
+        sets += [("mlp",), ("layernorm", "mlp")]
+    if model.mla is not None:
+        sets += [("mla_up_proj",), ("mla_up_proj", "layernorm", "moe_act"), ("mla_up_proj", "mlp")]
+    return tuple({"recompute": "selective", "recompute_modules": m} for m in sets)
+
+
+def recompute_strategies(scn: Scenario) -> tuple:
+    """What an unpublished `recompute` may have been: the activation strategies (which the search also tries) and
+    selective recompute by module (which it does not yet)."""
+    return activation_strategies(scn) + module_patches(scn.model)
+
+
 CANDIDATES: dict[str, Candidates] = {
-    "recompute": activation_strategies,
+    "recompute": recompute_strategies,
     "zero_stage": lambda s: (1, 0, 2, 3) if s.plan.dp * s.plan.cp > 1 else (0,),
     "sequence_parallel": lambda s: (s.plan.tp > 1,),
     "mbs": lambda s: (1,),

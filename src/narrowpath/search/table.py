@@ -92,6 +92,7 @@ class PlanTable:
         return dict(tp=int(c["tp"][s]), pp=int(c["pp"][s]), cp=int(c["cp"][s]), dp=int(c["dp"][s]),
                     sequence_parallel=bool(c["sp"][s]), ep=int(c["ep"][s]), etp=int(c["etp"][s]),
                     mbs=int(c["mbs"][s]), vpp=int(c["vpp"][s]), zero_stage=int(c["zero"][s]), recompute=rc,
+                    recompute_modules=self.space.base.recompute_modules if rc == "selective" else (),
                     recompute_layers=rcl, offload_layers=off, placement=self.placements[int(m["plc"][j])],
                     dp_overlap=bool(m["dpo"][j]), bucket_bytes=self.buckets[int(m["bucket"][j])],
                     tp_comm_overlap=bool(m["tpo"][j]), cp_comm=CP_COMM[int(m["cpc"][j])],

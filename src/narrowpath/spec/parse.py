@@ -157,6 +157,9 @@ def plan_from_dict(data: Mapping[str, Any], *, defaults: Mapping[str, Any] | Non
         d["placement"] = tuple(d["placement"])
     if "bucket_bytes" in d:
         d["bucket_bytes"] = float(_num("plan.bucket_bytes", d["bucket_bytes"]))
+    if d.get("recompute_modules") and d.get("recompute", "none") != "selective":
+        raise SpecError("plan.recompute_modules", f"names what selective recompute recomputes; needs recompute: "
+                        f"selective, got {shown(d.get('recompute', 'none'))}")
     return _build(Plan, "plan", d)
 
 

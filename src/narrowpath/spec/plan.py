@@ -15,6 +15,8 @@ per-tensor-scaled FP8 (Hopper and later), MXFP8 (32-element blocks with E8M0 sca
 MOE_ROUTING = ("dropless", "dropless-balanced", "token-drop")
 EP_DISPATCH = ("all_to_all", "dedup")
 RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe")
+"""Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules; workload.recompute)."""
 ATTENTION = ("auto", "flash", "unfused")
 CP_COMM = ("p2p", "all_gather", "a2a")
 MAX_BATCH = 1 << 30
@@ -49,6 +51,10 @@ class Plan:
     """0 none; 1 optimizer state sharded over dp (Megatron distributed optimizer); 2 + gradients; 3 + weights."""
     recompute: str = "none"
     """`none`; `selective` (attention core recomputed, Korthikanti et al.); `full` (whole layer from its input)."""
+    recompute_modules: tuple[str, ...] = ()
+    """With recompute `selective`: the parts of each layer recomputed (Megatron-Core --recompute-modules):
+    core_attn, layernorm, mla_up_proj, moe_act, mlp, shared_experts, moe (workload.recompute). Empty = core_attn.
+    Read only under `selective` (a plan the search derives with another mode keeps the list unused)."""
     recompute_layers: int = 0
     """With recompute `full`: how many layers of each pipeline chunk are recomputed (Megatron --recompute-method
     block --recompute-num-layers N); the others keep all their activations. 0 = every layer."""
@@ -99,6 +105,14 @@ class Plan:
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
             raise SpecError("plan.zero_stage", f"must be 0, 1, 2 or 3, got {shown(self.zero_stage)}")
         choice("plan.recompute", self.recompute, RECOMPUTE)
+        if isinstance(self.recompute_modules, str) or not isinstance(self.recompute_modules, (list, tuple)):
+            raise SpecError("plan.recompute_modules", f"must list modules of {', '.join(RECOMPUTE_MODULES)}; got "
+                            f"{shown(self.recompute_modules)}")
+        object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        for mod in self.recompute_modules:
+            choice("plan.recompute_modules", mod, RECOMPUTE_MODULES)
+        if len(set(self.recompute_modules)) != len(self.recompute_modules):
+            raise SpecError("plan.recompute_modules", f"lists a module twice: {list(self.recompute_modules)}")
         choice("plan.precision", self.precision, PRECISIONS)
         choice("plan.attention", self.attention, ATTENTION)
         choice("plan.cp_comm", self.cp_comm, CP_COMM)

@@ -17,6 +17,7 @@ from narrowpath.workload import transformer as T
 from narrowpath.workload.attention import kv_pair_width_per_rank
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
+from narrowpath.workload.recompute import modules_of, recompute_ops, tp_block_recomputed
 from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost
 
 
@@ -121,9 +122,8 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
     ops += [(op, 1.0) for op in T.backward_ops(fwd, plan)]
     if plan.recompute == "full":
         ops += [(op, 1.0) for op in T.as_phase(fwd, "recompute")]
-    elif plan.recompute == "selective" and kernel != "flash":
-        core = T.attention_ops(model, plan, kernel, phase="recompute", window=window)
-        ops += [(op, 1.0) for op in core]
+    elif plan.recompute == "selective":  # the modules' forward ops again (workload.recompute)
+        ops += [(op, 1.0) for op in recompute_ops(fwd, model, plan, kernel, window)]
     if plan.zero_stage == 3 and plan.low_precision:
         # gathered 16-bit weights are quantized again every micro-batch (Megatron-FSDP keeps no quantized cache)
         q = quantize_cost(plan.precision)
@@ -145,19 +145,24 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
         # one gather/scatter pair around the attention block and one around a tp-sharded MLP (a dense MLP or an
         # MoE layer's shared experts; routed experts with etp = 1 take their tokens by all-to-all instead)
         pairs = 1.0 + (1.0 if not moe_layer or model.moe.shared_experts or plan.expert_tp > 1 else 0.0)
-        phases = ["fwd", "bwd"] + (["recompute"] if plan.recompute == "full" else [])
-        for ph in phases:
+        # a full recompute gathers and scatters around both blocks again; a selectively recomputed tp-sharded MLP
+        # block (workload.recompute) around that block
+        again = pairs if plan.recompute == "full" else (1.0 if tp_block_recomputed(model, plan, moe_layer) else 0.0)
+        for ph, n in (("fwd", pairs), ("bwd", pairs), ("recompute", again)):
+            if not n:
+                continue
             if plan.sequence_parallel:
-                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", act, ph, ov), pairs))
-                xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), pairs))
+                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", act, ph, ov), n))
+                xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), n))
                 if ph == "bwd":
                     # Megatron re-gathers the sequence-parallel input of the column-parallel GEMMs for their weight
                     # gradient, asynchronously behind the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
-                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", act, ph, True), pairs))
+                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", act, ph, True), n))
             else:
-                xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), pairs))
+                xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), n))
     if plan.cp > 1:
-        xfers += cp_transfers(model, plan, b * s, A, recompute_core=plan.recompute == "selective" and kernel != "flash")
+        xfers += cp_transfers(model, plan, b * s, A,
+                              recompute_core="core_attn" in modules_of(plan) and kernel != "flash")
     if moe_layer:
         span = group_span(plan, scn.system, "ep") if plan.ep > 1 and plan.ep_dispatch == "dedup" else None
         xfers += moe_transfers(model, plan, span.domains if span else 1, span.ranks_per_domain if span else 1)

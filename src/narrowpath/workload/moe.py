@@ -27,6 +27,7 @@ from narrowpath.workload.attention import norm_op, residual_op
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.ops import gemm, linear, vector
 from narrowpath.workload.precision import act_bytes, core_dtype
+from narrowpath.workload.recompute import recomputes_dispatch
 
 
 def activation_op(model: Model, plan: Plan, elements: float, name: str) -> Op:
@@ -142,7 +143,7 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
     moe = model.moe
     A = act_bytes(plan)
     PAIR = "pass_pair"  # overlapped with the merged pass of another micro-batch (Transfer.hides_behind)
-    phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" else ())
+    phases = ("fwd", "bwd") + (("recompute",) if recomputes_dispatch(plan) else ())
     out: list[tuple[Transfer, float]] = []
     tok = local_tokens(model, plan)
     if plan.ep > 1 and plan.ep_dispatch == "dedup" and ep_domains > 1:

@@ -1,0 +1,127 @@
+"""Selective recompute by module (Megatron-Core `--recompute-granularity selective --recompute-modules`): which of a
+layer's forward ops drop what they keep for backward and run again before it.
+
+Megatron-Core's modules (TransformerConfig.recompute_modules) and what they mean on a layer's ops:
+- `core_attn` (the default): the attention core; an unfused core drops its score-sized tensors (Korthikanti et
+  al. 2022 §5); flash attention recomputes its scores anyway, so nothing changes.
+- `layernorm`: the two norms' outputs are discarded once the projections after them have read them
+  (output-discarding checkpoint): those projections no longer keep their input; the norms run again.
+- `mla_up_proj`: the MLA up-projections and RoPE: the query, key and value the attention core keeps are discarded
+  and rebuilt from the latent inputs the up-projections keep.
+- `moe_act`: the experts' activation function: its output, the down-projection's input, is discarded.
+- `mlp`, `shared_experts`, `moe`: the dense MLP, the shared experts or the whole MoE layer (router, dispatch,
+  experts, combine) are checkpointed from their input: everything inside them is dropped but that input, and the
+  whole block runs again (the MoE layer's dispatch and combine with it).
+A module a layer does not have changes nothing on it.
+"""
+from __future__ import annotations
+
+from narrowpath.spec.model import Model
+from narrowpath.spec.plan import Plan
+from narrowpath.workload.attention import attention_ops
+from narrowpath.workload.items import Op
+from narrowpath.workload.ops import as_phase, is_attention_core
+from narrowpath.workload.precision import act_bytes
+
+SCORE_OPS = frozenset({"softmax", "attn_dropout", "attn_av"})
+"""Ops of an unfused attention core whose saved tensors are score-sized (what `core_attn` recompute drops)."""
+NORM_CONSUMERS = frozenset({"qkv", "q_down", "q_proj", "kv_down", "mlp_up", "router", "shared_up"})
+"""Projections that read a layer norm's output (and keep it for their weight gradient)."""
+UP_PROJ = frozenset({"q_up", "kv_up", "rope"})
+DENSE_MLP = frozenset({"mlp_up", "mlp_act", "mlp_down"})
+SHARED = frozenset({"shared_up", "shared_act", "shared_down"})
+MOE_BLOCK = frozenset({"router", "router_topk", "moe_permute", "expert_up", "expert_act", "expert_down",
+                       "moe_unpermute"}) | SHARED
+
+
+def _base(op: Op) -> str:
+    return op.name.split(".", 1)[0]
+
+
+def modules_of(plan: Plan) -> frozenset[str]:
+    """The modules a plan recomputes selectively (none unless `recompute: selective`; `core_attn` by default)."""
+    if plan.recompute != "selective":
+        return frozenset()
+    return frozenset(plan.recompute_modules or ("core_attn",))
+
+
+def _qkv_bytes(model: Model, plan: Plan) -> float:
+    """Query, key and value the attention core keeps for one micro-batch on one rank (MLA head sizes)."""
+    mla = model.mla
+    tokens = plan.mbs * model.seq_len / plan.cp
+    return tokens * model.heads / plan.tp * (2 * mla.qk_head_dim + mla.v_head_dim) * act_bytes(plan)
+
+
+def _dropped(mods: frozenset[str], moe_layer: bool) -> set[str]:
+    """Ops (by base name) whose kept tensors a layer discards under the modules."""
+    drop: set[str] = set()
+    if "core_attn" in mods:
+        drop |= SCORE_OPS
+    if "layernorm" in mods:
+        drop |= NORM_CONSUMERS
+    if "moe_act" in mods:
+        drop.add("expert_down")
+    if "mlp" in mods and not moe_layer:
+        drop |= DENSE_MLP - {"mlp_up"}  # the checkpoint keeps the block's input: what mlp_up keeps
+    if "shared_experts" in mods:
+        drop |= SHARED - {"shared_up"}
+    if "moe" in mods and moe_layer:
+        drop |= MOE_BLOCK - {"router"}  # the router keeps the MoE block's input, which the shared experts read too
+    return drop
+
+
+def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
+    """Bytes a layer's forward `ops` keep for backward under the plan's selective recompute modules."""
+    mods = modules_of(plan)
+    drop = _dropped(mods, any(_base(op) == "router" for op in ops))
+    kept = sum(op.saved_bytes for op in ops if _base(op) not in drop)
+    if "mla_up_proj" in mods and model.mla is not None:
+        core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
+        kept -= min(core, _qkv_bytes(model, plan))
+    return kept
+
+
+def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: bool = False) -> list[Op]:
+    """The forward ops a layer runs again before its backward under selective recompute (phase `recompute`):
+    whole ops of the recomputed modules, and the input quantization of a projection whose (discarded) input a
+    recomputed module rebuilds."""
+    mods = modules_of(plan)
+    moe_layer = any(_base(op) == "router" for op in fwd)
+    whole: set[str] = set()
+    quantize: set[str] = set()
+    if "layernorm" in mods:
+        whole |= {"ln1", "ln2"}
+        quantize |= NORM_CONSUMERS
+    if "mla_up_proj" in mods and model.mla is not None:
+        whole |= UP_PROJ
+    if "moe_act" in mods:
+        whole.add("expert_act")
+        quantize.add("expert_down")
+    if "mlp" in mods and not moe_layer:
+        whole |= DENSE_MLP
+    if "shared_experts" in mods:
+        whole |= SHARED
+    if "moe" in mods and moe_layer:
+        whole |= MOE_BLOCK
+    again = [op for op in fwd
+             if _base(op) in whole or (op.name.endswith(".quantize") and _base(op) in quantize)]
+    ops = as_phase(again, "recompute")
+    if "core_attn" in mods and kernel != "flash":
+        ops += attention_ops(model, plan, kernel, phase="recompute", window=window)
+    return ops
+
+
+def recomputes_dispatch(plan: Plan) -> bool:
+    """Whether a MoE layer's dispatch and combine run again before its backward (full recompute, or the `moe`
+    module)."""
+    return plan.recompute == "full" or "moe" in modules_of(plan)
+
+
+def tp_block_recomputed(model: Model, plan: Plan, moe_layer: bool) -> bool:
+    """Whether selective recompute runs a layer's tp-sharded MLP block again (the dense MLP, or an MoE layer's shared
+    experts or tensor-parallel experts), and with it the block's tp gather and scatter."""
+    mods = modules_of(plan)
+    if not moe_layer:
+        return "mlp" in mods
+    return bool(model.moe.shared_experts and ("shared_experts" in mods or "moe" in mods)) or (
+        plan.expert_tp > 1 and "moe" in mods)
