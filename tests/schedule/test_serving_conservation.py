@@ -100,7 +100,7 @@ def test_a_full_lane_decodes_to_its_next_finish_in_one_merged_run():
     """max_batch 1: while a request decodes nobody can join, so an arrival during its decode is no event — each
     request is one prompt iteration and one merged run of its o − 1 decode steps (the step time is linear in the
     context on a GPU-bound H100 lane)."""
-    reqs = tuple((0.002 * i, 200, 50) for i in range(4))
+    reqs = tuple((0.1 * i, 200, 50) for i in range(4))  # each arrives while the one before decodes
     plan = ServingPlan(max_batch=1, admission="reserve")
     res = simulate(_scn(plan, Load(arrival="trace", requests=reqs))).result
     decode_runs = [r for r in res.log if not r.prompt_tokens]
