@@ -141,7 +141,7 @@ def test_summary_has_the_same_keys_for_no_values():
     assert full["p50"] == 2.0
 
 
-def test_dataclass_copy_keeps_totals_independent():
+def test_fresh_lane_totals_count_nothing():
     """A fresh LaneTotals counts nothing yet."""
     from narrowpath.schedule.serving_stats import LaneTotals
     t = LaneTotals()
