@@ -77,6 +77,18 @@ def linear_span(t_at, n: int) -> int:
     return lo
 
 
+def steps_to_pass(duration, gap_s: float, n: int) -> int:
+    """Fewest k ≤ n merged steps whose time `duration(k)` (increasing in k) exceeds `gap_s`: the run that ends at
+    the first iteration boundary after an event `gap_s` ahead, so that the next iteration sees it (n if none)."""
+    if n <= 1 or duration(n) <= gap_s:
+        return max(1, n)
+    lo, hi = 0, n  # duration(lo) <= gap (duration(0) = 0), duration(hi) > gap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if duration(mid) <= gap_s else (lo, mid)
+    return hi
+
+
 def linear_runs_s(t_at, n: int) -> float:
     """Exact time of n consecutive steps whose times t_at(1..n) are convex piecewise linear: a trapezoid per
     linear stretch (see linear_span)."""
@@ -92,12 +104,15 @@ class Step:
     """An iteration a lane has decided on: `decodes` running sequences, prompt `chunks`, and (decode-only) up to
     `n_max` identical steps whose time grows linearly from `t0` (`t_at(k)` prices the k-th)."""
 
-    __slots__ = ("decodes", "chunks", "n_max", "t0", "t1", "dctx", "pre_tokens", "pairs", "q", "t_at")
+    __slots__ = ("decodes", "chunks", "n_max", "t0", "t1", "dctx", "pre_tokens", "pairs", "q", "t_at", "wake")
 
     def __init__(self, decodes, chunks, n_max, t0, t1, dctx, pre_tokens, pairs, q):
         self.decodes, self.chunks, self.n_max, self.t0, self.t1 = decodes, chunks, n_max, t0, t1
         self.dctx, self.pre_tokens, self.pairs, self.q = dctx, pre_tokens, pairs, q
         self.t_at = None
+        self.wake = math.inf
+        """When the lane next needs an iteration boundary (an arrival it could admit): a merged run ends at the
+        first boundary after it."""
 
     def duration(self, n: int) -> float:
         """Time of the first n steps: the trapezoid of the first and n-th step times (exact for a linear growth)."""
@@ -344,19 +359,20 @@ class Lane:
         L0 = float(self.r_ctx[:D].sum())
         n = max(1, int(math.ceil(float(self.r_rem[:D].min()) / g - 1e-9)))
         t0 = self.step_s(D * q, D, L0, 0, 0, 0, D, q)
+        step = Step(D, [], n, t0, t0, L0, 0, 0.0, q)
+        step.t_at = lambda k: self.step_s(D * q, D, L0 + (k - 1) * D * g, 0, 0, 0, D, q) if k > 1 else t0
         if self._admissible():
             n = 1
         elif not self.waiting and D + len(self.pre) < s.max_seqs:
-            nxt = self._next_arrival()  # an arrival could be admitted: stop at the step that sees it
-            if not math.isinf(nxt):
-                n = min(n, max(1, int((nxt - self.now) / t0) + 1))
+            step.wake = self._next_arrival()  # an arrival could be admitted: stop at the step that sees it
         if s.admission == "on-demand" and n > 1:
             n = min(n, self._steps_until_overflow(n))
         if not s.merge:
             n = 1
-        step = Step(D, [], n, t0, t0, L0, 0, 0.0, q)
-        step.t_at = lambda k: self.step_s(D * q, D, L0 + (k - 1) * D * g, 0, 0, 0, D, q) if k > 1 else t0
-        step.n_max = linear_span(step.t_at, n)
+        n = linear_span(step.t_at, n)
+        if not math.isinf(step.wake):
+            n = steps_to_pass(step.duration, step.wake - self.now, n)
+        step.n_max = n
         return step
 
     def _steps_until_overflow(self, n_max: int) -> int:
@@ -436,9 +452,11 @@ class LaneGroup:
                     ln.now = max(ln.now, t)
                 continue
             n = min(st.n_max for _, st in act)
-            nxt = min(idle, default=math.inf)
-            if n > 1 and not math.isinf(nxt):  # stop at the step that lets an idle rank start
-                n = min(n, max(1, int((nxt - now) / max(st.t0 for _, st in act)) + 1))
+            # every rank steps at the slowest rank's pace: stop at the boundary after the first event any rank
+            # waits for (an idle rank's next request, an arrival a decoding rank could admit)
+            nxt = min(min(idle, default=math.inf), min(st.wake for _, st in act))
+            if n > 1 and not math.isinf(nxt):
+                n = steps_to_pass(lambda k: max(st.duration(k) for _, st in act), nxt - now, n)
             dt = max(st.duration(n) for _, st in act)
             for ln, st in zip(lanes, steps):
                 ln.now = now
