@@ -197,3 +197,27 @@ def test_a_trace_starts_at_its_first_arrival():
     np.testing.assert_array_equal(n_out, [4, 3, 2])
     res = simulate(scn(load=load)).result
     assert 0 < res.first_token_s[0] < 1.0 and res.arrival_s[1] == pytest.approx(2.5)
+
+
+def test_steps_to_pass_is_the_first_boundary_after_the_event():
+    """Unit steps: an event 2.5 ahead is seen after 3 steps, one exactly 3 ahead after 4 (a boundary at the
+    event is not after it); a run never passes its own cap, and at least one step is taken."""
+    from narrowpath.schedule.serving_sim import steps_to_pass
+    unit = float
+    assert steps_to_pass(unit, 2.5, 10) == 3
+    assert steps_to_pass(unit, 3.0, 10) == 4
+    assert steps_to_pass(unit, 100.0, 10) == 10
+    assert steps_to_pass(unit, -1.0, 10) == 1
+    assert steps_to_pass(unit, 5.0, 1) == 1
+    # growing steps 1, 2, 3, ...: boundaries at 1, 3, 6, 10 — an event at 5 is seen after the third step
+    assert steps_to_pass(lambda k: k * (k + 1) / 2, 5.0, 50) == 3
+
+
+def test_run_s_is_the_trapezoid_of_a_linear_run():
+    """Step.run_s prices n steps from the first two step times; on a linear run it equals duration(n)."""
+    from narrowpath.schedule.serving_sim import Step
+    st = Step(4, [], 20, 0.010, 0.010, 100.0, 0, 0.0, 1)
+    st.t_at = lambda k: 0.010 + 0.0005 * (k - 1)
+    for n in (1, 2, 7, 20):
+        assert st.run_s(n) == pytest.approx(st.duration(n), rel=1e-12)
+    assert st.run_s(3) == pytest.approx(0.010 + 0.0105 + 0.011)

@@ -104,12 +104,14 @@ class Step:
     """An iteration a lane has decided on: `decodes` running sequences, prompt `chunks`, and (decode-only) up to
     `n_max` identical steps whose time grows linearly from `t0` (`t_at(k)` prices the k-th)."""
 
-    __slots__ = ("decodes", "chunks", "n_max", "t0", "t1", "dctx", "pre_tokens", "pairs", "q", "t_at", "wake")
+    __slots__ = ("decodes", "chunks", "n_max", "t0", "t1", "dctx", "pre_tokens", "pairs", "q", "t_at", "wake",
+                 "slope")
 
     def __init__(self, decodes, chunks, n_max, t0, t1, dctx, pre_tokens, pairs, q):
         self.decodes, self.chunks, self.n_max, self.t0, self.t1 = decodes, chunks, n_max, t0, t1
         self.dctx, self.pre_tokens, self.pairs, self.q = dctx, pre_tokens, pairs, q
         self.t_at = None
+        self.slope = None
         self.wake = math.inf
         """When the lane next needs an iteration boundary (an arrival it could admit): a merged run ends at the
         first boundary after it."""
@@ -119,6 +121,15 @@ class Step:
         if n <= 1 or self.t_at is None:
             return self.t0 * n
         return n * (self.t0 + self.t_at(n)) / 2
+
+    def run_s(self, n: int) -> float:
+        """`duration(n)` for n within the run's linear span (linear_span) from the first two step times alone:
+        n·t0 + slope·n(n − 1)/2, without pricing the n-th step (what a search for a run's end needs)."""
+        if n <= 1 or self.t_at is None:
+            return self.t0 * n
+        if self.slope is None:
+            self.slope = self.t_at(2) - self.t0
+        return n * self.t0 + self.slope * n * (n - 1) / 2
 
 
 class Lane:
@@ -369,9 +380,11 @@ class Lane:
             n = min(n, self._steps_until_overflow(n))
         if not s.merge:
             n = 1
+        if not math.isinf(step.wake):  # steps never get shorter: at most the steps of t0 that pass the arrival
+            n = min(n, max(1, int((step.wake - self.now) / t0) + 1))
         n = linear_span(step.t_at, n)
         if not math.isinf(step.wake):
-            n = steps_to_pass(step.duration, step.wake - self.now, n)
+            n = steps_to_pass(step.run_s, step.wake - self.now, n)
         step.n_max = n
         return step
 
@@ -456,7 +469,7 @@ class LaneGroup:
             # waits for (an idle rank's next request, an arrival a decoding rank could admit)
             nxt = min(min(idle, default=math.inf), min(st.wake for _, st in act))
             if n > 1 and not math.isinf(nxt):
-                n = steps_to_pass(lambda k: max(st.duration(k) for _, st in act), nxt - now, n)
+                n = steps_to_pass(lambda k: max(st.run_s(k) for _, st in act), nxt - now, n)
             dt = max(st.duration(n) for _, st in act)
             for ln, st in zip(lanes, steps):
                 ln.now = now
