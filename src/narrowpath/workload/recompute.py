@@ -81,7 +81,7 @@ def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     return kept
 
 
-def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: bool = False) -> list[Op]:
+def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: bool) -> list[Op]:
     """The forward ops a layer runs again before its backward under selective recompute (phase `recompute`):
     whole ops of the recomputed modules, and the input quantization of a projection whose (discarded) input a
     recomputed module rebuilds."""
