@@ -227,3 +227,15 @@ def test_full_mesh_point_to_point_uses_one_link():
     c = collective_time("send_recv", big, span_of(2, ranks_per_domain=2, domains=1), sysm, cal)
     assert big / c.time_s <= 64e9
     assert big / c.time_s == pytest.approx(64e9 * cal.tier("scale_up").bw_efficiency, rel=0.01)
+
+
+def test_an_unknown_collective_or_algorithm_names_its_field(h100):
+    """A bad op or algorithm is refused under the field a spec names (`collective.op`, `collective.algorithm`), so
+    the CLI can re-raise it under its flag."""
+    sys_, cal = h100
+    with pytest.raises(SpecError) as e:
+        collective_time("allreduce", 1e6, contiguous_span(8, sys_), sys_, cal)
+    assert e.value.field == "collective.op" and "all_reduce" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        collective_time("all_reduce", 1e6, contiguous_span(8, sys_), sys_, cal, "butterfly")
+    assert e.value.field == "collective.algorithm"

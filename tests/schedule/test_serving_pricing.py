@@ -242,3 +242,24 @@ def test_a_disaggregated_steady_state_is_fed_below_its_capacity(monkeypatch, isl
     dec = B / osl / cost.iteration_s(B, B, B * (isl + osl / 2))
     assert (pre < dec) == (isl > osl)
     assert seen["scn"].load.rate_per_s == pytest.approx(serving_steady.DISAGG_LOAD * min(pre, dec), rel=1e-12)
+
+
+@pytest.mark.parametrize("tp, tier", [(1, "scale_up"), (8, "scale_out")])
+def test_kv_hand_off_runs_at_the_fabric_that_joins_two_instances(tp, tier):
+    """Two 1-GPU instances share an 8-GPU NVLink domain: a 4,000-token Llama-3 8B prompt's KV (4000·128 KiB =
+    524 MB) crosses NVLink (450 GB/s: ≥ 1.17 ms); two 8-GPU instances fill a domain each, so each GPU sends its
+    share (65.5 MB) over its NIC (50 GB/s: ≥ 1.31 ms). Either runs at no less than half its line rate."""
+    c = _cost(ServingPlan(tp=tp, replicas=2, prefill_replicas=1))
+    nbytes = 4000 * c.kv_bytes_per_token
+    assert nbytes == 4000 * 32 * 2 * (8 / tp) * 128 * 2
+    line = nbytes / c.scn.system.tier(tier).bw_bytes_per_s_per_gpu
+    assert line <= c.handoff_s(4000) <= 2 * line
+
+
+def test_a_pipeline_stage_hands_its_activations_on_once_per_iteration():
+    """Llama-3 8B, pp 2, tp 1: stage 0 sends T·h·2 bytes (64·4096·2 = 524,288 B) to stage 1 once per iteration,
+    and has no other transfer; the last stage sends nothing."""
+    c = _cost(ServingPlan(pp=2))
+    (pt,) = c.token_transfers(0, 64.0)
+    assert (pt.transfer.op, pt.transfer.message_bytes, pt.count) == ("send_recv", 64 * 4096 * 2, 1.0)
+    assert c.token_transfers(1, 64.0) == []

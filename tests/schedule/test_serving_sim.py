@@ -221,3 +221,29 @@ def test_run_s_is_the_trapezoid_of_a_linear_run():
     for n in (1, 2, 7, 20):
         assert st.run_s(n) == pytest.approx(st.duration(n), rel=1e-12)
     assert st.run_s(3) == pytest.approx(0.010 + 0.0105 + 0.011)
+
+
+def test_each_preemption_recomputes_one_context_and_emits_one_token():
+    """vLLM recompute preemption: a preempted request re-queues and prefills its prompt plus what it generated
+    again, and that prefill emits its next token. With 100 requests of 400 + 400 tokens in a small cache: the
+    prompt tokens processed exceed Σ input by between 400 (preempted after its first token) and 800 (after its
+    last) per preemption, and the decode tokens are Σ output − one first token per request − one per preemption."""
+    load = Load(arrival="offline", input_tokens=400, output_tokens=400, num_requests=100)
+    r = simulate(scn(ServingPlan(admission="on-demand", max_batch=64, kv_memory_fraction=0.03), load)).result
+    t = r.totals
+    assert t.preemptions > 0
+    again = t.prompt_tokens - r.input_tokens.sum()
+    assert 400 * t.preemptions < again < 800 * t.preemptions
+    assert t.decode_tokens == r.output_tokens.sum() - 100 - t.preemptions
+
+
+def test_a_disaggregated_decode_starts_one_hand_off_after_the_first_token():
+    """The decode instance receives a request one KV hand-off after the prefill instance emitted its first token,
+    then needs at least one decode step (which reads every weight of the stage): finish − first token ≥ hand-off
+    + token time at T = 1 for every request (2 output tokens, Llama-3 70B, tp 8, over the scale-out fabric)."""
+    load = Load(arrival="poisson", rate_per_s=4, input_tokens=2000, output_tokens=2, num_requests=40)
+    run = simulate(scn(ServingPlan(tp=8, replicas=2, prefill_replicas=1), load, mdl="llama3-70b"))
+    res, cost = run.result, run.cost
+    lower = cost.handoff_s(2000) + cost.token_time_s(0, 1.0)
+    assert np.all(res.finish_s - res.first_token_s >= lower * (1 - 1e-12))
+    assert res.totals.handoff_s == pytest.approx(40 * cost.handoff_s(2000))

@@ -183,3 +183,25 @@ def test_cli_modules_reach_the_plan(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["plan"]["recompute_modules"] == ["layernorm", "mla_up_proj"]
     assert d["memory"]["items_bytes"]["activations"] < predict(_ds()).memory.items["activations"]
+
+
+def test_recomputed_unfused_core_of_a_window_layer_costs_its_forward_core():
+    """Selective recompute of `core_attn` with the unfused kernel runs the layer's attention core again: on a
+    sliding-window layer (window 128 of s = 4096) the recomputed scores, softmax and AV attend the same 128 keys as
+    the forward ones, so each recomputed op has its forward twin's FLOPs and bytes. The unfused kernel materialises
+    the whole s × s score matrix and masks it, window or not: scores 2·b·a·s·s·d = 2·1·8·4096·4096·128 FLOPs."""
+    from narrowpath.spec.model import Model
+    base = load_scenario("llama3-70b-h100-256")
+    m = Model(layers=4, hidden=1024, heads=8, vocab=1000, seq_len=4096, sliding_window=128, sliding_window_every=2)
+    plan = dataclasses.replace(base.plan, tp=1, pp=1, vpp=1, sequence_parallel=False, recompute="selective", recompute_modules=("core_attn",),
+                               attention="unfused")
+    scn = dataclasses.replace(base, model=m, plan=plan, num_gpus=plan.dp)
+    for window in (True, False):
+        ops = [op for op, _ in layer_ops(scn, "unfused", False, window=window)]
+        fwd = {op.name: op for op in ops if op.phase == "fwd"}
+        again = [op for op in ops if op.phase == "recompute"]
+        assert sorted(op.name for op in again) == sorted(n for n in ("attn_scores", "softmax", "attn_dropout",
+                                                                      "attn_av") if n in fwd)
+        for op in again:
+            assert (op.flop, op.hbm_bytes) == (fwd[op.name].flop, fwd[op.name].hbm_bytes), op.name
+        assert fwd["attn_scores"].flop == 2.0 * 1 * 8 * 4096 * 4096 * 128

@@ -211,3 +211,35 @@ def test_distinct_expert_ranks_at_the_boundary():
     so a token reaches 2·(1 − 1/12,870) ranks — not exactly 2; one more pick than the other rank holds forces 2."""
     assert distinct_expert_ranks(16, 8, 2) == pytest.approx(2 * (1 - 1 / 12870), rel=1e-12)
     assert distinct_expert_ranks(16, 9, 2) == 2.0
+
+
+def test_stage_weight_bytes_adds_the_embedding_and_output_layer_by_hand():
+    """Llama-3 8B (h 4096, V 128,256, untied), tp 2, 16-bit tables: the vocabulary-parallel embedding is
+    128,256·4096/2·2 B = 525,336,576 B a GPU on the first stage; the output layer the same plus the final norm
+    (4096·2 B) on the last; a middle stage holds its layers only. With tied embeddings one matrix serves both when
+    the first stage is also the last; a pipeline's last stage still holds its own copy."""
+    m, p = model("llama3-8b"), ServingPlan(tp=2)
+    f = Formats.of(p, True)
+    layers = [0, 1, 2, 3]
+    mid = stage_weight_bytes(m, p, f, layers, False, False)
+    assert mid == pytest.approx(4 * layer_weight_bytes(m, p, f, False))
+    table = 128_256 * 4096 / 2 * 2
+    assert table == 525_336_576
+    assert stage_weight_bytes(m, p, f, layers, True, False) == pytest.approx(mid + table)
+    assert stage_weight_bytes(m, p, f, layers, False, True) == pytest.approx(mid + table + 4096 * 2)
+    assert stage_weight_bytes(m, p, f, layers, True, True) == pytest.approx(mid + 2 * table + 4096 * 2)
+    tied = dataclasses.replace(m, tied_embeddings=True)
+    # one stage, tied: one matrix less than untied (to 2e-5: whether the final norm's 8 KiB is counted)
+    untied_one = stage_weight_bytes(m, p, f, layers, True, True)
+    assert untied_one - stage_weight_bytes(tied, p, f, layers, True, True) == pytest.approx(table, rel=2e-5)
+    assert stage_weight_bytes(tied, p, f, layers, False, True) == pytest.approx(mid + table + 4096 * 2)
+
+
+def test_router_top_k_reads_and_writes_fp32_per_token_and_expert():
+    """The top-k after the router reads the fp32 logits and writes the gate weights and indices: 3 fp32 values per
+    token and expert. Mixtral (8 experts) at T = 64 tokens: 3·64·8·4 = 6,144 B, twice that at T = 128."""
+    m, p = model("mixtral-8x7b"), ServingPlan()
+    f = Formats.of(p, True)
+    for T in (64.0, 128.0):
+        (topk,) = [o for o in layer_token_ops(m, p, f, T, True) if o.name == "router_topk"]
+        assert topk.hbm_bytes == 3 * T * 8 * 4 and topk.flop == 0.0
