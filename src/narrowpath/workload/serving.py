@@ -288,6 +288,6 @@ def stage_weight_bytes(model: Model, plan: ServingPlan, f: Formats, layers: list
     table = model.vocab * model.hidden / plan.tp * ACT_BYTES
     if first:
         total += table
-    if last and not (first and model.tied_embeddings):
-        total += table + model.hidden * ACT_BYTES
+    if last:  # the final norm, and the output layer unless it is the embedding's tied matrix on this GPU
+        total += model.hidden * ACT_BYTES + (0.0 if first and model.tied_embeddings else table)
     return total
