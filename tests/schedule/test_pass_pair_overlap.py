@@ -116,25 +116,11 @@ def test_simulator_prices_the_pair_as_predict(make):
 
 def test_search_prices_the_pair_as_predict():
     """The search's closed form (search.exact) gives predict's step time for overlapped MoE plans."""
-    from narrowpath.search import SearchSpace
-    from narrowpath.search.bulk import Bulk
-    from narrowpath.search.each import scenario_of
-    from narrowpath.search.exact import Exact
-    from narrowpath.search.parts import Parts
-    from narrowpath.search.table import build_table
-    scn = load_scenario("deepseek-v3-h800-2048")
-    space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, {"ep_overlap": True})
-    table = build_table(space)
-    rng = np.random.default_rng(3)
-    rows = np.sort(rng.choice(table.num_structural, size=min(12, table.num_structural), replace=False))
-    bulk = Bulk(table, Parts(scenario_of(scn, space, scn.plan), None))
-    sp = bulk.structural(rows)
-    idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
+    from tests.search.scenarios import bulk_sample
     checked = 0
-    for k in rng.choice(idx.size, size=min(12, idx.size), replace=False):
-        plan = table.plan(int(idx[k]))
+    for plan, t, _, scn in bulk_sample(load_scenario("deepseek-v3-h800-2048"), {"ep_overlap": True}, 12, 3):
         assert plan.ep_overlap
-        pred = predict(scenario_of(scn, space, plan))
-        assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12), plan
-        checked += any(t.exposed_s < t.total_s for t in pred.transfers if t.axis == "ep")
+        pred = predict(scn)
+        assert t == pytest.approx(pred.step_time_s, rel=1e-12), plan
+        checked += any(tr.exposed_s < tr.total_s for tr in pred.transfers if tr.axis == "ep")
     assert checked > 0  # some of them hide part of their all-to-all

@@ -15,3 +15,30 @@ def mixtral16() -> Scenario:
 def llama3_8b_fp8() -> Scenario:
     scn = load_scenario("llama3-8b-h100-8")
     return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, precision="fp8"))
+
+
+def bulk_sample(scn: Scenario, pins: dict, n: int, seed: int) -> list:
+    """(plan, step time, memory bytes, its scenario) of up to `n` random plans of the search space of `scn` with
+    `pins`, priced by the search's closed form (search.bulk + search.exact), for comparison with predict."""
+    import numpy as np
+
+    from narrowpath.search import SearchSpace
+    from narrowpath.search.bulk import Bulk
+    from narrowpath.search.each import scenario_of
+    from narrowpath.search.exact import Exact
+    from narrowpath.search.parts import Parts
+    from narrowpath.search.table import build_table
+    space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, pins)
+    table = build_table(space)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(table.num_structural, size=min(n, table.num_structural), replace=False))
+    bulk = Bulk(table, Parts(scenario_of(scn, space, scn.plan), None))
+    sp = bulk.structural(rows)
+    idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
+    out = []
+    for k in rng.choice(idx.size, size=min(n, idx.size), replace=False):
+        plan = table.plan(int(idx[k]))
+        r = int(np.searchsorted(table.starts, idx[k], side="right") - 1)
+        out.append((plan, float(times[k]), float(sp.memory_bytes[int(np.searchsorted(rows, r))]),
+                    scenario_of(scn, space, plan)))
+    return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from narrowpath.catalog import load_scenario
@@ -142,27 +141,13 @@ def test_bad_modules_are_refused_naming_the_field():
 
 def test_search_prices_a_base_plans_modules_as_predict():
     """The search keeps the base plan's modules for its selective plans; its closed form equals predict."""
-    from narrowpath.search import SearchSpace
-    from narrowpath.search.bulk import Bulk
-    from narrowpath.search.each import scenario_of
-    from narrowpath.search.exact import Exact
-    from narrowpath.search.parts import Parts
-    from narrowpath.search.table import build_table
-    scn = _ds(("layernorm", "mla_up_proj", "moe_act"))
-    space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, {"recompute": "selective"})
-    table = build_table(space)
-    rng = np.random.default_rng(5)
-    rows = np.sort(rng.choice(table.num_structural, size=min(10, table.num_structural), replace=False))
-    bulk = Bulk(table, Parts(scenario_of(scn, space, scn.plan), None))
-    sp = bulk.structural(rows)
-    idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
-    for k in rng.choice(idx.size, size=min(10, idx.size), replace=False):
-        plan = table.plan(int(idx[k]))
+    from tests.search.scenarios import bulk_sample
+    for plan, t, mem, scn in bulk_sample(_ds(("layernorm", "mla_up_proj", "moe_act")), {"recompute": "selective"},
+                                         10, 5):
         assert plan.recompute_modules == ("layernorm", "mla_up_proj", "moe_act")
-        pred = predict(scenario_of(scn, space, plan))
-        assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12), plan
-        r = int(np.searchsorted(table.starts, idx[k], side="right") - 1)
-        assert sp.memory_bytes[int(np.searchsorted(rows, r))] == pytest.approx(pred.memory.total_bytes, rel=1e-12)
+        pred = predict(scn)
+        assert t == pytest.approx(pred.step_time_s, rel=1e-12), plan
+        assert mem == pytest.approx(pred.memory.total_bytes, rel=1e-12), plan
 
 
 @pytest.mark.parametrize("flags,fragment", [
