@@ -42,6 +42,20 @@ def test_layernorm_drops_what_the_projections_after_the_norms_keep():
                                             "shared_up.quantize"]
 
 
+def test_layernorm_fused_into_a_projection_is_no_module():
+    """Transformer Engine fuses a dense layer's norms into the qkv and up-projections (LayerNormLinear):
+    Megatron-Core has no separate norm to recompute, so `layernorm` changes nothing on Llama-3 70B. DeepSeek-V3's
+    dense leading layers keep only MLA's separate input norm: q_down's and kv_down's 7,168 B a token."""
+    llama = load_scenario("llama3-70b-h100-256")
+    none = dataclasses.replace(llama, plan=dataclasses.replace(llama.plan, recompute="none"))
+    ln = dataclasses.replace(llama, plan=dataclasses.replace(llama.plan, recompute="selective",
+                                                             recompute_modules=("layernorm",)))
+    assert _kept(ln, False) == _kept(none, False)
+    assert _again(ln, False) == []
+    assert _kept(_ds(), False) - _kept(_ds(("layernorm",)), False) == pytest.approx(TOKENS * (7168 + 7168))
+    assert _again(_ds(("layernorm",)), False) == ["kv_down.quantize", "ln1", "q_down.quantize"]
+
+
 def test_mla_up_proj_drops_the_query_key_and_value_the_attention_core_keeps():
     """128 heads of query and key 192 wide and value 128 wide, BF16: 4096 · 128 · (2·192 + 128) · 2 B; the
     up-projections (and their input quantization) and RoPE run again: exactly their forward FLOPs once more."""

@@ -4,8 +4,11 @@ layer's forward ops drop what they keep for backward and run again before it.
 Megatron-Core's modules (TransformerConfig.recompute_modules) and what they mean on a layer's ops:
 - `core_attn` (the default): the attention core; an unfused core drops its score-sized tensors (Korthikanti et
   al. 2022 §5); flash attention recomputes its scores anyway, so nothing changes.
-- `layernorm`: the two norms' outputs are discarded once the projections after them have read them
-  (output-discarding checkpoint): those projections no longer keep their input; the norms run again.
+- `layernorm`: a norm's output is discarded once the projections after it have read it (output-discarding
+  checkpoint): they no longer keep their input, and the norm runs again. Only a norm that is a module of its own
+  counts: Transformer Engine fuses the attention norm into the qkv projection and a dense MLP's norm into its
+  up-projection (LayerNormLinear; Megatron-Core's spec then has no separate norm to recompute); MLA's input norm
+  (read by two down-projections) and an MoE layer's pre-MLP norm (read by the router and the experts) are separate.
 - `mla_up_proj`: the MLA up-projections and RoPE: the query, key and value the attention core keeps are discarded
   and rebuilt from the latent inputs the up-projections keep.
 - `moe_act`: the experts' activation function: its output, the down-projection's input, is discarded.
@@ -25,8 +28,10 @@ from narrowpath.workload.precision import act_bytes
 
 SCORE_OPS = frozenset({"softmax", "attn_dropout", "attn_av"})
 """Ops of an unfused attention core whose saved tensors are score-sized (what `core_attn` recompute drops)."""
-NORM_CONSUMERS = frozenset({"qkv", "q_down", "q_proj", "kv_down", "mlp_up", "router", "shared_up"})
-"""Projections that read a layer norm's output (and keep it for their weight gradient)."""
+INPUT_NORM_CONSUMERS = frozenset({"q_down", "q_proj", "kv_down"})
+"""Projections that read MLA's separate input norm (and keep its output for their weight gradient)."""
+MLP_NORM_CONSUMERS = frozenset({"router", "shared_up"})
+"""Projections that read an MoE layer's separate pre-MLP norm."""
 UP_PROJ = frozenset({"q_up", "kv_up", "rope"})
 DENSE_MLP = frozenset({"mlp_up", "mlp_act", "mlp_down"})
 SHARED = frozenset({"shared_up", "shared_act", "shared_down"})
@@ -52,13 +57,25 @@ def _qkv_bytes(model: Model, plan: Plan) -> float:
     return tokens * model.heads / plan.tp * (2 * mla.qk_head_dim + mla.v_head_dim) * act_bytes(plan)
 
 
-def _dropped(mods: frozenset[str], moe_layer: bool) -> set[str]:
+def _separate_norms(model: Model, moe_layer: bool) -> tuple[set[str], set[str]]:
+    """(norms, their consumers) of a layer that are modules of their own (not fused into a projection)."""
+    norms, consumers = set(), set()
+    if model.mla is not None:
+        norms.add("ln1")
+        consumers |= INPUT_NORM_CONSUMERS
+    if moe_layer:
+        norms.add("ln2")
+        consumers |= MLP_NORM_CONSUMERS
+    return norms, consumers
+
+
+def _dropped(mods: frozenset[str], model: Model, moe_layer: bool) -> set[str]:
     """Ops (by base name) whose kept tensors a layer discards under the modules."""
     drop: set[str] = set()
     if "core_attn" in mods:
         drop |= SCORE_OPS
     if "layernorm" in mods:
-        drop |= NORM_CONSUMERS
+        drop |= _separate_norms(model, moe_layer)[1]
     if "moe_act" in mods:
         drop.add("expert_down")
     if "mlp" in mods and not moe_layer:
@@ -73,7 +90,7 @@ def _dropped(mods: frozenset[str], moe_layer: bool) -> set[str]:
 def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     """Bytes a layer's forward `ops` keep for backward under the plan's selective recompute modules."""
     mods = modules_of(plan)
-    drop = _dropped(mods, any(_base(op) == "router" for op in ops))
+    drop = _dropped(mods, model, any(_base(op) == "router" for op in ops))
     kept = sum(op.saved_bytes for op in ops if _base(op) not in drop)
     if "mla_up_proj" in mods and model.mla is not None:
         core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
@@ -90,8 +107,9 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
     whole: set[str] = set()
     quantize: set[str] = set()
     if "layernorm" in mods:
-        whole |= {"ln1", "ln2"}
-        quantize |= NORM_CONSUMERS
+        norms, consumers = _separate_norms(model, moe_layer)
+        whole |= norms
+        quantize |= consumers
     if "mla_up_proj" in mods and model.mla is not None:
         whole |= UP_PROJ
     if "moe_act" in mods:
