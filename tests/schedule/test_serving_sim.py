@@ -200,17 +200,19 @@ def test_a_trace_starts_at_its_first_arrival():
 
 
 def test_steps_to_pass_is_the_first_boundary_after_the_event():
-    """Unit steps: an event 2.5 ahead is seen after 3 steps, one exactly 3 ahead after 4 (a boundary at the
-    event is not after it); a run never passes its own cap, and at least one step is taken."""
+    """Unit steps: an event 2.5 ahead is seen after 3 steps, one exactly 3 ahead after 3 too (a lane admits what
+    arrived by the boundary); a run never passes its own cap, and at least one step is taken."""
     from narrowpath.schedule.serving_sim import steps_to_pass
     unit = float
     assert steps_to_pass(unit, 2.5, 10) == 3
-    assert steps_to_pass(unit, 3.0, 10) == 4
+    assert steps_to_pass(unit, 3.0, 10) == 3
     assert steps_to_pass(unit, 100.0, 10) == 10
     assert steps_to_pass(unit, -1.0, 10) == 1
     assert steps_to_pass(unit, 5.0, 1) == 1
-    # growing steps 1, 2, 3, ...: boundaries at 1, 3, 6, 10 — an event at 5 is seen after the third step
+    # growing steps 1, 2, 3, ...: boundaries at 1, 3, 6, 10 — an event at 5 is seen after the third step, one at
+    # 6 after the third too
     assert steps_to_pass(lambda k: k * (k + 1) / 2, 5.0, 50) == 3
+    assert steps_to_pass(lambda k: k * (k + 1) / 2, 6.0, 50) == 3
 
 
 def test_run_s_is_the_trapezoid_of_a_linear_run():

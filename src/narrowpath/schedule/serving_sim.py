@@ -78,14 +78,17 @@ def linear_span(t_at, n: int) -> int:
 
 
 def steps_to_pass(duration, gap_s: float, n: int) -> int:
-    """Fewest k ≤ n merged steps whose time `duration(k)` (increasing in k) exceeds `gap_s`: the run that ends at
-    the first iteration boundary after an event `gap_s` ahead, so that the next iteration sees it (n if none)."""
-    if n <= 1 or duration(n) <= gap_s:
+    """Fewest k ≤ n merged steps whose time `duration(k)` (increasing in k) reaches `gap_s`: the run that ends at
+    the first iteration boundary at or after an event `gap_s` ahead, where the next iteration sees it (a lane admits
+    what arrived by `now`); n if none."""
+    if n <= 1 or duration(n) < gap_s:
         return max(1, n)
-    lo, hi = 0, n  # duration(lo) <= gap (duration(0) = 0), duration(hi) > gap
+    lo, hi = 0, n  # duration(lo) < gap (duration(0) = 0 unless gap <= 0), duration(hi) >= gap
+    if gap_s <= 0:
+        return 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if duration(mid) <= gap_s else (lo, mid)
+        lo, hi = (mid, hi) if duration(mid) < gap_s else (lo, mid)
     return hi
 
 
@@ -380,8 +383,8 @@ class Lane:
             n = min(n, self._steps_until_overflow(n))
         if not s.merge:
             n = 1
-        if not math.isinf(step.wake):  # steps never get shorter: at most the steps of t0 that pass the arrival
-            n = min(n, max(1, int((step.wake - self.now) / t0) + 1))
+        if not math.isinf(step.wake):  # steps never get shorter: at most the steps of t0 that reach the arrival
+            n = min(n, max(1, math.ceil((step.wake - self.now) / t0)))
         n = linear_span(step.t_at, n)
         if not math.isinf(step.wake):
             n = steps_to_pass(step.run_s, step.wake - self.now, n)

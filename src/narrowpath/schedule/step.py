@@ -311,7 +311,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 pair_s[tr.phase] += total
             hid = pass_pair_hidden_s(pair_s, hide_budget, paired_fraction(wl.num_microbatches))
             for tr, c, cost, total in pairs:
-                hidden = hid[tr.phase] * total / pair_s[tr.phase]
+                hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
                 extra_compute += slow * hidden
                 exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
                 rows.append((tr, c, cost, total - hidden))

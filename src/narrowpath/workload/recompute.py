@@ -3,18 +3,20 @@ layer's forward ops drop what they keep for backward and run again before it.
 
 Megatron-Core's modules (TransformerConfig.recompute_modules) and what they mean on a layer's ops:
 - `core_attn` (the default): the attention core; an unfused core drops its score-sized tensors (Korthikanti et
-  al. 2022 §5); flash attention recomputes its scores anyway, so nothing changes.
+  al. 2022 §5). With flash attention it is priced as free — a deliberate simplification: Megatron-Core checkpoints
+  the core whatever the kernel, so its forward runs again and only Q, K, V are kept (not modelled).
 - `layernorm`: a norm's output is discarded once the projections after it have read it (output-discarding
   checkpoint): they no longer keep their input, and the norm runs again. Only a norm that is a module of its own
   counts: Transformer Engine fuses the attention norm into the qkv projection and a dense MLP's norm into its
   up-projection (LayerNormLinear; Megatron-Core's spec then has no separate norm to recompute); MLA's input norm
   (read by two down-projections) and an MoE layer's pre-MLP norm (read by the router and the experts) are separate.
-- `mla_up_proj`: the MLA up-projections and RoPE: the query, key and value the attention core keeps are discarded
-  and rebuilt from the latent inputs the up-projections keep.
+- `mla_up_proj`: the MLA up-projections (with their latent norms) and RoPE run without keeping anything: the query,
+  key and value the attention core keeps are discarded and rebuilt from the latent vectors the norms keep.
 - `moe_act`: the experts' activation function: its output, the down-projection's input, is discarded.
 - `mlp`, `shared_experts`, `moe`: the dense MLP, the shared experts or the whole MoE layer (router, dispatch,
   experts, combine) are checkpointed from their input: everything inside them is dropped but that input, and the
-  whole block runs again (the MoE layer's dispatch and combine with it).
+  whole block runs again (the MoE layer's dispatch and combine with it). A dense MLP's input is the residual its
+  fused norm keeps; the shared experts' is the MoE input the router keeps.
 A module a layer does not have changes nothing on it.
 """
 from __future__ import annotations
@@ -79,9 +81,9 @@ def _dropped(mods: frozenset[str], model: Model, moe_layer: bool) -> set[str]:
     if "moe_act" in mods:
         drop.add("expert_down")
     if "mlp" in mods and not moe_layer:
-        drop |= DENSE_MLP - {"mlp_up"}  # the checkpoint keeps the block's input: what mlp_up keeps
+        drop |= DENSE_MLP  # the checkpoint keeps the block's input, the residual the (fused) norm ln2 keeps
     if "shared_experts" in mods:
-        drop |= SHARED - {"shared_up"}
+        drop |= SHARED if moe_layer else SHARED - {"shared_up"}  # the router keeps the same input
     if "moe" in mods and moe_layer:
         drop |= MOE_BLOCK - {"router"}  # the router keeps the MoE block's input, which the shared experts read too
     return drop
@@ -91,6 +93,8 @@ def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     """Bytes a layer's forward `ops` keep for backward under the plan's selective recompute modules."""
     mods = modules_of(plan)
     drop = _dropped(mods, model, any(_base(op) == "router" for op in ops))
+    if "mla_up_proj" in mods and model.mla is not None:
+        drop |= {"q_up", "kv_up"}  # output-discarding: the up-projections run without autograd, keeping nothing
     kept = sum(op.saved_bytes for op in ops if _base(op) not in drop)
     if "mla_up_proj" in mods and model.mla is not None:
         core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
@@ -111,12 +115,12 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
         whole |= norms
         quantize |= consumers
     if "mla_up_proj" in mods and model.mla is not None:
-        whole |= UP_PROJ
+        whole |= UP_PROJ | {"q_norm", "kv_norm"}  # the latent norms run inside the checkpoint too
     if "moe_act" in mods:
         whole.add("expert_act")
         quantize.add("expert_down")
     if "mlp" in mods and not moe_layer:
-        whole |= DENSE_MLP
+        whole |= DENSE_MLP | {"ln2"}  # from the residual: the fused norm runs again inside LayerNormLinear
     if "shared_experts" in mods:
         whole |= SHARED
     if "moe" in mods and moe_layer:
