@@ -71,30 +71,46 @@ def _separate_norms(model: Model, moe_layer: bool) -> tuple[set[str], set[str]]:
     return norms, consumers
 
 
-def _dropped(mods: frozenset[str], model: Model, moe_layer: bool) -> set[str]:
-    """Ops (by base name) whose kept tensors a layer discards under the modules."""
+def _is_moe_layer(ops: list[Op]) -> bool:
+    return any(_base(op) == "router" for op in ops)
+
+
+def _effects(mods: frozenset[str], model: Model, moe_layer: bool) -> tuple[set[str], set[str], set[str]]:
+    """What the modules do to a layer, by op base name: (ops whose kept tensors are discarded, ops that run again
+    whole, projections whose input quantization runs again because a recomputed module rebuilds that input)."""
     drop: set[str] = set()
+    whole: set[str] = set()
+    quantize: set[str] = set()
     if "core_attn" in mods:
-        drop |= SCORE_OPS
+        drop |= SCORE_OPS  # the core itself runs again (attention_ops, unfused kernels only)
     if "layernorm" in mods:
-        drop |= _separate_norms(model, moe_layer)[1]
+        norms, consumers = _separate_norms(model, moe_layer)
+        drop |= consumers
+        whole |= norms
+        quantize |= consumers
+    if "mla_up_proj" in mods and model.mla is not None:
+        drop |= {"q_up", "kv_up"}  # output-discarding: the up-projections run without autograd, keeping nothing
+        whole |= UP_PROJ | {"q_norm", "kv_norm"}  # the latent norms run inside the checkpoint too
     if "moe_act" in mods:
         drop.add("expert_down")
+        whole.add("expert_act")
+        quantize.add("expert_down")
     if "mlp" in mods and not moe_layer:
         drop |= DENSE_MLP  # the checkpoint keeps the block's input, the residual the (fused) norm ln2 keeps
+        whole |= DENSE_MLP | {"ln2"}  # from the residual: the fused norm runs again inside LayerNormLinear
     if "shared_experts" in mods:
         drop |= SHARED if moe_layer else SHARED - {"shared_up"}  # the router keeps the same input
+        whole |= SHARED
     if "moe" in mods and moe_layer:
         drop |= MOE_BLOCK - {"router"}  # the router keeps the MoE block's input, which the shared experts read too
-    return drop
+        whole |= MOE_BLOCK
+    return drop, whole, quantize
 
 
 def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     """Bytes a layer's forward `ops` keep for backward under the plan's selective recompute modules."""
     mods = modules_of(plan)
-    drop = _dropped(mods, model, any(_base(op) == "router" for op in ops))
-    if "mla_up_proj" in mods and model.mla is not None:
-        drop |= {"q_up", "kv_up"}  # output-discarding: the up-projections run without autograd, keeping nothing
+    drop = _effects(mods, model, _is_moe_layer(ops))[0]
     kept = sum(op.saved_bytes for op in ops if _base(op) not in drop)
     if "mla_up_proj" in mods and model.mla is not None:
         core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
@@ -107,24 +123,7 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
     whole ops of the recomputed modules, and the input quantization of a projection whose (discarded) input a
     recomputed module rebuilds."""
     mods = modules_of(plan)
-    moe_layer = any(_base(op) == "router" for op in fwd)
-    whole: set[str] = set()
-    quantize: set[str] = set()
-    if "layernorm" in mods:
-        norms, consumers = _separate_norms(model, moe_layer)
-        whole |= norms
-        quantize |= consumers
-    if "mla_up_proj" in mods and model.mla is not None:
-        whole |= UP_PROJ | {"q_norm", "kv_norm"}  # the latent norms run inside the checkpoint too
-    if "moe_act" in mods:
-        whole.add("expert_act")
-        quantize.add("expert_down")
-    if "mlp" in mods and not moe_layer:
-        whole |= DENSE_MLP | {"ln2"}  # from the residual: the fused norm runs again inside LayerNormLinear
-    if "shared_experts" in mods:
-        whole |= SHARED
-    if "moe" in mods and moe_layer:
-        whole |= MOE_BLOCK
+    _, whole, quantize = _effects(mods, model, _is_moe_layer(fwd))
     again = [op for op in fwd
              if _base(op) in whole or (op.name.endswith(".quantize") and _base(op) in quantize)]
     ops = as_phase(again, "recompute")
