@@ -67,7 +67,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
     from narrowpath.catalog import load_scenario, system as catalog_system
     from narrowpath.catalog.resolve import calibration_from, resolve_model
-    from narrowpath.spec.plan import Plan
+    from narrowpath.spec.plan import Plan, check_modules_need_selective
     from narrowpath.spec.scenario import Scenario
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
@@ -113,9 +113,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["recompute_modules"] = tuple(m.strip() for m in mods.split(",") if m.strip())
     elif plan_kw.get("recompute", "selective") != "selective":
         plan_kw["recompute_modules"] = ()  # another mode replaces the scenario's selective modules
-    if plan_kw.get("recompute_modules") and plan_kw.get("recompute", plan0.recompute) != "selective":
-        raise SpecError("--recompute-modules", "names what selective recompute recomputes; needs --recompute "
-                        "selective")
+    check_modules_need_selective("--recompute-modules", plan_kw.get("recompute", plan0.recompute),
+                                 plan_kw.get("recompute_modules"))
     plan = dataclasses.replace(plan0, **plan_kw)
     num_gpus = gpus or plan.num_gpus
     name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"

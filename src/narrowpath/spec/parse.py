@@ -10,7 +10,7 @@ from narrowpath.spec._check import positive_int
 from narrowpath.spec.calibration import Calibration, TierCalibration
 from narrowpath.spec.device import Device, Level
 from narrowpath.spec.model import MLA, Model, MoE
-from narrowpath.spec.plan import Plan
+from narrowpath.spec.plan import Plan, check_modules_need_selective
 from narrowpath.spec.system import System, Tier
 
 # Keys that carry provenance or notes and are not spec fields.
@@ -157,9 +157,7 @@ def plan_from_dict(data: Mapping[str, Any], *, defaults: Mapping[str, Any] | Non
         d["placement"] = tuple(d["placement"])
     if "bucket_bytes" in d:
         d["bucket_bytes"] = float(_num("plan.bucket_bytes", d["bucket_bytes"]))
-    if d.get("recompute_modules") and d.get("recompute", "none") != "selective":
-        raise SpecError("plan.recompute_modules", f"names what selective recompute recomputes; needs recompute: "
-                        f"selective, got {shown(d.get('recompute', 'none'))}")
+    check_modules_need_selective("plan.recompute_modules", d.get("recompute", "none"), d.get("recompute_modules"))
     return _build(Plan, "plan", d)
 
 

@@ -23,6 +23,14 @@ MAX_BATCH = 1 << 30
 """Largest micro- or global batch accepted, sequences (a typo of 1e47 would otherwise price a step of 1e45 s)."""
 
 
+def check_modules_need_selective(field: str, recompute: str, modules) -> None:
+    """Refuse recompute modules named under another mode than `selective` (which is the only one that reads them),
+    naming `field` (the plan field, or a command-line flag)."""
+    if modules and recompute != "selective":
+        raise SpecError(field, f"names what selective recompute recomputes; needs recompute: selective, got "
+                        f"{shown(recompute)}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """A parallel plan. Degrees multiply: tp·cp·dp·pp = GPUs; ep subdivides dp·cp ranks for experts."""
