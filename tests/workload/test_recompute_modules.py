@@ -19,10 +19,19 @@ from narrowpath.workload.recompute import modules_of
 TOKENS = 4096  # DeepSeek-V3 scenario: mbs 1, seq 4096, tp 1, cp 1
 
 
-def _ds(mods=(), **kw):
-    s = load_scenario("deepseek-v3-h800-2048")  # FP8, tp 1: projections keep 1-byte inputs, the rest 2 bytes
-    rc = "selective" if mods else "none"
+def _with(scenario: str, mods=(), rc: str | None = None, **kw):
+    """The catalog scenario with selective recompute of `mods` (no recompute when there are none, unless `rc`)."""
+    s = load_scenario(scenario)
+    rc = rc or ("selective" if mods else "none")
     return dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute=rc, recompute_modules=mods, **kw))
+
+
+def _ds(mods=(), **kw):
+    return _with("deepseek-v3-h800-2048", mods, **kw)  # FP8, tp 1: projections keep 1-byte inputs, the rest 2 bytes
+
+
+def _llama(mods=(), **kw):
+    return _with("llama3-70b-h100-256", mods, **kw)  # BF16, tp 8 with sequence parallelism
 
 
 def _kept(scn, moe_layer=True):
@@ -46,10 +55,7 @@ def test_layernorm_fused_into_a_projection_is_no_module():
     """Transformer Engine fuses a dense layer's norms into the qkv and up-projections (LayerNormLinear):
     Megatron-Core has no separate norm to recompute, so `layernorm` changes nothing on Llama-3 70B. DeepSeek-V3's
     dense leading layers keep only MLA's separate input norm: q_down's and kv_down's 7,168 B a token."""
-    llama = load_scenario("llama3-70b-h100-256")
-    none = dataclasses.replace(llama, plan=dataclasses.replace(llama.plan, recompute="none"))
-    ln = dataclasses.replace(llama, plan=dataclasses.replace(llama.plan, recompute="selective",
-                                                             recompute_modules=("layernorm",)))
+    none, ln = _llama(), _llama(("layernorm",))
     assert _kept(ln, False) == _kept(none, False)
     assert _again(ln, False) == []
     assert _kept(_ds(), False) - _kept(_ds(("layernorm",)), False) == pytest.approx(TOKENS * (7168 + 7168))
@@ -101,10 +107,7 @@ def test_a_module_a_layer_lacks_changes_nothing():
     """A dense layer has no experts and no MoE block; Llama has no MLA."""
     assert _kept(_ds(("moe_act",)), moe_layer=False) == _kept(_ds(), moe_layer=False)
     assert _kept(_ds(("moe",)), moe_layer=False) == _kept(_ds(), moe_layer=False)
-    llama = load_scenario("llama3-70b-h100-256")
-    base = dataclasses.replace(llama, plan=dataclasses.replace(llama.plan, recompute="none"))
-    up = dataclasses.replace(llama, plan=dataclasses.replace(llama.plan, recompute="selective",
-                                                             recompute_modules=("mla_up_proj",)))
+    base, up = _llama(), _llama(("mla_up_proj",))
     assert _kept(up, False) == _kept(base, False)
     assert _again(up, False) == []
 
@@ -112,10 +115,7 @@ def test_a_module_a_layer_lacks_changes_nothing():
 def test_mlp_keeps_its_input_only():
     """Llama-3 70B dense MLP (tp 8, sp): everything the block keeps is dropped — the checkpoint's input is the
     residual the fused norm ln2 already keeps — and the norm runs again with the block."""
-    llama = load_scenario("llama3-70b-h100-256")
-    p = llama.plan
-    none = dataclasses.replace(llama, plan=dataclasses.replace(p, recompute="none"))
-    mlp = dataclasses.replace(llama, plan=dataclasses.replace(p, recompute="selective", recompute_modules=("mlp",)))
+    none, mlp = _llama(), _llama(("mlp",))
     fwd = {op.name: op for op in T.layer_forward_ops(none.model, none.plan, "flash")}
     assert _kept(none, False) - _kept(mlp, False) == pytest.approx(fwd["mlp_up"].saved_bytes
                                                                    + fwd["mlp_act"].saved_bytes
@@ -129,10 +129,7 @@ def test_default_module_is_the_attention_core():
     """`selective` without modules is Korthikanti's: the attention core."""
     assert modules_of(Plan(recompute="selective")) == {"core_attn"}
     assert modules_of(Plan(recompute="none", recompute_modules=("mlp",))) == frozenset()  # read under selective only
-    s = load_scenario("llama3-70b-h100-256")
-    core = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="selective",
-                                                           recompute_modules=("core_attn",)))
-    plain = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="selective"))
+    core, plain = _llama(("core_attn",)), _llama(rc="selective")
     assert predict(core).step_time_s == predict(plain).step_time_s
     assert predict(core).memory.total_bytes == predict(plain).memory.total_bytes
 
@@ -142,7 +139,7 @@ def test_default_module_is_the_attention_core():
 def test_recomputing_more_keeps_less_and_takes_longer(mods):
     """Every module keeps less than no recompute and more than full recompute, and costs time."""
     none, more = predict(_ds()), predict(_ds(mods))
-    full = predict(dataclasses.replace(_ds(), plan=dataclasses.replace(_ds().plan, recompute="full")))
+    full = predict(_ds(rc="full"))
     assert full.memory.items["activations"] < more.memory.items["activations"] < none.memory.items["activations"]
     assert more.step_time_s > none.step_time_s
 
@@ -197,8 +194,8 @@ def test_recomputed_unfused_core_of_a_window_layer_costs_its_forward_core():
     from narrowpath.spec.model import Model
     base = load_scenario("llama3-70b-h100-256")
     m = Model(layers=4, hidden=1024, heads=8, vocab=1000, seq_len=4096, sliding_window=128, sliding_window_every=2)
-    plan = dataclasses.replace(base.plan, tp=1, pp=1, vpp=1, sequence_parallel=False, recompute="selective", recompute_modules=("core_attn",),
-                               attention="unfused")
+    plan = dataclasses.replace(base.plan, tp=1, pp=1, vpp=1, sequence_parallel=False, recompute="selective",
+                               recompute_modules=("core_attn",), attention="unfused")
     scn = dataclasses.replace(base, model=m, plan=plan, num_gpus=plan.dp)
     for window in (True, False):
         ops = [op for op, _ in layer_ops(scn, "unfused", False, window=window)]
