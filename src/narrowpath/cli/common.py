@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
+from narrowpath.spec.plan import ACTIVATION_CACHE, OPTIMIZER_MOMENTS, PRECISIONS
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -48,7 +49,14 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                         "--recompute-modules: core_attn, layernorm, mla_up_proj, moe_act, mlp, shared_experts, moe)")
     g.add_argument("--sp", dest="sequence_parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism")
-    g.add_argument("--precision", choices=("fp32", "bf16", "fp16", "fp8"), help="dtype of the matrix multiplies")
+    g.add_argument("--precision", choices=PRECISIONS, help="format of the matrix multiplies (fp8, mxfp8 and nvfp4: "
+                   "Transformer Engine low-precision recipes)")
+    g.add_argument("--optimizer-moments", dest="optimizer_moments", choices=OPTIMIZER_MOMENTS,
+                   help="format of Adam's two moments: fp32 (12 bytes of optimizer state per parameter) or bf16 "
+                        "(8; Megatron-Core precision-aware optimizer, DeepSeek-V3)")
+    g.add_argument("--activation-cache", dest="activation_cache", choices=ACTIVATION_CACHE,
+                   help="what layers keep for backward: default, or fp8 (DeepSeek-V3's low-precision storage: "
+                        "E5M6 attention output, FP8 SwiGLU inputs with the SwiGLU recomputed)")
     g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap the gradient sync with the backward pass in buckets")
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
@@ -74,7 +82,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     base = load_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "recompute", "sequence_parallel",
                                                               "precision", "dp_overlap", "tp_comm_overlap",
-                                                              "attention", "cp_comm")
+                                                              "attention", "cp_comm", "optimizer_moments",
+                                                              "activation_cache")
                if getattr(args, f, None) is not None}
     if base is None:
         if not (args.model and args.system):

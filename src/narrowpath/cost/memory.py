@@ -7,7 +7,8 @@ the 5·a·s²·b term; full recompute keeps only the layer input, 2·s·b·h (/t
 We generalise the 34 term to GQA, SwiGLU and flash attention component by component (see `layer_activation_bytes`).
 In-flight micro-batches: 1F1B stage i holds min(m, p − i) (Narayanan et al. SC'21 §2.2); interleaving raises
 the first stage to p·(1 + (p − 1)/(p·v)) (Korthikanti §4.2.3) and every later stage to its Megatron warm-up depth.
-Optimizer state: ZeRO (Rajbhandari et al. SC'20) §5: K = 12 bytes/param for mixed-precision Adam, sharded over
+Optimizer state: ZeRO (Rajbhandari et al. SC'20) §5: K = 12 bytes/param for mixed-precision Adam (8 with 16-bit
+moments: plan.optimizer_moments), sharded over
 dp·cp (routed experts: over the expert-data-parallel group dp·cp/ep; `workload.build.zero_shards`).
 """
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, recompute_fraction,
-                                       stage_layer_ranges, weight_bytes_per_param, zero_shards)
+from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, optimizer_state_bytes_per_param,
+                                       recompute_fraction, stage_layer_ranges, weight_bytes_per_param, zero_shards)
 from narrowpath.workload.items import Workload
 from narrowpath.workload.recompute import kept_bytes
 from narrowpath.workload.precision import operand_bytes
@@ -132,8 +133,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         if q and zero < 3:
             weights += 2 * q * st.params  # the cached quantized row-wise and column-wise weight copies
         grads = held(2) * G
-        opt_per_param = 12 if p.precision != "fp32" else 8
-        optim = held(1) * opt_per_param
+        optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)
         infl = in_flight_microbatches(st.index, scn)
         acts = layer_acts * infl

@@ -24,7 +24,8 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "seq_len": s.model.seq_len,
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
-                                                "tp_comm_overlap", "attention", "cp_comm")}
+                                                "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
+                                                "activation_cache")}
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),
         "step_time_s": p.step_time_s,

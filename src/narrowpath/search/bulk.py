@@ -26,8 +26,8 @@ from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_microbatches
 from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.table import PlanTable
-from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, recompute_fraction,
-                                       stage_layer_ranges, weight_bytes_per_param)
+from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, optimizer_state_bytes_per_param,
+                                       recompute_fraction, stage_layer_ranges, weight_bytes_per_param)
 from narrowpath.workload.precision import act_bytes, operand_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
@@ -347,7 +347,7 @@ class Bulk:
         if base.low_precision:
             weights = weights + np.where(z < 3, 2 * operand_bytes(base) * params, 0.0)
         grads = np.where(z < 2, params, sharded) * G
-        optim = np.where(z < 1, params, sharded) * (12 if base.precision != "fp32" else 8)
+        optim = np.where(z < 1, params, sharded) * optimizer_state_bytes_per_param(base)
         infl = self._in_flight(rows, sh)
         acts = layer_acts * infl
         seen_max = np.maximum(0.0, np.where(sh["counts"] > 0, LA[:, None, :], -np.inf).max(axis=2))

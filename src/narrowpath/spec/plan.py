@@ -17,6 +17,10 @@ EP_DISPATCH = ("all_to_all", "dedup")
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe")
 """Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules; workload.recompute)."""
+OPTIMIZER_MOMENTS = ("fp32", "bf16")
+"""Formats of Adam's two moments (Megatron-Core precision-aware optimizer: exp_avg_dtype, exp_avg_sq_dtype)."""
+ACTIVATION_CACHE = ("default", "fp8")
+"""How a layer stores what it keeps for backward: as its framework keeps it, or DeepSeek-V3's low-precision storage."""
 ATTENTION = ("auto", "flash", "unfused")
 CP_COMM = ("p2p", "all_gather", "a2a")
 MAX_BATCH = 1 << 30
@@ -70,6 +74,16 @@ class Plan:
     """Layers of each pipeline chunk whose saved activations are copied to host memory during forward and fetched
     back for backward, overlapped with computation (Megatron-Core / Transformer Engine CPU offloading,
     --cpu-offloading-num-layers); 0 = none."""
+    optimizer_moments: str = "fp32"
+    """Format of Adam's first and second moments: `fp32` (mixed-precision Adam: fp32 master copy and moments, 12
+    bytes per parameter; ZeRO §3) or `bf16` (16-bit moments beside the fp32 master copy, 8 bytes: DeepSeek-V3
+    §3.3.2 "Low-Precision Optimizer States"; Megatron-Core's precision-aware optimizer with exp_avg_dtype =
+    exp_avg_sq_dtype = bf16, which Megatron-Bridge's tuned DeepSeek and MoE recipes set)."""
+    activation_cache: str = "default"
+    """What a layer keeps for backward: `default` (each op keeps what its framework keeps: 16-bit tensors, or the
+    quantized input of a low-precision GEMM) or `fp8` (DeepSeek-V3 §3.3.2 "Low-Precision Storage": the attention
+    output that the output projection reads is cached once in E5M6, and the routed experts' SwiGLU input in FP8,
+    its output recomputed in backward; needs a low-precision recipe). workload.precision.CACHE_BYTES."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over tp; TP all-reduce becomes reduce-scatter + all-gather."""
     precision: str = "bf16"
@@ -122,6 +136,11 @@ class Plan:
         if len(set(self.recompute_modules)) != len(self.recompute_modules):
             raise SpecError("plan.recompute_modules", f"lists a module twice: {list(self.recompute_modules)}")
         choice("plan.precision", self.precision, PRECISIONS)
+        choice("plan.optimizer_moments", self.optimizer_moments, OPTIMIZER_MOMENTS)
+        choice("plan.activation_cache", self.activation_cache, ACTIVATION_CACHE)
+        if self.activation_cache == "fp8" and self.precision not in LOW_PRECISIONS:
+            raise SpecError("plan.activation_cache", f"fp8 caches the inputs of FP8 matrix multiplies; needs a "
+                            f"low-precision recipe ({', '.join(LOW_PRECISIONS)}), got precision {self.precision!r}")
         choice("plan.attention", self.attention, ATTENTION)
         choice("plan.cp_comm", self.cp_comm, CP_COMM)
         choice("plan.moe_routing", self.moe_routing, MOE_ROUTING)

@@ -16,7 +16,7 @@ from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.items import Op
 from narrowpath.workload.ops import gemm, linear, vector
-from narrowpath.workload.precision import act_bytes, core_dtype
+from narrowpath.workload.precision import act_bytes, cached_bytes, core_dtype
 
 FLASH_BLOCK = 128  # FlashAttention tile size along the sequence (Dao 2023), for the causal work fraction
 
@@ -63,7 +63,9 @@ def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd", win
     if kernel == "flash":
         full = 2.0 * b * a_t * s * s_kv * (d_qk + d_v)
         io = q_bytes + k_bytes + v_bytes + out_bytes
-        saved = io + 4 * b * a_t * s  # Q, K, V, O and the fp32 log-sum-exp
+        e5m6 = cached_bytes(plan, "attention_output")  # O kept once, in E5M6, for the core and the projection
+        kept_out = out_bytes if e5m6 is None else b * s * a_t * d_v * e5m6
+        saved = q_bytes + k_bytes + v_bytes + kept_out + 4 * b * a_t * s  # Q, K, V, O and the fp32 log-sum-exp
         return [Op("flash_attn", "flash", phase, full * frac, io, dt, 1, 0.0, model_flop=full * frac
                    if window else full, saved_bytes=saved)]
     S2 = b * a_t * s * s_kv  # score elements
@@ -114,8 +116,10 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
     ops.append(vector("rope", "fwd", 2 * rope_elems * A, plan.precision))
     ops += attention_ops(model, plan, kernel, window=window)
     # flash keeps its output O for its own backward; a 16-bit projection reads that same tensor, a low-precision
-    # one keeps its quantized copy
-    keeps_input = kernel != "flash" or plan.low_precision
+    # one keeps its quantized copy — or, with DeepSeek-V3's low-precision storage, both read the one E5M6 copy
+    # (an unfused core does not keep O: its projection keeps its own quantized input either way)
+    shared_o = kernel == "flash" and cached_bytes(plan, "attention_output") is not None
+    keeps_input = (kernel != "flash" or plan.low_precision) and not shared_o
     ops += linear("attn_proj", plan, m, model.q_dim / t, h, saved_rows=m if keeps_input else 0.0)
     ops.append(residual_op(model, E_norm, A, plan.precision))
     return ops

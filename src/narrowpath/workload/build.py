@@ -29,6 +29,18 @@ def weight_bytes_per_param(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
+def moment_bytes(plan) -> int:
+    """Bytes of one Adam moment per parameter (plan.optimizer_moments)."""
+    return 2 if plan.optimizer_moments == "bf16" else 4
+
+
+def optimizer_state_bytes_per_param(plan) -> int:
+    """Optimizer state per parameter: Adam's two moments, plus the fp32 master copy of a 16-bit or low-precision
+    run (ZeRO §3: K = 12 for mixed-precision Adam; 8 with 16-bit moments, DeepSeek-V3 §3.3.2; fp32 runs update
+    their own weights: 8, or 4)."""
+    return 2 * moment_bytes(plan) + (0 if plan.precision == "fp32" else 4)
+
+
 def zero_shards(plan, *, expert: bool = False) -> int:
     """Ranks a ZeRO stage shards one rank's parameters over: the data-parallel group with context parallelism
     (Megatron's distributed optimizer uses the dp×cp group), or for routed experts the expert-dp group
@@ -122,7 +134,7 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
     ops += [(op, 1.0) for op in T.backward_ops(fwd, plan)]
     if plan.recompute == "full":
         ops += [(op, 1.0) for op in T.as_phase(fwd, "recompute")]
-    elif plan.recompute == "selective":  # the modules' forward ops again (workload.recompute)
+    elif modules_of(plan):  # the modules' forward ops again (workload.recompute; DeepSeek-V3's fp8 cache too)
         ops += [(op, 1.0) for op in recompute_ops(fwd, model, plan, kernel, window)]
     if plan.zero_stage == 3 and plan.low_precision:
         # gathered 16-bit weights are quantized again every micro-batch (Megatron-FSDP keeps no quantized cache)
@@ -476,9 +488,11 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
     G = grad_bytes_per_param(plan.precision)
     Wb = weight_bytes_per_param(plan.precision)
     local = dense / zero_shards(plan) + expert / zero_shards(plan, expert=True) if plan.zero_stage >= 1 else params
-    # Adam (mixed precision): read grad G, master/m/v 12, write master/m/v 12 and the 16-bit weight Wb;
-    # plus the gradient-norm pass (read G). fp32 runs have no separate master copy.
-    per_param = (G + 12 + 12 + Wb + G) if plan.precision != "fp32" else (4 + 12 + 12 + 4)
+    # Adam (mixed precision): read grad G, read and write the master copy and moments K (12 bytes, 8 with 16-bit
+    # moments), write the 16-bit weight Wb; plus the gradient-norm pass (read G). fp32 runs have no separate master
+    # copy: they read and write their weights with the moments.
+    K = optimizer_state_bytes_per_param(plan)
+    per_param = (G + K + K + Wb + G) if plan.precision != "fp32" else (4 + (K + 4) + (K + 4) + 4)
     kernels = 2 + math.ceil(local / 2.0e7)
     opt = Op("adam", "vector", "optimizer", 0.0, local * per_param, "fp32", kernels)
     ops = [(opt, 1.0)]

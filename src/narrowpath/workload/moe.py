@@ -26,26 +26,30 @@ from narrowpath.spec.plan import Plan
 from narrowpath.workload.attention import norm_op, residual_op
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.ops import gemm, linear, vector
-from narrowpath.workload.precision import act_bytes, core_dtype
+from narrowpath.workload.precision import act_bytes, cached_bytes, core_dtype
 from narrowpath.workload.recompute import recomputes_dispatch
 
 
-def activation_op(model: Model, plan: Plan, elements: float, name: str) -> Op:
+def activation_op(model: Model, plan: Plan, elements: float, name: str, keep_bytes: float | None = None) -> Op:
     """The MLP activation on `elements` outputs of the up projection (per gate branch for SwiGLU): fused
     bias-SwiGLU reads gate and up and writes their product; GeLU / squared ReLU read and write one tensor. It keeps
-    its input (both branches for SwiGLU) for backward."""
+    its input (both branches for SwiGLU) for backward, in 16 bit or, at `keep_bytes` per element, as a
+    low-precision copy the kernel also writes (DeepSeek-V3's FP8 SwiGLU input, workload.precision.CACHE_BYTES)."""
     A = act_bytes(plan)
-    if model.ffn_act == "swiglu":
-        return vector(name, "fwd", 3 * elements * A, plan.precision, saved_bytes=2 * elements * A)
-    return vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A)
+    inputs = (2 if model.ffn_act == "swiglu" else 1) * elements
+    if keep_bytes is None:
+        return vector(name, "fwd", (inputs + elements) * A, plan.precision, saved_bytes=inputs * A)
+    return vector(name, "fwd", (inputs + elements) * A + inputs * keep_bytes, plan.precision,
+                  saved_bytes=inputs * keep_bytes)
 
 
 def mlp_ops(model: Model, plan: Plan, ffn: int, rows: float, *, width_split: int, prefix: str = "mlp",
-            groups: int = 1, fused_input: bool = True, saved_rows: float | None = None) -> list[Op]:
+            groups: int = 1, fused_input: bool = True, saved_rows: float | None = None,
+            act_keep_bytes: float | None = None) -> list[Op]:
     """Up projection, activation, down projection on `rows` tokens, each matrix split `width_split` ways over the
     inner size (tp for a dense MLP, etp for experts); `groups` experts share the rows (a grouped GEMM)."""
     up = (2 if model.ffn_act == "swiglu" else 1) * ffn / width_split
-    act = activation_op(model, plan, rows * ffn / width_split, f"{prefix}_act")
+    act = activation_op(model, plan, rows * ffn / width_split, f"{prefix}_act", act_keep_bytes)
     return (linear(f"{prefix}_up", plan, rows, model.hidden, up, groups=groups, fused_input=fused_input,
                    saved_rows=saved_rows)
             + [act] + linear(f"{prefix}_down", plan, rows, ffn / width_split, model.hidden, groups=groups))
@@ -106,7 +110,8 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     ops.append(vector("moe_permute", "fwd", tok * h * A + copies * h * A, plan.precision, kernels=2))
     rows = expert_rows(model, plan)
     ops += mlp_ops(model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
-                   groups=max(1, moe.num_experts // plan.ep), fused_input=False)
+                   groups=max(1, moe.num_experts // plan.ep), fused_input=False,
+                   act_keep_bytes=cached_bytes(plan, "swiglu_input"))
     # unpermute: weight each copy by its routing probability and sum the copies back into the token
     ops.append(vector("moe_unpermute", "fwd", copies * h * A + tok * h * A, plan.precision, kernels=2,
                       saved_bytes=copies * h * A))

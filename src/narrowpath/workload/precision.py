@@ -35,6 +35,17 @@ def operand_bytes(plan: Plan) -> float:
     return float(act_bytes(plan))
 
 
+CACHE_BYTES = {"attention_output": 1.5, "swiglu_input": 1.0}
+"""Bytes per element of what DeepSeek-V3's low-precision storage (plan.activation_cache `fp8`; DeepSeek-AI 2024,
+§3.3.2) keeps for backward: the input of the linear layer after attention in its custom E5M6 format (12 bits), the
+routed experts' SwiGLU input in FP8 (E4M3, 1 byte; the fine-grained scales, one per 128 values, are left out)."""
+
+
+def cached_bytes(plan: Plan, tensor: str) -> float | None:
+    """Bytes per element a layer keeps of `tensor` under the plan's activation cache; None = as the op keeps it."""
+    return CACHE_BYTES[tensor] if plan.activation_cache == "fp8" else None
+
+
 def matrix_dtype(plan: Plan) -> str:
     """Format of the linear layers' GEMMs (the plan's precision)."""
     return plan.precision

@@ -46,10 +46,13 @@ def _base(op: Op) -> str:
 
 
 def modules_of(plan: Plan) -> frozenset[str]:
-    """The modules a plan recomputes selectively (none unless `recompute: selective`; `core_attn` by default)."""
-    if plan.recompute != "selective":
-        return frozenset()
-    return frozenset(plan.recompute_modules or ("core_attn",))
+    """The modules a plan recomputes selectively (none unless `recompute: selective`; `core_attn` by default), and
+    `moe_act` under DeepSeek-V3's low-precision storage (plan.activation_cache `fp8`: the experts' SwiGLU output
+    is recomputed from the cached FP8 input, §3.3.2) unless the whole layer is recomputed anyway."""
+    mods = set(plan.recompute_modules or ("core_attn",)) if plan.recompute == "selective" else set()
+    if plan.activation_cache == "fp8" and plan.recompute != "full":
+        mods.add("moe_act")
+    return frozenset(mods)
 
 
 def _qkv_bytes(model: Model, plan: Plan) -> float:
