@@ -22,7 +22,7 @@ from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, o
                                        recompute_fraction, stage_layer_ranges, weight_bytes_per_param, zero_shards)
 from narrowpath.workload.items import Workload
 from narrowpath.workload.recompute import kept_bytes
-from narrowpath.workload.precision import operand_bytes
+from narrowpath.workload.precision import operand_bytes, quantized_weight_copies
 
 RUNTIME_RESERVE_BYTES = 2.0e9
 """CUDA context, cuBLAS/NCCL workspaces and allocator fragmentation, bytes (typical 1.5-3 GB on Hopper)."""
@@ -130,8 +130,8 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         layer_acts *= 1 - f_off
         weights = held(3) * Wb
         q = operand_bytes(p) if p.low_precision else 0.0
-        if q and zero < 3:
-            weights += 2 * q * st.params  # the cached quantized row-wise and column-wise weight copies
+        if q and zero < 3:  # the cached quantized row-wise and column-wise weight copies (one FP8 copy where any
+            weights += quantized_weight_copies(p.precision, dev.fp8_any_layout) * q * st.params  # layout works)
         grads = held(2) * G
         optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)

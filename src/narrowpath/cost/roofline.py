@@ -54,9 +54,15 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
     return op.flop / (device.matrix_peak(op.dtype) * eff)
 
 
+def hbm_bytes(op: Op, device: Device) -> float:
+    """Bytes one execution of `op` moves at HBM on `device`: without the transposed FP8 copy where FP8 GEMMs take
+    any layout (Device.fp8_any_layout)."""
+    return op.hbm_bytes - op.transpose_bytes if device.fp8_any_layout else op.hbm_bytes
+
+
 def memory_time_s(op: Op, device: Device, cal: Calibration) -> float:
     """Time the HBM traffic alone needs."""
-    return op.hbm_bytes / (device.hbm.bw_bytes_per_s * cal.vector_bw_efficiency)
+    return hbm_bytes(op, device) / (device.hbm.bw_bytes_per_s * cal.vector_bw_efficiency)
 
 
 def op_time_s(op: Op, device: Device, cal: Calibration) -> float:

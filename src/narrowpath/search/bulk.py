@@ -28,7 +28,7 @@ from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.table import PlanTable
 from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, optimizer_state_bytes_per_param,
                                        recompute_fraction, stage_layer_ranges, weight_bytes_per_param)
-from narrowpath.workload.precision import act_bytes, operand_bytes
+from narrowpath.workload.precision import act_bytes, operand_bytes, quantized_weight_copies
 
 _RC = {"none": 0, "selective": 1, "full": 2}
 
@@ -345,7 +345,8 @@ class Bulk:
         layer_acts = layer_acts * (1 - f_off)
         weights = np.where(z < 3, params, sharded) * Wb
         if base.low_precision:
-            weights = weights + np.where(z < 3, 2 * operand_bytes(base) * params, 0.0)
+            copies = quantized_weight_copies(base.precision, self.system.device.fp8_any_layout)
+            weights = weights + np.where(z < 3, copies * operand_bytes(base) * params, 0.0)
         grads = np.where(z < 2, params, sharded) * G
         optim = np.where(z < 1, params, sharded) * optimizer_state_bytes_per_param(base)
         infl = self._in_flight(rows, sh)

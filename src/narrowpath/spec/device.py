@@ -53,6 +53,12 @@ class Device:
     block_scaled_formats: bool = False
     """Tensor cores scale 16/32-element blocks in hardware (MXFP8, NVFP4): Blackwell and later. Without them
     Transformer Engine refuses the mxfp8 and nvfp4 recipes."""
+    fp8_any_layout: bool = False
+    """FP8 tensor cores take their operands in any layout (non-TN GEMMs): data-center Blackwell and later. Transformer
+    Engine then keeps one FP8 copy of a per-tensor-scaled tensor and writes no transposed (column-wise) copy
+    (`transformer_engine.pytorch.utils.is_non_tn_fp8_gemm_supported`: compute capability 10.x-11.x or >= 13; not
+    Hopper, not the 12.x RTX Blackwell parts). Block-scaled formats still need both copies (their scales run along
+    different axes)."""
     tdp_w: float = 0.0
     """Board power limit, watts; 0 = unknown."""
     idle_w: float = 0.0

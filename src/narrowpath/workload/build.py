@@ -140,7 +140,8 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
         # gathered 16-bit weights are quantized again every micro-batch (Megatron-FSDP keeps no quantized cache)
         q = quantize_cost(plan.precision)
         w = T.layer_params(model, plan, moe_layer=moe_layer)
-        ops.append((T.vector("weight_quantize", "fwd", w * q.standalone_bytes, "bf16", q.kernels), 1.0))
+        ops.append((Op("weight_quantize", "vector", "fwd", 0.0, w * q.standalone_bytes, "bf16", q.kernels,
+                       transpose_bytes=w * q.transpose_bytes), 1.0))
     return ops
 
 
@@ -501,5 +502,5 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
         # the updated 16-bit weights are quantized once per step and cached for every micro-batch (TE's
         # is_first_microbatch); ZeRO-3 re-quantizes the gathered weights per micro-batch (see _layer_work)
         ops.append((Op("weight_quantize", "vector", "optimizer", 0.0, params * q.standalone_bytes, "bf16",
-                       q.kernels * 2), 1.0))
+                       q.kernels * 2, transpose_bytes=params * q.transpose_bytes), 1.0))
     return ops

@@ -7,6 +7,8 @@ component by component; tests/workload check the sum reproduces their closed for
 """
 from __future__ import annotations
 
+import dataclasses
+
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.items import Op
 from narrowpath.workload.precision import act_bytes, matrix_dtype, operand_bytes, quantize_cost
@@ -47,7 +49,8 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     if q is not None:
         per = q.fused_bytes if fused_input else q.standalone_bytes
         # TE quantizes a grouped layer's inputs in one multi-tensor kernel (tex.fused_multi_quantize)
-        ops.append(vector(f"{name}.quantize", "fwd", m * k * per, "bf16", 0 if fused_input else q.kernels))
+        ops.append(dataclasses.replace(vector(f"{name}.quantize", "fwd", m * k * per, "bf16",
+                                              0 if fused_input else q.kernels), transpose_bytes=m * k * q.transpose_bytes))
     rows = m if saved_rows is None else saved_rows
     ops.append(gemm(name, "fwd", m, k, n, matrix_dtype(plan), ob, ob, groups=groups, out_bytes=A,
                     saved_bytes=rows * k * ob, grad_elements=m * n if q is not None else 0.0))
@@ -63,7 +66,7 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
             out.append(Op(op.name + ".grad_quantize", "vector", "bwd", 0.0, op.grad_elements * q.standalone_bytes,
-                          "bf16", q.kernels))
+                          "bf16", q.kernels, transpose_bytes=op.grad_elements * q.transpose_bytes))
         out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,
                       op.weight_bytes, groups=op.groups))
         out.append(Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels, 0.0,
@@ -90,7 +93,7 @@ def backward_ops(fwd: list[Op], plan: Plan | None = None) -> list[Op]:
 def as_phase(ops: list[Op], phase: str) -> list[Op]:
     """The same ops re-run in another phase (a recompute pass keeps nothing for backward)."""
     return [Op(o.name, o.kind, phase, o.flop, o.hbm_bytes, o.dtype, o.kernels, o.weight_bytes, o.model_flop,
-               o.groups, host_syncs=o.host_syncs) for o in ops]
+               o.groups, transpose_bytes=o.transpose_bytes, host_syncs=o.host_syncs) for o in ops]
 
 
 ATTENTION_CORE_OPS = frozenset({"flash_attn", "attn_scores", "softmax", "attn_dropout", "attn_av"})

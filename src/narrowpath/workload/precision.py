@@ -46,6 +46,12 @@ def cached_bytes(plan: Plan, tensor: str) -> float | None:
     return CACHE_BYTES[tensor] if plan.activation_cache == "fp8" else None
 
 
+def quantized_weight_copies(fmt: str, fp8_any_layout: bool) -> int:
+    """Quantized copies of each weight Transformer Engine caches between optimizer steps: row-wise for the forward
+    GEMM and column-wise for the data-gradient GEMM, or one per-tensor FP8 copy where FP8 GEMMs take any layout."""
+    return 1 if fmt == "fp8" and fp8_any_layout else 2
+
+
 def matrix_dtype(plan: Plan) -> str:
     """Format of the linear layers' GEMMs (the plan's precision)."""
     return plan.precision
@@ -69,6 +75,10 @@ class QuantizeCost:
     output, which the fused form no longer writes."""
     kernels: int
     """Kernel launches of the standalone form (amax + cast for per-tensor scaling)."""
+    transpose_bytes: float = 0.0
+    """Of those bytes, the column-wise copy of a per-tensor-scaled format: the same values transposed, which a
+    device whose FP8 GEMMs take any layout does not need (Device.fp8_any_layout). A block-scaled format's
+    column-wise copy has its own scales along the other axis and is needed everywhere."""
 
 
 def quantize_cost(fmt: str) -> QuantizeCost | None:
@@ -84,7 +94,8 @@ def quantize_cost(fmt: str) -> QuantizeCost | None:
     copies = 2 * (VALUE_BYTES[fmt] + BLOCK_SCALE_BYTES.get(fmt, 0.0))  # row-wise + column-wise
     bf16 = 2.0
     if fmt == "fp8":
-        return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=2 * bf16 + copies, kernels=2)
+        return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=2 * bf16 + copies, kernels=2,
+                            transpose_bytes=VALUE_BYTES[fmt])
     if fmt == "mxfp8":
         return QuantizeCost(standalone_bytes=bf16 + copies, fused_bytes=copies - bf16, kernels=1)
     return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=copies, kernels=2)  # nvfp4: amax pass

@@ -1,0 +1,85 @@
+"""FP8 operands in any layout on data-center Blackwell (Device.fp8_any_layout): Transformer Engine keeps one
+per-tensor FP8 copy and writes no transposed copy where `is_non_tn_fp8_gemm_supported()` holds (compute capability
+10.x-11.x or >= 13), so quantize kernels write 1 byte less per element and each cached weight costs one FP8 byte
+instead of two; block-scaled formats keep both copies everywhere."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import device, load_scenario, system
+from narrowpath.cost.roofline import hbm_bytes
+from narrowpath.schedule.step import predict
+from narrowpath.spec.plan import Plan
+from narrowpath.validate.corpus import load_corpus
+from narrowpath.workload.ops import backward_ops, linear
+from narrowpath.workload.precision import quantized_weight_copies
+
+M, K, N = 4096.0, 8192.0, 8192.0
+
+
+@pytest.mark.parametrize("name,any_layout", [("B200", True), ("GB200", True), ("B300", True), ("GB300", True),
+                                             ("H100-SXM5-80GB", False), ("H200-SXM-141GB", False),
+                                             ("H800-SXM5-80GB", False), ("A100-SXM4-80GB", False),
+                                             ("RTX-PRO-6000-Blackwell-Server", False), ("MI300X", False)])
+def test_catalog_follows_transformer_engines_capability_rule(name, any_layout):
+    """sm_100 / sm_103 parts take any layout; Hopper, Ampere and the sm_120 RTX Blackwell do not."""
+    assert device(name).fp8_any_layout is any_layout
+
+
+def _quantize(precision: str):
+    ops = linear("proj", Plan(precision=precision), M, K, N)
+    return ops[0], ops[1]
+
+
+def test_fp8_input_quantize_skips_the_transpose_where_any_layout_works():
+    """Per-tensor current scaling: amax pass + cast read BF16 twice (2 × 2 B) and write row-wise + column-wise FP8
+    (2 × 1 B) = 6 B per element on Hopper; 5 B on B200."""
+    q, _ = _quantize("fp8")
+    assert hbm_bytes(q, device("H100-SXM5-80GB")) == pytest.approx(M * K * 6)
+    assert hbm_bytes(q, device("B200")) == pytest.approx(M * K * 5)
+
+
+def test_fp8_output_gradient_quantize_skips_the_transpose_too():
+    """The output gradient M × N: 6 B per element on Hopper, 5 on B200."""
+    _, gemm = _quantize("fp8")
+    gq = [op for op in backward_ops([gemm], Plan(precision="fp8")) if op.name.endswith("grad_quantize")][0]
+    assert hbm_bytes(gq, device("H100-SXM5-80GB")) == pytest.approx(M * N * 6)
+    assert hbm_bytes(gq, device("B200")) == pytest.approx(M * N * 5)
+
+
+@pytest.mark.parametrize("precision", ["mxfp8", "nvfp4"])
+def test_block_scaled_formats_keep_both_copies_everywhere(precision):
+    q, _ = _quantize(precision)
+    assert q.transpose_bytes == 0.0
+    assert hbm_bytes(q, device("B200")) == q.hbm_bytes
+    assert quantized_weight_copies(precision, True) == 2
+
+
+def test_cached_weight_copies_by_format_and_device():
+    assert quantized_weight_copies("fp8", False) == 2
+    assert quantized_weight_copies("fp8", True) == 1
+
+
+def test_fp8_weights_cost_3_bytes_per_parameter_on_b200_and_4_on_hopper():
+    """ZeRO-1 keeps BF16 weights (2 B) plus the cached FP8 copies: 1 B on B200, 2 B on H100 — same plan, same
+    parameter count, so the weights item scales 3 : 4."""
+    s = load_scenario("llama3-8b-h100-8")
+    plan = dataclasses.replace(s.plan, precision="fp8", zero_stage=1)
+    w = {}
+    for sysname in ("dgx-b200", "dgx-h100"):
+        scn = dataclasses.replace(s, system=system(sysname), plan=plan)
+        w[sysname] = predict(scn).memory.items["weights"]
+    assert w["dgx-b200"] / w["dgx-h100"] == pytest.approx(3 / 4)
+
+
+def test_llama4_scout_on_gb200_fits_as_published():
+    """NeMo 25.07 ran Llama 4 Scout FP8 with tp 1, ep 16, ZeRO-1 on 64 GB200s: with one FP8 weight copy the rank
+    holds ~196 GB of 199 (two copies: ~219 GB, which could not have run)."""
+    case = next(c for c in load_corpus(None) if c.id == "nemo25-07-llama4-scout-llm-gb200-n64-gbs1024")
+    p = predict(case.scenario)
+    assert p.memory.fits
+    two_copies = dataclasses.replace(case.scenario.system.device, fp8_any_layout=False)
+    scn = dataclasses.replace(case.scenario, system=dataclasses.replace(case.scenario.system, device=two_copies))
+    assert not predict(scn).memory.fits
