@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from narrowpath.catalog.resolve import load_scenario
 from narrowpath.cost.roofline import op_time_s
 from narrowpath.schedule.step import PAIR_PARTNERS, paired_fraction, pass_pair_hidden_s, predict
-from narrowpath.search.exact import _pass_pair_hidden
+from narrowpath.search.exact import _pass_pair_parts
 from tests.search.scenarios import mixtral16
 
 PH = tuple(PAIR_PARTNERS)
@@ -24,16 +24,16 @@ def test_hand_worked_pair():
     With a partner: fwd 3 hides behind bwd + recompute 8 → 3; bwd + recompute 6 behind fwd 4 → 4, split 5:1 →
     bwd 10/3, recompute 2/3. Without: min(3, 4) = 3, min(5, 6) = 5, min(1, 2) = 1.
     Mixed 3/4 : 1/4 → fwd 3, bwd 0.75·10/3 + 0.25·5 = 3.75, recompute 0.75·2/3 + 0.25 = 0.75."""
-    assert paired_fraction(4) == 0.75
+    assert paired_fraction(0, 1, 1, 4) == 0.75
     h = pass_pair_hidden_s({"fwd": 3.0, "bwd": 5.0, "recompute": 1.0}, {"fwd": 4.0, "bwd": 6.0, "recompute": 2.0},
-                           paired_fraction(4))
+                           paired_fraction(0, 1, 1, 4))
     assert h == pytest.approx({"fwd": 3.0, "bwd": 3.75, "recompute": 0.75})
 
 
 def test_one_micro_batch_has_no_partner():
     """m = 1: the forward and the backward of the only micro-batch run alone; each hides behind its own phase."""
-    assert paired_fraction(1) == 0.0
-    h = pass_pair_hidden_s({"fwd": 3.0, "bwd": 5.0}, {"fwd": 1.0, "bwd": 9.0}, paired_fraction(1))
+    assert paired_fraction(0, 1, 1, 1) == 0.0
+    h = pass_pair_hidden_s({"fwd": 3.0, "bwd": 5.0}, {"fwd": 1.0, "bwd": 9.0}, paired_fraction(0, 1, 1, 1))
     assert h == pytest.approx({"fwd": 1.0, "bwd": 5.0, "recompute": 0.0})
 
 
@@ -56,7 +56,8 @@ def test_pair_properties(traffic, left, f):
     # the vectorised mirror of the search sums to the same
     P = np.array([[[[traffic[ph] for ph in PH]]]])
     L = np.array([[[[left[ph] for ph in PH]]]])
-    assert _pass_pair_hidden(P, L, np.array([f]))[0, 0, 0] == pytest.approx(sum(h.values()), abs=1e-12)
+    alone, partner = _pass_pair_parts(P, L)
+    assert f * partner[0, 0, 0] + (1 - f) * alone[0, 0, 0] == pytest.approx(sum(h.values()), abs=1e-12)
 
 
 def _ep(pred, phase):

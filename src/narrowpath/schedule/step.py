@@ -123,13 +123,31 @@ PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fw
 (with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""
 
 
-def paired_fraction(num_microbatches: int) -> float:
-    """Share of a stage's micro-batches whose forward runs merged with another micro-batch's backward: all but one,
-    whose forward (the first) or backward (the last) has no partner. Megatron-Core combined 1F1B runs F0, then
-    (F1 + B0), …, (F(m−1) + B(m−2)), then B(m−1). The pipeline's further warm-up forwards (pp − stage − 1 on a
-    stage) are not counted: their passes are priced as paired."""
-    m = max(1, int(num_microbatches))
-    return (m - 1) / m
+def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int) -> float:
+    """Share of pipeline stage `stage`'s passes (chunk passes when interleaved) whose forward runs merged with
+    another micro-batch's backward (and whose backward with another's forward); the rest run alone.
+
+    Megatron-Core merges the two only in the steady state (`pipeline_parallel/schedules.py`,
+    `forward_backward_helper_wrapper` → `combined_1f1b.py`); the warm-up forwards and the cool-down backwards run
+    alone, and `get_pp_rank_microbatches` adds one warm-up forward under `overlap_moe_expert_parallel_comm` "to
+    ensure the forward and backward computations are independent in all 1f1b steps". So on stage s of p:
+      p = 1: F0 alone, (F1 + B0) … (F(m−1) + B(m−2)), B(m−1) alone (`combined_1f1b_schedule_for_no_pipelining`):
+        1 of m forwards and 1 of m backwards alone.
+      1F1B (v = 1): the p − s − 1 warm-up forwards of the schedule the model plays (schedule.pipeline) plus that
+        one: min(m, p − s) of m alone, as many cool-down backwards. pp 4, m 8: stage 0 4 of 8, stage 3 1 of 8.
+      interleaved (v > 1): 2·(p − s − 1) + (v − 1)·p warm-up chunk forwards (micro-batch groups of p, Megatron's
+        default `microbatch_group_size_per_vp_stage`; cost.memory.in_flight_microbatches) plus one, at most the
+        m·v chunk passes: min(m·v, 2·(p − s − 1) + (v − 1)·p + 1) of m·v. pp 4, v 2, m 8: stage 0 11 of 16,
+        stage 3 5 of 16.
+    Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
+    (TransformerConfig asserts a virtual pipeline size; Megatron-LM turns vpp 1 into none), whose one-chunk warm-up
+    would be 2·(p − s − 1) + 1; v = 1 here counts the same rule on the 1F1B program the pipeline is priced with.
+    DualPipe (DeepSeek-V3) pairs its own way and is priced with these counts too."""
+    m, p, s = max(1, int(num_microbatches)), max(1, int(pp)), int(stage)
+    v = max(1, int(vpp)) if p > 1 else 1
+    passes = m * v
+    alone = min(passes, p - s) if v == 1 else min(passes, 2 * (p - s - 1) + (v - 1) * p + 1)
+    return (passes - alone) / passes
 
 
 def pass_pair_hidden_s(pair_s: dict, left_s: dict, paired: float) -> dict:
@@ -309,7 +327,9 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             pair_s = {ph: 0.0 for ph in PAIR_PARTNERS}
             for tr, _, _, total in pairs:
                 pair_s[tr.phase] += total
-            hid = pass_pair_hidden_s(pair_s, hide_budget, paired_fraction(wl.num_microbatches))
+            # warm-up forwards and cool-down backwards have no partner: the share depends on the stage
+            paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches)
+            hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
             for tr, c, cost, total in pairs:
                 hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
                 extra_compute += slow * hidden

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from narrowpath.schedule.step import host_copy_cost
-from narrowpath.search.bulk import Bulk, StructuralPrices, _first_max, unique_rows
+from narrowpath.schedule.step import host_copy_cost, paired_fraction
+from narrowpath.search.bulk import Bulk, StructuralPrices, unique_rows
 from narrowpath.search.parts import SUMS
 from narrowpath.search.pipeline_bulk import fill_bound, pipeline_times
 
@@ -43,13 +43,29 @@ def bucketed_exposed(total_s, message_bytes, bucket_bytes, window_s, slowdown):
     return total_s - hidden + slowdown * hidden
 
 
-def _pass_pair_hidden(P: np.ndarray, L: np.ndarray, paired: np.ndarray) -> np.ndarray:
-    """schedule.step.pass_pair_hidden_s summed over the phases, for arrays: P (I, Q, C, 3) pass-pair traffic and
-    L (I, Q, C, 3) matrix work left per phase (fwd, bwd, recompute); `paired` (I,) the share with a partner."""
+def _pass_pair_parts(P: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """schedule.step.pass_pair_hidden_s summed over the phases, for arrays, as its two parts: (alone, with a
+    partner), the pass-pair traffic that hides when a pass runs alone and when it runs merged with another
+    micro-batch's; P (..., 3) the traffic and L (..., 3) the matrix work left per phase (fwd, bwd, recompute). A
+    stage whose share `f` of passes is paired hides f·partner + (1 − f)·alone."""
     L = np.maximum(L, 0.0)
-    f = np.asarray(paired, dtype=float).reshape(-1, 1, 1)
     with_partner = np.minimum(P[..., 0], L[..., 1] + L[..., 2]) + np.minimum(P[..., 1] + P[..., 2], L[..., 0])
-    return f * with_partner + (1.0 - f) * np.minimum(P, L).sum(axis=-1)
+    return np.minimum(P, L).sum(axis=-1), with_partner
+
+
+def _paired_shares(p: int, v: int, m: np.ndarray) -> np.ndarray:
+    """(plans, p) schedule.step.paired_fraction of every stage of p-stage, v-chunk pipelines with m (plans,)
+    micro-batches (the scalar function, once per distinct m)."""
+    u, inv = np.unique(m, return_inverse=True)
+    table = np.array([[paired_fraction(s, p, v, int(mm)) for s in range(p)] for mm in u]).reshape(u.size, p)
+    return table[inv.reshape(-1)]
+
+
+def _per_plan(fn, T: np.ndarray, F: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """fn(T, F, m) of (n, p) stage arrays over (rows, p, variants) arrays: (rows, variants)."""
+    rows, p, C = T.shape
+    flat = lambda x: x.transpose(0, 2, 1).reshape(rows * C, p)  # noqa: E731
+    return fn(flat(T), flat(F), np.repeat(m, C)).reshape(rows, C)
 
 
 class Exact:
@@ -267,14 +283,10 @@ class Exact:
         hb = sp.gemm[at][:, :, None, :]
         ab = sp.attn[at][:, :, None, :] * ((cp - 1) / cp)[:, None, None, None]
         H_ph = np.minimum(hb, Z[..., 3:6] + np.minimum(Z[..., 6:9], ab))  # (I, Q, C, 3)
-        H = H_ph.sum(axis=-1) + _pass_pair_hidden(Z[..., 9:12], hb - H_ph, (m - 1) / np.maximum(m, 1))
-        slow = bulk.cal.overlap_compute_slowdown
+        own = H_ph.sum(axis=-1)
+        alone, partner = _pass_pair_parts(Z[..., 9:12], hb - H_ph)
         Cc = sp.compute[at]
-        fwd = np.broadcast_to(Cc[:, :, None, 0], (I, Q, C))
-        bwd = (Cc[:, :, 1] + Cc[:, :, 2])[:, :, None] + slow * H
-        T = fwd + bwd + (Z[..., 0:3].sum(axis=-1) - H)
-        v_ok = valid[:, :, None]
-        Tv = np.where(v_ok, T, -np.inf)
+        base = (Cc[:, :, 0], Cc[:, :, 1] + Cc[:, :, 2], Z[..., 0:3].sum(axis=-1), own, alone, partner)
         # one overlapped pipeline message (interleaving): the fill and the drain wait for it at every chunk boundary
         send = np.zeros((I, C))
         inter = (pp > 1) & (vpp > 1)
@@ -282,54 +294,50 @@ class Exact:
             send[inter] = self._grid(rows[inter], J, [vpp[inter], mbs[inter]], [], lay[inter],
                                      lambda key, r, j: P.pp_id((key[3], key[0], key[1], key[7], key[8]), fields(r, j),
                                                                True, False), value="send_s", width=1)[..., 0]
-        if lower:  # every schedule keeps its busiest stage busy for all its work (schedule.pipeline)
-            fill = np.where(pp > 1, 2.0 * (pp * vpp - 1), 0.0)[:, None] * send
-            pipe = m.astype(float)[:, None] * Tv.max(axis=1) + fill
-            pipe = np.maximum(pipe, self._fill_bound(sp, at, T, fwd, m) + fill)
-        else:
-            pipe = self._pipeline(sp, at, T, fwd, m, send)
-        crit = _first_max(Tv.transpose(0, 2, 1).reshape(I * C, Q), np.repeat(sp.minidx[at], C, axis=0)).reshape(I, C)
-        ii, jj = np.meshgrid(np.arange(I), np.arange(C), indexing="ij")
-        return pipe, fwd[ii, crit, jj], bwd[ii, crit, jj]
-
-    def _fill_bound(self, sp, at, T, fwd, m) -> np.ndarray:
-        """(I, C) search.pipeline_bulk.fill_bound of one-chunk pipelines (0 for interleaved ones)."""
-        I, Q, C = T.shape
-        out = np.zeros((I, C))
+        pipe, cs_fwd, cs_bwd = np.zeros((I, C)), np.zeros((I, C)), np.zeros((I, C))
         shape = sp.shape[at]
         for g in np.unique(shape):
+            k = np.flatnonzero(shape == g)
             sh = self.b.shapes[int(g)]
-            sc = sh.stage_class
-            if sh.chunks.shape[1] > 1 or sc.size == 1:
-                continue
-            rows = np.flatnonzero(shape == g)
-            p, n = sc.size, rows.size * C
-            Ts = T[rows][:, sc, :].transpose(0, 2, 1).reshape(n, p)
-            Fs = np.broadcast_to(fwd[rows][:, sc, :], (rows.size, p, C)).transpose(0, 2, 1).reshape(n, p)
-            out[rows] = fill_bound(Ts, Fs, np.repeat(m[rows], C)).reshape(rows.size, C)
-        return out
+            T, fwd, bwd = self._stage_times(sh, base, k, m[k])
+            if lower:  # every schedule keeps its busiest stage busy for all its work (schedule.pipeline)
+                fill = np.where(pp[k] > 1, 2.0 * (pp[k] * vpp[k] - 1), 0.0)[:, None] * send[k]
+                pipe[k] = m[k].astype(float)[:, None] * T.max(axis=1) + fill
+                if sh.chunks.shape[1] == 1 and sh.stage_class.size > 1:
+                    pipe[k] = np.maximum(pipe[k], _per_plan(fill_bound, T, fwd, m[k]) + fill)
+            else:
+                pipe[k] = self._pipeline(sp, at[k], sh, T, fwd, m[k], send[k])
+            # the critical stage: the first of the longest (predict's max over stages)
+            crit = T.argmax(axis=1)[:, None, :]
+            cs_fwd[k] = np.take_along_axis(fwd, crit, axis=1)[:, 0]
+            cs_bwd[k] = np.take_along_axis(bwd, crit, axis=1)[:, 0]
+        return pipe, cs_fwd, cs_bwd
 
-    def _pipeline(self, sp, at, T, fwd, m, send) -> np.ndarray:
-        """(I, C) `schedule.pipeline.pipeline_time_s` of every plan: its stages' times (from their classes), forward
-        parts, chunk shares (schedule.step.chunk_shares) and overlapped message, shape by shape."""
-        I, Q, C = T.shape
-        out = np.zeros((I, C))
-        shape = sp.shape[at]
-        for g in np.unique(shape):
-            rows = np.flatnonzero(shape == g)
-            sh = self.b.shapes[int(g)]
-            sc = sh.stage_class
-            p, v = sc.size, sh.chunks.shape[1]
-            n = rows.size * C
-            Ts = T[rows][:, sc, :].transpose(0, 2, 1).reshape(n, p)
-            Fs = np.broadcast_to(fwd[rows][:, sc, :], (rows.size, p, C)).transpose(0, 2, 1).reshape(n, p)
-            shares = None
-            if v > 1:
-                edge = np.repeat(sp.edge[at][rows][:, sc], C, axis=0)
-                shares = chunk_shares(Ts, edge, sh.chunks[sc])
-            mm = np.repeat(m[rows], C)
-            out[rows] = pipeline_times(Ts, Fs, mm, v, shares, send[rows].reshape(n)).reshape(rows.size, C)
-        return out
+    def _stage_times(self, sh, base, k, m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(time, forward, backward) per micro-batch of every stage of the plans of rows k (all of pipeline shape
+        `sh`), each (rows, stages, variants): its class's compute and transfers, with the pass-pair traffic priced
+        at the stage's own share of paired passes (schedule.step.paired_fraction), as predict prices each stage."""
+        c_fwd, c_bwd, total, own, alone, partner = (x[k][:, sh.stage_class] for x in base)
+        f = _paired_shares(sh.stage_class.size, sh.chunks.shape[1], m)[:, :, None]
+        H = own + (f * partner + (1.0 - f) * alone)
+        slow = self.b.cal.overlap_compute_slowdown
+        fwd = np.broadcast_to(c_fwd[:, :, None], H.shape)
+        bwd = c_bwd[:, :, None] + slow * H
+        return fwd + bwd + (total - H), fwd, bwd
+
+    def _pipeline(self, sp, at, sh, T, fwd, m, send) -> np.ndarray:
+        """(rows, variants) `schedule.pipeline.pipeline_time_s` of plans of one pipeline shape `sh`: their stages'
+        times and forward parts (rows, stages, variants), chunk shares (schedule.step.chunk_shares) and overlapped
+        message."""
+        rows, p, C = T.shape
+        v, n = sh.chunks.shape[1], rows * C
+        Ts = T.transpose(0, 2, 1).reshape(n, p)
+        Fs = fwd.transpose(0, 2, 1).reshape(n, p)
+        shares = None
+        if v > 1:
+            edge = np.repeat(sp.edge[at][:, sh.stage_class], C, axis=0)
+            shares = chunk_shares(Ts, edge, sh.chunks[sh.stage_class])
+        return pipeline_times(Ts, Fs, np.repeat(m, C), v, shares, send.reshape(n)).reshape(rows, C)
 
     def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd) -> np.ndarray:
         """Exposed once-per-step communication (I, C): the gradient sync and ZeRO-1/2 gather, bucketed and overlapped

@@ -190,11 +190,12 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
     return list(zip(ops, xfs))
 
 
-def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, num_microbatches: int
-                 ) -> tuple[dict, dict]:
+def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, paired: float) -> tuple[dict, dict]:
     """(hidden, traffic) per phase of a chunk's pass-pair traffic (the expert all-to-all with ep_overlap): what
     hides behind the merged pass of another micro-batch once every phase's own overlapped traffic has taken its
-    share of the phase's matrix work (schedule.step.pass_pair_hidden_s, as predict)."""
+    share of the phase's matrix work (schedule.step.pass_pair_hidden_s, as predict), `paired` the stage's share of
+    passes with a partner (schedule.step.paired_fraction: its warm-up and cool-down passes run alone). Every pass
+    of the stage is priced at that mix, as predict prices the stage's mean pass."""
     gemm = {ph: 0.0 for ph in PAIR_PARTNERS}
     attn = {ph: 0.0 for ph in PAIR_PARTNERS}
     for op, c in ops.items():
@@ -213,7 +214,7 @@ def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, num_microbatc
         t = pr.transfer(tr)[0].time_s * c
         {"pass_pair": pair, "attention": own_attn}.get(tr.hides_behind, own)[tr.phase] += t
     left = {ph: gemm[ph] - min(gemm[ph], own[ph] + min(own_attn[ph], attn[ph] * (cp - 1) / cp)) for ph in gemm}
-    return pass_pair_hidden_s(pair, left, paired_fraction(num_microbatches)), pair
+    return pass_pair_hidden_s(pair, left, paired), pair
 
 
 def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, cp: int, slowdown: float,
@@ -340,8 +341,9 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWor
     stages = []
     for st, ranges in zip(wl.stages, layer_ranges):
         passes = {}
+        paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches)
         for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
-            pairs = _pair_hidden(ops, xfs, pr, plan.cp, wl.num_microbatches) \
+            pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired) \
                 if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
             for kind in kinds:
                 passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs)
