@@ -13,6 +13,11 @@ budget hides min(total, budget)); with hb every transfer hides what it would wit
 reaches hb, and nothing after. So the phase hides H = min(hb, P + min(A, ab)) whatever the order, and the stage takes
 compute + transfers − (1 − slowdown)·H. This module uses that identity; tests/search hold it against predict.
 
+The stages of a class (search.bulk) differ in one thing: the share f of their passes that run merged with another
+micro-batch's (schedule.step.paired_fraction: an earlier stage warms up longer, and its warm-up forwards and
+cool-down backwards run alone). The pass-pair traffic hides f·partner + (1 − f)·alone, linear in f, so the two
+parts are summed once per class and every stage's time is composed from them (`Exact._stage_times`).
+
 Dominance gives a tighter lower bound per structural row. Variants that share the placement, the cp exchange and
 the expert dispatch differ only in overlap switches and bucket size. Switching an overlap on moves a transfer from
 the exposed part into P, so H cannot shrink and no stage gets slower; the pipeline time only grows with the stage
@@ -21,6 +26,8 @@ smallest bucket (it grows as the window shrinks and as the bucket grows). So pri
 (every switch on, smallest bucket) with an unlimited window bounds every variant of the class from below.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -57,8 +64,13 @@ def _paired_shares(p: int, v: int, m: np.ndarray) -> np.ndarray:
     """(plans, p) schedule.step.paired_fraction of every stage of p-stage, v-chunk pipelines with m (plans,)
     micro-batches (the scalar function, once per distinct m)."""
     u, inv = np.unique(m, return_inverse=True)
-    table = np.array([[paired_fraction(s, p, v, int(mm)) for s in range(p)] for mm in u]).reshape(u.size, p)
+    table = np.array([_stage_shares(p, v, int(mm)) for mm in u]).reshape(u.size, p)
     return table[inv.reshape(-1)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_shares(p: int, v: int, m: int) -> tuple[float, ...]:
+    return tuple(paired_fraction(s, p, v, m) for s in range(p))
 
 
 def _per_plan(fn, T: np.ndarray, F: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -317,7 +329,8 @@ class Exact:
         """(time, forward, backward) per micro-batch of every stage of the plans of rows k (all of pipeline shape
         `sh`), each (rows, stages, variants): its class's compute and transfers, with the pass-pair traffic priced
         at the stage's own share of paired passes (schedule.step.paired_fraction), as predict prices each stage."""
-        c_fwd, c_bwd, total, own, alone, partner = (x[k][:, sh.stage_class] for x in base)
+        at = np.ix_(k, sh.stage_class)
+        c_fwd, c_bwd, total, own, alone, partner = (x[at] for x in base)
         f = _paired_shares(sh.stage_class.size, sh.chunks.shape[1], m)[:, :, None]
         H = own + (f * partner + (1.0 - f) * alone)
         slow = self.b.cal.overlap_compute_slowdown
