@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from narrowpath.catalog.resolve import load_scenario
 from narrowpath.cost.roofline import op_time_s
 from narrowpath.schedule.step import PAIR_PARTNERS, paired_fraction, pass_pair_hidden_s, predict
-from narrowpath.search.exact import _pass_pair_parts
+from narrowpath.search.exact import _pass_pair_partnered
 from tests.search.scenarios import mixtral16
 
 PH = tuple(PAIR_PARTNERS)
@@ -22,19 +22,20 @@ def test_hand_worked_pair():
     """fwd traffic 3 ms, bwd 5 ms, recompute 1 ms; matrix work left fwd 4, bwd 6, recompute 2 ms; 3 of 4
     micro-batches paired (m = 4).
     With a partner: fwd 3 hides behind bwd + recompute 8 → 3; bwd + recompute 6 behind fwd 4 → 4, split 5:1 →
-    bwd 10/3, recompute 2/3. Without: min(3, 4) = 3, min(5, 6) = 5, min(1, 2) = 1.
-    Mixed 3/4 : 1/4 → fwd 3, bwd 0.75·10/3 + 0.25·5 = 3.75, recompute 0.75·2/3 + 0.25 = 0.75."""
+    bwd 10/3, recompute 2/3. Alone (Megatron-Core: "executed alone, no a2a overlapping"): nothing.
+    3/4 of the passes paired → fwd 0.75·3 = 2.25, bwd 0.75·10/3 = 2.5, recompute 0.75·2/3 = 0.5."""
     assert paired_fraction(0, 1, 1, 4) == 0.75
     h = pass_pair_hidden_s({"fwd": 3.0, "bwd": 5.0, "recompute": 1.0}, {"fwd": 4.0, "bwd": 6.0, "recompute": 2.0},
                            paired_fraction(0, 1, 1, 4))
-    assert h == pytest.approx({"fwd": 3.0, "bwd": 3.75, "recompute": 0.75})
+    assert h == pytest.approx({"fwd": 2.25, "bwd": 2.5, "recompute": 0.5})
 
 
 def test_one_micro_batch_has_no_partner():
-    """m = 1: the forward and the backward of the only micro-batch run alone; each hides behind its own phase."""
+    """m = 1: the forward and the backward of the only micro-batch run alone; their exchange is exposed whole, however
+    much matrix work the pass has (its experts wait for the dispatch, its next layer for the combine)."""
     assert paired_fraction(0, 1, 1, 1) == 0.0
     h = pass_pair_hidden_s({"fwd": 3.0, "bwd": 5.0}, {"fwd": 1.0, "bwd": 9.0}, paired_fraction(0, 1, 1, 1))
-    assert h == pytest.approx({"fwd": 1.0, "bwd": 5.0, "recompute": 0.0})
+    assert h == pytest.approx({"fwd": 0.0, "bwd": 0.0, "recompute": 0.0})
 
 
 phase_dict = st.fixed_dictionaries({ph: st.floats(0.0, 10.0) for ph in PH})
@@ -46,9 +47,12 @@ def test_pair_properties(traffic, left, f):
     h = pass_pair_hidden_s(traffic, left, f)
     for ph in PH:  # never more than the traffic, never negative
         assert -1e-12 <= h[ph] <= traffic[ph] + 1e-12
-    # never more than the matrix work the partner (or, unpaired, the phase itself) leaves
-    assert h["fwd"] <= f * (left["bwd"] + left["recompute"]) + (1 - f) * left["fwd"] + 1e-9
-    assert h["bwd"] + h["recompute"] <= f * left["fwd"] + (1 - f) * (left["bwd"] + left["recompute"]) + 1e-9
+    # never more than the paired share of the matrix work the partner leaves (a pass alone hides nothing)
+    assert h["fwd"] <= f * (left["bwd"] + left["recompute"]) + 1e-9
+    assert h["bwd"] + h["recompute"] <= f * left["fwd"] + 1e-9
+    # linear in the paired share: f times what a paired pass hides
+    full = pass_pair_hidden_s(traffic, left, 1.0)
+    assert all(h[ph] == pytest.approx(f * full[ph], abs=1e-12) for ph in PH)
     # more matrix work left never hides less
     more = {ph: v + 1.0 for ph, v in left.items()}
     h2 = pass_pair_hidden_s(traffic, more, f)
@@ -56,8 +60,8 @@ def test_pair_properties(traffic, left, f):
     # the vectorised mirror of the search sums to the same
     P = np.array([[[[traffic[ph] for ph in PH]]]])
     L = np.array([[[[left[ph] for ph in PH]]]])
-    alone, partner = _pass_pair_parts(P, L)
-    assert f * partner[0, 0, 0] + (1 - f) * alone[0, 0, 0] == pytest.approx(sum(h.values()), abs=1e-12)
+    partner = _pass_pair_partnered(P, L)
+    assert f * partner[0, 0, 0] == pytest.approx(sum(h.values()), abs=1e-12)
 
 
 def _ep(pred, phase):

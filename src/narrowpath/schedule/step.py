@@ -157,7 +157,9 @@ def pass_pair_hidden_s(pair_s: dict, left_s: dict, paired: float) -> dict:
     "combined 1F1B") and DeepSeek-V3's DualPipe (DeepSeek-AI 2024, §3.2.1) merge the forward of one micro-batch
     with the backward of another, so each one's all-to-all runs during the other's computation: a forward's traffic
     hides behind the partner's backward and recompute, a backward's and recompute's behind the partner's forward
-    (PAIR_PARTNERS). A share 1 − `paired` of the passes has no partner and hides behind its own phase only."""
+    (PAIR_PARTNERS). A share 1 − `paired` of the passes has no partner and hides nothing: Megatron-Core runs them
+    "alone, no a2a overlapping" (`combined_1f1b.py`), the exchange on the critical path of its own pass, whose
+    experts wait for its dispatch and whose next layer waits for its combine."""
     P = {ph: pair_s.get(ph, 0.0) for ph in PAIR_PARTNERS}
     L = {ph: max(0.0, left_s.get(ph, 0.0)) for ph in PAIR_PARTNERS}
     back = P["bwd"] + P["recompute"]
@@ -165,7 +167,7 @@ def pass_pair_hidden_s(pair_s: dict, left_s: dict, paired: float) -> dict:
     with_partner = {"fwd": min(P["fwd"], L["bwd"] + L["recompute"]),
                     "bwd": h_back * P["bwd"] / back if back > 0 else 0.0,
                     "recompute": h_back * P["recompute"] / back if back > 0 else 0.0}
-    return {ph: paired * with_partner[ph] + (1.0 - paired) * min(P[ph], L[ph]) for ph in PAIR_PARTNERS}
+    return {ph: paired * with_partner[ph] for ph in PAIR_PARTNERS}
 
 
 def transfer_span(scn: Scenario, axis: str) -> GroupSpan:

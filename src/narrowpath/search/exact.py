@@ -15,8 +15,8 @@ compute + transfers − (1 − slowdown)·H. This module uses that identity; tes
 
 The stages of a class (search.bulk) differ in one thing: the share f of their passes that run merged with another
 micro-batch's (schedule.step.paired_fraction: an earlier stage warms up longer, and its warm-up forwards and
-cool-down backwards run alone). The pass-pair traffic hides f·partner + (1 − f)·alone, linear in f, so the two
-parts are summed once per class and every stage's time is composed from them (`Exact._stage_times`).
+cool-down backwards run alone, hiding nothing). The pass-pair traffic hides f·partner, linear in f, so the partnered
+part is summed once per class and every stage's time is composed from it (`Exact._stage_times`).
 
 Dominance gives a tighter lower bound per structural row. Variants that share the placement, the cp exchange and
 the expert dispatch differ only in overlap switches and bucket size. Switching an overlap on moves a transfer from
@@ -50,14 +50,12 @@ def bucketed_exposed(total_s, message_bytes, bucket_bytes, window_s, slowdown):
     return total_s - hidden + slowdown * hidden
 
 
-def _pass_pair_parts(P: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """schedule.step.pass_pair_hidden_s summed over the phases, for arrays, as its two parts: (alone, with a
-    partner), the pass-pair traffic that hides when a pass runs alone and when it runs merged with another
-    micro-batch's; P (..., 3) the traffic and L (..., 3) the matrix work left per phase (fwd, bwd, recompute). A
-    stage whose share `f` of passes is paired hides f·partner + (1 − f)·alone."""
+def _pass_pair_partnered(P: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """schedule.step.pass_pair_hidden_s summed over the phases, for arrays, for a pass merged with another
+    micro-batch's: P (..., 3) the pass-pair traffic and L (..., 3) the matrix work left per phase (fwd, bwd,
+    recompute). A stage whose share `f` of passes is paired hides f times this (a pass alone hides nothing)."""
     L = np.maximum(L, 0.0)
-    with_partner = np.minimum(P[..., 0], L[..., 1] + L[..., 2]) + np.minimum(P[..., 1] + P[..., 2], L[..., 0])
-    return np.minimum(P, L).sum(axis=-1), with_partner
+    return np.minimum(P[..., 0], L[..., 1] + L[..., 2]) + np.minimum(P[..., 1] + P[..., 2], L[..., 0])
 
 
 def _paired_shares(p: int, v: int, m: np.ndarray) -> np.ndarray:
@@ -296,9 +294,9 @@ class Exact:
         ab = sp.attn[at][:, :, None, :] * ((cp - 1) / cp)[:, None, None, None]
         H_ph = np.minimum(hb, Z[..., 3:6] + np.minimum(Z[..., 6:9], ab))  # (I, Q, C, 3)
         own = H_ph.sum(axis=-1)
-        alone, partner = _pass_pair_parts(Z[..., 9:12], hb - H_ph)
+        partner = _pass_pair_partnered(Z[..., 9:12], hb - H_ph)
         Cc = sp.compute[at]
-        base = (Cc[:, :, 0], Cc[:, :, 1] + Cc[:, :, 2], Z[..., 0:3].sum(axis=-1), own, alone, partner)
+        base = (Cc[:, :, 0], Cc[:, :, 1] + Cc[:, :, 2], Z[..., 0:3].sum(axis=-1), own, partner)
         # one overlapped pipeline message (interleaving): the fill and the drain wait for it at every chunk boundary
         send = np.zeros((I, C))
         inter = (pp > 1) & (vpp > 1)
@@ -330,9 +328,9 @@ class Exact:
         `sh`), each (rows, stages, variants): its class's compute and transfers, with the pass-pair traffic priced
         at the stage's own share of paired passes (schedule.step.paired_fraction), as predict prices each stage."""
         at = np.ix_(k, sh.stage_class)
-        c_fwd, c_bwd, total, own, alone, partner = (x[at] for x in base)
+        c_fwd, c_bwd, total, own, partner = (x[at] for x in base)
         f = _paired_shares(sh.stage_class.size, sh.chunks.shape[1], m)[:, :, None]
-        H = own + (f * partner + (1.0 - f) * alone)
+        H = own + f * partner
         slow = self.b.cal.overlap_compute_slowdown
         fwd = np.broadcast_to(c_fwd[:, :, None], H.shape)
         bwd = c_bwd[:, :, None] + slow * H
