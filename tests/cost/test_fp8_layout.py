@@ -83,3 +83,18 @@ def test_llama4_scout_on_gb200_fits_as_published():
     two_copies = dataclasses.replace(case.scenario.system.device, fp8_any_layout=False)
     scn = dataclasses.replace(case.scenario, system=dataclasses.replace(case.scenario.system, device=two_copies))
     assert not predict(scn).memory.fits
+
+
+def test_the_data_movement_ledger_counts_the_bytes_the_roofline_prices():
+    """The ledger (and the energy and roofline plot built on it) reads HBM bytes through cost.roofline.hbm_bytes."""
+    from narrowpath.analysis.ledger import op_level_bytes
+    q, _ = _quantize("fp8")
+    for name in ("B200", "H100-SXM5-80GB"):
+        assert op_level_bytes(q, "hbm", device(name)) == hbm_bytes(q, device(name))
+    assert op_level_bytes(q, "hbm", device("B200")) < q.hbm_bytes
+
+
+def test_the_flag_must_be_a_boolean():
+    from narrowpath.errors import SpecError
+    with pytest.raises(SpecError, match="fp8_any_layout"):
+        dataclasses.replace(device("B200"), fp8_any_layout="no")

@@ -28,7 +28,8 @@ def _no_rc(scn):
         p, recompute="selective" if p.recompute == "selective" else "none", recompute_layers=0))
 
 
-_RC = ("recompute", "recompute_layers", "offload_layers")
+_RC = ("recompute", "recompute_modules", "recompute_layers", "offload_layers")
+"""The activation strategy; the modules follow the mode in the search (the base plan's under selective)."""
 # part -> (function of (scenario, kind, kernel), plan fields its key is made of (search/bulk.py, search/exact.py))
 PARTS = {
     "layer ops": (lambda s, k, kern: B.layer_ops(s, kern, *k), _STAGE + _RC + ("zero_stage",)),

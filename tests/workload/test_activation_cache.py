@@ -122,3 +122,44 @@ def test_cli_refuses_an_fp8_cache_on_a_bf16_plan_in_one_line():
                        capture_output=True, text=True, timeout=120)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "plan.activation_cache" in lines[0], r.stderr
+
+
+def test_partial_full_recompute_is_refused_with_the_cache():
+    """The layers a block recompute leaves alone would drop the down-projection input without re-running their
+    SwiGLU: refused in one line rather than mispriced; the chooser and the search do not offer it."""
+    from narrowpath.schedule.choose import activation_patches
+    with pytest.raises(SpecError, match="plan.recompute_layers"):
+        Plan(precision="fp8", activation_cache="fp8", recompute="full", recompute_layers=2)
+    assert not [p for p in activation_patches(8, "fp8") if p.get("recompute_layers")]
+    assert [p for p in activation_patches(8) if p.get("recompute_layers")]
+
+
+def test_the_mtp_module_recomputes_what_its_memory_drops():
+    """DeepSeek-V3's multi-token-prediction module is a full MoE layer on the last stage: under the cache it drops
+    the down-projection input like every other MoE layer, so its SwiGLU runs again too (once per MTP depth)."""
+    from narrowpath.workload.build import build_workload
+    scn = _ds()
+    wl = build_workload(scn, "flash")
+    last = wl.stages[-1]
+    moe_layers = sum(1 for li in range(scn.model.layers) if scn.model.is_moe_layer(li)
+                     and li >= scn.model.layers - last.layers)
+    again = sum(c for op, c in last.ops if op.phase == "recompute" and op.name == "expert_act")
+    assert again == pytest.approx(moe_layers + scn.model.mtp_layers)
+
+
+def test_offload_moves_what_a_layer_keeps_after_the_caches_drop():
+    """Offloading copies a layer's kept activations: under the cache, without the down-projection input."""
+    from narrowpath.workload.build import stage_saved_bytes
+    scn = _ds()
+    li = scn.model.layers - 1
+    kind_of = {li: (scn.model.is_moe_layer(li), scn.model.is_window_layer(li))}
+    assert stage_saved_bytes(scn, "flash", [li], kind_of) == pytest.approx(_kept(scn, True))
+    assert stage_saved_bytes(_ds("default"), "flash", [li], kind_of) == pytest.approx(_kept(_ds("default"), True))
+
+
+def test_checkpoint_holds_the_smaller_optimizer_state():
+    """A checkpoint writes the 16-bit weights and the optimizer state: 2 + 12 bytes per parameter, 2 + 8 with BF16
+    moments."""
+    from narrowpath.analysis.checkpoint import checkpoint_bytes
+    assert checkpoint_bytes(1e9, Plan(precision="bf16")) == pytest.approx(14e9)
+    assert checkpoint_bytes(1e9, Plan(precision="bf16", optimizer_moments="bf16")) == pytest.approx(10e9)

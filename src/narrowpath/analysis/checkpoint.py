@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from narrowpath.catalog.facility import Facility
 from narrowpath.schedule.step import StepPrediction
-from narrowpath.workload.build import weight_bytes_per_param
+from narrowpath.workload.build import optimizer_state_bytes_per_param, weight_bytes_per_param
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +43,10 @@ class CheckpointCost:
     """`storage`, `front-end network` or `serialisation` — the largest part of the write."""
 
 
-def checkpoint_bytes(params_total: float, precision: str) -> float:
-    """16-bit (or fp32) weights + fp32 master + two Adam moments (12 B/param; Rajbhandari et al. SC'20 §3)."""
-    extra = 8.0 if precision == "fp32" else 12.0
-    return params_total * (weight_bytes_per_param(precision) + extra)
+def checkpoint_bytes(params_total: float, plan) -> float:
+    """16-bit (or fp32) weights + the optimizer state: fp32 master + two Adam moments (12 B/param; Rajbhandari et
+    al. SC'20 §3), 8 with 16-bit moments (workload.build.optimizer_state_bytes_per_param)."""
+    return params_total * (weight_bytes_per_param(plan.precision) + optimizer_state_bytes_per_param(plan))
 
 
 def num_writers(pred: StepPrediction) -> int:
@@ -60,7 +60,7 @@ def checkpoint_cost(pred: StepPrediction, facility: Facility, storage_write_bw_b
                     ) -> CheckpointCost:
     scn = pred.scenario
     system, n = scn.system, scn.num_gpus
-    total = checkpoint_bytes(pred.workload.params_total, scn.plan.precision)
+    total = checkpoint_bytes(pred.workload.params_total, scn.plan)
     writers = num_writers(pred)
     per_writer = total / writers
     nodes = -(-n // system.gpus_per_node)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context
 from narrowpath.analysis.traffic import NETWORK_TIERS, row_tier_bytes, tier_seconds
+from narrowpath.cost.roofline import hbm_bytes
 
 LEVELS = ("sram", "l2", "hbm", "host", "scale_up", "scale_out", "front_end")
 DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
@@ -48,15 +49,15 @@ class LedgerRow:
     source: str
 
 
-def op_level_bytes(op, level: str) -> float:
-    """Bytes one execution of `op` moves at `level` (module docstring convention)."""
-    if level == "hbm":
-        return op.hbm_bytes
-    if op.kind == "vector" or op.flop <= 0:
-        return op.hbm_bytes
+def op_level_bytes(op, level: str, device) -> float:
+    """Bytes one execution of `op` moves at `level` on `device` (module docstring convention; the HBM bytes are
+    those the roofline prices, cost.roofline.hbm_bytes)."""
+    hbm = hbm_bytes(op, device)
+    if level == "hbm" or op.kind == "vector" or op.flop <= 0:
+        return hbm
     a = DTYPE_BYTES.get(op.dtype, 2)
     per_flop = a / (SRAM_TILE if level == "sram" else L2_TILE)
-    return max(op.hbm_bytes, op.flop * per_flop)
+    return max(hbm, op.flop * per_flop)
 
 
 def network_bytes(ctx: Context) -> dict[str, float]:
@@ -86,7 +87,7 @@ def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[
     net = network_bytes(ctx)
     by_level: dict[str, tuple[float, float, float | None, str]] = {}
     for lv in ("sram", "l2", "hbm"):
-        b = sum(op_level_bytes(r.op, lv) * r.count_per_step for r in ctx.ops)
+        b = sum(op_level_bytes(r.op, lv, dev) * r.count_per_step for r in ctx.ops)
         modelled = sum(r.total_s for r in ctx.ops if r.bound == "memory") if lv == "hbm" else None
         src = "workload hbm_bytes (core model)" if lv == "hbm" else f"GEMM tile {SRAM_TILE if lv == 'sram' else L2_TILE} operand reuse"
         by_level[lv] = (b, dev.level(lv).bw_bytes_per_s, modelled, src)

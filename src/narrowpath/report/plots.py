@@ -31,7 +31,8 @@ def plot_roofline(a: Analysis, path: Path) -> Path:
     pts = [r for r in a.context.ops if r.op.flop > 0 and r.time_each_s > 0]
     ledger = {r.level: r for r in a.data_movement}
     levels = [lv for lv in dev.levels if ledger.get(lv.name) is not None and ledger[lv.name].bytes_per_step > 0]
-    xs = [r.op.flop / op_level_bytes(r.op, lv.name) for r in pts for lv in levels if op_level_bytes(r.op, lv.name) > 0]
+    xs = [r.op.flop / op_level_bytes(r.op, lv.name, dev) for r in pts for lv in levels
+          if op_level_bytes(r.op, lv.name, dev) > 0]
     ridges = [peak / lv.bw_bytes_per_s for lv in levels]
     lo = min(xs + ridges) / 4
     hi = max(xs + ridges) * 4
@@ -50,8 +51,8 @@ def plot_roofline(a: Analysis, path: Path) -> Path:
         ax.annotate(f"{lv.name} ridge\n{ridge:.0f} FLOP/B", (ridge, peak / 1e12), textcoords="offset points",
                     xytext=(-10, 8 + 18 * (j % 2)), fontsize=7, color=c, ha="right")
         for kind, mk in KIND_MARKERS.items():
-            sel = [(r.op.flop / op_level_bytes(r.op, lv.name), r.op.flop / r.time_each_s / 1e12, r.total_s)
-                   for r in pts if r.op.kind == kind and op_level_bytes(r.op, lv.name) > 0]
+            sel = [(r.op.flop / op_level_bytes(r.op, lv.name, dev), r.op.flop / r.time_each_s / 1e12, r.total_s)
+                   for r in pts if r.op.kind == kind and op_level_bytes(r.op, lv.name, dev) > 0]
             if sel:
                 ax.scatter([q[0] for q in sel], [q[1] for q in sel], s=[size * (12 + 180 * q[2] / tmax) for q in sel],
                            marker=mk, color=c, alpha=0.6, edgecolors="black", linewidths=0.3, zorder=3)

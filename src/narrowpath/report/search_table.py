@@ -169,7 +169,11 @@ def candidate_to_json(c: Candidate, band=None) -> dict:
                     "recompute_modules": list(p.recompute_modules) if p.recompute == "selective" else [],
                     "sequence_parallel": p.sequence_parallel, "dp_overlap": p.dp_overlap,
                     "bucket_bytes": p.bucket_bytes, "tp_comm_overlap": p.tp_comm_overlap, "cp_comm": p.cp_comm,
-                    "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch, "placement": list(p.placement)},
+                    "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch, "placement": list(p.placement),
+                    # kept from the scenario, but a plan copied from here must reproduce its numbers
+                    "precision": p.precision, "optimizer_moments": p.optimizer_moments,
+                    "activation_cache": p.activation_cache, "attention": p.attention,
+                    "moe_routing": p.moe_routing},
            "step_time_s": c.step_time_s, "mfu": c.mfu, "tokens_per_s": c.tokens_per_s,
            "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "headroom_bytes": c.headroom_bytes,
            "fits": c.fits, "energy_per_step_j": c.energy_per_step_j}

@@ -28,16 +28,18 @@ def activation_strategies(scn: Scenario) -> tuple:
     full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
     --recompute-method block), or the saved activations of that share of layers offloaded to host memory
     (Megatron-Core / TE CPU offloading). Each is a patch of plan knobs."""
-    return activation_patches(_per_chunk(scn))
+    return activation_patches(_per_chunk(scn), scn.plan.activation_cache)
 
 
-def activation_patches(layers_per_chunk: int) -> tuple:
+def activation_patches(layers_per_chunk: int, activation_cache: str = "default") -> tuple:
     """The activation strategies of `activation_strategies` for pipeline chunks of `layers_per_chunk` layers (the
-    search tries the same ones)."""
+    search tries the same ones); a full recompute of some layers only is not offered with DeepSeek-V3's FP8 cache
+    (spec.plan refuses it)."""
     n = layers_per_chunk
     shares = sorted({k for k in (round(n / 4), round(n / 2), round(3 * n / 4)) if 0 < k < n})
     out = [{"recompute": "none"}, {"recompute": "selective"}, {"recompute": "full"}]
-    out += [{"recompute": "full", "recompute_layers": k} for k in shares]
+    if activation_cache != "fp8":
+        out += [{"recompute": "full", "recompute_layers": k} for k in shares]
     out += [{"recompute": "none", "offload_layers": k} for k in shares + [n]]
     return tuple(out)
 

@@ -240,9 +240,9 @@ class Bulk:
             LP[:, k], LE[:, k] = pe[:, 0], pe[:, 1]
             SV[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp") + ex,
                                         lambda key, f, kind=kind: P.saved_bytes(key, f, kind))
-        # the ends read ep, etp and full recompute only through the multi-token-prediction modules
+        # the ends read ep, etp and the recompute mode only through the multi-token-prediction modules
         mtp = self.model.mtp_layers > 0
-        emb_key = ("tp", "cp", "mbs", "sp") + (((rc == 2).astype(np.int8), "ep", "etp") if mtp else (zeros,) * 3)
+        emb_key = ("tp", "cp", "mbs", "sp") + ((rc.astype(np.int8), "ep", "etp") if mtp else (zeros,) * 3)
         par_key = ("tp",) + (("ep", "etp") if mtp else (zeros, zeros)) + ((pp == 1).astype(np.int8),)
         emb_ops = np.zeros((R, Q, 3, NA))
         emb_par = np.zeros((R, Q, 2))

@@ -262,11 +262,8 @@ class Parts:
 
     def saved_bytes(self, key, fields, kind) -> float:
         """Bytes one layer of a kind keeps without any recompute: what offloading moves (build.stage_saved_bytes)."""
-        def fn(s):
-            none = dataclasses.replace(s.plan, recompute="none", recompute_layers=0)
-            return sum(op.saved_bytes for op in T.layer_forward_ops(s.model, none, self.kernel, moe_layer=kind[0],
-                                                                    window=kind[1]))
-        return self.memo("saved", (key, kind), fields, fn)
+        return self.memo("saved", (key, kind), fields,
+                         lambda s: B.unrecomputed_layer_bytes(s.model, s.plan, self.kernel, kind[0], kind[1]))
 
     def embedding_zero_id(self, key, fields, first: bool, last: bool) -> int:
         """ZeRO-3 / ZeRO-2 (with accumulation) traffic of a stage's embedding, output layer and MTP parameters."""

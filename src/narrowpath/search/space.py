@@ -150,7 +150,7 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[tu
         out = [("none", 0, 0)]
     elif space.full:
         out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0))
-               for p in activation_patches(layers_per_chunk)]
+               for p in activation_patches(layers_per_chunk, b.activation_cache)]
     else:
         out = [(rc, b.recompute_layers if rc == "full" else 0, b.offload_layers) for rc in RECOMPUTE]
     pins = space.pinned

@@ -85,9 +85,9 @@ class Device:
             positive_float(f"device[{self.name}].peak_flop_per_s.{dt}", v)
         if not any(lv.name == "hbm" for lv in self.levels):
             raise SpecError(f"device[{self.name}].levels", "must include an `hbm` level")
-        if not isinstance(self.block_scaled_formats, bool):
-            raise SpecError(f"device[{self.name}].block_scaled_formats",
-                            f"must be true or false, got {self.block_scaled_formats!r}")
+        for flag in ("block_scaled_formats", "fp8_any_layout"):
+            if not isinstance(getattr(self, flag), bool):
+                raise SpecError(f"device[{self.name}].{flag}", f"must be true or false, got {getattr(self, flag)!r}")
         positive_float(f"device[{self.name}].tdp_w", self.tdp_w, allow_zero=True)
         positive_float(f"device[{self.name}].idle_w", self.idle_w, allow_zero=True)
 

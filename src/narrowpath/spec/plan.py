@@ -160,6 +160,9 @@ class Plan:
                             f"{self.dp}·{self.mbs} = {self.dp * self.mbs}")
         if self.vpp > 1 and self.pp == 1:
             raise SpecError("plan.vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+        if self.recompute_layers and self.activation_cache == "fp8":
+            raise SpecError("plan.recompute_layers", "a full recompute of only some layers is not modelled with "
+                            "activation_cache fp8 (the other layers' SwiGLU recompute); recompute them all (0)")
         if self.recompute_layers and self.recompute != "full":
             raise SpecError("plan.recompute_layers", f"{self.recompute_layers} layers recomputed needs recompute: "
                             f"full, got {self.recompute!r}")

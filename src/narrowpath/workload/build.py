@@ -17,7 +17,7 @@ from narrowpath.workload import transformer as T
 from narrowpath.workload.attention import kv_pair_width_per_rank
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
-from narrowpath.workload.recompute import modules_of, recompute_ops, tp_block_recomputed
+from narrowpath.workload.recompute import kept_bytes, modules_of, recompute_ops, tp_block_recomputed
 from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost
 
 
@@ -95,17 +95,21 @@ def offload_fraction(plan, stage_layers: int) -> float:
     return min(1.0, plan.offload_layers * plan.vpp / stage_layers)
 
 
+def unrecomputed_layer_bytes(model, plan, kernel: str, moe_layer: bool, window: bool) -> float:
+    """Activation bytes one layer of a kind keeps for backward per micro-batch without recompute (what its ops keep,
+    less what DeepSeek-V3's FP8 cache recomputes: workload.recompute.kept_bytes): what offloading moves."""
+    none = dataclasses.replace(plan, recompute="none", recompute_modules=(), recompute_layers=0)
+    return kept_bytes(T.layer_forward_ops(model, none, kernel, moe_layer=moe_layer, window=window), model, none)
+
+
 def stage_saved_bytes(scn: Scenario, kernel: str, layers: list[int], kind_of: dict) -> float:
-    """Activation bytes the given layers keep for backward per micro-batch without recompute (Op.saved_bytes)."""
-    model = scn.model
-    none = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, recompute="none", recompute_layers=0))
+    """Activation bytes the given layers keep for backward per micro-batch without recompute."""
     per_kind: dict = {}
     total = 0.0
     for li in layers:
         kind = kind_of[li]
         if kind not in per_kind:
-            per_kind[kind] = sum(op.saved_bytes for op in T.layer_forward_ops(model, none.plan, kernel,
-                                                                              moe_layer=kind[0], window=kind[1]))
+            per_kind[kind] = unrecomputed_layer_bytes(scn.model, scn.plan, kernel, kind[0], kind[1])
         total += per_kind[kind]
     return total
 
@@ -335,7 +339,11 @@ def _mtp_ops(scn: Scenario) -> list[tuple[Op, float]]:
     fwd = [T.vector("mtp_norms", "fwd", 2 * 2 * rows * h * T.act_bytes(plan), plan.precision)]
     fwd += T.linear("mtp_proj", plan, rows, 2 * h, h / plan.tp)
     fwd += T.layer_forward_ops(model, plan, "flash", moe_layer=model.moe is not None)
-    ops = fwd + T.backward_ops(fwd, plan) + (T.as_phase(fwd, "recompute") if plan.recompute == "full" else [])
+    ops = fwd + T.backward_ops(fwd, plan)
+    if plan.recompute == "full":
+        ops += T.as_phase(fwd, "recompute")
+    elif modules_of(plan):  # its layer recomputes what the stage's layers do (its memory is priced so: cost.memory)
+        ops += recompute_ops(fwd, model, plan, "flash", False)
     return [(op, float(model.mtp_layers)) for op in ops]
 
 
