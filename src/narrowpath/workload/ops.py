@@ -93,7 +93,8 @@ def backward_ops(fwd: list[Op], plan: Plan | None = None) -> list[Op]:
 def as_phase(ops: list[Op], phase: str) -> list[Op]:
     """The same ops re-run in another phase (a recompute pass keeps nothing for backward)."""
     return [Op(o.name, o.kind, phase, o.flop, o.hbm_bytes, o.dtype, o.kernels, o.weight_bytes, o.model_flop,
-               o.groups, transpose_bytes=o.transpose_bytes, host_syncs=o.host_syncs) for o in ops]
+               o.groups, transpose_bytes=o.transpose_bytes, host_kernels=o.host_kernels, host_syncs=o.host_syncs)
+            for o in ops]
 
 
 ATTENTION_CORE_OPS = frozenset({"flash_attn", "attn_scores", "softmax", "attn_dropout", "attn_av"})
