@@ -14,7 +14,7 @@ from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.build import _mtp_ops, build_workload
 from narrowpath.workload.items import PHASES
 from narrowpath.workload.recompute import modules_of
-from narrowpath.workload.serving import Formats, head_ops, layer_token_ops, moe_token_ops
+from narrowpath.workload.serving import Formats, embedding_op, head_ops, layer_token_ops, moe_token_ops
 
 
 def _ds(cache: str = "default", rc: str = "none", **kw):
@@ -72,12 +72,12 @@ def test_flash_mtp_block_recomputes_no_attention_core():
 
 
 def test_serving_runs_forward_ops_only():
-    """Inference has no backward: every serving op (layer, MoE, output head) is in phase `fwd`."""
+    """Inference has no backward: every serving op (embedding, layer, MoE, output head) is in phase `fwd`."""
     plan = ServingPlan(tp=2, ep=2)
     for name in ("llama3-8b", "mixtral-8x7b"):
         m = model(name)
         f = Formats.of(plan, True)
-        ops = layer_token_ops(m, plan, f, 64.0, m.moe is not None) + head_ops(m, plan, 8.0)
+        ops = layer_token_ops(m, plan, f, 64.0, m.moe is not None) + head_ops(m, plan, 8.0) + [embedding_op(m, 64.0)]
         assert ops and {op.phase for op in ops} == {"fwd"}
 
 
