@@ -17,6 +17,7 @@ from narrowpath.workload import transformer as T
 from narrowpath.workload.attention import kv_pair_width_per_rank
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
+from narrowpath.workload.ops import quantize_op
 from narrowpath.workload.recompute import kept_bytes, modules_of, recompute_ops, tp_block_recomputed
 from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost
 
@@ -144,8 +145,7 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
         # gathered 16-bit weights are quantized again every micro-batch (Megatron-FSDP keeps no quantized cache)
         q = quantize_cost(plan.precision)
         w = T.layer_params(model, plan, moe_layer=moe_layer)
-        ops.append((Op("weight_quantize", "vector", "fwd", 0.0, w * q.standalone_bytes, "bf16", q.kernels,
-                       transpose_bytes=w * q.transpose_bytes), 1.0))
+        ops.append((quantize_op("weight_quantize", "fwd", w, q), 1.0))
     return ops
 
 
@@ -509,6 +509,5 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
     if q is not None and plan.zero_stage < 3:
         # the updated 16-bit weights are quantized once per step and cached for every micro-batch (TE's
         # is_first_microbatch); ZeRO-3 re-quantizes the gathered weights per micro-batch (see _layer_work)
-        ops.append((Op("weight_quantize", "vector", "optimizer", 0.0, params * q.standalone_bytes, "bf16",
-                       q.kernels * 2, transpose_bytes=params * q.transpose_bytes), 1.0))
+        ops.append((quantize_op("weight_quantize", "optimizer", params, q, kernels=q.kernels * 2), 1.0))
     return ops

@@ -7,11 +7,9 @@ component by component; tests/workload check the sum reproduces their closed for
 """
 from __future__ import annotations
 
-import dataclasses
-
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.items import Op
-from narrowpath.workload.precision import act_bytes, matrix_dtype, operand_bytes, quantize_cost
+from narrowpath.workload.precision import QuantizeCost, act_bytes, matrix_dtype, operand_bytes, quantize_cost
 
 
 def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_bytes: float, w_bytes: float,
@@ -34,6 +32,17 @@ def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1, s
     return Op(name, "vector", phase, 0.0, nbytes, dtype, kernels, saved_bytes=saved_bytes)
 
 
+def quantize_op(name: str, phase: str, elements: float, q: QuantizeCost, *, fused: bool = False,
+                kernels: int | None = None) -> Op:
+    """Quantizing `elements` BF16 values into a low-precision recipe's copies (workload.precision.QuantizeCost):
+    a kernel of its own, or fused into the kernel that produces the tensor (`fused`: no launch of its own). The
+    bytes of the transposed FP8 copy are marked (Op.transpose_bytes), which devices whose FP8 GEMMs take any layout
+    do not write."""
+    per = q.fused_bytes if fused else q.standalone_bytes
+    launches = (0 if fused else q.kernels) if kernels is None else kernels
+    return Op(name, "vector", phase, 0.0, elements * per, "bf16", launches, transpose_bytes=elements * q.transpose_bytes)
+
+
 def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int = 1, fused_input: bool = False,
            saved_rows: float | None = None) -> list[Op]:
     """A linear layer's forward on one rank: [quantize the input →] GEMM [m×k]·[k×n] in the plan's format.
@@ -47,10 +56,8 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     q = quantize_cost(plan.precision)
     ops: list[Op] = []
     if q is not None:
-        per = q.fused_bytes if fused_input else q.standalone_bytes
         # TE quantizes a grouped layer's inputs in one multi-tensor kernel (tex.fused_multi_quantize)
-        ops.append(dataclasses.replace(vector(f"{name}.quantize", "fwd", m * k * per, "bf16",
-                                              0 if fused_input else q.kernels), transpose_bytes=m * k * q.transpose_bytes))
+        ops.append(quantize_op(f"{name}.quantize", "fwd", m * k, q, fused=fused_input))
     rows = m if saved_rows is None else saved_rows
     ops.append(gemm(name, "fwd", m, k, n, matrix_dtype(plan), ob, ob, groups=groups, out_bytes=A,
                     saved_bytes=rows * k * ob, grad_elements=m * n if q is not None else 0.0))
@@ -65,8 +72,7 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         out = []
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
-            out.append(Op(op.name + ".grad_quantize", "vector", "bwd", 0.0, op.grad_elements * q.standalone_bytes,
-                          "bf16", q.kernels, transpose_bytes=op.grad_elements * q.transpose_bytes))
+            out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q))
         out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,
                       op.weight_bytes, groups=op.groups))
         out.append(Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels, 0.0,
