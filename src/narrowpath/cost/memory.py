@@ -69,18 +69,24 @@ def layer_activation_bytes(scn: Scenario, attention_kernel: str, *, moe_layer: b
     return kept_bytes(ops, m, p)  # selective recompute drops what its modules rebuild (workload.recompute)
 
 
-def in_flight_microbatches(stage: int, scn: Scenario) -> float:
-    """Micro-batches whose activations a stage holds at peak (1F1B / interleaved 1F1B)."""
-    p, v, m = scn.plan.pp, scn.plan.vpp, scn.plan.num_microbatches
+def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int) -> int:
+    """Chunk forwards (1/vpp of the stage's layers each) stage `stage` has run when its first backward starts, the
+    one in flight included: its warm-up depth + 1. 1F1B: min(m, p − s) (Narayanan et al. SC'21 §2.2). Megatron-LM's
+    interleaved schedule: 2(p − s − 1) + (v − 1)·p warm-up chunk forwards, capped by the m·v chunk passes; stage 0
+    holds p + (p − 1)/v micro-batches, Korthikanti's p·(1 + (p − 1)/(p·v)), the last stage still p − (p − 1)/v."""
+    p, v, m = pp, vpp, num_microbatches
     if p == 1:
-        return 1.0
+        return 1
     if v == 1:
-        return float(min(m, p - stage))
-    # Megatron-LM interleaved schedule: 2(p − r − 1) + (v − 1)·p warm-up forwards of one chunk (1/v of the stage's
-    # layers), capped by the m·v chunk passes, plus the one in flight. Stage 0: p + (p − 1)/v, Korthikanti's
-    # p·(1 + (p − 1)/(p·v)); the last stage still holds p − (p − 1)/v, not 1.
-    chunks = min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
-    return chunks / v
+        return min(m, p - stage)
+    return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
+
+
+def in_flight_microbatches(stage: int, scn: Scenario) -> float:
+    """Micro-batches whose activations a stage holds at peak (1F1B / interleaved 1F1B): `in_flight_chunk_passes`
+    in units of whole micro-batches."""
+    p = scn.plan
+    return in_flight_chunk_passes(stage, p.pp, p.vpp, p.num_microbatches) / p.vpp
 
 
 def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[MemoryBreakdown]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
-from narrowpath.cost.memory import MemoryBreakdown, stage_memory
+from narrowpath.cost.memory import MemoryBreakdown, in_flight_chunk_passes, stage_memory
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, matrix_table, op_time_s
 from narrowpath.errors import NarrowpathError
@@ -136,9 +136,9 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int) -> flo
       1F1B (v = 1): the p − s − 1 warm-up forwards of the schedule the model plays (schedule.pipeline) plus that
         one: min(m, p − s) of m alone, as many cool-down backwards. pp 4, m 8: stage 0 4 of 8, stage 3 1 of 8.
       interleaved (v > 1): 2·(p − s − 1) + (v − 1)·p warm-up chunk forwards (micro-batch groups of p, Megatron's
-        default `microbatch_group_size_per_vp_stage`; cost.memory.in_flight_microbatches) plus one, at most the
-        m·v chunk passes: min(m·v, 2·(p − s − 1) + (v − 1)·p + 1) of m·v. pp 4, v 2, m 8: stage 0 11 of 16,
-        stage 3 5 of 16.
+        default `microbatch_group_size_per_vp_stage`) plus one, at most the m·v chunk passes:
+        min(m·v, 2·(p − s − 1) + (v − 1)·p + 1) of m·v. pp 4, v 2, m 8: stage 0 11 of 16, stage 3 5 of 16.
+    Both counts are the stage's in-flight depth (cost.memory.in_flight_chunk_passes).
     Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
     (TransformerConfig asserts a virtual pipeline size; Megatron-LM turns vpp 1 into none), whose one-chunk warm-up
     would be 2·(p − s − 1) + 1; v = 1 here counts the same rule on the 1F1B program the pipeline is priced with.
@@ -146,8 +146,7 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int) -> flo
     m, p, s = max(1, int(num_microbatches)), max(1, int(pp)), int(stage)
     v = max(1, int(vpp)) if p > 1 else 1
     passes = m * v
-    alone = min(passes, p - s) if v == 1 else min(passes, 2 * (p - s - 1) + (v - 1) * p + 1)
-    return (passes - alone) / passes
+    return (passes - in_flight_chunk_passes(s, p, v, m)) / passes
 
 
 def pass_pair_hidden_s(pair_s: dict, left_s: dict, paired: float) -> dict:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_microbatches
+from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_chunk_passes
 from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.table import PlanTable
@@ -368,7 +368,7 @@ class Bulk:
         R, Q = sh["minidx"].shape
         a, b, cc, d = np.repeat(pp, Q), np.repeat(vpp, Q), np.repeat(m, Q), sh["minidx"].reshape(-1)
         first, inv = unique_rows(a, b, cc, d)
-        vals = [in_flight_microbatches(int(d[i]), _StandInScn(int(a[i]), int(b[i]), int(cc[i]))) for i in first]
+        vals = [in_flight_chunk_passes(int(d[i]), int(a[i]), int(b[i]), int(cc[i])) / int(b[i]) for i in first]
         return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
 
     def optimizer(self, sp: StructuralPrices) -> np.ndarray:
@@ -398,19 +398,3 @@ class _StandIn:
     def __init__(self, **kw):
         for k, v in kw.items():
             setattr(self, k, v)
-
-
-class _StandInPlan:
-    __slots__ = ("pp", "vpp", "num_microbatches")
-
-
-class _StandInScn:
-    """The scenario fields `in_flight_microbatches` reads."""
-
-    __slots__ = ("plan",)
-
-    def __init__(self, pp: int, vpp: int, m: int):
-        self.plan = _StandInPlan()
-        self.plan.pp, self.plan.vpp, self.plan.num_microbatches = pp, vpp, m
-
-
