@@ -83,9 +83,9 @@ def steps_to_pass(duration, gap_s: float, n: int) -> int:
     what arrived by `now`); n if none."""
     if n <= 1 or duration(n) < gap_s:
         return max(1, n)
-    lo, hi = 0, n  # duration(lo) < gap (duration(0) = 0 unless gap <= 0), duration(hi) >= gap
     if gap_s <= 0:
         return 1
+    lo, hi = 0, n  # duration(lo) = 0 < gap, duration(hi) >= gap
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if duration(mid) < gap_s else (lo, mid)
