@@ -96,6 +96,8 @@ def main() -> int:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--devices", nargs="*")
     ap.add_argument("--host-only", action="store_true", help="keep the device constants, refit the host ones")
+    ap.add_argument("--keep-host", action="store_true",
+                    help="keep the shipped host constants (fit the device constants with them, do not refit them)")
     args = ap.parse_args()
     by_dev = device_cases()
     devices = args.devices or sorted(by_dev)
@@ -103,12 +105,14 @@ def main() -> int:
         for d in devices:
             print(f"{d:18s} n={len(by_dev[d]):3d} mean|e| {mean_abs_error(by_dev[d], calibration_for(d)) * 100:5.1f} %")
         return 0
-    host = {"host_dispatch_s": 0.0, "host_sync_s": 0.0}
+    shipped = calibration_for(devices[0])
+    host = {"host_dispatch_s": shipped.host_dispatch_s, "host_sync_s": shipped.host_sync_s} if args.keep_host \
+        else {"host_dispatch_s": 0.0, "host_sync_s": 0.0}
     fitted = {}
     for d in devices:  # device constants on dense cases (the host constants barely touch them)
         fitted[d] = {} if args.host_only else fit_device(by_dev[d], calibration_for(d), host)
     # host constants: jointly over every case of every device (they describe the host and the framework)
-    for _ in range(2):
+    for _ in range(0 if args.keep_host else 2):
         for k, grid in HOST.items():
             host[k] = min(grid, key=lambda v: sum(loss(by_dev[d], _cal(calibration_for(d), {**fitted[d], **host,
                                                                                               k: v}))

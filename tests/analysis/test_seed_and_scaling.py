@@ -38,11 +38,28 @@ def test_strong_scaling_keeps_global_batch_and_weak_keeps_per_replica(default_an
             assert s.gbs / s.dp == pytest.approx(p.gbs / p.dp)
 
 
-def test_strong_scaling_raises_communication_share(default_analysis):
-    """Like the seed example: spreading fixed work over more GPUs leaves communication a larger share."""
+def test_strong_scaling_raises_communication_share():
+    """Like the seed example: spreading fixed work over more GPUs leaves the once-per-step gradient sync a larger
+    share. (Tensor-parallel traffic, per micro-batch, shrinks with the work and keeps its share, so the default plan
+    is taken with it overlapped: what stays exposed is the data-parallel sync.)"""
+    import dataclasses
+    from narrowpath.analysis.analyze import analyze
+    from narrowpath.catalog import load_scenario
+    from narrowpath.catalog.resolve import DEFAULT_SCENARIO
+    s = load_scenario(DEFAULT_SCENARIO)
+    a = analyze(dataclasses.replace(s, plan=dataclasses.replace(s.plan, tp_comm_overlap=True)))
+    strong = sorted((s for s in a.scaling if s.mode == "strong"), key=lambda s: s.num_gpus)
+    shares = [s.communication_share for s in strong]
+    assert shares == sorted(shares) and shares[-1] > 4 * shares[0]
+    assert [s.step_s for s in strong] == sorted((s.step_s for s in strong), reverse=True)
+
+
+def test_tensor_parallel_traffic_keeps_its_share_under_strong_scaling(default_analysis):
+    """The default plan's exposed communication is its tensor-parallel traffic, which shrinks with the work each
+    GPU does: its share stays within a point from 64 to 2,048 GPUs while the step shrinks 29-fold."""
     strong = sorted((s for s in default_analysis.scaling if s.mode == "strong"), key=lambda s: s.num_gpus)
-    assert strong[-1].communication_share > strong[0].communication_share
-    assert strong[-1].step_s < strong[0].step_s
+    assert abs(strong[-1].communication_share - strong[0].communication_share) < 0.01
+    assert strong[-1].step_s < strong[0].step_s / 25
 
 
 def test_interruptions_grow_linearly_with_devices(default_analysis):

@@ -75,14 +75,17 @@ def test_fp8_weights_cost_3_bytes_per_parameter_on_b200_and_4_on_hopper():
 
 
 def test_llama4_scout_on_gb200_fits_as_published():
-    """NeMo 25.07 ran Llama 4 Scout FP8 with tp 1, ep 16, ZeRO-1 on 64 GB200s: with one FP8 weight copy the rank
-    holds ~196 GB of 199 (two copies: ~219 GB, which could not have run)."""
+    """NeMo 25.07 ran Llama 4 Scout FP8 with tp 1, ep 16, ZeRO-1 on 64 GB200s. Its FP8 recipe keeps the weights as FP8
+    tensors (fp8_param_gather) and reduces bf16 gradients (catalog/stacks.yaml): with one FP8 copy per weight where
+    any layout works the rank holds 23.2e9 × 1 B of weights, two copies (a column-wise one as on Hopper) 2 B."""
     case = next(c for c in load_corpus(None) if c.id == "nemo25-07-llama4-scout-llm-gb200-n64-gbs1024")
     p = predict(case.scenario)
     assert p.memory.fits
+    assert case.scenario.plan.fp8_params and case.scenario.plan.grad_precision == "bf16"
     two_copies = dataclasses.replace(case.scenario.system.device, fp8_any_layout=False)
     scn = dataclasses.replace(case.scenario, system=dataclasses.replace(case.scenario.system, device=two_copies))
-    assert not predict(scn).memory.fits
+    one, two = p.memory.items["weights"], predict(scn).memory.items["weights"]
+    assert one == pytest.approx(23.19e9, rel=0.01) and two == pytest.approx(2 * one)
 
 
 def test_the_data_movement_ledger_counts_the_bytes_the_roofline_prices():

@@ -237,7 +237,8 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
         raise SpecError(f"plan.{unpublished[0]}", "is null (not published); give a value")
     framework = published.get("framework") or ""
     stack = store.stack_for(framework) if isinstance(framework, str) else None
-    defaults = {k: v for k, v in ((stack or {}).get("defaults") or {}).items() if k not in data}
+    precision = published.get("precision", Plan.__dataclass_fields__["precision"].default)
+    defaults = {k: v for k, v in store.stack_defaults(stack, precision).items() if k not in data}
     chosen = tuple((k, f"{v!r} — default of the {stack['id']} stack") for k, v in defaults.items())
     return plan_from_dict(published, defaults=defaults), unpublished, chosen
 

@@ -116,3 +116,11 @@ def stack_for(framework: str) -> dict[str, Any] | None:
         if any(word.lower() in text for word in entry.get("match", ())):
             return entry
     return None
+
+
+def stack_defaults(stack: dict[str, Any] | None, precision: str) -> dict[str, Any]:
+    """The knob defaults of a software-stack entry for a run in training format `precision`: its `defaults` with its
+    `defaults_by_precision` for that format over them; {} for no stack."""
+    if not stack:
+        return {}
+    return {**(stack.get("defaults") or {}), **((stack.get("defaults_by_precision") or {}).get(precision) or {})}

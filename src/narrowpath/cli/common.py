@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import ACTIVATION_CACHE, OPTIMIZER_MOMENTS, PRECISIONS
+from narrowpath.spec.plan import ACTIVATION_CACHE, GRAD_PRECISION, OPTIMIZER_MOMENTS, PRECISIONS
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -54,6 +54,13 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--optimizer-moments", dest="optimizer_moments", choices=OPTIMIZER_MOMENTS,
                    help="format of Adam's two moments: fp32 (12 bytes of optimizer state per parameter) or bf16 "
                         "(8; Megatron-Core precision-aware optimizer, DeepSeek-V3)")
+    g.add_argument("--grad-precision", dest="grad_precision", choices=GRAD_PRECISION,
+                   help="format of the accumulated and data-parallel-reduced gradients: auto (fp16 for fp16 runs, "
+                        "else fp32), fp32, or bf16 (Megatron-Core grad_reduce_in_fp32=False, as NVIDIA's "
+                        "performance recipes run)")
+    g.add_argument("--fp8-params", dest="fp8_params", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep the weights only as FP8/MXFP8 tensors, all-gathered in FP8 (Transformer Engine "
+                        "fp8_model_init, Megatron-Core --fp8-param-gather)")
     g.add_argument("--activation-cache", dest="activation_cache", choices=ACTIVATION_CACHE,
                    help="what layers keep for backward: default, or fp8 (DeepSeek-V3's low-precision storage: "
                         "E5M6 attention output, FP8 SwiGLU inputs with the SwiGLU recomputed)")
@@ -83,7 +90,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "recompute", "sequence_parallel",
                                                               "precision", "dp_overlap", "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
-                                                              "activation_cache")
+                                                              "grad_precision", "fp8_params", "activation_cache")
                if getattr(args, f, None) is not None}
     if base is None:
         if not (args.model and args.system):

@@ -7,6 +7,8 @@ the 5·a·s²·b term; full recompute keeps only the layer input, 2·s·b·h (/t
 We generalise the 34 term to GQA, SwiGLU and flash attention component by component (see `layer_activation_bytes`).
 In-flight micro-batches: 1F1B stage i holds min(m, p − i) (Narayanan et al. SC'21 §2.2); interleaving raises
 the first stage to p·(1 + (p − 1)/(p·v)) (Korthikanti §4.2.3) and every later stage to its Megatron warm-up depth.
+Gradients: one buffer in the format the plan accumulates and reduces them in (4 bytes/param in fp32, 2 in fp16 or
+bf16: workload.build.grad_bytes_per_param), sharded from ZeRO-2 on.
 Optimizer state: ZeRO (Rajbhandari et al. SC'20) §5: K = 12 bytes/param for mixed-precision Adam (8 with 16-bit
 moments: plan.optimizer_moments), sharded over
 dp·cp (routed experts: over the expert-data-parallel group dp·cp/ep; `workload.build.zero_shards`).
@@ -18,11 +20,11 @@ from dataclasses import dataclass
 
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, optimizer_state_bytes_per_param,
-                                       recompute_fraction, stage_layer_ranges, weight_bytes_per_param, zero_shards)
+from narrowpath.workload.build import (grad_bytes_per_param, held_weight_bytes_per_param, offload_fraction,
+                                       optimizer_state_bytes_per_param, recompute_fraction,
+                                       sharded_weight_bytes_per_param, stage_layer_ranges, zero_shards)
 from narrowpath.workload.items import Workload
 from narrowpath.workload.recompute import kept_bytes
-from narrowpath.workload.precision import operand_bytes, quantized_weight_copies
 
 RUNTIME_RESERVE_BYTES = 2.0e9
 """CUDA context, cuBLAS/NCCL workspaces and allocator fragmentation, bytes (typical 1.5-3 GB on Hopper)."""
@@ -93,7 +95,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
     """Memory per rank for every pipeline stage."""
     model, p = scn.model, scn.plan
     dev = scn.system.device
-    Wb, G = weight_bytes_per_param(p.precision), grad_bytes_per_param(p.precision)
+    Wg, G = sharded_weight_bytes_per_param(p), grad_bytes_per_param(p)
     A = T.act_bytes(p)
     lstm_layer = p.mbs * model.seq_len * model.hidden * 6 * A / p.tp
     # what a layer keeps when it is not fully recomputed (selective recompute still drops the score tensors)
@@ -134,10 +136,10 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         f_off = offload_fraction(p, len(stage_layers))
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off
-        weights = held(3) * Wb
-        q = operand_bytes(p) if p.low_precision else 0.0
-        if q and zero < 3:  # the cached quantized row-wise and column-wise weight copies (one FP8 copy where any
-            weights += quantized_weight_copies(p.precision, dev.fp8_any_layout) * q * st.params  # layout works)
+        # 16-bit weights and the cached quantized copies (or FP8 primary weights alone); a ZeRO-3 shard in the
+        # format its all-gather moves
+        weights = st.params * held_weight_bytes_per_param(p, dev.fp8_any_layout) if zero < 3 \
+            else held(3) * sharded_weight_bytes_per_param(p)
         grads = held(2) * G
         optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)
@@ -157,7 +159,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             acts += A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1) * infl  # embedding output
         if zero == 3:
             per_layer_params = st.params / max(1, n_layers)
-            temps += 2 * per_layer_params * Wb  # current + prefetched gathered layer
+            temps += 2 * per_layer_params * Wg  # current + prefetched gathered layer
         # gradient buckets are views into the contiguous gradient buffer (Megatron DDP): no extra bytes
         items = {"weights": weights, "gradients": grads, "optimizer_state": optim, "activations": acts,
                  "temporaries": temps, "runtime_reserve": RUNTIME_RESERVE_BYTES}

@@ -25,7 +25,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
-                                                "activation_cache")}
+                                                "grad_precision", "fp8_params", "activation_cache")}
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),
         "step_time_s": p.step_time_s,

@@ -172,7 +172,7 @@ def candidate_to_json(c: Candidate, band=None) -> dict:
                     "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch, "placement": list(p.placement),
                     # kept from the scenario, but a plan copied from here must reproduce its numbers
                     "precision": p.precision, "optimizer_moments": p.optimizer_moments,
-                    "activation_cache": p.activation_cache, "attention": p.attention,
+                    "grad_precision": p.grad_precision, "fp8_params": p.fp8_params, "activation_cache": p.activation_cache, "attention": p.attention,
                     "moe_routing": p.moe_routing},
            "step_time_s": c.step_time_s, "mfu": c.mfu, "tokens_per_s": c.tokens_per_s,
            "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "headroom_bytes": c.headroom_bytes,

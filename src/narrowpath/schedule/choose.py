@@ -87,7 +87,7 @@ several are tried and the fastest that fits wins."""
 
 def _stack_default(scn: Scenario, knob: str):
     stack = store.stack_for(scn.plan.framework)
-    defaults = (stack or {}).get("defaults") or {}
+    defaults = store.stack_defaults(stack, scn.plan.precision)
     return (defaults[knob], stack["id"]) if knob in defaults else None
 
 

@@ -24,7 +24,7 @@ from narrowpath.schedule.choose import resolve_open_knobs
 from narrowpath.schedule.pipeline import pipeline_time_s
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
-from narrowpath.workload.build import build_workload
+from narrowpath.workload.build import build_workload, grad_format
 from narrowpath.workload.items import Transfer, Workload
 from narrowpath.workload.transformer import is_attention_core
 
@@ -408,7 +408,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
         f"{plan.precision} dense matrix peak, {peak / 1e12:.0f} TFLOP/s per GPU",
-        f"gradients communicated in {'fp16' if plan.precision == 'fp16' else 'fp32'}",
+        f"gradients accumulated and communicated in {grad_format(plan)}",
     ) + tuple(f"{knob}: {note}" for knob, note in scn.chosen) + wl.notes
     return StepPrediction(scn, cal, kernel, step, breakdown, tuple(stage_times), tuple(transfers),
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),

@@ -26,9 +26,10 @@ from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_chunk_passes
 from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.table import PlanTable
-from narrowpath.workload.build import (grad_bytes_per_param, offload_fraction, optimizer_state_bytes_per_param,
-                                       recompute_fraction, stage_layer_ranges, weight_bytes_per_param)
-from narrowpath.workload.precision import act_bytes, operand_bytes, quantized_weight_copies
+from narrowpath.workload.build import (grad_bytes_per_param, held_weight_bytes_per_param, offload_fraction,
+                                       optimizer_state_bytes_per_param, recompute_fraction,
+                                       sharded_weight_bytes_per_param, stage_layer_ranges)
+from narrowpath.workload.precision import act_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
 
@@ -330,7 +331,7 @@ class Bulk:
         z = zero[:, None]
         dense = params - expert
         sharded = dense / shards + expert / eshards
-        Wb, G = weight_bytes_per_param(base.precision), grad_bytes_per_param(base.precision)
+        Wg, G = sharded_weight_bytes_per_param(base), grad_bytes_per_param(base)
         A = act_bytes(base)
         layer_acts = np.zeros((R, Q))
         for k in range(self.K):
@@ -343,10 +344,8 @@ class Bulk:
         inputs = np.where(f_rc > 0, sh["layers"] * inp[:, None], 0.0)
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts = layer_acts * (1 - f_off)
-        weights = np.where(z < 3, params, sharded) * Wb
-        if base.low_precision:
-            copies = quantized_weight_copies(base.precision, self.system.device.fp8_any_layout)
-            weights = weights + np.where(z < 3, copies * operand_bytes(base) * params, 0.0)
+        weights = np.where(z < 3, params * held_weight_bytes_per_param(base, self.system.device.fp8_any_layout),
+                           sharded * Wg)
         grads = np.where(z < 2, params, sharded) * G
         optim = np.where(z < 1, params, sharded) * optimizer_state_bytes_per_param(base)
         infl = self._in_flight(rows, sh)
@@ -359,7 +358,7 @@ class Bulk:
         temps = np.where(sh["last"], np.maximum(temps, logits * (A + 4)), temps)
         emb_out = (A * mbs * s * model.hidden / np.where(sp > 0, tp, 1))[:, None] * infl
         acts = np.where(sh["first"], acts + emb_out, acts)
-        temps = np.where(z == 3, temps + 2 * (params / np.maximum(1.0, sh["layers"])) * Wb, temps)
+        temps = np.where(z == 3, temps + 2 * (params / np.maximum(1.0, sh["layers"])) * Wg, temps)
         total = weights + grads + optim + acts + temps + RUNTIME_RESERVE_BYTES
         return np.where(valid, total, -np.inf).max(axis=1)
 

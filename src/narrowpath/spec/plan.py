@@ -19,6 +19,9 @@ RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", 
 """Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules; workload.recompute)."""
 OPTIMIZER_MOMENTS = ("fp32", "bf16")
 """Formats of Adam's two moments (Megatron-Core precision-aware optimizer: exp_avg_dtype, exp_avg_sq_dtype)."""
+GRAD_PRECISION = ("auto", "fp32", "bf16")
+"""Formats of the gradient buffer and its data-parallel reduction: `auto` (the training format's convention), fp32 or
+bf16 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 true / false)."""
 ACTIVATION_CACHE = ("default", "fp8")
 """How a layer stores what it keeps for backward: as its framework keeps it, or DeepSeek-V3's low-precision storage."""
 ATTENTION = ("auto", "flash", "unfused")
@@ -79,6 +82,20 @@ class Plan:
     bytes per parameter; ZeRO §3) or `bf16` (16-bit moments beside the fp32 master copy, 8 bytes: DeepSeek-V3
     §3.3.2 "Low-Precision Optimizer States"; Megatron-Core's precision-aware optimizer with exp_avg_dtype =
     exp_avg_sq_dtype = bf16, which Megatron-Bridge's tuned DeepSeek and MoE recipes set)."""
+    grad_precision: str = "auto"
+    """Format of the gradients each rank accumulates over its micro-batches and reduces over data parallelism:
+    `auto` — fp16 for fp16 runs (Megatron-LM's default), fp32 for fp32 runs and for bf16 and low-precision runs
+    (Megatron-LM forces --accumulate-allreduce-grads-in-fp32 with bf16; NeMo 2's bf16_mixed keeps
+    grad_reduce_in_fp32); `fp32` — fp32 whatever the training format (--accumulate-allreduce-grads-in-fp32);
+    `bf16` — the 16-bit parameters' format, for bf16 and low-precision runs (Megatron-Core DDP grad_reduce_in_fp32 =
+    False: the main_grad buffers and their reduce-scatter in bf16, as NVIDIA's performance recipes run:
+    catalog/stacks.yaml). workload.build.grad_bytes_per_param."""
+    fp8_params: bool = False
+    """FP8 primary weights (Transformer Engine fp8_model_init; Megatron-Core --fp8-param-gather, fp8_param): a
+    low-precision run keeps its weights only as the quantized FP8/MXFP8 tensors its GEMMs read, with no 16-bit copy
+    beside the optimizer's fp32 master, and ZeRO's parameter all-gather moves them in FP8. Needs precision fp8 or
+    mxfp8 (NVFP4 primary weights are not supported by the stacks). Megatron-Bridge's and NeMo's FP8 recipes set it
+    (catalog/stacks.yaml). workload.build.held_weight_bytes_per_param."""
     activation_cache: str = "default"
     """What a layer keeps for backward: `default` (each op keeps what its framework keeps: 16-bit tensors, or the
     quantized input of a low-precision GEMM) or `fp8` (DeepSeek-V3 §3.3.2 "Low-Precision Storage": the attention
@@ -137,6 +154,15 @@ class Plan:
             raise SpecError("plan.recompute_modules", f"lists a module twice: {list(self.recompute_modules)}")
         choice("plan.precision", self.precision, PRECISIONS)
         choice("plan.optimizer_moments", self.optimizer_moments, OPTIMIZER_MOMENTS)
+        choice("plan.grad_precision", self.grad_precision, GRAD_PRECISION)
+        if self.grad_precision == "bf16" and self.precision in ("fp32", "fp16"):
+            raise SpecError("plan.grad_precision", f"bf16 gradients need bf16 parameters (a bf16 or low-precision "
+                            f"run); a {self.precision} run keeps them in fp32 or its own format (auto), got "
+                            f"precision {self.precision!r}")
+        boolean("plan.fp8_params", self.fp8_params)
+        if self.fp8_params and self.precision not in ("fp8", "mxfp8"):
+            raise SpecError("plan.fp8_params", f"keeps the weights in FP8; needs precision fp8 or mxfp8, got "
+                            f"{self.precision!r}")
         choice("plan.activation_cache", self.activation_cache, ACTIVATION_CACHE)
         if self.activation_cache == "fp8" and self.precision not in LOW_PRECISIONS:
             raise SpecError("plan.activation_cache", f"fp8 caches the inputs of FP8 matrix multiplies; needs a "

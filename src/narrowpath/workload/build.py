@@ -1,8 +1,9 @@
 """Turn a Scenario into a Workload: per-stage ops and transfers per micro-batch, step transfers, optimizer ops.
 
 Conventions (stated so that every number can be traced):
-- Gradients are communicated in fp16 for fp16 runs and in fp32 otherwise (Megatron-LM: bf16 implies
-  --accumulate-allreduce-grads-in-fp32); weights are all-gathered in 16 bit (8 bit for fp8 runs is not assumed).
+- Gradients are accumulated and communicated in fp16 for fp16 runs and in fp32 otherwise (Megatron-LM: bf16
+  implies --accumulate-allreduce-grads-in-fp32), unless plan.grad_precision says fp32 or bf16 (grad_bytes_per_param;
+  NVIDIA's performance recipes reduce in bf16); weights are all-gathered in 16 bit (8 bit for fp8 runs is not assumed).
 - Mixed-precision Adam keeps fp32 master weights + two moments: 12 bytes/param (Rajbhandari et al. SC'20, ZeRO §3).
 - Pipeline point-to-point messages use Megatron's scatter-gather optimisation: b·s·h·A / t per rank.
 """
@@ -19,15 +20,41 @@ from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
 from narrowpath.workload.recompute import kept_bytes, modules_of, recompute_ops, tp_block_recomputed
-from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost
+from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost, quantized_weight_copies
 
 
-def grad_bytes_per_param(precision: str) -> int:
-    return 2 if precision == "fp16" else 4
+def grad_format(plan) -> str:
+    """Format of the gradients a rank accumulates and reduces (plan.grad_precision): fp16 for fp16 runs and bf16 when
+    the plan says so (Megatron-Core grad_reduce_in_fp32 = False), else fp32."""
+    if plan.grad_precision != "auto":
+        return plan.grad_precision
+    return "fp16" if plan.precision == "fp16" else "fp32"
+
+
+def grad_bytes_per_param(plan) -> int:
+    """Bytes of one gradient in the buffer a rank accumulates and reduces (`grad_format`)."""
+    return 4 if grad_format(plan) == "fp32" else 2
 
 
 def weight_bytes_per_param(precision: str) -> int:
     return 4 if precision == "fp32" else 2
+
+
+def held_weight_bytes_per_param(plan, fp8_any_layout: bool) -> float:
+    """Bytes per parameter of the weights a rank keeps between optimizer steps without ZeRO-3: the 16-bit weights,
+    plus under a low-precision recipe Transformer Engine's cached quantized copies (row-wise for the forward GEMM and
+    column-wise for the data-gradient GEMM; one per-tensor FP8 copy where FP8 GEMMs take any layout); with FP8
+    primary weights (plan.fp8_params) the quantized copies alone."""
+    if not plan.low_precision:
+        return float(weight_bytes_per_param(plan.precision))
+    copies = quantized_weight_copies(plan.precision, fp8_any_layout) * operand_bytes(plan)
+    return copies if plan.fp8_params else weight_bytes_per_param(plan.precision) + copies
+
+
+def sharded_weight_bytes_per_param(plan) -> float:
+    """Bytes per parameter of a ZeRO-3 weight shard, and of what ZeRO's parameter all-gathers move: the 16-bit
+    weights, or the row-wise FP8 values and their scales with FP8 primary weights (Megatron-Core fp8_param_gather)."""
+    return operand_bytes(plan) if plan.fp8_params else float(weight_bytes_per_param(plan.precision))
 
 
 def moment_bytes(plan) -> int:
@@ -264,7 +291,7 @@ def zero2_transfers(plan, dense_params: float, expert_params: float) -> list[tup
     first m − 1 micro-batches (count (m − 1)/m per micro-batch), behind the backward of the layers before it when
     `dp_overlap` (DeepSpeed overlap_comm), else on the critical path. The last micro-batch's reduce-scatter is the
     step's gradient reduce-scatter (`_step_work`), priced like ZeRO-1's: its last bucket cannot hide."""
-    gb = grad_bytes_per_param(plan.precision)
+    gb = grad_bytes_per_param(plan)
     m = plan.num_microbatches
     out: list[tuple[Transfer, float]] = []
     for axis, p, pre in synced_groups(plan, dense_params, expert_params):
@@ -276,7 +303,7 @@ def zero2_transfers(plan, dense_params: float, expert_params: float) -> list[tup
 def zero3_transfers(plan, dense_params: float, expert_params: float) -> list[tuple[Transfer, float]]:
     """ZeRO-3 per micro-batch: gather the weights before forward and again before backward, reduce-scatter the
     gradients after backward (FSDP / DeepSpeed stage 3). Experts are sharded over their own expert-dp group."""
-    wb, gb = weight_bytes_per_param(plan.precision), grad_bytes_per_param(plan.precision)
+    wb, gb = sharded_weight_bytes_per_param(plan), grad_bytes_per_param(plan)
     out: list[tuple[Transfer, float]] = []
     for axis, p, pre in synced_groups(plan, dense_params, expert_params):
         out.append((Transfer(pre + "zero3_param_all_gather", "all_gather", axis, p * wb, "fwd", True), 1.0))
@@ -473,8 +500,8 @@ def step_transfers(scn: Scenario, params: float, expert: float) -> list[tuple[Tr
     sync and ZeRO-1/2 parameter all-gather per synced group, and the tied-embedding all-reduce across the pipeline."""
     plan = scn.plan
     dense = params - expert
-    G = grad_bytes_per_param(plan.precision)
-    Wb = weight_bytes_per_param(plan.precision)
+    G = grad_bytes_per_param(plan)
+    Wb = sharded_weight_bytes_per_param(plan)
     xf: list[tuple[Transfer, float]] = []
     ov = plan.dp_overlap
     for axis, p, pre in synced_groups(plan, dense, expert):
@@ -494,13 +521,15 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
     """The optimizer update of a rank holding `params` parameters (`expert` of them in routed experts), after ZeRO
     sharding, and the once-per-step quantization of the updated weights under a low-precision recipe."""
     dense = params - expert
-    G = grad_bytes_per_param(plan.precision)
+    G = grad_bytes_per_param(plan)
     Wb = weight_bytes_per_param(plan.precision)
     local = dense / zero_shards(plan) + expert / zero_shards(plan, expert=True) if plan.zero_stage >= 1 else params
     # Adam (mixed precision): read grad G, read and write the master copy and moments K (12 bytes, 8 with 16-bit
     # moments), write the 16-bit weight Wb; plus the gradient-norm pass (read G). fp32 runs have no separate master
     # copy: they read and write their weights with the moments.
     K = optimizer_state_bytes_per_param(plan)
+    # FP8 primary weights: no 16-bit weight is written (the quantize below writes the FP8 weights from the master)
+    Wb = 0 if plan.fp8_params else Wb
     per_param = (G + K + K + Wb + G) if plan.precision != "fp32" else (4 + (K + 4) + (K + 4) + 4)
     kernels = 2 + math.ceil(local / 2.0e7)
     opt = Op("adam", "vector", "optimizer", 0.0, local * per_param, "fp32", kernels)
