@@ -129,3 +129,23 @@ def test_search_prices_every_stage_as_predict(pins):
     for plan, t, _, scn in sample:
         assert plan.ep_overlap and plan.pp == pins["pp"] and plan.vpp == pins["vpp"]
         assert t == pytest.approx(predict(scn).step_time_s, rel=1e-12), plan
+
+
+@pytest.mark.parametrize("pp,vpp", [(4, 1), (4, 2), (1, 1)])
+def test_the_extra_warm_up_forward_does_not_deepen_the_memory_peak(pp, vpp):
+    """Without the overlap a stage's activation peak is reached when its first steady-state forward ends, before its
+    first backward: its warm-up forwards + 1 chunk passes (1F1B pp 4 stage 0: 3 + 1 = 4 micro-batches). With the
+    overlap the warm-up itself runs that one forward more and ends at the same count, and each merged step then adds
+    its forward layer by layer while the partner backward frees layer by layer (combined_1f1b.py), so the peak
+    grows by at most a layer, not a micro-batch. Memory is the same with and without ep_overlap."""
+    s = load_scenario("deepseek-v3-h800-2048")
+    from narrowpath.spec.parse import model_from_dict
+    m = model_from_dict(dict(name="small-moe", layers=8, hidden=2048, heads=16, kv_heads=16, ffn=2048, vocab=32000,
+                             seq_len=4096, experts=16, top_k=2, ffn_act="swiglu"))
+    plan = dataclasses.replace(s.plan, tp=1, pp=pp, vpp=vpp, dp=8 // pp if pp > 1 else 8, ep=2, mbs=1, gbs=64,
+                               recompute="none", recompute_modules=(), activation_cache="default", precision="bf16",
+                               optimizer_moments="fp32")
+    scn = dataclasses.replace(s, model=m, num_gpus=8, plan=plan)
+    on, off = (predict(dataclasses.replace(scn, plan=dataclasses.replace(plan, ep_overlap=e))) for e in (True, False))
+    assert on.memory.total_bytes == off.memory.total_bytes
+    assert on.memory.items["activations"] > 0
