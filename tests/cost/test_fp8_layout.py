@@ -63,21 +63,23 @@ def test_cached_weight_copies_by_format_and_device():
 
 
 def test_fp8_weights_cost_3_bytes_per_parameter_on_b200_and_4_on_hopper():
-    """ZeRO-1 keeps BF16 weights (2 B) plus the cached FP8 copies: 1 B on B200, 2 B on H100 — same plan, same
-    parameter count, so the weights item scales 3 : 4."""
+    """ZeRO-1 keeps BF16 weights (2 B) plus, for the linear layers (Transformer Engine modules), the cached FP8
+    copies: 1 B on B200, 2 B on H100. Llama-3 8B: 8,030,261,248 parameters, of which the embedding table, the
+    output layer and the final norm are 2 · 128,256 · 4,096 + 4,096 = 1,050,677,248 (16-bit only)."""
     s = load_scenario("llama3-8b-h100-8")
     plan = dataclasses.replace(s.plan, precision="fp8", zero_stage=1)
-    w = {}
-    for sysname in ("dgx-b200", "dgx-h100"):
+    total, emb = 8_030_261_248, 2 * 128_256 * 4_096 + 4_096
+    expected = {"dgx-b200": 2 * total + 1 * (total - emb), "dgx-h100": 2 * total + 2 * (total - emb)}
+    for sysname, want in expected.items():
         scn = dataclasses.replace(s, system=system(sysname), plan=plan)
-        w[sysname] = predict(scn).memory.items["weights"]
-    assert w["dgx-b200"] / w["dgx-h100"] == pytest.approx(3 / 4)
+        assert predict(scn).memory.items["weights"] == pytest.approx(want)
 
 
 def test_llama4_scout_on_gb200_fits_as_published():
     """NeMo 25.07 ran Llama 4 Scout FP8 with tp 1, ep 16, ZeRO-1 on 64 GB200s. Its FP8 recipe keeps the weights as FP8
     tensors (fp8_param_gather) and reduces bf16 gradients (catalog/stacks.yaml): with one FP8 copy per weight where
-    any layout works the rank holds 23.2e9 × 1 B of weights, two copies (a column-wise one as on Hopper) 2 B."""
+    any layout works the rank holds its 21.2e9 linear-layer parameters at 1 B each, two copies (a column-wise one as
+    on Hopper) 2 B; the 2.05e9 embedding and output parameters stay 16-bit."""
     case = next(c for c in load_corpus(None) if c.id == "nemo25-07-llama4-scout-llm-gb200-n64-gbs1024")
     p = predict(case.scenario)
     assert p.memory.fits
@@ -85,7 +87,9 @@ def test_llama4_scout_on_gb200_fits_as_published():
     two_copies = dataclasses.replace(case.scenario.system.device, fp8_any_layout=False)
     scn = dataclasses.replace(case.scenario, system=dataclasses.replace(case.scenario.system, device=two_copies))
     one, two = p.memory.items["weights"], predict(scn).memory.items["weights"]
-    assert one == pytest.approx(23.19e9, rel=0.01) and two == pytest.approx(2 * one)
+    emb = 2 * 200_000 * 5_120 + 5_120  # embedding table, output layer, final norm: 16-bit only
+    linear = one - 2 * emb
+    assert linear == pytest.approx(23.19e9 - emb, rel=0.01) and two == pytest.approx(2 * linear + 2 * emb)
 
 
 def test_the_data_movement_ledger_counts_the_bytes_the_roofline_prices():

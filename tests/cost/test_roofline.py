@@ -43,6 +43,6 @@ def test_measured_table_drives_the_prediction_and_is_reported():
     cal = dataclasses.replace(calibration_for("H100-SXM5-80GB"), name="measured",
                               matrix_efficiency_by_size={"bf16": ((1e9, 0.2), (1e12, 0.4))})
     slow = predict(scn, cal)
-    assert slow.step_time_s > base.step_time_s * 1.15  # GEMMs at <= 0.40 instead of up to the profile's 0.50
+    assert slow.step_time_s > base.step_time_s * 1.15  # GEMMs at <= 0.40 instead of up to the profile's 0.55
     assert any("measured table (2 sizes" in a for a in slow.assumptions)
     assert any(f"eff_max {calibration_for('H100-SXM5-80GB').matrix_eff('bf16'):.2f}" in a for a in base.assumptions)

@@ -100,11 +100,11 @@ def test_profile_usage_names_every_entry_read():
     lacks is the default 0.80 / 5 µs and says so; measured tables are announced with their size."""
     no_fe = dataclasses.replace(CAL, tiers={k: v for k, v in CAL.tiers.items() if k != "front_end"})
     assert profile_usage(no_fe, "bf16", {"scale_up", "front_end"}) == (
-        "calibration profile H100-SXM5-80GB used: matrix bf16: eff_max 0.50, F_half 6e+09 FLOP; HBM eff 0.85; "
+        "calibration profile H100-SXM5-80GB used: matrix bf16: eff_max 0.55, F_half 6e+09 FLOP; HBM eff 0.85; "
         "kernel overhead 4.0 us; front_end: busbw eff 0.80, alpha 5.0 us (default, not in profile); "
         "scale_up: busbw eff 0.82, alpha 5.0 us")
     assert profile_usage(CAL, "fp8", set()).startswith(
-        "calibration profile H100-SXM5-80GB used: matrix fp8: eff_max 0.60, F_half 6e+09 FLOP; ")
+        "calibration profile H100-SXM5-80GB used: matrix fp8: eff_max 0.55, F_half 6e+09 FLOP; ")
     tables = dataclasses.replace(CAL, matrix_efficiency_by_size={"bf16": ((1e9, 0.2), (1e10, 0.5), (1e12, 0.8))},
                                  tiers={"scale_up": TierCalibration(bw_efficiency=0.8, alpha_s=3e-6,
                                                                     busbw_efficiency_by_size=((1e6, .5), (1e9, .8)))})

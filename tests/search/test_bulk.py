@@ -34,15 +34,20 @@ def _dense_then_moe() -> Scenario:
     return Scenario(name="dense-then-moe", system=system("dgx-h100"), model=m, plan=plan, num_gpus=8)
 
 
-def _fp8_recipe() -> Scenario:
-    """NVIDIA's FP8 recipe memory: FP8 primary weights and bf16 gradients (every ZeRO stage the space tries)."""
+def _fp8_recipe(sysname: str | None = None, precision: str = "fp8") -> Scenario:
+    """NVIDIA's FP8 recipe memory: FP8 primary weights and bf16 gradients (the ZeRO stages 1 and 3 the space tries
+    with them), on Hopper (two FP8 copies) or Blackwell (one; MXFP8 two with scales, gathered in bf16)."""
     import dataclasses
     s = llama3_8b_fp8()
-    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, fp8_params=True, grad_precision="bf16"))
+    if sysname:
+        s = dataclasses.replace(s, system=system(sysname))
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, fp8_params=True, grad_precision="bf16",
+                                                           precision=precision, zero_stage=1))
 
 
 SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": llama3_8b_fp8,
-             "fp8-recipe": _fp8_recipe,
+             "fp8-recipe": _fp8_recipe, "fp8-recipe-b200": lambda: _fp8_recipe("dgx-b200"),
+             "mxfp8-recipe-b200": lambda: _fp8_recipe("dgx-b200", "mxfp8"),
              "mixtral16": mixtral16,
              "dense-then-moe": _dense_then_moe,
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),

@@ -243,6 +243,30 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     return plan_from_dict(published, defaults=defaults), unpublished, chosen
 
 
+def restack_for_precision(plan: Plan, chosen: tuple, precision: str, stated: set[str]) -> tuple[dict, tuple]:
+    """(plan fields, chosen notes) after the training format of a plan changes to `precision` (a command-line
+    --precision over a scenario): a knob the software stack filled for the old format (its `chosen` note says
+    "default of the … stack") takes the stack's value for the new format, or the tool's default when the stack
+    sets none for it (catalog/stacks.yaml `defaults_by_precision`); knobs in `stated` (given on the command line)
+    and knobs the scenario stated stay as they are."""
+    stack = store.stack_for(plan.framework)
+    if stack is None:
+        return {}, chosen
+    filled = {k for k, note in chosen if "default of the" in note and k not in stated}
+    new = store.stack_defaults(stack, precision)
+    fields, notes = {}, []
+    for knob, note in chosen:
+        if knob not in filled:
+            notes.append((knob, note))
+    for knob in sorted(filled):
+        if knob in new:
+            fields[knob] = new[knob]
+            notes.append((knob, f"{new[knob]!r} — default of the {stack['id']} stack"))
+        else:
+            fields[knob] = Plan.__dataclass_fields__[knob].default
+    return fields, tuple(notes)
+
+
 def load_scenario(source: str | Path | Mapping[str, Any] | None = None, *, seq_len: int | None = None) -> Scenario:
     """A scenario from a file path (YAML/JSON), a catalog scenario id, a mapping, or None for the default;
     `seq_len` (--seq-len) reaches a HuggingFace config.json model (which needs it)."""

@@ -81,7 +81,7 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
     from narrowpath.catalog import load_scenario, system as catalog_system
-    from narrowpath.catalog.resolve import calibration_from, resolve_model
+    from narrowpath.catalog.resolve import calibration_from, resolve_model, restack_for_precision
     from narrowpath.spec.plan import Plan, check_modules_need_selective
     from narrowpath.spec.scenario import Scenario
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
@@ -131,12 +131,17 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["recompute_modules"] = ()  # another mode replaces the scenario's selective modules
     check_modules_need_selective("--recompute-modules", plan_kw.get("recompute", plan0.recompute),
                                  plan_kw.get("recompute_modules"))
+    chosen = tuple((k, n) for k, n in base.chosen if k not in plan_kw) if base is not None else ()
+    if base is not None and plan_kw.get("precision", plan0.precision) != plan0.precision:
+        # knobs the scenario's software stack filled for its own training format follow the new one
+        restacked, chosen = restack_for_precision(plan0, chosen, plan_kw["precision"], set(plan_kw))
+        plan_kw = {**restacked, **plan_kw}
     plan = dataclasses.replace(plan0, **plan_kw)
     num_gpus = gpus or plan.num_gpus
     name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"
     cal = calibration_from(args.profile) if getattr(args, "profile", None) else (base.calibration if base else None)
     return Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
-                    mode=base.mode if base is not None else "training", calibration=cal)
+                    mode=base.mode if base is not None else "training", calibration=cal, chosen=chosen)
 
 
 def has_module(name: str) -> bool:

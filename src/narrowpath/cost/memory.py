@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import (grad_bytes_per_param, held_weight_bytes_per_param, offload_fraction,
-                                       optimizer_state_bytes_per_param, recompute_fraction,
-                                       sharded_weight_bytes_per_param, stage_layer_ranges, zero_shards)
+from narrowpath.workload.build import (embedding_params, grad_bytes_per_param, held_weight_bytes_per_param,
+                                       offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
+                                       sharded_weight_bytes_per_param, stage_layer_ranges, weight_bytes_per_param,
+                                       zero_shards)
 from narrowpath.workload.items import Workload
 from narrowpath.workload.recompute import kept_bytes
 
@@ -96,6 +97,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
     model, p = scn.model, scn.plan
     dev = scn.system.device
     Wg, G = sharded_weight_bytes_per_param(p), grad_bytes_per_param(p)
+    Wb = weight_bytes_per_param(p.precision)
     A = T.act_bytes(p)
     lstm_layer = p.mbs * model.seq_len * model.hidden * 6 * A / p.tp
     # what a layer keeps when it is not fully recomputed (selective recompute still drops the score tensors)
@@ -136,10 +138,14 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         f_off = offload_fraction(p, len(stage_layers))
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off
-        # 16-bit weights and the cached quantized copies (or FP8 primary weights alone); a ZeRO-3 shard in the
-        # format its all-gather moves
-        weights = st.params * held_weight_bytes_per_param(p, dev.fp8_any_layout) if zero < 3 \
-            else held(3) * sharded_weight_bytes_per_param(p)
+        # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
+        # shard in the format its all-gather moves; the embedding and output layer in 16 bit
+        emb = embedding_params(scn, st.index == 0, st.index == p.pp - 1) if model.arch == "transformer" else 0.0
+        if zero < 3:
+            weights = (st.params - emb) * held_weight_bytes_per_param(p, dev.fp8_any_layout) + emb * Wb
+        else:
+            emb_shard = emb / zero_shards(p)
+            weights = (held(3) - emb_shard) * sharded_weight_bytes_per_param(p) + emb_shard * Wb
         grads = held(2) * G
         optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)

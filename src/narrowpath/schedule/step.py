@@ -408,7 +408,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
         f"{plan.precision} dense matrix peak, {peak / 1e12:.0f} TFLOP/s per GPU",
-        f"gradients accumulated and communicated in {grad_format(plan)}",
+        f"gradients accumulated and communicated in {grad_format(plan)}"
+        + ("; FP8 primary weights (no 16-bit copy of the linear layers' weights)" if plan.fp8_params else ""),
     ) + tuple(f"{knob}: {note}" for knob, note in scn.chosen) + wl.notes
     return StepPrediction(scn, cal, kernel, step, breakdown, tuple(stage_times), tuple(transfers),
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),

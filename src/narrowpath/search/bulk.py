@@ -26,9 +26,9 @@ from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_chunk_passes
 from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.table import PlanTable
-from narrowpath.workload.build import (grad_bytes_per_param, held_weight_bytes_per_param, offload_fraction,
-                                       optimizer_state_bytes_per_param, recompute_fraction,
-                                       sharded_weight_bytes_per_param, stage_layer_ranges)
+from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_param, held_weight_bytes_per_param,
+                                       offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
+                                       sharded_weight_bytes_per_param, stage_layer_ranges, weight_bytes_per_param)
 from narrowpath.workload.precision import act_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
@@ -344,8 +344,17 @@ class Bulk:
         inputs = np.where(f_rc > 0, sh["layers"] * inp[:, None], 0.0)
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts = layer_acts * (1 - f_off)
-        weights = np.where(z < 3, params * held_weight_bytes_per_param(base, self.system.device.fp8_any_layout),
-                           sharded * Wg)
+        # the embedding and output layer keep 16-bit weights (cost.memory.stage_memory)
+        Wb = weight_bytes_per_param(base.precision)
+        pp = c["pp"][rows].astype(np.int64)
+        emb = np.zeros((R, Q))
+        for v in (np.unique(pp) if model.arch == "transformer" else ()):
+            at = pp == v
+            emb[at] = embedding_table_params(model, tp[at][:, None].astype(float), int(v), sh["first"][at],
+                                             sh["last"][at])
+        emb_shard = emb / shards
+        weights = np.where(z < 3, (params - emb) * held_weight_bytes_per_param(base, self.system.device.fp8_any_layout)
+                           + emb * Wb, (sharded - emb_shard) * Wg + emb_shard * Wb)
         grads = np.where(z < 2, params, sharded) * G
         optim = np.where(z < 1, params, sharded) * optimizer_state_bytes_per_param(base)
         infl = self._in_flight(rows, sh)

@@ -114,9 +114,12 @@ class _Codes:
         return self.values.index(value)
 
 
-def _default_zero(zero: int, shards: int, arch: str) -> bool:
+def _default_zero(zero: int, shards: int, arch: str, fp8_params: bool = False) -> bool:
     """Whether an unpinned search tries ZeRO stage `zero`: 0 exactly where there is nothing to shard over (and always
-    for an LSTM), else 1, 2 and 3."""
+    for an LSTM), else 1, 2 and 3. FP8 primary weights need the distributed optimizer or FSDP (spec.plan): 1 (also
+    over a single rank) and 3."""
+    if fp8_params:
+        return zero == 1 if shards == 1 else zero in (1, 3)
     if shards == 1 or arch == "lstm":
         return zero == 0
     return zero in (1, 2, 3)
@@ -143,19 +146,20 @@ class _Builder:
 
     def consistent(self, kind: str, **kw) -> bool:
         key = (kind, *sorted(kw.items()))
+        z0 = 1 if self.b.fp8_params else 0  # a stand-in stage FP8 primary weights accept (spec.plan)
         if key not in self._ok:
             if kind == "stage":  # tp, cp, dp, sp, ep, etp: one pipeline stage's ranks
-                plan = dataclasses.replace(self.b, pp=1, vpp=1, mbs=1, gbs=kw["dp"], zero_stage=0, recompute="none",
+                plan = dataclasses.replace(self.b, pp=1, vpp=1, mbs=1, gbs=kw["dp"], zero_stage=z0, recompute="none",
                                            recompute_layers=0, offload_layers=0, cp_comm="p2p", **kw)
                 gpus = plan.tp * plan.cp * plan.dp
             elif kind == "pipeline":  # pp, vpp, micro-batches
                 plan = dataclasses.replace(self.b, tp=1, cp=1, dp=1, ep=1, etp=0, mbs=1, sequence_parallel=False,
-                                           zero_stage=0, recompute="none", recompute_layers=0, offload_layers=0,
+                                           zero_stage=z0, recompute="none", recompute_layers=0, offload_layers=0,
                                            cp_comm="p2p", pp=kw["pp"], vpp=kw["vpp"], gbs=kw["micro"])
                 gpus = plan.pp
             else:  # "a2a": tp, cp with the Ulysses exchange
                 plan = dataclasses.replace(self.b, pp=1, vpp=1, dp=1, ep=1, etp=0, mbs=1, gbs=1,
-                                           sequence_parallel=False, zero_stage=0, recompute="none",
+                                           sequence_parallel=False, zero_stage=z0, recompute="none",
                                            recompute_layers=0, offload_layers=0, cp_comm="a2a", **kw)
                 gpus = plan.tp * plan.cp
             self._ok[key] = not consistency_errors(self.m, plan, gpus, self.space.system)
@@ -183,8 +187,10 @@ class _Builder:
                     continue
                 strats = self.strategy_codes(pp, vpp)
                 for zero in v["zero_stage"]:
-                    if "zero_stage" not in pins and not _default_zero(zero, dp * cp, self.m.arch):
+                    if "zero_stage" not in pins and not _default_zero(zero, dp * cp, self.m.arch, self.b.fp8_params):
                         continue
+                    if self.b.fp8_params and zero not in (1, 3):
+                        continue  # a pinned stage FP8 primary weights cannot run with (spec.plan)
                     rows += [(mbs, vpp, zero, s) for s in strats]
         return rows
 

@@ -85,7 +85,7 @@ class Plan:
     grad_precision: str = "auto"
     """Format of the gradients each rank accumulates over its micro-batches and reduces over data parallelism:
     `auto` — fp16 for fp16 runs (Megatron-LM's default), fp32 for fp32 runs and for bf16 and low-precision runs
-    (Megatron-LM forces --accumulate-allreduce-grads-in-fp32 with bf16; NeMo 2's bf16_mixed keeps
+    (Megatron-LM forces --accumulate-allreduce-grads-in-fp32 with bf16 unless --grad-reduce-in-bf16; NeMo 2's bf16_mixed keeps
     grad_reduce_in_fp32); `fp32` — fp32 whatever the training format (--accumulate-allreduce-grads-in-fp32);
     `bf16` — the 16-bit parameters' format, for bf16 and low-precision runs (Megatron-Core DDP grad_reduce_in_fp32 =
     False: the main_grad buffers and their reduce-scatter in bf16, as NVIDIA's performance recipes run:
@@ -94,8 +94,10 @@ class Plan:
     """FP8 primary weights (Transformer Engine fp8_model_init; Megatron-Core --fp8-param-gather, fp8_param): a
     low-precision run keeps its weights only as the quantized FP8/MXFP8 tensors its GEMMs read, with no 16-bit copy
     beside the optimizer's fp32 master, and ZeRO's parameter all-gather moves them in FP8. Needs precision fp8 or
-    mxfp8 (NVFP4 primary weights are not supported by the stacks). Megatron-Bridge's and NeMo's FP8 recipes set it
-    (catalog/stacks.yaml). workload.build.held_weight_bytes_per_param."""
+    mxfp8 (Megatron-Bridge and NeMo refuse NVFP4 primary weights) and ZeRO 1 or 3 (Megatron-LM: only with the
+    distributed optimizer or FSDP). Megatron-Bridge's and NeMo's FP8 recipes set it (catalog/stacks.yaml); the
+    embedding and output layer keep 16-bit weights (they are not Transformer Engine modules).
+    workload.build.held_weight_bytes_per_param."""
     activation_cache: str = "default"
     """What a layer keeps for backward: `default` (each op keeps what its framework keeps: 16-bit tensors, or the
     quantized input of a low-precision GEMM) or `fp8` (DeepSeek-V3 §3.3.2 "Low-Precision Storage": the attention
@@ -163,6 +165,9 @@ class Plan:
         if self.fp8_params and self.precision not in ("fp8", "mxfp8"):
             raise SpecError("plan.fp8_params", f"keeps the weights in FP8; needs precision fp8 or mxfp8, got "
                             f"{self.precision!r}")
+        if self.fp8_params and self.zero_stage not in (1, 3):
+            raise SpecError("plan.fp8_params", f"needs zero_stage 1 or 3 (Megatron-LM: '--fp8-param-gather only "
+                            f"supported with distributed optimizer' or FSDP), got {self.zero_stage}")
         choice("plan.activation_cache", self.activation_cache, ACTIVATION_CACHE)
         if self.activation_cache == "fp8" and self.precision not in LOW_PRECISIONS:
             raise SpecError("plan.activation_cache", f"fp8 caches the inputs of FP8 matrix multiplies; needs a "

@@ -3,7 +3,8 @@
 Conventions (stated so that every number can be traced):
 - Gradients are accumulated and communicated in fp16 for fp16 runs and in fp32 otherwise (Megatron-LM: bf16
   implies --accumulate-allreduce-grads-in-fp32), unless plan.grad_precision says fp32 or bf16 (grad_bytes_per_param;
-  NVIDIA's performance recipes reduce in bf16); weights are all-gathered in 16 bit (8 bit for fp8 runs is not assumed).
+  NVIDIA's performance recipes reduce in bf16); weights are all-gathered in 16 bit, in FP8 with per-tensor FP8
+  primary weights (plan.fp8_params; sharded_weight_bytes_per_param).
 - Mixed-precision Adam keeps fp32 master weights + two moments: 12 bytes/param (Rajbhandari et al. SC'20, ZeRO §3).
 - Pipeline point-to-point messages use Megatron's scatter-gather optimisation: b·s·h·A / t per rank.
 """
@@ -41,10 +42,11 @@ def weight_bytes_per_param(precision: str) -> int:
 
 
 def held_weight_bytes_per_param(plan, fp8_any_layout: bool) -> float:
-    """Bytes per parameter of the weights a rank keeps between optimizer steps without ZeRO-3: the 16-bit weights,
-    plus under a low-precision recipe Transformer Engine's cached quantized copies (row-wise for the forward GEMM and
-    column-wise for the data-gradient GEMM; one per-tensor FP8 copy where FP8 GEMMs take any layout); with FP8
-    primary weights (plan.fp8_params) the quantized copies alone."""
+    """Bytes per parameter of the linear layers' weights a rank keeps between optimizer steps without ZeRO-3: the
+    16-bit weights, plus under a low-precision recipe Transformer Engine's cached quantized copies (row-wise for the
+    forward GEMM and column-wise for the data-gradient GEMM; one per-tensor FP8 copy where FP8 GEMMs take any
+    layout); with FP8 primary weights (plan.fp8_params) the quantized copies alone. The embedding and output layer
+    are not Transformer Engine modules and keep 16-bit weights only (`weight_bytes_per_param`)."""
     if not plan.low_precision:
         return float(weight_bytes_per_param(plan.precision))
     copies = quantized_weight_copies(plan.precision, fp8_any_layout) * operand_bytes(plan)
@@ -52,9 +54,14 @@ def held_weight_bytes_per_param(plan, fp8_any_layout: bool) -> float:
 
 
 def sharded_weight_bytes_per_param(plan) -> float:
-    """Bytes per parameter of a ZeRO-3 weight shard, and of what ZeRO's parameter all-gathers move: the 16-bit
-    weights, or the row-wise FP8 values and their scales with FP8 primary weights (Megatron-Core fp8_param_gather)."""
-    return operand_bytes(plan) if plan.fp8_params else float(weight_bytes_per_param(plan.precision))
+    """Bytes per parameter of a linear layer's ZeRO-3 weight shard, and of what ZeRO's parameter all-gathers move: the
+    16-bit weights, or with FP8 primary weights (Megatron-Core fp8_param_gather) the per-tensor FP8 values (1 B).
+    MXFP8 primary weights are gathered in bf16: Megatron-Bridge's MXFP8 recipe sets reuse_grad_buf_for_mxfp8_param_ag,
+    so the distributed optimizer all-gathers a bf16 copy through the gradient buffer and quantizes it into the
+    MXFP8 tensors (`finish_param_sync`); 2 B."""
+    if plan.fp8_params and plan.precision == "fp8":
+        return operand_bytes(plan)
+    return float(weight_bytes_per_param(plan.precision))
 
 
 def moment_bytes(plan) -> int:
@@ -169,10 +176,18 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
     elif modules_of(plan):  # the modules' forward ops again (workload.recompute; DeepSeek-V3's fp8 cache too)
         ops += [(op, 1.0) for op in recompute_ops(fwd, model, plan, kernel, window)]
     if plan.zero_stage == 3 and plan.low_precision:
-        # gathered 16-bit weights are quantized again every micro-batch (Megatron-FSDP keeps no quantized cache)
-        q = quantize_cost(plan.precision)
         w = T.layer_params(model, plan, moe_layer=moe_layer)
-        ops.append((quantize_op("weight_quantize", "fwd", w, q), 1.0))
+        if plan.fp8_params and plan.precision == "fp8":
+            # gathered FP8 primary weights: only their column-wise copy is made, a transpose (read 1 B, write 1 B),
+            # which devices whose FP8 GEMMs take any layout skip
+            if not scn.system.device.fp8_any_layout:
+                ops.append((Op("weight_transpose", "vector", "fwd", 0.0, 2 * w, "bf16", 1, transpose_bytes=2 * w),
+                            1.0))
+        else:
+            # gathered 16-bit weights (or MXFP8 weights gathered in bf16) are quantized again every micro-batch
+            # (Megatron-FSDP keeps no quantized cache)
+            q = quantize_cost(plan.precision)
+            ops.append((quantize_op("weight_quantize", "fwd", w, q), 1.0))
     return ops
 
 
@@ -384,11 +399,16 @@ def mtp_params(scn: Scenario) -> float:
 
 
 def embedding_params(scn: Scenario, first: bool, last: bool) -> float:
-    model, plan = scn.model, scn.plan
-    table = model.vocab * model.hidden / plan.tp
-    if plan.pp == 1:
+    return embedding_table_params(scn.model, scn.plan.tp, scn.plan.pp, first, last)
+
+
+def embedding_table_params(model, tp, pp, first, last):
+    """Parameters a rank holds of the embedding table (first stage), the output layer and final norm (last stage),
+    after tensor parallelism; `tp`, `first`, `last` may be numpy arrays (the search prices many plans at once)."""
+    table = model.vocab * model.hidden / tp
+    if pp == 1:
         return table * (1 if model.tied_embeddings else 2) + model.hidden
-    return table * (int(first) + int(last)) + (model.hidden if last else 0)
+    return table * (1 * first + 1 * last) + model.hidden * last
 
 
 def layer_kinds(model) -> dict[tuple[bool, bool], list[int]]:
@@ -528,14 +548,24 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
     # moments), write the 16-bit weight Wb; plus the gradient-norm pass (read G). fp32 runs have no separate master
     # copy: they read and write their weights with the moments.
     K = optimizer_state_bytes_per_param(plan)
-    # FP8 primary weights: no 16-bit weight is written (the quantize below writes the FP8 weights from the master)
-    Wb = 0 if plan.fp8_params else Wb
+    # per-tensor FP8 primary weights: no 16-bit weight is written (the master shard is cast to FP8 below); MXFP8
+    # primary weights are written in bf16 into the gradient buffer they are gathered through
+    fp8_primary = plan.fp8_params and plan.precision == "fp8"
+    Wb = 0 if fp8_primary else Wb
     per_param = (G + K + K + Wb + G) if plan.precision != "fp32" else (4 + (K + 4) + (K + 4) + 4)
     kernels = 2 + math.ceil(local / 2.0e7)
     opt = Op("adam", "vector", "optimizer", 0.0, local * per_param, "fp32", kernels)
     ops = [(opt, 1.0)]
     q = quantize_cost(plan.precision)
-    if q is not None and plan.zero_stage < 3:
+    if fp8_primary:
+        # Megatron-Core's quantize_param_shard: the local fp32 master shard's amax (read 4 B), then its cast to FP8
+        # (read 4 B, write 1 B); after the FP8 all-gather the full weights' column-wise copy, a transpose (read and
+        # write 1 B) that devices whose FP8 GEMMs take any layout skip (transpose_bytes)
+        ops.append((Op("weight_cast", "vector", "optimizer", 0.0, local * 9, "fp32", 2), 1.0))
+        if plan.zero_stage < 3:
+            ops.append((Op("weight_transpose", "vector", "optimizer", 0.0, 2 * params, "bf16", 1,
+                           transpose_bytes=2 * params), 1.0))
+    elif q is not None and plan.zero_stage < 3:
         # the updated 16-bit weights are quantized once per step and cached for every micro-batch (TE's
         # is_first_microbatch); ZeRO-3 re-quantizes the gathered weights per micro-batch (see _layer_work)
         ops.append((quantize_op("weight_quantize", "optimizer", params, q, kernels=q.kernels * 2), 1.0))
