@@ -99,3 +99,31 @@ def test_cli_flag_and_json():
     bad = subprocess.run([sys.executable, "-m", "narrowpath", "predict", "llama3-8b-h100-8", "--precision", "fp16",
                           "--grad-precision", "bf16"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "plan.grad_precision" in bad.stderr
+
+
+@pytest.mark.parametrize("zero,name", [(2, "dp.zero2_grad_reduce_scatter"), (3, "dp.zero3_grad_reduce_scatter")])
+def test_per_micro_batch_reduce_scatters_carry_the_gradient_format(zero, name):
+    """ZeRO-2 with accumulation and ZeRO-3 reduce-scatter each layer's gradients per micro-batch: in bf16 half the
+    fp32 bytes."""
+    from narrowpath.workload.build import build_workload
+
+    def sizes(g):
+        scn = _llama8b(grad_precision=g, zero_stage=zero, gbs=64)
+        return [t.message_bytes for st in build_workload(scn, "flash").stages for t, _ in st.transfers
+                if t.name == name]
+    a, b = sizes("fp32"), sizes("bf16")
+    assert a and all(y == pytest.approx(x / 2) for x, y in zip(a, b))
+
+
+def test_tied_embedding_all_reduce_carries_the_gradient_format():
+    """The first and last stage all-reduce the tied embedding's gradient (vocab · hidden / tp values)."""
+    from narrowpath.spec.parse import model_from_dict
+    m = model_from_dict(dict(name="tied", layers=4, hidden=1024, heads=8, kv_heads=8, ffn=4096, vocab=32000,
+                             seq_len=1024, tied_embeddings=True))
+    s = _llama8b()
+
+    def size(g):
+        scn = dataclasses.replace(s, model=m, plan=dataclasses.replace(s.plan, pp=2, dp=4, gbs=8, grad_precision=g,
+                                                                       zero_stage=1))
+        return {t.name: t.message_bytes for t, _ in step_transfers(scn, 1e6, 0.0)}["pp.tied_embedding_all_reduce"]
+    assert size("fp32") == 32000 * 1024 * 4 and size("bf16") == 32000 * 1024 * 2
