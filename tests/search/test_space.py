@@ -94,6 +94,27 @@ def test_basic_extent_is_the_first_searchs_space(scenario, pins):
     assert list(candidate_plans(space)) == list(_first_search_space(space))
 
 
+def _reference_strategies(space: SearchSpace, per_chunk: int) -> list[tuple]:
+    """The full extent's activation strategies, stated: the chooser's activation patches (selective with the base
+    plan's modules), then selective recompute of each of the chooser's module sets for the model; a set of modules
+    named twice (in any order) once, as first named; pins on the mode and the layer shares filter them."""
+    from narrowpath.schedule.choose import activation_patches, module_patches
+    b, pins = space.base, space.pinned
+    base_mods = b.recompute_modules if b.recompute == "selective" else ()
+    out, seen = [], set()
+    for p in activation_patches(per_chunk, b.activation_cache) + module_patches(space.model):
+        rc = p["recompute"]
+        mods = tuple(p.get("recompute_modules", base_mods)) if rc == "selective" else ()
+        s = (rc, p.get("recompute_layers", 0), p.get("offload_layers", 0), mods)
+        key = s[:3] + (frozenset(mods or ("core_attn",)) if rc == "selective" else frozenset(),)
+        if key in seen or pins.get("recompute", rc) != rc or pins.get("recompute_layers", s[1]) != s[1] \
+                or pins.get("offload_layers", s[2]) != s[2]:
+            continue
+        seen.add(key)
+        out.append(s)
+    return out
+
+
 def _full_reference(space: SearchSpace) -> set[Plan]:
     """Every plan of the full extent by brute force: every combination of knob values that the spec accepts,
     keeping the knobs that cannot change a plan's numbers at the pinned or base value (search/space.py)."""
@@ -121,8 +142,8 @@ def _full_reference(space: SearchSpace) -> set[Plan]:
                 if "zero_stage" not in pins and zero != 0 if dp * cp == 1 or lstm else zero == 0 and \
                         "zero_stage" not in pins:
                     continue
-                strategies = activation_strategies(space, max(1, -(-m.layers // (pp * vpp))))
-                for (rc, rcl, off), dpo, tpo, cpc, epo in itertools.product(
+                strategies = _reference_strategies(space, max(1, -(-m.layers // (pp * vpp))))
+                for (rc, rcl, off, mods), dpo, tpo, cpc, epo in itertools.product(
                         strategies, v["dp_overlap"], v["tp_comm_overlap"], v["cp_comm"], v["ep_overlap"]):
                     if (not sync and dpo != keep("dp_overlap")) or (tp == 1 and tpo != keep("tp_comm_overlap")) \
                             or (cp == 1 and cpc != keep("cp_comm")) \
@@ -134,7 +155,8 @@ def _full_reference(space: SearchSpace) -> set[Plan]:
                         try:
                             plan = dataclasses.replace(
                                 b, tp=tp, pp=pp, cp=cp, dp=dp, sequence_parallel=sp, ep=ep, etp=etp, mbs=mbs,
-                                vpp=vpp, gbs=gbs, zero_stage=zero, recompute=rc, recompute_layers=rcl,
+                                vpp=vpp, gbs=gbs, zero_stage=zero, recompute=rc, recompute_modules=mods,
+                                recompute_layers=rcl,
                                 offload_layers=off, dp_overlap=dpo, bucket_bytes=bucket, tp_comm_overlap=tpo,
                                 cp_comm=cpc, ep_overlap=epo, ep_dispatch=disp, placement=plc)
                         except SpecError:
@@ -299,3 +321,38 @@ def test_bad_space_names_the_field(field, kw, msg):
     with pytest.raises(SpecError, match=msg) as e:
         SearchSpace(**args)
     assert field in str(e.value)
+
+
+def test_full_extent_searches_recompute_modules():
+    """Selective recompute by module (Megatron-Core --recompute-modules) as NVIDIA's recipes run it: every module set
+    of schedule.choose.module_patches is an activation strategy of the full extent, beside selective recompute of
+    the base plan's modules; a plan built from a row recomputes exactly the modules of its strategy; the basic
+    extent keeps the base plan's modules only."""
+    from narrowpath.schedule.choose import module_patches
+    for scn in (_small_moe(), load_scenario("deepseek-v3-h800-2048"), _small_dense()):
+        wanted = {p["recompute_modules"] for p in module_patches(scn.model)}
+        strategies = activation_strategies(_space(scn), 4)
+        assert wanted <= {s[3] for s in strategies if s[0] == "selective"}
+        assert all(s[3] == () for s in strategies if s[0] != "selective")
+        basic = activation_strategies(_space(scn, "basic"), 4)
+        assert [s[3] for s in basic] == [(), scn.plan.recompute_modules if scn.plan.recompute == "selective" else (),
+                                         ()]
+    table = build_table(_space(_small_moe(), tp=2, pp=1, cp=1, mbs=1, zero_stage=1))
+    plans = [table.plan(i) for i in range(len(table))]
+    assert {p.recompute_modules for p in plans if p.recompute == "selective"} == \
+        {(), ("moe_act",), ("layernorm", "moe_act"), ("moe",)}
+    assert all(p.recompute_modules == () for p in plans if p.recompute != "selective")
+
+
+def test_a_module_set_named_twice_is_tried_once_in_the_base_plans_order():
+    """A base plan that recomputes (moe_act, layernorm) — the set the chooser names (layernorm, moe_act) — is in the
+    space as itself, and that set is not tried a second time."""
+    scn = _small_moe()
+    base = dataclasses.replace(scn.plan, recompute="selective", recompute_modules=("moe_act", "layernorm"))
+    scn = dataclasses.replace(scn, plan=base)
+    table = build_table(_space(scn, tp=2, pp=1, cp=1, mbs=1, zero_stage=1))
+    plans = [table.plan(i) for i in range(len(table))]
+    sets = {p.recompute_modules for p in plans if p.recompute == "selective"}
+    assert sets == {("moe_act", "layernorm"), ("moe_act",), ("moe",)}
+    assert table.base_row is not None and table.plan(table.base_row) == base
+    assert len(plans) == len(set(plans))

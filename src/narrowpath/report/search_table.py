@@ -11,8 +11,12 @@ _METRIC = {"time": "step time", "energy": "energy per step", "memory": "memory p
 
 
 def _activations(p) -> str:
-    """recompute none / selective / full; `full:N` for N layers of each chunk; `off:N` for N layers offloaded."""
-    out = p.recompute + (f":{p.recompute_layers}" if p.recompute_layers else "")
+    """recompute none / selective / full; `sel[layernorm,moe_act]` for selective recompute of the modules named
+    (plain `selective`: none named, Megatron-Core's core_attn); `full:N` for N layers of each chunk; `off:N` for N
+    layers offloaded."""
+    mods = p.recompute_modules if p.recompute == "selective" else ()
+    out = (f"sel[{','.join(mods)}]" if mods else p.recompute) + (f":{p.recompute_layers}" if p.recompute_layers
+                                                                  else "")
     return out + (f"+off:{p.offload_layers}" if p.offload_layers else "")
 
 
@@ -121,7 +125,8 @@ def format_search(r: SearchResult, top: int) -> str:
                      "price the same to the last digit (their bucket sizes and orders listed with /)")
     if outside:
         lines.append(f"  ! : outside the validated regimes — {outside[0]}")
-    lines.append("  activations: recompute[:layers per chunk][+off:layers offloaded]; overlap: dp (gradient sync), "
+    lines.append("  activations: recompute[:layers per chunk][+off:layers offloaded], sel[modules]: selective recompute "
+                 "of those modules; overlap: dp (gradient sync), "
                  "tp (TP comm), ep (MoE all-to-all); comm: bucket, CP exchange, MoE dispatch; order: placement, "
                  "fastest axis first")
     lines.append("")

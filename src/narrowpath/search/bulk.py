@@ -25,6 +25,7 @@ import numpy as np
 from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_chunk_passes
 from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
+from narrowpath.search.space import recomputed_modules
 from narrowpath.search.table import PlanTable
 from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_param, held_weight_bytes_per_param,
                                        offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
@@ -32,6 +33,19 @@ from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_pa
 from narrowpath.workload.precision import act_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
+
+
+def recompute_codes(strategies, activation_cache: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per activation strategy: (mode: _RC, code of the mode and module set, code of the selective module set).
+    The second tells apart what changes a layer's ops, transfers and recompute work (the mode and, under selective,
+    the set of modules; not the shares of layers recomputed or offloaded, which scale the parts afterwards); the
+    third what changes the bytes a layer keeps when it is not fully recomputed (0 for none and full, whose parts
+    price the layer without recompute)."""
+    mode = np.array([_RC[s[0]] for s in strategies], dtype=np.int8)
+    keys: dict = {}
+    code = np.array([keys.setdefault((s[0], recomputed_modules(s, activation_cache)), len(keys))
+                     for s in strategies], dtype=np.int16)
+    return mode, code, np.where(mode == 1, code + 1, 0).astype(np.int16)
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,8 +166,13 @@ class Bulk:
         self.model, self.system = space.model, space.system
         cols = table.cols
         self.cols = cols
-        strat = table.strategies
-        self.rc = np.array([_RC[s[0]] for s in strat], dtype=np.int8)[cols["strat"]]
+        mode, code, sel = recompute_codes(table.strategies, space.base.activation_cache)
+        self.rc = mode[cols["strat"]]
+        """Recompute mode of every structural row (_RC: 0 none, 1 selective, 2 full)."""
+        self.rck = code[cols["strat"]]
+        """Code of every row's recompute mode and module set: what parts keyed by the recompute read."""
+        self.sel = sel[cols["strat"]]
+        """Code of every row's selective module set (0 without selective recompute): what activations read."""
         self.m = (space.gbs // (cols["dp"].astype(np.int64) * cols["mbs"])).astype(np.int64)
         kinds = parts.kinds
         self.K = len(kinds)
@@ -215,12 +234,12 @@ class Bulk:
         R, Q, K = len(rows), self.Q, self.K
         sh = self._shape_arrays(rows)
         valid = sh["mult"] > 0
-        rc = self.rc[rows]
+        rc, rck, sel = self.rc[rows], self.rck[rows], self.sel[rows]
         tp, cp, mbs, sp = (c[k][rows] for k in ("tp", "cp", "mbs", "sp"))
         ep, etp, zero, pp = (c[k][rows] for k in ("ep", "etp", "zero", "pp"))
         z3q = (zero == 3) & self.low
         # per-micro-batch ops of each class: layer kinds by count, then the embedding ends
-        ops_key = ("tp", "cp", "mbs", "sp", rc, z3q.astype(np.int8), "ep", "etp")
+        ops_key = ("tp", "cp", "mbs", "sp", rck, z3q.astype(np.int8), "ep", "etp")
         NA = len(AGG)
         acc = np.zeros((R, Q, 3, NA))
         LA = np.zeros((R, K))
@@ -234,16 +253,16 @@ class Bulk:
             ids = self._per_unique(rows, ops_key[:6] + ex, lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
             agg = np.asarray(P.agg)
             acc += sh["counts"][:, :, k, None, None] * agg[ids][:, None]
-            LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", (rc == 1).astype(np.int8)) + ex,
+            LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", sel) + ex,
                                         lambda key, f, kind=kind: P.activations(key, f, kind))
             pe = self._per_unique(rows, ("tp",) + ex,
                                   lambda key, f, kind=kind: P.layer_params(key, f, kind[0]))
             LP[:, k], LE[:, k] = pe[:, 0], pe[:, 1]
             SV[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp") + ex,
                                         lambda key, f, kind=kind: P.saved_bytes(key, f, kind))
-        # the ends read ep, etp and the recompute mode only through the multi-token-prediction modules
+        # the ends read ep, etp and the recompute (mode and modules) only through the multi-token-prediction modules
         mtp = self.model.mtp_layers > 0
-        emb_key = ("tp", "cp", "mbs", "sp") + ((rc.astype(np.int8), "ep", "etp") if mtp else (zeros,) * 3)
+        emb_key = ("tp", "cp", "mbs", "sp") + ((rck, "ep", "etp") if mtp else (zeros,) * 3)
         par_key = ("tp",) + (("ep", "etp") if mtp else (zeros, zeros)) + ((pp == 1).astype(np.int8),)
         emb_ops = np.zeros((R, Q, 3, NA))
         emb_par = np.zeros((R, Q, 2))
@@ -312,7 +331,7 @@ class Bulk:
         first, inv = unique_rows(s2, v2, n2)
         vals = []
         for i in first:
-            rc, rcl, off = self.t.strategies[int(s2[i])]
+            rc, rcl, off, _ = self.t.strategies[int(s2[i])]
             pl = _StandIn(recompute=rc, recompute_layers=rcl, offload_layers=off, vpp=int(v2[i]))
             vals.append(fn(pl, int(n2[i])))
         return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
@@ -337,7 +356,7 @@ class Bulk:
         for k in range(self.K):
             layer_acts = layer_acts + sh["counts"][:, :, k] * LA[:, None, k]
         if model.mtp_layers:
-            mtp = self._per_unique(rows, ("tp", "cp", "mbs", "sp", (self.rc[rows] == 1).astype(np.int8), "ep", "etp"),
+            mtp = self._per_unique(rows, ("tp", "cp", "mbs", "sp", self.sel[rows], "ep", "etp"),
                                    lambda key, f: P.mtp_activations(key, f))
             layer_acts = layer_acts + np.where(sh["last"], mtp[:, None], 0.0)
         inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))

@@ -74,7 +74,9 @@ class Priced:
 def describe_plan(plan: Plan) -> str:
     """One-line summary of a plan's searched knobs."""
     return (f"tp={plan.tp} pp={plan.pp} vpp={plan.vpp} cp={plan.cp} dp={plan.dp} ep={plan.ep} mbs={plan.mbs} "
-            f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel}")
+            f"zero={plan.zero_stage} recompute={plan.recompute}"
+            + (f"[{','.join(plan.recompute_modules)}]" if plan.recompute == "selective" and plan.recompute_modules
+               else "") + f" sp={plan.sequence_parallel}")
 
 
 def price(job: tuple) -> Priced:

@@ -26,7 +26,7 @@ from narrowpath.search.bulk import Bulk, StructuralPrices
 from narrowpath.search.each import Candidate, Progress, describe_plan, price_all, scenario_of
 from narrowpath.search.exact import Exact
 from narrowpath.search.parts import Parts
-from narrowpath.search.table import PlanTable
+from narrowpath.search.table import PlanTable, twin_strategies
 from narrowpath.spec.plan import CP_COMM, EP_DISPATCH
 
 TIE_REL = 1e-9
@@ -174,12 +174,14 @@ class Engine:
         c.update({k: v[j] for k, v in t.comm.items()})
         strat = t.strategies
         rc_rank = _rank([x[0] for x in strat])
+        mod_rank = _rank([x[3] for x in strat])
         plc_rank = _rank(t.placements)
         cpc_rank, disp_rank = _rank(list(CP_COMM)), _rank(list(EP_DISPATCH))
         return [c["tp"], c["pp"], c["vpp"], c["cp"], c["ep"], c["etp"], c["mbs"], c["zero"],
                 rc_rank[c["strat"]], np.array([x[1] for x in strat])[c["strat"]],
                 np.array([x[2] for x in strat])[c["strat"]], c["sp"], c["dpo"], np.asarray(t.buckets)[c["bucket"]],
-                c["tpo"], cpc_rank[c["cpc"]], c["epo"], disp_rank[c["disp"]], plc_rank[c["plc"]]]
+                c["tpo"], cpc_rank[c["cpc"]], c["epo"], disp_rank[c["disp"]], plc_rank[c["plc"]],
+                mod_rank[c["strat"]]]
 
     def lower_rows(self, rows: np.ndarray) -> np.ndarray:
         """Lower bound of every plan of each row from its dominant variants (search.exact); -inf (price them)
@@ -194,8 +196,10 @@ class Engine:
             return np.full(len(rows), -np.inf)  # price them, and find the failures there
 
     def twin_rows(self) -> np.ndarray:
-        """Per structural row with selective recompute, the row that differs only in recompute none (else −1).
-        Rows of a block run in (mbs, vpp, zero, strategy) order, so a row's twin is in its run."""
+        """Per structural row with selective recompute, the row that differs only in a lighter recompute (else −1):
+        the strategy that recomputes the largest proper subset of its modules (none recomputes the empty set;
+        search.table.twin_strategies). Rows of a block run in (mbs, vpp, zero, strategy) order, so a row's twin is
+        in its run."""
         if getattr(self, "_twins", None) is None:
             t = self.t
             c = t.cols
@@ -206,8 +210,7 @@ class Engine:
                               | (np.diff(c["zero"]) != 0))
             run = np.cumsum(change) - 1
             NS = len(t.strategies)
-            none_code = {(x[1], x[2]): k for k, x in enumerate(t.strategies) if x[0] == "none"}
-            want = np.array([none_code.get(x[1:], -1) if x[0] == "selective" else -1 for x in t.strategies] or [-1])
+            want = np.array(twin_strategies(t.strategies, self.space.base.activation_cache) or [-1])
             code = run.astype(np.int64) * NS + c["strat"]
             order = np.argsort(code, kind="stable")
             w = want[c["strat"]]
@@ -218,14 +221,16 @@ class Engine:
         return self._twins
 
     def twin_of(self, idx: np.ndarray) -> np.ndarray:
-        """For plans with selective recompute, the plan that differs only in recompute none (−1 otherwise)."""
+        """For plans with selective recompute, the plan that differs only in its twin's lighter recompute (−1
+        otherwise: twin_rows)."""
         s = self.row_of(idx)
         tr = self.twin_rows()[s]
         return np.where(tr >= 0, self.t.starts[np.maximum(tr, 0)] + (idx - self.t.starts[s]), -1)
 
     def equivalent_rows(self) -> np.ndarray:
-        """Rows with selective recompute whose plans price exactly as their recompute-none twins' (every part the
-        same: selective recompute with a flash kernel re-runs nothing). Decided on the parts, not the numbers."""
+        """Rows with selective recompute whose plans price exactly as their twins' (every part the same: selective
+        recompute with a flash kernel re-runs nothing; the norms of a dense layer are fused into its projections,
+        so recomputing them adds nothing to the MLP). Decided on the parts, not the numbers."""
         tw = self.twin_rows()
         out = np.zeros(tw.size, dtype=bool)
         sel = np.flatnonzero(tw >= 0)
@@ -240,7 +245,8 @@ class Engine:
         cand = sel[same]
         if cand.size:
             from narrowpath.search.bulk import unique_rows
-            first, inv = unique_rows(*(c[k][cand] for k in ("tp", "cp", "mbs", "sp", "ep", "etp", "block")))
+            first, inv = unique_rows(*(c[k][cand] for k in ("tp", "cp", "mbs", "sp", "ep", "etp", "block", "strat")),
+                                     c["strat"][tw[cand]])
             ok = np.array([self._comm_signature(int(self.t.starts[cand[f]])) ==
                            self._comm_signature(int(self.t.starts[tw[cand[f]]])) for f in first])
             same[np.flatnonzero(same)] = ok[inv]

@@ -236,7 +236,7 @@ class Exact:
         I, Q, C = len(rows), bulk.Q, len(J)
         mbs, vpp, zero, m = c["mbs"][rows], c["vpp"][rows], c["zero"][rows], bulk.m[rows]
         cp, pp, ep = (c[k][rows].astype(np.int64) for k in ("cp", "pp", "ep"))
-        rc = bulk.rc[rows]
+        rc, rck = bulk.rc[rows], bulk.rck[rows]
         dpo, tpo, cpc, epo, disp = cm["dpo"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J]
         moe = bulk.model.moe is not None
         zero_on = (zero == 3) | ((zero == 2) & (m > 1))
@@ -258,7 +258,7 @@ class Exact:
             return (k[0], k[4], k[5], k[7], k[8], k[9], k[10], k[12])
         coef, W = [], []
         for k, kind in enumerate(P.kinds):
-            w = self._grid(rows, J, [mbs, rc], [tpo, cpc, epo, disp], lay,
+            w = self._grid(rows, J, [mbs, rck], [tpo, cpc, epo, disp], lay,
                            lambda key, r, j, kind=kind: P.layer_comm_id(comm_key(key), fields(r, j), kind[0]))
             w += self._grid(rows, J, zr, [dpo], lay,
                             lambda key, r, j, kind=kind: P.layer_zero_id(zero_key(key), fields(r, j), kind[0]))

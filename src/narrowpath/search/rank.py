@@ -35,6 +35,7 @@ from narrowpath.search.table import build_table
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
+from narrowpath.workload.recompute import modules_of
 
 OBJECTIVES = ("time", "energy", "memory")
 _METRIC = {"time": "step_time_s", "energy": "energy_per_step_j", "memory": "memory_bytes"}
@@ -105,7 +106,10 @@ class SearchResult:
 
 
 def _plan_key(plan: Plan) -> tuple:
-    return tuple((str(getattr(plan, k)) if isinstance(getattr(plan, k), str) else getattr(plan, k)) for k in KNOBS)
+    """The searched knobs in KNOBS order, then the recomputed modules (search.engine.Engine.plan_keys orders the
+    same way)."""
+    return tuple((str(getattr(plan, k)) if isinstance(getattr(plan, k), str) else getattr(plan, k))
+                 for k in KNOBS) + (tuple(plan.recompute_modules),)
 
 
 def _metric(c: Candidate, objective: str) -> float:
@@ -184,25 +188,31 @@ def price_outside(base: Scenario, space: SearchSpace, calibration: Calibration |
         return None
 
 
-_RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
-
-
-_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.name != "recompute")
+_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.name not in ("recompute", "recompute_modules"))
 
 
 def _without_recompute(plan: Plan) -> tuple:
     return tuple(getattr(plan, f) for f in _PLAN_FIELDS)
 
 
+def _lighter(a: Plan, b: Plan) -> bool:
+    """Whether `a` recomputes strictly less than `b` (of two plans that differ only in recompute): anything but full
+    recompute is lighter than full; without it, a plan whose selectively recomputed modules are a proper subset of
+    the other's (recompute none: the empty set; search.space.recomputed_modules). The same order as
+    search.table.twin_strategies, so the plans dropped here are those the bulk search counts once."""
+    if (a.recompute == "full") != (b.recompute == "full"):
+        return b.recompute == "full"
+    return a.recompute != "full" and modules_of(a) < modules_of(b)
+
+
 def drop_equivalent(ranked: list[Candidate]) -> list[Candidate]:
-    """Keep one of the plans that differ only in `recompute` and cost the same time and memory (e.g. selective
-    recompute with a flash kernel re-runs nothing): the one that recomputes least."""
-    best: dict[tuple, Candidate] = {}
+    """Keep one of the plans that differ only in `recompute` (and its modules) and cost the same time and memory
+    (e.g. selective recompute with a flash kernel re-runs nothing; a dense layer's norms are fused into its
+    projections): the ones no lighter plan among them equals (`_lighter`)."""
+    groups: dict[tuple, list[Candidate]] = {}
     for c in ranked:
-        k = (_without_recompute(c.plan), c.step_time_s, c.memory_bytes)
-        if k not in best or _RECOMPUTE_ORDER[c.plan.recompute] < _RECOMPUTE_ORDER[best[k].plan.recompute]:
-            best[k] = c
-    keep = {id(c) for c in best.values()}
+        groups.setdefault((_without_recompute(c.plan), c.step_time_s, c.memory_bytes), []).append(c)
+    keep = {id(c) for g in groups.values() for c in g if not any(_lighter(d.plan, c.plan) for d in g)}
     return [c for c in ranked if id(c) in keep]
 
 

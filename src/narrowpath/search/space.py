@@ -25,7 +25,10 @@ search (the structural knobs only, everything else kept from the base plan). Kno
     recompute  none, selective, full; full: also the first quarter, half or three quarters of the layers of each
             chunk (`recompute_layers`, Megatron --recompute-method block), and with none the saved activations of
             that share of the layers (or all of them) offloaded to host memory (`offload_layers`): the activation
-            strategies of `schedule.choose.activation_patches` (basic: none, selective, full)
+            strategies of `schedule.choose.activation_patches`; selective recomputes the base plan's modules, and
+            also each module set of `schedule.choose.module_patches` (`recompute_modules`, Megatron-Core
+            --recompute-modules: the MoE activation, the norms with it, the whole MoE layer; the dense MLP; MLA's
+            up-projections) (basic: none, selective, full)
     sp      on whenever tp > 1 (Megatron-LM: sequence parallelism is the norm with tp; Korthikanti et al. 2022)
     dp_overlap        off/on when gradients are synchronised (full)
     bucket_bytes      with dp_overlap: the base plan's, 10, 40 and 160 MB (full)
@@ -140,21 +143,60 @@ def knob_values(space: SearchSpace) -> dict[str, tuple]:
     return vals
 
 
-def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[tuple[str, int, int], ...]:
-    """(recompute, recompute_layers, offload_layers) tried for pipeline chunks of `layers_per_chunk` layers: in the
-    full extent the activation strategies of `schedule.choose.activation_patches`, in the basic one the three
-    recompute modes (offload as in the base plan); pins on any of the three fields filter them."""
-    from narrowpath.schedule.choose import activation_patches
+Strategy = tuple[str, int, int, tuple[str, ...]]
+"""An activation strategy: (recompute, recompute_layers, offload_layers, recompute_modules); the modules are () unless
+the mode is selective."""
+
+
+def recomputed_modules(s: Strategy, activation_cache: str = "default") -> frozenset[str]:
+    """The modules a strategy recomputes selectively (workload.recompute.modules_of: the order of
+    `recompute_modules` does not matter, none named is Megatron-Core's default core_attn, and DeepSeek-V3's FP8
+    cache recomputes the MoE activation under any mode but full)."""
+    from narrowpath.workload.recompute import modules_of
+    return modules_of(_Modes(recompute=s[0], recompute_modules=s[3], activation_cache=activation_cache))
+
+
+def strategy_key(s: Strategy) -> tuple:
+    """A strategy as a plan states it: its mode, its shares of layers recomputed and offloaded, and under selective
+    the set of modules it names (the order does not matter; none named is Megatron-Core's default, core_attn)."""
+    return s[:3] + (frozenset(s[3] or ("core_attn",)) if s[0] == "selective" else frozenset(),)
+
+
+@dataclass(frozen=True, slots=True)
+class _Modes:
+    """The plan fields workload.recompute.modules_of reads."""
+
+    recompute: str
+    recompute_modules: tuple[str, ...]
+    activation_cache: str
+
+
+def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[Strategy, ...]:
+    """(recompute, recompute_layers, offload_layers, recompute_modules) tried for pipeline chunks of
+    `layers_per_chunk` layers: in the full extent the activation strategies of `schedule.choose.activation_patches`
+    (selective with the base plan's modules) and selective recompute of each module set of
+    `schedule.choose.module_patches`, in the basic one the three recompute modes (offload as in the base plan);
+    strategies that name the same set of modules (`strategy_key`) are tried once, as the first listed (the base
+    plan's own); pins on the mode, the recomputed layers or the offloaded layers filter them. Strategies that
+    recompute the same in effect (with DeepSeek-V3's FP8 cache, selective recompute of the MoE activation is
+    recompute none) are both tried and count once in the ranking (search.table.twin_strategies)."""
+    from narrowpath.schedule.choose import activation_patches, module_patches
     b, v = space.base, knob_values(space)
+    mods = b.recompute_modules if b.recompute == "selective" else ()
     if space.model.arch == "lstm":
-        out = [("none", 0, 0)]
+        out = [("none", 0, 0, ())]
     elif space.full:
-        out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0))
-               for p in activation_patches(layers_per_chunk, b.activation_cache)]
+        patches = activation_patches(layers_per_chunk, b.activation_cache) + module_patches(space.model)
+        out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0),
+                tuple(p.get("recompute_modules", mods)) if p["recompute"] == "selective" else ()) for p in patches]
     else:
-        out = [(rc, b.recompute_layers if rc == "full" else 0, b.offload_layers) for rc in RECOMPUTE]
+        out = [(rc, b.recompute_layers if rc == "full" else 0, b.offload_layers, mods if rc == "selective" else ())
+               for rc in RECOMPUTE]
+    first: dict[tuple, Strategy] = {}
+    for s in out:
+        first.setdefault(strategy_key(s), s)
     pins = space.pinned
-    return tuple(s for s in dict.fromkeys(out)
+    return tuple(s for s in first.values()
                  if s[0] in v["recompute"] and ("recompute_layers" not in pins or s[1] == pins["recompute_layers"])
                  and ("offload_layers" not in pins or s[2] == pins["offload_layers"]))
 

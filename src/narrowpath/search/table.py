@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from narrowpath.network.placement import group_span
-from narrowpath.search.space import SearchSpace, activation_strategies, knob_values
+from narrowpath.search.space import SearchSpace, Strategy, activation_strategies, knob_values, recomputed_modules
 from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, Plan
 from narrowpath.spec.scenario import consistency_errors
 
 COLUMNS = ("tp", "pp", "cp", "dp", "sp", "ep", "etp", "mbs", "vpp", "zero", "strat", "plc", "dpo", "bucket", "tpo",
            "cpc", "epo", "disp")
 """Integer columns: the degrees, mbs, vpp, zero stage and flags as themselves; `strat` indexes
-`PlanTable.strategies` (recompute, recompute_layers, offload_layers), `plc` the placements, `bucket` the bucket
+`PlanTable.strategies` (recompute, recompute_layers, offload_layers, recompute_modules), `plc` the placements, `bucket` the bucket
 sizes, `cpc` spec.plan.CP_COMM and `disp` spec.plan.EP_DISPATCH."""
 _INNER = ("mbs", "vpp", "zero", "strat")
 _COMM = ("plc", "dpo", "bucket", "tpo", "cpc", "epo", "disp")
@@ -48,7 +48,9 @@ class PlanTable:
     """First variant of each block in `comm` (length blocks + 1)."""
     starts: np.ndarray
     """First plan of each structural row (length rows + 1: the last entry is the number of plans)."""
-    strategies: tuple[tuple[str, int, int], ...]
+    strategies: tuple[Strategy, ...]
+    """Activation strategies (search.space.activation_strategies): a plan built from a row recomputes exactly the
+    modules its row was priced with."""
     placements: tuple[tuple[str, ...], ...]
     buckets: tuple[float, ...]
     base_row: int | None
@@ -88,11 +90,11 @@ class PlanTable:
     def fields_at(self, s: int, j: int) -> dict:
         """Plan fields of structural row s with the variant at index j of `comm`."""
         c, m = self.cols, self.comm
-        rc, rcl, off = self.strategies[int(c["strat"][s])]
+        rc, rcl, off, mods = self.strategies[int(c["strat"][s])]
         return dict(tp=int(c["tp"][s]), pp=int(c["pp"][s]), cp=int(c["cp"][s]), dp=int(c["dp"][s]),
                     sequence_parallel=bool(c["sp"][s]), ep=int(c["ep"][s]), etp=int(c["etp"][s]),
                     mbs=int(c["mbs"][s]), vpp=int(c["vpp"][s]), zero_stage=int(c["zero"][s]), recompute=rc,
-                    recompute_modules=self.space.base.recompute_modules if rc == "selective" else (),
+                    recompute_modules=mods,
                     recompute_layers=rcl, offload_layers=off, placement=self.placements[int(m["plc"][j])],
                     dp_overlap=bool(m["dpo"][j]), bucket_bytes=self.buckets[int(m["bucket"][j])],
                     tp_comm_overlap=bool(m["tpo"][j]), cp_comm=CP_COMM[int(m["cpc"][j])],
@@ -303,8 +305,29 @@ class _Builder:
         return start
 
 
-def _strategy_of(plan: Plan) -> tuple[str, int, int]:
-    return (plan.recompute, plan.recompute_layers, plan.offload_layers)
+def _strategy_of(plan: Plan) -> Strategy:
+    return (plan.recompute, plan.recompute_layers, plan.offload_layers,
+            plan.recompute_modules if plan.recompute == "selective" else ())
+
+
+def twin_strategies(strategies, activation_cache: str = "default") -> list[int]:
+    """Per strategy, the lighter one a plan of it may price exactly as (else −1): for selective recompute, the
+    strategy with the same recomputed and offloaded layers whose set of modules is the largest proper subset of its
+    own (`search.space.recomputed_modules`; recompute none's is empty but under DeepSeek-V3's FP8 cache; the first
+    listed among equals). Chained, every selective strategy reaches
+    none through ever smaller sets, so plans that price the same count once, as the one that recomputes least
+    (search.rank.drop_equivalent)."""
+    sets = [recomputed_modules(s, activation_cache) if s[0] in ("none", "selective") else None for s in strategies]
+    out = []
+    for s, mods in zip(strategies, sets):
+        best = -1
+        if s[0] == "selective":
+            for j, (o, other) in enumerate(zip(strategies, sets)):
+                if other is not None and o[1:3] == s[1:3] and other < mods \
+                        and (best < 0 or len(other) > len(sets[best])):
+                    best = j
+        out.append(best)
+    return out
 
 
 _DTYPE = {"dp": np.int32, "ep": np.int32, "etp": np.int32, "tp": np.int32, "pp": np.int32, "cp": np.int32,
