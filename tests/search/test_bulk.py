@@ -81,6 +81,36 @@ def test_bulk_numbers_are_predicts(name):
         assert sp.bound_s[at] <= pred.step_time_s * (1 + 1e-12), plan
 
 
+MODULE_RUNS = [("mixtral16", dict(tp=2, pp=1, cp=1, mbs=1, zero_stage=1, ep=8, etp=0)),
+               ("mixtral16", dict(tp=2, pp=1, cp=1, mbs=1, zero_stage=1, ep=4, etp=2)),
+               ("deepseek-v3-h800-2048", dict(tp=8, pp=1, cp=1, mbs=1, zero_stage=1, ep=64, etp=1)),
+               ("deepseek-v3-h800-2048", dict(tp=4, pp=2, cp=1, vpp=1, mbs=1, zero_stage=1, ep=32, etp=1))]
+
+
+@pytest.mark.parametrize("name,pins", MODULE_RUNS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(MODULE_RUNS)])
+def test_module_strategies_are_priced_apart(name, pins):
+    """Structural rows that differ only in the activation strategy, priced together: every selective module set
+    (the MoE activation, the norms, the whole MoE layer with its dispatch, the tensor-parallel experts, MLA's
+    up-projections, the MTP module's layer on the last stage) has predict's time and memory. A part keyed by the
+    recompute mode alone would hand one set's ops, transfers or activations to the others."""
+    scn = SCENARIOS[name]()
+    space = _space(scn, **pins)
+    table = build_table(space)
+    assert len({table.strategies[int(s)][3] for s in table.cols["strat"]}) >= 4
+    rows = np.arange(table.num_structural)
+    bulk = Bulk(table, Parts(scenario_of(scn, space, scn.plan), None))
+    sp = bulk.structural(rows)
+    idx, times = Exact(bulk).price_rows(sp, rows)
+    rng = np.random.default_rng(5)
+    for r in rows:
+        mine = np.flatnonzero((idx >= table.starts[r]) & (idx < table.starts[r + 1]))
+        for k in rng.choice(mine, size=min(2, mine.size), replace=False):
+            plan = table.plan(int(idx[k]))
+            pred = predict(scenario_of(scn, space, plan))
+            assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12), plan
+            assert sp.memory_bytes[r] == pytest.approx(pred.memory.total_bytes, rel=1e-12), plan
+
+
 def test_bucketed_exposure_is_the_step_models():
     rng = np.random.default_rng(3)
     total, msg, bucket, window = rng.random(200) * 2, rng.random(200) * 4e9, rng.random(200) * 2e8, rng.random(200)
@@ -102,11 +132,56 @@ EXHAUSTIVE = [("llama3-8b-h100-8", dict(tp=2, pp=2, zero_stage=2, mbs=2, cp=2)),
 
 @pytest.mark.parametrize("name,pins", EXHAUSTIVE, ids=[e[0] for e in EXHAUSTIVE])
 def test_top_20_is_an_exhaustive_predicts(name, pins):
-    """2,832 plans (cp exchanges, ZeRO-2 with accumulation, interleaving, partial recompute, offload, overlap
-    switches, bucket sizes, placements) and 1,360 MoE plans (ep, etp, dispatch, ep overlap): the search's shown plans,
-    their numbers, the counts and the base plan's rank and ties are an exhaustive predict's."""
+    """3,600 plans (cp exchanges, ZeRO-2 with accumulation, interleaving, partial recompute, offload, recompute of
+    the dense MLP, overlap switches, bucket sizes, placements) and 1,768 MoE plans (ep, etp, dispatch, ep overlap,
+    recompute of the MoE activation, norms and layer): the search's shown plans, their numbers, the counts and the
+    base plan's rank and ties are an exhaustive predict's."""
     scn = SCENARIOS[name]()
-    space = _space(scn, **pins)
+    res, _, _ = _assert_search_is_exhaustive(scn, _space(scn, **pins))
+    assert res.baseline_rank is not None
+
+
+def _with_memory(scn: Scenario, capacity_bytes: float) -> Scenario:
+    """`scn` on GPUs of the same kind with `capacity_bytes` of HBM."""
+    import dataclasses
+    dev = scn.system.device
+    levels = tuple(dataclasses.replace(lv, capacity_bytes=capacity_bytes) if lv.name == "hbm" else lv
+                   for lv in dev.levels)
+    return dataclasses.replace(scn, system=dataclasses.replace(scn.system, device=dataclasses.replace(dev,
+                                                                                                      levels=levels)))
+
+
+def test_where_memory_is_tight_a_module_set_wins():
+    """Mixtral on GPUs with just the memory that recomputing the MoE layer's norms and activation needs (Megatron-Core
+    --recompute-modules layernorm moe_act, NVIDIA's MoE recipes): no plan without recompute fits, nor selective
+    recompute of the attention core, and a full recompute (of every layer or of a share of them) or an offload that
+    fits is slower, so the best plan recomputes (layernorm, moe_act) — found by the search as by an exhaustive
+    predict over the 1,768 plans."""
+    import dataclasses
+    scn = mixtral16()
+    pins = dict(tp=2, pp=1, mbs=1, zero_stage=1, cp=1)
+    # the memory of that plan, and of the next heavier strategy of its structure (priced on the usual GPUs)
+    row = dataclasses.replace(scn.plan, ep=8, etp=0, recompute="selective")
+    mems = {m: predict(dataclasses.replace(scn, plan=dataclasses.replace(row, recompute_modules=m))).memory.total_bytes
+            for m in [("layernorm", "moe_act"), ("moe_act",), ()]}
+    heavier = min(predict(dataclasses.replace(scn, plan=dataclasses.replace(
+        row, recompute=rc, recompute_layers=k, offload_layers=o))).memory.total_bytes
+        for rc, k, o in [("full", 8, 0), ("none", 0, 8), ("none", 0, 0)])
+    need = mems[("layernorm", "moe_act")]
+    assert need < min(heavier, mems[("moe_act",)])
+    tight = _with_memory(scn, (need + min(heavier, mems[("moe_act",)])) / 2)
+    res, fit, ranked = _assert_search_is_exhaustive(tight, _space(tight, **pins))
+    assert res.ranked[0].plan == ranked[0].plan and res.baseline_rank is None  # the base plan recomputes nothing
+    best = ranked[0].plan
+    assert (best.recompute, best.recompute_modules) == ("selective", ("layernorm", "moe_act"))
+    assert not any(c.plan.recompute == "none" and not c.plan.offload_layers for c in fit)
+    assert not any(c.plan.recompute == "selective" and not c.plan.recompute_modules for c in fit)
+    assert min(c.step_time_s for c in fit if c.plan.recompute == "full") > ranked[0].step_time_s
+
+
+def _assert_search_is_exhaustive(scn: Scenario, space: SearchSpace):
+    """The search's top 20, numbers, counts, base plan's rank and ties are an exhaustive predict's; returns the
+    search's result and the exhaustive (fitting plans, ranking)."""
     res = search(scn, space, top=20)
     fit, ranked = _exhaustive(scn, space, "time")
     assert res.num_plans == len(list(candidate_plans(space)))
@@ -115,13 +190,13 @@ def test_top_20_is_an_exhaustive_predicts(name, pins):
     assert [c.plan for c in res.ranked[:20]] == [c.plan for c in ranked[:20]]
     assert [(c.step_time_s, c.memory_bytes) for c in res.ranked[:20]] == \
         [(c.step_time_s, c.memory_bytes) for c in ranked[:20]]
-    assert res.baseline_rank is not None
     if res.baseline_rank is not None:
         tb = res.baseline.step_time_s
         assert res.baseline_rank == 1 + sum(c.step_time_s < tb - TIE_REL * tb for c in ranked)
         assert res.baseline_ties == sum(abs(c.step_time_s - tb) <= TIE_REL * tb and c.plan != res.baseline.plan
                                         for c in ranked)
     assert res.num_priced <= res.num_fit
+    return res, fit, ranked
 
 
 def test_memory_ranking_is_an_exhaustive_predicts():

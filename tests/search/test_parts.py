@@ -29,7 +29,10 @@ def _no_rc(scn):
 
 
 _RC = ("recompute", "recompute_modules", "recompute_layers", "offload_layers")
-"""The activation strategy; the modules follow the mode in the search (the base plan's under selective)."""
+"""The activation strategy, its selectively recomputed modules included (search.space.activation_strategies: the
+base plan's and schedule.choose.module_patches'; every key of search/bulk.py and search/exact.py that reads the
+recompute holds the mode and module set, `Bulk.rck` / `Bulk.sel`): a key without the modules fails here for the
+layer ops, transfers, ends (MTP) and activations."""
 # part -> (function of (scenario, kind, kernel), plan fields its key is made of (search/bulk.py, search/exact.py))
 PARTS = {
     "layer ops": (lambda s, k, kern: B.layer_ops(s, kern, *k), _STAGE + _RC + ("zero_stage",)),
@@ -76,6 +79,7 @@ def test_a_part_reads_only_its_key(make, part):
     rng = np.random.default_rng(11)
     picks = rng.choice(len(table), size=400, replace=False)
     checked = 0
+    modules: set = set()
     for a, b in zip(picks[::2], picks[1::2]):
         p, q = table.plan(int(a)), table.plan(int(b))
         try:  # q with p's key knobs: every other knob differs as it may
@@ -87,6 +91,9 @@ def test_a_part_reads_only_its_key(make, part):
         for kind in sorted(B.layer_kinds(scn.model)):
             assert fn(s_p, kind, kern) == fn(s_other, kind, kern), (part, p, other)
         checked += 1
+        modules.add(p.recompute_modules)
         if checked >= 25:
             break
     assert checked >= 5, f"only {checked} pairs checked for {part}"
+    if scn.model.moe is not None:  # the pairs held module sets against the others
+        assert len(modules) >= 3, modules
