@@ -12,6 +12,36 @@ def mixtral16() -> Scenario:
     return Scenario(name="mixtral16", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
 
 
+def with_memory(scn: Scenario, capacity_bytes: float) -> Scenario:
+    """`scn` on GPUs of the same kind with `capacity_bytes` of HBM."""
+    dev = scn.system.device
+    levels = tuple(dataclasses.replace(lv, capacity_bytes=capacity_bytes) if lv.name == "hbm" else lv
+                   for lv in dev.levels)
+    return dataclasses.replace(scn, system=dataclasses.replace(scn.system, device=dataclasses.replace(dev,
+                                                                                                      levels=levels)))
+
+
+TIGHT_PINS = {"tp": 2, "pp": 1, "mbs": 1, "zero_stage": 1, "cp": 1}
+
+
+def mixtral16_tight() -> Scenario:
+    """Mixtral on 16 GPUs with just the memory that selective recompute of the MoE layers' norms and activation
+    (layernorm, moe_act) needs at tp 2, ep 8: halfway between what that plan needs and what the next heavier
+    strategy of its structure needs (recompute of the activation alone, a quarter of the layers fully recomputed or
+    offloaded, or nothing recomputed), each priced with predict on the usual GPUs."""
+    from narrowpath.schedule.step import predict
+    scn = mixtral16()
+    row = dataclasses.replace(scn.plan, ep=8, etp=0, recompute="selective")
+
+    def mem(**kw) -> float:
+        return predict(dataclasses.replace(scn, plan=dataclasses.replace(row, **kw))).memory.total_bytes
+    need = mem(recompute_modules=("layernorm", "moe_act"))
+    heavier = min(mem(recompute_modules=("moe_act",)), mem(recompute="full", recompute_layers=8),
+                  mem(recompute="none", offload_layers=8), mem(recompute="none"))
+    assert need < heavier
+    return with_memory(scn, (need + heavier) / 2)
+
+
 def llama3_8b_fp8() -> Scenario:
     scn = load_scenario("llama3-8b-h100-8")
     return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, precision="fp8"))

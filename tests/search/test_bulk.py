@@ -18,7 +18,7 @@ from narrowpath.search.rank import TIE_REL, drop_equivalent, sort_key
 from narrowpath.search.table import build_table
 from narrowpath.schedule.step import exposed_after_bucketed_overlap
 from narrowpath.spec import Plan, Scenario
-from tests.search.scenarios import llama3_8b_fp8, mixtral16
+from tests.search.scenarios import TIGHT_PINS, llama3_8b_fp8, mixtral16, mixtral16_tight
 
 
 
@@ -141,39 +141,17 @@ def test_top_20_is_an_exhaustive_predicts(name, pins):
     assert res.baseline_rank is not None
 
 
-def _with_memory(scn: Scenario, capacity_bytes: float) -> Scenario:
-    """`scn` on GPUs of the same kind with `capacity_bytes` of HBM."""
-    import dataclasses
-    dev = scn.system.device
-    levels = tuple(dataclasses.replace(lv, capacity_bytes=capacity_bytes) if lv.name == "hbm" else lv
-                   for lv in dev.levels)
-    return dataclasses.replace(scn, system=dataclasses.replace(scn.system, device=dataclasses.replace(dev,
-                                                                                                      levels=levels)))
-
-
 def test_where_memory_is_tight_a_module_set_wins():
     """Mixtral on GPUs with just the memory that recomputing the MoE layer's norms and activation needs (Megatron-Core
-    --recompute-modules layernorm moe_act, NVIDIA's MoE recipes): no plan without recompute fits, nor selective
-    recompute of the attention core, and a full recompute (of every layer or of a share of them) or an offload that
-    fits is slower, so the best plan recomputes (layernorm, moe_act) — found by the search as by an exhaustive
-    predict over the 1,768 plans."""
-    import dataclasses
-    scn = mixtral16()
-    pins = dict(tp=2, pp=1, mbs=1, zero_stage=1, cp=1)
-    # the memory of that plan, and of the next heavier strategy of its structure (priced on the usual GPUs)
-    row = dataclasses.replace(scn.plan, ep=8, etp=0, recompute="selective")
-    mems = {m: predict(dataclasses.replace(scn, plan=dataclasses.replace(row, recompute_modules=m))).memory.total_bytes
-            for m in [("layernorm", "moe_act"), ("moe_act",), ()]}
-    heavier = min(predict(dataclasses.replace(scn, plan=dataclasses.replace(
-        row, recompute=rc, recompute_layers=k, offload_layers=o))).memory.total_bytes
-        for rc, k, o in [("full", 8, 0), ("none", 0, 8), ("none", 0, 0)])
-    need = mems[("layernorm", "moe_act")]
-    assert need < min(heavier, mems[("moe_act",)])
-    tight = _with_memory(scn, (need + min(heavier, mems[("moe_act",)])) / 2)
-    res, fit, ranked = _assert_search_is_exhaustive(tight, _space(tight, **pins))
-    assert res.ranked[0].plan == ranked[0].plan and res.baseline_rank is None  # the base plan recomputes nothing
+    --recompute-modules layernorm moe_act, NVIDIA's MoE recipes; tests/search/scenarios.mixtral16_tight): no plan
+    without recompute fits, nor selective recompute of the attention core, and a full recompute (of every layer or
+    of a share of them) or an offload that fits is slower, so the best plan recomputes (layernorm, moe_act) — found by
+    the search as by an exhaustive predict over the 1,768 plans."""
+    tight = mixtral16_tight()
+    res, fit, ranked = _assert_search_is_exhaustive(tight, _space(tight, **TIGHT_PINS))
     best = ranked[0].plan
     assert (best.recompute, best.recompute_modules) == ("selective", ("layernorm", "moe_act"))
+    assert res.ranked[0].plan == best and res.baseline_rank is None  # the base plan recomputes nothing
     assert not any(c.plan.recompute == "none" and not c.plan.offload_layers for c in fit)
     assert not any(c.plan.recompute == "selective" and not c.plan.recompute_modules for c in fit)
     assert min(c.step_time_s for c in fit if c.plan.recompute == "full") > ranked[0].step_time_s

@@ -129,3 +129,24 @@ def test_console_rows_merge_plans_that_differ_only_in_bucket_or_order_and_price_
     body = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit() and "plans" not in ln]
     assert len(body) == 5 and body[0].split()[0] == f"1-{len(rows[0][1])}"
     assert "differ only in bucket size or placement order" in out
+
+
+def test_selective_plans_show_their_modules():
+    """The table marks a selective plan by the modules it recomputes (`sel[layernorm,moe_act]`; plain `selective`
+    when it names none, Megatron-Core's core_attn), so two selective plans are told apart; the JSON lists them."""
+    from narrowpath.report.search_table import _activations, format_search, search_to_json
+    from narrowpath.search import SearchSpace, search
+    from narrowpath.spec import Plan
+    from tests.search.scenarios import TIGHT_PINS, mixtral16_tight
+    assert _activations(Plan(recompute="selective", recompute_modules=("layernorm", "moe_act"))) == \
+        "sel[layernorm,moe_act]"
+    assert _activations(Plan(recompute="selective")) == "selective"
+    assert _activations(Plan(recompute="selective", recompute_modules=("moe",))) == "sel[moe]"
+    assert _activations(Plan(recompute="full", recompute_layers=4)) == "full:4"
+    scn = mixtral16_tight()
+    res = search(scn, SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, TIGHT_PINS), top=40)
+    out = format_search(res, 40)
+    first = next(ln for ln in out.splitlines() if ln.lstrip().startswith("1 "))
+    assert "sel[layernorm,moe_act]" in first
+    best = search_to_json(res, 1)["best"][0]["plan"]
+    assert (best["recompute"], best["recompute_modules"]) == ("selective", ["layernorm", "moe_act"])

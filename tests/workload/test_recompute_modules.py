@@ -158,11 +158,15 @@ def test_bad_modules_are_refused_naming_the_field():
 
 
 def test_search_prices_a_base_plans_modules_as_predict():
-    """The search keeps the base plan's modules for its selective plans; its closed form equals predict."""
+    """The search's selective plans recompute the base plan's modules or one of the chooser's module sets
+    (search.space.activation_strategies); its closed form equals predict."""
+    from narrowpath.schedule.choose import module_patches
     from tests.search.scenarios import bulk_sample
-    for plan, t, mem, scn in bulk_sample(_ds(("layernorm", "mla_up_proj", "moe_act")), {"recompute": "selective"},
-                                         10, 5):
-        assert plan.recompute_modules == ("layernorm", "mla_up_proj", "moe_act")
+    base = _ds(("layernorm", "mla_up_proj", "moe_act"))
+    sets = {frozenset(p["recompute_modules"]) for p in module_patches(base.model)}
+    sets.add(frozenset(base.plan.recompute_modules))
+    for plan, t, mem, scn in bulk_sample(base, {"recompute": "selective"}, 10, 5):
+        assert frozenset(plan.recompute_modules) in sets
         pred = predict(scn)
         assert t == pytest.approx(pred.step_time_s, rel=1e-12), plan
         assert mem == pytest.approx(pred.memory.total_bytes, rel=1e-12), plan

@@ -125,8 +125,8 @@ def format_search(r: SearchResult, top: int) -> str:
                      "price the same to the last digit (their bucket sizes and orders listed with /)")
     if outside:
         lines.append(f"  ! : outside the validated regimes — {outside[0]}")
-    lines.append("  activations: recompute[:layers per chunk][+off:layers offloaded], sel[modules]: selective recompute "
-                 "of those modules; overlap: dp (gradient sync), "
+    lines.append("  activations: recompute[:layers per chunk][+off:layers offloaded], sel[modules]: selective "
+                 "recompute of those modules; overlap: dp (gradient sync), "
                  "tp (TP comm), ep (MoE all-to-all); comm: bucket, CP exchange, MoE dispatch; order: placement, "
                  "fastest axis first")
     lines.append("")

@@ -22,8 +22,8 @@ from narrowpath.spec.scenario import consistency_errors
 COLUMNS = ("tp", "pp", "cp", "dp", "sp", "ep", "etp", "mbs", "vpp", "zero", "strat", "plc", "dpo", "bucket", "tpo",
            "cpc", "epo", "disp")
 """Integer columns: the degrees, mbs, vpp, zero stage and flags as themselves; `strat` indexes
-`PlanTable.strategies` (recompute, recompute_layers, offload_layers, recompute_modules), `plc` the placements, `bucket` the bucket
-sizes, `cpc` spec.plan.CP_COMM and `disp` spec.plan.EP_DISPATCH."""
+`PlanTable.strategies` (recompute, recompute_layers, offload_layers, recompute_modules), `plc` the placements,
+`bucket` the bucket sizes, `cpc` spec.plan.CP_COMM and `disp` spec.plan.EP_DISPATCH."""
 _INNER = ("mbs", "vpp", "zero", "strat")
 _COMM = ("plc", "dpo", "bucket", "tpo", "cpc", "epo", "disp")
 _OUTER = ("tp", "pp", "cp", "dp", "sp", "ep", "etp")
