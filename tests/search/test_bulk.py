@@ -45,10 +45,18 @@ def _fp8_recipe(sysname: str | None = None, precision: str = "fp8") -> Scenario:
                                                            precision=precision, zero_stage=1))
 
 
+def _mixtral_fp8_cache() -> Scenario:
+    """Mixtral with DeepSeek-V3's FP8 activation cache, which recomputes the experts' activation under any mode but
+    full: selective recompute of `moe_act` is recompute none, and counts once (search.table.twin_strategies)."""
+    import dataclasses
+    s = mixtral16()
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, precision="fp8", activation_cache="fp8"))
+
+
 SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": llama3_8b_fp8,
              "fp8-recipe": _fp8_recipe, "fp8-recipe-b200": lambda: _fp8_recipe("dgx-b200"),
              "mxfp8-recipe-b200": lambda: _fp8_recipe("dgx-b200", "mxfp8"),
-             "mixtral16": mixtral16,
+             "mixtral16": mixtral16, "mixtral16-fp8-cache": _mixtral_fp8_cache,
              "dense-then-moe": _dense_then_moe,
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
              "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),
@@ -127,14 +135,16 @@ def _exhaustive(scn: Scenario, space: SearchSpace, objective: str):
 
 
 EXHAUSTIVE = [("llama3-8b-h100-8", dict(tp=2, pp=2, zero_stage=2, mbs=2, cp=2)),
-              ("mixtral16", dict(tp=2, pp=1, mbs=1, zero_stage=1, cp=1))]
+              ("mixtral16", dict(tp=2, pp=1, mbs=1, zero_stage=1, cp=1)),
+              ("mixtral16-fp8-cache", dict(tp=2, pp=1, mbs=1, zero_stage=1, cp=1))]
 
 
 @pytest.mark.parametrize("name,pins", EXHAUSTIVE, ids=[e[0] for e in EXHAUSTIVE])
 def test_top_20_is_an_exhaustive_predicts(name, pins):
-    """3,600 plans (cp exchanges, ZeRO-2 with accumulation, interleaving, partial recompute, offload, recompute of
-    the dense MLP, overlap switches, bucket sizes, placements) and 1,768 MoE plans (ep, etp, dispatch, ep overlap,
-    recompute of the MoE activation, norms and layer): the search's shown plans, their numbers, the counts and the
+    """2,832 plans (cp exchanges, ZeRO-2 with accumulation, interleaving, partial recompute, offload, overlap
+    switches, bucket sizes, placements) and 1,768 MoE plans (ep, etp, dispatch, ep overlap,
+    recompute of the MoE activation, norms and layer; and 1,360 with an FP8 activation cache, where selective
+    recompute of the MoE activation is recompute none): the search's shown plans, their numbers, the counts and the
     base plan's rank and ties are an exhaustive predict's."""
     scn = SCENARIOS[name]()
     res, _, _ = _assert_search_is_exhaustive(scn, _space(scn, **pins))

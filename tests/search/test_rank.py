@@ -76,16 +76,13 @@ def test_more_required_headroom_keeps_a_subset(small):
 
 def test_equivalent_recompute_shown_once():
     """Plans that recompute more at no cost are shown as the lighter one: selective recompute of the attention core
-    with a flash kernel re-runs nothing (recompute none), and a dense layer's norms are fused into its projections,
-    so recomputing them with the MLP is recomputing the MLP."""
+    with a flash kernel re-runs nothing (recompute none)."""
     scn = load_scenario("llama3-8b-h100-8")
     space = SearchSpace(scn.model, scn.system, 8, scn.plan.gbs, scn.plan, {"cp": 1, "vpp": 1, "tp": 1, "pp": 1})
     res = search(scn, space)
     keys = [(_without_recompute(c.plan), c.step_time_s, c.memory_bytes) for c in res.ranked]
     assert len(keys) == len(set(keys))
-    shown = {(c.plan.recompute, c.plan.recompute_modules) for c in res.ranked}
-    assert ("selective", ("mlp",)) in shown
-    assert not shown & {("selective", ()), ("selective", ("layernorm", "mlp"))}
+    assert not any(c.plan.recompute == "selective" for c in res.ranked)
 
 
 def test_errors(small):

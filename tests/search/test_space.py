@@ -96,13 +96,16 @@ def test_basic_extent_is_the_first_searchs_space(scenario, pins):
 
 def _reference_strategies(space: SearchSpace, per_chunk: int) -> list[tuple]:
     """The full extent's activation strategies, stated: the chooser's activation patches (selective with the base
-    plan's modules), then selective recompute of each of the chooser's module sets for the model; a set of modules
-    named twice (in any order) once, as first named; pins on the mode and the layer shares filter them."""
+    plan's modules), then, for a model with MoE or MLA layers, selective recompute of each of the chooser's module
+    sets for the model; a set of modules named twice (in any order) once, as first named; pins on the mode and the
+    layer shares filter them."""
     from narrowpath.schedule.choose import activation_patches, module_patches
     b, pins = space.base, space.pinned
     base_mods = b.recompute_modules if b.recompute == "selective" else ()
     out, seen = [], set()
-    for p in activation_patches(per_chunk, b.activation_cache) + module_patches(space.model):
+    m = space.model
+    sets = module_patches(m) if m.moe is not None or m.mla is not None else ()
+    for p in activation_patches(per_chunk, b.activation_cache) + sets:
         rc = p["recompute"]
         mods = tuple(p.get("recompute_modules", base_mods)) if rc == "selective" else ()
         s = (rc, p.get("recompute_layers", 0), p.get("offload_layers", 0), mods)
@@ -324,15 +327,21 @@ def test_bad_space_names_the_field(field, kw, msg):
 
 
 def test_full_extent_searches_recompute_modules():
-    """Selective recompute by module (Megatron-Core --recompute-modules) as NVIDIA's recipes run it: every module set
-    of schedule.choose.module_patches is an activation strategy of the full extent, beside selective recompute of
-    the base plan's modules; a plan built from a row recomputes exactly the modules of its strategy; the basic
-    extent keeps the base plan's modules only."""
+    """Selective recompute by module (Megatron-Core --recompute-modules) as NVIDIA's MoE recipes run it: for a model
+    with MoE or MLA layers every module set of schedule.choose.module_patches is an activation strategy of the full
+    extent, beside selective recompute of the base plan's modules (a dense model's: the base plan's only); a plan
+    built from a row recomputes exactly the modules of its strategy; the basic extent keeps the base plan's modules
+    only."""
     from narrowpath.schedule.choose import module_patches
     for scn in (_small_moe(), load_scenario("deepseek-v3-h800-2048"), _small_dense()):
         wanted = {p["recompute_modules"] for p in module_patches(scn.model)}
         strategies = activation_strategies(_space(scn), 4)
-        assert wanted <= {s[3] for s in strategies if s[0] == "selective"}
+        selective = {s[3] for s in strategies if s[0] == "selective"}
+        if scn.model.moe is None and scn.model.mla is None:
+            assert selective == {scn.plan.recompute_modules if scn.plan.recompute == "selective" else ()}
+        else:
+            assert wanted <= selective
+            assert (("mla_up_proj",) in selective) == (scn.model.mla is not None)
         assert all(s[3] == () for s in strategies if s[0] != "selective")
         basic = activation_strategies(_space(scn, "basic"), 4)
         assert [s[3] for s in basic] == [(), scn.plan.recompute_modules if scn.plan.recompute == "selective" else (),
@@ -356,3 +365,18 @@ def test_a_module_set_named_twice_is_tried_once_in_the_base_plans_order():
     assert sets == {("moe_act", "layernorm"), ("moe_act",), ("moe",)}
     assert table.base_row is not None and table.plan(table.base_row) == base
     assert len(plans) == len(set(plans))
+
+
+def test_a_selective_strategy_is_twinned_with_the_lighter_one_it_may_equal():
+    """The bulk search counts a selective plan once with the plan of its twin strategy when both price the same
+    (search.table.twin_strategies): among the strategies with the same shares, the one recomputing the largest
+    proper subset of its modules (recompute none: the empty set), or the same set named with fewer modules or by
+    recompute none (an FP8 cache recomputes the MoE activation under either); full recompute has none."""
+    from narrowpath.search.table import twin_strategies
+    s = [("none", 0, 0, ()), ("selective", 0, 0, ()), ("full", 0, 0, ()), ("none", 0, 8, ()),
+         ("selective", 0, 0, ("moe_act",)), ("selective", 0, 0, ("layernorm", "moe_act")),
+         ("selective", 0, 0, ("mla_up_proj", "layernorm", "moe_act")), ("selective", 0, 0, ("layernorm", "mla_up_proj")),
+         ("selective", 0, 0, ("moe",))]
+    assert twin_strategies(s) == [-1, 0, -1, -1, 0, 4, 5, 0, 0]
+    assert twin_strategies(s, "fp8") == [-1, 0, -1, -1, 0, 0, 7, 5, 0]  # (moe_act,) is none; the base names less
+    assert twin_strategies(s[1:]) == [-1, -1, -1, -1, 3, 4, -1, -1]  # none pinned out

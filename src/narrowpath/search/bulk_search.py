@@ -43,12 +43,15 @@ def search_bulk(base, space, table, objective: str, top: int, calibration, min_f
     equivalent = eng.equivalent_rows()
     num_fit = int(table.variants(fit_rows).sum())
     num_ranked = num_fit - int(table.variants(np.flatnonzero(equivalent & eng.fits)).sum())
+    # a row that prices exactly as its lighter twin (decided on the parts) is not priced: the twin fits alike and
+    # stands for it in the ranking (drop_equivalent would drop it)
+    distinct_rows = fit_rows[~equivalent[fit_rows]]
     if objective == "memory":
         head, better, ties = _by_memory(eng, fit_rows, equivalent, baseline if base_fits else None, top)
     elif objective == "energy":
-        head, better, ties = _by_energy(eng, fit_rows, baseline if base_fits else None, top, max_seconds, say)
+        head, better, ties = _by_energy(eng, distinct_rows, baseline if base_fits else None, top, max_seconds, say)
     else:
-        head, better, ties = _by_time(eng, fit_rows, baseline if base_fits else None, top)
+        head, better, ties = _by_time(eng, distinct_rows, baseline if base_fits else None, top)
     num_failed = len(eng.failures)
     first_failure = sorted(eng.failures)[0][1] if eng.failures else None
     rank = 1 + better if base_fits else None

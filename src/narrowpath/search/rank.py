@@ -198,11 +198,16 @@ def _without_recompute(plan: Plan) -> tuple:
 def _lighter(a: Plan, b: Plan) -> bool:
     """Whether `a` recomputes strictly less than `b` (of two plans that differ only in recompute): anything but full
     recompute is lighter than full; without it, a plan whose selectively recomputed modules are a proper subset of
-    the other's (recompute none: the empty set; search.space.recomputed_modules). The same order as
-    search.table.twin_strategies, so the plans dropped here are those the bulk search counts once."""
+    the other's, or the same set with recompute none or fewer modules named (recompute none's set: empty but under
+    DeepSeek-V3's FP8 cache, which adds the MoE activation to every set; search.space.recomputed_modules). The same
+    order as search.table.twin_strategies, so the plans dropped here are those the bulk search counts once."""
     if (a.recompute == "full") != (b.recompute == "full"):
         return b.recompute == "full"
-    return a.recompute != "full" and modules_of(a) < modules_of(b)
+    if a.recompute == "full":
+        return False
+    ma, mb = modules_of(a), modules_of(b)
+    named = lambda p: (p.recompute != "none", len(p.recompute_modules))  # noqa: E731
+    return ma < mb or (ma == mb and named(a) < named(b))
 
 
 def drop_equivalent(ranked: list[Candidate]) -> list[Candidate]:

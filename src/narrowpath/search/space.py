@@ -26,9 +26,9 @@ search (the structural knobs only, everything else kept from the base plan). Kno
             chunk (`recompute_layers`, Megatron --recompute-method block), and with none the saved activations of
             that share of the layers (or all of them) offloaded to host memory (`offload_layers`): the activation
             strategies of `schedule.choose.activation_patches`; selective recomputes the base plan's modules, and
-            also each module set of `schedule.choose.module_patches` (`recompute_modules`, Megatron-Core
-            --recompute-modules: the MoE activation, the norms with it, the whole MoE layer; the dense MLP; MLA's
-            up-projections) (basic: none, selective, full)
+            for a model with MoE or MLA layers also each module set of `schedule.choose.module_patches`
+            (`recompute_modules`, Megatron-Core --recompute-modules: the MoE activation, the norms with it, the
+            whole MoE layer; the dense MLP; MLA's up-projections; `module_sets`) (basic: none, selective, full)
     sp      on whenever tp > 1 (Megatron-LM: sequence parallelism is the norm with tp; Korthikanti et al. 2022)
     dp_overlap        off/on when gradients are synchronised (full)
     bucket_bytes      with dp_overlap: the base plan's, 10, 40 and 160 MB (full)
@@ -171,22 +171,32 @@ class _Modes:
     activation_cache: str
 
 
+def module_sets(model: Model) -> tuple[dict, ...]:
+    """The selective recompute module sets the full extent tries: `schedule.choose.module_patches` for a model with
+    MoE or MLA layers, where NVIDIA's tuned recipes recompute by module (DeepSeek-V3, GPT-OSS, Qwen3); none for a
+    dense model with standard attention. Its sets, the dense MLP with or without its (fused) norm, would add a fifth
+    to the GPT-3 and Llama-3 405B full spaces and take their searches past 10 s (docs/search.md, Speed); a
+    dense base plan's own modules are still tried."""
+    from narrowpath.schedule.choose import module_patches
+    return module_patches(model) if model.moe is not None or model.mla is not None else ()
+
+
 def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[Strategy, ...]:
     """(recompute, recompute_layers, offload_layers, recompute_modules) tried for pipeline chunks of
     `layers_per_chunk` layers: in the full extent the activation strategies of `schedule.choose.activation_patches`
-    (selective with the base plan's modules) and selective recompute of each module set of
-    `schedule.choose.module_patches`, in the basic one the three recompute modes (offload as in the base plan);
+    (selective with the base plan's modules) and selective recompute of each module set of `module_sets` (the
+    chooser's, for MoE and MLA models), in the basic one the three recompute modes (offload as in the base plan);
     strategies that name the same set of modules (`strategy_key`) are tried once, as the first listed (the base
     plan's own); pins on the mode, the recomputed layers or the offloaded layers filter them. Strategies that
     recompute the same in effect (with DeepSeek-V3's FP8 cache, selective recompute of the MoE activation is
     recompute none) are both tried and count once in the ranking (search.table.twin_strategies)."""
-    from narrowpath.schedule.choose import activation_patches, module_patches
+    from narrowpath.schedule.choose import activation_patches
     b, v = space.base, knob_values(space)
     mods = b.recompute_modules if b.recompute == "selective" else ()
     if space.model.arch == "lstm":
         out = [("none", 0, 0, ())]
     elif space.full:
-        patches = activation_patches(layers_per_chunk, b.activation_cache) + module_patches(space.model)
+        patches = activation_patches(layers_per_chunk, b.activation_cache) + module_sets(space.model)
         out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0),
                 tuple(p.get("recompute_modules", mods)) if p["recompute"] == "selective" else ()) for p in patches]
     else:

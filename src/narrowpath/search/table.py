@@ -311,10 +311,11 @@ def _strategy_of(plan: Plan) -> Strategy:
 
 
 def twin_strategies(strategies, activation_cache: str = "default") -> list[int]:
-    """Per strategy, the lighter one a plan of it may price exactly as (else −1): for selective recompute, the
-    strategy with the same recomputed and offloaded layers whose set of modules is the largest proper subset of its
-    own (`search.space.recomputed_modules`; recompute none's is empty but under DeepSeek-V3's FP8 cache; the first
-    listed among equals). Chained, every selective strategy reaches
+    """Per strategy, the lighter one a plan of it may price exactly as (else −1): for selective recompute, among the
+    strategies with the same recomputed and offloaded layers that recompute a proper subset of its modules, or the
+    same set with recompute none or fewer modules named (`search.space.recomputed_modules`: recompute none's set is
+    empty but under DeepSeek-V3's FP8 cache, where it is the MoE activation, which that cache also adds to any
+    selective set), the one with the largest set (the first listed among equals). Chained, every selective strategy reaches
     none through ever smaller sets, so plans that price the same count once, as the one that recomputes least
     (search.rank.drop_equivalent)."""
     sets = [recomputed_modules(s, activation_cache) if s[0] in ("none", "selective") else None for s in strategies]
@@ -323,11 +324,16 @@ def twin_strategies(strategies, activation_cache: str = "default") -> list[int]:
         best = -1
         if s[0] == "selective":
             for j, (o, other) in enumerate(zip(strategies, sets)):
-                if other is not None and o[1:3] == s[1:3] and other < mods \
-                        and (best < 0 or len(other) > len(sets[best])):
+                lighter = other is not None and (other < mods or (other == mods and _named(o) < _named(s)))
+                if lighter and o[1:3] == s[1:3] and (best < 0 or len(other) > len(sets[best])):
                     best = j
         out.append(best)
     return out
+
+
+def _named(s) -> tuple[int, int]:
+    """How much a strategy of a given recomputed set names: recompute none before selective, then fewer modules."""
+    return (s[0] != "none", len(s[3]))
 
 
 _DTYPE = {"dp": np.int32, "ep": np.int32, "etp": np.int32, "tp": np.int32, "pp": np.int32, "cp": np.int32,
