@@ -146,6 +146,10 @@ class StructuralPrices:
     """(R,) index of the row's pipeline shape in `Bulk.shapes`."""
     hw_flop: np.ndarray
     """Executed FLOPs per step over the whole job (predict's hardware_flop_per_step)."""
+    parts_id: np.ndarray | None = None
+    """(R,) id of the parts a row's activation strategy changes (each layer kind's ops and kept activations, the
+    ends' ops, the MTP modules' activations): two rows that differ only in a strategy of the same recomputed and
+    offloaded layers compute and hold the same when their ids are equal (search.engine.Engine.equivalent_rows)."""
     optimizer_s: np.ndarray | None = None
 
     def take(self, at: np.ndarray) -> "StructuralPrices":
@@ -186,6 +190,7 @@ class Bulk:
         self.cal = parts.cal
         self._coded_rows: np.ndarray | None = None
         self._codes: dict = {}
+        self._sigs: dict = {}
 
     # ---- helpers ----------------------------------------------------------------------------------------------------
     def _fields(self, r: int) -> dict:
@@ -234,7 +239,7 @@ class Bulk:
         R, Q, K = len(rows), self.Q, self.K
         sh = self._shape_arrays(rows)
         valid = sh["mult"] > 0
-        rc, rck, sel = self.rc[rows], self.rck[rows], self.sel[rows]
+        rc, rck, rcs = self.rc[rows], self.rck[rows], self.sel[rows]
         tp, cp, mbs, sp = (c[k][rows] for k in ("tp", "cp", "mbs", "sp"))
         ep, etp, zero, pp = (c[k][rows] for k in ("ep", "etp", "zero", "pp"))
         z3q = (zero == 3) & self.low
@@ -247,13 +252,15 @@ class Bulk:
         LE = np.zeros((R, K))
         SV = np.zeros((R, K))
         zeros = np.zeros(R, dtype=np.int8)
+        sig: list[np.ndarray] = []  # what the recompute changes: ops and activations of each kind, the ends' ops
         for k, kind in enumerate(P.kinds):
             # a dense layer reads neither ep nor etp: leave them out of its keys (more plans share its parts)
             ex = ("ep", "etp") if kind[0] and self.model.moe is not None else (zeros, zeros)
             ids = self._per_unique(rows, ops_key[:6] + ex, lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
+            sig.append(ids)
             agg = np.asarray(P.agg)
             acc += sh["counts"][:, :, k, None, None] * agg[ids][:, None]
-            LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", sel) + ex,
+            LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", rcs) + ex,
                                         lambda key, f, kind=kind: P.activations(key, f, kind))
             pe = self._per_unique(rows, ("tp",) + ex,
                                   lambda key, f, kind=kind: P.layer_params(key, f, kind[0]))
@@ -269,10 +276,11 @@ class Bulk:
         for fl in ((True, True), (True, False), (False, True), (False, False)):
             sel = (sh["first"] == fl[0]) & (sh["last"] == fl[1]) & valid
             has = sel.any(axis=1)
+            ids = np.full(R, -1, dtype=np.int64)
+            sig.append(ids)
             if not has.any():
                 continue
             sub = np.flatnonzero(has)
-            ids = np.zeros(R, dtype=np.int64)
             ids[sub] = self._per_unique(rows[sub], tuple(k if isinstance(k, str) else k[sub] for k in emb_key),
                                         lambda key, f, fl=fl: P.embedding_ops_id(key, f, *fl))
             agg = np.asarray(P.agg)
@@ -313,14 +321,17 @@ class Bulk:
         expert += emb_par[..., 1]
         top = _first_max(np.where(valid, params, -np.inf), sh["minidx"])
         idx = np.arange(R)
-        mem = self._memory(rows, sh, valid, params, expert, LA, f_rc, f_off)
+        mtp_acts = self._per_unique(rows, ("tp", "cp", "mbs", "sp", rcs, "ep", "etp"),
+                                    lambda key, f: P.mtp_activations(key, f)) if mtp else np.zeros(R)
+        mem = self._memory(rows, sh, valid, params, expert, LA, mtp_acts, f_rc, f_off)
         saved = (sh["counts"] * SV[:, None, :]).sum(axis=2)
         ranks = (tp * cp * c["dp"][rows]).astype(float)
         hw_flop = (np.where(valid, acc[..., 5].sum(axis=2), 0.0) * sh["mult"]).sum(axis=1) * m * ranks
         return StructuralPrices(rows, mem, bound, compute, acc[..., 3], acc[..., 4], sh["counts"], sh["mult"],
                                 sh["minidx"], sh["first"], sh["last"], valid, f_rc, saved, f_off,
                                 params[idx, top], expert[idx, top], top, edge=acc[..., 6].sum(axis=2),
-                                shape=self.shape_of[rows], hw_flop=hw_flop)
+                                shape=self.shape_of[rows], hw_flop=hw_flop,
+                                parts_id=self._intern(np.column_stack(sig + [LA, mtp_acts])))
 
     def _per_class(self, rows, sh, fn) -> np.ndarray:
         """fn(stand-in plan, stage layers) per (row, class), once per distinct (strategy, vpp, layers)."""
@@ -336,7 +347,13 @@ class Bulk:
             vals.append(fn(pl, int(n2[i])))
         return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
 
-    def _memory(self, rows, sh, valid, params, expert, LA, f_rc, f_off) -> np.ndarray:
+    def _intern(self, sig: np.ndarray) -> np.ndarray:
+        """An id per row of `sig` (rows, columns): equal rows, in this or any earlier call, get the same id."""
+        u, inv = np.unique(sig, axis=0, return_inverse=True)
+        ids = np.array([self._sigs.setdefault(tuple(r), len(self._sigs)) for r in u.tolist()], dtype=np.int64)
+        return ids[inv.reshape(-1)]
+
+    def _memory(self, rows, sh, valid, params, expert, LA, mtp_acts, f_rc, f_off) -> np.ndarray:
         """Memory per rank of the most loaded stage (cost.memory.stage_memory, evaluated per class at its first
         stage)."""
         c, P, model, base = self.cols, self.p, self.model, self.t.space.base
@@ -356,9 +373,7 @@ class Bulk:
         for k in range(self.K):
             layer_acts = layer_acts + sh["counts"][:, :, k] * LA[:, None, k]
         if model.mtp_layers:
-            mtp = self._per_unique(rows, ("tp", "cp", "mbs", "sp", self.sel[rows], "ep", "etp"),
-                                   lambda key, f: P.mtp_activations(key, f))
-            layer_acts = layer_acts + np.where(sh["last"], mtp[:, None], 0.0)
+            layer_acts = layer_acts + np.where(sh["last"], mtp_acts[:, None], 0.0)
         inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))
         inputs = np.where(f_rc > 0, sh["layers"] * inp[:, None], 0.0)
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs

@@ -63,19 +63,21 @@ class Engine:
         self.mem = np.zeros(0)
         self.bound = np.zeros(0)
         self.hw_flop = np.zeros(0)
+        self.parts_id = np.zeros(0, dtype=np.int64)
 
     # ---- stage 1 -------------------------------------------------------------------------------------------------
     def structural_all(self) -> None:
         S = self.t.num_structural
         keep = S * self.bulk.Q <= KEEP_CELLS
         mem, bound, flop, kept = np.zeros(S), np.zeros(S), np.zeros(S), []
+        parts = np.zeros(S, dtype=np.int64)
         for k in range(0, S, STRUCT_CHUNK):
             rows = np.arange(k, min(S, k + STRUCT_CHUNK))
             sp = self.bulk.structural(rows)
-            mem[rows], bound[rows], flop[rows] = sp.memory_bytes, sp.bound_s, sp.hw_flop
+            mem[rows], bound[rows], flop[rows], parts[rows] = sp.memory_bytes, sp.bound_s, sp.hw_flop, sp.parts_id
             if keep:
                 kept.append(sp)
-        self.mem, self.bound, self.hw_flop = mem, bound, flop
+        self.mem, self.bound, self.hw_flop, self.parts_id = mem, bound, flop, parts
         if keep and kept:
             self._kept = _concat(kept)
         self.fits = self._fits_rows()
@@ -229,17 +231,18 @@ class Engine:
 
     def equivalent_rows(self) -> np.ndarray:
         """Rows with selective recompute whose plans price exactly as their twins' (every part the same: selective
-        recompute with a flash kernel re-runs nothing; the norms of a dense layer are fused into its projections,
-        so recomputing them adds nothing to the MLP). Decided on the parts, not the numbers."""
+        recompute with a flash kernel re-runs nothing; with DeepSeek-V3's FP8 activation cache, recomputing the MoE
+        activation is what recompute none does). Decided on the parts, not the numbers (the structural pass must
+        have run)."""
         tw = self.twin_rows()
         out = np.zeros(tw.size, dtype=bool)
         sel = np.flatnonzero(tw >= 0)
         if not sel.size:
             return out
-        a, b = self.prices(sel), self.prices(tw[sel])
-        same = (a.memory_bytes == b.memory_bytes) & (a.compute == b.compute).all(axis=(1, 2)) \
-            & (a.gemm == b.gemm).all(axis=(1, 2)) & (a.attn == b.attn).all(axis=(1, 2)) \
-            & (a.f_rc == b.f_rc).all(axis=1) & (a.saved == b.saved).all(axis=1)
+        # a twin has the same layers recomputed and offloaded (the same shares, so the same recompute and offload
+        # fractions, saved bytes and temporaries): the same ops, activations and ends make the same compute and
+        # memory (the structural pass's `parts_id`)
+        same = self.parts_id[sel] == self.parts_id[tw[sel]]
         # the transfers too, on the row's first variant, once per knob setting they read
         c = self.t.cols
         cand = sel[same]
