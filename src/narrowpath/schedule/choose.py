@@ -60,8 +60,9 @@ def module_patches(model) -> tuple:
 
 
 def recompute_strategies(scn: Scenario) -> tuple:
-    """What an unpublished `recompute` may have been: the activation strategies (which the search also tries) and
-    selective recompute by module (which it does not yet)."""
+    """What an unpublished `recompute` may have been: the activation strategies and selective recompute by module
+    (the search's full space tries both; the module sets only for models with MoE or MLA layers,
+    search.space.module_sets)."""
     return activation_strategies(scn) + module_patches(scn.model)
 
 

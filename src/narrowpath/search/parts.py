@@ -3,13 +3,14 @@
 plan with those knobs.
 
 Parts and the knobs they read (tests/search/test_parts.py varies every other knob and checks the part is unchanged):
-    layer ops          one layer of a kind: tp, cp, mbs, sp, recompute, ZeRO-3 (re-quantized weights), ep, etp
+    layer ops          one layer of a kind: tp, cp, mbs, sp, recompute (mode and selective modules), ZeRO-3
+                       (re-quantized weights), ep, etp
                        (+ the base plan's precision, MoE routing and the attention kernel)
     layer comm         its tp/cp/ep traffic: the same + tp_comm_overlap, cp_comm, ep_overlap, ep_dispatch and, for a
                        deduplicating dispatch, the placement of the ep group
     layer ZeRO comm    zero stage, tp, cp, dp, ep, etp, dp_overlap, micro-batches
-    embedding          first/last stage work: tp, cp, mbs, sp, full recompute (MTP), ep, etp, pp = 1
-    activations        bytes a layer keeps: tp, cp, mbs, sp, selective recompute, ep, etp
+    embedding          first/last stage work: tp, cp, mbs, sp, recompute (MTP), ep, etp, pp = 1
+    activations        bytes a layer keeps: tp, cp, mbs, sp, selective recompute and its modules, ep, etp
     collectives        per placement (tp, cp, dp, pp, ep, etp, placement order): `schedule.step._price` with the
                        placement's spans and contention, per (op, axis, message size)
 Ops are interned by content, so two knob settings that produce the same ops (selective recompute with a flash
