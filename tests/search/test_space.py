@@ -97,23 +97,32 @@ def test_basic_extent_is_the_first_searchs_space(scenario, pins):
 def _reference_strategies(space: SearchSpace, per_chunk: int) -> list[tuple]:
     """The full extent's activation strategies, stated: the chooser's activation patches (selective with the base
     plan's modules), then, for a model with MoE or MLA layers, selective recompute of each of the chooser's module
-    sets for the model; a set of modules named twice (in any order) once, as first named; pins on the mode and the
-    layer shares filter them."""
+    sets for the model unless a strategy before it recomputes the same (workload.recompute.modules_of: an FP8
+    activation cache recomputes the MoE activation under none and selective); a set of modules named twice (in any
+    order) once, as first named; pins on the mode and the layer shares filter them first."""
     from narrowpath.schedule.choose import activation_patches, module_patches
+    from narrowpath.workload.recompute import modules_of
     b, pins = space.base, space.pinned
     base_mods = b.recompute_modules if b.recompute == "selective" else ()
-    out, seen = [], set()
     m = space.model
     sets = module_patches(m) if m.moe is not None or m.mla is not None else ()
-    for p in activation_patches(per_chunk, b.activation_cache) + sets:
+    patches = activation_patches(per_chunk, b.activation_cache)
+    out, seen, does = [], set(), set()
+    for i, p in enumerate(patches + sets):
         rc = p["recompute"]
         mods = tuple(p.get("recompute_modules", base_mods)) if rc == "selective" else ()
         s = (rc, p.get("recompute_layers", 0), p.get("offload_layers", 0), mods)
-        key = s[:3] + (frozenset(mods or ("core_attn",)) if rc == "selective" else frozenset(),)
-        if key in seen or pins.get("recompute", rc) != rc or pins.get("recompute_layers", s[1]) != s[1] \
+        if pins.get("recompute", rc) != rc or pins.get("recompute_layers", s[1]) != s[1] \
                 or pins.get("offload_layers", s[2]) != s[2]:
             continue
+        key = s[:3] + (frozenset(mods or ("core_attn",)) if rc == "selective" else frozenset(),)
+        effect = s[1:3] + (modules_of(dataclasses.replace(b, recompute=rc, recompute_modules=mods,
+                                                          recompute_layers=s[1], offload_layers=s[2])),)
+        if key in seen or (i >= len(patches) and effect in does):
+            continue
         seen.add(key)
+        if rc != "full":
+            does.add(effect)
         out.append(s)
     return out
 
@@ -329,9 +338,10 @@ def test_bad_space_names_the_field(field, kw, msg):
 def test_full_extent_searches_recompute_modules():
     """Selective recompute by module (Megatron-Core --recompute-modules) as NVIDIA's MoE recipes run it: for a model
     with MoE or MLA layers every module set of schedule.choose.module_patches is an activation strategy of the full
-    extent, beside selective recompute of the base plan's modules (a dense model's: the base plan's only); a plan
-    built from a row recomputes exactly the modules of its strategy; the basic extent keeps the base plan's modules
-    only."""
+    extent, beside selective recompute of the base plan's modules (a dense model's: the base plan's only), unless
+    it recomputes what an earlier one does (DeepSeek-V3's FP8 cache: (moe_act) is recompute none, the base plan's
+    (layernorm, mla_up_proj) is (mla_up_proj, layernorm, moe_act)); a plan built from a row recomputes exactly the
+    modules of its strategy; the basic extent keeps the base plan's modules only."""
     from narrowpath.schedule.choose import module_patches
     for scn in (_small_moe(), load_scenario("deepseek-v3-h800-2048"), _small_dense()):
         wanted = {p["recompute_modules"] for p in module_patches(scn.model)}
@@ -339,6 +349,9 @@ def test_full_extent_searches_recompute_modules():
         selective = {s[3] for s in strategies if s[0] == "selective"}
         if scn.model.moe is None and scn.model.mla is None:
             assert selective == {scn.plan.recompute_modules if scn.plan.recompute == "selective" else ()}
+        elif scn.plan.activation_cache == "fp8":  # DeepSeek-V3's cache recomputes the MoE activation anyway
+            assert wanted - selective == {("moe_act",), ("mla_up_proj", "layernorm", "moe_act")}
+            assert ("none", 0, 0, ()) in strategies and {("layernorm", "mla_up_proj"), ("mla_up_proj",)} <= selective
         else:
             assert wanted <= selective
             assert (("mla_up_proj",) in selective) == (scn.model.mla is not None)

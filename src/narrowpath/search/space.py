@@ -186,29 +186,38 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[St
     `layers_per_chunk` layers: in the full extent the activation strategies of `schedule.choose.activation_patches`
     (selective with the base plan's modules) and selective recompute of each module set of `module_sets` (the
     chooser's, for MoE and MLA models), in the basic one the three recompute modes (offload as in the base plan);
-    strategies that name the same set of modules (`strategy_key`) are tried once, as the first listed (the base
-    plan's own); pins on the mode, the recomputed layers or the offloaded layers filter them. Strategies that
-    recompute the same in effect (with DeepSeek-V3's FP8 cache, selective recompute of the MoE activation is
-    recompute none) are both tried and count once in the ranking (search.table.twin_strategies)."""
+    pins on the mode, the recomputed layers or the offloaded layers filter them. Strategies that name the same set of
+    modules (`strategy_key`) are tried once, as the first listed (the base plan's own), and a module set that
+    recomputes what a strategy listed before it already does is not tried (with DeepSeek-V3's FP8 cache, which
+    recomputes the MoE activation anyway, (moe_act) is recompute none); other strategies that price the same count
+    once in the ranking (search.table.twin_strategies)."""
     from narrowpath.schedule.choose import activation_patches
     b, v = space.base, knob_values(space)
     mods = b.recompute_modules if b.recompute == "selective" else ()
+    extra: list[Strategy] = []  # the module sets (full extent)
     if space.model.arch == "lstm":
         out = [("none", 0, 0, ())]
     elif space.full:
-        patches = activation_patches(layers_per_chunk, b.activation_cache) + module_sets(space.model)
+        patches = activation_patches(layers_per_chunk, b.activation_cache)
         out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0),
-                tuple(p.get("recompute_modules", mods)) if p["recompute"] == "selective" else ()) for p in patches]
+                mods if p["recompute"] == "selective" else ()) for p in patches]
+        extra = [("selective", 0, 0, tuple(p["recompute_modules"])) for p in module_sets(space.model)]
     else:
         out = [(rc, b.recompute_layers if rc == "full" else 0, b.offload_layers, mods if rc == "selective" else ())
                for rc in RECOMPUTE]
-    first: dict[tuple, Strategy] = {}
-    for s in out:
-        first.setdefault(strategy_key(s), s)
     pins = space.pinned
-    return tuple(s for s in first.values()
-                 if s[0] in v["recompute"] and ("recompute_layers" not in pins or s[1] == pins["recompute_layers"])
-                 and ("offload_layers" not in pins or s[2] == pins["offload_layers"]))
+    first: dict[tuple, Strategy] = {}
+    effect = set()  # (shares, recomputed modules) of the strategies kept without full recompute
+    for i, s in enumerate(out + extra):
+        if s[0] not in v["recompute"] or pins.get("recompute_layers", s[1]) != s[1] \
+                or pins.get("offload_layers", s[2]) != s[2]:
+            continue
+        does = s[1:3] + (recomputed_modules(s, b.activation_cache),) if s[0] != "full" else None
+        if strategy_key(s) in first or (i >= len(out) and does in effect):
+            continue
+        first[strategy_key(s)] = s
+        effect.add(does)
+    return tuple(first.values())
 
 
 def candidate_plans(space: SearchSpace) -> Iterator[Plan]:
