@@ -174,9 +174,9 @@ class _Modes:
 def module_sets(model: Model) -> tuple[dict, ...]:
     """The selective recompute module sets the full extent tries: `schedule.choose.module_patches` for a model with
     MoE or MLA layers, where NVIDIA's tuned recipes recompute by module (DeepSeek-V3, GPT-OSS, Qwen3); none for a
-    dense model with standard attention. Its sets, the dense MLP with or without its (fused) norm, would add a fifth
-    to the GPT-3 and Llama-3 405B full spaces and take their searches past 10 s (docs/search.md, Speed); a
-    dense base plan's own modules are still tried."""
+    dense model with standard attention. Its sets, the dense MLP with or without its (fused) norm, would add a quarter
+    to the GPT-3 and Llama-3 405B full spaces and take their searches past 10 s (13.8 s and 11.2 s; docs/search.md,
+    Speed); a dense base plan's own modules are still tried."""
     from narrowpath.schedule.choose import module_patches
     return module_patches(model) if model.moe is not None or model.mla is not None else ()
 
