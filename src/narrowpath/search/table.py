@@ -315,9 +315,9 @@ def twin_strategies(strategies, activation_cache: str = "default") -> list[int]:
     strategies with the same recomputed and offloaded layers that recompute a proper subset of its modules, or the
     same set with recompute none or fewer modules named (`search.space.recomputed_modules`: recompute none's set is
     empty but under DeepSeek-V3's FP8 cache, where it is the MoE activation, which that cache also adds to any
-    selective set), the one with the largest set (the first listed among equals). Chained, every selective strategy reaches
-    none through ever smaller sets, so plans that price the same count once, as the one that recomputes least
-    (search.rank.drop_equivalent)."""
+    selective set), the one with the largest set (the first listed among equals). Chained, every selective strategy
+    reaches none through ever smaller sets, so plans that price the same count once, as the one that recomputes
+    least (search.rank.drop_equivalent)."""
     sets = [recomputed_modules(s, activation_cache) if s[0] in ("none", "selective") else None for s in strategies]
     out = []
     for s, mods in zip(strategies, sets):
