@@ -41,7 +41,6 @@ RANK_HEAD = 10_000
 STRUCT_CHUNK = 20_000
 KEEP_CELLS = 2_000_000
 """Rows × classes below which the per-class structural prices are kept for the second pass (else recomputed)."""
-_RC_ORDER = {"none": 0, "selective": 1, "full": 2}
 
 
 class Engine:
