@@ -146,3 +146,11 @@ def test_moe_expert_gemms_are_grouped_per_local_expert():
     assert times == sorted(times, reverse=True) and times[0] > 1.5 * times[-1]  # bigger expert GEMMs run faster
     totals = [op_time_s(ops[ep], sysm.device, cal) for ep in (1, 8, 64, 256)]
     assert totals == sorted(totals, reverse=True)
+
+
+def test_batched_gemm_reads_and_writes_every_batch():
+    """A batch of 3 activation-by-activation GEMMs [4×8]·[8×16] in bf16 (unfused attention's shape): 2·4·8·16·3 =
+    3,072 FLOPs; bytes 4·8·2·3 (first inputs) + 8·16·2·3 (second inputs) + 4·16·2·3 (outputs) = 192 + 768 + 384."""
+    from narrowpath.workload.ops import gemm
+    op = gemm("scores", "fwd", 4, 8, 16, "bf16", 2, 2, weights=False, batch=3)
+    assert (op.flop, op.hbm_bytes, op.weight_bytes) == (3072, 1344, 0.0)

@@ -140,3 +140,14 @@ def test_embedding_and_output_work_by_hand():
         ("tp.cross_entropy_stats", "all_reduce", "fwd", 98_304, 1.0),
         ("tp.logits_all_gather", "all_gather", "fwd", act, 1.0),
         ("tp.logits_grad_reduce_scatter", "reduce_scatter", "bwd", act, 1.0)]
+
+
+def test_mla_without_a_query_latent_counts_its_direct_query_projection():
+    """Parameters of one MLA layer with q_lora_rank 0 (DeepSeek-V2-Lite's form) on DeepSeek-V3's shapes: q_proj
+    h·a·qk_head_dim = 7168·128·192 = 176,160,768; kv_down h·(512 + 64) = 4,128,768; kv_up 512·128·(128 + 128) =
+    16,777,216; o_proj a·v_head_dim·h = 128·128·7168 = 117,440,512: 314,507,264 in all."""
+    import dataclasses
+    from narrowpath.workload.counts import attention_parameters
+    m = deepseek_v3()
+    m = dataclasses.replace(m, mla=dataclasses.replace(m.mla, q_lora_rank=0))
+    assert attention_parameters(m) == 314_507_264
