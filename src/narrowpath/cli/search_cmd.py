@@ -20,9 +20,10 @@ from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, s
 from narrowpath.search.rank import MAX_PLANS, usable_cpus
 from narrowpath.search.space import EXTENTS
 from narrowpath.search.table import build_table
-from narrowpath.spec.plan import AXES, EP_DISPATCH
+from narrowpath.spec.plan import AXES, EP_DISPATCH, RECOMPUTE_MODULES
 
 _FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp", "bucket_bytes": "--bucket-mb",
+         "recompute_modules": "--recompute-modules",
          "dp_overlap": "--dp-overlap/--no-dp-overlap", "tp_comm_overlap": "--tp-comm-overlap/--no-tp-comm-overlap",
          "ep_overlap": "--ep-overlap/--no-ep-overlap"}
 _SEARCH_ONLY = ("etp", "ep_dispatch", "ep_overlap", "recompute_layers", "offload_layers", "bucket_bytes", "placement")
@@ -95,6 +96,15 @@ def _pins_and_base(args):
     if getattr(args, "placement", None) is not None and isinstance(args.placement, str):
         args.placement = _placement(args.placement)
     pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
+    if getattr(args, "recompute_modules", None) is not None:  # --recompute-modules a,b pins a module set
+        pinned["recompute_modules"] = tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip())
+        for mod in pinned["recompute_modules"] or ("",):
+            if mod not in RECOMPUTE_MODULES:
+                raise SpecError("--recompute-modules", f"must name modules of {', '.join(RECOMPUTE_MODULES)}; "
+                                f"got {args.recompute_modules!r}")
+        if pinned.get("recompute", "selective") != "selective":
+            raise SpecError("--recompute-modules", f"names what selective recompute recomputes; needs --recompute "
+                            f"selective, got {pinned['recompute']!r}")
     from_scenario = getattr(args, "scenario", None) is not None or not (args.model or args.system)
     if not from_scenario:
         base = scenario_from_args(args)

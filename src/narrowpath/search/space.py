@@ -54,7 +54,8 @@ from typing import Iterator
 
 from narrowpath.errors import SpecError
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, RECOMPUTE, Plan
+from narrowpath.spec._check import choice
+from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, RECOMPUTE, RECOMPUTE_MODULES, Plan
 from narrowpath.spec.system import System
 
 KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero_stage", "recompute", "recompute_layers",
@@ -91,9 +92,18 @@ class SearchSpace:
     extent: str = "full"
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp"})
+        unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp", "recompute_modules"})
         if unknown:
-            raise SpecError("search.pinned", f"unknown knob(s) {unknown}; knobs are {', '.join(KNOBS + ('dp',))}")
+            raise SpecError("search.pinned", f"unknown knob(s) {unknown}; knobs are "
+                            f"{', '.join(KNOBS + ('dp', 'recompute_modules'))}")
+        if "recompute_modules" in self.pinned:
+            mods = tuple(self.pinned["recompute_modules"])
+            for mod in mods:
+                choice("search.recompute_modules", mod, RECOMPUTE_MODULES)
+            if not mods:
+                raise SpecError("search.recompute_modules", "names no module; give one or more of "
+                                f"{', '.join(RECOMPUTE_MODULES)}")
+            object.__setattr__(self, "pinned", {**self.pinned, "recompute_modules": mods})
         if self.num_gpus < 1:
             raise SpecError("search.num_gpus", f"must be >= 1, got {self.num_gpus}")
         if self.gbs < 1:
@@ -138,7 +148,7 @@ def knob_values(space: SearchSpace) -> dict[str, tuple]:
         "placement": tuple(dict.fromkeys((b.placement,) + PLACEMENT_CHOICES)) if full else (b.placement,),
     }
     for knob, value in space.pinned.items():
-        if knob != "dp":
+        if knob not in ("dp", "recompute_modules"):  # a module set pins the activation strategy (below)
             vals[knob] = (value,)
     return vals
 
@@ -217,6 +227,10 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[St
             continue
         first[strategy_key(s)] = s
         effect.add(does)
+    if "recompute_modules" in pins:  # a pinned module set: selective recompute of exactly those modules
+        pinned = ("selective", 0, 0, tuple(pins["recompute_modules"]))
+        return (pinned,) if "selective" in v["recompute"] and pins.get("recompute_layers", 0) == 0 \
+            and pins.get("offload_layers", 0) == 0 and space.model.arch != "lstm" else ()
     return tuple(first.values())
 
 
