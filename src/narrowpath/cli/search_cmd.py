@@ -20,6 +20,7 @@ from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, s
 from narrowpath.search.rank import MAX_PLANS, usable_cpus
 from narrowpath.search.space import EXTENTS
 from narrowpath.search.table import build_table
+from narrowpath.spec._check import choice
 from narrowpath.spec.plan import AXES, EP_DISPATCH, RECOMPUTE_MODULES
 
 _FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp", "bucket_bytes": "--bucket-mb",
@@ -99,9 +100,7 @@ def _pins_and_base(args):
     if getattr(args, "recompute_modules", None) is not None:  # --recompute-modules a,b pins a module set
         pinned["recompute_modules"] = tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip())
         for mod in pinned["recompute_modules"] or ("",):
-            if mod not in RECOMPUTE_MODULES:
-                raise SpecError("--recompute-modules", f"must name modules of {', '.join(RECOMPUTE_MODULES)}; "
-                                f"got {args.recompute_modules!r}")
+            choice("--recompute-modules", mod, RECOMPUTE_MODULES)
         if pinned.get("recompute", "selective") != "selective":
             raise SpecError("--recompute-modules", f"names what selective recompute recomputes; needs --recompute "
                             f"selective, got {pinned['recompute']!r}")

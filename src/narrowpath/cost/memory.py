@@ -145,7 +145,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             weights = (st.params - emb) * held_weight_bytes_per_param(p, dev.fp8_any_layout) + emb * Wb
         else:
             emb_shard = emb / zero_shards(p)
-            weights = (held(3) - emb_shard) * sharded_weight_bytes_per_param(p) + emb_shard * Wb
+            weights = (held(3) - emb_shard) * Wg + emb_shard * Wb
         grads = held(2) * G
         optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)

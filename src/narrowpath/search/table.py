@@ -16,7 +16,7 @@ import numpy as np
 
 from narrowpath.network.placement import group_span
 from narrowpath.search.space import SearchSpace, Strategy, activation_strategies, knob_values, recomputed_modules
-from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, Plan
+from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, FP8_PARAMS_ZERO_STAGES, Plan
 from narrowpath.spec.scenario import consistency_errors
 
 COLUMNS = ("tp", "pp", "cp", "dp", "sp", "ep", "etp", "mbs", "vpp", "zero", "strat", "plc", "dpo", "bucket", "tpo",
@@ -121,7 +121,7 @@ def _default_zero(zero: int, shards: int, arch: str, fp8_params: bool = False) -
     for an LSTM), else 1, 2 and 3. FP8 primary weights need the distributed optimizer or FSDP (spec.plan): 1 (also
     over a single rank) and 3."""
     if fp8_params:
-        return zero == 1 if shards == 1 else zero in (1, 3)
+        return zero == 1 if shards == 1 else zero in FP8_PARAMS_ZERO_STAGES
     if shards == 1 or arch == "lstm":
         return zero == 0
     return zero in (1, 2, 3)
@@ -191,7 +191,7 @@ class _Builder:
                 for zero in v["zero_stage"]:
                     if "zero_stage" not in pins and not _default_zero(zero, dp * cp, self.m.arch, self.b.fp8_params):
                         continue
-                    if self.b.fp8_params and zero not in (1, 3):
+                    if self.b.fp8_params and zero not in FP8_PARAMS_ZERO_STAGES:
                         continue  # a pinned stage FP8 primary weights cannot run with (spec.plan)
                     rows += [(mbs, vpp, zero, s) for s in strats]
         return rows

@@ -22,6 +22,9 @@ OPTIMIZER_MOMENTS = ("fp32", "bf16")
 GRAD_PRECISION = ("auto", "fp32", "bf16")
 """Formats of the gradient buffer and its data-parallel reduction: `auto` (the training format's convention), fp32 or
 bf16 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 true / false)."""
+FP8_PARAMS_ZERO_STAGES = (1, 3)
+"""ZeRO stages FP8 primary weights run with (Megatron-LM: '--fp8-param-gather only supported with distributed
+optimizer' or FSDP)."""
 ACTIVATION_CACHE = ("default", "fp8")
 """How a layer stores what it keeps for backward: as its framework keeps it, or DeepSeek-V3's low-precision storage."""
 ATTENTION = ("auto", "flash", "unfused")
@@ -165,7 +168,7 @@ class Plan:
         if self.fp8_params and self.precision not in ("fp8", "mxfp8"):
             raise SpecError("plan.fp8_params", f"keeps the weights in FP8; needs precision fp8 or mxfp8, got "
                             f"{self.precision!r}")
-        if self.fp8_params and self.zero_stage not in (1, 3):
+        if self.fp8_params and self.zero_stage not in FP8_PARAMS_ZERO_STAGES:
             raise SpecError("plan.fp8_params", f"needs zero_stage 1 or 3 (Megatron-LM: '--fp8-param-gather only "
                             f"supported with distributed optimizer' or FSDP), got {self.zero_stage}")
         choice("plan.activation_cache", self.activation_cache, ACTIVATION_CACHE)

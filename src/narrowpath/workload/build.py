@@ -53,15 +53,25 @@ def held_weight_bytes_per_param(plan, fp8_any_layout: bool) -> float:
     return copies if plan.fp8_params else weight_bytes_per_param(plan.precision) + copies
 
 
+def fp8_primary_weights(plan) -> bool:
+    """Per-tensor FP8 primary weights (plan.fp8_params with precision fp8): gathered and stored as FP8 values with no
+    16-bit copy anywhere. MXFP8 primary weights pass through a bf16 copy (`sharded_weight_bytes_per_param`)."""
+    return plan.fp8_params and plan.precision == "fp8"
+
+
+def weight_transpose_op(phase: str, elements: float) -> Op:
+    """The column-wise copy of FP8 weights, a transpose (read 1 B, write 1 B per element), all of it bytes that
+    devices whose FP8 GEMMs take any layout do not move (Op.transpose_bytes)."""
+    return Op("weight_transpose", "vector", phase, 0.0, 2 * elements, "bf16", 1, transpose_bytes=2 * elements)
+
+
 def sharded_weight_bytes_per_param(plan) -> float:
     """Bytes per parameter of a linear layer's ZeRO-3 weight shard, and of what ZeRO's parameter all-gathers move: the
     16-bit weights, or with FP8 primary weights (Megatron-Core fp8_param_gather) the per-tensor FP8 values (1 B).
     MXFP8 primary weights are gathered in bf16: Megatron-Bridge's MXFP8 recipe sets reuse_grad_buf_for_mxfp8_param_ag,
     so the distributed optimizer all-gathers a bf16 copy through the gradient buffer and quantizes it into the
     MXFP8 tensors (`finish_param_sync`); 2 B."""
-    if plan.fp8_params and plan.precision == "fp8":
-        return operand_bytes(plan)
-    return float(weight_bytes_per_param(plan.precision))
+    return operand_bytes(plan) if fp8_primary_weights(plan) else float(weight_bytes_per_param(plan.precision))
 
 
 def moment_bytes(plan) -> int:
@@ -177,12 +187,11 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
         ops += [(op, 1.0) for op in recompute_ops(fwd, model, plan, kernel, window)]
     if plan.zero_stage == 3 and plan.low_precision:
         w = T.layer_params(model, plan, moe_layer=moe_layer)
-        if plan.fp8_params and plan.precision == "fp8":
-            # gathered FP8 primary weights: only their column-wise copy is made, a transpose (read 1 B, write 1 B),
-            # which devices whose FP8 GEMMs take any layout skip
+        if fp8_primary_weights(plan):
+            # gathered FP8 primary weights: only their column-wise copy is made, which devices whose FP8 GEMMs take
+            # any layout skip
             if not scn.system.device.fp8_any_layout:
-                ops.append((Op("weight_transpose", "vector", "fwd", 0.0, 2 * w, "bf16", 1, transpose_bytes=2 * w),
-                            1.0))
+                ops.append((weight_transpose_op("fwd", w), 1.0))
         else:
             # gathered 16-bit weights (or MXFP8 weights gathered in bf16) are quantized again every micro-batch
             # (Megatron-FSDP keeps no quantized cache)
@@ -550,7 +559,7 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
     K = optimizer_state_bytes_per_param(plan)
     # per-tensor FP8 primary weights: no 16-bit weight is written (the master shard is cast to FP8 below); MXFP8
     # primary weights are written in bf16 into the gradient buffer they are gathered through
-    fp8_primary = plan.fp8_params and plan.precision == "fp8"
+    fp8_primary = fp8_primary_weights(plan)
     Wb = 0 if fp8_primary else Wb
     per_param = (G + K + K + Wb + G) if plan.precision != "fp32" else (4 + (K + 4) + (K + 4) + 4)
     kernels = 2 + math.ceil(local / 2.0e7)
@@ -559,12 +568,10 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
     q = quantize_cost(plan.precision)
     if fp8_primary:
         # Megatron-Core's quantize_param_shard: the local fp32 master shard's amax (read 4 B), then its cast to FP8
-        # (read 4 B, write 1 B); after the FP8 all-gather the full weights' column-wise copy, a transpose (read and
-        # write 1 B) that devices whose FP8 GEMMs take any layout skip (transpose_bytes)
+        # (read 4 B, write 1 B); after the FP8 all-gather the full weights' column-wise copy
         ops.append((Op("weight_cast", "vector", "optimizer", 0.0, local * 9, "fp32", 2), 1.0))
         if plan.zero_stage < 3:
-            ops.append((Op("weight_transpose", "vector", "optimizer", 0.0, 2 * params, "bf16", 1,
-                           transpose_bytes=2 * params), 1.0))
+            ops.append((weight_transpose_op("optimizer", params), 1.0))
     elif q is not None and plan.zero_stage < 3:
         # the updated 16-bit weights are quantized once per step and cached for every micro-batch (TE's
         # is_first_microbatch); ZeRO-3 re-quantizes the gathered weights per micro-batch (see _layer_work)
