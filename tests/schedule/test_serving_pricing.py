@@ -184,7 +184,7 @@ def test_a_model_too_large_names_what_it_needs_against_the_device():
     device, and weights + activations + runtime exceed its capacity."""
     m, s, p = model("llama3-405b"), system("dgx-h100"), ServingPlan()
     with pytest.raises(InfeasibleError) as exc:
-        serving_memory(m, p, s, Formats.of(p, True), max_num_tokens=2048, max_batch=64, kv_fraction=0.9,
+        serving_memory(m, p, s, Formats.of(p, True, m), max_num_tokens=2048, max_batch=64, kv_fraction=0.9,
                        block_tokens=16)
     w, a, r, cap = (float(x) for x in re.search(r"needs ([\d.]+) GB of weights \+ ([\d.]+) GB of activations \+ "
                                                 r"([\d.]+) GB runtime per GPU, more than the ([\d.]+) GB",

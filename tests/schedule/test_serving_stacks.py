@@ -93,7 +93,7 @@ def test_gqa_reads_per_query_head_before_tensorrt_llm_0_7():
     assert serving_stack("TensorRT-LLM 0.5.0").get("decode_kv_per_query_head") is True
     assert not serving_stack("TensorRT-LLM 0.7a").get("decode_kv_per_query_head")
     p = ServingPlan(kv_precision="fp8")
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     one, eight = decode_attention_op(m, p, f, 4, 4000, 1, 1.0), decode_attention_op(m, p, f, 4, 4000, 1, 8.0)
     kv = 4000 * 2 * 8 * 128 * 1  # context · K and V · kv heads · head dim · fp8
     assert eight.hbm_bytes - one.hbm_bytes == pytest.approx(7 * kv)
@@ -106,13 +106,13 @@ def test_tensorrt_llm_moe_gathers_with_attention_dp_and_all_reduces_with_attenti
     m = model("mixtral-8x7b")
     adp = ServingPlan(tp=1, dp=8, ep=8, weight_precision="fp8")
     got = {tr.name: (tr.op, tr.axis, tr.message_bytes, c)
-           for tr, c in layer_transfers(m, adp, Formats.of(adp, True), 100.0, True, exchange="gather")}
+           for tr, c in layer_transfers(m, adp, Formats.of(adp, True, m), 100.0, True, exchange="gather")}
     assert got == {"dp.moe_all_gather": ("all_gather", "dp", 100 * 8 * 4096 * 1.0, 1.0),
                    "dp.moe_reduce_scatter": ("reduce_scatter", "dp", 100 * 8 * 4096 * 2.0, 1.0)}
     tp = ServingPlan(tp=8, ep=8, weight_precision="fp8")
-    got = [(tr.name, c) for tr, c in layer_transfers(m, tp, Formats.of(tp, True), 100.0, True, exchange="gather")]
+    got = [(tr.name, c) for tr, c in layer_transfers(m, tp, Formats.of(tp, True, m), 100.0, True, exchange="gather")]
     assert got == [("tp.all_reduce", 2.0)]
-    a2a = [tr.name for tr, _ in layer_transfers(m, adp, Formats.of(adp, True), 100.0, True)]
+    a2a = [tr.name for tr, _ in layer_transfers(m, adp, Formats.of(adp, True, m), 100.0, True)]
     assert "ep.dispatch" in a2a and "ep.combine" in a2a
 
 

@@ -76,7 +76,7 @@ def test_serving_runs_forward_ops_only():
     plan = ServingPlan(tp=2, ep=2)
     for name in ("llama3-8b", "mixtral-8x7b"):
         m = model(name)
-        f = Formats.of(plan, True)
+        f = Formats.of(plan, True, m)
         ops = layer_token_ops(m, plan, f, 64.0, m.moe is not None) + head_ops(m, plan, 8.0) + [embedding_op(m, 64.0)]
         assert ops and {op.phase for op in ops} == {"fwd"}
 
@@ -88,7 +88,7 @@ def test_a_lone_token_routed_top1_runs_its_expert():
     m = model("mixtral-8x7b")
     m = dataclasses.replace(m, moe=dataclasses.replace(m.moe, top_k=1))
     plan = ServingPlan(ep=1, tp=1)
-    ops = {op.name: op for op in moe_token_ops(m, plan, Formats.of(plan, True), 1.0)}
+    ops = {op.name: op for op in moe_token_ops(m, plan, Formats.of(plan, True, m), 1.0)}
     assert ops["expert_up"].flop == pytest.approx(234_881_024)
     assert ops["expert_up"].weight_bytes == pytest.approx(234_881_024)
     assert ops["expert_down"].flop == pytest.approx(117_440_512)

@@ -50,7 +50,7 @@ def test_decode_reads_every_weight_once_whatever_the_batch():
     """A dense layer's GEMMs read exactly the layer's matrix weights at T = 1 and at T = 512; FLOPs are 2 per
     weight per token."""
     m, p = model("llama3-8b"), ServingPlan(tp=2, weight_precision="fp8")
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     w_layer = layer_weight_bytes(m, p, f, False) - 2 * m.hidden * 2  # minus the norms
     for T in (1.0, 512.0):
         ops = layer_token_ops(m, p, f, T, False)
@@ -79,7 +79,7 @@ def test_distinct_expert_ranks():
 
 def test_tensor_parallel_layer_has_two_all_reduces_and_parallel_blocks_one():
     m, p = model("llama3-70b"), ServingPlan(tp=8)
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     (tr, n), = layer_transfers(m, p, f, 64.0, False)
     assert tr.op == "all_reduce" and n == 2 and tr.message_bytes == 64 * m.hidden * 2
 
@@ -89,7 +89,7 @@ def test_capacity_and_blocks():
     that does not fit is refused with one line."""
     m, s = model("llama3-8b"), system("dgx-h100")
     p = ServingPlan(weight_precision="bf16", kv_precision="bf16")
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     mem = serving_memory(m, p, s, f, max_num_tokens=2048, max_batch=64, kv_fraction=0.9, block_tokens=16)
     w = stage_weight_bytes(m, p, f, list(range(m.layers)), True, True)
     assert mem.weights_bytes == w
@@ -116,7 +116,7 @@ def test_moe_layer_ops_of_mixtral_by_hand():
       3·4096·14336 FP8 + the 16-bit router 4096·8·2."""
     m = model("mixtral-8x7b")
     p = ServingPlan(tp=1, dp=2, ep=2, weight_precision="fp8", kv_precision="fp8")
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     names = [o.name for o in layer_token_ops(m, p, f, 1.0, True)]
     assert names == ["add_norm", "qkv", "qkv_preprocess", "o_proj", "add_norm", "router", "router_topk",
                      "moe_permute", "expert_up", "expert_act", "expert_down", "moe_unpermute"]
@@ -148,7 +148,7 @@ def test_moe_serving_transfers_by_hand():
       all-gather over tp instead) and the dispatch of T/tp tokens."""
     m = model("mixtral-8x7b")
     p = ServingPlan(tp=1, dp=2, ep=2, weight_precision="fp8", kv_precision="fp8")
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     d = 2 * (1 - 6 / 28)
     assert distinct_expert_ranks(8, 2, 2) == pytest.approx(d)
     tr = {t.name: (t.op, t.message_bytes, c) for t, c in layer_transfers(m, p, f, 64.0, True)}
@@ -185,7 +185,7 @@ def test_activation_workspace_by_hand():
     plus the residual stream in and out, 8192·4096·2·2 = 134.2 MB."""
     from narrowpath.cost.serving_memory import activation_workspace_bytes
     m, p = model("llama3-8b"), ServingPlan(weight_precision="fp8")
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     act = 3 * 8192 * 14336 * 2
     assert act > 8192 * 4096 * 1 + 8192 * 28672 * 2
     assert activation_workspace_bytes(m, p, f, 8192, 256) == act + 256 * 128256 * 4 + 8192 * 4096 * 2 * 2
@@ -200,9 +200,9 @@ def test_layer_kinds_and_decode_attention_flops_by_hand():
     assert [layer_kind(ds, i)[0] for i in range(5)] == [False, False, False, True, True]
     assert not any(layer_kind(model("llama3-8b"), i)[0] for i in range(32))
     p = ServingPlan(tp=8)
-    op = decode_attention_op(model("llama3-70b"), p, Formats.of(p, True), 10, 10_000.0)
+    op = decode_attention_op(model("llama3-70b"), p, Formats.of(p, True, model("llama3-70b")), 10, 10_000.0)
     assert op.flop == 2 * 8 * 256 * 10_000
-    mla = decode_attention_op(ds, p, Formats.of(p, True), 10, 10_000.0)
+    mla = decode_attention_op(ds, p, Formats.of(p, True, ds), 10, 10_000.0)
     assert mla.flop == 2 * 16 * (576 + 512) * 10_000
 
 
@@ -219,7 +219,7 @@ def test_stage_weight_bytes_adds_the_embedding_and_output_layer_by_hand():
     (4096·2 B) on the last; a middle stage holds its layers only. With tied embeddings one matrix serves both when
     the first stage is also the last; a pipeline's last stage still holds its own copy."""
     m, p = model("llama3-8b"), ServingPlan(tp=2)
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     layers = [0, 1, 2, 3]
     mid = stage_weight_bytes(m, p, f, layers, False, False)
     assert mid == pytest.approx(4 * layer_weight_bytes(m, p, f, False))
@@ -239,7 +239,32 @@ def test_router_top_k_reads_and_writes_fp32_per_token_and_expert():
     """The top-k after the router reads the fp32 logits and writes the gate weights and indices: 3 fp32 values per
     token and expert. Mixtral (8 experts) at T = 64 tokens: 3·64·8·4 = 6,144 B, twice that at T = 128."""
     m, p = model("mixtral-8x7b"), ServingPlan()
-    f = Formats.of(p, True)
+    f = Formats.of(p, True, m)
     for T in (64.0, 128.0):
         (topk,) = [o for o in layer_token_ops(m, p, f, T, True) if o.name == "router_topk"]
         assert topk.hbm_bytes == 3 * T * 8 * 4 and topk.flop == 0.0
+
+
+def test_an_nvfp4_mla_checkpoint_keeps_its_attention_projections_in_16_bit():
+    """NVIDIA's DeepSeek-R1 NVFP4 checkpoint quantizes the dense and MoE FFN layers and keeps the attention modules
+    in bf16 (TensorRT-LLM tech blog 1, Precision Strategy table). Under attention DP 8 / EP 8 one GPU holds, by hand:
+    32 experts × 58 MoE layers × 3·7168·2048 × 0.5625 B (NVFP4 with a scale per 16) = 45.97 GB, the attention of
+    61 layers × 187,105,280 parameters (q_a 7168·1536, q_b 1536·128·192, kv_a 7168·576, kv_b 512·128·256,
+    o 128·128·7168) × 2 B = 22.83 GB, the shared experts 58 × 3·7168·2048 × 0.5625 = 1.44 GB, the dense FFNs
+    3 × 3·7168·18432 × 0.5625 = 0.67 GB, the bf16 routers 58 × 7168·256 × 2 = 0.21 GB, embedding and output layer
+    2 × 129,280·7168 × 2 = 3.71 GB: ≈ 74.8 GB (tech blog 3: 'the weights and activation occupies about 80 GB
+    memory for each GPU'). A GQA model's NVFP4 checkpoint and DeepSeek's FP8 one quantize the projections."""
+    ds = model_from_dict(DSV3)
+    p = ServingPlan(tp=1, dp=8, ep=8, weight_precision="fp4")
+    f = Formats.of(p, True, ds)
+    assert (f.w_dtype, f.W, f.attn_dtype, f.attn_W) == ("fp4", 0.5625, "bf16", 2.0)
+    ops = {op.name: op for op in layer_token_ops(ds, p, f, 4.0, True)}
+    assert (ops["o_proj"].dtype, ops["o_proj"].weight_bytes) == ("bf16", 128 * 128 * 7168 * 2)
+    assert (ops["q_up"].dtype, ops["q_up"].weight_bytes) == ("bf16", 1536 * 128 * 192 * 2)
+    assert ops["expert_up"].dtype == "fp4"
+    attn = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    by_hand = (32 * 58 * 3 * 7168 * 2048 * 0.5625 + 61 * attn * 2 + 58 * 3 * 7168 * 2048 * 0.5625
+               + 3 * 3 * 7168 * 18432 * 0.5625 + 58 * 7168 * 256 * 2 + 2 * 129280 * 7168 * 2)
+    assert stage_weight_bytes(ds, p, f, list(range(61)), True, True) == pytest.approx(by_hand, rel=1e-4)
+    assert Formats.of(p, True, model("llama3-70b")).attn_dtype == "fp4"
+    assert Formats.of(dataclasses.replace(p, weight_precision="fp8"), True, ds).attn_dtype == "fp8"

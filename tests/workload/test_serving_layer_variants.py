@@ -20,7 +20,7 @@ GPTJ = dict(name="gpt-j-6b", layers=28, hidden=4096, heads=16, kv_heads=16, ffn=
 
 
 def _ops(m, plan, T):
-    return {op.name: op for op in layer_token_ops(m, plan, Formats.of(plan, True), T, False)}
+    return {op.name: op for op in layer_token_ops(m, plan, Formats.of(plan, True, m), T, False)}
 
 
 def test_mla_without_query_low_rank_projects_queries_directly():
@@ -40,7 +40,7 @@ def test_gptj_parallel_block_has_one_norm_and_both_halves():
     (reads x, attn, mlp; writes the sum and the next norm), then the gelu MLP up [h × ffn] and down [ffn × h]."""
     m = model_from_dict(GPTJ)
     T = 4.0
-    ops = layer_token_ops(m, ServingPlan(), Formats.of(ServingPlan(), True), T, False)
+    ops = layer_token_ops(m, ServingPlan(), Formats.of(ServingPlan(), True, m), T, False)
     norms = [op for op in ops if op.name == "add_norm"]
     assert len(norms) == 1 and norms[0].hbm_bytes == 5 * T * 4096 * 2
     by = {op.name: op for op in ops}
@@ -56,7 +56,7 @@ def test_attention_core_runs_fp8_only_with_a_quantized_cache_on_fp8_hardware(kv,
     plan = ServingPlan(kv_precision=kv)
     assert core_dtype(plan, fp8_device) == want
     m = model("llama3-8b")
-    op = decode_attention_op(m, plan, Formats.of(plan, fp8_device), 4, 4000, 1.0, 1.0)
+    op = decode_attention_op(m, plan, Formats.of(plan, fp8_device, m), 4, 4000, 1.0, 1.0)
     assert op.dtype == want
 
 

@@ -77,7 +77,7 @@ class ServingCost:
         self.cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
         m, p, sysm = scn.model, scn.plan, scn.system
         self.dev = sysm.device
-        self.f = Formats.of(p, "fp8" in self.dev.peak_matrix_flop_per_s)
+        self.f = Formats.of(p, "fp8" in self.dev.peak_matrix_flop_per_s, m)
         self.layout = instance_plan(p)
         stack = serving_stack(p.framework)
         self.eager_prefill = bool(stack.get("eager_prefill", False))

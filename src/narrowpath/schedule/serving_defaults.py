@@ -180,7 +180,7 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             take("max_num_tokens", tok, why)
     p = dataclasses.replace(p, **kw)
     scn = dataclasses.replace(scn, plan=p, chosen=tuple(notes))
-    f = Formats.of(p, "fp8" in scn.system.device.peak_matrix_flop_per_s)
+    f = Formats.of(p, "fp8" in scn.system.device.peak_matrix_flop_per_s, scn.model)
     mem = serving_memory(scn.model, p, scn.system, f, max_num_tokens=p.max_num_tokens, max_batch=p.max_batch,
                          kv_fraction=p.kv_memory_fraction, block_tokens=p.kv_block_tokens)
     max_seqs = p.max_batch

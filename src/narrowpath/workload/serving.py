@@ -20,7 +20,9 @@ bytes per element (with block scales), K KV bytes per element, E experts, k top_
 - Quantized formats (fp8 W8A8 per-tensor, fp4 NVFP4 W4A4 with an E4M3 scale per 16 elements) quantize the GEMM
   input inside the kernel that produces it (norm, activation, attention epilogue: TensorRT-LLM fused
   quantization), so a quantized GEMM reads W-byte activations and no extra kernel runs. The output layer,
-  router and embedding stay 16 bit (ModelOpt excludes lm_head from quantization).
+  router and embedding stay 16 bit (ModelOpt excludes lm_head from quantization). An NVFP4 checkpoint of a
+  multi-head-latent-attention model quantizes its MLPs and experts and keeps the attention projections in 16 bit
+  (`attention_weight_format`).
 - A routed-expert GEMM reads only the experts some token chose: of E/ep experts on a GPU, with n token copies
   routed uniformly, E/ep·(1 − (1 − 1/E)^n) are expected to be active (occupancy of E bins by n balls).
 """
@@ -59,6 +61,19 @@ def core_dtype(plan: ServingPlan, fp8_capable: bool) -> str:
     """Arithmetic of the attention core: FP8 when the KV cache is quantized on a device with FP8 tensor cores
     (TensorRT-LLM's FP8 context FMHA and XQA with an FP8 cache), else 16 bit."""
     return "fp8" if plan.kv_precision in ("fp8", "fp4") and fp8_capable else "bf16"
+
+
+def attention_weight_format(model: Model, weight_precision: str) -> str:
+    """Format of the attention projections' weights in a checkpoint of `weight_precision`: the weights' format,
+    except that an NVFP4 checkpoint of a multi-head-latent-attention model keeps them in 16 bit. NVIDIA's DeepSeek-R1
+    NVFP4 checkpoint (TensorRT Model Optimizer) quantizes the dense and MoE FFN layers and leaves the attention
+    modules in bf16 (TensorRT-LLM tech blog 1, 'Pushing Latency Boundaries: Optimizing DeepSeek-R1 Performance on
+    NVIDIA B200 GPUs', Precision Strategy table: attention modules bf16, dense and MoE FFN nvfp4, router bf16;
+    tech blog 3, 'Optimizing DeepSeek R1 Throughput on NVIDIA Blackwell GPUs': 'the MoE layers inside this
+    checkpoint have been quantized into FP4', weights and activations ~80 GB per GPU under attention DP 8 / EP 8,
+    which 16-bit attention projections give and FP4 ones would not). DeepSeek's own FP8 checkpoint quantizes them
+    (DeepSeek-V3 §3.3: all linear layers of the blocks in block-scaled FP8)."""
+    return "bf16" if weight_precision == "fp4" and model.mla is not None else weight_precision
 
 
 def instance_plan(plan: ServingPlan) -> Plan:
@@ -113,11 +128,21 @@ class Formats:
     """Bytes per KV cache element."""
     core: str
     """Attention-core arithmetic."""
+    attn_dtype: str
+    """Format of the attention projections (`attention_weight_format`)."""
+    attn_W: float
+    """Bytes per weight (and quantized input) element of the attention projections."""
 
     @staticmethod
-    def of(plan: ServingPlan, fp8_capable: bool) -> "Formats":
+    def of(plan: ServingPlan, fp8_capable: bool, model: Model) -> "Formats":
+        attn = attention_weight_format(model, plan.weight_precision)
         return Formats(gemm_dtype(plan.weight_precision), element_bytes(plan.weight_precision),
-                       element_bytes(plan.kv_precision), core_dtype(plan, fp8_capable))
+                       element_bytes(plan.kv_precision), core_dtype(plan, fp8_capable),
+                       gemm_dtype(attn), element_bytes(attn))
+
+    def for_attention(self) -> "Formats":
+        """These formats with the attention projections' format as the linear layers' one."""
+        return Formats(self.attn_dtype, self.attn_W, self.K, self.core, self.attn_dtype, self.attn_W)
 
 
 def _linear(name: str, f: Formats, m: float, k: float, n: float, groups: float = 1.0) -> Op:
@@ -132,6 +157,7 @@ def attention_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -
     """Attention half of a layer at T tokens, without the core: add+norm, projections, QKV preprocessing (rotary
     and the KV cache write), output projection."""
     A, h, t = ACT_BYTES, model.hidden, plan.tp
+    f = f.for_attention()
     ops = [vector("add_norm", "fwd", 4 * T * h * A, "bf16")]  # fused residual add + RMSNorm (reads 2, writes 2)
     kv_tok = kv_bytes_per_token_layer(model, plan)
     if model.mla is None:
@@ -263,7 +289,7 @@ def layer_weight_bytes(model: Model, plan: ServingPlan, f: Formats, moe_layer: b
     """Weight bytes of one layer on one GPU: attention (tp-split; MLA down-projections replicated), dense MLP or
     routed experts (E/ep experts split etp ways) + shared experts + router, norms."""
     p = instance_plan(plan)
-    w = attention_params(model, p) * f.W + 2 * model.hidden * ACT_BYTES
+    w = attention_params(model, p) * f.attn_W + 2 * model.hidden * ACT_BYTES
     if moe_layer:
         moe = model.moe
         w += expert_params(model, p) * f.W
