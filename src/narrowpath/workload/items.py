@@ -47,6 +47,9 @@ class Op:
     host_syncs: int = 0
     """Times per execution the host waits for the GPU before it can issue more work (a dropless MoE layer copies its
     tokens-per-expert counts to the host to size the all-to-all and the grouped GEMMs)."""
+    rows: float = 0.0
+    """Rows (tokens) of one group's left operand of a GEMM built with its shape (workload.ops.gemm); 0 when not
+    known. cost.roofline prices a GEMM of fewer rows than one MMA tile as a weight stream."""
 
     @property
     def useful_flop(self) -> float:

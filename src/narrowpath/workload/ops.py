@@ -24,7 +24,7 @@ def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_byte
     hbm = (m * k * a_bytes) * batch + wb + (m * n * out) * batch
     # a grouped GEMM is issued per group (Transformer Engine's GroupedLinear runs one cuBLAS GEMM per expert)
     return Op(name, "matrix", phase, flop, hbm, dtype, groups, wb if weights else 0.0, groups=groups,
-              saved_bytes=saved_bytes, grad_elements=grad_elements)
+              saved_bytes=saved_bytes, grad_elements=grad_elements, rows=m / groups)
 
 
 def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1, saved_bytes: float = 0.0) -> Op:
