@@ -164,3 +164,17 @@ def test_cli_precision_flag_re_derives_what_the_stack_filled(tmp_path):
     assert (plan("--precision", "bf16")["fp8_params"], plan("--precision", "bf16")["grad_precision"]) == (False, "bf16")
     assert plan("--precision", "fp16")["grad_precision"] == "auto"
     assert plan("--precision", "bf16", "--grad-precision", "fp32")["grad_precision"] == "fp32"
+
+
+def test_a_stack_note_is_recognised_and_a_choice_or_statement_is_not():
+    """`restack_for_precision` re-derives exactly the knobs whose note is a stack note, from the plan reader or from
+    the null-knob chooser (with its '(not published)' suffix); a searched choice's note is not one."""
+    from narrowpath.catalog.resolve import restack_for_precision
+    from narrowpath.catalog.store import set_by_stack, stack_note
+    assert set_by_stack(stack_note(True, "megatron-bridge"))
+    assert set_by_stack(stack_note("bf16", "nemo", " (not published)"))
+    assert not set_by_stack("recompute='none' — fastest that fits in memory of 8 settings tried (not published)")
+    plan = Plan(dp=8, gbs=8, zero_stage=1, precision="fp8", fp8_params=True, framework="Megatron-Bridge 26.04 (FP8)")
+    chosen = (("fp8_params", stack_note(True, "megatron-bridge")), ("recompute", "'none' — fastest that fits"))
+    fields, notes = restack_for_precision(plan, chosen, "bf16", set())
+    assert fields == {"fp8_params": False} and dict(notes) == {"recompute": "'none' — fastest that fits"}

@@ -239,20 +239,20 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     stack = store.stack_for(framework) if isinstance(framework, str) else None
     precision = published.get("precision", Plan.__dataclass_fields__["precision"].default)
     defaults = {k: v for k, v in store.stack_defaults(stack, precision).items() if k not in data}
-    chosen = tuple((k, f"{v!r} — default of the {stack['id']} stack") for k, v in defaults.items())
+    chosen = tuple((k, store.stack_note(v, stack["id"])) for k, v in defaults.items())
     return plan_from_dict(published, defaults=defaults), unpublished, chosen
 
 
 def restack_for_precision(plan: Plan, chosen: tuple, precision: str, stated: set[str]) -> tuple[dict, tuple]:
     """(plan fields, chosen notes) after the training format of a plan changes to `precision` (a command-line
-    --precision over a scenario): a knob the software stack filled for the old format (its `chosen` note says
-    "default of the … stack") takes the stack's value for the new format, or the tool's default when the stack
+    --precision over a scenario): a knob the software stack filled for the old format (its `chosen` note is a
+    `catalog.store.stack_note`) takes the stack's value for the new format, or the tool's default when the stack
     sets none for it (catalog/stacks.yaml `defaults_by_precision`); knobs in `stated` (given on the command line)
     and knobs the scenario stated stay as they are."""
     stack = store.stack_for(plan.framework)
     if stack is None:
         return {}, chosen
-    filled = {k for k, note in chosen if "default of the" in note and k not in stated}
+    filled = {k for k, note in chosen if store.set_by_stack(note) and k not in stated}
     new = store.stack_defaults(stack, precision)
     fields, notes = {}, []
     for knob, note in chosen:
@@ -261,7 +261,7 @@ def restack_for_precision(plan: Plan, chosen: tuple, precision: str, stated: set
     for knob in sorted(filled):
         if knob in new:
             fields[knob] = new[knob]
-            notes.append((knob, f"{new[knob]!r} — default of the {stack['id']} stack"))
+            notes.append((knob, store.stack_note(new[knob], stack["id"])))
         else:
             fields[knob] = Plan.__dataclass_fields__[knob].default
     return fields, tuple(notes)

@@ -124,3 +124,19 @@ def stack_defaults(stack: dict[str, Any] | None, precision: str) -> dict[str, An
     if not stack:
         return {}
     return {**(stack.get("defaults") or {}), **((stack.get("defaults_by_precision") or {}).get(precision) or {})}
+
+
+STACK_DEFAULT_MARK = " — default of the {} stack"
+"""How a `chosen` note says that the software stack's defaults set a knob (see `stack_note`)."""
+
+
+def stack_note(value: Any, stack_id: str, suffix: str = "") -> str:
+    """The `chosen` note of a knob the stack `stack_id` set to `value` (`suffix`: e.g. ' (not published)')."""
+    return f"{value!r}{STACK_DEFAULT_MARK.format(stack_id)}{suffix}"
+
+
+def set_by_stack(note: str) -> bool:
+    """Whether a `chosen` note is a `stack_note`: the knob holds its stack's default, not a stated value."""
+    head, _, tail = STACK_DEFAULT_MARK.partition("{}")
+    start = note.find(head)
+    return start >= 0 and note.find(tail, start + len(head)) >= 0

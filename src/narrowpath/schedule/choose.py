@@ -104,7 +104,7 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
         stack = _stack_default(scn, knob)
         if stack is not None:
             fixed[knob] = stack[0]
-            notes.append((knob, f"{stack[0]!r} — default of the {stack[1]} stack (not published)"))
+            notes.append((knob, store.stack_note(stack[0], stack[1], " (not published)")))
         elif knob == "dp" and scn.plan.tp * scn.plan.pp * scn.plan.cp:
             fixed[knob] = scn.num_gpus // (scn.plan.tp * scn.plan.pp * scn.plan.cp)
             notes.append((knob, f"{fixed[knob]} — what the GPU count leaves (not published)"))
