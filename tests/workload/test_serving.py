@@ -268,3 +268,14 @@ def test_an_nvfp4_mla_checkpoint_keeps_its_attention_projections_in_16_bit():
     assert stage_weight_bytes(ds, p, f, list(range(61)), True, True) == pytest.approx(by_hand, rel=1e-4)
     assert Formats.of(p, True, model("llama3-70b")).attn_dtype == "fp4"
     assert Formats.of(dataclasses.replace(p, weight_precision="fp8"), True, ds).attn_dtype == "fp8"
+
+
+def test_a_routed_expert_gemm_counts_its_rows_per_active_expert():
+    """Mixtral (8 experts, top 2) on one GPU, 4 decode tokens: 8 token copies over 8·(1 − (7/8)^8) = 5.25 expected
+    active experts, 1.52 rows each — a weight stream (cost.roofline), whatever the launch's total rows."""
+    from narrowpath.workload.serving import moe_token_ops
+    m, p = model("mixtral-8x7b"), ServingPlan(ep=1, tp=1)
+    ops = {op.name: op for op in moe_token_ops(m, p, Formats.of(p, True, m), 4.0)}
+    active = 8 * (1 - (7 / 8) ** 8)
+    assert ops["expert_up"].rows == pytest.approx(8 / active)
+    assert ops["expert_up"].weight_bytes == pytest.approx(active * 4096 * 2 * 14336 * 2)

@@ -28,6 +28,7 @@ bytes per element (with block scales), K KV bytes per element, E experts, k top_
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -149,8 +150,10 @@ def _linear(name: str, f: Formats, m: float, k: float, n: float, groups: float =
     """A quantized linear layer's GEMM on m rows: reads W-byte inputs and weights, writes 16-bit outputs. With
     `groups` (active experts, possibly fractional in expectation) it is one grouped-GEMM launch over all of them
     (TensorRT-LLM / vLLM fused MoE kernels run every local expert in one CUTLASS / Triton launch): weights of
-    `groups` experts, efficiency of the whole launch."""
-    return gemm(name, "fwd", m, k, n, f.w_dtype, f.W, f.W * groups, out_bytes=ACT_BYTES)
+    `groups` experts, efficiency of the whole launch; its rows per expert (m / groups) decide whether it is a weight
+    stream (cost.roofline: every expert's rows are tiled on their own)."""
+    op = gemm(name, "fwd", m, k, n, f.w_dtype, f.W, f.W * groups, out_bytes=ACT_BYTES)
+    return dataclasses.replace(op, rows=m / max(groups, 1.0)) if groups > 1.0 else op
 
 
 def attention_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list[Op]:
