@@ -95,3 +95,24 @@ def test_a_bad_case_fails_alone():
                      "hardware": {"gpu": "NoSuchGPU", "num_gpus": 1}, "plan": {"tp": 1},
                      "workload": {"scenario": "offline", "input_tokens": 10, "output_tokens": 10}}, 0)
     assert case.failure and "NoSuchGPU" in case.failure and case.error is None
+
+
+SERVING_BOUNDS = {  # (group kind, group): ceiling on the mean |error| of its figures (today's value + ~2 pp)
+    ("regime", "latency (<= 8 sequences)"): 0.16, ("regime", "offline throughput"): 0.18,
+    ("regime", "static-batch throughput"): 0.14,
+    ("generation", "ampere"): 0.115, ("generation", "hopper"): 0.14, ("generation", "blackwell"): 0.25,
+    ("family", "dense"): 0.145, ("family", "moe"): 0.22,
+}
+
+
+def test_the_serving_corpus_stays_within_its_bounds_by_regime():
+    """A regression guard like tests/validate/test_regimes.py's for training: every figure of the shipped serving
+    corpus priced, the mean |error| over all 50 figures and per group under today's value plus a small margin
+    (the issue-13 target, 10 % / 25 %, is not met: docs/serving-validation.md, the closing notes)."""
+    from narrowpath.validate.inference import run_inference_validation
+    rep = run_inference_validation(CORPUS)
+    assert not [c.id for c in rep.cases if c.failure] and len(rep.all_errors) == 50
+    assert rep.mean_abs_error <= 0.16
+    over = {k: round(rep.grouped(k[0])[k[1]]["mean_abs_error"], 4) for k, bound in SERVING_BOUNDS.items()
+            if rep.grouped(k[0])[k[1]]["mean_abs_error"] > bound}
+    assert not over, over
