@@ -92,7 +92,7 @@ def test_pipeline_formulas():
 
 def test_uneven_layer_split_lightens_first_and_last_stage():
     """Llama 3 405B: 126 layers on 16 stages, one fewer on the first and last (Dubey et al. 2024 §3.3.2)."""
-    from narrowpath.workload.build import stage_layer_ranges
+    from narrowpath.workload.split import stage_layer_ranges
     counts = [sum(len(r) for r in st) for st in stage_layer_ranges(126, 16, 1)]
     assert counts == [7] + [8] * 14 + [7]
     ranges = [r for st in stage_layer_ranges(61, 16, 1) for r in st]

@@ -6,8 +6,9 @@ import pytest
 
 from narrowpath.catalog import model, system
 from narrowpath.spec import Plan, Scenario
-from narrowpath.workload.build import (build_workload, embedding_params, max_pipeline_chunks, offload_fraction,
-                                       recompute_fraction, stage_layer_ranges)
+from narrowpath.workload.split import max_pipeline_chunks, stage_layer_ranges
+from narrowpath.workload.build import (build_workload, embedding_params, offload_fraction,
+                                       recompute_fraction)
 
 
 def layers_of(layers: int, pp: int, vpp: int) -> list[list[int]]:

@@ -20,6 +20,7 @@ from narrowpath.analysis.whatif import (Make, WhatIf, evaluate, from_prediction,
 from narrowpath.catalog import system as catalog_system
 from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
+from narrowpath.workload.split import balanced_end_layers, plan_layer_ranges, stage_layer_ranges
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
 """Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
@@ -90,6 +91,15 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         if vpp > p.vpp:
             out.append(Candidate("interleave_pipeline", f"interleave the pipeline: vpp {p.vpp} -> {vpp}",
                                  lambda: with_plan_repaired(scn, vpp=vpp), targets=("bubble",)))
+    split = rebalanced_split(ctx) if p.pp > 1 and not recurrent else None
+    if split is not None:
+        first, last = split
+        now = stage_layer_text(plan_layer_ranges(scn.model, p))
+        new = stage_layer_text(stage_layer_ranges(scn.model.layers, p.pp, p.vpp, first, last))
+        out.append(Candidate("rebalance_pipeline", f"rebalance the pipeline: layers first/middle/last {new} "
+                             f"(now {now})",
+                             lambda: with_plan(scn, first_stage_layers=first, last_stage_layers=last),
+                             targets=COMPUTE + ("bubble",)))
     if p.dp > 1 and not p.dp_overlap:
         out.append(Candidate("dp_overlap", "overlap the gradient sync with backward",
                              lambda: with_plan(scn, dp_overlap=True), targets=("exposed_dp_comm",)))
@@ -114,6 +124,24 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         out.append(Candidate("halve_pp", f"PP {p.pp} -> {p.pp // 2}, DP follows",
                              lambda: with_plan_repaired(scn, pp=p.pp // 2), targets=("bubble", "exposed_pp_comm")))
     return out
+
+
+def stage_layer_text(ranges: list[list[range]]) -> str:
+    """Layers of the first, the middle (a range when they differ) and the last stage, e.g. `3/4/1`."""
+    counts = [sum(len(r) for r in st) for st in ranges]
+    mid = counts[1:-1]
+    middle = "-" if not mid else str(mid[0]) if min(mid) == max(mid) else f"{min(mid)}-{max(mid)}"
+    return f"{counts[0]}/{middle}/{counts[-1]}"
+
+
+def rebalanced_split(ctx: Context) -> tuple[int, int] | None:
+    """The first / last stage layer counts that even out the stages' per-micro-batch times (the slowest stage sets
+    the pipeline's pace), or None when the current split is already as even (workload.split.balanced_end_layers)."""
+    scn = ctx.pred.scenario
+    p = scn.plan
+    counts = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, p)]
+    split = balanced_end_layers(scn.model.layers, p.pp, p.vpp, [s.total_s for s in ctx.pred.stages], counts)
+    return None if split == (p.first_stage_layers, p.last_stage_layers) else split
 
 
 def fabric_candidates(ctx: Context) -> list[Candidate]:

@@ -39,6 +39,12 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")
     for f in PLAN_INT_FLAGS:
         g.add_argument(f"--{f}", type=int, help=_PLAN_HELP[f])
+    g.add_argument("--first-stage-layers", dest="first_stage_layers", type=int,
+                   help="transformer layers on the first pipeline stage, the other stages sharing the rest evenly "
+                        "(Megatron-Core --decoder-first-pipeline-num-layers; 0 = the automatic split)")
+    g.add_argument("--last-stage-layers", dest="last_stage_layers", type=int,
+                   help="transformer layers on the last pipeline stage, which also runs the output layer and the "
+                        "loss (--decoder-last-pipeline-num-layers; 0 = the automatic split)")
     g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3),
                    help="ZeRO stage: 0 none, 1 optimizer state sharded over data parallelism (Megatron distributed "
                         "optimizer), 2 + gradients, 3 + weights (FSDP)")
@@ -90,7 +96,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "recompute", "sequence_parallel",
                                                               "precision", "dp_overlap", "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
-                                                              "grad_precision", "fp8_params", "activation_cache")
+                                                              "grad_precision", "fp8_params", "activation_cache",
+                                                              "first_stage_layers", "last_stage_layers")
                if getattr(args, f, None) is not None}
     if base is None:
         if not (args.model and args.system):
@@ -124,6 +131,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["gbs"] = dp * mbs * max(1, 4 * pp) if base is None else dp * mbs * plan0.num_microbatches
     if "vpp" not in plan_kw and plan0.vpp > 1 and pp == 1:
         plan_kw["vpp"] = 1
+    if pp != plan0.pp or plan_kw.get("vpp", plan0.vpp) != plan0.vpp:  # the scenario's split was for its pipeline
+        for knob in ("first_stage_layers", "last_stage_layers"):
+            plan_kw.setdefault(knob, 0)
     mods = getattr(args, "recompute_modules", None)
     if mods is not None:
         plan_kw["recompute_modules"] = tuple(m.strip() for m in mods.split(",") if m.strip())

@@ -153,6 +153,11 @@ def run(args) -> int:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")
     pinned, base = _pins_and_base(args)
+    if base.plan.first_stage_layers or base.plan.last_stage_layers:
+        print("note: the search splits the layers of every plan automatically (Megatron-Core's even split); the "
+              "scenario's first_stage_layers / last_stage_layers are not searched", file=sys.stderr)
+        base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, first_stage_layers=0,
+                                                                  last_stage_layers=0))
     space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned, args.extent)
     table = build_table(space)
     if pinned and len(table) == 0:

@@ -22,9 +22,10 @@ from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import (embedding_params, grad_bytes_per_param, held_weight_bytes_per_param,
                                        offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
-                                       sharded_weight_bytes_per_param, stage_layer_ranges, weight_bytes_per_param,
+                                       sharded_weight_bytes_per_param, weight_bytes_per_param,
                                        zero_shards)
 from narrowpath.workload.items import Workload
+from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.recompute import kept_bytes
 
 RUNTIME_RESERVE_BYTES = 2.0e9
@@ -105,7 +106,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         p, recompute="selective" if p.recompute == "selective" else "none", recompute_layers=0))
     per_kind: dict[tuple[bool, bool], float] = {}
     b, s = p.mbs, model.seq_len // p.cp
-    ranges = stage_layer_ranges(model.layers, p.pp, p.vpp) if model.arch == "transformer" else [[range(model.layers)]]
+    ranges = plan_layer_ranges(model, p) if model.arch == "transformer" else [[range(model.layers)]]
     out = []
     for st, rng in zip(wl.stages, ranges):
         zero = p.zero_stage

@@ -25,7 +25,8 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
-                                                "grad_precision", "fp8_params", "activation_cache")}
+                                                "grad_precision", "fp8_params", "activation_cache",
+                                                "first_stage_layers", "last_stage_layers")}
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),
         "step_time_s": p.step_time_s,
@@ -68,7 +69,10 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
              f"  {s.model.name} on {s.num_gpus} x {s.system.device.name} ({s.system.name}); "
              f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp}"
              + (f" ({plan.cp_comm})" if plan.cp > 1 else "")
-             + f" ep={plan.ep} vpp={plan.vpp} mbs={plan.mbs} "
+             + f" ep={plan.ep} vpp={plan.vpp}"
+             + "".join(f" {end}_stage_layers={n}" for end, n in (("first", plan.first_stage_layers),
+                                                                 ("last", plan.last_stage_layers)) if n)
+             + f" mbs={plan.mbs} "
              f"gbs={plan.gbs} seq={s.model.seq_len} zero={plan.zero_stage} recompute={plan.recompute} "
              f"sp={plan.sequence_parallel} {plan.precision}", ""]
     warn = memory_warning(p)

@@ -426,8 +426,8 @@ def chunk_shares(scn: Scenario, stage_s: list[float], edge_s: list[float]) -> li
     """Each stage's share of its per-micro-batch time per interleaved chunk: its layers' time split by layer
     count, the embedding in the first stage's first chunk and the output head in the last stage's last chunk
     (None when the chunks of every stage come out equal: the closed form then needs no shares)."""
-    from narrowpath.workload.build import stage_layer_ranges
-    ranges = stage_layer_ranges(scn.model.layers, scn.plan.pp, scn.plan.vpp)
+    from narrowpath.workload.split import plan_layer_ranges
+    ranges = plan_layer_ranges(scn.model, scn.plan)
     shares = []
     for i, (st, total, edge) in enumerate(zip(ranges, stage_s, edge_s)):
         n = sum(len(r) for r in st)

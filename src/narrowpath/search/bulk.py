@@ -29,7 +29,8 @@ from narrowpath.search.space import recomputed_modules
 from narrowpath.search.table import PlanTable
 from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_param, held_weight_bytes_per_param,
                                        offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
-                                       sharded_weight_bytes_per_param, stage_layer_ranges, weight_bytes_per_param)
+                                       sharded_weight_bytes_per_param, weight_bytes_per_param)
+from narrowpath.workload.split import stage_layer_ranges
 from narrowpath.workload.precision import act_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}

@@ -11,7 +11,7 @@ search (the structural knobs only, everything else kept from the base plan). Kno
             stages; DeepSeek-V3: 61 on 16) is priced as the model lays it out, the slowest stage pacing the rest
     vpp     1, or chunks per stage (Megatron interleaving) when the micro-batches divide by pp: full, 2-16 chunks
             whenever pp·vpp chunks fit the layers (uneven chunks and the embedding/loss-as-layers split of
-            `workload.build.stage_layer_ranges` included); basic, 2-8 chunks splitting the layers evenly
+            `workload.split.stage_layer_ranges` included); basic, 2-8 chunks splitting the layers evenly
     cp      powers of two dividing the sequence length and the GPU count, at most 32
     ep      MoE only: divisors of the expert count; ep·etp must divide the tp·cp·dp ranks of a stage (basic: ep
             divides dp)
@@ -92,6 +92,9 @@ class SearchSpace:
     extent: str = "full"
 
     def __post_init__(self) -> None:
+        if self.base.first_stage_layers or self.base.last_stage_layers:  # every plan here splits automatically
+            object.__setattr__(self, "base", dataclasses.replace(self.base, first_stage_layers=0,
+                                                                 last_stage_layers=0))
         unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp", "recompute_modules"})
         if unknown:
             raise SpecError("search.pinned", f"unknown knob(s) {unknown}; knobs are "

@@ -106,6 +106,13 @@ class Plan:
     quantized input of a low-precision GEMM) or `fp8` (DeepSeek-V3 §3.3.2 "Low-Precision Storage": the attention
     output that the output projection reads is cached once in E5M6, and the routed experts' SwiGLU input in FP8,
     its output recomputed in backward; needs a low-precision recipe). workload.precision.CACHE_BYTES."""
+    first_stage_layers: int = 0
+    """Transformer layers of the first pipeline stage, 0 = the automatic split (Megatron-Core
+    --decoder-first-pipeline-num-layers / num_layers_in_first_pipeline_stage; the other stages share the rest
+    evenly). workload.split.stage_layer_ranges."""
+    last_stage_layers: int = 0
+    """Transformer layers of the last pipeline stage, 0 = the automatic split (--decoder-last-pipeline-num-layers):
+    fewer layers there make room for the output layer, the loss and multi-token prediction."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over tp; TP all-reduce becomes reduce-scatter + all-gather."""
     precision: str = "bf16"
@@ -144,6 +151,8 @@ class Plan:
         positive_int("plan.etp", self.etp, minimum=0)
         positive_int("plan.recompute_layers", self.recompute_layers, minimum=0, maximum=100_000)
         positive_int("plan.offload_layers", self.offload_layers, minimum=0, maximum=100_000)
+        positive_int("plan.first_stage_layers", self.first_stage_layers, minimum=0, maximum=100_000)
+        positive_int("plan.last_stage_layers", self.last_stage_layers, minimum=0, maximum=100_000)
         for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
             positive_int(f"plan.{ax}", getattr(self, ax), maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
@@ -194,6 +203,9 @@ class Plan:
                             f"{self.dp}·{self.mbs} = {self.dp * self.mbs}")
         if self.vpp > 1 and self.pp == 1:
             raise SpecError("plan.vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+        for knob in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, knob) and self.pp == 1:
+                raise SpecError(f"plan.{knob}", "sets the layers of one pipeline stage; needs pp > 1")
         if self.recompute_layers and self.activation_cache == "fp8":
             raise SpecError("plan.recompute_layers", "a full recompute of only some layers is not modelled with "
                             "activation_cache fp8 (the other layers' SwiGLU recompute); recompute them all (0)")
@@ -231,3 +243,19 @@ class Plan:
     @property
     def schedule(self) -> str:
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
+
+
+def uneven_split_error(layers: int, pp: int, vpp: int, first: int, last: int) -> str | None:
+    """Why Megatron-Core refuses `first` / `last` layers on the first / last pipeline stage (0 = not set), or None:
+    the stages left share the remaining layers evenly, and every stage's count splits into its vpp chunks
+    (megatron/core/transformer/transformer_block.py get_num_layers_to_build, transformer_layer.py
+    get_transformer_layer_offset)."""
+    left = pp - (first > 0) - (last > 0)
+    rest = layers - first - last
+    if rest < 0 or (left == 0 and rest) or (left and (rest < left * vpp or rest % left)):
+        return (f"{layers} layers less {first} on the first and {last} on the last stage leave {rest} for "
+                f"{left} other stages: they must split evenly, at least {vpp} each")
+    for where, n in (("first", first), ("last", last), ("each middle", rest // left if left else 0)):
+        if n % vpp:
+            return f"{n} layers on the {where} stage do not split into its {vpp} interleaved chunks"
+    return None

@@ -20,6 +20,7 @@ from narrowpath.workload.attention import kv_pair_width_per_rank
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
+from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.recompute import kept_bytes, modules_of, recompute_ops, tp_block_recomputed
 from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost, quantized_weight_copies
 
@@ -93,36 +94,6 @@ def zero_shards(plan, *, expert: bool = False) -> int:
     return plan.expert_dp if expert else plan.dp * plan.cp
 
 
-def stage_layer_ranges(layers: int, pp: int, vpp: int) -> list[list[range]]:
-    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp.
-
-    When the chunks do not divide the layers but divide layers + 2, the embedding and the loss count as one
-    layer each (Megatron-Core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, used
-    by Megatron-Bridge's Llama-3.1 405B recipes: 126 layers on 16 × 8 chunks): the first and the last chunk hold
-    one layer fewer, possibly none. Otherwise, when the layers do not split evenly, the extra layers go to chunks of
-    the middle stages first, since the first stage also runs the embedding and the last the output layer and loss
-    (Llama 3, Dubey et al. 2024 §3.3.2: one layer fewer on the first and last stage for 126 layers on 16 stages);
-    only then to the first and last stages."""
-    chunks = pp * vpp
-    if layers % chunks and (layers + 2) % chunks == 0:
-        per = (layers + 2) // chunks
-        sizes = [per - (1 if j in (0, chunks - 1) else 0) for j in range(chunks)]
-        if chunks == 1:
-            sizes = [layers]
-    else:
-        base, extra = divmod(layers, chunks)
-        middle = [j for j in range(chunks) if 0 < j % pp < pp - 1]
-        ends = [j for j in range(chunks) if j % pp in (0, pp - 1)]
-        plus = set((middle + ends)[:extra])
-        sizes = [base + (1 if j in plus else 0) for j in range(chunks)]
-    out: list[list[range]] = [[] for _ in range(pp)]
-    start = 0
-    for j, n in enumerate(sizes):
-        out[j % pp].append(range(start, start + n))
-        start += n
-    return out
-
-
 def recompute_fraction(plan, stage_layers: int) -> float:
     """Share of a stage's layers a full recompute re-runs: recompute_layers per chunk of stage_layers/vpp (all
     when recompute_layers is 0; none without full recompute)."""
@@ -157,12 +128,6 @@ def stage_saved_bytes(scn: Scenario, kernel: str, layers: list[int], kind_of: di
             per_kind[kind] = unrecomputed_layer_bytes(scn.model, scn.plan, kernel, kind[0], kind[1])
         total += per_kind[kind]
     return total
-
-
-def max_pipeline_chunks(layers: int) -> int:
-    """Most pipeline chunks (pp·vpp) a model of `layers` layers splits into: one layer each, or layers + 2 when
-    the embedding and the loss count as layers (see `stage_layer_ranges`)."""
-    return layers + 2
 
 
 def _layer_work(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False
@@ -470,7 +435,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     work = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of.values())}
     p2p = p2p_bytes(model, plan)
     stages = []
-    for i, ranges in enumerate(stage_layer_ranges(model.layers, plan.pp, plan.vpp)):
+    for i, ranges in enumerate(plan_layer_ranges(model, plan)):
         idx = [li for r in ranges for li in r]
         counts: dict[tuple[bool, bool], int] = {}
         for li in idx:

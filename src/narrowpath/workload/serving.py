@@ -36,7 +36,7 @@ from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.attention import attention_params, kv_width_per_rank
-from narrowpath.workload.build import stage_layer_ranges
+from narrowpath.workload.split import stage_layer_ranges
 from narrowpath.workload.items import Op
 from narrowpath.workload.moe import expert_params, routing_imbalance
 from narrowpath.workload.ops import gemm, vector

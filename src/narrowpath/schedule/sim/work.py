@@ -26,7 +26,8 @@ from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, pair
     transfer_span
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kinds, \
-    stage_layer_ranges, zero2_per_microbatch, zero2_transfers, zero3_transfers
+    zero2_per_microbatch, zero2_transfers, zero3_transfers
+from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.items import Op, StageWork, Transfer
 
 PASS_PHASES = {"F": ("fwd",), "B": ("bwd", "recompute"), "W": ("bwd",), "BW": ("bwd", "recompute")}
@@ -334,7 +335,7 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWor
     pr = _Pricer(pred)
     slowdown = pred.calibration.overlap_compute_slowdown
     vpp = plan.vpp if scn.model.arch == "transformer" else 1
-    layer_ranges = stage_layer_ranges(scn.model.layers, plan.pp, vpp) if scn.model.arch == "transformer" \
+    layer_ranges = plan_layer_ranges(scn.model, plan) if scn.model.arch == "transformer" \
         else [[range(st.layers)] for st in wl.stages]
     top = max(wl.stages, key=lambda s: s.params)
     kinds = ("F", "B", "W") if split_backward else ("F", "BW")

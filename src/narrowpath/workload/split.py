@@ -1,0 +1,86 @@
+"""How a model's transformer layers are split over pipeline stages and their interleaved chunks (Megatron-Core's
+rules): which layer indices each stage's chunks hold."""
+from __future__ import annotations
+
+from narrowpath.spec.model import Model
+from narrowpath.spec.plan import Plan
+
+
+def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int = 0) -> list[list[range]]:
+    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp.
+
+    `first` / `last` (> 0): that many layers on the first / last stage, the rest shared evenly by the other stages
+    and every stage's layers split evenly over its chunks (Megatron-Core's uneven pipeline,
+    num_layers_in_first/last_pipeline_stage; `spec.plan.uneven_split_error` says when it refuses a split).
+
+    When the chunks do not divide the layers but divide layers + 2, the embedding and the loss count as one
+    layer each (Megatron-Core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, used
+    by Megatron-Bridge's Llama-3.1 405B recipes: 126 layers on 16 × 8 chunks): the first and the last chunk hold
+    one layer fewer, possibly none. Otherwise, when the layers do not split evenly, the extra layers go to chunks of
+    the middle stages first, since the first stage also runs the embedding and the last the output layer and loss
+    (Llama 3, Dubey et al. 2024 §3.3.2: one layer fewer on the first and last stage for 126 layers on 16 stages);
+    only then to the first and last stages."""
+    chunks = pp * vpp
+    if first or last:
+        left = pp - (first > 0) - (last > 0)
+        middle = (layers - first - last) // left if left else 0
+        per_stage = [first or middle] + [middle] * (pp - 2) + [last or middle]
+        sizes = [per_stage[j % pp] // vpp for j in range(chunks)]
+    elif layers % chunks and (layers + 2) % chunks == 0:
+        per = (layers + 2) // chunks
+        sizes = [per - (1 if j in (0, chunks - 1) else 0) for j in range(chunks)]
+        if chunks == 1:
+            sizes = [layers]
+    else:
+        base, extra = divmod(layers, chunks)
+        middle = [j for j in range(chunks) if 0 < j % pp < pp - 1]
+        ends = [j for j in range(chunks) if j % pp in (0, pp - 1)]
+        plus = set((middle + ends)[:extra])
+        sizes = [base + (1 if j in plus else 0) for j in range(chunks)]
+    out: list[list[range]] = [[] for _ in range(pp)]
+    start = 0
+    for j, n in enumerate(sizes):
+        out[j % pp].append(range(start, start + n))
+        start += n
+    return out
+
+
+def plan_layer_ranges(model: Model, plan: Plan) -> list[list[range]]:
+    """`stage_layer_ranges` of a transformer under a plan, with its first / last stage layer counts."""
+    return stage_layer_ranges(model.layers, plan.pp, plan.vpp, plan.first_stage_layers, plan.last_stage_layers)
+
+
+def max_pipeline_chunks(layers: int) -> int:
+    """Most pipeline chunks (pp·vpp) a model of `layers` layers splits into: one layer each, or layers + 2 when
+    the embedding and the loss count as layers (see `stage_layer_ranges`)."""
+    return layers + 2
+
+
+def balanced_end_layers(layers: int, pp: int, vpp: int, stage_s: list[float],
+                        stage_layers: list[int]) -> tuple[int, int] | None:
+    """(first, last) stage layer counts — 0 for the automatic split of that end — under which the slowest stage
+    is fastest, from the per-micro-batch times `stage_s` of the stages under the current split holding
+    `stage_layers` layers. A layer costs what one costs on the busiest-per-layer stage between the ends (the first
+    stage when there is none); what an end stage takes beyond its layers (the embedding, the output layer, the
+    loss, multi-token prediction) stays with it. Only splits Megatron-Core accepts are tried
+    (spec.plan.uneven_split_error); None when none beats the current split by more than 0.1 %."""
+    from narrowpath.spec.plan import uneven_split_error
+    inner = [t / n for t, n in zip(stage_s[1:-1], stage_layers[1:-1]) if n] or \
+        [stage_s[0] / stage_layers[0] if stage_layers[0] else 0.0]
+    per_layer = max(inner)
+    extra_first = stage_s[0] - stage_layers[0] * per_layer
+    extra_last = stage_s[-1] - stage_layers[-1] * per_layer
+    best, best_key = None, max(stage_s) * (1 - 1e-3)
+    options = [0] + list(range(vpp, layers + 1, vpp))
+    for first in options:
+        for last in options:
+            if (first or last) and uneven_split_error(layers, pp, vpp, first, last):
+                continue
+            counts = [sum(len(r) for r in st) for st in stage_layer_ranges(layers, pp, vpp, first, last)]
+            times = [n * per_layer for n in counts]
+            times[0] += extra_first
+            times[-1] += extra_last
+            key = max(times)
+            if key < best_key:
+                best, best_key = (first, last), key
+    return best
