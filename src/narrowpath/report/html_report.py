@@ -52,7 +52,10 @@ def header(a: Analysis, pj: dict) -> str:
              (f"{a.verdict.share:.0%}", f"narrowest path: {a.verdict.narrowest.replace('_', ' ')}")]
     nav = "<nav>" + "".join(f'<a href="#{k}">{v}</a>' for k, v in NAV) + "</nav>"
     desc = (f"{s.model.name} on {s.num_gpus:,} × {s.system.device.name} ({s.system.name}); tp={plan.tp} pp={plan.pp} "
-            f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} mbs={plan.mbs} gbs={plan.gbs} "
+            f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} "
+            + "".join(f"{end}_stage_layers={n} " for end, n in (("first", plan.first_stage_layers),
+                                                                ("last", plan.last_stage_layers)) if n)
+            + f"mbs={plan.mbs} gbs={plan.gbs} "
             f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} {plan.precision}; "
             f"sequence {s.model.seq_len:,} tokens")
     return (f"<h1>narrowpath report — {esc(s.name)}</h1>" + para(desc, "sub") + nav + kpis(items)
