@@ -38,23 +38,53 @@ def test_op_time_is_the_larger_roof_plus_overhead():
 
 def test_a_gemm_of_fewer_rows_than_one_mma_tile_is_a_weight_stream():
     """A decode step of one token against Llama-2 7B's qkv slice at tp 8 ([1 × 4096]·[4096 × 1536], bf16): 12.6
-    MFLOP and 4096·1536·2 = 12.58 MB of weights. Priced on the size ramp it would take F_half / (peak · eff) ≈ 11 µs on
-    H100 whatever its size; as a weight stream it takes its bytes over the bandwidth, (12.58 MB + the 8 KB input
-    and 3 KB output) / (3.35 TB/s · eff_bw), plus the kernel overhead. At 64 rows (one wgmma tile) the ramp applies
-    again."""
+    MFLOP and 4096·1536·2 = 12.58 MB of weights. On the size ramp alone it would take F_half / (peak · eff) ≈ 11 µs
+    on H100 whatever its size; as a weight stream its arithmetic is 1/64 of the 64-row GEMM's (the ramp read at
+    64·F) and the time is its bytes over the bandwidth, (12.58 MB + the 8 KB input and 3 KB output) /
+    (3.35 TB/s · eff_bw), plus the kernel overhead."""
     from narrowpath.cost.roofline import MMA_TILE_ROWS, compute_time_s
     cal, dev = calibration_for("H100-SXM5-80GB"), device("H100-SXM5-80GB")
     op = gemm("qkv", "fwd", 1, 4096, 1536, "bf16", 2, 2)
     assert op.rows == 1 and op.hbm_bytes == 4096 * 2 + 4096 * 1536 * 2 + 1536 * 2
     stream = op.hbm_bytes / (dev.hbm.bw_bytes_per_s * cal.vector_bw_efficiency)
     assert op_time_s(op, dev, cal) == pytest.approx(stream + cal.kernel_overhead_s)
-    assert compute_time_s(op, dev, cal) == pytest.approx(op.flop / (dev.matrix_peak("bf16") * cal.matrix_eff("bf16")))
     tile = gemm("qkv", "fwd", MMA_TILE_ROWS, 4096, 1536, "bf16", 2, 2)
-    ramp = tile.flop / (dev.matrix_peak("bf16") * matrix_efficiency(tile.flop, "bf16", cal))
-    assert ramp > 5e-6 and op_time_s(tile, dev, cal) == pytest.approx(max(ramp, tile.hbm_bytes / (
-        dev.hbm.bw_bytes_per_s * cal.vector_bw_efficiency)) + cal.kernel_overhead_s)
-    # a grouped GEMM counts the rows of one group: 8 experts × 16 tokens each is a stream, 8 × 64 is not
-    assert gemm("e", "fwd", 128, 4096, 1024, "bf16", 2, 2, groups=8).rows == 16
+    t64 = tile.flop / (dev.matrix_peak("bf16") * matrix_efficiency(tile.flop, "bf16", cal))
+    assert t64 > 5e-6 and compute_time_s(op, dev, cal) == pytest.approx(t64 / MMA_TILE_ROWS)
+
+
+def test_the_weight_stream_joins_the_ramp_without_a_step():
+    """Time grows with the rows and does not jump at one tile: 63 rows take 63/64 of the 64-row GEMM's arithmetic
+    (Llama-3 8B's 4096 × 1536 and 4096 × 512 slices on H100)."""
+    from narrowpath.cost.roofline import compute_time_s
+    cal, dev = calibration_for("H100-SXM5-80GB"), device("H100-SXM5-80GB")
+    for n in (1536, 512):
+        times = [op_time_s(gemm("g", "fwd", m, 4096, n, "bf16", 2, 2), dev, cal) for m in range(1, 200)]
+        assert times == sorted(times)
+        c63, c64 = (compute_time_s(gemm("g", "fwd", m, 4096, n, "bf16", 2, 2), dev, cal) for m in (63, 64))
+        assert c63 == pytest.approx(c64 * 63 / 64)
+
+
+def test_a_grouped_gemm_streams_by_its_rows_per_group():
+    """8 experts × 16 tokens is 16 rows a group: a weight stream, priced as 1/4 of a one-tile group; 8 × 64 is not."""
+    from narrowpath.cost.roofline import compute_time_s
+    cal, dev = calibration_for("H100-SXM5-80GB"), device("H100-SXM5-80GB")
+    few, full = gemm("e", "fwd", 128, 4096, 1024, "bf16", 2, 2, groups=8), gemm("e", "fwd", 512, 4096, 1024, "bf16",
+                                                                                2, 2, groups=8)
+    assert (few.rows, full.rows) == (16, 64)
+    assert compute_time_s(few, dev, cal) == pytest.approx(compute_time_s(full, dev, cal) / 4)
+
+
+def test_backward_and_recompute_keep_the_rows_of_their_forward():
+    """dgrad multiplies the same m rows by the weights and a recompute re-runs the forward: both keep its rows (and
+    so its price); wgrad reduces over the rows into a k × n output and stays on the ramp."""
+    from narrowpath.workload.ops import as_phase, backward_ops
+    fwd = gemm("gates", "fwd", 32, 1024, 4096, "bf16", 2, 2)
+    dgrad, wgrad = backward_ops([fwd])
+    (again,) = as_phase([fwd], "recompute")
+    assert (dgrad.rows, wgrad.rows, again.rows) == (32, 0.0, 32)
+    cal, dev = calibration_for("H100-SXM5-80GB"), device("H100-SXM5-80GB")
+    assert op_time_s(again, dev, cal) == op_time_s(fwd, dev, cal)
 
 
 def test_measured_table_drives_the_prediction_and_is_reported():

@@ -60,7 +60,8 @@ def test_error_bands_are_honest_out_of_source():
 
 
 def test_shipped_residuals_and_validation_doc_are_current():
-    """docs/validation.md and catalog/residuals.json are what `python -m narrowpath.validate.regenerate` writes."""
+    """docs/validation.md, docs/serving-validation.md and catalog/residuals.json are what `python -m
+    narrowpath.validate.regenerate` writes."""
     assert regenerate(["--check"]) == 0
 
 

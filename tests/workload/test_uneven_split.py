@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from narrowpath.analysis import analyze
 from narrowpath.catalog import load_scenario
@@ -44,8 +46,23 @@ def test_interleaved_chunks_split_each_stage_and_keep_megatrons_layer_order():
     (8, 4, 1, 4, 4, "must split evenly"),            # nothing left for the two middle stages
 ])
 def test_splits_megatron_refuses_say_why(layers, pp, vpp, first, last, words):
-    assert words in uneven_split_error(layers, pp, vpp, first, last)
+    assert words in uneven_split_error(layers, pp, vpp, first, last)[1]
     assert uneven_split_error(61, 16, 1, 0, 1) is None
+
+
+def test_the_refusal_names_the_knob_at_fault():
+    """pp 4 × vpp 2: 15 layers on the last stage (63 − 15 = 48 over the other 3 stages is fine) do not split into 2
+    chunks — the last stage's knob is named; 13 on the first stage (and 13 on the last, 36 over 2 middle stages)
+    — the first's; a middle stages' shortfall is put on the last stage's knob when it is set."""
+    assert uneven_split_error(63, 4, 2, 0, 15) == ("last_stage_layers", "15 layers on the last stage do not split "
+                                                  "into its 2 interleaved chunks")
+    assert uneven_split_error(62, 4, 2, 13, 13)[0] == "first_stage_layers"
+    assert uneven_split_error(62, 4, 2, 14, 13)[0] == "last_stage_layers"  # 35 over 2 middle stages
+
+
+def test_with_only_the_first_stage_set_the_last_is_a_middle_stage():
+    """Megatron-Core: an unset end shares the rest with the middle stages (32 layers, pp 4, 5 first: 27 / 3 = 9)."""
+    assert _counts(stage_layer_ranges(32, 4, 1, 5, 0)) == [5, 9, 9, 9]
 
 
 def test_the_plan_refuses_a_stage_split_without_a_pipeline():
@@ -76,7 +93,10 @@ def test_deepseek_v3_runs_at_its_last_stages_pace_until_the_split_relieves_it():
     new = predict(split)
     assert [s.layers for s in new.stages] == [4] * 15 + [1]
     assert new.step_time_s < 0.85 * base.step_time_s
-    assert simulate(split, steps=1).noise_free_step_time_s == pytest.approx(new.step_time_s, rel=0.03)
+    assert simulate(split, steps=1).noise_free_step_time_s == pytest.approx(new.step_time_s, rel=0.005)
+    mem_old = [m.total_bytes for m in base.memory_by_stage]
+    mem_new = [m.total_bytes for m in new.memory_by_stage]
+    assert mem_new[-1] < mem_old[-1] and mem_new[0] > mem_old[0]  # 3 → 1 layer on the last stage, 3 → 4 on the first
 
 
 def test_analyze_offers_the_balancing_split_as_a_remedy():
@@ -92,3 +112,60 @@ def test_cli_flags_and_their_refusal(capsys):
     assert main(["predict", "llama3-8b-h100-8", "--pp", "4", "--last-stage-layers", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("narrowpath: error: plan.last_stage_layers:") and "\n" not in err
+    assert main(["predict", "llama3-8b-h100-8", "--pp", "4", "--vpp", "2", "--first-stage-layers", "14",
+                 "--last-stage-layers", "13"]) == 2
+    assert capsys.readouterr().err.startswith("narrowpath: error: plan.last_stage_layers:")
+
+
+def test_a_new_pipeline_or_model_from_the_command_line_splits_automatically(tmp_path, capsys):
+    """A scenario's split belongs to its pipeline and model: --pp, --vpp or --model on top of it reset it (unless
+    given again); a search keeps the automatic split for every plan and says so."""
+    import yaml
+    from narrowpath.cli.common import scenario_from_args
+    from narrowpath.cli.main import build_parser
+    path = tmp_path / "s.yaml"
+    data = {"model": "llama3-8b", "system": "dgx-h100", "num_gpus": 8,
+            "plan": {"tp": 1, "pp": 4, "dp": 2, "mbs": 1, "gbs": 16, "last_stage_layers": 5}}
+    path.write_text(yaml.safe_dump(data))
+    parse = build_parser().parse_args
+    assert scenario_from_args(parse(["predict", str(path)])).plan.last_stage_layers == 5
+    assert scenario_from_args(parse(["predict", str(path), "--pp", "2"])).plan.last_stage_layers == 0
+    assert scenario_from_args(parse(["predict", str(path), "--model", "llama3-70b"])).plan.last_stage_layers == 0
+    assert scenario_from_args(parse(["predict", str(path), "--pp", "2", "--last-stage-layers", "8"])) \
+        .plan.last_stage_layers == 8
+    assert main(["search", str(path), "--space", "basic", "--top", "1"]) == 0
+    assert "not searched" in capsys.readouterr().err
+
+
+def test_a_repaired_what_if_that_changes_the_pipeline_drops_the_split():
+    """analysis.repair: halving pp on DeepSeek-V3 with 1 layer on the last stage re-splits automatically and says
+    so (without it, 61 − 1 layers do not split over 7 stages and the what-if was refused)."""
+    from narrowpath.analysis.repair import repaired
+    scn = load_scenario("deepseek-v3-h800-2048")
+    split = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, last_stage_layers=1))
+    new, notes = repaired(split, pp=8)
+    assert new.plan.last_stage_layers == 0 and "uneven stage split -> automatic" in notes
+    kept, _ = repaired(split, pp=8, last_stage_layers=5)  # asked for: kept (56 layers over 7 stages, 8 each)
+    assert kept.plan.last_stage_layers == 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers=st.integers(1, 130), pp=st.integers(2, 16), vpp=st.integers(1, 4), first=st.integers(0, 40),
+       last=st.integers(0, 40))
+def test_every_accepted_split_places_each_layer_once_in_order(layers, pp, vpp, first, last):
+    """Any split Megatron accepts holds every layer exactly once, in order along the chunks (chunk j on stage
+    j mod pp), the ends' counts as given, the other stages equal, each stage's chunks equal."""
+    if not (first or last) or uneven_split_error(layers, pp, vpp, first, last):
+        return
+    ranges = stage_layer_ranges(layers, pp, vpp, first, last)
+    chunks = [None] * (pp * vpp)
+    for i, stage in enumerate(ranges):
+        assert len(stage) == vpp
+        for c, r in enumerate(stage):
+            chunks[c * pp + i] = r
+    assert [i for r in chunks for i in r] == list(range(layers))
+    counts = _counts(ranges)
+    assert (not first or counts[0] == first) and (not last or counts[-1] == last)
+    middle = counts[(1 if first else 0):(pp - 1 if last else pp)]
+    assert len(set(middle)) <= 1
+    assert all(len(r) == counts[i] // vpp for i, stage in enumerate(ranges) for r in stage)

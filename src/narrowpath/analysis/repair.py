@@ -66,8 +66,21 @@ def _candidates(scn: Scenario, p: "_Knobs", fixed: set[str], allow_gbs: bool) ->
     yield from combos
 
 
+SPLIT_KNOBS = ("first_stage_layers", "last_stage_layers")
+
+
+def _split_follows(kw: dict, old: Plan, fixed: set[str]) -> dict:
+    """A first / last stage layer split belongs to its pipeline: when pp or vpp change and the split was not asked
+    for, the new pipeline splits its layers automatically (as the command line's --pp does)."""
+    if fixed & set(SPLIT_KNOBS) or (kw["pp"], kw["vpp"]) == (old.pp, old.vpp):
+        return kw
+    return {**kw, **dict.fromkeys(SPLIT_KNOBS, 0)}
+
+
 def _describe(old: Plan, new: Plan, fixed: set[str], reason: str) -> tuple[str, ...]:
     notes = []
+    if any(getattr(old, k) != getattr(new, k) for k in SPLIT_KNOBS) and not fixed & set(SPLIT_KNOBS):
+        notes.append("uneven stage split -> automatic")
     for knob in ("dp", "sequence_parallel", "vpp", "mbs", "gbs"):
         a, b = getattr(old, knob), getattr(new, knob)
         if a != b and knob not in fixed:
@@ -103,7 +116,7 @@ def repaired(scn: Scenario, *, allow_gbs: bool = False, **changes) -> tuple[Scen
         kw["vpp"] = 1
     first: NarrowpathError | None = None
     try:  # the plan as asked (dp, sp and vpp following) may already be valid
-        plan = Plan(**kw)
+        plan = Plan(**_split_follows(kw, p0, fixed))
         errs = consistency_errors(scn.model, plan, gpus, scn.system)
         if not errs:
             return dataclasses.replace(scn, plan=plan, num_gpus=gpus), _describe(p0, plan, fixed, "")
@@ -114,7 +127,7 @@ def repaired(scn: Scenario, *, allow_gbs: bool = False, **changes) -> tuple[Scen
     seed = _Knobs(**{k: kw[k] for k in ("pp", "dp", "mbs", "vpp", "gbs")})
     for _, ch in _candidates(scn, seed, fixed, allow_gbs):
         try:
-            plan = Plan(**{**kw, **ch})
+            plan = Plan(**_split_follows({**kw, **ch}, p0, fixed))
         except NarrowpathError:
             continue
         if not consistency_errors(scn.model, plan, gpus, scn.system):

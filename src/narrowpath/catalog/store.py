@@ -127,7 +127,8 @@ def stack_defaults(stack: dict[str, Any] | None, precision: str) -> dict[str, An
 
 
 STACK_DEFAULT_MARK = " — default of the {} stack"
-"""How a `chosen` note says that the software stack's defaults set a knob (see `stack_note`)."""
+"""How a training scenario's `chosen` note says that the software stack's defaults set a knob (see `stack_note`;
+serving scenarios write their own notes, schedule.serving_defaults, and nothing re-derives them)."""
 
 
 def stack_note(value: Any, stack_id: str, suffix: str = "") -> str:

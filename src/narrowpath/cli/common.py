@@ -131,7 +131,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["gbs"] = dp * mbs * max(1, 4 * pp) if base is None else dp * mbs * plan0.num_microbatches
     if "vpp" not in plan_kw and plan0.vpp > 1 and pp == 1:
         plan_kw["vpp"] = 1
-    if pp != plan0.pp or plan_kw.get("vpp", plan0.vpp) != plan0.vpp:  # the scenario's split was for its pipeline
+    if pp != plan0.pp or plan_kw.get("vpp", plan0.vpp) != plan0.vpp or args.model:  # a split is its pipeline's
         for knob in ("first_stage_layers", "last_stage_layers"):
             plan_kw.setdefault(knob, 0)
     mods = getattr(args, "recompute_modules", None)

@@ -3,11 +3,12 @@
 t = max(FLOP / (peak · eff(FLOP)), bytes / (BW_hbm · eff_bw)) + kernels · overhead      (Williams et al.,
 'Roofline', CACM 2009, plus a per-kernel launch/tail cost). eff(F) = eff_max · F / (F + F_half): a saturating
 size ramp — small GEMMs leave SMs idle (wave quantisation) and cannot amortise prologue/epilogue. A GEMM with
-fewer rows than one tensor-core MMA tile (`MMA_TILE_ROWS`: a decode step's few tokens against a weight matrix) is
-a weight stream instead: GEMV and split-K kernels spread the k·n weights over every SM, so no tile count leaves SMs
-idle and no size ramp applies — its time is the larger of its FLOPs at the full rate and its bytes at the
-bandwidth (TensorRT-LLM's GEMV / weight-only kernels for m ≤ 16; cuBLAS split-K for skinny GEMMs; Pope et al. 2022
-§2: small-batch decode is the weights over the memory bandwidth).
+fewer rows r than one tensor-core MMA tile (`MMA_TILE_ROWS`: a decode step's few tokens against a weight matrix)
+runs as a weight stream — GEMV and split-K kernels spread the k·n weights over every SM — so its arithmetic takes
+r/64 of a one-tile GEMM's: the ramp is read at the FLOPs of the 64-row GEMM of the same weights, F·64/r
+(continuous at 64 rows; at one row the ramp's floor falls to 1/64 and the time is the weights over the bandwidth:
+TensorRT-LLM's GEMV / weight-only kernels for m ≤ 16; cuBLAS split-K for skinny GEMMs; Pope et al. 2022 §2:
+small-batch decode is the weights over the memory bandwidth).
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def matrix_efficiency(flop: float, dtype: str, cal: Calibration) -> float:
 
 MMA_TILE_ROWS = 64
 """Rows of one warpgroup tensor-core MMA on Hopper and Blackwell (PTX ISA: wgmma.mma_async shapes m64nNk16;
-tcgen05.mma m64/m128): a GEMM with fewer rows fills less than one tile and runs as a weight stream."""
+tcgen05.mma m64/m128): a GEMM with fewer rows fills less than one tile and runs as a weight stream (module
+docstring)."""
 
 
 def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
@@ -58,9 +60,10 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
         return 0.0
     if op.kind == "vector":
         return op.flop / device.vector_peak(op.dtype)
-    if op.kind == "matrix" and 0 < op.rows < MMA_TILE_ROWS:  # a weight stream: no size ramp (module docstring)
-        return op.flop / (device.matrix_peak(op.dtype) * cal.matrix_eff(op.dtype))
-    eff = matrix_efficiency(op.flop / op.groups, op.dtype, cal)  # a grouped GEMM ramps like one of its groups
+    size = op.flop / op.groups  # a grouped GEMM ramps like one of its groups
+    if op.kind == "matrix" and 0 < op.rows < MMA_TILE_ROWS:  # a weight stream (module docstring)
+        size *= MMA_TILE_ROWS / op.rows
+    eff = matrix_efficiency(size, op.dtype, cal)
     if op.kind == "flash":
         eff *= cal.flash_efficiency
     return op.flop / (device.matrix_peak(op.dtype) * eff)

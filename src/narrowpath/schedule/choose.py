@@ -13,14 +13,17 @@ from typing import Callable
 from narrowpath.catalog import store
 from narrowpath.errors import SpecError
 from narrowpath.spec.scenario import Scenario
+from narrowpath.workload.split import plan_layer_ranges
 
 Candidates = Callable[[Scenario], tuple]
 
 
 def _per_chunk(scn: Scenario) -> int:
-    """Layers of one pipeline chunk (the largest)."""
-    p = scn.plan
-    return max(1, -(-scn.model.layers // (p.pp * p.vpp)))
+    """Layers of one pipeline chunk (the largest, under the plan's split)."""
+    if scn.model.arch != "transformer":
+        p = scn.plan
+        return max(1, -(-scn.model.layers // (p.pp * p.vpp)))
+    return max(1, max(len(r) for st in plan_layer_ranges(scn.model, scn.plan) for r in st))
 
 
 def activation_strategies(scn: Scenario) -> tuple:

@@ -245,17 +245,19 @@ class Plan:
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
 
 
-def uneven_split_error(layers: int, pp: int, vpp: int, first: int, last: int) -> str | None:
-    """Why Megatron-Core refuses `first` / `last` layers on the first / last pipeline stage (0 = not set), or None:
-    the stages left share the remaining layers evenly, and every stage's count splits into its vpp chunks
-    (megatron/core/transformer/transformer_block.py get_num_layers_to_build, transformer_layer.py
-    get_transformer_layer_offset)."""
+def uneven_split_error(layers: int, pp: int, vpp: int, first: int, last: int) -> tuple[str, str] | None:
+    """(knob at fault, why) when Megatron-Core refuses `first` / `last` layers on the first / last pipeline stage
+    (0 = not set), else None: the stages left share the remaining layers evenly, and every stage's count splits into
+    its vpp chunks (megatron/core/transformer/transformer_block.py get_num_layers_to_build, transformer_layer.py
+    get_transformer_layer_offset). A shortfall of the middle stages is put on the last stage's knob when it is set."""
     left = pp - (first > 0) - (last > 0)
     rest = layers - first - last
+    either = "last_stage_layers" if last else "first_stage_layers"
     if rest < 0 or (left == 0 and rest) or (left and (rest < left * vpp or rest % left)):
-        return (f"{layers} layers less {first} on the first and {last} on the last stage leave {rest} for "
-                f"{left} other stages: they must split evenly, at least {vpp} each")
-    for where, n in (("first", first), ("last", last), ("each middle", rest // left if left else 0)):
+        return either, (f"{layers} layers less {first} on the first and {last} on the last stage leave {rest} for "
+                        f"{left} other stages: they must split evenly, at least {vpp} each")
+    for knob, where, n in (("first_stage_layers", "first", first), ("last_stage_layers", "last", last),
+                           (either, "each middle", rest // left if left else 0)):
         if n % vpp:
-            return f"{n} layers on the {where} stage do not split into its {vpp} interleaved chunks"
+            return knob, f"{n} layers on the {where} stage do not split into its {vpp} interleaved chunks"
     return None

@@ -69,7 +69,7 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
     if (p.first_stage_layers or p.last_stage_layers) and model.arch == "transformer":
         why = uneven_split_error(model.layers, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
         if why:
-            errs.append(("plan.first_stage_layers" if p.first_stage_layers else "plan.last_stage_layers", why))
+            errs.append((f"plan.{why[0]}", why[1]))
     elif p.first_stage_layers or p.last_stage_layers:
         errs.append(("plan.first_stage_layers" if p.first_stage_layers else "plan.last_stage_layers",
                      "sets transformer layers per stage; this model is not a transformer"))

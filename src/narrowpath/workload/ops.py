@@ -73,8 +73,10 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
             out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q))
+        # dgrad multiplies the output gradient's m rows by the weights, as the forward; wgrad reduces over the m
+        # rows into a k×n output that fills the GPU however few the rows are (no rows: the size ramp)
         out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,
-                      op.weight_bytes, groups=op.groups))
+                      op.weight_bytes, groups=op.groups, rows=op.rows))
         out.append(Op(op.name + ".wgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels, 0.0,
                       groups=op.groups))
         return out
@@ -99,7 +101,8 @@ def backward_ops(fwd: list[Op], plan: Plan | None = None) -> list[Op]:
 def as_phase(ops: list[Op], phase: str) -> list[Op]:
     """The same ops re-run in another phase (a recompute pass keeps nothing for backward)."""
     return [Op(o.name, o.kind, phase, o.flop, o.hbm_bytes, o.dtype, o.kernels, o.weight_bytes, o.model_flop,
-               o.groups, transpose_bytes=o.transpose_bytes, host_kernels=o.host_kernels, host_syncs=o.host_syncs)
+               o.groups, transpose_bytes=o.transpose_bytes, host_kernels=o.host_kernels, host_syncs=o.host_syncs,
+               rows=o.rows)
             for o in ops]
 
 

@@ -3,7 +3,7 @@ rules): which layer indices each stage's chunks hold."""
 from __future__ import annotations
 
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import Plan
+from narrowpath.spec.plan import Plan, uneven_split_error
 
 
 def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int = 0) -> list[list[range]]:
@@ -64,7 +64,6 @@ def balanced_end_layers(layers: int, pp: int, vpp: int, stage_s: list[float],
     stage when there is none); what an end stage takes beyond its layers (the embedding, the output layer, the
     loss, multi-token prediction) stays with it. Only splits Megatron-Core accepts are tried
     (spec.plan.uneven_split_error); None when none beats the current split by more than 0.1 %."""
-    from narrowpath.spec.plan import uneven_split_error
     inner = [t / n for t, n in zip(stage_s[1:-1], stage_layers[1:-1]) if n] or \
         [stage_s[0] / stage_layers[0] if stage_layers[0] else 0.0]
     per_layer = max(inner)
