@@ -81,6 +81,13 @@ def test_the_balancing_split_by_hand():
     assert balanced_end_layers(12, 4, 1, [3.0, 3.0, 3.0, 3.0], [3, 3, 3, 3]) is None  # even already
 
 
+def test_the_balancing_split_leaves_an_end_automatic_when_that_is_as_good():
+    """20 layers on 4 stages of 5, the last 2 s heavier (7 s): 2 layers there leave 18 for the other three, 6 each →
+    6, 6, 6, 4 — no split does better (22 s of work on 4 stages needs a stage of 6); the first stage then needs no
+    count of its own (0), which is tried first and kept on a tie (5 first, 3 last also reaches 6)."""
+    assert balanced_end_layers(20, 4, 1, [5.0, 5.0, 5.0, 7.0], [5, 5, 5, 5]) == (0, 2)
+
+
 def test_deepseek_v3_runs_at_its_last_stages_pace_until_the_split_relieves_it():
     """The output layer (twice: the main head and the MTP depth's) and the MTP module make DeepSeek-V3's last stage
     the slowest on 16 stages under the automatic split (3 layers there); with 1 layer the stages even out and the
