@@ -19,10 +19,7 @@ Candidates = Callable[[Scenario], tuple]
 
 
 def _per_chunk(scn: Scenario) -> int:
-    """Layers of one pipeline chunk (the largest, under the plan's split)."""
-    if scn.model.arch != "transformer":
-        p = scn.plan
-        return max(1, -(-scn.model.layers // (p.pp * p.vpp)))
+    """Layers of one pipeline chunk (the largest, under the plan's split; a recurrent model has one stage)."""
     return max(1, max(len(r) for st in plan_layer_ranges(scn.model, scn.plan) for r in st))
 
 
