@@ -176,3 +176,70 @@ def test_every_accepted_split_places_each_layer_once_in_order(layers, pp, vpp, f
     middle = counts[(1 if first else 0):(pp - 1 if last else pp)]
     assert len(set(middle)) <= 1
     assert all(len(r) == counts[i] // vpp for i, stage in enumerate(ranges) for r in stage)
+
+
+MB_DSV3_H100_LAYOUT = (1,) + (2,) * 30 + (0,)
+"""Megatron-Bridge's DeepSeek-V3 H100 recipe, layout "Et|(tt|)*30mL" on pp 8 × vpp 4: the embedding and 1 layer, 30
+chunks of 2, the MTP module and the loss in a chunk of their own (scripts/performance/configs/deepseek/
+deepseek_llm_pretrain.py)."""
+
+
+def test_a_per_chunk_layout_is_taken_as_given():
+    """Stage i holds chunks i, i + 8, i + 16, i + 24: stage 0 1 + 2 + 2 + 2 = 7 layers, stage 7 2 + 2 + 2 + 0 = 6;
+    the last chunk is empty and the layers stay in order."""
+    ranges = stage_layer_ranges(61, 8, 4, chunk_layers=MB_DSV3_H100_LAYOUT)
+    assert _counts(ranges) == [7, 8, 8, 8, 8, 8, 8, 6]
+    assert ranges[7][3] == range(61, 61) and ranges[0][0] == range(0, 1)
+    assert [i for c in range(4) for st in ranges for i in st[c]] == list(range(61))
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"chunk_layers": (4, 4, 4)}, "pp·vpp = 4·1 = 4 are needed"),
+    ({"chunk_layers": (4, 0, 4, 4)}, "leaves pipeline stage 1 without a layer"),
+    ({"chunk_layers": (4, 4, 4, 4), "last_stage_layers": 4}, "leave first_stage_layers and last_stage_layers"),
+    ({"chunk_layers": "4,4,4,4"}, "must list the layers of every pipeline chunk"),
+])
+def test_a_per_chunk_layout_megatron_cannot_run_is_refused(kw, words):
+    with pytest.raises(SpecError) as exc:
+        Plan(pp=4, dp=1, gbs=16, **kw)
+    assert exc.value.field == "plan.chunk_layers" and words in str(exc.value)
+
+
+def test_the_same_split_given_per_chunk_or_by_its_last_stage_prices_the_same():
+    """DeepSeek-V3 on 16 stages: 15 × 4 and 1 per chunk is `last_stage_layers: 1`; a layout that does not add up
+    to the model's 61 layers is refused in one line naming plan.chunk_layers."""
+    scn = load_scenario("deepseek-v3-h800-2048")
+    by_last = predict(dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, last_stage_layers=1)))
+    by_chunk = predict(dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, chunk_layers=(4,) * 15 + (1,))))
+    assert by_chunk.step_time_s == by_last.step_time_s
+    assert by_chunk.memory.total_bytes == by_last.memory.total_bytes
+    with pytest.raises(SpecError) as exc:
+        dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, chunk_layers=(4,) * 16))
+    assert exc.value.field == "plan.chunk_layers" and "holds 64 layers in all" in str(exc.value)
+
+
+def test_a_chunk_without_layers_runs_through_predict_and_the_simulator():
+    """The H100 recipe's layout on 2,048 H800 (pp 8, vpp 4): the loss chunk holds no layer. Predict and the simulator
+    price it (interleaved schedules differ by up to 12 %: tests/schedule/sim/test_consistency.py); balancing takes
+    load off the stage with the output layer, so the step is faster than under the automatic split."""
+    scn = load_scenario("deepseek-v3-h800-2048")
+    plan = dataclasses.replace(scn.plan, pp=8, vpp=4, dp=256, gbs=16384)
+    auto = predict(dataclasses.replace(scn, plan=plan))
+    laid = dataclasses.replace(scn, plan=dataclasses.replace(plan, chunk_layers=MB_DSV3_H100_LAYOUT))
+    new = predict(laid)
+    assert [s.layers for s in new.stages] == [7, 8, 8, 8, 8, 8, 8, 6]
+    assert new.step_time_s < auto.step_time_s
+    assert simulate(laid, steps=1).noise_free_step_time_s == pytest.approx(new.step_time_s, rel=0.12)
+
+
+def test_cli_chunk_layers(capsys):
+    assert main(["predict", "deepseek-v3-h800-2048", "--chunk-layers", ",".join(["4"] * 15 + ["1"]), "--json"]) == 0
+    assert '"chunk_layers": [' in capsys.readouterr().out
+    assert main(["predict", "deepseek-v3-h800-2048", "--chunk-layers", "4,x"]) == 2
+    assert capsys.readouterr().err.strip() == ("narrowpath: error: --chunk-layers: must list whole numbers separated "
+                                               "by commas, got '4,x'")
+    from narrowpath.analysis.repair import repaired
+    scn = load_scenario("deepseek-v3-h800-2048")
+    laid = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, chunk_layers=(4,) * 15 + (1,)))
+    new, notes = repaired(laid, pp=8)
+    assert new.plan.chunk_layers == () and "uneven stage split -> automatic" in notes

@@ -98,7 +98,8 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         new = stage_layer_text(stage_layer_ranges(scn.model.layers, p.pp, p.vpp, first, last))
         out.append(Candidate("rebalance_pipeline", f"rebalance the pipeline: layers first/middle/last {new} "
                              f"(now {now})",
-                             lambda: with_plan(scn, first_stage_layers=first, last_stage_layers=last),
+                             lambda: with_plan(scn, first_stage_layers=first, last_stage_layers=last,
+                                               chunk_layers=()),
                              targets=COMPUTE + ("bubble",)))
     if p.dp > 1 and not p.dp_overlap:
         out.append(Candidate("dp_overlap", "overlap the gradient sync with backward",
@@ -141,7 +142,8 @@ def rebalanced_split(ctx: Context) -> tuple[int, int] | None:
     p = scn.plan
     counts = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, p)]
     split = balanced_end_layers(scn.model.layers, p.pp, p.vpp, [s.total_s for s in ctx.pred.stages], counts)
-    return None if split == (p.first_stage_layers, p.last_stage_layers) else split
+    same = split == (p.first_stage_layers, p.last_stage_layers) and not p.chunk_layers
+    return None if same or (p.chunk_layers and split is None) else split
 
 
 def fabric_candidates(ctx: Context) -> list[Candidate]:

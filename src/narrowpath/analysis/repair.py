@@ -18,7 +18,7 @@ from itertools import product
 from typing import Iterator
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import Plan
+from narrowpath.spec.plan import SPLIT_DEFAULTS, SPLIT_KNOBS, Plan
 from narrowpath.spec.scenario import Scenario, consistency_errors
 
 MAX_GBS_STEPS = 8
@@ -66,15 +66,12 @@ def _candidates(scn: Scenario, p: "_Knobs", fixed: set[str], allow_gbs: bool) ->
     yield from combos
 
 
-SPLIT_KNOBS = ("first_stage_layers", "last_stage_layers")
-
-
 def _split_follows(kw: dict, old: Plan, fixed: set[str]) -> dict:
-    """A first / last stage layer split belongs to its pipeline: when pp or vpp change and the split was not asked
-    for, the new pipeline splits its layers automatically (as the command line's --pp does)."""
+    """A layer split (first / last stage or per chunk) belongs to its pipeline: when pp or vpp change and the split
+    was not asked for, the new pipeline splits its layers automatically (as the command line's --pp does)."""
     if fixed & set(SPLIT_KNOBS) or (kw["pp"], kw["vpp"]) == (old.pp, old.vpp):
         return kw
-    return {**kw, **dict.fromkeys(SPLIT_KNOBS, 0)}
+    return {**kw, **SPLIT_DEFAULTS}
 
 
 def _describe(old: Plan, new: Plan, fixed: set[str], reason: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import ACTIVATION_CACHE, GRAD_PRECISION, OPTIMIZER_MOMENTS, PRECISIONS
+from narrowpath.spec.plan import ACTIVATION_CACHE, GRAD_PRECISION, OPTIMIZER_MOMENTS, PRECISIONS, SPLIT_DEFAULTS
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -45,6 +45,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--last-stage-layers", dest="last_stage_layers", type=int,
                    help="transformer layers on the last pipeline stage, which also runs the output layer and the "
                         "loss (--decoder-last-pipeline-num-layers; 0 = the automatic split)")
+    g.add_argument("--chunk-layers", dest="chunk_layers",
+                   help="transformer layers of every virtual pipeline chunk, comma-separated, pp·vpp counts in "
+                        "Megatron-Core's order (pipeline_model_parallel_layout; e.g. 1,2,...,2,0)")
     g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3),
                    help="ZeRO stage: 0 none, 1 optimizer state sharded over data parallelism (Megatron distributed "
                         "optimizer), 2 + gradients, 3 + weights (FSDP)")
@@ -131,9 +134,15 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["gbs"] = dp * mbs * max(1, 4 * pp) if base is None else dp * mbs * plan0.num_microbatches
     if "vpp" not in plan_kw and plan0.vpp > 1 and pp == 1:
         plan_kw["vpp"] = 1
+    chunks = getattr(args, "chunk_layers", None)
+    if chunks is not None:
+        try:
+            plan_kw["chunk_layers"] = tuple(int(n) for n in chunks.split(",") if n.strip())
+        except ValueError:
+            raise SpecError("--chunk-layers", f"must list whole numbers separated by commas, got {chunks!r}") from None
     if pp != plan0.pp or plan_kw.get("vpp", plan0.vpp) != plan0.vpp or args.model:  # a split is its pipeline's
-        for knob in ("first_stage_layers", "last_stage_layers"):
-            plan_kw.setdefault(knob, 0)
+        for knob, auto in SPLIT_DEFAULTS.items():
+            plan_kw.setdefault(knob, auto)
     mods = getattr(args, "recompute_modules", None)
     if mods is not None:
         plan_kw["recompute_modules"] = tuple(m.strip() for m in mods.split(",") if m.strip())

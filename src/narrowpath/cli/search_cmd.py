@@ -21,7 +21,7 @@ from narrowpath.search.rank import MAX_PLANS, usable_cpus
 from narrowpath.search.space import EXTENTS
 from narrowpath.search.table import build_table
 from narrowpath.spec._check import choice
-from narrowpath.spec.plan import AXES, EP_DISPATCH, RECOMPUTE_MODULES
+from narrowpath.spec.plan import AXES, EP_DISPATCH, RECOMPUTE_MODULES, SPLIT_DEFAULTS
 
 _FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp", "bucket_bytes": "--bucket-mb",
          "recompute_modules": "--recompute-modules",
@@ -153,11 +153,10 @@ def run(args) -> int:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")
     pinned, base = _pins_and_base(args)
-    if base.plan.first_stage_layers or base.plan.last_stage_layers:
+    if base.plan.custom_split:
         print("note: the search splits the layers of every plan automatically (Megatron-Core's even split); the "
-              "scenario's first_stage_layers / last_stage_layers are not searched", file=sys.stderr)
-        base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, first_stage_layers=0,
-                                                                  last_stage_layers=0))
+              "scenario's first_stage_layers / last_stage_layers / chunk_layers are not searched", file=sys.stderr)
+        base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **SPLIT_DEFAULTS))
     space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned, args.extent)
     table = build_table(space)
     if pinned and len(table) == 0:

@@ -55,6 +55,7 @@ def header(a: Analysis, pj: dict) -> str:
             f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} "
             + "".join(f"{end}_stage_layers={n} " for end, n in (("first", plan.first_stage_layers),
                                                                 ("last", plan.last_stage_layers)) if n)
+            + (f"chunk_layers={','.join(map(str, plan.chunk_layers))} " if plan.chunk_layers else "")
             + f"mbs={plan.mbs} gbs={plan.gbs} "
             f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} {plan.precision}; "
             f"sequence {s.model.seq_len:,} tokens")

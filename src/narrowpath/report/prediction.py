@@ -27,6 +27,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
                                                 "grad_precision", "fp8_params", "activation_cache",
                                                 "first_stage_layers", "last_stage_layers")}
+        | ({"chunk_layers": list(plan.chunk_layers)} if plan.chunk_layers else {})
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),
         "step_time_s": p.step_time_s,
@@ -72,6 +73,7 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
              + f" ep={plan.ep} vpp={plan.vpp}"
              + "".join(f" {end}_stage_layers={n}" for end, n in (("first", plan.first_stage_layers),
                                                                  ("last", plan.last_stage_layers)) if n)
+             + (f" chunk_layers={','.join(map(str, plan.chunk_layers))}" if plan.chunk_layers else "")
              + f" mbs={plan.mbs} "
              f"gbs={plan.gbs} seq={s.model.seq_len} zero={plan.zero_stage} recompute={plan.recompute} "
              f"sp={plan.sequence_parallel} {plan.precision}", ""]

@@ -55,7 +55,7 @@ from typing import Iterator
 from narrowpath.errors import SpecError
 from narrowpath.spec.model import Model
 from narrowpath.spec._check import choice
-from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, RECOMPUTE, RECOMPUTE_MODULES, Plan
+from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, RECOMPUTE, RECOMPUTE_MODULES, SPLIT_DEFAULTS, Plan
 from narrowpath.spec.system import System
 
 KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero_stage", "recompute", "recompute_layers",
@@ -92,9 +92,8 @@ class SearchSpace:
     extent: str = "full"
 
     def __post_init__(self) -> None:
-        if self.base.first_stage_layers or self.base.last_stage_layers:  # every plan here splits automatically
-            object.__setattr__(self, "base", dataclasses.replace(self.base, first_stage_layers=0,
-                                                                 last_stage_layers=0))
+        if self.base.custom_split:  # every plan here splits its layers automatically
+            object.__setattr__(self, "base", dataclasses.replace(self.base, **SPLIT_DEFAULTS))
         unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp", "recompute_modules"})
         if unknown:
             raise SpecError("search.pinned", f"unknown knob(s) {unknown}; knobs are "

@@ -113,6 +113,12 @@ class Plan:
     last_stage_layers: int = 0
     """Transformer layers of the last pipeline stage, 0 = the automatic split (--decoder-last-pipeline-num-layers):
     fewer layers there make room for the output layer, the loss and multi-token prediction."""
+    chunk_layers: tuple[int, ...] = ()
+    """Transformer layers of every virtual pipeline chunk, pp·vpp counts in Megatron-Core's order (chunk j on stage
+    j mod pp: a round of every stage's first chunks, then of their second ...); () = the automatic or first/last
+    split. Megatron-Core's `pipeline_model_parallel_layout` (e.g. Megatron-Bridge's DeepSeek-V3 H100 recipe
+    "Et|(tt|)*30mL": 1, 30 × 2, 0 on pp 8 × vpp 4); the embedding stays on the first chunk, the output layer, loss and
+    multi-token prediction on the last. A chunk may hold no layer, a stage must hold one."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over tp; TP all-reduce becomes reduce-scatter + all-gather."""
     precision: str = "bf16"
@@ -153,6 +159,12 @@ class Plan:
         positive_int("plan.offload_layers", self.offload_layers, minimum=0, maximum=100_000)
         positive_int("plan.first_stage_layers", self.first_stage_layers, minimum=0, maximum=100_000)
         positive_int("plan.last_stage_layers", self.last_stage_layers, minimum=0, maximum=100_000)
+        if isinstance(self.chunk_layers, (str, bytes)) or not isinstance(self.chunk_layers, (list, tuple)):
+            raise SpecError("plan.chunk_layers", f"must list the layers of every pipeline chunk, got "
+                            f"{shown(self.chunk_layers)}")
+        object.__setattr__(self, "chunk_layers", tuple(self.chunk_layers))
+        for n in self.chunk_layers:
+            positive_int("plan.chunk_layers", n, minimum=0, maximum=100_000)
         for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
             positive_int(f"plan.{ax}", getattr(self, ax), maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
@@ -206,6 +218,17 @@ class Plan:
         for knob in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, knob) and self.pp == 1:
                 raise SpecError(f"plan.{knob}", "sets the layers of one pipeline stage; needs pp > 1")
+        if self.chunk_layers:
+            if self.first_stage_layers or self.last_stage_layers:
+                raise SpecError("plan.chunk_layers", "gives every chunk's layers; leave first_stage_layers and "
+                                "last_stage_layers at 0 (the automatic split) with it")
+            if len(self.chunk_layers) != self.pp * self.vpp:
+                raise SpecError("plan.chunk_layers", f"lists {len(self.chunk_layers)} chunks; pp·vpp = "
+                                f"{self.pp}·{self.vpp} = {self.pp * self.vpp} are needed")
+            empty = [i for i in range(self.pp) if not sum(self.chunk_layers[i::self.pp])]
+            if empty:
+                raise SpecError("plan.chunk_layers", f"leaves pipeline stage {empty[0]} without a layer (chunk j "
+                                f"runs on stage j mod pp)")
         if self.recompute_layers and self.activation_cache == "fp8":
             raise SpecError("plan.recompute_layers", "a full recompute of only some layers is not modelled with "
                             "activation_cache fp8 (the other layers' SwiGLU recompute); recompute them all (0)")
@@ -241,8 +264,18 @@ class Plan:
         return self.precision in LOW_PRECISIONS
 
     @property
+    def custom_split(self) -> bool:
+        """Layers split over the pipeline by the plan (SPLIT_KNOBS), not automatically."""
+        return bool(self.first_stage_layers or self.last_stage_layers or self.chunk_layers)
+
+    @property
     def schedule(self) -> str:
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
+
+
+SPLIT_KNOBS = ("first_stage_layers", "last_stage_layers", "chunk_layers")
+"""Plan knobs that split the layers over the pipeline (0 / () = the automatic split)."""
+SPLIT_DEFAULTS = {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": ()}
 
 
 def uneven_split_error(layers: int, pp: int, vpp: int, first: int, last: int) -> tuple[str, str] | None:

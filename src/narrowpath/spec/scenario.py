@@ -7,7 +7,7 @@ from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import choice, positive_int
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import Plan, uneven_split_error
+from narrowpath.spec.plan import SPLIT_KNOBS, Plan, uneven_split_error
 from narrowpath.spec.system import System
 
 MAX_GPUS = 1 << 24
@@ -66,13 +66,16 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
     if chunks > model.layers and (model.layers + 2) % chunks:
         errs.append(("plan.pp", f"pp·vpp = {p.pp}·{p.vpp} = {chunks} exceeds model.layers {model.layers} "
                      "(or layers + 2 with the embedding and loss counted as layers)"))
-    if (p.first_stage_layers or p.last_stage_layers) and model.arch == "transformer":
+    split_knob = next((k for k in SPLIT_KNOBS if getattr(p, k)), None)
+    if split_knob and model.arch != "transformer":
+        errs.append((f"plan.{split_knob}", "sets transformer layers per stage; this model is not a transformer"))
+    elif p.chunk_layers and sum(p.chunk_layers) != model.layers:
+        errs.append(("plan.chunk_layers", f"holds {sum(p.chunk_layers)} layers in all; model.layers is "
+                     f"{model.layers}"))
+    elif p.first_stage_layers or p.last_stage_layers:
         why = uneven_split_error(model.layers, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
         if why:
             errs.append((f"plan.{why[0]}", why[1]))
-    elif p.first_stage_layers or p.last_stage_layers:
-        errs.append(("plan.first_stage_layers" if p.first_stage_layers else "plan.last_stage_layers",
-                     "sets transformer layers per stage; this model is not a transformer"))
     if model.seq_len % p.cp:
         errs.append(("plan.cp", f"cp {p.cp} does not divide model.seq_len {model.seq_len}"))
     if p.cp > 1 and p.cp_comm == "a2a":

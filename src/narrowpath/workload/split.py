@@ -6,8 +6,11 @@ from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan, uneven_split_error
 
 
-def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int = 0) -> list[list[range]]:
+def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int = 0,
+                       chunk_layers: tuple[int, ...] = ()) -> list[list[range]]:
     """Layer index ranges of each stage's chunks: chunk j = stage j mod pp.
+
+    `chunk_layers`: every chunk's count as given (Megatron-Core's pipeline_model_parallel_layout).
 
     `first` / `last` (> 0): that many layers on the first / last stage, the rest shared evenly by the other stages
     and every stage's layers split evenly over its chunks (Megatron-Core's uneven pipeline,
@@ -21,7 +24,9 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int
     (Llama 3, Dubey et al. 2024 §3.3.2: one layer fewer on the first and last stage for 126 layers on 16 stages);
     only then to the first and last stages."""
     chunks = pp * vpp
-    if first or last:
+    if chunk_layers:
+        sizes = list(chunk_layers)
+    elif first or last:
         left = pp - (first > 0) - (last > 0)
         middle = (layers - first - last) // left if left else 0
         per_stage = [first or middle] + [middle] * (pp - 2) + [last or middle]
@@ -46,8 +51,9 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int
 
 
 def plan_layer_ranges(model: Model, plan: Plan) -> list[list[range]]:
-    """`stage_layer_ranges` of a transformer under a plan, with its first / last stage layer counts."""
-    return stage_layer_ranges(model.layers, plan.pp, plan.vpp, plan.first_stage_layers, plan.last_stage_layers)
+    """`stage_layer_ranges` of a transformer under a plan, with its chunk or first / last stage layer counts."""
+    return stage_layer_ranges(model.layers, plan.pp, plan.vpp, plan.first_stage_layers, plan.last_stage_layers,
+                              plan.chunk_layers)
 
 
 def max_pipeline_chunks(layers: int) -> int:
