@@ -139,8 +139,9 @@ def test_every_gain_recomputed_by_hand(any_analysis):
         if w.change == "persistent_rnn":
             assert w.scenario is None and w.step_s == pytest.approx(persistent_step_s(base), rel=1e-12)
             continue
-        if w.change == "rebalance_pipeline":  # which split is checked by hand in tests/workload/test_uneven_split.py
-            ends = {k: getattr(w.scenario.plan, k) for k in ("first_stage_layers", "last_stage_layers")}
+        if w.change in ("rebalance_pipeline", "rebalance_chunks"):  # which split: tests/workload/test_uneven_split.py
+            ends = {k: getattr(w.scenario.plan, k) for k in ("first_stage_layers", "last_stage_layers",
+                                                             "chunk_layers")}
             scn = dataclasses.replace(base.scenario, plan=dataclasses.replace(base.scenario.plan, **ends))
         else:
             scn = _by_hand(base.scenario, w.change)

@@ -243,3 +243,27 @@ def test_cli_chunk_layers(capsys):
     laid = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, chunk_layers=(4,) * 15 + (1,)))
     new, notes = repaired(laid, pp=8)
     assert new.plan.chunk_layers == () and "uneven stage split -> automatic" in notes
+
+
+def test_megatron_bridge_style_chunk_layouts_by_hand():
+    """61 layers on pp 8 × vpp 4 (32 chunks): c = 2 in each of the 30 middle chunks leaves 1 for the two ends —
+    (0, 2…, 1) and (1, 2…, 0), the H100 recipe's layout; c = 1 would leave 31 for the ends, more than c in the last."""
+    from narrowpath.workload.split import end_chunk_layouts
+    assert end_chunk_layouts(61, 8, 4) == [(0,) + (2,) * 30 + (1,), MB_DSV3_H100_LAYOUT]
+    assert end_chunk_layouts(8, 2, 1) == []  # two chunks: no middle one to lay out around
+    # 10 layers on pp 2 × vpp 2: c = 1, 2 leave 8, 6 for the ends (more than a, b ≤ c allow); c = 3 leaves 4
+    # (a, b) = (1, 3), (2, 2), (3, 1); c = 4 leaves 2: (0, 2), (1, 1), (2, 0); c = 5 leaves 0
+    assert end_chunk_layouts(10, 2, 2) == [(1, 3, 3, 3), (2, 3, 3, 2), (3, 3, 3, 1), (0, 4, 4, 2), (1, 4, 4, 1),
+                                          (2, 4, 4, 0), (0, 5, 5, 0)]
+
+
+def test_analyze_offers_a_chunk_layout_for_an_interleaved_pipeline():
+    """DeepSeek-V3 on 2,048 H800 at pp 8 × vpp 4 (a plan that does not fit 80 GB, as its base): the layout priced
+    fastest is the recipe's, the output layer's chunk without a layer, ~2 s faster than the automatic split."""
+    scn = load_scenario("deepseek-v3-h800-2048")
+    plan = dataclasses.replace(scn.plan, pp=8, vpp=4, dp=256, gbs=16384)
+    wis = {w.change: w for w in analyze(dataclasses.replace(scn, plan=plan)).verdict.what_ifs}
+    w = wis["rebalance_chunks"]
+    assert w.scenario.plan.chunk_layers == MB_DSV3_H100_LAYOUT and w.gain_s > 1.0
+    assert w.status == "does not fit"  # like the plan it changes
+

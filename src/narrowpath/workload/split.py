@@ -89,3 +89,17 @@ def balanced_end_layers(layers: int, pp: int, vpp: int, stage_s: list[float],
             if key < best_key:
                 best, best_key = (first, last), key
     return best
+
+
+def end_chunk_layouts(layers: int, pp: int, vpp: int) -> list[tuple[int, ...]]:
+    """Per-chunk layouts of the form Megatron-Bridge gives DeepSeek-V3 (recipes/deepseek/deepseek_v3.py): a layers
+    in the first chunk (beside the embedding), c in each of the pp·vpp − 2 others, b ≤ c in the last (beside the
+    output layer, the loss and multi-token prediction), every stage holding a layer; for the analysis to price."""
+    n = pp * vpp
+    out = []
+    for c in range(1, layers // max(1, n - 2) + 1) if n > 2 else ():
+        for a in range(c + 1):
+            b = layers - a - (n - 2) * c
+            if 0 <= b <= c and min(a + (vpp - 1) * c, b + (vpp - 1) * c) >= 1:
+                out.append((a,) + (c,) * (n - 2) + (b,))
+    return out
