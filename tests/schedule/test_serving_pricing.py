@@ -263,3 +263,36 @@ def test_a_pipeline_stage_hands_its_activations_on_once_per_iteration():
     (pt,) = c.token_transfers(0, 64.0)
     assert (pt.transfer.op, pt.transfer.message_bytes, pt.count) == ("send_recv", 64 * 4096 * 2, 1.0)
     assert c.token_transfers(1, 64.0) == []
+
+
+def test_trtllm_bench_divides_the_requests_by_the_pipeline_stages():
+    """Llama-3 70B FP8 on 8 H100 at tp 4 × pp 2, 2,048 / 2,048 (tuning.py by hand): the engine's memory is still
+    8 GPUs', (687.2e9 − 70.55e9)·0.9 = 554.98e9 bytes over 2·80·max(4, 8)·128 = 163,840 B per token · 4,096 =
+    827.0 requests; divided by pp 2 → 413.5 → batch 128·⌈413.5/128⌉ = 512, tokens 413.5·2 = 827 → 2,048."""
+    scn = _scn(ServingPlan(tp=4, pp=2, weight_precision="fp8", kv_precision="fp8", framework="TensorRT-LLM 1.0"),
+               mdl="llama3-70b")
+    assert trtllm_bench_limits(scn, 2048, 2048, 0.9, 2048, True) == (512, 2048)
+
+
+def test_a_sliding_window_caps_the_prompt_pairs_at_the_window():
+    """A 1,000-token prompt chunk after 3,000 cached tokens: 1,000·(3,000 + 500) = 3.5e6 causal pairs in a full
+    layer, but at most 1,000·128 in a layer with a 128-token window; its FLOPs are 2·(heads)·(d_qk + d_v)·pairs."""
+    from narrowpath.spec.parse import model_from_dict
+    swa = model_from_dict(dict(name="swa", layers=4, hidden=2048, heads=16, kv_heads=4, ffn=8192, vocab=32000,
+                               ffn_act="swiglu", seq_len=8192, sliding_window=128, sliding_window_every=2))
+    scn = ServingScenario(system=system("dgx-h100"), model=swa, plan=ServingPlan(), load=LOAD, num_gpus=1)
+    cost = ServingCost(resolve_limits(resolve_formats(scn, ()))[0], 2048)
+    ops = cost.attention_ops(0, 0, 0, 1000, 3.5e6, 4000)
+    flops = sorted(op.flop for op, _ in ops)
+    per_pair = 2 * 16 * (128 + 128)
+    assert flops == [per_pair * 1000 * 128, per_pair * 3.5e6]
+
+
+def test_the_output_layer_is_priced_once_per_iteration():
+    """The head of the last stage for 16 sequences: the final norm, the lm_head GEMM and sampling, each once
+    (tp 1: no logits gather) — the grid-interpolated time equals their roofline at a grid point."""
+    from narrowpath.cost.roofline import op_time_s
+    from narrowpath.workload.serving import head_ops
+    cost = _cost(ServingPlan())
+    by_hand = sum(op_time_s(op, cost.dev, cost.cal) for op in head_ops(cost.scn.model, cost.scn.plan, 16.0))
+    assert cost.head_time_s(16.0) == pytest.approx(by_hand, rel=1e-12)
