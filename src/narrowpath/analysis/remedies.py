@@ -105,8 +105,8 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
                              targets=COMPUTE + ("bubble",)))
     layout = rebalanced_chunks(ctx) if p.pp > 1 and p.vpp > 1 and not recurrent else None
     if layout is not None:
-        out.append(Candidate("rebalance_chunks", f"lay out the pipeline chunks: {layout[0]} layers in the first, "
-                             f"{layout[1]} in each middle one, {layout[-1]} beside the output layer",
+        out.append(Candidate("rebalance_chunks", f"lay out the pipeline chunks: layers first/middle/last chunk "
+                             f"{layout[0]}/{layout[1]}/{layout[-1]} (the last beside the output layer)",
                              lambda: with_plan(scn, first_stage_layers=0, last_stage_layers=0, chunk_layers=layout),
                              targets=COMPUTE + ("bubble",)))
     if p.dp > 1 and not p.dp_overlap:
