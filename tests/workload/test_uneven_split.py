@@ -267,3 +267,20 @@ def test_analyze_offers_a_chunk_layout_for_an_interleaved_pipeline():
     assert w.scenario.plan.chunk_layers == MB_DSV3_H100_LAYOUT and w.gain_s > 1.0
     assert w.status == "does not fit"  # like the plan it changes
 
+
+
+def test_search_says_what_rebalancing_the_best_plan_would_give(capsys):
+    """The search keeps the automatic split; for its first plan it prices the split analyze would propose and
+    reports it when faster and fitting: DeepSeek-V3 pinned to pp 16 — 1 layer on the last stage, ~25 % faster (JSON
+    `best_rebalanced`, a console line)."""
+    import json
+    args = ["search", "deepseek-v3-h800-2048", "--space", "basic", "--pp", "16", "--top", "1"]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rb = out["best_rebalanced"]
+    assert (rb["last_stage_layers"], rb["chunk_layers"], rb["fits"]) == (1, [], True)
+    assert rb["step_time_s"] < 0.8 * out["best"][0]["step_time_s"]
+    assert main(args) == 0
+    assert "pipeline stages rebalanced (last_stage_layers 1" in capsys.readouterr().out
+    assert main(["search", "llama3-8b-h100-8", "--space", "basic", "--top", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_rebalanced"] is None  # one stage: nothing to balance

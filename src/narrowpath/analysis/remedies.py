@@ -21,7 +21,7 @@ from narrowpath.catalog import system as catalog_system
 from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
-from narrowpath.schedule.step import predict
+from narrowpath.schedule.step import StepPrediction, predict
 from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_layer_ranges, stage_layer_ranges
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
@@ -171,6 +171,34 @@ def rebalanced_chunks(ctx: Context) -> tuple[int, ...] | None:
             continue
         if (trial.memory.fits or not ctx.pred.memory.fits) and trial.step_time_s < best_s:
             best, best_s = layout, trial.step_time_s
+    return best
+
+
+def best_rebalance(pred: StepPrediction) -> tuple[dict, StepPrediction] | None:
+    """The split knobs the pipeline what-ifs would propose for a prediction's plan (first / last stage counts
+    without interleaving, a Megatron-Bridge-style chunk layout with it) and the prediction under them, when that is
+    faster by more than 0.1 % and fits when the plan does — for the search, which keeps the automatic split, to say
+    what balancing would add."""
+    scn, p = pred.scenario, pred.scenario.plan
+    if p.pp == 1 or scn.model.arch != "transformer":
+        return None
+    if p.vpp > 1:
+        layouts = [{"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": lay}
+                   for lay in end_chunk_layouts(scn.model.layers, p.pp, p.vpp) if lay != p.chunk_layers]
+    else:
+        counts = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, p)]
+        ends = balanced_end_layers(scn.model.layers, p.pp, 1, [s.total_s for s in pred.stages], counts)
+        layouts = [] if ends is None else [{"first_stage_layers": ends[0], "last_stage_layers": ends[1],
+                                            "chunk_layers": ()}]
+    best = None
+    for knobs in layouts:
+        try:
+            trial = predict(with_plan(scn, **knobs), pred.calibration)
+        except NarrowpathError:
+            continue
+        fits = trial.memory.fits or not pred.memory.fits  # a plan that fits is only offered one that fits too
+        if fits and trial.step_time_s < (best[1].step_time_s if best else pred.step_time_s * (1 - 1e-3)):
+            best = (knobs, trial)
     return best
 
 

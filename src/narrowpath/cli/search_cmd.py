@@ -171,8 +171,31 @@ def run(args) -> int:
         free = f" with {args.min_free_gb:g} GB free" if args.min_free_gb else ""
         raise SpecError("search", f"none of the {result.num_plans:,} plans fits in "
                         f"{base.system.device.hbm.capacity_bytes / 1e9:.1f} GB per GPU{free}{why}")
+    balanced = _balanced_best(result, space) if args.objective == "time" else None
     if args.json:
-        print(json.dumps(search_to_json(result, args.top), indent=2))
+        out = search_to_json(result, args.top)
+        out["best_rebalanced"] = None if balanced is None else {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()},
+            "step_time_s": balanced[1].step_time_s, "fits": balanced[1].memory.fits}
+        print(json.dumps(out, indent=2))
     else:
         print(format_search(result, args.top))
+        if balanced is not None:
+            knobs, pred = balanced
+            what = ", ".join(f"{k} {list(v) if isinstance(v, tuple) else v}" for k, v in knobs.items() if v)
+            best = result.ranked[0].step_time_s
+            print(f"  the best plan with its pipeline stages rebalanced ({what}; the search keeps the automatic "
+                  f"split): {pred.step_time_s:.3f} s, {(best - pred.step_time_s) / best:.1%} faster"
+                  + ("" if pred.memory.fits else " (does not fit)"))
     return 0
+
+
+def _balanced_best(result, space):
+    """The first-ranked plan with the split `analyze` would propose (analysis.remedies.best_rebalance), or None."""
+    from narrowpath.analysis.remedies import best_rebalance
+    from narrowpath.schedule.step import predict
+    from narrowpath.search.each import scenario_of
+    if not result.ranked:
+        return None
+    scn = scenario_of(result.base, space, result.ranked[0].plan)
+    return best_rebalance(predict(scn))
