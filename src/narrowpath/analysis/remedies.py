@@ -22,7 +22,7 @@ from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import StepPrediction, predict
-from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_layer_ranges, stage_layer_ranges
+from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_layer_ranges
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
 """Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
@@ -93,22 +93,19 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         if vpp > p.vpp:
             out.append(Candidate("interleave_pipeline", f"interleave the pipeline: vpp {p.vpp} -> {vpp}",
                                  lambda: with_plan_repaired(scn, vpp=vpp), targets=("bubble",)))
-    split = rebalanced_split(ctx) if p.pp > 1 and not recurrent else None
+    split = end_split(ctx.pred) if p.pp > 1 and not recurrent else None
     if split is not None:
-        first, last = split
-        now = stage_layer_text(plan_layer_ranges(scn.model, p))
-        new = stage_layer_text(stage_layer_ranges(scn.model.layers, p.pp, p.vpp, first, last))
-        out.append(Candidate("rebalance_pipeline", f"rebalance the pipeline: layers first/middle/last {new} "
-                             f"(now {now})",
-                             lambda: with_plan(scn, first_stage_layers=first, last_stage_layers=last,
-                                               chunk_layers=()),
-                             targets=COMPUTE + ("bubble",)))
-    layout = rebalanced_chunks(ctx) if p.pp > 1 and p.vpp > 1 and not recurrent else None
-    if layout is not None:
+        counts = [st.layers for st in ctx.pred.stages]
+        new = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, dataclasses.replace(p, **split))]
+        out.append(Candidate("rebalance_pipeline", f"rebalance the pipeline: layers first/middle/last "
+                             f"{stage_layer_text(new)} (now {stage_layer_text(counts)})",
+                             lambda: with_plan(scn, **split), targets=COMPUTE + ("bubble",)))
+    fastest = fastest_layout(ctx.pred) if p.pp > 1 and p.vpp > 1 and not recurrent else None
+    if fastest is not None:
+        layout = fastest[0]["chunk_layers"]
         out.append(Candidate("rebalance_chunks", f"lay out the pipeline chunks: layers first/middle/last chunk "
                              f"{layout[0]}/{layout[1]}/{layout[-1]} (the last beside the output layer)",
-                             lambda: with_plan(scn, first_stage_layers=0, last_stage_layers=0, chunk_layers=layout),
-                             targets=COMPUTE + ("bubble",)))
+                             lambda: with_plan(scn, **fastest[0]), targets=COMPUTE + ("bubble",)))
     if p.dp > 1 and not p.dp_overlap:
         out.append(Candidate("dp_overlap", "overlap the gradient sync with backward",
                              lambda: with_plan(scn, dp_overlap=True), targets=("exposed_dp_comm",)))
@@ -135,71 +132,64 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
     return out
 
 
-def stage_layer_text(ranges: list[list[range]]) -> str:
+def stage_layer_text(counts: list[int]) -> str:
     """Layers of the first, the middle (a range when they differ) and the last stage, e.g. `3/4/1`."""
-    counts = [sum(len(r) for r in st) for st in ranges]
     mid = counts[1:-1]
     middle = "-" if not mid else str(mid[0]) if min(mid) == max(mid) else f"{min(mid)}-{max(mid)}"
     return f"{counts[0]}/{middle}/{counts[-1]}"
 
 
-def rebalanced_split(ctx: Context) -> tuple[int, int] | None:
-    """The first / last stage layer counts that even out the stages' per-micro-batch times (the slowest stage sets
-    the pipeline's pace), or None when the current split is already as even (workload.split.balanced_end_layers)."""
-    scn = ctx.pred.scenario
-    p = scn.plan
-    counts = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, p)]
-    split = balanced_end_layers(scn.model.layers, p.pp, p.vpp, [s.total_s for s in ctx.pred.stages], counts)
-    same = split == (p.first_stage_layers, p.last_stage_layers) and not p.chunk_layers
-    return None if same or (p.chunk_layers and split is None) else split
+def end_split(pred: StepPrediction) -> dict | None:
+    """The split knobs with the first / last stage layer counts that even out the stages' per-micro-batch times
+    (the slowest stage sets the pipeline's pace; workload.split.balanced_end_layers, Megatron-Core's uneven
+    pipeline), or None when the plan's split is already as even."""
+    p = pred.scenario.plan
+    ends = balanced_end_layers(pred.scenario.model.layers, p.pp, p.vpp, [s.total_s for s in pred.stages],
+                               [s.layers for s in pred.stages])
+    if ends is None or (ends == (p.first_stage_layers, p.last_stage_layers) and not p.chunk_layers):
+        return None
+    return {"first_stage_layers": ends[0], "last_stage_layers": ends[1], "chunk_layers": ()}
 
 
-def rebalanced_chunks(ctx: Context) -> tuple[int, ...] | None:
-    """For an interleaved pipeline, the Megatron-Bridge-style chunk layout (workload.split.end_chunk_layouts) that
-    predict prices fastest, if faster than the plan by more than 0.1 %: in an interleaved schedule the chunk that
-    carries the output layer paces the steady state as well as the stages' totals do, which a stage-level estimate
-    cannot see (DeepSeek-V3 on pp 8 × vpp 4: 1, 30 × 2, 0 is 8 % faster with the same layers per stage)."""
-    scn = ctx.pred.scenario
-    best, best_s = None, ctx.pred.step_time_s * (1 - 1e-3)
+def fastest_layout(pred: StepPrediction) -> tuple[dict, StepPrediction] | None:
+    """For an interleaved pipeline, the split knobs of the Megatron-Bridge-style chunk layout
+    (workload.split.end_chunk_layouts) that predict prices fastest and the prediction under them, if faster than the
+    plan by more than 0.1 % and fitting when the plan fits: in an interleaved schedule the chunk that carries the
+    output layer paces the steady state as well as the stages' totals do, which a stage-level estimate cannot see
+    (DeepSeek-V3 on pp 8 × vpp 4: 1, 30 × 2, 0 is 8 % faster with the same layers per stage)."""
+    scn = pred.scenario
+    best = None
     for layout in end_chunk_layouts(scn.model.layers, scn.plan.pp, scn.plan.vpp):
-        if layout == scn.plan.chunk_layers:
-            continue
-        try:
-            trial = predict(with_plan(scn, first_stage_layers=0, last_stage_layers=0, chunk_layers=layout),
-                            ctx.pred.calibration)
-        except NarrowpathError:
-            continue
-        if (trial.memory.fits or not ctx.pred.memory.fits) and trial.step_time_s < best_s:
-            best, best_s = layout, trial.step_time_s
+        if layout != scn.plan.chunk_layers:
+            best = _faster(pred, {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": layout}, best)
     return best
+
+
+def _faster(pred: StepPrediction, knobs: dict, best: tuple[dict, StepPrediction] | None
+            ) -> tuple[dict, StepPrediction] | None:
+    """(knobs, prediction) of the plan with `knobs` when it beats `best` (or, without one, the plan by 0.1 %) and
+    fits where the plan fits; else `best`."""
+    try:
+        trial = predict(with_plan(pred.scenario, **knobs), pred.calibration)
+    except NarrowpathError:
+        return best
+    bar = best[1].step_time_s if best else pred.step_time_s * (1 - 1e-3)
+    fits = trial.memory.fits or not pred.memory.fits  # a plan that fits is only offered one that fits too
+    return (knobs, trial) if fits and trial.step_time_s < bar else best
 
 
 def best_rebalance(pred: StepPrediction) -> tuple[dict, StepPrediction] | None:
-    """The split knobs the pipeline what-ifs would propose for a prediction's plan (first / last stage counts
-    without interleaving, a Megatron-Bridge-style chunk layout with it) and the prediction under them, when that is
-    faster by more than 0.1 % and fits when the plan does — for the search, which keeps the automatic split, to say
-    what balancing would add."""
-    scn, p = pred.scenario, pred.scenario.plan
-    if p.pp == 1 or scn.model.arch != "transformer":
+    """The split knobs the pipeline what-ifs would propose for a prediction's plan (a chunk layout with
+    interleaving, first / last stage counts without) and the prediction under them, when that is faster by more
+    than 0.1 % and fits when the plan does — for the search, which keeps the automatic split, to say what balancing
+    would add."""
+    p = pred.scenario.plan
+    if p.pp == 1 or pred.scenario.model.arch != "transformer":
         return None
     if p.vpp > 1:
-        layouts = [{"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": lay}
-                   for lay in end_chunk_layouts(scn.model.layers, p.pp, p.vpp) if lay != p.chunk_layers]
-    else:
-        counts = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, p)]
-        ends = balanced_end_layers(scn.model.layers, p.pp, 1, [s.total_s for s in pred.stages], counts)
-        layouts = [] if ends is None else [{"first_stage_layers": ends[0], "last_stage_layers": ends[1],
-                                            "chunk_layers": ()}]
-    best = None
-    for knobs in layouts:
-        try:
-            trial = predict(with_plan(scn, **knobs), pred.calibration)
-        except NarrowpathError:
-            continue
-        fits = trial.memory.fits or not pred.memory.fits  # a plan that fits is only offered one that fits too
-        if fits and trial.step_time_s < (best[1].step_time_s if best else pred.step_time_s * (1 - 1e-3)):
-            best = (knobs, trial)
-    return best
+        return fastest_layout(pred)
+    split = end_split(pred)
+    return None if split is None else _faster(pred, split, None)
 
 
 def fabric_candidates(ctx: Context) -> list[Candidate]:

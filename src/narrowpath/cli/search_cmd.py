@@ -172,17 +172,17 @@ def run(args) -> int:
         raise SpecError("search", f"none of the {result.num_plans:,} plans fits in "
                         f"{base.system.device.hbm.capacity_bytes / 1e9:.1f} GB per GPU{free}{why}")
     balanced = _balanced_best(result, space) if args.objective == "time" else None
+    knobs = None if balanced is None else {k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()}
     if args.json:
         out = search_to_json(result, args.top)
         out["best_rebalanced"] = None if balanced is None else {
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()},
-            "step_time_s": balanced[1].step_time_s, "fits": balanced[1].memory.fits}
+            **knobs, "step_time_s": balanced[1].step_time_s, "fits": balanced[1].memory.fits}
         print(json.dumps(out, indent=2))
     else:
         print(format_search(result, args.top))
         if balanced is not None:
-            knobs, pred = balanced
-            what = ", ".join(f"{k} {list(v) if isinstance(v, tuple) else v}" for k, v in knobs.items() if v)
+            pred = balanced[1]
+            what = ", ".join(f"{k} {v}" for k, v in knobs.items() if v)
             best = result.ranked[0].step_time_s
             print(f"  the best plan with its pipeline stages rebalanced ({what}; the search keeps the automatic "
                   f"split): {pred.step_time_s:.3f} s, {(best - pred.step_time_s) / best:.1%} faster"

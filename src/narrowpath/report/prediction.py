@@ -64,16 +64,20 @@ def memory_warning(p: StepPrediction) -> str | None:
             f"({human_bytes(m.items[m.largest_item])})")
 
 
+def split_words(plan) -> list[str]:
+    """The plan's layer split as `knob=value` words for the plan line (none under the automatic split)."""
+    words = [f"{end}_stage_layers={n}" for end, n in (("first", plan.first_stage_layers),
+                                                      ("last", plan.last_stage_layers)) if n]
+    return words + ([f"chunk_layers={','.join(map(str, plan.chunk_layers))}"] if plan.chunk_layers else [])
+
+
 def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     s, plan = p.scenario, p.scenario.plan
     lines = [f"narrowpath prediction — {s.name}",
              f"  {s.model.name} on {s.num_gpus} x {s.system.device.name} ({s.system.name}); "
              f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp}"
              + (f" ({plan.cp_comm})" if plan.cp > 1 else "")
-             + f" ep={plan.ep} vpp={plan.vpp}"
-             + "".join(f" {end}_stage_layers={n}" for end, n in (("first", plan.first_stage_layers),
-                                                                 ("last", plan.last_stage_layers)) if n)
-             + (f" chunk_layers={','.join(map(str, plan.chunk_layers))}" if plan.chunk_layers else "")
+             + f" ep={plan.ep} vpp={plan.vpp}" + "".join(f" {w}" for w in split_words(plan))
              + f" mbs={plan.mbs} "
              f"gbs={plan.gbs} seq={s.model.seq_len} zero={plan.zero_stage} recompute={plan.recompute} "
              f"sp={plan.sequence_parallel} {plan.precision}", ""]

@@ -266,16 +266,16 @@ class Plan:
     @property
     def custom_split(self) -> bool:
         """Layers split over the pipeline by the plan (SPLIT_KNOBS), not automatically."""
-        return bool(self.first_stage_layers or self.last_stage_layers or self.chunk_layers)
+        return any(getattr(self, k) for k in SPLIT_KNOBS)
 
     @property
     def schedule(self) -> str:
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
 
 
-SPLIT_KNOBS = ("first_stage_layers", "last_stage_layers", "chunk_layers")
-"""Plan knobs that split the layers over the pipeline (0 / () = the automatic split)."""
 SPLIT_DEFAULTS = {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": ()}
+"""Plan knobs that split the layers over the pipeline, at their automatic-split values."""
+SPLIT_KNOBS = tuple(SPLIT_DEFAULTS)
 
 
 def uneven_split_error(layers: int, pp: int, vpp: int, first: int, last: int) -> tuple[str, str] | None:
