@@ -87,6 +87,11 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     p.add_argument("--profile", help="calibration profile YAML (from `narrowpath calibrate`) or a device name")
 
 
+def comma_items(text: str) -> tuple[str, ...]:
+    """The non-empty, stripped items of a comma-separated command-line value (`a, b,` -> ('a', 'b'))."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
     from narrowpath.catalog import load_scenario, system as catalog_system
@@ -137,7 +142,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     chunks = getattr(args, "chunk_layers", None)
     if chunks is not None:
         try:
-            plan_kw["chunk_layers"] = tuple(int(n) for n in chunks.split(",") if n.strip())
+            plan_kw["chunk_layers"] = tuple(int(n) for n in comma_items(chunks))
         except ValueError:
             raise SpecError("--chunk-layers", f"must list whole numbers separated by commas, got {chunks!r}") from None
     if pp != plan0.pp or plan_kw.get("vpp", plan0.vpp) != plan0.vpp or args.model:  # a split is its pipeline's
@@ -145,7 +150,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             plan_kw.setdefault(knob, auto)
     mods = getattr(args, "recompute_modules", None)
     if mods is not None:
-        plan_kw["recompute_modules"] = tuple(m.strip() for m in mods.split(",") if m.strip())
+        plan_kw["recompute_modules"] = comma_items(mods)
     elif plan_kw.get("recompute", "selective") != "selective":
         plan_kw["recompute_modules"] = ()  # another mode replaces the scenario's selective modules
     check_modules_need_selective("--recompute-modules", plan_kw.get("recompute", plan0.recompute),

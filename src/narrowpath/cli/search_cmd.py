@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from narrowpath.cli.common import add_scenario_args, scenario_from_args
+from narrowpath.cli.common import add_scenario_args, comma_items, scenario_from_args
 from narrowpath.cli.serve_search import add_serve_search_args, run_serve_search
 from narrowpath.errors import SpecError
 from narrowpath.report.search_table import SHOWN_PER_ROW, format_search, search_to_json
@@ -79,7 +79,7 @@ def _flag(knob: str) -> str:
 
 def _placement(text: str) -> tuple[str, ...]:
     """--placement tp,cp,dp,pp (fastest first); `ep` may be left out (it is not a layout axis: placement.py)."""
-    axes = tuple(a.strip() for a in text.split(",") if a.strip())
+    axes = comma_items(text)
     if "ep" not in axes and "dp" in axes:
         axes = axes[:axes.index("dp")] + ("ep",) + axes[axes.index("dp"):]
     if sorted(axes) != sorted(AXES):
@@ -98,7 +98,7 @@ def _pins_and_base(args):
         args.placement = _placement(args.placement)
     pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
     if getattr(args, "recompute_modules", None) is not None:  # --recompute-modules a,b pins a module set
-        pinned["recompute_modules"] = tuple(m.strip() for m in args.recompute_modules.split(",") if m.strip())
+        pinned["recompute_modules"] = comma_items(args.recompute_modules)
         for mod in pinned["recompute_modules"] or ("",):
             choice("--recompute-modules", mod, RECOMPUTE_MODULES)
         if pinned.get("recompute", "selective") != "selective":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from narrowpath.analysis.synchronisation import checkpoint_inputs
 from narrowpath.catalog.resolve import read_data_file
-from narrowpath.cli.common import add_scenario_args, check_output_file, scenario_from_args, writing
+from narrowpath.cli.common import add_scenario_args, check_output_file, comma_items, scenario_from_args, writing
 from narrowpath.errors import SpecError
 from narrowpath.report.simulation import format_simulation, simulation_to_json
 from narrowpath.schedule.sim import simulate
@@ -70,7 +70,7 @@ def _ranks(text: str | None, scn) -> tuple[int, ...]:
         last_stage = (scn.plan.pp - 1) * scn.plan.tp * scn.plan.cp * scn.plan.dp  # placement pp slowest-varying
         return tuple(sorted({0, last_stage})) if scn.plan.placement[-1] == "pp" else (0,)
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
+        return tuple(int(x) for x in comma_items(text))
     except ValueError:
         raise SpecError("--timeline-ranks", f"expected comma-separated ranks, got {text!r}") from None
 
