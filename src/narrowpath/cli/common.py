@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import ACTIVATION_CACHE, GRAD_PRECISION, OPTIMIZER_MOMENTS, PRECISIONS, SPLIT_DEFAULTS
+from narrowpath.spec.plan import ACTIVATION_CACHE, GRAD_PRECISION, OPTIMIZER_MOMENTS, PIPELINE_SCHEDULES, PRECISIONS, \
+    SPLIT_DEFAULTS
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -73,6 +74,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--activation-cache", dest="activation_cache", choices=ACTIVATION_CACHE,
                    help="what layers keep for backward: default, or fp8 (DeepSeek-V3's low-precision storage: "
                         "E5M6 attention output, FP8 SwiGLU inputs with the SwiGLU recomputed)")
+    g.add_argument("--pipeline-schedule", dest="pipeline_schedule", choices=PIPELINE_SCHEDULES,
+                   help="pipeline schedule: auto (1F1B, interleaved with --vpp > 1) or dualpipe (DeepSeek-V3: "
+                        "micro-batches enter at both ends, two stages and two parameter copies per rank)")
     g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap the gradient sync with the backward pass in buckets")
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
@@ -105,7 +109,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                                               "precision", "dp_overlap", "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",
-                                                              "first_stage_layers", "last_stage_layers")
+                                                              "pipeline_schedule", "first_stage_layers",
+                                                              "last_stage_layers")
                if getattr(args, f, None) is not None}
     if base is None:
         if not (args.model and args.system):

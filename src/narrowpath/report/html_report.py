@@ -16,7 +16,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.report.html import esc, kpis, page, para, section, table
 from narrowpath.report.html_accounts import (accounts_section, breakdown_section, budgets_section, energy_section,
                                              memory_section, ms, pct, timeline_section)
-from narrowpath.report.prediction import prediction_to_json, split_words
+from narrowpath.report.prediction import prediction_to_json, schedule_words
 from narrowpath.schedule.step import predict
 from narrowpath.validate.corpus import load_corpus
 
@@ -52,7 +52,7 @@ def header(a: Analysis, pj: dict) -> str:
              (f"{a.verdict.share:.0%}", f"narrowest path: {a.verdict.narrowest.replace('_', ' ')}")]
     nav = "<nav>" + "".join(f'<a href="#{k}">{v}</a>' for k, v in NAV) + "</nav>"
     desc = (f"{s.model.name} on {s.num_gpus:,} × {s.system.device.name} ({s.system.name}); tp={plan.tp} pp={plan.pp} "
-            f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} " + "".join(f"{w} " for w in split_words(plan))
+            f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} " + "".join(f"{w} " for w in schedule_words(plan))
             + f"mbs={plan.mbs} gbs={plan.gbs} "
             f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} {plan.precision}; "
             f"sequence {s.model.seq_len:,} tokens")

@@ -26,7 +26,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
                                                 "grad_precision", "fp8_params", "activation_cache",
-                                                "first_stage_layers", "last_stage_layers")}
+                                                "pipeline_schedule", "first_stage_layers", "last_stage_layers")}
         | ({"chunk_layers": list(plan.chunk_layers)} if plan.chunk_layers else {})
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),
@@ -64,6 +64,11 @@ def memory_warning(p: StepPrediction) -> str | None:
             f"({human_bytes(m.items[m.largest_item])})")
 
 
+def schedule_words(plan) -> list[str]:
+    """The plan line's words for its pipeline: DualPipe when it runs, then the layer split (split_words)."""
+    return (["schedule=dualpipe"] if plan.dualpipe else []) + split_words(plan)
+
+
 def split_words(plan) -> list[str]:
     """The plan's layer split as `knob=value` words for the plan line (none under the automatic split)."""
     words = [f"{end}_stage_layers={n}" for end, n in (("first", plan.first_stage_layers),
@@ -77,7 +82,7 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
              f"  {s.model.name} on {s.num_gpus} x {s.system.device.name} ({s.system.name}); "
              f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp}"
              + (f" ({plan.cp_comm})" if plan.cp > 1 else "")
-             + f" ep={plan.ep} vpp={plan.vpp}" + "".join(f" {w}" for w in split_words(plan))
+             + f" ep={plan.ep} vpp={plan.vpp}" + "".join(f" {w}" for w in schedule_words(plan))
              + f" mbs={plan.mbs} "
              f"gbs={plan.gbs} seq={s.model.seq_len} zero={plan.zero_stage} recompute={plan.recompute} "
              f"sp={plan.sequence_parallel} {plan.precision}", ""]

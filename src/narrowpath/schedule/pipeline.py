@@ -23,12 +23,21 @@ how schedules compose) plays Megatron's programs exactly, and these forms follow
   0.6 % of the simulator on the validation corpora, and playing the program would cost ~10 ms per prediction at
   16 × 7 chunks (search calls predict per plan).
 Equal stages keep Narayanan's forms.
+
+DualPipe (DeepSeek-V3 report §3.2.1; `schedule.sim.programs.order_dualpipe`): rank i runs stage i of one direction
+and stage p − 1 − i of the other, so its per-micro-batch work is the mean of the two; the program is played
+exactly (`dualpipe_time_s`, O(m·p) on Python floats). With equal stages and the usual F : B : W = 1 : 2 : 1 its
+bubble is the report's Table 2 form (PP/2 − 1)(F&B + B − 3W) exactly, with F&B = F + B when a merged pair takes
+as long as its two passes (`dualpipe_bubble_s`); for other W shares the played program is at most one pass
+shorter (tests/schedule/test_dualpipe.py).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from narrowpath.schedule.sim.graph import graph_1f1b, graph_interleaved, graph_time_s
 from narrowpath.schedule.sim.playback import play
-from narrowpath.schedule.sim.programs import build_programs
+from narrowpath.schedule.sim.programs import build_programs, order_dualpipe
 
 _REL_EQUAL = 1e-12
 
@@ -148,3 +157,41 @@ def interleaved_time_s(fwd_s: list[list[float]], bwd_s: list[list[float]], m: in
     t2 = played_time_s("interleaved", fwd_s, bwd_s, 2 * p, "async")
     t3 = played_time_s("interleaved", fwd_s, bwd_s, 3 * p, "async")
     return t3 + (m // p - 3) * (t3 - t2)
+
+
+def dualpipe_bubble_s(pp: int, fb_s: float, b_s: float, w_s: float) -> float:
+    """DeepSeek-V3 report, Table 2: DualPipe's pipeline bubble (PP/2 − 1)(F&B + B − 3W), with F&B the time of a
+    forward and a backward merged, B a full backward, W its weight-gradient part (1F1B: (PP − 1)(F + B))."""
+    return (pp / 2 - 1) * (fb_s + b_s - 3 * w_s)
+
+
+def dualpipe_time_s(fwd_s: list[float], bwd_s: list[float], wgrad_s: list[float], m: int) -> float:
+    """Time of the pipelined part of a DualPipe step with per-stage forward, full backward and weight-gradient
+    times of one micro-batch, m micro-batches in all (m/2 per direction): the program played exactly, pipeline
+    messages of zero time (the stage times already include them), sends posted as soon as a pass ends (the
+    source's asynchronous isend / irecv)."""
+    p = len(fwd_s)
+    durations = {}
+    for i in range(p):
+        for c, s in ((0, i), (1, p - 1 - i)):
+            durations[(i, "F", c)] = fwd_s[s]
+            durations[(i, "BW", c)] = bwd_s[s]
+            durations[(i, "B", c)] = bwd_s[s] - wgrad_s[s]
+            durations[(i, "W", c)] = wgrad_s[s]
+    programs = build_programs("dualpipe", p, 1, m)
+    return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode="eager").ends_s)
+
+
+@lru_cache(maxsize=1024)
+def dualpipe_paired_fraction(stage: int, pp: int, m: int) -> float:
+    """Share of pipeline stage `stage`'s passes that run merged with a pass of the other direction (F&B) under
+    DualPipe: its forwards and backwards on rank `stage` (direction 0) and on rank p − 1 − `stage` (direction 1),
+    counted on the program (schedule.sim.programs.order_dualpipe)."""
+    paired = total = 0
+    for rank, chunk in ((stage, 0), (pp - 1 - stage, 1)):
+        for grp in order_dualpipe(pp, m, rank):
+            for op in grp:
+                if op.chunk == chunk and op.kind != "W":
+                    total += 1
+                    paired += len(grp) == 2
+    return paired / total if total else 0.0

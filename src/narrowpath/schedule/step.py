@@ -21,7 +21,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
 from narrowpath.schedule.choose import resolve_open_knobs
-from narrowpath.schedule.pipeline import pipeline_time_s
+from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, pipeline_time_s
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.build import build_workload, grad_format
@@ -123,7 +123,7 @@ PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fw
 (with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""
 
 
-def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int) -> float:
+def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, dualpipe: bool = False) -> float:
     """Share of pipeline stage `stage`'s passes (chunk passes when interleaved) whose forward runs merged with
     another micro-batch's backward (and whose backward with another's forward); the rest run alone.
 
@@ -142,8 +142,11 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int) -> flo
     Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
     (TransformerConfig asserts a virtual pipeline size; Megatron-LM turns vpp 1 into none), whose one-chunk warm-up
     would be 2·(p − s − 1) + 1; v = 1 here counts the same rule on the 1F1B program the pipeline is priced with.
-    DualPipe (DeepSeek-V3) pairs its own way and is priced with these counts too."""
+    DualPipe (`dualpipe`, DeepSeek-V3) pairs its own way: the share is counted on its program
+    (schedule.pipeline.dualpipe_paired_fraction)."""
     m, p, s = max(1, int(num_microbatches)), max(1, int(pp)), int(stage)
+    if dualpipe and p > 1:
+        return dualpipe_paired_fraction(s, p, m)
     v = max(1, int(vpp)) if p > 1 else 1
     passes = m * v
     return (passes - in_flight_chunk_passes(s, p, v, m)) / passes
@@ -271,6 +274,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     edge_s: list[float] = []
     per_stage_xfer: list[list[tuple[Transfer, float, CollectiveCost, float]]] = []
     hw_flop_per_mb: list[float] = []
+    wgrad_s: list[float] = []
     for st in wl.stages:
         comp = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         host = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
@@ -279,10 +283,13 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
         flop = 0.0
         edge = 0.0  # the embedding's or the output layer's work: it sits in the stage's first or last chunk
+        wgrad = 0.0  # weight-gradient GEMMs: the W a zero-bubble schedule defers (DualPipe)
         for op, c in st.ops:
             t1, attn, h1 = t_op(op)
             t = t1 * c
             comp[op.phase] += t
+            if op.phase == "bwd" and op.name.endswith(".wgrad") and not attn:
+                wgrad += t
             if op.name.split(".", 1)[0] in EDGE_OPS:
                 edge += t
             host[op.phase] += h1 * c
@@ -329,7 +336,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             for tr, _, _, total in pairs:
                 pair_s[tr.phase] += total
             # warm-up forwards and cool-down backwards have no partner: the share depends on the stage
-            paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches)
+            paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.dualpipe)
             hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
             for tr, c, cost, total in pairs:
                 hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
@@ -337,6 +344,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
                 rows.append((tr, c, cost, total - hidden))
         per_stage_xfer.append(rows)
+        wgrad_s.append(wgrad)
         stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],
                                       comp["bwd"] + comp["recompute"] + extra_compute, exposed,
                                       sum(waited.values())))
@@ -346,18 +354,28 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     # overlapped interleaved sends still sit on the fill's and the drain's chain (pipeline.fill_drain_latency_s)
     send_s = max((cost.time_s for rows in per_stage_xfer for tr, _, cost, _ in rows
                   if tr.axis == "pp" and tr.overlappable), default=0.0)
-    pipe = pipeline_time_s(totals, m, plan.vpp, fwd_times_s=[s.fwd_compute_s for s in stage_times],
-                           chunk_weights=chunk_shares(scn, totals, edge_s) if plan.vpp > 1 else None,
-                           overlapped_send_s=send_s)
-    crit = max(range(len(stage_times)), key=lambda i: totals[i])
-    cs = stage_times[crit]
+    if plan.dualpipe:  # rank i runs stage i of one direction and stage p − 1 − i of the other, m/2 micro-batches each
+        pipe = dualpipe_time_s([s.fwd_compute_s for s in stage_times],
+                               [s.total_s - s.fwd_compute_s for s in stage_times], wgrad_s, m)
+        ranks = dualpipe_ranks(stage_times)
+        crit = max(range(len(ranks)), key=lambda i: ranks[i].total_s)
+        cs = ranks[crit]
+        crit_rows = [(tr, c / 2, cost, exp / 2) for s in (crit, plan.pp - 1 - crit) for tr, c, cost, exp in
+                     per_stage_xfer[s]]
+    else:
+        pipe = pipeline_time_s(totals, m, plan.vpp, fwd_times_s=[s.fwd_compute_s for s in stage_times],
+                               chunk_weights=chunk_shares(scn, totals, edge_s) if plan.vpp > 1 else None,
+                               overlapped_send_s=send_s)
+        crit = max(range(len(stage_times)), key=lambda i: totals[i])
+        cs = stage_times[crit]
+        crit_rows = per_stage_xfer[crit]
     bubble = pipe - m * cs.total_s
 
     # once-per-step work: gradient sync (overlapped with the last micro-batch's backward), the ZeRO-1/2 parameter
     # all-gather (overlapped with the next step's first forward), tied-embedding sync, optimizer
     step_rows = []
     dp_exposed, other_step = 0.0, 0.0
-    for tr, c in wl.step_transfers:
+    for tr, c in dualpipe_step_transfers(wl) if plan.dualpipe else wl.step_transfers:
         cost = _price(tr, scn, cal, spans, coll_cache)
         total = cost.time_s * c
         if tr.axis in ("dp", "edp"):
@@ -384,7 +402,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     step = sum(breakdown.values())
 
     transfers = []
-    for tr, c, cost, exp in per_stage_xfer[crit]:
+    for tr, c, cost, exp in crit_rows:
         transfers.append(TransferCost(tr.name, tr.op, tr.axis, tr.message_bytes, c * m, cost.time_s,
                                       cost.time_s * c * m, exp * m, cost.bottleneck_tier, cost.algorithm,
                                       _span(scn, tr.axis, spans).size, tr.phase))
@@ -415,6 +433,36 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
                           assumptions)
+
+
+def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:
+    """DualPipe: each rank's mean per-micro-batch times — half its micro-batches run stage i, half stage p − 1 − i
+    (DeepSeek-V3 §3.2.1)."""
+    p = len(stages)
+    out = []
+    for i in range(p):
+        a, b = stages[i], stages[p - 1 - i]
+        out.append(StageTimes(i, a.layers + b.layers, (a.fwd_compute_s + b.fwd_compute_s) / 2,
+                              (a.bwd_compute_s + b.bwd_compute_s) / 2,
+                              {k: (a.exposed_comm_s[k] + b.exposed_comm_s[k]) / 2 for k in a.exposed_comm_s},
+                              (a.host_wait_s + b.host_wait_s) / 2))
+    return out
+
+
+def dualpipe_step_transfers(wl: Workload) -> tuple:
+    """DualPipe's once-per-step data-parallel traffic on the busiest rank: its two stages' gradients and
+    parameters (the workload sizes them for the most loaded single stage), dense (`dp`) and expert (`edp`) parts
+    apart. The two copies of a stage reduce their gradients together; that group of 2·dp ranks is priced as the dp
+    group moving twice the bytes (the ring's (n − 1)/n factor of 2·dp is within 1/dp of dp's)."""
+    p = len(wl.stages)
+    top = max(wl.stages, key=lambda s: s.params)
+    dense = max(wl.stages[i].params - wl.stages[i].expert_params + wl.stages[p - 1 - i].params
+                - wl.stages[p - 1 - i].expert_params for i in range(p))
+    expert = max(wl.stages[i].expert_params + wl.stages[p - 1 - i].expert_params for i in range(p))
+    ratio = {"dp": dense / max(1e-30, top.params - top.expert_params),
+             "edp": expert / top.expert_params if top.expert_params > 0 else 1.0}
+    return tuple((dataclasses.replace(tr, message_bytes=tr.message_bytes * ratio[tr.axis]) if tr.axis in ratio
+                  else tr, c) for tr, c in wl.step_transfers)
 
 
 EDGE_OPS = frozenset({"embedding_lookup", "embedding_grad", "final_norm", "logits", "cross_entropy", "mtp_norms",

@@ -29,6 +29,8 @@ ACTIVATION_CACHE = ("default", "fp8")
 """How a layer stores what it keeps for backward: as its framework keeps it, or DeepSeek-V3's low-precision storage."""
 ATTENTION = ("auto", "flash", "unfused")
 CP_COMM = ("p2p", "all_gather", "a2a")
+PIPELINE_SCHEDULES = ("auto", "dualpipe")
+"""`auto`: Megatron's 1F1B, interleaved when vpp > 1; `dualpipe`: DeepSeek-V3's bidirectional schedule."""
 MAX_BATCH = 1 << 30
 """Largest micro- or global batch accepted, sequences (a typo of 1e47 would otherwise price a step of 1e45 s)."""
 
@@ -106,6 +108,11 @@ class Plan:
     quantized input of a low-precision GEMM) or `fp8` (DeepSeek-V3 §3.3.2 "Low-Precision Storage": the attention
     output that the output projection reads is cached once in E5M6, and the routed experts' SwiGLU input in FP8,
     its output recomputed in backward; needs a low-precision recipe). workload.precision.CACHE_BYTES."""
+    pipeline_schedule: str = "auto"
+    """`auto` (Megatron's 1F1B, interleaved with vpp > 1) or `dualpipe` (DeepSeek-V3 §3.2.1: half the micro-batches
+    enter at each end of the pipeline, so every rank holds two stages — two copies of the parameters — and overlaps
+    a forward of one direction with a backward of the other; needs vpp 1, an even pp and an even number of
+    micro-batches, at least 2·pp). schedule.pipeline.dualpipe_time_s, cost.memory."""
     first_stage_layers: int = 0
     """Transformer layers of the first pipeline stage, 0 = the automatic split (Megatron-Core
     --decoder-first-pipeline-num-layers / num_layers_in_first_pipeline_stage; the other stages share the rest
@@ -198,6 +205,10 @@ class Plan:
                             f"low-precision recipe ({', '.join(LOW_PRECISIONS)}), got precision {self.precision!r}")
         choice("plan.attention", self.attention, ATTENTION)
         choice("plan.cp_comm", self.cp_comm, CP_COMM)
+        choice("plan.pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
+        if self.pipeline_schedule == "dualpipe" and self.vpp != 1:
+            raise SpecError("plan.pipeline_schedule", f"dualpipe runs one chunk per direction on each rank; needs vpp "
+                            f"1, got vpp {self.vpp}")
         choice("plan.moe_routing", self.moe_routing, MOE_ROUTING)
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
         if not isinstance(self.framework, str):
@@ -270,7 +281,14 @@ class Plan:
 
     @property
     def schedule(self) -> str:
+        if self.pipeline_schedule == "dualpipe":
+            return "dualpipe"
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
+
+    @property
+    def dualpipe(self) -> bool:
+        """DualPipe with a pipeline to run it on (pp > 1): ranks hold two stages."""
+        return self.pipeline_schedule == "dualpipe" and self.pp > 1
 
 
 SPLIT_DEFAULTS = {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": ()}

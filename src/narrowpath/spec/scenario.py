@@ -104,6 +104,13 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
                          f"model.moe.expert_ffn {model.moe.expert_ffn}"))
         if model.moe.shared_experts and model.moe.shared_ffn % p.tp:
             errs.append(("plan.tp", f"tp {p.tp} does not divide model.moe.shared_ffn {model.moe.shared_ffn}"))
+    if p.pipeline_schedule == "dualpipe":
+        if model.arch != "transformer":
+            errs.append(("plan.pipeline_schedule", "dualpipe splits transformer layers; the LSTM model runs 1F1B"))
+        elif p.pp > 1 and (p.pp % 2 or p.num_microbatches % 2 or p.num_microbatches < 2 * p.pp):
+            errs.append(("plan.pipeline_schedule", f"dualpipe needs an even pp and an even number of micro-batches, "
+                         f"at least 2·pp (deepseek-ai/DualPipe asserts both); got pp {p.pp}, "
+                         f"{p.num_microbatches} micro-batches"))
     if p.pp > 1 and p.vpp > 1 and p.num_microbatches % p.pp:
         errs.append(("plan.gbs", f"interleaved schedule needs micro-batches ({p.num_microbatches}) divisible by pp {p.pp}"))
     if model.arch == "lstm" and (p.pp > 1 or p.cp > 1):

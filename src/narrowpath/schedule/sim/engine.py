@@ -23,7 +23,7 @@ from narrowpath.schedule.sim.layout import Layout
 from narrowpath.schedule.sim.passplan import PassPlan, Run, compile_pass, run_excess
 from narrowpath.schedule.sim.perturb import Perturbation
 from narrowpath.schedule.sim.playback import play
-from narrowpath.schedule.sim.programs import Exchange, Pass, StageProgram
+from narrowpath.schedule.sim.programs import Exchange, Pass, StageProgram, completing_passes
 from narrowpath.schedule.sim.work import SimWork, Sync
 
 
@@ -54,13 +54,12 @@ class StepEngine:
         for st in work.stages:
             for (kind, chunk), pw in st.passes.items():
                 self.plans[(st.index, kind, chunk)] = compile_pass(pw, self._group1, self.kernel, layout.tp, exact)
-        m = work.num_microbatches
-        has_w = any(isinstance(x, Pass) and x.kind == "W" for x in programs[0].items)
-        self.completes = {("W", m - 1)} if has_w else {("BW", m - 1)}
-        """(kind, micro-batch) of the pass after which a chunk's gradients are complete."""
+        self.completes = completing_passes(programs)
+        """(stage, kind, chunk, micro-batch) of the pass after which a chunk's gradients are complete."""
         self.chunk_order = []
         for prog in programs:
-            order = [x.chunk for x in prog.items if isinstance(x, Pass) and (x.kind, x.mb) in self.completes]
+            order = [x.chunk for x in prog.items if isinstance(x, Pass)
+                     and (prog.stage, x.kind, x.chunk, x.mb) in self.completes]
             self.chunk_order.append(tuple(order))
         self.ci = pert.cause_index if pert is not None else {}
 
@@ -125,7 +124,7 @@ class StepEngine:
         dur = {k: sum(x.compute_s + x.comm_s if isinstance(x, Run) else x.cost_s for x in plan.items)
                for k, plan in self.plans.items()}
         pb = play(self.programs, dur, {k: v[0] for k, v in self.work.p2p_s.items()}, mode=self.p2p_mode,
-                  completes=frozenset(self.completes))
+                  completes=self.completes)
         if self.p > 1:
             self.waits["pp (send/recv, incl. bubble)"] += pb.pp_wait_s / self.p
         return [StageState(np.array([c]), None, len(prog.items),
@@ -201,7 +200,7 @@ class StepEngine:
         if pert is not None and tiers and (pert.slow_link or pert.flap_at):
             cz = cz.copy()
             src = mid[1]
-            dst = (src + 1) % self.p if mid[0] == "F" else (src - 1) % self.p
+            dst = mid[4] if len(mid) > 4 else (src + 1) % self.p if mid[0] == "F" else (src - 1) % self.p
             for tier in tiers:
                 frac = pert.slow_link.get(tier)
                 if frac is not None:
@@ -230,7 +229,7 @@ class StepEngine:
             else:
                 t, cz = self._sync(i, item, t, cz)
         st.clock, st.cause = t, cz
-        if (op.kind, op.mb) in self.completes:
+        if (i, op.kind, op.chunk, op.mb) in self.completes:
             st.last_bwd[op.chunk] = (start, t, cz)
         if self.recorder is not None:
             self.recorder.compute(i, op, start + self.t0, t + self.t0, plan)

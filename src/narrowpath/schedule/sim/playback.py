@@ -29,7 +29,8 @@ class Playback:
 
 def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode: str = "rendezvous",
          completes: frozenset = frozenset()) -> Playback:
-    """`pass_s[(stage, kind, chunk)]` seconds; `completes`: (kind, micro-batch) pairs to report (module doc)."""
+    """`pass_s[(stage, kind, chunk)]` seconds; `completes`: (stage, kind, chunk, micro-batch) of the passes to report
+    (programs.completing_passes)."""
     p = len(programs)
     clock, pcs = [0.0] * p, [0] * p
     last: list[dict] = [{} for _ in range(p)]
@@ -76,7 +77,7 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode:
             else:
                 start = t
                 t += pass_s[(i, it.kind, it.chunk)]
-                if (it.kind, it.mb) in completes:
+                if (i, it.kind, it.chunk, it.mb) in completes:
                     last[i][it.chunk] = (start, t)
             pc += 1
         pcs[i], clock[i] = pc, t

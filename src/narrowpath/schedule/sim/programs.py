@@ -9,6 +9,13 @@
 - `zb-h1`: zero-bubble ZB-H1 (Qi et al., 'Zero Bubble Pipeline Parallelism', ICLR 2024, §3; sail-sg's
   ZeroBubbleH1Pipeline): backward split into B (input gradients, on the critical path) and W (weight gradients);
   stage i defers i of its W passes to the end, where they fill the drain's bubbles, with 1F1B's memory.
+- `dualpipe`: DeepSeek-V3's bidirectional pipeline (DeepSeek-AI, 'DeepSeek-V3 Technical Report', 2024, §3.2.1,
+  Fig. 5, Table 2; the order of deepseek-ai/DualPipe's `DualPipe.step`, re-derived here): half the micro-batches
+  enter at stage 0 and flow up the ranks (direction 0), half enter at the last rank and flow down (direction 1), so
+  rank i runs stage i of direction 0 and stage p − 1 − i of direction 1 — two copies of the model's stages. Chunk c
+  of a DualPipe pass is its direction. Rank i's half-rank h = min(i, p − 1 − i) and n = m/2 micro-batches per
+  direction give its eight steps (`order_dualpipe`); the steady state runs a forward of one direction merged with a
+  backward of the other (F&B), and the fill and drain split some backwards into B and a deferred W (zero bubble).
 
 Messages: a forward's output goes to the next stage (the last stage's chunk c to stage 0's chunk c + 1), a
 backward's input gradient to the previous stage (stage 0's chunk c to the last stage's chunk c − 1). Between two
@@ -25,7 +32,7 @@ from functools import lru_cache
 
 from narrowpath.errors import SimulationError
 
-SCHEDULES = ("1f1b", "interleaved", "zb-h1")
+SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +110,81 @@ def order_zbh1(p: int, m: int, i: int) -> list[Pass]:
     return out
 
 
-def _output_to(op: Pass, i: int, p: int, v: int) -> tuple | None:
-    """Message id of a pass's output that another stage consumes, or None (local or nothing)."""
+def order_dualpipe(p: int, m: int, i: int) -> list[list[Pass]]:
+    """Rank i's groups of passes under DualPipe (module docstring): a group of two is an F&B pair (the forward of
+    one direction merged with the backward of the other, each one's communication hidden behind the other's
+    compute). Local direction 0 is the one in which rank i is stage h (its early stage), local 1 the one in which it
+    is stage p − 1 − h; ranks of the second half see the directions swapped. Backwards are whole (BW) or, where the
+    source enables zero bubble, B now and W later (a FIFO of deferred weight gradients)."""
+    half, n = p // 2, m // 2
+    h = min(i, p - 1 - i)
+    swap = int(i >= half)
+    middle = h == half - 1
+    nf, nb = [0, 0], [0, 0]
+    deferred: list[Pass] = []
+    out: list[list[Pass]] = []
+
+    def f(loc: int) -> Pass:
+        c = loc ^ swap
+        nf[loc] += 1
+        return Pass("F", c, nf[loc] - 1)
+
+    def b(loc: int, zb: bool = False) -> Pass:
+        c = loc ^ swap
+        nb[loc] += 1
+        if zb:
+            deferred.append(Pass("W", c, nb[loc] - 1))
+            return Pass("B", c, nb[loc] - 1)
+        return Pass("BW", c, nb[loc] - 1)
+
+    def w() -> Pass:
+        return deferred.pop(0)
+
+    out += [[f(0)] for _ in range((half - h - 1) * 2)]                     # 1: F0 warm-up
+    for _ in range(h + 1):                                                 # 2: F0 F1
+        out += [[f(0)], [f(1)]]
+    for _ in range(half - h - 1):                                          # 3: B1 W1 F1 (zero bubble)
+        out += [[b(1, True)], [w()], [f(1)]]
+    for k in range(n - p + h + 1):                                         # 4: F0&B1, F1&B0 (steady state)
+        if k == 0 and middle:  # the source does not overlap the middle ranks' first pair
+            out += [[f(0)], [b(1)]]
+        else:
+            out.append([f(0), b(1)])
+        out.append([f(1), b(0)])
+    for _ in range(half - h - 1):                                          # 5: B1, F1&B0
+        out += [[b(1)], [f(1), b(0)]]
+    zb = False
+    for k in range(h + 1):                                                 # 6: B1 B0 (second half zero bubble)
+        if k == (h + 1) // 2 and h % 2 == 1:
+            zb = True
+        out.append([b(1, zb)])
+        if k == (h + 1) // 2 and h % 2 == 0:
+            zb = True
+        out.append([b(0, zb)])
+    for _ in range(half - h - 1):                                          # 7: W, B0 (zero bubble)
+        out += [[w()], [b(0, True)]]
+    out += [[w()] for _ in range(h + 1)]                                   # 8: W drain
+    if deferred or nf != [n, n] or nb != [n, n]:
+        raise SimulationError(f"DualPipe program of rank {i}: unbalanced passes (internal error)")
+    return out
+
+
+def _dual_next(i: int, chunk: int, p: int, forward: bool) -> int | None:
+    """DualPipe: the rank a pass's output goes to (forward: activations; else input gradients), None at an end.
+    Direction 0 flows up the ranks in forward, direction 1 down."""
+    up = (chunk == 0) == forward
+    j = i + 1 if up else i - 1
+    return j if 0 <= j < p else None
+
+
+def _output_to(op: Pass, i: int, p: int, v: int, dual: bool = False) -> tuple | None:
+    """Message id of a pass's output that another stage consumes, or None (local or nothing). DualPipe ids carry
+    the receiving rank last (the two directions flow opposite ways)."""
+    if dual:
+        if op.kind == "W":
+            return None
+        j = _dual_next(i, op.chunk, p, op.kind == "F")
+        return None if j is None else ("F" if op.kind == "F" else "B", i, op.chunk, op.mb, j)
     if op.kind == "F":
         nxt = (i + 1, op.chunk) if i < p - 1 else (0, op.chunk + 1)
         return ("F", i, op.chunk, op.mb) if nxt[1] < v and p > 1 else None
@@ -114,9 +194,14 @@ def _output_to(op: Pass, i: int, p: int, v: int) -> tuple | None:
     return None
 
 
-def _input_from(op: Pass, i: int, p: int, v: int) -> tuple | None:
+def _input_from(op: Pass, i: int, p: int, v: int, dual: bool = False) -> tuple | None:
     if p == 1:
         return None
+    if dual:
+        if op.kind == "W":
+            return None
+        j = _dual_next(i, op.chunk, p, op.kind != "F")  # a forward's input comes from where gradients go
+        return None if j is None else ("F" if op.kind == "F" else "B", j, op.chunk, op.mb, i)
     if op.kind == "F":
         src = (i - 1, op.chunk) if i > 0 else (p - 1, op.chunk - 1)
         return ("F", src[0], src[1], op.mb) if src[1] >= 0 else None
@@ -126,12 +211,24 @@ def _input_from(op: Pass, i: int, p: int, v: int) -> tuple | None:
     return None
 
 
+def check_dualpipe(p: int, m: int, field: str = "plan.pipeline_schedule") -> None:
+    """DualPipe's own preconditions (deepseek-ai/DualPipe asserts them): an even number of ranks, and an even number
+    of micro-batches, at least two per rank."""
+    if p < 2 or p % 2:
+        raise SimulationError(f"{field}: DualPipe needs an even number of pipeline stages (>= 2), got pp {p}")
+    if m % 2 or m < 2 * p:
+        raise SimulationError(f"{field}: DualPipe needs an even number of micro-batches, at least 2·pp = {2 * p}; "
+                              f"got {m}")
+
+
 @lru_cache(maxsize=64)
 def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False) -> tuple[StageProgram, ...]:
     """Every stage's program for one step. `overlap` (Megatron-Core overlap_p2p_comm): every pass posts its send
     as soon as it ends and the receive of the pass after it (no batching of a forward with a backward)."""
     if schedule not in SCHEDULES:
         raise SimulationError(f"--schedule: unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    if schedule == "dualpipe":
+        check_dualpipe(p, m)
     if schedule != "interleaved" and v > 1:
         raise SimulationError(f"--schedule {schedule}: needs one chunk per stage, the plan has vpp={v}")
     if schedule == "interleaved" and v == 1:
@@ -139,21 +236,37 @@ def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False)
     if schedule == "interleaved" and m % p:
         raise SimulationError(f"interleaved schedule: {m} micro-batches are not divisible by the {p} pipeline stages "
                               "(Megatron-LM refuses this split too)")
+    dual = schedule == "dualpipe"
     out = []
     for i in range(p):
         if schedule == "interleaved":
             groups = order_interleaved(p, v, m, i)
             if overlap:
                 groups = [[x] for grp in groups for x in grp]
+        elif schedule == "dualpipe":
+            groups = order_dualpipe(p, m, i)
         else:
             groups = [[x] for x in (order_zbh1(p, m, i) if schedule == "zb-h1" else order_1f1b(p, m, i))]
         items: list = []
         prev: list[Pass] = []
         for grp in groups + [[]]:
-            msgs = [(mid, True) for op in prev if (mid := _output_to(op, i, p, v)) is not None]
-            msgs += [(mid, False) for op in grp if (mid := _input_from(op, i, p, v)) is not None]
+            msgs = [(mid, True) for op in prev if (mid := _output_to(op, i, p, v, dual)) is not None]
+            msgs += [(mid, False) for op in grp if (mid := _input_from(op, i, p, v, dual)) is not None]
             items.append(Exchange(tuple(msgs)))
             items += grp
             prev = grp
         out.append(StageProgram(i, tuple(items)))
     return tuple(out)
+
+
+def completing_passes(programs: tuple[StageProgram, ...]) -> frozenset:
+    """(stage, kind, chunk, micro-batch) of each stage's last whole backward or weight-gradient pass of each chunk:
+    the pass after which the chunk's gradients are complete (bucket readiness)."""
+    out = set()
+    for prog in programs:
+        last = {}
+        for x in prog.items:
+            if isinstance(x, Pass) and x.kind in ("BW", "W"):
+                last[x.chunk] = (prog.stage, x.kind, x.chunk, x.mb)
+        out.update(last.values())
+    return frozenset(out)

@@ -6,6 +6,7 @@ drawn in program order).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -86,6 +87,8 @@ class SimResult:
 
 
 def default_schedule(scn: Scenario) -> str:
+    if scn.plan.dualpipe:
+        return "dualpipe"
     return "interleaved" if scn.plan.vpp > 1 else "1f1b"
 
 
@@ -93,7 +96,7 @@ def p2p_mode(pred: StepPrediction, schedule: str) -> str:
     """How pipeline messages behave: ZB-H1 posts its receives ahead (eager sends, which its bubble relies on); an
     interleaved schedule whose workload overlaps pipeline sends with compute (Megatron-Core overlap_p2p_comm)
     sends asynchronously; otherwise NCCL's rendezvous (Megatron's blocking batched send/recv)."""
-    if schedule == "zb-h1":
+    if schedule in ("zb-h1", "dualpipe"):  # DualPipe posts asynchronous isend / irecv
         return "eager"
     overlapped = any(tr.axis == "pp" and tr.overlappable for st in pred.workload.stages for tr, _ in st.transfers)
     return "async" if schedule == "interleaved" and overlapped else "rendezvous"
@@ -119,6 +122,10 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     noise = noise or NoiseSpec()
     if steps < 1:
         raise SimulationError(f"--steps: must be >= 1, got {steps}")
+    if (schedule == "dualpipe") != scenario.plan.dualpipe and scenario.plan.pp > 1 and schedule is not None:
+        # DualPipe changes what a rank holds and syncs, not only the order: price the plan that runs it
+        scenario = dataclasses.replace(scenario, plan=dataclasses.replace(
+            scenario.plan, pipeline_schedule="dualpipe" if schedule == "dualpipe" else "auto"))
     pred = predict(scenario, calibration)
     scn = pred.scenario
     passes = 2 * scn.plan.pp * scn.plan.vpp * pred.workload.num_microbatches
@@ -126,7 +133,7 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
         raise SimulationError(f"the step has {passes:,} pipeline passes (pp·vpp·2 per micro-batch); the simulator "
                               f"plays each one and stops at {MAX_PASSES:,}: fewer micro-batches (gbs)")
     schedule = schedule or default_schedule(scn)
-    work = build_sim_work(pred, split_backward=schedule == "zb-h1")
+    work = build_sim_work(pred, split_backward=schedule == "zb-h1", dualpipe=schedule == "dualpipe")
     mode = p2p_mode(pred, schedule)
     programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches, mode == "async")
     bucket = scn.plan.bucket_bytes

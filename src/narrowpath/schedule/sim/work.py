@@ -309,10 +309,14 @@ def _chunk_params(scn, st: StageWork, ranges: list[range]) -> list[float]:
     return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
 
 
-def _step_transfers(pr: _Pricer, st: StageWork, top: StageWork, pp: int) -> tuple[StepTransfer, ...]:
-    """The most loaded stage's step transfers (what `predict` prices), scaled to this stage's parameters."""
-    dense_ratio = (st.params - st.expert_params) / max(1e-30, top.params - top.expert_params)
-    expert_ratio = st.expert_params / top.expert_params if top.expert_params > 0 else 0.0
+def _step_transfers(pr: _Pricer, st: StageWork, top: StageWork, pp: int,
+                    twin: StageWork | None = None) -> tuple[StepTransfer, ...]:
+    """The most loaded stage's step transfers (what `predict` prices), scaled to this stage's parameters (DualPipe:
+    to the parameters of the rank's two stages, `st` and `twin`)."""
+    dense = st.params - st.expert_params + (twin.params - twin.expert_params if twin is not None else 0.0)
+    expert = st.expert_params + (twin.expert_params if twin is not None else 0.0)
+    dense_ratio = dense / max(1e-30, top.params - top.expert_params)
+    expert_ratio = expert / top.expert_params if top.expert_params > 0 else 0.0
     out = []
     for tr, c in pr.pred.workload.step_transfers:
         if tr.axis == "pp_ends" and st.index not in (0, pp - 1):
@@ -327,9 +331,10 @@ def _step_transfers(pr: _Pricer, st: StageWork, top: StageWork, pp: int) -> tupl
     return tuple(out)
 
 
-def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWork:
+def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe: bool = False) -> SimWork:
     """Price every pass of every chunk of every stage (see module docstring). `split_backward` prices B and W
-    apart (zero-bubble schedules) instead of one BW pass."""
+    apart (zero-bubble schedules) instead of one BW pass. `dualpipe`: rank i's chunk 0 is stage i's work, its
+    chunk 1 stage p − 1 − i's (DeepSeek-V3's two directions), with whole and split backwards both priced."""
     scn, wl = pred.scenario, pred.workload
     plan = scn.plan
     pr = _Pricer(pred)
@@ -338,11 +343,11 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWor
     layer_ranges = plan_layer_ranges(scn.model, plan) if scn.model.arch == "transformer" \
         else [[range(st.layers)] for st in wl.stages]
     top = max(wl.stages, key=lambda s: s.params)
-    kinds = ("F", "B", "W") if split_backward else ("F", "BW")
+    kinds = ("F", "B", "W", "BW") if dualpipe else ("F", "B", "W") if split_backward else ("F", "BW")
     stages = []
     for st, ranges in zip(wl.stages, layer_ranges):
         passes = {}
-        paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches)
+        paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, dualpipe)
         for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
             pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired) \
                 if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
@@ -352,6 +357,8 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWor
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
                                        _step_transfers(pr, st, top, plan.pp), tuple(_chunk_params(scn, st, ranges)),
                                        fwd))
+    if dualpipe:
+        stages = _dualpipe_ranks(stages, wl.stages, pr, top, plan.pp)
     p2p = {}
     for st in wl.stages:
         for tr, _ in st.transfers:
@@ -361,6 +368,23 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False) -> SimWor
     opt_s = sum(max(pr.op(op), pr.host(op)) * c for op, c in wl.optimizer_ops)
     opt_k = sum(op.kernels * c for op, c in wl.optimizer_ops)
     return SimWork(tuple(stages), vpp, wl.num_microbatches, p2p, opt_s, opt_k, slowdown)
+
+
+def _dualpipe_ranks(stages: list[StageProgramWork], wl_stages, pr: _Pricer, top: StageWork,
+                    pp: int) -> list[StageProgramWork]:
+    """DualPipe ranks from per-stage work: rank i runs stage i as chunk 0 and stage p − 1 − i as chunk 1; its
+    gradient sync carries both stages' parameters."""
+    out = []
+    for i in range(pp):
+        a, b = stages[i], stages[pp - 1 - i]
+        passes = {(k, 0): pw for (k, c), pw in a.passes.items() if c == 0}
+        passes.update({(k, 1): dataclasses.replace(pw, chunk=1) for (k, c), pw in b.passes.items() if c == 0})
+        pa, pb = wl_stages[i].params, wl_stages[pp - 1 - i].params
+        share = (pa / (pa + pb), pb / (pa + pb)) if pa + pb > 0 else (0.5, 0.5)
+        out.append(StageProgramWork(i, passes, a.chunk_layers + b.chunk_layers,
+                                    _step_transfers(pr, wl_stages[i], top, pp, wl_stages[pp - 1 - i]), share,
+                                    a.fwd_compute_s))
+    return out
 
 
 def num_buckets(message_bytes: float, bucket_bytes: float) -> int:
