@@ -94,7 +94,10 @@ def _by_hand(scn, change: str):
            "B200": "dgx-b300", "GB200": "gb300-nvl72"}
     table = {
         "raise_mbs": lambda: _valid(scn, mbs=2 * p.mbs),
-        "interleave_pipeline": lambda: _valid(scn, vpp=min(2 * p.vpp, scn.model.layers // p.pp)),
+        "interleave_pipeline": lambda: _valid(scn, pipeline_schedule="auto",
+                                              vpp=2 if p.num_microbatches % p.pp == 0 else 1) if p.dualpipe
+        else _valid(scn, vpp=min(2 * p.vpp, scn.model.layers // p.pp)),
+        "dualpipe": lambda: _valid(scn, pipeline_schedule="dualpipe", vpp=1),
         "dp_overlap": lambda: plan(dp_overlap=True),
         "tp_comm_overlap": lambda: plan(tp_comm_overlap=True),
         "sequence_parallel": lambda: plan(sequence_parallel=True),

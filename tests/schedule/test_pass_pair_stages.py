@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from narrowpath.catalog import load_scenario
 from narrowpath.schedule.sim.programs import Pass, build_programs
 from narrowpath.schedule.step import paired_fraction, predict
+from tests.search.scenarios import deepseek_v3_1f1b
 
 
 def test_hand_worked_1f1b():
@@ -73,7 +74,7 @@ def _deepseek_all_to_all():
     """DeepSeek-V3 on 2,048 H800 (pp 16, 120 micro-batches) with a plain NCCL all-to-all dispatch, whose exchange
     outgrows the backward's matrix work, and the MLA up-projections recomputed (matrix work in the recompute phase
     that a forward's exchange can hide behind only when paired)."""
-    scn = load_scenario("deepseek-v3-h800-2048")
+    scn = deepseek_v3_1f1b()
     return dataclasses.replace(scn, plan=dataclasses.replace(
         scn.plan, ep_dispatch="all_to_all", recompute="selective", recompute_modules=("mla_up_proj",)))
 
@@ -123,7 +124,7 @@ def test_search_prices_every_stage_as_predict(pins):
     """The search's closed form (search.exact, stage times per stage) gives predict's step time for overlapped MoE
     plans with a pipeline, with one chunk and interleaved."""
     from tests.search.scenarios import bulk_sample
-    base = load_scenario("deepseek-v3-h800-2048")
+    base = deepseek_v3_1f1b()
     sample = bulk_sample(base, {"ep_overlap": True, "ep_dispatch": "all_to_all", **pins}, 8, 5)
     assert sample
     for plan, t, _, scn in sample:
@@ -138,7 +139,7 @@ def test_the_extra_warm_up_forward_does_not_deepen_the_memory_peak(pp, vpp):
     overlap the warm-up itself runs that one forward more and ends at the same count, and each merged step then adds
     its forward layer by layer while the partner backward frees layer by layer (combined_1f1b.py), so the peak
     grows by at most a layer, not a micro-batch. Memory is the same with and without ep_overlap."""
-    s = load_scenario("deepseek-v3-h800-2048")
+    s = deepseek_v3_1f1b()
     from narrowpath.spec.parse import model_from_dict
     m = model_from_dict(dict(name="small-moe", layers=8, hidden=2048, heads=16, kv_heads=16, ffn=2048, vocab=32000,
                              seq_len=4096, experts=16, top_k=2, ffn_act="swiglu"))

@@ -7,6 +7,13 @@ from narrowpath.catalog import load_scenario, model, system
 from narrowpath.spec import Plan, Scenario
 
 
+def deepseek_v3_1f1b() -> Scenario:
+    """DeepSeek-V3's 2,048-H800 plan (the catalog runs it as DualPipe, as published) under Megatron's 1F1B: the shape
+    the tests of 1F1B mechanics (warm-up depth, last-stage pace, pass pairing) study."""
+    s = load_scenario("deepseek-v3-h800-2048")
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, pipeline_schedule="auto"))
+
+
 def mixtral16() -> Scenario:
     plan = Plan(tp=2, pp=1, dp=8, ep=8, mbs=1, gbs=32, zero_stage=1, sequence_parallel=True)
     return Scenario(name="mixtral16", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
@@ -62,7 +69,7 @@ def bulk_sample(scn: Scenario, pins: dict, n: int, seed: int) -> list:
     table = build_table(space)
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(table.num_structural, size=min(n, table.num_structural), replace=False))
-    bulk = Bulk(table, Parts(scenario_of(scn, space, scn.plan), None))
+    bulk = Bulk(table, Parts(scenario_of(scn, space, space.base), None))
     sp = bulk.structural(rows)
     idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
     out = []

@@ -75,7 +75,7 @@ def test_bulk_numbers_are_predicts(name):
     table = build_table(_space(scn))
     rng = np.random.default_rng(15)
     rows = np.sort(rng.choice(table.num_structural, size=min(40, table.num_structural), replace=False))
-    bulk = Bulk(table, Parts(scenario_of(scn, _space(scn), scn.plan), None))
+    bulk = Bulk(table, Parts(scenario_of(scn, _space(scn), _space(scn).base), None))
     sp = bulk.structural(rows)
     idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
     assert idx.size == table.variants(rows).sum()
@@ -107,7 +107,7 @@ def test_module_strategies_are_priced_apart(name, pins):
     table = build_table(space)
     assert len({table.strategies[int(s)][3] for s in table.cols["strat"]}) >= 4
     rows = np.arange(table.num_structural)
-    bulk = Bulk(table, Parts(scenario_of(scn, space, scn.plan), None))
+    bulk = Bulk(table, Parts(scenario_of(scn, space, space.base), None))
     sp = bulk.structural(rows)
     idx, times = Exact(bulk).price_rows(sp, rows)
     rng = np.random.default_rng(5)

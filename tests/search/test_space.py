@@ -231,7 +231,9 @@ def test_full_extent_plans_are_consistent(scenario):
             assert p.cp_comm == scn.plan.cp_comm
         if not p.dp_overlap:
             assert p.bucket_bytes == scn.plan.bucket_bytes
-    assert table.base_row is not None and table.plan(table.base_row) == scn.plan
+    # the search ranks Megatron's schedules: a DualPipe scenario's own plan is found as its 1F1B twin
+    base = dataclasses.replace(scn.plan, pipeline_schedule="auto")
+    assert table.base_row is not None and table.plan(table.base_row) == base
 
 
 def test_full_extent_sizes():

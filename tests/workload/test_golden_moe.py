@@ -70,13 +70,18 @@ def test_router_permute_and_unpermute_bytes_by_hand():
     """Mixtral, 4096 tokens, A = 2: router GEMM 2·4096·4096·8 = 268,435,456 FLOPs in BF16 even under FP8; top-k
     and softmax in fp32 over 3 kernels, 3·4096·8·4 = 393,216 B, keeping the probabilities 131,072 B; the
     dropless dispatcher syncs with the host once (token-drop: never). Permute reads the tokens and writes 2
-    copies: 4096·4096·2 + 8192·4096·2 = 100,663,296 B; unpermute the reverse, keeping the copies 67,108,864 B."""
+    copies: 4096·4096·2 + 8192·4096·2 = 100,663,296 B; unpermute the reverse, keeping the copies 67,108,864 B when
+    it weights them by the probabilities (Megatron-Core before 0.13, plan.moe_probs `combine`) and nothing when
+    the experts' activation did (0.13 on: a scatter-add's backward needs only the indices)."""
     ops = {op.name: op for op in moe_block_ops(MIXTRAL, P(dp=8, ep=8, precision="fp8"))}
     assert (ops["router"].flop, ops["router"].dtype) == (268_435_456, "bf16")
     topk = ops["router_topk"]
     assert (topk.hbm_bytes, topk.kernels, topk.saved_bytes, topk.host_syncs) == (393_216, 3, 131_072, 1)
     assert ops["moe_permute"].hbm_bytes == ops["moe_unpermute"].hbm_bytes == 100_663_296
-    assert ops["moe_unpermute"].saved_bytes == 67_108_864
+    assert ops["moe_unpermute"].saved_bytes == 0.0
+    combine = {op.name: op for op in moe_block_ops(MIXTRAL, P(dp=8, ep=8, precision="fp8", moe_probs="combine"))}
+    assert combine["moe_unpermute"].saved_bytes == 67_108_864
+    assert combine["moe_unpermute"].hbm_bytes == ops["moe_unpermute"].hbm_bytes
     drop = {op.name: op for op in moe_block_ops(MIXTRAL, P(dp=8, ep=8, moe_routing="token-drop"))}
     assert drop["router_topk"].host_syncs == 0
 

@@ -16,6 +16,7 @@ from narrowpath.schedule.sim import simulate
 from narrowpath.schedule.step import predict
 from narrowpath.spec.plan import Plan, uneven_split_error
 from narrowpath.workload.split import balanced_end_layers, stage_layer_ranges
+from tests.search.scenarios import deepseek_v3_1f1b
 
 
 def _counts(ranges):
@@ -90,9 +91,11 @@ def test_the_balancing_split_leaves_an_end_automatic_when_that_is_as_good():
 
 def test_deepseek_v3_runs_at_its_last_stages_pace_until_the_split_relieves_it():
     """The output layer (twice: the main head and the MTP depth's) and the MTP module make DeepSeek-V3's last stage
-    the slowest on 16 stages under the automatic split (3 layers there); with 1 layer the stages even out and the
-    step is faster; memory, the simulator and predict see the same split."""
-    scn = load_scenario("deepseek-v3-h800-2048")
+    the slowest on 16 stages under the automatic split (3 layers there) in Megatron's 1F1B; with 1 layer the stages
+    even out and the step is faster; memory, the simulator and predict see the same split. DualPipe (the catalog
+    scenario, as published) pairs the last stage with the light first one on one rank, so the split gains nothing
+    there."""
+    scn = deepseek_v3_1f1b()
     base = predict(scn)
     assert [s.layers for s in base.stages][-1] == 3
     assert max(range(16), key=lambda i: base.stages[i].total_s) == 15
@@ -107,14 +110,16 @@ def test_deepseek_v3_runs_at_its_last_stages_pace_until_the_split_relieves_it():
 
 
 def test_analyze_offers_the_balancing_split_as_a_remedy():
-    wis = {w.change: w for w in analyze(load_scenario("deepseek-v3-h800-2048")).verdict.what_ifs}
+    wis = {w.change: w for w in analyze(deepseek_v3_1f1b()).verdict.what_ifs}
     w = wis["rebalance_pipeline"]
     assert w.scenario.plan.last_stage_layers == 1 and w.gain_s > 0 and "4/4/1 (now 3/3-4/3)" in w.description
+    dual = {w.change: w for w in analyze(load_scenario("deepseek-v3-h800-2048")).verdict.what_ifs}
+    assert dual["rebalance_pipeline"].gain_fraction < 0.01
     assert "rebalance_pipeline" not in {w.change for w in analyze(load_scenario("llama3-70b-h100-256")).verdict.what_ifs}
 
 
 def test_cli_flags_and_their_refusal(capsys):
-    assert main(["predict", "deepseek-v3-h800-2048", "--last-stage-layers", "1", "--json"]) == 0
+    assert main(["predict", "deepseek-v3-h800-2048", "--pipeline-schedule", "auto", "--last-stage-layers", "1", "--json"]) == 0
     assert '"last_stage_layers": 1' in capsys.readouterr().out
     assert main(["predict", "llama3-8b-h100-8", "--pp", "4", "--last-stage-layers", "3"]) == 2
     err = capsys.readouterr().err.strip()
@@ -148,7 +153,7 @@ def test_a_repaired_what_if_that_changes_the_pipeline_drops_the_split():
     """analysis.repair: halving pp on DeepSeek-V3 with 1 layer on the last stage re-splits automatically and says
     so (without it, 61 − 1 layers do not split over 7 stages and the what-if was refused)."""
     from narrowpath.analysis.repair import repaired
-    scn = load_scenario("deepseek-v3-h800-2048")
+    scn = deepseek_v3_1f1b()
     split = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, last_stage_layers=1))
     new, notes = repaired(split, pp=8)
     assert new.plan.last_stage_layers == 0 and "uneven stage split -> automatic" in notes
@@ -208,7 +213,7 @@ def test_a_per_chunk_layout_megatron_cannot_run_is_refused(kw, words):
 def test_the_same_split_given_per_chunk_or_by_its_last_stage_prices_the_same():
     """DeepSeek-V3 on 16 stages: 15 × 4 and 1 per chunk is `last_stage_layers: 1`; a layout that does not add up
     to the model's 61 layers is refused in one line naming plan.chunk_layers."""
-    scn = load_scenario("deepseek-v3-h800-2048")
+    scn = deepseek_v3_1f1b()
     by_last = predict(dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, last_stage_layers=1)))
     by_chunk = predict(dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, chunk_layers=(4,) * 15 + (1,))))
     assert by_chunk.step_time_s == by_last.step_time_s
@@ -222,7 +227,7 @@ def test_a_chunk_without_layers_runs_through_predict_and_the_simulator():
     """The H100 recipe's layout on 2,048 H800 (pp 8, vpp 4): the loss chunk holds no layer. Predict and the simulator
     price it (interleaved schedules differ by up to 12 %: tests/schedule/sim/test_consistency.py); balancing takes
     load off the stage with the output layer, so the step is faster than under the automatic split."""
-    scn = load_scenario("deepseek-v3-h800-2048")
+    scn = deepseek_v3_1f1b()
     plan = dataclasses.replace(scn.plan, pp=8, vpp=4, dp=256, gbs=16384)
     auto = predict(dataclasses.replace(scn, plan=plan))
     laid = dataclasses.replace(scn, plan=dataclasses.replace(plan, chunk_layers=MB_DSV3_H100_LAYOUT))
@@ -233,13 +238,13 @@ def test_a_chunk_without_layers_runs_through_predict_and_the_simulator():
 
 
 def test_cli_chunk_layers(capsys):
-    assert main(["predict", "deepseek-v3-h800-2048", "--chunk-layers", ",".join(["4"] * 15 + ["1"]), "--json"]) == 0
+    assert main(["predict", "deepseek-v3-h800-2048", "--pipeline-schedule", "auto", "--chunk-layers", ",".join(["4"] * 15 + ["1"]), "--json"]) == 0
     assert '"chunk_layers": [' in capsys.readouterr().out
-    assert main(["predict", "deepseek-v3-h800-2048", "--chunk-layers", "4,x"]) == 2
+    assert main(["predict", "deepseek-v3-h800-2048", "--pipeline-schedule", "auto", "--chunk-layers", "4,x"]) == 2
     assert capsys.readouterr().err.strip() == ("narrowpath: error: --chunk-layers: must list whole numbers separated "
                                                "by commas, got '4,x'")
     from narrowpath.analysis.repair import repaired
-    scn = load_scenario("deepseek-v3-h800-2048")
+    scn = deepseek_v3_1f1b()
     laid = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, chunk_layers=(4,) * 15 + (1,)))
     new, notes = repaired(laid, pp=8)
     assert new.plan.chunk_layers == () and "uneven stage split -> automatic" in notes
@@ -258,14 +263,15 @@ def test_megatron_bridge_style_chunk_layouts_by_hand():
 
 
 def test_analyze_offers_a_chunk_layout_for_an_interleaved_pipeline():
-    """DeepSeek-V3 on 2,048 H800 at pp 8 × vpp 4 (a plan that does not fit 80 GB, as its base): the layout priced
-    fastest is the recipe's, the output layer's chunk without a layer, ~2 s faster than the automatic split."""
-    scn = load_scenario("deepseek-v3-h800-2048")
+    """DeepSeek-V3 on 2,048 H800 at pp 8 × vpp 4 (which fits 80 GB, as its base does, once the combine keeps no
+    expert outputs: plan.moe_probs): the layout priced fastest is the recipe's, the output layer's chunk without a
+    layer, ~2 s faster than the automatic split."""
+    scn = deepseek_v3_1f1b()
     plan = dataclasses.replace(scn.plan, pp=8, vpp=4, dp=256, gbs=16384)
     wis = {w.change: w for w in analyze(dataclasses.replace(scn, plan=plan)).verdict.what_ifs}
     w = wis["rebalance_chunks"]
     assert w.scenario.plan.chunk_layers == MB_DSV3_H100_LAYOUT and w.gain_s > 1.0
-    assert w.status == "does not fit"  # like the plan it changes
+    assert w.status == "faster" and predict(dataclasses.replace(scn, plan=plan)).memory.fits
 
 
 
@@ -274,7 +280,7 @@ def test_search_says_what_rebalancing_the_best_plan_would_give(capsys):
     reports it when faster and fitting: DeepSeek-V3 pinned to pp 16 — 1 layer on the last stage, ~25 % faster (JSON
     `best_rebalanced`, a console line)."""
     import json
-    args = ["search", "deepseek-v3-h800-2048", "--space", "basic", "--pp", "16", "--top", "1"]
+    args = ["search", "deepseek-v3-h800-2048", "--pipeline-schedule", "auto", "--space", "basic", "--pp", "16", "--top", "1"]
     assert main(args + ["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rb = out["best_rebalanced"]

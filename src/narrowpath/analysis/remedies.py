@@ -90,9 +90,20 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
     if p.pp > 1:
         top = scn.model.layers // p.pp
         vpp = min(2 * p.vpp, top)
-        if vpp > p.vpp:
+        if p.dualpipe:  # Megatron's schedule for comparison, interleaved where Megatron-LM allows it
+            v = 2 if top >= 2 and p.num_microbatches % p.pp == 0 else 1
+            out.append(Candidate("interleave_pipeline", "Megatron's " + ("interleaved 1F1B (vpp 2)" if v > 1 else "1F1B")
+                                 + " instead of DualPipe", lambda: with_plan_repaired(scn, pipeline_schedule="auto", vpp=v),
+                                 targets=("bubble",)))
+        elif vpp > p.vpp:
             out.append(Candidate("interleave_pipeline", f"interleave the pipeline: vpp {p.vpp} -> {vpp}",
                                  lambda: with_plan_repaired(scn, vpp=vpp), targets=("bubble",)))
+        m = p.num_microbatches
+        if not p.dualpipe and not recurrent and p.pp % 2 == 0 and m % 2 == 0 and m >= 2 * p.pp:
+            out.append(Candidate("dualpipe", "DualPipe instead of 1F1B (both ends feed the pipeline, two stages per rank)"
+                                 + (f", vpp {p.vpp} -> 1" if p.vpp > 1 else ""),
+                                 lambda: with_plan_repaired(scn, pipeline_schedule="dualpipe", vpp=1),
+                                 targets=("bubble", "exposed_ep_comm")))
     split = end_split(ctx.pred) if p.pp > 1 and not recurrent else None
     if split is not None:
         counts = [st.layers for st in ctx.pred.stages]

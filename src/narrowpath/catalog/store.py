@@ -120,10 +120,13 @@ def stack_for(framework: str) -> dict[str, Any] | None:
 
 def stack_defaults(stack: dict[str, Any] | None, precision: str) -> dict[str, Any]:
     """The knob defaults of a software-stack entry for a run in training format `precision`: its `defaults` with its
-    `defaults_by_precision` for that format over them; {} for no stack."""
+    `defaults_by_precision` for that format over them, over the defaults of the entry it `extends` (an earlier
+    version of the same stack); {} for no stack."""
     if not stack:
         return {}
-    return {**(stack.get("defaults") or {}), **((stack.get("defaults_by_precision") or {}).get(precision) or {})}
+    base = stack_defaults(entries("stacks")[stack["extends"]], precision) if stack.get("extends") else {}
+    return {**base, **(stack.get("defaults") or {}),
+            **((stack.get("defaults_by_precision") or {}).get(precision) or {})}
 
 
 STACK_DEFAULT_MARK = " — default of the {} stack"

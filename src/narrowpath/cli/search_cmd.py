@@ -15,13 +15,16 @@ import sys
 from narrowpath.cli.common import add_scenario_args, comma_items, scenario_from_args
 from narrowpath.cli.serve_search import add_serve_search_args, run_serve_search
 from narrowpath.errors import SpecError
+from narrowpath.report.prediction import memory_warning
 from narrowpath.report.search_table import SHOWN_PER_ROW, format_search, search_to_json
+from narrowpath.schedule.step import predict
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
 from narrowpath.search.rank import MAX_PLANS, usable_cpus
 from narrowpath.search.space import EXTENTS
 from narrowpath.search.table import build_table
 from narrowpath.spec._check import choice
 from narrowpath.spec.plan import AXES, EP_DISPATCH, RECOMPUTE_MODULES, SPLIT_DEFAULTS
+from narrowpath.spec.scenario import consistency_errors
 
 _FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp", "bucket_bytes": "--bucket-mb",
          "recompute_modules": "--recompute-modules",
@@ -157,6 +160,11 @@ def run(args) -> int:
         print("note: the search splits the layers of every plan automatically (Megatron-Core's even split); the "
               "scenario's first_stage_layers / last_stage_layers / chunk_layers are not searched", file=sys.stderr)
         base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **SPLIT_DEFAULTS))
+    dualpipe = base.plan.pipeline_schedule == "dualpipe"
+    if dualpipe:
+        print("note: the search ranks Megatron's schedules (1F1B, interleaved); DualPipe is priced for the best plan "
+              "below (predict, analyze and simulate take --pipeline-schedule dualpipe)", file=sys.stderr)
+        base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, pipeline_schedule="auto"))
     space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned, args.extent)
     table = build_table(space)
     if pinned and len(table) == 0:
@@ -173,10 +181,15 @@ def run(args) -> int:
                         f"{base.system.device.hbm.capacity_bytes / 1e9:.1f} GB per GPU{free}{why}")
     balanced = _balanced_best(result, space) if args.objective == "time" else None
     knobs = None if balanced is None else {k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()}
+    dual = _dualpipe_best(result, space) if dualpipe else None
     if args.json:
         out = search_to_json(result, args.top)
         out["best_rebalanced"] = None if balanced is None else {
             **knobs, "step_time_s": balanced[1].step_time_s, "fits": balanced[1].memory.fits}
+        if dualpipe:
+            out["best_dualpipe"] = dual if dual is None or isinstance(dual, str) else {
+                "pp": dual.scenario.plan.pp, "step_time_s": dual.step_time_s, "fits": dual.memory.fits,
+                "memory_bytes": dual.memory.total_bytes}
         print(json.dumps(out, indent=2))
     else:
         print(format_search(result, args.top))
@@ -187,7 +200,29 @@ def run(args) -> int:
             print(f"  the best plan with its pipeline stages rebalanced ({what}; the search keeps the automatic "
                   f"split): {pred.step_time_s:.3f} s, {(best - pred.step_time_s) / best:.1%} faster"
                   + ("" if pred.memory.fits else " (does not fit)"))
+        if isinstance(dual, str):
+            print(f"  DualPipe: {dual}")
+        elif dual is not None:
+            best = result.ranked[0].step_time_s
+            print(f"  the best plan under DualPipe (vpp 1): {dual.step_time_s:.3f} s, "
+                  f"{(best - dual.step_time_s) / best:+.1%} faster than as searched; "
+                  + (f"fits ({dual.memory.total_bytes / 1e9:.1f} GB)" if dual.memory.fits else memory_warning(dual)))
     return 0
+
+
+def _dualpipe_best(result, space):
+    """The first-ranked plan run under DualPipe (vpp 1, predict), or why it cannot run it (one line)."""
+    from narrowpath.errors import NarrowpathError
+    from narrowpath.search.each import scenario_of
+    plan = dataclasses.replace(result.ranked[0].plan, pipeline_schedule="dualpipe", vpp=1, **SPLIT_DEFAULTS)
+    scn = scenario_of(result.base, space, plan)
+    problems = consistency_errors(scn.model, plan, scn.num_gpus, scn.system)
+    if problems:
+        return f"the best plan cannot run it: {problems[0][1]}"
+    try:
+        return predict(scn)
+    except NarrowpathError as exc:
+        return f"the best plan cannot run it: {exc}"
 
 
 def _balanced_best(result, space):

@@ -59,7 +59,10 @@ def memory_warning(p: StepPrediction) -> str | None:
     m = p.memory
     if m.fits:
         return None
-    return (f"does not fit: stage {m.stage} needs {human_bytes(m.total_bytes)} of {human_bytes(m.capacity_bytes)} "
+    pp = p.scenario.plan.pp
+    where = f"pipeline rank {m.stage} (stages {m.stage} and {pp - 1 - m.stage})" if p.scenario.plan.dualpipe \
+        else f"stage {m.stage}"
+    return (f"does not fit: {where} needs {human_bytes(m.total_bytes)} of {human_bytes(m.capacity_bytes)} "
             f"HBM — over by {human_bytes(m.overflow_bytes)}; largest item: {m.largest_item} "
             f"({human_bytes(m.items[m.largest_item])})")
 
@@ -107,7 +110,8 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     lines.append(table(["component", "time (s)", "share (%)"], rows))
     lines.append("")
     m = p.memory
-    lines.append(f"  MEMORY PER RANK (most loaded stage: {m.stage})")
+    lines.append(f"  MEMORY PER RANK (most loaded pipeline rank: {m.stage}, running stages {m.stage} and "
+                 f"{plan.pp - 1 - m.stage})" if plan.dualpipe else f"  MEMORY PER RANK (most loaded stage: {m.stage})")
     rows = [[k, f"{v / 1e9:.2f}", f"{v / m.capacity_bytes * 100:.1f}"] for k, v in m.items.items()]
     rows.append(["total", f"{m.total_bytes / 1e9:.2f}", f"{m.total_bytes / m.capacity_bytes * 100:.1f}"])
     lines.append(table(["item", "GB", "of HBM (%)"], rows))

@@ -94,6 +94,8 @@ class SearchSpace:
     def __post_init__(self) -> None:
         if self.base.custom_split:  # every plan here splits its layers automatically
             object.__setattr__(self, "base", dataclasses.replace(self.base, **SPLIT_DEFAULTS))
+        if self.base.pipeline_schedule != "auto":  # the bulk pricing plays Megatron's schedules (search.pipeline_bulk)
+            object.__setattr__(self, "base", dataclasses.replace(self.base, pipeline_schedule="auto"))
         unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp", "recompute_modules"})
         if unknown:
             raise SpecError("search.pinned", f"unknown knob(s) {unknown}; knobs are "

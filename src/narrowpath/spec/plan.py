@@ -13,6 +13,8 @@ LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 per-tensor-scaled FP8 (Hopper and later), MXFP8 (32-element blocks with E8M0 scales, Blackwell) and NVFP4
 (16-element blocks with E4M3 scales plus a per-tensor scale, Blackwell)."""
 MOE_ROUTING = ("dropless", "dropless-balanced", "token-drop")
+MOE_PROBS = ("activation", "combine")
+"""Where an MoE layer multiplies the expert outputs by their routing probabilities (plan.moe_probs)."""
 EP_DISPATCH = ("all_to_all", "dedup")
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe")
@@ -152,6 +154,12 @@ class Plan:
     """`dropless` (learned routing, every token kept: the busiest expert-parallel rank sets the pace),
     `dropless-balanced` (routing forced to balance, as NVIDIA's MoE benchmarks run) or `token-drop` (capacity
     factor caps each expert's tokens)."""
+    moe_probs: str = "activation"
+    """Where the routing probabilities scale the experts' work: `activation` (Megatron-Core >= 0.13: "memory efficient
+    token permutation by moving the probs multiplication from unpermutation to activation function of GroupedMLP" —
+    the experts' fused weighted SwiGLU multiplies by the probabilities and the combine is a plain scatter-add that
+    keeps nothing for backward) or `combine` (earlier Megatron-Core: the unpermute weights each copy and keeps the
+    16-bit expert outputs for the probabilities' gradient, top_k·hidden values per token). workload.moe."""
     framework: str = ""
     """Software stack that ran the plan, free text (e.g. `Megatron-Bridge / NeMo 26.04`); selects the stack's
     defaults for knobs a file leaves out (catalog/stacks.yaml). Empty = the tool's defaults."""
@@ -210,6 +218,7 @@ class Plan:
             raise SpecError("plan.pipeline_schedule", f"dualpipe runs one chunk per direction on each rank; needs vpp "
                             f"1, got vpp {self.vpp}")
         choice("plan.moe_routing", self.moe_routing, MOE_ROUTING)
+        choice("plan.moe_probs", self.moe_probs, MOE_PROBS)
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
         if not isinstance(self.framework, str):
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")

@@ -112,9 +112,11 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     ops += mlp_ops(model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
                    groups=max(1, moe.num_experts // plan.ep), fused_input=False,
                    act_keep_bytes=cached_bytes(plan, "swiglu_input"))
-    # unpermute: weight each copy by its routing probability and sum the copies back into the token
+    # unpermute: sum the copies back into the token; where it also weights each copy by its routing probability
+    # (plan.moe_probs `combine`) it keeps the 16-bit expert outputs for the probabilities' gradient, where the
+    # experts' activation already did (`activation`, Megatron-Core >= 0.13) it keeps only indices
     ops.append(vector("moe_unpermute", "fwd", copies * h * A + tok * h * A, plan.precision, kernels=2,
-                      saved_bytes=copies * h * A))
+                      saved_bytes=copies * h * A if plan.moe_probs == "combine" else 0.0))
     if moe.shared_experts:
         m = b * s
         ops += mlp_ops(model, plan, moe.shared_ffn * moe.shared_experts, m, width_split=t, prefix="shared",
