@@ -28,8 +28,8 @@ DualPipe (DeepSeek-V3 report §3.2.1; `schedule.sim.programs.order_dualpipe`): r
 and stage p − 1 − i of the other, so its per-micro-batch work is the mean of the two; the program is played
 exactly (`dualpipe_time_s`, O(m·p) on Python floats). With equal stages and the usual F : B : W = 1 : 2 : 1 its
 bubble is the report's Table 2 form (PP/2 − 1)(F&B + B − 3W) exactly, with F&B = F + B when a merged pair takes
-as long as its two passes (`dualpipe_bubble_s`); for other W shares the played program is at most one pass
-shorter (tests/schedule/test_dualpipe.py).
+as long as its two passes (`dualpipe_bubble_s`); at other ratios Table 2 is the report's estimate and the played
+program differs from it (pp 16, F = B = 2W: 14 F of bubble against Table 2's 10.5; tests/schedule/test_dualpipe.py).
 """
 from __future__ import annotations
 
