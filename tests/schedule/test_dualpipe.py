@@ -169,6 +169,9 @@ def test_plan_and_scenario_refuse_what_dualpipe_cannot_run(capsys):
         assert main(["predict", "llama3-70b-h100-256", "--pipeline-schedule", "dualpipe", *flags]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("narrowpath: error: plan.pipeline_schedule") and "\n" not in err, err
+    assert main(["simulate", "llama3-70b-h100-256", "--schedule", "dualpipe", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "narrowpath: error: --schedule dualpipe: needs one chunk per stage, the plan has vpp=5"
 
 
 def test_json_and_console_say_dualpipe(capsys):

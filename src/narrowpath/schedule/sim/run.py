@@ -122,6 +122,8 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     noise = noise or NoiseSpec()
     if steps < 1:
         raise SimulationError(f"--steps: must be >= 1, got {steps}")
+    if schedule == "dualpipe" and scenario.plan.vpp > 1:
+        raise SimulationError(f"--schedule dualpipe: needs one chunk per stage, the plan has vpp={scenario.plan.vpp}")
     if (schedule == "dualpipe") != scenario.plan.dualpipe and scenario.plan.pp > 1 and schedule is not None:
         # DualPipe changes what a rank holds and syncs, not only the order: price the plan that runs it
         scenario = dataclasses.replace(scenario, plan=dataclasses.replace(
