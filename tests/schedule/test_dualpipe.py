@@ -181,3 +181,19 @@ def test_json_and_console_say_dualpipe(capsys):
     assert main(["predict", "deepseek-v3-h800-2048"]) == 0
     text = capsys.readouterr().out
     assert "schedule=dualpipe" in text and "most loaded pipeline rank" in text
+
+
+def test_search_ranks_megatron_schedules_and_prices_dualpipe_for_its_best_plans(capsys):
+    """A DualPipe scenario is searched as its Megatron twin (a note on stderr) and the fastest of the first ranked
+    plans that fits under DualPipe is reported: DeepSeek-V3 pinned to pp 16 — faster than every 1F1B plan found,
+    since DualPipe pairs the heavy last stage with the light first one."""
+    args = ["search", "deepseek-v3-h800-2048", "--space", "basic", "--pp", "16", "--top", "1"]
+    assert main(args + ["--json"]) == 0
+    captured = capsys.readouterr()
+    assert "DualPipe is priced for the best plan" in captured.err
+    out = json.loads(captured.out)
+    dual = out["best_dualpipe"]
+    assert dual["pp"] == 16 and dual["fits"] and dual["memory_bytes"] <= 85.9e9
+    assert dual["step_time_s"] < 0.8 * out["best"][0]["step_time_s"]
+    assert main(["search", "llama3-8b-h100-8", "--space", "basic", "--top", "1", "--json"]) == 0
+    assert "best_dualpipe" not in json.loads(capsys.readouterr().out)
