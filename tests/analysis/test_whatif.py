@@ -97,7 +97,8 @@ def _by_hand(scn, change: str):
         "interleave_pipeline": lambda: _valid(scn, pipeline_schedule="auto",
                                               vpp=2 if p.num_microbatches % p.pp == 0 else 1) if p.dualpipe
         else _valid(scn, vpp=min(2 * p.vpp, scn.model.layers // p.pp)),
-        "dualpipe": lambda: _valid(scn, pipeline_schedule="dualpipe", vpp=1),
+        "dualpipe": lambda: _valid(scn, pipeline_schedule="dualpipe", vpp=1,
+                                   **({"ep_overlap": True} if scn.model.moe is not None else {})),
         "dp_overlap": lambda: plan(dp_overlap=True),
         "tp_comm_overlap": lambda: plan(tp_comm_overlap=True),
         "sequence_parallel": lambda: plan(sequence_parallel=True),

@@ -90,32 +90,68 @@ def test_table_2_is_an_estimate_at_other_ratios():
 
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 24), (16, 120)])
 def test_peak_in_flight_is_pp_plus_one_split_as_1f1b_holds_each_stage(p, m):
-    """Table 2's activation memory PP + 1, on the program: rank i's peak holds p − i forwards of direction 0 (its
+    """Table 2's activation memory PP + 1, on the program: rank i's peak holds p − i micro-batches of direction 0 (its
     stage i) and i + 1 of direction 1 (stage p − 1 − i) at once — each stage s holds p − s, as under 1F1B, which is
-    what cost.memory.dualpipe_rank_memory assumes."""
+    what cost.memory.dualpipe_rank_memory assumes. A micro-batch's activations are freed by its whole backward, or
+    by its weight-gradient pass when the backward is split (the deferred W still reads the layer inputs)."""
     for i in range(p):
         live, best = [0, 0], (0, 0, 0)
         for x in _passes(p, m, i):
-            live[x.chunk] += {"F": 1, "B": -1, "BW": -1}.get(x.kind, 0)
+            live[x.chunk] += {"F": 1, "W": -1, "BW": -1}.get(x.kind, 0)
             if sum(live) > best[0]:
                 best = (sum(live), live[0], live[1])
         assert best == (p + 1, p - i, i + 1)
 
 
 def test_a_ranks_memory_is_its_two_stages():
-    """Rank i: weights and gradients of stages i and p − 1 − i, optimizer state sharded over both copies (ZeRO-1:
-    half the sum), activations of both at 1F1B depth, one runtime reserve."""
+    """Rank i: weights, gradients and optimizer state of stages i and p − 1 − i (each copy ZeRO-sharded within its
+    own data-parallel group, as deepseek-ai/DualPipe keeps twin copies), activations of both at 1F1B depth, one
+    runtime reserve, the larger temporaries."""
     s = load_scenario("deepseek-v3-h800-2048")
     one = predict(dataclasses.replace(s, plan=dataclasses.replace(s.plan, pipeline_schedule="auto")))
     two = predict(s)
     p = s.plan.pp
     for i in (0, 3, p - 1):
         a, b, r = one.memory_by_stage[i].items, one.memory_by_stage[p - 1 - i].items, two.memory_by_stage[i].items
-        for k in ("weights", "gradients", "activations"):
+        for k in ("weights", "gradients", "optimizer_state", "activations"):
             assert r[k] == pytest.approx(a[k] + b[k], rel=1e-12), k
-        assert r["optimizer_state"] == pytest.approx((a["optimizer_state"] + b["optimizer_state"]) / 2, rel=1e-12)
+        assert r["temporaries"] == max(a["temporaries"], b["temporaries"])
         assert r["runtime_reserve"] == a["runtime_reserve"]
     assert len(stage_memory(s, two.workload, two.attention_kernel)) == p
+
+
+def test_step_work_is_the_busiest_ranks_two_stages():
+    """The data-parallel sync and the optimizer are sized for the rank whose two stages hold the most parameters:
+    DeepSeek-V3's rank with an MoE stage syncs its experts over the expert-data-parallel group too (under 1F1B the
+    busiest single stage, the embedding's, has none), and its gradients are those two stages'."""
+    s = load_scenario("deepseek-v3-h800-2048")
+    two = predict(s)
+    one = predict(dataclasses.replace(s, plan=dataclasses.replace(s.plan, pipeline_schedule="auto")))
+    wl = two.workload
+    p = s.plan.pp
+    pairs = [(wl.stages[i].params + wl.stages[p - 1 - i].params,
+              wl.stages[i].expert_params + wl.stages[p - 1 - i].expert_params) for i in range(p)]
+    params, expert = max(pairs)
+    rs = {tr.axis: tr for tr, _ in wl.step_transfers if tr.name.endswith("grad_reduce_scatter")}
+    assert set(rs) == {"dp", "edp"} and expert > 0
+    per_param = rs["dp"].message_bytes / (params - expert)
+    assert rs["edp"].message_bytes == pytest.approx(expert * per_param, rel=1e-12)
+    assert {tr.axis for tr, _ in one.workload.step_transfers if tr.name.endswith("grad_reduce_scatter")} == {"dp"}
+
+
+def test_analysis_describes_the_critical_rank_not_one_stage_m_times():
+    """analyze's op accounts for a DualPipe plan run the rank's two stages half the micro-batches each: their time is
+    the step's compute less what compute also holds (host waits, the slowdown of overlapped traffic: 12.9 of
+    14.1 s; the last stage's ops run every micro-batch would give 24.5 s)."""
+    from narrowpath.analysis import analyze
+    from narrowpath.analysis.context import critical_stage, rank_stages
+    a = analyze(load_scenario("deepseek-v3-h800-2048"))
+    pred = a.prediction
+    crit = critical_stage(pred)
+    assert rank_stages(pred, crit) == [(crit, 0.5), (15 - crit, 0.5)]
+    ops_s = sum(r.total_s for r in a.context.ops if r.op.phase != "optimizer")
+    assert ops_s < pred.breakdown_s["compute"] < 1.12 * ops_s
+    assert a.distance.stage == crit and "pipeline rank" in a.distance.stage_note + " pipeline rank"
 
 
 def test_paired_share_is_symmetric_and_highest_in_the_middle():
@@ -172,6 +208,13 @@ def test_plan_and_scenario_refuse_what_dualpipe_cannot_run(capsys):
     assert main(["simulate", "llama3-70b-h100-256", "--schedule", "dualpipe", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "narrowpath: error: --schedule dualpipe: needs one chunk per stage, the plan has vpp=5"
+    assert main(["simulate", "llama3-70b-h100-256", "--schedule", "dualpipe", "--pp", "1", "--vpp", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("narrowpath: error: --schedule dualpipe: needs an even number of pipeline stages")
+    one = load_scenario("llama3-70b-h100-256")
+    one = dataclasses.replace(one, plan=dataclasses.replace(one.plan, pp=1, vpp=1, dp=32,
+                                                            pipeline_schedule="dualpipe"))
+    assert one.plan.schedule == "1f1b" and not one.plan.dualpipe  # no pipeline, nothing changes
 
 
 def test_json_and_console_say_dualpipe(capsys):

@@ -110,3 +110,19 @@ def test_expert_and_moe_layer_parameters_per_rank_by_hand():
     shared = dataclasses.replace(MIXTRAL, moe=MoE(num_experts=8, top_k=2, expert_ffn=14336, shared_experts=1,
                                                   shared_ffn=2048))
     assert moe_layer_params(shared, plan) == 176_160_768 + 12_582_912 + 32_768
+
+
+@pytest.mark.parametrize("framework,probs", [
+    ("Megatron-Bridge / NeMo 25.09 container", "activation"), ("NeMo 25.07 (FP8)", "activation"),
+    ("NeMo 25.04 (FP8 per-tensor current scaling)", "combine"), ("NeMo 25.02 (BF16)", "combine"),
+    ("NeMo 24.07 (NeMo 1.0, Megatron-Core)", "combine"), ("", "activation")])
+def test_the_combine_follows_the_megatron_core_version_of_the_stack(framework, probs):
+    """Megatron-Core 0.13 moved the probabilities into the experts' activation: Megatron-Bridge and NeMo from 25.07
+    run it, NeMo 24.07 (Megatron-Core 0.8) and NeMo 2 before 25.07 do not. The NeMo 2 entry for those versions
+    extends the NeMo one: it keeps NeMo's other defaults (distributed optimizer, FP8 primary weights)."""
+    from narrowpath.catalog.resolve import plan_with_stack_defaults
+    plan, _, chosen = plan_with_stack_defaults({"dp": 8, "gbs": 8, "precision": "fp8", "framework": framework})
+    assert plan.moe_probs == probs
+    if framework.startswith(("NeMo 25.02", "NeMo 25.04")):
+        assert (plan.zero_stage, plan.fp8_params) == (1, True)
+        assert "nemo-2-mcore-0.12 stack" in dict(chosen)["zero_stage"]

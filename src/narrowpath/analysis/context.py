@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import bound, op_time_s
 from narrowpath.network.placement import GroupSpan, group_span
-from narrowpath.schedule.step import StepPrediction
+from narrowpath.schedule.step import StepPrediction, dualpipe_ranks
 from narrowpath.workload.items import Op
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
@@ -53,10 +53,26 @@ class Context:
         return self.pred.model_flop_per_step / self.num_gpus
 
 
+def critical_times(pred: StepPrediction) -> list:
+    """Per-micro-batch times of each pipeline rank: its stage's, or under DualPipe the mean of its two stages'
+    (schedule.step.dualpipe_ranks)."""
+    return dualpipe_ranks(list(pred.stages)) if pred.scenario.plan.dualpipe else list(pred.stages)
+
+
 def critical_stage(pred: StepPrediction) -> int:
-    """Index of the stage with the largest per-micro-batch time (the one schedule.step calls critical)."""
-    totals = [s.total_s for s in pred.stages]
+    """Index of the pipeline rank with the largest per-micro-batch time (the one schedule.step calls critical): a
+    stage, or under DualPipe the rank that runs stages i and p − 1 − i."""
+    totals = [s.total_s for s in critical_times(pred)]
     return max(range(len(totals)), key=lambda i: totals[i])
+
+
+def rank_stages(pred: StepPrediction, rank: int) -> list[tuple[int, float]]:
+    """(stage, share of the step's micro-batches) a pipeline rank runs: its own stage for all of them, or under
+    DualPipe stage i and stage p − 1 − i for half each."""
+    p = pred.scenario.plan.pp
+    if pred.scenario.plan.dualpipe:
+        return [(rank, 0.5), (p - 1 - rank, 0.5)]
+    return [(rank, 1.0)]
 
 
 def build_context(pred: StepPrediction) -> Context:
@@ -72,7 +88,7 @@ def build_context(pred: StepPrediction) -> Context:
         t, b = cache[id(op)]
         return OpRow(op, n, t, b)
 
-    rows = [row(op, c * m) for op, c in pred.workload.stages[crit].ops]
+    rows = [row(op, c * m * share) for st, share in rank_stages(pred, crit) for op, c in pred.workload.stages[st].ops]
     rows += [row(op, c) for op, c in pred.workload.optimizer_ops]
     spans = {ax: group_span(scn.plan, scn.system, ax) for ax in AXES if getattr(scn.plan, ax) > 1}
     return Context(pred, crit, tuple(rows), spans)

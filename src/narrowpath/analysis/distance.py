@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from narrowpath.analysis.context import Context
+from narrowpath.analysis.context import Context, rank_stages
 from narrowpath.analysis.options import AnalysisOptions
 from narrowpath.analysis.persistence import PersistenceCliff, persistence_cliff
 from narrowpath.cost.memory import in_flight_microbatches
@@ -65,6 +65,10 @@ def stage_note(pred, stage: int) -> str:
     if not diff:
         return ""
     vals = "; ".join(f"{k} {a.get(k, 0.0) / 1e9:.2f} GB here vs {b.get(k, 0.0) / 1e9:.2f} GB" for k in diff)
+    if pred.scenario.plan.dualpipe:
+        p = pred.scenario.plan.pp
+        return (f"sizes are pipeline rank {stage}'s (stages {stage} and {p - 1 - stage}; the critical rank by time); "
+                f"the memory table shows rank {mem_stage} (the most loaded in memory): {vals}")
     why = []
     if "activations" in diff:
         why.append("earlier pipeline stages keep more micro-batches in flight (1F1B warm-up)")
@@ -89,9 +93,11 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
     scn = pred.scenario
     dev = scn.system.device
     m = pred.workload.num_microbatches
-    mem = pred.memory_by_stage[ctx.critical_stage]
-    layers = max(1, pred.workload.stages[ctx.critical_stage].layers)
-    infl = in_flight_microbatches(ctx.critical_stage, scn)
+    mem = pred.memory_by_stage[ctx.critical_stage]  # a rank's: under DualPipe its two stages'
+    stages = rank_stages(pred, ctx.critical_stage)
+    layers = max(1, sum(pred.workload.stages[st].layers for st, _ in stages))
+    # DualPipe: p − i + i + 1 = PP + 1 micro-batches over the rank's two stages (cost.memory.dualpipe_rank_memory)
+    infl = scn.plan.pp + 1 if scn.plan.dualpipe else in_flight_microbatches(ctx.critical_stage, scn)
     weights = mem.items.get("weights", 0.0)
     w_read = sum(r.op.weight_bytes * r.count_per_step for r in ctx.ops)
     grads = mem.items.get("gradients", 0.0)

@@ -100,10 +100,13 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
                                  lambda: with_plan_repaired(scn, vpp=vpp), targets=("bubble",)))
         m = p.num_microbatches
         if not p.dualpipe and not recurrent and p.pp % 2 == 0 and m % 2 == 0 and m >= 2 * p.pp:
-            out.append(Candidate("dualpipe", "DualPipe instead of 1F1B (both ends feed the pipeline, two stages per rank)"
+            moe = scn.model.moe is not None  # DualPipe's F&B pairs hide the expert all-to-all (ep_overlap)
+            out.append(Candidate("dualpipe", "DualPipe instead of 1F1B (both ends feed the pipeline, two stages per rank"
+                                 + ("; F&B pairs hide the expert all-to-all" if moe else "") + ")"
                                  + (f", vpp {p.vpp} -> 1" if p.vpp > 1 else ""),
-                                 lambda: with_plan_repaired(scn, pipeline_schedule="dualpipe", vpp=1),
-                                 targets=("bubble", "exposed_ep_comm")))
+                                 lambda: with_plan_repaired(scn, pipeline_schedule="dualpipe", vpp=1,
+                                                            **({"ep_overlap": True} if moe else {})),
+                                 targets=("bubble", "exposed_ep_comm") if moe else ("bubble",)))
     split = end_split(ctx.pred) if p.pp > 1 and not recurrent else None
     if split is not None:
         counts = [st.layers for st in ctx.pred.stages]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from narrowpath.analysis.checkpoint import CheckpointCost, checkpoint_cost
-from narrowpath.analysis.context import Context
+from narrowpath.analysis.context import Context, critical_stage, rank_stages
 from narrowpath.analysis.failures import FailureBudget, daly_interval_s, failure_budget
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.jitter import expected_wait_s
@@ -148,8 +148,9 @@ SIM_STEPS = 8
 def simulated_sync(pred: StepPrediction, opts: AnalysisOptions, n_sync: float) -> SimulatedSync:
     """Play the step with the budget's jitter and with one node slow (module docstring)."""
     scn = pred.scenario
-    kernels = sum(op.kernels * c for st in pred.workload.stages[:1] for op, c in st.ops) * pred.workload.num_microbatches
-    crit = max(range(len(pred.stages)), key=lambda i: pred.stages[i].total_s)
+    crit = critical_stage(pred)  # the critical pipeline rank (under DualPipe: of two stages)
+    kernels = sum(op.kernels * c * share for st, share in rank_stages(pred, 0)  # the first rank's kernels
+                  for op, c in pred.workload.stages[st].ops) * pred.workload.num_microbatches
     per_segment = max(1.0, kernels / n_sync) if n_sync else max(1.0, kernels)
     cv_kernel = opts.jitter_cv * float(np.sqrt(per_segment))
     dist = "normal" if cv_kernel <= 0.3 else "lognormal"

@@ -124,7 +124,13 @@ def stack_defaults(stack: dict[str, Any] | None, precision: str) -> dict[str, An
     version of the same stack); {} for no stack."""
     if not stack:
         return {}
-    base = stack_defaults(entries("stacks")[stack["extends"]], precision) if stack.get("extends") else {}
+    base = {}
+    if stack.get("extends"):  # an earlier version of the same stack restates only what differs (no chains)
+        parent = entries("stacks").get(stack["extends"])
+        if parent is None or parent.get("extends"):
+            raise CatalogError(f"stacks.yaml: {stack['id']} extends {stack['extends']!r}, which is not a stack "
+                               "without an `extends` of its own")
+        base = stack_defaults(parent, precision)
     return {**base, **(stack.get("defaults") or {}),
             **((stack.get("defaults_by_precision") or {}).get(precision) or {})}
 

@@ -171,27 +171,24 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         items = {"weights": weights, "gradients": grads, "optimizer_state": optim, "activations": acts,
                  "temporaries": temps, "runtime_reserve": RUNTIME_RESERVE_BYTES}
         out.append(MemoryBreakdown(st.index, items, dev.hbm.capacity_bytes))
-    return dualpipe_rank_memory(out, p.zero_stage) if p.dualpipe else out
+    return dualpipe_rank_memory(out) if p.dualpipe else out
 
 
-def dualpipe_rank_memory(stages: list[MemoryBreakdown], zero_stage: int) -> list[MemoryBreakdown]:
+def dualpipe_rank_memory(stages: list[MemoryBreakdown]) -> list[MemoryBreakdown]:
     """DualPipe (DeepSeek-V3 §3.2.1, Table 2): rank i holds stage i and stage p − 1 − i — two copies of the
-    parameters in all, so each rank's weights and gradients are its two stages' — and at its peak still holds
-    p − s micro-batches of every stage s it runs, as 1F1B's stage s does (played on the program: rank i holds
-    p − i forwards of direction 0 and i + 1 of direction 1 at once, the report's PP + 1; tests/schedule/
-    test_dualpipe.py). The two copies of a stage reduce their gradients together, so what ZeRO shards (optimizer
-    state from stage 1, gradients from 2, weights at 3) is sharded over twice the ranks: half of the two stages'
-    sum. The larger of the two temporaries, one runtime reserve."""
+    parameters in all (Table 2's 2× parameters), so each rank keeps its two stages' weights, gradients and optimizer
+    state, each copy ZeRO-sharded within its own data-parallel group as a 1F1B stage is (deepseek-ai/DualPipe sums
+    the twin copies' gradients and steps each copy; sharding over both copies' ranks would be a saving it does not
+    make) — and at its peak still holds p − s micro-batches of every stage s it runs, as 1F1B's stage s does (played
+    on the program: rank i holds p − i forwards of direction 0 and i + 1 of direction 1 at once, the report's PP + 1;
+    tests/schedule/test_dualpipe.py). Temporaries: the larger of the two stages' (a merged F&B pair may hold both:
+    left out); one runtime reserve."""
     p = len(stages)
     out = []
     for i in range(p):
         a, b = stages[i].items, stages[p - 1 - i].items
         both = {k: a[k] + b[k] for k in a}
-        for k, z in (("weights", 3), ("gradients", 2), ("optimizer_state", 1)):
-            if zero_stage >= z:
-                both[k] /= 2
         both["temporaries"] = max(a["temporaries"], b["temporaries"])
         both["runtime_reserve"] = a["runtime_reserve"]
         out.append(MemoryBreakdown(i, both, stages[i].capacity_bytes))
     return out
-

@@ -5,7 +5,7 @@ import math
 
 from narrowpath.analysis import Analysis
 from narrowpath.report.console import human_bytes, table
-from narrowpath.report.prediction import format_prediction
+from narrowpath.report.prediction import critical_title, format_prediction
 
 
 def _ms(t: float | None) -> str:
@@ -70,7 +70,7 @@ def format_accounts(a: Analysis) -> list[str]:
 
 def format_budgets(a: Analysis) -> list[str]:
     d = a.distance
-    L = ["", f"  DISTANCE BUDGET (per rank of stage {d.stage}, the critical stage)"]
+    L = ["", f"  DISTANCE BUDGET ({critical_title(a.prediction.scenario.plan, d.stage)})"]
     L.append(table(["item", "size (GB)", "lives in", "accesses/step", "moved/step (GB)", "working set (MB)",
                     "could live in", "note"],
                    [[i.item, i.bytes_per_rank / 1e9, i.level, f"{i.accesses_per_step:.3g}",

@@ -5,7 +5,7 @@ import math
 
 from narrowpath.analysis import Analysis
 from narrowpath.report.html import Raw, esc, figures, para, section, table
-from narrowpath.report.prediction import LABELS
+from narrowpath.report.prediction import LABELS, critical_title, rank_label
 from narrowpath.report.svg import PALETTE, Series, gantt, line_chart, stacked_columns, stacked_hbar
 from narrowpath.report.timeline import TRACKS, timeline_events
 from narrowpath.schedule.step import BREAKDOWN_KEYS
@@ -122,7 +122,9 @@ def accounts_section(a: Analysis) -> str:
 def memory_section(a: Analysis) -> str:
     mems = a.prediction.memory_by_stage
     keys = list(dict.fromkeys(k for m in mems for k in m.items))
-    chart = stacked_columns("Memory per GPU by pipeline stage", [f"stage {m.stage}" for m in mems],
+    plan = a.prediction.scenario.plan
+    chart = stacked_columns("Memory per GPU by pipeline " + ("rank" if plan.dualpipe else "stage"),
+                            [rank_label(plan, m.stage) for m in mems],
                             [(k, [m.items.get(k, 0.0) / 1e9 for m in mems]) for k in keys], "GB",
                             cap=mems[0].capacity_bytes / 1e9,
                             cap_label=f"HBM {mems[0].capacity_bytes / 1e9:.1f} GB")
@@ -130,9 +132,10 @@ def memory_section(a: Analysis) -> str:
     rows = [[k, gb(v), pct(v / m.capacity_bytes)] for k, v in m.items.items()]
     rows.append(["total", gb(m.total_bytes), pct(m.total_bytes / m.capacity_bytes)])
     fit = (f"Fits in {m.capacity_bytes / 1e9:.1f} GB." if m.fits else
-           f"DOES NOT FIT: stage {m.stage} needs {m.total_bytes / 1e9:.1f} GB of {m.capacity_bytes / 1e9:.1f} GB.")
+           f"DOES NOT FIT: {rank_label(plan, m.stage)} needs {m.total_bytes / 1e9:.1f} GB of "
+           f"{m.capacity_bytes / 1e9:.1f} GB.")
     return section("memory", "Memory per stage", figures(chart),
-                   f"<h3>Most loaded stage: {m.stage}</h3>", table(["item", "GB", "of HBM (%)"], rows),
+                   f"<h3>Most loaded: {rank_label(plan, m.stage)}</h3>", table(["item", "GB", "of HBM (%)"], rows),
                    para(fit, "" if m.fits else "warn"))
 
 
@@ -140,7 +143,7 @@ def budgets_section(a: Analysis) -> str:
     d = a.distance
     drows = [[i.item, gb(i.bytes_per_rank), i.level, f"{i.accesses_per_step:.3g}", gb(i.bytes_moved_per_step),
               f"{i.working_set_bytes / 1e6:,.1f}", i.nearer_level or "-", i.note] for i in d.items]
-    parts = [f"<h3>Distance budget (per rank of stage {d.stage}, the critical stage)</h3>",
+    parts = [f"<h3>Distance budget ({critical_title(a.prediction.scenario.plan, d.stage)})</h3>",
              table(["item", "size (GB)", "lives in", "accesses/step", "moved/step (GB)", "working set (MB)",
                     "could live in", "note"], drows, text_cols=(7,))]
     if d.stage_note:
@@ -216,7 +219,8 @@ def timeline_section(a: Analysis) -> str:
     bars = [(tids.index(e["tid"]), e["ts"] / 1e6, e["dur"] / 1e6, e["name"], colors.get(e.get("cat"), PALETTE[7]))
             for e in ev if e["tid"] in TRACKS]
     step = a.prediction.step_time_s
-    svgs = [gantt(f"One step on a rank of stage {a.context.critical_stage} ({len(ev):,} events)",
+    svgs = [gantt(f"One step on a rank of {rank_label(a.prediction.scenario.plan, a.context.critical_stage)} "
+                  f"({len(ev):,} events)",
                   [names.get(t, TRACKS[t]) for t in tids], bars, step)]
     later = sorted(e["ts"] for e in ev if (e.get("args") or {}).get("microbatch") == 2)
     if later:  # the first two micro-batches, where the individual kernels and transfers can be seen

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from narrowpath.analysis import Analysis
 from narrowpath.report.figures import pyplot, save_figure
-from narrowpath.report.prediction import LABELS
+from narrowpath.report.prediction import LABELS, rank_label
 from narrowpath.schedule.step import BREAKDOWN_KEYS
 
 
@@ -210,10 +210,10 @@ def plot_memory(a: Analysis, path: Path) -> Path:
         bottom = [b + x for b, x in zip(bottom, v)]
     cap = mems[0].capacity_bytes / 1e9
     ax.axhline(cap, color="red", ls="--", lw=1, label=f"HBM capacity {cap:.1f} GB")
-    ax.set_xticks(xs, [f"stage {m.stage}" for m in mems])
+    ax.set_xticks(xs, [rank_label(a.prediction.scenario.plan, m.stage) for m in mems])
     ax.set_ylabel("GB per rank (1 GB = 1e9 bytes)")
     ax.set_ylim(0, max(cap, max(bottom)) * 1.1)
-    ax.set_title("Memory per rank by pipeline stage")
+    ax.set_title("Memory per rank by pipeline " + ("rank" if a.prediction.scenario.plan.dualpipe else "stage"))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return save_figure(fig, path, dpi=110)
 

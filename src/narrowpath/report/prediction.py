@@ -26,7 +26,8 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
                                                 "grad_precision", "fp8_params", "activation_cache",
-                                                "pipeline_schedule", "first_stage_layers", "last_stage_layers")}
+                                                "pipeline_schedule", "moe_probs", "first_stage_layers",
+                                                "last_stage_layers")}
         | ({"chunk_layers": list(plan.chunk_layers)} if plan.chunk_layers else {})
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),
@@ -65,6 +66,18 @@ def memory_warning(p: StepPrediction) -> str | None:
     return (f"does not fit: {where} needs {human_bytes(m.total_bytes)} of {human_bytes(m.capacity_bytes)} "
             f"HBM — over by {human_bytes(m.overflow_bytes)}; largest item: {m.largest_item} "
             f"({human_bytes(m.items[m.largest_item])})")
+
+
+def rank_label(plan, i: int) -> str:
+    """A pipeline rank's name in tables and charts: its stage, or under DualPipe the rank with its two stages."""
+    return f"rank {i} (stages {i}, {plan.pp - 1 - i})" if plan.dualpipe else f"stage {i}"
+
+
+def critical_title(plan, i: int) -> str:
+    """Whose per-rank sizes the distance budget gives: the critical stage's, or under DualPipe the critical rank's."""
+    if plan.dualpipe:
+        return f"per GPU of pipeline rank {i} (stages {i} and {plan.pp - 1 - i}), the critical rank"
+    return f"per rank of stage {i}, the critical stage"
 
 
 def schedule_words(plan) -> list[str]:

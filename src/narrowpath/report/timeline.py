@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from narrowpath.analysis import Analysis
+from narrowpath.analysis.context import critical_times
 
 TRACKS = {1: "compute", 2: "exposed communication", 3: "overlapped communication", 4: "pipeline / step"}
 MAX_EVENTS = 20_000
@@ -48,7 +49,7 @@ def shown_microbatches(num_microbatches: int, events_per_microbatch: int, max_ev
 def timeline_events(a: Analysis, max_events: int = MAX_EVENTS) -> list[dict]:
     p = a.prediction
     m = p.workload.num_microbatches
-    cs = p.stages[a.context.critical_stage]
+    cs = critical_times(p)[a.context.critical_stage]
     fwd = {k: v / m for k, v in _per_mb(a.context.ops, ("fwd",)).items()}
     bwd = {k: v / m for k, v in _per_mb(a.context.ops, ("bwd", "recompute")).items()}
     slowdown = cs.bwd_compute_s - sum(bwd.values())

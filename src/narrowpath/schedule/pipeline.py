@@ -30,6 +30,10 @@ exactly (`dualpipe_time_s`, O(m·p) on Python floats). With equal stages and the
 bubble is the report's Table 2 form (PP/2 − 1)(F&B + B − 3W) exactly, with F&B = F + B when a merged pair takes
 as long as its two passes (`dualpipe_bubble_s`); at other ratios Table 2 is the report's estimate and the played
 program differs from it (pp 16, F = B = 2W: 14 F of bubble against Table 2's 10.5; tests/schedule/test_dualpipe.py).
+The passes run in the source's order; its sends are posted as each pass ends, where the source holds a few back to
+batch them with the next pass's (step 2's forward outputs, the middle ranks' first steady-state pair): with them
+the pp 16, F = B = 2W bubble is 14.5 F, at 1 : 2 : 1 the same (an independent transliteration, review of the
+tenth session); the difference is left out.
 """
 from __future__ import annotations
 
@@ -167,9 +171,9 @@ def dualpipe_bubble_s(pp: int, fb_s: float, b_s: float, w_s: float) -> float:
 
 def dualpipe_time_s(fwd_s: list[float], bwd_s: list[float], wgrad_s: list[float], m: int) -> float:
     """Time of the pipelined part of a DualPipe step with per-stage forward, full backward and weight-gradient
-    times of one micro-batch, m micro-batches in all (m/2 per direction): the program played exactly, pipeline
-    messages of zero time (the stage times already include them), sends posted as soon as a pass ends (the
-    source's asynchronous isend / irecv)."""
+    times of one micro-batch, m micro-batches in all (m/2 per direction): the program played, pipeline messages of
+    zero time (the stage times already include them), sends posted as soon as a pass ends (the source posts
+    asynchronous isend / irecv, holding a few back to batch them: module docstring)."""
     p = len(fwd_s)
     durations = {}
     for i in range(p):

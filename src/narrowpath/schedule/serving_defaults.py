@@ -12,7 +12,7 @@ from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.serving_memory import ServingMemory, serving_memory
 from narrowpath.spec.serving import ServingScenario, serving_consistency
 from narrowpath.workload.counts import parameter_count
-from narrowpath.workload.serving import VALUE_BYTES, Formats, kv_bytes_per_token_layer
+from narrowpath.workload.serving import VALUE_BYTES, Formats
 
 TRTLLM_MAX_REQUESTS = 4096
 """trtllm-bench caps the requests its heuristic sizes for (decoder buffers), before dividing by pp."""

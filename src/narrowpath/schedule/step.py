@@ -375,7 +375,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     # all-gather (overlapped with the next step's first forward), tied-embedding sync, optimizer
     step_rows = []
     dp_exposed, other_step = 0.0, 0.0
-    for tr, c in dualpipe_step_transfers(wl) if plan.dualpipe else wl.step_transfers:
+    for tr, c in wl.step_transfers:
         cost = _price(tr, scn, cal, spans, coll_cache)
         total = cost.time_s * c
         if tr.axis in ("dp", "edp"):
@@ -447,22 +447,6 @@ def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:
                               {k: (a.exposed_comm_s[k] + b.exposed_comm_s[k]) / 2 for k in a.exposed_comm_s},
                               (a.host_wait_s + b.host_wait_s) / 2))
     return out
-
-
-def dualpipe_step_transfers(wl: Workload) -> tuple:
-    """DualPipe's once-per-step data-parallel traffic on the busiest rank: its two stages' gradients and
-    parameters (the workload sizes them for the most loaded single stage), dense (`dp`) and expert (`edp`) parts
-    apart. The two copies of a stage reduce their gradients together; that group of 2·dp ranks is priced as the dp
-    group moving twice the bytes (the ring's (n − 1)/n factor of 2·dp is within 1/dp of dp's)."""
-    p = len(wl.stages)
-    top = max(wl.stages, key=lambda s: s.params)
-    dense = max(wl.stages[i].params - wl.stages[i].expert_params + wl.stages[p - 1 - i].params
-                - wl.stages[p - 1 - i].expert_params for i in range(p))
-    expert = max(wl.stages[i].expert_params + wl.stages[p - 1 - i].expert_params for i in range(p))
-    ratio = {"dp": dense / max(1e-30, top.params - top.expert_params),
-             "edp": expert / top.expert_params if top.expert_params > 0 else 1.0}
-    return tuple((dataclasses.replace(tr, message_bytes=tr.message_bytes * ratio[tr.axis]) if tr.axis in ratio
-                  else tr, c) for tr, c in wl.step_transfers)
 
 
 EDGE_OPS = frozenset({"embedding_lookup", "embedding_grad", "final_norm", "logits", "cross_entropy", "mtp_norms",

@@ -112,9 +112,11 @@ class Plan:
     its output recomputed in backward; needs a low-precision recipe). workload.precision.CACHE_BYTES."""
     pipeline_schedule: str = "auto"
     """`auto` (Megatron's 1F1B, interleaved with vpp > 1) or `dualpipe` (DeepSeek-V3 §3.2.1: half the micro-batches
-    enter at each end of the pipeline, so every rank holds two stages — two copies of the parameters — and overlaps
-    a forward of one direction with a backward of the other; needs vpp 1, an even pp and an even number of
-    micro-batches, at least 2·pp). schedule.pipeline.dualpipe_time_s, cost.memory."""
+    enter at each end of the pipeline, so every rank holds two stages — two copies of the parameters — and runs a
+    forward of one direction beside a backward of the other, whose expert all-to-all exchanges hide behind each
+    other's computation when `ep_overlap` is on, as DeepSeek-V3 runs it; needs vpp 1, an even pp and an even number
+    of micro-batches, at least 2·pp). schedule.pipeline.dualpipe_time_s, cost.memory. With pp 1 there is no
+    pipeline and nothing changes."""
     first_stage_layers: int = 0
     """Transformer layers of the first pipeline stage, 0 = the automatic split (Megatron-Core
     --decoder-first-pipeline-num-layers / num_layers_in_first_pipeline_stage; the other stages share the rest
@@ -290,7 +292,7 @@ class Plan:
 
     @property
     def schedule(self) -> str:
-        if self.pipeline_schedule == "dualpipe":
+        if self.dualpipe:
             return "dualpipe"
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
 

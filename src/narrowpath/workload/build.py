@@ -483,10 +483,15 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:
-    """Gradient sync, parameter all-gather and optimizer update for the most loaded stage's rank."""
-    top = max(stages, key=lambda st: st.params)
-    return (step_transfers(scn, top.params, top.expert_params),
-            optimizer_ops(scn.plan, top.params, top.expert_params))
+    """Gradient sync, parameter all-gather and optimizer update for the most loaded rank: the stage with the most
+    parameters, or under DualPipe the rank whose two stages (i and p − 1 − i) hold the most — each copy of a stage
+    syncs and updates within its own data-parallel group (deepseek-ai/DualPipe sums the twin copies' gradients)."""
+    p = len(stages)
+    ranks = [(st.params, st.expert_params) for st in stages] if not scn.plan.dualpipe else \
+        [(stages[i].params + stages[p - 1 - i].params, stages[i].expert_params + stages[p - 1 - i].expert_params)
+         for i in range(p)]
+    params, expert = max(ranks, key=lambda r: r[0])
+    return step_transfers(scn, params, expert), optimizer_ops(scn.plan, params, expert)
 
 
 def step_transfers(scn: Scenario, params: float, expert: float) -> list[tuple[Transfer, float]]:

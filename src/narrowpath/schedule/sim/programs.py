@@ -211,14 +211,13 @@ def _input_from(op: Pass, i: int, p: int, v: int, dual: bool = False) -> tuple |
     return None
 
 
-def check_dualpipe(p: int, m: int, field: str = "plan.pipeline_schedule") -> None:
+def check_dualpipe(p: int, m: int, field: str = "plan.pipeline_schedule: dualpipe") -> None:
     """DualPipe's own preconditions (deepseek-ai/DualPipe asserts them): an even number of ranks, and an even number
     of micro-batches, at least two per rank."""
     if p < 2 or p % 2:
-        raise SimulationError(f"{field}: DualPipe needs an even number of pipeline stages (>= 2), got pp {p}")
+        raise SimulationError(f"{field}: needs an even number of pipeline stages (>= 2), got pp {p}")
     if m % 2 or m < 2 * p:
-        raise SimulationError(f"{field}: DualPipe needs an even number of micro-batches, at least 2·pp = {2 * p}; "
-                              f"got {m}")
+        raise SimulationError(f"{field}: needs an even number of micro-batches, at least 2·pp = {2 * p}; got {m}")
 
 
 @lru_cache(maxsize=64)

@@ -19,7 +19,7 @@ from narrowpath.schedule.sim.engine import StepEngine
 from narrowpath.schedule.sim.faults import LOSS_CAUSES, LongRun, Population, long_run
 from narrowpath.schedule.sim.layout import build_layout
 from narrowpath.schedule.sim.perturb import Perturbation
-from narrowpath.schedule.sim.programs import build_programs
+from narrowpath.schedule.sim.programs import build_programs, check_dualpipe
 from narrowpath.schedule.sim.record import Event, Recorder
 from narrowpath.schedule.sim.tail import step_tail
 from narrowpath.schedule.sim.work import build_sim_work
@@ -122,8 +122,13 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     noise = noise or NoiseSpec()
     if steps < 1:
         raise SimulationError(f"--steps: must be >= 1, got {steps}")
-    if schedule == "dualpipe" and scenario.plan.vpp > 1:
-        raise SimulationError(f"--schedule dualpipe: needs one chunk per stage, the plan has vpp={scenario.plan.vpp}")
+    if schedule == "dualpipe":
+        if scenario.plan.vpp > 1:
+            raise SimulationError(f"--schedule dualpipe: needs one chunk per stage, the plan has vpp="
+                                  f"{scenario.plan.vpp}")
+        check_dualpipe(scenario.plan.pp, scenario.plan.num_microbatches, "--schedule dualpipe")
+    if schedule == "interleaved" and scenario.plan.vpp == 1:
+        schedule = "1f1b"  # what build_programs plays for one chunk: say so
     if (schedule == "dualpipe") != scenario.plan.dualpipe and scenario.plan.pp > 1 and schedule is not None:
         # DualPipe changes what a rank holds and syncs, not only the order: price the plan that runs it
         scenario = dataclasses.replace(scenario, plan=dataclasses.replace(

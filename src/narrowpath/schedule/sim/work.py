@@ -309,14 +309,14 @@ def _chunk_params(scn, st: StageWork, ranges: list[range]) -> list[float]:
     return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
 
 
-def _step_transfers(pr: _Pricer, st: StageWork, top: StageWork, pp: int,
+def _step_transfers(pr: _Pricer, st: StageWork, top: tuple[float, float], pp: int,
                     twin: StageWork | None = None) -> tuple[StepTransfer, ...]:
-    """The most loaded stage's step transfers (what `predict` prices), scaled to this stage's parameters (DualPipe:
-    to the parameters of the rank's two stages, `st` and `twin`)."""
+    """The most loaded rank's step transfers (what `predict` prices; `top` its (dense, expert) parameters), scaled to
+    this stage's parameters (DualPipe: to the parameters of the rank's two stages, `st` and `twin`)."""
     dense = st.params - st.expert_params + (twin.params - twin.expert_params if twin is not None else 0.0)
     expert = st.expert_params + (twin.expert_params if twin is not None else 0.0)
-    dense_ratio = dense / max(1e-30, top.params - top.expert_params)
-    expert_ratio = expert / top.expert_params if top.expert_params > 0 else 0.0
+    dense_ratio = dense / max(1e-30, top[0])
+    expert_ratio = expert / top[1] if top[1] > 0 else 0.0
     out = []
     for tr, c in pr.pred.workload.step_transfers:
         if tr.axis == "pp_ends" and st.index not in (0, pp - 1):
@@ -331,6 +331,15 @@ def _step_transfers(pr: _Pricer, st: StageWork, top: StageWork, pp: int,
     return tuple(out)
 
 
+def _top_rank(stages, dualpipe: bool) -> tuple[float, float]:
+    """(dense, expert) parameters of the rank the workload's step transfers are sized for (workload.build._step_work:
+    the stage, or under DualPipe the pair of stages, with the most parameters)."""
+    p = len(stages)
+    pairs = [(st,) for st in stages] if not dualpipe else [(stages[i], stages[p - 1 - i]) for i in range(p)]
+    best = max(pairs, key=lambda g: sum(s.params for s in g))
+    return sum(s.params - s.expert_params for s in best), sum(s.expert_params for s in best)
+
+
 def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe: bool = False) -> SimWork:
     """Price every pass of every chunk of every stage (see module docstring). `split_backward` prices B and W
     apart (zero-bubble schedules) instead of one BW pass. `dualpipe`: rank i's chunk 0 is stage i's work, its
@@ -342,7 +351,7 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe:
     vpp = plan.vpp if scn.model.arch == "transformer" else 1
     layer_ranges = plan_layer_ranges(scn.model, plan) if scn.model.arch == "transformer" \
         else [[range(st.layers)] for st in wl.stages]
-    top = max(wl.stages, key=lambda s: s.params)
+    top = _top_rank(wl.stages, dualpipe)
     kinds = ("F", "B", "W", "BW") if dualpipe else ("F", "B", "W") if split_backward else ("F", "BW")
     stages = []
     for st, ranges in zip(wl.stages, layer_ranges):
@@ -370,7 +379,7 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe:
     return SimWork(tuple(stages), vpp, wl.num_microbatches, p2p, opt_s, opt_k, slowdown)
 
 
-def _dualpipe_ranks(stages: list[StageProgramWork], wl_stages, pr: _Pricer, top: StageWork,
+def _dualpipe_ranks(stages: list[StageProgramWork], wl_stages, pr: _Pricer, top: tuple[float, float],
                     pp: int) -> list[StageProgramWork]:
     """DualPipe ranks from per-stage work: rank i runs stage i as chunk 0 and stage p − 1 − i as chunk 1; its
     gradient sync carries both stages' parameters."""
