@@ -196,3 +196,16 @@ def test_scaling_plot_minor_tick_labels_do_not_overlap():
                 assert not any(b.overlaps(o) for o in boxes[i + 1:]), (name, ax.get_title())
         import matplotlib.pyplot as plt
         plt.close(fig)
+
+
+def test_the_topology_fit_counts_both_legs_of_a_deduplicating_dispatch():
+    """DeepSeek-V3's expert exchange (dedup dispatch: across nodes once per destination node, then over NVLink) is
+    priced on the `ep_inter` / `ep_intra` legs; the topology fit's ep row read 0.00 GB/step per GPU ("per-layer
+    traffic (0.00 GB/step per GPU) crosses scale_out"). It now holds both legs' bytes, each on its own tier."""
+    a = analyze(load_scenario("deepseek-v3-h800-2048"))
+    ep = {f.axis: f for f in a.topology.axes}["ep"]
+    legs = {t.name: t for t in a.prediction.transfers if t.axis in ("ep_inter", "ep_intra")}
+    assert set(legs) == {"ep.dispatch_combine_internode", "ep.dispatch_combine_intranode"}
+    assert ep.bytes_per_step["scale_out"] > 1e11 and ep.bytes_per_step["scale_up"] > 1e11
+    flag = next(f for f in a.topology.flags if f.startswith("EP groups"))
+    assert "(0.00 GB" not in flag

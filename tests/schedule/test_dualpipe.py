@@ -240,3 +240,18 @@ def test_search_ranks_megatron_schedules_and_prices_dualpipe_for_its_best_plans(
     assert dual["step_time_s"] < 0.8 * out["best"][0]["step_time_s"]
     assert main(["search", "llama3-8b-h100-8", "--space", "basic", "--top", "1", "--json"]) == 0
     assert "best_dualpipe" not in json.loads(capsys.readouterr().out)
+
+
+def test_a_ranks_times_are_the_mean_of_its_two_stages():
+    """schedule.step.dualpipe_ranks: rank i runs stage i and stage p − 1 − i for half the micro-batches each, so its
+    per-micro-batch forward, backward, exposed traffic and host waits are the two stages' means; its layers both."""
+    from narrowpath.schedule.step import StageTimes, dualpipe_ranks
+    stages = [StageTimes(i, 3 + i, 1.0 + i, 2.0 + 2 * i, {"ep": 0.1 * i, "pp": 0.01}, 0.001 * (i + 1))
+              for i in range(4)]
+    ranks = dualpipe_ranks(stages)
+    assert [r.index for r in ranks] == [0, 1, 2, 3]
+    assert [r.layers for r in ranks] == [9, 9, 9, 9]
+    assert ranks[0].fwd_compute_s == pytest.approx(2.5) and ranks[1].bwd_compute_s == pytest.approx(5.0)
+    assert ranks[0].exposed_comm_s == pytest.approx({"ep": 0.15, "pp": 0.01})
+    assert ranks[1].host_wait_s == pytest.approx(0.0025)
+    assert ranks[0].total_s == pytest.approx((stages[0].total_s + stages[3].total_s) / 2)

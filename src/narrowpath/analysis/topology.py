@@ -37,6 +37,10 @@ class AxisFit:
     """Empty when the placement fits; otherwise why it does not."""
 
 
+EP_PARTS = {"ep_inter": "ep", "ep_intra": "ep"}
+"""The deduplicating dispatch's two legs (across scale-up domains, then within one) are the ep axis's traffic."""
+
+
 @dataclass(frozen=True, slots=True)
 class TierLoad:
     tier: str
@@ -68,7 +72,7 @@ def build_topology(ctx: Context) -> TopologyFit:
     for ax, span in ctx.spans.items():
         by_tier: dict[str, float] = {}
         for t in pred.transfers:
-            if t.axis != ax:
+            if EP_PARTS.get(t.axis, t.axis) != ax:
                 continue
             for tier, b in row_tier_bytes(pred.scenario, t).items():
                 by_tier[tier] = by_tier.get(tier, 0.0) + b
