@@ -26,6 +26,7 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.build import build_workload, grad_format
 from narrowpath.workload.items import Transfer, Workload
+from narrowpath.workload.ops import is_weight_gradient
 from narrowpath.workload.transformer import is_attention_core
 
 _BUCKET = {"edp": "dp", "pp_ends": "pp", "etp": "ep", "host": "pp", "ep_inter": "ep", "ep_intra": "ep"}
@@ -288,7 +289,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             t1, attn, h1 = t_op(op)
             t = t1 * c
             comp[op.phase] += t
-            if op.phase == "bwd" and op.name.endswith(".wgrad") and not attn:
+            if op.phase == "bwd" and is_weight_gradient(op):
                 wgrad += t
             if op.name.split(".", 1)[0] in EDGE_OPS:
                 edge += t

@@ -486,12 +486,18 @@ def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], lis
     """Gradient sync, parameter all-gather and optimizer update for the most loaded rank: the stage with the most
     parameters, or under DualPipe the rank whose two stages (i and p − 1 − i) hold the most — each copy of a stage
     syncs and updates within its own data-parallel group (deepseek-ai/DualPipe sums the twin copies' gradients)."""
+    params, expert = step_rank_params(scn.plan, stages)
+    return step_transfers(scn, params, expert), optimizer_ops(scn.plan, params, expert)
+
+
+def step_rank_params(plan, stages) -> tuple[float, float]:
+    """(parameters, of them in routed experts) of the rank the once-per-step work is sized for: the stage with the
+    most parameters, or under DualPipe the rank whose two stages (i and p − 1 − i) hold the most."""
     p = len(stages)
-    ranks = [(st.params, st.expert_params) for st in stages] if not scn.plan.dualpipe else \
+    ranks = [(st.params, st.expert_params) for st in stages] if not plan.dualpipe else \
         [(stages[i].params + stages[p - 1 - i].params, stages[i].expert_params + stages[p - 1 - i].expert_params)
          for i in range(p)]
-    params, expert = max(ranks, key=lambda r: r[0])
-    return step_transfers(scn, params, expert), optimizer_ops(scn.plan, params, expert)
+    return max(ranks, key=lambda r: r[0])
 
 
 def step_transfers(scn: Scenario, params: float, expert: float) -> list[tuple[Transfer, float]]:

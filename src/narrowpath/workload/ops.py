@@ -112,3 +112,9 @@ ATTENTION_CORE_OPS = frozenset({"flash_attn", "attn_scores", "softmax", "attn_dr
 
 def is_attention_core(op: Op) -> bool:
     return op.name.split(".", 1)[0] in ATTENTION_CORE_OPS
+
+
+def is_weight_gradient(op: Op) -> bool:
+    """A weight-gradient GEMM of a linear layer: the W pass a zero-bubble schedule defers (the attention core's
+    backward GEMMs have no weights)."""
+    return op.name.endswith(".wgrad") and not is_attention_core(op)

@@ -25,10 +25,11 @@ from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, paired_fraction, pass_pair_hidden_s, \
     transfer_span
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kinds, \
+from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kinds, step_rank_params, \
     zero2_per_microbatch, zero2_transfers, zero3_transfers
 from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.items import Op, StageWork, Transfer
+from narrowpath.workload.ops import is_weight_gradient
 
 PASS_PHASES = {"F": ("fwd",), "B": ("bwd", "recompute"), "W": ("bwd",), "BW": ("bwd", "recompute")}
 """Workload phases each pass runs: F forward, BW whole backward (1F1B), or B (input gradients + recompute) and W
@@ -228,7 +229,7 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
             return False
         if not wgrad or op.phase != "bwd":
             return True
-        is_w = op.name.endswith(".wgrad") and not T.is_attention_core(op)
+        is_w = is_weight_gradient(op)
         return is_w == (kind == "W")
 
     kernels = 0.0
@@ -331,15 +332,6 @@ def _step_transfers(pr: _Pricer, st: StageWork, top: tuple[float, float], pp: in
     return tuple(out)
 
 
-def _top_rank(stages, dualpipe: bool) -> tuple[float, float]:
-    """(dense, expert) parameters of the rank the workload's step transfers are sized for (workload.build._step_work:
-    the stage, or under DualPipe the pair of stages, with the most parameters)."""
-    p = len(stages)
-    pairs = [(st,) for st in stages] if not dualpipe else [(stages[i], stages[p - 1 - i]) for i in range(p)]
-    best = max(pairs, key=lambda g: sum(s.params for s in g))
-    return sum(s.params - s.expert_params for s in best), sum(s.expert_params for s in best)
-
-
 def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe: bool = False) -> SimWork:
     """Price every pass of every chunk of every stage (see module docstring). `split_backward` prices B and W
     apart (zero-bubble schedules) instead of one BW pass. `dualpipe`: rank i's chunk 0 is stage i's work, its
@@ -351,7 +343,8 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe:
     vpp = plan.vpp if scn.model.arch == "transformer" else 1
     layer_ranges = plan_layer_ranges(scn.model, plan) if scn.model.arch == "transformer" \
         else [[range(st.layers)] for st in wl.stages]
-    top = _top_rank(wl.stages, dualpipe)
+    params, expert = step_rank_params(plan, wl.stages)  # the rank the workload's step transfers are sized for
+    top = (params - expert, expert)
     kinds = ("F", "B", "W", "BW") if dualpipe else ("F", "B", "W") if split_backward else ("F", "BW")
     stages = []
     for st, ranges in zip(wl.stages, layer_ranges):
