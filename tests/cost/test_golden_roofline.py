@@ -2,14 +2,15 @@
 a calibration with round numbers (never the shipped calibration's own inputs echoed back)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from narrowpath.cost.flops import korthikanti_model_flop, mfu, narayanan_eq3_flop
 from narrowpath.cost.power import capped_device, clock_fraction
-from narrowpath.cost.roofline import (bound, compute_time_s, host_time_s, matrix_efficiency, memory_time_s,
-                                      op_time_s, table_efficiency)
+from narrowpath.cost.roofline import (bound, compute_time_s, flash_head_dim_rate, host_time_s, matrix_efficiency,
+                                      memory_time_s, op_time_s, table_efficiency)
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.device import Device, Level
 from narrowpath.workload.items import Op
@@ -113,3 +114,39 @@ def test_flop_conventions_by_hand():
     assert narayanan_eq3_flop(1, 2048, 2, 1024, 1024) == pytest.approx(562_640_715_776)
     assert korthikanti_model_flop(1, 2048, 2, 1024, 1024) == pytest.approx(425_201_762_304)
     assert mfu(1e18, 10.0, 100, 2e15) == pytest.approx(0.5)
+
+
+def test_flash_rate_by_head_width_is_cudnn_measured_by_flashattention3():
+    """FlashAttention-3 (Shah et al. 2024) Figs. 5-6, cuDNN on H100 SXM5 at sequence 4k, TFLOP/s: forward 408 at head
+    dim 64, 609 at 128, 581 at 256; backward 417 at 64, 499 at 128. Relative to 128: forward 0.670 / 1 / 0.954,
+    backward 0.836 / 1 (not measured above 128: held). Halfway in log2 (head dim 90.5 = 2^6.5) the forward is
+    (0.670 + 1)/2 = 0.835; MLA's 192 (log2 192 = 7 + 0.585) forward 1 − 0.585 · 0.046 = 0.973; beyond the measured range the ends hold."""
+    assert flash_head_dim_rate(64, "fwd") == pytest.approx(408 / 609)
+    assert flash_head_dim_rate(64, "bwd") == pytest.approx(417 / 499)
+    assert flash_head_dim_rate(64, "recompute") == pytest.approx(408 / 609)  # a re-run forward
+    assert flash_head_dim_rate(128, "fwd") == flash_head_dim_rate(128, "bwd") == 1.0
+    assert flash_head_dim_rate(256, "fwd") == pytest.approx(581 / 609)
+    assert flash_head_dim_rate(256, "bwd") == 1.0
+    assert flash_head_dim_rate(2 ** 6.5, "fwd") == pytest.approx((408 / 609 + 1) / 2)
+    assert flash_head_dim_rate(192, "fwd") == pytest.approx(1 + math.log2(1.5) * (581 / 609 - 1))
+    assert flash_head_dim_rate(32, "bwd") == flash_head_dim_rate(64, "bwd")
+    assert flash_head_dim_rate(576, "fwd") == flash_head_dim_rate(256, "fwd")
+    assert flash_head_dim_rate(0, "fwd") == 1.0  # no head width: the calibrated rate as it is
+
+
+def test_a_narrow_head_slows_a_compute_bound_flash_kernel_by_its_measured_rate():
+    """A 1 TFLOP flash forward (compute-bound: 1 MB of traffic) on the round device: peak 1e15 × ramp 0.8·1e12/(1e12 +
+    1e9) × flash 0.5 → 2.5025 ms at head dim 128 (or none); at head dim 64 it runs at 408/609 of that rate: 3.7353 ms;
+    its backward (2.5 TFLOP) at 417/499."""
+    t128 = compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16", head_dim=128.0), DEV, CAL)
+    eff = 0.8 * 1e12 / (1e12 + 1e9) * 0.5
+    assert t128 == pytest.approx(1e12 / (1e15 * eff))
+    assert compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16"), DEV, CAL) == t128
+    t64 = compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16", head_dim=64.0), DEV, CAL)
+    assert t64 == pytest.approx(t128 * 609 / 408)
+    b64 = compute_time_s(Op("flash_attn", "flash", "bwd", 2.5e12, 2.5e6, "bf16", head_dim=64.0), DEV, CAL)
+    eff_b = 0.8 * 2.5e12 / (2.5e12 + 1e9) * 0.5
+    assert b64 == pytest.approx(2.5e12 / (1e15 * eff_b) * 499 / 417)
+    # a GEMM is not a tiled attention kernel: a head width on it changes nothing
+    g = Op("qkv", "matrix", "fwd", 1e12, 1e6, "bf16")
+    assert compute_time_s(g, DEV, CAL) == compute_time_s(dataclasses.replace(g, head_dim=64.0), DEV, CAL)

@@ -87,6 +87,19 @@ def test_sliding_window_flash_computes_the_band_only():
     assert fa.flop == fa.useful_flop == 4_294_967_296
 
 
+def test_the_flash_kernel_carries_its_head_width_into_backward_and_recompute():
+    """GPT-OSS-style heads of 64 (h 2880 over 64 query heads of kv_channels 64): the forward, its backward and a
+    recompute of it all carry head_dim 64, which cost.roofline rates at FlashAttention-3's measured 64-wide speed."""
+    from narrowpath.spec.model import Model
+    from narrowpath.workload.ops import as_phase, backward_ops
+    m = Model(layers=2, hidden=2880, heads=64, kv_heads=8, head_dim=64, vocab=1000, seq_len=4096)
+    (fa,) = attention_ops(m, Plan(), "flash")
+    (bwd,) = backward_ops([fa])
+    (again,) = as_phase([fa], "recompute")
+    assert (fa.head_dim, bwd.head_dim, again.head_dim) == (64, 64, 64)
+    assert bwd.phase == "bwd" and again.phase == "recompute"
+
+
 def test_unfused_core_without_dropout_keeps_the_softmax_output_only():
     """No dropout (Llama): the weighted sum reads the softmax output, which softmax already keeps; AV keeps
     nothing of its own."""

@@ -78,6 +78,7 @@ def test_mla_flash_core_by_hand(mla_ops):
     assert (fa.useful_flop, fa.flop, fa.hbm_bytes, fa.saved_bytes) == (171_798_691_840, 88_583_700_480,
                                                                        83_886_080, 84_148_224)
     assert kv_pair_width_per_rank(deepseek_v3(), 8) == 5_120
+    assert fa.head_dim == 192  # the kernel's tiles hold d_qk (cost.roofline.flash_head_dim_rate)
 
 
 def test_mla_parameters_per_rank_by_hand():

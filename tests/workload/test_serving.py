@@ -279,3 +279,15 @@ def test_a_routed_expert_gemm_counts_its_rows_per_active_expert():
     active = 8 * (1 - (7 / 8) ** 8)
     assert ops["expert_up"].rows == pytest.approx(8 / active)
     assert ops["expert_up"].weight_bytes == pytest.approx(active * 4096 * 2 * 14336 * 2)
+
+
+def test_prompt_attention_is_rated_by_its_head_width_and_decode_is_not():
+    """A prompt chunk runs the tiled (FlashAttention-style) kernel whose speed FlashAttention-3 measured by head
+    width: it carries d_qk (128 for Llama-3 70B, 192 for DeepSeek-V3's MLA); the decode kernels (XQA, FlashDecoding,
+    FlashMLA) were not measured by head width: they carry none and keep the calibrated rate."""
+    from narrowpath.workload.serving import decode_attention_op, prefill_attention_op
+    for m, d in ((model("llama3-70b"), 128), (model_from_dict(DSV3), 192)):
+        p = ServingPlan()
+        f = Formats.of(p, True, m)
+        assert prefill_attention_op(m, p, f, 1024, 1024 * 512, 1024).head_dim == d
+        assert decode_attention_op(m, p, f, 8, 8 * 2048).head_dim == 0

@@ -54,6 +54,31 @@ tcgen05.mma m64/m128): a GEMM with fewer rows fills less than one tile and runs 
 docstring)."""
 
 
+FLASH_HEAD_DIM_RATES = ((64.0, 408.0 / 609.0, 417.0 / 499.0), (128.0, 1.0, 1.0), (256.0, 581.0 / 609.0, 1.0))
+"""(head dim, forward rate, backward rate) of a tiled attention kernel relative to head dim 128: cuDNN's fused
+attention (the kernel Transformer Engine runs) at sequence 4k on H100 SXM5, FP16, no causal mask — FlashAttention-3
+(Shah et al. 2024, arXiv:2407.08608) Fig. 5 forward 408 / 609 / 581 TFLOP/s at head dim 64 / 128 / 256 and Fig. 6
+backward 417 / 499 at 64 / 128. A narrower head halves each tile's depth while the softmax and the per-tile
+bookkeeping stay: at 64 the forward keeps 67 %, the backward 84 %. The backward is not measured above 128 (held
+at 1); outside 64–256 the ends hold. The calibration's `flash_efficiency` is the rate at head dim 128."""
+
+
+def flash_head_dim_rate(head_dim: float, phase: str) -> float:
+    """Rate of a flash attention kernel of query-key head width `head_dim` relative to 128 (FLASH_HEAD_DIM_RATES),
+    interpolated linearly in log2(head_dim); `phase` `bwd` reads the backward column, any other the forward. 1 for
+    an op without a head width (0)."""
+    if head_dim <= 0:
+        return 1.0
+    col = 2 if phase == "bwd" else 1
+    pts = FLASH_HEAD_DIM_RATES
+    x = min(max(math.log2(head_dim), math.log2(pts[0][0])), math.log2(pts[-1][0]))
+    for a, b in zip(pts, pts[1:]):
+        x0, x1 = math.log2(a[0]), math.log2(b[0])
+        if x <= x1:
+            return a[col] + (x - x0) / (x1 - x0) * (b[col] - a[col])
+    return pts[-1][col]
+
+
 def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
     """Time the arithmetic alone needs."""
     if op.flop <= 0:
@@ -65,7 +90,7 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
         size *= MMA_TILE_ROWS / op.rows
     eff = matrix_efficiency(size, op.dtype, cal)
     if op.kind == "flash":
-        eff *= cal.flash_efficiency
+        eff *= cal.flash_efficiency * flash_head_dim_rate(op.head_dim, op.phase)
     return op.flop / (device.matrix_peak(op.dtype) * eff)
 
 

@@ -271,7 +271,7 @@ def prefill_attention_op(model: Model, plan: ServingPlan, f: Formats, chunk_toke
     else:
         kv_read = context_tokens * kv_bytes_per_token_layer(model, plan)
     io = kv_read + chunk_tokens * a_t * (d_qk + d_v) * ACT_BYTES
-    return Op("attn_prefill", "flash", "fwd", flop, io, f.core, 1 if chunk_tokens else 0, 0.0)
+    return Op("attn_prefill", "flash", "fwd", flop, io, f.core, 1 if chunk_tokens else 0, 0.0, head_dim=d_qk)
 
 
 def head_ops(model: Model, plan: ServingPlan, rows: float) -> list[Op]:
