@@ -111,3 +111,17 @@ def test_profile_usage_names_every_entry_read():
     assert profile_usage(tables, "bf16", {"scale_up"}) == (
         "calibration profile H100-SXM5-80GB used: matrix bf16: measured table (3 sizes, 0.20..0.80); HBM eff 0.85; "
         "kernel overhead 4.0 us; scale_up: busbw eff 0.80, alpha 3.0 us, measured busbw table (2 sizes)")
+
+
+def test_a_head_width_other_than_128_is_stated_with_its_rate():
+    """Llama-3 8B's heads are 128 wide: the profile's flash rate as it is, nothing added. The same model with 64-wide
+    heads (64 of them, GPT-OSS's shape) says how its kernel is rated: 408/609 = 0.67 forward and 417/499 = 0.84
+    backward (FlashAttention-3 Figs. 5-6); unfused attention has no such note."""
+    base = _scn(tp=8, gbs=2)
+    narrow = dataclasses.replace(base, model=dataclasses.replace(base.model, heads=64, head_dim=64))
+    assert predict(base, CAL).assumptions[1] == "attention kernel: flash (profile default)"
+    p = predict(narrow, CAL)
+    assert p.assumptions[1] == ("attention kernel: flash (profile default); head width 64: 0.67 of the profile's "
+                                "128-wide rate forward, 0.84 backward (cuDNN, FlashAttention-3 Figs. 5-6)")
+    unfused = dataclasses.replace(narrow, plan=dataclasses.replace(narrow.plan, attention="unfused"))
+    assert predict(unfused, CAL).assumptions[1] == "attention kernel: unfused"

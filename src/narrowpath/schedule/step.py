@@ -16,7 +16,7 @@ from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, in_flight_chunk_passes, stage_memory
 from narrowpath.cost.power import capped_device
-from narrowpath.cost.roofline import host_time_s, matrix_table, op_time_s
+from narrowpath.cost.roofline import flash_head_dim_rate, host_time_s, matrix_table, op_time_s
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
@@ -422,7 +422,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     assumptions = (
         profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "", "host")},
                       scn.system.device.name),
-        f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else ""),
+        f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else "")
+        + _head_width_note(scn.model.qk_head_dim if kernel == "flash" else 0),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
@@ -434,6 +435,14 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
                           assumptions)
+
+
+def _head_width_note(head_dim: float) -> str:
+    """How the flash kernel's head width rates it, when it is not the profile's 128 (cost.roofline)."""
+    if not head_dim or head_dim == 128:
+        return ""
+    return (f"; head width {head_dim:g}: {flash_head_dim_rate(head_dim, 'fwd'):.2f} of the profile's 128-wide rate "
+            f"forward, {flash_head_dim_rate(head_dim, 'bwd'):.2f} backward (cuDNN, FlashAttention-3 Figs. 5-6)")
 
 
 def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:

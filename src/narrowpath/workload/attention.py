@@ -15,7 +15,7 @@ from __future__ import annotations
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.items import Op
-from narrowpath.workload.ops import gemm, linear, vector
+from narrowpath.workload.ops import linear, vector
 from narrowpath.workload.precision import act_bytes, cached_bytes, core_dtype
 
 FLASH_BLOCK = 128  # FlashAttention tile size along the sequence (Dao 2023), for the causal work fraction
