@@ -150,3 +150,52 @@ def test_a_narrow_head_slows_a_compute_bound_flash_kernel_by_its_measured_rate()
     # a GEMM is not a tiled attention kernel: a head width on it changes nothing
     g = Op("qkv", "matrix", "fwd", 1e12, 1e6, "bf16")
     assert compute_time_s(g, DEV, CAL) == compute_time_s(dataclasses.replace(g, head_dim=64.0), DEV, CAL)
+
+
+def test_a_flash_kernel_waits_on_its_exponentials_where_the_sfus_are_slower():
+    """One exponential per score. The round device with 2e12 exp/s: a 64-wide forward of 1 TFLOP over 1e12/256 =
+    3.90625e9 scores (2·(64 + 64) FLOPs each). At the kernel's efficiency e = 0.8·1e12/(1e12 + 1e9)·0.5 its tensor
+    cores need 1e12/(1e15·e·408/609) = 3.735 ms, its exponentials 3.90625e9/(2e12·e) = 4.8877 ms: the kernel takes
+    the exponentials' time. A device that does not rate them (0) keeps the tensor-core time; so does a kernel that
+    computes no scores."""
+    e = 0.8 * 1e12 / (1e12 + 1e9) * 0.5
+    fa = Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16", head_dim=64.0, exps=1e12 / 256)
+    sfu = dataclasses.replace(DEV, peak_exp_per_s=2e12)
+    assert compute_time_s(fa, sfu, CAL) == pytest.approx(1e12 / 256 / (2e12 * e))
+    assert compute_time_s(fa, DEV, CAL) == pytest.approx(1e12 / (1e15 * e * 408 / 609))
+    assert compute_time_s(dataclasses.replace(fa, exps=0.0), sfu, CAL) == compute_time_s(fa, DEV, CAL)
+    fast = dataclasses.replace(DEV, peak_exp_per_s=8e12)  # SFUs 4x faster: the tensor cores bind again
+    assert compute_time_s(fa, fast, CAL) == compute_time_s(fa, DEV, CAL)
+
+
+def test_exponential_rates_follow_each_generation_sm():
+    """16 exp2 per clock per SM (CUDA C++ Programming Guide) against the dense BF16 tensor FLOPs of one SM per clock —
+    A100 2,048, H100 4,096, Blackwell 8,192 — so the SFUs deliver one exponential per 128, 256 and 512 tensor FLOPs;
+    Blackwell Ultra doubles the SFU rate: one per 256. The rates scale with a power cap's clock."""
+    from narrowpath.catalog import device, system
+    from narrowpath.cost.power import capped_device
+    for name, flops_per_exp in (("A100-SXM4-80GB", 128), ("H100-SXM5-80GB", 256), ("H200-SXM-141GB", 256),
+                                ("B200", 512), ("GB200", 512), ("B300", 256), ("GB300", 256)):
+        d = device(name)
+        assert d.peak_exp_per_s == pytest.approx(d.matrix_peak("bf16") / flops_per_exp, rel=1e-4), name
+    assert device("MI300X").peak_exp_per_s == 0.0  # not rated: no bound
+    capped = dataclasses.replace(system("dgx-b200"), power_limit_w=600.0)
+    d = capped_device(capped)
+    assert d.peak_exp_per_s / device("B200").peak_exp_per_s == pytest.approx(
+        d.matrix_peak("bf16") / device("B200").matrix_peak("bf16"))
+
+
+def test_on_blackwell_a_narrow_head_waits_on_its_exponentials_and_blackwell_ultra_lifts_it():
+    """A 64-wide flash forward (4·64 = 256 tensor FLOPs per score): on B200 one exponential per 512 tensor FLOPs, so
+    its exponentials take 2x its tensor-core work at the same efficiency — more than the measured 64-wide slowdown
+    (609/408 = 1.49x): exp-bound. On B300 (one per 256) they take 1x: the tensor cores (1.49x) bind. A 128-wide head
+    balances on B200 (1x): nothing changes there. Same work and calibration on both parts."""
+    from narrowpath.catalog import calibration_for, device
+    cal = calibration_for("B200")
+    fa = Op("flash_attn", "flash", "fwd", 1e13, 1e6, "bf16", head_dim=64.0, exps=1e13 / 256)
+    mma_only = compute_time_s(dataclasses.replace(fa, exps=0.0), device("B200"), cal)
+    assert compute_time_s(fa, device("B200"), cal) == pytest.approx(mma_only * 2 * 408 / 609, rel=1e-4)  # 4.3945e12
+    assert compute_time_s(fa, device("B300"), cal) == pytest.approx(mma_only)
+    wide = dataclasses.replace(fa, head_dim=128.0, exps=1e13 / 512)
+    assert compute_time_s(wide, device("B200"), cal) == pytest.approx(
+        compute_time_s(dataclasses.replace(wide, exps=0.0), device("B200"), cal), rel=1e-4)

@@ -86,6 +86,28 @@ def test_attention_fast_path_equals_the_roofline_at_every_size():
                                                               rel=1e-12)
 
 
+def test_attention_fast_path_equals_the_roofline_where_exponentials_bind():
+    """On B200 an FP8 KV cache runs the attention core in FP8, whose tensor-core rate leaves the SFUs' one
+    exponential per score the binding roof (cost.roofline.exp_time_s); a 64-wide-head model is exp-bound in any
+    format there. The affine fast path still equals the op roofline, prompt chunks and decodes alike."""
+    for mdl, kv in (("llama3-8b", "fp8"), ("llama3-8b", "bf16")):
+        m = model(mdl)
+        if kv == "bf16":
+            m = dataclasses.replace(m, heads=64, head_dim=64)
+        scn = ServingScenario(system=system("dgx-b200"), model=m, plan=ServingPlan(kv_precision=kv,
+                              weight_precision="fp8"), load=LOAD, num_gpus=1)
+        scn, _ = resolve_limits(resolve_formats(scn, ()))
+        cost = ServingCost(scn, 2048)
+        ops = cost.attention_ops(0, 0, 0, 700, 700 * 900, 1500)
+        from narrowpath.cost.roofline import compute_time_s, exp_time_s
+        assert any(compute_time_s(op, cost.dev, cost.cal) > compute_time_s(dataclasses.replace(op, exps=0.0),
+                                                                            cost.dev, cost.cal)
+                   for op, _ in ops), (mdl, kv)  # the exponentials bind somewhere
+        assert exp_time_s(0.0, cost.dev, 1.0) == 0.0
+        for args in ((3, 5000, 0, 0, 0), (0, 0, 700, 700 * 900, 1500), (40, 90000, 300, 300 * 2000, 4000)):
+            assert cost.attention_s(0, *args) == pytest.approx(cost.op_s(cost.attention_ops(0, *args)), rel=1e-12)
+
+
 def test_decode_attention_flops_scale_with_the_queries_per_sequence():
     """Each query of a sequence attends to its whole context: 3 queries per sequence, 3× the FLOPs of one."""
     cost = _cost(ServingPlan())

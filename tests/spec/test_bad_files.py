@@ -57,6 +57,10 @@ def test_missing_profile_file_says_so(tmp_path):
     (INLINE_SYSTEM.format(device="{name: d, peak_matrix_flop_per_s: 5}", tiers="[]"),
      "device[d].peak_matrix_flop_per_s: must be a mapping"),
     (INLINE_SYSTEM.format(device="{name: d, levels: 5}", tiers="[]"), "device[d].levels: must be a list"),
+    (INLINE_SYSTEM.format(device="{name: d, peak_matrix_flop_per_s: {bf16: 1e15}, peak_vector_flop_per_s: {}, peak_exp_per_s: -1, "
+                                 "levels: [{name: hbm, capacity_bytes: 1e10, bw_bytes_per_s: 1e12}]}", tiers="[]"),
+     "device[d].peak_exp_per_s"),
+    (INLINE_SYSTEM.format(device="{name: d, peak_exp_per_s: fast}", tiers="[]"), "device[d].peak_exp_per_s"),
     (INLINE_SYSTEM.format(device="{name: d, levels: [5]}", tiers="[]"), "device[d].levels[0]: must be a mapping"),
     ("system: dgx-h100\nmodel: llama3-8b\nplan: {bucket_bytes: [1]}\n", "plan.bucket_bytes: must be a number"),
     ("system: dgx-h100\nmodel: {hf_config: 5}\nplan: {}\n", "model.hf_config"),

@@ -85,11 +85,13 @@ def test_sliding_window_flash_computes_the_band_only():
     m = Model(layers=2, hidden=1024, heads=8, vocab=1000, seq_len=4096, sliding_window=128, sliding_window_every=2)
     (fa,) = attention_ops(m, Plan(), "flash", window=True)
     assert fa.flop == fa.useful_flop == 4_294_967_296
+    assert fa.exps == 8 * 4096 * 4096 / 16 == 8_388_608  # one exponential per score it computes
 
 
 def test_the_flash_kernel_carries_its_head_width_into_backward_and_recompute():
     """GPT-OSS-style heads of 64 (h 2880 over 64 query heads of kv_channels 64): the forward, its backward and a
-    recompute of it all carry head_dim 64, which cost.roofline rates at FlashAttention-3's measured 64-wide speed."""
+    recompute of it all carry head_dim 64, which cost.roofline rates at FlashAttention-3's measured 64-wide speed,
+    and one exponential per score."""
     from narrowpath.spec.model import Model
     from narrowpath.workload.ops import as_phase, backward_ops
     m = Model(layers=2, hidden=2880, heads=64, kv_heads=8, head_dim=64, vocab=1000, seq_len=4096)
@@ -97,6 +99,7 @@ def test_the_flash_kernel_carries_its_head_width_into_backward_and_recompute():
     (bwd,) = backward_ops([fa])
     (again,) = as_phase([fa], "recompute")
     assert (fa.head_dim, bwd.head_dim, again.head_dim) == (64, 64, 64)
+    assert bwd.exps == again.exps == fa.exps > 0  # the backward recomputes P = exp(S - LSE) once per score
     assert bwd.phase == "bwd" and again.phase == "recompute"
 
 

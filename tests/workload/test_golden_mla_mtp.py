@@ -79,6 +79,7 @@ def test_mla_flash_core_by_hand(mla_ops):
                                                                        83_886_080, 84_148_224)
     assert kv_pair_width_per_rank(deepseek_v3(), 8) == 5_120
     assert fa.head_dim == 192  # the kernel's tiles hold d_qk (cost.roofline.flash_head_dim_rate)
+    assert fa.exps == 16 * 4096 * 4096 * 0.515625 == 138_412_032  # one exponential per computed score
 
 
 def test_mla_parameters_per_rank_by_hand():

@@ -289,5 +289,8 @@ def test_prompt_attention_is_rated_by_its_head_width_and_decode_is_not():
     for m, d in ((model("llama3-70b"), 128), (model_from_dict(DSV3), 192)):
         p = ServingPlan()
         f = Formats.of(p, True, m)
-        assert prefill_attention_op(m, p, f, 1024, 1024 * 512, 1024).head_dim == d
-        assert decode_attention_op(m, p, f, 8, 8 * 2048).head_dim == 0
+        pre, dec = prefill_attention_op(m, p, f, 1024, 1024 * 512, 1024), decode_attention_op(m, p, f, 8, 8 * 2048)
+        assert (pre.head_dim, dec.head_dim) == (d, 0)
+        # one exponential per query-key pair and head: the prompt's causal pairs, every decode query's context
+        assert pre.exps == m.heads * 1024 * 512 and dec.exps == m.heads * 8 * 2048
+        assert decode_attention_op(m, p, f, 8, 8 * 2048, queries_per_seq=3.0).exps == 3 * dec.exps

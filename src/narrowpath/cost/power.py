@@ -39,4 +39,5 @@ def capped_device(system: System) -> Device:
         return dev
     scale = lambda table: MappingProxyType({k: v * f for k, v in table.items()})  # noqa: E731
     return dataclasses.replace(dev, peak_matrix_flop_per_s=scale(dev.peak_matrix_flop_per_s),
-                               peak_vector_flop_per_s=scale(dev.peak_vector_flop_per_s))
+                               peak_vector_flop_per_s=scale(dev.peak_vector_flop_per_s),
+                               peak_exp_per_s=dev.peak_exp_per_s * f)

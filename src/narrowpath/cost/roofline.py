@@ -90,8 +90,24 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
         size *= MMA_TILE_ROWS / op.rows
     eff = matrix_efficiency(size, op.dtype, cal)
     if op.kind == "flash":
-        eff *= cal.flash_efficiency * flash_head_dim_rate(op.head_dim, op.phase)
+        eff *= cal.flash_efficiency
+        mma = op.flop / (device.matrix_peak(op.dtype) * eff * flash_head_dim_rate(op.head_dim, op.phase))
+        return max(mma, exp_time_s(op.exps, device, eff))
     return op.flop / (device.matrix_peak(op.dtype) * eff)
+
+
+def exp_time_s(exps: float, device: Device, eff: float) -> float:
+    """Time a fused attention kernel's exponentials need on the special-function units at the fraction `eff` of
+    their peak the kernel reaches of the tensor cores' (one pipeline feeds both: FlashAttention-3 §3.1 overlaps the
+    softmax of one tile with the GEMMs of the next, so the kernel runs at the slower of the two); 0 on a device that
+    does not rate them. Per score the tensor cores do 2·(d_qk + d_v) FLOPs forward and the SFUs one exponential:
+    at 16 exponentials per clock per SM (CUDA C++ Programming Guide, arithmetic instruction throughput) against a
+    Blackwell SM's 8,192 dense BF16 FLOPs per clock the two balance at head width 128, so a 64-wide head waits on its
+    exponentials and FP8 attention at 128 too; Hopper's 4,096 balance at 64; Blackwell Ultra doubles the SFU rate
+    (NVIDIA, 'Making Softmax More Efficient with NVIDIA Blackwell Ultra', 2026)."""
+    if exps <= 0 or device.peak_exp_per_s <= 0:
+        return 0.0
+    return exps / (device.peak_exp_per_s * eff)
 
 
 def hbm_bytes(op: Op, device: Device) -> float:

@@ -22,6 +22,7 @@ kernels keep the routing on the device.
 """
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -212,9 +213,10 @@ class ServingCost:
         base = self.attention_ops(stage, 1.0, 1.0, 0.0, 0.0, 0.0) + self.attention_ops(stage, 0.0, 0.0, 1.0, 1.0, 1.0)
         probe = self.attention_ops(stage, 2.0, 3.0, 0.0, 0.0, 0.0) + self.attention_ops(stage, 0.0, 0.0, 2.0, 3.0, 5.0)
         for (op1, n), (op2, _) in zip(base, probe):
-            big = Op(op1.name, op1.kind, "fwd", op1.flop * 1e6, 1.0, op1.dtype, 1)
-            c_big, c_2big = compute_time_s(big, self.dev, self.cal), compute_time_s(
-                Op(op1.name, op1.kind, "fwd", op1.flop * 2e6, 1.0, op1.dtype, 1), self.dev, self.cal)
+            # the op itself scaled up (its head width and exponentials per FLOP kept: both rate it linearly)
+            big, big2 = (dataclasses.replace(op1, flop=op1.flop * k, exps=op1.exps * k, hbm_bytes=1.0, kernels=1)
+                         for k in (1e6, 2e6))
+            c_big, c_2big = compute_time_s(big, self.dev, self.cal), compute_time_s(big2, self.dev, self.cal)
             c1 = (c_2big - c_big) / (op1.flop * 1e6)
             c0 = c_big - c1 * op1.flop * 1e6
             bw = memory_time_s(Op(op1.name, "vector", "fwd", 0.0, 1.0, op1.dtype), self.dev, self.cal)

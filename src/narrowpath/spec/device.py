@@ -59,6 +59,9 @@ class Device:
     (`transformer_engine.pytorch.utils.is_non_tn_fp8_gemm_supported`: compute capability 10.x-11.x or >= 13; not
     Hopper, not the 12.x RTX Blackwell parts). Block-scaled formats still need both copies (their scales run along
     different axes)."""
+    peak_exp_per_s: float = 0.0
+    """Exponentials per second of the special-function units (MUFU.EX2), at the clock of the matrix peak; 0 = not
+    rated (no bound). A fused attention kernel takes one per score it computes (cost.roofline)."""
     tdp_w: float = 0.0
     """Board power limit, watts; 0 = unknown."""
     idle_w: float = 0.0
@@ -88,6 +91,7 @@ class Device:
         for flag in ("block_scaled_formats", "fp8_any_layout"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"device[{self.name}].{flag}", f"must be true or false, got {getattr(self, flag)!r}")
+        positive_float(f"device[{self.name}].peak_exp_per_s", self.peak_exp_per_s, allow_zero=True)
         positive_float(f"device[{self.name}].tdp_w", self.tdp_w, allow_zero=True)
         positive_float(f"device[{self.name}].idle_w", self.idle_w, allow_zero=True)
 

@@ -182,7 +182,7 @@ def device_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Dev
                                {k: (_num(f"{where}.levels[{i}].{k}", v) if k != "name" else v)
                                 for k, v in _mapping(f"{where}.levels[{i}]", lv).items()})
                         for i, lv in enumerate(levels))
-    for key in ("tdp_w", "idle_w"):
+    for key in ("tdp_w", "idle_w", "peak_exp_per_s"):
         if key in d:
             d[key] = float(_num(f"{where}.{key}", d[key]))
     return _build(Device, where, d)

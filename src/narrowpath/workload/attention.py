@@ -67,7 +67,7 @@ def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd", win
         kept_out = out_bytes if e5m6 is None else b * s * a_t * d_v * e5m6
         saved = q_bytes + k_bytes + v_bytes + kept_out + 4 * b * a_t * s  # Q, K, V, O and the fp32 log-sum-exp
         return [Op("flash_attn", "flash", phase, full * frac, io, dt, 1, 0.0, model_flop=full * frac
-                   if window else full, saved_bytes=saved, head_dim=d_qk)]
+                   if window else full, saved_bytes=saved, exps=b * a_t * s * s_kv * frac, head_dim=d_qk)]
     S2 = b * a_t * s * s_kv  # score elements
     scores = Op("attn_scores", "matrix", phase, 2.0 * S2 * d_qk, q_bytes + b * s_kv * kv_t * d_qk * A + S2 * A, dt,
                 1, 0.0, saved_bytes=q_bytes + k_bytes + v_bytes)  # the core's inputs Q, K (and V for AV)

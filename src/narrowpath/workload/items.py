@@ -50,6 +50,10 @@ class Op:
     rows: float = 0.0
     """Rows (tokens) of one group's left operand of a GEMM built with its shape (workload.ops.gemm); 0 when not
     known. cost.roofline prices a GEMM of fewer rows than one MMA tile as a weight stream."""
+    exps: float = 0.0
+    """Exponentials per execution on the special-function units: a fused attention kernel's one per score it
+    computes (forward: the softmax; backward: P recomputed from the saved log-sum-exp). cost.roofline bounds the
+    kernel by them on a device that rates them (Device.peak_exp_per_s)."""
     head_dim: float = 0.0
     """Query-key head width of a fused (flash) attention kernel — its tiles' depth; cost.roofline rates the kernel by
     it (`flash_head_dim_rate`). 0: not a tiled attention kernel, or one the head-width measurements do not cover."""

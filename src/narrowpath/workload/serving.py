@@ -255,7 +255,8 @@ def decode_attention_op(model: Model, plan: ServingPlan, f: Formats, seqs: float
     flop = 2.0 * a_t * (d_qk + d_v) * context_tokens * queries_per_seq
     io = context_tokens * kv_bytes_per_token_layer(model, plan) * kv_reads \
         + seqs * queries_per_seq * a_t * (d_qk + d_v) * ACT_BYTES
-    return Op("attn_decode", "flash", "fwd", flop, io, f.core, 1 if seqs else 0, 0.0)
+    return Op("attn_decode", "flash", "fwd", flop, io, f.core, 1 if seqs else 0, 0.0,
+              exps=a_t * context_tokens * queries_per_seq)
 
 
 def prefill_attention_op(model: Model, plan: ServingPlan, f: Formats, chunk_tokens: float, pair_tokens: float,
@@ -271,7 +272,8 @@ def prefill_attention_op(model: Model, plan: ServingPlan, f: Formats, chunk_toke
     else:
         kv_read = context_tokens * kv_bytes_per_token_layer(model, plan)
     io = kv_read + chunk_tokens * a_t * (d_qk + d_v) * ACT_BYTES
-    return Op("attn_prefill", "flash", "fwd", flop, io, f.core, 1 if chunk_tokens else 0, 0.0, head_dim=d_qk)
+    return Op("attn_prefill", "flash", "fwd", flop, io, f.core, 1 if chunk_tokens else 0, 0.0,
+              exps=a_t * pair_tokens, head_dim=d_qk)
 
 
 def head_ops(model: Model, plan: ServingPlan, rows: float) -> list[Op]:
