@@ -13,7 +13,8 @@ tokens, decodes, context read, prompt pairs), priced with the same ops and trans
   per GPU / HBM peak bandwidth (the memory-bandwidth utilisation of decoding, Databricks 2023 'LLM inference
   performance engineering').
 - Time split: the mean iteration's GPU time by what bounds each op, plus `host: executor per-request work` when the
-  serving stack's per-request host work (schedule.serving_cost.host_bookkeeping_s) outlasts that GPU time.
+  serving stack's per-request host work (schedule.serving_cost.host_bookkeeping_s) outlasts that GPU time — or all
+  of it under a pipeline loop that runs it between the stages' forwards (stack `pp_host_serial`, pp > 1).
 """
 from __future__ import annotations
 
@@ -181,7 +182,9 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     # the executor's per-request host work where it outlasts the mean iteration's GPU work (serving_cost; the
     # mean iteration's, so a run that is host-bound only in some iterations shows less than it loses there)
     host = host_bookkeeping_s(cost.host_per_request_s, max(mean.decodes, mean.output_tokens), p.pp)
-    if host > sum(split.values()):
+    if cost.pp_host_serial and p.pp > 1:  # a pipeline loop that waits on each stage: all of it between the forwards
+        split[HOST_KEY] = host
+    elif host > sum(split.values()):
         split[HOST_KEY] = host - sum(split.values())
     total = sum(split.values())
     split = {k: v / total for k, v in split.items()} if total > 0 else split

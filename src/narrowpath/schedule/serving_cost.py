@@ -53,6 +53,16 @@ def token_grid(max_tokens: int) -> np.ndarray:
     return np.unique(np.asarray(pts, dtype=float))
 
 
+def pp_serial_period_s(stage_s: list[float], host_s: float) -> float:
+    """Period of a micro-batch under a pipeline loop that waits for each stage's forward before its host work
+    (TensorRT-LLM 1.0 PyExecutor._executor_loop_pp: a non-last rank's `_forward_step_inter_pp` ends in
+    `sampler_event.synchronize()`, then receives the next micro-batch's tokens, updates and answers the oldest one's
+    requests and schedules the next before launching it; pp micro-batches in flight, one per rank at a time): each
+    rank spends its stage's GPU time plus `host_s` per micro-batch in turn, so a micro-batch comes round every
+    pp · (slowest stage + host_s) — never faster than its own pass through all stages."""
+    return max(sum(stage_s), len(stage_s) * (max(stage_s) + host_s))
+
+
 def host_bookkeeping_s(per_request_s: float, requests: float, pp: int = 1) -> float:
     """Host time a Python executor loop spends per iteration on the requests of one lane — scheduling, input
     preparation, sampler post-processing and response handling, request by request. Under an overlap scheduler
@@ -83,6 +93,7 @@ class ServingCost:
         stack = serving_stack(p.framework)
         self.eager_prefill = bool(stack.get("eager_prefill", False))
         self.host_per_request_s = float(stack.get("host_per_request_s", 0.0))
+        self.pp_host_serial = bool(stack.get("pp_host_serial", False))
         self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
         self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)
@@ -292,7 +303,12 @@ class ServingCost:
                 if s == pp - 1:
                     t += self.head_time_s(rows)
                 stage_t.append(t + (launch[s] if launch is not None else 0.0))
-            gpu = max(sum(stage_t), pp * max(stage_t)) + extra_gpu_s
+            if self.pp_host_serial:  # the host's work per micro-batch sits between its stages' forwards
+                gpu = pp_serial_period_s(stage_t, host_bookkeeping_s(self.host_per_request_s, requests)) \
+                    + extra_gpu_s
+                host = 0.0
+            else:
+                gpu = max(sum(stage_t), pp * max(stage_t)) + extra_gpu_s
         if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
             host += float(self.kernels.sum()) * self.cal.host_dispatch_s
         return max(gpu, host)
