@@ -199,3 +199,15 @@ def test_on_blackwell_a_narrow_head_waits_on_its_exponentials_and_blackwell_ultr
     wide = dataclasses.replace(fa, head_dim=128.0, exps=1e13 / 512)
     assert compute_time_s(wide, device("B200"), cal) == pytest.approx(
         compute_time_s(dataclasses.replace(wide, exps=0.0), device("B200"), cal), rel=1e-4)
+
+
+def test_flash_rates_hold_their_ends_and_exponentials_count_from_one():
+    """Below the narrowest measured head (64) the rate stays at 64's: a 1-wide or half-wide head is not the profile's
+    128-wide kernel. One exponential on a device rated 2e12/s at efficiency 0.5 takes 1/(2e12·0.5) = 1 ps, and on a
+    (silly) device rated 1 exponential a second 2 of them at 0.5 take 4 s: any positive rate bounds, 0 means unrated."""
+    assert flash_head_dim_rate(1, "fwd") == flash_head_dim_rate(0.5, "fwd") == pytest.approx(408 / 609)
+    assert flash_head_dim_rate(1, "bwd") == pytest.approx(417 / 499)
+    from narrowpath.cost.roofline import exp_time_s
+    assert exp_time_s(1.0, dataclasses.replace(DEV, peak_exp_per_s=2e12), 0.5) == pytest.approx(1e-12)
+    assert exp_time_s(2.0, dataclasses.replace(DEV, peak_exp_per_s=1.0), 0.5) == pytest.approx(4.0)
+    assert exp_time_s(2.0, DEV, 0.5) == 0.0

@@ -121,19 +121,20 @@ def test_a_sliding_window_model_prices_each_prompt_op_on_the_roofline():
 def test_an_eager_prompt_iteration_runs_at_the_hosts_dispatch_pace():
     """TensorRT-LLM 1.0 (PyTorch backend: eager_prefill, 29 us of host work per request) on Llama-3 8B with a
     profile whose host takes 1 ms to dispatch a kernel: a layer issues 8 kernels (add+norm, qkv, qkv preprocess,
-    o_proj, add+norm, mlp up, act, down), the embedding one more: 8·32 + 1 = 257 kernels, 0.257 s. A prompt-only
-    iteration (512 tokens, one request) is then host-bound: 29e-6 + 0.257 s; a decode-only iteration replays a
-    CUDA graph and pays no dispatch."""
+    o_proj, add+norm, mlp up, act, down), the embedding one more: 8·32 + 1 = 257 token-op kernels; the host also
+    issues each layer's attention core (32) and the output layer's 4 (final norm, logits, their gather, sampling):
+    293 kernels, 0.293 s. A prompt-only iteration (512 tokens, one request) is then host-bound: 29e-6 + 0.293 s; a
+    decode-only iteration replays a CUDA graph and pays no dispatch."""
     base = _cost(ServingPlan(framework="TensorRT-LLM 1.0"))
     cal = dataclasses.replace(base.cal, host_dispatch_s=1e-3)
     cost = ServingCost(base.scn, 2048, cal)
     assert cost.eager_prefill and cost.host_per_request_s == 29e-6
-    assert float(cost.kernels.sum()) == 257
+    assert float(cost.kernels.sum()) == 257 and cost.stage_kernels == [293.0]
     pairs = 512 * 513 / 2
     gpu = cost.token_time_s(0, 512) + cost.attention_s(0, 0, 0, 512, pairs, 512) + cost.head_time_s(1)
-    assert 0 < gpu < 0.257
-    assert cost.iteration_s(512, 0, 0, 512, pairs, 512, 1) == pytest.approx(29e-6 + 0.257, rel=1e-12)
-    assert cost.iteration_s(8, 8, 8 * 512) < 0.257 / 2
+    assert 0 < gpu < 0.293
+    assert cost.iteration_s(512, 0, 0, 512, pairs, 512, 1) == pytest.approx(29e-6 + 0.293, rel=1e-12)
+    assert cost.iteration_s(8, 8, 8 * 512) < 0.293 / 2
 
 
 def test_two_instances_that_exactly_fill_a_domain_hand_off_over_nvlink():
@@ -232,9 +233,9 @@ def test_a_prompt_iteration_is_priced_with_its_prompt_tokens():
 def test_a_pending_prompt_chunk_still_costs_its_requests_bookkeeping(monkeypatch):
     """TensorRT-LLM 1.0 with chunked prefill, a 256-token budget and one 600-token prompt, under a stack whose
     executor spends 0.1 s per request: the first iteration runs a 256-token chunk that does not finish the prompt,
-    yet the executor handles that request, so the iteration takes its 0.1 s plus the eager dispatch of the 257
-    kernels of Llama-3 8B (8 per layer · 32 + the embedding) at the profile's host_dispatch_s — the GPU's part
-    (256 tokens, well under 0.1 s) hidden behind it."""
+    yet the executor handles that request, so the iteration takes its 0.1 s plus the eager dispatch of the 293
+    kernels of Llama-3 8B (8 per layer · 32 + the embedding, one attention core per layer, the output layer's 4) at
+    the profile's host_dispatch_s — the GPU's part (256 tokens, well under 0.1 s) hidden behind it."""
     real = serving_cost_mod.serving_stack
 
     def slow_host(framework):
@@ -245,10 +246,10 @@ def test_a_pending_prompt_chunk_still_costs_its_requests_bookkeeping(monkeypatch
     first = run.result.log[0]
     assert (first.decodes, first.prompt_tokens) == (0, 256)
     c = run.cost
-    assert c.host_per_request_s == 0.1 and float(c.kernels.sum()) == 257
+    assert c.host_per_request_s == 0.1 and float(c.kernels.sum()) == 257 and c.stage_kernels == [293.0]
     gpu = c.token_time_s(0, 256) + c.attention_s(0, 0, 0, 256, 256 * 257 / 2, 256)
     assert gpu < 0.05
-    assert first.duration_s == pytest.approx(0.1 + 257 * c.cal.host_dispatch_s, rel=1e-12)
+    assert first.duration_s == pytest.approx(0.1 + 293 * c.cal.host_dispatch_s, rel=1e-12)
 
 
 def test_a_sliding_window_model_decodes_through_the_simulator():
@@ -371,3 +372,16 @@ def test_serve_figures_carry_both_throughputs():
     assert set(fig) == {"output_tokens_per_s", "total_tokens_per_s", "ttft_s", "tpot_s", "e2e_latency_s"}
     assert fig["total_tokens_per_s"] == pytest.approx(9 * fig["output_tokens_per_s"], rel=1e-12)
     assert fig["output_tokens_per_s"] > 0
+
+
+def test_each_pipeline_rank_issues_only_its_own_stages_kernels():
+    """Under pp 2 an eager prompt iteration is issued by two host threads, one per rank, each its own stage's
+    kernels (16 layers: 16·(8 + 1) = 144, plus the embedding's 1 on the first and the output layer's 4 on the last):
+    at 1 ms a kernel a stage takes 145 ms and 148 ms of issuing, so the micro-batch period is 2 · (0.148 s + 29 µs of
+    bookkeeping) under TensorRT-LLM 1.0's serial pipeline loop — not the 293 kernels of both stages on one thread."""
+    base = _cost(ServingPlan(pp=2, framework="TensorRT-LLM 1.0"))
+    cal = dataclasses.replace(base.cal, host_dispatch_s=1e-3)
+    cost = ServingCost(base.scn, 2048, cal)
+    assert cost.stage_kernels == [145.0, 148.0]
+    pairs = 512 * 513 / 2
+    assert cost.iteration_s(512, 0, 0, 512, pairs, 512, 1) == pytest.approx(2 * (0.148 + 29e-6), rel=1e-12)

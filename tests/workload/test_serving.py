@@ -294,3 +294,14 @@ def test_prompt_attention_is_rated_by_its_head_width_and_decode_is_not():
         # one exponential per query-key pair and head: the prompt's causal pairs, every decode query's context
         assert pre.exps == m.heads * 1024 * 512 and dec.exps == m.heads * 8 * 2048
         assert decode_attention_op(m, p, f, 8, 8 * 2048, queries_per_seq=3.0).exps == 3 * dec.exps
+
+
+def test_serving_attention_cores_are_forward_flash_kernels_that_read_no_weights():
+    """The prompt and decode attention cores are fused (flash) forward kernels named for what they run; they read
+    the KV cache and activations, no weights (weight_bytes 0: the accounts' weight traffic leaves them out)."""
+    from narrowpath.workload.serving import decode_attention_op, prefill_attention_op
+    m, p = model("llama3-70b"), ServingPlan()
+    f = Formats.of(p, True, m)
+    pre, dec = prefill_attention_op(m, p, f, 512, 512 * 256, 512), decode_attention_op(m, p, f, 4, 4 * 1000)
+    assert (pre.name, pre.kind, pre.phase, pre.weight_bytes) == ("attn_prefill", "flash", "fwd", 0.0)
+    assert (dec.name, dec.kind, dec.phase, dec.weight_bytes) == ("attn_decode", "flash", "fwd", 0.0)

@@ -104,6 +104,11 @@ class ServingCost:
         self.tok_s = np.array([[self._token_time(s, T) for T in self.grid] for s in range(p.pp)])
         self.head_s = np.array([self._head_time(n) for n in self.grid])
         self.kernels = np.array([sum(op.kernels * c for op, c in self.token_ops(s, 8.0)) for s in range(p.pp)])
+        head_kernels = sum(op.kernels for op, _ in self.head(1.0)[0])
+        self.stage_kernels = [float(self.kernels[s]) + len(self.stages[s]) + (head_kernels if s == p.pp - 1 else 0.0)
+                              for s in range(p.pp)]
+        """Kernels a stage's host issues per iteration: its layer ops, one attention core per layer and, on the last
+        stage, the output layer."""
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
         self.launch_s = self._launch_times() if stack.get("host_sync_per_step") else None
         self._handoff: dict[int, float] = {}
@@ -199,13 +204,7 @@ class ServingCost:
     def _launch_times(self) -> list[float]:
         """Host time to enqueue one iteration of each stage, kernel by kernel (the profile's host_dispatch_s per
         kernel): the stage's layer ops, one attention core per layer and, on the last stage, the output layer."""
-        out = []
-        for s in range(self.scn.plan.pp):
-            kernels = float(self.kernels[s]) + len(self.stages[s])
-            if s == self.scn.plan.pp - 1:
-                kernels += sum(op.kernels for op, _ in self.head(1.0)[0])
-            out.append(kernels * self.cal.host_dispatch_s)
-        return out
+        return [k * self.cal.host_dispatch_s for k in self.stage_kernels]
 
     def _head_time(self, rows: float) -> float:
         ops, trs = self.head(rows)
@@ -283,9 +282,14 @@ class ServingCost:
 
         GPU time: the stages' sum, or pp × the slowest stage when that is longer (GPipe steady state). Host time on
         the executor's thread, overlapped with the GPU: the per-request bookkeeping (`host_bookkeeping_s`) plus, in
-        an eager prompt iteration, the framework's kernel-by-kernel dispatch; the iteration takes the longer of the
-        two. A static session that enqueues only after the previous step (`launch_s`) adds its host time instead."""
+        an eager prompt iteration, the framework's kernel-by-kernel dispatch of every kernel the stage issues
+        (`stage_kernels`; with pp > 1 each rank's host issues its own stage, which then runs no faster than that);
+        the iteration takes the longer of the two. Under a pipeline loop that waits on each stage before its host
+        work (`pp_host_serial`) a micro-batch comes round every pp · (slowest stage + bookkeeping)
+        (`pp_serial_period_s`). A static session that enqueues only after the previous step (`launch_s`) adds its
+        host time instead."""
         pp = self.scn.plan.pp
+        eager = bool(pre_tokens and self.eager_prefill and self.cal.host_dispatch_s)  # the host issues each kernel
         rows = dec_seqs if rows is None else rows
         requests = max(dec_seqs, rows) if requests is None else requests
         host = host_bookkeeping_s(self.host_per_request_s, requests, pp)
@@ -302,6 +306,8 @@ class ServingCost:
                                                                queries_per_seq)
                 if s == pp - 1:
                     t += self.head_time_s(rows)
+                if eager:  # a stage runs no faster than its rank's host issues its kernels
+                    t = max(t, self.stage_kernels[s] * self.cal.host_dispatch_s)
                 stage_t.append(t + (launch[s] if launch is not None else 0.0))
             if self.pp_host_serial:  # the host's work per micro-batch sits between its stages' forwards
                 gpu = pp_serial_period_s(stage_t, host_bookkeeping_s(self.host_per_request_s, requests)) \
@@ -309,8 +315,8 @@ class ServingCost:
                 host = 0.0
             else:
                 gpu = max(sum(stage_t), pp * max(stage_t)) + extra_gpu_s
-        if pre_tokens and self.eager_prefill and self.cal.host_dispatch_s:  # eager iteration: the host may set the pace
-            host += float(self.kernels.sum()) * self.cal.host_dispatch_s
+        if eager and pp == 1:  # the same thread issues the kernels and does the bookkeeping
+            host += self.stage_kernels[0] * self.cal.host_dispatch_s
         return max(gpu, host)
 
     def handoff_s(self, prompt_tokens: int) -> float:
