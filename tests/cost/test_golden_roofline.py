@@ -208,6 +208,7 @@ def test_flash_rates_hold_their_ends_and_exponentials_count_from_one():
     assert flash_head_dim_rate(1, "fwd") == flash_head_dim_rate(0.5, "fwd") == pytest.approx(408 / 609)
     assert flash_head_dim_rate(1, "bwd") == pytest.approx(417 / 499)
     from narrowpath.cost.roofline import exp_time_s
-    assert exp_time_s(1.0, dataclasses.replace(DEV, peak_exp_per_s=2e12), 0.5) == pytest.approx(1e-12)
+    assert exp_time_s(1.0, dataclasses.replace(DEV, peak_exp_per_s=2e12), 0.5) == pytest.approx(1e-12, rel=1e-9,
+                                                                                                 abs=0.0)
     assert exp_time_s(2.0, dataclasses.replace(DEV, peak_exp_per_s=1.0), 0.5) == pytest.approx(4.0)
     assert exp_time_s(2.0, DEV, 0.5) == 0.0

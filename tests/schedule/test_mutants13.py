@@ -160,3 +160,21 @@ def test_unpublished_knobs_are_chosen_with_the_calibration_the_prediction_uses()
     assert predict(open_).scenario.plan.zero_stage != best
     same = resolve_open_knobs(open_, lambda x: predict(x, free))
     assert same.plan.zero_stage == best
+
+
+def test_an_expert_exchange_that_never_leaves_its_node_hides_nothing_and_costs_nothing():
+    """DeepSeek-V3 with node-limited routing to one node (max_nodes 1), a deduplicating dispatch overlapped with the
+    partner pass (ep_overlap), ep 8, on a system of one GPU per node and per scale-up domain: every token's experts
+    sit on its own node, so the inter-node leg of the exchange moves 0 bytes and its pass-pair overlap has 0 to hide;
+    the prediction is a finite step time and that leg exposes nothing (no 0/0 in the share of the hidden time)."""
+    s = load_scenario("deepseek-v3-h800-2048")
+    m = dataclasses.replace(s.model, moe=dataclasses.replace(s.model.moe, max_nodes=1))
+    plan = dataclasses.replace(s.plan, tp=8, dp=s.plan.dp // 8, ep=8, ep_dispatch="dedup", ep_overlap=True, etp=1)
+    sysm = s.system
+    tiers = tuple(dataclasses.replace(t, domain_size=1) if t.name == "scale_up" else t for t in sysm.tiers)
+    one = dataclasses.replace(sysm, tiers=tiers, gpus_per_node=1, name=sysm.name + "-1gpu")
+    p = predict(dataclasses.replace(s, model=m, plan=plan, system=one, open_knobs=()))
+    assert 0 < p.step_time_s < float("inf")
+    inter = [t for t in p.transfers if t.axis == "ep_inter"]
+    assert all(t.exposed_s == 0.0 for t in inter)
+

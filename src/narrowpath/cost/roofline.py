@@ -98,7 +98,7 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
 
 def exp_time_s(exps: float, device: Device, eff: float) -> float:
     """Time a fused attention kernel's exponentials need on the special-function units at the fraction `eff` of
-    their peak the kernel reaches of the tensor cores' (one pipeline feeds both: FlashAttention-3 §3.1 overlaps the
+    their peak the kernel reaches of the tensor cores' (one pipeline feeds both: FlashAttention-3 §3.2 overlaps the
     softmax of one tile with the GEMMs of the next, so the kernel runs at the slower of the two); 0 on a device that
     does not rate them. Per score the tensor cores do 2·(d_qk + d_v) FLOPs forward and the SFUs one exponential:
     at 16 exponentials per clock per SM (CUDA C++ Programming Guide, arithmetic instruction throughput) against a
