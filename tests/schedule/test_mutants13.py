@@ -86,7 +86,7 @@ def test_a_collective_with_nothing_to_move_says_none():
     lone = span_of(1, ranks_per_domain=1, domains=1, axis="dp")
     pair = span_of(2, ranks_per_domain=2, domains=1, axis="dp")
     for c in (collective_time("all_reduce", 1e6, lone, sysm, cal), collective_time("all_gather", 0.0, pair, sysm, cal)):
-        assert (c.time_s, c.algorithm, c.bottleneck_tier) == (0.0, "none", "none")
+        assert (c.time_s, c.algorithm, c.bottleneck_tier, c.protocol) == (0.0, "none", "none", "")
 
 
 def test_ring_flows_follow_the_rails_or_the_ring_itself():

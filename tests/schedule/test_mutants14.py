@@ -82,3 +82,16 @@ def test_a_tied_embedding_is_synchronised_once_per_step_and_fully_exposed():
     (tied,) = [t for t in p.transfers if t.name == "pp.tied_embedding_all_reduce"]
     assert tied.total_s > 0 and tied.exposed_s == tied.total_s
     assert tied.message_bytes == pytest.approx(m.vocab * m.hidden / 4 * 4)  # fp32 gradients of the tp shard
+
+
+def test_no_tokens_means_no_routing_imbalance():
+    """The busiest expert rank's excess over the mean is 1 + sqrt(2·ln(ep)/copies) (the max of ep balanced
+    multinomial loads): with 64 token copies per rank over ep 8 it is 1 + sqrt(2·ln 8 / 64) = 1.2549; a rank that
+    receives no copies has no busiest share to exceed (1.0, not a division by zero), nor does ep 1."""
+    import math
+    from narrowpath.workload.moe import routing_imbalance
+    plan = Plan(dp=8, ep=8, gbs=8)
+    assert routing_imbalance(plan, 64.0) == pytest.approx(1 + math.sqrt(2 * math.log(8) / 64))
+    assert routing_imbalance(plan, 0.0) == 1.0
+    assert routing_imbalance(Plan(), 64.0) == 1.0
+
