@@ -57,6 +57,12 @@ def test_open_tp_and_pp_on_two_gpus_offer_both_splits():
     scn = _scn(ServingPlan(tp=2))
     assert sorted((c.tp, c.pp) for c in layout_candidates(scn, ("tp", "pp"))) == [(1, 2), (2, 1)]
     assert [(c.tp, c.pp) for c in layout_candidates(scn, ("pp",))] == [(2, 1)]
+    # the placeholder does not matter: from tp 1, pp 2 (the same 2 GPUs) tp 2 is offered too, and on 8 GPUs
+    # (tp 1, pp 8) every split tp·pp = 8 the model admits
+    two = _scn(ServingPlan(tp=1, pp=2))
+    assert sorted((c.tp, c.pp) for c in layout_candidates(two, ("tp", "pp"))) == [(1, 2), (2, 1)]
+    eight = _scn(ServingPlan(tp=1, pp=8))
+    assert sorted((c.tp, c.pp) for c in layout_candidates(eight, ("tp", "pp"))) == [(1, 8), (2, 4), (4, 2), (8, 1)]
 
 
 def test_no_layout_that_serves_the_load_names_the_open_knob():

@@ -18,7 +18,8 @@ def layout_candidates(scn: ServingScenario, open_knobs: tuple[str, ...]) -> list
     """Consistent plans varying the open knobs over the divisors that keep the GPU count."""
     p, m = scn.plan, scn.model
     out = []
-    tps = _divisors(p.instance_gpus // p.pp // p.dp * p.tp) if "tp" in open_knobs else [p.tp]
+    # tp and pp share the instance's GPUs over its dp ranks: any tp dividing them (the product is checked below)
+    tps = _divisors(p.instance_gpus // p.dp) if "tp" in open_knobs else [p.tp]
     for tp in tps:
         pps = _divisors(p.instance_gpus // (tp * p.dp)) if "pp" in open_knobs else [p.pp]
         for pp in pps:
