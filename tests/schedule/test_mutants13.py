@@ -9,7 +9,6 @@ import pytest
 
 from narrowpath.catalog import calibration_for, load_scenario, model, system
 from narrowpath.cost.collectives import collective_time
-from narrowpath.cost.memory import layer_activation_bytes
 from narrowpath.errors import SpecError
 from narrowpath.network.contention import ring_pairs
 from narrowpath.network.fabric import FabricSpec
@@ -42,21 +41,6 @@ def test_op_names_carry_at_most_one_suffix():
             names = {op.name for st in wl.stages for op, _ in st.ops} | {op.name for op, _ in wl.optimizer_ops}
             assert all(n.count(".") <= 1 for n in names), sorted(n for n in names if n.count(".") > 1)
 
-
-def test_recomputing_the_core_and_the_norms_drops_both_sets():
-    """DeepSeek-V3 (MLA and MoE: both norms are modules of their own) with the unfused attention core: `core_attn`
-    discards what the softmax, dropout and weighted sum keep, `layernorm` what the norms' consumers keep — disjoint
-    sets, so recomputing both saves exactly the sum of what each saves alone."""
-    s = load_scenario("deepseek-v3-h800-2048")
-
-    def kept(mods):
-        plan = dataclasses.replace(s.plan, recompute="selective" if mods else "none", recompute_modules=mods,
-                                   activation_cache="default")
-        return layer_activation_bytes(dataclasses.replace(s, plan=plan), "unfused", moe_layer=True)
-
-    none, core, ln = kept(()), kept(("core_attn",)), kept(("layernorm",))
-    assert none - core > 0 and none - ln > 0
-    assert none - kept(("core_attn", "layernorm")) == pytest.approx((none - core) + (none - ln))
 
 
 def test_the_balancing_split_prices_a_layer_at_the_busiest_middle_stage():

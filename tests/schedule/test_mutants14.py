@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from narrowpath.catalog import load_scenario, model, system
-from narrowpath.cost.memory import layer_activation_bytes
+from narrowpath.catalog import model, system
 from narrowpath.schedule.step import predict
 from narrowpath.spec import Plan, Scenario
 from narrowpath.spec.model import Model
@@ -35,20 +34,6 @@ def test_the_weight_transpose_is_element_wise_work():
     op = weight_transpose_op("optimizer", 1e9)
     assert (op.kind, op.flop, op.hbm_bytes, op.transpose_bytes) == ("vector", 0.0, 2e9, 2e9)
 
-
-def test_recomputing_the_expert_activation_and_the_shared_experts_drops_both():
-    """On a DeepSeek-V3 MoE layer `moe_act` discards the routed experts' down-projection input and `shared_experts`
-    the shared expert's whole block: disjoint sets, so recomputing both saves exactly the sum of what each saves."""
-    s = load_scenario("deepseek-v3-h800-2048")
-
-    def kept(mods):
-        plan = dataclasses.replace(s.plan, recompute="selective" if mods else "none", recompute_modules=mods,
-                                   activation_cache="default")
-        return layer_activation_bytes(dataclasses.replace(s, plan=plan), "flash", moe_layer=True)
-
-    none, act, shared = kept(()), kept(("moe_act",)), kept(("shared_experts",))
-    assert none - act > 0 and none - shared > 0
-    assert none - kept(("moe_act", "shared_experts")) == pytest.approx((none - act) + (none - shared))
 
 
 def test_a_multi_token_prediction_layer_costs_what_the_models_last_layer_costs():

@@ -212,3 +212,18 @@ def test_recomputed_unfused_core_of_a_window_layer_costs_its_forward_core():
         for op in again:
             assert (op.flop, op.hbm_bytes) == (fwd[op.name].flop, fwd[op.name].hbm_bytes), op.name
         assert fwd["attn_scores"].flop == 2.0 * 1 * 8 * 4096 * 4096 * 128
+
+
+@pytest.mark.parametrize("kernel, a, b", [("unfused", "core_attn", "layernorm"), ("flash", "moe_act", "shared_experts")])
+def test_modules_that_drop_disjoint_sets_save_the_sum(kernel, a, b):
+    """On a DeepSeek-V3 MoE layer two modules whose discarded tensors do not overlap save together exactly what each
+    saves alone: `core_attn` (with the unfused core: the softmax, dropout and weighted sum) and `layernorm` (the norms'
+    consumers); `moe_act` (the routed experts' down-projection input) and `shared_experts` (the shared expert's whole
+    block). Found unguarded by mutation seeds 13 and 14 (a module's set replacing, not joining, the others')."""
+    def kept(mods):
+        return layer_activation_bytes(_ds(mods), kernel, moe_layer=True)
+
+    none, ka, kb = kept(()), kept((a,)), kept((b,))
+    assert none - ka > 0 and none - kb > 0
+    assert none - kept((a, b)) == pytest.approx((none - ka) + (none - kb))
+
