@@ -52,6 +52,30 @@ def test_serve_a_file_and_a_trace(tmp_path, capsys):
     assert out["scenario"]["plan"]["kv_precision"] == "bf16"  # vLLM keeps the model's 16-bit KV
 
 
+@pytest.mark.parametrize("plan,chosen", [
+    ({"tp": None}, {"tp"}),
+    ({"tp": None, "pp": None}, {"tp", "pp"}),
+    ({"tp": 2, "pp": None}, {"pp"}),
+])
+def test_a_file_with_an_open_layout_serves_on_its_stated_gpus(tmp_path, capsys, plan, chosen):
+    """A null tp or pp (not published) on a stated GPU count: the open knob takes the GPUs the published ones leave
+    as its placeholder, so the plan is consistent and the layout choice varies it over the same 4 GPUs (before, the
+    placeholder 1 refused the file: "replicas·tp·dp·pp = 1 … does not equal num_gpus 4")."""
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"system": "dgx-h100", "model": "llama3-8b", "num_gpus": 4, "plan": plan,
+                                 "workload": {"scenario": "offline", "input_tokens": 64, "output_tokens": 8,
+                                              "num_requests": 16}}))
+    assert main(["serve", str(f), "--json", "--no-whatif"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    p = out["scenario"]["plan"]
+    assert p["tp"] * p["pp"] * p["replicas"] * p.get("dp", 1) == 4
+    if "tp" not in chosen:
+        assert p["tp"] == 2
+    for k in ("tp", "pp"):
+        said = [a for a in out["assumptions"] if a.startswith(f"{k}: ") and a.endswith("(not published)")]
+        assert len(said) == (k in chosen), out["assumptions"]
+
+
 @pytest.mark.parametrize("extra,needle", [
     (["--model", "llama3-405b", "--system", "dgx-h100", "--input-len", "10", "--output-len", "5"],
      "does not fit for serving"),

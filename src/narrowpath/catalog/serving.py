@@ -148,6 +148,15 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool) -> tuple[Ser
     reps = kw.get("replicas", 1)
     if num_gpus is None:
         num_gpus = tp * dp * pp * reps
+    elif tp * dp * pp * reps != num_gpus:
+        # an open tp (else pp) takes the GPUs the published knobs leave, as its placeholder, so that the layout
+        # choice (schedule.serving_choose) starts from a consistent plan and varies it over the same GPU count
+        for k in ("tp", "pp"):
+            rest = tp * dp * pp * reps // kw.get(k, 1)
+            if k in open_ and num_gpus % rest == 0:
+                kw[k] = num_gpus // rest
+                tp, pp = kw.get("tp", 1), kw.get("pp", 1)
+                break
     if model.moe is not None and dp > 1 and tp * dp * pp * reps != num_gpus and tp * pp * reps == num_gpus \
             and tp % dp == 0:
         kw["tp"] = tp // dp  # TensorRT-LLM tp_size with attention DP: the dp ranks share the tp GPUs

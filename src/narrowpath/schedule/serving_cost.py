@@ -31,6 +31,7 @@ import numpy as np
 from narrowpath.catalog import calibration_for
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.collectives import CollectiveCost, collective_time
+from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import op_time_s
 from narrowpath.network.placement import GroupSpan, group_span, span_of
 from narrowpath.spec.calibration import Calibration
@@ -90,7 +91,7 @@ class ServingCost:
         self.scn = scn
         self.cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
         m, p, sysm = scn.model, scn.plan, scn.system
-        self.dev = sysm.device
+        self.dev = capped_device(sysm)  # a power cap slows the arithmetic, as in training (cost.power)
         self.f = Formats.of(p, "fp8" in self.dev.peak_matrix_flop_per_s, m)
         self.layout = instance_plan(p)
         stack = serving_stack(p.framework)

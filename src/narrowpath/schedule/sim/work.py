@@ -21,6 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, paired_fraction, pass_pair_hidden_s, \
     transfer_span
@@ -118,6 +119,7 @@ class _Pricer:
 
     def __init__(self, pred: StepPrediction):
         self.pred, self.scn, self.cal = pred, pred.scenario, pred.calibration
+        self.dev = capped_device(self.scn.system)  # a power cap slows the arithmetic, as in predict (cost.power)
         self._ops: dict = {}
         self._coll: dict = {}
         self._spans: dict = {}
@@ -133,7 +135,7 @@ class _Pricer:
     def _op(self, op: Op) -> tuple:
         k = id(op)
         if k not in self._ops:
-            self._ops[k] = (op_time_s(op, self.scn.system.device, self.cal), host_time_s(op, self.cal), op)
+            self._ops[k] = (op_time_s(op, self.dev, self.cal), host_time_s(op, self.cal), op)
         return self._ops[k]
 
     def transfer(self, tr: Transfer):
