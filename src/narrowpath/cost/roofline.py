@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from narrowpath.network.paths import interpolate_log
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.device import Device
 from narrowpath.workload.items import Op
@@ -65,18 +66,12 @@ at 1); outside 64–256 the ends hold. The calibration's `flash_efficiency` is t
 
 def flash_head_dim_rate(head_dim: float, phase: str) -> float:
     """Rate of a flash attention kernel of query-key head width `head_dim` relative to 128 (FLASH_HEAD_DIM_RATES),
-    interpolated linearly in log2(head_dim); `phase` `bwd` reads the backward column, any other the forward. 1 for
+    interpolated linearly in log(head_dim) and held at the ends (network.paths.interpolate_log); `phase` `bwd` reads the backward column, any other the forward. 1 for
     an op without a head width (0)."""
     if head_dim <= 0:
         return 1.0
     col = 2 if phase == "bwd" else 1
-    pts = FLASH_HEAD_DIM_RATES
-    x = min(max(math.log2(head_dim), math.log2(pts[0][0])), math.log2(pts[-1][0]))
-    for a, b in zip(pts, pts[1:]):
-        x0, x1 = math.log2(a[0]), math.log2(b[0])
-        if x <= x1:
-            return a[col] + (x - x0) / (x1 - x0) * (b[col] - a[col])
-    return pts[-1][col]
+    return interpolate_log(tuple((row[0], row[col]) for row in FLASH_HEAD_DIM_RATES), head_dim)
 
 
 def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
