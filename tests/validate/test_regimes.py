@@ -20,7 +20,7 @@ def test_every_case_of_every_shipped_corpus_is_read(report):
         by_corpus.setdefault(c.corpus, []).append(c)
     assert {k: len(v) for k, v in by_corpus.items()} == {"training-public.yaml": 18,
                                                         "training-sweeps-public.yaml": 225,
-                                                        "published-extra.yaml": 15}
+                                                        "published-extra.yaml": 31}
     failed = [c for c in report.cases if c.error is None]
     # one published plan is inconsistent as published (ep 64 on a stage of 32 ranks); it says so in one line
     assert [c.id for c in failed] == ["mb25-09-deepseek-v3-gb200-n256-gbs2048-mxfp8-tp1pp8cp1ep64vp2mbs1"]
@@ -34,6 +34,8 @@ BOUNDS = {  # (kind, group): ceiling on the mean |error| (today's value + ~2 pp)
     ("precision", "mxfp8"): 0.13, ("precision", "nvfp4"): 0.085,
     ("family", "DP"): 0.07, ("family", "FSDP/ZeRO-3"): 0.095, ("family", "CP"): 0.095, ("family", "PTD-P"): 0.115,
     ("family", "MoE/EP"): 0.19,
+    # the held-out torchtitan runs (PyTorch FSDP2, FlashAttention-2, Grand Teton H100 at 500 W): 7.5 % today
+    ("source", "pytorch/torchtitan"): 0.095,
 }
 
 

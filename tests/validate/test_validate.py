@@ -17,7 +17,7 @@ SHIPPED_SHA256 = {
     # are checked in every clone, with or without shared/ next to it
     "training-public.yaml": "9a560b1786595664bbf4039824548d57a853ccce23835b34dc45d9e1e1947923",
     "training-sweeps-public.yaml": "7f25aef698fb22191f872224313953cae37ad5f24fc2e3ef3990e73eaa76b3ab",
-    "published-extra.yaml": "c935e00aa8d3b30c03685a12cf01ea019702f69aa711f4318db441193c569a8c",
+    "published-extra.yaml": "b5a3c9c206b6dd486f5bdd07d2dc2da5bbf1d5811fcb02c8bd4520ff4a3cee6e",
     "inference-public.yaml": "89c8b05a0b1b7beeb5b6f6754ea83e4fba3eb2c874802962486b84043e5b299c",
 }
 
@@ -105,5 +105,5 @@ def test_held_out_corpus_reads_and_predicts_every_case():
     """The development corpus of other published runs (FSDP, flash, FP8, H100) is read and predicted in full."""
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "published-extra.yaml"
     rep = run_validation(path)
-    assert len(rep.cases) == 15 and len(rep.ok_cases) == 15
+    assert len(rep.cases) == 31 and len(rep.ok_cases) == 31
     assert all(0 < c.mfu < 1 for c in rep.ok_cases)

@@ -109,7 +109,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
     ranges = plan_layer_ranges(model, p) if model.arch == "transformer" else [[range(model.layers)]]
     out = []
     for st, rng in zip(wl.stages, ranges):
-        zero = p.zero_stage
+        zero = p.comm_zero_stage
         dense, expert = st.params - st.expert_params, st.expert_params
 
         def held(from_stage: int) -> float:

@@ -24,6 +24,7 @@ from narrowpath.schedule.choose import resolve_open_knobs
 from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, pipeline_time_s
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
+from narrowpath.workload.attention import kernel_of
 from narrowpath.workload.build import build_workload, grad_format
 from narrowpath.workload.items import Transfer, Workload
 from narrowpath.workload.ops import is_weight_gradient
@@ -246,6 +247,13 @@ def host_copy_cost(nbytes: float, system) -> CollectiveCost:
                           bottleneck_tier="host", wire_bytes_per_rank=0.0, latency_s=lat)
 
 
+def _fa2_note(device) -> str:
+    r = device.flash2_rate
+    if not r:
+        return f"priced as the fused kernel on {device.name}"
+    return f"forward {r.get('fwd', 1.0):.2f}, backward {r.get('bwd', 1.0):.2f} of the fused kernel's rate"
+
+
 def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepPrediction:
     """Predict one training step of `scenario` (closed form)."""
     scn = scenario
@@ -255,7 +263,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     if scn.open_knobs:  # knobs the source did not publish: chosen without any measurement (schedule.choose)
         scn = resolve_open_knobs(scn, lambda s: predict(s, calibration))
     cal = calibration or scn.calibration or calibration_for(scn.system.device.name)
-    kernel = cal.attention_kernel if scn.plan.attention == "auto" else scn.plan.attention
+    kernel = kernel_of(scn.plan.attention, cal.attention_kernel)
     wl = build_workload(scn, kernel)
     dev, plan = capped_device(scn.system), scn.plan  # a power cap slows the arithmetic (cost.power)
     slow = cal.overlap_compute_slowdown
@@ -423,6 +431,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "", "host")},
                       scn.system.device.name),
         f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else "")
+        + (f" as FlashAttention-2 ({_fa2_note(scn.system.device)})" if plan.attention == "flash2" else "")
         + _head_width_note(scn.model.qk_head_dim if kernel == "flash" else 0),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "

@@ -30,6 +30,7 @@ from narrowpath.schedule.step import EDGE_OPS, _price, _span
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import build as B
+from narrowpath.workload.attention import kernel_of
 from narrowpath.workload import transformer as T
 
 PHASES = ("fwd", "bwd", "recompute")
@@ -128,7 +129,7 @@ class Parts:
         self.base = base
         self.cal = calibration or base.calibration or calibration_for(base.system.device.name)
         plan = base.plan
-        self.kernel = self.cal.attention_kernel if plan.attention == "auto" else plan.attention
+        self.kernel = kernel_of(plan.attention, self.cal.attention_kernel)
         self.dev = capped_device(base.system)
         self.kinds = sorted(B.layer_kinds(base.model))
         """Layer kinds (MoE layer?, sliding window?) in the order predict visits them."""
@@ -270,7 +271,7 @@ class Parts:
         """ZeRO-3 / ZeRO-2 (with accumulation) traffic of a stage's embedding, output layer and MTP parameters."""
         def fn(s):
             emb = _embedding_params(s, first, last)[0]
-            if s.plan.zero_stage == 3:
+            if s.plan.comm_zero_stage == 3:
                 return self.template_id(B.zero3_transfers(s.plan, emb, 0.0))
             if B.zero2_per_microbatch(s.plan):
                 return self.template_id(B.zero2_transfers(s.plan, emb, 0.0))

@@ -6,7 +6,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import positive_float
+from narrowpath.spec._check import fraction, positive_float
 from narrowpath.spec._pickle import reduce_spec
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -62,6 +62,11 @@ class Device:
     peak_exp_per_s: float = 0.0
     """Exponentials per second of the special-function units (MUFU.EX2), at the clock of the matrix peak; 0 = not
     rated (no bound). A fused attention kernel takes one per score it computes (cost.roofline)."""
+    flash2_rate: Mapping[str, float] = field(default_factory=dict)
+    """Rate of FlashAttention-2 (the kernel PyTorch's `scaled_dot_product_attention` runs as its flash backend)
+    relative to the device's fused attention kernel (the calibration's `flash_efficiency`), by pass: `fwd` (also
+    the recompute) and `bwd`. Empty = the same kernel class (A100, where FlashAttention-2 is the fused kernel the
+    calibration describes). Hopper: FlashAttention-2 issues Ampere-style mma.sync without TMA or warpgroup MMA."""
     tdp_w: float = 0.0
     """Board power limit, watts; 0 = unknown."""
     idle_w: float = 0.0
@@ -77,7 +82,7 @@ class Device:
 
     def __post_init__(self) -> None:
         for attr in ("peak_matrix_flop_per_s", "peak_vector_flop_per_s", "energy_pj_per_flop",
-                     "energy_pj_per_byte", "sources"):
+                     "energy_pj_per_byte", "flash2_rate", "sources"):
             object.__setattr__(self, attr, MappingProxyType(dict(getattr(self, attr))))
         object.__setattr__(self, "levels", tuple(self.levels))
         if not self.peak_matrix_flop_per_s:
@@ -92,6 +97,10 @@ class Device:
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"device[{self.name}].{flag}", f"must be true or false, got {getattr(self, flag)!r}")
         positive_float(f"device[{self.name}].peak_exp_per_s", self.peak_exp_per_s, allow_zero=True)
+        for ph, r in self.flash2_rate.items():
+            if ph not in ("fwd", "bwd"):
+                raise SpecError(f"device[{self.name}].flash2_rate", f"unknown pass {ph!r}; known: fwd, bwd")
+            fraction(f"device[{self.name}].flash2_rate.{ph}", r)
         positive_float(f"device[{self.name}].tdp_w", self.tdp_w, allow_zero=True)
         positive_float(f"device[{self.name}].idle_w", self.idle_w, allow_zero=True)
 

@@ -29,7 +29,8 @@ FP8_PARAMS_ZERO_STAGES = (1, 3)
 optimizer' or FSDP)."""
 ACTIVATION_CACHE = ("default", "fp8")
 """How a layer stores what it keeps for backward: as its framework keeps it, or DeepSeek-V3's low-precision storage."""
-ATTENTION = ("auto", "flash", "unfused")
+ATTENTION = ("auto", "flash", "flash2", "unfused")
+ZERO3_RESHARD = ("always", "never", "unless_pp")
 CP_COMM = ("p2p", "all_gather", "a2a")
 PIPELINE_SCHEDULES = ("auto", "dualpipe")
 """`auto`: Megatron's 1F1B, interleaved when vpp > 1; `dualpipe`: DeepSeek-V3's bidirectional schedule."""
@@ -71,6 +72,14 @@ class Plan:
     """Global batch size per optimizer step, sequences (at most MAX_BATCH)."""
     zero_stage: int = 0
     """0 none; 1 optimizer state sharded over dp (Megatron distributed optimizer); 2 + gradients; 3 + weights."""
+    zero3_reshard: str = "always"
+    """When ZeRO-3 frees the weights it gathers: `always` (gathered before each micro-batch's forward and again
+    before its backward, gradients reduce-scattered after each backward: FSDP's reshard_after_forward=True,
+    DeepSpeed stage 3), `never` (gathered once per step and kept through its micro-batches, gradients accumulated
+    unsharded and reduce-scattered once after the last: FSDP2 reshard_after_forward=False with gradient sync on
+    the last micro-batch — the traffic and memory of ZeRO-1), `unless_pp` (`never` with pipeline parallelism,
+    else `always`: torchtitan's default, whose pipeline schedules sync FSDP gradients on the last micro-batch
+    only — torch.distributed.pipelining `backward_maybe_with_nosync`)."""
     recompute: str = "none"
     """`none`; `selective` (attention core recomputed, Korthikanti et al.); `full` (whole layer from its input)."""
     recompute_modules: tuple[str, ...] = ()
@@ -140,7 +149,10 @@ class Plan:
     tp_comm_overlap: bool = False
     """TP communication overlapped with the matrix multiplies (Transformer Engine userbuffers)."""
     attention: str = "auto"
-    """Attention kernel: `flash`, `unfused` (materialised scores + fused softmax), `auto` (the calibration's default)."""
+    """Attention kernel: `flash` (the device's fused kernel: cuDNN / Transformer Engine, FlashAttention-3 on
+    Hopper), `flash2` (FlashAttention-2, PyTorch `scaled_dot_product_attention`'s flash backend: a flash kernel at
+    Device.flash2_rate of the fused one's rate), `unfused` (materialised scores + fused softmax), `auto` (the
+    calibration's default)."""
     cp_comm: str = "p2p"
     """How context parallelism exchanges K/V (Megatron-Core `--cp-comm-type`): `p2p` (ring, overlapped with the
     attention blocks; the default), `all_gather` (K/V gathered before attention, exposed; Llama 3), `a2a`
@@ -214,6 +226,7 @@ class Plan:
             raise SpecError("plan.activation_cache", f"fp8 caches the inputs of FP8 matrix multiplies; needs a "
                             f"low-precision recipe ({', '.join(LOW_PRECISIONS)}), got precision {self.precision!r}")
         choice("plan.attention", self.attention, ATTENTION)
+        choice("plan.zero3_reshard", self.zero3_reshard, ZERO3_RESHARD)
         choice("plan.cp_comm", self.cp_comm, CP_COMM)
         choice("plan.pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
         if self.pipeline_schedule == "dualpipe" and self.vpp != 1:
@@ -259,6 +272,18 @@ class Plan:
                             f"full, got {self.recompute!r}")
         if self.sequence_parallel and self.tp == 1:
             raise SpecError("plan.sequence_parallel", "needs tp > 1")
+
+    @property
+    def zero3_per_step(self) -> bool:
+        """ZeRO-3 whose weights stay gathered through the step's micro-batches (zero3_reshard)."""
+        return self.zero_stage == 3 and (self.zero3_reshard == "never"
+                                         or (self.zero3_reshard == "unless_pp" and self.pp > 1))
+
+    @property
+    def comm_zero_stage(self) -> int:
+        """The ZeRO stage whose traffic and memory the plan has: 1 for ZeRO-3 kept gathered through the step (one
+        gather and one reduce-scatter per step, full 16-bit weights and gradients held), else zero_stage."""
+        return 1 if self.zero3_per_step else self.zero_stage
 
     @property
     def num_gpus(self) -> int:

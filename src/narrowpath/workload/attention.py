@@ -47,6 +47,14 @@ def attended_keys(model: Model, plan: Plan, window: bool) -> tuple[float, float]
     return float(s_kv), min(1.0, 0.5 * (1.0 + FLASH_BLOCK / s_kv))
 
 
+def kernel_of(attention: str, default: str) -> str:
+    """The attention kernel's structure (`flash` or `unfused`) for plan.attention `attention`: `auto` takes the
+    calibration's `default`; FlashAttention-2 (`flash2`) is a flash kernel (its ops carry `impl` fa2)."""
+    if attention == "auto":
+        return default
+    return "flash" if attention == "flash2" else attention
+
+
 def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd", window: bool = False) -> list[Op]:
     """The attention core (scores, softmax, dropout, weighted sum) for one micro-batch and layer, in 16 bit.
     Saved for backward: Q, K, V and the output with the log-sum-exp statistics (flash), or the softmax output,
@@ -67,7 +75,8 @@ def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd", win
         kept_out = out_bytes if e5m6 is None else b * s * a_t * d_v * e5m6
         saved = q_bytes + k_bytes + v_bytes + kept_out + 4 * b * a_t * s  # Q, K, V, O and the fp32 log-sum-exp
         return [Op("flash_attn", "flash", phase, full * frac, io, dt, 1, 0.0, model_flop=full * frac
-                   if window else full, saved_bytes=saved, exps=b * a_t * s * s_kv * frac, head_dim=d_qk)]
+                   if window else full, saved_bytes=saved, exps=b * a_t * s * s_kv * frac, head_dim=d_qk,
+                   impl="fa2" if plan.attention == "flash2" else "")]
     S2 = b * a_t * s * s_kv  # score elements
     scores = Op("attn_scores", "matrix", phase, 2.0 * S2 * d_qk, q_bytes + b * s_kv * kv_t * d_qk * A + S2 * A, dt,
                 1, 0.0, saved_bytes=q_bytes + k_bytes + v_bytes)  # the core's inputs Q, K (and V for AV)

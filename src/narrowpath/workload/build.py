@@ -150,7 +150,7 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
         ops += [(op, 1.0) for op in T.as_phase(fwd, "recompute")]
     elif modules_of(plan):  # the modules' forward ops again (workload.recompute; DeepSeek-V3's fp8 cache too)
         ops += [(op, 1.0) for op in recompute_ops(fwd, model, plan, kernel, window)]
-    if plan.zero_stage == 3 and plan.low_precision:
+    if plan.comm_zero_stage == 3 and plan.low_precision:
         w = T.layer_params(model, plan, moe_layer=moe_layer)
         if fp8_primary_weights(plan):
             # gathered FP8 primary weights: only their column-wise copy is made, which devices whose FP8 GEMMs take
@@ -204,11 +204,11 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
 
 def layer_zero_transfers(model, plan, moe_layer: bool) -> list[tuple[Transfer, float]]:
     """ZeRO-3 (and ZeRO-2 with gradient accumulation) traffic of one layer of a kind per micro-batch on one rank."""
-    if plan.zero_stage == 3 or zero2_per_microbatch(plan):
+    if plan.comm_zero_stage == 3 or zero2_per_microbatch(plan):
         moe_layer = moe_layer and model.moe is not None
         p = T.layer_params(model, plan, moe_layer=moe_layer)
         e = T.layer_expert_params(model, plan) if moe_layer else 0.0
-        return (zero3_transfers if plan.zero_stage == 3 else zero2_transfers)(plan, p - e, e)
+        return (zero3_transfers if plan.comm_zero_stage == 3 else zero2_transfers)(plan, p - e, e)
     return []
 
 
@@ -458,7 +458,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             if model.moe is not None:
                 expert += model.mtp_layers * T.layer_expert_params(model, plan)
         params += emb
-        if plan.zero_stage == 3:
+        if plan.comm_zero_stage == 3:
             xf += zero3_transfers(plan, emb, 0.0)
         elif zero2_per_microbatch(plan):
             xf += zero2_transfers(plan, emb, 0.0)
@@ -510,9 +510,9 @@ def step_transfers(scn: Scenario, params: float, expert: float) -> list[tuple[Tr
     xf: list[tuple[Transfer, float]] = []
     ov = plan.dp_overlap
     for axis, p, pre in synced_groups(plan, dense, expert):
-        if plan.zero_stage == 0:
+        if plan.comm_zero_stage == 0:
             xf.append((Transfer(pre + "grad_all_reduce", "all_reduce", axis, p * G, "step", ov), 1.0))
-        elif plan.zero_stage in (1, 2):
+        elif plan.comm_zero_stage in (1, 2):
             # ZeRO-2 with accumulation: the last micro-batch's reduce-scatter (the earlier ones: zero2_transfers)
             xf.append((Transfer(pre + "grad_reduce_scatter", "reduce_scatter", axis, p * G, "step", ov), 1.0))
             xf.append((Transfer(pre + "param_all_gather", "all_gather", axis, p * Wb, "step", ov), 1.0))
@@ -546,9 +546,9 @@ def optimizer_ops(plan, params: float, expert: float) -> list[tuple[Op, float]]:
         # Megatron-Core's quantize_param_shard: the local fp32 master shard's amax (read 4 B), then its cast to FP8
         # (read 4 B, write 1 B); after the FP8 all-gather the full weights' column-wise copy
         ops.append((Op("weight_cast", "vector", "optimizer", 0.0, local * 9, "fp32", 2), 1.0))
-        if plan.zero_stage < 3:
+        if plan.comm_zero_stage < 3:
             ops.append((weight_transpose_op("optimizer", params), 1.0))
-    elif q is not None and plan.zero_stage < 3:
+    elif q is not None and plan.comm_zero_stage < 3:
         # the updated 16-bit weights are quantized once per step and cached for every micro-batch (TE's
         # is_first_microbatch); ZeRO-3 re-quantizes the gathered weights per micro-batch (see _layer_work)
         ops.append((quantize_op("weight_quantize", "optimizer", params, q, kernels=q.kernels * 2), 1.0))

@@ -57,6 +57,10 @@ class Op:
     head_dim: float = 0.0
     """Query-key head width of a fused (flash) attention kernel — its tiles' depth; cost.roofline rates the kernel by
     it (`flash_head_dim_rate`). 0: not a tiled attention kernel, or one the head-width measurements do not cover."""
+    impl: str = ""
+    """Which implementation a flash kernel is: `` the device's fused attention kernel (cuDNN / FlashAttention-3 on
+    Hopper, the calibration's `flash_efficiency`), `fa2` FlashAttention-2 (plan.attention `flash2`; priced at
+    Device.flash2_rate of the fused kernel)."""
 
     @property
     def useful_flop(self) -> float:

@@ -82,7 +82,7 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         return out
     if op.kind == "flash":
         return [Op(op.name, "flash", "bwd", 2.5 * op.flop, 2.5 * op.hbm_bytes, op.dtype, 1, 0.0,
-                   model_flop=2.0 * op.useful_flop, exps=op.exps, head_dim=op.head_dim)]
+                   model_flop=2.0 * op.useful_flop, exps=op.exps, head_dim=op.head_dim, impl=op.impl)]
     if op.kernels == 0 and op.hbm_bytes == 0:
         return []
     return [Op(op.name, "vector", "bwd", 0.0, 2.0 * op.hbm_bytes, op.dtype, max(1, op.kernels))]
@@ -102,7 +102,7 @@ def as_phase(ops: list[Op], phase: str) -> list[Op]:
     """The same ops re-run in another phase (a recompute pass keeps nothing for backward)."""
     return [Op(o.name, o.kind, phase, o.flop, o.hbm_bytes, o.dtype, o.kernels, o.weight_bytes, o.model_flop,
                o.groups, transpose_bytes=o.transpose_bytes, host_kernels=o.host_kernels, host_syncs=o.host_syncs,
-               rows=o.rows, exps=o.exps, head_dim=o.head_dim)
+               rows=o.rows, exps=o.exps, head_dim=o.head_dim, impl=o.impl)
             for o in ops]
 
 

@@ -173,7 +173,7 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
                 ops[j].update(dict(_counts(e_ops)))
                 xfs[j].update(dict(_counts(e_xf)))
                 emb = embedding_params(scn, j == 0 and first, j == n_chunks - 1 and last)
-                if plan.zero_stage == 3:
+                if plan.comm_zero_stage == 3:
                     xfs[j].update(dict(_counts(zero3_transfers(plan, emb, 0.0))))
                 elif zero2_per_microbatch(plan):
                     xfs[j].update(dict(_counts(zero2_transfers(plan, emb, 0.0))))
