@@ -72,3 +72,17 @@ def test_device_flash2_rate_is_checked():
     with pytest.raises(SpecError, match=r"flash2_rate\.fwd"):
         dataclasses.replace(base, flash2_rate={"fwd": 1.5})
     assert isinstance(dataclasses.replace(base, flash2_rate={"fwd": 0.5}), Device)
+
+
+def test_flash2_takes_no_cudnn_head_width_penalty():
+    """cuDNN's head-width table (408 / 609 TFLOP/s forward at head width 64 / 128 on H100, FA3 paper Fig. 5) is the
+    fused kernel's; FlashAttention-2 is priced at its 0.52 without it (its own column is flatter), so at head width
+    64 it is 0.52 / (408/609) = 0.776 of the fused kernel's speed, not 0.52."""
+    scn = load_scenario("llama3-8b-h100-8")
+    model = dataclasses.replace(scn.model, head_dim=64)
+    dev, cal = device("H100-SXM5-80GB"), calibration_for("H100-SXM5-80GB")
+    fused = attention_ops(model, scn.plan, "flash")[0]
+    fa2 = attention_ops(model, dataclasses.replace(scn.plan, attention="flash2"), "flash")[0]
+    assert fused.head_dim == 64
+    ratio = compute_time_s(fused, dev, cal) / compute_time_s(fa2, dev, cal)
+    assert ratio == pytest.approx(0.52 / (408 / 609), rel=1e-3)

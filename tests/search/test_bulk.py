@@ -4,6 +4,8 @@ on spaces small enough to price exhaustively the search's top 20, counts and the
 of an exhaustive `predict` over the same space."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -54,6 +56,13 @@ def _mixtral_fp8_cache() -> Scenario:
     return dataclasses.replace(s, plan=dataclasses.replace(s.plan, precision="fp8", activation_cache="fp8"))
 
 
+def _flash2():
+    """FlashAttention-2 (plan.attention flash2): the search's parts resolve it to a flash kernel priced at the
+    device's flash2_rate, as predict does (passing `flash2` through would price it as the unfused core)."""
+    base = load_scenario("llama3-8b-h100-8")
+    return dataclasses.replace(base, plan=dataclasses.replace(base.plan, attention="flash2"))
+
+
 SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": llama3_8b_fp8,
              "fp8-recipe": _fp8_recipe, "fp8-recipe-b200": lambda: _fp8_recipe("dgx-b200"),
              "mxfp8-recipe-b200": lambda: _fp8_recipe("dgx-b200", "mxfp8"),
@@ -61,7 +70,8 @@ SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8
              "dense-then-moe": _dense_then_moe,
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
              "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),
-             "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048")}
+             "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048"),
+             "llama3-8b-h100-8-flash2": _flash2}
 
 
 def _space(scn, **pins) -> SearchSpace:

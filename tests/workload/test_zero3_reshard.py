@@ -104,3 +104,35 @@ def test_search_prices_zero3_per_micro_batch_and_the_simulator_follows_predict()
     sim = simulate(scn, steps=1).noise_free_step_time_s
     assert sim == pytest.approx(predict(scn).step_time_s, rel=0.01)
     assert sim < simulate(_pp_fsdp("always"), steps=1).noise_free_step_time_s
+
+
+def test_kept_gathered_fp8_weights_are_quantized_once_per_step():
+    """Under an FP8 recipe, ZeRO-3 re-quantizes the weights it gathers every micro-batch (nothing cached); kept
+    gathered, the weights are quantized once per step after the update and cached (ZeRO-1's pattern)."""
+    def ops(reshard):
+        scn = _pp_fsdp(reshard)
+        scn = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, precision="fp8"))
+        wl = build_workload(scn, "flash")
+        per_mb = sum(c for st in wl.stages for op, c in st.ops if op.name == "weight_quantize" and op.phase == "fwd")
+        per_step = sum(c for op, c in wl.optimizer_ops if op.name == "weight_quantize")
+        return per_mb, per_step
+    assert ops("always")[0] > 0 and ops("always")[1] == 0
+    assert ops("unless_pp") == (0, 1.0)
+
+
+def test_torchtitan_stack_default_attention_is_flash2():
+    from narrowpath.catalog.resolve import plan_with_stack_defaults
+    plan, _, chosen = plan_with_stack_defaults({"dp": 8, "mbs": 1, "gbs": 8, "framework": "torchtitan"})
+    assert plan.attention == "flash2" and dict(chosen)["attention"].startswith("'flash2'")
+
+
+def test_cli_flags_reach_the_plan(capsys):
+    import json
+    args = ["predict", "llama3-70b-h100-256", "--tp", "8", "--pp", "4", "--zero", "3", "--json"]
+    times = {}
+    for reshard in ("always", "unless_pp"):
+        assert main(args + ["--zero3-reshard", reshard, "--attention", "flash2"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["plan"]["zero3_reshard"] == reshard and out["plan"]["attention"] == "flash2"
+        times[reshard] = out["step_time_s"]
+    assert times["unless_pp"] < times["always"]

@@ -52,6 +52,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3),
                    help="ZeRO stage: 0 none, 1 optimizer state sharded over data parallelism (Megatron distributed "
                         "optimizer), 2 + gradients, 3 + weights (FSDP)")
+    g.add_argument("--zero3-reshard", dest="zero3_reshard", choices=("always", "never", "unless_pp"),
+                   help="when ZeRO-3 frees its gathered weights: always (every micro-batch), never (kept through the "
+                        "step, gradients reduced once), unless_pp (never with pipeline parallelism: torchtitan)")
     g.add_argument("--recompute", choices=("none", "selective", "full"),
                    help="activation recomputation: none, selective (attention core), full (whole layer)")
     g.add_argument("--recompute-modules", dest="recompute_modules",
@@ -83,8 +86,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                    help="overlap tensor-parallel communication with the matrix multiplies")
     g.add_argument("--cp-comm", dest="cp_comm", choices=("p2p", "all_gather", "a2a"),
                    help="context-parallel K/V exchange: ring p2p (default), all_gather (Llama 3), a2a (Ulysses)")
-    g.add_argument("--attention", choices=("auto", "flash", "unfused"),
-                   help="attention kernel (auto: the calibration profile's default for the device)")
+    g.add_argument("--attention", choices=("auto", "flash", "flash2", "unfused"),
+                   help="attention kernel (auto: the calibration profile's default for the device; flash2: "
+                        "FlashAttention-2, PyTorch scaled_dot_product_attention's flash backend)")
     g.add_argument("--seq-len", dest="seq_len", type=int,
                    help="training sequence length, tokens (overrides a catalog model's; required with a HuggingFace "
                         "config.json, which states only the position limit max_position_embeddings)")
@@ -105,7 +109,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
     base = load_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
-    plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "recompute", "sequence_parallel",
+    plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "zero3_reshard", "recompute",
+                                                              "sequence_parallel",
                                                               "precision", "dp_overlap", "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",

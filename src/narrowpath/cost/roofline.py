@@ -86,9 +86,14 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
     eff = matrix_efficiency(size, op.dtype, cal)
     if op.kind == "flash":
         eff *= cal.flash_efficiency
-        if op.impl == "fa2":  # FlashAttention-2 at its measured share of the fused kernel's rate (Device.flash2_rate)
+        if op.impl == "fa2":
+            # FlashAttention-2 at its measured share of the fused kernel's rate at head width 128
+            # (Device.flash2_rate); cuDNN's head-width table is not FA2's (flatter: 0.87 forward at 64), so none
             eff *= device.flash2_rate.get("bwd" if op.phase == "bwd" else "fwd", 1.0)
-        mma = op.flop / (device.matrix_peak(op.dtype) * eff * flash_head_dim_rate(op.head_dim, op.phase))
+            width = 1.0
+        else:
+            width = flash_head_dim_rate(op.head_dim, op.phase)
+        mma = op.flop / (device.matrix_peak(op.dtype) * eff * width)
         return max(mma, exp_time_s(op.exps, device, eff))
     return op.flop / (device.matrix_peak(op.dtype) * eff)
 

@@ -23,6 +23,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "system": s.system.name, "device": s.system.device.name, "model": s.model.name, "num_gpus": s.num_gpus,
         "seq_len": s.model.seq_len,
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
+                                                "zero3_reshard",
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
                                                 "grad_precision", "fp8_params", "activation_cache",

@@ -432,7 +432,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                       scn.system.device.name),
         f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else "")
         + (f" as FlashAttention-2 ({_fa2_note(scn.system.device)})" if plan.attention == "flash2" else "")
-        + _head_width_note(scn.model.qk_head_dim if kernel == "flash" else 0),
+        + _head_width_note(scn.model.qk_head_dim if kernel == "flash" and plan.attention != "flash2" else 0),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "

@@ -76,10 +76,12 @@ class Plan:
     """When ZeRO-3 frees the weights it gathers: `always` (gathered before each micro-batch's forward and again
     before its backward, gradients reduce-scattered after each backward: FSDP's reshard_after_forward=True,
     DeepSpeed stage 3), `never` (gathered once per step and kept through its micro-batches, gradients accumulated
-    unsharded and reduce-scattered once after the last: FSDP2 reshard_after_forward=False with gradient sync on
-    the last micro-batch — the traffic and memory of ZeRO-1), `unless_pp` (`never` with pipeline parallelism,
-    else `always`: torchtitan's default, whose pipeline schedules sync FSDP gradients on the last micro-batch
-    only — torch.distributed.pipelining `backward_maybe_with_nosync`)."""
+    unsharded and reduce-scattered once after the last: FSDP2 reshard_after_forward=False together with gradient
+    sync on the last micro-batch only — the traffic and memory of ZeRO-1: whole 16-bit weights and whole gradients
+    in the plan's gradient format), `unless_pp` (`never` with pipeline parallelism, else `always`: torchtitan's
+    default, whose pipeline schedules sync FSDP gradients on the last micro-batch only —
+    torch.distributed.pipelining `backward_maybe_with_nosync`). FSDP2 without resharding but with gradient sync on
+    every micro-batch (one gather, a reduce-scatter per micro-batch) has no level here."""
     recompute: str = "none"
     """`none`; `selective` (attention core recomputed, Korthikanti et al.); `full` (whole layer from its input)."""
     recompute_modules: tuple[str, ...] = ()
@@ -282,7 +284,7 @@ class Plan:
     @property
     def comm_zero_stage(self) -> int:
         """The ZeRO stage whose traffic and memory the plan has: 1 for ZeRO-3 kept gathered through the step (one
-        gather and one reduce-scatter per step, full 16-bit weights and gradients held), else zero_stage."""
+        gather and one reduce-scatter per step; whole 16-bit weights and whole gradients held), else zero_stage."""
         return 1 if self.zero3_per_step else self.zero_stage
 
     @property
