@@ -86,3 +86,27 @@ def test_flash2_takes_no_cudnn_head_width_penalty():
     assert fused.head_dim == 64
     ratio = compute_time_s(fused, dev, cal) / compute_time_s(fa2, dev, cal)
     assert ratio == pytest.approx(0.52 / (408 / 609), rel=1e-3)
+
+
+@pytest.mark.parametrize("rate, text", [
+    ({"fwd": 0.52, "bwd": 0.62}, "forward 0.52, backward 0.62 of the fused kernel's rate"),
+    ({"fwd": 0.5}, "forward 0.50, backward 1.00 of the fused kernel's rate"),
+    ({"bwd": 0.6}, "forward 1.00, backward 0.60 of the fused kernel's rate"),
+    ({}, "priced as the fused kernel on H100-SXM5-80GB")])
+def test_predict_states_the_flash2_rates_it_used(rate, text):
+    """A pass the device does not rate runs at the fused kernel's rate (1.00), and says so."""
+    base = load_scenario("llama3-8b-h100-8")
+    sysm = dataclasses.replace(base.system, device=dataclasses.replace(base.system.device, flash2_rate=rate))
+    scn = _with_attention(dataclasses.replace(base, system=sysm), "flash2")
+    note = [a for a in predict(scn).assumptions if a.startswith("attention kernel")][0]
+    assert f"as FlashAttention-2 ({text})" in note
+
+
+def test_the_head_width_note_is_the_fused_kernels_only():
+    """cuDNN's head-width rates are stated for a 64-wide fused kernel and not for FlashAttention-2, which does not
+    take them."""
+    base = load_scenario("llama3-8b-h100-8")
+    scn = dataclasses.replace(base, model=dataclasses.replace(base.model, head_dim=64))
+    notes = {att: [a for a in predict(_with_attention(scn, att)).assumptions if a.startswith("attention kernel")][0]
+             for att in ("flash", "flash2")}
+    assert "head width 64" in notes["flash"] and "head width" not in notes["flash2"]
