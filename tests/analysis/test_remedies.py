@@ -87,3 +87,20 @@ def test_power_cap_and_expert_overlap_are_tried_and_say_when_the_model_does_not_
 def test_every_what_if_names_its_kind_and_targets(name):
     for w in analyze(load_scenario(name)).verdict.what_ifs:
         assert w.kind in ("plan", "hardware", "fabric", "software") and w.targets, w.change
+
+
+def test_a_flash2_plan_on_hopper_is_offered_the_fused_kernel():
+    """torchtitan runs FlashAttention-2 through PyTorch's SDPA; on Hopper the fused kernel (cuDNN, FlashAttention-3)
+    is ~2x faster forward (Device.flash2_rate), so analyze prices switching to it; on A100, where FlashAttention-2 is
+    the fused kernel, there is nothing to offer."""
+    import dataclasses
+    base = load_scenario("llama3-8b-h100-8")
+    long = dataclasses.replace(base, model=dataclasses.replace(base.model, seq_len=32768),
+                               plan=dataclasses.replace(base.plan, mbs=1, gbs=8, recompute="full", attention="flash2"))
+    w = _by_change(analyze(long))
+    assert w["fused_attention"].kind == "software" and w["fused_attention"].status == "faster"
+    assert w["fused_attention"].scenario.plan.attention == "flash"
+    assert w["fused_attention"].gain_s > 0.1 * w["fused_attention"].step_s
+    a100 = load_scenario("gpt3-175b-a100-1024")
+    a100 = dataclasses.replace(a100, plan=dataclasses.replace(a100.plan, attention="flash2"))
+    assert "fused_attention" not in _by_change(analyze(a100))

@@ -2,7 +2,7 @@
 
 Plan knobs (repaired to the nearest valid plan, analysis.repair); hardware and fabric (a NIC of twice the rate,
 a non-blocking fabric, a 72-GPU NVLink domain, the vendor's next GPU generation, a board power cap at
-POWER_CAP_FRACTION of TDP — aimed at energy, not time); software (FlashAttention, FP8 matrix multiplies, the
+POWER_CAP_FRACTION of TDP — aimed at energy, not time); software (FlashAttention, the fused attention kernel instead of FlashAttention-2 where it is faster, FP8 matrix multiplies, the
 expert all-to-all overlapped with computation, persistent recurrent kernels). Every candidate names the components it targets so that the
 verdict can say whether its narrowest path had a remedy tried. A candidate is listed only where it can change
 something (e.g. no in-network reduction on a tier without traffic, no interleaving without a pipeline).
@@ -275,6 +275,12 @@ def software_candidates(ctx: Context, usable_fraction: float) -> list[Candidate]
         out.append(Candidate("flash_attention", f"FlashAttention instead of the {pred.attention_kernel} attention",
                              lambda: with_plan(scn, attention="flash"), kind="software",
                              targets=("hbm_bound_compute",)))
+    if p.attention == "flash2" and dev.flash2_rate:
+        # FlashAttention-2 on a device whose fused kernel is faster (Hopper): PyTorch's cuDNN backend
+        # (SDPBackend.CUDNN_ATTENTION, opt-in since pytorch/pytorch#138522) or FlashAttention-3
+        out.append(Candidate("fused_attention", "the fused attention kernel (cuDNN SDPA backend or FlashAttention-3) "
+                             "instead of FlashAttention-2", lambda: with_plan(scn, attention="flash"),
+                             kind="software", targets=COMPUTE))
     if p.precision in ("bf16", "fp16") and "fp8" in dev.peak_matrix_flop_per_s and scn.model.arch != "lstm":
         out.append(Candidate("fp8", "FP8 matrix multiplies", lambda: with_plan(scn, precision="fp8"),
                              kind="software", targets=COMPUTE))
