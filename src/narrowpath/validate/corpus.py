@@ -20,7 +20,7 @@ from narrowpath.spec.scenario import Scenario
 SCHEMA = "validation-corpus/1"
 SHIPPED = ("training-public.yaml", "training-sweeps-public.yaml", "published-extra.yaml")
 """Training corpora shipped with the package, unmodified copies of shared/validation/ (and of the held-out
-llm-foundry runs, benchmarks/data/published-extra.yaml); `narrowpath validate` runs them all by default."""
+llm-foundry and torchtitan runs, benchmarks/data/published-extra.yaml); `narrowpath validate` runs them all by default."""
 _CASE_META = ("id", "source", "measured", "kind", "assumed", "sweep", "note", "notes")
 
 
