@@ -63,6 +63,14 @@ def _flash2():
     return dataclasses.replace(base, plan=dataclasses.replace(base.plan, attention="flash2"))
 
 
+def _alternate():
+    """torchtitan's op-level selective checkpointing (recompute module alternate_matmuls) as the base plan's modules:
+    the search's selective plans recompute every other matmul as predict does, tp blocks gathered again."""
+    base = load_scenario("llama3-70b-h100-256")
+    return dataclasses.replace(base, plan=dataclasses.replace(base.plan, recompute="selective",
+                                                              recompute_modules=("alternate_matmuls",)))
+
+
 SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": llama3_8b_fp8,
              "fp8-recipe": _fp8_recipe, "fp8-recipe-b200": lambda: _fp8_recipe("dgx-b200"),
              "mxfp8-recipe-b200": lambda: _fp8_recipe("dgx-b200", "mxfp8"),
@@ -71,7 +79,7 @@ SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
              "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),
              "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048"),
-             "llama3-8b-h100-8-flash2": _flash2}
+             "llama3-8b-h100-8-flash2": _flash2, "llama3-70b-alternate-matmuls": _alternate}
 
 
 def _space(scn, **pins) -> SearchSpace:

@@ -17,7 +17,7 @@ SHIPPED_SHA256 = {
     # are checked in every clone, with or without shared/ next to it
     "training-public.yaml": "9a560b1786595664bbf4039824548d57a853ccce23835b34dc45d9e1e1947923",
     "training-sweeps-public.yaml": "7f25aef698fb22191f872224313953cae37ad5f24fc2e3ef3990e73eaa76b3ab",
-    "published-extra.yaml": "b5a3c9c206b6dd486f5bdd07d2dc2da5bbf1d5811fcb02c8bd4520ff4a3cee6e",
+    "published-extra.yaml": "af2bfc37efa305c89a70c70234ccb8c64b2482fd6057bdf6bd48263caeda68ae",
     "inference-public.yaml": "89c8b05a0b1b7beeb5b6f6754ea83e4fba3eb2c874802962486b84043e5b299c",
 }
 

@@ -239,6 +239,8 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     stack = store.stack_for(framework) if isinstance(framework, str) else None
     precision = published.get("precision", Plan.__dataclass_fields__["precision"].default)
     defaults = {k: v for k, v in store.stack_defaults(stack, precision).items() if k not in data}
+    if published.get("recompute") != "selective":  # a stack's selective modules mean something only under selective
+        defaults.pop("recompute_modules", None)
     chosen = tuple((k, store.stack_note(v, stack["id"])) for k, v in defaults.items())
     return plan_from_dict(published, defaults=defaults), unpublished, chosen
 

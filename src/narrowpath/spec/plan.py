@@ -17,8 +17,10 @@ MOE_PROBS = ("activation", "combine")
 """Where an MoE layer multiplies the expert outputs by their routing probabilities (plan.moe_probs)."""
 EP_DISPATCH = ("all_to_all", "dedup")
 RECOMPUTE = ("none", "selective", "full")
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe")
-"""Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules; workload.recompute)."""
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe",
+                     "alternate_matmuls")
+"""Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules), and torchtitan's op-level
+selective checkpointing (`alternate_matmuls`; workload.recompute)."""
 OPTIMIZER_MOMENTS = ("fp32", "bf16")
 """Formats of Adam's two moments (Megatron-Core precision-aware optimizer: exp_avg_dtype, exp_avg_sq_dtype)."""
 GRAD_PRECISION = ("auto", "fp32", "bf16")
@@ -86,7 +88,8 @@ class Plan:
     """`none`; `selective` (attention core recomputed, Korthikanti et al.); `full` (whole layer from its input)."""
     recompute_modules: tuple[str, ...] = ()
     """With recompute `selective`: the parts of each layer recomputed (Megatron-Core --recompute-modules):
-    core_attn, layernorm, mla_up_proj, moe_act, mlp, shared_experts, moe (workload.recompute). Empty = core_attn.
+    core_attn, layernorm, mla_up_proj, moe_act, mlp, shared_experts, moe, and torchtitan's op-level policy
+    alternate_matmuls (workload.recompute). Empty = core_attn.
     Read only under `selective` (a plan the search derives with another mode keeps the list unused)."""
     recompute_layers: int = 0
     """With recompute `full`: how many layers of each pipeline chunk are recomputed (Megatron --recompute-method

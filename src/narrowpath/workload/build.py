@@ -21,7 +21,8 @@ from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
 from narrowpath.workload.split import plan_layer_ranges
-from narrowpath.workload.recompute import kept_bytes, modules_of, recompute_ops, tp_block_recomputed
+from narrowpath.workload.recompute import (alternate_matmuls_recomputed, kept_bytes, modules_of, recompute_ops,
+                                          tp_block_recomputed)
 from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost, quantized_weight_copies
 
 
@@ -180,7 +181,8 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
         pairs = 1.0 + (1.0 if not moe_layer or model.moe.shared_experts or plan.expert_tp > 1 else 0.0)
         # a full recompute gathers and scatters around both blocks again; a selectively recomputed tp-sharded MLP
         # block (workload.recompute) around that block
-        again = pairs if plan.recompute == "full" else (1.0 if tp_block_recomputed(model, plan, moe_layer) else 0.0)
+        again = pairs if plan.recompute == "full" or alternate_matmuls_recomputed(model, plan, moe_layer) else \
+            (1.0 if tp_block_recomputed(model, plan, moe_layer) else 0.0)
         for ph, n in (("fwd", pairs), ("bwd", pairs), ("recompute", again)):
             if not n:
                 continue

@@ -17,9 +17,19 @@ Megatron-Core's modules (TransformerConfig.recompute_modules) and what they mean
   experts, combine) are checkpointed from their input: everything inside them is dropped but that input, and the
   whole block runs again (the MoE layer's dispatch and combine with it). A dense MLP's input is the residual its
   fused norm keeps; the shared experts' is the MoE input the router keeps.
+- `alternate_matmuls`: torchtitan's op-level selective activation checkpointing (`selective_ac_option = "op"`,
+  torchtitan/models/llama3/parallelize_llama.py `_get_custom_policy`): of each layer's matrix multiplies in call
+  order, the outputs of every second one are not saved (the 1st, 3rd, ... are, with attention's output and the
+  amax reductions of low-precision casts), and everything not saved runs again before backward. On a dense layer
+  (wq, wk, wv, wo, then w1, w3, w2 for SwiGLU or w1, w2 for GELU) the key projection, the attention output
+  projection and the SwiGLU's second up-projection (GELU: the down-projection) run again — a share of the fused
+  qkv and up-projection GEMMs (`alternate_matmul_shares`) — with the norms, RoPE, the activation and the residual
+  adds; the attention core does not. Defined for dense, non-MLA layers; MoE and MLA layers are left as they are.
 A module a layer does not have changes nothing on it.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
@@ -39,6 +49,31 @@ DENSE_MLP = frozenset({"mlp_up", "mlp_act", "mlp_down"})
 SHARED = frozenset({"shared_up", "shared_act", "shared_down"})
 MOE_BLOCK = frozenset({"router", "router_topk", "moe_permute", "expert_up", "expert_act", "expert_down",
                        "moe_unpermute"}) | SHARED
+
+
+ALTERNATE_WHOLE = frozenset({"ln1", "rope", "residual_add", "ln2", "mlp_act"})
+"""Element-wise ops of a dense layer that run again under `alternate_matmuls` (none of their outputs is saved)."""
+
+
+def alternate_matmul_shares(model: Model) -> dict[str, float]:
+    """Under torchtitan's op policy: the share of each (fused) GEMM of a dense layer whose matmuls run again — every
+    second matmul in call order (wq, wk, wv, wo, w1[, w3], w2), counted from 1 (`_get_custom_policy`:
+    `meta["forward_mm_count"] % 2 == 0` is not saved). qkv's share is wk's columns of wq | wk | wv."""
+    q, kv = model.heads * model.qk_head_dim, model.kv_heads * model.qk_head_dim
+    calls = [("qkv", q), ("qkv", kv), ("qkv", model.kv_heads * model.v_head_dim), ("attn_proj", None)]
+    calls += [("mlp_up", 0.5), ("mlp_up", 0.5), ("mlp_down", None)] if model.ffn_act == "swiglu" else \
+        [("mlp_up", None), ("mlp_down", None)]
+    qkv_total = q + kv + model.kv_heads * model.v_head_dim
+    shares: dict[str, float] = {}
+    for i, (name, part) in enumerate(calls, start=1):
+        if i % 2 == 0:
+            share = 1.0 if part is None else (part / qkv_total if name == "qkv" else part)
+            shares[name] = shares.get(name, 0.0) + share
+    return shares
+
+
+def _alternate_applies(model: Model, moe_layer: bool) -> bool:
+    return not moe_layer and model.mla is None
 
 
 def _base(op: Op) -> str:
@@ -107,14 +142,26 @@ def _effects(mods: frozenset[str], model: Model, moe_layer: bool) -> tuple[set[s
     if "moe" in mods and moe_layer:
         drop |= MOE_BLOCK - {"router"}  # the router keeps the MoE block's input, which the shared experts read too
         whole |= MOE_BLOCK
+    if "alternate_matmuls" in mods and _alternate_applies(model, moe_layer):
+        # kept: the layer input (ln1's), attention's Q/K/V/O and the saved matmul outputs (w1 in mlp_act's inputs);
+        # dropped: the norms' outputs the projections keep, the recomputed projections' inputs, the down-projection's
+        # input (the activation runs again)
+        drop |= {"qkv", "attn_proj", "ln2", "mlp_up", "mlp_down"}
+        whole |= ALTERNATE_WHOLE
+        quantize |= set(alternate_matmul_shares(model))
     return drop, whole, quantize
 
 
 def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     """Bytes a layer's forward `ops` keep for backward under the plan's selective recompute modules."""
     mods = modules_of(plan)
-    drop = _effects(mods, model, _is_moe_layer(ops))[0]
+    moe_layer = _is_moe_layer(ops)
+    drop = _effects(mods, model, moe_layer)[0]
     kept = sum(op.saved_bytes for op in ops if _base(op) not in drop)
+    if "alternate_matmuls" in mods and _alternate_applies(model, moe_layer):
+        # the SwiGLU activation keeps w1's output (saved) but not w3's (run again): half its saved inputs
+        kept -= sum(op.saved_bytes for op in ops if _base(op) == "mlp_act" and "mlp_act" not in drop) * \
+            alternate_matmul_shares(model).get("mlp_up", 0.0)
     if "mla_up_proj" in mods and model.mla is not None:
         core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
         kept -= min(core, _qkv_bytes(model, plan))
@@ -126,13 +173,25 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
     whole ops of the recomputed modules, and the input quantization of a projection whose (discarded) input a
     recomputed module rebuilds."""
     mods = modules_of(plan)
-    _, whole, quantize = _effects(mods, model, _is_moe_layer(fwd))
+    moe_layer = _is_moe_layer(fwd)
+    _, whole, quantize = _effects(mods, model, moe_layer)
     again = [op for op in fwd
              if _base(op) in whole or (op.name.endswith(".quantize") and _base(op) in quantize)]
+    if "alternate_matmuls" in mods and _alternate_applies(model, moe_layer):
+        shares = alternate_matmul_shares(model)
+        again += [_share(op, shares[op.name]) for op in fwd if op.name in shares and op.kind == "matrix"]
     ops = as_phase(again, "recompute")
     if "core_attn" in mods and kernel != "flash":
         ops += attention_ops(model, plan, kernel, phase="recompute", window=window)
     return ops
+
+
+def _share(op: Op, f: float) -> Op:
+    """`f` of a GEMM's columns run again (every field that counts work scaled; shape fields kept)."""
+    return dataclasses.replace(op, flop=op.flop * f, hbm_bytes=op.hbm_bytes * f, weight_bytes=op.weight_bytes * f,
+                               model_flop=None if op.model_flop is None else op.model_flop * f,
+                               saved_bytes=op.saved_bytes * f, grad_elements=op.grad_elements * f,
+                               transpose_bytes=op.transpose_bytes * f)
 
 
 def recomputes_dispatch(plan: Plan) -> bool:
@@ -141,11 +200,17 @@ def recomputes_dispatch(plan: Plan) -> bool:
     return plan.recompute == "full" or "moe" in modules_of(plan)
 
 
+def alternate_matmuls_recomputed(model: Model, plan: Plan, moe_layer: bool) -> bool:
+    """Whether torchtitan's op policy re-runs matmuls of both tp-sharded blocks of a layer (wk and wo in attention,
+    w3 or w2 in the MLP), and with them both blocks' tp gather and scatter."""
+    return "alternate_matmuls" in modules_of(plan) and _alternate_applies(model, moe_layer)
+
+
 def tp_block_recomputed(model: Model, plan: Plan, moe_layer: bool) -> bool:
     """Whether selective recompute runs a layer's tp-sharded MLP block again (the dense MLP, or an MoE layer's shared
     experts or tensor-parallel experts), and with it the block's tp gather and scatter."""
     mods = modules_of(plan)
     if not moe_layer:
-        return "mlp" in mods
+        return "mlp" in mods or ("alternate_matmuls" in mods and model.mla is None)
     return bool(model.moe.shared_experts and ("shared_experts" in mods or "moe" in mods)) or (
         plan.expert_tp > 1 and "moe" in mods)
