@@ -102,3 +102,82 @@ def test_the_torchtitan_stack_means_it_only_under_selective():
     given, _, _ = plan_with_stack_defaults({"dp": 8, "mbs": 1, "gbs": 8, "recompute": "selective",
                                             "recompute_modules": ["core_attn"], "framework": "torchtitan"})
     assert given.recompute_modules == ("core_attn",)
+
+
+def test_a_shared_gemm_runs_again_at_its_share_of_every_cost():
+    """The re-run share of a fused GEMM carries that share of its FLOPs, HBM bytes, weight bytes and (FP8 on Hopper)
+    transposed-copy bytes, and keeps its shape (rows, groups) — so a weight-streaming or bandwidth-bound share is
+    priced as the same fraction of the GEMM."""
+    scn = _scn(precision="fp8")
+    m, plan = scn.model, scn.plan
+    fwd = {op.name: op for op in T.layer_forward_ops(m, plan, "flash", moe_layer=False)}
+    again = {op.name: op for op in recompute_ops(list(fwd.values()), m, plan, "flash", False)
+             if op.kind == "matrix"}
+    shares = {"qkv": 1 / 6, "attn_proj": 1.0, "mlp_up": 0.5}
+    assert set(again) == set(shares)
+    assert fwd["mlp_up"].weight_bytes > 0
+    for name, f in shares.items():
+        a, o = again[name], fwd[name]
+        for field in ("flop", "hbm_bytes", "weight_bytes", "transpose_bytes"):
+            assert getattr(a, field) == pytest.approx(f * getattr(o, field), rel=1e-12), (name, field)
+        assert (a.rows, a.groups, a.dtype) == (o.rows, o.groups, o.dtype)
+
+
+def _mixtral(mods=("alternate_matmuls",), rc="selective"):
+    from narrowpath.catalog import model, system
+    from narrowpath.spec import Plan, Scenario
+    plan = Plan(tp=2, pp=1, dp=8, ep=8, mbs=1, gbs=32, zero_stage=1, sequence_parallel=True, recompute=rc,
+                recompute_modules=mods)
+    return Scenario(name="mixtral", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
+
+
+def test_an_moe_layer_without_mla_is_left_as_it_is():
+    """Mixtral (MoE, grouped-query attention, tp 2): the op policy is defined here for dense layers only, so an MoE
+    layer keeps what it keeps without recompute, runs nothing again and gathers nothing again."""
+    alt, none = _mixtral(), _mixtral(mods=(), rc="none")
+    assert alt.model.moe is not None and alt.model.mla is None
+    fwd = T.layer_forward_ops(alt.model, alt.plan, "flash", moe_layer=True)
+    assert recompute_ops(fwd, alt.model, alt.plan, "flash", False) == []
+    assert layer_activation_bytes(alt, "flash", moe_layer=True) == layer_activation_bytes(none, "flash",
+                                                                                           moe_layer=True)
+    assert not [t for t, _ in layer_comm(alt, "flash", True) if t.phase == "recompute"]
+
+
+def test_gelu_keeps_its_first_projection_output_whole():
+    """GPT-3 (GELU: wq, wk, wv, wo, w1, w2): w1's output — the activation's input — is saved whole (call 5), the
+    down-projection's input is dropped (w2, call 6, runs again with the activation). Kept per layer: the layer
+    input (ln1's), the attention core's Q/K/V/O and the activation's input; nothing else (the dropout masks of the
+    bias-dropout-adds are replayed)."""
+    scn = _scn("gpt3-175b-a100-1024")
+    ops = T.layer_forward_ops(scn.model, scn.plan, "flash", moe_layer=False)
+    keep = {"ln1", "flash_attn", "mlp_act"}
+    want = sum(op.saved_bytes for op in ops if op.name.split(".")[0] in keep)
+    assert layer_activation_bytes(scn, "flash", moe_layer=False) == pytest.approx(want, rel=1e-12)
+
+
+def test_swiglu_keeps_half_the_activation_inputs():
+    """Llama-3 8B (SwiGLU): w1's output is saved (call 5), w3's is not (call 6): half the activation's saved
+    inputs, with the layer input and the attention core's."""
+    scn = _scn()
+    ops = T.layer_forward_ops(scn.model, scn.plan, "flash", moe_layer=False)
+    saved = {op.name: op.saved_bytes for op in ops}
+    want = saved["ln1"] + saved["flash_attn"] + 0.5 * saved["mlp_act"]
+    assert layer_activation_bytes(scn, "flash", moe_layer=False) == pytest.approx(want, rel=1e-12)
+
+
+def test_combined_with_other_modules_their_effects_add():
+    """With the unfused core and `core_attn`, the score-sized tensors are dropped too (and the core runs again);
+    with `mlp` the dense MLP is checkpointed whole: the activation's inputs are dropped once, not twice, and the
+    down-projection runs again whole."""
+    scn = _scn(mods=("alternate_matmuls", "core_attn"))
+    ops = T.layer_forward_ops(scn.model, scn.plan, "unfused", moe_layer=False)
+    keep = {"ln1", "attn_scores"}  # unfused: Q/K/V kept by the scores GEMM; softmax/dropout/AV tensors dropped
+    want = sum(op.saved_bytes for op in ops if op.name.split(".")[0] in keep) + 0.5 * sum(
+        op.saved_bytes for op in ops if op.name == "mlp_act")
+    assert layer_activation_bytes(scn, "unfused", moe_layer=False) == pytest.approx(want, rel=1e-12)
+    mlp = _scn(mods=("alternate_matmuls", "mlp"))
+    ops = T.layer_forward_ops(mlp.model, mlp.plan, "flash", moe_layer=False)
+    want = sum(op.saved_bytes for op in ops if op.name.split(".")[0] in {"ln1", "flash_attn"})
+    assert layer_activation_bytes(mlp, "flash", moe_layer=False) == pytest.approx(want, rel=1e-12)
+    names = [op.name for op in recompute_ops(ops, mlp.model, mlp.plan, "flash", False)]
+    assert "mlp_down" in names and names.count("mlp_up") == 1  # the whole MLP once (its up-projection whole)

@@ -51,8 +51,9 @@ MOE_BLOCK = frozenset({"router", "router_topk", "moe_permute", "expert_up", "exp
                        "moe_unpermute"}) | SHARED
 
 
-ALTERNATE_WHOLE = frozenset({"ln1", "rope", "residual_add", "ln2", "mlp_act"})
-"""Element-wise ops of a dense layer that run again under `alternate_matmuls` (none of their outputs is saved)."""
+ALTERNATE_WHOLE = frozenset({"ln1", "rope", "residual_add", "bias_dropout_add", "ln2", "mlp_act"})
+"""Element-wise ops of a dense layer that run again under `alternate_matmuls` (none of their outputs is saved;
+dropout replays its random state)."""
 
 
 def alternate_matmul_shares(model: Model) -> dict[str, float]:
@@ -145,8 +146,8 @@ def _effects(mods: frozenset[str], model: Model, moe_layer: bool) -> tuple[set[s
     if "alternate_matmuls" in mods and _alternate_applies(model, moe_layer):
         # kept: the layer input (ln1's), attention's Q/K/V/O and the saved matmul outputs (w1 in mlp_act's inputs);
         # dropped: the norms' outputs the projections keep, the recomputed projections' inputs, the down-projection's
-        # input (the activation runs again)
-        drop |= {"qkv", "attn_proj", "ln2", "mlp_up", "mlp_down"}
+        # input (the activation runs again), dropout masks (replayed)
+        drop |= {"qkv", "attn_proj", "ln2", "mlp_up", "mlp_down", "bias_dropout_add"}
         whole |= ALTERNATE_WHOLE
         quantize |= set(alternate_matmul_shares(model))
     return drop, whole, quantize
@@ -179,7 +180,8 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
              if _base(op) in whole or (op.name.endswith(".quantize") and _base(op) in quantize)]
     if "alternate_matmuls" in mods and _alternate_applies(model, moe_layer):
         shares = alternate_matmul_shares(model)
-        again += [_share(op, shares[op.name]) for op in fwd if op.name in shares and op.kind == "matrix"]
+        again += [_share(op, shares[op.name]) for op in fwd
+                  if op.name in shares and op.kind == "matrix" and op.name not in whole]
     ops = as_phase(again, "recompute")
     if "core_attn" in mods and kernel != "flash":
         ops += attention_ops(model, plan, kernel, phase="recompute", window=window)
@@ -187,10 +189,10 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
 
 
 def _share(op: Op, f: float) -> Op:
-    """`f` of a GEMM's columns run again (every field that counts work scaled; shape fields kept)."""
+    """`f` of a GEMM's columns run again: the work a recompute op is priced by scaled (its FLOPs, HBM bytes, weight
+    and transposed-copy bytes); shape fields kept. What a recompute op does not carry (kept bytes, output-gradient
+    elements, model FLOPs) is dropped by `as_phase`."""
     return dataclasses.replace(op, flop=op.flop * f, hbm_bytes=op.hbm_bytes * f, weight_bytes=op.weight_bytes * f,
-                               model_flop=None if op.model_flop is None else op.model_flop * f,
-                               saved_bytes=op.saved_bytes * f, grad_elements=op.grad_elements * f,
                                transpose_bytes=op.transpose_bytes * f)
 
 
