@@ -189,11 +189,10 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
 
 
 def _share(op: Op, f: float) -> Op:
-    """`f` of a GEMM's columns run again: the work a recompute op is priced by scaled (its FLOPs, HBM bytes, weight
-    and transposed-copy bytes); shape fields kept. What a recompute op does not carry (kept bytes, output-gradient
-    elements, model FLOPs) is dropped by `as_phase`."""
-    return dataclasses.replace(op, flop=op.flop * f, hbm_bytes=op.hbm_bytes * f, weight_bytes=op.weight_bytes * f,
-                               transpose_bytes=op.transpose_bytes * f)
+    """`f` of a GEMM's columns run again: the work a recompute op is priced by scaled (its FLOPs, HBM bytes and
+    weight bytes; a GEMM writes no transposed copy — its input quantization does); shape fields kept. What a
+    recompute op does not carry (kept bytes, output-gradient elements) is dropped by `as_phase`."""
+    return dataclasses.replace(op, flop=op.flop * f, hbm_bytes=op.hbm_bytes * f, weight_bytes=op.weight_bytes * f)
 
 
 def recomputes_dispatch(plan: Plan) -> bool:
@@ -213,6 +212,6 @@ def tp_block_recomputed(model: Model, plan: Plan, moe_layer: bool) -> bool:
     experts or tensor-parallel experts), and with it the block's tp gather and scatter."""
     mods = modules_of(plan)
     if not moe_layer:
-        return "mlp" in mods or ("alternate_matmuls" in mods and model.mla is None)
+        return "mlp" in mods
     return bool(model.moe.shared_experts and ("shared_experts" in mods or "moe" in mods)) or (
         plan.expert_tp > 1 and "moe" in mods)
