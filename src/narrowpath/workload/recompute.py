@@ -18,7 +18,7 @@ Megatron-Core's modules (TransformerConfig.recompute_modules) and what they mean
   whole block runs again (the MoE layer's dispatch and combine with it). A dense MLP's input is the residual its
   fused norm keeps; the shared experts' is the MoE input the router keeps.
 - `alternate_matmuls`: torchtitan's op-level selective activation checkpointing (`selective_ac_option = "op"`,
-  torchtitan/models/llama3/parallelize_llama.py `_get_custom_policy`): of each layer's matrix multiplies in call
+  torchtitan's parallelize_llama.py `_get_custom_policy`): of each layer's matrix multiplies in call
   order, the outputs of every second one are not saved (the 1st, 3rd, ... are, with attention's output and the
   amax reductions of low-precision casts), and everything not saved runs again before backward. On a dense layer
   (wq, wk, wv, wo, then w1, w3, w2 for SwiGLU or w1, w2 for GELU) the key projection, the attention output
