@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import ACTIVATION_CACHE, GRAD_PRECISION, OPTIMIZER_MOMENTS, PIPELINE_SCHEDULES, PRECISIONS, \
-    SPLIT_DEFAULTS
+from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, GRAD_PRECISION, OPTIMIZER_MOMENTS, \
+    PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTE, SPLIT_DEFAULTS, ZERO3_RESHARD
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -52,10 +52,10 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3),
                    help="ZeRO stage: 0 none, 1 optimizer state sharded over data parallelism (Megatron distributed "
                         "optimizer), 2 + gradients, 3 + weights (FSDP)")
-    g.add_argument("--zero3-reshard", dest="zero3_reshard", choices=("always", "never", "unless_pp"),
+    g.add_argument("--zero3-reshard", dest="zero3_reshard", choices=ZERO3_RESHARD,
                    help="when ZeRO-3 frees its gathered weights: always (every micro-batch), never (kept through the "
                         "step, gradients reduced once), unless_pp (never with pipeline parallelism: torchtitan)")
-    g.add_argument("--recompute", choices=("none", "selective", "full"),
+    g.add_argument("--recompute", choices=RECOMPUTE,
                    help="activation recomputation: none, selective (attention core), full (whole layer)")
     g.add_argument("--recompute-modules", dest="recompute_modules",
                    help="with --recompute selective: the parts recomputed, comma-separated (Megatron-Core "
@@ -84,9 +84,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                    help="overlap the gradient sync with the backward pass in buckets")
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap tensor-parallel communication with the matrix multiplies")
-    g.add_argument("--cp-comm", dest="cp_comm", choices=("p2p", "all_gather", "a2a"),
+    g.add_argument("--cp-comm", dest="cp_comm", choices=CP_COMM,
                    help="context-parallel K/V exchange: ring p2p (default), all_gather (Llama 3), a2a (Ulysses)")
-    g.add_argument("--attention", choices=("auto", "flash", "flash2", "unfused"),
+    g.add_argument("--attention", choices=ATTENTION,
                    help="attention kernel (auto: the calibration profile's default for the device; flash2: "
                         "FlashAttention-2, PyTorch scaled_dot_product_attention's flash backend)")
     g.add_argument("--seq-len", dest="seq_len", type=int,

@@ -89,7 +89,7 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
         if op.impl == "fa2":
             # FlashAttention-2 at its measured share of the fused kernel's rate at head width 128
             # (Device.flash2_rate); cuDNN's head-width table is not FA2's (flatter: 0.87 forward at 64), so none
-            eff *= device.flash2_rate.get("bwd" if op.phase == "bwd" else "fwd", 1.0)
+            eff *= device.flash2_share(op.phase)
             width = 1.0
         else:
             width = flash_head_dim_rate(op.head_dim, op.phase)

@@ -248,10 +248,10 @@ def host_copy_cost(nbytes: float, system) -> CollectiveCost:
 
 
 def _fa2_note(device) -> str:
-    r = device.flash2_rate
-    if not r:
+    if not device.flash2_rate:
         return f"priced as the fused kernel on {device.name}"
-    return f"forward {r.get('fwd', 1.0):.2f}, backward {r.get('bwd', 1.0):.2f} of the fused kernel's rate"
+    return (f"forward {device.flash2_share('fwd'):.2f}, backward {device.flash2_share('bwd'):.2f} of the fused "
+            f"kernel's rate")
 
 
 def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepPrediction:

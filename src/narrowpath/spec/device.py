@@ -104,6 +104,11 @@ class Device:
         positive_float(f"device[{self.name}].tdp_w", self.tdp_w, allow_zero=True)
         positive_float(f"device[{self.name}].idle_w", self.idle_w, allow_zero=True)
 
+    def flash2_share(self, phase: str) -> float:
+        """FlashAttention-2's rate relative to the fused kernel in pass `phase` (`bwd` reads the backward rate, any
+        other the forward one); 1 for a pass the device does not rate (flash2_rate)."""
+        return self.flash2_rate.get("bwd" if phase == "bwd" else "fwd", 1.0)
+
     def level(self, name: str) -> Level:
         for lv in self.levels:
             if lv.name == name:
