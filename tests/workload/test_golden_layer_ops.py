@@ -111,12 +111,13 @@ def test_unfused_core_without_dropout_keeps_the_softmax_output_only():
 
 
 def test_fp8_qkv_input_is_quantized_inside_the_norm():
-    """Under FP8 the QKV GEMM's input is cast inside LayerNormLinear: 6 B per element of its m·h input
-    (8192·4096·6 = 201,326,592 B) and no kernel of its own; the MLP down projection's input comes from the
-    activation, a quantize kernel pair of its own (8192·1792·6 B)."""
+    """Under FP8 the QKV GEMM's input is cast inside LayerNormLinear: 6 B per element of the rank's
+    sequence-parallel shard of its m·h input, cast before the all-gather (8192/8·4096·6 = 25,165,824 B; TE gathers
+    the FP8 buffer), and no kernel of its own; the MLP down projection's input comes from the activation, a
+    quantize kernel pair of its own over all its rows (8192·1792·6 B)."""
     ops = {op.name: op for op in layer_forward_ops(model("llama3-8b"), Plan(tp=8, sequence_parallel=True, gbs=1,
                                                                            precision="fp8"), "flash")}
-    assert (ops["qkv.quantize"].hbm_bytes, ops["qkv.quantize"].kernels) == (201_326_592, 0)
+    assert (ops["qkv.quantize"].hbm_bytes, ops["qkv.quantize"].kernels) == (25_165_824, 0)
     assert ops["mlp_up.quantize"].kernels == 0  # the MLP's input: cast inside its norm too
     assert (ops["mlp_down.quantize"].hbm_bytes, ops["mlp_down.quantize"].kernels) == (8192 * 1792 * 6, 2)
 

@@ -102,22 +102,25 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
     m = b * s
     sp = plan.sequence_parallel
     rows = m / t if sp else m  # what a rank keeps of an all-gathered GEMM input (backward re-gathers it)
+    g = t if sp else 1  # ranks a sequence-parallel input is gathered from (and an output scattered to)
     E_norm = m * h / t if sp else m * h
     ops = [norm_op("ln1", plan, E_norm)]
     if model.mla is None:
         qkv_n = model.q_dim / t + 2 * kv_width_per_rank(model, t)
-        ops += linear("qkv", plan, m, h, qkv_n, fused_input=True, saved_rows=rows)
+        ops += linear("qkv", plan, m, h, qkv_n, fused_input=True, saved_rows=rows, gathered_in=g)
         rope_elems = m * (model.heads / t + max(1.0, model.kv_heads / t)) * model.head_dim
     else:
         mla, a_t = model.mla, model.heads / t
         if mla.q_lora_rank:
-            ops += linear("q_down", plan, m, h, mla.q_lora_rank, fused_input=True, saved_rows=rows)
+            ops += linear("q_down", plan, m, h, mla.q_lora_rank, fused_input=True, saved_rows=rows,
+                          gathered_in=g)
             ops.append(norm_op("q_norm", plan, m * mla.q_lora_rank))
             ops += linear("q_up", plan, m, mla.q_lora_rank, a_t * mla.qk_head_dim, fused_input=True)
         else:
-            ops += linear("q_proj", plan, m, h, a_t * mla.qk_head_dim, fused_input=True, saved_rows=rows)
+            ops += linear("q_proj", plan, m, h, a_t * mla.qk_head_dim, fused_input=True, saved_rows=rows,
+                          gathered_in=g)
         ops += linear("kv_down", plan, m, h, mla.kv_lora_rank + mla.qk_rope_head_dim, fused_input=True,
-                      saved_rows=rows)
+                      saved_rows=rows, gathered_in=g)
         ops.append(norm_op("kv_norm", plan, m * mla.kv_lora_rank))
         ops += linear("kv_up", plan, m, mla.kv_lora_rank, a_t * (mla.qk_nope_head_dim + mla.v_head_dim),
                       fused_input=True)
@@ -129,7 +132,8 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
     # (an unfused core does not keep O: its projection keeps its own quantized input either way)
     shared_o = kernel == "flash" and cached_bytes(plan, "attention_output") is not None
     keeps_input = (kernel != "flash" or plan.low_precision) and not shared_o
-    ops += linear("attn_proj", plan, m, model.q_dim / t, h, saved_rows=m if keeps_input else 0.0)
+    ops += linear("attn_proj", plan, m, model.q_dim / t, h, saved_rows=m if keeps_input else 0.0,
+                  scattered_out=g)
     ops.append(residual_op(model, E_norm, A, plan.precision))
     return ops
 

@@ -23,7 +23,8 @@ from narrowpath.workload.ops import quantize_op
 from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.recompute import (alternate_matmuls_recomputed, kept_bytes, modules_of, recompute_ops,
                                           tp_block_recomputed)
-from narrowpath.workload.precision import core_dtype, operand_bytes, quantize_cost, quantized_weight_copies
+from narrowpath.workload.precision import (core_dtype, gather_bytes, operand_bytes, quantize_cost,
+                                          quantized_weight_copies)
 
 
 def grad_format(plan) -> str:
@@ -175,6 +176,7 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
     xfers: list[tuple[Transfer, float]] = []
     ov = plan.tp_comm_overlap
     act = b * s * h * A
+    gathered = b * s * h * gather_bytes(plan)  # a gather feeding a GEMM moves its operand format
     if plan.tp > 1:
         # one gather/scatter pair around the attention block and one around a tp-sharded MLP (a dense MLP or an
         # MoE layer's shared experts; routed experts with etp = 1 take their tokens by all-to-all instead)
@@ -187,12 +189,12 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
             if not n:
                 continue
             if plan.sequence_parallel:
-                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", act, ph, ov), n))
+                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", gathered, ph, ov), n))
                 xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), n))
                 if ph == "bwd":
                     # Megatron re-gathers the sequence-parallel input of the column-parallel GEMMs for their weight
                     # gradient, asynchronously behind the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
-                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", act, ph, True), n))
+                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", gathered, ph, True), n))
             else:
                 xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), n))
     if plan.cp > 1:

@@ -44,23 +44,27 @@ def quantize_op(name: str, phase: str, elements: float, q: QuantizeCost, *, fuse
 
 
 def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int = 1, fused_input: bool = False,
-           saved_rows: float | None = None) -> list[Op]:
+           saved_rows: float | None = None, gathered_in: int = 1, scattered_out: int = 1) -> list[Op]:
     """A linear layer's forward on one rank: [quantize the input →] GEMM [m×k]·[k×n] in the plan's format.
 
     Low-precision recipes (workload.precision) first quantize the BF16 input — in the norm kernel when it is
     fused (`fused_input`, TE LayerNormLinear) — then read the quantized operands; the output is BF16. The layer
     keeps its (quantized) input for the weight gradient: `saved_rows` of it (the sequence-parallel shard when the
-    GEMM reads an all-gathered input, which backward re-gathers; default m)."""
+    GEMM reads an all-gathered input, which backward re-gathers; default m).
+
+    An input all-gathered over `gathered_in` sequence-parallel ranks is quantized on the local m/gathered_in rows
+    before the gather, and an output reduce-scattered over `scattered_out` ranks gets its gradient back by a
+    gather of the m/scattered_out local rows quantized first (precision.gather_bytes)."""
     A = act_bytes(plan)
     ob = operand_bytes(plan)
     q = quantize_cost(plan.precision)
     ops: list[Op] = []
     if q is not None:
         # TE quantizes a grouped layer's inputs in one multi-tensor kernel (tex.fused_multi_quantize)
-        ops.append(quantize_op(f"{name}.quantize", "fwd", m * k, q, fused=fused_input))
+        ops.append(quantize_op(f"{name}.quantize", "fwd", m / gathered_in * k, q, fused=fused_input))
     rows = m if saved_rows is None else saved_rows
     ops.append(gemm(name, "fwd", m, k, n, matrix_dtype(plan), ob, ob, groups=groups, out_bytes=A,
-                    saved_bytes=rows * k * ob, grad_elements=m * n if q is not None else 0.0))
+                    saved_bytes=rows * k * ob, grad_elements=m / scattered_out * n if q is not None else 0.0))
     return ops
 
 

@@ -35,6 +35,22 @@ def operand_bytes(plan: Plan) -> float:
     return float(act_bytes(plan))
 
 
+def gather_bytes(plan: Plan) -> float:
+    """Bytes per element a tensor-parallel all-gather moves when it feeds a linear layer's GEMM: a sequence-parallel
+    input in forward, the same input again for the weight gradient, and the output gradient of a row-parallel layer
+    in backward. Low-precision recipes quantize the local shard first and gather the quantized values (with their
+    block scales), so the gather moves the GEMM operand format; 16-bit runs gather 16-bit values. Reduce-scatters
+    stay 16-bit: they sum partial outputs.
+
+    Sources: Transformer Engine's LayerNormLinear writes the norm's output as FP8 and all-gathers that buffer
+    (`gather_along_first_dim(ln_out)` with `ln_out` uint8 under fp8), re-gathers the saved FP8 copy in backward, and
+    casts the output gradient before gathering it (`grad_output_preprocess`: "FP8 case with gather: unfused bgrad,
+    cast, transpose for efficient gather"); TE 2.x routes `gather_along_first_dim` by format (per-tensor FP8: data
+    only; MXFP8 and NVFP4: data and scales). torchao's Float8ColwiseParallel / Float8RowwiseParallel (torchtitan)
+    cast to float8 before the forward gather of the input and the backward gather of the output gradient."""
+    return operand_bytes(plan) if plan.precision in VALUE_BYTES else float(act_bytes(plan))
+
+
 CACHE_BYTES = {"attention_output": 1.5, "swiglu_input": 1.0}
 """Bytes per element of what DeepSeek-V3's low-precision storage (plan.activation_cache `fp8`; DeepSeek-AI 2024,
 §3.3.2) keeps for backward: the input of the linear layer after attention in its custom E5M6 format (12 bits), the

@@ -1,0 +1,104 @@
+"""Sequence-parallel gathers in a low-precision recipe move the GEMM operand format, quantized on the local shard
+(workload.precision.gather_bytes, ops.linear's gathered_in / scattered_out), by hand for Llama-3 8B (h 4096, 32
+heads, 8 KV heads of 128, f 14336, s 8192, micro-batch 1).
+
+Transformer Engine's LayerNormLinear casts the norm output to FP8 and all-gathers that buffer, re-gathers the saved
+FP8 copy for the weight gradient, and casts a row-parallel layer's output gradient before gathering it; the
+reduce-scatters sum 16-bit partial outputs."""
+from __future__ import annotations
+
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.spec import Plan, Scenario
+from narrowpath.workload.build import build_workload
+from narrowpath.workload.ops import backward_ops
+from narrowpath.workload.precision import gather_bytes
+from narrowpath.workload.transformer import layer_forward_ops
+
+LLAMA = model("llama3-8b")
+TOKENS_H = 8192 * 4096  # b·s·h = 33,554,432 elements
+
+
+@pytest.mark.parametrize("precision, expected", [("bf16", 2.0), ("fp16", 2.0), ("fp32", 4.0), ("fp8", 1.0),
+                                                 ("mxfp8", 1.0 + 1 / 32), ("nvfp4", 0.5 + 1 / 16)])
+def test_gather_bytes_per_element(precision, expected):
+    """FP8 per-tensor: the 1-byte values only (one scale per tensor); MXFP8 one E8M0 scale byte per 32 values;
+    NVFP4 half a byte per value and one E4M3 scale per 16; 16-bit and fp32 runs gather what they hold."""
+    assert gather_bytes(Plan(precision=precision)) == expected
+
+
+def _tp_layer_transfers(precision: str, sp: bool = True):
+    plan = Plan(tp=8, sequence_parallel=sp, precision=precision)
+    box = "dgx-b200" if precision in ("mxfp8", "nvfp4") else "dgx-h100"
+    scn = Scenario(system=system(box), model=LLAMA, plan=plan, num_gpus=plan.num_gpus)
+    wl = build_workload(scn, "flash")
+    return [(tr.name, tr.phase, tr.message_bytes, c / 32) for tr, c in wl.stages[0].transfers
+            if tr.axis == "tp" and not tr.name.startswith(("tp.embedding", "tp.logits", "tp.cross"))]
+
+
+def test_fp8_gathers_move_one_byte_and_reduce_scatters_two():
+    """Per layer, both blocks: the forward gather of the input and the backward gathers of the output gradient and
+    of the saved input move 33,554,432 B (1 B each); the reduce-scatters of partial sums 67,108,864 B (bf16)."""
+    assert _tp_layer_transfers("fp8") == [
+        ("tp.all_gather", "fwd", TOKENS_H, 2.0), ("tp.reduce_scatter", "fwd", 2 * TOKENS_H, 2.0),
+        ("tp.all_gather", "bwd", TOKENS_H, 2.0), ("tp.reduce_scatter", "bwd", 2 * TOKENS_H, 2.0),
+        ("tp.wgrad_input_all_gather", "bwd", TOKENS_H, 2.0)]
+
+
+def test_bf16_and_all_reduce_traffic_unchanged():
+    """A bf16 run gathers 2 B per element (67,108,864 B); without sequence parallelism an FP8 run all-reduces
+    16-bit partial sums (nothing is gathered into a GEMM)."""
+    assert {m for _, _, m, _ in _tp_layer_transfers("bf16")} == {2 * TOKENS_H}
+    assert _tp_layer_transfers("fp8", sp=False) == [("tp.all_reduce", "fwd", 2 * TOKENS_H, 2.0),
+                                                    ("tp.all_reduce", "bwd", 2 * TOKENS_H, 2.0)]
+
+
+def test_mxfp8_gather_carries_its_block_scales():
+    """MXFP8: 33,554,432 values + 33,554,432 / 32 = 1,048,576 scale bytes = 34,603,008 B per gather."""
+    gathers = {m for name, _, m, _ in _tp_layer_transfers("mxfp8") if "all_gather" in name}
+    assert gathers == {34_603_008}
+
+
+def _ops(precision: str, sp: bool):
+    fwd = layer_forward_ops(LLAMA, Plan(tp=8, sequence_parallel=sp, precision=precision), "flash")
+    plan = Plan(tp=8, sequence_parallel=sp, precision=precision)
+    return {op.name: op for op in fwd}, {op.name: op for op in backward_ops(fwd, plan)}
+
+
+def test_fp8_quantizes_the_local_shard_before_a_gather():
+    """FP8 current scaling moves 6 B per quantized element (read bf16 twice for the amax, write the value and its
+    transpose). With SP on tp 8 the QKV and MLP-up inputs are cast on the rank's 1,024 rows before the gather
+    (1024·4096·6 = 25,165,824 B each); the output gradients of the row-parallel attention and MLP-down projections
+    are cast on the 1,024 local rows before their backward gather (25,165,824 B); the column-parallel QKV's output
+    gradient is already local: all 8192 rows × its 512 + 2·128 = 768 columns (8192·768·6 = 37,748,736 B)."""
+    fwd, bwd = _ops("fp8", sp=True)
+    assert fwd["qkv.quantize"].hbm_bytes == 25_165_824
+    assert fwd["mlp_up.quantize"].hbm_bytes == 25_165_824
+    assert bwd["attn_proj.grad_quantize"].hbm_bytes == 25_165_824
+    assert bwd["mlp_down.grad_quantize"].hbm_bytes == 25_165_824
+    assert bwd["qkv.grad_quantize"].hbm_bytes == 37_748_736
+    # the attention projection's input (the core's output) and the MLP-down input (the activation) are local
+    assert fwd["attn_proj.quantize"].hbm_bytes == 8192 * 512 * 6
+    assert fwd["mlp_down.quantize"].hbm_bytes == 8192 * 1792 * 6
+
+
+def test_without_sequence_parallelism_every_rank_quantizes_all_rows():
+    """No gather: each of the 8 ranks holds all 8192 rows and casts them (8192·4096·6 = 201,326,592 B); the
+    row-parallel outputs are all-reduced, their gradients whole on every rank (8192·4096·6 B)."""
+    fwd, bwd = _ops("fp8", sp=False)
+    assert fwd["qkv.quantize"].hbm_bytes == 201_326_592
+    assert bwd["attn_proj.grad_quantize"].hbm_bytes == 201_326_592
+
+
+def test_shared_expert_input_is_cast_before_its_gather():
+    """An MoE layer's shared experts are a tp-sharded MLP entered by the same gather: DeepSeek-V3 (h 7168) at
+    s 4096 on tp 8 casts its 512 local rows (512·7168·6 = 22,020,096 B) and the down projection's output gradient
+    on the same rows."""
+    from tests.workload.test_golden_mla_mtp import deepseek_v3
+    plan = Plan(tp=8, sequence_parallel=True, ep=8, precision="fp8")
+    fwd = layer_forward_ops(deepseek_v3(), plan, "flash", moe_layer=True)
+    bwd = {op.name: op for op in backward_ops(fwd, plan)}
+    fwd = {op.name: op for op in fwd}
+    assert fwd["shared_up.quantize"].hbm_bytes == 22_020_096
+    assert bwd["shared_down.grad_quantize"].hbm_bytes == 22_020_096
