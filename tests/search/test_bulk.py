@@ -71,6 +71,14 @@ def _alternate():
                                                               recompute_modules=("alternate_matmuls",)))
 
 
+def _zero3_kept(reshard: str):
+    """FSDP that keeps its gathered weights through the step (plan.zero3_reshard `unless_pp`: torchtitan under
+    pipelining; `never`): the bulk engine prices ZeRO-3 plans at their comm_zero_stage (ZeRO-1's traffic and
+    memory) where the plan keeps them gathered, as predict does, instead of resetting the knob."""
+    base = load_scenario("llama3-70b-h100-256")
+    return dataclasses.replace(base, plan=dataclasses.replace(base.plan, zero_stage=3, zero3_reshard=reshard))
+
+
 SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": llama3_8b_fp8,
              "fp8-recipe": _fp8_recipe, "fp8-recipe-b200": lambda: _fp8_recipe("dgx-b200"),
              "mxfp8-recipe-b200": lambda: _fp8_recipe("dgx-b200", "mxfp8"),
@@ -79,7 +87,8 @@ SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
              "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),
              "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048"),
-             "llama3-8b-h100-8-flash2": _flash2, "llama3-70b-alternate-matmuls": _alternate}
+             "llama3-8b-h100-8-flash2": _flash2, "llama3-70b-alternate-matmuls": _alternate,
+             "zero3-unless-pp": lambda: _zero3_kept("unless_pp"), "zero3-never": lambda: _zero3_kept("never")}
 
 
 def _space(scn, **pins) -> SearchSpace:
@@ -215,3 +224,34 @@ def test_memory_ranking_is_an_exhaustive_predicts():
     assert res.baseline_in_space and res.baseline.fits
     mb = res.baseline.memory_bytes
     assert res.baseline_rank == 1 + sum(c.memory_bytes < mb - TIE_REL * mb for c in ranked)
+
+
+@pytest.mark.parametrize("reshard", ["unless_pp", "never"])
+def test_zero3_kept_gathered_is_priced_not_reset(reshard):
+    """ZeRO-3 plans of the space, pp 1 and pp > 1 alike: the search keeps the base's zero3_reshard and the bulk
+    step time and memory of each are predict's for that plan (a reset to `always`, as before, priced every
+    micro-batch's gathers and the sharded memory for all of them)."""
+    scn = _zero3_kept(reshard)
+    space = _space(scn, zero_stage=3)
+    assert space.base.zero3_reshard == reshard
+    table = build_table(space)
+    rng = np.random.default_rng(3)
+    pp = table.cols["pp"][:table.num_structural]
+    rows = np.sort(np.concatenate([rng.choice(np.flatnonzero(pp == 1), size=20, replace=False),
+                                   rng.choice(np.flatnonzero(pp > 1), size=20, replace=False)]))
+    bulk = Bulk(table, Parts(scenario_of(scn, space, space.base), None))
+    sp = bulk.structural(rows)
+    idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
+    kept_pp = set()
+    for k in range(0, idx.size, max(1, idx.size // 80)):
+        plan = table.plan(int(idx[k]))
+        assert plan.zero_stage == 3 and plan.zero3_reshard == reshard
+        pred = predict(scenario_of(scn, space, plan))
+        at = int(np.searchsorted(rows, int(np.searchsorted(table.starts, idx[k], side="right") - 1)))
+        assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12), plan
+        assert sp.memory_bytes[at] == pytest.approx(pred.memory.total_bytes, rel=1e-12), plan
+        kept_pp.add((plan.pp > 1, plan.comm_zero_stage))
+    # the sample holds plans kept gathered (priced as ZeRO-1) and, under unless_pp, plans gathered per micro-batch
+    assert (True, 1) in kept_pp
+    assert ((False, 3) in kept_pp) == (reshard == "unless_pp")
+

@@ -27,6 +27,7 @@ from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.space import recomputed_modules
 from narrowpath.search.table import PlanTable
+from narrowpath.spec.plan import zero3_kept_gathered
 from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_param, held_weight_bytes_per_param,
                                        offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
                                        sharded_weight_bytes_per_param, weight_bytes_per_param)
@@ -179,6 +180,11 @@ class Bulk:
         self.sel = sel[cols["strat"]]
         """Code of every row's selective module set (0 without selective recompute): what activations read."""
         self.m = (space.gbs // (cols["dp"].astype(np.int64) * cols["mbs"])).astype(np.int64)
+        kept = zero3_kept_gathered(space.base.zero3_reshard, cols["pp"])
+        self.zero = np.where((cols["zero"] == 3) & kept, 1, cols["zero"]).astype(np.int64)
+        """ZeRO stage whose traffic and memory every structural row prices (Plan.comm_zero_stage: ZeRO-3 kept
+        gathered through the step, plan.zero3_reshard, is ZeRO-1's one gather and one reduce-scatter per step and
+        ZeRO-1's memory); `cols["zero"]` stays the plan's knob."""
         kinds = parts.kinds
         self.K = len(kinds)
         kind_of = [(self.model.is_moe_layer(li), self.model.is_window_layer(li)) for li in range(self.model.layers)]
@@ -242,7 +248,8 @@ class Bulk:
         valid = sh["mult"] > 0
         rc, rck, rcs = self.rc[rows], self.rck[rows], self.sel[rows]
         tp, cp, mbs, sp = (c[k][rows] for k in ("tp", "cp", "mbs", "sp"))
-        ep, etp, zero, pp = (c[k][rows] for k in ("ep", "etp", "zero", "pp"))
+        ep, etp, pp = (c[k][rows] for k in ("ep", "etp", "pp"))
+        zero = self.zero[rows]
         z3q = (zero == 3) & self.low
         # per-micro-batch ops of each class: layer kinds by count, then the embedding ends
         ops_key = ("tp", "cp", "mbs", "sp", rck, z3q.astype(np.int8), "ep", "etp")
@@ -359,8 +366,8 @@ class Bulk:
         stage)."""
         c, P, model, base = self.cols, self.p, self.model, self.t.space.base
         R, Q = params.shape
-        tp, cp, dp, mbs, sp, ep, zero = (c[k][rows].astype(np.int64) for k in ("tp", "cp", "dp", "mbs", "sp", "ep",
-                                                                                "zero"))
+        tp, cp, dp, mbs, sp, ep = (c[k][rows].astype(np.int64) for k in ("tp", "cp", "dp", "mbs", "sp", "ep"))
+        zero = self.zero[rows]
         etp = c["etp"][rows].astype(np.int64)
         expert_tp = np.where(etp > 0, etp, tp)
         shards = (dp * cp).astype(float)[:, None]
@@ -418,7 +425,7 @@ class Bulk:
         """Optimizer time of each structural row's most loaded rank (once per distinct parameter count)."""
         if sp.optimizer_s is None:
             c, r, P = self.cols, sp.rows, self.p
-            keys = [c[k][r] for k in ("zero", "tp", "cp", "dp", "ep", "etp")]
+            keys = [self.zero[r]] + [c[k][r] for k in ("tp", "cp", "dp", "ep", "etp")]
             first, inv = _unique_float_rows(*keys, sp.params_top, sp.expert_top)
             vals = [P.optimizer_s(tuple(int(k[i]) for k in keys), lambda rr=int(r[i]): self._fields(rr),
                                   float(sp.params_top[i]), float(sp.expert_top[i])) for i in first]

@@ -234,7 +234,7 @@ class Exact:
         bulk, P, t = self.b, self.p, self.t
         c, cm = bulk.cols, t.comm
         I, Q, C = len(rows), bulk.Q, len(J)
-        mbs, vpp, zero, m = c["mbs"][rows], c["vpp"][rows], c["zero"][rows], bulk.m[rows]
+        mbs, vpp, zero, m = c["mbs"][rows], c["vpp"][rows], bulk.zero[rows], bulk.m[rows]
         cp, pp, ep = (c[k][rows].astype(np.int64) for k in ("cp", "pp", "ep"))
         rc, rck = bulk.rc[rows], bulk.rck[rows]
         dpo, tpo, cpc, epo, disp = cm["dpo"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J]
@@ -357,7 +357,7 @@ class Exact:
         cm, c = t.comm, bulk.cols
         I, C = len(rows), len(J)
         params, expert = sp.params_top[at], sp.expert_top[at]
-        rk = [c[k][rows] for k in ("zero",) + _OUTER[:6]]
+        rk = [bulk.zero[rows]] + [c[k][rows] for k in _OUTER[:6]]
         rfirst, ri = _unique_float(*rk, params, expert)
         dpo, plc = cm["dpo"][J], cm["plc"][J]
         vfirst, vi = unique_rows(dpo, plc)

@@ -96,8 +96,6 @@ class SearchSpace:
             object.__setattr__(self, "base", dataclasses.replace(self.base, **SPLIT_DEFAULTS))
         if self.base.pipeline_schedule != "auto":  # the bulk pricing plays Megatron's schedules (search.pipeline_bulk)
             object.__setattr__(self, "base", dataclasses.replace(self.base, pipeline_schedule="auto"))
-        if self.base.zero3_reshard != "always":  # the bulk pricing gathers ZeRO-3 weights every micro-batch
-            object.__setattr__(self, "base", dataclasses.replace(self.base, zero3_reshard="always"))
         unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp", "recompute_modules"})
         if unknown:
             raise SpecError("search.pinned", f"unknown knob(s) {unknown}; knobs are "

@@ -40,6 +40,14 @@ MAX_BATCH = 1 << 30
 """Largest micro- or global batch accepted, sequences (a typo of 1e47 would otherwise price a step of 1e45 s)."""
 
 
+def zero3_kept_gathered(reshard: str, pp):
+    """Whether ZeRO-3 weights stay gathered through a step's micro-batches under `reshard` (plan.zero3_reshard) at
+    `pp` pipeline stages; `pp` may be an array (the search prices many plans at once)."""
+    if reshard == "unless_pp":
+        return pp > 1
+    return reshard == "never"
+
+
 def check_modules_need_selective(field: str, recompute: str, modules) -> None:
     """Refuse recompute modules named under another mode than `selective` (which is the only one that reads them),
     naming `field` (the plan field, or a command-line flag)."""
@@ -281,8 +289,7 @@ class Plan:
     @property
     def zero3_per_step(self) -> bool:
         """ZeRO-3 whose weights stay gathered through the step's micro-batches (zero3_reshard)."""
-        return self.zero_stage == 3 and (self.zero3_reshard == "never"
-                                         or (self.zero3_reshard == "unless_pp" and self.pp > 1))
+        return self.zero_stage == 3 and zero3_kept_gathered(self.zero3_reshard, self.pp)
 
     @property
     def comm_zero_stage(self) -> int:
