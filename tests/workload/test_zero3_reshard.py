@@ -92,15 +92,15 @@ def test_torchtitan_stack_fills_its_defaults():
     assert "attention" not in dict(chosen)
 
 
-def test_search_prices_zero3_per_micro_batch_and_the_simulator_follows_predict():
-    """The bulk search engine gathers ZeRO-3 weights every micro-batch, so a search starting from a kept-gathered
-    plan searches `always` (as it resets a DualPipe schedule); the event simulator prices the plan as predict
-    does (noise free, within its usual 1 % of the closed form)."""
+def test_search_keeps_the_reshard_policy_and_the_simulator_follows_predict():
+    """A search starting from a kept-gathered plan searches under the same policy (the bulk engine prices each
+    plan's comm_zero_stage: tests/search/test_bulk.py); the event simulator prices the plan as predict does (noise
+    free, within its usual 1 % of the closed form)."""
     from narrowpath.schedule.sim import simulate
     from narrowpath.search import SearchSpace
     scn = _pp_fsdp("unless_pp")
     space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, {"tp": 8, "pp": 4})
-    assert space.base.zero3_reshard == "always"
+    assert space.base.zero3_reshard == "unless_pp"
     sim = simulate(scn, steps=1).noise_free_step_time_s
     assert sim == pytest.approx(predict(scn).step_time_s, rel=0.01)
     assert sim < simulate(_pp_fsdp("always"), steps=1).noise_free_step_time_s
