@@ -12,7 +12,10 @@ descent on a grid (the fit is coarse on purpose: a constant that only a finer gr
     python benchmarks/fit_profiles.py --check    # only print each device's error with the shipped profiles
 
 The constants are then written into src/narrowpath/catalog/calibration.yaml by hand, each with the cases it was
-fitted on in its `sources` entry; this script is the record of how.
+fitted on in its `sources` entry; this script is the record of how. A profile that `extends` another (the H200,
+H800 and H100 96 GB profiles extend H100's, B300's extends B200's, A100 40 GB's A100 80 GB's: the same die) takes
+its parent's constants: what the fit prints for such a device (e.g. the Grand Teton H100's, whose torchtitan rows
+are a held-out check) is for information, not to be written.
 """
 from __future__ import annotations
 

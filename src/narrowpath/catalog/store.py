@@ -32,6 +32,31 @@ def entries(kind: str) -> dict[str, dict[str, Any]]:
         if eid in out:
             raise CatalogError(f"{_FILES[kind]}: duplicate id {eid!r}")
         out[eid] = entry
+    if kind in _INHERITING:
+        out = {eid: _inherit(kind, entry, out) for eid, entry in out.items()}
+    return out
+
+
+_INHERITING = {"devices": ("id", "aliases", "extends"), "profiles": ("id", "device", "extends")}
+"""Catalog files whose entries may `extends` another (the keys never inherited). Stacks have their own
+`extends` (stack_defaults), applied per training format."""
+
+
+def _inherit(kind: str, entry: dict[str, Any], table: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """An entry that `extends` an earlier one of the same file (a variant of a device, the profile of a device that
+    shares another's die): the parent's keys, each replaced whole by the entry's own, `sources` merged key by key;
+    the parent must not extend another (no chains). One place to change a figure two devices share."""
+    parent_id = entry.get("extends")
+    if parent_id is None:
+        return entry
+    parent = table.get(parent_id)
+    if parent is None or parent.get("extends") or list(table).index(parent_id) > list(table).index(entry["id"]):
+        raise CatalogError(f"{_FILES[kind]}: {entry['id']} extends {shown(parent_id)}, which is not an earlier "
+                           f"entry without an `extends` of its own")
+    out = {k: v for k, v in parent.items() if k not in _INHERITING[kind]}
+    out.update({k: v for k, v in entry.items() if k != "extends"})
+    if "sources" in parent or "sources" in entry:
+        out["sources"] = {**(parent.get("sources") or {}), **(entry.get("sources") or {})}
     return out
 
 
