@@ -102,3 +102,29 @@ def test_shared_expert_input_is_cast_before_its_gather():
     fwd = {op.name: op for op in fwd}
     assert fwd["shared_up.quantize"].hbm_bytes == 22_020_096
     assert bwd["shared_down.grad_quantize"].hbm_bytes == 22_020_096
+
+
+def test_two_shared_experts_double_the_shared_mlp_and_its_quantized_gather():
+    """Two shared experts of 2,048 (DeepSeek-V3's width) on tp 8: the shared up projection is n = 2·(2·2048)/8 =
+    1,024 wide; its input is still cast once on the 512 local rows (22,020,096 B)."""
+    from tests.workload.test_golden_mla_mtp import deepseek_v3
+    import dataclasses
+    m = deepseek_v3()
+    m = dataclasses.replace(m, moe=dataclasses.replace(m.moe, shared_experts=2))
+    plan = Plan(tp=8, sequence_parallel=True, ep=8, precision="fp8")
+    fwd = {op.name: op for op in layer_forward_ops(m, plan, "flash", moe_layer=True)}
+    assert fwd["shared_up"].flop == 2 * 4096 * 7168 * 1024
+    assert fwd["shared_up.quantize"].hbm_bytes == 22_020_096
+
+
+def test_mla_without_a_query_latent_keeps_its_norm_before_the_gathered_projection():
+    """DeepSeek-V2-Lite style MLA (no query latent): the block still opens with its input norm (on the 512 local
+    rows of 7168: 2·512·7168·2 = 14,680,064 B) and the direct q_proj's input is cast on those rows."""
+    from tests.workload.test_golden_mla_mtp import deepseek_v3
+    import dataclasses
+    from narrowpath.workload.attention import attention_block_ops
+    lite = dataclasses.replace(deepseek_v3(), mla=dataclasses.replace(deepseek_v3().mla, q_lora_rank=0))
+    ops = attention_block_ops(lite, Plan(tp=8, sequence_parallel=True, precision="fp8"), "flash")
+    names = [op.name for op in ops]
+    assert names[:3] == ["ln1", "q_proj.quantize", "q_proj"]
+    assert ops[0].hbm_bytes == 14_680_064

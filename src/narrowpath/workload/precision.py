@@ -48,7 +48,7 @@ def gather_bytes(plan: Plan) -> float:
     cast, transpose for efficient gather"); TE 2.x routes `gather_along_first_dim` by format (per-tensor FP8: data
     only; MXFP8 and NVFP4: data and scales). torchao's Float8ColwiseParallel / Float8RowwiseParallel (torchtitan)
     cast to float8 before the forward gather of the input and the backward gather of the output gradient."""
-    return operand_bytes(plan) if plan.precision in VALUE_BYTES else float(act_bytes(plan))
+    return operand_bytes(plan)
 
 
 CACHE_BYTES = {"attention_output": 1.5, "swiglu_input": 1.0}
