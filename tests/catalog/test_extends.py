@@ -25,6 +25,12 @@ def test_child_takes_the_parents_keys_and_replaces_what_it_states():
                    "sources": {"matrix_efficiency": "fit", "all": "child's"}}
 
 
+def test_a_device_variant_names_its_own_default_system():
+    """A device's default system is its own box (an H200 variant is not sold in a DGX H100): not inherited."""
+    table = {"d": {"id": "d", "default_system": "box-d", "aliases": ["D"]}, "e": {"id": "e", "extends": "d"}}
+    assert _inherit("devices", table["e"], table) == {"id": "e"}
+
+
 def test_an_entry_without_extends_is_returned_as_it_is():
     assert _inherit("profiles", TABLE["base"], TABLE) is TABLE["base"]
 
@@ -33,6 +39,7 @@ def test_an_entry_without_extends_is_returned_as_it_is():
     ({"child": {"id": "child", "extends": "nowhere"}}, "unknown parent"),
     ({"a": {"id": "a", "extends": "b"}, "b": {"id": "b"}}, "a later entry"),
     ({"a": {"id": "a"}, "b": {"id": "b", "extends": "a"}, "c": {"id": "c", "extends": "b"}}, "a chain"),
+    ({"a": {"id": "a"}, "b": {"id": "b", "extends": ["a"]}}, "not a name"),
 ])
 def test_bad_extends_is_one_line_naming_the_entry(table, why):
     last = list(table)[-1] if why != "a later entry" else "a"

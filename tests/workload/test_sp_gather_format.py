@@ -67,20 +67,62 @@ def _ops(precision: str, sp: bool):
 
 
 def test_fp8_quantizes_the_local_shard_before_a_gather():
-    """FP8 current scaling moves 6 B per quantized element (read bf16 twice for the amax, write the value and its
-    transpose). With SP on tp 8 the QKV and MLP-up inputs are cast on the rank's 1,024 rows before the gather
-    (1024·4096·6 = 25,165,824 B each); the output gradients of the row-parallel attention and MLP-down projections
-    are cast on the 1,024 local rows before their backward gather (25,165,824 B); the column-parallel QKV's output
-    gradient is already local: all 8192 rows × its 512 + 2·128 = 768 columns (8192·768·6 = 37,748,736 B)."""
+    """FP8 current scaling moves 6 B per quantized element: read bf16 twice (amax, cast), write the value and its
+    transpose. A tensor gathered after quantizing is cast row-wise on the rank's 1,024 rows (5 B each) and
+    transposed from the gathered 8192 rows (read + write 1 B each): 1024·4096·5 + 2·8192·4096 = 88,080,384 B for the
+    QKV and MLP-up inputs and for the output gradients of the row-parallel attention and MLP-down projections
+    (gathered in backward); the column-parallel QKV's output gradient is local, all 8192 rows × its 512 + 2·128 =
+    768 columns with the fused transpose (8192·768·6 = 37,748,736 B)."""
     fwd, bwd = _ops("fp8", sp=True)
-    assert fwd["qkv.quantize"].hbm_bytes == 25_165_824
-    assert fwd["mlp_up.quantize"].hbm_bytes == 25_165_824
-    assert bwd["attn_proj.grad_quantize"].hbm_bytes == 25_165_824
-    assert bwd["mlp_down.grad_quantize"].hbm_bytes == 25_165_824
+    gathered = 1024 * 4096 * 5 + 2 * 8192 * 4096
+    assert gathered == 88_080_384
+    assert fwd["qkv.quantize"].hbm_bytes == gathered
+    assert fwd["mlp_up.quantize"].hbm_bytes == gathered
+    assert bwd["attn_proj.grad_quantize"].hbm_bytes == gathered
+    assert bwd["mlp_down.grad_quantize"].hbm_bytes == gathered
+    assert bwd["attn_proj.grad_quantize"].transpose_bytes == 2 * 8192 * 4096
     assert bwd["qkv.grad_quantize"].hbm_bytes == 37_748_736
     # the attention projection's input (the core's output) and the MLP-down input (the activation) are local
     assert fwd["attn_proj.quantize"].hbm_bytes == 8192 * 512 * 6
     assert fwd["mlp_down.quantize"].hbm_bytes == 8192 * 1792 * 6
+
+
+def test_on_any_layout_fp8_devices_only_the_local_cast_is_paid():
+    """B200 runs FP8 GEMMs in any layout (Device.fp8_any_layout): no transpose at all, so a gathered input costs its
+    local row-wise cast only (1024·4096·5 = 20,971,520 B: cost.roofline.hbm_bytes leaves the transpose bytes out)."""
+    from narrowpath.catalog import device
+    from narrowpath.cost.roofline import hbm_bytes
+    fwd, _ = _ops("fp8", sp=True)
+    assert hbm_bytes(fwd["qkv.quantize"], device("B200")) == 20_971_520
+    assert hbm_bytes(fwd["qkv.quantize"], device("H100-SXM5-80GB")) == 88_080_384
+
+
+def test_block_scaled_gathers_carry_their_column_copy_quantized_locally():
+    """MXFP8 quantizes both copies on the local rows (fused in the norm: 2·(1 + 1/32) − 2 bytes over the bf16 output
+    it no longer writes = 0.0625 B per element) and gathers them with their scales: 1024·4096·0.0625 = 262,144 B."""
+    fwd = {op.name: op for op in layer_forward_ops(LLAMA, Plan(tp=8, sequence_parallel=True, precision="mxfp8"),
+                                                   "flash")}
+    assert fwd["qkv.quantize"].hbm_bytes == 262_144 and fwd["qkv.quantize"].transpose_bytes == 0.0
+
+
+def test_tensor_parallel_experts_alone_gather_their_tokens_in_16_bit():
+    """Mixtral (8 experts, no shared expert, h 4096, s 4096) on tp 4 with etp 4 under FP8: the attention block's
+    gathers feed its QKV GEMM (1 B: 4096·4096 = 16,777,216 B), the MoE block's are the dispatcher's token gathers
+    before the experts quantize (2 B: 33,554,432 B); the reduce-scatters 2 B."""
+    from narrowpath.spec.parse import model_from_dict
+    mix = model_from_dict(dict(name="mixtral-ish", layers=4, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                               vocab=32000, seq_len=4096, experts=8, top_k=2, ffn_act="swiglu"))
+    plan = Plan(tp=4, sequence_parallel=True, ep=1, etp=4, precision="fp8")
+    scn = Scenario(system=system("dgx-h100"), model=mix, plan=plan, num_gpus=4)
+    from narrowpath.workload.build import layer_comm
+    got = [(tr.name, tr.phase, tr.message_bytes, c) for tr, c in layer_comm(scn, "flash", True)
+           if tr.axis == "tp"]
+    one, two = 4096 * 4096, 2 * 4096 * 4096
+    assert got == [("tp.all_gather", "fwd", one, 1.0), ("tp.all_gather", "fwd", two, 1.0),
+                   ("tp.reduce_scatter", "fwd", two, 2.0),
+                   ("tp.all_gather", "bwd", one, 1.0), ("tp.all_gather", "bwd", two, 1.0),
+                   ("tp.reduce_scatter", "bwd", two, 2.0),
+                   ("tp.wgrad_input_all_gather", "bwd", one, 1.0), ("tp.wgrad_input_all_gather", "bwd", two, 1.0)]
 
 
 def test_without_sequence_parallelism_every_rank_quantizes_all_rows():
@@ -93,20 +135,20 @@ def test_without_sequence_parallelism_every_rank_quantizes_all_rows():
 
 def test_shared_expert_input_is_cast_before_its_gather():
     """An MoE layer's shared experts are a tp-sharded MLP entered by the same gather: DeepSeek-V3 (h 7168) at
-    s 4096 on tp 8 casts its 512 local rows (512·7168·6 = 22,020,096 B) and the down projection's output gradient
-    on the same rows."""
+    s 4096 on tp 8 casts its 512 local rows row-wise (512·7168·5 = 18,350,080 B) and transposes the 4096 gathered
+    ones (2·4096·7168 = 58,720,256 B): 77,070,336 B, and the same for the down projection's output gradient."""
     from tests.workload.test_golden_mla_mtp import deepseek_v3
     plan = Plan(tp=8, sequence_parallel=True, ep=8, precision="fp8")
     fwd = layer_forward_ops(deepseek_v3(), plan, "flash", moe_layer=True)
     bwd = {op.name: op for op in backward_ops(fwd, plan)}
     fwd = {op.name: op for op in fwd}
-    assert fwd["shared_up.quantize"].hbm_bytes == 22_020_096
-    assert bwd["shared_down.grad_quantize"].hbm_bytes == 22_020_096
+    assert fwd["shared_up.quantize"].hbm_bytes == 77_070_336
+    assert bwd["shared_down.grad_quantize"].hbm_bytes == 77_070_336
 
 
 def test_two_shared_experts_double_the_shared_mlp_and_its_quantized_gather():
     """Two shared experts of 2,048 (DeepSeek-V3's width) on tp 8: the shared up projection is n = 2·(2·2048)/8 =
-    1,024 wide; its input is still cast once on the 512 local rows (22,020,096 B)."""
+    1,024 wide; its input is still cast once on the 512 local rows and transposed once gathered (77,070,336 B)."""
     from tests.workload.test_golden_mla_mtp import deepseek_v3
     import dataclasses
     m = deepseek_v3()
@@ -114,7 +156,7 @@ def test_two_shared_experts_double_the_shared_mlp_and_its_quantized_gather():
     plan = Plan(tp=8, sequence_parallel=True, ep=8, precision="fp8")
     fwd = {op.name: op for op in layer_forward_ops(m, plan, "flash", moe_layer=True)}
     assert fwd["shared_up"].flop == 2 * 4096 * 7168 * 1024
-    assert fwd["shared_up.quantize"].hbm_bytes == 22_020_096
+    assert fwd["shared_up.quantize"].hbm_bytes == 77_070_336
 
 
 def test_mla_without_a_query_latent_keeps_its_norm_before_the_gathered_projection():

@@ -37,7 +37,7 @@ def entries(kind: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-_INHERITING = {"devices": ("id", "aliases", "extends"), "profiles": ("id", "device", "extends")}
+_INHERITING = {"devices": ("id", "aliases", "extends", "default_system"), "profiles": ("id", "device", "extends")}
 """Catalog files whose entries may `extends` another (the keys never inherited). Stacks have their own
 `extends` (stack_defaults), applied per training format."""
 
@@ -49,7 +49,7 @@ def _inherit(kind: str, entry: dict[str, Any], table: dict[str, dict[str, Any]])
     parent_id = entry.get("extends")
     if parent_id is None:
         return entry
-    parent = table.get(parent_id)
+    parent = table.get(parent_id) if isinstance(parent_id, str) else None
     if parent is None or parent.get("extends") or list(table).index(parent_id) > list(table).index(entry["id"]):
         raise CatalogError(f"{_FILES[kind]}: {entry['id']} extends {shown(parent_id)}, which is not an earlier "
                            f"entry without an `extends` of its own")

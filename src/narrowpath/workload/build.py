@@ -180,21 +180,29 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
     if plan.tp > 1:
         # one gather/scatter pair around the attention block and one around a tp-sharded MLP (a dense MLP or an
         # MoE layer's shared experts; routed experts with etp = 1 take their tokens by all-to-all instead)
-        pairs = 1.0 + (1.0 if not moe_layer or model.moe.shared_experts or plan.expert_tp > 1 else 0.0)
+        mlp_pair = 1.0 if not moe_layer or model.moe.shared_experts or plan.expert_tp > 1 else 0.0
+        # the MLP pair's gather feeds a GEMM (a dense or shared-expert MLP) in its operand format; tensor-parallel
+        # experts alone get their tokens from the dispatcher's 16-bit gather, quantized after it
+        mlp_gather = gathered if not moe_layer or model.moe.shared_experts else act
         # a full recompute gathers and scatters around both blocks again; a selectively recomputed tp-sharded MLP
         # block (workload.recompute) around that block
-        again = pairs if plan.recompute == "full" or alternate_matmuls_recomputed(model, plan, moe_layer) else \
-            (1.0 if tp_block_recomputed(model, plan, moe_layer) else 0.0)
-        for ph, n in (("fwd", pairs), ("bwd", pairs), ("recompute", again)):
+        if plan.recompute == "full" or alternate_matmuls_recomputed(model, plan, moe_layer):
+            again = (1.0, mlp_pair)
+        else:
+            again = (0.0, 1.0 if tp_block_recomputed(model, plan, moe_layer) else 0.0)
+        for ph, (na, nm) in (("fwd", (1.0, mlp_pair)), ("bwd", (1.0, mlp_pair)), ("recompute", again)):
+            n = na + nm
             if not n:
                 continue
             if plan.sequence_parallel:
-                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", gathered, ph, ov), n))
+                gathers = [(gathered, n)] if mlp_gather == gathered else [(gathered, na), (mlp_gather, nm)]
+                xfers += [(Transfer("tp.all_gather", "all_gather", "tp", g, ph, ov), c) for g, c in gathers if c]
                 xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), n))
                 if ph == "bwd":
                     # Megatron re-gathers the sequence-parallel input of the column-parallel GEMMs for their weight
                     # gradient, asynchronously behind the input-gradient GEMM (Korthikanti et al. 2022 §4.2.2).
-                    xfers.append((Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", gathered, ph, True), n))
+                    xfers += [(Transfer("tp.wgrad_input_all_gather", "all_gather", "tp", g, ph, True), c)
+                              for g, c in gathers if c]
             else:
                 xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), n))
     if plan.cp > 1:

@@ -66,13 +66,19 @@ def active_parameter_count(model: Model) -> float:
     return parameter_count(model) - moe_layers * (moe.num_experts - moe.top_k) * expert
 
 
+def _score_flop_per_token(model: Model, li: int) -> float:
+    """Forward FLOPs of layer `li`'s attention scores and weighted sum for one token over every key it may attend
+    to (non-causal: Korthikanti et al. 2022 §6, 4·s·h for MHA)."""
+    keys = min(model.seq_len, model.sliding_window) if model.is_window_layer(li) else model.seq_len
+    return 2 * model.heads * keys * (model.qk_head_dim + model.v_head_dim)
+
+
 def _layer_forward_flop_per_token(model: Model, li: int) -> float:
     """Model FLOPs of layer `li` for one token's forward: 2 per matrix parameter it multiplies (routed experts:
     top_k of them, plus the router) and the attention scores and weighted sum over the keys it attends to, counted
     non-causally (Korthikanti et al. 2022 §6: 4·s·h for MHA)."""
-    h, s = model.hidden, model.seq_len
-    keys = min(s, model.sliding_window) if model.is_window_layer(li) else s
-    attn = 2 * attention_parameters(model) + 2 * model.heads * keys * (model.qk_head_dim + model.v_head_dim)
+    h = model.hidden
+    attn = 2 * attention_parameters(model) + _score_flop_per_token(model, li)
     if model.is_moe_layer(li):
         moe = model.moe
         mlp = 2 * model.mlp_matrices * h * (moe.top_k * moe.expert_ffn + moe.shared_experts * moe.shared_ffn) \
@@ -92,3 +98,14 @@ def model_flop_per_token(model: Model) -> float:
         last = model.layers - 1
         fwd += model.mtp_layers * (2 * 2 * h * h + _layer_forward_flop_per_token(model, last) + 2 * h * V)
     return 3.0 * fwd
+
+
+def causal_model_flop_per_token(model: Model) -> float:
+    """model_flop_per_token with half the attention scores of full-attention layers counted (a causal mask: the
+    convention of Megatron-Bridge's newer FLOP formulas and of the causal MFU figure); windowed layers' keys are
+    already the window, counted whole."""
+    half = sum(_score_flop_per_token(model, li) for li in range(model.layers) if not model.is_window_layer(li)) / 2
+    if model.mtp_layers and not model.is_window_layer(model.layers - 1):
+        half += model.mtp_layers * _score_flop_per_token(model, model.layers - 1) / 2
+    return model_flop_per_token(model) - 3.0 * half
+

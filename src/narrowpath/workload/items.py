@@ -38,6 +38,9 @@ class Op:
     """Bytes a forward execution keeps for its backward (the activation memory it is responsible for)."""
     grad_elements: float = 0.0
     """Output-gradient elements a low-precision GEMM quantizes in backward (m·n; 0 for 16/32-bit GEMMs)."""
+    grad_gathered: float = 0.0
+    """Output-gradient elements all-gathered after that quantization (a row-parallel layer's m·n under sequence
+    parallelism; 0 when not gathered): a per-tensor FP8 gradient is transposed after the gather, over all of them."""
     transpose_bytes: float = 0.0
     """Part of hbm_bytes that writes Transformer Engine's transposed (column-wise) FP8 copy, which a device whose
     FP8 GEMMs take any layout does not write (Device.fp8_any_layout; cost.roofline.hbm_bytes)."""

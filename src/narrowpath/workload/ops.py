@@ -14,7 +14,7 @@ from narrowpath.workload.precision import QuantizeCost, act_bytes, matrix_dtype,
 
 def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_bytes: float, w_bytes: float,
          *, weights: bool = True, batch: float = 1.0, groups: int = 1, out_bytes: float | None = None,
-         saved_bytes: float = 0.0, grad_elements: float = 0.0) -> Op:
+         saved_bytes: float = 0.0, grad_elements: float = 0.0, grad_gathered: float = 0.0) -> Op:
     """A (batched) GEMM [m×k]·[k×n]: 2mkn FLOPs; reads both inputs and writes the output once. `groups` > 1: a
     grouped GEMM of that many [m/groups × k]·[k×n] products, each with its own weights (MoE experts).
     `weights=False`: the second operand is an activation (attention scores), read at `a_bytes`."""
@@ -24,7 +24,7 @@ def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_byte
     hbm = (m * k * a_bytes) * batch + wb + (m * n * out) * batch
     # a grouped GEMM is issued per group (Transformer Engine's GroupedLinear runs one cuBLAS GEMM per expert)
     return Op(name, "matrix", phase, flop, hbm, dtype, groups, wb if weights else 0.0, groups=groups,
-              saved_bytes=saved_bytes, grad_elements=grad_elements, rows=m / groups)
+              saved_bytes=saved_bytes, grad_elements=grad_elements, grad_gathered=grad_gathered, rows=m / groups)
 
 
 def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1, saved_bytes: float = 0.0) -> Op:
@@ -33,14 +33,25 @@ def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1, s
 
 
 def quantize_op(name: str, phase: str, elements: float, q: QuantizeCost, *, fused: bool = False,
-                kernels: int | None = None) -> Op:
+                kernels: int | None = None, gathered: float = 0.0) -> Op:
     """Quantizing `elements` BF16 values into a low-precision recipe's copies (workload.precision.QuantizeCost):
     a kernel of its own, or fused into the kernel that produces the tensor (`fused`: no launch of its own). The
     bytes of the transposed FP8 copy are marked (Op.transpose_bytes), which devices whose FP8 GEMMs take any layout
-    do not write."""
+    do not write.
+
+    `gathered` > 0: the quantized values are then all-gathered into that many elements. A per-tensor FP8 tensor is
+    cast row-wise only before the gather and its transpose made from the gathered tensor (read and write 1 byte per
+    gathered element: Transformer Engine's `fp8_transpose` of the gathered input and output gradient; TE 2.x
+    `_all_gather_fp8` gathers row-wise data and transposes after); block-scaled formats gather their column-wise
+    copy with its own scales, as quantized locally. The transpose's launch is not counted."""
     per = q.fused_bytes if fused else q.standalone_bytes
     launches = (0 if fused else q.kernels) if kernels is None else kernels
-    return Op(name, "vector", phase, 0.0, elements * per, "bf16", launches, transpose_bytes=elements * q.transpose_bytes)
+    tb = q.transpose_bytes
+    if gathered and tb:
+        transpose = 2.0 * tb * gathered
+        return Op(name, "vector", phase, 0.0, elements * (per - tb) + transpose, "bf16", launches,
+                  transpose_bytes=transpose)
+    return Op(name, "vector", phase, 0.0, elements * per, "bf16", launches, transpose_bytes=elements * tb)
 
 
 def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int = 1, fused_input: bool = False,
@@ -61,10 +72,13 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     ops: list[Op] = []
     if q is not None:
         # TE quantizes a grouped layer's inputs in one multi-tensor kernel (tex.fused_multi_quantize)
-        ops.append(quantize_op(f"{name}.quantize", "fwd", m / gathered_in * k, q, fused=fused_input))
+        ops.append(quantize_op(f"{name}.quantize", "fwd", m / gathered_in * k, q, fused=fused_input,
+                               gathered=m * k if gathered_in > 1 else 0.0))
     rows = m if saved_rows is None else saved_rows
+    low = q is not None
     ops.append(gemm(name, "fwd", m, k, n, matrix_dtype(plan), ob, ob, groups=groups, out_bytes=A,
-                    saved_bytes=rows * k * ob, grad_elements=m / scattered_out * n if q is not None else 0.0))
+                    saved_bytes=rows * k * ob, grad_elements=m / scattered_out * n if low else 0.0,
+                    grad_gathered=m * n if low and scattered_out > 1 else 0.0))
     return ops
 
 
@@ -76,7 +90,7 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         out = []
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
-            out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q))
+            out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q, gathered=op.grad_gathered))
         # dgrad multiplies the output gradient's m rows by the weights, as the forward; wgrad reduces over the m
         # rows into a k×n output that fills the GPU however few the rows are (no rows: the size ramp)
         out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,
