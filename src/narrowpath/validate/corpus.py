@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from narrowpath.validate.flop_check import measured_flop_per_token
 from narrowpath.catalog.resolve import read_data_file, scenario_from_dict
 from narrowpath.errors import NarrowpathError
 from narrowpath.spec.scenario import Scenario
@@ -38,6 +39,8 @@ class Case:
     """Group of cases that differ only in plan or precision (same model, hardware and batch)."""
     corpus: str = ""
     """File name of the corpus the case came from."""
+    measured_flop_per_token: float | None = None
+    """Model FLOPs per token the case's own figures imply (validate.flop_check), when it publishes them."""
 
 
 def shipped_corpus_path(name: str = SHIPPED[0]) -> Path:
@@ -73,7 +76,7 @@ def _case(raw: Any, index: int, corpus: str) -> Case:
         data = {k: v for k, v in raw.items() if k not in _CASE_META}
         scn = scenario_from_dict(data, name=cid, allow_null=True)
         return Case(cid, source, scn, t_ok, bool(raw["measured"].get("step_time_derived", False)), sweep=sweep,
-                    corpus=corpus)
+                    corpus=corpus, measured_flop_per_token=measured_flop_per_token(raw["measured"]))
     except NarrowpathError as exc:
         return Case(cid, source, None, t_ok, False, str(exc), sweep=sweep, corpus=corpus)
 

@@ -20,6 +20,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from narrowpath.validate.flop_check import summary_lines
 from narrowpath.analysis.band import LEVEL, band_from_cases, features
 from narrowpath.schedule.step import predict
 from narrowpath.validate.corpus import load_corpus, shipped_corpus_path
@@ -101,6 +102,13 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
           f"({q.spreads[0][0] if q.spreads else '-'})",
           f"- error floor of any such predictor over all {q.total} priced cases: mean |error| "
           f"{_pct(q.floor_mean_abs_error)} %, worst {_pct(q.floor_max_abs_error)} %", "",
+          "## The stated model against its own measurement", "",
+          "Where a case publishes model TFLOP/s beside tokens/s, their ratio is the FLOPs per token of the model its",
+          "source ran; the stated model must do as many, counting attention scores whole or causally halved",
+          "(validate.flop_check).", ""]
+    L += [f"- {line}" for line in summary_lines(sum(c.flop_check is not None for c in rep.cases),
+                                                [(c.id, c.flop_check) for c in rep.flop_inconsistent])]
+    L += ["",
           "## Error bands: leave one source out", "",
           f"Each case's {int(LEVEL * 100)} % band built from the residuals of the other sources only "
           "(analysis.band):", "", "| source | inside the band | cases | coverage (%) |", "|---|---|---|---|"]

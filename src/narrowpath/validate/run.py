@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from narrowpath.validate.flop_check import FlopCheck, flop_check
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import predict
 from narrowpath.spec.calibration import Calibration
@@ -38,6 +39,8 @@ class CaseResult:
     """Regime of the case by kind (GROUP_KINDS); a case may belong to several parallel families."""
     config_key: str = ""
     """What its prediction depends on (validate.repeatability.config_key); equal keys, equal predictions."""
+    flop_check: FlopCheck | None = None
+    """The stated model's FLOPs per token beside those the case's own figures imply (validate.flop_check)."""
 
 
 def regimes(scn: Scenario, source: str) -> dict[str, tuple[str, ...]]:
@@ -117,6 +120,7 @@ class ValidationReport:
                        "measured_step_time_s": c.measured_step_time_s, "error": c.error, "mfu": c.mfu,
                        "measured_derived": c.derived, "chosen": dict(c.chosen), "sweep": c.sweep,
                        "corpus": c.corpus, "groups": {k: list(v) for k, v in c.groups.items()},
+                       **({"flop_check": c.flop_check.to_json()} if c.flop_check else {}),
                        **({"failure": c.failure} if c.failure else {})} for c in self.cases],
             "mean_abs_error": self.mean_abs_error,
             "max_abs_error": self.max_abs_error,
@@ -126,7 +130,13 @@ class ValidationReport:
                         "max_abs_error": g.max_abs_error} for g in self.groups()],
             "ranking": self.ranking.to_json() if self.ranking is not None else None,
             "repeatability": self.repeatability.to_json() if self.repeatability is not None else None,
+            "flop_inconsistent": [c.id for c in self.flop_inconsistent],
         }
+
+    @property
+    def flop_inconsistent(self) -> list[CaseResult]:
+        """Cases whose stated model does not do the FLOPs per token their own figures imply (validate.flop_check)."""
+        return [c for c in self.cases if c.flop_check is not None and not c.flop_check.consistent]
 
 
 def run_validation(path: str | Path | None = None, calibration: Calibration | None = None) -> ValidationReport:
@@ -138,15 +148,17 @@ def run_validation(path: str | Path | None = None, calibration: Calibration | No
                                       sweep=case.sweep, corpus=case.corpus))
             continue
         groups = regimes(case.scenario, case.source)
+        check = flop_check(case.scenario.model, case.measured_flop_per_token)
         try:
             pred = predict(case.scenario, calibration)
         except NarrowpathError as exc:
             results.append(CaseResult(case.id, None, case.measured_step_time_s, None, failure=str(exc),
-                                      sweep=case.sweep, corpus=case.corpus, groups=groups))
+                                      sweep=case.sweep, corpus=case.corpus, groups=groups, flop_check=check))
             continue
         err = (pred.step_time_s - case.measured_step_time_s) / case.measured_step_time_s
         results.append(CaseResult(case.id, pred.step_time_s, case.measured_step_time_s, err, pred.mfu,
                                   derived=case.derived, chosen=dict(pred.scenario.chosen), sweep=case.sweep,
-                                  corpus=case.corpus, groups=groups, config_key=config_key(pred.scenario)))
+                                  corpus=case.corpus, groups=groups, config_key=config_key(pred.scenario),
+                                  flop_check=check))
     name = str(path) if path is not None else "shipped: training-public, training-sweeps-public, published-extra"
     return ValidationReport(name, tuple(results), rank_sweeps(results), repeatability(results))
