@@ -37,6 +37,14 @@ def test_windowed_layers_keep_their_window_whole():
     assert model_flop_per_token(m) - causal_model_flop_per_token(m) == 100_663_296
 
 
+def test_multi_token_prediction_layers_count_their_scores_too():
+    """One MTP module attends like the last layer (DeepSeek-V3 §2.2): Llama-3 8B's shapes with one MTP layer halve
+    33 layers' scores under the causal count, 33 × 3 × 134,217,728 / 2 = 6,643,777,536 FLOPs per token."""
+    import dataclasses
+    m = dataclasses.replace(model("llama3-8b"), mtp_layers=1)
+    assert model_flop_per_token(m) - causal_model_flop_per_token(m) == 6_643_777_536
+
+
 @pytest.mark.parametrize("measured, expected", [
     ({"model_tflops_per_gpu": 1501, "tokens_per_s_per_gpu": 13783}, 1501e12 / 13783),
     ({"model_tflops_per_gpu": 1501.0}, None), ({"tokens_per_s_per_gpu": 100}, None),

@@ -170,3 +170,17 @@ def test_mla_without_a_query_latent_keeps_its_norm_before_the_gathered_projectio
     names = [op.name for op in ops]
     assert names[:3] == ["ln1", "q_proj.quantize", "q_proj"]
     assert ops[0].hbm_bytes == 14_680_064
+
+
+def test_a_selectively_recomputed_moe_block_gathers_its_shared_experts_input_again():
+    """DeepSeek-V3 (a shared expert) on tp 8 with selective recompute of `moe`: the recompute pass re-runs the MoE
+    block, shared experts included, so their sequence-parallel input is gathered once more, in FP8 (4096·7168 B =
+    29,360,128 B) and scattered back in 16 bit; the attention block is not re-run (no second pair)."""
+    from tests.workload.test_golden_mla_mtp import deepseek_v3
+    from narrowpath.workload.build import layer_comm
+    plan = Plan(tp=8, sequence_parallel=True, ep=8, etp=1, dp=1, precision="fp8", recompute="selective",
+                recompute_modules=("moe",))
+    scn = Scenario(system=system("dgx-h100"), model=deepseek_v3(), plan=plan, num_gpus=8)
+    again = [(tr.name, tr.message_bytes, c) for tr, c in layer_comm(scn, "flash", True)
+             if tr.axis == "tp" and tr.phase == "recompute"]
+    assert again == [("tp.all_gather", 4096 * 7168, 1.0), ("tp.reduce_scatter", 2 * 4096 * 7168, 1.0)]
