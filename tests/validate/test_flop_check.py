@@ -45,6 +45,16 @@ def test_multi_token_prediction_layers_count_their_scores_too():
     assert model_flop_per_token(m) - causal_model_flop_per_token(m) == 6_643_777_536
 
 
+def test_an_mtp_module_after_a_windowed_last_layer_attends_through_the_window():
+    """Three layers windowed every other one (layers 0 and 2, 128 keys) and one MTP module, which attends as the
+    last layer does — through the window: only layer 1's scores are halved, 3 · 67,108,864 / 2 = 100,663,296."""
+    m = model_from_dict(dict(name="w3", layers=3, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880,
+                             ffn_act="swiglu", vocab=1000, seq_len=4096, sliding_window=128, sliding_window_every=2,
+                             mtp_layers=1))
+    assert [m.is_window_layer(i) for i in range(3)] == [True, False, True]
+    assert model_flop_per_token(m) - causal_model_flop_per_token(m) == 100_663_296
+
+
 @pytest.mark.parametrize("measured, expected", [
     ({"model_tflops_per_gpu": 1501, "tokens_per_s_per_gpu": 13783}, 1501e12 / 13783),
     ({"model_tflops_per_gpu": 1501.0}, None), ({"tokens_per_s_per_gpu": 100}, None),
