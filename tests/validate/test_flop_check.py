@@ -55,6 +55,16 @@ def test_an_mtp_module_after_a_windowed_last_layer_attends_through_the_window():
     assert model_flop_per_token(m) - causal_model_flop_per_token(m) == 100_663_296
 
 
+def test_an_mtp_module_after_a_full_last_layer_is_halved_like_it():
+    """Five layers windowed every third (layers 0 and 3), the last one full, and one MTP module attending like it:
+    layers 1, 2, 4 and the module halved, 4 · 100,663,296 = 402,653,184."""
+    m = model_from_dict(dict(name="w5", layers=5, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880,
+                             ffn_act="swiglu", vocab=1000, seq_len=4096, sliding_window=128, sliding_window_every=3,
+                             mtp_layers=1))
+    assert [m.is_window_layer(i) for i in range(7)] == [True, False, False, True, False, False, True]
+    assert model_flop_per_token(m) - causal_model_flop_per_token(m) == 402_653_184
+
+
 @pytest.mark.parametrize("measured, expected", [
     ({"model_tflops_per_gpu": 1501, "tokens_per_s_per_gpu": 13783}, 1501e12 / 13783),
     ({"model_tflops_per_gpu": 1501.0}, None), ({"tokens_per_s_per_gpu": 100}, None),
