@@ -101,27 +101,19 @@ def test_summary_names_one_case_per_model_size_worst_first():
     assert summary_lines(0, []) == []
 
 
-CORPUS = """schema: validation-corpus/1
-cases:
-- id: as-stated
-  model: {layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn: 14336, ffn_act: swiglu, vocab: 128256, seq_len: 8192}
-  hardware: {gpu: H100-SXM5-80GB, num_gpus: 8, gpus_per_node: 8, nic_gbps_per_gpu: 400}
-  plan: {tp: 1, pp: 1, dp: 8, ep: 1, cp: 1, vpp: 1, mbs: 1, gbs: 128, zero_stage: 1, recompute: none,
-         sequence_parallel: false, precision: bf16}
-  measured: {step_time_s: 20.0, tokens_per_s_per_gpu: 6553.6, model_tflops_per_gpu: 379.5}
-- id: another-model-ran
-  model: {layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn: 14336, ffn_act: swiglu, vocab: 128256, seq_len: 8192}
-  hardware: {gpu: H100-SXM5-80GB, num_gpus: 8, gpus_per_node: 8, nic_gbps_per_gpu: 400}
-  plan: {tp: 1, pp: 1, dp: 8, ep: 1, cp: 1, vpp: 1, mbs: 1, gbs: 128, zero_stage: 1, recompute: none,
-         sequence_parallel: false, precision: bf16}
-  measured: {step_time_s: 20.0, tokens_per_s_per_gpu: 6553.6, model_tflops_per_gpu: 250.0}
-- id: no-flop-figure
-  model: {layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn: 14336, ffn_act: swiglu, vocab: 128256, seq_len: 8192}
-  hardware: {gpu: H100-SXM5-80GB, num_gpus: 8, gpus_per_node: 8, nic_gbps_per_gpu: 400}
-  plan: {tp: 1, pp: 1, dp: 8, ep: 1, cp: 1, vpp: 1, mbs: 1, gbs: 128, zero_stage: 1, recompute: none,
-         sequence_parallel: false, precision: bf16}
-  measured: {step_time_s: 20.0}
+CASE = """- id: {id}
+  model: {{layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn: 14336, ffn_act: swiglu, vocab: 128256,
+          seq_len: 8192}}
+  hardware: {{gpu: H100-SXM5-80GB, num_gpus: 8, gpus_per_node: 8, nic_gbps_per_gpu: 400}}
+  plan: {{tp: 1, pp: 1, dp: 8, ep: 1, cp: 1, vpp: 1, mbs: 1, gbs: 128, zero_stage: 1, recompute: none,
+         sequence_parallel: false, precision: bf16}}
+  measured: {{step_time_s: 20.0{extra}}}
 """
+CORPUS = "schema: validation-corpus/1\ncases:\n" + "".join(
+    CASE.format(id=cid, extra=extra) for cid, extra in
+    (("as-stated", ", tokens_per_s_per_gpu: 6553.6, model_tflops_per_gpu: 379.5"),
+     ("another-model-ran", ", tokens_per_s_per_gpu: 6553.6, model_tflops_per_gpu: 250.0"),
+     ("no-flop-figure", "")))
 
 
 def test_validate_reports_the_disagreeing_case(tmp_path, capsys):
