@@ -65,13 +65,13 @@ def test_oversubscribed_fabric_stretches_the_all_to_all_bandwidth_term():
 
 
 def test_rows_of_several_layer_kinds_merge():
-    """DeepSeek-V3 (3 dense + 58 MoE layers with a shared expert) on tp 2: both kinds enter and leave tensor
-    parallelism twice per layer with the same message, so the step shows one all-gather row per phase with
-    2 · 61 = 122 calls per micro-batch, its total the sum of both kinds'."""
+    """DeepSeek-V3 (3 dense + 58 MoE layers with a shared expert, and its MTP module's MoE block) on tp 2: every
+    block enters and leaves tensor parallelism twice per layer with the same message, so the step shows one
+    all-gather row per phase with 2 · (61 + 1) = 124 calls per micro-batch, its total the sum of all kinds'."""
     pred = predict(_scn("deepseek-v3", tp=2, dp=8, ep=8, etp=1, gbs=8, sequence_parallel=True), CAL)
     rows = [t for t in pred.transfers if t.name == "tp.all_gather" and t.phase == "fwd"]
-    assert len(rows) == 1 and rows[0].count == 122
-    assert rows[0].total_s == pytest.approx(122 * rows[0].time_each_s)
+    assert len(rows) == 1 and rows[0].count == 124
+    assert rows[0].total_s == pytest.approx(124 * rows[0].time_each_s)
 
 
 def test_host_copies_use_the_host_link_or_the_device_host_level():

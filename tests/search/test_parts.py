@@ -41,9 +41,16 @@ PARTS = {
                                    "placement")),
     "layer ZeRO": (lambda s, k, kern: B.layer_zero_transfers(s.model, s.plan, k[0]),
                    ("tp", "cp", "dp", "mbs", "ep", "etp", "zero_stage", "dp_overlap")),
-    "ends": (lambda s, k, kern: (B._embedding_work(s, True, True), B._embedding_work(s, False, True),
-                                 B.embedding_params(s, True, False), B.mtp_params(s) if s.model.mtp_layers else 0),
+    # the ends' transfers of an MTP model include its blocks' layer exchange, keyed as the layer comm is
+    # (search/exact.py: comm_key); without MTP the embedding and output layer's own (tp, cp, sp, mbs)
+    "ends": (lambda s, k, kern: (B._embedding_work(s, True, True)[0], B._embedding_work(s, False, True)[0],
+                                 B.embedding_params(s, True, False), B.mtp_params(s) if s.model.mtp_layers else 0,
+                                 () if s.model.mtp_layers else B._embedding_work(s, True, True)[1],
+                                 () if s.model.mtp_layers else B._embedding_work(s, False, True)[1]),
              _STAGE + _RC + ("pp", "vpp")),
+    "ends comm": (lambda s, k, kern: (B._embedding_work(s, True, True)[1], B._embedding_work(s, False, True)[1]),
+                  _STAGE + _RC + ("tp_comm_overlap", "cp_comm", "ep_overlap", "ep_dispatch", "dp", "pp",
+                                  "placement")),
     "activations": (lambda s, k, kern: layer_activation_bytes(_no_rc(s), kern, moe_layer=k[0], window=k[1]),
                     _STAGE + _RC),
     "step transfers": (lambda s, k, kern: B.step_transfers(s, 1.5e9, 0.5e9),

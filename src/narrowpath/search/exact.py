@@ -270,8 +270,12 @@ class Exact:
             sel = (first == fl[0]) & (last == fl[1]) & valid
             if not sel.any():
                 continue
-            w = self._grid(rows, J, [mbs], [], lay, lambda key, r, j, fl=fl: P.embedding_comm_id(
-                (key[0], key[1], key[6], key[7]), fields(r, j), *fl))
+            if bulk.model.mtp_layers:  # the last stage's MTP blocks exchange as a layer does (comm_key's knobs)
+                w = self._grid(rows, J, [mbs, rck], [tpo, cpc, epo, disp], lay, lambda key, r, j, fl=fl:
+                               P.embedding_comm_id(comm_key(key), fields(r, j), *fl))
+            else:
+                w = self._grid(rows, J, [mbs], [], lay, lambda key, r, j, fl=fl: P.embedding_comm_id(
+                    (key[0], key[1], key[6], key[7]), fields(r, j), *fl))
             w += self._grid(rows, J, zr, [dpo], lay,
                             lambda key, r, j, fl=fl: P.embedding_zero_id(zero_key(key) + (int(key[3] == 1),),
                                                                         fields(r, j), *fl) if key[7] >= 0 else empty)

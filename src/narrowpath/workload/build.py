@@ -347,6 +347,9 @@ def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[
         ops.append((T.vector("final_norm", "bwd", 4 * E_norm * A, plan.precision), float(heads)))
         if model.mtp_layers:
             ops += _mtp_ops(scn)
+            # each module's transformer block exchanges as a layer of its kind does (tensor-parallel gathers, expert
+            # dispatch and combine; its 2h → h projection's own gather is left out)
+            xf += [(tr, c * model.mtp_layers) for tr, c in layer_comm(scn, "flash", model.moe is not None)]
         if t > 1:
             xf.append((Transfer("tp.cross_entropy_stats", "all_reduce", "tp", 3 * b * s * 4, "fwd", False),
                        float(heads)))
