@@ -184,3 +184,20 @@ def test_a_selectively_recomputed_moe_block_gathers_its_shared_experts_input_aga
     again = [(tr.name, tr.message_bytes, c) for tr, c in layer_comm(scn, "flash", True)
              if tr.axis == "tp" and tr.phase == "recompute"]
     assert again == [("tp.all_gather", 4096 * 7168, 1.0), ("tp.reduce_scatter", 2 * 4096 * 7168, 1.0)]
+
+
+def test_mtp_modules_exchange_as_their_layers_do():
+    """Llama-3 8B with two MTP modules on tp 2 with SP and cp 2 (one stage): each module's block enters and leaves
+    tensor parallelism twice like a layer, so the forward all-gathers are 2 · (32 + 2) = 68 per micro-batch; with
+    the flash kernel a selective recompute of `core_attn` re-runs no attention core, so no context-parallel
+    exchange runs in the recompute pass — for the modules either."""
+    import dataclasses
+    from narrowpath.schedule.step import predict
+    m = dataclasses.replace(LLAMA, mtp_layers=2)
+    plan = Plan(tp=2, cp=2, sequence_parallel=True, recompute="selective", recompute_modules=("core_attn",),
+                gbs=1)
+    pred = predict(Scenario(system=system("dgx-h100"), model=m, plan=plan, num_gpus=4))
+    ag = [t for t in pred.transfers if t.name == "tp.all_gather" and t.phase == "fwd"]
+    assert len(ag) == 1 and ag[0].count == 68
+    assert not [t for t in pred.transfers if t.axis == "cp" and t.phase == "recompute"]
+    assert [t for t in pred.transfers if t.axis == "cp" and t.phase == "fwd"]
