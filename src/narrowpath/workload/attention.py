@@ -101,8 +101,8 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
     b, s, t, h = plan.mbs, model.seq_len // plan.cp, plan.tp, model.hidden
     m = b * s
     sp = plan.sequence_parallel
-    rows = m / t if sp else m  # what a rank keeps of an all-gathered GEMM input (backward re-gathers it)
     g = t if sp else 1  # ranks a sequence-parallel input is gathered from (and an output scattered to)
+    rows = m / g  # what a rank keeps of an all-gathered GEMM input (backward re-gathers it)
     E_norm = m * h / t if sp else m * h
     ops = [norm_op("ln1", plan, E_norm)]
     if model.mla is None:

@@ -108,4 +108,3 @@ def causal_model_flop_per_token(model: Model) -> float:
     if model.mtp_layers and not model.is_window_layer(model.layers - 1):
         half += model.mtp_layers * _score_flop_per_token(model, model.layers - 1) / 2
     return model_flop_per_token(model) - 3.0 * half
-

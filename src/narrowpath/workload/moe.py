@@ -44,16 +44,16 @@ def activation_op(model: Model, plan: Plan, elements: float, name: str, keep_byt
 
 
 def mlp_ops(model: Model, plan: Plan, ffn: int, rows: float, *, width_split: int, prefix: str = "mlp",
-            groups: int = 1, fused_input: bool = True, saved_rows: float | None = None,
-            act_keep_bytes: float | None = None, sp_ways: int = 1) -> list[Op]:
+            groups: int = 1, fused_input: bool = True, act_keep_bytes: float | None = None,
+            sp_ways: int = 1) -> list[Op]:
     """Up projection, activation, down projection on `rows` tokens, each matrix split `width_split` ways over the
     inner size (tp for a dense MLP, etp for experts); `groups` experts share the rows (a grouped GEMM). `sp_ways`:
     the block's input is all-gathered from, and its output reduce-scattered to, that many sequence-parallel ranks
-    (ops.linear)."""
+    (ops.linear); the up projection keeps the rank's rows / sp_ways of its input (backward re-gathers them)."""
     up = (2 if model.ffn_act == "swiglu" else 1) * ffn / width_split
     act = activation_op(model, plan, rows * ffn / width_split, f"{prefix}_act", act_keep_bytes)
     return (linear(f"{prefix}_up", plan, rows, model.hidden, up, groups=groups, fused_input=fused_input,
-                   saved_rows=saved_rows, gathered_in=sp_ways)
+                   saved_rows=rows / sp_ways, gathered_in=sp_ways)
             + [act] + linear(f"{prefix}_down", plan, rows, ffn / width_split, model.hidden, groups=groups,
                              scattered_out=sp_ways))
 
@@ -87,8 +87,7 @@ def dense_mlp_block_ops(model: Model, plan: Plan) -> list[Op]:
     m = b * s
     E_norm = m * h / t if plan.sequence_parallel else m * h
     ops = [norm_op("ln2", plan, E_norm)]
-    ops += mlp_ops(model, plan, model.ffn, m, width_split=t, saved_rows=m / t if plan.sequence_parallel else m,
-                   sp_ways=t if plan.sequence_parallel else 1)
+    ops += mlp_ops(model, plan, model.ffn, m, width_split=t, sp_ways=t if plan.sequence_parallel else 1)
     ops.append(residual_op(model, E_norm, A, plan.precision))
     return ops
 
@@ -124,7 +123,7 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     if moe.shared_experts:
         m = b * s
         ops += mlp_ops(model, plan, moe.shared_ffn * moe.shared_experts, m, width_split=t, prefix="shared",
-                       saved_rows=m / t if plan.sequence_parallel else m, sp_ways=t if plan.sequence_parallel else 1)
+                       sp_ways=t if plan.sequence_parallel else 1)
     ops.append(residual_op(model, E_norm, A, plan.precision))
     return ops
 
