@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 
-from narrowpath.validate.flop_check import summary_lines
 from narrowpath.catalog.resolve import calibration_from
 from narrowpath.report.console import table
 from narrowpath.validate.run import run_validation
@@ -67,8 +66,7 @@ def run(args) -> int:
               f"their times differ by {_pct(q.median_spread)} % at the median, up to {_pct(q.max_spread)} % "
               f"({q.spreads[0][0]}). No predictor of the stated configuration can do better than mean |error| "
               f"{_pct(q.floor_mean_abs_error)} % and worst {_pct(q.floor_max_abs_error)} % over the corpus")
-    lines = summary_lines(sum(c.flop_check is not None for c in rep.cases),
-                          [(c.id, c.flop_check) for c in rep.flop_inconsistent])
+    lines = rep.flop_summary()
     if len(lines) > 1:
         print(f"\n  the stated model against its own measurement: {lines[0]}")
         for line in lines[1:]:

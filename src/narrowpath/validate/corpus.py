@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from narrowpath.validate.flop_check import measured_flop_per_token
 from narrowpath.catalog.resolve import read_data_file, scenario_from_dict
 from narrowpath.errors import NarrowpathError
 from narrowpath.spec.scenario import Scenario
+from narrowpath.validate.flop_check import measured_flop_per_token
 
 SCHEMA = "validation-corpus/1"
 SHIPPED = ("training-public.yaml", "training-sweeps-public.yaml", "published-extra.yaml")

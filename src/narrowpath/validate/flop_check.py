@@ -87,4 +87,3 @@ def summary_lines(checked: int, flagged: list[tuple[str, FlopCheck]], shown: int
             worst.append(f"{cid}: measured {fc.measured_flop_per_token / 1e9:.1f} GFLOP/token, stated model "
                          f"{fc.model_low / 1e9:.1f}–{fc.model_high / 1e9:.1f} ({fc.deviation * 100:+.0f} %)")
     return [head] + worst[:shown]
-

@@ -20,7 +20,6 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from narrowpath.validate.flop_check import summary_lines
 from narrowpath.analysis.band import LEVEL, band_from_cases, features
 from narrowpath.schedule.step import predict
 from narrowpath.validate.corpus import load_corpus, shipped_corpus_path
@@ -106,8 +105,7 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
           "Where a case publishes model TFLOP/s beside tokens/s, their ratio is the FLOPs per token of the model its",
           "source ran; the stated model must do as many, counting attention scores whole or causally halved",
           "(validate.flop_check).", ""]
-    L += [f"- {line}" for line in summary_lines(sum(c.flop_check is not None for c in rep.cases),
-                                                [(c.id, c.flop_check) for c in rep.flop_inconsistent])]
+    L += [f"- {line}" for line in rep.flop_summary()]
     L += ["",
           "## Error bands: leave one source out", "",
           f"Each case's {int(LEVEL * 100)} % band built from the residuals of the other sources only "

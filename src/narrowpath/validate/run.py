@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from narrowpath.validate.flop_check import FlopCheck, flop_check
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import predict
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.validate.corpus import load_corpus
+from narrowpath.validate.flop_check import FlopCheck, flop_check, summary_lines
 from narrowpath.validate.ranking import RankingSummary, rank_sweeps
 from narrowpath.validate.repeatability import RepeatabilitySummary, config_key, repeatability
 
@@ -137,6 +137,11 @@ class ValidationReport:
     def flop_inconsistent(self) -> list[CaseResult]:
         """Cases whose stated model does not do the FLOPs per token their own figures imply (validate.flop_check)."""
         return [c for c in self.cases if c.flop_check is not None and not c.flop_check.consistent]
+
+    def flop_summary(self) -> list[str]:
+        """The FLOP check in plain lines (validate.flop_check.summary_lines), for the console and the docs."""
+        return summary_lines(sum(c.flop_check is not None for c in self.cases),
+                             [(c.id, c.flop_check) for c in self.flop_inconsistent])
 
 
 def run_validation(path: str | Path | None = None, calibration: Calibration | None = None) -> ValidationReport:
