@@ -71,11 +71,18 @@ def _alive_in_group(pgid: int) -> list[int]:
     return alive
 
 
+def _sigint_default():
+    """Give the child SIGINT's default disposition, as a terminal's foreground job has: a test runner started in the
+    background of a non-interactive shell (`cmd &`, nohup) ignores SIGINT, its children inherit the ignore, and
+    Python then installs no KeyboardInterrupt handler — correct for such a job, but not the case under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGINT to the group"])
 def test_a_signal_ends_the_whole_process_tree_within_2_s(how):
     proc = subprocess.Popen([sys.executable, "-m", "narrowpath", *_argv(4_194_304), "--max-minutes", "100000",
                              "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_sigint_default)
     try:
         announce = proc.stderr.readline()  # printed once the plans are timed, just before the workers start
         assert "plans of llama3-405b on 4,194,304 GPUs" in announce and "Ctrl-C stops it" in announce, announce
