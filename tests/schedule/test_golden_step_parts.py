@@ -24,17 +24,30 @@ def _scn(mid="llama3-8b", sysm=H100, **kw) -> Scenario:
 
 
 def test_pipeline_neighbours_and_ends_by_stride():
-    """Placement tp, cp, dp, pp: with tp 2 the pipeline stride is 2 ranks, so neighbouring stages share an 8-GPU
-    NVLink domain; the first and last of 4 stages are 2·3 = 6 ranks apart, which does not divide 8: they talk
-    across nodes. With tp 8 neighbours are 8 apart: different nodes."""
-    s = _scn(tp=2, pp=4, gbs=4)
+    """Placement tp, cp, dp, pp: with tp 2 and dp 2 the pipeline stride is 4 ranks, so neighbouring stages share an
+    8-GPU NVLink domain; the first and last of 4 stages are 4·3 = 12 ranks apart, which does not divide 8: they
+    talk across nodes. With tp 8 neighbours are 8 apart: different nodes."""
+    s = _scn(tp=2, dp=2, pp=4, gbs=8)
     pp, ends = transfer_span(s, "pp"), transfer_span(s, "pp_ends")
     assert (pp.size, pp.ranks_per_domain, pp.domains, pp.nodes) == (2, 2, 1, 1)
     assert (ends.size, ends.ranks_per_domain, ends.domains, ends.nodes) == (2, 1, 2, 2)
     far = transfer_span(_scn(tp=8, pp=2, gbs=2), "pp")
     assert (far.domains, far.nodes, far.tiers) == (2, 2, ("scale_out",))
-    ends3 = transfer_span(_scn(tp=4, pp=3, gbs=3), "pp_ends")  # 4·2 = 8 apart: the next node
+    ends3 = transfer_span(_scn(tp=4, dp=2, pp=3, gbs=6), "pp_ends")  # 8·2 = 16 apart: another node
     assert (ends3.domains, transfer_span(_scn(tp=4, pp=3, gbs=3), "pp").domains) == (2, 1)
+
+
+def test_pipeline_pairs_of_a_job_inside_one_domain_stay_on_it():
+    """Every rank of a job no larger than one scale-up domain sits in it, whatever the stride: 8 GPUs of one DGX
+    with tp 2, pp 4 (first and last stage 6 ranks apart, 6 not dividing 8), and 64 GPUs of a GB300 NVL72 rack with
+    dp 16, pp 4 (stages 16 apart, 16 not dividing 72 — the corpus's Llama-3 70B runs), send over NVLink."""
+    ends = transfer_span(_scn(tp=2, pp=4, gbs=4), "pp_ends")
+    assert (ends.domains, ends.nodes) == (1, 1)
+    nvl = system("gb300-nvl72")
+    big = transfer_span(_scn("llama3-70b", sysm=nvl, dp=16, pp=4, gbs=64), "pp")
+    assert (big.domains, big.nodes, big.tiers) == (1, 2, ("scale_up",))
+    rack_and_more = transfer_span(_scn("llama3-70b", sysm=nvl, dp=32, pp=4, gbs=128), "pp")  # 128 GPUs > 72
+    assert rack_and_more.tiers == ("scale_out",)
 
 
 def test_expert_gradient_sync_is_data_parallel_time():

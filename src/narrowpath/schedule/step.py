@@ -194,10 +194,13 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
             span_of(ep.ranks_per_domain, ranks_per_domain=ep.ranks_per_domain, domains=1, axis=axis)
     elif axis in ("pp", "pp_ends"):
         # point-to-point between neighbouring stages (or first and last stage for tied embeddings): two ranks
-        # `stride` apart share a block of B ranks when the stride divides into it
+        # `stride` apart share a block of B ranks when the stride divides into it, or when the whole job sits in
+        # one block (64 GPUs of an NVL72 rack: stages 16 apart, 72 not a multiple of 16, every pair in the rack)
         stride = axis_strides(plan)["pp"] * (plan.pp - 1 if axis == "pp_ends" else 1)
-        same_dom = stride < system.scale_up_domain and system.scale_up_domain % stride == 0
-        same_node = stride < system.gpus_per_node and system.gpus_per_node % stride == 0
+        n = plan.num_gpus
+        same_dom = n <= system.scale_up_domain or (stride < system.scale_up_domain
+                                                  and system.scale_up_domain % stride == 0)
+        same_node = n <= system.gpus_per_node or (stride < system.gpus_per_node and system.gpus_per_node % stride == 0)
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
     else:
