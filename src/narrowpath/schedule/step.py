@@ -197,16 +197,20 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         # `stride` apart share a block of B ranks when the stride divides into it, or when the whole job sits in
         # one block (64 GPUs of an NVL72 rack: stages 16 apart, 72 not a multiple of 16, every pair in the rack)
         stride = axis_strides(plan)["pp"] * (plan.pp - 1 if axis == "pp_ends" else 1)
-        n = plan.num_gpus
-        same_dom = n <= system.scale_up_domain or (stride < system.scale_up_domain
-                                                  and system.scale_up_domain % stride == 0)
-        same_node = n <= system.gpus_per_node or (stride < system.gpus_per_node and system.gpus_per_node % stride == 0)
+        same_dom = _pair_in_one_block(plan.num_gpus, stride, system.scale_up_domain)
+        same_node = _pair_in_one_block(plan.num_gpus, stride, system.gpus_per_node)
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
     else:
         span = group_span(plan, system, sync_group(axis, plan))
     cache[axis] = span
     return span
+
+
+def _pair_in_one_block(num_gpus: int, stride: int, block: int) -> bool:
+    """Whether two ranks `stride` apart share a block of `block` consecutive ranks (a node, a scale-up domain): the
+    whole job fits in one, or the stride divides into it."""
+    return num_gpus <= block or (stride < block and block % stride == 0)
 
 
 def sync_group(axis: str, plan) -> str:
