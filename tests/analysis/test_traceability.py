@@ -78,7 +78,9 @@ def test_verdict_and_overlap_agree_with_predict(both):
     assert sum(comps.values()) == pytest.approx(step, rel=1e-9)
     for k in ("exposed_tp_comm", "exposed_dp_comm", "exposed_pp_comm", "exposed_ep_comm", "bubble", "optimizer"):
         assert comps[k] == pytest.approx(pred["breakdown_s"][k])
-    assert comps["matrix_compute"] + comps["hbm_bound_compute"] == pytest.approx(pred["breakdown_s"]["compute"])
+    assert comps["host_wait"] == pytest.approx(pred["host_wait_s"])
+    assert comps["matrix_compute"] + comps["hbm_bound_compute"] + comps["host_wait"] == \
+        pytest.approx(pred["breakdown_s"]["compute"])
     assert v["share"] == pytest.approx(v["narrowest_s"] / step)
     assert ana["overlap"]["step_s"] == pytest.approx(step)
     for w in v["what_ifs"]:

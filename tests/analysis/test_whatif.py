@@ -112,6 +112,8 @@ def _by_hand(scn, change: str):
                                                        calibration=None),
         "flash_attention": lambda: plan(attention="flash"),
         "ep_overlap": lambda: plan(ep_overlap=True),
+        "cuda_graphs": lambda: plan(cuda_graphs=True),
+        "moe_sync_free": lambda: plan(moe_sync_free=True),
         "power_cap": lambda: dataclasses.replace(scn, system=dataclasses.replace(
             scn.system, power_limit_w=0.8 * scn.system.device.tdp_w)),
         "fp8": lambda: plan(precision="fp8"),

@@ -79,7 +79,19 @@ def _zero3_kept(reshard: str):
     return dataclasses.replace(base, plan=dataclasses.replace(base.plan, zero_stage=3, zero3_reshard=reshard))
 
 
+def _host_knobs(scn: Scenario) -> Scenario:
+    """CUDA graphs and sync-free MoE layers in the base plan (spec.plan): every plan the search derives keeps them,
+    and its layers' host costs are predict's (no kernel issue cost, no per-layer sync)."""
+    return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, cuda_graphs=True, moe_sync_free=True))
+
+
+def _tiny_graphs() -> Scenario:
+    from tests.schedule.test_host_knobs import _tiny
+    return _tiny(cuda_graphs=True)
+
+
 SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8": llama3_8b_fp8,
+             "mixtral16-host-knobs": lambda: _host_knobs(mixtral16()), "tiny-cuda-graphs": _tiny_graphs,
              "fp8-recipe": _fp8_recipe, "fp8-recipe-b200": lambda: _fp8_recipe("dgx-b200"),
              "mxfp8-recipe-b200": lambda: _fp8_recipe("dgx-b200", "mxfp8"),
              "mixtral16": mixtral16, "mixtral16-fp8-cache": _mixtral_fp8_cache,

@@ -3,7 +3,8 @@
 Plan knobs (repaired to the nearest valid plan, analysis.repair); hardware and fabric (a NIC of twice the rate,
 a non-blocking fabric, a 72-GPU NVLink domain, the vendor's next GPU generation, a board power cap at
 POWER_CAP_FRACTION of TDP — aimed at energy, not time); software (FlashAttention, the fused attention kernel instead of FlashAttention-2 where it is faster, FP8 matrix multiplies, the
-expert all-to-all overlapped with computation, persistent recurrent kernels). Every candidate names the components it targets so that the
+expert all-to-all overlapped with computation, CUDA graphs and sync-free MoE layers where the GPU waits for the host,
+persistent recurrent kernels). Every candidate names the components it targets so that the
 verdict can say whether its narrowest path had a remedy tried. A candidate is listed only where it can change
 something (e.g. no in-network reduction on a tier without traffic, no interleaving without a pipeline).
 """
@@ -86,7 +87,7 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
             out.append(Candidate("tp_in_scale_up", f"shrink TP to the scale-up domain ({dom}), raise DP",
                                  lambda: with_plan_repaired(scn, tp=dom), targets=("exposed_tp_comm",)))
     out.append(Candidate("raise_mbs", f"raise the micro-batch to {2 * p.mbs}",
-                         lambda: with_plan_repaired(scn, mbs=2 * p.mbs), targets=COMPUTE))
+                         lambda: with_plan_repaired(scn, mbs=2 * p.mbs), targets=COMPUTE + ("host_wait",)))
     if p.pp > 1:
         top = scn.model.layers // p.pp
         vpp = min(2 * p.vpp, top)
@@ -288,10 +289,31 @@ def software_candidates(ctx: Context, usable_fraction: float) -> list[Candidate]
         out.append(Candidate("ep_overlap", "overlap the expert all-to-all with computation",
                              lambda: with_plan(scn, ep_overlap=True), kind="software",
                              targets=("exposed_ep_comm",)))
+    out += host_candidates(ctx)
     if scn.model.arch == "lstm":
         out.append(Candidate("persistent_rnn", "persistent recurrent kernels (weights kept in on-chip SRAM)", None,
                              kind="software", targets=("hbm_bound_compute",),
                              evaluate_fn=lambda: persistent_what_if(ctx, usable_fraction)))
+    return out
+
+
+def host_candidates(ctx: Context) -> list[Candidate]:
+    """Changes aimed at the GPU waiting for the host (the verdict's `host_wait`), where the critical rank waits at
+    all: the layers' kernels replayed from CUDA graphs (plan.cuda_graphs) where the host issues them one by one, and
+    a dropless MoE's token counts kept on the GPU (plan.moe_sync_free) where its layers synchronise with the host."""
+    pred = ctx.pred
+    scn, p = pred.scenario, pred.scenario.plan
+    if scn.model.arch == "lstm" or max(s.host_wait_s for s in pred.stages) <= 0:
+        return []
+    out = []
+    if not p.cuda_graphs:
+        out.append(Candidate("cuda_graphs", "replay each layer's kernels from CUDA graphs",
+                             lambda: with_plan(scn, cuda_graphs=True), kind="software", targets=("host_wait",)))
+    syncs = any(op.host_syncs for st in pred.workload.stages for op, _ in st.ops)
+    if syncs and scn.model.moe is not None and not p.moe_sync_free:
+        out.append(Candidate("moe_sync_free", "sync-free MoE layers (tokens-per-expert counts "
+                             "kept on the GPU)",
+                             lambda: with_plan(scn, moe_sync_free=True), kind="software", targets=("host_wait",)))
     return out
 
 

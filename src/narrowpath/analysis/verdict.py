@@ -2,7 +2,7 @@
 
 Narrowest path: the largest component of the step other than matrix arithmetic itself — exposed communication
 per axis (named with the tier it crosses), the pipeline bubble, memory-bound compute (the HBM roof, from the
-roofline bound of each op), or the optimizer — that is what a change can widen; the sentence also gives the
+roofline bound of each op), the GPU waiting for the host, or the optimizer — that is what a change can widen; the sentence also gives the
 share of matrix arithmetic itself (the useful work, which only a faster chip or fewer FLOPs shrink).
 
 The changes tried (analysis.remedies) are re-predicted (analysis.whatif) and ranked by gain; only those that make
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from narrowpath.analysis.context import Context
+from narrowpath.analysis.context import Context, host_wait_s
 from narrowpath.analysis.remedies import HIGH_FREQUENCY, candidates
 from narrowpath.analysis.whatif import STATUSES, WhatIf
 
@@ -38,13 +38,17 @@ class Verdict:
 
 
 def components(ctx: Context) -> dict[str, float]:
-    """The step split into paths: breakdown entries, with compute split by the roof that limits each op."""
+    """The step split into paths: breakdown entries, with compute split into the time the GPU waits for the host
+    (the critical rank's host waits: kernels issued slower than they run, host synchronisations; schedule.step) and
+    the rest by the roof that limits each op."""
     b = dict(ctx.pred.breakdown_s)
     compute = b.pop("compute")
+    host = min(compute, host_wait_s(ctx.pred))
+    gpu = compute - host
     mem = sum(r.total_s for r in ctx.ops if r.bound == "memory" and r.op.phase != "optimizer")
     mat = sum(r.total_s for r in ctx.ops if r.bound == "compute" and r.op.phase != "optimizer")
-    mem_part = compute * mem / (mem + mat) if mem + mat else 0.0
-    return {"matrix_compute": compute - mem_part, "hbm_bound_compute": mem_part, **b}
+    mem_part = gpu * mem / (mem + mat) if mem + mat else 0.0
+    return {"matrix_compute": gpu - mem_part, "hbm_bound_compute": mem_part, "host_wait": host, **b}
 
 
 def component_label(ctx: Context, key: str) -> str:
@@ -57,7 +61,9 @@ def component_label(ctx: Context, key: str) -> str:
             tiers = sorted({t.tier for t in ctx.pred.transfers if t.axis.startswith(ax) and t.exposed_s > 0})
         return f"exposed {AXIS_LABEL.get(ax, ax)} communication over {' + '.join(tiers) or 'the network'}"
     return {"hbm_bound_compute": "memory-bound kernels at the HBM roof", "bubble": "the pipeline bubble",
-            "optimizer": "the optimizer update", "matrix_compute": "matrix arithmetic"}.get(key, key)
+            "optimizer": "the optimizer update", "matrix_compute": "matrix arithmetic",
+            "host_wait": "the GPU waiting for the host (kernels issued one by one, host synchronisations)"
+            }.get(key, key)
 
 
 def tier_carries_traffic(ctx: Context, tier: str) -> bool:

@@ -84,6 +84,12 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                    help="overlap the gradient sync with the backward pass in buckets")
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap tensor-parallel communication with the matrix multiplies")
+    g.add_argument("--cuda-graphs", dest="cuda_graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="replay each layer's kernels from CUDA graphs (Megatron-Core --cuda-graph-impl): no "
+                        "per-kernel host issue cost")
+    g.add_argument("--moe-sync-free", dest="moe_sync_free", action=argparse.BooleanOptionalAction, default=None,
+                   help="dropless MoE layers keep their tokens-per-expert counts on the GPU (no host "
+                        "synchronisation per layer: Transformer Engine >= 2.15 fused grouped MLP)")
     g.add_argument("--cp-comm", dest="cp_comm", choices=CP_COMM,
                    help="context-parallel K/V exchange: ring p2p (default), all_gather (Llama 3), a2a (Ulysses)")
     g.add_argument("--attention", choices=ATTENTION,
@@ -115,7 +121,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",
                                                               "pipeline_schedule", "first_stage_layers",
-                                                              "last_stage_layers")
+                                                              "last_stage_layers", "cuda_graphs", "moe_sync_free")
                if getattr(args, f, None) is not None}
     if base is None:
         if not (args.model and args.system):

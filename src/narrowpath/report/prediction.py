@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from narrowpath.analysis.band import error_band
+from narrowpath.analysis.context import host_wait_s
 from narrowpath.analysis.flop_conventions import CONVENTIONS, flop_conventions
 from narrowpath.report.console import human_bytes, human_time, table
 from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction
@@ -27,8 +28,8 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
                                                 "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
                                                 "grad_precision", "fp8_params", "activation_cache",
-                                                "pipeline_schedule", "moe_probs", "first_stage_layers",
-                                                "last_stage_layers")}
+                                                "pipeline_schedule", "moe_probs", "moe_sync_free",
+                                                "cuda_graphs", "first_stage_layers", "last_stage_layers")}
         | ({"chunk_layers": list(plan.chunk_layers)} if plan.chunk_layers else {})
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),
@@ -37,6 +38,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "validated": validated,
         "chosen": {k: v for k, v in s.chosen},
         "breakdown_s": dict(p.breakdown_s),
+        "host_wait_s": host_wait_s(p),
         "mfu": p.mfu, "hfu": p.hfu, "mfu_causal": flop_conventions(p).mfu_causal,
         "flop_conventions": dict(CONVENTIONS),
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
@@ -102,7 +104,8 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
              + f" ep={plan.ep} vpp={plan.vpp}" + "".join(f" {w}" for w in schedule_words(plan))
              + f" mbs={plan.mbs} "
              f"gbs={plan.gbs} seq={s.model.seq_len} zero={plan.zero_stage} recompute={plan.recompute} "
-             f"sp={plan.sequence_parallel} {plan.precision}", ""]
+             f"sp={plan.sequence_parallel} {plan.precision}"
+             + (" cuda-graphs" if plan.cuda_graphs else "") + (" moe-sync-free" if plan.moe_sync_free else ""), ""]
     warn = memory_warning(p)
     if warn:
         lines[-1:] = [f"  WARNING: {warn}", ""]
@@ -120,6 +123,9 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     lines.append("")
     rows = [[LABELS[k], f"{p.breakdown_s[k]:.4f}", f"{p.breakdown_s[k] / p.step_time_s * 100:.1f}"] for k in BREAKDOWN_KEYS
             if p.breakdown_s[k] > 0 or k in ("compute", "bubble")]
+    waited = host_wait_s(p)
+    if waited > 0:
+        rows.insert(1, ["  of which the GPU waits for the host", f"{waited:.4f}", f"{waited / p.step_time_s * 100:.1f}"])
     lines.append("  STEP BREAKDOWN")
     lines.append(table(["component", "time (s)", "share (%)"], rows))
     lines.append("")

@@ -178,7 +178,7 @@ def candidate_to_json(c: Candidate, band=None) -> dict:
                     # kept from the scenario, but a plan copied from here must reproduce its numbers
                     "precision": p.precision, "optimizer_moments": p.optimizer_moments,
                     "grad_precision": p.grad_precision, "fp8_params": p.fp8_params, "activation_cache": p.activation_cache, "attention": p.attention,
-                    "moe_routing": p.moe_routing},
+                    "moe_routing": p.moe_routing, "moe_sync_free": p.moe_sync_free, "cuda_graphs": p.cuda_graphs},
            "step_time_s": c.step_time_s, "mfu": c.mfu, "tokens_per_s": c.tokens_per_s,
            "memory_bytes": c.memory_bytes, "capacity_bytes": c.capacity_bytes, "headroom_bytes": c.headroom_bytes,
            "fits": c.fits, "energy_per_step_j": c.energy_per_step_j}

@@ -181,6 +181,19 @@ class Plan:
     """`dropless` (learned routing, every token kept: the busiest expert-parallel rank sets the pace),
     `dropless-balanced` (routing forced to balance, as NVIDIA's MoE benchmarks run) or `token-drop` (capacity
     factor caps each expert's tokens)."""
+    moe_sync_free: bool = False
+    """Dropless MoE layers keep their tokens-per-expert counts on the GPU (`True`: the grouped GEMMs and the
+    all-to-all read the counts from device memory — Transformer Engine >= 2.15's fused grouped MLP kernels, "sync-free
+    MoE execution", NVIDIA technical blog "Boosting MoE Training Throughput with Advanced Fusion Kernels",
+    2026-06-15 — or every expert's input is padded to a fixed capacity) instead of copying them to the host once per
+    layer forward (`False`, Megatron-Core's alltoall dispatcher: the host waits for the GPU, then issues the rest of
+    the layer while the GPU idles; Op.host_syncs). Priced without the padding's extra rows."""
+    cuda_graphs: bool = False
+    """Each transformer layer's forward and backward kernels are replayed from CUDA graphs captured once
+    (Megatron-Core --cuda-graph-impl transformer_engine over the layer's modules, or local): the host launches a
+    graph instead of issuing the kernels one by one, so their per-kernel host cost (the profile's host_dispatch_s)
+    goes; a host synchronisation still ends the graph and drains the GPU's queue (moe_sync_free removes it). The
+    embedding, the output layer and the optimizer stay eager; the graphs' own memory pool is not priced."""
     moe_probs: str = "activation"
     """Where the routing probabilities scale the experts' work: `activation` (Megatron-Core >= 0.13: "memory efficient
     token permutation by moving the probs multiplication from unpermutation to activation function of GroupedMLP" —
@@ -250,7 +263,7 @@ class Plan:
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
         if not isinstance(self.framework, str):
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
-        for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap"):
+        for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap", "moe_sync_free", "cuda_graphs"):
             boolean(f"plan.{b}", getattr(self, b))
         object.__setattr__(self, "bucket_bytes", positive_float("plan.bucket_bytes", self.bucket_bytes))
         if isinstance(self.placement, str):

@@ -106,8 +106,10 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
                     saved_bytes=tok * h * A))
     topk = vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32", kernels=3,
                   saved_bytes=tok * moe.num_experts * 4)
-    if plan.moe_routing != "token-drop":  # dropless: the host needs the tokens-per-expert counts (Megatron-Core
-        topk = dataclasses.replace(topk, host_syncs=1)  # MoEAlltoAllTokenDispatcher copies them to the CPU)
+    if plan.moe_routing != "token-drop" and not plan.moe_sync_free:  # dropless: the host needs the tokens-per-expert
+        # counts to size the all-to-all and the grouped GEMMs (Megatron-Core's MoEAlltoAllTokenDispatcher copies them
+        # to the CPU) unless the kernels read them from device memory (plan.moe_sync_free)
+        topk = dataclasses.replace(topk, host_syncs=1)
     ops.append(topk)
     # permute: gather each token's top_k copies into expert order (fused kernel: read tokens, write copies)
     ops.append(vector("moe_permute", "fwd", tok * h * A + copies * h * A, plan.precision, kernels=2))

@@ -1,0 +1,89 @@
+"""The GPU waiting for its host is a path of its own: the verdict splits it from the compute it is priced in, names
+it when it is the largest, and tries the changes that remove it (CUDA graphs, sync-free MoE layers, a larger
+micro-batch); the console and JSON show it. Expected numbers come from the workload by hand (schedule.test_host_knobs):
+a dropless Qwen3-30B-A3B on one DGX B200 syncs once per MoE layer forward, 48 layers x 64 micro-batches x
+host_sync_s, and its host issues every pass faster than the GPU runs it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from narrowpath.analysis import analyze
+from narrowpath.analysis.context import host_wait_s
+from narrowpath.catalog import load_scenario
+from narrowpath.cli.main import main
+from narrowpath.schedule.step import predict
+from tests.cli.one_line import one_line_error
+from tests.schedule.test_host_knobs import _qwen3_30b
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return analyze(_qwen3_30b())
+
+
+def test_host_wait_is_split_from_compute_and_named_the_narrowest_path(moe):
+    pred, v = moe.prediction, moe.verdict
+    expected = 64 * 48 * pred.calibration.host_sync_s
+    assert host_wait_s(pred) == pytest.approx(expected, rel=1e-12)
+    assert v.components_s["host_wait"] == pytest.approx(expected, rel=1e-12)
+    assert sum(v.components_s.values()) == pytest.approx(pred.step_time_s, rel=1e-12)
+    # the GPU's own compute is what is left of compute, split by roof
+    gpu = pred.breakdown_s["compute"] - expected
+    assert v.components_s["matrix_compute"] + v.components_s["hbm_bound_compute"] == pytest.approx(gpu, rel=1e-12)
+    assert v.narrowest == "host_wait"
+    assert "the GPU waiting for the host" in v.sentence
+
+
+def test_the_remedies_for_the_host_are_tried(moe):
+    pred = moe.prediction
+    w = {x.change: x for x in moe.verdict.what_ifs}
+    free = w["moe_sync_free"]
+    assert free.kind == "software" and free.targets == ("host_wait",) and free.status == "faster"
+    assert free.gain_s == pytest.approx(host_wait_s(pred), rel=1e-9)  # every wait here is a sync
+    graphs = w["cuda_graphs"]
+    assert graphs.status == "no gain"  # the host issues faster than the GPU runs: nothing to hide
+    assert "host_wait" in w["raise_mbs"].targets
+
+
+def test_no_host_remedy_where_the_gpu_never_waits():
+    a = analyze(load_scenario("llama3-70b-h100-256"))
+    assert host_wait_s(a.prediction) == 0.0 and a.verdict.components_s["host_wait"] == 0.0
+    assert not {"cuda_graphs", "moe_sync_free"} & {x.change for x in a.verdict.what_ifs}
+
+
+def test_sync_free_plans_get_no_sync_free_what_if():
+    a = analyze(_qwen3_30b(moe_sync_free=True))
+    assert host_wait_s(a.prediction) == 0.0
+    assert "moe_sync_free" not in {x.change for x in a.verdict.what_ifs}
+
+
+def _write(tmp_path, **plan) -> str:
+    p = tmp_path / "q.json"
+    body = {"system": "dgx-b200", "num_gpus": 8,
+            "model": {"name": "qwen3-30b-a3b", "layers": 48, "hidden": 2048, "heads": 32, "kv_heads": 4,
+                      "head_dim": 128, "ffn": 768, "ffn_act": "swiglu", "vocab": 151936, "seq_len": 4096,
+                      "experts": 128, "top_k": 8},
+            "plan": {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "mbs": 1, "gbs": 512, "zero_stage": 1, "recompute": "none",
+                     "precision": "mxfp8", "dp_overlap": True, "moe_routing": "dropless-balanced", **plan}}
+    p.write_text(json.dumps(body))
+    return str(p)
+
+
+def test_console_and_json_show_the_wait_and_the_knobs(tmp_path, capsys):
+    f = _write(tmp_path)
+    assert main(["predict", f]) == 0
+    out = capsys.readouterr().out
+    waited = host_wait_s(predict(_qwen3_30b()))
+    assert f"of which the GPU waits for the host    {waited:.4f}" in out
+    assert main(["predict", f, "--json", "--moe-sync-free", "--cuda-graphs"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["plan"]["moe_sync_free"] is True and d["plan"]["cuda_graphs"] is True and d["host_wait_s"] == 0.0
+    assert main(["predict", f, "--moe-sync-free"]) == 0
+    out = capsys.readouterr().out
+    assert "moe-sync-free" in out.splitlines()[1] and "waits for the host" not in out
+
+
+def test_a_knob_that_is_not_a_boolean_is_one_line(tmp_path, capsys):
+    one_line_error(capsys, ["predict", _write(tmp_path, cuda_graphs="yes")], "plan.cuda_graphs")

@@ -1,0 +1,105 @@
+"""The host's part of a pass and the two knobs that remove it (spec.plan `cuda_graphs`, `moe_sync_free`).
+
+A pass runs at the slower of the GPU's pace and the host's pace of issuing its kernels, and the GPU idles
+`host_sync_s` at every host synchronisation (schedule.step). A dropless MoE layer synchronises once per forward
+(Megatron-Core's alltoall dispatcher copies the tokens-per-expert counts to the CPU) unless its kernels read the counts
+from device memory (`moe_sync_free`); CUDA graphs replay a layer's kernels without issuing them one by one
+(`cuda_graphs`), so a host-bound pass runs at the GPU's pace. Every expected number below is derived by hand from
+the ops' own GPU and host times, not read back from the function under test."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.catalog import system
+from narrowpath.cost.roofline import host_time_s, op_time_s
+from narrowpath.cost.power import capped_device
+from narrowpath.schedule.step import EDGE_OPS, predict
+from narrowpath.spec import Plan, Scenario
+from narrowpath.spec.parse import model_from_dict
+
+
+def _qwen3_30b(**plan) -> Scenario:
+    """Qwen3-30B-A3B (128 experts, top 8, 48 MoE layers) on one DGX B200, ep 8, micro-batch 1: dropless."""
+    m = model_from_dict(dict(name="qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
+                             ffn=768, ffn_act="swiglu", vocab=151936, seq_len=4096, experts=128, top_k=8))
+    p = Plan(tp=1, pp=1, dp=8, ep=8, mbs=1, gbs=512, zero_stage=1, recompute="none", precision="mxfp8",
+             dp_overlap=True, moe_routing="dropless-balanced", **plan)
+    return Scenario(name="qwen3-30b", system=system("dgx-b200"), model=m, plan=p, num_gpus=8)
+
+
+def _tiny(**plan) -> Scenario:
+    """A 4-layer dense model of width 128 at 64 tokens per micro-batch: its kernels run for a few microseconds,
+    fewer than the host needs to issue them (host-bound)."""
+    m = model_from_dict(dict(name="tiny", layers=4, hidden=128, heads=2, kv_heads=2, ffn=512, ffn_act="swiglu",
+                             vocab=256, seq_len=64))
+    p = Plan(tp=1, pp=1, dp=8, mbs=1, gbs=64, zero_stage=1, recompute="none", precision="bf16", **plan)
+    return Scenario(name="tiny", system=system("dgx-h100"), model=m, plan=p, num_gpus=8)
+
+
+def _phase_sums(pred):
+    """(GPU time, host issue time, host syncs) per phase of stage 0, summed from its ops."""
+    dev, cal = capped_device(pred.scenario.system), pred.calibration
+    out = {}
+    for op, c in pred.workload.stages[0].ops:
+        g, h, s = out.get(op.phase, (0.0, 0.0, 0.0))
+        out[op.phase] = (g + op_time_s(op, dev, cal) * c, h + host_time_s(op, cal) * c, s + op.host_syncs * c)
+    return out
+
+
+def test_dropless_moe_layers_sync_once_per_forward_unless_sync_free():
+    base = predict(_qwen3_30b())
+    syncs = {op.name: c for op, c in base.workload.stages[0].ops if op.host_syncs}
+    assert syncs == {"router_topk": 48.0}  # one per MoE layer's forward, none in backward
+    free = predict(_qwen3_30b(moe_sync_free=True))
+    assert not any(op.host_syncs for op, _ in free.workload.stages[0].ops)
+    drop = predict(dataclasses.replace(_qwen3_30b(), plan=dataclasses.replace(_qwen3_30b().plan,
+                                                                              moe_routing="token-drop")))
+    assert not any(op.host_syncs for op, _ in drop.workload.stages[0].ops)  # capacity-sized: nothing to copy back
+
+
+def test_sync_free_saves_exactly_the_syncs_where_the_gpu_leads():
+    """Here the host issues each pass faster than the GPU runs it, so the only wait is the syncs': 48 layers x
+    64 micro-batches x host_sync_s."""
+    base = predict(_qwen3_30b())
+    sums = _phase_sums(base)
+    assert all(h < g for g, h, _ in sums.values())  # GPU-paced
+    cal = base.calibration
+    m = base.workload.num_microbatches
+    assert m == 64
+    assert base.stages[0].host_wait_s == pytest.approx(48 * cal.host_sync_s, rel=1e-12)
+    free = predict(_qwen3_30b(moe_sync_free=True))
+    assert free.stages[0].host_wait_s == 0.0
+    assert base.step_time_s - free.step_time_s == pytest.approx(m * 48 * cal.host_sync_s, rel=1e-9)
+    # graphs change nothing here: the host was never the slower party, and the syncs stay
+    assert predict(_qwen3_30b(cuda_graphs=True)).step_time_s == pytest.approx(base.step_time_s, rel=1e-12)
+
+
+def test_cuda_graphs_let_a_host_bound_pass_run_at_the_gpus_pace():
+    base = predict(_tiny())
+    sums = _phase_sums(base)
+    assert sums["fwd"][1] > sums["fwd"][0]  # the forward is host-bound (its GEMMs' latency floor paces the backward)
+    wait = sum(max(0.0, h - g) for g, h, _ in sums.values())  # no syncs in a dense model
+    assert base.stages[0].host_wait_s == pytest.approx(wait, rel=1e-12) and wait > 0
+    graphed = predict(_tiny(cuda_graphs=True))
+    assert graphed.stages[0].host_wait_s == 0.0
+    ops = [op for op, _ in graphed.workload.stages[0].ops]
+    layer_ops = [op for op in ops if op.name.split(".", 1)[0] not in EDGE_OPS]
+    assert layer_ops and all(host_time_s(op, graphed.calibration) == 0.0 for op in layer_ops)
+    # the embedding, the output layer and the loss stay eager, as do the optimizer's kernels
+    edge = [op for op in ops if op.name.split(".", 1)[0] in EDGE_OPS]
+    assert edge and all(host_time_s(op, graphed.calibration) > 0 for op in edge)
+    assert graphed.workload.optimizer_ops == base.workload.optimizer_ops
+    m = base.workload.num_microbatches
+    gpu_pass = sum(g for g, _, _ in _phase_sums(graphed).values())
+    eager_edge = sum(max(0.0, h - g) for g, h, _ in _phase_sums(graphed).values())
+    assert graphed.breakdown_s["compute"] == pytest.approx(m * (gpu_pass + eager_edge), rel=1e-12)
+    assert graphed.step_time_s < base.step_time_s
+
+
+@pytest.mark.parametrize("field", ["cuda_graphs", "moe_sync_free"])
+def test_knobs_are_booleans(field):
+    from narrowpath.errors import SpecError
+    with pytest.raises(SpecError, match=f"plan.{field}"):
+        Plan(**{field: "yes"})
