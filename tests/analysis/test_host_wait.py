@@ -10,12 +10,11 @@ import json
 import pytest
 
 from narrowpath.analysis import analyze
-from narrowpath.analysis.context import host_wait_s
 from narrowpath.catalog import load_scenario
 from narrowpath.cli.main import main
 from narrowpath.schedule.step import predict
 from tests.cli.one_line import one_line_error
-from tests.schedule.test_host_knobs import _qwen3_30b
+from tests.schedule.test_host_knobs import _phase_sums, _qwen3_30b, _tiny
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +25,7 @@ def moe():
 def test_host_wait_is_split_from_compute_and_named_the_narrowest_path(moe):
     pred, v = moe.prediction, moe.verdict
     expected = 64 * 48 * pred.calibration.host_sync_s
-    assert host_wait_s(pred) == pytest.approx(expected, rel=1e-12)
+    assert pred.host_wait_s == pytest.approx(expected, rel=1e-12)
     assert v.components_s["host_wait"] == pytest.approx(expected, rel=1e-12)
     assert sum(v.components_s.values()) == pytest.approx(pred.step_time_s, rel=1e-12)
     # the GPU's own compute is what is left of compute, split by roof
@@ -41,21 +40,39 @@ def test_the_remedies_for_the_host_are_tried(moe):
     w = {x.change: x for x in moe.verdict.what_ifs}
     free = w["moe_sync_free"]
     assert free.kind == "software" and free.targets == ("host_wait",) and free.status == "faster"
-    assert free.gain_s == pytest.approx(host_wait_s(pred), rel=1e-9)  # every wait here is a sync
-    graphs = w["cuda_graphs"]
-    assert graphs.status == "no gain"  # the host issues faster than the GPU runs: nothing to hide
+    assert free.gain_s == pytest.approx(pred.host_wait_s, rel=1e-9)  # every wait here is a sync
+    assert "cuda_graphs" not in w  # every wait is a sync: the host issues faster than the GPU runs, nothing to hide
     assert "host_wait" in w["raise_mbs"].targets
+
+
+def test_a_host_bound_dense_step_is_offered_cuda_graphs():
+    a = analyze(_tiny())
+    pred = a.prediction
+    m = pred.workload.num_microbatches
+    by_hand = m * sum(max(0.0, h - g) for g, h, _ in _phase_sums(pred).values())
+    assert pred.host_wait_s == pytest.approx(by_hand, rel=1e-12) and by_hand > 0
+    w = {x.change: x for x in a.verdict.what_ifs}
+    assert w["cuda_graphs"].status == "faster" and w["cuda_graphs"].targets == ("host_wait",)
+    assert w["cuda_graphs"].step_s == pytest.approx(predict(_tiny(cuda_graphs=True)).step_time_s, rel=1e-12)
+    assert "moe_sync_free" not in w  # a dense model has nothing to sync
 
 
 def test_no_host_remedy_where_the_gpu_never_waits():
     a = analyze(load_scenario("llama3-70b-h100-256"))
-    assert host_wait_s(a.prediction) == 0.0 and a.verdict.components_s["host_wait"] == 0.0
+    assert a.prediction.host_wait_s == 0.0 and a.verdict.components_s["host_wait"] == 0.0
     assert not {"cuda_graphs", "moe_sync_free"} & {x.change for x in a.verdict.what_ifs}
+
+
+def test_full_recompute_plans_get_no_cuda_graphs_what_if():
+    a = analyze(_tiny(recompute="full"))
+    assert a.prediction.host_wait_s > 0
+    changes = {x.change for x in a.verdict.what_ifs}
+    assert "cuda_graphs" not in changes  # Megatron-LM refuses graphs beside full recompute (spec.plan)
 
 
 def test_sync_free_plans_get_no_sync_free_what_if():
     a = analyze(_qwen3_30b(moe_sync_free=True))
-    assert host_wait_s(a.prediction) == 0.0
+    assert a.prediction.host_wait_s == 0.0
     assert "moe_sync_free" not in {x.change for x in a.verdict.what_ifs}
 
 
@@ -75,7 +92,7 @@ def test_console_and_json_show_the_wait_and_the_knobs(tmp_path, capsys):
     f = _write(tmp_path)
     assert main(["predict", f]) == 0
     out = capsys.readouterr().out
-    waited = host_wait_s(predict(_qwen3_30b()))
+    waited = predict(_qwen3_30b()).host_wait_s
     assert f"of which the GPU waits for the host    {waited:.4f}" in out
     assert main(["predict", f, "--json", "--moe-sync-free", "--cuda-graphs"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -87,3 +104,8 @@ def test_console_and_json_show_the_wait_and_the_knobs(tmp_path, capsys):
 
 def test_a_knob_that_is_not_a_boolean_is_one_line(tmp_path, capsys):
     one_line_error(capsys, ["predict", _write(tmp_path, cuda_graphs="yes")], "plan.cuda_graphs")
+
+
+def test_graphs_with_full_recompute_are_refused_in_one_line(tmp_path, capsys):
+    one_line_error(capsys, ["predict", _write(tmp_path, recompute="full"), "--cuda-graphs"], "plan.cuda_graphs",
+                   "full recompute")

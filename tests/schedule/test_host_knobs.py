@@ -24,8 +24,8 @@ def _qwen3_30b(**plan) -> Scenario:
     """Qwen3-30B-A3B (128 experts, top 8, 48 MoE layers) on one DGX B200, ep 8, micro-batch 1: dropless."""
     m = model_from_dict(dict(name="qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
                              ffn=768, ffn_act="swiglu", vocab=151936, seq_len=4096, experts=128, top_k=8))
-    p = Plan(tp=1, pp=1, dp=8, ep=8, mbs=1, gbs=512, zero_stage=1, recompute="none", precision="mxfp8",
-             dp_overlap=True, moe_routing="dropless-balanced", **plan)
+    p = Plan(**{**dict(tp=1, pp=1, dp=8, ep=8, mbs=1, gbs=512, zero_stage=1, recompute="none", precision="mxfp8",
+                       dp_overlap=True, moe_routing="dropless-balanced"), **plan})
     return Scenario(name="qwen3-30b", system=system("dgx-b200"), model=m, plan=p, num_gpus=8)
 
 
@@ -34,7 +34,7 @@ def _tiny(**plan) -> Scenario:
     fewer than the host needs to issue them (host-bound)."""
     m = model_from_dict(dict(name="tiny", layers=4, hidden=128, heads=2, kv_heads=2, ffn=512, ffn_act="swiglu",
                              vocab=256, seq_len=64))
-    p = Plan(tp=1, pp=1, dp=8, mbs=1, gbs=64, zero_stage=1, recompute="none", precision="bf16", **plan)
+    p = Plan(**{**dict(tp=1, pp=1, dp=8, mbs=1, gbs=64, zero_stage=1, recompute="none", precision="bf16"), **plan})
     return Scenario(name="tiny", system=system("dgx-h100"), model=m, plan=p, num_gpus=8)
 
 
@@ -103,3 +103,37 @@ def test_knobs_are_booleans(field):
     from narrowpath.errors import SpecError
     with pytest.raises(SpecError, match=f"plan.{field}"):
         Plan(**{field: "yes"})
+
+
+def test_graphs_keep_a_syncing_dropless_layers_expert_path_eager():
+    """Megatron-Core captures a dropless MoE layer's attention, router and dispatcher preprocessing, not its experts
+    ("Dropless MoE doesn't work with 'moe' scope cudagraph"): those ops keep their host issue cost until the layer
+    stops synchronising."""
+    cal = predict(_qwen3_30b()).calibration
+    ops = [op for op, _ in predict(_qwen3_30b(cuda_graphs=True)).workload.stages[0].ops
+           if op.name.split(".", 1)[0] not in EDGE_OPS]
+    eager = {op.name.split(".", 1)[0] for op in ops if host_time_s(op, cal) > 0}
+    assert eager and all(n.startswith(("moe_permute", "expert", "moe_unpermute")) for n in eager), eager
+    assert {op.name for op in ops if op.name.startswith(("qkv", "flash_attn", "router"))} and all(
+        host_time_s(op, cal) == 0 for op in ops if op.name.startswith(("qkv", "flash_attn", "router")))
+    both = predict(_qwen3_30b(cuda_graphs=True, moe_sync_free=True)).workload.stages[0].ops
+    assert all(host_time_s(op, cal) == 0 for op, _ in both if op.name.split(".", 1)[0] not in EDGE_OPS)
+
+
+def test_graphs_and_full_recompute_are_refused():
+    from narrowpath.errors import SpecError
+    with pytest.raises(SpecError, match="plan.cuda_graphs"):
+        _tiny(cuda_graphs=True, recompute="full")
+
+
+def test_the_step_waits_as_its_critical_stage_does():
+    """pp 2: the stage with the larger per-micro-batch time paces the step; its host wait (24 MoE layers' syncs,
+    the host issuing faster than the GPU runs) over the 64 micro-batches is the step's."""
+    scn = _qwen3_30b()
+    scn = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, pp=2, dp=4, ep=4, gbs=256))
+    pred = predict(scn)
+    crit = max(pred.stages, key=lambda s: s.total_s)
+    syncs = sum(op.host_syncs * c for op, c in pred.workload.stages[crit.index].ops)
+    assert syncs == 24
+    m = pred.workload.num_microbatches
+    assert pred.host_wait_s == pytest.approx(m * syncs * pred.calibration.host_sync_s, rel=1e-12)

@@ -71,6 +71,7 @@ def prediction_deltas(a: Analysis, b: Analysis) -> list[Delta]:
     out = [_d("step", "step_time_s", pa.step_time_s, pb.step_time_s, "s", "predict", "step_time_s")]
     out += [_d("breakdown", k, pa.breakdown_s[k], pb.breakdown_s[k], "s", "predict", f"breakdown_s.{k}")
             for k in BREAKDOWN_KEYS]
+    out.append(_d("breakdown", "host_wait_s", pa.host_wait_s, pb.host_wait_s, "s", "predict", "host_wait_s"))
     for k, unit in (("tokens_per_s", "1/s"), ("mfu", ""), ("hfu", ""), ("model_tflops_per_gpu", "TFLOP/s"),
                     ("hardware_flop_per_step", "FLOP")):
         out.append(_d("throughput", k, getattr(pa, k), getattr(pb, k), unit, "predict", k))
@@ -232,12 +233,16 @@ def component_sentence(a: Analysis, b: Analysis, key: str) -> list[str]:
     if key == "compute":
         fa = pa.hardware_flop_per_step / pa.scenario.num_gpus
         fb = pb.hardware_flop_per_step / pb.scenario.num_gpus
-        ra, rb = fa / pa.breakdown_s["compute"], fb / pb.breakdown_s["compute"]
+        # the rate over the GPU's own compute time: a wait for the host is said apart
+        ga, gb = pa.breakdown_s["compute"] - pa.host_wait_s, pb.breakdown_s["compute"] - pb.host_wait_s
+        ra, rb = fa / ga if ga > 0 else 0.0, fb / gb if gb > 0 else 0.0
+        host = (f"; the GPU waits for its host {pa.host_wait_s:.3g} -> {pb.host_wait_s:.3g} s of it (kernels issued "
+                "one by one, host synchronisations)" if max(pa.host_wait_s, pb.host_wait_s) > 0 else "")
         return [f"Compute {_signed(d)}: {fa / 1e15:.3g} -> {fb / 1e15:.3g} PFLOP executed per GPU per step at "
                 f"{ra / 1e12:.0f} -> {rb / 1e12:.0f} TFLOP/s while computing "
                 f"({pa.scenario.system.device.name} {pa.scenario.plan.precision} -> "
                 f"{pb.scenario.system.device.name} {pb.scenario.plan.precision}; the rate includes memory-bound "
-                "kernels and the slowdown of overlapped communication)."]
+                f"kernels and the slowdown of overlapped communication){host}."]
     if key == "bubble":
         qa, qb = pa.scenario.plan, pb.scenario.plan
         return [f"Pipeline bubble {_signed(d)}: pp {qa.pp} -> {qb.pp}, vpp {qa.vpp} -> {qb.vpp}, "

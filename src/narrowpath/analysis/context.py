@@ -66,12 +66,6 @@ def critical_stage(pred: StepPrediction) -> int:
     return max(range(len(totals)), key=lambda i: totals[i])
 
 
-def host_wait_s(pred: StepPrediction) -> float:
-    """Seconds of the step's compute during which the critical rank's GPU waits for its host (kernels issued slower
-    than they run, host synchronisations: schedule.step StageTimes.host_wait_s over the step's micro-batches)."""
-    return pred.workload.num_microbatches * critical_times(pred)[critical_stage(pred)].host_wait_s
-
-
 def rank_stages(pred: StepPrediction, rank: int) -> list[tuple[int, float]]:
     """(stage, share of the step's micro-batches) a pipeline rank runs: its own stage for all of them, or under
     DualPipe stage i and stage p − 1 − i for half each."""

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from narrowpath.analysis.context import Context
+from narrowpath.analysis.context import Context, rank_stages
 from narrowpath.analysis.persistence import persistent_step_s, recurrent_weight_bytes
 from narrowpath.analysis.whatif import (Make, WhatIf, evaluate, from_prediction, not_applicable, with_plan,
                                         with_plan_repaired, with_tier)
@@ -132,7 +132,7 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
                              lambda: with_plan(scn, sequence_parallel=True),
                              targets=("exposed_tp_comm", "hbm_bound_compute")))
     for rc in ("none", "selective", "full"):
-        if rc != p.recompute and not recurrent:
+        if rc != p.recompute and not recurrent and not (rc == "full" and p.cuda_graphs):  # spec.plan refuses it
             out.append(Candidate(f"recompute_{rc}", f"recompute {p.recompute} -> {rc}",
                                  lambda r=rc: with_plan(scn, recompute=r), targets=COMPUTE))
     if p.dp > 1 and p.zero_stage == 0 and not recurrent:
@@ -298,22 +298,26 @@ def software_candidates(ctx: Context, usable_fraction: float) -> list[Candidate]
 
 
 def host_candidates(ctx: Context) -> list[Candidate]:
-    """Changes aimed at the GPU waiting for the host (the verdict's `host_wait`), where the critical rank waits at
-    all: the layers' kernels replayed from CUDA graphs (plan.cuda_graphs) where the host issues them one by one, and
-    a dropless MoE's token counts kept on the GPU (plan.moe_sync_free) where its layers synchronise with the host."""
+    """Changes aimed at the GPU waiting for the host (the verdict's `host_wait`), each only where the critical rank
+    waits that way: its layers' kernels replayed from CUDA graphs (plan.cuda_graphs) where it waits for the host to
+    issue them (not possible beside full recompute: spec.plan), and a dropless MoE's tokens-per-expert counts kept on
+    the GPU (plan.moe_sync_free) where its layers synchronise with the host."""
     pred = ctx.pred
     scn, p = pred.scenario, pred.scenario.plan
-    if scn.model.arch == "lstm" or max(s.host_wait_s for s in pred.stages) <= 0:
+    if scn.model.arch == "lstm" or pred.host_wait_s <= 0:
         return []
+    m = pred.workload.num_microbatches
+    syncs = m * sum(op.host_syncs * c * share for st, share in rank_stages(pred, ctx.critical_stage)
+                    for op, c in pred.workload.stages[st].ops)
+    issue_wait = pred.host_wait_s - syncs * pred.calibration.host_sync_s
     out = []
-    if not p.cuda_graphs:
+    if not p.cuda_graphs and p.recompute != "full" and issue_wait > 1e-9 * pred.step_time_s:
         out.append(Candidate("cuda_graphs", "replay each layer's kernels from CUDA graphs",
                              lambda: with_plan(scn, cuda_graphs=True), kind="software", targets=("host_wait",)))
-    syncs = any(op.host_syncs for st in pred.workload.stages for op, _ in st.ops)
-    if syncs and scn.model.moe is not None and not p.moe_sync_free:
+    if syncs > 0 and scn.model.moe is not None and not p.moe_sync_free:
         out.append(Candidate("moe_sync_free", "sync-free MoE layers (tokens-per-expert counts "
-                             "kept on the GPU)",
-                             lambda: with_plan(scn, moe_sync_free=True), kind="software", targets=("host_wait",)))
+                             "kept on the GPU)", lambda: with_plan(scn, moe_sync_free=True), kind="software",
+                             targets=("host_wait",)))
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from narrowpath.analysis.context import Context, host_wait_s
+from narrowpath.analysis.context import Context
 from narrowpath.analysis.remedies import HIGH_FREQUENCY, candidates
 from narrowpath.analysis.whatif import STATUSES, WhatIf
 
@@ -43,7 +43,7 @@ def components(ctx: Context) -> dict[str, float]:
     the rest by the roof that limits each op."""
     b = dict(ctx.pred.breakdown_s)
     compute = b.pop("compute")
-    host = min(compute, host_wait_s(ctx.pred))
+    host = ctx.pred.host_wait_s
     gpu = compute - host
     mem = sum(r.total_s for r in ctx.ops if r.bound == "memory" and r.op.phase != "optimizer")
     mat = sum(r.total_s for r in ctx.ops if r.bound == "compute" and r.op.phase != "optimizer")

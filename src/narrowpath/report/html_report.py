@@ -54,8 +54,9 @@ def header(a: Analysis, pj: dict) -> str:
     desc = (f"{s.model.name} on {s.num_gpus:,} × {s.system.device.name} ({s.system.name}); tp={plan.tp} pp={plan.pp} "
             f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} " + "".join(f"{w} " for w in schedule_words(plan))
             + f"mbs={plan.mbs} gbs={plan.gbs} "
-            f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} {plan.precision}; "
-            f"sequence {s.model.seq_len:,} tokens")
+            f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} {plan.precision}"
+            + (" cuda-graphs" if plan.cuda_graphs else "") + (" moe-sync-free" if plan.moe_sync_free else "")
+            + f"; sequence {s.model.seq_len:,} tokens")
     return (f"<h1>narrowpath report — {esc(s.name)}</h1>" + para(desc, "sub") + nav + kpis(items)
             + para("MFU conventions: " + "; ".join(f"{k}: {v}" for k, v in CONVENTIONS.items()) + ".", "note"))
 

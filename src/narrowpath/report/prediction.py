@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from narrowpath.analysis.band import error_band
-from narrowpath.analysis.context import host_wait_s
 from narrowpath.analysis.flop_conventions import CONVENTIONS, flop_conventions
 from narrowpath.report.console import human_bytes, human_time, table
 from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction
@@ -38,7 +37,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "validated": validated,
         "chosen": {k: v for k, v in s.chosen},
         "breakdown_s": dict(p.breakdown_s),
-        "host_wait_s": host_wait_s(p),
+        "host_wait_s": p.host_wait_s,
         "mfu": p.mfu, "hfu": p.hfu, "mfu_causal": flop_conventions(p).mfu_causal,
         "flop_conventions": dict(CONVENTIONS),
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
@@ -123,7 +122,7 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     lines.append("")
     rows = [[LABELS[k], f"{p.breakdown_s[k]:.4f}", f"{p.breakdown_s[k] / p.step_time_s * 100:.1f}"] for k in BREAKDOWN_KEYS
             if p.breakdown_s[k] > 0 or k in ("compute", "bubble")]
-    waited = host_wait_s(p)
+    waited = p.host_wait_s
     if waited > 0:
         rows.insert(1, ["  of which the GPU waits for the host", f"{waited:.4f}", f"{waited / p.step_time_s * 100:.1f}"])
     lines.append("  STEP BREAKDOWN")

@@ -28,17 +28,17 @@ def activation_strategies(scn: Scenario) -> tuple:
     full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
     --recompute-method block), or the saved activations of that share of layers offloaded to host memory
     (Megatron-Core / TE CPU offloading). Each is a patch of plan knobs."""
-    return activation_patches(_per_chunk(scn), scn.plan.activation_cache)
+    return activation_patches(_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs)
 
 
-def activation_patches(layers_per_chunk: int, activation_cache: str = "default") -> tuple:
+def activation_patches(layers_per_chunk: int, activation_cache: str = "default", cuda_graphs: bool = False) -> tuple:
     """The activation strategies of `activation_strategies` for pipeline chunks of `layers_per_chunk` layers (the
-    search tries the same ones); a full recompute of some layers only is not offered with DeepSeek-V3's FP8 cache
-    (spec.plan refuses it)."""
+    search tries the same ones); a full recompute of some layers only is not offered with DeepSeek-V3's FP8 cache,
+    nor any full recompute under CUDA graphs (spec.plan refuses both)."""
     n = layers_per_chunk
     shares = sorted({k for k in (round(n / 4), round(n / 2), round(3 * n / 4)) if 0 < k < n})
-    out = [{"recompute": "none"}, {"recompute": "selective"}, {"recompute": "full"}]
-    if activation_cache != "fp8":
+    out = [{"recompute": "none"}, {"recompute": "selective"}] + ([] if cuda_graphs else [{"recompute": "full"}])
+    if activation_cache != "fp8" and not cuda_graphs:
         out += [{"recompute": "full", "recompute_layers": k} for k in shares]
     out += [{"recompute": "none", "offload_layers": k} for k in shares + [n]]
     return tuple(out)

@@ -5,7 +5,8 @@ plan with those knobs.
 Parts and the knobs they read (tests/search/test_parts.py varies every other knob and checks the part is unchanged):
     layer ops          one layer of a kind: tp, cp, mbs, sp, recompute (mode and selective modules), ZeRO-3
                        (re-quantized weights), ep, etp
-                       (+ the base plan's precision, MoE routing and the attention kernel)
+                       (+ the base plan's precision, MoE routing, attention kernel, CUDA graphs and sync-free
+                       MoE layers)
     layer comm         its tp/cp/ep traffic: the same + tp_comm_overlap, cp_comm, ep_overlap, ep_dispatch and, for a
                        deduplicating dispatch, the placement of the ep group
     layer ZeRO comm    zero stage, tp, cp, dp, ep, etp, dp_overlap, micro-batches
@@ -259,7 +260,8 @@ class Parts:
     def layer_input_bytes(self, key, fields) -> float:
         """Bytes a fully recomputed layer keeps (its input)."""
         return self.memo("inputs", key, fields, lambda s: layer_activation_bytes(
-            dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="full", recompute_layers=0)),
+            dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="full", recompute_layers=0,
+                                                            cuda_graphs=False)),
             self.kernel))
 
     def saved_bytes(self, key, fields, kind) -> float:

@@ -212,13 +212,13 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[St
     if space.model.arch == "lstm":
         out = [("none", 0, 0, ())]
     elif space.full:
-        patches = activation_patches(layers_per_chunk, b.activation_cache)
+        patches = activation_patches(layers_per_chunk, b.activation_cache, b.cuda_graphs)
         out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0),
                 mods if p["recompute"] == "selective" else ()) for p in patches]
         extra = [("selective", 0, 0, tuple(p["recompute_modules"])) for p in module_sets(space.model)]
     else:
         out = [(rc, b.recompute_layers if rc == "full" else 0, b.offload_layers, mods if rc == "selective" else ())
-               for rc in RECOMPUTE]
+               for rc in RECOMPUTE if not (rc == "full" and b.cuda_graphs)]  # spec.plan: no graphs with full
     pins = space.pinned
     first: dict[tuple, Strategy] = {}
     effect = set()  # (shares, recomputed modules) of the strategies kept without full recompute

@@ -190,10 +190,15 @@ class Plan:
     the layer while the GPU idles; Op.host_syncs). Priced without the padding's extra rows."""
     cuda_graphs: bool = False
     """Each transformer layer's forward and backward kernels are replayed from CUDA graphs captured once
-    (Megatron-Core --cuda-graph-impl transformer_engine over the layer's modules, or local): the host launches a
-    graph instead of issuing the kernels one by one, so their per-kernel host cost (the profile's host_dispatch_s)
-    goes; a host synchronisation still ends the graph and drains the GPU's queue (moe_sync_free removes it). The
-    embedding, the output layer and the optimizer stay eager; the graphs' own memory pool is not priced."""
+    (Megatron-Core --cuda-graph-impl transformer_engine, its --cuda-graph-scope over the layer's modules): the host
+    launches a graph instead of issuing the kernels one by one, so their per-kernel host cost (the profile's
+    host_dispatch_s) goes. A dropless MoE layer that synchronises with the host (not moe_sync_free) keeps its expert
+    path eager — permute, experts, shared experts, unpermute: Megatron-Core captures only its attention, router and
+    dispatcher preprocessing ("Dropless MoE doesn't work with 'moe' scope cudagraph"; the scopes NVIDIA's
+    Megatron-Bridge MoE configs set) — and its sync stays. The embedding, the output layer, the loss, multi-token
+    prediction and the optimizer stay eager; the graphs' own memory pool is not priced. Megatron-LM refuses CUDA
+    graphs with full recompute (arguments.py: "recompute_granularity must not be full when CUDA Graphs are
+    enabled"), and so does narrowpath."""
     moe_probs: str = "activation"
     """Where the routing probabilities scale the experts' work: `activation` (Megatron-Core >= 0.13: "memory efficient
     token permutation by moving the probs multiplication from unpermutation to activation function of GroupedMLP" —
@@ -265,6 +270,10 @@ class Plan:
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
         for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap", "moe_sync_free", "cuda_graphs"):
             boolean(f"plan.{b}", getattr(self, b))
+        if self.cuda_graphs and self.recompute == "full":
+            raise SpecError("plan.cuda_graphs", "Megatron-LM refuses CUDA graphs with full recompute "
+                            "('recompute_granularity must not be full when CUDA Graphs are enabled'); use recompute "
+                            "none or selective")
         object.__setattr__(self, "bucket_bytes", positive_float("plan.bucket_bytes", self.bucket_bytes))
         if isinstance(self.placement, str):
             raise SpecError("plan.placement", f"must list the axes {', '.join(AXES)}; got {shown(self.placement)}")

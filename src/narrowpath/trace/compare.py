@@ -3,8 +3,9 @@
 The prediction is taken as an object with `step_time_s`, `breakdown_s` (keys compute, exposed_*_comm,
 bubble, optimizer; summing to step_time_s) and `transfers` (items with op, message_bytes, count,
 time_each_s, total_s, exposed_s) — narrowpath.schedule.step.StepPrediction — so this module imports no stage
-to its right. Mapping of predicted parts onto observed ones: compute + optimizer -> compute; the exposed
-communication of every axis -> exposed_comm; bubble -> idle; memcpy is not predicted (0).
+to its right. Mapping of predicted parts onto observed ones: compute (less the GPU's waits for its host) + optimizer
+-> compute; the exposed communication of every axis -> exposed_comm; bubble and the host waits -> idle; memcpy is not
+predicted (0).
 A difference "matters" when a share differs by at least `min_pct_points` percentage points, the step time
 or a collective's count, time per call or largest message by more than a factor `min_ratio`, or a collective
 kind appears on one side only. Each is stated in percentage points of the step where it has a share (a
@@ -56,11 +57,14 @@ class Comparison:
 
 
 def predicted_shares(prediction: Any) -> dict[str, float]:
-    """Predicted breakdown in percent of the step, in the observed vocabulary."""
+    """Predicted breakdown in percent of the step, in the observed vocabulary. The part of compute during which the
+    GPU waits for its host (`host_wait_s`) is idle on a GPU timeline, as a trace shows it (trace.idle: host_wait)."""
     b, step = prediction.breakdown_s, prediction.step_time_s or 1.0
     exposed = sum(v for k, v in b.items() if k.startswith("exposed_"))
-    return {"compute": 100.0 * (b.get("compute", 0.0) + b.get("optimizer", 0.0)) / step,
-            "exposed_comm": 100.0 * exposed / step, "memcpy": 0.0, "idle": 100.0 * b.get("bubble", 0.0) / step}
+    host = getattr(prediction, "host_wait_s", 0.0)
+    return {"compute": 100.0 * (b.get("compute", 0.0) - host + b.get("optimizer", 0.0)) / step,
+            "exposed_comm": 100.0 * exposed / step, "memcpy": 0.0,
+            "idle": 100.0 * (b.get("bubble", 0.0) + host) / step}
 
 
 def _observed_collectives(report: TraceReport, num_steps: int) -> tuple[CollectiveSide, ...]:
