@@ -109,3 +109,13 @@ def test_a_knob_that_is_not_a_boolean_is_one_line(tmp_path, capsys):
 def test_graphs_with_full_recompute_are_refused_in_one_line(tmp_path, capsys):
     one_line_error(capsys, ["predict", _write(tmp_path, recompute="full"), "--cuda-graphs"], "plan.cuda_graphs",
                    "full recompute")
+
+
+def test_the_html_breakdown_shows_the_wait_apart(moe):
+    from narrowpath.report.html_accounts import breakdown_section
+    html = breakdown_section(moe)
+    pred = moe.prediction
+    busy = pred.breakdown_s["compute"] - pred.host_wait_s
+    assert "compute (fwd+bwd+recompute): GPU busy" in html and f"{busy:.4f}" in html
+    assert f"{pred.breakdown_s['compute']:.4f}" not in html  # compute is not shown whole beside its two parts
+    assert "compute: GPU waiting for the host" in html and f"{pred.host_wait_s:.4f}" in html

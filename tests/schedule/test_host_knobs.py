@@ -137,3 +137,32 @@ def test_the_step_waits_as_its_critical_stage_does():
     assert syncs == 24
     m = pred.workload.num_microbatches
     assert pred.host_wait_s == pytest.approx(m * syncs * pred.calibration.host_sync_s, rel=1e-12)
+
+
+def test_every_part_of_a_syncing_layers_expert_path_stays_eager_under_graphs():
+    """Each family of the expert path — permute, routed experts, shared experts, unpermute — keeps its host issue
+    cost under CUDA graphs while the layer syncs; the rest of the layer (norms, attention, router) loses it."""
+    base = _qwen3_30b()
+    m = dataclasses.replace(base.model, moe=dataclasses.replace(base.model.moe, shared_experts=1, shared_ffn=768))
+    scn = dataclasses.replace(base, model=m, plan=dataclasses.replace(base.plan, cuda_graphs=True))
+    pred = predict(scn)
+    cal = pred.calibration
+    ops = [op for op, _ in pred.workload.stages[0].ops if op.name.split(".", 1)[0] not in EDGE_OPS]
+    for family in ("moe_permute", "expert_", "shared_", "moe_unpermute"):
+        mine = [op for op in ops if op.name.startswith(family)]
+        assert mine and all(host_time_s(op, cal) > 0 for op in mine if op.kernels), family
+    rest = [op for op in ops if not op.name.startswith(("moe_permute", "expert_", "shared_", "moe_unpermute"))]
+    assert rest and all(host_time_s(op, cal) == 0 for op in rest)
+
+
+def test_the_chooser_offers_no_full_recompute_beside_graphs():
+    """schedule.choose.activation_strategies (what an unpublished recompute is chosen from) follows the plan: no full
+    recompute under CUDA graphs (spec.plan refuses it); with DeepSeek-V3's FP8 cache full recompute of every layer
+    but of no share of them; otherwise both."""
+    from narrowpath.schedule.choose import activation_strategies
+    eager = activation_strategies(_qwen3_30b())
+    assert {"recompute": "full"} in eager and any(p.get("recompute_layers") for p in eager)
+    graphs = activation_strategies(_qwen3_30b(cuda_graphs=True))
+    assert graphs and not [p for p in graphs if p["recompute"] == "full"]
+    fp8 = activation_strategies(_qwen3_30b(activation_cache="fp8"))
+    assert {"recompute": "full"} in fp8 and not any(p.get("recompute_layers") for p in fp8)

@@ -30,6 +30,10 @@ def g(x: float) -> str:
 def breakdown_section(a: Analysis) -> str:
     p = a.prediction
     segs = [(LABELS[k], p.breakdown_s[k]) for k in BREAKDOWN_KEYS if p.breakdown_s[k] > 0]
+    if p.host_wait_s > 0:  # the part of compute the GPU spends waiting for its host, shown apart (as the console)
+        segs = [s for k in BREAKDOWN_KEYS if p.breakdown_s[k] > 0 for s in (
+            [(LABELS[k] + ": GPU busy", p.breakdown_s[k] - p.host_wait_s),
+             ("compute: GPU waiting for the host", p.host_wait_s)] if k == "compute" else [(LABELS[k], p.breakdown_s[k])])]
     rows = [[Raw(f'<span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>{esc(name)}'),
              f"{v:.4f}", pct(v / p.step_time_s)] for i, (name, v) in enumerate(segs)]
     return section("breakdown", "Step breakdown",

@@ -98,10 +98,10 @@ class StepPrediction:
     """The most loaded stage."""
     memory_by_stage: tuple[MemoryBreakdown, ...]
     workload: Workload
-    assumptions: tuple[str, ...] = field(default_factory=tuple)
-    host_wait_s: float = 0.0
+    host_wait_s: float
     """Part of breakdown_s["compute"] during which the critical rank's GPU waits for its host (StageTimes.host_wait_s
     over the step's micro-batches): kernels issued slower than they run, host synchronisations."""
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def model_tflops_per_gpu(self) -> float:
@@ -453,7 +453,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     return StepPrediction(scn, cal, kernel, step, breakdown, tuple(stage_times), tuple(transfers),
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
-                          assumptions, m * cs.host_wait_s)
+                          m * cs.host_wait_s, assumptions)
 
 
 def _head_width_note(head_dim: float) -> str:

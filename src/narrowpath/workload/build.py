@@ -179,8 +179,7 @@ def graphed(ops: list[tuple[Op, float]], eager: tuple[str, ...] = ()) -> list[tu
     """The ops replayed from a captured CUDA graph (plan.cuda_graphs): the host issues none of their kernels one by
     one (one graph launch per layer pass, a few microseconds, is left out); their host synchronisations stay. Ops
     whose name starts with one of `eager` stay as they are."""
-    return [(op if op.host_kernels == 0 or op.name.startswith(eager) else dataclasses.replace(op, host_kernels=0), c)
-            for op, c in ops]
+    return [(op if op.name.startswith(eager) else dataclasses.replace(op, host_kernels=0), c) for op, c in ops]
 
 
 def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transfer, float]]:
