@@ -119,3 +119,17 @@ def test_the_html_breakdown_shows_the_wait_apart(moe):
     assert "compute (fwd+bwd+recompute): GPU busy" in html and f"{busy:.4f}" in html
     assert f"{pred.breakdown_s['compute']:.4f}" not in html  # compute is not shown whole beside its two parts
     assert "compute: GPU waiting for the host" in html and f"{pred.host_wait_s:.4f}" in html
+
+
+def test_search_keeps_the_knobs_and_tries_no_full_recompute_beside_graphs(tmp_path, capsys):
+    f = _write(tmp_path)
+    assert main(["search", f, "--cuda-graphs", "--moe-sync-free", "--space", "basic", "--top", "40", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    plans = [c["plan"] for c in d["best"]]
+    assert plans and all(p["cuda_graphs"] and p["moe_sync_free"] for p in plans)
+    assert all(p["recompute"] != "full" for p in plans)  # Megatron-LM refuses it beside graphs (spec.plan)
+    assert main(["search", f, "--space", "basic", "--top", "1", "--json"]) == 0
+    eager = json.loads(capsys.readouterr().out)
+    assert d["num_plans"] * 3 == eager["num_plans"] * 2  # the basic space's three recompute modes, less full
+    assert main(["search", f, "--cuda-graphs", "--space", "basic", "--top", "1"]) == 0
+    assert "CUDA graphs (no full recompute tried)" in capsys.readouterr().out

@@ -135,6 +135,8 @@ def format_search(r: SearchResult, top: int) -> str:
         lines.append("  pinned: " + ", ".join(f"{k}={v}" for k, v in r.pinned))
     kept = "precision, attention kernel, MoE routing" if r.extent == "full" else \
         "precision, attention kernel, CP exchange, overlap switches, bucket size, placement order"
+    kept += "".join(f", {words}" for on, words in ((r.base.plan.cuda_graphs, "CUDA graphs (no full recompute tried)"),
+                                                    (r.base.plan.moe_sync_free, "sync-free MoE layers")) if on)
     lines.append(f"  kept from the scenario: {kept}; plans that differ only by an equally costed recompute are shown "
                  "once (the lightest)")
     return "\n".join(lines)
