@@ -29,11 +29,15 @@ def g(x: float) -> str:
 
 def breakdown_section(a: Analysis) -> str:
     p = a.prediction
-    segs = [(LABELS[k], p.breakdown_s[k]) for k in BREAKDOWN_KEYS if p.breakdown_s[k] > 0]
-    if p.host_wait_s > 0:  # the part of compute the GPU spends waiting for its host, shown apart (as the console)
-        segs = [s for k in BREAKDOWN_KEYS if p.breakdown_s[k] > 0 for s in (
-            [(LABELS[k] + ": GPU busy", p.breakdown_s[k] - p.host_wait_s),
-             ("compute: GPU waiting for the host", p.host_wait_s)] if k == "compute" else [(LABELS[k], p.breakdown_s[k])])]
+    segs = []
+    for k in BREAKDOWN_KEYS:
+        v = p.breakdown_s[k]
+        if v <= 0:
+            continue
+        if k == "compute" and p.host_wait_s > 0:  # the GPU's wait for its host shown apart (as the console)
+            segs += [(LABELS[k] + ": GPU busy", v - p.host_wait_s), ("compute: GPU waiting for the host", p.host_wait_s)]
+        else:
+            segs.append((LABELS[k], v))
     rows = [[Raw(f'<span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>{esc(name)}'),
              f"{v:.4f}", pct(v / p.step_time_s)] for i, (name, v) in enumerate(segs)]
     return section("breakdown", "Step breakdown",

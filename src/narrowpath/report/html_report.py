@@ -16,7 +16,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.report.html import esc, kpis, page, para, section, table
 from narrowpath.report.html_accounts import (accounts_section, breakdown_section, budgets_section, energy_section,
                                              memory_section, ms, pct, timeline_section)
-from narrowpath.report.prediction import prediction_to_json, schedule_words
+from narrowpath.report.prediction import host_words, prediction_to_json, schedule_words
 from narrowpath.schedule.step import predict
 from narrowpath.validate.corpus import load_corpus
 
@@ -55,8 +55,7 @@ def header(a: Analysis, pj: dict) -> str:
             f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} " + "".join(f"{w} " for w in schedule_words(plan))
             + f"mbs={plan.mbs} gbs={plan.gbs} "
             f"zero={plan.zero_stage} recompute={plan.recompute} sp={plan.sequence_parallel} {plan.precision}"
-            + (" cuda-graphs" if plan.cuda_graphs else "") + (" moe-sync-free" if plan.moe_sync_free else "")
-            + f"; sequence {s.model.seq_len:,} tokens")
+            f"{host_words(plan)}; sequence {s.model.seq_len:,} tokens")
     return (f"<h1>narrowpath report — {esc(s.name)}</h1>" + para(desc, "sub") + nav + kpis(items)
             + para("MFU conventions: " + "; ".join(f"{k}: {v}" for k, v in CONVENTIONS.items()) + ".", "note"))
 

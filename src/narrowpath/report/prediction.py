@@ -94,6 +94,13 @@ def split_words(plan) -> list[str]:
     return words + ([f"chunk_layers={','.join(map(str, plan.chunk_layers))}"] if plan.chunk_layers else [])
 
 
+def host_words(plan) -> str:
+    """The plan line's words for the knobs that remove host waits (spec.plan cuda_graphs, moe_sync_free), each
+    with its leading space; empty when neither is on."""
+    return "".join(f" {w}" for on, w in ((plan.cuda_graphs, "cuda-graphs"), (plan.moe_sync_free, "moe-sync-free"))
+                   if on)
+
+
 def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     s, plan = p.scenario, p.scenario.plan
     lines = [f"narrowpath prediction — {s.name}",
@@ -103,8 +110,7 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
              + f" ep={plan.ep} vpp={plan.vpp}" + "".join(f" {w}" for w in schedule_words(plan))
              + f" mbs={plan.mbs} "
              f"gbs={plan.gbs} seq={s.model.seq_len} zero={plan.zero_stage} recompute={plan.recompute} "
-             f"sp={plan.sequence_parallel} {plan.precision}"
-             + (" cuda-graphs" if plan.cuda_graphs else "") + (" moe-sync-free" if plan.moe_sync_free else ""), ""]
+             f"sp={plan.sequence_parallel} {plan.precision}{host_words(plan)}", ""]
     warn = memory_warning(p)
     if warn:
         lines[-1:] = [f"  WARNING: {warn}", ""]
@@ -122,9 +128,9 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     lines.append("")
     rows = [[LABELS[k], f"{p.breakdown_s[k]:.4f}", f"{p.breakdown_s[k] / p.step_time_s * 100:.1f}"] for k in BREAKDOWN_KEYS
             if p.breakdown_s[k] > 0 or k in ("compute", "bubble")]
-    waited = p.host_wait_s
-    if waited > 0:
-        rows.insert(1, ["  of which the GPU waits for the host", f"{waited:.4f}", f"{waited / p.step_time_s * 100:.1f}"])
+    if p.host_wait_s > 0:
+        rows.insert(1, ["  of which the GPU waits for the host", f"{p.host_wait_s:.4f}",
+                        f"{p.host_wait_s / p.step_time_s * 100:.1f}"])
     lines.append("  STEP BREAKDOWN")
     lines.append(table(["component", "time (s)", "share (%)"], rows))
     lines.append("")
