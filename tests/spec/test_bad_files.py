@@ -64,6 +64,12 @@ def test_missing_profile_file_says_so(tmp_path):
     (INLINE_SYSTEM.format(device="{name: d, levels: [5]}", tiers="[]"), "device[d].levels[0]: must be a mapping"),
     ("system: dgx-h100\nmodel: llama3-8b\nplan: {bucket_bytes: [1]}\n", "plan.bucket_bytes: must be a number"),
     ("system: dgx-h100\nmodel: {hf_config: 5}\nplan: {}\n", "model.hf_config"),
+    # a list where a flag or a name belongs: refused by name, not left to make the model unhashable (the fuzz
+    # found `tied_embeddings: []` passing and the model-level caches then failing with a TypeError)
+    ("system: dgx-h100\nmodel: {name: m, layers: 4, hidden: 256, heads: 8, vocab: 1000, seq_len: 512, "
+     "tied_embeddings: []}\nplan: {gbs: 8}\n", "model.tied_embeddings: must be true or false"),
+    ("system: dgx-h100\nmodel: {name: [m], layers: 4, hidden: 256, heads: 8, vocab: 1000, seq_len: 512}\n"
+     "plan: {gbs: 8}\n", "model.name: must be a string"),
     ("hardware: {gpu: 5}\n" + SCN, "hardware.gpu"),
     ("hardware: {gpu: [1]}\n" + SCN, "hardware.gpu"),
     ("hardware: {gpu: H100-SXM5-80GB, gpus_per_node: x}\n" + SCN, "hardware.gpus_per_node"),

@@ -37,7 +37,7 @@ def test_interleaved_chunks_split_each_stage_and_keep_megatrons_layer_order():
     31–37 (Megatron-Core get_transformer_layer_offset: a round of every stage's first chunks, then the second)."""
     ranges = stage_layer_ranges(62, 4, 2, 14, 12)
     assert _counts(ranges) == [14, 18, 18, 12]
-    assert ranges[0] == [range(0, 7), range(31, 38)] and ranges[3] == [range(25, 31), range(56, 62)]
+    assert ranges[0] == (range(0, 7), range(31, 38)) and ranges[3] == (range(25, 31), range(56, 62))
 
 
 @pytest.mark.parametrize("layers,pp,vpp,first,last,words", [

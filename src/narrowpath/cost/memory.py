@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import (embedding_params, grad_bytes_per_param, held_weight_bytes_per_param,
-                                       offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
-                                       sharded_weight_bytes_per_param, weight_bytes_per_param,
+                                       layer_kind_of, offload_fraction, optimizer_state_bytes_per_param,
+                                       recompute_fraction, sharded_weight_bytes_per_param, weight_bytes_per_param,
                                        zero_shards)
 from narrowpath.workload.items import Workload
 from narrowpath.workload.split import plan_layer_ranges
@@ -107,6 +107,8 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
     per_kind: dict[tuple[bool, bool], float] = {}
     b, s = p.mbs, model.seq_len // p.cp
     ranges = plan_layer_ranges(model, p) if model.arch == "transformer" else [[range(model.layers)]]
+    layer_input = None  # what a fully recomputed layer keeps (its input), the same on every stage
+    kind_of = layer_kind_of(model) if model.arch == "transformer" else ()
     out = []
     for st, rng in zip(wl.stages, ranges):
         zero = p.comm_zero_stage
@@ -125,17 +127,20 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             if model.arch != "transformer":
                 layer_acts += lstm_layer
                 continue
-            kind = (model.is_moe_layer(li), model.is_window_layer(li))
+            kind = kind_of[li]
             if kind not in per_kind:
                 per_kind[kind] = layer_activation_bytes(no_rc, attention_kernel, moe_layer=kind[0], window=kind[1])
             layer_acts += per_kind[kind]
-            largest_layer = max(largest_layer, per_kind[kind])
+            if per_kind[kind] > largest_layer:
+                largest_layer = per_kind[kind]
         if st.index == p.pp - 1 and model.mtp_layers:
             layer_acts += model.mtp_layers * layer_activation_bytes(no_rc, attention_kernel,
                                                                     moe_layer=model.moe is not None)
         # a full recompute keeps only its layers' inputs; offloaded layers keep theirs in host memory
         f_rc = recompute_fraction(p, len(stage_layers))
-        inputs = len(stage_layers) * layer_activation_bytes(scn, attention_kernel) if f_rc else 0.0
+        if f_rc and layer_input is None:
+            layer_input = layer_activation_bytes(scn, attention_kernel)
+        inputs = len(stage_layers) * layer_input if f_rc else 0.0
         f_off = offload_fraction(p, len(stage_layers))
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off

@@ -264,6 +264,54 @@ def _fa2_note(device) -> str:
             f"kernel's rate")
 
 
+@dataclass(frozen=True, slots=True)
+class _OpSums:
+    """A stage's ops added up per phase (fwd, bwd, recompute) for one micro-batch."""
+
+    comp: dict
+    """GPU time."""
+    host: dict
+    """Host time to issue the kernels."""
+    syncs: dict
+    """Host synchronisations."""
+    gemm_phase: dict
+    """GPU time of the matrix ops (what overlapped traffic hides behind)."""
+    attn_phase: dict
+    """GPU time of the attention core (what a context-parallel KV exchange hides behind)."""
+    flop: float
+    """Executed FLOPs."""
+    edge: float
+    """GPU time of the embedding's or the output layer's work: it sits in the stage's first or last chunk."""
+    wgrad: float
+    """GPU time of the weight-gradient GEMMs: the W a zero-bubble schedule defers (DualPipe)."""
+
+
+def _op_sums(ops, t_op) -> _OpSums:
+    """Add up a stage's ops (`t_op(op)` → GPU time, whether it is attention core, host time)."""
+    comp = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+    host = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+    syncs = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+    gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+    attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
+    flop = edge = wgrad = 0.0
+    for op, c in ops:
+        t1, attn, h1 = t_op(op)
+        t = t1 * c
+        comp[op.phase] += t
+        if op.phase == "bwd" and is_weight_gradient(op):
+            wgrad += t
+        if op.name.split(".", 1)[0] in EDGE_OPS:
+            edge += t
+        host[op.phase] += h1 * c
+        syncs[op.phase] += op.host_syncs * c
+        if op.kind != "vector":
+            gemm_phase[op.phase] += t
+        if attn:
+            attn_phase[op.phase] += t
+        flop += op.flop * c
+    return _OpSums(comp, host, syncs, gemm_phase, attn_phase, flop, edge, wgrad)
+
+
 def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepPrediction:
     """Predict one training step of `scenario` (closed form)."""
     scn = scenario
@@ -294,32 +342,15 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     per_stage_xfer: list[list[tuple[Transfer, float, CollectiveCost, float]]] = []
     hw_flop_per_mb: list[float] = []
     wgrad_s: list[float] = []
+    op_sums: dict[tuple, _OpSums] = {}  # stages with the same ops (the middle stages) add them up once
     for st in wl.stages:
-        comp = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
-        host = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
-        syncs = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
-        gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
-        attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
-        flop = 0.0
-        edge = 0.0  # the embedding's or the output layer's work: it sits in the stage's first or last chunk
-        wgrad = 0.0  # weight-gradient GEMMs: the W a zero-bubble schedule defers (DualPipe)
-        for op, c in st.ops:
-            t1, attn, h1 = t_op(op)
-            t = t1 * c
-            comp[op.phase] += t
-            if op.phase == "bwd" and is_weight_gradient(op):
-                wgrad += t
-            if op.name.split(".", 1)[0] in EDGE_OPS:
-                edge += t
-            host[op.phase] += h1 * c
-            syncs[op.phase] += op.host_syncs * c
-            if op.kind != "vector":
-                gemm_phase[op.phase] += t
-            if attn:
-                attn_phase[op.phase] += t
-            flop += op.flop * c
-        hw_flop_per_mb.append(flop)
-        edge_s.append(edge)
+        key = tuple((id(op), c) for op, c in st.ops)
+        if key not in op_sums:
+            op_sums[key] = _op_sums(st.ops, t_op)
+        sums = op_sums[key]  # read only below
+        comp, host, syncs = sums.comp, sums.host, sums.syncs
+        hw_flop_per_mb.append(sums.flop)
+        edge_s.append(sums.edge)
         # a pass runs at the slower of the GPU's pace and the host's pace of issuing its kernels, and the GPU idles
         # at every host synchronisation until the host has issued work again
         waited = {ph: max(0.0, host[ph] - comp[ph]) + syncs[ph] * cal.host_sync_s for ph in comp}
@@ -327,9 +358,9 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         exposed = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
         rows = []
         # overlappable traffic per phase hides behind that phase's matrix work (a CP KV exchange: its attention)
-        hide_budget = dict(gemm_phase)
+        hide_budget = dict(sums.gemm_phase)
         # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
-        attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in attn_phase.items()}
+        attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in sums.attn_phase.items()}
         extra_compute = 0.0
         pairs = []  # pass-pair traffic: hides after the phases' own overlapped traffic (pass_pair_hidden_s)
         for tr, c in st.transfers:
@@ -363,7 +394,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
                 rows.append((tr, c, cost, total - hidden))
         per_stage_xfer.append(rows)
-        wgrad_s.append(wgrad)
+        wgrad_s.append(sums.wgrad)
         stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],
                                       comp["bwd"] + comp["recompute"] + extra_compute, exposed,
                                       sum(waited.values())))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from narrowpath.errors import SpecError
+from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import boolean, choice, positive_float, positive_int
 
 
@@ -138,6 +138,10 @@ class Model:
     DeepSeek) train without."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.name, (int, float)) and not isinstance(self.name, bool):
+            object.__setattr__(self, "name", str(self.name))  # `name: 405` reads as a number in YAML
+        if not isinstance(self.name, str):
+            raise SpecError("model.name", f"must be a string, got {shown(self.name)}")
         choice("model.arch", self.arch, ("transformer", "lstm"))
         positive_int("model.layers", self.layers, maximum=MAX_LAYERS)
         positive_int("model.hidden", self.hidden, maximum=MAX_WIDTH)
@@ -152,6 +156,7 @@ class Model:
         positive_int("model.sliding_window_every", self.sliding_window_every, maximum=MAX_LAYERS)
         positive_int("model.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
         boolean("model.parallel_attn_mlp", self.parallel_attn_mlp)
+        boolean("model.tied_embeddings", self.tied_embeddings)
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         if self.dropout is None:
             object.__setattr__(self, "dropout", not (self.ffn_act == "swiglu" or self.norm == "rmsnorm"))

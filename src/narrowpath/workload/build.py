@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import lru_cache
 
 from narrowpath.network.placement import group_span
 from narrowpath.spec.scenario import Scenario
@@ -120,7 +121,7 @@ def unrecomputed_layer_bytes(model, plan, kernel: str, moe_layer: bool, window: 
     return kept_bytes(T.layer_forward_ops(model, none, kernel, moe_layer=moe_layer, window=window), model, none)
 
 
-def stage_saved_bytes(scn: Scenario, kernel: str, layers: list[int], kind_of: dict) -> float:
+def stage_saved_bytes(scn: Scenario, kernel: str, layers: list[int], kind_of) -> float:
     """Activation bytes the given layers keep for backward per micro-batch without recompute."""
     per_kind: dict = {}
     total = 0.0
@@ -415,11 +416,17 @@ def embedding_table_params(model, tp, pp, first, last):
     return table * (1 * first + 1 * last) + model.hidden * last
 
 
+@lru_cache(maxsize=256)
+def layer_kind_of(model) -> tuple[tuple[bool, bool], ...]:
+    """The kind (MoE layer?, sliding-window attention?) of each layer, by index (cached per model)."""
+    return tuple((model.is_moe_layer(li), model.is_window_layer(li)) for li in range(model.layers))
+
+
 def layer_kinds(model) -> dict[tuple[bool, bool], list[int]]:
     """Layer indices by kind (MoE layer?, sliding-window attention?)."""
     kinds: dict[tuple[bool, bool], list[int]] = {}
-    for li in range(model.layers):
-        kinds.setdefault((model.is_moe_layer(li), model.is_window_layer(li)), []).append(li)
+    for li, kind in enumerate(layer_kind_of(model)):
+        kinds.setdefault(kind, []).append(li)
     return kinds
 
 
@@ -461,8 +468,8 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         return build_lstm_workload(scn)
     model, plan = scn.model, scn.plan
     kernel = attention_kernel
-    kind_of = {li: kind for kind, idx in layer_kinds(model).items() for li in idx}
-    work = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of.values())}
+    kind_of = layer_kind_of(model)
+    work = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of)}
     p2p = p2p_bytes(model, plan)
     stages = []
     for i, ranges in enumerate(plan_layer_ranges(model, plan)):

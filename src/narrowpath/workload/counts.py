@@ -1,5 +1,9 @@
-"""Parameter and model-FLOP counts (pure functions of the model, independent of the plan)."""
+"""Parameter and model-FLOP counts (pure functions of the model, independent of the plan; the two whole-model
+counts are cached per model — a Model is frozen and hashable — since a search or a validation run prices many plans
+of one model)."""
 from __future__ import annotations
+
+from functools import lru_cache
 
 from narrowpath.spec.model import Model
 
@@ -25,6 +29,7 @@ def _norm_parameters(model: Model) -> float:
     return 2 * per + extra
 
 
+@lru_cache(maxsize=256)
 def parameter_count(model: Model) -> float:
     """Total parameters (multi-token-prediction modules excluded, as DeepSeek-V3's 671 B excludes its 14 B MTP).
 
@@ -88,6 +93,7 @@ def _layer_forward_flop_per_token(model: Model, li: int) -> float:
     return attn + mlp
 
 
+@lru_cache(maxsize=256)
 def model_flop_per_token(model: Model) -> float:
     """Model FLOPs per trained token (forward + backward = 3 × forward; no recompute): every layer, the output
     layer (2·h·V), and each multi-token-prediction module (a 2h → h projection, one more layer and the output

@@ -2,13 +2,17 @@
 rules): which layer indices each stage's chunks hold."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan, uneven_split_error
 
 
+@lru_cache(maxsize=1024)
 def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int = 0,
-                       chunk_layers: tuple[int, ...] = ()) -> list[list[range]]:
-    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp.
+                       chunk_layers: tuple[int, ...] = ()) -> tuple[tuple[range, ...], ...]:
+    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp (immutable, cached: every stage of
+    the workload, its memory and its pipeline schedule read the split).
 
     `chunk_layers`: every chunk's count as given (Megatron-Core's pipeline_model_parallel_layout).
 
@@ -47,10 +51,10 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int
     for j, n in enumerate(sizes):
         out[j % pp].append(range(start, start + n))
         start += n
-    return out
+    return tuple(tuple(chunks) for chunks in out)
 
 
-def plan_layer_ranges(model: Model, plan: Plan) -> list[list[range]]:
+def plan_layer_ranges(model: Model, plan: Plan) -> tuple[tuple[range, ...], ...]:
     """`stage_layer_ranges` of a transformer under a plan, with its chunk or first / last stage layer counts."""
     return stage_layer_ranges(model.layers, plan.pp, plan.vpp, plan.first_stage_layers, plan.last_stage_layers,
                               plan.chunk_layers)

@@ -30,7 +30,7 @@ class Graph:
     indexes into the (stage, kind, chunk) duration table (−1: none), evaluation levels, and each stage's final
     node and final dependencies."""
 
-    __slots__ = ("deps", "passes", "levels", "final", "p", "v", "steps", "_seq")
+    __slots__ = ("deps", "passes", "levels", "final", "p", "v", "steps", "_seq", "_pairs")
 
     def __init__(self, deps, passes, final, p, v):
         self.deps, self.passes, self.final, self.p, self.v = deps, passes, final, p, v
@@ -49,6 +49,7 @@ class Graph:
                        [pc[a:b] for pc, h in zip(pcols, has_pass) if h[k]])
                       for k, (a, b) in enumerate(zip(starts, ends))]
         self._seq = None
+        self._pairs = None
 
     def sequence(self) -> list[tuple[int, int, int, int, int]]:
         """(node, three dependencies, pass) in topological order, −1 mapped to the zero slot (one pass per node:
@@ -60,6 +61,16 @@ class Graph:
             q = self.passes[order, 0]
             self._seq = list(zip(order.tolist(), d[:, 0].tolist(), d[:, 1].tolist(), d[:, 2].tolist(), q.tolist()))
         return self._seq
+
+    def pair_sequence(self) -> list[tuple[int, int, int, int]] | None:
+        """`sequence` as (node, two dependencies, pass) when no node has a third dependency (the interleaved,
+        async program: a pass waits for its stage's previous pass and one sender), else None."""
+        if self._pairs is None:
+            seq = self.sequence()
+            n = len(self.deps)
+            self._pairs = [(node, a, b, q) for node, a, b, _, q in seq] if all(c == n for _, _, _, c, _ in seq) \
+                else []
+        return self._pairs or None
 
 def _levels(deps: np.ndarray) -> list[np.ndarray]:
     """Nodes grouped by topological level (Kahn's algorithm, a level at a time over numpy arrays)."""
@@ -194,17 +205,23 @@ def graph_time_s(graph: Graph, pass_s: dict) -> float:
     dur = [0.0] * (2 * p * v)
     for (i, kind, c), t in pass_s.items():
         dur[(i * 2 + (0 if kind == "F" else 1)) * v + c] = t
-    seq = graph.sequence()
     clock = [0.0] * (len(graph.deps) + 1)
-    for node, a, b, c, q in seq:
-        x = clock[a]
-        y = clock[b]
-        if y > x:
-            x = y
-        y = clock[c]
-        if y > x:
-            x = y
-        clock[node] = x + dur[q]
+    pairs = graph.pair_sequence()
+    if pairs is not None:  # two dependencies a node (the same maxima: the missing third reads the zero slot)
+        for node, a, b, q in pairs:
+            x = clock[a]
+            y = clock[b]
+            clock[node] = (x if x >= y else y) + dur[q]
+    else:
+        for node, a, b, c, q in graph.sequence():
+            x = clock[a]
+            y = clock[b]
+            if y > x:
+                x = y
+            y = clock[c]
+            if y > x:
+                x = y
+            clock[node] = x + dur[q]
     n = len(graph.deps)
     best = 0.0
     for f0, f1 in graph.final.tolist():

@@ -26,7 +26,7 @@ from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, paired_fraction, pass_pair_hidden_s, \
     transfer_span
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kinds, step_rank_params, \
+from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kind_of, step_rank_params, \
     zero2_per_microbatch, zero2_transfers, zero3_transfers
 from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.items import Op, StageWork, Transfer
@@ -158,8 +158,8 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
     ops = [Counter() for _ in ranges]
     xfs = [Counter() for _ in ranges]
     if model.arch == "transformer":
-        kind_of = {li: kind for kind, idx in layer_kinds(model).items() for li in idx}
-        per_kind = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of.values())}
+        kind_of = layer_kind_of(model)
+        per_kind = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of)}
         for j, r in enumerate(ranges):
             n_kind = Counter(kind_of[li] for li in r)
             for kind, n in n_kind.items():
