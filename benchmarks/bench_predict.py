@@ -13,7 +13,9 @@ from narrowpath.schedule import predict
 SCENARIOS = ["gpt3-175b-a100-1024", "llama3-70b-h100-256", "llama3-405b-h100-16k", "llama3-8b-h100-8"]
 
 
-def in_process(name: str, repeats: int = 200) -> float:
+def in_process(name: str, repeats: int = 200) -> tuple[float, float]:
+    """(median, min) of `repeats` predictions: the median is the target's figure; the min shows the work itself on
+    a shared machine whose medians swing with its load."""
     scn = load_scenario(name)
     predict(scn)  # warm caches (catalog YAML, calibration)
     times = []
@@ -21,7 +23,7 @@ def in_process(name: str, repeats: int = 200) -> float:
         t0 = time.perf_counter()
         predict(scn)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 def end_to_end(repeats: int = 5) -> float:
@@ -37,9 +39,10 @@ def end_to_end(repeats: int = 5) -> float:
 def main() -> int:
     ok = True
     for name in SCENARIOS:
-        t = in_process(name)
+        t, fastest = in_process(name)
         ok &= t <= 2e-3
-        print(f"predict in-process  {name:24s} median {t * 1e3:7.3f} ms   target <= 2 ms   {'OK' if t <= 2e-3 else 'MISS'}")
+        print(f"predict in-process  {name:24s} median {t * 1e3:7.3f} ms (min {fastest * 1e3:6.3f})   target <= 2 ms   "
+              f"{'OK' if t <= 2e-3 else 'MISS'}")
     t = end_to_end()
     ok &= t <= 1.5
     print(f"narrowpath predict end to end        median {t:7.3f} s    target <= 1.5 s  {'OK' if t <= 1.5 else 'MISS'}")
