@@ -24,7 +24,7 @@ def test_stages_with_equal_counts_but_other_ops_are_priced_apart(monkeypatch):
     memo keyed on the counts alone would price it as stage 1. Stages 1 and 3 keep the same ops: priced alike."""
     scn = load_scenario("gpt3-175b-a100-1024")
     wl = _workload(scn)
-    assert wl.stages[1].ops == wl.stages[2].ops == wl.stages[3].ops  # the middle stages share their ops
+    assert wl.stages[1].ops is wl.stages[2].ops is wl.stages[3].ops  # the middle stages share one ops tuple
     heavier = tuple((dataclasses.replace(op, flop=2 * op.flop), c) for op, c in wl.stages[2].ops)
     stages = list(wl.stages)
     stages[2] = dataclasses.replace(stages[2], ops=heavier)
@@ -34,6 +34,22 @@ def test_stages_with_equal_counts_but_other_ops_are_priced_apart(monkeypatch):
     assert s1.fwd_compute_s == s3.fwd_compute_s and s1.bwd_compute_s == s3.bwd_compute_s
     # the GEMMs are compute-bound at these sizes: twice the FLOPs, well over 1.5x the forward time
     assert s2.fwd_compute_s > 1.5 * s1.fwd_compute_s
+
+
+def test_stages_with_the_same_ops_but_other_transfers_are_priced_apart(monkeypatch):
+    """Stage 2 keeps stage 1's ops tuple but gets its transfers at twice the message size (new objects): the
+    tensor-parallel traffic GPT-3 on A100 exposes grows on stage 2 only; stages 1 and 3 still expose alike."""
+    scn = load_scenario("gpt3-175b-a100-1024")
+    wl = _workload(scn)
+    assert wl.stages[1].transfers is wl.stages[3].transfers  # the middle stages share one tuple
+    bigger = tuple((dataclasses.replace(tr, message_bytes=2 * tr.message_bytes), c) for tr, c in wl.stages[2].transfers)
+    stages = list(wl.stages)
+    stages[2] = dataclasses.replace(stages[2], transfers=bigger)
+    monkeypatch.setattr(step, "build_workload", lambda s, k: dataclasses.replace(wl, stages=tuple(stages)))
+    pred = step.predict(scn)
+    tp = [st.exposed_comm_s["tp"] for st in pred.stages]
+    assert tp[1] > 0 and tp[1] == tp[3]
+    assert tp[2] > 1.5 * tp[1]
 
 
 def test_the_memo_changes_nothing_against_a_stage_priced_alone():

@@ -342,9 +342,10 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     per_stage_xfer: list[list[tuple[Transfer, float, CollectiveCost, float]]] = []
     hw_flop_per_mb: list[float] = []
     wgrad_s: list[float] = []
-    op_sums: dict[tuple, _OpSums] = {}  # stages with the same ops (the middle stages) add them up once
+    op_sums: dict[int, _OpSums] = {}  # stages sharing one ops tuple (build_workload's middle stages) add it up once
+    traffic: dict[tuple[int, int], tuple] = {}  # (exposed, rows, extra compute, has pass-pair traffic) per stage kind
     for st in wl.stages:
-        key = tuple((id(op), c) for op, c in st.ops)
+        key = id(st.ops)  # the workload holds every tuple for the whole call: ids stay distinct
         if key not in op_sums:
             op_sums[key] = _op_sums(st.ops, t_op)
         sums = op_sums[key]  # read only below
@@ -355,44 +356,52 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         # at every host synchronisation until the host has issued work again
         waited = {ph: max(0.0, host[ph] - comp[ph]) + syncs[ph] * cal.host_sync_s for ph in comp}
         comp = {ph: comp[ph] + waited[ph] for ph in comp}
-        exposed = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
-        rows = []
-        # overlappable traffic per phase hides behind that phase's matrix work (a CP KV exchange: its attention)
-        hide_budget = dict(sums.gemm_phase)
-        # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
-        attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in sums.attn_phase.items()}
-        extra_compute = 0.0
-        pairs = []  # pass-pair traffic: hides after the phases' own overlapped traffic (pass_pair_hidden_s)
-        for tr, c in st.transfers:
-            cost = _price(tr, scn, cal, spans, coll_cache)
-            total = cost.time_s * c
-            if tr.overlappable and tr.hides_behind == "pass_pair":
-                pairs.append((tr, c, cost, total))
-                continue
-            if tr.overlappable:
-                window = attn_budget if tr.hides_behind == "attention" else hide_budget
-                hidden = min(total, window.get(tr.phase, 0.0), hide_budget.get(tr.phase, 0.0))
-                hide_budget[tr.phase] = hide_budget.get(tr.phase, 0.0) - hidden
-                if tr.hides_behind == "attention":
-                    attn_budget[tr.phase] -= hidden
-                extra_compute += slow * hidden
-                exp = total - hidden
-            else:
-                exp = total
-            exposed[_BUCKET.get(tr.axis, tr.axis)] += exp
-            rows.append((tr, c, cost, exp))
-        if pairs:
-            pair_s = {ph: 0.0 for ph in PAIR_PARTNERS}
-            for tr, _, _, total in pairs:
-                pair_s[tr.phase] += total
-            # warm-up forwards and cool-down backwards have no partner: the share depends on the stage
-            paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.dualpipe)
-            hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
-            for tr, c, cost, total in pairs:
-                hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
-                extra_compute += slow * hidden
-                exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
-                rows.append((tr, c, cost, total - hidden))
+        # stages sharing their ops and transfers (the middle stages) expose the same traffic, unless pass-pair
+        # traffic makes it depend on the stage's place in the schedule
+        xkey = (key, id(st.transfers))
+        memo = traffic.get(xkey)
+        if memo is not None and not memo[3]:
+            exposed, rows, extra_compute = dict(memo[0]), memo[1], memo[2]
+        else:
+            exposed = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
+            rows = []
+            # overlappable traffic per phase hides behind that phase's matrix work (a CP KV exchange: its attention)
+            hide_budget = dict(sums.gemm_phase)
+            # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
+            attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in sums.attn_phase.items()}
+            extra_compute = 0.0
+            pairs = []  # pass-pair traffic: hides after the phases' own overlapped traffic (pass_pair_hidden_s)
+            for tr, c in st.transfers:
+                cost = _price(tr, scn, cal, spans, coll_cache)
+                total = cost.time_s * c
+                if tr.overlappable and tr.hides_behind == "pass_pair":
+                    pairs.append((tr, c, cost, total))
+                    continue
+                if tr.overlappable:
+                    window = attn_budget if tr.hides_behind == "attention" else hide_budget
+                    hidden = min(total, window.get(tr.phase, 0.0), hide_budget.get(tr.phase, 0.0))
+                    hide_budget[tr.phase] = hide_budget.get(tr.phase, 0.0) - hidden
+                    if tr.hides_behind == "attention":
+                        attn_budget[tr.phase] -= hidden
+                    extra_compute += slow * hidden
+                    exp = total - hidden
+                else:
+                    exp = total
+                exposed[_BUCKET.get(tr.axis, tr.axis)] += exp
+                rows.append((tr, c, cost, exp))
+            if pairs:
+                pair_s = {ph: 0.0 for ph in PAIR_PARTNERS}
+                for tr, _, _, total in pairs:
+                    pair_s[tr.phase] += total
+                # warm-up forwards and cool-down backwards have no partner: the share depends on the stage
+                paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.dualpipe)
+                hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
+                for tr, c, cost, total in pairs:
+                    hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
+                    extra_compute += slow * hidden
+                    exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
+                    rows.append((tr, c, cost, total - hidden))
+            traffic[xkey] = (dict(exposed), rows, extra_compute, bool(pairs))
         per_stage_xfer.append(rows)
         wgrad_s.append(sums.wgrad)
         stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],

@@ -472,8 +472,14 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     work = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of)}
     p2p = p2p_bytes(model, plan)
     stages = []
+    alike: dict[tuple, StageWork] = {}  # stages of the same layer kinds in the same order, neither end: built once
     for i, ranges in enumerate(plan_layer_ranges(model, plan)):
         idx = [li for r in ranges for li in r]
+        first, last = i == 0, i == plan.pp - 1
+        key = (tuple(kind_of[li] for li in idx), first, last)
+        if key in alike:
+            stages.append(dataclasses.replace(alike[key], index=i))
+            continue
         counts: dict[tuple[bool, bool], int] = {}
         for li in idx:
             counts[kind_of[li]] = counts.get(kind_of[li], 0) + 1
@@ -485,7 +491,6 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             xf += [(tr, c * n) for tr, c in work[kind][1]]
             params += n * T.layer_params(model, plan, moe_layer=kind[0])
             expert += n * T.layer_expert_params(model, plan) if kind[0] else 0.0
-        first, last = i == 0, i == plan.pp - 1
         e_ops, e_xf = _embedding_work(scn, first, last)
         ops += e_ops
         xf += e_xf
@@ -510,6 +515,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             # host link keeps up (the activation bytes are those of the offloaded layers, workload.offload_bytes)
             xf += offload_transfers(f_off * stage_saved_bytes(scn, kernel, [li for li in idx], kind_of))
         stages.append(StageWork(i, len(idx), tuple(ops), tuple(xf), params, expert))
+        alike[key] = stages[-1]
 
     step_xf, opt_ops = _step_work(scn, stages)
     tokens = plan.gbs * model.seq_len
