@@ -154,5 +154,38 @@ def test_moe_capacity_factor_must_be_a_number():
     assert exc.value.field == "model.moe.capacity_factor"
 
 
+_MIXTRAL_FLAT = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "vocab": 32000,
+                 "seq_len": 4096, "experts": 8, "top_k": 2}
+
+
+@pytest.mark.parametrize("block", [
+    {"experts": 8, "top_k": 2},  # the corpus spelling, the expert width left to the model's ffn
+    {"experts": 8, "top_k": 2, "ffn": 14336},
+    {"num_experts": 8, "top_k": 2, "expert_ffn": 14336},  # the spec's own spelling
+    {"num_experts": 8, "top_k": 2},
+])
+def test_nested_moe_block_reads_like_the_flat_corpus_form(block):
+    """shared/validation/README.md: "a `moe` block appears only for MoE models" — a case may nest the MoE fields in
+    either spelling; it is the same model as the flat corpus form (Mixtral 8x7B: one expert is 14,336 wide)."""
+    flat = _MIXTRAL_FLAT
+    nested = {k: v for k, v in flat.items() if k not in ("experts", "top_k")} | {"moe": block}
+    from narrowpath.spec.parse import model_from_dict
+    assert model_from_dict(nested) == model_from_dict(flat)
+    assert model_from_dict(nested).moe.expert_ffn == 14336
+
+
+@pytest.mark.parametrize("block, field", [
+    ({"experts": 8, "num_experts": 8, "top_k": 2}, "model.moe.experts"),
+    ({"experts": 8, "top_k": 2, "ffn": 64, "expert_ffn": 64}, "model.moe.ffn"),
+    ({"experts": 8, "top_k": 2, "dense_layers": 1, "first_dense_layers": 1}, "model.moe.dense_layers"),
+    ({"experts": 8, "top_k": 9}, "model.moe.top_k"),
+])
+def test_nested_moe_block_twice_spelled_or_bad_names_the_field(block, field):
+    from narrowpath.spec.parse import model_from_dict
+    with pytest.raises(SpecError) as exc:
+        model_from_dict({k: v for k, v in _MIXTRAL_FLAT.items() if k not in ("experts", "top_k")} | {"moe": block})
+    assert exc.value.field == field
+
+
 def _fields(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}

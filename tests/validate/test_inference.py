@@ -97,6 +97,27 @@ def test_a_bad_case_fails_alone():
     assert case.failure and "NoSuchGPU" in case.failure and case.error is None
 
 
+
+@pytest.mark.parametrize("field", ["input_tokens", "output_tokens"])
+def test_lengths_from_a_data_set_are_refused_in_one_line(field):
+    """README: `input_tokens`/`output_tokens` are null when they follow a data set's distribution; the case does not
+    give that distribution, so the case is refused with its reason (the others are priced)."""
+    w = {"scenario": "offline", "input_tokens": 128, "output_tokens": 128, "num_requests": 100, field: None}
+    case = run_case({"id": "x", "measured": {"output_tokens_per_s": 5}, "model": "llama3-8b",
+                     "hardware": {"gpu": "H100-SXM5-80GB", "num_gpus": 1}, "plan": {"tp": 1}, "workload": w}, 0)
+    assert case.error is None and case.failure.startswith(f"workload.{field}: not published")
+    assert "\n" not in case.failure
+
+
+def test_validate_reads_a_collective_corpus_too(capsys):
+    """`validate --corpus` on the collective corpus gives what `collective --corpus` gives (nccl-tests busbw)."""
+    path = shipped_corpus_path("collectives-public.yaml")
+    assert main(["validate", "--corpus", str(path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert main(["collective", "--corpus", str(path), "--json"]) == 0
+    assert got == json.loads(capsys.readouterr().out)
+    assert len(got["cases"]) == 5 and got["max_abs_error"] < 0.05
+
 SERVING_BOUNDS = {  # (group kind, group): ceiling on the mean |error| of its figures (today's value + ~2 pp)
     ("regime", "latency (<= 8 sequences)"): 0.16, ("regime", "offline throughput"): 0.18,
     ("regime", "static-batch throughput"): 0.14,

@@ -8,6 +8,8 @@ from narrowpath.report.console import table
 from narrowpath.validate.run import run_validation
 from narrowpath.cli.serve_validate import run_inference
 from narrowpath.validate.inference import is_inference_corpus
+from narrowpath.cli.collective_cmd import is_collective_corpus, run_corpus
+from narrowpath.report.collective_table import corpus_json, corpus_text
 
 WORST_SHOWN = 15
 
@@ -20,7 +22,8 @@ def register(sub) -> None:
                        "the model ranks the plans of each sweep, and the worst cases. Exit status 1 when any case "
                        "could not be priced (each says why), so CI can rely on it.")
     p.add_argument("--corpus", help="a validation-corpus/1 YAML/JSON file (default: every shipped training corpus: "
-                   "training-public, training-sweeps-public, published-extra)")
+                   "training-public, training-sweeps-public, published-extra); an inference-corpus/1 or "
+                   "collective-corpus/1 file is checked as `serve` and `collective --corpus` do")
     p.add_argument("--profile", help="calibration profile to use for every case instead of the per-device ones")
     p.add_argument("--cases", action="store_true", help=f"list every case (default: the {WORST_SHOWN} worst)")
     p.add_argument("--json", action="store_true",
@@ -36,6 +39,10 @@ def run(args) -> int:
     cal = calibration_from(args.profile) if args.profile else None
     if args.corpus and is_inference_corpus(args.corpus):  # issue 13: inference-corpus/1 files (cli/serve_validate)
         return run_inference(args, cal)
+    if args.corpus and is_collective_corpus(args.corpus):  # nccl-tests busbw: the same check as `collective --corpus`
+        rows, source = run_corpus(args.corpus)
+        print(json.dumps(corpus_json(rows), indent=2, allow_nan=False) if args.json else corpus_text(rows, source))
+        return 0
     rep = run_validation(args.corpus, cal)
     status = 1 if rep.num_failed else 0
     if args.json:

@@ -23,7 +23,8 @@ MAX_SEQ_LEN = 1 << 30
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MoE:
-    """Mixture-of-experts block. Accepted and validated; costing lands in a later issue."""
+    """Mixture-of-experts block: routed experts (optionally shared ones and leading dense layers), priced by
+    workload.moe and the expert-parallel traffic of network/."""
 
     num_experts: int
     """Routed experts per MoE layer."""

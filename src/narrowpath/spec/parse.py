@@ -90,6 +90,25 @@ _FLAT_MOE = {"experts": "num_experts", "top_k": "top_k", "shared_experts": "shar
 """Validation-corpus spelling of an MoE model (flat keys; `ffn` is one expert's width and `dense_ffn` the dense
 layers' width, shared/validation/README.md) → the `moe` block's fields."""
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_BLOCK_MOE = {**{k: v for k, v in _FLAT_MOE.items() if k != v}, "ffn": "expert_ffn"}
+"""The corpus spelling inside a nested `moe:` block (shared/validation/README.md: "a `moe` block appears only for MoE
+models") → the block's own field names; `ffn` there is one expert's width."""
+
+
+def _moe_block(moe: Any, model_ffn: Any) -> Any:
+    """A nested `moe:` block in either spelling (ours, or the corpus's `experts`, `dense_layers`, `moe_layer_every`,
+    `ffn`); without an expert width the model's `ffn` is one expert's (as in the flat corpus form, Mixtral-style)."""
+    if not isinstance(moe, Mapping):
+        return moe
+    out = {}
+    for key, value in moe.items():
+        dst = _BLOCK_MOE.get(key, key)
+        if dst in out or (dst != key and dst in moe):
+            raise SpecError(f"model.moe.{key}", f"gives {dst} twice (spell it once: {dst} or {key})")
+        out[dst] = value
+    if "expert_ffn" not in out and model_ffn is not None:
+        out["expert_ffn"] = model_ffn
+    return out
 
 
 def _flat_to_nested(d: dict) -> dict:
@@ -133,7 +152,7 @@ def model_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Mode
     if name is not None or "id" in d:
         d.setdefault("name", name or d.get("id"))
     if d.get("moe") is not None:
-        moe = d["moe"]
+        moe = _moe_block(d["moe"], d.get("ffn"))
         if isinstance(moe, Mapping) and "capacity_factor" in moe:
             moe = {**moe, "capacity_factor": _num("model.moe.capacity_factor", moe["capacity_factor"])}
         d["moe"] = _build(MoE, "model.moe", moe)

@@ -180,8 +180,11 @@ class Load:
             if not self.requests:
                 raise SpecError("workload.requests", "a trace needs at least one request")
             return
-        positive_int("workload.input_tokens", self.input_tokens, maximum=MAX_TOKENS)
-        positive_int("workload.output_tokens", self.output_tokens, maximum=MAX_TOKENS)
+        for field, value in (("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens)):
+            if value == 0:
+                raise SpecError(f"workload.{field}", "is required: every request's length in tokens (or a "
+                                "requests_file of arrival time, input and output lengths)")
+            positive_int(f"workload.{field}", value, maximum=MAX_TOKENS)
         if self.arrival == "poisson" and self.rate_per_s <= 0:
             raise SpecError("workload.request_rate_per_s", "a Poisson stream needs a rate > 0 requests/s")
         if self.arrival == "fixed-batch" and self.batch_size < 1:

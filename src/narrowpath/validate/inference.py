@@ -159,6 +159,10 @@ def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> In
             w["output_tokens"] = w.get("input_tokens") or 128
             notes.append(f"output length not published: tokens/s predicted as the generation rate batch / TPOT of "
                          f"a run of {w['output_tokens']} output tokens")
+        for length in ("input_tokens", "output_tokens"):
+            if w.get(length) is None and "requests_file" not in w:
+                raise NarrowpathError(f"workload.{length}: not published (the run's lengths follow a data set's "
+                                      "distribution, which the case does not give): nothing to simulate")
         data["workload"] = w
         scn, open_knobs = serving_scenario_from_dict(data, name=case.id, allow_null=True)
         run = simulate(scn, open_knobs, calibration, log_lane=False)
