@@ -6,6 +6,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from narrowpath.catalog.gpu_names import resolve_gpu_name
 from narrowpath.errors import CatalogError, shown
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.device import Device
@@ -74,8 +75,15 @@ def aliases(kind: str) -> dict[str, str]:
 
 
 def canonical_id(kind: str, eid: str) -> str:
-    """The catalog id an id or alias names (unchanged when it names nothing: the lookup then says so)."""
-    return eid if eid in entries(kind) else aliases(kind).get(eid, eid)
+    """The catalog id an id or alias names, or for a device a descriptive name that states one device's chip and
+    memory (catalog.gpu_names); unchanged when it names nothing: the lookup then says so."""
+    table = entries(kind)
+    if eid in table:
+        return eid
+    alias = aliases(kind).get(eid)
+    if alias is not None or kind != "devices" or not isinstance(eid, str):
+        return eid if alias is None else alias
+    return resolve_gpu_name(eid, table)[0] or eid
 
 
 def _lookup(kind: str, eid: str, what: str) -> dict[str, Any]:
@@ -83,9 +91,10 @@ def _lookup(kind: str, eid: str, what: str) -> dict[str, Any]:
     eid = canonical_id(kind, eid)
     if eid in table:
         return table[eid]
+    why = f" ({resolve_gpu_name(eid, table)[1]})" if kind == "devices" and isinstance(eid, str) else ""
     near = difflib.get_close_matches(str(eid)[:100], list(table), n=3, cutoff=0.3)
     hint = f"; nearest: {', '.join(near)}" if near else f"; known: {', '.join(table)}"
-    raise CatalogError(f"unknown {what} {shown(eid)}{hint}")
+    raise CatalogError(f"unknown {what} {shown(eid)}{why}{hint}")
 
 
 def device_ids() -> list[str]:

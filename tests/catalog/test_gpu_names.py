@@ -1,0 +1,72 @@
+"""Descriptive GPU names resolve to the one catalog device they state, or are refused with the reason
+(catalog.gpu_names; shared/validation/README.md: "GPU names are descriptive … resolve them to catalog devices")."""
+from __future__ import annotations
+
+import pytest
+
+from narrowpath.catalog import store
+from narrowpath.catalog.gpu_names import parse_gpu_name, resolve_gpu_name
+from narrowpath.catalog.resolve import system_for_hardware
+from narrowpath.errors import CatalogError
+
+
+@pytest.mark.parametrize("name, device", [
+    ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),  # nvidia-smi's name
+    ("h100-sxm5-80gb", "H100-SXM5-80GB"),
+    ("H100-SXM-80GB-HBM3", "H100-SXM5-80GB"),
+    ("H100 SXM5 96GB HBM3", "H100-SXM5-96GB"),
+    ("H100-SXM5-96GB-HBM2e", "H100-SXM5-96GB-HBM2e"),  # the memory type picks between the two 96 GB boards
+    ("A100-80GB-SXM", "A100-SXM4-80GB"),
+    ("A100 SXM4 40GB", "A100-SXM4-40GB"),
+    ("H200-141GB-HBM3e", "H200-SXM-141GB"),
+    ("H800-SXM-80GB", "H800-SXM5-80GB"),
+    ("B200-SXM-192GB", "B200"),  # 192 GB raw, 180 GB usable: one board (179 GiB in the catalog)
+    ("NVIDIA B200 SXM 192GB", "B200"),
+    ("GB200-NVL72-192GB", "GB200"),
+    ("gb300_nvl72_279gb", "GB300"),
+    ("B300-SXM-270GB", "B300"),
+    ("MI300X-192GB", "MI300X"),
+    ("RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Blackwell-Server"),
+])
+def test_a_descriptive_name_is_the_device_it_states(name, device):
+    assert resolve_gpu_name(name, store.entries("devices")) == (device, "")
+    assert store.canonical_id("devices", name) == device
+    assert system_for_hardware(name, gpus_per_node=8).device.name == device
+
+
+@pytest.mark.parametrize("name, why", [
+    ("H100-PCIe-80GB", "PCIE board is not the catalog's SXM"),  # other clocks (114 SMs), power and links
+    ("H200-NVL-141GB", "NVL board is not the catalog's SXM"),
+    ("H20-96GB", "no H20 device"),  # a different chip, not a neighbour of H100/H200
+    ("GH200-96GB", "no GH200 device"),
+    ("V100-SXM2-32GB", "no V100 device"),
+    ("H100-SXM5-64GB", "no H100 device has 64 GB"),
+    ("DGX-H100", "matches H100-SXM5-80GB, H100-SXM5-96GB: state the memory"),
+    ("A100", "matches A100-SXM4-40GB, A100-SXM4-80GB"),
+    ("TPU-v5p", "names no GPU chip"),
+])
+def test_a_name_that_states_no_one_device_is_refused_with_why(name, why):
+    dev, reason = resolve_gpu_name(name, store.entries("devices"))
+    assert dev is None and why in reason
+    with pytest.raises(CatalogError, match=f"unknown device '{name}' \\(.*{why.split(':')[0][:20]}"):
+        store.device(name)
+
+
+def test_the_parse_reads_chip_form_memory_and_type():
+    assert parse_gpu_name("NVIDIA GB200 NVL72 186 GB") == parse_gpu_name("GB200-NVL72-186GB")
+    g = parse_gpu_name("H100 NVL 94GB HBM3")
+    assert (g.family, g.form, g.memory_gb, g.memory_type) == ("H100", "nvl", 94.0, "HBM3")
+    g = parse_gpu_name("B200")  # GB200 is not read as B200, nor H20 in H200
+    assert g.family == "B200" and parse_gpu_name("GB200").family == "GB200"
+    assert parse_gpu_name("H200-SXM-141GB").family == "H200" and parse_gpu_name("H20-96GB").family == "H20"
+
+
+def test_every_catalog_id_and_alias_resolves_to_itself():
+    """The parse agrees with the catalog's own names: no id or alias reads as another device."""
+    devs = store.entries("devices")
+    for eid, entry in devs.items():
+        for name in (eid, *(entry.get("aliases") or ())):
+            got, why = resolve_gpu_name(name, devs)
+            assert got in (eid, None), (name, got)
+            if got is None:  # only a family-less or memory-less name may stay open (exact lookup finds it)
+                assert "state the memory" in why or "names no GPU chip" in why, (name, why)
