@@ -47,10 +47,28 @@ def test_documented_defaults_of_the_other_knobs():
     there is something to shard, else 0."""
     s = _scn(tp=2, dp=4, gbs=4)
     assert CANDIDATES["sequence_parallel"](s) == (True,) and CANDIDATES["sequence_parallel"](_scn()) == (False,)
-    assert CANDIDATES["zero_stage"](s) == (1, 0, 2, 3) and CANDIDATES["zero_stage"](_scn()) == (0,)
+    assert CANDIDATES["zero_stage"](s) == (1, 0, 2, 3) and CANDIDATES["zero_stage"](_scn()) == (0, 1)
     assert [CANDIDATES[k](s) for k in ("mbs", "vpp", "moe_routing", "dp_overlap", "tp_comm_overlap", "ep_overlap",
-                                       "cp_comm", "attention", "etp", "framework")] == [
-        (1,), (1,), ("dropless",), (False,), (False,), (False,), ("p2p",), ("auto",), (0,), ("",)]
+                                       "cp_comm", "attention", "etp", "framework", "precision", "ep")] == [
+        (1,), (1,), ("dropless",), (False,), (False,), (False,), ("p2p",), ("auto",), (0,), ("",), ("bf16",), (1,)]
+
+
+def test_an_unpublished_micro_batch_is_any_size_that_divides_a_ranks_share():
+    """No stack documents a micro-batch default (Megatron-LM requires --micro-batch-size): every size up to 16 that
+    divides gbs/dp is tried — 64 sequences over dp 4: 16 per rank → 1, 2, 4, 8, 16; 12 on one rank → 1, 2, 3, 4, 6,
+    12."""
+    assert CANDIDATES["mbs"](_scn(dp=4, gbs=64)) == (1, 2, 4, 8, 16)
+    assert CANDIDATES["mbs"](_scn(gbs=12)) == (1, 2, 3, 4, 6, 12)
+    assert CANDIDATES["mbs"](_scn(gbs=34)) == (1, 2)  # 17 and 34 are above the largest tried
+
+
+def test_an_unpublished_expert_degree_divides_the_ranks_and_the_experts():
+    """Megatron-Core subdivides the dp·cp ranks into expert groups: Mixtral's 8 experts on dp 16 → 1, 2, 4, 8 (16
+    does not divide 8 experts); a dense model has no experts → 1."""
+    mixtral = Scenario(system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=Plan(dp=16, gbs=16),
+                       num_gpus=16)
+    assert CANDIDATES["ep"](mixtral) == (1, 2, 4, 8)
+    assert CANDIDATES["ep"](_scn(dp=16, gbs=16)) == (1,)
 
 
 def test_the_fastest_setting_that_fits_is_chosen_and_recorded():

@@ -107,3 +107,60 @@ def test_held_out_corpus_reads_and_predicts_every_case():
     rep = run_validation(path)
     assert len(rep.cases) == 31 and len(rep.ok_cases) == 31
     assert all(0 < c.mfu < 1 for c in rep.ok_cases)
+
+
+_STATED = {"tp": 2, "pp": 2, "cp": 1, "dp": 4, "ep": 1, "vpp": 1, "mbs": 1, "gbs": 64, "zero_stage": 1,
+           "recompute": "selective", "sequence_parallel": True, "precision": "fp8",
+           "framework": "Megatron-Bridge / NeMo 26.04 container"}
+
+
+def _one_case(tmp_path, **plan):
+    corpus = tmp_path / "c.yaml"
+    case = {"id": "x", "source": "test", "measured": {"step_time_s": 1.0},
+            "model": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "ffn_act": "swiglu",
+                      "vocab": 128256, "seq_len": 8192},
+            "hardware": {"gpu": "H100-SXM5-80GB", "num_gpus": 16, "gpus_per_node": 8, "nic_gbps_per_gpu": 400},
+            "plan": {**_STATED, **plan}}
+    import yaml
+    corpus.write_text(yaml.safe_dump({"schema": "validation-corpus/1", "cases": [case]}))
+    (c,) = load_corpus(corpus)
+    return c
+
+
+@pytest.mark.parametrize("null, stated", [
+    ({"dp": None}, {"dp": 4}),  # 16 GPUs / (tp 2 · pp 2 · cp 1): arithmetic, not a choice
+    ({"tp": None}, {"tp": 2}),
+    ({"pp": None}, {"pp": 2}),
+    ({"cp": None}, {"cp": 1}),
+    ({"ep": None}, {"ep": 1}),  # a dense model has no experts
+    ({"cp": None, "dp": None}, {"cp": 1, "dp": 4}),  # Megatron-LM's cp 1; dp takes what is left
+])
+def test_knobs_the_case_itself_settles_are_filled_and_said(tmp_path, null, stated):
+    """README: a null knob is chosen without the measurement. A parallel degree the GPU count leaves, and the expert
+    degree of a dense model, are not choices: the case is priced exactly as the stated plan, with the reason."""
+    c = _one_case(tmp_path, **null)
+    assert c.error is None, c.error
+    for knob, value in stated.items():
+        assert getattr(c.scenario.plan, knob) == value
+        assert knob in dict(c.scenario.chosen) and "not published" in dict(c.scenario.chosen)[knob]
+    from narrowpath.schedule.step import predict
+    assert predict(c.scenario).step_time_s == predict(_one_case(tmp_path).scenario).step_time_s
+
+
+def test_zero_stage_left_open_beside_fp8_parameters_is_chosen_not_refused(tmp_path):
+    """Megatron-Bridge keeps FP8 parameters for FP8 runs, which need the distributed optimizer: an unpublished ZeRO
+    stage is held at 1 until the chooser sets it (the tool's 0 would refuse the plan before the choice) — here to
+    the stack's documented default, the distributed optimizer."""
+    from narrowpath.schedule.choose import resolve_open_knobs
+    from narrowpath.schedule.step import predict
+    c = _one_case(tmp_path, zero_stage=None)
+    assert c.error is None and c.scenario.open_knobs == ("zero_stage",)
+    out = resolve_open_knobs(c.scenario, predict)
+    assert out.plan.zero_stage == 1
+    assert dict(out.chosen)["zero_stage"] == "1 — default of the megatron-bridge stack (not published)"
+
+
+@pytest.mark.parametrize("null, field", [({"gbs": None}, "plan.gbs"), ({"dp": None, "tp": 3}, "plan")])
+def test_a_knob_nothing_settles_is_refused_naming_it(tmp_path, null, field):
+    c = _one_case(tmp_path, **null)
+    assert c.scenario is None and c.error.startswith(f"{field}: ")

@@ -217,13 +217,58 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
         raise SpecError("plan", "is required")
     system, num_gpus = system_and_gpus(data, base_dir)
     model = resolve_model(data["model"], base_dir, seq_len=seq_len)
-    plan, unpublished, chosen = plan_with_stack_defaults(data["plan"], allow_null=allow_null)
+    plan_data, implied = implied_knobs(data["plan"], num_gpus, model.moe is not None) if allow_null \
+        else (data["plan"], ())
+    plan, unpublished, chosen = plan_with_stack_defaults(plan_data, allow_null=allow_null)
+    chosen = implied + chosen
     if num_gpus is None:
         num_gpus = plan.num_gpus
     calibration = calibration_from(data["calibration"], base_dir) if data.get("calibration") else None
     return Scenario(name=str(name or data.get("name") or data.get("id") or "scenario"), system=system, model=model,
                     plan=plan, num_gpus=num_gpus, mode=data.get("mode", "training"), calibration=calibration,
                     open_knobs=unpublished, chosen=chosen)
+
+
+AXES_TAKING_THE_REST = ("dp", "pp", "tp", "cp")
+"""Of several unpublished parallel degrees, the first here takes what the GPU count leaves; the others keep
+Megatron-LM's defaults (tensor, pipeline and context parallel size 1)."""
+PLACEHOLDERS = {"zero_stage": 1}
+"""Values an unpublished knob holds until schedule.choose sets it, where the tool's default would make the plan
+inconsistent before the choice (FP8 parameters need the distributed optimizer); the chooser tries every setting."""
+
+
+def implied_knobs(data: Any, num_gpus: Any, moe: bool) -> tuple[dict, tuple]:
+    """(plan mapping, (knob, note) each) with the unpublished knobs the case itself settles filled in: a parallel
+    degree the GPU count leaves (tp·cp·dp·pp = GPUs: one null degree is arithmetic; of several, AXES_TAKING_THE_REST),
+    and the expert-parallel degree of a dense model (1: it has no experts)."""
+    if not isinstance(data, Mapping) or not isinstance(num_gpus, int) or isinstance(num_gpus, bool) \
+            or num_gpus < 1:
+        return data, ()
+    out, notes = dict(data), []
+    if "gbs" in out and out["gbs"] is None:  # the tool's default (1) would only fail the batch's divisibility
+        raise SpecError("plan.gbs", "is null (not published) and no rule can choose it without the measurement; "
+                        "the case cannot be priced")
+    open_axes = [a for a in ("tp", "pp", "cp", "dp") if a in out and out[a] is None]
+    if open_axes:
+        stated = 1
+        for a in ("tp", "pp", "cp", "dp"):
+            v = out.get(a, 1)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                stated *= v
+        rest_axis = next(a for a in AXES_TAKING_THE_REST if a in open_axes)
+        for a in open_axes:
+            if a != rest_axis:
+                out[a] = 1
+                notes.append((a, "1 — Megatron-LM's default, another unpublished degree takes the GPUs (not "
+                              "published)"))
+        if stated and num_gpus % stated == 0:
+            out[rest_axis] = num_gpus // stated
+            notes.append((rest_axis, f"{out[rest_axis]} — what the GPU count leaves: {num_gpus} GPUs over the "
+                          "stated degrees (not published)"))
+    if "ep" in out and out["ep"] is None and not moe:
+        out["ep"] = 1
+        notes.append(("ep", "1 — a dense model has no experts (not published)"))
+    return out, tuple(notes)
 
 
 def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Plan, tuple[str, ...], tuple]:
@@ -242,7 +287,8 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     if published.get("recompute") != "selective":  # a stack's selective modules mean something only under selective
         defaults.pop("recompute_modules", None)
     chosen = tuple((k, store.stack_note(v, stack["id"])) for k, v in defaults.items())
-    return plan_from_dict(published, defaults=defaults), unpublished, chosen
+    held = {k: v for k, v in PLACEHOLDERS.items() if k in unpublished}
+    return plan_from_dict({**published, **held}, defaults=defaults), unpublished, chosen
 
 
 def restack_for_precision(plan: Plan, chosen: tuple, precision: str, stated: set[str]) -> tuple[dict, tuple]:

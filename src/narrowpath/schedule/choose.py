@@ -66,11 +66,34 @@ def recompute_strategies(scn: Scenario) -> tuple:
     return activation_strategies(scn) + module_patches(scn.model)
 
 
+MAX_MBS = 16
+"""Largest micro-batch tried for an unpublished `mbs` (Megatron-Bridge's performance configs run 1–8)."""
+
+
+def micro_batch_sizes(scn: Scenario) -> tuple:
+    """What an unpublished micro-batch may have been: no stack documents a default (Megatron-LM requires
+    --micro-batch-size), so every size up to MAX_MBS that divides a data-parallel rank's share of the global batch."""
+    share = scn.plan.gbs // max(1, scn.plan.dp)
+    return tuple(b for b in range(1, MAX_MBS + 1) if share % b == 0) or (1,)
+
+
+def expert_degrees(scn: Scenario) -> tuple:
+    """What an unpublished expert-parallel degree may have been for an MoE model: every degree that divides the
+    dp·cp ranks it subdivides (Megatron-Core) and the experts; 1 for a dense model."""
+    moe = scn.model.moe
+    if moe is None:
+        return (1,)
+    ranks = scn.plan.dp * scn.plan.cp
+    return tuple(e for e in range(1, ranks + 1) if ranks % e == 0 and moe.num_experts % e == 0)
+
+
 CANDIDATES: dict[str, Candidates] = {
     "recompute": recompute_strategies,
-    "zero_stage": lambda s: (1, 0, 2, 3) if s.plan.dp * s.plan.cp > 1 else (0,),
+    "zero_stage": lambda s: (1, 0, 2, 3) if s.plan.dp * s.plan.cp > 1 else (0, 1),
     "sequence_parallel": lambda s: (s.plan.tp > 1,),
-    "mbs": lambda s: (1,),
+    "mbs": lambda s: micro_batch_sizes(s),
+    "ep": lambda s: expert_degrees(s),
+    "precision": lambda s: ("bf16",),
     "vpp": lambda s: (1,),
     "moe_routing": lambda s: ("dropless",),
     "dp_overlap": lambda s: (False,),
@@ -82,8 +105,9 @@ CANDIDATES: dict[str, Candidates] = {
     "framework": lambda s: ("",),
 }
 """Settings tried for an unpublished knob, the tool's default first. A single candidate is the documented
-default (Megatron-LM: sequence parallelism with tp > 1, 1F1B without interleaving, dropless routing, overlap off);
-several are tried and the fastest that fits wins."""
+default (Megatron-LM: sequence parallelism with tp > 1, 1F1B without interleaving, dropless routing, overlap off;
+Megatron-Bridge's recipes: BF16 mixed precision); several are tried and the fastest that fits wins. The parallel
+degrees the GPU count settles are filled before (catalog.resolve.implied_knobs)."""
 
 
 def _stack_default(scn: Scenario, knob: str):
