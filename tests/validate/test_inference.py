@@ -109,6 +109,28 @@ def test_lengths_from_a_data_set_are_refused_in_one_line(field):
     assert "\n" not in case.failure
 
 
+def _llama70b_h100(**changes):
+    raw = next(c for c in load_inference_corpus(CORPUS) if c["id"] == "trtllm-perf-llama33-70b-h100-tp2-fp8-128-2048")
+    raw = json.loads(json.dumps(raw))
+    for where, knob, value in changes.get("set", ()):
+        raw[where][knob] = value
+    return raw
+
+
+def test_nulls_the_case_settles_are_filled_and_said():
+    """A null dp is what the GPU count leaves over tp·pp (2 H100 at tp 2: one instance); a null framework is the
+    default serving stack; a null scenario is offline (the README's first): each priced, none a crash."""
+    stated = run_case(_llama70b_h100(), 0)
+    dp = run_case(_llama70b_h100(set=[("plan", "dp", None)]), 0)
+    assert dp.failure is None and dp.figures["output_tokens_per_s"].predicted == \
+        stated.figures["output_tokens_per_s"].predicted
+    assert any(n.startswith("dp: 1 — what the GPU count leaves") for n in dp.notes), dp.notes
+    fw = run_case(_llama70b_h100(set=[("plan", "framework", None)]), 0)
+    assert fw.failure is None and any(n.startswith("framework: the default serving stack") for n in fw.notes)
+    sc = run_case(_llama70b_h100(set=[("workload", "scenario", None)]), 0)
+    assert sc.failure is None and sc.regime == "offline throughput"
+
+
 def test_validate_reads_a_collective_corpus_too(capsys):
     """`validate --corpus` on the collective corpus gives what `collective --corpus` gives (nccl-tests busbw)."""
     path = shipped_corpus_path("collectives-public.yaml")

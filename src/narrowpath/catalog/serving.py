@@ -33,8 +33,9 @@ _PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "prefill_replicas", "weights_p
               "ep_dispatch", "framework"}
 _WORKLOAD_KEYS = {"scenario", "request_rate_per_s", "batch_size", "concurrency", "input_tokens", "output_tokens",
                   "num_requests", "seed", "requests_file"}
-OPEN_OK = ("tp", "pp", "ep", "weight_precision", "kv_precision")
-"""Plan knobs a case may leave null: chosen by schedule.serving_defaults."""
+OPEN_OK = ("tp", "pp", "ep", "dp", "weight_precision", "kv_precision", "framework")
+"""Plan knobs a case may leave null: chosen by schedule.serving_defaults, or settled by the case (`dp`: the GPUs
+the other degrees leave; `framework`: the default stack)."""
 
 
 def serving_stack(framework: str) -> dict[str, Any]:
@@ -124,8 +125,10 @@ def load_from_dict(data: Any, base_dir: Path | None = None) -> Load:
     return Load(**kw)
 
 
-def _plan(data: Any, model, num_gpus: int | None, allow_null: bool) -> tuple[ServingPlan, tuple[str, ...], int]:
-    """(plan with placeholders for open knobs, the open knobs, num_gpus)."""
+def _plan(data: Any, model, num_gpus: int | None, allow_null: bool
+          ) -> tuple[ServingPlan, tuple[str, ...], int, tuple[tuple[str, str], ...]]:
+    """(plan with placeholders for open knobs, the open knobs, num_gpus, (knob, note) for the null knobs the case
+    itself settles)."""
     if not isinstance(data, Mapping):
         raise SpecError("plan", f"must be a mapping, got {data!r}")
     _check_keys("plan", data, _PLAN_KEYS)
@@ -142,6 +145,17 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool) -> tuple[Ser
         if k in kw:
             kw[k] = positive_int(f"plan.{k}", kw[k], maximum=1 << 20)
     tp, pp, dp = kw.get("tp", 1), kw.get("pp", 1), kw.get("dp", 1)
+    settled = []
+    if "dp" in open_ and num_gpus is not None and "tp" not in open_ and "pp" not in open_:
+        rest = tp * pp * kw.get("replicas", 1)
+        if num_gpus % rest == 0:
+            kw["dp"] = dp = num_gpus // rest  # replicas, or attention data parallelism beside the experts
+            settled.append(("dp", f"{dp} — what the GPU count leaves: {num_gpus} GPUs over tp·pp (not published)"))
+    if "dp" in open_ and "dp" not in kw:
+        raise SpecError("plan.dp", "is null (not published) and the GPU count does not settle it (give tp and pp)")
+    if "framework" in open_:
+        settled.append(("framework", "the default serving stack (not published)"))
+    open_ = tuple(k for k in open_ if k not in ("dp", "framework"))
     if model.moe is None and dp > 1:  # a dense model's dp instances are replicas
         kw["replicas"] = kw.get("replicas", 1) * dp
         kw["dp"] = dp = 1
@@ -162,7 +176,8 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool) -> tuple[Ser
         kw["tp"] = tp // dp  # TensorRT-LLM tp_size with attention DP: the dp ranks share the tp GPUs
     if "ep" in open_:
         kw["ep"] = 1
-    return ServingPlan(**kw), tuple("weight_precision" if k == "weights_precision" else k for k in open_), num_gpus
+    return (ServingPlan(**kw), tuple("weight_precision" if k == "weights_precision" else k for k in open_), num_gpus,
+            tuple(settled))
 
 
 def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
@@ -180,7 +195,7 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
     if isinstance(raw_model, Mapping) and "seq_len" not in raw_model and "hf_config" not in raw_model:
         raw_model = {**raw_model, "seq_len": load.max_seq_tokens}  # a serving model needs no training length
     model = resolve_model(raw_model, base_dir)
-    plan, open_, num_gpus = _plan(data["plan"], model, num_gpus, allow_null)
+    plan, open_, num_gpus, settled = _plan(data["plan"], model, num_gpus, allow_null)
     mode = data.get("mode", "inference")
     if mode != "inference":
         raise SpecError("mode", f"a serving file describes inference, got mode {mode!r}")
@@ -189,7 +204,7 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
         c = data["calibration"]
         cal = calibration_from_dict(c) if isinstance(c, Mapping) else store.calibration_for(str(c))
     scn = ServingScenario(name=str(name or data.get("name") or "serving"), system=system, model=model, plan=plan,
-                          load=load, num_gpus=num_gpus, calibration=cal)
+                          load=load, num_gpus=num_gpus, calibration=cal, chosen=settled)
     return scn, open_
 
 

@@ -123,7 +123,7 @@ def load_inference_corpus(path: str | Path) -> list[Mapping[str, Any]]:
 
 
 def _regime(w: Mapping[str, Any]) -> str:
-    scenario = w.get("scenario", "offline")
+    scenario = w.get("scenario") or "offline"
     width = w.get("batch_size") or w.get("concurrency")
     if width is not None and width <= LATENCY_BATCH:
         return "latency (<= 8 sequences)"
