@@ -131,6 +131,18 @@ def test_nulls_the_case_settles_are_filled_and_said():
     assert sc.failure is None and sc.regime == "offline throughput"
 
 
+def test_null_figures_and_percentile_are_not_published_not_errors():
+    """A figure given as null is not published (skipped); a null percentile is the mean; a case whose every
+    figure is null is refused naming `measured`."""
+    raw = _llama70b_h100(set=[("measured", "ttft_s", None), ("measured", "percentile", None)])
+    case = run_case(raw, 0)
+    assert case.failure is None and list(case.figures) == ["output_tokens_per_s"]
+    assert case.figures["output_tokens_per_s"].predicted == run_case(_llama70b_h100(), 0).figures[
+        "output_tokens_per_s"].predicted
+    none = run_case(_llama70b_h100(set=[("measured", "output_tokens_per_s", None)]), 0)
+    assert none.failure.startswith("measured: needs at least one of")
+
+
 def test_validate_reads_a_collective_corpus_too(capsys):
     """`validate --corpus` on the collective corpus gives what `collective --corpus` gives (nccl-tests busbw)."""
     path = shipped_corpus_path("collectives-public.yaml")

@@ -164,3 +164,19 @@ def test_zero_stage_left_open_beside_fp8_parameters_is_chosen_not_refused(tmp_pa
 def test_a_knob_nothing_settles_is_refused_naming_it(tmp_path, null, field):
     c = _one_case(tmp_path, **null)
     assert c.scenario is None and c.error.startswith(f"{field}: ")
+
+
+def test_a_published_rate_without_a_time_gives_the_time(tmp_path):
+    """A source may print tokens/s/GPU only: the step time is gbs·seq/(rate·GPUs) — 64 · 8192 / (2048 · 16) = 16 s
+    — marked derived; a case with neither is refused naming the field."""
+    import yaml
+    c = _one_case(tmp_path)
+    raw = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    raw["cases"][0]["measured"] = {"step_time_s": None, "tokens_per_s_per_gpu": 2048}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (c,) = load_corpus(tmp_path / "c.yaml")
+    assert c.error is None and c.measured_step_time_s == pytest.approx(16.0) and c.derived
+    raw["cases"][0]["measured"] = {"step_time_s": None}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (c,) = load_corpus(tmp_path / "c.yaml")
+    assert c.scenario is None and c.error.startswith("measured.step_time_s: is required")

@@ -52,12 +52,21 @@ def shipped_corpus_paths() -> list[Path]:
 
 
 def _measured_time(measured: Any) -> float:
-    if not isinstance(measured, Mapping) or "step_time_s" not in measured:
-        raise NarrowpathError("measured.step_time_s: is required")
+    if not isinstance(measured, Mapping) or measured.get("step_time_s") is None:
+        raise NarrowpathError("measured.step_time_s: is required (or measured.tokens_per_s_per_gpu, which implies it)")
     t = measured["step_time_s"]
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
         raise NarrowpathError(f"measured.step_time_s: must be a positive finite number, got {t!r}")
     return float(t)
+
+
+def step_time_from_rate(tokens_per_s_per_gpu: Any, scn: Scenario) -> float:
+    """The step time a published training rate implies when the source gives no time: the global batch's tokens
+    over the rate of all GPUs (gbs · seq_len / (tokens/s/GPU · GPUs)); arithmetic on the case, not a model."""
+    r = tokens_per_s_per_gpu
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+        raise NarrowpathError(f"measured.tokens_per_s_per_gpu: must be a positive finite number, got {r!r}")
+    return scn.plan.gbs * scn.model.seq_len / (float(r) * scn.num_gpus)
 
 
 def _case(raw: Any, index: int, corpus: str) -> Case:
@@ -69,14 +78,20 @@ def _case(raw: Any, index: int, corpus: str) -> Case:
     sweep = str(sweep) if sweep is not None else None
     t_ok = None
     try:
-        t_ok = _measured_time(raw.get("measured"))
+        measured = raw.get("measured")
+        from_rate = isinstance(measured, Mapping) and measured.get("step_time_s") is None \
+            and measured.get("tokens_per_s_per_gpu") is not None
+        if not from_rate:
+            t_ok = _measured_time(measured)
         kind = raw.get("kind", "training")
         if kind != "training":
             raise NarrowpathError(f"kind: only `training` cases are priced here, got {kind!r}")
         data = {k: v for k, v in raw.items() if k not in _CASE_META}
         scn = scenario_from_dict(data, name=cid, allow_null=True)
-        return Case(cid, source, scn, t_ok, bool(raw["measured"].get("step_time_derived", False)), sweep=sweep,
-                    corpus=corpus, measured_flop_per_token=measured_flop_per_token(raw["measured"]))
+        if from_rate:
+            t_ok = step_time_from_rate(measured["tokens_per_s_per_gpu"], scn)
+        return Case(cid, source, scn, t_ok, from_rate or bool(measured.get("step_time_derived", False)),
+                    sweep=sweep, corpus=corpus, measured_flop_per_token=measured_flop_per_token(measured))
     except NarrowpathError as exc:
         return Case(cid, source, None, t_ok, False, str(exc), sweep=sweep, corpus=corpus)
 

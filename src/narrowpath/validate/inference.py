@@ -145,9 +145,9 @@ def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> In
         if raw.get("kind", "inference") != "inference":
             raise NarrowpathError(f"kind: only `inference` cases are served here, got {raw.get('kind')!r}")
         measured = raw.get("measured")
-        if not isinstance(measured, Mapping) or not any(k in measured for k in FIGURES):
+        if not isinstance(measured, Mapping) or not any(measured.get(k) is not None for k in FIGURES):
             raise NarrowpathError(f"measured: needs at least one of {', '.join(FIGURES)}")
-        stat = measured.get("percentile", "mean")
+        stat = measured.get("percentile") or "mean"  # null: not said; the tables' figures are means
         if stat not in ("mean", "p50", "p90", "p99"):
             raise NarrowpathError(f"measured.percentile: must be mean, p50, p90 or p99, got {stat!r}")
         data = {k: v for k, v in raw.items() if k not in _META}
@@ -169,7 +169,7 @@ def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> In
         res = run.result
         fig = res.figures()
         for key in FIGURES:
-            if key not in measured:
+            if measured.get(key) is None:  # absent, or null: not published
                 continue
             m = measured[key]
             if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0 or not math.isfinite(m):
