@@ -70,3 +70,24 @@ def test_every_catalog_id_and_alias_resolves_to_itself():
             assert got in (eid, None), (name, got)
             if got is None:  # only a family-less or memory-less name may stay open (exact lookup finds it)
                 assert "state the memory" in why or "names no GPU chip" in why, (name, why)
+
+
+def test_a_system_flag_takes_a_gpu_by_any_name(capsys):
+    """`--system` takes a system id or a GPU (its home system) by id or descriptive name, in predict, serve and
+    collective; a board the catalog lacks is one line with the reason; a mistyped system keeps its nearest ids."""
+    import json
+    from narrowpath.cli.main import main
+    from tests.cli.one_line import one_line_error
+    assert main(["predict", "--model", "llama3-8b", "--system", "NVIDIA H100 80GB HBM3", "--gpus", "8", "--gbs",
+                 "64", "--zero", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "dgx-h100" in json.dumps(out) and "H100-SXM5-80GB" in json.dumps(out)
+    assert main(["collective", "--system", "B200-SXM-192GB", "--gpus", "8", "-b", "1G", "-e", "1G", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["busbw_bytes_per_s"] > 0
+    assert main(["serve", "--model", "llama3-8b", "--system", "h200 sxm 141gb", "--offline", "--input-len", "64",
+                 "--output-len", "16", "--num-requests", "20", "--json"]) == 0
+    capsys.readouterr()
+    one_line_error(capsys, ["predict", "--model", "llama3-8b", "--system", "H100 PCIe 80GB", "--gpus", "8"],
+                   "unknown system 'H100 PCIe 80GB'", "PCIE board is not the catalog's SXM")
+    one_line_error(capsys, ["predict", "--model", "llama3-8b", "--system", "dgx-h10", "--gpus", "8"],
+                   "unknown system 'dgx-h10'; nearest: dgx-h100")

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import yaml
 
 from narrowpath.catalog import store
+from narrowpath.catalog.gpu_names import parse_gpu_name
 from narrowpath.errors import CatalogError, NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.calibration import SCHEMA as CALIBRATION_SCHEMA, Calibration
@@ -89,6 +90,23 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
     return dataclasses.replace(base, gpus_per_node=int(gpus_per_node or base.gpus_per_node), tiers=tuple(tiers),
                                power_limit_w=float(power_limit_w or base.power_limit_w),
                                name=f"{base.name}*" if changed else base.name)
+
+
+def system_or_device(name: str) -> System:
+    """A catalog system by id, or the home system of a device named by id, alias or a descriptive GPU name
+    (catalog.gpu_names: `B200-SXM-192GB`, `NVIDIA H100 80GB HBM3`) — what a `--system` flag takes."""
+    try:
+        return store.system(name)
+    except CatalogError as not_system:
+        if store.canonical_id("devices", name) in store.entries("devices"):
+            return system_for_hardware(name)
+        if parse_gpu_name(name).family is None:  # no GPU named: the system lookup's nearest ids say more
+            raise
+        try:
+            store.device(name)  # the device lookup's reason (a PCIe board, a chip the catalog lacks, …)
+        except CatalogError as exc:
+            raise CatalogError(f"{not_system} — nor a device: {exc}") from None
+        raise
 
 
 def _system(value: Any, base_dir: Path | None) -> System:

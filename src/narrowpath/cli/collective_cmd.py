@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 from narrowpath.catalog import calibration_for, store, system_for_hardware
-from narrowpath.catalog.resolve import calibration_from
+from narrowpath.catalog.resolve import calibration_from, system_or_device
 from narrowpath.cost.collectives import ALGORITHMS, ONLY_ALGORITHM, OPS, collective_time
 from narrowpath.errors import CatalogError, SpecError
 from narrowpath.network.placement import contiguous_span
@@ -54,9 +54,7 @@ def _system(name: str, gpus_per_node: int | None, nic_gbps: float | None) -> Sys
     try:
         base = store.system(name)
     except CatalogError:
-        if name not in store.entries("devices"):
-            raise CatalogError(f"unknown system or device {name!r}; systems: {', '.join(store.system_ids())}") \
-                from None
+        system_or_device(name)  # a device by any name, or the reason it names neither
         return system_for_hardware(name, gpus_per_node=gpus_per_node, nic_gbps_per_gpu=nic_gbps)
     if gpus_per_node or nic_gbps:
         return system_for_hardware(base.device.name, gpus_per_node=gpus_per_node, nic_gbps_per_gpu=nic_gbps,
@@ -216,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("collective", help="predicted nccl-tests table, collective corpus check, log compare",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--system", help="catalog system id (dgx-h100, …) or device name (H100-SXM5-80GB, …)")
+    p.add_argument("--system", help="catalog system id (dgx-h100, …) or a GPU by id or descriptive name "
+                   "(H100-SXM5-80GB, 'NVIDIA B200 192GB', …)")
     p.add_argument("--gpus", type=int, help="GPUs in the group (default: one node)")
     p.add_argument("--gpus-per-node", type=int, help="override the system's GPUs per node")
     p.add_argument("--nic-gbps", type=float, help="override the scale-out NIC rate per GPU, Gb/s")

@@ -36,7 +36,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                        f"(default: {DEFAULT_SCENARIO} unless --model/--system are given)")
     g = p.add_argument_group("scenario flags (override the scenario's fields)")
     g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
-    g.add_argument("--system", help="catalog system id, e.g. dgx-h100")
+    g.add_argument("--system", help="catalog system id, e.g. dgx-h100, or a GPU (its home system): an id or a "
+                   "descriptive name such as 'NVIDIA H100 80GB HBM3' or B200-SXM-192GB")
     g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")
     for f in PLAN_INT_FLAGS:
         g.add_argument(f"--{f}", type=int, help=_PLAN_HELP[f])
@@ -108,7 +109,8 @@ def comma_items(text: str) -> tuple[str, ...]:
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
-    from narrowpath.catalog import load_scenario, system as catalog_system
+    from narrowpath.catalog import load_scenario
+    from narrowpath.catalog.resolve import system_or_device as catalog_system
     from narrowpath.catalog.resolve import calibration_from, resolve_model, restack_for_precision
     from narrowpath.spec.plan import Plan, check_modules_need_selective
     from narrowpath.spec.scenario import Scenario

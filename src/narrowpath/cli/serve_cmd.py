@@ -13,7 +13,7 @@ import json
 
 from narrowpath.analysis.serving_accounts import serving_accounts
 from narrowpath.analysis.serving_whatif import serving_verdict
-from narrowpath.catalog import system as catalog_system
+from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
 from narrowpath.catalog.serving import load_serving_scenario, read_request_trace
 from narrowpath.cli.common import check_output_dir, check_output_file, writing
@@ -43,7 +43,8 @@ def register(sub) -> None:
     p.add_argument("scenario", nargs="?", help="serving file (.yaml/.json; the inference-corpus case shape)")
     g = p.add_argument_group("deployment (override the file's)")
     g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
-    g.add_argument("--system", help="catalog system id, e.g. dgx-h100")
+    g.add_argument("--system", help="catalog system id, e.g. dgx-h100, or a GPU (its home system): an id or a "
+                   "descriptive name such as 'NVIDIA H100 80GB HBM3' or B200-SXM-192GB")
     g.add_argument("--gpus", type=int, help="GPUs in all (replicas are derived when not given)")
     for f, text in _PLAN_FLAGS.items():
         g.add_argument("--" + f.replace("_", "-"), dest=f, type=int, help=text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from narrowpath.catalog import system as catalog_system
+from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
 from narrowpath.catalog.serving import load_serving_scenario
 from narrowpath.errors import SpecError
