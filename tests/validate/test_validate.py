@@ -180,3 +180,18 @@ def test_a_published_rate_without_a_time_gives_the_time(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
     (c,) = load_corpus(tmp_path / "c.yaml")
     assert c.scenario is None and c.error.startswith("measured.step_time_s: is required")
+
+
+def test_a_null_kind_is_the_corpus_kind(tmp_path):
+    """`kind: null` (not said) in a training corpus is a training case; another kind is refused naming it."""
+    import yaml
+    _one_case(tmp_path)
+    raw = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    raw["cases"][0]["kind"] = None
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (c,) = load_corpus(tmp_path / "c.yaml")
+    assert c.error is None
+    raw["cases"][0]["kind"] = "inference"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (c,) = load_corpus(tmp_path / "c.yaml")
+    assert c.error.startswith("kind: only `training` cases")

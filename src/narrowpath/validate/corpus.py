@@ -83,7 +83,7 @@ def _case(raw: Any, index: int, corpus: str) -> Case:
             and measured.get("tokens_per_s_per_gpu") is not None
         if not from_rate:
             t_ok = _measured_time(measured)
-        kind = raw.get("kind", "training")
+        kind = raw.get("kind") or "training"
         if kind != "training":
             raise NarrowpathError(f"kind: only `training` cases are priced here, got {kind!r}")
         data = {k: v for k, v in raw.items() if k not in _CASE_META}

@@ -142,7 +142,7 @@ def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> In
         return InferenceCase(f"case[{index}]", "", failure=f"case[{index}] is not a mapping")
     case = InferenceCase(str(raw.get("id", f"case[{index}]")), str(raw.get("source", "")))
     try:
-        if raw.get("kind", "inference") != "inference":
+        if (raw.get("kind") or "inference") != "inference":
             raise NarrowpathError(f"kind: only `inference` cases are served here, got {raw.get('kind')!r}")
         measured = raw.get("measured")
         if not isinstance(measured, Mapping) or not any(measured.get(k) is not None for k in FIGURES):
