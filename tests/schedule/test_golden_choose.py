@@ -68,7 +68,17 @@ def test_an_unpublished_expert_degree_divides_the_ranks_and_the_experts():
     mixtral = Scenario(system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=Plan(dp=16, gbs=16),
                        num_gpus=16)
     assert CANDIDATES["ep"](mixtral) == (1, 2, 4, 8)
+    on_8 = Scenario(system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=Plan(dp=4, cp=2, gbs=4), num_gpus=8)
+    assert CANDIDATES["ep"](on_8) == (1, 2, 4, 8)  # every rank of dp·cp = 8 its own expert
     assert CANDIDATES["ep"](_scn(dp=16, gbs=16)) == (1,)
+
+
+def test_zero_stages_are_tried_wherever_there_are_two_ranks_to_shard_over():
+    """The distributed optimizer shards over the dp·cp ranks (Megatron-Core): two data-parallel ranks, or one with
+    two context-parallel ranks, are enough to try every stage; one rank tries 0 and 1 (equal there)."""
+    assert CANDIDATES["zero_stage"](_scn(dp=2, gbs=2)) == (1, 0, 2, 3)
+    assert CANDIDATES["zero_stage"](_scn(cp=2, gbs=1)) == (1, 0, 2, 3)
+    assert CANDIDATES["zero_stage"](_scn()) == (0, 1)
 
 
 def test_the_fastest_setting_that_fits_is_chosen_and_recorded():

@@ -74,7 +74,7 @@ def micro_batch_sizes(scn: Scenario) -> tuple:
     """What an unpublished micro-batch may have been: no stack documents a default (Megatron-LM requires
     --micro-batch-size), so every size up to MAX_MBS that divides a data-parallel rank's share of the global batch."""
     share = scn.plan.gbs // max(1, scn.plan.dp)
-    return tuple(b for b in range(1, MAX_MBS + 1) if share % b == 0) or (1,)
+    return tuple(b for b in range(1, MAX_MBS + 1) if share % b == 0)
 
 
 def expert_degrees(scn: Scenario) -> tuple:
