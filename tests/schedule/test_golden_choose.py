@@ -71,6 +71,12 @@ def test_an_unpublished_expert_degree_divides_the_ranks_and_the_experts():
     on_8 = Scenario(system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=Plan(dp=4, cp=2, gbs=4), num_gpus=8)
     assert CANDIDATES["ep"](on_8) == (1, 2, 4, 8)  # every rank of dp·cp = 8 its own expert
     assert CANDIDATES["ep"](_scn(dp=16, gbs=16)) == (1,)
+    # tp 2 on 64 GPUs with etp 1 (Megatron-Bridge's): the expert layers re-use all 64 ranks of the stage, so ep 64
+    # (as mb25-09's Qwen3-235B GB200 row publishes) is among those tried; with etp = tp (2) 32 ranks are left
+    qwen = dataclasses.replace(mixtral, model=model("deepseek-v3"), plan=Plan(tp=2, dp=32, etp=1, gbs=32),
+                               num_gpus=64)
+    assert 64 in CANDIDATES["ep"](qwen)
+    assert max(CANDIDATES["ep"](dataclasses.replace(qwen, plan=Plan(tp=2, dp=32, gbs=32)))) == 32
 
 
 def test_zero_stages_are_tried_wherever_there_are_two_ranks_to_shard_over():

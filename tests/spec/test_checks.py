@@ -174,6 +174,38 @@ def test_nested_moe_block_reads_like_the_flat_corpus_form(block):
     assert model_from_dict(nested).moe.expert_ffn == 14336
 
 
+_DEEPSEEK_FLAT = {"layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128, "ffn": 2048, "dense_ffn": 18432,
+                  "vocab": 129280, "seq_len": 4096, "experts": 256, "top_k": 8, "shared_experts": 1,
+                  "dense_layers": 3}
+
+
+@pytest.mark.parametrize("nested", [
+    {"dense_ffn": 18432, "ffn": 2048, "moe": {"experts": 256, "top_k": 8, "shared_experts": 1, "dense_layers": 3}},
+    {"ffn": 2048, "moe": {"experts": 256, "top_k": 8, "shared_experts": 1, "dense_layers": 3, "dense_ffn": 18432}},
+    {"ffn": 18432, "moe": {"num_experts": 256, "top_k": 8, "shared_experts": 1, "first_dense_layers": 3,
+                           "expert_ffn": 2048}},
+    {"dense_ffn": 18432, "ffn": 2048, "dense_layers": 3, "shared_experts": 1, "moe": {"experts": 256, "top_k": 8}},
+])
+def test_a_nested_block_with_dense_layers_reads_like_the_flat_form(nested):
+    """DeepSeek-V3 (3 dense layers of 18,432, experts of 2,048, one shared expert) in the nested spellings is the
+    flat corpus model: `ffn` beside `dense_ffn` is one expert's width, as in the flat form."""
+    from narrowpath.spec.parse import model_from_dict
+    base = {k: v for k, v in _DEEPSEEK_FLAT.items() if k not in ("experts", "top_k", "shared_experts",
+                                                                   "dense_layers", "ffn", "dense_ffn")}
+    assert model_from_dict(base | nested) == model_from_dict(_DEEPSEEK_FLAT)
+
+
+def test_a_block_whose_expert_width_could_differ_from_ffn_must_state_it():
+    """With leading dense layers (or shared experts, or interleaved MoE layers) `ffn` is the dense width: a block
+    without its own expert width is refused rather than given experts 9x too wide."""
+    from narrowpath.spec.parse import model_from_dict
+    base = {k: v for k, v in _DEEPSEEK_FLAT.items() if k not in ("experts", "top_k", "shared_experts",
+                                                                   "dense_layers", "ffn", "dense_ffn")}
+    with pytest.raises(SpecError) as exc:
+        model_from_dict(base | {"ffn": 18432, "moe": {"num_experts": 256, "top_k": 8, "first_dense_layers": 3}})
+    assert exc.value.field == "model.moe.expert_ffn"
+
+
 @pytest.mark.parametrize("block, field", [
     ({"experts": 8, "num_experts": 8, "top_k": 2}, "model.moe.experts"),
     ({"experts": 8, "top_k": 2, "ffn": 64, "expert_ffn": 64}, "model.moe.ffn"),

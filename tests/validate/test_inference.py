@@ -137,6 +137,7 @@ def test_null_figures_and_percentile_are_not_published_not_errors():
     raw = _llama70b_h100(set=[("measured", "ttft_s", None), ("measured", "percentile", None)])
     case = run_case(raw, 0)
     assert case.failure is None and list(case.figures) == ["output_tokens_per_s"]
+    assert "percentile: not published — the figures are compared as means" in case.notes
     assert case.figures["output_tokens_per_s"].predicted == run_case(_llama70b_h100(), 0).figures[
         "output_tokens_per_s"].predicted
     none = run_case(_llama70b_h100(set=[("measured", "output_tokens_per_s", None)]), 0)
@@ -151,6 +152,27 @@ def test_validate_reads_a_collective_corpus_too(capsys):
     assert main(["collective", "--corpus", str(path), "--json"]) == 0
     assert got == json.loads(capsys.readouterr().out)
     assert len(got["cases"]) == 5 and got["max_abs_error"] < 0.05
+    from tests.cli.one_line import one_line_error
+    one_line_error(capsys, ["validate", "--corpus", str(path), "--profile", "H100-SXM5-80GB"], "--profile")
+
+
+def test_a_null_dp_of_an_moe_deployment_is_attention_dp_off():
+    """Qwen3-235B at tp 8 on 8 H200 with dp null: the GPU count leaves dp 1 — attention data parallelism off,
+    TensorRT-LLM's default — and the note says so (the corpus row states dp 8)."""
+    raw = next(c for c in load_inference_corpus(CORPUS) if c["id"] == "trtllm-perf-qwen3-235b-h200-tp8-fp8-1000-1000")
+    raw = json.loads(json.dumps(raw))
+    raw["plan"]["dp"] = None
+    case = run_case(raw, 0)
+    assert case.failure is None and case.run.scenario.plan.dp == 1
+    assert "dp: 1 — attention data parallelism off, the engines' default (not published)" in case.notes
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_a_stated_zero_length_is_out_of_range_not_missing(value):
+    from narrowpath.catalog.serving import load_from_dict
+    from narrowpath.errors import SpecError
+    with pytest.raises(SpecError, match=r"^workload\.input_tokens: must be >= 1 token"):
+        load_from_dict({"scenario": "offline", "input_tokens": value, "output_tokens": 8})
 
 SERVING_BOUNDS = {  # (group kind, group): ceiling on the mean |error| of its figures (today's value + ~2 pp)
     ("regime", "latency (<= 8 sequences)"): 0.16, ("regime", "offline throughput"): 0.18,

@@ -160,7 +160,7 @@ def test_zero_stage_left_open_beside_fp8_parameters_is_chosen_not_refused(tmp_pa
     assert dict(out.chosen)["zero_stage"] == "1 — default of the megatron-bridge stack (not published)"
 
 
-@pytest.mark.parametrize("null, field", [({"gbs": None}, "plan.gbs"), ({"dp": None, "tp": 3}, "plan")])
+@pytest.mark.parametrize("null, field", [({"gbs": None}, "plan.gbs"), ({"dp": None, "tp": 3}, "plan.dp")])
 def test_a_knob_nothing_settles_is_refused_naming_it(tmp_path, null, field):
     c = _one_case(tmp_path, **null)
     assert c.scenario is None and c.error.startswith(f"{field}: ")

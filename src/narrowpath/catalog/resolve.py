@@ -59,8 +59,9 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
                         scale_up_gpus: int | None = None, power_limit_w: float | None = None,
                         base: System | None = None) -> System:
     """The device's home system, re-shaped to the stated node size, NVLink domain, NIC rate and power cap
-    (validation-corpus `hardware`). Without `scale_up_gpus` the NVLink domain is the node when the home system's
-    domain is its node (DGX/HGX), else the home system's (NVL72)."""
+    (validation-corpus `hardware`). Without `scale_up_gpus` the NVLink domain is the one the GPU's name states
+    (`GB200-NVL36`), else the node when the home system's domain is its node (DGX/HGX), else the home system's
+    (NVL72)."""
     if gpus_per_node is not None:
         gpus_per_node = positive_int("hardware.gpus_per_node", gpus_per_node)
     if nic_gbps_per_gpu is not None:
@@ -76,6 +77,10 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
         if dev_entry is None:
             store.device(gpu)  # raises CatalogError with nearest ids
         base = store.system(dev_entry["default_system"])
+        stated = parse_gpu_name(gpu).nvl_domain  # `GB200 NVL36`: the NVLink domain the name states
+        home = next((t.domain_size for t in base.tiers if t.name == "scale_up"), None)
+        if scale_up_gpus is None and stated and stated != home:
+            scale_up_gpus = stated
     tiers = []
     for t in base.tiers:
         if t.name == "scale_up":
@@ -259,30 +264,39 @@ def implied_knobs(data: Any, num_gpus: Any, moe: bool) -> tuple[dict, tuple]:
     """(plan mapping, (knob, note) each) with the unpublished knobs the case itself settles filled in: a parallel
     degree the GPU count leaves (tp·cp·dp·pp = GPUs: one null degree is arithmetic; of several, AXES_TAKING_THE_REST),
     and the expert-parallel degree of a dense model (1: it has no experts)."""
-    if not isinstance(data, Mapping) or not isinstance(num_gpus, int) or isinstance(num_gpus, bool) \
-            or num_gpus < 1:
+    if not isinstance(data, Mapping):
         return data, ()
     out, notes = dict(data), []
     if "gbs" in out and out["gbs"] is None:  # the tool's default (1) would only fail the batch's divisibility
         raise SpecError("plan.gbs", "is null (not published) and no rule can choose it without the measurement; "
                         "the case cannot be priced")
     open_axes = [a for a in ("tp", "pp", "cp", "dp") if a in out and out[a] is None]
-    if open_axes:
+    if open_axes and num_gpus is not None:
+        n = positive_int("hardware.num_gpus", num_gpus, maximum=1 << 24)
         stated = 1
         for a in ("tp", "pp", "cp", "dp"):
-            v = out.get(a, 1)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                stated *= v
+            if a in out and a not in open_axes:
+                out[a] = positive_int(f"plan.{a}", out[a], maximum=1 << 20)
+                stated *= out[a]
         rest_axis = next(a for a in AXES_TAKING_THE_REST if a in open_axes)
+        if n % stated:
+            raise SpecError(f"plan.{rest_axis}", f"is null (not published) and the {n} GPUs are not a multiple of "
+                            f"the stated degrees' product {stated}")
         for a in open_axes:
             if a != rest_axis:
                 out[a] = 1
                 notes.append((a, "1 — Megatron-LM's default, another unpublished degree takes the GPUs (not "
                               "published)"))
-        if stated and num_gpus % stated == 0:
-            out[rest_axis] = num_gpus // stated
-            notes.append((rest_axis, f"{out[rest_axis]} — what the GPU count leaves: {num_gpus} GPUs over the "
-                          "stated degrees (not published)"))
+        out[rest_axis] = n // stated
+        notes.append((rest_axis, f"{out[rest_axis]} — what the GPU count leaves: {n} GPUs over the stated "
+                      "degrees (not published)"))
+        need = (("pp", out.get("vpp") not in (None, 1), "interleaving (vpp > 1) needs pp > 1"),
+                ("tp", out.get("sequence_parallel") is True, "sequence parallelism needs tp > 1"))
+        for axis, stated_need, why in need:
+            if axis in open_axes and out[axis] == 1 and stated_need:
+                raise SpecError(f"plan.{axis}", f"is null (not published) and {why}; with "
+                                f"{', '.join(a for a in open_axes if a != axis)} null too the GPU count does not "
+                                "settle it")
     if "ep" in out and out["ep"] is None and not moe:
         out["ep"] = 1
         notes.append(("ep", "1 — a dense model has no experts (not published)"))

@@ -121,6 +121,8 @@ def load_from_dict(data: Any, base_dir: Path | None = None) -> Load:
             v = d[src]
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise SpecError(f"workload.{src}", f"must be a number, got {v!r}")
+            if src in ("input_tokens", "output_tokens") and v < 1:
+                raise SpecError(f"workload.{src}", f"must be >= 1 token, got {v!r}")
             kw[dst] = float(v) if dst == "rate_per_s" else (int(v) if float(v).is_integer() else v)
     return Load(**kw)
 
@@ -150,7 +152,9 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool
         rest = tp * pp * kw.get("replicas", 1)
         if num_gpus % rest == 0:
             kw["dp"] = dp = num_gpus // rest  # replicas, or attention data parallelism beside the experts
-            settled.append(("dp", f"{dp} — what the GPU count leaves: {num_gpus} GPUs over tp·pp (not published)"))
+            why = "attention data parallelism off, the engines' default" if model.moe is not None and dp == 1 \
+                else f"what the GPU count leaves: {num_gpus} GPUs over tp·pp"
+            settled.append(("dp", f"{dp} — {why} (not published)"))
     if "dp" in open_ and "dp" not in kw:
         raise SpecError("plan.dp", "is null (not published) and the GPU count does not settle it (give tp and pp)")
     if "framework" in open_:

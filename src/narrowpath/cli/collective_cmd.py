@@ -84,13 +84,6 @@ def _sizes(lo: int, hi: int, factor: float) -> list[int]:
     return out
 
 
-def is_collective_corpus(path: str) -> bool:
-    """Whether a corpus file declares `schema: collective-corpus/1`."""
-    from narrowpath.catalog.resolve import read_data_file
-    data = read_data_file(path)
-    return isinstance(data, dict) and data.get("schema") == "collective-corpus/1"
-
-
 def run_corpus(path: str | None) -> tuple[list[CorpusRow], str]:
     """Predict every case of a `collective-corpus/1` file; one calibration per device (the catalog's)."""
     from narrowpath.catalog.resolve import read_data_file

@@ -7,8 +7,9 @@ from narrowpath.catalog.resolve import calibration_from
 from narrowpath.report.console import table
 from narrowpath.validate.run import run_validation
 from narrowpath.cli.serve_validate import run_inference
-from narrowpath.validate.inference import is_inference_corpus
-from narrowpath.cli.collective_cmd import is_collective_corpus, run_corpus
+from narrowpath.cli.collective_cmd import run_corpus
+from narrowpath.errors import SpecError
+from narrowpath.validate.corpus import corpus_schema
 from narrowpath.report.collective_table import corpus_json, corpus_text
 
 WORST_SHOWN = 15
@@ -37,9 +38,13 @@ def _pct(x: float | None) -> str:
 
 def run(args) -> int:
     cal = calibration_from(args.profile) if args.profile else None
-    if args.corpus and is_inference_corpus(args.corpus):  # issue 13: inference-corpus/1 files (cli/serve_validate)
+    schema = corpus_schema(args.corpus) if args.corpus else None
+    if schema == "inference-corpus/1":  # issue 13 (cli/serve_validate)
         return run_inference(args, cal)
-    if args.corpus and is_collective_corpus(args.corpus):  # nccl-tests busbw: the same check as `collective --corpus`
+    if schema == "collective-corpus/1":  # nccl-tests busbw: the same check as `collective --corpus`
+        if args.profile:
+            raise SpecError("--profile", "a collective corpus is priced with each device's own profile (as "
+                            "`collective --corpus` does); leave it out")
         rows, source = run_corpus(args.corpus)
         print(json.dumps(corpus_json(rows), indent=2, allow_nan=False) if args.json else corpus_text(rows, source))
         return 0
@@ -57,7 +62,7 @@ def run(args) -> int:
     print(f"\n  {title}")
     print(table(["case", "corpus", "predicted (s)", "measured (s)", "error (%)", "MFU (%)"], rows))
     if any(c.derived for c in shown):
-        print("  (d) measured time derived by the source from its reported throughput")
+        print("  (d) measured time derived from the reported throughput (by the source, or by the tool from tokens/s/GPU)")
     print("\n  by regime")
     print(table(["kind", "group", "cases", "mean |error| (%)", "worst (%)"],
                 [[g.kind, g.name, g.n, _pct(g.mean_abs_error), _pct(g.max_abs_error)] for g in rep.groups()]))

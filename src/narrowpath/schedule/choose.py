@@ -79,11 +79,13 @@ def micro_batch_sizes(scn: Scenario) -> tuple:
 
 def expert_degrees(scn: Scenario) -> tuple:
     """What an unpublished expert-parallel degree may have been for an MoE model: every degree that divides the
-    dp·cp ranks it subdivides (Megatron-Core) and the experts; 1 for a dense model."""
+    experts and the ranks the expert layers re-use (Megatron-Core re-factors a stage's tp·cp·dp ranks as
+    etp·ep·edp, so tp·cp·dp / etp of them); 1 for a dense model."""
     moe = scn.model.moe
     if moe is None:
         return (1,)
-    ranks = scn.plan.dp * scn.plan.cp
+    p = scn.plan
+    ranks = p.tp * p.cp * p.dp // p.expert_tp
     return tuple(e for e in range(1, ranks + 1) if ranks % e == 0 and moe.num_experts % e == 0)
 
 
@@ -160,5 +162,8 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
         how = "fastest that fits in memory" if fits else "none fits in memory; the one that overflows least"
         v = values[knob]
         shown = ", ".join(f"{k}={x!r}" for k, x in v.items()) if isinstance(v, dict) else repr(v)
-        notes.append((knob, f"{shown} — {how} of {len(searched[knob])} settings tried (not published)"))
+        if len(searched[knob]) == 1:
+            notes.append((knob, f"{shown} — the documented default, the only setting tried (not published)"))
+        else:
+            notes.append((knob, f"{shown} — {how} of {len(searched[knob])} settings tried (not published)"))
     return dataclasses.replace(cand, chosen=scn.chosen + tuple(notes))

@@ -90,25 +90,46 @@ _FLAT_MOE = {"experts": "num_experts", "top_k": "top_k", "shared_experts": "shar
 """Validation-corpus spelling of an MoE model (flat keys; `ffn` is one expert's width and `dense_ffn` the dense
 layers' width, shared/validation/README.md) → the `moe` block's fields."""
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_BLOCK_MOE = {**{k: v for k, v in _FLAT_MOE.items() if k != v}, "ffn": "expert_ffn"}
+_BLOCK_MOE = {**{k: v for k, v in _FLAT_MOE.items() if k != v}, "ffn": "expert_ffn", "dense_ffn": "dense_ffn"}
 """The corpus spelling inside a nested `moe:` block (shared/validation/README.md: "a `moe` block appears only for MoE
 models") → the block's own field names; `ffn` there is one expert's width."""
 
 
-def _moe_block(moe: Any, model_ffn: Any) -> Any:
-    """A nested `moe:` block in either spelling (ours, or the corpus's `experts`, `dense_layers`, `moe_layer_every`,
-    `ffn`); without an expert width the model's `ffn` is one expert's (as in the flat corpus form, Mixtral-style)."""
-    if not isinstance(moe, Mapping):
-        return moe
+def _moe_block(moe: Mapping[str, Any]) -> dict:
+    """A nested `moe:` block's fields in the spec's names, from either spelling (ours, or the corpus's `experts`,
+    `dense_layers`, `moe_layer_every`, `ffn`)."""
     out = {}
     for key, value in moe.items():
         dst = _BLOCK_MOE.get(key, key)
         if dst in out or (dst != key and dst in moe):
             raise SpecError(f"model.moe.{key}", f"gives {dst} twice (spell it once: {dst} or {key})")
         out[dst] = value
-    if "expert_ffn" not in out and model_ffn is not None:
-        out["expert_ffn"] = model_ffn
     return out
+
+
+def _nested_moe(d: dict) -> None:
+    """A model with a nested `moe:` block (in place): MoE fields given beside it in the corpus spelling join it; with
+    `dense_ffn` beside it, `ffn` is one expert's width as in the flat corpus form; a block without an expert width
+    takes the model's `ffn` only when every layer is an expert layer without shared experts (Mixtral), where the
+    two cannot differ — otherwise `expert_ffn` stays required."""
+    block = _moe_block(d["moe"])
+    if "dense_ffn" in block:  # the dense layers' width, written inside the block
+        if "dense_ffn" in d:
+            raise SpecError("model.moe.dense_ffn", "is given beside model.dense_ffn: give it once")
+        d["dense_ffn"] = block.pop("dense_ffn")
+    for src, dst in _FLAT_MOE.items():
+        if src in d:
+            if dst in block:
+                raise SpecError(f"model.{src}", f"is given beside model.moe.{dst}: give it once")
+            block[dst] = d.pop(src)
+    if "dense_ffn" in d:
+        if "ffn" in d and "expert_ffn" not in block:
+            block["expert_ffn"] = d["ffn"]
+        d["ffn"] = d.pop("dense_ffn")
+    elif "expert_ffn" not in block and "ffn" in d and not block.get("first_dense_layers") \
+            and block.get("layer_every", 1) == 1 and not block.get("shared_experts"):
+        block["expert_ffn"] = d["ffn"]
+    d["moe"] = block
 
 
 def _flat_to_nested(d: dict) -> dict:
@@ -123,6 +144,9 @@ def _flat_to_nested(d: dict) -> dict:
         moe["expert_ffn"] = d["ffn"]
         d["ffn"] = d.pop("dense_ffn", d["ffn"])
         d["moe"] = moe
+    elif isinstance(d.get("moe"), Mapping):
+        d.pop("experts", None)
+        _nested_moe(d)
     else:
         for src in _FLAT_MOE:
             if src != "experts" and src in d and src not in ("capacity_factor",):
@@ -152,7 +176,7 @@ def model_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Mode
     if name is not None or "id" in d:
         d.setdefault("name", name or d.get("id"))
     if d.get("moe") is not None:
-        moe = _moe_block(d["moe"], d.get("ffn"))
+        moe = d["moe"]
         if isinstance(moe, Mapping) and "capacity_factor" in moe:
             moe = {**moe, "capacity_factor": _num("model.moe.capacity_factor", moe["capacity_factor"])}
         d["moe"] = _build(MoE, "model.moe", moe)

@@ -43,6 +43,12 @@ class Case:
     """Model FLOPs per token the case's own figures imply (validate.flop_check), when it publishes them."""
 
 
+def corpus_schema(path: str | Path) -> str | None:
+    """The `schema:` a corpus file declares (None when it has none or is not a mapping): which reader it takes."""
+    data = read_data_file(path)
+    return data.get("schema") if isinstance(data, Mapping) else None
+
+
 def shipped_corpus_path(name: str = SHIPPED[0]) -> Path:
     return Path(str(resources.files("narrowpath.validate").joinpath("corpora", name)))
 

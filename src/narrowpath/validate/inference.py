@@ -147,7 +147,7 @@ def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> In
         measured = raw.get("measured")
         if not isinstance(measured, Mapping) or not any(measured.get(k) is not None for k in FIGURES):
             raise NarrowpathError(f"measured: needs at least one of {', '.join(FIGURES)}")
-        stat = measured.get("percentile") or "mean"  # null: not said; the tables' figures are means
+        stat = measured.get("percentile") or "mean"
         if stat not in ("mean", "p50", "p90", "p99"):
             raise NarrowpathError(f"measured.percentile: must be mean, p50, p90 or p99, got {stat!r}")
         data = {k: v for k, v in raw.items() if k not in _META}
@@ -186,6 +186,8 @@ def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> In
         case.groups = {"generation": dev.generation or dev.name, "precision": run.scenario.plan.weight_precision,
                        "family": "moe" if scn.model.moe is not None else "dense",
                        "stack": serving_stack(scn.plan.framework)["id"]}
+        if measured.get("percentile") is None:
+            notes.append("percentile: not published — the figures are compared as means")
         case.notes = tuple(notes) + tuple(res.notes)
         case.run = run
     except NarrowpathError as exc:
