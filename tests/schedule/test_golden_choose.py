@@ -97,6 +97,15 @@ def test_the_fastest_setting_that_fits_is_chosen_and_recorded():
     assert out.chosen == (("zero_stage", "2 — fastest that fits in memory of 4 settings tried (not published)"),)
 
 
+def test_a_knob_with_one_documented_setting_says_so():
+    """An open `vpp` has one candidate (Megatron-LM's default, no interleaving): the note calls it that, not "the
+    fastest of 1 setting"; beside it an open ZeRO stage is still the fastest of its four."""
+    table = {("none", 0, 0, z): v for z, v in {1: (10.0, True), 0: (8.0, False), 2: (9.0, True),
+                                               3: (12.0, True)}.items()}
+    out = resolve_open_knobs(_scn(("vpp", "zero_stage"), dp=4, gbs=4), _price(table))
+    assert dict(out.chosen) == {"vpp": "1 — the documented default, the only setting tried (not published)",
+                                "zero_stage": "2 — fastest that fits in memory of 4 settings tried (not published)"}
+
 def test_when_nothing_fits_the_least_overflow_is_chosen():
     """No setting fits: the one that overflows least, whatever its speed: ZeRO-3 (1 GB over, 12 s), not ZeRO-0
     (50 GB over, 8 s)."""
