@@ -195,3 +195,22 @@ def test_a_null_kind_is_the_corpus_kind(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
     (c,) = load_corpus(tmp_path / "c.yaml")
     assert c.error.startswith("kind: only `training` cases")
+
+
+def test_integral_floats_are_read_as_integers(tmp_path):
+    """YAML `64.0` layers or `2.0` tp are the integers they state (they were kept as floats and failed in a slice),
+    priced exactly as the integer case; a list for the precision is refused naming the field."""
+    import yaml
+    from narrowpath.schedule.step import predict
+    c = _one_case(tmp_path)
+    raw = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    raw["cases"][0]["model"]["layers"] = 32.0
+    raw["cases"][0]["plan"]["tp"] = 2.0
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (f,) = load_corpus(tmp_path / "c.yaml")
+    assert f.scenario.model.layers == 32 and type(f.scenario.model.layers) is int and type(f.scenario.plan.tp) is int
+    assert predict(f.scenario).step_time_s == predict(c.scenario).step_time_s
+    raw["cases"][0]["plan"]["precision"] = []
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    (f,) = load_corpus(tmp_path / "c.yaml")
+    assert f.error.startswith("plan.precision: must be a format name")

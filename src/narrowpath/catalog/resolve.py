@@ -315,6 +315,9 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     framework = published.get("framework") or ""
     stack = store.stack_for(framework) if isinstance(framework, str) else None
     precision = published.get("precision", Plan.__dataclass_fields__["precision"].default)
+    if not isinstance(precision, str):
+        raise SpecError("plan.precision", f"must be a format name (bf16, fp16, fp8, mxfp8, nvfp4), got "
+                        f"{shown(precision)}")
     defaults = {k: v for k, v in store.stack_defaults(stack, precision).items() if k not in data}
     if published.get("recompute") != "selective":  # a stack's selective modules mean something only under selective
         defaults.pop("recompute_modules", None)

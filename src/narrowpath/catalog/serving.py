@@ -104,6 +104,8 @@ def load_from_dict(data: Any, base_dir: Path | None = None) -> Load:
     _check_keys("workload", data, _WORKLOAD_KEYS)
     d = {k: v for k, v in data.items() if v is not None}
     scenario = d.get("scenario", "offline")
+    if not isinstance(scenario, str):
+        raise SpecError("workload.scenario", f"must be offline, server, fixed-batch or trace; got {scenario!r}")
     arrival = {"server": "poisson", "offline": "offline", "fixed-batch": "fixed-batch", "poisson": "poisson",
                "trace": "trace"}.get(scenario)
     if arrival is None:

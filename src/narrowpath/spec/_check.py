@@ -66,3 +66,9 @@ def size_points(field: str, points: Any) -> tuple[tuple[float, float], ...]:
         dup = next(s for s in sizes if sizes.count(s) > 1)
         raise SpecError(field, f"gives size {dup:g} more than once")
     return tuple(sorted(out))  # the interpolation reads them in ascending size
+
+
+def as_int(obj: Any, attr: str, field: str, **limits: Any) -> None:
+    """Check `obj.attr` with positive_int and keep the int it returns (a frozen spec object): a YAML `64.0` is
+    accepted as 64 and then used as one (slices, ranges, dictionary keys)."""
+    object.__setattr__(obj, attr, positive_int(field, getattr(obj, attr), **limits))

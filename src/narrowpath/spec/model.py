@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError, shown
-from narrowpath.spec._check import boolean, choice, positive_float, positive_int
+from narrowpath.spec._check import as_int, boolean, choice, positive_float
 
 
 MAX_LAYERS = 100_000
@@ -48,16 +48,16 @@ class MoE:
     choosing the top experts within the top-M node groups); 0 = unlimited."""
 
     def __post_init__(self) -> None:
-        positive_int("model.moe.num_experts", self.num_experts)
-        positive_int("model.moe.top_k", self.top_k)
-        positive_int("model.moe.expert_ffn", self.expert_ffn)
-        positive_int("model.moe.shared_experts", self.shared_experts, minimum=0)
-        positive_int("model.moe.first_dense_layers", self.first_dense_layers, minimum=0)
+        as_int(self, "num_experts", "model.moe.num_experts")
+        as_int(self, "top_k", "model.moe.top_k")
+        as_int(self, "expert_ffn", "model.moe.expert_ffn")
+        as_int(self, "shared_experts", "model.moe.shared_experts", minimum=0)
+        as_int(self, "first_dense_layers", "model.moe.first_dense_layers", minimum=0)
         if self.top_k > self.num_experts:
             raise SpecError("model.moe.top_k", f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
-        positive_int("model.moe.shared_ffn", self.shared_ffn, minimum=0, maximum=MAX_WIDTH)
-        positive_int("model.moe.layer_every", self.layer_every, maximum=MAX_LAYERS)
-        positive_int("model.moe.max_nodes", self.max_nodes, minimum=0, maximum=MAX_LAYERS)
+        as_int(self, "shared_ffn", "model.moe.shared_ffn", minimum=0, maximum=MAX_WIDTH)
+        as_int(self, "layer_every", "model.moe.layer_every", maximum=MAX_LAYERS)
+        as_int(self, "max_nodes", "model.moe.max_nodes", minimum=0, maximum=MAX_LAYERS)
         if self.shared_ffn == 0:
             object.__setattr__(self, "shared_ffn", self.expert_ffn)
         positive_float("model.moe.capacity_factor", self.capacity_factor)
@@ -82,8 +82,8 @@ class MLA:
 
     def __post_init__(self) -> None:
         for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            positive_int(f"model.{f}", getattr(self, f), maximum=MAX_WIDTH)
-        positive_int("model.q_lora_rank", self.q_lora_rank, minimum=0, maximum=MAX_WIDTH)
+            as_int(self, f, f"model.{f}", maximum=MAX_WIDTH)
+        as_int(self, "q_lora_rank", "model.q_lora_rank", minimum=0, maximum=MAX_WIDTH)
 
     @property
     def qk_head_dim(self) -> int:
@@ -144,18 +144,18 @@ class Model:
         if not isinstance(self.name, str):
             raise SpecError("model.name", f"must be a string, got {shown(self.name)}")
         choice("model.arch", self.arch, ("transformer", "lstm"))
-        positive_int("model.layers", self.layers, maximum=MAX_LAYERS)
-        positive_int("model.hidden", self.hidden, maximum=MAX_WIDTH)
-        positive_int("model.heads", self.heads, maximum=MAX_WIDTH)
-        positive_int("model.kv_heads", self.kv_heads, minimum=0, maximum=MAX_WIDTH)
-        positive_int("model.head_dim", self.head_dim, minimum=0, maximum=MAX_WIDTH)
-        positive_int("model.ffn", self.ffn, minimum=0, maximum=MAX_WIDTH)
-        positive_int("model.vocab", self.vocab, maximum=MAX_WIDTH)
-        positive_int("model.seq_len", self.seq_len, maximum=MAX_SEQ_LEN)
+        as_int(self, "layers", "model.layers", maximum=MAX_LAYERS)
+        as_int(self, "hidden", "model.hidden", maximum=MAX_WIDTH)
+        as_int(self, "heads", "model.heads", maximum=MAX_WIDTH)
+        as_int(self, "kv_heads", "model.kv_heads", minimum=0, maximum=MAX_WIDTH)
+        as_int(self, "head_dim", "model.head_dim", minimum=0, maximum=MAX_WIDTH)
+        as_int(self, "ffn", "model.ffn", minimum=0, maximum=MAX_WIDTH)
+        as_int(self, "vocab", "model.vocab", maximum=MAX_WIDTH)
+        as_int(self, "seq_len", "model.seq_len", maximum=MAX_SEQ_LEN)
         choice("model.ffn_act", self.ffn_act, ("gelu", "swiglu", "relu", "squared-relu"))
-        positive_int("model.sliding_window", self.sliding_window, minimum=0, maximum=MAX_SEQ_LEN)
-        positive_int("model.sliding_window_every", self.sliding_window_every, maximum=MAX_LAYERS)
-        positive_int("model.mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
+        as_int(self, "sliding_window", "model.sliding_window", minimum=0, maximum=MAX_SEQ_LEN)
+        as_int(self, "sliding_window_every", "model.sliding_window_every", maximum=MAX_LAYERS)
+        as_int(self, "mtp_layers", "model.mtp_layers", minimum=0, maximum=MAX_LAYERS)
         boolean("model.parallel_attn_mlp", self.parallel_attn_mlp)
         boolean("model.tied_embeddings", self.tied_embeddings)
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError, shown
-from narrowpath.spec._check import boolean, choice, positive_float, positive_int
+from narrowpath.spec._check import as_int, boolean, choice, positive_float, positive_int
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
@@ -214,11 +214,11 @@ class Plan:
     """Rank order of the parallel axes, fastest-varying first (Megatron: tp, cp, dp, pp)."""
 
     def __post_init__(self) -> None:
-        positive_int("plan.etp", self.etp, minimum=0)
-        positive_int("plan.recompute_layers", self.recompute_layers, minimum=0, maximum=100_000)
-        positive_int("plan.offload_layers", self.offload_layers, minimum=0, maximum=100_000)
-        positive_int("plan.first_stage_layers", self.first_stage_layers, minimum=0, maximum=100_000)
-        positive_int("plan.last_stage_layers", self.last_stage_layers, minimum=0, maximum=100_000)
+        as_int(self, "etp", "plan.etp", minimum=0)
+        as_int(self, "recompute_layers", "plan.recompute_layers", minimum=0, maximum=100_000)
+        as_int(self, "offload_layers", "plan.offload_layers", minimum=0, maximum=100_000)
+        as_int(self, "first_stage_layers", "plan.first_stage_layers", minimum=0, maximum=100_000)
+        as_int(self, "last_stage_layers", "plan.last_stage_layers", minimum=0, maximum=100_000)
         if isinstance(self.chunk_layers, (str, bytes)) or not isinstance(self.chunk_layers, (list, tuple)):
             raise SpecError("plan.chunk_layers", f"must list the layers of every pipeline chunk, got "
                             f"{shown(self.chunk_layers)}")
@@ -226,7 +226,7 @@ class Plan:
         for n in self.chunk_layers:
             positive_int("plan.chunk_layers", n, minimum=0, maximum=100_000)
         for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
-            positive_int(f"plan.{ax}", getattr(self, ax), maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
+            as_int(self, ax, f"plan.{ax}", maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
             raise SpecError("plan.zero_stage", f"must be 0, 1, 2 or 3, got {shown(self.zero_stage)}")
         choice("plan.recompute", self.recompute, RECOMPUTE)

@@ -125,7 +125,9 @@ def load_inference_corpus(path: str | Path) -> list[Mapping[str, Any]]:
 def _regime(w: Mapping[str, Any]) -> str:
     scenario = w.get("scenario") or "offline"
     width = w.get("batch_size") or w.get("concurrency")
-    if width is not None and width <= LATENCY_BATCH:
+    if not isinstance(scenario, str):
+        return str(scenario)  # refused when the workload is read, naming the field
+    if isinstance(width, (int, float)) and not isinstance(width, bool) and width <= LATENCY_BATCH:
         return "latency (<= 8 sequences)"
     return {"fixed-batch": "static-batch throughput", "server": "server (Poisson)",
             "offline": "offline throughput"}.get(scenario, scenario)
