@@ -156,6 +156,22 @@ def test_validate_reads_a_collective_corpus_too(capsys):
     one_line_error(capsys, ["validate", "--corpus", str(path), "--profile", "H100-SXM5-80GB"], "--profile")
 
 
+def test_validate_sets_a_bad_collective_case_aside(tmp_path, capsys):
+    """As for the other corpora, `validate` prices every good case of a collective corpus, lists each bad one with
+    its reason and exits 1 (`collective --corpus` stops at the first, exit 2)."""
+    good = yaml.safe_load(shipped_corpus_path("collectives-public.yaml").read_text())["cases"][0]
+    bad = {**good, "id": "pcie", "hardware": {**good["hardware"], "gpu": "H100 PCIe 80GB"}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"schema": "collective-corpus/1", "cases": [good, bad]}))
+    assert main(["validate", "--corpus", str(path), "--json"]) == 1
+    got = json.loads(capsys.readouterr().out)
+    assert [c["id"] for c in got["cases"]] == [good["id"]]
+    assert got["failed"][0]["id"] == "pcie" and "PCIE board" in got["failed"][0]["failure"]
+    assert main(["validate", "--corpus", str(path)]) == 1
+    assert "FAILED pcie: corpus.cases[1].hardware.gpu" in capsys.readouterr().out
+    assert main(["collective", "--corpus", str(path)]) == 2
+
+
 def test_a_null_dp_of_an_moe_deployment_is_attention_dp_off():
     """Qwen3-235B at tp 8 on 8 H200 with dp null: the GPU count leaves dp 1 — attention data parallelism off,
     TensorRT-LLM's default — and the note says so (the corpus row states dp 8)."""

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from narrowpath.catalog import calibration_for, store, system_for_hardware
 from narrowpath.catalog.resolve import calibration_from, system_or_device
 from narrowpath.cost.collectives import ALGORITHMS, ONLY_ALGORITHM, OPS, collective_time
-from narrowpath.errors import CatalogError, SpecError
+from narrowpath.errors import CatalogError, NarrowpathError, SpecError
 from narrowpath.network.placement import contiguous_span
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.scenario import MAX_GPUS
@@ -84,8 +84,10 @@ def _sizes(lo: int, hi: int, factor: float) -> list[int]:
     return out
 
 
-def run_corpus(path: str | None) -> tuple[list[CorpusRow], str]:
-    """Predict every case of a `collective-corpus/1` file; one calibration per device (the catalog's)."""
+def run_corpus(path: str | None, keep_going: bool = False) -> tuple:
+    """(rows, source) for every case of a `collective-corpus/1` file, one calibration per device (the catalog's);
+    a bad case stops it, naming the field. With `keep_going` (validate): (rows, source, [(case id, reason)]) —
+    each bad case is set aside with its reason and the others are priced."""
     from narrowpath.catalog.resolve import read_data_file
     if path:
         data, source = read_data_file(path), str(path)
@@ -99,10 +101,18 @@ def run_corpus(path: str | None) -> tuple[list[CorpusRow], str]:
     cases = data.get("cases") or []
     if not isinstance(cases, list):
         raise SpecError("corpus.cases", f"{source}: must be a list, got {type(cases).__name__} {cases!r}")
-    rows = [_corpus_row(case, f"corpus.cases[{i}]") for i, case in enumerate(cases)]
-    if not rows:
+    if not cases:
         raise SpecError("corpus.cases", f"{source}: no cases")
-    return rows, source
+    if not keep_going:
+        return [_corpus_row(case, f"corpus.cases[{i}]") for i, case in enumerate(cases)], source
+    rows, failed = [], []
+    for i, case in enumerate(cases):
+        try:
+            rows.append(_corpus_row(case, f"corpus.cases[{i}]"))
+        except NarrowpathError as exc:
+            cid = case.get("id") if isinstance(case, Mapping) else None
+            failed.append((str(cid) if cid is not None else f"corpus.cases[{i}]", str(exc)))
+    return rows, source, failed
 
 
 def _mapping(where: str, value: Any) -> Mapping[str, Any]:

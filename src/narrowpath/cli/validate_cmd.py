@@ -45,9 +45,10 @@ def run(args) -> int:
         if args.profile:
             raise SpecError("--profile", "a collective corpus is priced with each device's own profile (as "
                             "`collective --corpus` does); leave it out")
-        rows, source = run_corpus(args.corpus)
-        print(json.dumps(corpus_json(rows), indent=2, allow_nan=False) if args.json else corpus_text(rows, source))
-        return 0
+        rows, source, failed = run_corpus(args.corpus, keep_going=True)
+        print(json.dumps(corpus_json(rows, failed), indent=2, allow_nan=False) if args.json
+              else corpus_text(rows, source, failed))
+        return 1 if failed else 0
     rep = run_validation(args.corpus, cal)
     status = 1 if rep.num_failed else 0
     if args.json:

@@ -49,7 +49,7 @@ def sweep_text(rows: Sequence[SweepRow], *, title: str, dtype: str = "float") ->
     return "\n".join(lines)
 
 
-def corpus_text(rows: Sequence[CorpusRow], source: str) -> str:
+def corpus_text(rows: Sequence[CorpusRow], source: str, failed: Sequence[tuple[str, str]] = ()) -> str:
     lines = [f"# collective corpus {source}: predicted vs measured busbw (GB/s = 1e9 bytes/s)",
              f"{'case':<36} {'op':<14} {'gpus':>5} {'algorithm':<10} {'chosen':<18} {'predicted':>10} "
              f"{'measured':>9} {'error':>8}"]
@@ -57,8 +57,10 @@ def corpus_text(rows: Sequence[CorpusRow], source: str) -> str:
         lines.append(f"{r.case_id:<36} {r.op:<14} {r.num_gpus:>5} {r.algorithm:<10} {r.chosen:<18} "
                      f"{r.predicted_busbw_bytes_per_s / 1e9:>10.1f} {r.measured_busbw_bytes_per_s / 1e9:>9.1f} "
                      f"{r.error:>+8.1%}")
+    lines += [f"FAILED {cid}: {why}" for cid, why in failed]
     mean, worst = summary(rows)
-    lines.append(f"mean |error| {mean:.1%}, max |error| {worst:.1%} over {len(rows)} cases")
+    lines.append(f"mean |error| {mean:.1%}, max |error| {worst:.1%} over {len(rows)} cases"
+                 + (f" ({len(failed)} not priced)" if failed else ""))
     return "\n".join(lines)
 
 
@@ -67,12 +69,13 @@ def summary(rows: Sequence[CorpusRow]) -> tuple[float, float]:
     return (sum(errs) / len(errs), max(errs)) if errs else (0.0, 0.0)
 
 
-def corpus_json(rows: Sequence[CorpusRow]) -> dict:
+def corpus_json(rows: Sequence[CorpusRow], failed: Sequence[tuple[str, str]] = ()) -> dict:
     mean, worst = summary(rows)
+    extra = {"failed": [{"id": cid, "failure": why} for cid, why in failed]} if failed else {}
     return {"cases": [{"id": r.case_id, "op": r.op, "num_gpus": r.num_gpus, "algorithm": r.algorithm,
                        "chosen": r.chosen, "predicted_busbw_GBps": r.predicted_busbw_bytes_per_s / 1e9,
                        "measured_busbw_GBps": r.measured_busbw_bytes_per_s / 1e9, "error": r.error} for r in rows],
-            "mean_abs_error": mean, "max_abs_error": worst}
+            "mean_abs_error": mean, "max_abs_error": worst, **extra}
 
 
 def compare_text(pairs: Sequence[tuple[float, float, float, SweepRow]], *, title: str) -> str:
