@@ -97,14 +97,17 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
                                name=f"{base.name}*" if changed else base.name)
 
 
-def system_or_device(name: str) -> System:
+def system_or_device(name: str, *, gpus_per_node: int | None = None,
+                     nic_gbps_per_gpu: float | None = None) -> System:
     """A catalog system by id, or the home system of a device named by id, alias or a descriptive GPU name
-    (catalog.gpu_names: `B200-SXM-192GB`, `NVIDIA H100 80GB HBM3`) — what a `--system` flag takes."""
+    (catalog.gpu_names: `B200-SXM-192GB`, `NVIDIA H100 80GB HBM3`) — what a `--system` flag takes — re-shaped to
+    `gpus_per_node` and `nic_gbps_per_gpu` when given (system_for_hardware)."""
+    reshape = {"gpus_per_node": gpus_per_node, "nic_gbps_per_gpu": nic_gbps_per_gpu}
     try:
-        return store.system(name)
+        base = store.system(name)
     except CatalogError as not_system:
         if store.canonical_id("devices", name) in store.entries("devices"):
-            return system_for_hardware(name)
+            return system_for_hardware(name, **reshape)
         if parse_gpu_name(name).family is None:  # no GPU named: the system lookup's nearest ids say more
             raise
         try:
@@ -112,6 +115,9 @@ def system_or_device(name: str) -> System:
         except CatalogError as exc:
             raise CatalogError(f"{not_system} — nor a device: {exc}") from None
         raise
+    if gpus_per_node or nic_gbps_per_gpu:
+        return system_for_hardware(base.device.name, **reshape, base=base)
+    return base
 
 
 def _system(value: Any, base_dir: Path | None) -> System:

@@ -15,7 +15,7 @@ import math
 from importlib import resources
 from typing import Any, Mapping
 
-from narrowpath.catalog import calibration_for, store, system_for_hardware
+from narrowpath.catalog import calibration_for, system_for_hardware
 from narrowpath.catalog.resolve import calibration_from, system_or_device
 from narrowpath.cost.collectives import ALGORITHMS, ONLY_ALGORITHM, OPS, collective_time
 from narrowpath.errors import CatalogError, NarrowpathError, SpecError
@@ -51,15 +51,7 @@ def parse_size(text: str) -> int:
 
 def _system(name: str, gpus_per_node: int | None, nic_gbps: float | None) -> System:
     """A catalog system id, or a device name (its home system), reshaped by --gpus-per-node/--nic-gbps."""
-    try:
-        base = store.system(name)
-    except CatalogError:
-        system_or_device(name)  # a device by any name, or the reason it names neither
-        return system_for_hardware(name, gpus_per_node=gpus_per_node, nic_gbps_per_gpu=nic_gbps)
-    if gpus_per_node or nic_gbps:
-        return system_for_hardware(base.device.name, gpus_per_node=gpus_per_node, nic_gbps_per_gpu=nic_gbps,
-                                   base=base)
-    return base
+    return system_or_device(name, gpus_per_node=gpus_per_node, nic_gbps_per_gpu=nic_gbps)
 
 
 def _row(op: str, size: float, n: int, system: System, cal, algorithm: str) -> SweepRow:

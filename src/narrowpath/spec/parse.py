@@ -90,7 +90,7 @@ _FLAT_MOE = {"experts": "num_experts", "top_k": "top_k", "shared_experts": "shar
 """Validation-corpus spelling of an MoE model (flat keys; `ffn` is one expert's width and `dense_ffn` the dense
 layers' width, shared/validation/README.md) → the `moe` block's fields."""
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_BLOCK_MOE = {**{k: v for k, v in _FLAT_MOE.items() if k != v}, "ffn": "expert_ffn", "dense_ffn": "dense_ffn"}
+_BLOCK_MOE = {**{k: v for k, v in _FLAT_MOE.items() if k != v}, "ffn": "expert_ffn"}
 """The corpus spelling inside a nested `moe:` block (shared/validation/README.md: "a `moe` block appears only for MoE
 models") → the block's own field names; `ffn` there is one expert's width."""
 

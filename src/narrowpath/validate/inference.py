@@ -19,6 +19,7 @@ from narrowpath.catalog.serving import serving_scenario_from_dict, serving_stack
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.spec.calibration import Calibration
+from narrowpath.validate.corpus import corpus_schema
 
 SCHEMA = "inference-corpus/1"
 FIGURES = ("output_tokens_per_s", "total_tokens_per_s", "ttft_s", "tpot_s", "e2e_latency_s")
@@ -101,8 +102,7 @@ class InferenceReport:
 
 def is_inference_corpus(path: str | Path) -> bool:
     """Whether a corpus file declares `schema: inference-corpus/1` (read cheaply, without building cases)."""
-    data = read_data_file(path)
-    return isinstance(data, Mapping) and data.get("schema") == SCHEMA
+    return corpus_schema(path) == SCHEMA
 
 
 def load_inference_corpus(path: str | Path) -> list[Mapping[str, Any]]:
