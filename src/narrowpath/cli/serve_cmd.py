@@ -19,7 +19,8 @@ from narrowpath.catalog.serving import load_serving_scenario, read_request_trace
 from narrowpath.cli.common import check_output_dir, check_output_file, writing
 from narrowpath.errors import SpecError
 from narrowpath.schedule.serving_run import simulate
-from narrowpath.spec.serving import KV_PRECISIONS, POLICIES, WEIGHT_PRECISIONS, Load, ServingPlan, ServingScenario
+from narrowpath.spec.serving import (EXPERT_BALANCES, KV_PRECISIONS, POLICIES, WEIGHT_PRECISIONS, Load, ServingPlan,
+                                     ServingScenario)
 
 _PLAN_FLAGS = {
     "tp": "tensor-parallel GPUs of one attention-DP rank (default 1, or the file's)",
@@ -58,6 +59,9 @@ def register(sub) -> None:
     g.add_argument("--ep-dispatch", dest="ep_dispatch", choices=("all_to_all", "dedup"),
                    help="MoE dispatch: one all-to-all of the copies, or once per destination node over the fabric "
                    "and fanned out over NVLink (DeepEP; with the model's node-limited routing) (default all_to_all)")
+    g.add_argument("--expert-balance", dest="expert_balance", choices=EXPERT_BALANCES,
+                   help="how routed tokens spread over the expert-parallel ranks: as the trained router sends them "
+                   "(skewed toward hot experts) or evened out by an expert load balancer (EPLB) (default learned)")
     g.add_argument("--policy", choices=POLICIES, help="iteration policy (default: the stack's; static for --batch)")
     g.add_argument("--admission", choices=("reserve", "on-demand"),
                    help="KV admission: reserve a request's whole budget, or allocate as it grows and preempt "
@@ -132,7 +136,8 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
             None, None
     kw = {f: getattr(args, f) for f in list(_PLAN_FLAGS) + ["weight_precision", "kv_precision", "kv_memory_fraction",
                                                              "chunked_prefill", "policy", "admission",
-                                                             "spec_acceptance", "framework", "ep_dispatch"]
+                                                             "spec_acceptance", "framework", "ep_dispatch",
+                                                             "expert_balance"]
           if getattr(args, f, None) is not None}
     open_knobs = tuple(k for k in open_knobs if k not in kw)
     if args.gpus is not None:

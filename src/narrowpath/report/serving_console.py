@@ -12,7 +12,9 @@ from narrowpath.schedule.serving_stats import STATS
 def _plan_line(run: ServingRun) -> str:
     p, lim = run.scenario.plan, run.limits
     parts = [f"tp {p.tp}", f"pp {p.pp}"] + ([f"attention dp {p.dp}"] if p.dp > 1 else []) \
-        + ([f"ep {p.ep}"] if run.scenario.model.moe is not None else []) + [f"replicas {p.replicas}"]
+        + ([f"ep {p.ep}"] if run.scenario.model.moe is not None else []) \
+        + ([f"expert balance {p.expert_balance}"] if run.scenario.model.moe is not None and p.ep > 1 else []) \
+        + [f"replicas {p.replicas}"]
     if p.disaggregated:
         parts.append(f"{p.prefill_replicas} prefill-only")
     parts += [f"weights {p.weight_precision}", f"KV {p.kv_precision}", f"policy {p.policy}",

@@ -32,6 +32,12 @@ ADMISSIONS = ("reserve", "on-demand")
 """KV admission: `reserve` admits a request only when blocks for its whole prompt + output fit (TensorRT-LLM
 GUARANTEED_NO_EVICT, never preempts); `on-demand` allocates blocks as tokens are generated and preempts the
 newest request when the cache is full (vLLM, recompute on resume)."""
+EXPERT_BALANCES = ("learned", "eplb")
+"""How routed tokens spread over the expert-parallel ranks: `learned` — as the trained router sends them, skewed
+toward hot experts (workload.moe.LEARNED_EXPERT_LOAD_CV; the default of TensorRT-LLM, vLLM and SGLang, whose
+expert load balancers are opt-in); `eplb` — an expert load balancer replicates and places hot experts so the
+ranks' loads vary only as random assignment does (DeepSeek EPLB; TensorRT-LLM `moe_config.load_balancer`: the
+busiest of 32 ranks 1.11× the mean against 2.56× without, tech blog 4 Table 1)."""
 ARRIVALS = ("offline", "poisson", "fixed-batch", "trace")
 MAX_TOKENS = 1 << 24
 """Largest prompt or output length accepted, tokens (16.7 M)."""
@@ -89,6 +95,9 @@ class ServingPlan:
     on the ep group) or `dedup` (each token crosses the scale-out fabric once per destination node and is fanned
     out over NVLink there, DeepEP; with the model's node-limited routing, `moe.max_nodes`, at most that many
     nodes)."""
+    expert_balance: str = "learned"
+    """How routed tokens spread over the expert-parallel ranks (EXPERT_BALANCES); the busiest rank gates every
+    MoE layer."""
     framework: str = ""
     """Serving stack, free text (`TensorRT-LLM 1.0`, `vLLM 0.8`); selects its defaults for knobs left at 0."""
 
@@ -105,6 +114,7 @@ class ServingPlan:
         choice("plan.policy", self.policy, ("",) + POLICIES)
         choice("plan.admission", self.admission, ("",) + ADMISSIONS)
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
+        choice("plan.expert_balance", self.expert_balance, EXPERT_BALANCES)
         if self.chunked_prefill is not None:
             boolean("plan.chunked_prefill", self.chunked_prefill)
         if self.kv_memory_fraction:

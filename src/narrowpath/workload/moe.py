@@ -13,8 +13,10 @@ routing gives each expert-parallel rank a random share of the token copies, so t
 n + √(2·n·ln ep) of a mean n (balls into bins, Raab & Steger 1998) and the whole group waits for it.
 `dropless-balanced` is Megatron-Core's forced load balancing (`moe_router_force_load_balancing`), which routes on
 random logits: that is exactly the random assignment the bound describes, so both dropless kinds are priced by it.
-Learned routing's extra skew beyond random (kept small by the auxiliary balance loss, and changing over training)
-is not modelled: no published run separates it from the rest of the step.
+In training, learned routing's extra skew beyond random (kept small by the auxiliary balance loss, and changing
+over training) is not modelled: no published run separates it from the rest of the step. At inference nothing
+balances the router, and its skew is measured (LEARNED_EXPERT_LOAD_CV): serving prices the busiest rank with it
+(workload.serving.moe_token_ops) unless an expert load balancer runs.
 """
 from __future__ import annotations
 
@@ -58,11 +60,41 @@ def mlp_ops(model: Model, plan: Plan, ffn: int, rows: float, *, width_split: int
                              scattered_out=sp_ways))
 
 
+LEARNED_EXPERT_LOAD_CV = 1.28
+"""Coefficient of variation of the token copies a trained router sends to each expert when nothing balances it
+(inference: auxiliary losses act only in training, and no expert load balancer runs by default). Measured for
+DeepSeek-R1 on a machine-translation data set at inference, EP 32 on GB200, no EPLB: 164.1 / 128 copies per expert
+slot (std / mean, averaged over layers and iterations; NVIDIA TensorRT-LLM tech blog 4, 'Scaling Expert Parallelism
+in TensorRT-LLM, Part 1', Table 1). The same table's rank loads check how it composes (learned_rank_cv2): 8 experts
+per rank give a rank CV of 0.447 against the 0.480 measured (491.6 / 1024)."""
+
+
+def learned_rank_cv2(num_experts: int, ep: int, expert_cv: float = LEARNED_EXPERT_LOAD_CV) -> float:
+    """Squared coefficient of variation of one expert-parallel rank's load that learned routing adds: the rank
+    holds k = num_experts/ep experts whose loads vary with `expert_cv` about a common mean, a sample of k of the
+    num_experts without replacement, so cv² · (E − k) / (k · (E − 1)); 0 when one rank holds every expert."""
+    k = num_experts / ep
+    if ep <= 1 or num_experts <= k or expert_cv <= 0:
+        return 0.0
+    return expert_cv ** 2 * (num_experts - k) / (k * (num_experts - 1))
+
+
+def busiest_rank_factor(ep: int, copies_per_rank: float, skew_cv2: float = 0.0) -> float:
+    """Busiest of `ep` ranks' load over the mean when each receives `copies_per_rank` token copies on average:
+    1 + √(2·ln ep · cv²), the expected maximum of ep loads of coefficient of variation cv (Gaussian tail; Raab &
+    Steger 1998 for the random part), cv² = 1/n of random assignment plus `skew_cv2` of a skewed router
+    (learned_rank_cv2). Against TensorRT-LLM blog 4's DeepSeek-R1 EP 32 table the bound gives 2.18 for a measured
+    2.56 (hot experts make the tail heavier than Gaussian): it errs on the fast side."""
+    if ep <= 1 or copies_per_rank <= 0:
+        return 1.0
+    return 1.0 + math.sqrt(2.0 * math.log(ep) * (1.0 / copies_per_rank + skew_cv2))
+
+
 def routing_imbalance(plan: Plan, copies_per_rank: float) -> float:
     """Busiest expert-parallel rank's expert rows over the mean (see module docstring)."""
-    if plan.moe_routing == "token-drop" or plan.ep == 1 or copies_per_rank <= 0:
+    if plan.moe_routing == "token-drop":
         return 1.0
-    return 1.0 + math.sqrt(2.0 * math.log(plan.ep) / copies_per_rank)
+    return busiest_rank_factor(plan.ep, copies_per_rank)
 
 
 def local_tokens(model: Model, plan: Plan) -> float:

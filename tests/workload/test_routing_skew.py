@@ -1,0 +1,130 @@
+"""Learned routing's skew at inference: the busiest expert-parallel rank of a served MoE model, checked against
+the one published measurement of it (NVIDIA TensorRT-LLM tech blog 4, 'Scaling Expert Parallelism in
+TensorRT-LLM, Part 1', Table 1: DeepSeek-R1 at inference on 32 GB200, a machine-translation data set, no expert load
+balancer — per expert slot 128 copies on average, std 164.1; per rank 1,024, std 491.6, the busiest rank 2.564×
+the mean on average over layers and iterations; with EPLB the busiest rank is 1.109-1.115× the mean)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import yaml
+
+from narrowpath.analysis.serving_accounts import serving_accounts
+from narrowpath.analysis.serving_whatif import serving_verdict
+from narrowpath.catalog.resolve import resolve_model, system_or_device
+from narrowpath.cli.main import main
+from narrowpath.errors import SpecError
+from narrowpath.schedule.serving_run import simulate
+from narrowpath.spec.plan import Plan
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from narrowpath.workload.moe import (LEARNED_EXPERT_LOAD_CV, busiest_rank_factor, learned_rank_cv2,
+                                     routing_imbalance)
+from narrowpath.workload.serving import Formats, moe_token_ops
+
+
+def test_the_expert_spread_is_the_blogs_per_slot_figure():
+    assert LEARNED_EXPERT_LOAD_CV == pytest.approx(164.1 / 128, abs=0.005)
+
+
+def test_rank_spread_from_expert_spread_matches_the_measured_rank_spread():
+    """256 experts on 32 ranks, 8 each: cv_rank = 1.282·√((256 − 8) / (8·255)) = 0.447 by hand; the table's ranks
+    vary by 491.6 / 1024 = 0.480 — the experts of a rank are close to independent draws."""
+    cv = math.sqrt(learned_rank_cv2(256, 32))
+    assert cv == pytest.approx(0.447, abs=0.002)
+    assert cv == pytest.approx(491.6 / 1024, rel=0.10)
+
+
+def test_busiest_rank_errs_on_the_fast_side_of_the_measurement():
+    """1 + √(2 ln 32 · (1/1024 + 0.2)) = 2.18 by hand, under the measured 2.564 (hot experts: a heavier tail than
+    Gaussian) and well over random assignment's 1.082."""
+    f = busiest_rank_factor(32, 1024.0, learned_rank_cv2(256, 32))
+    assert f == pytest.approx(2.18, abs=0.01)
+    assert busiest_rank_factor(32, 1024.0) < f < 2.564
+    # with EPLB the table's busiest rank is 1.109-1.115x; random assignment's bound, which `eplb` prices,
+    # 1 + √(2 ln 32 / 1024) = 1.082 by hand, is within 3 % of it
+    assert busiest_rank_factor(32, 1024.0) == pytest.approx(1.082, abs=0.001)
+    assert busiest_rank_factor(32, 1024.0) == pytest.approx(1.112, rel=0.03)
+
+
+def test_no_skew_is_the_random_bound_training_keeps():
+    for ep, n in ((8, 4096.0), (64, 100.0), (2, 1.0)):
+        assert busiest_rank_factor(ep, n) == pytest.approx(1 + math.sqrt(2 * math.log(ep) / n))
+        assert routing_imbalance(Plan(ep=ep, dp=ep, gbs=ep), n) == busiest_rank_factor(ep, n)
+    assert busiest_rank_factor(1, 100.0, 0.5) == 1.0 and busiest_rank_factor(8, 0.0, 0.5) == 1.0
+    assert routing_imbalance(Plan(ep=8, dp=8, gbs=8, moe_routing="token-drop"), 100.0) == 1.0
+
+
+@pytest.mark.parametrize("experts,ep", [(8, 8), (128, 8), (256, 8), (256, 64), (64, 2)])
+def test_skew_shrinks_as_a_rank_holds_more_experts_and_vanishes_with_one_rank(experts, ep):
+    assert learned_rank_cv2(experts, 1) == 0.0
+    assert learned_rank_cv2(experts, ep) > 0.0
+    if ep > 2:
+        assert learned_rank_cv2(experts, ep // 2) < learned_rank_cv2(experts, ep)
+    f = [busiest_rank_factor(ep, n, learned_rank_cv2(experts, ep)) for n in (10.0, 1e3, 1e6)]
+    assert f[0] > f[1] > f[2] > 1.0  # more copies: the random part averages out, the skew stays
+    assert f[2] == pytest.approx(1 + math.sqrt(2 * math.log(ep) * learned_rank_cv2(experts, ep)), rel=1e-3)
+    assert learned_rank_cv2(experts, ep, 0.0) == 0.0
+
+
+def _mixtral(balance: str, ep: int = 8) -> ServingScenario:
+    plan = ServingPlan(tp=2, dp=4, ep=ep, weight_precision="fp8", kv_precision="fp8", expert_balance=balance)
+    return ServingScenario(model=resolve_model("mixtral-8x7b"), system=system_or_device("dgx-h100"), plan=plan,
+                           load=Load(arrival="offline", input_tokens=512, output_tokens=64, num_requests=200),
+                           num_gpus=8)
+
+
+def test_learned_routing_prices_more_rows_on_the_busiest_rank_than_a_balancer():
+    """Mixtral (8 experts, one per rank at ep 8): the busiest rank's expert rows carry the skew; at ep 1 (experts in
+    tensor parallelism) there is no rank to be hotter and both settings price alike."""
+    def rows(balance, ep=8):
+        scn = _mixtral(balance, ep)
+        f = Formats.of(scn.plan, True, scn.model)
+        return sum(op.flop for op in moe_token_ops(scn.model, scn.plan, f, 256.0) if op.name.startswith("expert"))
+    assert rows("learned") > 1.5 * rows("eplb")
+    plan = dataclasses.replace(_mixtral("learned").plan, ep=1)
+    f = Formats.of(plan, True, _mixtral("learned").model)
+    a = moe_token_ops(_mixtral("learned").model, plan, f, 256.0)
+    b = moe_token_ops(_mixtral("learned").model, dataclasses.replace(plan, expert_balance="eplb"), f, 256.0)
+    assert [op.flop for op in a] == [op.flop for op in b]
+
+
+def test_a_balancer_is_offered_as_a_whatif_and_gains():
+    run = simulate(_mixtral("learned"), ())
+    verdict = serving_verdict(run, serving_accounts(run))
+    w = {x.name: x for x in verdict.whatifs}
+    assert "expert load balancer" in w and w["expert load balancer"].gain > 0
+    assert "8 expert-parallel ranks" in w["expert load balancer"].change
+    run = simulate(_mixtral("eplb"), ())
+    verdict = serving_verdict(run, serving_accounts(run))
+    assert "expert load balancer" not in {x.name for x in verdict.whatifs}
+    assert "expert load balancer" in dict(verdict.skipped)
+
+
+def test_a_bad_setting_is_refused_naming_the_field(tmp_path, capsys):
+    with pytest.raises(SpecError, match="plan.expert_balance"):
+        ServingPlan(expert_balance="hot")
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"system": "dgx-h100", "model": "mixtral-8x7b", "num_gpus": 8,
+                                 "plan": {"tp": 2, "dp": 4, "ep": 8, "expert_balance": "round-robin"},
+                                 "workload": {"scenario": "offline", "input_tokens": 100, "output_tokens": 10,
+                                              "num_requests": 10}}))
+    assert main(["serve", str(f), "--no-whatif"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "plan.expert_balance" in err[0] and "Traceback" not in err[0]
+
+
+def test_the_flag_reaches_the_plan_and_the_console(capsys):
+    args = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--tp", "2", "--dp", "4", "--ep", "8",
+            "--offline", "--input-len", "256", "--output-len", "16", "--num-requests", "40", "--no-whatif"]
+    assert main(args + ["--json"]) == 0
+    learned = json.loads(capsys.readouterr().out)
+    assert learned["scenario"]["plan"]["expert_balance"] == "learned"
+    assert main(args + ["--json", "--expert-balance", "eplb"]) == 0
+    eplb = json.loads(capsys.readouterr().out)
+    assert eplb["scenario"]["plan"]["expert_balance"] == "eplb"
+    assert eplb["output_tokens_per_s"] > learned["output_tokens_per_s"]
+    assert main(args) == 0
+    assert "expert balance learned" in capsys.readouterr().out
