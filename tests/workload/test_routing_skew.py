@@ -128,3 +128,24 @@ def test_the_flag_reaches_the_plan_and_the_console(capsys):
     assert eplb["output_tokens_per_s"] > learned["output_tokens_per_s"]
     assert main(args) == 0
     assert "expert balance learned" in capsys.readouterr().out
+
+
+def test_rank_spread_by_hand():
+    """cv²·(E − k)/(k·(E − 1)): 1.28²·248/(8·255) = 0.19926; at cv 0.5, 0.25·248/2040 = 0.030392; Mixtral's 8
+    experts one per rank: 1.28²·7/7 = 1.6384."""
+    assert learned_rank_cv2(256, 32) == pytest.approx(1.28 ** 2 * 248 / (8 * 255), rel=1e-12)
+    assert learned_rank_cv2(256, 32, 0.5) == pytest.approx(0.25 * 248 / 2040, rel=1e-12)
+    assert learned_rank_cv2(8, 8) == pytest.approx(1.6384, rel=1e-12)
+    assert learned_rank_cv2(1, 1) == 0.0  # one expert on one rank: nothing to be hotter than
+
+
+def test_busiest_rank_rows_by_hand():
+    """Mixtral on tp 2 · dp 4 · ep 8 at 256 tokens a rank: 256·4·2 = 2,048 copies, 256 a rank. Balanced:
+    1 + √(2 ln 8 / 256) = 1.12746; learned: 1 + √(2 ln 8 · (1/256 + 1.6384)) = 3.61345. The permute moves
+    2 × rows × 4,096 × 2 bytes."""
+    def permute_bytes(balance):
+        scn = _mixtral(balance)
+        f = Formats.of(scn.plan, True, scn.model)
+        return next(op.hbm_bytes for op in moe_token_ops(scn.model, scn.plan, f, 256.0) if op.name == "moe_permute")
+    assert permute_bytes("eplb") == pytest.approx(2 * 256 * 1.12746 * 4096 * 2, rel=1e-5)
+    assert permute_bytes("learned") == pytest.approx(2 * 256 * 3.61345 * 4096 * 2, rel=1e-5)

@@ -73,9 +73,9 @@ def learned_rank_cv2(num_experts: int, ep: int, expert_cv: float = LEARNED_EXPER
     """Squared coefficient of variation of one expert-parallel rank's load that learned routing adds: the rank
     holds k = num_experts/ep experts whose loads vary with `expert_cv` about a common mean, a sample of k of the
     num_experts without replacement, so cv² · (E − k) / (k · (E − 1)); 0 when one rank holds every expert."""
-    k = num_experts / ep
-    if ep <= 1 or num_experts <= k or expert_cv <= 0:
+    if ep <= 1:
         return 0.0
+    k = num_experts / ep
     return expert_cv ** 2 * (num_experts - k) / (k * (num_experts - 1))
 
 
