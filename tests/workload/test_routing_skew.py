@@ -20,8 +20,8 @@ from narrowpath.errors import SpecError
 from narrowpath.schedule.serving_run import simulate
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
-from narrowpath.workload.moe import (LEARNED_EXPERT_LOAD_CV, busiest_rank_factor, learned_rank_cv2,
-                                     routing_imbalance)
+from narrowpath.workload.moe import (FINE_GRAINED_EXPERTS, LEARNED_EXPERT_LOAD_CV, busiest_rank_factor,
+                                     learned_rank_cv2, router_load_cv, routing_imbalance)
 from narrowpath.workload.serving import Formats, moe_token_ops
 
 
@@ -76,31 +76,47 @@ def _mixtral(balance: str, ep: int = 8) -> ServingScenario:
                            num_gpus=8)
 
 
-def test_learned_routing_prices_more_rows_on_the_busiest_rank_than_a_balancer():
-    """Mixtral (8 experts, one per rank at ep 8): the busiest rank's expert rows carry the skew; at ep 1 (experts in
-    tensor parallelism) there is no rank to be hotter and both settings price alike."""
-    def rows(balance, ep=8):
-        scn = _mixtral(balance, ep)
-        f = Formats.of(scn.plan, True, scn.model)
-        return sum(op.flop for op in moe_token_ops(scn.model, scn.plan, f, 256.0) if op.name.startswith("expert"))
-    assert rows("learned") > 1.5 * rows("eplb")
-    plan = dataclasses.replace(_mixtral("learned").plan, ep=1)
-    f = Formats.of(plan, True, _mixtral("learned").model)
-    a = moe_token_ops(_mixtral("learned").model, plan, f, 256.0)
-    b = moe_token_ops(_mixtral("learned").model, dataclasses.replace(plan, expert_balance="eplb"), f, 256.0)
-    assert [op.flop for op in a] == [op.flop for op in b]
+def _deepseek(balance: str, ep: int = 8) -> ServingScenario:
+    """DeepSeek-V3 as the TensorRT-LLM blogs serve R1: NVFP4 on one DGX B200, attention DP 8, experts EP 8."""
+    plan = ServingPlan(tp=1, dp=8, ep=ep, weight_precision="fp4", kv_precision="fp8", expert_balance=balance)
+    return ServingScenario(model=resolve_model("deepseek-v3"), system=system_or_device("dgx-b200"), plan=plan,
+                           load=Load(arrival="offline", input_tokens=256, output_tokens=32, num_requests=200),
+                           num_gpus=8)
+
+
+def _expert_flop(scn: ServingScenario, T: float = 256.0) -> float:
+    f = Formats.of(scn.plan, True, scn.model)
+    return sum(op.flop for op in moe_token_ops(scn.model, scn.plan, f, T) if op.name.startswith("expert"))
+
+
+def test_fine_grained_routers_carry_the_skew_coarse_ones_do_not():
+    assert router_load_cv(256) == router_load_cv(FINE_GRAINED_EXPERTS) == LEARNED_EXPERT_LOAD_CV
+    assert router_load_cv(8) == router_load_cv(16) == router_load_cv(FINE_GRAINED_EXPERTS - 1) == 0.0
+    assert _expert_flop(_deepseek("learned")) > 1.2 * _expert_flop(_deepseek("eplb"))
+    assert _expert_flop(_mixtral("learned")) == _expert_flop(_mixtral("eplb"))
+
+
+def test_ep_1_prices_alike_whatever_the_balance():
+    """Experts in tensor parallelism: every GPU holds a slice of each expert, so no rank is hotter."""
+    a, b = _deepseek("learned"), _deepseek("eplb")
+    a = dataclasses.replace(a, plan=dataclasses.replace(a.plan, ep=1))
+    b = dataclasses.replace(b, plan=dataclasses.replace(b.plan, ep=1))
+    fa, fb = Formats.of(a.plan, True, a.model), Formats.of(b.plan, True, b.model)
+    assert [op.flop for op in moe_token_ops(a.model, a.plan, fa, 256.0)] == \
+        [op.flop for op in moe_token_ops(b.model, b.plan, fb, 256.0)]
 
 
 def test_a_balancer_is_offered_as_a_whatif_and_gains():
-    run = simulate(_mixtral("learned"), ())
+    run = simulate(_deepseek("learned"), ())
     verdict = serving_verdict(run, serving_accounts(run))
     w = {x.name: x for x in verdict.whatifs}
     assert "expert load balancer" in w and w["expert load balancer"].gain > 0
     assert "8 expert-parallel ranks" in w["expert load balancer"].change
-    run = simulate(_mixtral("eplb"), ())
-    verdict = serving_verdict(run, serving_accounts(run))
-    assert "expert load balancer" not in {x.name for x in verdict.whatifs}
-    assert "expert load balancer" in dict(verdict.skipped)
+    for scn, why in ((_deepseek("eplb"), "already evens"), (_mixtral("learned"), "coarse router of 8 experts")):
+        run = simulate(scn, ())
+        verdict = serving_verdict(run, serving_accounts(run))
+        assert "expert load balancer" not in {x.name for x in verdict.whatifs}
+        assert why in dict(verdict.skipped)["expert load balancer"]
 
 
 def test_a_bad_setting_is_refused_naming_the_field(tmp_path, capsys):
@@ -117,8 +133,9 @@ def test_a_bad_setting_is_refused_naming_the_field(tmp_path, capsys):
 
 
 def test_the_flag_reaches_the_plan_and_the_console(capsys):
-    args = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--tp", "2", "--dp", "4", "--ep", "8",
-            "--offline", "--input-len", "256", "--output-len", "16", "--num-requests", "40", "--no-whatif"]
+    args = ["serve", "--model", "deepseek-v3", "--system", "dgx-b200", "--tp", "1", "--dp", "8", "--ep", "8",
+            "--weights", "fp4", "--kv", "fp8", "--offline", "--input-len", "256", "--output-len", "16",
+            "--num-requests", "40", "--no-whatif"]
     assert main(args + ["--json"]) == 0
     learned = json.loads(capsys.readouterr().out)
     assert learned["scenario"]["plan"]["expert_balance"] == "learned"
@@ -140,12 +157,28 @@ def test_rank_spread_by_hand():
 
 
 def test_busiest_rank_rows_by_hand():
-    """Mixtral on tp 2 · dp 4 · ep 8 at 256 tokens a rank: 256·4·2 = 2,048 copies, 256 a rank. Balanced:
-    1 + √(2 ln 8 / 256) = 1.12746; learned: 1 + √(2 ln 8 · (1/256 + 1.6384)) = 3.61345. The permute moves
-    2 × rows × 4,096 × 2 bytes."""
+    """DeepSeek-V3 on dp 8 · ep 8 at 256 tokens a rank: 256·8·8 = 16,384 copies, 2,048 a rank, 32 experts a rank.
+    Balanced: 1 + √(2 ln 8 / 2048) = 1.045063; learned: s = 1.28²·224/(32·255) = 0.044976,
+    1 + √(2 ln 8 · (1/2048 + s)) = 1.434833. The permute moves 2 × rows × 7,168 × 2 bytes."""
     def permute_bytes(balance):
-        scn = _mixtral(balance)
+        scn = _deepseek(balance)
         f = Formats.of(scn.plan, True, scn.model)
         return next(op.hbm_bytes for op in moe_token_ops(scn.model, scn.plan, f, 256.0) if op.name == "moe_permute")
-    assert permute_bytes("eplb") == pytest.approx(2 * 256 * 1.12746 * 4096 * 2, rel=1e-5)
-    assert permute_bytes("learned") == pytest.approx(2 * 256 * 3.61345 * 4096 * 2, rel=1e-5)
+    assert permute_bytes("eplb") == pytest.approx(2 * 2048 * 1.045063 * 7168 * 2, rel=1e-6)
+    assert permute_bytes("learned") == pytest.approx(2 * 2048 * 1.434833 * 7168 * 2, rel=1e-6)
+
+
+def test_search_serve_keeps_the_balance_it_is_given(capsys):
+    """`search --serve --expert-balance` reaches every plan it prices: for a coarse router both settings price
+    alike; an unknown setting is refused by the parser (exit 2)."""
+    args = ["search", "--serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "8", "--tp", "1",
+            "--dp", "8", "--ep", "8", "--input-len", "256", "--output-len", "32", "--jobs", "1", "--slo-ttft", "5",
+            "--slo-tpot", "0.2", "--json", "--no-disaggregation"]
+    tops = []
+    for balance in ("learned", "eplb"):
+        assert main(args + ["--expert-balance", balance]) == 0
+        tops.append(json.loads(capsys.readouterr().out)["ranked"][0]["output_tokens_per_s_per_gpu"])
+    assert tops[0] == pytest.approx(tops[1], rel=1e-12)
+    with pytest.raises(SystemExit) as exc:
+        main(args + ["--expert-balance", "hot"])
+    assert exc.value.code == 2

@@ -15,6 +15,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.spec.serving import ServingScenario, serving_consistency
+from narrowpath.workload.moe import router_load_cv
 
 WHATIF_REQUESTS = 1000
 
@@ -130,6 +131,9 @@ def candidates(scn: ServingScenario, spans_cross: bool) -> tuple[list[tuple[str,
     elif p.ep == 1:
         skipped.append(("expert load balancer", "the experts are split by tensor parallelism (ep 1): every GPU "
                         "holds a slice of each, so no rank is hotter than another"))
+    elif not router_load_cv(m.moe.num_experts):
+        skipped.append(("expert load balancer", f"a coarse router of {m.moe.num_experts} experts is priced as random "
+                        "assignment already (no measured skew to remove)"))
     elif p.expert_balance == "eplb":
         skipped.append(("expert load balancer", "an expert load balancer already evens the ranks' loads"))
     else:

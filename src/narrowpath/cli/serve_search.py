@@ -13,7 +13,7 @@ from narrowpath.catalog.serving import load_serving_scenario
 from narrowpath.errors import SpecError
 from narrowpath.report.console import table
 from narrowpath.search.serve_space import ServeSpace, count_plans, search_serve
-from narrowpath.spec.serving import KV_PRECISIONS, WEIGHT_PRECISIONS, Load, ServingPlan
+from narrowpath.spec.serving import EXPERT_BALANCES, KV_PRECISIONS, WEIGHT_PRECISIONS, Load, ServingPlan
 
 
 def add_serve_search_args(p) -> None:
@@ -31,6 +31,9 @@ def add_serve_search_args(p) -> None:
     g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS,
                    help="KV cache format every serving plan uses (default bf16)")
     g.add_argument("--framework", help="serving stack whose defaults the plans keep (default: the tool's own)")
+    g.add_argument("--expert-balance", dest="expert_balance", choices=EXPERT_BALANCES,
+                   help="MoE: tokens reach the expert-parallel ranks as the trained router sends them, or evened out "
+                   "by an expert load balancer (default learned)")
     g.add_argument("--replicas", type=int, help="pin the instance count")
     g.add_argument("--max-batch", dest="max_batch", type=int, help="pin the per-lane batch limit")
     g.add_argument("--no-disaggregation", dest="disaggregation", action="store_false",
@@ -57,7 +60,7 @@ def _space(args) -> ServeSpace:
         if not (args.input_len or (load and load.input_tokens)) or not (args.output_len or (load and load.output_tokens)):
             raise SpecError("--input-len/--output-len", "give the prompt and output lengths of the requests")
         load = Load(input_tokens=args.input_len or load.input_tokens, output_tokens=args.output_len or load.output_tokens)
-    kw = {k: getattr(args, k) for k in ("weight_precision", "kv_precision", "framework")
+    kw = {k: getattr(args, k) for k in ("weight_precision", "kv_precision", "framework", "expert_balance")
           if getattr(args, k, None) is not None}
     plan = dataclasses.replace(plan, **kw)
     pins = {k: getattr(args, k) for k in ("tp", "pp", "dp", "ep", "replicas", "max_batch")

@@ -69,6 +69,19 @@ in TensorRT-LLM, Part 1', Table 1). The same table's rank loads check how it com
 per rank give a rank CV of 0.447 against the 0.480 measured (491.6 / 1024)."""
 
 
+FINE_GRAINED_EXPERTS = 64
+"""Routed experts from which a router counts as fine-grained (DeepSeekMoE's fine expert segmentation: many small
+experts, several chosen per token, each specialising), the kind LEARNED_EXPERT_LOAD_CV was measured on (256
+experts). Coarse routers of 8–16 large experts (Mixtral, Llama 4 Scout, DBRX, Grok-1) spread broad token classes
+over few experts; no measurement of their skew at inference was found, so they keep random assignment."""
+
+
+def router_load_cv(num_experts: int) -> float:
+    """Spread of a trained router's load over its experts at inference, no balancer: LEARNED_EXPERT_LOAD_CV for a
+    fine-grained router (FINE_GRAINED_EXPERTS), else 0 (not measured; random assignment only)."""
+    return LEARNED_EXPERT_LOAD_CV if num_experts >= FINE_GRAINED_EXPERTS else 0.0
+
+
 def learned_rank_cv2(num_experts: int, ep: int, expert_cv: float = LEARNED_EXPERT_LOAD_CV) -> float:
     """Squared coefficient of variation of one expert-parallel rank's load that learned routing adds: the rank
     holds k = num_experts/ep experts whose loads vary with `expert_cv` about a common mean, a sample of k of the

@@ -38,7 +38,7 @@ from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.attention import attention_params, kv_width_per_rank
 from narrowpath.workload.split import stage_layer_ranges
 from narrowpath.workload.items import Op
-from narrowpath.workload.moe import busiest_rank_factor, expert_params, learned_rank_cv2
+from narrowpath.workload.moe import busiest_rank_factor, expert_params, learned_rank_cv2, router_load_cv
 from narrowpath.workload.ops import gemm, vector
 
 ACT_BYTES = 2
@@ -199,7 +199,8 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
     on the rank's own tokens), permute, the routed experts of this GPU as grouped GEMMs over the copies routed
     to it from all dp ranks, unpermute, shared experts. With experts spread over ep ranks the busiest rank's rows
     are priced (every rank waits for it in the combine): random assignment plus, unless an expert load balancer
-    runs, the trained router's skew (workload.moe.busiest_rank_factor, learned_rank_cv2). The skew's other effect,
+    runs, a fine-grained trained router's skew (workload.moe.busiest_rank_factor, learned_rank_cv2,
+    router_load_cv). The skew's other effect,
     fewer distinct experts (fewer weights read) in a small decode batch, is not applied: the one measurement of
     it is of rank loads at 256 sequences per rank, where every expert is active."""
     moe, A, h = model.moe, ACT_BYTES, model.hidden
@@ -207,7 +208,8 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
            gemm("router", "fwd", T, h, moe.num_experts, "bf16", A, A),
            vector("router_topk", "fwd", 3 * T * moe.num_experts * 4, "fp32", kernels=2)]
     copies_stage = T * plan.dp * moe.top_k  # token copies of all dp ranks entering this stage's experts
-    skew = learned_rank_cv2(moe.num_experts, plan.ep) if plan.expert_balance == "learned" else 0.0
+    skew = learned_rank_cv2(moe.num_experts, plan.ep, router_load_cv(moe.num_experts)) \
+        if plan.expert_balance == "learned" else 0.0
     rows = copies_stage / plan.ep * busiest_rank_factor(plan.ep, copies_stage / plan.ep, skew)
     active = expected_active_experts(moe.num_experts / plan.ep, moe.num_experts, copies_stage)
     if rows > 0:
