@@ -182,3 +182,16 @@ def test_search_serve_keeps_the_balance_it_is_given(capsys):
     with pytest.raises(SystemExit) as exc:
         main(args + ["--expert-balance", "hot"])
     assert exc.value.code == 2
+
+
+def test_the_moe_half_of_a_served_layer_by_hand():
+    """DeepSeek-V3 (hidden 7,168, 256 experts) at 256 tokens a rank: add+norm moves 4·256·7,168·2 bytes, the
+    top-k reads and writes 3·256·256 fp32 scores in 2 kernels; no tokens, no expert work."""
+    scn = _deepseek("learned")
+    f = Formats.of(scn.plan, True, scn.model)
+    ops = {op.name: op for op in moe_token_ops(scn.model, scn.plan, f, 256.0)}
+    assert ops["add_norm"].hbm_bytes == 4 * 256 * 7168 * 2
+    assert ops["router_topk"].hbm_bytes == 3 * 256 * 256 * 4 and ops["router_topk"].kernels == 2
+    assert ops["moe_unpermute"].hbm_bytes == ops["moe_permute"].hbm_bytes
+    idle = {op.name for op in moe_token_ops(scn.model, scn.plan, f, 0.0)}
+    assert not idle & {"moe_permute", "expert_up", "expert_act", "expert_down", "moe_unpermute"}
