@@ -2,8 +2,8 @@
 waiting when requests spend longer queued than served), and a ranked list of changes, each a re-simulation of
 the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
 KV cache, disaggregated prefill/decode pools, a larger scale-up domain, an expert load balancer (MoE over
-expert-parallel ranks), speculative decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are compared with is re-run on
-that same load.
+expert-parallel ranks), speculative decoding (when an acceptance rate is given). What-ifs run at most
+WHATIF_REQUESTS requests; the baseline they are compared with is re-run on that same load.
 """
 from __future__ import annotations
 
@@ -126,19 +126,19 @@ def candidates(scn: ServingScenario, spans_cross: bool) -> tuple[list[tuple[str,
         big = dataclasses.replace(sysm, tiers=tiers, name=f"{sysm.name}+nvl{dom}")
         out.append(("larger scale-up domain", f"scale-up domain {sysm.scale_up_domain} → {dom} GPUs",
                     dataclasses.replace(scn, system=big)))
-    if m.moe is None:
-        pass
-    elif p.ep == 1:
-        skipped.append(("expert load balancer", "the experts are split by tensor parallelism (ep 1): every GPU "
-                        "holds a slice of each, so no rank is hotter than another"))
-    elif not router_load_cv(m.moe.num_experts):
-        skipped.append(("expert load balancer", f"a coarse router of {m.moe.num_experts} experts is priced as random "
-                        "assignment already (no measured skew to remove)"))
-    elif p.expert_balance == "eplb":
-        skipped.append(("expert load balancer", "an expert load balancer already evens the ranks' loads"))
-    else:
-        out.append(("expert load balancer", f"EPLB over the {p.ep} expert-parallel ranks (hot experts replicated "
-                    "and placed)", dataclasses.replace(scn, plan=dataclasses.replace(p, expert_balance="eplb"))))
+    if m.moe is not None:
+        if p.ep == 1:
+            skipped.append(("expert load balancer", "the experts are split by tensor parallelism (ep 1): every GPU "
+                            "holds a slice of each, so no rank is hotter than another"))
+        elif not router_load_cv(m.moe.num_experts):
+            skipped.append(("expert load balancer", f"a coarse router of {m.moe.num_experts} experts is priced as "
+                            "random assignment already (no measured skew to remove)"))
+        elif p.expert_balance == "eplb":
+            skipped.append(("expert load balancer", "an expert load balancer already evens the ranks' loads"))
+        else:
+            out.append(("expert load balancer", f"EPLB over the {p.ep} expert-parallel ranks (hot experts "
+                        "replicated and placed)",
+                        dataclasses.replace(scn, plan=dataclasses.replace(p, expert_balance="eplb"))))
     if p.spec_acceptance > 0 and not p.spec_tokens and p.policy != "static":
         for k in (1, 2, 4):
             out.append((f"speculative decoding k={k}", f"{k} draft tokens at acceptance {p.spec_acceptance:g}",

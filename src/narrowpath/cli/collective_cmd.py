@@ -76,10 +76,11 @@ def _sizes(lo: int, hi: int, factor: float) -> list[int]:
     return out
 
 
-def run_corpus(path: str | None, keep_going: bool = False) -> tuple:
-    """(rows, source) for every case of a `collective-corpus/1` file, one calibration per device (the catalog's);
-    a bad case stops it, naming the field. With `keep_going` (validate): (rows, source, [(case id, reason)]) —
-    each bad case is set aside with its reason and the others are priced."""
+def run_corpus(path: str | None, keep_going: bool = False
+               ) -> tuple[list[CorpusRow], str, list[tuple[str, str]]]:
+    """(rows, source, failed) for every case of a `collective-corpus/1` file, one calibration per device (the
+    catalog's); a bad case stops it, naming the field. With `keep_going` (validate) each bad case is set aside in
+    `failed` as (case id, reason) and the others are priced; without, `failed` is empty."""
     from narrowpath.catalog.resolve import read_data_file
     if path:
         data, source = read_data_file(path), str(path)
@@ -96,7 +97,7 @@ def run_corpus(path: str | None, keep_going: bool = False) -> tuple:
     if not cases:
         raise SpecError("corpus.cases", f"{source}: no cases")
     if not keep_going:
-        return [_corpus_row(case, f"corpus.cases[{i}]") for i, case in enumerate(cases)], source
+        return [_corpus_row(case, f"corpus.cases[{i}]") for i, case in enumerate(cases)], source, []
     rows, failed = [], []
     for i, case in enumerate(cases):
         try:
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nic_gbps is not None and not (math.isfinite(args.nic_gbps) and args.nic_gbps > 0):
         raise SpecError("--nic-gbps", f"must be a finite number > 0, got {args.nic_gbps}")
     if args.corpus is not None:
-        rows, source = run_corpus(args.corpus or None)
+        rows, source, _ = run_corpus(args.corpus or None)
         print(json.dumps(corpus_json(rows), indent=2) if args.json else corpus_text(rows, source))
         return 0
     if not args.system:

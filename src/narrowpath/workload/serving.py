@@ -200,9 +200,9 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
     to it from all dp ranks, unpermute, shared experts. With experts spread over ep ranks the busiest rank's rows
     are priced (every rank waits for it in the combine): random assignment plus, unless an expert load balancer
     runs, a fine-grained trained router's skew (workload.moe.busiest_rank_factor, learned_rank_cv2,
-    router_load_cv). The skew's other effect,
-    fewer distinct experts (fewer weights read) in a small decode batch, is not applied: the one measurement of
-    it is of rank loads at 256 sequences per rank, where every expert is active."""
+    router_load_cv). The skew's other effect, fewer distinct experts (fewer weights read) in a small decode batch,
+    is not applied: the one measurement of it is of rank loads at 256 sequences per rank, where every expert is
+    active."""
     moe, A, h = model.moe, ACT_BYTES, model.hidden
     ops = [vector("add_norm", "fwd", 4 * T * h * A, "bf16"),
            gemm("router", "fwd", T, h, moe.num_experts, "bf16", A, A),
