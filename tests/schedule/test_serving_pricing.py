@@ -82,8 +82,8 @@ def test_a_pipeline_loop_that_waits_for_each_stage_puts_the_host_work_between_th
     and 11 ms with 3 ms of host work each → 3 · 15 = 45 ms (not max(33, 36) = 36 ms); without host work it is the
     GPipe period; one 30 ms stage among two of 2 ms: 3 · 30 = 90 ms (the slowest rank paces the ring). The serving
     cost uses it under a stack that says so: at pp 2 with trtllm-bench's 29 µs per
-    request the period of 40 decodes is 2 · (slowest stage + 40 · 29 µs), where vLLM's overlapped loop takes
-    max(GPipe period, 2 · 40 · 29 µs)."""
+    request the period of 32 decodes (a captured graph size: no padding) is 2 · (slowest stage + 32 · 29 µs), where
+    vLLM's overlapped loop takes max(GPipe period, 2 · 32 · 29 µs)."""
     from narrowpath.schedule.serving_cost import pp_serial_period_s
     assert pp_serial_period_s([0.010, 0.012, 0.011], 0.003) == pytest.approx(0.045)
     assert pp_serial_period_s([0.010, 0.012, 0.011], 0.0) == pytest.approx(0.036)
@@ -91,11 +91,11 @@ def test_a_pipeline_loop_that_waits_for_each_stage_puts_the_host_work_between_th
     assert pp_serial_period_s([0.010], 0.001) == pytest.approx(0.011)  # one stage: its forward then its host work
     assert serving_stack("TensorRT-LLM 1.0 (PyTorch backend)")["pp_host_serial"] is True
     assert not serving_stack("vLLM 0.10").get("pp_host_serial")
-    T, dec, ctx = 40.0, 40.0, 40 * 900.0
+    T, dec, ctx = 32.0, 32.0, 32 * 900.0
     serial = _cost(ServingPlan(pp=2, framework="TensorRT-LLM 1.0 (PyTorch backend)"))
     stages = [serial.token_time_s(s, T) + serial.attention_s(s, dec, ctx, 0, 0, 0) for s in range(2)]
     stages[-1] += serial.head_time_s(dec)
-    assert serial.iteration_s(T, dec, ctx) == pytest.approx(2 * (max(stages) + 40 * 29e-6), rel=1e-12)
+    assert serial.iteration_s(T, dec, ctx) == pytest.approx(2 * (max(stages) + 32 * 29e-6), rel=1e-12)
     overlapped = _cost(ServingPlan(pp=2, framework="vLLM 0.10"))
     st2 = [overlapped.token_time_s(s, T) + overlapped.attention_s(s, dec, ctx, 0, 0, 0) for s in range(2)]
     st2[-1] += overlapped.head_time_s(dec)

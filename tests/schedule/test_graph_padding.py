@@ -1,0 +1,150 @@
+"""A decode iteration runs on a captured CUDA graph of a fixed batch size: TensorRT-LLM's PyTorch backend keeps the
+configured sizes a pure decode batch can reach, pads a generation-only batch with one-token dummy requests up to the
+next captured size, and runs eagerly when no graph fits (model_engine.py `_filter_cuda_graph_batch_sizes`,
+`_get_padded_batch`; tech blog 20 measures what the padding costs). Values by hand from those rules."""
+from __future__ import annotations
+
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.catalog.serving import serving_stack
+from narrowpath.schedule import serving_cost as serving_cost_mod
+from narrowpath.schedule.serving_cost import ServingCost, captured_graph_sizes, graph_batch
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+
+PERF = [1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192]
+"""The performance overview's llm_options.yml (TensorRT-LLM 1.0 perf-overview.md)."""
+X2 = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 256, 512, 1024, 2048]
+"""The default 'x2' list of tech blog 20."""
+
+
+def test_the_engine_keeps_the_sizes_a_decode_batch_can_reach():
+    """max_batch 512, max_num_tokens 2048: every size up to 512 (1024 and above dropped). max_batch 469: the sizes
+    to 384, then 469 itself (padding on: a batch of 400 may pad to the ceiling); without padding the list stops at
+    384. Speculative decoding with 3 draft tokens spends 4 tokens a request: max_num_tokens 2048 → a ceiling of
+    512 even at max_batch 4096. A token budget below the batch limit: 300 / 200 → ceiling 200. Limits not yet
+    chosen (0) bound nothing. The ceiling is added only when a configured size lies above it."""
+    assert captured_graph_sizes(PERF, 512, 2048, 1, True) == PERF[:11]
+    assert captured_graph_sizes(PERF, 469, 2048, 1, True) == PERF[:10] + [469]
+    assert captured_graph_sizes(PERF, 469, 2048, 1, False) == PERF[:10]
+    assert captured_graph_sizes(PERF, 4096, 2048, 4, True) == PERF[:11]
+    assert captured_graph_sizes(PERF, 4096, 2050, 4, True) == PERF[:11]  # ⌊2050 / 4⌋ = 512, a listed size
+    assert captured_graph_sizes(PERF, 512, 2048, 1, False) == PERF[:11]  # the limit itself listed: kept
+    assert captured_graph_sizes(PERF, 1, 2048, 1, True) == [1]  # max_batch 1: one graph
+    assert captured_graph_sizes(PERF, 300, 200, 1, True) == PERF[:8] + [200]
+    assert captured_graph_sizes(PERF, 0, 0, 1, True) == PERF
+    # sorted first; no configured size above the ceiling, so none is added: a batch of 600 has no graph
+    assert captured_graph_sizes([512, 1, 128], 1000, 8192, 1, True) == [1, 128, 512]
+    assert graph_batch(600, [1, 128, 512], True) is None
+
+
+def test_a_decode_batch_runs_at_the_next_captured_size_or_eagerly():
+    """469 sequences on the list to 512 run as 512 (43 dummies); 384 is captured; 513 fits no graph (eager).
+    Without padding only a captured size has a graph. Tech blog 20's 'up to 50 % padding waste' with the x2 list:
+    257 sequences pad to 512 (255 of 512 slots empty)."""
+    sizes = PERF[:11]
+    assert graph_batch(469, sizes, True) == 512
+    assert graph_batch(384, sizes, True) == 384
+    assert graph_batch(384, sizes, False) == 384
+    assert graph_batch(513, sizes, True) is None
+    assert graph_batch(469, sizes, False) is None
+    assert graph_batch(1, sizes, True) == 1
+    padded = graph_batch(257, X2, True)
+    assert padded == 512 and (padded - 257) / padded == pytest.approx(0.498, abs=1e-3)
+
+
+def _cost(framework: str = "TensorRT-LLM 1.0 (PyTorch backend)", max_batch: int = 512, max_num_tokens: int = 2048,
+          **plan) -> ServingCost:
+    p = ServingPlan(framework=framework, weight_precision="fp8", kv_precision="fp8", max_batch=max_batch,
+                    max_num_tokens=max_num_tokens, **plan)
+    scn = ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=p,
+                          load=Load(arrival="offline", input_tokens=128, output_tokens=2048), num_gpus=1)
+    return ServingCost(scn, 2048)
+
+
+def test_trtllm_bench_pads_a_decode_iteration_with_one_token_dummies():
+    """Llama-3 8B FP8 on one H100 under trtllm-bench's stack (the performance overview's sizes, max_batch 512):
+    469 decodes over 469·1,000 context tokens cost what 512 decodes over 469·1,000 + 43 tokens cost without a size
+    list, the output layer over 512 rows, the host's bookkeeping over the 469 real requests. 512 decodes are
+    captured: no change. A prompt iteration is never padded."""
+    assert serving_stack("TensorRT-LLM 1.0")["graph_batch_sizes"] == PERF
+    assert serving_stack("TensorRT-LLM 1.0")["graph_padding"] is True
+    cost = _cost()
+    assert cost.graph_sizes == PERF[:11] and cost.graph_padding
+    assert _cost(max_batch=469).graph_sizes == PERF[:10] + [469]  # padding on: the limit becomes a graph
+    ctx = 469 * 1000.0
+    padded = cost.iteration_s(469, 469, ctx)
+    cost.graph_sizes = None
+    assert padded == pytest.approx(cost.iteration_s(512, 512, ctx + 43, rows=512, requests=469), rel=1e-12)
+    assert padded > cost.iteration_s(469, 469, ctx)  # the dummies cost GEMM rows and logits
+    full = cost.iteration_s(512, 512, 512 * 1000.0)
+    cost.graph_sizes = PERF[:11]
+    assert cost.iteration_s(512, 512, 512 * 1000.0) == full
+    prompt = cost.iteration_s(469 + 700, 469, ctx, 700, 700 * 701 / 2, 700)
+    cost.graph_sizes = None
+    assert cost.iteration_s(469 + 700, 469, ctx, 700, 700 * 701 / 2, 700) == prompt
+
+
+def _stack(monkeypatch, **changes):
+    real = serving_cost_mod.serving_stack
+
+    def patched(framework):
+        entry = dict(real(framework), **changes)
+        return {k: v for k, v in entry.items() if v is not None}
+    monkeypatch.setattr(serving_cost_mod, "serving_stack", patched)
+
+
+def test_an_eager_decode_iteration_adds_the_kernel_dispatch_to_the_host_thread(monkeypatch):
+    """Under a stack whose executor spends 0.1 s per request (the host binds) and captures graphs without padding,
+    469 decodes (no graph) take 469 · 0.1 s plus the dispatch of Llama-3 8B's 293 kernels (8 per layer · 32 + the
+    embedding, one attention core per layer, the output layer's 4) at host_dispatch_s; 384 decodes (captured) take
+    384 · 0.1 s exactly. A stack that does not issue eagerly (no `eager_prefill`) pays no dispatch. A size list
+    without a `graph_padding` entry does not pad."""
+    _stack(monkeypatch, host_per_request_s=0.1, graph_padding=False)
+    cost = _cost()
+    assert cost.stage_kernels == [293.0] and not cost.graph_padding
+    assert cost.iteration_s(469, 469, 469e3) == pytest.approx(46.9 + 293 * cost.cal.host_dispatch_s, rel=1e-12)
+    assert cost.iteration_s(384, 384, 384e3) == pytest.approx(38.4, rel=1e-12)
+    _stack(monkeypatch, host_per_request_s=0.1, graph_padding=False, eager_prefill=False)
+    assert _cost().iteration_s(469, 469, 469e3) == pytest.approx(46.9, rel=1e-12)
+    _stack(monkeypatch, graph_padding=None)
+    assert _cost(max_batch=469).graph_sizes == PERF[:10] and not _cost().graph_padding
+
+
+def test_a_decode_batch_no_graph_fits_is_issued_kernel_by_kernel():
+    """Padding off and 469 decodes not captured: the framework issues each kernel of the iteration (the profile's
+    host_dispatch_s per kernel), on the same thread as the 469 requests' bookkeeping (29 µs each), overlapped with
+    the GPU: max(GPU time, 469 · 29 µs + kernels · host_dispatch_s)."""
+    cost = _cost()
+    cost.graph_padding = False
+    cost.graph_sizes = captured_graph_sizes(PERF, 512, 2048, 1, False)
+    ctx = 469 * 1000.0
+    gpu = cost.token_time_s(0, 469) + cost.attention_s(0, 469, ctx, 0, 0, 0) + cost.head_time_s(469)
+    host = 469 * 29e-6 + cost.stage_kernels[0] * cost.cal.host_dispatch_s
+    assert cost.cal.host_dispatch_s > 0
+    assert cost.iteration_s(469, 469, ctx) == pytest.approx(max(gpu, host), rel=1e-12)
+    assert cost.iteration_s(384, 384, 384 * 1000.0) == pytest.approx(
+        max(cost.token_time_s(0, 384) + cost.attention_s(0, 384, 384e3, 0, 0, 0) + cost.head_time_s(384),
+            384 * 29e-6), rel=1e-12)  # captured: replayed, the host does only the bookkeeping
+
+
+def test_stacks_without_a_size_list_price_the_batch_as_it_is():
+    """vLLM's entry and TensorRT-LLM 0.x (compiled engines) carry no size list: 469 decodes are priced as 469."""
+    for fw in ("vLLM 0.10", "TensorRT-LLM 0.9"):
+        assert not serving_stack(fw).get("graph_batch_sizes")
+        cost = _cost(fw)
+        assert cost.graph_sizes is None
+    cost = _cost("vLLM 0.10")
+    a = cost.iteration_s(469, 469, 469e3)
+    assert a < cost.iteration_s(512, 512, 469e3 + 43)
+
+
+def test_speculative_decoding_pads_every_query_of_a_dummy():
+    """With 3 draft tokens each request verifies 4 tokens: a 1,024-token budget holds 256 decoding requests, so the
+    graphs stop at 256; 100 requests pad to 128, the 28 dummies adding 4 · 28 = 112 tokens."""
+    cost = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
+    assert cost.graph_sizes == PERF[:9]
+    padded = cost.iteration_s(400, 100, 100e3, queries_per_seq=4.0)
+    cost.graph_sizes = None
+    assert padded == pytest.approx(cost.iteration_s(512, 128, 100e3 + 28, rows=128, queries_per_seq=4.0,
+                                                    requests=100), rel=1e-12)
