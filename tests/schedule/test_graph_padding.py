@@ -148,3 +148,27 @@ def test_speculative_decoding_pads_every_query_of_a_dummy():
     cost.graph_sizes = None
     assert padded == pytest.approx(cost.iteration_s(512, 128, 100e3 + 28, rows=128, queries_per_seq=4.0,
                                                     requests=100), rel=1e-12)
+
+
+def test_a_plan_states_its_own_sizes_and_padding():
+    """The DeepSeek-R1 blog's B200 c3072 run captures 1, 2, …, 256, 384 with padding and max batch 384: a plan that
+    says so replaces the stack's list (300 decodes pad to 384, not 512); padding off in the plan wins over the
+    stack's on; sizes on a stack without a list (vLLM) apply."""
+    own = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384)
+    cost = _cost(max_batch=1024, graph_batch_sizes=own)
+    assert cost.graph_sizes == list(own) and cost.graph_padding
+    assert graph_batch(300, cost.graph_sizes, cost.graph_padding) == 384
+    assert _cost(max_batch=1024).graph_sizes[-3:] == [384, 512, 1024]
+    assert not _cost(graph_padding=False).graph_padding
+    vllm = _cost("vLLM 0.10", graph_batch_sizes=(64, 128))
+    assert vllm.graph_sizes == [64, 128] and not vllm.graph_padding  # vLLM's entry states no padding
+
+
+def test_tech_blog_20s_list():
+    """'+64': 1, 2, 4, every 8 to 128 (16 sizes), every 64 from 192 to 2,048 (30 sizes) = 49 graphs, the blog's
+    count; a batch limit of 4,096 continues the steps (62 more)."""
+    from narrowpath.schedule.serving_cost import finer_graph_sizes
+    fine = finer_graph_sizes(512)
+    assert len(fine) == 49 and fine[:5] == (1, 2, 4, 8, 16) and fine[18:21] == (128, 192, 256) and fine[-1] == 2048
+    assert len(finer_graph_sizes(4096)) == 49 + 32 and finer_graph_sizes(4096)[-1] == 4096
+    assert graph_batch(469, list(fine), True) == 512 and graph_batch(300, list(fine), True) == 320

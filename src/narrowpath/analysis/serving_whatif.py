@@ -2,7 +2,8 @@
 waiting when requests spend longer queued than served), and a ranked list of changes, each a re-simulation of
 the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
 KV cache, disaggregated prefill/decode pools, a larger scale-up domain, an expert load balancer (MoE over
-expert-parallel ranks), speculative decoding (when an acceptance rate is given). What-ifs run at most
+expert-parallel ranks), finer CUDA graph sizes (an engine that pads decode batches to captured sizes), speculative
+decoding (when an acceptance rate is given). What-ifs run at most
 WHATIF_REQUESTS requests; the baseline they are compared with is re-run on that same load.
 """
 from __future__ import annotations
@@ -11,7 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from narrowpath.analysis.serving_accounts import HOST_KEY, ServingAccounts
+from narrowpath.catalog.serving import serving_stack
 from narrowpath.errors import NarrowpathError
+from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.spec.serving import ServingScenario, serving_consistency
@@ -81,9 +84,10 @@ def keeps_up(scn: ServingScenario, output_tokens_per_s: float) -> bool:
     return output_tokens_per_s >= 0.95 * offered
 
 
-def candidates(scn: ServingScenario, spans_cross: bool) -> tuple[list[tuple[str, str, ServingScenario]],
-                                                                  list[tuple[str, str]]]:
-    """(name, change, scenario) of each applicable what-if, and (name, reason) of those that do not apply."""
+def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0
+               ) -> tuple[list[tuple[str, str, ServingScenario]], list[tuple[str, str]]]:
+    """(name, change, scenario) of each applicable what-if, and (name, reason) of those that do not apply.
+    `decode_limit`: the largest decode batch the run's limits allow (its batch limit and token budget)."""
     p, m, sysm = scn.plan, scn.model, scn.system
     out, skipped = [], []
 
@@ -139,6 +143,25 @@ def candidates(scn: ServingScenario, spans_cross: bool) -> tuple[list[tuple[str,
             out.append(("expert load balancer", f"EPLB over the {p.ep} expert-parallel ranks (hot experts "
                         "replicated and placed)",
                         dataclasses.replace(scn, plan=dataclasses.replace(p, expert_balance="eplb"))))
+    stack = serving_stack(p.framework)
+    sizes = p.graph_batch_sizes or stack.get("graph_batch_sizes")
+    padding = bool(stack.get("graph_padding")) if p.graph_padding is None else p.graph_padding
+    name = "finer CUDA graph sizes"
+    if not sizes:
+        skipped.append((name, "the engine is not held to a list of captured decode batch sizes"))
+    elif p.policy == "static" or scn.load.arrival == "fixed-batch":
+        skipped.append((name, "a static batch decodes at one size throughout"))
+    else:
+        limit = decode_limit or max(sizes)
+        fine = finer_graph_sizes(limit)
+        if padding and set(captured_graph_sizes(fine, limit, limit, 1, True)) <= \
+                set(captured_graph_sizes(sizes, limit, limit, 1, True)):
+            skipped.append((name, "decode graphs are already captured every 8 sequences to 128 and every 64 above"))
+        else:
+            out.append((name, "decode graphs every 8 sequences to 128, every 64 above (tech blog 20's list)"
+                        + ("" if padding else ", with padding"),
+                        dataclasses.replace(scn, plan=dataclasses.replace(p, graph_batch_sizes=fine,
+                                                                          graph_padding=True))))
     if p.spec_acceptance > 0 and not p.spec_tokens and p.policy != "static":
         for k in (1, 2, 4):
             out.append((f"speculative decoding k={k}", f"{k} draft tokens at acceptance {p.spec_acceptance:g}",
@@ -171,7 +194,8 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
                        "replicas, each with its own loop), or a faster host CPU or scheduler")
     crosses = any(r.tier == "scale_out" for r in acc.collectives) or run.cost.scn.plan.disaggregated and \
         2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
-    cands, skipped = candidates(scn, crosses)
+    rp = run.scenario.plan
+    cands, skipped = candidates(scn, crosses, min(rp.max_batch, rp.max_num_tokens // (1 + rp.spec_tokens)))
     results = []
     for name, change, alt in cands:
         try:

@@ -30,7 +30,7 @@ _PLAN_ALIASES = {"weights_precision": "weight_precision"}
 _PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "prefill_replicas", "weights_precision", "weight_precision",
               "kv_precision", "max_batch", "max_num_tokens", "kv_block_tokens", "kv_memory_fraction",
               "chunked_prefill", "policy", "admission", "spec_tokens", "spec_acceptance", "spec_draft_layers",
-              "ep_dispatch", "expert_balance", "framework"}
+              "ep_dispatch", "expert_balance", "graph_batch_sizes", "graph_padding", "framework"}
 _WORKLOAD_KEYS = {"scenario", "request_rate_per_s", "batch_size", "concurrency", "input_tokens", "output_tokens",
                   "num_requests", "seed", "requests_file"}
 OPEN_OK = ("tp", "pp", "ep", "dp", "weight_precision", "kv_precision", "framework")
@@ -148,6 +148,12 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool
     for k in ("tp", "pp", "dp", "ep", "replicas"):
         if k in kw:
             kw[k] = positive_int(f"plan.{k}", kw[k], maximum=1 << 20)
+    if "graph_batch_sizes" in kw:
+        sizes = kw["graph_batch_sizes"]
+        if not isinstance(sizes, (list, tuple)) or not sizes:
+            raise SpecError("plan.graph_batch_sizes", f"must be a non-empty list of batch sizes, got {sizes!r}")
+        kw["graph_batch_sizes"] = tuple(positive_int(f"plan.graph_batch_sizes[{i}]", b, maximum=1 << 20)
+                                        for i, b in enumerate(sizes))
     tp, pp, dp = kw.get("tp", 1), kw.get("pp", 1), kw.get("dp", 1)
     settled = []
     if "dp" in open_ and num_gpus is not None and "tp" not in open_ and "pp" not in open_:

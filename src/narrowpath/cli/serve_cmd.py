@@ -62,6 +62,12 @@ def register(sub) -> None:
     g.add_argument("--expert-balance", dest="expert_balance", choices=EXPERT_BALANCES,
                    help="how routed tokens spread over the expert-parallel ranks: as the trained router sends them "
                    "(skewed toward hot experts) or evened out by an expert load balancer (EPLB) (default learned)")
+    g.add_argument("--graph-batch-sizes", dest="graph_batch_sizes",
+                   help="decode batch sizes the engine captures CUDA graphs for, comma-separated (TensorRT-LLM "
+                   "cuda_graph_config batch_sizes; default: the serving stack's list, if any)")
+    g.add_argument("--graph-padding", dest="graph_padding", action=argparse.BooleanOptionalAction, default=None,
+                   help="pad a decode batch to the next captured size (default: the stack's); without padding a "
+                   "batch of no captured size runs eagerly")
     g.add_argument("--policy", choices=POLICIES, help="iteration policy (default: the stack's; static for --batch)")
     g.add_argument("--admission", choices=("reserve", "on-demand"),
                    help="KV admission: reserve a request's whole budget, or allocate as it grows and preempt "
@@ -89,6 +95,21 @@ def register(sub) -> None:
     p.add_argument("--plots", help="directory for PNG plots (latency CDFs, one lane over time)")
     p.add_argument("--timeline", help="Perfetto/Chrome-trace JSON of one lane's iterations")
     p.set_defaults(func=run)
+
+
+def graph_sizes_arg(text: str) -> tuple[int, ...]:
+    """--graph-batch-sizes '1,2,4,…': positive integers, comma-separated."""
+    out = []
+    for part in str(text).split(","):
+        try:
+            b = int(part.strip())
+        except ValueError:
+            raise SpecError("--graph-batch-sizes", f"{part.strip()!r} is not a batch size (give e.g. 1,2,4,8,16)") \
+                from None
+        if b < 1:
+            raise SpecError("--graph-batch-sizes", f"batch sizes must be >= 1, got {b}")
+        out.append(b)
+    return tuple(out)
 
 
 def _load(args, base: Load | None) -> Load:
@@ -137,8 +158,10 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     kw = {f: getattr(args, f) for f in list(_PLAN_FLAGS) + ["weight_precision", "kv_precision", "kv_memory_fraction",
                                                              "chunked_prefill", "policy", "admission",
                                                              "spec_acceptance", "framework", "ep_dispatch",
-                                                             "expert_balance"]
+                                                             "expert_balance", "graph_padding"]
           if getattr(args, f, None) is not None}
+    if getattr(args, "graph_batch_sizes", None) is not None:
+        kw["graph_batch_sizes"] = graph_sizes_arg(args.graph_batch_sizes)
     open_knobs = tuple(k for k in open_knobs if k not in kw)
     if args.gpus is not None:
         inst = kw.get("tp", plan0.tp) * kw.get("dp", plan0.dp) * kw.get("pp", plan0.pp)

@@ -22,6 +22,10 @@ def _plan_line(run: ServingRun) -> str:
               f"max batch {lim.max_batch}", f"token budget {lim.max_num_tokens}"]
     if p.spec_tokens:
         parts.append(f"speculative k={p.spec_tokens} α={p.spec_acceptance:g}")
+    sizes = run.cost.graph_sizes
+    if sizes:
+        parts.append(f"decode graphs {len(sizes)} sizes to {sizes[-1]} "
+                     f"({'padded' if run.cost.graph_padding else 'exact'})")
     return ", ".join(parts)
 
 

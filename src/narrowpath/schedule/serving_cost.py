@@ -93,6 +93,14 @@ def graph_batch(decodes: float, captured: list[int], padding: bool) -> int | Non
     return captured[i] if padding else None
 
 
+def finer_graph_sizes(limit: int) -> tuple[int, ...]:
+    """TensorRT-LLM tech blog 20's '+64' list, which became the engine's default with padding: 1, 2, 4, every 8 to
+    128, then every 64 from 192 to 2,048 ('reduces the maximum per-step padding from 1024 to 63 tokens'), continued
+    every 64 up to `limit` when the batch limit is higher."""
+    top = max(2048, int(limit))
+    return tuple([1, 2, 4] + list(range(8, 129, 8)) + list(range(192, top + 1, 64)))
+
+
 def pp_serial_period_s(stage_s: list[float], host_s: float) -> float:
     """Period of a micro-batch under a pipeline loop that waits for each stage's forward before its host work
     (TensorRT-LLM 1.0 PyExecutor._executor_loop_pp: a non-last rank's `_forward_step_inter_pp` ends in
@@ -135,11 +143,12 @@ class ServingCost:
         self.layout = instance_plan(p)
         stack = serving_stack(p.framework)
         self.eager_prefill = bool(stack.get("eager_prefill", False))
-        self.graph_padding = bool(stack.get("graph_padding"))
-        self.graph_sizes = (captured_graph_sizes(stack["graph_batch_sizes"], p.max_batch, p.max_num_tokens,
-                                                 1 + p.spec_tokens, self.graph_padding)
-                            if stack.get("graph_batch_sizes") else None)
-        """Captured decode batch sizes (None: the stack's decode iterations are not held to a size list)."""
+        self.graph_padding = bool(stack.get("graph_padding")) if p.graph_padding is None else p.graph_padding
+        sizes = p.graph_batch_sizes or stack.get("graph_batch_sizes")
+        self.graph_sizes = (captured_graph_sizes(sizes, p.max_batch, p.max_num_tokens, 1 + p.spec_tokens,
+                                                 self.graph_padding) if sizes else None)
+        """Captured decode batch sizes, the plan's else the stack's (None: decode iterations are not held to a
+        size list)."""
         self.host_per_request_s = float(stack.get("host_per_request_s", 0.0))
         self.pp_host_serial = bool(stack.get("pp_host_serial", False))
         self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))

@@ -98,6 +98,12 @@ class ServingPlan:
     expert_balance: str = "learned"
     """How routed tokens spread over the expert-parallel ranks (EXPERT_BALANCES); the busiest rank gates every
     MoE layer."""
+    graph_batch_sizes: tuple[int, ...] = ()
+    """Decode batch sizes the engine captures CUDA graphs for (TensorRT-LLM `cuda_graph_config.batch_sizes`);
+    empty = the serving stack's list (a stack without one replays a graph of every decode batch's own size)."""
+    graph_padding: bool | None = None
+    """Pad a decode batch up to the next captured size with dummy requests (`cuda_graph_config.enable_padding`);
+    without padding a batch of no captured size runs eagerly. None = the stack's."""
     framework: str = ""
     """Serving stack, free text (`TensorRT-LLM 1.0`, `vLLM 0.8`); selects its defaults for knobs left at 0."""
 
@@ -117,6 +123,12 @@ class ServingPlan:
         choice("plan.expert_balance", self.expert_balance, EXPERT_BALANCES)
         if self.chunked_prefill is not None:
             boolean("plan.chunked_prefill", self.chunked_prefill)
+        if self.graph_padding is not None:
+            boolean("plan.graph_padding", self.graph_padding)
+        if not isinstance(self.graph_batch_sizes, tuple):
+            raise SpecError("plan.graph_batch_sizes", f"must be a list of batch sizes, got {self.graph_batch_sizes!r}")
+        for i, b in enumerate(self.graph_batch_sizes):
+            positive_int(f"plan.graph_batch_sizes[{i}]", b, maximum=MAX_TOKENS)
         if self.kv_memory_fraction:
             fraction("plan.kv_memory_fraction", self.kv_memory_fraction)
         positive_float("plan.spec_acceptance", self.spec_acceptance, allow_zero=True)
