@@ -172,3 +172,22 @@ def test_tech_blog_20s_list():
     assert len(fine) == 49 and fine[:5] == (1, 2, 4, 8, 16) and fine[18:21] == (128, 192, 256) and fine[-1] == 2048
     assert len(finer_graph_sizes(4096)) == 49 + 32 and finer_graph_sizes(4096)[-1] == 4096
     assert graph_batch(469, list(fine), True) == 512 and graph_batch(300, list(fine), True) == 320
+
+
+def test_trtllm_serve_captures_the_llm_apis_default_sizes_without_padding():
+    """The LLM API's default CudaGraphConfig generates sizes for a graph batch limit of 128 without padding: 1–31,
+    32, 64, 128. Under trtllm-serve 100 decodes match no graph and run eagerly (the host issues every kernel beside
+    its 29 µs a request), 64 replay a graph, and 200 (above 128) run eagerly too."""
+    stack = serving_stack("trtllm-serve")
+    assert stack["graph_batch_sizes"] == list(range(1, 33)) + [64, 128] and stack["graph_padding"] is False
+    assert stack["eager_prefill"] is True
+    cost = _cost("trtllm-serve")
+    assert cost.graph_sizes == list(range(1, 33)) + [64, 128] and not cost.graph_padding
+    dispatch = cost.stage_kernels[0] * cost.cal.host_dispatch_s
+
+    def gpu(n):
+        return cost.token_time_s(0, n) + cost.attention_s(0, n, n * 500.0, 0, 0, 0) + cost.head_time_s(n)
+    for n, eager in ((100, True), (64, False), (200, True), (31, False)):
+        host = n * 29e-6 + (dispatch if eager else 0.0)
+        assert not eager or host > gpu(n)  # the eager dispatch binds: the case tells eager from replayed
+        assert cost.iteration_s(n, n, n * 500.0) == pytest.approx(max(gpu(n), host), rel=1e-12)
