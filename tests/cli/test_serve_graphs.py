@@ -35,6 +35,9 @@ def test_the_file_and_the_flags_reach_the_plan(tmp_path, capsys):
     scn, _ = serving_scenario_from_dict(dict(FILE, plan=dict(FILE["plan"], graph_batch_sizes=[1, 8, 300],
                                                              graph_padding=False)))
     assert scn.plan.graph_batch_sizes == (1, 8, 300) and scn.plan.graph_padding is False
+    scn, _ = serving_scenario_from_dict(dict(FILE, plan=dict(FILE["plan"], graph_batch_sizes=None,
+                                                             graph_padding=None)))  # not published: the stack's
+    assert scn.plan.graph_batch_sizes == () and scn.plan.graph_padding is None
     f = _file(tmp_path)
     assert main(["serve", str(f), "--no-whatif", "--json", "--graph-batch-sizes", "1, 2,300"]) == 0
     out = json.loads(capsys.readouterr().out)

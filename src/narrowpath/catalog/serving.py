@@ -136,7 +136,8 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool
     if not isinstance(data, Mapping):
         raise SpecError("plan", f"must be a mapping, got {data!r}")
     _check_keys("plan", data, _PLAN_KEYS)
-    kw = {_PLAN_ALIASES.get(k, k): v for k, v in data.items()}
+    kw = {_PLAN_ALIASES.get(k, k): v for k, v in data.items()
+          if not (v is None and k in ("graph_batch_sizes", "graph_padding"))}  # not published: the stack's
     open_ = tuple(k for k, v in kw.items() if v is None)
     bad = [k for k in open_ if k not in OPEN_OK] if allow_null else list(open_)
     if bad:
