@@ -4,6 +4,8 @@ next captured size, and runs eagerly when no graph fits (model_engine.py `_filte
 `_get_padded_batch`; tech blog 20 measures what the padding costs). Values by hand from those rules."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from narrowpath.catalog import model, system
@@ -58,7 +60,7 @@ def _cost(framework: str = "TensorRT-LLM 1.0 (PyTorch backend)", max_batch: int 
     p = ServingPlan(framework=framework, weight_precision="fp8", kv_precision="fp8", max_batch=max_batch,
                     max_num_tokens=max_num_tokens, **plan)
     scn = ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=p,
-                          load=Load(arrival="offline", input_tokens=128, output_tokens=2048), num_gpus=1)
+                          load=Load(arrival="offline", input_tokens=128, output_tokens=2048), num_gpus=p.num_gpus)
     return ServingCost(scn, 2048)
 
 
@@ -98,15 +100,18 @@ def test_an_eager_decode_iteration_adds_the_kernel_dispatch_to_the_host_thread(m
     """Under a stack whose executor spends 0.1 s per request (the host binds) and captures graphs without padding,
     469 decodes (no graph) take 469 · 0.1 s plus the dispatch of Llama-3 8B's 293 kernels (8 per layer · 32 + the
     embedding, one attention core per layer, the output layer's 4) at host_dispatch_s; 384 decodes (captured) take
-    384 · 0.1 s exactly. A stack that does not issue eagerly (no `eager_prefill`) pays no dispatch. A size list
-    without a `graph_padding` entry does not pad."""
+    384 · 0.1 s exactly. A stack whose prompt iterations replay graphs (no `eager_prefill`) still issues a decode
+    batch no graph fits kernel by kernel, but not its prompt iterations. A size list without a `graph_padding`
+    entry does not pad."""
     _stack(monkeypatch, host_per_request_s=0.1, graph_padding=False)
     cost = _cost()
     assert cost.stage_kernels == [293.0] and not cost.graph_padding
     assert cost.iteration_s(469, 469, 469e3) == pytest.approx(46.9 + 293 * cost.cal.host_dispatch_s, rel=1e-12)
     assert cost.iteration_s(384, 384, 384e3) == pytest.approx(38.4, rel=1e-12)
     _stack(monkeypatch, host_per_request_s=0.1, graph_padding=False, eager_prefill=False)
-    assert _cost().iteration_s(469, 469, 469e3) == pytest.approx(46.9, rel=1e-12)
+    c = _cost()  # an engine whose prompts replay graphs still issues a decode no graph fits kernel by kernel
+    assert c.iteration_s(469, 469, 469e3) == pytest.approx(46.9 + 293 * c.cal.host_dispatch_s, rel=1e-12)
+    assert c.iteration_s(469 + 100, 469, 469e3, 100, 5050.0, 100) == pytest.approx(46.9, rel=1e-12)
     _stack(monkeypatch, graph_padding=None)
     assert _cost(max_batch=469).graph_sizes == PERF[:10] and not _cost().graph_padding
 
@@ -166,12 +171,16 @@ def test_a_plan_states_its_own_sizes_and_padding():
 
 def test_tech_blog_20s_list():
     """'+64': 1, 2, 4, every 8 to 128 (16 sizes), every 64 from 192 to 2,048 (30 sizes) = 49 graphs, the blog's
-    count; a batch limit of 4,096 continues the steps (62 more)."""
+    count; a batch limit of 4,096 continues the steps (32 more); a limit between two steps gets a graph of its own
+    (2,111: …, 2,048, 2,111), so the top batches do not run eagerly."""
     from narrowpath.schedule.serving_cost import finer_graph_sizes
     fine = finer_graph_sizes(512)
     assert len(fine) == 49 and fine[:5] == (1, 2, 4, 8, 16) and fine[18:21] == (128, 192, 256) and fine[-1] == 2048
     assert len(finer_graph_sizes(4096)) == 49 + 32 and finer_graph_sizes(4096)[-1] == 4096
     assert graph_batch(469, list(fine), True) == 512 and graph_batch(300, list(fine), True) == 320
+    odd = finer_graph_sizes(2111)
+    assert odd[-2:] == (2048, 2111) and len(odd) == 50 and graph_batch(2080, list(odd), True) == 2111
+    assert finer_graph_sizes(2048)[-1] == 2048 and len(finer_graph_sizes(100)) == 49
 
 
 def test_trtllm_serve_captures_the_llm_apis_default_sizes_without_padding():
@@ -191,3 +200,88 @@ def test_trtllm_serve_captures_the_llm_apis_default_sizes_without_padding():
         host = n * 29e-6 + (dispatch if eager else 0.0)
         assert not eager or host > gpu(n)  # the eager dispatch binds: the case tells eager from replayed
         assert cost.iteration_s(n, n, n * 500.0) == pytest.approx(max(gpu(n), host), rel=1e-12)
+
+
+def test_a_cost_shared_across_batch_limits_keeps_each_limits_graphs():
+    """A search prices one layout for all its batch limits with the cost model of the largest: the sizes
+    1 … 64, 100, 200, 400 under max_batch 400 keep 400; under 128 the engine keeps 1 … 100 and adds 128 (a listed
+    size lies above it), so 128 decodes run unpadded — a shared cost must give what its own would."""
+    from narrowpath.schedule.serving_run import simulate
+    own = (1, 2, 4, 8, 16, 32, 64, 100, 200, 400)
+    big = _cost(max_batch=400, max_num_tokens=4096, graph_batch_sizes=own)
+    small = big.for_limits(128, 4096)
+    assert big.graph_sizes == list(own) and small.graph_sizes == [1, 2, 4, 8, 16, 32, 64, 100, 128]
+    assert big.for_limits(400, 4096) is big and big.graph_sizes == list(own)  # the original is not touched
+    alone = _cost(max_batch=128, max_num_tokens=4096, graph_batch_sizes=own)
+    assert small.iteration_s(128, 128, 128e3) == alone.iteration_s(128, 128, 128e3) < big.iteration_s(128, 128, 128e3)
+    scn = dataclasses.replace(alone.scn, load=Load(arrival="offline", input_tokens=64, output_tokens=16,
+                                                   num_requests=300))
+    shared = simulate(scn, (), cost=big).result.output_tokens_per_s
+    assert shared == pytest.approx(simulate(scn, ()).result.output_tokens_per_s, rel=1e-12)
+
+
+def test_pipeline_stages_pad_their_decode_iteration_too():
+    """pp 2: 469 decodes under the list to 512 cost what 512 decodes over 43 more context tokens cost unpadded."""
+    p = ServingPlan(framework="TensorRT-LLM 1.0", weight_precision="fp8", kv_precision="fp8", max_batch=512,
+                    max_num_tokens=2048, pp=2)
+    scn = ServingScenario(system=system("dgx-h100"), model=model("llama3-70b"), plan=p, num_gpus=2,
+                          load=Load(arrival="offline", input_tokens=128, output_tokens=2048))
+    cost = ServingCost(scn, 2048)
+    padded = cost.iteration_s(469, 469, 469e3)
+    cost.graph_sizes = None
+    assert padded == pytest.approx(cost.iteration_s(512, 512, 469e3 + 43, rows=512, requests=469), rel=1e-12)
+
+
+def test_the_draft_head_runs_at_the_padded_size():
+    """Speculative decoding, 3 draft tokens: 100 decoding requests pad to 128 and so does the draft head's work
+    (per draft token one layer of 128 rows and the output layer over 128)."""
+    from narrowpath.schedule.serving_run import _step_fn
+    cost = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
+    layers = cost.scn.model.layers
+    ops, trs = cost.head(128)
+    draft = 3 * (cost.token_time_s(0, 128) / layers + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
+    step = _step_fn(cost, 1, 3)
+    assert step(400, 100, 1e5, 0, 0, 0, 100, 4.0) == pytest.approx(
+        cost.iteration_s(400, 100, 1e5, 0, 0, 0, 100, 4.0, None, draft), rel=1e-12)
+
+
+def test_the_steady_state_of_a_search_uses_each_limits_graphs():
+    """`search --serve` runs each batch limit's steady state on the layout's one cost model: with the list
+    1 … 64, 100, 200, 400 a 128-sequence lane (shared cost built for 400) gives what its own cost gives, colocated
+    and disaggregated (1 prefill + 1 decode instance)."""
+    from narrowpath.schedule.serving_steady import steady_lane
+    own = (1, 2, 4, 8, 16, 32, 64, 100, 200, 400)
+    big = _cost(max_batch=400, max_num_tokens=4096, graph_batch_sizes=own)
+    for plan in (dict(), dict(replicas=2, prefill_replicas=1)):
+        alone = _cost(max_batch=128, max_num_tokens=4096, graph_batch_sizes=own, **plan)
+        scn = dataclasses.replace(alone.scn, load=Load(arrival="offline", input_tokens=64, output_tokens=16))
+        shared, fresh = steady_lane(scn, big), steady_lane(scn)
+        assert shared.output_tokens_per_s == pytest.approx(fresh.output_tokens_per_s, rel=1e-12)
+        assert shared.tpot_s["p50"] == pytest.approx(fresh.tpot_s["p50"], rel=1e-12)
+
+
+def test_decode_rows_follow_the_graph():
+    """The rows a decode-only iteration computes: 100 → 128 on the list to 512; 0 stays 0; without a list, or with
+    no graph to fit (padding off, 100 not captured) the batch as it is. Speculative decoding's 4 tokens a request
+    bound the graphs at 1,024 / 4 = 256 under other limits too."""
+    cost = _cost()
+    assert cost.decode_rows(100) == 128 and cost.decode_rows(0) == 0 and cost.decode_rows(512) == 512
+    assert _cost("vLLM 0.10").decode_rows(100) == 100
+    cost.graph_padding = False
+    assert cost.decode_rows(100) == 100
+    spec = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
+    assert spec.for_limits(512, 1024).graph_sizes == PERF[:9]
+    assert spec.for_limits(512, 2048).graph_sizes == PERF[:11]
+
+
+def test_a_draft_beside_a_prompt_runs_at_the_real_batch():
+    """An iteration with prompt tokens runs eagerly (no graph, no padding): its draft head works on the 100 real
+    decoding requests."""
+    from narrowpath.schedule.serving_run import _step_fn
+    cost = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
+    layers = cost.scn.model.layers
+    ops, trs = cost.head(100)
+    draft = 3 * (cost.token_time_s(0, 100) / layers + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
+    step = _step_fn(cost, 1, 3)
+    assert step(500, 100, 1e5, 100, 5050.0, 100, 101, 4.0) == pytest.approx(
+        cost.iteration_s(500, 100, 1e5, 100, 5050.0, 100, 101, 4.0, None, draft), rel=1e-12)

@@ -84,10 +84,11 @@ def keeps_up(scn: ServingScenario, output_tokens_per_s: float) -> bool:
     return output_tokens_per_s >= 0.95 * offered
 
 
-def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0
+def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, policy: str = ""
                ) -> tuple[list[tuple[str, str, ServingScenario]], list[tuple[str, str]]]:
     """(name, change, scenario) of each applicable what-if, and (name, reason) of those that do not apply.
-    `decode_limit`: the largest decode batch the run's limits allow (its batch limit and token budget)."""
+    `decode_limit`: the largest decode batch the run's limits allow (its batch limit and token budget); `policy`:
+    the iteration policy the run resolved to (default: the given plan's)."""
     p, m, sysm = scn.plan, scn.model, scn.system
     out, skipped = [], []
 
@@ -149,7 +150,7 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0
     name = "finer CUDA graph sizes"
     if not sizes:
         skipped.append((name, "the engine is not held to a list of captured decode batch sizes"))
-    elif p.policy == "static" or scn.load.arrival == "fixed-batch":
+    elif (policy or p.policy) == "static" or scn.load.arrival == "fixed-batch":
         skipped.append((name, "a static batch decodes at one size throughout"))
     else:
         limit = decode_limit or max(sizes)
@@ -195,7 +196,8 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
     crosses = any(r.tier == "scale_out" for r in acc.collectives) or run.cost.scn.plan.disaggregated and \
         2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
     rp = run.scenario.plan
-    cands, skipped = candidates(scn, crosses, min(rp.max_batch, rp.max_num_tokens // (1 + rp.spec_tokens)))
+    cands, skipped = candidates(scn, crosses, min(rp.max_batch, rp.max_num_tokens // (1 + rp.spec_tokens)),
+                                rp.policy)
     results = []
     for name, change, alt in cands:
         try:

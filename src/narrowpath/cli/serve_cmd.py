@@ -106,8 +106,8 @@ def graph_sizes_arg(text: str) -> tuple[int, ...]:
         except ValueError:
             raise SpecError("--graph-batch-sizes", f"{part.strip()!r} is not a batch size (give e.g. 1,2,4,8,16)") \
                 from None
-        if b < 1:
-            raise SpecError("--graph-batch-sizes", f"batch sizes must be >= 1, got {b}")
+        if not 1 <= b <= 1 << 20:
+            raise SpecError("--graph-batch-sizes", f"batch sizes must be in 1 … 1,048,576, got {b}")
         out.append(b)
     return tuple(out)
 

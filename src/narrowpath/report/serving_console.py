@@ -26,6 +26,8 @@ def _plan_line(run: ServingRun) -> str:
     if sizes:
         parts.append(f"decode graphs {len(sizes)} sizes to {sizes[-1]} "
                      f"({'padded' if run.cost.graph_padding else 'exact'})")
+    elif sizes is not None:
+        parts.append("decode graphs none within the limits (every decode iteration eager)")
     return ", ".join(parts)
 
 

@@ -41,6 +41,7 @@ def serving_to_json(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdi
                      "preemptions": res.totals.preemptions},
         "memory_per_gpu": _plain(lim.memory),
         "max_batch": lim.max_batch, "max_num_tokens": lim.max_num_tokens,
+        "decode_graphs": {"sizes": run.cost.graph_sizes, "padding": run.cost.graph_padding},
         "mfu": acc.mfu, "mbu": acc.mbu,
         "accounts": {"mean_iteration": _plain(acc.mean), "useful_flop_per_token": acc.useful_flop_per_token,
                      "time_split": acc.time_split, "levels": _plain(acc.levels),

@@ -25,6 +25,7 @@ kernels keep the routing on the device.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -96,9 +97,11 @@ def graph_batch(decodes: float, captured: list[int], padding: bool) -> int | Non
 def finer_graph_sizes(limit: int) -> tuple[int, ...]:
     """TensorRT-LLM tech blog 20's '+64' list, which became the engine's default with padding: 1, 2, 4, every 8 to
     128, then every 64 from 192 to 2,048 ('reduces the maximum per-step padding from 1024 to 63 tokens'), continued
-    every 64 up to `limit` when the batch limit is higher."""
-    top = max(2048, int(limit))
-    return tuple([1, 2, 4] + list(range(8, 129, 8)) + list(range(192, top + 1, 64)))
+    every 64 up to `limit` when the batch limit is higher, and the limit itself when it falls between two steps."""
+    sizes = [1, 2, 4] + list(range(8, 129, 8)) + list(range(192, max(2048, int(limit)) + 1, 64))
+    if limit > sizes[-1]:  # a limit between two steps: a graph of its own, so the top batches do not run eagerly
+        sizes.append(int(limit))
+    return tuple(sizes)
 
 
 def pp_serial_period_s(stage_s: list[float], host_s: float) -> float:
@@ -144,9 +147,9 @@ class ServingCost:
         stack = serving_stack(p.framework)
         self.eager_prefill = bool(stack.get("eager_prefill", False))
         self.graph_padding = bool(stack.get("graph_padding")) if p.graph_padding is None else p.graph_padding
-        sizes = p.graph_batch_sizes or stack.get("graph_batch_sizes")
-        self.graph_sizes = (captured_graph_sizes(sizes, p.max_batch, p.max_num_tokens, 1 + p.spec_tokens,
-                                                 self.graph_padding) if sizes else None)
+        self._graph_list = p.graph_batch_sizes or stack.get("graph_batch_sizes")
+        self.graph_sizes = (captured_graph_sizes(self._graph_list, p.max_batch, p.max_num_tokens, 1 + p.spec_tokens,
+                                                 self.graph_padding) if self._graph_list else None)
         """Captured decode batch sizes, the plan's else the stack's (None: decode iterations are not held to a
         size list)."""
         self.host_per_request_s = float(stack.get("host_per_request_s", 0.0))
@@ -171,6 +174,26 @@ class ServingCost:
         self._handoff: dict[int, float] = {}
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
+
+    def for_limits(self, max_batch: int, max_num_tokens: int) -> "ServingCost":
+        """This cost model under other batch limits (a search prices one layout for all its batch limits): the
+        same prices, the captured graph sizes those limits keep. Itself when they keep the same sizes."""
+        if not self._graph_list:
+            return self
+        sizes = captured_graph_sizes(self._graph_list, max_batch, max_num_tokens, 1 + self.scn.plan.spec_tokens,
+                                     self.graph_padding)
+        if sizes == self.graph_sizes:
+            return self
+        other = copy.copy(self)
+        other.graph_sizes = sizes
+        return other
+
+    def decode_rows(self, decodes: float) -> float:
+        """Sequences a decode-only iteration of `decodes` computes: its captured graph's size when padded."""
+        if self.graph_sizes is None or not decodes:
+            return decodes
+        padded = graph_batch(decodes, self.graph_sizes, self.graph_padding)
+        return decodes if padded is None else padded
 
     # ---- work items ---------------------------------------------------------------------------------------
     def token_ops(self, stage: int, T: float) -> list[tuple[Op, float]]:
@@ -354,8 +377,8 @@ class ServingCost:
         requests = max(dec_seqs, rows) if requests is None else requests
         if self.graph_sizes is not None and dec_seqs and not pre_tokens:  # a decode-only iteration: a graph's size
             padded = graph_batch(dec_seqs, self.graph_sizes, self.graph_padding)
-            if padded is None:  # no captured graph fits: the framework issues every kernel
-                eager = bool(self.eager_prefill and self.cal.host_dispatch_s)
+            if padded is None:  # no captured graph fits: the framework issues every kernel, whatever the engine
+                eager = bool(self.cal.host_dispatch_s)
             elif padded > dec_seqs:  # dummy one-token sequences fill the graph's empty slots
                 extra = padded - dec_seqs
                 T, dec_ctx, rows, dec_seqs = T + extra * queries_per_seq, dec_ctx + extra, rows + extra, padded

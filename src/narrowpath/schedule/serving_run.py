@@ -77,8 +77,9 @@ def _step_fn(cost: ServingCost, draft_layers: int, k: int):
     def step(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests=None):
         draft = 0.0
         if k and dec:
-            per_layer = sum(cost.token_time_s(s, dec) for s in range(pp)) / layers
-            ops, trs = cost.head(dec)
+            d = dec if pre_tok else cost.decode_rows(dec)  # the draft head runs in the target's graph
+            per_layer = sum(cost.token_time_s(s, d) for s in range(pp)) / layers
+            ops, trs = cost.head(d)
             draft = k * (draft_layers * per_layer + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
         return cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests, draft)
     return step
@@ -150,6 +151,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     need = max(lim.max_num_tokens, lim.max_batch * q)
     if cost is None or cost.grid[-1] < need:
         cost = ServingCost(scn, need, calibration)
+    cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     gain = spec_gain(p.spec_tokens, p.spec_acceptance)
     step = _step_fn(cost, p.spec_draft_layers, p.spec_tokens)
     arr, n_in, n_out = arrivals(scn)

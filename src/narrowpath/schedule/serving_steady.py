@@ -51,7 +51,8 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
         many = keep & (res.output_tokens > 1)
         tpot = ((res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1))
         return SteadyLane(res.output_tokens_per_s, summary(ttft), summary(tpot), lanes)
-    cost = cost or ServingCost(scn2, max(lim.max_num_tokens, B * (1 + p.spec_tokens)), calibration)
+    cost = (cost or ServingCost(scn2, max(lim.max_num_tokens, B * (1 + p.spec_tokens)), calibration)
+            ).for_limits(B, lim.max_num_tokens)
     load = scn.load
     if load.arrival == "trace":
         n_in = np.resize(np.array([r[1] for r in load.requests], dtype=np.int64), n)
@@ -92,6 +93,7 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     scn = dataclasses.replace(scn, plan=small, num_gpus=small.num_gpus)
     if cost is None or cost.grid[-1] < max(lim.max_num_tokens, lim.max_batch):
         cost = ServingCost(scn, max(lim.max_num_tokens, lim.max_batch), calibration)
+    cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     load = scn.load
     isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
     per = small.dp * small.pp

@@ -128,7 +128,7 @@ class ServingPlan:
         if not isinstance(self.graph_batch_sizes, tuple):
             raise SpecError("plan.graph_batch_sizes", f"must be a list of batch sizes, got {self.graph_batch_sizes!r}")
         for i, b in enumerate(self.graph_batch_sizes):
-            positive_int(f"plan.graph_batch_sizes[{i}]", b, maximum=MAX_TOKENS)
+            positive_int(f"plan.graph_batch_sizes[{i}]", b, maximum=1 << 20)
         if self.kv_memory_fraction:
             fraction("plan.kv_memory_fraction", self.kv_memory_fraction)
         positive_float("plan.spec_acceptance", self.spec_acceptance, allow_zero=True)
