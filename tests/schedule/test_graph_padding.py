@@ -232,17 +232,18 @@ def test_pipeline_stages_pad_their_decode_iteration_too():
     assert padded == pytest.approx(cost.iteration_s(512, 512, 469e3 + 43, rows=512, requests=469), rel=1e-12)
 
 
-def test_the_draft_head_runs_at_the_padded_size():
-    """Speculative decoding, 3 draft tokens: 100 decoding requests pad to 128 and so does the draft head's work
-    (per draft token one layer of 128 rows and the output layer over 128)."""
+@pytest.mark.parametrize("prompt, rows", [(0, 128), (100, 100)])
+def test_the_draft_head_runs_at_the_graphs_size(prompt, rows):
+    """Speculative decoding, 3 draft tokens, 100 decoding requests: a decode-only iteration pads to 128 and so does
+    the draft head's work (per draft token one layer of 128 rows and the output layer over 128); an iteration with
+    100 prompt tokens runs eagerly (no graph, no padding) and its draft works on the 100 real requests."""
     from narrowpath.schedule.serving_run import _step_fn
     cost = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
-    layers = cost.scn.model.layers
-    ops, trs = cost.head(128)
-    draft = 3 * (cost.token_time_s(0, 128) / layers + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
-    step = _step_fn(cost, 1, 3)
-    assert step(400, 100, 1e5, 0, 0, 0, 100, 4.0) == pytest.approx(
-        cost.iteration_s(400, 100, 1e5, 0, 0, 0, 100, 4.0, None, draft), rel=1e-12)
+    ops, trs = cost.head(rows)
+    draft = 3 * (cost.token_time_s(0, rows) / cost.scn.model.layers + cost.op_s(ops)
+                 + sum(x.cost.time_s for x in trs))
+    args = (400 + prompt, 100, 1e5, prompt, prompt * (prompt + 1) / 2, prompt, 100 + (prompt > 0), 4.0)
+    assert _step_fn(cost, 1, 3)(*args) == pytest.approx(cost.iteration_s(*args, None, draft), rel=1e-12)
 
 
 def test_the_steady_state_of_a_search_uses_each_limits_graphs():
@@ -272,16 +273,3 @@ def test_decode_rows_follow_the_graph():
     spec = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
     assert spec.for_limits(512, 1024).graph_sizes == PERF[:9]
     assert spec.for_limits(512, 2048).graph_sizes == PERF[:11]
-
-
-def test_a_draft_beside_a_prompt_runs_at_the_real_batch():
-    """An iteration with prompt tokens runs eagerly (no graph, no padding): its draft head works on the 100 real
-    decoding requests."""
-    from narrowpath.schedule.serving_run import _step_fn
-    cost = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
-    layers = cost.scn.model.layers
-    ops, trs = cost.head(100)
-    draft = 3 * (cost.token_time_s(0, 100) / layers + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
-    step = _step_fn(cost, 1, 3)
-    assert step(500, 100, 1e5, 100, 5050.0, 100, 101, 4.0) == pytest.approx(
-        cost.iteration_s(500, 100, 1e5, 100, 5050.0, 100, 101, 4.0, None, draft), rel=1e-12)
