@@ -3,8 +3,8 @@ waiting when requests spend longer queued than served), and a ranked list of cha
 the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
 KV cache, disaggregated prefill/decode pools, a larger scale-up domain, an expert load balancer (MoE over
 expert-parallel ranks), finer CUDA graph sizes (an engine that pads decode batches to captured sizes), speculative
-decoding (when an acceptance rate is given). What-ifs run at most
-WHATIF_REQUESTS requests; the baseline they are compared with is re-run on that same load.
+decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are
+compared with is re-run on that same load.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from narrowpath.analysis.serving_accounts import HOST_KEY, ServingAccounts
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.errors import NarrowpathError
-from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes
+from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.spec.serving import ServingScenario, serving_consistency
@@ -144,9 +144,7 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
             out.append(("expert load balancer", f"EPLB over the {p.ep} expert-parallel ranks (hot experts "
                         "replicated and placed)",
                         dataclasses.replace(scn, plan=dataclasses.replace(p, expert_balance="eplb"))))
-    stack = serving_stack(p.framework)
-    sizes = p.graph_batch_sizes or stack.get("graph_batch_sizes")
-    padding = bool(stack.get("graph_padding")) if p.graph_padding is None else p.graph_padding
+    sizes, padding = graph_settings(p, serving_stack(p.framework))
     name = "finer CUDA graph sizes"
     if not sizes:
         skipped.append((name, "the engine is not held to a list of captured decode batch sizes"))

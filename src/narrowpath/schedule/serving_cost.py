@@ -39,7 +39,7 @@ from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import op_time_s
 from narrowpath.network.placement import GroupSpan, group_span, span_of
 from narrowpath.spec.calibration import Calibration
-from narrowpath.spec.serving import ServingScenario
+from narrowpath.spec.serving import ServingPlan, ServingScenario
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
                                          kv_bytes_per_token, kv_group_reads, layer_kind, layer_token_ops,
@@ -56,6 +56,13 @@ def token_grid(max_tokens: int) -> np.ndarray:
         x = min(float(max_tokens), x * 1.25)
         pts.append(int(round(x)))
     return np.unique(np.asarray(pts, dtype=float))
+
+
+def graph_settings(plan: ServingPlan, stack: dict) -> tuple[tuple[int, ...], bool]:
+    """(configured decode graph sizes, padding) of a serving plan: the plan's own, else its serving stack's (an
+    empty list: the engine is not held to captured sizes)."""
+    padding = bool(stack.get("graph_padding")) if plan.graph_padding is None else plan.graph_padding
+    return tuple(plan.graph_batch_sizes or stack.get("graph_batch_sizes") or ()), padding
 
 
 def captured_graph_sizes(sizes: list[int], max_batch: int, max_num_tokens: int, tokens_per_request: int,
@@ -146,8 +153,7 @@ class ServingCost:
         self.layout = instance_plan(p)
         stack = serving_stack(p.framework)
         self.eager_prefill = bool(stack.get("eager_prefill", False))
-        self.graph_padding = bool(stack.get("graph_padding")) if p.graph_padding is None else p.graph_padding
-        self._graph_list = p.graph_batch_sizes or stack.get("graph_batch_sizes")
+        self._graph_list, self.graph_padding = graph_settings(p, stack)
         self.graph_sizes = (captured_graph_sizes(self._graph_list, p.max_batch, p.max_num_tokens, 1 + p.spec_tokens,
                                                  self.graph_padding) if self._graph_list else None)
         """Captured decode batch sizes, the plan's else the stack's (None: decode iterations are not held to a

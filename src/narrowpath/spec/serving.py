@@ -35,8 +35,8 @@ newest request when the cache is full (vLLM, recompute on resume)."""
 EXPERT_BALANCES = ("learned", "eplb")
 """How routed tokens spread over the expert-parallel ranks: `learned` — as the trained router sends them, a
 fine-grained router skewed toward hot experts (workload.moe.LEARNED_EXPERT_LOAD_CV, router_load_cv; the default
-of TensorRT-LLM, vLLM and SGLang, whose expert load balancers are opt-in); `eplb` — an expert load balancer replicates and places hot experts so the
-ranks' loads vary only as random assignment does (DeepSeek EPLB; TensorRT-LLM `moe_config.load_balancer`: the
+of TensorRT-LLM, vLLM and SGLang, whose expert load balancers are opt-in); `eplb` — an expert load balancer
+replicates and places hot experts so the ranks' loads vary only as random assignment does (DeepSeek EPLB; TensorRT-LLM `moe_config.load_balancer`: the
 busiest of 32 ranks 1.11× the mean against 2.56× without, tech blog 4 Table 1)."""
 ARRIVALS = ("offline", "poisson", "fixed-batch", "trace")
 MAX_TOKENS = 1 << 24
