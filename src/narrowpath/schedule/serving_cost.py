@@ -179,6 +179,9 @@ class ServingCost:
         self.launch_s = self._launch_times() if stack.get("host_sync_per_step") else None
         self._handoff: dict[int, float] = {}
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
+        self._attention_stage = [next(r for r in range(s + 1) if self._affine[r] == self._affine[s]
+                                      and self.kinds[r] == self.kinds[s]) for s in range(p.pp)]
+        """Per stage, the first stage whose attention cores are the same (priced once per iteration)."""
         self._g, self._tok, self._head = self.grid.tolist(), [row.tolist() for row in self.tok_s], self.head_s.tolist()
 
     def for_limits(self, max_batch: int, max_num_tokens: int) -> "ServingCost":
@@ -377,43 +380,69 @@ class ServingCost:
         work (`pp_host_serial`) a micro-batch comes round every pp · (slowest stage + bookkeeping)
         (`pp_serial_period_s`). A static session that enqueues only after the previous step (`launch_s`) adds its
         host time instead."""
+        return self.context_line(T, dec_seqs, pre_tokens, rows, queries_per_seq, requests, extra_gpu_s)(
+            dec_ctx, pre_pairs, pre_ctx)
+
+    def context_line(self, T: float, dec_seqs: float, pre_tokens: float = 0.0, rows: float | None = None,
+                     queries_per_seq: float = 1.0, requests: float | None = None, extra_gpu_s: float = 0.0):
+        """`iteration_s` with its context-independent part priced once: a function of (dec_ctx, pre_pairs=0,
+        pre_ctx=0) equal to iteration_s(T, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx, rows, ...) — the
+        lanes price runs of decode steps that differ only in their context this way."""
         pp = self.scn.plan.pp
         eager = bool(pre_tokens and self.eager_prefill and self.cal.host_dispatch_s)  # the host issues each kernel
         rows = dec_seqs if rows is None else rows
         requests = max(dec_seqs, rows) if requests is None else requests
+        pad = 0.0
         if self.graph_sizes is not None and dec_seqs and not pre_tokens:  # a decode-only iteration: a graph's size
             padded = graph_batch(dec_seqs, self.graph_sizes, self.graph_padding)
             if padded is None:  # no captured graph fits: the framework issues every kernel, whatever the engine
                 eager = bool(self.cal.host_dispatch_s)
             elif padded > dec_seqs:  # dummy one-token sequences fill the graph's empty slots
-                extra = padded - dec_seqs
-                T, dec_ctx, rows, dec_seqs = T + extra * queries_per_seq, dec_ctx + extra, rows + extra, padded
+                pad = padded - dec_seqs
+                T, rows, dec_seqs = T + pad * queries_per_seq, rows + pad, padded
         host = host_bookkeeping_s(self.host_per_request_s, requests, pp)
         launch = self.launch_s
+        attention_s, q = self.attention_s, queries_per_seq
         if pp == 1:
-            gpu = self.token_time_s(0, T) + self.attention_s(0, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
-                                                             queries_per_seq) + self.head_time_s(rows) + extra_gpu_s
+            tok, head = self.token_time_s(0, T), self.head_time_s(rows)
             if launch is not None:  # the host enqueues the step only once the previous one has finished
-                return gpu + launch[0] + host
-        else:
-            stage_t = []
+                first = launch[0]
+
+                def at(dec_ctx: float, pre_pairs: float = 0.0, pre_ctx: float = 0.0) -> float:
+                    return tok + attention_s(0, dec_seqs, dec_ctx + pad if pad else dec_ctx, pre_tokens, pre_pairs,
+                                             pre_ctx, q) + head + extra_gpu_s + first + host
+                return at
+            if eager:  # the same thread issues the kernels and does the bookkeeping
+                host += self.stage_kernels[0] * self.cal.host_dispatch_s
+
+            def at(dec_ctx: float, pre_pairs: float = 0.0, pre_ctx: float = 0.0) -> float:
+                return max(tok + attention_s(0, dec_seqs, dec_ctx + pad if pad else dec_ctx, pre_tokens, pre_pairs,
+                                             pre_ctx, q) + head + extra_gpu_s, host)
+            return at
+        toks = [self.token_time_s(s, T) for s in range(pp)]
+        head = self.head_time_s(rows)
+        floor = [self.stage_kernels[s] * self.cal.host_dispatch_s for s in range(pp)] if eager else None
+        serial = host_bookkeeping_s(self.host_per_request_s, requests) if self.pp_host_serial else None
+
+        same = self._attention_stage
+
+        def at(dec_ctx: float, pre_pairs: float = 0.0, pre_ctx: float = 0.0) -> float:
+            ctx = dec_ctx + pad if pad else dec_ctx
+            stage_t, attn = [], []
             for s in range(pp):
-                t = self.token_time_s(s, T) + self.attention_s(s, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx,
-                                                               queries_per_seq)
+                r = same[s]
+                attn.append(attention_s(s, dec_seqs, ctx, pre_tokens, pre_pairs, pre_ctx, q) if r == s else attn[r])
+                t = toks[s] + attn[s]
                 if s == pp - 1:
-                    t += self.head_time_s(rows)
-                if eager:  # a stage runs no faster than its rank's host issues its kernels
-                    t = max(t, self.stage_kernels[s] * self.cal.host_dispatch_s)
+                    t += head
+                if floor is not None:  # a stage runs no faster than its rank's host issues its kernels
+                    t = max(t, floor[s])
                 stage_t.append(t + (launch[s] if launch is not None else 0.0))
-            if self.pp_host_serial:  # the host's work per micro-batch sits between its stages' forwards
-                gpu = pp_serial_period_s(stage_t, host_bookkeeping_s(self.host_per_request_s, requests)) \
-                    + extra_gpu_s
-                host = 0.0
-            else:
-                gpu = max(sum(stage_t), pp * max(stage_t)) + extra_gpu_s
-        if eager and pp == 1:  # the same thread issues the kernels and does the bookkeeping
-            host += self.stage_kernels[0] * self.cal.host_dispatch_s
-        return max(gpu, host)
+            if serial is not None:  # the host's work per micro-batch sits between its stages' forwards
+                return max(pp_serial_period_s(stage_t, serial) + extra_gpu_s, 0.0)
+            gpu = max(sum(stage_t), pp * max(stage_t)) + extra_gpu_s
+            return max(gpu, host)
+        return at
 
     def handoff_s(self, prompt_tokens: int) -> float:
         """Disaggregated serving: time to move one prompt's KV cache from a prefill instance to a decode

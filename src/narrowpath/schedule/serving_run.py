@@ -68,21 +68,38 @@ def arrivals(scn: ServingScenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return t, n_in, n_out
 
 
-def _step_fn(cost: ServingCost, draft_layers: int, k: int):
+class _StepPricer:
     """Iteration pricing handed to the lanes: the lane's iteration with, under speculative decoding, k draft
-    passes of `draft_layers` layers and the output layer over the decodes (an MTP/EAGLE draft head) on the GPU."""
-    layers = cost.scn.model.layers
-    pp = cost.scn.plan.pp
+    passes of `draft_layers` layers and the output layer over the decodes (an MTP/EAGLE draft head) on the GPU.
+    `decode_line` prices decode-only iterations that differ only in their context (a run of decode steps)."""
 
-    def step(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests=None):
-        draft = 0.0
-        if k and dec:
-            d = dec if pre_tok else cost.decode_rows(dec)  # the draft head runs in the target's graph
-            per_layer = sum(cost.token_time_s(s, d) for s in range(pp)) / layers
-            ops, trs = cost.head(d)
-            draft = k * (draft_layers * per_layer + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
-        return cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests, draft)
-    return step
+    __slots__ = ("cost", "draft_layers", "k")
+
+    def __init__(self, cost: ServingCost, draft_layers: int, k: int):
+        self.cost, self.draft_layers, self.k = cost, draft_layers, k
+
+    def _draft_s(self, dec, pre_tok) -> float:
+        cost, k = self.cost, self.k
+        if not (k and dec):
+            return 0.0
+        pp = cost.scn.plan.pp
+        d = dec if pre_tok else cost.decode_rows(dec)  # the draft head runs in the target's graph
+        per_layer = sum(cost.token_time_s(s, d) for s in range(pp)) / cost.scn.model.layers
+        ops, trs = cost.head(d)
+        return k * (self.draft_layers * per_layer + cost.op_s(ops) + sum(x.cost.time_s for x in trs))
+
+    def __call__(self, T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests=None):
+        return self.cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests,
+                                     self._draft_s(dec, pre_tok))
+
+    def decode_line(self, T, dec, rows, q):
+        """A function of the decodes' context equal to self(T, dec, ctx, 0, 0, 0, rows, q)."""
+        return self.cost.context_line(T, dec, 0, rows, q, None, self._draft_s(dec, 0))
+
+
+def _step_fn(cost: ServingCost, draft_layers: int, k: int) -> _StepPricer:
+    """The iteration pricing of a lane (`_StepPricer`)."""
+    return _StepPricer(cost, draft_layers, k)
 
 
 def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finish, tot: LaneTotals, log) -> None:

@@ -372,23 +372,34 @@ class Lane:
         D = self.n
         L0 = float(self.r_ctx[:D].sum())
         n = max(1, int(math.ceil(float(self.r_rem[:D].min()) / g - 1e-9)))
-        t0 = self.step_s(D * q, D, L0, 0, 0, 0, D, q)
+        line = getattr(self.step_s, "decode_line", None)
+        at = line(D * q, D, D, q) if line is not None else (lambda c: self.step_s(D * q, D, c, 0, 0, 0, D, q))
+        t0 = at(L0)
         step = Step(D, [], n, t0, t0, L0, 0, 0.0, q)
-        step.t_at = lambda k: self.step_s(D * q, D, L0 + (k - 1) * D * g, 0, 0, 0, D, q) if k > 1 else t0
+        last = [1, t0]  # the last step priced: a run's end is priced by its span and again by its duration
+
+        def t_at(k: int) -> float:
+            if k != last[0]:
+                last[0], last[1] = k, at(L0 + (k - 1) * D * g)
+            return last[1]
+        step.t_at = t_at
         if self._admissible():
             n = 1
         elif not self.waiting and D + len(self.pre) < s.max_seqs:
             step.wake = self._next_arrival()  # an arrival could be admitted: stop at the step that sees it
-        if s.admission == "on-demand" and n > 1:
-            n = min(n, self._steps_until_overflow(n))
         if not s.merge:
             n = 1
-        if not math.isinf(step.wake):  # steps never get shorter: at most the steps of t0 that reach the arrival
-            n = min(n, max(1, math.ceil((step.wake - self.now) / t0)))
-        n = linear_span(step.t_at, n)
+        # each cut below takes the smaller of n and a bound of its own (at least 1), so their order does not matter:
+        # the cheap ones first
         if not math.isinf(step.wake):
+            # steps never get shorter: at most the steps of t0 that reach the arrival; of those, the steps to it as
+            # if the run stayed linear (a convex run only takes longer, so its linear stretch below ends the run
+            # where cutting the stretch first and then counting the steps would)
+            n = min(n, max(1, math.ceil((step.wake - self.now) / t0)))
             n = steps_to_pass(step.run_s, step.wake - self.now, n)
-        step.n_max = n
+        if s.admission == "on-demand" and n > 1:
+            n = self._steps_until_overflow(n)
+        step.n_max = linear_span(step.t_at, n)
         return step
 
     def _steps_until_overflow(self, n_max: int) -> int:
