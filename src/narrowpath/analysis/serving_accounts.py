@@ -12,9 +12,11 @@ tokens, decodes, context read, prompt pairs), priced with the same ops and trans
 - MFU = useful FLOP/s per GPU / dense peak of the weight format; MBU = (weights read + KV cache read) per second
   per GPU / HBM peak bandwidth (the memory-bandwidth utilisation of decoding, Databricks 2023 'LLM inference
   performance engineering').
-- Time split: the mean iteration's GPU time by what bounds each op, plus `host: executor per-request work` when the
-  serving stack's per-request host work (schedule.serving_cost.host_bookkeeping_s) outlasts that GPU time — or all
-  of it under a pipeline loop that runs it between the stages' forwards (stack `pp_host_serial`, pp > 1).
+- Time split (`iteration_split`): the run's prompt-carrying and decode-only iterations apart, each at its mean
+  size: a host-bound one (the executor's per-request work or an eager kernel-by-kernel dispatch outlasting the GPU
+  on one thread) is all the host's; otherwise its GPU time by what bounds each op, plus the dummy sequences padding
+  a decode batch to its CUDA graph's size, a static session's serial kernel launch and the host work a serial
+  pipeline loop runs between the stages (ServingCost.iteration_parts).
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from dataclasses import dataclass
 
 from narrowpath.analysis.ledger import L2_TILE, SRAM_TILE
 from narrowpath.analysis.traffic import tier_bytes_per_rank
-from narrowpath.schedule.serving_run import ServingRun
 from narrowpath.schedule.serving_cost import host_bookkeeping_s
+from narrowpath.schedule.serving_run import ServingRun
 from narrowpath.workload.counts import active_parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, kv_bytes_per_token_layer
 
@@ -178,14 +180,7 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
                     "workspace of one forward pass, rewritten every iteration"),
     )
     dur = mean.duration_s
-    split = time_split(cost, ops, trs, mean.decode_ctx * kvl)
-    # the executor's per-request host work where it outlasts the mean iteration's GPU work (serving_cost; the
-    # mean iteration's, so a run that is host-bound only in some iterations shows less than it loses there)
-    host = host_bookkeeping_s(cost.host_per_request_s, max(mean.decodes, mean.output_tokens), p.pp)
-    if cost.pp_host_serial and p.pp > 1:  # a pipeline loop that waits on each stage: all of it between the forwards
-        split[HOST_KEY] = host
-    elif host > sum(split.values()):
-        split[HOST_KEY] = host - sum(split.values())
+    split = iteration_split(run)
     total = sum(split.values())
     split = {k: v / total for k, v in split.items()} if total > 0 else split
     peak = dev.matrix_peak(p.weight_precision)
@@ -205,12 +200,99 @@ def _nearer(working_set: float, dev) -> str:
 
 HOST_KEY = "host: executor per-request work"
 """The time_split row of an iteration the host's per-request bookkeeping holds up beyond its GPU work."""
+DISPATCH_KEY = "host: eager kernel dispatch"
+"""... an eager iteration's kernel-by-kernel issue holds up beyond its GPU work and the bookkeeping."""
+LAUNCH_KEY = "host: serial kernel launch"
+"""... a static session's enqueue of every kernel after the previous step has finished adds."""
+PAD_KEY = "padding: graph dummy sequences"
+"""... the dummy sequences that pad a decode batch to its CUDA graph's size add to the GPU work."""
+
+
+@dataclass(frozen=True, slots=True)
+class IterationKind:
+    """The mean iteration of one kind: those carrying prompt tokens or the decode-only ones."""
+
+    count: int
+    decodes: float
+    decode_ctx: float
+    prompt_tokens: float = 0.0
+    prompt_pairs: float = 0.0
+    padded_decodes: float = 0.0
+    """The batch a decode-only iteration runs at on average (its CUDA graph's size when padded)."""
+    prompts: float = 0.0
+    """Prompts an iteration finishes (each produces a token)."""
+
+
+def iteration_kinds(run: ServingRun) -> list[IterationKind]:
+    """The run's prompt-carrying and decode-only iterations at their mean sizes (LaneTotals): an eager-prefill stack
+    issues the first kernel by kernel, a graph-capturing stack runs the second at a graph's size."""
+    t, q = run.result.totals, 1 + run.scenario.plan.spec_tokens
+    n_pre, n_dec = t.prompt_iterations, t.iterations - t.prompt_iterations
+    out = []
+    if n_dec > 0:
+        d = max(0.0, t.decode_tokens / q - t.prompt_iteration_decodes) / n_dec
+        if d > 0:
+            out.append(IterationKind(n_dec, d, max(0.0, t.decode_ctx_tokens - t.prompt_iteration_decode_ctx) / n_dec,
+                                     padded_decodes=max(d, t.padded_decodes / n_dec)))
+    if n_pre > 0:
+        out.append(IterationKind(n_pre, t.prompt_iteration_decodes / n_pre, t.prompt_iteration_decode_ctx / n_pre,
+                                 t.prompt_tokens / n_pre, t.prompt_pairs / n_pre,
+                                 prompts=run.result.input_tokens.size / run.result.lanes / n_pre))
+    return out
+
+
+def kind_split(run: ServingRun, k: IterationKind) -> dict[str, float]:
+    """Seconds of one kind's mean iteration by what bounds it. Its parts (ServingCost.iteration_parts): when the
+    host's per-request work or an eager dispatch outlasts the GPU's on the executor's own thread, the GPU work runs
+    hidden behind it and the whole iteration is the host's (`host: executor per-request work` for the bookkeeping,
+    `host: eager kernel dispatch` for the rest); otherwise its GPU work by what bounds each op (`time_split`), the
+    graph padding's dummy sequences, a static session's serial launch and the host work a serial pipeline loop puts
+    between the stages."""
+    cost, p = run.cost, run.scenario.plan
+    q = 1 + p.spec_tokens
+    P, pairs, d, ctx = k.prompt_tokens, k.prompt_pairs, k.decodes, k.decode_ctx
+    T, pctx, rows = d * q + P, P + pairs / max(1.0, P), d + k.prompts
+    parts = cost.iteration_parts(T, d, ctx, P, pairs, pctx, rows, q)
+    if not P:  # the padding of the iterations' own batches rather than of their mean batch's: the GPU work at the
+        # mean padded batch (each dummy holds one context token) beyond that at the mean batch
+        def gpu(x: float) -> float:
+            return cost.context_line(x * q, x, 0, None, q, d, pad=False, launch=False, host=False,
+                                     eager=False)(ctx + x - d)
+        parts["padding"] = gpu(k.padded_decodes) - gpu(d)
+    serial = cost.pp_host_serial and p.pp > 1
+    if not serial and parts["host"] + parts["dispatch"] > 0:  # host-bound: the GPU's work hides behind the host's
+        whole = sum(parts.values())
+        bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, max(d, rows), p.pp))
+        return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}
+    ops, trs = [], []
+    for s in range(p.pp):
+        ops += cost.token_ops(s, T)
+        ops += cost.attention_ops(s, d, ctx, P, pairs, pctx, q)
+        trs += cost.token_transfers(s, T)
+    h_ops, h_trs = cost.head(d)
+    out = time_split(cost, ops + h_ops, trs + h_trs, ctx * kv_bytes_per_token_layer(run.scenario.model, p))
+    for key, part in ((PAD_KEY, "padding"), (LAUNCH_KEY, "launch"), (HOST_KEY, "host")):
+        if parts[part] > 0:
+            out[key] = out.get(key, 0.0) + parts[part]
+    return out
+
+
+def iteration_split(run: ServingRun) -> dict[str, float]:
+    """Mean seconds per iteration by what bounds it: each kind of iteration's split (`kind_split`) weighted by how
+    many of them the run had."""
+    kinds = iteration_kinds(run)
+    n = sum(k.count for k in kinds)
+    out: dict[str, float] = {}
+    for k in kinds:
+        for key, v in kind_split(run, k).items():
+            out[key] = out.get(key, 0.0) + v * k.count / n
+    return out
 
 
 def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[str, float]:
     """Seconds of an iteration by what bounds each op (its roofline side): `hbm: weights`, `hbm: kv cache`,
     `hbm: activations` (a memory-bound op's time split by its bytes), `compute: gemms`, `compute: attention`,
-    `kernel launches` (per-kernel overhead), and `<tier>: <collective>` for the transfers."""
+    `gpu: per-kernel overhead` (each kernel's fixed time on the GPU), and `<tier>: <collective>` for the transfers."""
     from narrowpath.cost.roofline import compute_time_s, memory_time_s
     dev, cal = cost.dev, cost.cal
     out: dict[str, float] = {}
@@ -220,7 +302,7 @@ def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[
 
     for op, n in ops:
         c, m = compute_time_s(op, dev, cal), memory_time_s(op, dev, cal)
-        add("kernel launches", n * op.kernels * cal.kernel_overhead_s)
+        add("gpu: per-kernel overhead", n * op.kernels * cal.kernel_overhead_s)
         if c >= m:
             add("compute: attention" if op.kind == "flash" else "compute: gemms" if op.kind == "matrix"
                 else "compute: element-wise", n * c)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from narrowpath.analysis.serving_accounts import HOST_KEY, ServingAccounts
+from narrowpath.analysis.serving_accounts import DISPATCH_KEY, HOST_KEY, LAUNCH_KEY, PAD_KEY, ServingAccounts
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
@@ -168,6 +168,22 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
     return out, skipped
 
 
+HOST_REMEDY = {
+    HOST_KEY: "; the engine's host loop handles every request of an iteration on one thread, so faster GPUs or more TP "
+              "do not shorten it: fewer requests per loop do (more attention-DP ranks or replicas, each with its own "
+              "loop), or a faster host CPU or scheduler",
+    LAUNCH_KEY: "; the session enqueues a step's kernels one by one only after the previous step has finished, so the "
+                "GPU idles while the host launches: CUDA graphs or an in-flight batching executor that enqueues ahead "
+                "remove it, fewer kernels per step (fused ops, fewer layers per GPU) shorten it",
+    DISPATCH_KEY: "; these iterations run eagerly, every kernel issued by the framework's host thread, so a faster GPU "
+                  "does not shorten them: capturing the batch in a CUDA graph (a graph size that fits, padding), fewer "
+                  "prompt iterations (a larger token budget) or a faster host do",
+    PAD_KEY: "; decode batches run at the next captured CUDA graph size up, the rest dummy sequences: a finer list of "
+             "graph sizes removes most of it",
+}
+"""What shortens a host or padding row when it is the narrowest path (appended to the verdict's detail)."""
+
+
 def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
     """Narrowest path of `run` and its what-ifs, ranked by throughput per GPU."""
     given = run.given or run.scenario
@@ -187,10 +203,7 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
         narrowest = top[0]
         detail = f"{top[0]} takes {top[1]:.0%} of an iteration (mean batch {acc.mean.decodes:.0f} decodes + " \
                  f"{acc.mean.prompt_tokens:.0f} prompt tokens, {acc.mean.duration_s * 1e3:.2f} ms)"
-        if narrowest == HOST_KEY:
-            detail += ("; the engine's host loop handles every request of an iteration on one thread, so faster GPUs "
-                       "or more TP do not shorten it: fewer requests per loop do (more attention-DP ranks or "
-                       "replicas, each with its own loop), or a faster host CPU or scheduler")
+        detail += HOST_REMEDY.get(narrowest, "")
     crosses = any(r.tier == "scale_out" for r in acc.collectives) or run.cost.scn.plan.disaggregated and \
         2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
     rp = run.scenario.plan

@@ -383,25 +383,50 @@ class ServingCost:
         return self.context_line(T, dec_seqs, pre_tokens, rows, queries_per_seq, requests, extra_gpu_s)(
             dec_ctx, pre_pairs, pre_ctx)
 
+    def iteration_parts(self, T: float, dec_seqs: float, dec_ctx: float, pre_tokens: float = 0.0,
+                        pre_pairs: float = 0.0, pre_ctx: float = 0.0, rows: float | None = None,
+                        queries_per_seq: float = 1.0, requests: float | None = None,
+                        extra_gpu_s: float = 0.0) -> dict[str, float]:
+        """`iteration_s` taken apart, its parts summing to it: `gpu` (the GPU period of the real work), `padding`
+        (what a decode graph's dummy sequences add), `launch` (a static session's serial enqueue), `host` (the
+        executor's per-request work beyond the GPU's, or all of it under a serial pipeline loop) and `dispatch`
+        (an eager iteration's kernel-by-kernel issue beyond both). Each part is the iteration's time with one more
+        of them switched on, in that order."""
+        args = (T, dec_seqs, pre_tokens, rows, queries_per_seq, requests, extra_gpu_s)
+        at = (dec_ctx, pre_pairs, pre_ctx)
+        steps = [self.context_line(*args, pad=False, launch=False, host=False, eager=False)(*at),
+                 self.context_line(*args, launch=False, host=False, eager=False)(*at),
+                 self.context_line(*args, host=False, eager=False)(*at),
+                 self.context_line(*args, eager=False)(*at),
+                 self.context_line(*args)(*at)]
+        return {"gpu": steps[0], "padding": steps[1] - steps[0], "launch": steps[2] - steps[1],
+                "host": steps[3] - steps[2], "dispatch": steps[4] - steps[3]}
+
     def context_line(self, T: float, dec_seqs: float, pre_tokens: float = 0.0, rows: float | None = None,
-                     queries_per_seq: float = 1.0, requests: float | None = None, extra_gpu_s: float = 0.0):
+                     queries_per_seq: float = 1.0, requests: float | None = None, extra_gpu_s: float = 0.0,
+                     *, pad: bool = True, launch: bool = True, host: bool = True, eager: bool = True):
         """`iteration_s` with its context-independent part priced once: a function of (dec_ctx, pre_pairs=0,
         pre_ctx=0) equal to iteration_s(T, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx, rows, ...) — the
-        lanes price runs of decode steps that differ only in their context this way."""
+        lanes price runs of decode steps that differ only in their context this way. Switching `pad`, `launch`,
+        `host` or `eager` off drops the graph padding, a static session's serial launch, the executor's host work
+        or an eager iteration's kernel dispatch (`iteration_parts`)."""
         pp = self.scn.plan.pp
+        with_dispatch = eager
         eager = bool(pre_tokens and self.eager_prefill and self.cal.host_dispatch_s)  # the host issues each kernel
         rows = dec_seqs if rows is None else rows
         requests = max(dec_seqs, rows) if requests is None else requests
-        pad = 0.0
+        with_pad, pad = pad, 0.0
         if self.graph_sizes is not None and dec_seqs and not pre_tokens:  # a decode-only iteration: a graph's size
             padded = graph_batch(dec_seqs, self.graph_sizes, self.graph_padding)
             if padded is None:  # no captured graph fits: the framework issues every kernel, whatever the engine
                 eager = bool(self.cal.host_dispatch_s)
-            elif padded > dec_seqs:  # dummy one-token sequences fill the graph's empty slots
+            elif padded > dec_seqs and with_pad:  # dummy one-token sequences fill the graph's empty slots
                 pad = padded - dec_seqs
                 T, rows, dec_seqs = T + pad * queries_per_seq, rows + pad, padded
-        host = host_bookkeeping_s(self.host_per_request_s, requests, pp)
-        launch = self.launch_s
+        eager = eager and with_dispatch
+        with_host = host
+        host = host_bookkeeping_s(self.host_per_request_s, requests, pp) if with_host else 0.0
+        launch = self.launch_s if launch else None
         attention_s, q = self.attention_s, queries_per_seq
         if pp == 1:
             tok, head = self.token_time_s(0, T), self.head_time_s(rows)
@@ -422,7 +447,7 @@ class ServingCost:
         toks = [self.token_time_s(s, T) for s in range(pp)]
         head = self.head_time_s(rows)
         floor = [self.stage_kernels[s] * self.cal.host_dispatch_s for s in range(pp)] if eager else None
-        serial = host_bookkeeping_s(self.host_per_request_s, requests) if self.pp_host_serial else None
+        serial = host_bookkeeping_s(self.host_per_request_s, requests) if self.pp_host_serial and with_host else None
 
         same = self._attention_stage
 

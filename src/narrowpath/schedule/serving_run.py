@@ -92,6 +92,10 @@ class _StepPricer:
         return self.cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests,
                                      self._draft_s(dec, pre_tok))
 
+    def decode_rows(self, dec):
+        """Sequences a decode-only iteration of `dec` decodes computes (its CUDA graph's size when padded)."""
+        return self.cost.decode_rows(dec)
+
     def decode_line(self, T, dec, rows, q):
         """A function of the decodes' context equal to self(T, dec, ctx, 0, 0, 0, rows, q)."""
         return self.cost.context_line(T, dec, 0, rows, q, None, self._draft_s(dec, 0))
@@ -120,6 +124,7 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
         P = float(n_in[ids].sum())
         dt = step(P, 0, 0.0, P, float((n_in[ids] * (n_in[ids] + 1) / 2).sum()), P, b, 1)
         _log(log, tot, now, dt, 1, 0, int(P), need)
+        tot.prompt_iterations += 1
         now += dt
         first[ids] = now
         ctx = P + b

@@ -333,6 +333,8 @@ class Lane:
             return
         D, g = step.decodes, self.s.spec_gain
         self._account(dt, n, D, n * D * step.q, 0, n * step.dctx + D * g * n * (n - 1) / 2, 0.0)
+        rows = getattr(self.step_s, "decode_rows", None)  # the batch a captured graph runs it at
+        self.tot.padded_decodes += n * (rows(D) if rows is not None else D)
         self._record(dt, n, D, 0)
         self._advance(D, n, grown=self.s.admission == "on-demand")
 
@@ -453,6 +455,10 @@ class Lane:
         t.prompt_tokens += pre_tok
         t.decode_ctx_tokens += dctx
         t.prompt_pairs += pairs
+        if pre_tok:
+            t.prompt_iterations += steps
+            t.prompt_iteration_decodes += dec * steps
+            t.prompt_iteration_decode_ctx += dctx
 
 
 class LaneGroup:

@@ -52,6 +52,12 @@ class LaneTotals:
     kv_peak_blocks: int = 0
     preemptions: int = 0
     handoff_s: float = 0.0
+    prompt_iterations: int = 0
+    """Iterations that carry prompt tokens (their decodes below; the rest are decode-only)."""
+    prompt_iteration_decodes: float = 0.0
+    prompt_iteration_decode_ctx: float = 0.0
+    padded_decodes: float = 0.0
+    """Σ over decode-only iterations of the batch they run at (their CUDA graph's size when padded)."""
 
 
 @dataclass

@@ -1,0 +1,129 @@
+"""Where a serving iteration's time goes beyond its GPU work: `ServingCost.iteration_parts` takes an iteration apart
+(graph padding, a static session's serial launch, the executor's host work, an eager dispatch) and the accounts'
+time split prices the run's prompt-carrying and decode-only iterations apart (`iteration_split`). Values by hand
+from the cost model's rules: each part is the iteration's time with one more mechanism switched on."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from narrowpath.analysis.serving_accounts import (DISPATCH_KEY, HOST_KEY, LAUNCH_KEY, PAD_KEY, iteration_kinds,
+                                                  serving_accounts)
+from narrowpath.analysis.serving_whatif import HOST_REMEDY
+from narrowpath.catalog import model, system
+from narrowpath.schedule.serving_cost import ServingCost
+from narrowpath.schedule.serving_run import simulate
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+
+TRTLLM = "TensorRT-LLM 1.0 (PyTorch backend)"
+
+
+def _scn(framework: str, sysname: str = "dgx-h100", gpus: int = 1, load: Load | None = None, **plan):
+    p = ServingPlan(framework=framework, **plan)
+    return ServingScenario(system=system(sysname), model=model("llama3-8b"), plan=p, num_gpus=gpus,
+                           load=load or Load(arrival="offline", input_tokens=128, output_tokens=256,
+                                             num_requests=200))
+
+
+def _cost(framework: str, **plan) -> ServingCost:
+    plan = {"weight_precision": "fp8", "kv_precision": "fp8", "max_batch": 512, "max_num_tokens": 2048} | plan
+    return ServingCost(_scn(framework, gpus=plan.get("pp", 1), **plan), 2048)
+
+
+CASES = [  # (framework, plan, iteration arguments)
+    (TRTLLM, {}, (40.0, 40.0, 40_000.0)),  # a decode batch padded 40 -> 64
+    (TRTLLM, {}, (1500.0, 1000.0, 1e6, 500.0, 125_250.0, 500.0, 1001.0)),  # an eager prompt iteration
+    (TRTLLM, {"max_batch": 2048}, (600.0, 600.0, 6e5)),  # 600 decodes: no graph fits the list to 512 + padding
+    (TRTLLM, {"pp": 2}, (64.0, 64.0, 64_000.0)),  # a serial pipeline loop (pp_host_serial)
+    ("TensorRT-LLM 0.7", {"max_batch": 8}, (8.0, 8.0, 8_000.0)),  # a static session's serial launch
+    ("vllm", {}, (300.0, 300.0, 3e5)),  # no host model, no graphs: all GPU
+]
+
+
+@pytest.mark.parametrize("framework, plan, args", CASES)
+def test_the_parts_sum_to_the_iteration_and_none_is_negative(framework, plan, args):
+    cost = _cost(framework, **plan)
+    parts = cost.iteration_parts(*args)
+    assert set(parts) == {"gpu", "padding", "launch", "host", "dispatch"}
+    assert sum(parts.values()) == pytest.approx(cost.iteration_s(*args), rel=1e-12)
+    assert min(parts.values()) >= -1e-15 and parts["gpu"] > 0
+
+
+def test_each_part_is_what_its_mechanism_adds():
+    """Padding: 40 decodes on trtllm-bench's sizes run as 64 (24 dummies of one context token each): the GPU time of
+    64 decodes over 40,024 context tokens less that of 40 over 40,000. Launch: TensorRT-LLM 0.7's static session
+    adds the stage's kernels × host_dispatch_s. Host: 1,000 decodes of trtllm-bench's 29 us each (29 ms) outlast
+    their GPU work; the excess is 29 ms less the GPU period. An eager prompt iteration: the host's thread then issues
+    every kernel on top of the bookkeeping."""
+    cost = _cost(TRTLLM)
+    parts = cost.iteration_parts(40.0, 40.0, 40_000.0)
+    bare = cost.context_line(64.0, 64.0, pad=False, launch=False, host=False, eager=False)(40_024.0)
+    assert parts["padding"] == pytest.approx(bare - parts["gpu"], rel=1e-12) and parts["padding"] > 0
+    assert parts["gpu"] == pytest.approx(
+        cost.context_line(40.0, 40.0, pad=False, launch=False, host=False, eager=False)(40_000.0), rel=1e-12)
+    static = _cost("TensorRT-LLM 0.7", max_batch=8)
+    assert static.iteration_parts(8.0, 8.0, 8_000.0)["launch"] == pytest.approx(
+        static.stage_kernels[0] * static.cal.host_dispatch_s, rel=1e-12)
+    big = _cost(TRTLLM, max_batch=1024, graph_batch_sizes=(1024,))
+    p = big.iteration_parts(1024.0, 1024.0, 1024 * 200.0)
+    assert big.host_per_request_s == pytest.approx(29e-6)
+    host = 1024 * 29e-6
+    assert host > p["gpu"] + p["padding"]
+    assert p["host"] == pytest.approx(host - p["gpu"] - p["padding"], rel=1e-9) and p["dispatch"] == 0.0
+    q = big.iteration_parts(1524.0, 1024.0, 1024 * 200.0, 500.0, 125_250.0, 500.0, 1025.0)
+    gpu, bookkeeping = q["gpu"] + q["padding"], 1025 * 29e-6
+    thread = bookkeeping + big.stage_kernels[0] * big.cal.host_dispatch_s  # one thread: bookkeeping, then issue
+    assert q["host"] == pytest.approx(max(0.0, bookkeeping - gpu), rel=1e-9, abs=1e-12)
+    assert q["host"] + q["dispatch"] == pytest.approx(max(0.0, thread - gpu), rel=1e-9, abs=1e-12)
+    assert q["dispatch"] > 0
+
+
+def test_the_totals_tell_prompt_iterations_from_decode_only_ones():
+    """A logged lane's iterations with prompt tokens are the totals' prompt_iterations; the decodes they carry and
+    the padded batches of the decode-only ones are counted apart (no graph list: padded = real)."""
+    for framework in (TRTLLM, "vllm"):
+        run = simulate(_scn(framework, weight_precision="fp8", kv_precision="fp8"))
+        t, log = run.result.totals, run.result.log
+        assert t.prompt_iterations == sum(r.steps for r in log if r.prompt_tokens > 0)
+        assert t.prompt_iteration_decodes == sum(r.steps * r.decodes for r in log if r.prompt_tokens > 0)
+        decode_only = sum(r.steps * r.decodes for r in log if r.prompt_tokens == 0)
+        if framework == "vllm":
+            assert t.padded_decodes == decode_only
+        else:
+            assert t.padded_decodes >= decode_only
+        kinds = iteration_kinds(run)
+        assert sum(k.count for k in kinds) == t.iterations
+        assert sum(k.count * k.prompt_tokens for k in kinds) == pytest.approx(t.prompt_tokens)
+
+
+def test_a_static_session_is_bound_by_its_serial_launch():
+    """Llama-3 8B bf16 on 8 H100 at tp 8, batch 1, under NeMo's TensorRT-LLM 0.x session: each step's ~3 ms of GPU
+    work (64 small all-reduces, weight reads of 2 GB a GPU) is followed by the host enqueuing its kernels one by one
+    (10 us each), which the split names first; the verdict says what removes it."""
+    run = simulate(_scn("NeMo Framework inference", gpus=8, tp=8,
+                        load=Load(arrival="fixed-batch", batch_size=1, input_tokens=128, output_tokens=20,
+                                  num_requests=4)))
+    acc = serving_accounts(run)
+    assert max(acc.time_split, key=acc.time_split.get) == LAUNCH_KEY
+    assert sum(acc.time_split.values()) == pytest.approx(1.0)
+    launch = run.cost.stage_kernels[0] * run.cost.cal.host_dispatch_s
+    decode_only = [k for k in iteration_kinds(run) if not k.prompt_tokens]
+    assert decode_only and launch / run.cost.iteration_s(1.0, 1.0, decode_only[0].decode_ctx) > 0.3
+    assert "CUDA graphs" in HOST_REMEDY[LAUNCH_KEY]
+
+
+def test_a_host_bound_iteration_is_the_hosts_and_padding_shows():
+    """Llama-3 8B FP8 on one B200 under trtllm-bench, 128/1024 offline: ~1,400 decodes an iteration need ~41 ms of
+    host work against ~25 ms of GPU work, in the prompt iterations too, so the host rows take it all (bookkeeping,
+    and the eager dispatch of the prompt iterations). On one H100 at 128/2048 the KV cache holds ~469 sequences,
+    padded to the 512 graph: the GPU bounds and the padding shows as a row of its own; without padding it does not."""
+    run = simulate(_scn(TRTLLM, "dgx-b200", weight_precision="fp8", kv_precision="fp8",
+                        load=Load(arrival="offline", input_tokens=128, output_tokens=1024, num_requests=3000)))
+    split = serving_accounts(run).time_split
+    assert set(split) == {HOST_KEY, DISPATCH_KEY} and split[HOST_KEY] > 0.9
+    load = Load(arrival="offline", input_tokens=128, output_tokens=2048, num_requests=1500)
+    h100 = serving_accounts(simulate(_scn(TRTLLM, weight_precision="fp8", kv_precision="fp8", load=load))).time_split
+    assert PAD_KEY in h100 and 0.01 < h100[PAD_KEY] < 0.2 and HOST_KEY not in h100
+    unpadded = _scn(TRTLLM, weight_precision="fp8", kv_precision="fp8", load=load, graph_padding=False)
+    assert PAD_KEY not in serving_accounts(simulate(dataclasses.replace(unpadded))).time_split
