@@ -111,6 +111,10 @@ def test_a_static_session_is_bound_by_its_serial_launch():
     decode_only = [k for k in iteration_kinds(run) if not k.prompt_tokens]
     assert decode_only and launch / run.cost.iteration_s(1.0, 1.0, decode_only[0].decode_ctx) > 0.3
     assert "CUDA graphs" in HOST_REMEDY[LAUNCH_KEY]
+    share = acc.gpu_busy_share  # the GPU idles while the host launches: its work over work + launch
+    k = [k for k in iteration_kinds(run) if not k.prompt_tokens][0]
+    parts = run.cost.iteration_parts(1.0, 1.0, k.decode_ctx)
+    assert share < 0.8 and parts["gpu"] / sum(parts.values()) == pytest.approx(share, rel=0.2)
 
 
 def test_a_host_bound_iteration_is_the_hosts_and_padding_shows():
@@ -122,8 +126,26 @@ def test_a_host_bound_iteration_is_the_hosts_and_padding_shows():
                         load=Load(arrival="offline", input_tokens=128, output_tokens=1024, num_requests=3000)))
     split = serving_accounts(run).time_split
     assert set(split) == {HOST_KEY, DISPATCH_KEY} and split[HOST_KEY] > 0.9
+    acc = serving_accounts(run)  # the GPU works ~25 of ~41 ms: well below the whole, well above nothing
+    assert 0.4 < acc.gpu_busy_share < 0.9
     load = Load(arrival="offline", input_tokens=128, output_tokens=2048, num_requests=1500)
     h100 = serving_accounts(simulate(_scn(TRTLLM, weight_precision="fp8", kv_precision="fp8", load=load))).time_split
     assert PAD_KEY in h100 and 0.01 < h100[PAD_KEY] < 0.2 and HOST_KEY not in h100
+    assert serving_accounts(simulate(_scn(TRTLLM, weight_precision="fp8", kv_precision="fp8",
+                                          load=load))).gpu_busy_share == pytest.approx(1.0)
     unpadded = _scn(TRTLLM, weight_precision="fp8", kv_precision="fp8", load=load, graph_padding=False)
     assert PAD_KEY not in serving_accounts(simulate(dataclasses.replace(unpadded))).time_split
+
+
+def test_the_json_and_the_console_carry_the_split_and_the_gpu_share(capsys):
+    """`serve --json` carries the host rows and gpu_busy_share; the console says how long the GPU works."""
+    import json
+
+    from narrowpath.cli.main import main
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--tp", "8", "--batch", "1",
+            "--input-len", "128", "--output-len", "20", "--num-requests", "4", "--framework", "NeMo", "--no-whatif"]
+    assert main(args + ["--json"]) == 0
+    acc = json.loads(capsys.readouterr().out)["accounts"]
+    assert max(acc["time_split"], key=acc["time_split"].get) == LAUNCH_KEY and 0 < acc["gpu_busy_share"] < 1
+    assert main(args) == 0
+    assert f"the GPU works {acc['gpu_busy_share']:.0%} of it" in capsys.readouterr().out

@@ -91,7 +91,10 @@ class ServingAccounts:
     mfu: float
     mbu: float
     time_split: dict[str, float]
-    """Share of the mean iteration's time by what bounds it (see `time_split`)."""
+    """Share of the mean iteration's time by what bounds it (see `iteration_split`)."""
+    gpu_busy_share: float = 1.0
+    """Share of the iterations' time the GPU works (the rest it waits for the host: hidden behind a host-bound
+    iteration's bookkeeping or dispatch, or a static session's serial launch)."""
 
 
 def mean_iteration(run: ServingRun) -> MeanIteration:
@@ -180,14 +183,15 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
                     "workspace of one forward pass, rewritten every iteration"),
     )
     dur = mean.duration_s
-    split = iteration_split(run)
+    split, gpu_busy = iteration_split(run)
     total = sum(split.values())
     split = {k: v / total for k, v in split.items()} if total > 0 else split
     peak = dev.matrix_peak(p.weight_precision)
     tokens_per_s_gpu = run.result.total_tokens_per_s / scn.num_gpus
     mfu = tokens_per_s_gpu * flop_tok / peak
     mbu = (w_bytes + kv_bytes) / dur / dev.hbm.bw_bytes_per_s if dur else 0.0
-    return ServingAccounts(mean, flop_tok, levels, collectives, distance, mfu, mbu, split)
+    return ServingAccounts(mean, flop_tok, levels, collectives, distance, mfu, mbu, split,
+                           min(1.0, gpu_busy / total) if total > 0 else 1.0)
 
 
 def _nearer(working_set: float, dev) -> str:
@@ -241,8 +245,9 @@ def iteration_kinds(run: ServingRun) -> list[IterationKind]:
     return out
 
 
-def kind_split(run: ServingRun, k: IterationKind) -> dict[str, float]:
-    """Seconds of one kind's mean iteration by what bounds it. Its parts (ServingCost.iteration_parts): when the
+def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], float]:
+    """Seconds of one kind's mean iteration by what bounds it, and the seconds of it the GPU works (its work and the
+    graph padding's). Its parts (ServingCost.iteration_parts): when the
     host's per-request work or an eager dispatch outlasts the GPU's on the executor's own thread, the GPU work runs
     hidden behind it and the whole iteration is the host's (`host: executor per-request work` for the bookkeeping,
     `host: eager kernel dispatch` for the rest); otherwise its GPU work by what bounds each op (`time_split`), the
@@ -263,7 +268,7 @@ def kind_split(run: ServingRun, k: IterationKind) -> dict[str, float]:
     if not serial and parts["host"] + parts["dispatch"] > 0:  # host-bound: the GPU's work hides behind the host's
         whole = sum(parts.values())
         bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, max(d, rows), p.pp))
-        return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}
+        return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}, parts["gpu"] + parts["padding"]
     ops, trs = [], []
     for s in range(p.pp):
         ops += cost.token_ops(s, T)
@@ -274,19 +279,22 @@ def kind_split(run: ServingRun, k: IterationKind) -> dict[str, float]:
     for key, part in ((PAD_KEY, "padding"), (LAUNCH_KEY, "launch"), (HOST_KEY, "host")):
         if parts[part] > 0:
             out[key] = out.get(key, 0.0) + parts[part]
-    return out
+    return out, parts["gpu"] + parts["padding"]
 
 
-def iteration_split(run: ServingRun) -> dict[str, float]:
-    """Mean seconds per iteration by what bounds it: each kind of iteration's split (`kind_split`) weighted by how
-    many of them the run had."""
+def iteration_split(run: ServingRun) -> tuple[dict[str, float], float]:
+    """Mean seconds per iteration by what bounds it, and of them the GPU's working seconds: each kind of iteration
+    (`kind_split`) weighted by how many of them the run had."""
     kinds = iteration_kinds(run)
     n = sum(k.count for k in kinds)
     out: dict[str, float] = {}
+    busy = 0.0
     for k in kinds:
-        for key, v in kind_split(run, k).items():
+        rows, gpu = kind_split(run, k)
+        busy += gpu * k.count / n
+        for key, v in rows.items():
             out[key] = out.get(key, 0.0) + v * k.count / n
-    return out
+    return out, busy
 
 
 def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[str, float]:

@@ -56,7 +56,8 @@ def format_serving(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdic
             f"{res.totals.preemptions} preemptions",
             f"  MFU {acc.mfu:.1%}   MBU {acc.mbu:.1%}   mean iteration {human_time(acc.mean.duration_s)}: "
             f"{acc.mean.decodes:.1f} decodes, {acc.mean.prompt_tokens:.0f} prompt tokens", ""]
-    out.append("  where an iteration's time goes:")
+    out.append("  where an iteration's time goes" + (f" (the GPU works {acc.gpu_busy_share:.0%} of it, waits for the "
+                                                     "host the rest):" if acc.gpu_busy_share < 0.995 else ":"))
     out.append(table(["bound by", "share (%)"], [[k, 100 * v] for k, v in
                                                   sorted(acc.time_split.items(), key=lambda kv: -kv[1]) if v > 0]))
     out += ["", "  data movement per generated token (per GPU):"]

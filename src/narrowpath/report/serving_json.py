@@ -44,7 +44,7 @@ def serving_to_json(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdi
         "decode_graphs": {"sizes": run.cost.graph_sizes, "padding": run.cost.graph_padding},
         "mfu": acc.mfu, "mbu": acc.mbu,
         "accounts": {"mean_iteration": _plain(acc.mean), "useful_flop_per_token": acc.useful_flop_per_token,
-                     "time_split": acc.time_split, "levels": _plain(acc.levels),
+                     "time_split": acc.time_split, "gpu_busy_share": acc.gpu_busy_share, "levels": _plain(acc.levels),
                      "collectives": _plain(acc.collectives), "distance": _plain(acc.distance)},
         "assumptions": list(res.notes),
     })
