@@ -149,3 +149,35 @@ def test_the_json_and_the_console_carry_the_split_and_the_gpu_share(capsys):
     assert max(acc["time_split"], key=acc["time_split"].get) == LAUNCH_KEY and 0 < acc["gpu_busy_share"] < 1
     assert main(args) == 0
     assert f"the GPU works {acc['gpu_busy_share']:.0%} of it" in capsys.readouterr().out
+
+
+def test_a_static_session_replaying_captured_graphs_launches_once_a_step():
+    """TensorRT-LLM 0.x's GptSession with CUDA graphs on (gptSessionBenchmark --enable_cuda_graph) still waits for
+    each step, then launches its captured generation graph: one launch (host_dispatch_s) instead of every kernel; a
+    prompt step (never captured) and a decode batch no graph fits still launch kernel by kernel."""
+    graphs = _cost("TensorRT-LLM 0.7", max_batch=8, graph_batch_sizes=(8,))
+    plain = _cost("TensorRT-LLM 0.7", max_batch=8)
+    one = graphs.cal.host_dispatch_s
+    assert graphs.iteration_parts(8.0, 8.0, 8_000.0)["launch"] == pytest.approx(one, rel=1e-12)
+    assert plain.iteration_parts(8.0, 8.0, 8_000.0)["launch"] == pytest.approx(plain.stage_kernels[0] * one)
+    prompt = (1024.0, 0.0, 0.0, 1024.0, 1024 * 1025 / 2, 1024.0, 8.0)
+    assert graphs.iteration_parts(*prompt)["launch"] == pytest.approx(graphs.stage_kernels[0] * one, rel=1e-12)
+    assert graphs.iteration_parts(4.0, 4.0, 4_000.0)["launch"] == pytest.approx(graphs.stage_kernels[0] * one)
+    assert graphs.iteration_s(8.0, 8.0, 8_000.0) == pytest.approx(
+        plain.iteration_s(8.0, 8.0, 8_000.0) - (plain.stage_kernels[0] - 1) * one, rel=1e-12)
+
+
+def test_the_cuda_graphs_whatif_is_offered_to_a_static_session_only():
+    """NeMo's static session at batch 1 (the launch 40 % of a step): the what-if replays its decode steps as graphs
+    and gains; trtllm-bench's in-flight executor and a static session already on graphs are told why not."""
+    from narrowpath.analysis.serving_whatif import candidates
+    scn = _scn("NeMo Framework inference", gpus=8, tp=8, max_batch=1,
+               load=Load(arrival="fixed-batch", batch_size=1, input_tokens=128, output_tokens=20, num_requests=4))
+    out, skipped = candidates(scn, False, 1, "static")
+    alt = {name: s for name, _, s in out}["CUDA graphs"]
+    assert alt.plan.graph_batch_sizes == (1,) and alt.plan.graph_padding is False
+    base, faster = simulate(scn).result, simulate(alt).result
+    assert faster.output_tokens_per_s > 1.3 * base.output_tokens_per_s
+    for other in (_scn(TRTLLM), dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, graph_batch_sizes=(1,)))):
+        reasons = dict(candidates(other, False, 1)[1])
+        assert "CUDA graphs" in reasons

@@ -2,7 +2,8 @@
 waiting when requests spend longer queued than served), and a ranked list of changes, each a re-simulation of
 the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
 KV cache, disaggregated prefill/decode pools, a larger scale-up domain, an expert load balancer (MoE over
-expert-parallel ranks), finer CUDA graph sizes (an engine that pads decode batches to captured sizes), speculative
+expert-parallel ranks), finer CUDA graph sizes (an engine that pads decode batches to captured sizes), CUDA graphs
+(a static session that launches each step kernel by kernel), speculative
 decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are
 compared with is re-run on that same load.
 """
@@ -161,6 +162,16 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
                         + ("" if padding else ", with padding"),
                         dataclasses.replace(scn, plan=dataclasses.replace(p, graph_batch_sizes=fine,
                                                                           graph_padding=True))))
+    name = "CUDA graphs"
+    if not serving_stack(p.framework).get("host_sync_per_step"):
+        skipped.append((name, "the engine does not wait for each step before launching the next kernel by kernel"))
+    elif sizes:
+        skipped.append((name, "decode steps already replay captured graphs"))
+    else:
+        limit = max(1, decode_limit or p.max_batch or 1)
+        out.append((name, "decode steps as captured graphs, one launch each (--enable_cuda_graph)",
+                    dataclasses.replace(scn, plan=dataclasses.replace(p, graph_batch_sizes=tuple(range(1, limit + 1)),
+                                                                      graph_padding=False))))
     if p.spec_acceptance > 0 and not p.spec_tokens and p.policy != "static":
         for k in (1, 2, 4):
             out.append((f"speculative decoding k={k}", f"{k} draft tokens at acceptance {p.spec_acceptance:g}",

@@ -16,7 +16,8 @@ replay a captured CUDA graph and in-flight-batching engines enqueue ahead, so th
 session that synchronises on every step before enqueuing the next (stack `host_sync_per_step`: TensorRT-LLM
 0.x GptSession, whose generation loop calls shouldStopSync — decoder.forwardSync() — before executeContext of the
 next step, cpp/tensorrt_llm/runtime/gptSession.cpp, CUDA graphs off by default) adds the host's enqueue of every
-kernel (`host_dispatch_s` each) to each step: the GPU idles while the host launches. A stack that captures its
+kernel (`host_dispatch_s` each) to each step: the GPU idles while the host launches (one launch a stage when the
+step replays a captured CUDA graph: `graph_launch_s`). A stack that captures its
 decode graphs for a fixed list of batch sizes (`graph_batch_sizes`) runs a decode-only iteration on the graph of the
 next captured size up, the empty slots computed as one-token dummy sequences (`graph_padding`), or eagerly when no
 graph fits (`graph_batch`). The profile's
@@ -177,6 +178,10 @@ class ServingCost:
         stage, the output layer."""
         self.kv_bytes_per_token = max(kv_bytes_per_token(m, p, layers) for layers in self.stages)
         self.launch_s = self._launch_times() if stack.get("host_sync_per_step") else None
+        self.graph_launch_s = [self.cal.host_dispatch_s] * p.pp if self.launch_s is not None else None
+        """A static session's serial launch of a decode step it replays as a captured CUDA graph: one launch a
+        stage (TensorRT-LLM 0.x GptSession with CUDA graphs on — gptSessionBenchmark --enable_cuda_graph — captures
+        the generation step and replays it, still after the previous step's synchronisation)."""
         self._handoff: dict[int, float] = {}
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._attention_stage = [next(r for r in range(s + 1) if self._affine[r] == self._affine[s]
@@ -415,9 +420,10 @@ class ServingCost:
         eager = bool(pre_tokens and self.eager_prefill and self.cal.host_dispatch_s)  # the host issues each kernel
         rows = dec_seqs if rows is None else rows
         requests = max(dec_seqs, rows) if requests is None else requests
-        with_pad, pad = pad, 0.0
+        with_pad, pad, graphed = pad, 0.0, False
         if self.graph_sizes is not None and dec_seqs and not pre_tokens:  # a decode-only iteration: a graph's size
             padded = graph_batch(dec_seqs, self.graph_sizes, self.graph_padding)
+            graphed = padded is not None
             if padded is None:  # no captured graph fits: the framework issues every kernel, whatever the engine
                 eager = bool(self.cal.host_dispatch_s)
             elif padded > dec_seqs and with_pad:  # dummy one-token sequences fill the graph's empty slots
@@ -426,7 +432,7 @@ class ServingCost:
         eager = eager and with_dispatch
         with_host = host
         host = host_bookkeeping_s(self.host_per_request_s, requests, pp) if with_host else 0.0
-        launch = self.launch_s if launch else None
+        launch = (self.graph_launch_s if graphed else self.launch_s) if launch else None
         attention_s, q = self.attention_s, queries_per_seq
         if pp == 1:
             tok, head = self.token_time_s(0, T), self.head_time_s(rows)
