@@ -12,11 +12,14 @@ tokens, decodes, context read, prompt pairs), priced with the same ops and trans
 - MFU = useful FLOP/s per GPU / dense peak of the weight format; MBU = (weights read + KV cache read) per second
   per GPU / HBM peak bandwidth (the memory-bandwidth utilisation of decoding, Databricks 2023 'LLM inference
   performance engineering').
-- Time split (`iteration_split`): the run's prompt-carrying and decode-only iterations apart, each at its mean
-  size: a host-bound one (the executor's per-request work or an eager kernel-by-kernel dispatch outlasting the GPU
-  on one thread) is all the host's; otherwise its GPU time by what bounds each op, plus the dummy sequences padding
-  a decode batch to its CUDA graph's size, a static session's serial kernel launch and the host work a serial
-  pipeline loop runs between the stages (ServingCost.iteration_parts).
+- Time split (`iteration_split`): the run's prompt-carrying, graphed decode-only and eager decode-only iterations
+  apart, each at its mean size: a host-bound one (the executor's per-request work or an eager kernel-by-kernel
+  dispatch outlasting the GPU on one thread) is all the host's; otherwise its GPU time by what bounds each op, plus
+  speculative draft passes, the dummy sequences padding a decode batch to its CUDA graph's size, a static session's
+  serial kernel launch and the host work a serial pipeline loop runs between the stages
+  (ServingCost.iteration_parts). `gpu_busy_share`: the share of that time the GPU works.
+- Per generated token figures are per GPU: a lane iteration's sums over the stages, over its tokens and the pp
+  stages (a GPU runs its stage once for each of the pp lanes in flight).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from narrowpath.analysis.ledger import L2_TILE, SRAM_TILE
 from narrowpath.analysis.traffic import tier_bytes_per_rank
 from narrowpath.schedule.serving_cost import host_bookkeeping_s
-from narrowpath.schedule.serving_run import ServingRun
+from narrowpath.schedule.serving_run import ServingRun, _step_fn
 from narrowpath.workload.counts import active_parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, kv_bytes_per_token_layer
 
@@ -101,7 +104,7 @@ def mean_iteration(run: ServingRun) -> MeanIteration:
     t = run.result.totals
     it = max(1, t.iterations)
     q = 1 + run.scenario.plan.spec_tokens
-    out = float(run.result.output_tokens.sum()) / run.result.lanes
+    out = float(run.result.output_tokens.sum())  # the totals sum over every lane's iterations
     return MeanIteration(t.tokens / it, t.decode_tokens / it / q, t.decode_ctx_tokens / it, t.prompt_tokens / it,
                          t.prompt_pairs / it, t.busy_s / it, out / it)
 
@@ -120,6 +123,9 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     mean = mean_iteration(run)
     q = 1 + p.spec_tokens
     gen = max(mean.output_tokens, 1e-12)
+    # a lane's iteration runs every stage once; a GPU holds one stage and runs it for each of the pp lanes in flight,
+    # so per GPU and token the stages' sums are divided by pp
+    per_gpu_token = gen * p.pp
     ops, trs = [], []
     for s in range(p.pp):
         ops += cost.token_ops(s, mean.tokens)
@@ -162,20 +168,20 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
           "scale_out": scn.system.tier("scale_out").bw_bytes_per_s_per_gpu,
           "front_end": scn.system.tier("front_end").bw_bytes_per_s_per_gpu if scn.system.has_tier("front_end")
           else 0.0}
-    levels = tuple(LevelRow(lv, level_bytes[lv] / gen, level_bytes[lv] / iter_flop if iter_flop else 0.0,
-                            bw[lv], level_bytes[lv] / gen / bw[lv] if bw[lv] else 0.0) for lv in LEVELS)
+    levels = tuple(LevelRow(lv, level_bytes[lv] / per_gpu_token, level_bytes[lv] / iter_flop if iter_flop else 0.0,
+                            bw[lv], level_bytes[lv] / per_gpu_token / bw[lv] if bw[lv] else 0.0) for lv in LEVELS)
     collectives = tuple(CollectiveRow(pt.transfer.name, pt.transfer.op, pt.transfer.axis, tier, pt.span.size,
-                                      pt.transfer.message_bytes, cnt / gen, t / gen)
+                                      pt.transfer.message_bytes, cnt / per_gpu_token, t / per_gpu_token)
                         for (name, tier), (pt, cnt, t) in coll.items())
     mem = run.limits.memory
     kv_held = run.result.kv_utilisation * mem.kv_pool_bytes
     layers = max(1, len(cost.stages[0]))
     seq_kv = mem.kv_bytes_per_token * (run.result.input_tokens.mean() + run.result.output_tokens.mean() / 2)
     distance = (
-        DataItemRow("weights", mem.weights_bytes, "hbm", w_bytes / gen, mem.weights_bytes / layers,
+        DataItemRow("weights", mem.weights_bytes, "hbm", w_bytes / per_gpu_token, mem.weights_bytes / layers,
                     _nearer(mem.weights_bytes / layers, dev),
                     "every weight is read once per iteration and shared by the iteration's tokens"),
-        DataItemRow("kv_cache", kv_held, "hbm", kv_bytes / gen, seq_kv / layers, "",
+        DataItemRow("kv_cache", kv_held, "hbm", kv_bytes / per_gpu_token, seq_kv / layers, "",
                     f"each decode reads its whole context once per token and nothing re-reads it within the "
                     f"iteration, so no nearer level helps; {run.result.kv_utilisation:.0%} of the "
                     f"{mem.kv_pool_bytes / 1e9:.1f} GB pool in use on average"),
@@ -190,8 +196,7 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     tokens_per_s_gpu = run.result.total_tokens_per_s / scn.num_gpus
     mfu = tokens_per_s_gpu * flop_tok / peak
     mbu = (w_bytes + kv_bytes) / dur / dev.hbm.bw_bytes_per_s if dur else 0.0
-    return ServingAccounts(mean, flop_tok, levels, collectives, distance, mfu, mbu, split,
-                           min(1.0, gpu_busy / total) if total > 0 else 1.0)
+    return ServingAccounts(mean, flop_tok, levels, collectives, distance, mfu, mbu, split, gpu_busy)
 
 
 def _nearer(working_set: float, dev) -> str:
@@ -208,93 +213,117 @@ DISPATCH_KEY = "host: eager kernel dispatch"
 """... an eager iteration's kernel-by-kernel issue holds up beyond its GPU work and the bookkeeping."""
 LAUNCH_KEY = "host: serial kernel launch"
 """... a static session's enqueue of every kernel after the previous step has finished adds."""
+DRAFT_KEY = "gpu: speculative draft passes"
+"""... a speculative draft head's passes (MTP / EAGLE) over the decodes add to the GPU work."""
 PAD_KEY = "padding: graph dummy sequences"
 """... the dummy sequences that pad a decode batch to its CUDA graph's size add to the GPU work."""
 
 
 @dataclass(frozen=True, slots=True)
 class IterationKind:
-    """The mean iteration of one kind: those carrying prompt tokens or the decode-only ones."""
+    """The mean iteration of one kind: those carrying prompt tokens, the decode-only ones on a captured graph (or
+    on an engine not held to graph sizes) and the decode-only ones no graph fits (eager)."""
 
     count: int
     decodes: float
     decode_ctx: float
     prompt_tokens: float = 0.0
     prompt_pairs: float = 0.0
+    graph: bool | None = None
+    """Decode-only: on a captured graph (True), eager (False); None: the engine is not held to graph sizes, or a
+    prompt iteration."""
     padded_decodes: float = 0.0
-    """The batch a decode-only iteration runs at on average (its CUDA graph's size when padded)."""
-    prompts: float = 0.0
-    """Prompts an iteration finishes (each produces a token)."""
+    """The batch a graphed decode-only iteration runs at on average (its CUDA graph's size when padded)."""
+    rows: float = 0.0
+    """Sequences producing a token (the decodes and the prompts the iteration finishes)."""
+    requests: float = 0.0
+    """Requests the executor handles (the decodes and the prompt chunks)."""
 
 
 def iteration_kinds(run: ServingRun) -> list[IterationKind]:
-    """The run's prompt-carrying and decode-only iterations at their mean sizes (LaneTotals): an eager-prefill stack
-    issues the first kernel by kernel, a graph-capturing stack runs the second at a graph's size."""
-    t, q = run.result.totals, 1 + run.scenario.plan.spec_tokens
-    n_pre, n_dec = t.prompt_iterations, t.iterations - t.prompt_iterations
+    """The run's kinds of iteration at their mean sizes (LaneTotals, summed over all lanes): an eager-prefill stack
+    issues a prompt iteration kernel by kernel, a graph-capturing stack runs a decode-only one at a graph's size or,
+    when none fits, eagerly."""
+    t, cost, q = run.result.totals, run.cost, 1 + run.scenario.plan.spec_tokens
+    held = cost.graph_sizes is not None
     out = []
-    if n_dec > 0:
-        d = max(0.0, t.decode_tokens / q - t.prompt_iteration_decodes) / n_dec
-        if d > 0:
-            out.append(IterationKind(n_dec, d, max(0.0, t.decode_ctx_tokens - t.prompt_iteration_decode_ctx) / n_dec,
-                                     padded_decodes=max(d, t.padded_decodes / n_dec)))
+    n_pre, n_eager = t.prompt_iterations, t.eager_iterations
+    n_graph = t.iterations - n_pre - n_eager
+    graph_decodes = t.decode_tokens / q - t.prompt_iteration_decodes - t.eager_decodes
+    graph_ctx = t.decode_ctx_tokens - t.prompt_iteration_decode_ctx - t.eager_decode_ctx
+    if n_graph > 0 and graph_decodes > 0:
+        d = graph_decodes / n_graph
+        out.append(IterationKind(n_graph, d, max(0.0, graph_ctx) / n_graph, graph=True if held else None,
+                                 padded_decodes=max(d, t.padded_decodes / n_graph), rows=d, requests=d))
+    if n_eager > 0:
+        d = t.eager_decodes / n_eager
+        out.append(IterationKind(n_eager, d, t.eager_decode_ctx / n_eager, graph=False, padded_decodes=d, rows=d,
+                                 requests=d))
     if n_pre > 0:
-        out.append(IterationKind(n_pre, t.prompt_iteration_decodes / n_pre, t.prompt_iteration_decode_ctx / n_pre,
-                                 t.prompt_tokens / n_pre, t.prompt_pairs / n_pre,
-                                 prompts=run.result.input_tokens.size / run.result.lanes / n_pre))
+        d = t.prompt_iteration_decodes / n_pre
+        out.append(IterationKind(n_pre, d, t.prompt_iteration_decode_ctx / n_pre, t.prompt_tokens / n_pre,
+                                 t.prompt_pairs / n_pre, rows=d + t.prompt_iteration_done / n_pre,
+                                 requests=d + t.prompt_iteration_chunks / n_pre))
     return out
 
 
-def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], float]:
-    """Seconds of one kind's mean iteration by what bounds it, and the seconds of it the GPU works (its work and the
-    graph padding's). Its parts (ServingCost.iteration_parts): when the
-    host's per-request work or an eager dispatch outlasts the GPU's on the executor's own thread, the GPU work runs
-    hidden behind it and the whole iteration is the host's (`host: executor per-request work` for the bookkeeping,
+def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], float, float]:
+    """Seconds of one kind's mean iteration by what bounds it, the seconds of it the GPU works and the iteration's
+    seconds. From its parts (ServingCost.iteration_parts, a graphed decode iteration priced at its mean padded batch
+    with the dummies' GPU work split off as `padding`, speculative draft passes included): when the host's
+    per-request work or an eager dispatch outlasts the GPU's on the executor's own thread, the GPU work runs hidden
+    behind it and the whole iteration is the host's (`host: executor per-request work` for the bookkeeping,
     `host: eager kernel dispatch` for the rest); otherwise its GPU work by what bounds each op (`time_split`), the
-    graph padding's dummy sequences, a static session's serial launch and the host work a serial pipeline loop puts
-    between the stages."""
+    draft passes, the padding, a static session's serial launch, and the host work and eager issue a serial
+    pipeline loop puts between the stages."""
     cost, p = run.cost, run.scenario.plan
     q = 1 + p.spec_tokens
     P, pairs, d, ctx = k.prompt_tokens, k.prompt_pairs, k.decodes, k.decode_ctx
-    T, pctx, rows = d * q + P, P + pairs / max(1.0, P), d + k.prompts
-    parts = cost.iteration_parts(T, d, ctx, P, pairs, pctx, rows, q)
-    if not P:  # the padding of the iterations' own batches rather than of their mean batch's: the GPU work at the
-        # mean padded batch (each dummy holds one context token) beyond that at the mean batch
-        def gpu(x: float) -> float:
-            return cost.context_line(x * q, x, 0, None, q, d, pad=False, launch=False, host=False,
-                                     eager=False)(ctx + x - d)
-        parts["padding"] = gpu(k.padded_decodes) - gpu(d)
+    pctx = P + pairs / max(1.0, P)
+    draft = _step_fn(cost, p.spec_draft_layers, p.spec_tokens).draft_s(d, P)
+    if k.graph:  # at the mean padded batch, each dummy holding one context token; the host handles the real ones
+        x = k.padded_decodes
+        parts = cost.iteration_parts(x * q, x, ctx + x - d, rows=x, queries_per_seq=q, requests=d, extra_gpu_s=draft,
+                                     graph=True)
+        real = cost.context_line(d * q, d, 0, None, q, d, draft, pad=False, launch=False, host=False, eager=False,
+                                 graph=True)(ctx)
+        parts["padding"], parts["gpu"] = parts["gpu"] - real, real
+    else:
+        parts = cost.iteration_parts(d * q + P, d, ctx, P, pairs, pctx, k.rows, q, k.requests, draft, k.graph)
+    whole, busy = sum(parts.values()), parts["gpu"] + parts["padding"]
     serial = cost.pp_host_serial and p.pp > 1
     if not serial and parts["host"] + parts["dispatch"] > 0:  # host-bound: the GPU's work hides behind the host's
-        whole = sum(parts.values())
-        bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, max(d, rows), p.pp))
-        return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}, parts["gpu"] + parts["padding"]
+        bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, k.requests, p.pp))
+        return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}, busy, whole
     ops, trs = [], []
     for s in range(p.pp):
-        ops += cost.token_ops(s, T)
+        ops += cost.token_ops(s, d * q + P)
         ops += cost.attention_ops(s, d, ctx, P, pairs, pctx, q)
-        trs += cost.token_transfers(s, T)
-    h_ops, h_trs = cost.head(d)
+        trs += cost.token_transfers(s, d * q + P)
+    h_ops, h_trs = cost.head(k.rows)
     out = time_split(cost, ops + h_ops, trs + h_trs, ctx * kv_bytes_per_token_layer(run.scenario.model, p))
-    for key, part in ((PAD_KEY, "padding"), (LAUNCH_KEY, "launch"), (HOST_KEY, "host")):
-        if parts[part] > 0:
-            out[key] = out.get(key, 0.0) + parts[part]
-    return out, parts["gpu"] + parts["padding"]
+    extra = {DRAFT_KEY: draft, PAD_KEY: parts["padding"], LAUNCH_KEY: parts["launch"], HOST_KEY: parts["host"],
+             DISPATCH_KEY: parts["dispatch"]}
+    for key, v in extra.items():
+        if v > 0:
+            out[key] = out.get(key, 0.0) + v
+    return out, busy, whole
 
 
 def iteration_split(run: ServingRun) -> tuple[dict[str, float], float]:
-    """Mean seconds per iteration by what bounds it, and of them the GPU's working seconds: each kind of iteration
-    (`kind_split`) weighted by how many of them the run had."""
+    """Mean seconds per iteration by what bounds it, and the share of the iterations' time the GPU works: each kind
+    of iteration (`kind_split`) weighted by how many of them the run had."""
     kinds = iteration_kinds(run)
     n = sum(k.count for k in kinds)
     out: dict[str, float] = {}
-    busy = 0.0
+    busy = whole = 0.0
     for k in kinds:
-        rows, gpu = kind_split(run, k)
+        rows, gpu, total = kind_split(run, k)
         busy += gpu * k.count / n
+        whole += total * k.count / n
         for key, v in rows.items():
             out[key] = out.get(key, 0.0) + v * k.count / n
-    return out, busy
+    return out, (min(1.0, busy / whole) if whole > 0 else 1.0)
 
 
 def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[str, float]:
@@ -315,8 +344,8 @@ def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[
             add("compute: attention" if op.kind == "flash" else "compute: gemms" if op.kind == "matrix"
                 else "compute: element-wise", n * c)
             continue
-        kv = kv_read_bytes_per_layer_op if op.name == "attn_decode" else 0.0
-        w = op.weight_bytes
+        w = op.weight_bytes  # a sliding-window layer reads less than the whole context: at most the op's own bytes
+        kv = min(kv_read_bytes_per_layer_op, max(0.0, op.hbm_bytes - w)) if op.name == "attn_decode" else 0.0
         act = max(0.0, op.hbm_bytes - w - kv)
         for k, b in (("hbm: weights", w), ("hbm: kv cache", kv), ("hbm: activations", act)):
             if b > 0 and op.hbm_bytes > 0:

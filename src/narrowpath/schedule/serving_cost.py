@@ -204,10 +204,16 @@ class ServingCost:
 
     def decode_rows(self, decodes: float) -> float:
         """Sequences a decode-only iteration of `decodes` computes: its captured graph's size when padded."""
+        graph = self.decode_graph(decodes)
+        return decodes if graph is None else graph
+
+    def decode_graph(self, decodes: float) -> float | None:
+        """Batch a decode-only iteration of `decodes` sequences runs at: its captured graph's size (itself, or the next
+        size up with padding), itself when the engine is not held to captured sizes, None when it runs eagerly (a
+        list of sizes and none fits: `graph_batch`)."""
         if self.graph_sizes is None or not decodes:
             return decodes
-        padded = graph_batch(decodes, self.graph_sizes, self.graph_padding)
-        return decodes if padded is None else padded
+        return graph_batch(decodes, self.graph_sizes, self.graph_padding)
 
     # ---- work items ---------------------------------------------------------------------------------------
     def token_ops(self, stage: int, T: float) -> list[tuple[Op, float]]:
@@ -391,30 +397,33 @@ class ServingCost:
     def iteration_parts(self, T: float, dec_seqs: float, dec_ctx: float, pre_tokens: float = 0.0,
                         pre_pairs: float = 0.0, pre_ctx: float = 0.0, rows: float | None = None,
                         queries_per_seq: float = 1.0, requests: float | None = None,
-                        extra_gpu_s: float = 0.0) -> dict[str, float]:
+                        extra_gpu_s: float = 0.0, graph: bool | None = None) -> dict[str, float]:
         """`iteration_s` taken apart, its parts summing to it: `gpu` (the GPU period of the real work), `padding`
         (what a decode graph's dummy sequences add), `launch` (a static session's serial enqueue), `host` (the
         executor's per-request work beyond the GPU's, or all of it under a serial pipeline loop) and `dispatch`
         (an eager iteration's kernel-by-kernel issue beyond both). Each part is the iteration's time with one more
-        of them switched on, in that order."""
+        of them switched on, in that order. `graph` (decode-only iterations): as context_line."""
         args = (T, dec_seqs, pre_tokens, rows, queries_per_seq, requests, extra_gpu_s)
         at = (dec_ctx, pre_pairs, pre_ctx)
-        steps = [self.context_line(*args, pad=False, launch=False, host=False, eager=False)(*at),
-                 self.context_line(*args, launch=False, host=False, eager=False)(*at),
-                 self.context_line(*args, host=False, eager=False)(*at),
-                 self.context_line(*args, eager=False)(*at),
-                 self.context_line(*args)(*at)]
+        steps = [self.context_line(*args, pad=False, launch=False, host=False, eager=False, graph=graph)(*at),
+                 self.context_line(*args, launch=False, host=False, eager=False, graph=graph)(*at),
+                 self.context_line(*args, host=False, eager=False, graph=graph)(*at),
+                 self.context_line(*args, eager=False, graph=graph)(*at),
+                 self.context_line(*args, graph=graph)(*at)]
         return {"gpu": steps[0], "padding": steps[1] - steps[0], "launch": steps[2] - steps[1],
                 "host": steps[3] - steps[2], "dispatch": steps[4] - steps[3]}
 
     def context_line(self, T: float, dec_seqs: float, pre_tokens: float = 0.0, rows: float | None = None,
                      queries_per_seq: float = 1.0, requests: float | None = None, extra_gpu_s: float = 0.0,
-                     *, pad: bool = True, launch: bool = True, host: bool = True, eager: bool = True):
+                     *, pad: bool = True, launch: bool = True, host: bool = True, eager: bool = True,
+                     graph: bool | None = None):
         """`iteration_s` with its context-independent part priced once: a function of (dec_ctx, pre_pairs=0,
         pre_ctx=0) equal to iteration_s(T, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx, rows, ...) — the
         lanes price runs of decode steps that differ only in their context this way. Switching `pad`, `launch`,
         `host` or `eager` off drops the graph padding, a static session's serial launch, the executor's host work
-        or an eager iteration's kernel dispatch (`iteration_parts`)."""
+        or an eager iteration's kernel dispatch (`iteration_parts`). `graph` True / False prices a decode-only
+        iteration as replaying a captured graph of its own size (no padding) / as eager, whatever the size list
+        says (an account's mean batch is not a whole batch); None decides from the list."""
         pp = self.scn.plan.pp
         with_dispatch = eager
         eager = bool(pre_tokens and self.eager_prefill and self.cal.host_dispatch_s)  # the host issues each kernel
@@ -422,7 +431,8 @@ class ServingCost:
         requests = max(dec_seqs, rows) if requests is None else requests
         with_pad, pad, graphed = pad, 0.0, False
         if self.graph_sizes is not None and dec_seqs and not pre_tokens:  # a decode-only iteration: a graph's size
-            padded = graph_batch(dec_seqs, self.graph_sizes, self.graph_padding)
+            padded = graph_batch(dec_seqs, self.graph_sizes, self.graph_padding) if graph is None else \
+                (dec_seqs if graph else None)
             graphed = padded is not None
             if padded is None:  # no captured graph fits: the framework issues every kernel, whatever the engine
                 eager = bool(self.cal.host_dispatch_s)

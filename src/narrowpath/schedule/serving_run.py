@@ -78,7 +78,8 @@ class _StepPricer:
     def __init__(self, cost: ServingCost, draft_layers: int, k: int):
         self.cost, self.draft_layers, self.k = cost, draft_layers, k
 
-    def _draft_s(self, dec, pre_tok) -> float:
+    def draft_s(self, dec, pre_tok) -> float:
+        """GPU time of the speculative draft passes of an iteration of `dec` decodes."""
         cost, k = self.cost, self.k
         if not (k and dec):
             return 0.0
@@ -90,15 +91,15 @@ class _StepPricer:
 
     def __call__(self, T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests=None):
         return self.cost.iteration_s(T, dec, dctx, pre_tok, pairs, pctx, rows, q, requests,
-                                     self._draft_s(dec, pre_tok))
+                                     self.draft_s(dec, pre_tok))
 
-    def decode_rows(self, dec):
-        """Sequences a decode-only iteration of `dec` decodes computes (its CUDA graph's size when padded)."""
-        return self.cost.decode_rows(dec)
+    def decode_graph(self, dec):
+        """Batch a decode-only iteration of `dec` decodes runs at (its CUDA graph's size; None: eagerly)."""
+        return self.cost.decode_graph(dec)
 
     def decode_line(self, T, dec, rows, q):
         """A function of the decodes' context equal to self(T, dec, ctx, 0, 0, 0, rows, q)."""
-        return self.cost.context_line(T, dec, 0, rows, q, None, self._draft_s(dec, 0))
+        return self.cost.context_line(T, dec, 0, rows, q, None, self.draft_s(dec, 0))
 
 
 def _step_fn(cost: ServingCost, draft_layers: int, k: int) -> _StepPricer:
@@ -125,6 +126,8 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
         dt = step(P, 0, 0.0, P, float((n_in[ids] * (n_in[ids] + 1) / 2).sum()), P, b, 1)
         _log(log, tot, now, dt, 1, 0, int(P), need)
         tot.prompt_iterations += 1
+        tot.prompt_iteration_chunks += b
+        tot.prompt_iteration_done += b
         now += dt
         first[ids] = now
         ctx = P + b
@@ -138,6 +141,7 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
                 _log(log, tot, now, dt, n, b, 0, need)
                 tot.decode_ctx_tokens += n * ctx + b * n * (n - 1) / 2
                 tot.decode_tokens += n * b
+                tot.decode_only(n, b, n * ctx + b * n * (n - 1) / 2, step.decode_graph(b))
                 now += dt
                 ctx += n * b
                 done_steps = int(target)

@@ -332,9 +332,10 @@ class Lane:
             self._commit_mixed(step, dt)
             return
         D, g = step.decodes, self.s.spec_gain
-        self._account(dt, n, D, n * D * step.q, 0, n * step.dctx + D * g * n * (n - 1) / 2, 0.0)
-        rows = getattr(self.step_s, "decode_rows", None)  # the batch a captured graph runs it at
-        self.tot.padded_decodes += n * (rows(D) if rows is not None else D)
+        dctx = n * step.dctx + D * g * n * (n - 1) / 2
+        self._account(dt, n, D, n * D * step.q, 0, dctx, 0.0)
+        graph = getattr(self.step_s, "decode_graph", None)  # the batch a captured graph runs it at, None: eager
+        self.tot.decode_only(n, D, dctx, graph(D) if graph is not None else D)
         self._record(dt, n, D, 0)
         self._advance(D, n, grown=self.s.admission == "on-demand")
 
@@ -343,6 +344,8 @@ class Lane:
         s, decodes, chunks = self.s, step.decodes, step.chunks
         done = [item for item, c in chunks if item[1] + c >= item[2]]
         self._account(dt, 1, decodes, decodes * step.q, step.pre_tokens, step.dctx, step.pairs)
+        self.tot.prompt_iteration_chunks += len(chunks)
+        self.tot.prompt_iteration_done += len(done)
         self._record(dt, 1, decodes, step.pre_tokens)
         if decodes:
             self._advance(decodes, 1, grown=True)
@@ -391,12 +394,11 @@ class Lane:
             step.wake = self._next_arrival()  # an arrival could be admitted: stop at the step that sees it
         if not s.merge:
             n = 1
-        # each cut below takes the smaller of n and a bound of its own (at least 1), so their order does not matter:
-        # the cheap ones first
+        # each cut below takes the smaller of n and a bound of its own (at least 1, independent of n: `run_s` is one
+        # fixed line, the overflow's block need grows with the steps), so their order does not matter; cheap first
         if not math.isinf(step.wake):
-            # steps never get shorter: at most the steps of t0 that reach the arrival; of those, the steps to it as
-            # if the run stayed linear (a convex run only takes longer, so its linear stretch below ends the run
-            # where cutting the stretch first and then counting the steps would)
+            # steps never get shorter: at most the steps of t0 that reach the arrival; of those, the steps to it on
+            # the run's line (exact within its linear stretch, which linear_span then keeps)
             n = min(n, max(1, math.ceil((step.wake - self.now) / t0)))
             n = steps_to_pass(step.run_s, step.wake - self.now, n)
         if s.admission == "on-demand" and n > 1:

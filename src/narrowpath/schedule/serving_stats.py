@@ -53,11 +53,28 @@ class LaneTotals:
     preemptions: int = 0
     handoff_s: float = 0.0
     prompt_iterations: int = 0
-    """Iterations that carry prompt tokens (their decodes below; the rest are decode-only)."""
+    """Iterations that carry prompt tokens (their decodes, prompt chunks and finished prompts below)."""
     prompt_iteration_decodes: float = 0.0
     prompt_iteration_decode_ctx: float = 0.0
+    prompt_iteration_chunks: float = 0.0
+    prompt_iteration_done: float = 0.0
     padded_decodes: float = 0.0
-    """Σ over decode-only iterations of the batch they run at (their CUDA graph's size when padded)."""
+    """Σ over decode-only iterations run on a captured graph (or not held to graph sizes) of the batch they run at
+    (their CUDA graph's size when padded)."""
+    eager_iterations: int = 0
+    """Decode-only iterations no captured graph fits (run eagerly), their decodes and context below."""
+    eager_decodes: float = 0.0
+    eager_decode_ctx: float = 0.0
+
+    def decode_only(self, n: int, decodes: float, ctx: float, graph: float | None) -> None:
+        """Count n decode-only iterations of `decodes` sequences reading `ctx` context tokens in all, run at a
+        captured graph's batch `graph` (None: eagerly)."""
+        if graph is None:
+            self.eager_iterations += n
+            self.eager_decodes += n * decodes
+            self.eager_decode_ctx += ctx
+        else:
+            self.padded_decodes += n * graph
 
 
 @dataclass
