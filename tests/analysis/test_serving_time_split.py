@@ -263,3 +263,84 @@ def test_per_token_figures_are_per_gpu_whatever_the_replicas():
     assert four.mean.output_tokens == pytest.approx(one.mean.output_tokens, rel=0.02)
     assert sum(c.per_token for c in four.collectives) == pytest.approx(sum(c.per_token for c in one.collectives),
                                                                         rel=0.02)
+
+
+def _pp1_parts_by_hand(cost: ServingCost, T, d, ctx, P=0.0, pairs=0.0, pctx=0.0, rows=None, pad=0):
+    """The parts of a pp-1 iteration from the cost model's public pieces (token grid, attention, output layer,
+    launch, bookkeeping, dispatch), in the order iteration_parts switches them on."""
+    rows = d if rows is None else rows
+    gpu = cost.token_time_s(0, T) + cost.attention_s(0, d, ctx, P, pairs, pctx) + cost.head_time_s(rows)
+    padded = (cost.token_time_s(0, T + pad) + cost.attention_s(0, d + pad, ctx + pad, P, pairs, pctx)
+              + cost.head_time_s(rows + pad)) if pad else gpu
+    bookkeeping = cost.host_per_request_s * max(d, rows)
+    if cost.launch_s is not None:  # a static session: serial, additive
+        return {"gpu": gpu, "padding": padded - gpu, "launch": cost.launch_s[0], "host": bookkeeping, "dispatch": 0.0}
+    issue = cost.stage_kernels[0] * cost.cal.host_dispatch_s if P and cost.eager_prefill else 0.0
+    return {"gpu": gpu, "padding": padded - gpu, "launch": 0.0, "host": max(0.0, bookkeeping - padded),
+            "dispatch": max(padded, bookkeeping + issue) - max(padded, bookkeeping)}
+
+
+@pytest.mark.parametrize("framework, plan, args, pad", [
+    (TRTLLM, {}, (40.0, 40.0, 40_000.0), 24),  # padded 40 -> 64, GPU-bound
+    (TRTLLM, {}, (1017.0, 1000.0, 150_000.0, 17.0, 153.0, 17.0, 1001.0), 0),  # eager prompt: bookkeeping + issue
+    (TRTLLM, {"max_batch": 1024, "graph_batch_sizes": (1024,)}, (1024.0, 1024.0, 204_800.0), 0),  # host-bound
+    ("TensorRT-LLM 0.7", {"max_batch": 8}, (8.0, 8.0, 8_000.0), 0),  # a static session's launch
+    ("vllm", {}, (64.0, 64.0, 64_000.0, 0.0, 0.0, 0.0, 64.0), 0)])
+def test_the_parts_match_the_cost_models_pieces(framework, plan, args, pad):
+    cost = _cost(framework, **plan)
+    parts = cost.iteration_parts(*args)
+    T, d, ctx = args[:3]
+    rest = args[3:7] if len(args) > 3 else ()
+    expect = _pp1_parts_by_hand(cost, T, d, ctx, *rest, pad=pad)
+    for k, v in expect.items():
+        assert parts[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+    if args[3:4] == (17.0,):
+        assert parts["dispatch"] > 0  # the case exercises an issue beyond the GPU
+
+
+def test_a_chunk_over_a_long_context_reads_it():
+    """A 16-token prompt chunk over 100,000 tokens of earlier context reads that context's K/V: the prefill core is
+    memory-bound, so iteration_s and its context line both see pre_ctx."""
+    cost = _cost("vllm")
+    far = cost.iteration_s(16.0, 0.0, 0.0, 16.0, 16 * 100_000.0, 100_016.0, 1.0)
+    near = cost.iteration_s(16.0, 0.0, 0.0, 16.0, 16 * 100_000.0, 16.0, 1.0)
+    assert far > near
+    assert cost.context_line(16.0, 0.0, 16.0, 1.0)(0.0, 16 * 100_000.0, 100_016.0) == far
+
+
+def test_a_speculative_decode_line_prices_its_padded_draft():
+    """Under speculative decoding a lane's run of decode steps (decode_line) is the iteration the lane would price
+    one step at a time, draft passes on the padded batch included."""
+    from narrowpath.schedule.serving_run import _step_fn
+    cost = _cost(TRTLLM, spec_tokens=3, spec_acceptance=0.7)
+    step = _step_fn(cost, 1, 3)
+    for d in (40.0, 64.0, 300.0):
+        line = step.decode_line(d * 4, d, d, 4)
+        assert line(d * 900.0) == step(d * 4, d, d * 900.0, 0, 0, 0, d, 4)
+        assert step.draft_s(d, 0) > 0 and line(d * 900.0) > cost.iteration_s(d * 4, d, d * 900.0, queries_per_seq=4)
+
+
+def test_the_lanes_count_chunks_contexts_and_eager_static_steps():
+    """Whole prompts (trtllm-bench: no chunking) are one chunk each; the decodes a prompt iteration carries hold at
+    least their prompt and first token each; a static batch no graph fits (sizes (1, 4) without padding, batches of
+    3 and 2) decodes eagerly throughout, so its eager totals are all its decode totals."""
+    run = simulate(_scn(TRTLLM, weight_precision="fp8", kv_precision="fp8"))
+    t = run.result.totals
+    assert t.prompt_iteration_chunks == len(run.result.input_tokens)
+    assert t.prompt_iteration_decode_ctx >= t.prompt_iteration_decodes * 129 > 0
+    static = simulate(_scn("TensorRT-LLM 0.7", graph_batch_sizes=(1, 4), graph_padding=False,
+                           load=Load(arrival="fixed-batch", batch_size=3, input_tokens=128, output_tokens=64,
+                                     num_requests=5))).result.totals
+    assert static.eager_iterations == 2 * 63 and static.eager_decodes == static.decode_tokens
+    assert static.eager_decode_ctx == static.decode_ctx_tokens and static.padded_decodes == 0
+    assert static.prompt_iteration_chunks == static.prompt_iteration_done == 5
+
+
+def test_a_graphed_run_without_padding_shows_no_eager_dispatch():
+    """trtllm-serve (graphs 1-31, 32, 64, 128, no padding) serving a light Poisson load: every decode batch has a
+    graph, so however fractional the mean batch, the split has no eager row (the review's repro)."""
+    run = simulate(_scn("trtllm-serve", "dgx-b200", load=Load(arrival="poisson", rate_per_s=4, input_tokens=128,
+                                                               output_tokens=512, num_requests=200)))
+    assert run.result.totals.eager_iterations == 0
+    split = serving_accounts(run).time_split
+    assert DISPATCH_KEY not in split and HOST_KEY not in split
