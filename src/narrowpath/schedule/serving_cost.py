@@ -431,8 +431,7 @@ class ServingCost:
         requests = max(dec_seqs, rows) if requests is None else requests
         with_pad, pad, graphed = pad, 0.0, False
         if self.graph_sizes is not None and dec_seqs and not pre_tokens:  # a decode-only iteration: a graph's size
-            padded = graph_batch(dec_seqs, self.graph_sizes, self.graph_padding) if graph is None else \
-                (dec_seqs if graph else None)
+            padded = self.decode_graph(dec_seqs) if graph is None else (dec_seqs if graph else None)
             graphed = padded is not None
             if padded is None:  # no captured graph fits: the framework issues every kernel, whatever the engine
                 eager = bool(self.cal.host_dispatch_s)
@@ -446,20 +445,16 @@ class ServingCost:
         attention_s, q = self.attention_s, queries_per_seq
         if pp == 1:
             tok, head = self.token_time_s(0, T), self.head_time_s(rows)
+
+            def gpu(dec_ctx: float, pre_pairs: float = 0.0, pre_ctx: float = 0.0) -> float:
+                return tok + attention_s(0, dec_seqs, dec_ctx + pad if pad else dec_ctx, pre_tokens, pre_pairs,
+                                         pre_ctx, q) + head + extra_gpu_s
             if launch is not None:  # the host enqueues the step only once the previous one has finished
                 first = launch[0]
-
-                def at(dec_ctx: float, pre_pairs: float = 0.0, pre_ctx: float = 0.0) -> float:
-                    return tok + attention_s(0, dec_seqs, dec_ctx + pad if pad else dec_ctx, pre_tokens, pre_pairs,
-                                             pre_ctx, q) + head + extra_gpu_s + first + host
-                return at
+                return lambda dec_ctx, pre_pairs=0.0, pre_ctx=0.0: gpu(dec_ctx, pre_pairs, pre_ctx) + first + host
             if eager:  # the same thread issues the kernels and does the bookkeeping
                 host += self.stage_kernels[0] * self.cal.host_dispatch_s
-
-            def at(dec_ctx: float, pre_pairs: float = 0.0, pre_ctx: float = 0.0) -> float:
-                return max(tok + attention_s(0, dec_seqs, dec_ctx + pad if pad else dec_ctx, pre_tokens, pre_pairs,
-                                             pre_ctx, q) + head + extra_gpu_s, host)
-            return at
+            return lambda dec_ctx, pre_pairs=0.0, pre_ctx=0.0: max(gpu(dec_ctx, pre_pairs, pre_ctx), host)
         toks = [self.token_time_s(s, T) for s in range(pp)]
         head = self.head_time_s(rows)
         floor = [self.stage_kernels[s] * self.cal.host_dispatch_s for s in range(pp)] if eager else None
@@ -480,7 +475,7 @@ class ServingCost:
                     t = max(t, floor[s])
                 stage_t.append(t + (launch[s] if launch is not None else 0.0))
             if serial is not None:  # the host's work per micro-batch sits between its stages' forwards
-                return max(pp_serial_period_s(stage_t, serial) + extra_gpu_s, 0.0)
+                return pp_serial_period_s(stage_t, serial) + extra_gpu_s
             gpu = max(sum(stage_t), pp * max(stage_t)) + extra_gpu_s
             return max(gpu, host)
         return at
