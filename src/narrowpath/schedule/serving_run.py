@@ -125,9 +125,7 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
         P = float(n_in[ids].sum())
         dt = step(P, 0, 0.0, P, float((n_in[ids] * (n_in[ids] + 1) / 2).sum()), P, b, 1)
         _log(log, tot, now, dt, 1, 0, int(P), need)
-        tot.prompt_iterations += 1
-        tot.prompt_iteration_chunks += b
-        tot.prompt_iteration_done += b
+        tot.prompt_iteration(0, 0.0, b, b)
         now += dt
         first[ids] = now
         ctx = P + b

@@ -344,8 +344,7 @@ class Lane:
         s, decodes, chunks = self.s, step.decodes, step.chunks
         done = [item for item, c in chunks if item[1] + c >= item[2]]
         self._account(dt, 1, decodes, decodes * step.q, step.pre_tokens, step.dctx, step.pairs)
-        self.tot.prompt_iteration_chunks += len(chunks)
-        self.tot.prompt_iteration_done += len(done)
+        self.tot.prompt_iteration(decodes, step.dctx, len(chunks), len(done))
         self._record(dt, 1, decodes, step.pre_tokens)
         if decodes:
             self._advance(decodes, 1, grown=True)
@@ -457,10 +456,6 @@ class Lane:
         t.prompt_tokens += pre_tok
         t.decode_ctx_tokens += dctx
         t.prompt_pairs += pairs
-        if pre_tok:
-            t.prompt_iterations += steps
-            t.prompt_iteration_decodes += dec * steps
-            t.prompt_iteration_decode_ctx += dctx
 
 
 class LaneGroup:

@@ -66,6 +66,15 @@ class LaneTotals:
     eager_decodes: float = 0.0
     eager_decode_ctx: float = 0.0
 
+    def prompt_iteration(self, decodes: float, ctx: float, chunks: int, done: int) -> None:
+        """Count an iteration with `chunks` prompt chunks (`done` of them finishing their prompt) beside `decodes`
+        decodes reading `ctx` context tokens in all."""
+        self.prompt_iterations += 1
+        self.prompt_iteration_decodes += decodes
+        self.prompt_iteration_decode_ctx += ctx
+        self.prompt_iteration_chunks += chunks
+        self.prompt_iteration_done += done
+
     def decode_only(self, n: int, decodes: float, ctx: float, graph: float | None) -> None:
         """Count n decode-only iterations of `decodes` sequences reading `ctx` context tokens in all, run at a
         captured graph's batch `graph` (None: eagerly)."""
