@@ -109,6 +109,24 @@ def mean_iteration(run: ServingRun) -> MeanIteration:
                          t.prompt_pairs / it, t.busy_s / it, out / it)
 
 
+def prompt_ctx(prompt_tokens: float, prompt_pairs: float) -> float:
+    """Context the prompt chunks of an iteration read, from their tokens and causal pairs (a mean chunk's end)."""
+    return prompt_tokens + prompt_pairs / max(1.0, prompt_tokens)
+
+
+def iteration_work(cost, T: float, decodes: float, decode_ctx: float, prompt_tokens: float, prompt_pairs: float,
+                   q: float, rows: float) -> tuple[list, list]:
+    """Ops and transfers of one lane iteration of T tokens over all its stages, the output layer over `rows`."""
+    ops, trs = [], []
+    for s in range(cost.scn.plan.pp):
+        ops += cost.token_ops(s, T)
+        ops += cost.attention_ops(s, decodes, decode_ctx, prompt_tokens, prompt_pairs,
+                                  prompt_ctx(prompt_tokens, prompt_pairs), q)
+        trs += cost.token_transfers(s, T)
+    h_ops, h_trs = cost.head(rows)
+    return ops + h_ops, trs + h_trs
+
+
 def _useful_flop_per_token(run: ServingRun, mean: MeanIteration) -> float:
     m = run.scenario.model
     ctx = mean.decode_ctx / mean.decodes if mean.decodes else mean.prompt_pairs / max(1.0, mean.prompt_tokens)
@@ -126,14 +144,8 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     # a lane's iteration runs every stage once; a GPU holds one stage and runs it for each of the pp lanes in flight,
     # so per GPU and token the stages' sums are divided by pp
     per_gpu_token = gen * p.pp
-    ops, trs = [], []
-    for s in range(p.pp):
-        ops += cost.token_ops(s, mean.tokens)
-        ops += cost.attention_ops(s, mean.decodes, mean.decode_ctx, mean.prompt_tokens, mean.prompt_pairs,
-                                  mean.prompt_tokens + mean.prompt_pairs / max(1.0, mean.prompt_tokens), q)
-        trs += cost.token_transfers(s, mean.tokens)
-    h_ops, h_trs = cost.head(mean.decodes)
-    ops, trs = ops + h_ops, trs + h_trs
+    ops, trs = iteration_work(cost, mean.tokens, mean.decodes, mean.decode_ctx, mean.prompt_tokens,
+                              mean.prompt_pairs, q, mean.decodes)
     flop_tok = _useful_flop_per_token(run, mean)
     # useful FLOPs of one iteration on one tensor-parallel GPU (the byte counts below are per GPU, all stages)
     iter_flop = (mean.decodes + mean.prompt_tokens) * flop_tok / p.tp
@@ -279,7 +291,7 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
     cost, p = run.cost, run.scenario.plan
     q = 1 + p.spec_tokens
     P, pairs, d, ctx = k.prompt_tokens, k.prompt_pairs, k.decodes, k.decode_ctx
-    pctx = P + pairs / max(1.0, P)
+    pctx = prompt_ctx(P, pairs)
     draft = _step_fn(cost, p.spec_draft_layers, p.spec_tokens).draft_s(d, P)
     if k.graph:  # at the mean padded batch, each dummy holding one context token; the host handles the real ones
         x = k.padded_decodes
@@ -295,13 +307,8 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
     if not serial and parts["host"] + parts["dispatch"] > 0:  # host-bound: the GPU's work hides behind the host's
         bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, k.requests, p.pp))
         return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}, busy, whole
-    ops, trs = [], []
-    for s in range(p.pp):
-        ops += cost.token_ops(s, d * q + P)
-        ops += cost.attention_ops(s, d, ctx, P, pairs, pctx, q)
-        trs += cost.token_transfers(s, d * q + P)
-    h_ops, h_trs = cost.head(k.rows)
-    out = time_split(cost, ops + h_ops, trs + h_trs, ctx * kv_bytes_per_token_layer(run.scenario.model, p))
+    ops, trs = iteration_work(cost, d * q + P, d, ctx, P, pairs, q, k.rows)
+    out = time_split(cost, ops, trs, ctx * kv_bytes_per_token_layer(run.scenario.model, p))
     extra = {DRAFT_KEY: draft, PAD_KEY: parts["padding"], LAUNCH_KEY: parts["launch"], HOST_KEY: parts["host"],
              DISPATCH_KEY: parts["dispatch"]}
     for key, v in extra.items():
