@@ -16,6 +16,7 @@ import pytest
 
 from narrowpath.catalog import model, system
 from narrowpath.schedule.serving_run import simulate
+from narrowpath.schedule.serving_sim import Lane
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
 
@@ -101,6 +102,35 @@ def test_attention_dp_ranks_in_lockstep_account_every_request_once():
     # and admitted it up to 6 % late)
     np.testing.assert_allclose(runs[0].first_token_s, runs[1].first_token_s, rtol=1e-9)
     np.testing.assert_allclose(runs[0].finish_s, runs[1].finish_s, rtol=1e-9)
+
+
+def test_lockstep_ranks_on_demand_take_the_blocks_of_the_steps_the_group_ran():
+    """Attention-DP ranks with on-demand KV in a cache too small for the load: a rank's overflow search allows
+    more merged steps than its group runs when another rank's event comes first, and the rank then takes the
+    blocks of the steps run, not of those allowed — the same times as stepping one iteration at a time."""
+    plan = ServingPlan(tp=1, dp=2, ep=2, max_batch=32, admission="on-demand", kv_memory_fraction=0.02)
+    load = Load(arrival="poisson", rate_per_s=12, input_tokens=300, output_tokens=300, num_requests=80)
+    held = []  # after each commit: blocks a rank holds beyond what its running contexts fill, and its free count
+
+    def commit(lane, step, n, dt):
+        Lane_commit(lane, step, n, dt)
+        k, B = lane.n, lane.s.block_tokens
+        over = lane.r_blk[:k] - np.ceil(lane.r_ctx[:k] / B)
+        in_prompt = sum(item[4] for item in lane.pre)
+        held.append((float(over.max(initial=0.0)), lane.free + float(lane.r_blk[:k].sum()) + in_prompt
+                     - lane.s.kv_blocks))
+
+    Lane_commit = Lane.commit
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Lane, "commit", commit)
+        a = simulate(_scn(plan, load, "mixtral-8x7b")).result
+    b = simulate(_scn(plan, load, "mixtral-8x7b"), merge=False).result
+    assert a.totals.preemptions > 0 and a.totals.iterations == b.totals.iterations
+    np.testing.assert_allclose(a.first_token_s, b.first_token_s, rtol=1e-9)
+    np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-9)
+    # 300-token prompts (not a multiple of the block): a running sequence holds exactly the blocks its context
+    # fills, and the blocks held plus the free ones are the lane's
+    assert held and max(o for o, _ in held) == 0.0 and all(c == 0 for _, c in held)
 
 
 def test_a_full_lane_decodes_to_its_next_finish_in_one_merged_run():

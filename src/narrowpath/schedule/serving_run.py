@@ -71,12 +71,14 @@ def arrivals(scn: ServingScenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 class _StepPricer:
     """Iteration pricing handed to the lanes: the lane's iteration with, under speculative decoding, k draft
     passes of `draft_layers` layers and the output layer over the decodes (an MTP/EAGLE draft head) on the GPU.
-    `decode_line` prices decode-only iterations that differ only in their context (a run of decode steps)."""
+    `decode_line` prices decode-only iterations that differ only in their context (a run of decode steps); its
+    lines are kept per batch (a lane's batch takes few distinct sizes, and every event starts a new run)."""
 
-    __slots__ = ("cost", "draft_layers", "k")
+    __slots__ = ("cost", "draft_layers", "k", "_lines")
 
     def __init__(self, cost: ServingCost, draft_layers: int, k: int):
         self.cost, self.draft_layers, self.k = cost, draft_layers, k
+        self._lines: dict = {}
 
     def draft_s(self, dec, pre_tok) -> float:
         """GPU time of the speculative draft passes of an iteration of `dec` decodes."""
@@ -99,7 +101,11 @@ class _StepPricer:
 
     def decode_line(self, T, dec, rows, q):
         """A function of the decodes' context equal to self(T, dec, ctx, 0, 0, 0, rows, q)."""
-        return self.cost.context_line(T, dec, 0, rows, q, None, self.draft_s(dec, 0))
+        key = (T, dec, rows, q)
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = self.cost.context_line(T, dec, 0, rows, q, None, self.draft_s(dec, 0))
+        return line
 
 
 def _step_fn(cost: ServingCost, draft_layers: int, k: int) -> _StepPricer:

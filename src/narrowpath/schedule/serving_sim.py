@@ -31,6 +31,10 @@ import numpy as np
 from narrowpath.errors import SimulationError
 from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals
 
+_sum, _min = np.add.reduce, np.minimum.reduce  # ndarray.sum / .min without their Python wrappers (hot loops)
+
+NO_GROWTH = (0, None, 0)
+
 LOG_LIMIT = 50_000
 """Iteration records kept for the logged lane (timelines, plots)."""
 
@@ -155,7 +159,9 @@ class Lane:
         self.r_id = np.zeros(cap, dtype=np.int64)
         self.r_ctx = np.zeros(cap)
         self.r_rem = np.zeros(cap)
-        self.r_blk = np.zeros(cap, dtype=np.int64)  # blocks held (reserve: the whole budget)
+        self.r_blk = np.zeros(cap)  # blocks held (reserve: the whole budget; whole numbers, kept as floats to be
+        # compared with the ceilings of the contexts without a cast)
+        self._grow = NO_GROWTH  # (steps, blocks each decode gains over them, their sum) of the last overflow search
         self.free = spec.kv_blocks
         self.prompt_of: dict[int, int] = {}  # recompute length of preempted requests
         self._need_cache: dict[int, int] = {}
@@ -233,8 +239,9 @@ class Lane:
         B = self.s.block_tokens
         while self.n:
             n = self.n
-            grow = np.maximum(np.ceil((self.r_ctx[:n] + g) / B).astype(np.int64) - self.r_blk[:n], 0)
-            need = int(grow.sum())
+            grow = np.ceil((self.r_ctx[:n] + g) / B) - self.r_blk[:n]
+            np.maximum(grow, 0.0, out=grow)
+            need = int(_sum(grow))
             if need <= self.free:
                 self.free -= need
                 self.r_blk[:n] += grow
@@ -320,7 +327,7 @@ class Lane:
         pairs = sum(c * (item[1] + (c + 1) / 2) for item, c in chunks)
         pctx = sum(item[1] + c for item, c in chunks)
         done = sum(1 for item, c in chunks if item[1] + c >= item[2])
-        dctx = float(self.r_ctx[:decodes].sum()) if decodes else 0.0
+        dctx = float(_sum(self.r_ctx[:decodes])) if decodes else 0.0
         t0 = self.step_s(decodes * q + pre_tok, decodes, dctx, pre_tok, pairs, pctx, decodes + done, q,
                          decodes + len(chunks))
         return Step(decodes, chunks, 1, t0, t0, dctx, pre_tok, pairs, q)
@@ -374,18 +381,19 @@ class Lane:
         """Decode-only iterations: as many at once as pass before the lane's next event."""
         s, g = self.s, self.s.spec_gain
         D = self.n
-        L0 = float(self.r_ctx[:D].sum())
-        n = max(1, int(math.ceil(float(self.r_rem[:D].min()) / g - 1e-9)))
+        L0 = float(_sum(self.r_ctx[:D]))
+        n = max(1, int(math.ceil(float(_min(self.r_rem[:D])) / g - 1e-9)))
         line = getattr(self.step_s, "decode_line", None)
         at = line(D * q, D, D, q) if line is not None else (lambda c: self.step_s(D * q, D, c, 0, 0, 0, D, q))
         t0 = at(L0)
         step = Step(D, [], n, t0, t0, L0, 0, 0.0, q)
-        last = [1, t0]  # the last step priced: a run's end is priced by its span and again by its duration
+        priced = {1: t0}  # steps priced: the second and the run's end are asked for by its span, cuts and duration
 
         def t_at(k: int) -> float:
-            if k != last[0]:
-                last[0], last[1] = k, at(L0 + (k - 1) * D * g)
-            return last[1]
+            t = priced.get(k)
+            if t is None:
+                t = priced[k] = at(L0 + (k - 1) * D * g)
+            return t
         step.t_at = t_at
         if self._admissible():
             n = 1
@@ -410,39 +418,50 @@ class Lane:
         g, B = self.s.spec_gain, self.s.block_tokens
 
         ctx, blk = self.r_ctx[:self.n], self.r_blk[:self.n]
+        grown = {}
 
         def need(n: int) -> int:  # blocks beyond those held (the first step's are already taken)
-            grow = np.ceil((ctx + n * g) / B).astype(np.int64) - blk
-            return int(grow[grow > 0].sum())
+            grow = np.ceil((ctx + n * g) / B) - blk
+            np.maximum(grow, 0.0, out=grow)
+            total = int(_sum(grow))
+            grown[n] = (n, grow, total)
+            return total
 
         lo, hi = 1, n_max
-        if need(hi) <= self.free:
-            return hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if need(mid) <= self.free else (lo, mid)
-        return lo
+        if need(hi) > self.free:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if need(mid) <= self.free else (lo, mid)
+            hi = lo
+        self._grow = grown.get(hi, NO_GROWTH)  # what _advance takes if the lane runs these steps
+        return hi
 
     def _advance(self, decodes: int, n: int, grown: bool = False) -> None:
         """n decode steps of the first `decodes` running sequences (all of them); retire the finished ones. With
-        on-demand KV the first step's blocks were taken before the step (`grown`); the rest are taken here."""
+        on-demand KV the first step's blocks were taken before the step (`grown`); the rest are taken here (as the
+        overflow search priced them when the lane runs the steps it allowed)."""
         g = self.s.spec_gain
         k = self.n
         ctx, rem, blk = self.r_ctx[:k], self.r_rem[:k], self.r_blk[:k]
         ctx += n * g
         rem -= n * g
         if self.s.admission == "on-demand" and (n > 1 or not grown):
-            grow = np.maximum(np.ceil(ctx / self.s.block_tokens).astype(np.int64) - blk, 0)
-            self.free -= int(grow.sum())
+            steps, grow, total = self._grow
+            self._grow = NO_GROWTH
+            if steps != n:  # a lockstep group ran fewer steps than this lane's overflow search allowed
+                grow = np.ceil(ctx / self.s.block_tokens) - blk
+                np.maximum(grow, 0.0, out=grow)
+                total = int(_sum(grow))
+            self.free -= total
             blk += grow
-        if rem.min() > 1e-9:
+        if _min(rem) > 1e-9:
             return
         done = rem <= 1e-9
         for i in np.flatnonzero(done):
             self.free += int(blk[i])
             self._finish(int(self.r_id[i]))
         keep = ~done
-        m = int(keep.sum())
+        m = k - int(np.count_nonzero(done))
         for a in (self.r_id, self.r_ctx, self.r_rem, self.r_blk):
             a[:m] = a[:k][keep]
         self.n = m
