@@ -258,12 +258,18 @@ class Lane:
         self.r_id[i], self.r_ctx[i], self.r_rem[i], self.r_blk[i] = rid, ctx, rem, blocks
         self.n = i + 1
 
-    def _record(self, dt: float, steps: int, dec: int, prompt_tokens: int) -> None:
-        used = self.s.kv_blocks - self.free
+    def _record(self, start: float, dt: float, steps: int, dec: int, prompt_tokens: int, first: int,
+                last: int) -> None:
+        """Account and log an iteration (or merged decode steps) that started at `start` and held `first` KV blocks
+        in its first step and `last` in its last. Blocks held during merged steps grow by a block whenever a
+        sequence's context crosses one: the run holds their mean, the trapezoid of its first and last steps (exact
+        when the crossings are spread evenly over the steps, as a batch's staggered contexts spread them; off by
+        under a block per sequence otherwise)."""
+        used = first if last == first else (first + last) / 2
         self.tot.kv_block_s += used * dt
-        self.tot.kv_peak_blocks = max(self.tot.kv_peak_blocks, used)
+        self.tot.kv_peak_blocks = max(self.tot.kv_peak_blocks, last)
         if self.log is not None and len(self.log) < LOG_LIMIT:
-            self.log.append(IterationRecord(self.now, dt, steps, dec, prompt_tokens, used))
+            self.log.append(IterationRecord(start, dt, steps, dec, prompt_tokens, used))
 
     def run(self) -> None:
         """Serve the lane's requests to the end, one iteration (or merged decode steps) at a time."""
@@ -334,27 +340,32 @@ class Lane:
 
     def commit(self, step: "Step", n: int, dt: float) -> None:
         """Carry out `n` (≤ step.n_max) steps of `step`, which take `dt` (the slowest lane's time in a group)."""
+        start = self.now
         self.now += dt
         if step.chunks:
-            self._commit_mixed(step, dt)
+            self._commit_mixed(step, start, dt)
             return
         D, g = step.decodes, self.s.spec_gain
         dctx = n * step.dctx + D * g * n * (n - 1) / 2
         self._account(dt, n, D, n * D * step.q, 0, dctx, 0.0)
         graph = getattr(self.step_s, "decode_graph", None)  # the batch a captured graph runs it at, None: eager
         self.tot.decode_only(n, D, dctx, graph(D) if graph is not None else D)
-        self._record(dt, n, D, 0)
+        first = self.s.kv_blocks - self.free  # the first step's blocks are taken before it
         self._advance(D, n, grown=self.s.admission == "on-demand")
+        self._record(start, dt, n, D, 0, first, self.s.kv_blocks - self.free)
+        self._retire()
 
-    def _commit_mixed(self, step: "Step", dt: float) -> None:
+    def _commit_mixed(self, step: "Step", start: float, dt: float) -> None:
         """One iteration with prompt chunks (and the running decodes unless there are none)."""
         s, decodes, chunks = self.s, step.decodes, step.chunks
         done = [item for item, c in chunks if item[1] + c >= item[2]]
         self._account(dt, 1, decodes, decodes * step.q, step.pre_tokens, step.dctx, step.pairs)
         self.tot.prompt_iteration(decodes, step.dctx, len(chunks), len(done))
-        self._record(dt, 1, decodes, step.pre_tokens)
+        used = s.kv_blocks - self.free
+        self._record(start, dt, 1, decodes, step.pre_tokens, used, used)
         if decodes:
             self._advance(decodes, 1, grown=True)
+            self._retire()
         for item, c in chunks:
             item[1] += c
         for item in done:
@@ -437,9 +448,9 @@ class Lane:
         return hi
 
     def _advance(self, decodes: int, n: int, grown: bool = False) -> None:
-        """n decode steps of the first `decodes` running sequences (all of them); retire the finished ones. With
-        on-demand KV the first step's blocks were taken before the step (`grown`); the rest are taken here (as the
-        overflow search priced them when the lane runs the steps it allowed)."""
+        """n decode steps of the first `decodes` running sequences (all of them; `_retire` then retires the
+        finished ones). With on-demand KV the first step's blocks were taken before the step (`grown`); the rest
+        are taken here (as the overflow search priced them when the lane runs the steps it allowed)."""
         g = self.s.spec_gain
         k = self.n
         ctx, rem, blk = self.r_ctx[:k], self.r_rem[:k], self.r_blk[:k]
@@ -454,6 +465,11 @@ class Lane:
                 total = int(_sum(grow))
             self.free -= total
             blk += grow
+
+    def _retire(self) -> None:
+        """Free the blocks of the running sequences that have produced their last token, and finish them."""
+        k = self.n
+        rem, blk = self.r_rem[:k], self.r_blk[:k]
         if _min(rem) > 1e-9:
             return
         done = rem <= 1e-9

@@ -31,7 +31,8 @@ class IterationRecord:
     steps: int
     decodes: int
     prompt_tokens: int
-    kv_blocks_used: int
+    kv_blocks_used: float
+    """Blocks held, the mean over merged steps (Lane._record)."""
 
 
 @dataclass

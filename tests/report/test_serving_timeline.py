@@ -1,0 +1,63 @@
+"""The logged lane of a serving run as its timeline and KV figures show it: each iteration record starts where the
+one before it ended (an offline lane is never idle), the Chrome-trace slices tile the run without overlap, and a
+merged run of decode steps accounts the KV blocks its steps hold (their growth included) as stepping one
+iteration at a time does."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.report.serving_timeline import serving_timeline_events
+from narrowpath.schedule.serving_run import simulate
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+
+
+def _scn(plan: ServingPlan, load: Load) -> ServingScenario:
+    return ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, load=load,
+                           num_gpus=plan.num_gpus)
+
+
+def test_iteration_records_start_where_the_last_one_ended():
+    """Offline, 4 requests of 100 + 10 tokens: the prompt iteration starts at 0 and the merged decode run right
+    after it, ending when the requests finish (a record used to carry its end time as its start)."""
+    run = simulate(_scn(ServingPlan(), Load(arrival="offline", input_tokens=100, output_tokens=10,
+                                            num_requests=4)))
+    log, res = run.result.log, run.result
+    assert log[0].start_s == 0.0 and log[0].prompt_tokens == 400
+    assert log[1].start_s == log[0].duration_s == res.first_token_s[0]
+    assert log[-1].start_s + log[-1].duration_s == pytest.approx(res.finish_s.max(), rel=1e-12)
+    events = [e for e in serving_timeline_events(run) if e.get("ph") == "X"]
+    assert events[0]["ts"] == 0.0
+    for a, b in zip(events, events[1:]):
+        assert b["ts"] == pytest.approx(a["ts"] + a["dur"], rel=1e-9)
+
+
+def test_a_busy_lane_s_records_tile_its_run():
+    """A Poisson load heavy enough that the lane never idles after its first arrival (offline: all at 0), with
+    chunked prompts and merged decode runs: the records abut from 0 to the last finish."""
+    run = simulate(_scn(ServingPlan(max_num_tokens=512, max_batch=16),
+                        Load(arrival="offline", input_tokens=700, output_tokens=60, num_requests=40)))
+    log = run.result.log
+    starts = np.array([r.start_s for r in log])
+    ends = starts + np.array([r.duration_s for r in log])
+    assert starts[0] == 0.0 and any(r.steps > 1 for r in log)
+    np.testing.assert_allclose(starts[1:], ends[:-1], rtol=1e-12)
+    assert ends[-1] == pytest.approx(run.result.finish_s.max(), rel=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["decode-first", "prefill-first"])
+def test_merged_decode_runs_hold_the_kv_blocks_stepping_holds(policy):
+    """On-demand KV (a block more whenever a context crosses one) in a small cache, arrivals during decodes:
+    the block-seconds of merged runs (the trapezoid of each run's first and last steps) match stepping one
+    iteration at a time within 0.5 % (they were 1.5–2 % low when a run counted its first step's blocks only), and
+    the peak is the same."""
+    plan = ServingPlan(policy=policy, admission="on-demand", kv_memory_fraction=0.02, max_batch=48)
+    load = Load(arrival="poisson", rate_per_s=40, input_tokens=300, output_tokens=300, num_requests=120)
+    merged = simulate(_scn(plan, load)).result
+    stepped = simulate(_scn(plan, load), merge=False).result
+    assert merged.totals.iterations == stepped.totals.iterations
+    assert sum(r.steps > 1 for r in merged.log) > 10
+    assert merged.totals.kv_block_s == pytest.approx(stepped.totals.kv_block_s, rel=5e-3)
+    assert merged.totals.kv_peak_blocks == stepped.totals.kv_peak_blocks
+    assert merged.kv_utilisation == pytest.approx(stepped.kv_utilisation, rel=5e-3)
