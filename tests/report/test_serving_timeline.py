@@ -34,8 +34,8 @@ def test_iteration_records_start_where_the_last_one_ended():
 
 
 def test_a_busy_lane_s_records_tile_its_run():
-    """A Poisson load heavy enough that the lane never idles after its first arrival (offline: all at 0), with
-    chunked prompts and merged decode runs: the records abut from 0 to the last finish."""
+    """An offline load (all requests queued at 0, so the lane never idles) with chunked prompts and merged decode
+    runs: the records abut from 0 to the last finish."""
     run = simulate(_scn(ServingPlan(max_num_tokens=512, max_batch=16),
                         Load(arrival="offline", input_tokens=700, output_tokens=60, num_requests=40)))
     log = run.result.log
@@ -61,3 +61,50 @@ def test_merged_decode_runs_hold_the_kv_blocks_stepping_holds(policy):
     assert merged.totals.kv_block_s == pytest.approx(stepped.totals.kv_block_s, rel=5e-3)
     assert merged.totals.kv_peak_blocks == stepped.totals.kv_peak_blocks
     assert merged.kv_utilisation == pytest.approx(stepped.kv_utilisation, rel=5e-3)
+
+
+def test_a_merged_run_s_peak_is_its_last_step_s_blocks():
+    """A disaggregated deployment's decode lane under on-demand KV: its contexts cross blocks within merged runs,
+    so the peak is read at a run's last step (a run counted only its first step's blocks: 484 of 486 here)."""
+    plan = ServingPlan(replicas=3, prefill_replicas=1, max_batch=48, admission="on-demand")
+    load = Load(arrival="poisson", rate_per_s=30, input_tokens=500, output_tokens=100, num_requests=150)
+    merged = simulate(_scn(plan, load)).result
+    stepped = simulate(_scn(plan, load), merge=False).result
+    assert any(r.steps > 1 and r.role == "decode" for r in merged.log)
+    assert merged.totals.kv_peak_blocks == stepped.totals.kv_peak_blocks
+    assert merged.totals.kv_block_s == pytest.approx(stepped.totals.kv_block_s, rel=5e-3)
+
+
+def test_a_disaggregated_run_logs_each_instance_on_its_own_track():
+    """The log holds one prefill-instance lane and one decode-instance lane, whose iterations overlap in time: each
+    role's records follow one another without overlap, and the timeline puts them on two named threads (they
+    were one track of overlapping slices)."""
+    plan = ServingPlan(replicas=2, prefill_replicas=1, max_batch=32)
+    run = simulate(_scn(plan, Load(arrival="poisson", rate_per_s=20, input_tokens=600, output_tokens=80,
+                                   num_requests=60)))
+    log = run.result.log
+    assert {r.role for r in log} == {"prefill", "decode"}
+    for role in ("prefill", "decode"):
+        recs = [r for r in log if r.role == role]
+        for a, b in zip(recs, recs[1:]):
+            assert b.start_s >= a.start_s + a.duration_s - 1e-12
+    assert all(r.prompt_tokens == 0 for r in log if r.role == "decode")
+    assert all(r.decodes == 0 for r in log if r.role == "prefill")
+    events = serving_timeline_events(run)
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == {1: "prefill instance: iterations", 2: "decode instance: iterations"}
+    slices = [e for e in events if e.get("ph") == "X"]
+    for tid in names:
+        mine = [e for e in slices if e["tid"] == tid]
+        assert mine and all(b["ts"] >= a["ts"] + a["dur"] - 1e-6 for a, b in zip(mine, mine[1:]))
+
+
+def test_the_lane_plot_drops_to_zero_while_the_lane_idles():
+    """Two iterations with an idle second between them: the step plot's points hold each value for its iteration
+    and read 0 in the gap and after the last (the step plot held a value across the idle time)."""
+    from narrowpath.report.serving_plots import idle_steps
+    from narrowpath.schedule.serving_stats import IterationRecord
+    recs = [IterationRecord(0.0, 0.5, 1, 0, 600, 10.0), IterationRecord(1.5, 0.25, 1, 0, 300, 5.0),
+            IterationRecord(1.75, 0.25, 3, 2, 0, 6.0)]
+    assert idle_steps(recs, "prompt_tokens") == ([0.0, 0.5, 1.5, 1.75, 2.0], [600, 0, 300, 0, 0])
+    assert idle_steps(recs, "kv_blocks_used") == ([0.0, 0.5, 1.5, 1.75, 2.0], [10.0, 0, 5.0, 6.0, 0])

@@ -25,16 +25,35 @@ def plot_latency_cdf(run: ServingRun, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def idle_steps(recs: list, field: str) -> tuple[list[float], list[float]]:
+    """A step plot's points of one field over a lane's records, dropping to 0 while the lane idles between them (a
+    lane idles only with nothing running, no prompt in progress and no KV block held) and after the last."""
+    t: list[float] = []
+    v: list[float] = []
+    for r, nxt in zip(recs, recs[1:] + [None]):
+        t.append(r.start_s)
+        v.append(getattr(r, field))
+        end = r.start_s + r.duration_s
+        if nxt is None or nxt.start_s > end * (1 + 1e-12):
+            t.append(end)
+            v.append(0)
+    return t, v
+
+
 def plot_lane(run: ServingRun, path: Path) -> Path:
-    """Decodes per iteration, prompt tokens per iteration and KV blocks in use over time (the logged lane)."""
+    """Decodes per iteration, prompt tokens per iteration and KV blocks in use over time (the logged lane; a
+    disaggregated deployment's prefill and decode instance lanes as two lines). A merged run of decode steps is
+    drawn at its mean KV blocks."""
     plt = pyplot()
     log = run.result.log
-    t = np.array([r.start_s for r in log])
+    roles = list(dict.fromkeys(r.role for r in log))
     fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
-    for ax, (label, v) in zip(axes, (("decodes", [r.decodes for r in log]),
-                                     ("prompt tokens", [r.prompt_tokens for r in log]),
-                                     ("KV blocks used", [r.kv_blocks_used for r in log]))):
-        ax.step(t, v, where="post", lw=0.8)
+    for role in roles:
+        recs = [r for r in log if r.role == role]
+        for ax, field in zip(axes, ("decodes", "prompt_tokens", "kv_blocks_used")):
+            t, v = idle_steps(recs, field)
+            ax.step(t, v, where="post", lw=0.8, label=None if role == "lane" else f"{role} instance")
+    for ax, label in zip(axes, ("decodes", "prompt tokens", "KV blocks used")):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[2].axhline(run.result.kv_blocks_per_lane, color="red", lw=0.8, ls="--", label="capacity")

@@ -34,6 +34,8 @@ from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals
 _sum, _min = np.add.reduce, np.minimum.reduce  # ndarray.sum / .min without their Python wrappers (hot loops)
 
 NO_GROWTH = (0, None, 0)
+ROLES = {"prefill-only": "prefill", "decode-only": "decode"}
+"""The role a logged lane's records carry (IterationRecord.role)."""
 
 LOG_LIMIT = 50_000
 """Iteration records kept for the logged lane (timelines, plots)."""
@@ -269,7 +271,8 @@ class Lane:
         self.tot.kv_block_s += used * dt
         self.tot.kv_peak_blocks = max(self.tot.kv_peak_blocks, last)
         if self.log is not None and len(self.log) < LOG_LIMIT:
-            self.log.append(IterationRecord(start, dt, steps, dec, prompt_tokens, used))
+            role = ROLES.get(self.s.policy, "lane")
+            self.log.append(IterationRecord(start, dt, steps, dec, prompt_tokens, used, role))
 
     def run(self) -> None:
         """Serve the lane's requests to the end, one iteration (or merged decode steps) at a time."""
@@ -351,7 +354,7 @@ class Lane:
         graph = getattr(self.step_s, "decode_graph", None)  # the batch a captured graph runs it at, None: eager
         self.tot.decode_only(n, D, dctx, graph(D) if graph is not None else D)
         first = self.s.kv_blocks - self.free  # the first step's blocks are taken before it
-        self._advance(D, n, grown=self.s.admission == "on-demand")
+        self._advance(D, n)
         self._record(start, dt, n, D, 0, first, self.s.kv_blocks - self.free)
         self._retire()
 
@@ -364,7 +367,7 @@ class Lane:
         used = s.kv_blocks - self.free
         self._record(start, dt, 1, decodes, step.pre_tokens, used, used)
         if decodes:
-            self._advance(decodes, 1, grown=True)
+            self._advance(decodes, 1)
             self._retire()
         for item, c in chunks:
             item[1] += c
@@ -447,18 +450,18 @@ class Lane:
         self._grow = grown.get(hi, NO_GROWTH)  # what _advance takes if the lane runs these steps
         return hi
 
-    def _advance(self, decodes: int, n: int, grown: bool = False) -> None:
+    def _advance(self, decodes: int, n: int) -> None:
         """n decode steps of the first `decodes` running sequences (all of them; `_retire` then retires the
-        finished ones). With on-demand KV the first step's blocks were taken before the step (`grown`); the rest
-        are taken here (as the overflow search priced them when the lane runs the steps it allowed)."""
+        finished ones). With on-demand KV the first step's blocks were taken before the step (`_preempt_for`);
+        the rest are taken here (as the overflow search priced them when the lane runs the steps it allowed)."""
         g = self.s.spec_gain
         k = self.n
         ctx, rem, blk = self.r_ctx[:k], self.r_rem[:k], self.r_blk[:k]
         ctx += n * g
         rem -= n * g
-        if self.s.admission == "on-demand" and (n > 1 or not grown):
-            steps, grow, total = self._grow
-            self._grow = NO_GROWTH
+        steps, grow, total = self._grow
+        self._grow = NO_GROWTH  # it belongs to this step's search only
+        if self.s.admission == "on-demand" and n > 1:
             if steps != n:  # a lockstep group ran fewer steps than this lane's overflow search allowed
                 grow = np.ceil(ctx / self.s.block_tokens) - blk
                 np.maximum(grow, 0.0, out=grow)

@@ -33,6 +33,9 @@ class IterationRecord:
     prompt_tokens: int
     kv_blocks_used: float
     """Blocks held, the mean over merged steps (Lane._record)."""
+    role: str = "lane"
+    """Which lane: `lane` (serves prompts and decodes), or a disaggregated deployment's `prefill` or `decode`
+    instance lane (the log holds one lane of each)."""
 
 
 @dataclass
