@@ -133,6 +133,57 @@ def test_lockstep_ranks_on_demand_take_the_blocks_of_the_steps_the_group_ran():
     assert held and max(o for o, _ in held) == 0.0 and all(c == 0 for _, c in held)
 
 
+@pytest.mark.parametrize("plan,mdl", [
+    (ServingPlan(tp=1, dp=2, ep=2, max_batch=32, admission="on-demand", kv_memory_fraction=0.02, spec_tokens=3,
+                 spec_acceptance=0.7), "mixtral-8x7b"),
+    (ServingPlan(tp=1, dp=2, ep=2, replicas=2, prefill_replicas=1, max_batch=32, admission="on-demand",
+                 kv_memory_fraction=0.02, spec_tokens=7, spec_acceptance=0.5), "mixtral-8x7b"),
+], ids=["lockstep ranks", "disaggregated lockstep ranks"])
+def test_on_demand_blocks_under_speculative_decoding_only_grow(plan, mdl):
+    """Speculative decoding with on-demand KV in a small cache, attention-DP ranks in lockstep: 3 draft tokens at
+    acceptance 0.7 ((1 − 0.7⁴)/(1 − 0.7) ≈ 2.53 tokens a step), and a disaggregated deployment's decode ranks with 7
+    at 0.5 (≈ 1.99 a step), whose hand-offs of 300-token prompts are admitted with blocks for the drafts too:
+    ⌈308 / 16⌉ = 20, more than the ⌈302.99 / 16⌉ = 19 a step's growth asks for. After every commit, merged or
+    stepped, each running sequence holds no fewer blocks than before (a step takes blocks and never gives any back)
+    and no lane owes blocks; merged runs take the growth of their steps' tokens (a run allowed more steps than its
+    blocks hold would not preempt where stepping does), so the times agree."""
+    load = Load(arrival="poisson", rate_per_s=12, input_tokens=300, output_tokens=300, num_requests=80)
+    held: dict = {}
+    bad = []
+
+    def commit(lane, step, n, dt):
+        Lane_commit(lane, step, n, dt)
+        if lane.free < 0:
+            bad.append(("free", lane.free))
+        now = dict(zip(lane.r_id[:lane.n].tolist(), lane.r_blk[:lane.n].tolist()))
+        before = held.get(id(lane), {})
+        bad.extend((rid, blk, before[rid]) for rid, blk in now.items() if blk < before.get(rid, 0.0))
+        held[id(lane)] = now
+
+    def preempt_for(lane, g):  # a preempted sequence starts again from the blocks of its re-admission
+        Lane_preempt_for(lane, g)
+        running = set(lane.r_id[:lane.n].tolist())
+        before = held.get(id(lane), {})
+        held[id(lane)] = {rid: blk for rid, blk in before.items() if rid in running}
+
+    def admit_decode(lane, rid, ctx, rem, blocks):
+        Lane_admit_decode(lane, rid, ctx, rem, blocks)
+        held.setdefault(id(lane), {})[rid] = float(blocks)
+
+    Lane_commit, Lane_preempt_for, Lane_admit_decode = Lane.commit, Lane._preempt_for, Lane._admit_decode
+    runs = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Lane, "commit", commit)
+        mp.setattr(Lane, "_preempt_for", preempt_for)
+        mp.setattr(Lane, "_admit_decode", admit_decode)
+        for merge in (True, False):
+            held.clear()
+            runs.append(simulate(_scn(plan, load, mdl), merge=merge).result)
+    assert not bad, bad[:3]
+    assert runs[0].totals.iterations == runs[1].totals.iterations
+    np.testing.assert_allclose(runs[0].finish_s, runs[1].finish_s, rtol=1e-9)
+
+
 def test_a_full_lane_decodes_to_its_next_finish_in_one_merged_run():
     """max_batch 1: while a request decodes nobody can join, so an arrival during its decode is no event — each
     request is one prompt iteration and one merged run of its o − 1 decode steps (the step time is linear in the
