@@ -108,3 +108,15 @@ def test_the_lane_plot_drops_to_zero_while_the_lane_idles():
             IterationRecord(1.75, 0.25, 3, 2, 0, 6.0)]
     assert idle_steps(recs, "prompt_tokens") == ([0.0, 0.5, 1.5, 1.75, 2.0], [600, 0, 300, 0, 0])
     assert idle_steps(recs, "kv_blocks_used") == ([0.0, 0.5, 1.5, 1.75, 2.0], [10.0, 0, 5.0, 6.0, 0])
+
+
+def test_a_static_run_logs_one_lane_on_one_track():
+    """Static batching logs its batches through its own path (serving_run._static): one role, `lane`, on the
+    timeline's one "iterations" thread, the prompt pass at 0 and the decode runs after it."""
+    run = simulate(_scn(ServingPlan(policy="static", max_batch=8),
+                        Load(arrival="offline", input_tokens=128, output_tokens=16, num_requests=16)))
+    log = run.result.log
+    assert {r.role for r in log} == {"lane"} and log[0].start_s == 0.0 and log[0].prompt_tokens == 8 * 128
+    events = serving_timeline_events(run)
+    assert [e["args"]["name"] for e in events if e["name"] == "thread_name"] == ["iterations"]
+    assert {e["tid"] for e in events if e.get("ph") == "X"} == {1}

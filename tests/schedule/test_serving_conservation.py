@@ -107,30 +107,41 @@ def test_attention_dp_ranks_in_lockstep_account_every_request_once():
 def test_lockstep_ranks_on_demand_take_the_blocks_of_the_steps_the_group_ran():
     """Attention-DP ranks with on-demand KV in a cache too small for the load: a rank's overflow search allows
     more merged steps than its group runs when another rank's event comes first, and the rank then takes the
-    blocks of the steps run, not of those allowed — the same times as stepping one iteration at a time."""
+    blocks of the steps run, not of those allowed (nor fewer) — the same times as stepping one iteration at a
+    time."""
     plan = ServingPlan(tp=1, dp=2, ep=2, max_batch=32, admission="on-demand", kv_memory_fraction=0.02)
     load = Load(arrival="poisson", rate_per_s=12, input_tokens=300, output_tokens=300, num_requests=80)
-    held = []  # after each commit: blocks a rank holds beyond what its running contexts fill, and its free count
+    held = []  # after each commit: blocks a rank holds beyond (and short of) what its running contexts fill, and
+    # the blocks unaccounted for
+    fresh: set = set()  # sequences that joined the running batch in this commit (their first token is not cached)
 
     def commit(lane, step, n, dt):
+        fresh.clear()
         Lane_commit(lane, step, n, dt)
         k, B = lane.n, lane.s.block_tokens
-        over = lane.r_blk[:k] - np.ceil(lane.r_ctx[:k] / B)
+        diff = lane.r_blk[:k] - np.ceil(lane.r_ctx[:k] / B)
+        stepped = np.array([rid not in fresh for rid in lane.r_id[:k].tolist()], dtype=bool)
         in_prompt = sum(item[4] for item in lane.pre)
-        held.append((float(over.max(initial=0.0)), lane.free + float(lane.r_blk[:k].sum()) + in_prompt
-                     - lane.s.kv_blocks))
+        held.append((float(diff.max(initial=0.0)), float(-diff[stepped].min(initial=0.0)),
+                     lane.free + float(lane.r_blk[:k].sum()) + in_prompt - lane.s.kv_blocks))
 
-    Lane_commit = Lane.commit
+    def admit_decode(lane, rid, ctx, rem, blocks):
+        Lane_admit_decode(lane, rid, ctx, rem, blocks)
+        fresh.add(rid)
+
+    Lane_commit, Lane_admit_decode = Lane.commit, Lane._admit_decode
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Lane, "commit", commit)
+        mp.setattr(Lane, "_admit_decode", admit_decode)
         a = simulate(_scn(plan, load, "mixtral-8x7b")).result
     b = simulate(_scn(plan, load, "mixtral-8x7b"), merge=False).result
     assert a.totals.preemptions > 0 and a.totals.iterations == b.totals.iterations
     np.testing.assert_allclose(a.first_token_s, b.first_token_s, rtol=1e-9)
     np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-9)
-    # 300-token prompts (not a multiple of the block): a running sequence holds exactly the blocks its context
-    # fills, and the blocks held plus the free ones are the lane's
-    assert held and max(o for o, _ in held) == 0.0 and all(c == 0 for _, c in held)
+    # a running sequence that has stepped holds exactly the blocks its context fills (a merged run of any length
+    # takes the blocks of every step it ran), and the blocks held plus the free ones are the lane's
+    assert held and max(o for o, _, _ in held) == 0.0 and max(u for _, u, _ in held) == 0.0
+    assert all(c == 0 for _, _, c in held)
 
 
 @pytest.mark.parametrize("plan,mdl", [

@@ -354,7 +354,7 @@ class Lane:
         graph = getattr(self.step_s, "decode_graph", None)  # the batch a captured graph runs it at, None: eager
         self.tot.decode_only(n, D, dctx, graph(D) if graph is not None else D)
         first = self.s.kv_blocks - self.free  # the first step's blocks are taken before it
-        self._advance(D, n)
+        self._advance(n)
         self._record(start, dt, n, D, 0, first, self.s.kv_blocks - self.free)
         self._retire()
 
@@ -367,7 +367,7 @@ class Lane:
         used = s.kv_blocks - self.free
         self._record(start, dt, 1, decodes, step.pre_tokens, used, used)
         if decodes:
-            self._advance(decodes, 1)
+            self._advance(1)
             self._retire()
         for item, c in chunks:
             item[1] += c
@@ -450,10 +450,10 @@ class Lane:
         self._grow = grown.get(hi, NO_GROWTH)  # what _advance takes if the lane runs these steps
         return hi
 
-    def _advance(self, decodes: int, n: int) -> None:
-        """n decode steps of the first `decodes` running sequences (all of them; `_retire` then retires the
-        finished ones). With on-demand KV the first step's blocks were taken before the step (`_preempt_for`);
-        the rest are taken here (as the overflow search priced them when the lane runs the steps it allowed)."""
+    def _advance(self, n: int) -> None:
+        """n decode steps of every running sequence (`_retire` then retires the finished ones). With on-demand KV
+        the first step's blocks were taken before the step (`_preempt_for`); the rest are taken here (as the
+        overflow search priced them when the lane runs the steps it allowed)."""
         g = self.s.spec_gain
         k = self.n
         ctx, rem, blk = self.r_ctx[:k], self.r_rem[:k], self.r_blk[:k]
