@@ -120,3 +120,14 @@ def test_a_static_run_logs_one_lane_on_one_track():
     events = serving_timeline_events(run)
     assert [e["args"]["name"] for e in events if e["name"] == "thread_name"] == ["iterations"]
     assert {e["tid"] for e in events if e.get("ph") == "X"} == {1}
+
+
+def test_each_logged_lane_keeps_its_own_records_up_to_the_limit(monkeypatch):
+    """The log's record limit holds per lane: a disaggregated run's prefill lane logs first and used to fill the
+    shared limit, leaving the decode lane none."""
+    from narrowpath.schedule import serving_sim
+    monkeypatch.setattr(serving_sim, "LOG_LIMIT", 5)
+    plan = ServingPlan(replicas=2, prefill_replicas=1, max_batch=32)
+    log = simulate(_scn(plan, Load(arrival="poisson", rate_per_s=20, input_tokens=600, output_tokens=80,
+                                   num_requests=60))).result.log
+    assert [r.role for r in log] == ["prefill"] * 5 + ["decode"] * 5

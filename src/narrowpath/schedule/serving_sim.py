@@ -38,7 +38,8 @@ ROLES = {"prefill-only": "prefill", "decode-only": "decode"}
 """The role a logged lane's records carry (IterationRecord.role)."""
 
 LOG_LIMIT = 50_000
-"""Iteration records kept for the logged lane (timelines, plots)."""
+"""Iteration records kept for a logged lane (timelines, plots); a disaggregated run logs one lane of each
+instance into one list, each up to this many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,7 @@ class Lane:
         self.s, self.step_s, self.rids = spec, step_s, rids
         self.arr, self.n_in, self.n_out, self.first, self.finish = arr, n_in, n_out, first, finish
         self.tot, self.log, self.conc = totals, log, concurrency
+        self.logged = 0  # records this lane has put in the log
         self.now = 0.0
         self.p = 0  # next request of `rids` not yet arrived
         self.released = len(rids) if not concurrency else min(concurrency, len(rids))
@@ -270,7 +272,8 @@ class Lane:
         used = first if last == first else (first + last) / 2
         self.tot.kv_block_s += used * dt
         self.tot.kv_peak_blocks = max(self.tot.kv_peak_blocks, last)
-        if self.log is not None and len(self.log) < LOG_LIMIT:
+        if self.log is not None and self.logged < LOG_LIMIT:
+            self.logged += 1
             role = ROLES.get(self.s.policy, "lane")
             self.log.append(IterationRecord(start, dt, steps, dec, prompt_tokens, used, role))
 
