@@ -143,9 +143,10 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
             if n > 0:
                 dt = linear_runs_s(lambda k, c=ctx: step(b, b, c + (k - 1) * b, 0, 0, 0, b, 1), n)
                 _log(log, tot, now, dt, n, b, 0, need)
-                tot.decode_ctx_tokens += n * ctx + b * n * (n - 1) / 2
+                read = n * ctx + b * n * (n - 1) / 2  # context tokens the n steps read
+                tot.decode_ctx_tokens += read
                 tot.decode_tokens += n * b
-                tot.decode_only(n, b, n * ctx + b * n * (n - 1) / 2, step.decode_graph(b))
+                tot.decode_only(n, b, read, step.decode_graph(b))
                 now += dt
                 ctx += n * b
                 done_steps = int(target)
