@@ -269,7 +269,7 @@ class Lane:
         sequence's context crosses one: the run holds their mean, the trapezoid of its first and last steps (exact
         when the crossings are spread evenly over the steps, as a batch's staggered contexts spread them; off by
         under a block per sequence otherwise)."""
-        used = first if last == first else (first + last) / 2
+        used = (first + last) / 2
         self.tot.kv_block_s += used * dt
         self.tot.kv_peak_blocks = max(self.tot.kv_peak_blocks, last)
         if self.log is not None and self.logged < LOG_LIMIT:
