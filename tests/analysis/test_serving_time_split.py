@@ -311,9 +311,9 @@ def test_a_chunk_over_a_long_context_reads_it():
 def test_a_speculative_decode_line_prices_its_padded_draft():
     """Under speculative decoding a lane's run of decode steps (decode_line) is the iteration the lane would price
     one step at a time, draft passes on the padded batch included."""
-    from narrowpath.schedule.serving_run import _step_fn
+    from narrowpath.schedule.serving_run import step_pricer
     cost = _cost(TRTLLM, spec_tokens=3, spec_acceptance=0.7)
-    step = _step_fn(cost, 1, 3)
+    step = step_pricer(cost, 1, 3)
     for d in (40.0, 64.0, 300.0):
         line = step.decode_line(d * 4, d, d, 4)
         assert line(d * 900.0) == step(d * 4, d, d * 900.0, 0, 0, 0, d, 4)

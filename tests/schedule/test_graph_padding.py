@@ -237,13 +237,13 @@ def test_the_draft_head_runs_at_the_graphs_size(prompt, rows):
     """Speculative decoding, 3 draft tokens, 100 decoding requests: a decode-only iteration pads to 128 and so does
     the draft head's work (per draft token one layer of 128 rows and the output layer over 128); an iteration with
     100 prompt tokens runs eagerly (no graph, no padding) and its draft works on the 100 real requests."""
-    from narrowpath.schedule.serving_run import _step_fn
+    from narrowpath.schedule.serving_run import step_pricer
     cost = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)
     ops, trs = cost.head(rows)
     draft = 3 * (cost.token_time_s(0, rows) / cost.scn.model.layers + cost.op_s(ops)
                  + sum(x.cost.time_s for x in trs))
     args = (400 + prompt, 100, 1e5, prompt, prompt * (prompt + 1) / 2, prompt, 100 + (prompt > 0), 4.0)
-    assert _step_fn(cost, 1, 3)(*args) == pytest.approx(cost.iteration_s(*args, None, draft), rel=1e-12)
+    assert step_pricer(cost, 1, 3)(*args) == pytest.approx(cost.iteration_s(*args, None, draft), rel=1e-12)
 
 
 def test_the_steady_state_of_a_search_uses_each_limits_graphs():

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from narrowpath.analysis.ledger import L2_TILE, SRAM_TILE
 from narrowpath.analysis.traffic import tier_bytes_per_rank
 from narrowpath.schedule.serving_cost import host_bookkeeping_s
-from narrowpath.schedule.serving_run import ServingRun, _step_fn
+from narrowpath.schedule.serving_run import ServingRun, step_pricer
 from narrowpath.workload.counts import active_parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, kv_bytes_per_token_layer
 
@@ -292,7 +292,7 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
     q = 1 + p.spec_tokens
     P, pairs, d, ctx = k.prompt_tokens, k.prompt_pairs, k.decodes, k.decode_ctx
     pctx = prompt_ctx(P, pairs)
-    draft = _step_fn(cost, p.spec_draft_layers, p.spec_tokens).draft_s(d, P)
+    draft = step_pricer(cost, p.spec_draft_layers, p.spec_tokens).draft_s(d, P)
     if k.graph:  # at the mean padded batch, each dummy holding one context token; the host handles the real ones
         x = k.padded_decodes
         parts = cost.iteration_parts(x * q, x, ctx + x - d, rows=x, queries_per_seq=q, requests=d, extra_gpu_s=draft,

@@ -108,8 +108,9 @@ class _StepPricer:
         return line
 
 
-def _step_fn(cost: ServingCost, draft_layers: int, k: int) -> _StepPricer:
-    """The iteration pricing of a lane (`_StepPricer`)."""
+def step_pricer(cost: ServingCost, draft_layers: int, k: int) -> _StepPricer:
+    """The iteration pricing of a lane (`_StepPricer`): what the simulator's lanes, the steady-state search and the
+    serving accounts' draft time all price a step with."""
     return _StepPricer(cost, draft_layers, k)
 
 
@@ -117,7 +118,7 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
     """Static batching: take `max_batch` requests, run all their prompts in one context pass, decode the batch
     until its longest request ends (finished slots stay in the batch), then the next batch."""
     B, now = lim.max_batch, 0.0
-    step = _step_fn(cost, 1, 0)
+    step = step_pricer(cost, 1, 0)
     blocks = lim.memory.kv_blocks // cost.scn.plan.pp
     for start in range(0, len(rids), B):
         ids = rids[start:start + B]
@@ -184,7 +185,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         cost = ServingCost(scn, need, calibration)
     cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     gain = spec_gain(p.spec_tokens, p.spec_acceptance)
-    step = _step_fn(cost, p.spec_draft_layers, p.spec_tokens)
+    step = step_pricer(cost, p.spec_draft_layers, p.spec_tokens)
     arr, n_in, n_out = arrivals(scn)
     n = len(arr)
     first = np.full(n, np.nan)

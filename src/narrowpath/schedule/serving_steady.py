@@ -11,7 +11,7 @@ import numpy as np
 
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
-from narrowpath.schedule.serving_run import _step_fn, simulate, spec_gain
+from narrowpath.schedule.serving_run import step_pricer, simulate, spec_gain
 from narrowpath.schedule.serving_sim import Lane, LaneSpec
 from narrowpath.schedule.serving_stats import LaneTotals, summary
 from narrowpath.spec.calibration import Calibration
@@ -65,7 +65,7 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     spec = LaneSpec(B, lim.max_num_tokens, lim.memory.kv_tokens // p.pp // lim.block_tokens, lim.block_tokens,
                     p.policy, p.admission, bool(p.chunked_prefill), p.spec_tokens,
                     spec_gain(p.spec_tokens, p.spec_acceptance))
-    lane = Lane(spec, _step_fn(cost, p.spec_draft_layers, p.spec_tokens), np.arange(n), arr, n_in, n_out, first,
+    lane = Lane(spec, step_pricer(cost, p.spec_draft_layers, p.spec_tokens), np.arange(n), arr, n_in, n_out, first,
                 finish, LaneTotals(), None, B)
     lane.run()
     keep = np.arange(n) >= B * warmup_batches
