@@ -11,10 +11,10 @@ from narrowpath.schedule.serving_choose import choose_layout, layout_candidates
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
 from narrowpath.schedule.serving_run import simulate
-from narrowpath.schedule.serving_sim import Lane, LaneSpec, linear_runs_s, linear_span
-from narrowpath.schedule.serving_stats import LaneTotals
+from narrowpath.schedule.serving_sim import LaneSpec, linear_runs_s, linear_span
 from narrowpath.schedule.serving_steady import steady_lane
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from tests.schedule.lanes import bare_lane
 
 LOAD = Load(arrival="offline", input_tokens=256, output_tokens=64, num_requests=32)
 
@@ -39,13 +39,6 @@ def _const_step(t: float, seen: list | None = None):
     return step
 
 
-def _lane(spec: LaneSpec, step, n_in, n_out, log=None):
-    n = len(n_in)
-    arrays = dict(arr=np.zeros(n), n_in=np.asarray(n_in, dtype=np.int64), n_out=np.asarray(n_out, dtype=np.int64),
-                  first=np.full(n, np.nan), finish=np.full(n, np.nan))
-    lane = Lane(spec, step, np.arange(n), arrays["arr"], arrays["n_in"], arrays["n_out"], arrays["first"],
-                arrays["finish"], LaneTotals(), log)
-    return lane, arrays
 
 
 # ---- the layout choice ----------------------------------------------------------------------------------------
@@ -205,7 +198,7 @@ def test_a_prompt_chunk_that_does_not_finish_produces_no_token():
     iteration's 36-token chunk finishes it (rows 1)."""
     seen: list = []
     spec = LaneSpec(4, 64, 100, 16, "decode-first", "reserve", True)
-    lane, a = _lane(spec, _const_step(1.0, seen), [100], [3])
+    lane, a = bare_lane(spec, _const_step(1.0, seen), [100], [3])
     lane.run()
     assert [(s["pre_tok"], s["rows"], s["requests"]) for s in seen[:2]] == [(64, 0, 1), (36, 1, 1)]
     assert a["first"].tolist() == [2.0] and a["finish"].tolist() == [4.0]
@@ -218,7 +211,7 @@ def test_on_demand_decodes_merge_up_to_the_next_kv_overflow():
     is free: the first merged decode run is 15 steps, logged as one record."""
     log: list = []
     spec = LaneSpec(4, 64, 5, 16, "decode-first", "on-demand", True)
-    lane, _ = _lane(spec, _const_step(1.0), [16, 16], [40, 40], log)
+    lane, _ = bare_lane(spec, _const_step(1.0), [16, 16], [40, 40], log)
     lane.run()
     assert (log[0].steps, log[0].prompt_tokens) == (1, 32)
     assert (log[1].steps, log[1].decodes, log[1].kv_blocks_used) == (15, 2, 4)

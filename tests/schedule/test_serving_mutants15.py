@@ -3,7 +3,6 @@ protocol and the steady state checked by hand where mutation testing (benchmarks
 loose."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from narrowpath.catalog import model, system
@@ -11,10 +10,10 @@ from narrowpath.schedule.serving_choose import layout_candidates
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import resolve_limits
 from narrowpath.schedule.serving_run import simulate
-from narrowpath.schedule.serving_sim import Lane, LaneSpec
-from narrowpath.schedule.serving_stats import LaneTotals
+from narrowpath.schedule.serving_sim import LaneSpec
 from narrowpath.schedule.serving_steady import steady_lane
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from tests.schedule.lanes import bare_lane
 
 LOAD = Load(arrival="offline", input_tokens=256, output_tokens=64, num_requests=32)
 TRTLLM = "TensorRT-LLM 1.0 (PyTorch backend)"
@@ -32,13 +31,6 @@ def _trtllm_cost(**plan) -> ServingCost:
     return ServingCost(_scn(ServingPlan(**kw)), 2048)
 
 
-def _lane(spec: LaneSpec, step, n_in, n_out, log=None):
-    n = len(n_in)
-    arrays = dict(arr=np.zeros(n), n_in=np.asarray(n_in, dtype=np.int64), n_out=np.asarray(n_out, dtype=np.int64),
-                  first=np.full(n, np.nan), finish=np.full(n, np.nan))
-    lane = Lane(spec, step, np.arange(n), arrays["arr"], arrays["n_in"], arrays["n_out"], arrays["first"],
-                arrays["finish"], LaneTotals(), log)
-    return lane, arrays
 
 
 # ---- the layout choice ----------------------------------------------------------------------------------------
@@ -129,7 +121,7 @@ def test_the_log_is_a_contiguous_timeline_of_the_lanes_iterations():
     reserved KV is ceil(104/16) = 7 blocks throughout."""
     log: list = []
     spec = LaneSpec(4, 64, 100, 16, "decode-first", "reserve", True)
-    lane, a = _lane(spec, lambda *args, **kw: 1.0, [100], [4], log)
+    lane, a = bare_lane(spec, lambda *args, **kw: 1.0, [100], [4], log)
     lane.run()
     assert [(r.start_s, r.duration_s, r.steps, r.prompt_tokens) for r in log] == [
         (0.0, 1.0, 1, 64), (1.0, 1.0, 1, 36), (2.0, 3.0, 3, 0)]
@@ -152,7 +144,7 @@ def test_a_plain_pricer_is_asked_for_decode_steps_without_prompt_work():
         return 1.0 + 1e-3 * pairs + 1e-3 * dctx
 
     spec = LaneSpec(4, 64, 100, 16, "decode-first", "reserve", True)
-    lane, a = _lane(spec, step, [100], [4])
+    lane, a = bare_lane(spec, step, [100], [4])
     lane.run()
     decode_calls = [s for s in seen if s[1] and not s[3]]
     assert decode_calls and all(s[3:6] == (0, 0, 0) and s[0] == s[1] == s[6] == 1 for s in decode_calls)
