@@ -114,8 +114,8 @@ def test_the_json_and_the_console_say_which_graphs_ran(tmp_path, capsys):
 def test_the_whatif_offers_the_finer_list_where_it_helps():
     """A 300-sequence limit under the stack's list: a decode batch of 257–300 pads to 300 (the limit), below 256 to
     256 or 128; blog 20's list pads 257–300 to 320 → the limit 300 and 193–256 to 256 but 129–192 to 192 — the
-    what-if runs it. A plan already on the finer list, a stack with no list (vLLM) and a static batch are skipped
-    with their reasons."""
+    what-if runs it. A plan already on the finer list (or vLLM's), a stack with no list (the default) and a static
+    batch are skipped with their reasons."""
     def verdict(**plan):
         kw = dict(tp=1, weight_precision="fp8", kv_precision="fp8", framework="TensorRT-LLM 1.0", max_batch=300,
                   max_num_tokens=4096)
@@ -132,7 +132,9 @@ def test_the_whatif_offers_the_finer_list_where_it_helps():
     from narrowpath.schedule.serving_cost import finer_graph_sizes
     v = verdict(graph_batch_sizes=finer_graph_sizes(300))
     assert "already captured" in dict(v.skipped)["finer CUDA graph sizes"]
-    v = verdict(framework="vLLM 0.10")
+    v = verdict(framework="")
     assert "not held to a list" in dict(v.skipped)["finer CUDA graph sizes"]
+    v = verdict(framework="vLLM 0.11")  # every 8 to 256, every 16 to 512: finer than the blog's list already
+    assert "already captured" in dict(v.skipped)["finer CUDA graph sizes"]
     v = verdict(graph_padding=False)
     assert "with padding" in {x.name: x for x in v.whatifs}["finer CUDA graph sizes"].change

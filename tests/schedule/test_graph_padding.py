@@ -134,12 +134,13 @@ def test_a_decode_batch_no_graph_fits_is_issued_kernel_by_kernel():
 
 
 def test_stacks_without_a_size_list_price_the_batch_as_it_is():
-    """vLLM's entry and TensorRT-LLM 0.x (compiled engines) carry no size list: 469 decodes are priced as 469."""
-    for fw in ("vLLM 0.10", "TensorRT-LLM 0.9"):
+    """The tool's default stack and TensorRT-LLM 0.x (compiled engines) carry no size list: 469 decodes are priced
+    as 469."""
+    for fw in ("", "TensorRT-LLM 0.9"):
         assert not serving_stack(fw).get("graph_batch_sizes")
         cost = _cost(fw)
         assert cost.graph_sizes is None
-    cost = _cost("vLLM 0.10")
+    cost = _cost("")
     a = cost.iteration_s(469, 469, 469e3)
     assert a < cost.iteration_s(512, 512, 469e3 + 43)
 
@@ -158,15 +159,15 @@ def test_speculative_decoding_pads_every_query_of_a_dummy():
 def test_a_plan_states_its_own_sizes_and_padding():
     """The DeepSeek-R1 blog's B200 c3072 run captures 1, 2, …, 256, 384 with padding and max batch 384: a plan that
     says so replaces the stack's list (300 decodes pad to 384, not 512); padding off in the plan wins over the
-    stack's on; sizes on a stack without a list (vLLM) apply."""
+    stack's on; sizes on a stack without a list (the tool's default stack) apply."""
     own = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384)
     cost = _cost(max_batch=1024, graph_batch_sizes=own)
     assert cost.graph_sizes == list(own) and cost.graph_padding
     assert graph_batch(300, cost.graph_sizes, cost.graph_padding) == 384
     assert _cost(max_batch=1024).graph_sizes[-3:] == [384, 512, 1024]
     assert not _cost(graph_padding=False).graph_padding
-    vllm = _cost("vLLM 0.10", graph_batch_sizes=(64, 128))
-    assert vllm.graph_sizes == [64, 128] and not vllm.graph_padding  # vLLM's entry states no padding
+    plain = _cost("", graph_batch_sizes=(64, 128))
+    assert plain.graph_sizes == [64, 128] and not plain.graph_padding  # the default entry states no padding
 
 
 def test_tech_blog_20s_list():
@@ -267,7 +268,7 @@ def test_decode_rows_follow_the_graph():
     bound the graphs at 1,024 / 4 = 256 under other limits too."""
     cost = _cost()
     assert cost.decode_rows(100) == 128 and cost.decode_rows(0) == 0 and cost.decode_rows(512) == 512
-    assert _cost("vLLM 0.10").decode_rows(100) == 100
+    assert _cost("").decode_rows(100) == 100
     cost.graph_padding = False
     assert cost.decode_rows(100) == 100
     spec = _cost(max_num_tokens=1024, spec_tokens=3, spec_acceptance=0.7)

@@ -171,7 +171,7 @@ def test_a_fixed_batch_load_is_served_statically_and_says_why():
 
 def test_a_fixed_limit_stack_gives_its_own_token_budget(monkeypatch):
     """A stack with fixed batch limits supplies its own max_num_tokens (serving_stacks.yaml: `fixed` = the
-    max_batch / max_num_tokens given in `defaults`): a vLLM entry whose budget is 4,096 gives 4,096, not the
+    max_batch / max_num_tokens given in `defaults`): a default entry whose budget is 4,096 gives 4,096, not the
     8,192 every shipped entry happens to carry."""
     real = serving_stack
 
@@ -179,9 +179,9 @@ def test_a_fixed_limit_stack_gives_its_own_token_budget(monkeypatch):
         e = real(framework)
         return dict(e, defaults=dict(e["defaults"], max_num_tokens=4096))
     monkeypatch.setattr(serving_defaults, "serving_stack", small)
-    scn, lim = resolve_limits(_scn(ServingPlan(framework="vLLM 0.8")))
+    scn, lim = resolve_limits(_scn(ServingPlan()))
     assert (lim.max_batch, lim.max_num_tokens) == (256, 4096)
-    assert dict(scn.chosen)["max_num_tokens"] == "4096 — default of the vllm stack"
+    assert dict(scn.chosen)["max_num_tokens"] == "4096 — default of the default stack"
 
 
 def test_a_fixed_limit_stack_without_a_batch_size_takes_256(monkeypatch):
@@ -194,7 +194,7 @@ def test_a_fixed_limit_stack_without_a_batch_size_takes_256(monkeypatch):
         d = {k: v for k, v in e["defaults"].items() if k != "max_batch"}
         return dict(e, defaults=dict(d, max_num_tokens=2048))
     monkeypatch.setattr(serving_defaults, "serving_stack", no_batch)
-    _, lim = resolve_limits(_scn(ServingPlan(framework="vLLM 0.8")))
+    _, lim = resolve_limits(_scn(ServingPlan()))
     assert (lim.max_batch, lim.max_num_tokens) == (256, 2048)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.serving_memory import ServingMemory, serving_memory
+from narrowpath.spec.device import Device
 from narrowpath.spec.serving import ServingScenario, serving_consistency
 from narrowpath.workload.counts import parameter_count
 from narrowpath.workload.serving import VALUE_BYTES, Formats
@@ -33,6 +34,24 @@ def trtllm_runtime_batch(capacity: int) -> int:
             return bs
     threshold = capacity // TRTLLM_BATCH_GRANULARITY * TRTLLM_BATCH_GRANULARITY
     return threshold if capacity < threshold + TRTLLM_BATCH_FALLBACK_THRESHOLD else capacity
+
+
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+"""vLLM's 'large GPU' threshold for its default batch limits (70 GiB of device memory)."""
+
+
+def vllm_default_limits(device: Device, offline: bool) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM V1 takes when neither is given (vllm/engine/arg_utils.py,
+    EngineArgs._set_default_args / get_batch_defaults, v0.11 to v0.27): on a device of at least 70 GiB whose name is
+    not an A100's ('for GPUs like H100 and MI300x, use larger default values') 1,024 sequences and 16,384 tokens for
+    the offline `LLM` class (what `vllm bench throughput` runs) or 8,192 for the OpenAI-compatible server; on any
+    other device 256 sequences and 8,192 / 2,048 tokens. A100s take the small values whatever their memory ('Setting
+    large max_num_batched_tokens for A100 reduces throughput', PR #17885). vLLM 0.28 adds a tier for devices of at
+    least 160 GiB (the server's budget 16,384), not modelled: this entry follows the 0.11-0.27 releases."""
+    large = device.hbm.capacity_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in device.name.lower()
+    if large:
+        return 1024, (16384 if offline else 8192)
+    return 256, (8192 if offline else 2048)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +190,11 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             bs, tok = trtllm_bench_limits(dataclasses.replace(scn, plan=p), isl, osl, p.kv_memory_fraction, max_isl,
                                           bool(p.chunked_prefill))
             why = f"trtllm-bench's heuristic for ISL {isl:g} / OSL {osl:g}"
+        elif stack.get("batch_limits") == "vllm":
+            offline = load.arrival == "offline" and not load.concurrency  # all queued at once: the LLM class
+            bs, tok = vllm_default_limits(scn.system.device, offline)
+            why = (f"vLLM's default for {'the offline LLM class' if offline else 'its OpenAI server'} on "
+                   f"{scn.system.device.name}")
         else:
             bs, tok = d.get("max_batch", 256), d.get("max_num_tokens", 8192)
             why = f"default of the {stack['id']} stack"

@@ -92,7 +92,9 @@ def steps_to_pass(duration, gap_s: float, n: int) -> int:
         return max(1, n)
     if gap_s <= 0:
         return 1
-    lo, hi = 0, n  # duration(lo) = 0 < gap, duration(hi) >= gap
+    if duration(n - 1) < gap_s:  # the usual answer (the caller's n is its bound on the steps to the event)
+        return n
+    lo, hi = 0, n - 1  # duration(lo) = 0 < gap, duration(hi) >= gap
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if duration(mid) < gap_s else (lo, mid)
@@ -479,9 +481,10 @@ class Lane:
         if _min(rem) > 1e-9:
             return
         done = rem <= 1e-9
-        for i in np.flatnonzero(done):
-            self.free += int(blk[i])
-            self._finish(int(self.r_id[i]))
+        ids = self.r_id[:k][done].tolist()
+        for rid, b in zip(ids, blk[done].tolist()):
+            self.free += int(b)
+            self._finish(rid)
         keep = ~done
         m = k - int(np.count_nonzero(done))
         for a in (self.r_id, self.r_ctx, self.r_rem, self.r_blk):
