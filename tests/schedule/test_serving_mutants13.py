@@ -290,6 +290,8 @@ def test_steps_to_pass_is_one_when_the_first_step_reaches_the_event():
     assert steps_to_pass(lambda k: 1.0 * k, 2.5, 10) == 3
     assert steps_to_pass(lambda k: 1.0 * k, 3.0, 10) == 3
     assert steps_to_pass(lambda k: 1.0 * k, 1.0, 2) == 1
+    # the caller's bound is the answer: 2 steps fall short of 2.5 s, the third reaches it
+    assert steps_to_pass(lambda k: 1.0 * k, 2.5, 3) == 3
 
 
 def test_steps_of_a_constant_time_take_n_times_it():

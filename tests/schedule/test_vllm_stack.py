@@ -71,3 +71,28 @@ def test_decode_batches_pad_to_the_next_captured_size():
     cost.graph_sizes = None
     assert padded == pytest.approx(cost.iteration_s(304, 304, 300e3 + 4, rows=304, requests=300), rel=1e-12)
     assert padded > cost.iteration_s(300, 300, 300e3)
+
+
+def _with_memory(gib: float, name: str = "H100-SXM5-80GB"):
+    dev = system("dgx-h100").device
+    levels = tuple(dataclasses.replace(lv, capacity_bytes=gib * 2**30) if lv.name == "hbm" else lv
+                   for lv in dev.levels)
+    return dataclasses.replace(dev, levels=levels, name=name)
+
+
+def test_the_large_gpu_threshold_is_70_gib_inclusive():
+    """`device_memory >= 70 * GiB_bytes`: exactly 70 GiB is large, a byte less (or 48 GiB, an L40S's) is not, and
+    the A100 carve-out goes by name at any size."""
+    assert vllm_default_limits(_with_memory(70), False) == (1024, 8192)
+    assert vllm_default_limits(_with_memory(70 - 2**-30), False) == (256, 2048)
+    assert vllm_default_limits(_with_memory(48), True) == (256, 8192)
+    assert vllm_default_limits(_with_memory(141, "A100-custom"), True) == (256, 8192)
+
+
+def test_the_limit_notes_read_in_full():
+    """Each filled limit says which of vLLM's entry points it follows and on which GPU."""
+    off = Load(arrival="offline", input_tokens=512, output_tokens=128, num_requests=100)
+    scn, _ = resolve_limits(_scn(off))
+    assert dict(scn.chosen)["max_batch"] == "1024 — vLLM's default for the offline LLM class on H100-SXM5-80GB"
+    scn, _ = resolve_limits(_scn(dataclasses.replace(off, concurrency=4)))
+    assert dict(scn.chosen)["max_num_tokens"] == "8192 — vLLM's default for its OpenAI server on H100-SXM5-80GB"
