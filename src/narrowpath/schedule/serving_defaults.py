@@ -54,6 +54,33 @@ def vllm_default_limits(device: Device, offline: bool) -> tuple[int, int]:
     return 256, (8192 if offline else 2048)
 
 
+SGLANG_MIB_TABLE = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+                    (160, 8192, 256, 512))
+"""SGLang's defaults by GPU memory (ServerArgs._handle_gpu_memory_settings, v0.5): (memory below, in GiB of MiB
+units; chunked_prefill_size; cuda_graph_max_bs at tp < 4; at tp >= 4). Larger GPUs (B200): 16,384 and 512."""
+SGLANG_MAX_RUNNING = 2048
+"""SGLang's request pool, min(max(KV tokens / context length × 512, 2048), 4096) (ModelRunner): its 2,048 floor,
+which holds whenever the context length exceeds a quarter of the KV tokens (every 128k-context model)."""
+
+
+def sglang_default_limits(device: Device, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) SGLang v0.5 takes when neither is given, by the GPU's memory and
+    the tensor-parallel degree (sglang/srt/server_args.py, ServerArgs._handle_gpu_memory_settings; its comments name
+    H100 for < 90 GB, H20 / H200 for < 160 GB, B200 above)."""
+    mib = device.hbm.capacity_bytes / 2**20
+    for below_gib, chunk, small_tp, big_tp in SGLANG_MIB_TABLE:
+        if mib < below_gib * 1024:
+            return chunk, (big_tp if tp >= 4 else small_tp)
+    return 16384, 512
+
+
+def sglang_graph_sizes(max_bs: int) -> tuple[int, ...]:
+    """SGLang's captured decode batch sizes up to `max_bs` (ServerArgs._generate_cuda_graph_batch_sizes, v0.5):
+    1, 2, 4, 8, 12, every 8 from 16 to 256, every 16 from 272 below 512, every 32 from 512."""
+    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    return tuple(b for b in sizes if b <= max_bs)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Per-lane limits of a resolved deployment."""
@@ -195,6 +222,13 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             bs, tok = vllm_default_limits(scn.system.device, offline)
             why = (f"vLLM's default for {'the offline LLM class' if offline else 'its OpenAI server'} on "
                    f"{scn.system.device.name}")
+        elif stack.get("batch_limits") == "sglang":
+            tok, graph_bs = sglang_default_limits(scn.system.device, p.tp)
+            bs = SGLANG_MAX_RUNNING  # capped at half the KV tokens below, once the pool is known
+            why = f"SGLang's default on {scn.system.device.name} (max_running_requests, chunked_prefill_size)"
+            if not p.graph_batch_sizes:
+                take("graph_batch_sizes", sglang_graph_sizes(graph_bs),
+                     f"SGLang's capture list to cuda_graph_max_bs {graph_bs} on {scn.system.device.name} at tp {p.tp}")
         else:
             bs, tok = d.get("max_batch", 256), d.get("max_num_tokens", 8192)
             why = f"default of the {stack['id']} stack"
@@ -208,6 +242,15 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
     mem = serving_memory(scn.model, p, scn.system, f, max_num_tokens=p.max_num_tokens, max_batch=p.max_batch,
                          kv_fraction=p.kv_memory_fraction, block_tokens=p.kv_block_tokens)
     max_seqs = p.max_batch
+    if stack.get("batch_limits") == "sglang" and dict(notes).get("max_batch", "").startswith(
+            f"{SGLANG_MAX_RUNNING} — SGLang"):  # filled here (now or by an earlier pass), not stated
+        half = int(mem.kv_tokens // p.pp // 2)  # max_running_requests = min(KV tokens // 2, the request pool)
+        if half < max_seqs:
+            max_seqs = half
+            if "max running requests" not in dict(notes):
+                notes.append(("max running requests", f"{half} — SGLang's half of the KV pool's "
+                              f"{mem.kv_tokens // p.pp} tokens"))
+                scn = dataclasses.replace(scn, chosen=tuple(notes))
     if stack.get("runtime_batch_tuning") and p.policy != "static":
         capacity = int(mem.kv_tokens // p.pp / (isl + osl))
         tuned = trtllm_runtime_batch(capacity)
