@@ -80,3 +80,30 @@ def test_prompt_iterations_are_issued_eagerly_and_decodes_pad():
     scn, lim = resolve_limits(_scn())
     cost = ServingCost(scn, lim.max_num_tokens)
     assert cost.eager_prefill and cost.decode_graph(100) == 104 and cost.decode_graph(300) is None
+
+
+def test_each_row_of_the_memory_table_from_its_lower_bound():
+    """A row starts at the previous bound: 20 GiB → (2,048; 24 / 80), 35 → (4,096; 32 / 160), 60 → (8,192; 256 / 512);
+    the tp < 4 column below 20 GiB is 8, the tp ≥ 4 column below 160 GiB 512."""
+    assert sglang_default_limits(_with_memory(20), 1) == (2048, 24)
+    assert sglang_default_limits(_with_memory(35), 4) == (4096, 160)
+    assert sglang_default_limits(_with_memory(60), 1) == (8192, 256)
+    assert sglang_default_limits(_with_memory(19.9), 1) == (2048, 8)
+    assert sglang_default_limits(_with_memory(34.9), 1) == (2048, 24)
+    assert sglang_default_limits(_with_memory(159.9), 4) == (8192, 512)
+    assert sglang_graph_sizes(16) == (1, 2, 4, 8, 12, 16)
+
+
+def test_a_pool_exactly_at_the_cap_adds_no_note(monkeypatch):
+    """Half the KV tokens equal to the running-request limit caps nothing: no 'max running requests' note."""
+    from narrowpath.schedule import serving_defaults
+    plan = dict(weight_precision="fp8", kv_precision="fp8", kv_memory_fraction=0.05)
+    cap = 2048
+    for _ in range(10):  # the pool depends a little on the batch limit (activations): find the fixed point
+        monkeypatch.setattr(serving_defaults, "SGLANG_MAX_RUNNING", cap)
+        scn, lim = resolve_limits(_scn("llama3-70b", **plan))
+        if lim.memory.kv_tokens // 2 == cap:
+            break
+        cap = lim.memory.kv_tokens // 2
+    assert lim.memory.kv_tokens // 2 == cap == lim.max_batch
+    assert "max running requests" not in dict(scn.chosen)
