@@ -83,8 +83,8 @@ def test_prompt_iterations_are_issued_eagerly_and_decodes_pad():
 
 
 def test_each_row_of_the_memory_table_from_its_lower_bound():
-    """A row starts at the previous bound: 20 GiB → (2,048; 24 / 80), 35 → (4,096; 32 / 160), 60 → (8,192; 256 / 512);
-    the tp < 4 column below 20 GiB is 8, the tp ≥ 4 column below 160 GiB 512."""
+    """A row starts at the previous bound: 20 GiB → (2,048; 24 / 80), 35 → (4,096; 32 / 160), 60 → (8,192;
+    256 / 512); the tp < 4 column below 20 GiB is 8, the tp ≥ 4 column below 160 GiB 512."""
     assert sglang_default_limits(_with_memory(20), 1) == (2048, 24)
     assert sglang_default_limits(_with_memory(35), 4) == (4096, 160)
     assert sglang_default_limits(_with_memory(60), 1) == (8192, 256)
