@@ -16,6 +16,7 @@ from narrowpath.analysis.serving_accounts import DISPATCH_KEY, HOST_KEY, LAUNCH_
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
+from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.spec.serving import ServingScenario, serving_consistency
@@ -146,6 +147,11 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
                         "replicated and placed)",
                         dataclasses.replace(scn, plan=dataclasses.replace(p, expert_balance="eplb"))))
     sizes, padding = graph_settings(p, serving_stack(p.framework))
+    if not sizes:  # a stack may fill its list per device when it resolves the limits (SGLang's cuda_graph_max_bs)
+        try:
+            sizes = resolve_limits(resolve_formats(scn, ()))[0].plan.graph_batch_sizes
+        except NarrowpathError:
+            pass
     name = "finer CUDA graph sizes"
     if not sizes:
         skipped.append((name, "the engine is not held to a list of captured decode batch sizes"))
