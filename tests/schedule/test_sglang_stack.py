@@ -111,8 +111,9 @@ def test_a_pool_exactly_at_the_cap_adds_no_note(monkeypatch):
 
 def test_the_finer_graph_whatif_sees_the_list_sglang_fills():
     """The what-ifs start from the plan as given, before the limits are filled; SGLang's list is filled then (per
-    device and tp), so the finer-sizes what-if reads the resolved list: every 8 to 256 holds tech blog 20's list, and
-    the what-if is skipped as already captured, not as 'not held to a list'."""
+    device and tp), so the finer-sizes what-if reads the run's resolved list (as serving_verdict passes it): every 8
+    to 256 holds tech blog 20's list, and the what-if is skipped as already captured, not as 'not held to a list'."""
     from narrowpath.analysis.serving_whatif import candidates
-    _, skipped = candidates(_scn(), False, 256)
+    resolved = resolve_limits(_scn())[0].plan
+    _, skipped = candidates(_scn(), False, 256, resolved.policy, resolved.graph_batch_sizes)
     assert "already captured" in dict(skipped)["finer CUDA graph sizes"]

@@ -16,7 +16,6 @@ from narrowpath.analysis.serving_accounts import DISPATCH_KEY, HOST_KEY, LAUNCH_
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
-from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.spec.serving import ServingScenario, serving_consistency
@@ -86,11 +85,13 @@ def keeps_up(scn: ServingScenario, output_tokens_per_s: float) -> bool:
     return output_tokens_per_s >= 0.95 * offered
 
 
-def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, policy: str = ""
+def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, policy: str = "",
+               graph_sizes: tuple[int, ...] = ()
                ) -> tuple[list[tuple[str, str, ServingScenario]], list[tuple[str, str]]]:
     """(name, change, scenario) of each applicable what-if, and (name, reason) of those that do not apply.
     `decode_limit`: the largest decode batch the run's limits allow (its batch limit and token budget); `policy`:
-    the iteration policy the run resolved to (default: the given plan's)."""
+    the iteration policy the run resolved to (default: the given plan's); `graph_sizes`: the decode graph list the run
+    resolved to, which a stack may fill per device (SGLang's; default: the given plan's or its stack's)."""
     p, m, sysm = scn.plan, scn.model, scn.system
     out, skipped = [], []
 
@@ -147,11 +148,7 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
                         "replicated and placed)",
                         dataclasses.replace(scn, plan=dataclasses.replace(p, expert_balance="eplb"))))
     sizes, padding = graph_settings(p, serving_stack(p.framework))
-    if not sizes:  # a stack may fill its list per device when it resolves the limits (SGLang's cuda_graph_max_bs)
-        try:
-            sizes = resolve_limits(resolve_formats(scn, ()))[0].plan.graph_batch_sizes
-        except NarrowpathError:
-            pass
+    sizes = sizes or graph_sizes
     name = "finer CUDA graph sizes"
     if not sizes:
         skipped.append((name, "the engine is not held to a list of captured decode batch sizes"))
@@ -225,7 +222,7 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
         2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
     rp = run.scenario.plan
     cands, skipped = candidates(scn, crosses, min(rp.max_batch, rp.max_num_tokens // (1 + rp.spec_tokens)),
-                                rp.policy)
+                                rp.policy, rp.graph_batch_sizes)
     results = []
     for name, change, alt in cands:
         try:
