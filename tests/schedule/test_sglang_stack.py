@@ -3,21 +3,18 @@ GPU memory and tp (`ServerArgs._handle_gpu_memory_settings`), the capture list (
 max_running_requests = min(KV tokens // 2, the request pool). Values by hand from those rules."""
 from __future__ import annotations
 
-import dataclasses
-
 from narrowpath.catalog import model, system
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import resolve_limits, sglang_default_limits, sglang_graph_sizes
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from tests.search.scenarios import device_with_memory
 
 LOAD = Load(arrival="offline", input_tokens=1024, output_tokens=256, num_requests=100)
 
 
 def _with_memory(gib: float):
-    dev = system("dgx-h100").device
-    return dataclasses.replace(dev, levels=tuple(dataclasses.replace(lv, capacity_bytes=gib * 2**30)
-                                                 if lv.name == "hbm" else lv for lv in dev.levels))
+    return device_with_memory(system("dgx-h100").device, gib * 2**30)
 
 
 def test_limits_by_gpu_memory_and_tp():

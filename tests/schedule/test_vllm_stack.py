@@ -12,6 +12,7 @@ from narrowpath.catalog.serving import serving_stack
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import resolve_limits, vllm_default_limits
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from tests.search.scenarios import device_with_memory
 
 VLLM_SIZES = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
 """[1, 2, 4] + every 8 below 256 + every 16 from 256 to min(max_num_seqs · 2, 512) = 512 (51 sizes)."""
@@ -74,10 +75,7 @@ def test_decode_batches_pad_to_the_next_captured_size():
 
 
 def _with_memory(gib: float, name: str = "H100-SXM5-80GB"):
-    dev = system("dgx-h100").device
-    levels = tuple(dataclasses.replace(lv, capacity_bytes=gib * 2**30) if lv.name == "hbm" else lv
-                   for lv in dev.levels)
-    return dataclasses.replace(dev, levels=levels, name=name)
+    return device_with_memory(system("dgx-h100").device, gib * 2**30, name=name)
 
 
 def test_the_large_gpu_threshold_is_70_gib_inclusive():

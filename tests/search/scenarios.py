@@ -5,6 +5,7 @@ import dataclasses
 
 from narrowpath.catalog import load_scenario, model, system
 from narrowpath.spec import Plan, Scenario
+from narrowpath.spec.device import Device
 
 
 def deepseek_v3_1f1b() -> Scenario:
@@ -19,13 +20,17 @@ def mixtral16() -> Scenario:
     return Scenario(name="mixtral16", system=system("dgx-h100"), model=model("mixtral-8x7b"), plan=plan, num_gpus=16)
 
 
-def with_memory(scn: Scenario, capacity_bytes: float) -> Scenario:
-    """`scn` on GPUs of the same kind with `capacity_bytes` of HBM."""
-    dev = scn.system.device
+def device_with_memory(dev: Device, capacity_bytes: float, **fields) -> Device:
+    """`dev` with `capacity_bytes` of HBM (and any other fields given, such as its name)."""
     levels = tuple(dataclasses.replace(lv, capacity_bytes=capacity_bytes) if lv.name == "hbm" else lv
                    for lv in dev.levels)
-    return dataclasses.replace(scn, system=dataclasses.replace(scn.system, device=dataclasses.replace(dev,
-                                                                                                      levels=levels)))
+    return dataclasses.replace(dev, levels=levels, **fields)
+
+
+def with_memory(scn: Scenario, capacity_bytes: float) -> Scenario:
+    """`scn` on GPUs of the same kind with `capacity_bytes` of HBM."""
+    return dataclasses.replace(scn, system=dataclasses.replace(
+        scn.system, device=device_with_memory(scn.system.device, capacity_bytes)))
 
 
 TIGHT_PINS = {"tp": 2, "pp": 1, "mbs": 1, "zero_stage": 1, "cp": 1}
