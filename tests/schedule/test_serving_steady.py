@@ -59,3 +59,62 @@ def test_a_saturated_lane_keeps_its_batch_full():
     assert two.output_tokens_per_s == pytest.approx(2 * one.output_tokens_per_s, rel=1e-12) and two.lanes == 2
     assert one.output_tokens_per_s <= 16 / one.tpot_s["p50"] * 1.05
     assert np.isfinite(one.ttft_s["p99"]) and one.ttft_s["p99"] >= one.ttft_s["p50"]
+
+
+def _poisson_disagg(decode_replicas: int, dp: int = 1, pp: int = 1) -> ServingScenario:
+    plan = ServingPlan(replicas=1 + decode_replicas, prefill_replicas=1, dp=dp, pp=pp, max_batch=8,
+                       max_num_tokens=1024)
+    load = Load(arrival="poisson", rate_per_s=40.0, input_tokens=200, output_tokens=24, num_requests=90)
+    m = "mixtral-8x7b" if dp > 1 else "llama3-8b"
+    gpus = (1 + decode_replicas) * dp * pp
+    return ServingScenario(system=system("dgx-h100"), model=model(m), plan=plan, load=load, num_gpus=gpus)
+
+
+@pytest.mark.parametrize("decode_replicas, dp, pp", [(3, 1, 1), (2, 1, 2), (2, 2, 1)])
+def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(decode_replicas, dp, pp):
+    """Decode lanes take the prefill stream round-robin (in the order prompts become ready) and only the dp ranks
+    of one instance micro-batch iterate together, so running the first group alone changes nothing it does: its
+    requests' first tokens and finishes are those of the whole run, bit for bit, and they are the requests at
+    positions i (mod lanes) < dp of the ready order."""
+    scn = _poisson_disagg(decode_replicas, dp, pp)
+    whole = simulate(scn, (), log_lane=False)
+    part = simulate(scn, (), log_lane=False, decode_groups=1)
+    assert whole.sampled is None and part.sampled is not None
+    lanes = decode_replicas * dp * pp
+    ready = whole.result.first_token_s + whole.cost.handoff_s(200)
+    order = np.argsort(ready, kind="stable")
+    expect = np.sort(np.concatenate([order[i::lanes] for i in range(dp)]))
+    assert part.sampled.tolist() == expect.tolist()
+    for name in ("arrival_s", "first_token_s", "finish_s", "output_tokens"):
+        assert getattr(part.result, name).tolist() == getattr(whole.result, name)[expect].tolist()
+    assert f"decode lanes sampled: {dp} of {lanes} (the requests they served)" in part.result.notes
+    assert part.result.lanes == dp * pp + dp  # the prefill instance's lanes and the sampled group's
+    every = simulate(scn, (), log_lane=False, decode_groups=decode_replicas * pp)  # every group: nothing sampled
+    assert every.sampled is None and every.result.finish_s.tolist() == whole.result.finish_s.tolist()
+
+
+def test_the_disaggregated_steady_state_reads_one_decode_group(monkeypatch):
+    """1 prefill + 3 decode replicas (max_batch 8): 3 decode groups, so the Poisson load is one batch per decode
+    lane (24) plus at least 16 per group (48): 72 requests; one group is simulated and the deployment's rate is
+    its rate times 3, its latencies those of the group's requests after the warm-up."""
+    from narrowpath.schedule import serving_steady
+    seen = {}
+    real = serving_steady.simulate
+
+    def spy(scn, *a, **kw):
+        seen["run"] = run = real(scn, *a, **kw)
+        seen["kw"] = kw
+        return run
+    monkeypatch.setattr(serving_steady, "simulate", spy)
+    plan = ServingPlan(replicas=4, prefill_replicas=1, max_batch=8, max_num_tokens=1024)
+    st = steady_lane(_scn(plan, 4, Load(arrival="offline", input_tokens=200, output_tokens=24, num_requests=8)))
+    run = seen["run"]
+    assert seen["kw"]["decode_groups"] == 1 and run.scenario.load.num_requests == 72
+    res = run.result
+    assert res.arrival_s.size == 24 and run.sampled.size == 24
+    assert st.output_tokens_per_s == pytest.approx(3 * res.output_tokens_per_s, rel=1e-12)
+    keep = run.sampled >= 24
+    assert 0 < keep.sum() < 24
+    assert st.ttft_s == summary(res.ttft_s[keep])
+    assert st.tpot_s == summary(((res.finish_s - res.first_token_s) / 23)[keep])
+    assert st.lanes == 4

@@ -35,6 +35,9 @@ class ServingRun:
     given: ServingScenario | None = None
     """The deployment before the stack's limits were filled in (layout and formats chosen): what-ifs start here,
     so a changed layout gets its own limits."""
+    sampled: np.ndarray | None = None
+    """The requests (indices in arrival order) the result holds when only some decode lanes were simulated
+    (`simulate(..., decode_groups=k)`); None: every request."""
 
     @property
     def spec_gain(self) -> float:
@@ -168,9 +171,14 @@ def _log(log, tot: LaneTotals, now, dt, steps, dec, prompt, blocks) -> None:
 
 
 def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration: Calibration | None = None,
-             *, log_lane: bool = True, merge: bool = True, cost: ServingCost | None = None) -> ServingRun:
+             *, log_lane: bool = True, merge: bool = True, cost: ServingCost | None = None,
+             decode_groups: int = 0) -> ServingRun:
     """Resolve the defaults of `scn` and simulate its load (module docstring). `cost`: an iteration cost model
-    of the same layout and formats to reuse (a search prices a layout once for all its batch limits)."""
+    of the same layout and formats to reuse (a search prices a layout once for all its batch limits).
+    `decode_groups` k > 0 (a disaggregated deployment): every prefill lane runs, but only the first k lockstep
+    groups of decode lanes (the dp ranks of one decode instance micro-batch) — the rest are alike, each fed its
+    round-robin share of the same prefill stream; the result then holds only the requests those groups served
+    (`ServingRun.sampled`). What the serving search's steady state reads; `serve` simulates every lane."""
     scn, open_knobs = resolve_layout_defaults(scn, open_knobs)
     if any(k in open_knobs for k in ("tp", "pp", "ep")):
         from narrowpath.schedule.serving_choose import choose_layout
@@ -201,10 +209,11 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         return LaneSpec(lim.max_batch, lim.max_num_tokens, lane_blocks, lim.block_tokens, policy, p.admission,
                         bool(p.chunked_prefill), p.spec_tokens, gain, merge)
 
-    def run_lanes(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray) -> list[Lane]:
-        """Lanes i, i + 1, ... of one lockstep group are the dp attention-DP ranks of one instance micro-batch."""
+    def run_lanes(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray, groups: int = 0) -> list[Lane]:
+        """Lanes i, i + 1, ... of one lockstep group are the dp attention-DP ranks of one instance micro-batch;
+        `groups` > 0 runs only the first that many groups."""
         out = []
-        for g in range(0, lanes, p.dp):
+        for g in range(0, min(lanes, groups * p.dp) if groups else lanes, p.dp):
             group = []
             for i in range(g, min(g + p.dp, lanes)):
                 rids = rids_all[i::lanes]
@@ -221,6 +230,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         return out
 
     order = np.argsort(arr, kind="stable")
+    sampled = None
     if p.policy == "static":
         lanes = p.replicas * per_rank
         for i in range(lanes):
@@ -240,15 +250,21 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         notes.append(f"KV hand-off of a {int(n_in.mean())}-token prompt: {cost.handoff_s(int(n_in.mean())) * 1e3:.2f} ms "
                      f"per request ({'scale-up' if 2 * p.instance_gpus <= scn.system.scale_up_domain else 'scale-out'}"
                      " fabric)")
-        run_lanes(np.argsort(ready, kind="stable"), (p.replicas - p.prefill_replicas) * per_rank, "decode-only",
-                  ready)
+        dec_lanes = (p.replicas - p.prefill_replicas) * per_rank
+        dec = run_lanes(np.argsort(ready, kind="stable"), dec_lanes, "decode-only", ready, decode_groups)
+        if decode_groups and len(dec) < dec_lanes:
+            sampled = np.sort(np.concatenate([ln.rids for ln in dec]))
+            notes.append(f"decode lanes sampled: {len(dec)} of {dec_lanes} (the requests they served)")
     else:
         run_lanes(order, p.replicas * per_rank, p.policy, arr)
+    lanes_run = p.replicas * per_rank
+    if sampled is not None:
+        arr, first, finish, n_in, n_out = (a[sampled] for a in (arr, first, finish, n_in, n_out))
+        lanes_run = p.prefill_replicas * per_rank + len(dec)
     if np.isnan(finish).any():
         raise SimulationError(f"{int(np.isnan(finish).sum())} requests never finished")
-    res = ServingResult(arr, first, finish, n_in, n_out, p.replicas * per_rank, lane_blocks, lim.block_tokens, tot,
-                        log, notes)
-    return ServingRun(scn, cost, lim, res, given)
+    res = ServingResult(arr, first, finish, n_in, n_out, lanes_run, lane_blocks, lim.block_tokens, tot, log, notes)
+    return ServingRun(scn, cost, lim, res, given, sampled)
 
 
 def check_fits(scn: ServingScenario) -> None:

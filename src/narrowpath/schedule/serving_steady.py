@@ -1,6 +1,7 @@
 """Steady state of a serving plan, for the serving search: one lane kept full by a closed loop (all lanes alike),
 or, for a disaggregated plan, its smallest deployment of the same prefill : decode ratio fed a Poisson stream near
-its capacity. Same simulator and cost model as `serve`; only the load differs."""
+its capacity (every prefill lane, one group of decode lanes). Same simulator and cost model as `serve`; only the
+load differs."""
 from __future__ import annotations
 
 import dataclasses
@@ -34,7 +35,8 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     """Serve one lane of a resolved deployment in a closed loop that keeps its batch (max_batch sequences) full:
     the first `warmup_batches` batches of requests warm it up and are not measured; the next `measured_batches`
     give the latency percentiles; the lane's rate times the lane count is the deployment's throughput (all lanes
-    alike). Disaggregated deployments are simulated whole (their lanes differ)."""
+    alike). A disaggregated deployment runs every prefill lane and one group of decode lanes
+    (`_steady_disaggregated`: its prefill and decode lanes differ)."""
     scn2, lim = resolve_limits(resolve_formats(scn, ()))
     p = scn2.plan
     B = lim.max_batch
@@ -85,8 +87,12 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     """Steady state of a disaggregated deployment: the smallest deployment with the same prefill : decode ratio
     (per-GPU figures do not depend on the scale), fed a Poisson stream at DISAGG_LOAD of the smaller of its prefill
     capacity (token budget per iteration over a full iteration's time) and its decode capacity (batch over OSL
-    steps at full batch); latencies are read after the first batch of requests (a batch per decode lane), over
-    half a batch more (at least 16 requests)."""
+    steps at full batch). Every prefill lane is simulated (together they make the stream each decode lane sees), but
+    only one lockstep group of decode lanes (the dp ranks of one decode instance micro-batch): the groups are alike,
+    each fed its round-robin share of that stream, as `steady_lane` serves one lane of a colocated deployment.
+    Latencies are read on the group's requests after the first batch of requests (a batch per decode lane), over
+    half a batch more per lane (at least 16 requests per group); the deployment's rate is the group's times the
+    groups."""
     p = scn.plan
     g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
     small = dataclasses.replace(p, replicas=p.replicas // g, prefill_replicas=p.prefill_replicas // g)
@@ -104,13 +110,16 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     B = lim.max_batch
     dec_rate = (small.replicas - small.prefill_replicas) * per * B / osl / cost.iteration_s(
         B, B, B * (isl + osl / 2))
-    warm = B * (small.replicas - small.prefill_replicas) * per
-    n = warm + max(int(warm * (batches - 1)), 16)
+    groups = (small.replicas - small.prefill_replicas) * small.pp  # lockstep groups of dp decode lanes
+    warm = B * groups * small.dp
+    n = warm + max(int(warm * (batches - 1)), 16 * groups)
     load = dataclasses.replace(load, arrival="poisson", rate_per_s=DISAGG_LOAD * min(pre_rate, dec_rate),
                                num_requests=n, concurrency=0)
-    res = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost).result
-    keep = np.arange(n) >= warm
+    run = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost, decode_groups=1)
+    res = run.result
+    ids = np.arange(n) if run.sampled is None else run.sampled
+    keep = ids >= warm
     many = keep & (res.output_tokens > 1)
     tpot = (res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1)
-    rate = res.output_tokens_per_s / small.num_gpus * p.num_gpus
+    rate = res.output_tokens_per_s * groups / small.num_gpus * p.num_gpus
     return SteadyLane(rate, summary(res.ttft_s[keep]), summary(tpot), p.replicas * per)
