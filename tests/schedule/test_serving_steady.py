@@ -89,6 +89,9 @@ def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(d
         assert getattr(part.result, name).tolist() == getattr(whole.result, name)[expect].tolist()
     assert f"decode lanes sampled: {dp} of {lanes} (the requests they served)" in part.result.notes
     assert part.result.lanes == dp * pp + dp  # the prefill instance's lanes and the sampled group's
+    assert part.sample_scale == lanes / dp and whole.sample_scale == 1.0
+    assert whole.all_ttft_s is None
+    assert part.all_ttft_s.tolist() == whole.result.ttft_s.tolist()  # every first token comes from a prefill lane
     every = simulate(scn, (), log_lane=False, decode_groups=decode_replicas * pp)  # every group: nothing sampled
     assert every.sampled is None and every.result.finish_s.tolist() == whole.result.finish_s.tolist()
 
@@ -96,7 +99,8 @@ def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(d
 def test_the_disaggregated_steady_state_reads_one_decode_group(monkeypatch):
     """1 prefill + 3 decode replicas (max_batch 8): 3 decode groups, so the Poisson load is one batch per decode
     lane (24) plus at least 16 per group (48): 72 requests; one group is simulated and the deployment's rate is
-    its rate times 3, its latencies those of the group's requests after the warm-up."""
+    its rate times 3, its TPOT that of the group's requests after the warm-up, its TTFT that of every request
+    after the warm-up (the prefill instance serves all 72)."""
     from narrowpath.schedule import serving_steady
     seen = {}
     real = serving_steady.simulate
@@ -111,10 +115,40 @@ def test_the_disaggregated_steady_state_reads_one_decode_group(monkeypatch):
     run = seen["run"]
     assert seen["kw"]["decode_groups"] == 1 and run.scenario.load.num_requests == 72
     res = run.result
-    assert res.arrival_s.size == 24 and run.sampled.size == 24
+    assert res.arrival_s.size == 24 and run.sampled.size == 24 and run.sample_scale == 3
     assert st.output_tokens_per_s == pytest.approx(3 * res.output_tokens_per_s, rel=1e-12)
     keep = run.sampled >= 24
     assert 0 < keep.sum() < 24
-    assert st.ttft_s == summary(res.ttft_s[keep])
+    assert run.all_ttft_s.size == 72 and st.ttft_s == summary(run.all_ttft_s[24:])  # every request after the warm-up
     assert st.tpot_s == summary(((res.finish_s - res.first_token_s) / 23)[keep])
     assert st.lanes == 4
+
+
+def test_a_negative_decode_group_count_is_refused():
+    with pytest.raises(ValueError, match="decode_groups must be >= 0, got -1"):
+        simulate(_poisson_disagg(2), (), log_lane=False, decode_groups=-1)
+
+
+def test_a_disaggregated_steady_state_serves_a_trace_s_requests_on_its_stream(monkeypatch):
+    """A trace load (a serving file's requests_file) keeps its requests' lengths: cycled over the same seeded Poisson
+    stream a fixed load gets, the capacity taken from their mean lengths — so a trace of identical 100 + 20 requests
+    has exactly the steady state of a fixed 100 + 20 load, and a mixed trace is served in its order (before, the
+    trace became a Poisson load without lengths and every disaggregated plan of it was refused)."""
+    plan = ServingPlan(replicas=2, prefill_replicas=1, max_batch=8)
+    same = Load(arrival="trace", requests=((0.0, 100, 20), (0.5, 100, 20)))
+    assert steady_lane(_scn(plan, 2, same)) == steady_lane(_scn(plan, 2, Load(input_tokens=100, output_tokens=20)))
+    from narrowpath.schedule import serving_steady
+    seen = {}
+    real = serving_steady.simulate
+
+    def spy(scn, *a, **kw):
+        seen["load"] = scn.load
+        return real(scn, *a, **kw)
+    monkeypatch.setattr(serving_steady, "simulate", spy)
+    mixed = Load(arrival="trace", requests=((0.0, 100, 20), (0.1, 300, 40), (0.2, 200, 10)))
+    st = steady_lane(_scn(plan, 2, mixed))
+    reqs = seen["load"].requests
+    assert seen["load"].arrival == "trace" and len(reqs) == 8 + 16  # a batch of 8, then at least 16
+    assert [r[1:] for r in reqs[:4]] == [(100, 20), (300, 40), (200, 10), (100, 20)]
+    assert all(b[0] > a[0] for a, b in zip(reqs, reqs[1:])) and reqs[0][0] == 0.0
+    assert st.output_tokens_per_s > 0 and st.tpot_s["p50"] > 0

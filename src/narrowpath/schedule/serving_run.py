@@ -38,6 +38,12 @@ class ServingRun:
     sampled: np.ndarray | None = None
     """The requests (indices in arrival order) the result holds when only some decode lanes were simulated
     (`simulate(..., decode_groups=k)`); None: every request."""
+    sample_scale: float = 1.0
+    """Decode lanes of the deployment per decode lane simulated (1: every lane ran): the factor from the sampled
+    groups' rate to the deployment's."""
+    all_ttft_s: np.ndarray | None = None
+    """With sampled decode lanes, every request's time to first token (the prefill lanes serve every request, so
+    every first token is known); None otherwise (the result's own `ttft_s`)."""
 
     @property
     def spec_gain(self) -> float:
@@ -178,7 +184,12 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     `decode_groups` k > 0 (a disaggregated deployment): every prefill lane runs, but only the first k lockstep
     groups of decode lanes (the dp ranks of one decode instance micro-batch) — the rest are alike, each fed its
     round-robin share of the same prefill stream; the result then holds only the requests those groups served
-    (`ServingRun.sampled`). What the serving search's steady state reads; `serve` simulates every lane."""
+    (`ServingRun.sampled`) — its throughput, makespan and token counts are the sampled groups' (× `sample_scale` for
+    the deployment's rate), while its totals (`LaneTotals`, hand-offs, KV block-seconds) cover every prefill lane and
+    the sampled decode lanes only — and `ServingRun.all_ttft_s` keeps every request's TTFT. What the serving search's
+    steady state reads; `serve` simulates every lane."""
+    if decode_groups < 0:
+        raise ValueError(f"decode_groups must be >= 0, got {decode_groups}")
     scn, open_knobs = resolve_layout_defaults(scn, open_knobs)
     if any(k in open_knobs for k in ("tp", "pp", "ep")):
         from narrowpath.schedule.serving_choose import choose_layout
@@ -257,14 +268,16 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
             notes.append(f"decode lanes sampled: {len(dec)} of {dec_lanes} (the requests they served)")
     else:
         run_lanes(order, p.replicas * per_rank, p.policy, arr)
-    lanes_run = p.replicas * per_rank
+    lanes_run, scale, all_ttft = p.replicas * per_rank, 1.0, None
     if sampled is not None:
+        all_ttft = first - arr
         arr, first, finish, n_in, n_out = (a[sampled] for a in (arr, first, finish, n_in, n_out))
         lanes_run = p.prefill_replicas * per_rank + len(dec)
+        scale = dec_lanes / len(dec)
     if np.isnan(finish).any():
         raise SimulationError(f"{int(np.isnan(finish).sum())} requests never finished")
     res = ServingResult(arr, first, finish, n_in, n_out, lanes_run, lane_blocks, lim.block_tokens, tot, log, notes)
-    return ServingRun(scn, cost, lim, res, given, sampled)
+    return ServingRun(scn, cost, lim, res, given, sampled, scale, all_ttft)
 
 
 def check_fits(scn: ServingScenario) -> None:

@@ -90,9 +90,11 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     steps at full batch). Every prefill lane is simulated (together they make the stream each decode lane sees), but
     only one lockstep group of decode lanes (the dp ranks of one decode instance micro-batch): the groups are alike,
     each fed its round-robin share of that stream, as `steady_lane` serves one lane of a colocated deployment.
-    Latencies are read on the group's requests after the first batch of requests (a batch per decode lane), over
-    half a batch more per lane (at least 16 requests per group); the deployment's rate is the group's times the
-    groups."""
+    TPOT is read on the group's requests after the first batch of requests (a batch per decode lane), over half a
+    batch more per lane (at least 16 requests per group), TTFT on every request after that first batch (the
+    prefill lanes serve them all); the deployment's rate is the group's — its tokens over its own window, first
+    arrival to last finish — times the groups. (The whole deployment's window also held the other groups' offsets
+    in the stream, so it read up to a few per cent lower, most at small batches.)"""
     p = scn.plan
     g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
     small = dataclasses.replace(p, replicas=p.replicas // g, prefill_replicas=p.prefill_replicas // g)
@@ -101,7 +103,11 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
         cost = ServingCost(scn, max(lim.max_num_tokens, lim.max_batch), calibration)
     cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     load = scn.load
-    isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
+    trace = np.array([r[1:] for r in load.requests], dtype=np.int64) if load.arrival == "trace" else None
+    if trace is not None:  # capacity from the trace's mean lengths; its requests are cycled over the stream below
+        isl, osl = max(1.0, float(trace[:, 0].mean())), max(1.0, float(trace[:, 1].mean()))
+    else:
+        isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
     per = small.dp * small.pp
     budget = lim.max_num_tokens
     prompts = max(1.0, budget / isl)  # prompts an iteration finishes, each producing its first token
@@ -113,13 +119,21 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     groups = (small.replicas - small.prefill_replicas) * small.pp  # lockstep groups of dp decode lanes
     warm = B * groups * small.dp
     n = warm + max(int(warm * (batches - 1)), 16 * groups)
-    load = dataclasses.replace(load, arrival="poisson", rate_per_s=DISAGG_LOAD * min(pre_rate, dec_rate),
-                               num_requests=n, concurrency=0)
+    rate = DISAGG_LOAD * min(pre_rate, dec_rate)
+    if trace is not None:  # the trace's requests, cycled, on the same seeded Poisson stream (serving_run.arrivals)
+        gaps = np.random.default_rng(load.seed).exponential(1.0 / rate, n)
+        t = np.cumsum(gaps) - gaps[0]
+        lens = np.resize(trace, (n, 2))
+        load = dataclasses.replace(load, requests=tuple((float(a), int(i), int(o)) for a, (i, o) in zip(t, lens)),
+                                   concurrency=0)
+    else:
+        load = dataclasses.replace(load, arrival="poisson", rate_per_s=rate, num_requests=n, concurrency=0)
     run = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost, decode_groups=1)
     res = run.result
     ids = np.arange(n) if run.sampled is None else run.sampled
     keep = ids >= warm
     many = keep & (res.output_tokens > 1)
     tpot = (res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1)
-    rate = res.output_tokens_per_s * groups / small.num_gpus * p.num_gpus
-    return SteadyLane(rate, summary(res.ttft_s[keep]), summary(tpot), p.replicas * per)
+    ttft = res.ttft_s[keep] if run.all_ttft_s is None else run.all_ttft_s[warm:]  # the prefill lanes serve all
+    rate = res.output_tokens_per_s * run.sample_scale / small.num_gpus * p.num_gpus
+    return SteadyLane(rate, summary(ttft), summary(tpot), p.replicas * per)
