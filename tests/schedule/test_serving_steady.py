@@ -152,3 +152,71 @@ def test_a_disaggregated_steady_state_serves_a_trace_s_requests_on_its_stream(mo
     assert [r[1:] for r in reqs[:4]] == [(100, 20), (300, 40), (200, 10), (100, 20)]
     assert all(b[0] > a[0] for a, b in zip(reqs, reqs[1:])) and reqs[0][0] == 0.0
     assert st.output_tokens_per_s > 0 and st.tpot_s["p50"] > 0
+
+
+def test_ties_in_the_ready_order_go_to_the_decode_lanes_in_arrival_order():
+    """200 requests queued at 0 with prompts of 32, 64 or 1,000 tokens (seeded) on 2 prefill and 2 decode instances:
+    prompts finished in one iteration with the same length are ready at the same instant (200 requests, a few dozen
+    distinct ready times) and out of arrival order across lengths; the decode lanes take the ready order
+    round-robin with ties in arrival order (a FIFO, a stable sort), so the sampled first lane serves the requests
+    at positions 0, 2, 4, … of that order."""
+    lens = np.random.default_rng(1).choice([32, 64, 1000], 200)
+    load = Load(arrival="trace", requests=tuple((0.0, int(n), 8) for n in lens))
+    plan = ServingPlan(replicas=4, prefill_replicas=2, max_batch=64, max_num_tokens=4096)
+    scn = ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, load=load, num_gpus=4)
+    whole = simulate(scn, (), log_lane=False)
+    ready = whole.result.first_token_s + np.array([whole.cost.handoff_s(int(n)) for n in lens])
+    assert len(set(ready.tolist())) < 100
+    fifo = np.argsort(ready, kind="stable")
+    assert fifo.tolist() != np.argsort(ready, kind="quicksort").tolist()  # the ties are not in order by accident
+    part = simulate(scn, (), log_lane=False, decode_groups=1)
+    assert part.sampled.tolist() == sorted(fifo[0::2].tolist())
+
+
+def test_a_one_token_load_prices_its_capacity_with_one_token(monkeypatch):
+    """The capacity estimate divides by the prompt and output lengths (at least 1): a 1-token prompt with a 1-token
+    output offers DISAGG_LOAD × min(prefill, decode capacity) requests/s, each capacity priced at those lengths —
+    prefill: budget / 1 prompts per iteration of `budget` one-token prompts; decode: a batch per 1-step OSL."""
+    from narrowpath.schedule import serving_steady
+    seen = {}
+    real = serving_steady.simulate
+
+    def spy(scn, *a, **kw):
+        seen["run"] = run = real(scn, *a, **kw)
+        return run
+    monkeypatch.setattr(serving_steady, "simulate", spy)
+    for load in (Load(arrival="poisson", rate_per_s=1.0, input_tokens=1, output_tokens=1, num_requests=8),
+                 Load(arrival="trace", requests=((0.0, 1, 1),))):
+        plan = ServingPlan(replicas=2, prefill_replicas=1, max_batch=8, max_num_tokens=512)
+        steady_lane(_scn(plan, 2, load))
+        run = seen["run"]
+        cost, B, budget = run.cost, 8, 512
+        pre = budget / 1 / cost.iteration_s(budget, 0, 0, budget, budget * (1 + 1) / 2, budget, budget)
+        dec = B / 1 / cost.iteration_s(B, B, B * (1 + 1 / 2))
+        rate = serving_steady.DISAGG_LOAD * min(pre, dec)
+        sent = run.scenario.load
+        if sent.arrival == "poisson":
+            assert sent.rate_per_s == pytest.approx(rate, rel=1e-12)
+        else:  # the same seeded stream: the first gap of the next request is the stream's second gap
+            gaps = np.random.default_rng(0).exponential(1.0 / rate, len(sent.requests))
+            assert [r[0] for r in sent.requests] == pytest.approx((np.cumsum(gaps) - gaps[0]).tolist(), rel=1e-12)
+
+
+def test_a_disaggregated_steady_state_counts_every_lane_of_the_deployment():
+    """pp 2: each of the 2 instances (1 prefill, 1 decode) has 2 micro-batch lanes, so the deployment has 4 lanes."""
+    st = steady_lane(_scn(ServingPlan(replicas=2, prefill_replicas=1, pp=2, max_batch=8), 4,
+                          Load(arrival="offline", input_tokens=200, output_tokens=24, num_requests=8)))
+    assert st.lanes == 4 and st.output_tokens_per_s > 0
+
+
+def test_a_run_keeps_the_deployment_before_its_limits_and_the_block_size_it_ran():
+    """`simulate` returns the scenario before the stack's limits were filled (what-ifs start there, so a changed
+    layout gets limits of its own) and the result carries the KV block size the lanes used (serve --json prints
+    it): TensorRT-LLM's trtllm-bench stack pages KV in 32-token blocks and, left unset, fills max_batch by its
+    heuristic."""
+    scn = ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"),
+                          plan=ServingPlan(framework="TensorRT-LLM 1.0"),
+                          load=Load(arrival="offline", input_tokens=128, output_tokens=16, num_requests=8), num_gpus=1)
+    run = simulate(scn, (), log_lane=False)
+    assert run.given is not None and run.given.plan.max_batch == 0 and run.scenario.plan.max_batch > 0
+    assert run.limits.block_tokens == run.result.block_tokens == 32

@@ -99,8 +99,9 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
     small = dataclasses.replace(p, replicas=p.replicas // g, prefill_replicas=p.prefill_replicas // g)
     scn = dataclasses.replace(scn, plan=small, num_gpus=small.num_gpus)
-    if cost is None or cost.grid[-1] < max(lim.max_num_tokens, lim.max_batch):
-        cost = ServingCost(scn, max(lim.max_num_tokens, lim.max_batch), calibration)
+    need = max(lim.max_num_tokens, lim.max_batch * (1 + small.spec_tokens))  # what simulate prices (no rebuild)
+    if cost is None or cost.grid[-1] < need:
+        cost = ServingCost(scn, need, calibration)
     cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     load = scn.load
     trace = np.array([r[1:] for r in load.requests], dtype=np.int64) if load.arrival == "trace" else None
