@@ -58,6 +58,13 @@ def spec_gain(k: int, alpha: float) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha) if alpha < 1 else float(k + 1)
 
 
+def poisson_arrivals_s(rate_per_s: float, n: int, seed: int) -> np.ndarray:
+    """Arrival times of n requests of a Poisson stream (exponential gaps from a seeded numpy Generator), the first
+    at 0."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_s, n)
+    return np.cumsum(gaps) - gaps[0]
+
+
 def arrivals(scn: ServingScenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival s, prompt tokens, output tokens) per request: all at 0 (offline, fixed batch; closed-loop requests
     beyond the concurrency are released later), a Poisson stream of the given rate (seeded numpy Generator), or
@@ -70,8 +77,7 @@ def arrivals(scn: ServingScenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n_in = np.full(n, load.input_tokens, dtype=np.int64)
     n_out = np.full(n, load.output_tokens, dtype=np.int64)
     if load.arrival == "poisson":
-        gaps = np.random.default_rng(load.seed).exponential(1.0 / load.rate_per_s, n)
-        t = np.cumsum(gaps) - gaps[0]
+        t = poisson_arrivals_s(load.rate_per_s, n, load.seed)
     else:
         t = np.zeros(n)
     return t, n_in, n_out

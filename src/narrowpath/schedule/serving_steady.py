@@ -12,7 +12,7 @@ import numpy as np
 
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
-from narrowpath.schedule.serving_run import step_pricer, simulate, spec_gain
+from narrowpath.schedule.serving_run import poisson_arrivals_s, simulate, spec_gain, step_pricer
 from narrowpath.schedule.serving_sim import Lane, LaneSpec
 from narrowpath.schedule.serving_stats import LaneTotals, summary
 from narrowpath.spec.calibration import Calibration
@@ -121,9 +121,8 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     warm = B * groups * small.dp
     n = warm + max(int(warm * (batches - 1)), 16 * groups)
     rate = DISAGG_LOAD * min(pre_rate, dec_rate)
-    if trace is not None:  # the trace's requests, cycled, on the same seeded Poisson stream (serving_run.arrivals)
-        gaps = np.random.default_rng(load.seed).exponential(1.0 / rate, n)
-        t = np.cumsum(gaps) - gaps[0]
+    if trace is not None:  # the trace's requests, cycled, on the same seeded Poisson stream a fixed load gets
+        t = poisson_arrivals_s(rate, n, load.seed)
         lens = np.resize(trace, (n, 2))
         load = dataclasses.replace(load, requests=tuple((float(a), int(i), int(o)) for a, (i, o) in zip(t, lens)),
                                    concurrency=0)
