@@ -70,6 +70,21 @@ def _poisson_disagg(decode_replicas: int, dp: int = 1, pp: int = 1) -> ServingSc
     return ServingScenario(system=system("dgx-h100"), model=model(m), plan=plan, load=load, num_gpus=gpus)
 
 
+@pytest.fixture
+def steady_runs(monkeypatch) -> list:
+    """The runs the steady state simulates (with the keywords it passes), newest last."""
+    from narrowpath.schedule import serving_steady
+    runs = []
+    real = serving_steady.simulate
+
+    def spy(scn, *a, **kw):
+        run = real(scn, *a, **kw)
+        runs.append((run, kw))
+        return run
+    monkeypatch.setattr(serving_steady, "simulate", spy)
+    return runs
+
+
 @pytest.mark.parametrize("decode_replicas, dp, pp", [(3, 1, 1), (2, 1, 2), (2, 2, 1)])
 def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(decode_replicas, dp, pp):
     """Decode lanes take the prefill stream round-robin (in the order prompts become ready) and only the dp ranks
@@ -96,24 +111,15 @@ def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(d
     assert every.sampled is None and every.result.finish_s.tolist() == whole.result.finish_s.tolist()
 
 
-def test_the_disaggregated_steady_state_reads_one_decode_group(monkeypatch):
+def test_the_disaggregated_steady_state_reads_one_decode_group(steady_runs):
     """1 prefill + 3 decode replicas (max_batch 8): 3 decode groups, so the Poisson load is one batch per decode
     lane (24) plus at least 16 per group (48): 72 requests; one group is simulated and the deployment's rate is
     its rate times 3, its TPOT that of the group's requests after the warm-up, its TTFT that of every request
     after the warm-up (the prefill instance serves all 72)."""
-    from narrowpath.schedule import serving_steady
-    seen = {}
-    real = serving_steady.simulate
-
-    def spy(scn, *a, **kw):
-        seen["run"] = run = real(scn, *a, **kw)
-        seen["kw"] = kw
-        return run
-    monkeypatch.setattr(serving_steady, "simulate", spy)
     plan = ServingPlan(replicas=4, prefill_replicas=1, max_batch=8, max_num_tokens=1024)
     st = steady_lane(_scn(plan, 4, Load(arrival="offline", input_tokens=200, output_tokens=24, num_requests=8)))
-    run = seen["run"]
-    assert seen["kw"]["decode_groups"] == 1 and run.scenario.load.num_requests == 72
+    run, kw = steady_runs[-1]
+    assert kw["decode_groups"] == 1 and run.scenario.load.num_requests == 72
     res = run.result
     assert res.arrival_s.size == 24 and run.sampled.size == 24 and run.sample_scale == 3
     assert st.output_tokens_per_s == pytest.approx(3 * res.output_tokens_per_s, rel=1e-12)
@@ -129,7 +135,7 @@ def test_a_negative_decode_group_count_is_refused():
         simulate(_poisson_disagg(2), (), log_lane=False, decode_groups=-1)
 
 
-def test_a_disaggregated_steady_state_serves_a_trace_s_requests_on_its_stream(monkeypatch):
+def test_a_disaggregated_steady_state_serves_a_trace_s_requests_on_its_stream(steady_runs):
     """A trace load (a serving file's requests_file) keeps its requests' lengths: cycled over the same seeded Poisson
     stream a fixed load gets, the capacity taken from their mean lengths — so a trace of identical 100 + 20 requests
     has exactly the steady state of a fixed 100 + 20 load, and a mixed trace is served in its order (before, the
@@ -137,18 +143,11 @@ def test_a_disaggregated_steady_state_serves_a_trace_s_requests_on_its_stream(mo
     plan = ServingPlan(replicas=2, prefill_replicas=1, max_batch=8)
     same = Load(arrival="trace", requests=((0.0, 100, 20), (0.5, 100, 20)))
     assert steady_lane(_scn(plan, 2, same)) == steady_lane(_scn(plan, 2, Load(input_tokens=100, output_tokens=20)))
-    from narrowpath.schedule import serving_steady
-    seen = {}
-    real = serving_steady.simulate
-
-    def spy(scn, *a, **kw):
-        seen["load"] = scn.load
-        return real(scn, *a, **kw)
-    monkeypatch.setattr(serving_steady, "simulate", spy)
     mixed = Load(arrival="trace", requests=((0.0, 100, 20), (0.1, 300, 40), (0.2, 200, 10)))
     st = steady_lane(_scn(plan, 2, mixed))
-    reqs = seen["load"].requests
-    assert seen["load"].arrival == "trace" and len(reqs) == 8 + 16  # a batch of 8, then at least 16
+    sent = steady_runs[-1][0].scenario.load
+    reqs = sent.requests
+    assert sent.arrival == "trace" and len(reqs) == 8 + 16  # a batch of 8, then at least 16
     assert [r[1:] for r in reqs[:4]] == [(100, 20), (300, 40), (200, 10), (100, 20)]
     assert all(b[0] > a[0] for a, b in zip(reqs, reqs[1:])) and reqs[0][0] == 0.0
     assert st.output_tokens_per_s > 0 and st.tpot_s["p50"] > 0
@@ -173,23 +172,16 @@ def test_ties_in_the_ready_order_go_to_the_decode_lanes_in_arrival_order():
     assert part.sampled.tolist() == sorted(fifo[0::2].tolist())
 
 
-def test_a_one_token_load_prices_its_capacity_with_one_token(monkeypatch):
+def test_a_one_token_load_prices_its_capacity_with_one_token(steady_runs):
     """The capacity estimate divides by the prompt and output lengths (at least 1): a 1-token prompt with a 1-token
     output offers DISAGG_LOAD × min(prefill, decode capacity) requests/s, each capacity priced at those lengths —
     prefill: budget / 1 prompts per iteration of `budget` one-token prompts; decode: a batch per 1-step OSL."""
     from narrowpath.schedule import serving_steady
-    seen = {}
-    real = serving_steady.simulate
-
-    def spy(scn, *a, **kw):
-        seen["run"] = run = real(scn, *a, **kw)
-        return run
-    monkeypatch.setattr(serving_steady, "simulate", spy)
     for load in (Load(arrival="poisson", rate_per_s=1.0, input_tokens=1, output_tokens=1, num_requests=8),
                  Load(arrival="trace", requests=((0.0, 1, 1),))):
         plan = ServingPlan(replicas=2, prefill_replicas=1, max_batch=8, max_num_tokens=512)
         steady_lane(_scn(plan, 2, load))
-        run = seen["run"]
+        run = steady_runs[-1][0]
         cost, B, budget = run.cost, 8, 512
         pre = budget / 1 / cost.iteration_s(budget, 0, 0, budget, budget * (1 + 1) / 2, budget, budget)
         dec = B / 1 / cost.iteration_s(B, B, B * (1 + 1 / 2))
