@@ -34,16 +34,56 @@ def test_a_descriptive_name_is_the_device_it_states(name, device):
     assert system_for_hardware(name, gpus_per_node=8).device.name == device
 
 
+@pytest.mark.parametrize("name, device", [
+    ("NVIDIA H100 PCIe", "H100-PCIe-80GB"),  # nvidia-smi's name of the PCIe card (114 SMs, 350 W)
+    ("H100 PCIe 80GB", "H100-PCIe-80GB"),
+    ("NVIDIA H100 80GB HBM2e", "H100-PCIe-80GB"),  # only the PCIe card has HBM2e at 80 GB
+    ("H100 80GB", "H100-SXM5-80GB"),  # no form stated: the SXM board, not the PCIe card of the same size
+    ("H100 NVL", "H100-NVL-94GB"),
+    ("H100 94GB", "H100-NVL-94GB"),  # only the NVL card has 94 GB
+    ("H200 NVL 141GB", "H200-NVL-141GB"),
+    ("H200 141GB", "H200-SXM-141GB"),  # no form stated: the SXM board
+    ("GH200 96GB HBM3 (480GB LPDDR5X)", "GH200-96GB"),  # TensorRT-LLM's performance overview spells it so
+    ("GH200-144GB-HBM3e", "GH200-144GB"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA H20 96GB", "H20-96GB"),  # a chip of its own, not a neighbour of H100/H200
+    ("A800-SXM4-80GB", "A800-SXM4-80GB"),
+    ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
+    ("V100 16GB", "V100-SXM2-16GB"),
+    ("AMD Instinct MI325X", "MI325X"),
+    ("MI355X 288GB", "MI355X"),
+])
+def test_the_added_boards_resolve_by_their_published_names(name, device):
+    """The boards a published run may name beyond the shipped corpora resolve to their own entries, each with its
+    home system (a bridged PCIe board's node is its NVLink group)."""
+    assert resolve_gpu_name(name, store.entries("devices")) == (device, "")
+    s = system_for_hardware(name)
+    assert s.device.name == device and s.scale_up_domain >= s.gpus_per_node
+
+
+def test_a_bridged_board_refuses_a_node_larger_than_its_nvlink_group():
+    """H100 NVL cards are bridged in pairs without a switch: eight per node cannot be one NVLink domain, and the
+    refusal names the field; a switched PCIe board (L40S) and an NVSwitch board take the stated node size."""
+    from narrowpath.errors import SpecError
+    with pytest.raises(SpecError) as exc:
+        system_for_hardware("H100 NVL", gpus_per_node=8)
+    assert str(exc.value).startswith("hardware.gpus_per_node: 8 exceeds the H100-NVL-94GB's directly linked group of 2")
+    assert system_for_hardware("H100 NVL", gpus_per_node=2).scale_up_domain == 2
+    assert system_for_hardware("L40S", gpus_per_node=4).scale_up_domain == 4
+    assert system_for_hardware("MI300X", gpus_per_node=4).scale_up_domain == 4  # a mesh may be used in part
+
+
 @pytest.mark.parametrize("name, why", [
-    ("H100-PCIe-80GB", "PCIE board is not the catalog's SXM"),  # other clocks (114 SMs), power and links
-    ("H200-NVL-141GB", "NVL board is not the catalog's SXM"),
-    ("H20-96GB", "no H20 device"),  # a different chip, not a neighbour of H100/H200
-    ("GH200-96GB", "no GH200 device"),
-    ("V100-SXM2-32GB", "no V100 device"),
+    ("V100-PCIE-32GB", "PCIE board is not the catalog's SXM"),  # other clocks and power than the SXM2 board
+    ("A800 PCIe 80GB", "PCIE board is not the catalog's SXM"),
+    ("H100 SXM 94GB", "no H100 device has 94 GB"),  # the H100 NVL's capacity: an SXM name is never the NVL card
+    ("H100 SXM 80GB HBM2e", "no H100 device has HBM2E memory"),  # HBM2e at 80 GB is the PCIe card's memory
     ("H100-SXM5-64GB", "no H100 device has 64 GB"),
-    ("H100 94GB", "no H100 device has 94 GB"),  # the H100 NVL's capacity, not the 96 GB board's
     ("B300-SXM-270GB", "no B300 device has 270 GB"),  # a size no source in the catalog gives
-    ("NVIDIA H100 80GB HBM2e", "no H100 device has HBM2E memory"),  # the PCIe card's memory
+    ("GH200", "matches GH200-144GB, GH200-96GB: state the memory"),  # two superchips, neither assumed
+    ("NVIDIA GH200 480GB", "no GH200 device has 480 GB"),  # the Grace CPU's LPDDR5X, not the GPU's memory
+    ("MI250X", "names no GPU chip"),  # a chip the catalog lacks is not a neighbour of MI300X
+    ("A10G", "names no GPU chip"),
     ("B200 HBM3", "no B200 device has HBM3 memory"),
     ("B200A", "names no GPU chip"),  # another chip, not B200
     ("RTX PRO 6000D", "names no GPU chip"),
@@ -95,8 +135,8 @@ def test_a_system_flag_takes_a_gpu_by_any_name(capsys):
     assert main(["serve", "--model", "llama3-8b", "--system", "h200 sxm 141gb", "--offline", "--input-len", "64",
                  "--output-len", "16", "--num-requests", "20", "--json"]) == 0
     capsys.readouterr()
-    one_line_error(capsys, ["predict", "--model", "llama3-8b", "--system", "H100 PCIe 80GB", "--gpus", "8"],
-                   "unknown system 'H100 PCIe 80GB'", "PCIE board is not the catalog's SXM")
+    one_line_error(capsys, ["predict", "--model", "llama3-8b", "--system", "V100 PCIe 32GB", "--gpus", "8"],
+                   "unknown system 'V100 PCIe 32GB'", "PCIE board is not the catalog's SXM")
     one_line_error(capsys, ["predict", "--model", "llama3-8b", "--system", "dgx-h10", "--gpus", "8"],
                    "unknown system 'dgx-h10'; nearest: dgx-h100")
 

@@ -160,7 +160,7 @@ def test_validate_sets_a_bad_collective_case_aside(tmp_path, capsys):
     """As for the other corpora, `validate` prices every good case of a collective corpus, lists each bad one with
     its reason and exits 1 (`collective --corpus` stops at the first, exit 2)."""
     good = yaml.safe_load(shipped_corpus_path("collectives-public.yaml").read_text())["cases"][0]
-    bad = {**good, "id": "pcie", "hardware": {**good["hardware"], "gpu": "H100 PCIe 80GB"}}
+    bad = {**good, "id": "pcie", "hardware": {**good["hardware"], "gpu": "V100 PCIe 32GB"}}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"schema": "collective-corpus/1", "cases": [good, bad]}))
     assert main(["validate", "--corpus", str(path), "--json"]) == 1

@@ -4,9 +4,10 @@ Published corpora name boards the way their sources do (shared/validation/README
 resolve them to catalog devices"). The catalog lists each device's usual names as exact aliases; a name that is none
 of them is read for what it states — the chip (family), the board's form factor, its memory and memory type — and
 matched to the one device of that chip whose own names and capacity state the same. Nothing is guessed: a PCIe, NVL
-(PCIe) or workstation board is not the SXM/server device (other clocks, power and links), a chip the catalog lacks
-(H20, GH200, V100, B200A) is not a neighbour, a memory size or type no device of the chip has is refused, and two
-devices left (an unstated memory) are named, not chosen between.
+(PCIe) or workstation board is not the SXM/server device (other clocks, power and links) and matches only a device
+whose own names state that form, while a name that states no form is the SXM/server board where the catalog has one;
+a chip the catalog lacks (B200A, MI250X, A10G) is not a neighbour, a memory size or type no device of the chip has is
+refused, and two devices left (an unstated memory) are named, not chosen between.
 """
 from __future__ import annotations
 
@@ -100,6 +101,10 @@ def resolve_gpu_name(name: str, devices: Mapping[str, Mapping[str, Any]]) -> tup
             return None, (f"the {want.family} {want.form.upper()} board is not the catalog's SXM/server device "
                           "(other clocks, power and links): add a device entry for it")
         same = {eid: same[eid] for eid in forms}
+    elif want.form == "sxm":  # an SXM/server name is never a PCIe, NVL or workstation board
+        same = {eid: e for eid, e in same.items() if not any(n.form in REFUSED_FORMS for n in _entry_names(eid, e))}
+        if not same:
+            return None, f"the catalog has no SXM/server {want.family} device"
     if want.memory_gb is not None:
         same = {eid: e for eid, e in same.items()
                 if any(abs(size - want.memory_gb) <= SIZE_SLACK_GB for size in known_sizes_gb(eid, e))}
@@ -110,8 +115,11 @@ def resolve_gpu_name(name: str, devices: Mapping[str, Mapping[str, Any]]) -> tup
                 if any(n.memory_type == want.memory_type for n in _entry_names(eid, e))}
         if not same:
             return None, f"no {want.family} device has {want.memory_type} memory (the catalog's names say which)"
-    elif len(same) > 1:  # an unstated type: the board whose id names none (a variant's id says its memory)
-        plain = {eid: e for eid, e in same.items() if parse_gpu_name(eid).memory_type is None}
+    if len(same) > 1 and want.form is None:  # an unstated form is the SXM/server board (the others name theirs)
+        server = {eid: e for eid, e in same.items() if not any(n.form in REFUSED_FORMS for n in _entry_names(eid, e))}
+        same = server or same
+    if len(same) > 1 and want.memory_type is None:  # an unstated type: the board whose id names none (a variant's
+        plain = {eid: e for eid, e in same.items() if parse_gpu_name(eid).memory_type is None}  # id says its memory)
         same = plain or same
     if len(same) == 1:
         return next(iter(same)), ""

@@ -87,6 +87,11 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
             if scale_up_gpus:
                 t = dataclasses.replace(t, domain_size=int(scale_up_gpus))
             elif gpus_per_node and t.domain_size == base.gpus_per_node:
+                if t.topology == "full_mesh" and gpus_per_node > t.domain_size:  # direct links cannot grow
+                    raise SpecError("hardware.gpus_per_node",
+                                    f"{gpus_per_node} exceeds the {base.device.name}'s directly linked group of "
+                                    f"{t.domain_size} GPUs (NVLink bridges or a link mesh, no switch): give the "
+                                    f"group as gpus_per_node; the rest of the server is reached as scale-out")
                 t = dataclasses.replace(t, domain_size=int(gpus_per_node))
         if t.name == "scale_out" and nic_gbps_per_gpu:
             t = dataclasses.replace(t, bw_bytes_per_s_per_gpu=float(nic_gbps_per_gpu) * GBIT_PER_S)
@@ -248,6 +253,10 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     model = resolve_model(data["model"], base_dir, seq_len=seq_len)
     plan_data, implied = implied_knobs(data["plan"], num_gpus, model.moe is not None) if allow_null \
         else (data["plan"], ())
+    half = system.device.half_format
+    if isinstance(plan_data, Mapping) and "precision" not in plan_data and half != "bf16":
+        plan_data = {**plan_data, "precision": half}  # a Volta board's tensor cores take FP16, not the default BF16
+        implied += (("precision", f"{half} — {system.device.name} has no BF16 tensor cores (not stated)"),)
     plan, unpublished, chosen = plan_with_stack_defaults(plan_data, allow_null=allow_null)
     chosen = implied + chosen
     if num_gpus is None:

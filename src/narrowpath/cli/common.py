@@ -130,7 +130,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             raise SpecError("--model/--system", "give both --model and --system (or a scenario)")
         model = resolve_model(args.model, seq_len=args.seq_len)
         system = catalog_system(args.system)
-        plan0 = Plan()
+        plan0 = Plan(precision=system.device.half_format)  # fp16 where the tensor cores take no BF16 (Volta)
     else:
         model = resolve_model(args.model, seq_len=args.seq_len) if args.model else base.model
         system = catalog_system(args.system) if args.system else base.system

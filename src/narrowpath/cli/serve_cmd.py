@@ -50,8 +50,10 @@ def register(sub) -> None:
     for f, text in _PLAN_FLAGS.items():
         g.add_argument("--" + f.replace("_", "-"), dest=f, type=int, help=text)
     g.add_argument("--weights", dest="weight_precision", choices=WEIGHT_PRECISIONS,
-                   help="weight format of the linear layers (default bf16, or the stack's checkpoint format)")
-    g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS, help="KV cache format (default bf16)")
+                   help="weight format of the linear layers (default bf16, fp16 on Volta, or the stack's checkpoint "
+                   "format)")
+    g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS,
+                   help="KV cache format (default bf16, fp16 on Volta)")
     g.add_argument("--kv-fraction", dest="kv_memory_fraction", type=float,
                    help="share of the free memory the KV cache takes (default: the serving stack's, 0.9)")
     g.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=None,
@@ -153,8 +155,9 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     else:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a serving file)")
-        model, system, plan0, load0, cal = resolve_model(args.model), catalog_system(args.system), ServingPlan(), \
-            None, None
+        model, system, load0, cal = resolve_model(args.model), catalog_system(args.system), None, None
+        half = system.device.half_format  # the 16-bit format the tensor cores take (fp16 on Volta)
+        plan0 = ServingPlan(weight_precision=half, kv_precision=half)
     kw = {f: getattr(args, f) for f in list(_PLAN_FLAGS) + ["weight_precision", "kv_precision", "kv_memory_fraction",
                                                              "chunked_prefill", "policy", "admission",
                                                              "spec_acceptance", "framework", "ep_dispatch",

@@ -27,9 +27,9 @@ def add_serve_search_args(p) -> None:
     g.add_argument("--input-len", dest="input_len", type=int, help="prompt tokens per request")
     g.add_argument("--output-len", dest="output_len", type=int, help="output tokens per request")
     g.add_argument("--weights", dest="weight_precision", choices=WEIGHT_PRECISIONS,
-                   help="weight format every serving plan uses (default bf16)")
+                   help="weight format every serving plan uses (default bf16, fp16 on Volta)")
     g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS,
-                   help="KV cache format every serving plan uses (default bf16)")
+                   help="KV cache format every serving plan uses (default bf16, fp16 on Volta)")
     g.add_argument("--framework", help="serving stack whose defaults the plans keep (default: the tool's own)")
     g.add_argument("--expert-balance", dest="expert_balance", choices=EXPERT_BALANCES,
                    help="MoE: tokens reach the expert-parallel ranks as the trained router sends them, or evened out "
@@ -47,8 +47,9 @@ def _space(args) -> ServeSpace:
     else:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a serving file)")
-        model, system, plan, load, gpus = resolve_model(args.model), catalog_system(args.system), ServingPlan(), \
-            None, None
+        model, system, load, gpus = resolve_model(args.model), catalog_system(args.system), None, None
+        half = system.device.half_format  # the 16-bit format the tensor cores take (fp16 on Volta)
+        plan = ServingPlan(weight_precision=half, kv_precision=half)
     if args.model and args.scenario:
         model = resolve_model(args.model)
     if args.system and args.scenario:

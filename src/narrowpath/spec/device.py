@@ -35,6 +35,11 @@ class Level:
         positive_float(f"level[{self.name}].latency_s", self.latency_s, allow_zero=True)
 
 
+UNFALLEN = {"fp8": "FP8 needs Ada, Hopper or later", "bf16": "BF16 needs Ampere or later"}
+"""Formats a device must rate itself to train in: their rate never falls back to another format's (matrix_peak's
+fallback prices what-ifs and weight-only serving formats, not a training run the hardware cannot do)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Device:
     """An accelerator. Peak rates are dense (no sparsity), per device."""
@@ -109,6 +114,12 @@ class Device:
         other the forward one); 1 for a pass the device does not rate (flash2_rate)."""
         return self.flash2_rate.get("bwd" if phase == "bwd" else "fwd", 1.0)
 
+    @property
+    def half_format(self) -> str:
+        """The 16-bit format a run on this device defaults to: bf16, or fp16 where the tensor cores take no BF16
+        (Volta)."""
+        return "bf16" if "bf16" in self.peak_matrix_flop_per_s else "fp16"
+
     def level(self, name: str) -> Level:
         for lv in self.levels:
             if lv.name == name:
@@ -120,12 +131,16 @@ class Device:
         return self.level("hbm")
 
     def supports(self, fmt: str) -> str | None:
-        """None when the tensor cores run `fmt` (a dtype or a training format); else why not, in words."""
+        """None when the tensor cores run `fmt` (a dtype or a training format); else why not, in words. FP8 needs
+        FP8 tensor cores (Ada, Hopper and later: Transformer Engine refuses FP8 below compute capability 8.9), BF16
+        needs Ampere or later (Volta's tensor cores take FP16 only)."""
         if fmt in FORMAT_DTYPE:
             if not self.block_scaled_formats:
                 return f"{self.name} has no block-scaled tensor-core formats (MXFP8/NVFP4 need Blackwell or later)"
             if FORMAT_DTYPE[fmt] not in self.peak_matrix_flop_per_s:
                 return f"{self.name} lists no {FORMAT_DTYPE[fmt].upper()} tensor-core rate for {fmt}"
+        elif fmt in UNFALLEN and fmt not in self.peak_matrix_flop_per_s:
+            return f"{self.name} has no {fmt.upper()} tensor cores ({UNFALLEN[fmt]})"
         return None
 
     def matrix_peak(self, dtype: str) -> float:

@@ -121,7 +121,7 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
             if value != plain:
                 errs.append((f"plan.{knob}", f"the LSTM model is modelled without it: {knob} must be {plain!r}, "
                              f"got {shown(value)}"))
-    if system is not None and p.low_precision and system.device.supports(p.precision):
+    if system is not None and system.device.supports(p.precision):
         errs.append(("plan.precision", f"{p.precision}: {system.device.supports(p.precision)}"))
     if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:
         errs.append(("plan.tp", f"tp {p.tp} spans scale-up domains of {system.scale_up_domain} GPUs unevenly"))

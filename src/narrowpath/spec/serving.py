@@ -290,6 +290,9 @@ def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: 
         if not dev.block_scaled_formats or "fp4" not in dev.peak_matrix_flop_per_s:
             what = "plan.weight_precision" if p.weight_precision == "fp4" else "plan.kv_precision"
             errs.append((what, f"fp4 (NVFP4) needs block-scaled FP4 tensor cores (Blackwell); {dev.name} has none"))
+    if "bf16" in (p.weight_precision, p.kv_precision) and dev.supports("bf16"):
+        what = "plan.weight_precision" if p.weight_precision == "bf16" else "plan.kv_precision"
+        errs.append((what, f"bf16: {dev.supports('bf16')}; give fp16"))
     if "fp8" in (p.weight_precision, p.kv_precision) and "fp8" not in dev.peak_matrix_flop_per_s:
         what = "plan.weight_precision" if p.weight_precision == "fp8" else "plan.kv_precision"
         errs.append((what, f"fp8 needs FP8 tensor cores (Hopper or later); {dev.name} has none"))
