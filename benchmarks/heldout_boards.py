@@ -1,0 +1,108 @@
+"""Held-out check of the boards no corpus validates (GH200, L40S) against the boards it does (H100, A100): the ratios
+of TensorRT-LLM's v0.17 'Performance Overview' (github NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md
+@258c7540, trtllm-bench, in-flight batching, one table whose columns are H200, H100, GH200 480GB, L40S and A100 on the
+same models, lengths and engine settings).
+
+The absolute figures ran on the 0.17 C++ runtime, which no stack entry describes, so each row is compared as a
+ratio: the board's throughput over the H100's for the same model, layout and ISL/OSL, measured against predicted,
+both sides priced with the same stack (the corpus template's). What the ratio checks is the board: its peaks, its
+memory (GH200's 96 GB against 80 GB decides how many 70B sequences fit), its fabric (L40S's PCIe against NVSwitch at
+tp 4 and 8) and its provisional calibration. Not part of `validate` and not used to fit anything.
+
+    python benchmarks/heldout_boards.py [--corpus ../shared/validation/inference-public.yaml]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from pathlib import Path
+
+from narrowpath.validate.inference import load_inference_corpus, run_case
+
+LENGTHS = ((128, 128), (128, 2048), (128, 4096), (500, 2000), (1000, 1000), (2048, 128), (2048, 2048), (5000, 500),
+           (20000, 2000))
+"""The table's ISL/OSL rows, in its order."""
+NREQ = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (1000, 2000): 1500, (2048, 128): 3000,
+        (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000, (20000, 2000): 1000}
+"""The reproduction section's $num_requests per ISL/OSL."""
+
+# (template corpus case, tp, weights) -> {gpu: measured output tok/s per LENGTHS row, None where the table is empty}
+TABLE = {
+    ("trtllm-perf-llama31-8b-h100-tp1-fp8-128-2048", 1, "fp8"): {
+        "H100-SXM5-80GB": (28836.77, 21109.38, 13593.65, 16500.69, 15244.78, 3556.73, 9488.42, 3559.36, 1401.31),
+        "GH200-96GB": (29852.96, 21769.55, 14189.89, 17137.29, 16482.77, 3843.95, 10265.9, 3932.58, 1560.2),
+        "L40S": (9104.61, 5365.81, 3025.92, 4273.75, 4054.71, 1066.52, 2225.27, 981.2, 327.97),
+    },
+    ("trtllm-perf-llama31-8b-h100-tp1-fp8-128-2048", 1, "fp16"): {
+        "H100-SXM5-80GB": (28836.77, 21109.38, 13593.65, 16500.69, 15244.78, 3556.73, 9488.42, 3559.36, 1401.31),
+        "A100-SXM4-80GB": (6627.27, 5255.99, 3453.79, 4276.58, 3786.83, 799.61, 2424.16, 825.13, 330.04),
+    },
+    ("trtllm-perf-llama33-70b-h200-tp1-fp8-1000-1000", 1, "fp8"): {
+        "H100-SXM5-80GB": (3378.03, 911.62, 426.32, 775.57, 839.97, 343.29, None, 245.34, None),
+        "GH200-96GB": (3636.91, 2082.74, 1263.98, 1973.86, 1746.12, 424.96, 1086.93, 422.36, None),
+    },
+    ("trtllm-perf-llama33-70b-h100-tp2-fp8-128-2048", 4, "fp8"): {
+        "H100-SXM5-80GB": (11127.53, 11511.93, 7439.41, 9836.7, 7430.99, 1302.6, 5480.03, 1602.78, 920.19),
+        "L40S": (1523.52, 1942.66, 1440.23, 1634.72, 1209.25, 177.72, 969.68, 249.52, 162.25),
+    },
+    ("trtllm-perf-llama33-70b-h100-tp2-fp8-128-2048", 8, "fp8"): {
+        "H100-SXM5-80GB": (14730.69, 17061.82, 14171.43, 14679.33, 11451.16, 1923.41, 8801.95, 2457.42, 1512.6),
+        "L40S": (1464.03, 2303.31, 2018.22, 1971.96, 1333.62, 176.16, 1200.16, 259.71, 209.87),
+    },
+}
+"""The v0.17 table, LLaMA v3.1 8B and 70B rows. The A100 column is FP16, the others FP8: an A100 row is compared
+with the H100's FP8 figure and priced in FP16 on the A100 (the ratio then also checks the format)."""
+NODE = {"GH200-96GB": 4, "L40S": 8, "H100-SXM5-80GB": 8, "A100-SXM4-80GB": 8}
+"""GPUs per node of each board's system (a quad GH200 node; the L40S PCIe server)."""
+
+
+def predict(template: dict, gpu: str, tp: int, weights: str, isl: int, osl: int) -> float | str:
+    """Predicted output tokens/s of the template case moved to `gpu`, tp, weights and ISL/OSL (or why it failed)."""
+    raw = copy.deepcopy(template)
+    raw["hardware"].update(gpu=gpu, num_gpus=tp, gpus_per_node=NODE[gpu])
+    raw["plan"].update(tp=tp, weights_precision=weights if gpu != "H100-SXM5-80GB" else "fp8")
+    if raw["plan"]["weights_precision"] == "fp16":
+        raw["plan"]["kv_precision"] = "fp16"
+    raw["workload"].update(input_tokens=isl, output_tokens=osl, num_requests=NREQ[(isl, osl)])
+    raw["measured"] = {"output_tokens_per_s": 1.0, "percentile": "mean"}
+    raw["id"] = f"{template['id']}@{gpu}/tp{tp}/{isl}-{osl}"
+    case = run_case(raw, 0)
+    return case.failure if case.failure else case.figures["output_tokens_per_s"].predicted
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "validation"
+                                            / "inference-public.yaml"))
+    corpus = {r["id"]: r for r in load_inference_corpus(ap.parse_args().corpus)}
+    by_board: dict[str, list[float]] = {}
+    for (cid, tp, weights), columns in TABLE.items():
+        base = columns["H100-SXM5-80GB"]
+        for gpu, measured in columns.items():
+            if gpu == "H100-SXM5-80GB":
+                continue
+            for (isl, osl), m, b in zip(LENGTHS, measured, base):
+                if m is None or b is None:
+                    continue
+                p_board = predict(corpus[cid], gpu, tp, weights, isl, osl)
+                p_base = predict(corpus[cid], "H100-SXM5-80GB", tp, weights, isl, osl)
+                if isinstance(p_board, str) or isinstance(p_base, str):
+                    print(f"{gpu} tp{tp} {isl}/{osl}: FAILED: {p_board if isinstance(p_board, str) else p_base}")
+                    continue
+                ratio_m, ratio_p = m / b, p_board / p_base
+                err = ratio_p / ratio_m - 1.0
+                by_board.setdefault(f"{gpu} {weights}", []).append(err)
+                print(f"{gpu:15s} {weights} tp{tp} {isl:>5}/{osl:<5} ratio to H100: measured {ratio_m:5.3f} "
+                      f"predicted {ratio_p:5.3f} ({err * 100:+6.1f} %)   board {p_board:9.0f} vs {m:9.0f} tok/s")
+    for board, errs in by_board.items():
+        gmean = math.exp(sum(math.log1p(e) for e in errs) / len(errs)) - 1.0
+        print(f"{board}: mean |ratio error| {sum(abs(e) for e in errs) / len(errs) * 100:.1f} % over {len(errs)} "
+              f"rows (geometric mean bias {gmean * 100:+.1f} %)")
+    every = [abs(e) for errs in by_board.values() for e in errs]
+    print(f"all boards: mean |ratio error| {sum(every) / len(every) * 100:.1f} % over {len(every)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
