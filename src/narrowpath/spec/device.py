@@ -136,7 +136,8 @@ class Device:
         needs Ampere or later (Volta's tensor cores take FP16 only)."""
         if fmt in FORMAT_DTYPE:
             if not self.block_scaled_formats:
-                return f"{self.name} has no block-scaled tensor-core formats (MXFP8/NVFP4 need Blackwell or later)"
+                return (f"{self.name} has no block-scaled tensor-core formats (MXFP8/NVFP4 need Blackwell, CDNA 4 or "
+                        "later)")
             if FORMAT_DTYPE[fmt] not in self.peak_matrix_flop_per_s:
                 return f"{self.name} lists no {FORMAT_DTYPE[fmt].upper()} tensor-core rate for {fmt}"
         elif fmt in UNFALLEN and fmt not in self.peak_matrix_flop_per_s:
