@@ -159,3 +159,18 @@ def test_a_format_the_tensor_cores_lack_is_refused_for_training(capsys):
         from narrowpath.catalog.resolve import scenario_from_dict
         scenario_from_dict({"model": "llama3-8b", "system": "dgx-2", "num_gpus": 16,
                             "plan": {"dp": 16, "gbs": 64, "precision": "bf16"}})
+
+
+def test_the_held_out_board_runs_are_read_and_priced():
+    """benchmarks/data/heldout-boards.yaml (published training runs on MI355X, A800, GH200 and V100, never used to
+    fit anything) is read and every case priced; the A800 run states Megatron-Core 0.6.0, whose Transformer Engine
+    layer spec runs fused (flash) attention, so its unstated attention kernel is the stack's, not the A100 profile's
+    2021-22 materialised scores (which at sequence 8,192 would not fit: 5·a·s²·b = 10.7 GB per layer)."""
+    from pathlib import Path
+    from narrowpath.validate.run import run_validation
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "heldout-boards.yaml"
+    report = run_validation(path)
+    assert len(report.cases) == 4 and all(r.failure is None for r in report.cases)
+    a800 = next(r for r in report.cases if r.id.startswith("flagperf-a800"))
+    assert a800.chosen["attention"] == "'flash' — default of the megatron-core stack"
+    assert {r.groups["hardware"][0] for r in report.cases} == {"cdna4", "ampere", "hopper", "volta"}
