@@ -27,8 +27,8 @@ ADDED = ("GH200-96GB", "GH200-144GB", "H100-PCIe-80GB", "H100-NVL-94GB", "H200-N
     ("H100-NVL-94GB", 835.5e12, 1670.5e12, 3.9e12, 94, 400),
     # H200 NVL: the H100 NVL's rates; 141 GB HBM3e at 4.8 TB/s; up to 600 W
     ("H200-NVL-141GB", 835.5e12, 1670.5e12, 4.8e12, None, 600),
-    # L40S datasheet: 733 BF16 / 1,466 FP8 with sparsity; 48 GB GDDR6 at 864 GB/s; 350 W
-    ("L40S", 362.05e12, 733e12, 864e9, 48, 350),
+    # L40S datasheet: 733 BF16 / 1,466 FP8 with sparsity; 48 GB GDDR6 at 864 GB/s; 350 W (capacity: see below)
+    ("L40S", 362.05e12, 733e12, 864e9, None, 350),
     # H20 (partners' figures): 148 BF16 / 296 FP8 TFLOPS; 96 GB HBM3 at 4.0 TB/s; 400 W
     ("H20-96GB", 148e12, 296e12, 4.0e12, 96, 400),
     ("A800-SXM4-80GB", 312e12, None, 2.039e12, 80, 400),  # the A100 SXM4 80 GB die, clocks and memory
@@ -61,6 +61,8 @@ def test_derived_rates_follow_their_arithmetic():
     assert v100.peak_exp_per_s == pytest.approx(80 * 16 * 1.53e9, rel=1e-3)
     assert v100.matrix_peak("fp16") == pytest.approx(640 * 64 * 2 * 1.53e9, rel=3e-3)
     assert device("L40S").peak_exp_per_s == pytest.approx(142 * 16 * 2.52e9, rel=1e-3)
+    # with ECC on, 48 GB of GDDR6 leave 46,068 MiB (MLPerf Training v4.0, NVIDIA's L40S system file)
+    assert device("L40S").hbm.capacity_bytes == pytest.approx(46068 * 2**20, rel=1e-3)
     mi355 = device("MI355X")
     assert mi355.matrix_peak("fp4") == pytest.approx(4 * mi355.matrix_peak("bf16"), rel=1e-3)
     assert mi355.block_scaled_formats and mi355.supports("mxfp8") is None
@@ -174,3 +176,53 @@ def test_the_held_out_board_runs_are_read_and_priced():
     a800 = next(r for r in report.cases if r.id.startswith("flagperf-a800"))
     assert a800.chosen["attention"] == "'flash' — default of the megatron-core stack"
     assert {r.groups["hardware"][0] for r in report.cases} == {"cdna4", "ampere", "hopper", "volta"}
+
+
+def test_every_path_to_a_volta_run_defaults_to_fp16_and_materialised_scores(tmp_path, capsys):
+    """A V100 has no BF16 tensor cores and no fused attention kernel: a run that states neither a format nor a
+    kernel gets FP16 and the materialised scores on every path — a scenario or serving file moved there with
+    --system, a serving file or inference case that leaves the formats out or null, a sweep cell, a training case
+    with precision null — and one that states flash attention is refused in one line naming the field."""
+    from narrowpath.catalog import model as catalog_model
+    from narrowpath.catalog.resolve import scenario_from_dict
+    from narrowpath.cli.main import main
+    from narrowpath.search.cell import run_cell
+    from narrowpath.search.grid import Cell
+    from tests.cli.one_line import one_line_error
+    assert main(["predict", "llama3-70b-h100-256", "--system", "dgx-2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"]["precision"] == "fp16" and "no BF16 tensor cores" in out["chosen"]["precision"]
+    assert out["plan"]["attention"] == "auto"
+    serving = {"model": "llama3-8b", "system": "dgx-h100", "plan": {"tp": 2},
+               "workload": {"scenario": "offline", "input_tokens": 64, "output_tokens": 16, "num_requests": 8}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(serving))
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump({**serving, "system": "dgx-2",
+                                                     "plan": {"tp": 1, "weights_precision": None}}))
+    for argv in (["serve", str(tmp_path / "s.yaml"), "--system", "dgx-2", "--json"],
+                 ["serve", str(tmp_path / "v.yaml"), "--json"]):
+        assert main(argv) == 0, argv
+        plan = json.loads(capsys.readouterr().out)["scenario"]["plan"]
+        assert (plan["weight_precision"], plan["kv_precision"]) == ("fp16", "fp16"), argv
+    scn = scenario_from_dict({"model": "llama3-8b", "system": "dgx-2", "num_gpus": 16,
+                              "plan": {"dp": 16, "gbs": 64, "precision": None, "framework": "NeMo 24.07"}},
+                             allow_null=True)
+    assert (scn.plan.precision, scn.plan.attention) == ("fp16", "auto")  # the NeMo stack's flash does not run
+    row = run_cell(Cell(system_label="dgx-2", model_label="llama3-8b", system=system("dgx-2"),
+                        model=catalog_model("llama3-8b"), num_gpus=16, gbs=64, objective="time"))
+    assert row.get("reason") is None and row["step_time_s"] > 0
+    one_line_error(capsys, ["predict", "--model", "llama3-8b", "--system", "dgx-2", "--gpus", "16", "--attention",
+                            "flash"], "plan.attention: flash: V100-SXM2-32GB runs no fused attention kernel")
+
+
+def test_the_mx_only_board_refuses_nvfp4_and_the_bridged_nodes_share_their_server(capsys):
+    """MI355X's matrix cores run the OCP MX formats, not NVIDIA's NVFP4; a bridged H100 pair is a quarter of an
+    8-card server, so its node draws a quarter of the server's non-GPU power (2.8 kW / 4 = 0.7 kW), and a quad
+    GH200 node's Grace CPUs are inside the superchips' module power."""
+    from narrowpath.catalog.facility import facility_for
+    from tests.cli.one_line import one_line_error
+    one_line_error(capsys, ["predict", "--model", "llama3-8b", "--system", "mi355x-platform", "--gpus", "8", "--gbs",
+                            "64", "--precision", "nvfp4"], "plan.precision: nvfp4: MI355X does not run nvfp4")
+    assert device("MI355X").supports("mxfp8") is None
+    assert facility_for(system("h100-pcie-pair")).node_non_gpu_w == 700
+    assert facility_for(system("h200-nvl-quad")).node_non_gpu_w == 1400
+    assert facility_for(system("gh200-quad")).node_non_gpu_w < facility_for(system("dgx-h100")).node_non_gpu_w / 2

@@ -45,6 +45,8 @@ def test_a_descriptive_name_is_the_device_it_states(name, device):
     ("H200 141GB", "H200-SXM-141GB"),  # no form stated: the SXM board
     ("GH200 96GB HBM3 (480GB LPDDR5X)", "GH200-96GB"),  # TensorRT-LLM's performance overview spells it so
     ("GH200-144GB-HBM3e", "GH200-144GB"),
+    ("NVIDIA GH200 480GB", "GH200-96GB"),  # nvidia-smi's name of the 96 GB superchip (480 GB: the Grace LPDDR5X)
+    ("NVIDIA L40S PCIe 48GB", "L40S"),
     ("NVIDIA L40S", "L40S"),
     ("NVIDIA H20 96GB", "H20-96GB"),  # a chip of its own, not a neighbour of H100/H200
     ("A800-SXM4-80GB", "A800-SXM4-80GB"),
@@ -58,7 +60,7 @@ def test_the_added_boards_resolve_by_their_published_names(name, device):
     home system (a bridged PCIe board's node is its NVLink group)."""
     assert resolve_gpu_name(name, store.entries("devices")) == (device, "")
     s = system_for_hardware(name)
-    assert s.device.name == device and s.scale_up_domain >= s.gpus_per_node
+    assert s.device.name == device and s.name == store.entries("devices")[device]["default_system"]
 
 
 def test_a_bridged_board_refuses_a_node_larger_than_its_nvlink_group():
@@ -71,6 +73,10 @@ def test_a_bridged_board_refuses_a_node_larger_than_its_nvlink_group():
     assert system_for_hardware("H100 NVL", gpus_per_node=2).scale_up_domain == 2
     assert system_for_hardware("L40S", gpus_per_node=4).scale_up_domain == 4
     assert system_for_hardware("MI300X", gpus_per_node=4).scale_up_domain == 4  # a mesh may be used in part
+    with pytest.raises(SpecError, match="hardware.scale_up_gpus: 8 exceeds"):  # nor grown by a stated domain
+        system_for_hardware("H100 NVL", gpus_per_node=2, scale_up_gpus=8)
+    nvl2 = system_for_hardware("GH200 NVL2 144GB")  # NVIDIA's two-superchip node: its name states the domain
+    assert (nvl2.device.name, nvl2.gpus_per_node, nvl2.scale_up_domain) == ("GH200-144GB", 2, 2)
 
 
 @pytest.mark.parametrize("name, why", [
@@ -81,7 +87,8 @@ def test_a_bridged_board_refuses_a_node_larger_than_its_nvlink_group():
     ("H100-SXM5-64GB", "no H100 device has 64 GB"),
     ("B300-SXM-270GB", "no B300 device has 270 GB"),  # a size no source in the catalog gives
     ("GH200", "matches GH200-144GB, GH200-96GB: state the memory"),  # two superchips, neither assumed
-    ("NVIDIA GH200 480GB", "no GH200 device has 480 GB"),  # the Grace CPU's LPDDR5X, not the GPU's memory
+    ("GH200 120GB", "no GH200 device has 120 GB"),
+    ("L40S SXM", "the catalog has no SXM/server L40S device"),  # the L40S is a PCIe card only
     ("MI250X", "names no GPU chip"),  # a chip the catalog lacks is not a neighbour of MI300X
     ("A10G", "names no GPU chip"),
     ("B200 HBM3", "no B200 device has HBM3 memory"),

@@ -272,7 +272,7 @@ def software_candidates(ctx: Context, usable_fraction: float) -> list[Candidate]
     scn = pred.scenario
     p, dev = scn.plan, scn.system.device
     out: list[Candidate] = []
-    if scn.model.arch != "lstm" and pred.attention_kernel != "flash":
+    if scn.model.arch != "lstm" and pred.attention_kernel != "flash" and dev.fused_attention:
         out.append(Candidate("flash_attention", f"FlashAttention instead of the {pred.attention_kernel} attention",
                              lambda: with_plan(scn, attention="flash"), kind="software",
                              targets=("hbm_bound_compute",)))

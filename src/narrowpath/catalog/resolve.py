@@ -81,17 +81,20 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
         home = next((t.domain_size for t in base.tiers if t.name == "scale_up"), None)
         if scale_up_gpus is None and stated and stated != home:
             scale_up_gpus = stated
+            if gpus_per_node is None and stated < base.gpus_per_node:  # `GH200 NVL2`: two superchips per node
+                gpus_per_node = stated
     tiers = []
     for t in base.tiers:
         if t.name == "scale_up":
+            grown = scale_up_gpus or (gpus_per_node if t.domain_size == base.gpus_per_node else None)
+            if t.topology == "full_mesh" and grown and grown > t.domain_size:  # direct links cannot grow
+                field = "hardware.scale_up_gpus" if scale_up_gpus else "hardware.gpus_per_node"
+                raise SpecError(field, f"{grown} exceeds the {base.device.name}'s directly linked group of "
+                                f"{t.domain_size} GPUs (NVLink bridges or a link mesh, no switch): give the group "
+                                "as gpus_per_node; the rest of the server is reached as scale-out")
             if scale_up_gpus:
                 t = dataclasses.replace(t, domain_size=int(scale_up_gpus))
             elif gpus_per_node and t.domain_size == base.gpus_per_node:
-                if t.topology == "full_mesh" and gpus_per_node > t.domain_size:  # direct links cannot grow
-                    raise SpecError("hardware.gpus_per_node",
-                                    f"{gpus_per_node} exceeds the {base.device.name}'s directly linked group of "
-                                    f"{t.domain_size} GPUs (NVLink bridges or a link mesh, no switch): give the "
-                                    f"group as gpus_per_node; the rest of the server is reached as scale-out")
                 t = dataclasses.replace(t, domain_size=int(gpus_per_node))
         if t.name == "scale_out" and nic_gbps_per_gpu:
             t = dataclasses.replace(t, bw_bytes_per_s_per_gpu=float(nic_gbps_per_gpu) * GBIT_PER_S)
@@ -254,10 +257,13 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     plan_data, implied = implied_knobs(data["plan"], num_gpus, model.moe is not None) if allow_null \
         else (data["plan"], ())
     half = system.device.half_format
-    if isinstance(plan_data, Mapping) and "precision" not in plan_data and half != "bf16":
+    if isinstance(plan_data, Mapping) and plan_data.get("precision") is None and half != "bf16":
         plan_data = {**plan_data, "precision": half}  # a Volta board's tensor cores take FP16, not the default BF16
         implied += (("precision", f"{half} — {system.device.name} has no BF16 tensor cores (not stated)"),)
     plan, unpublished, chosen = plan_with_stack_defaults(plan_data, allow_null=allow_null)
+    if not system.device.fused_attention and plan.attention in ("flash", "flash2") and "attention" not in plan_data:
+        plan = dataclasses.replace(plan, attention="auto")  # the stack's fused kernel does not run on Volta
+        chosen = tuple((k, n) for k, n in chosen if k != "attention")
     chosen = implied + chosen
     if num_gpus is None:
         num_gpus = plan.num_gpus

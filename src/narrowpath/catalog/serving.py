@@ -129,10 +129,10 @@ def load_from_dict(data: Any, base_dir: Path | None = None) -> Load:
     return Load(**kw)
 
 
-def _plan(data: Any, model, num_gpus: int | None, allow_null: bool
+def _plan(data: Any, model, num_gpus: int | None, allow_null: bool, half: str = "bf16"
           ) -> tuple[ServingPlan, tuple[str, ...], int, tuple[tuple[str, str], ...]]:
     """(plan with placeholders for open knobs, the open knobs, num_gpus, (knob, note) for the null knobs the case
-    itself settles)."""
+    itself settles). An unstated weight or KV format is `half`, the device's 16-bit format (fp16 on Volta)."""
     if not isinstance(data, Mapping):
         raise SpecError("plan", f"must be a mapping, got {data!r}")
     _check_keys("plan", data, _PLAN_KEYS)
@@ -144,6 +144,7 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool
         raise SpecError(f"plan.{bad[0]}", "is null (not published); give a value")
     kw = {k: v for k, v in kw.items() if v is not None}
     for k in ("weight_precision", "kv_precision"):
+        kw.setdefault(k, half)  # unstated, or a placeholder until schedule.serving_defaults.resolve_formats
         if k in kw and not isinstance(kw[k], str):
             raise SpecError(f"plan.{k}", f"must be a format name, got {kw[k]!r}")
     for k in ("tp", "pp", "dp", "ep", "replicas"):
@@ -208,7 +209,7 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
     if isinstance(raw_model, Mapping) and "seq_len" not in raw_model and "hf_config" not in raw_model:
         raw_model = {**raw_model, "seq_len": load.max_seq_tokens}  # a serving model needs no training length
     model = resolve_model(raw_model, base_dir)
-    plan, open_, num_gpus, settled = _plan(data["plan"], model, num_gpus, allow_null)
+    plan, open_, num_gpus, settled = _plan(data["plan"], model, num_gpus, allow_null, system.device.half_format)
     mode = data.get("mode", "inference")
     if mode != "inference":
         raise SpecError("mode", f"a serving file describes inference, got mode {mode!r}")

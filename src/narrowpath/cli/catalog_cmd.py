@@ -24,7 +24,8 @@ def _rows(kind: str) -> tuple[list[str], list[list]]:
         rows = []
         for d in catalog.device_ids():
             dev = catalog.device(d)
-            rows.append([d, f"{dev.matrix_peak('bf16') / 1e12:.0f}", f"{dev.peak_matrix_flop_per_s.get('fp8', 0) / 1e12:.0f}",
+            rows.append([d, f"{dev.peak_matrix_flop_per_s.get('bf16', 0) / 1e12:.0f}",  # 0: no such tensor format
+                         f"{dev.peak_matrix_flop_per_s.get('fp8', 0) / 1e12:.0f}",
                          f"{dev.hbm.capacity_bytes / 2**30:.1f}", f"{dev.hbm.capacity_bytes / 1e9:.1f}",
                          f"{dev.hbm.bw_bytes_per_s / 1e12:.2f}", f"{dev.tdp_w:.0f}"])
         # an "80GB" part holds 80 GiB = 85.9 GB: both, named (it printed "HBM GB 86")

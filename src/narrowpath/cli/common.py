@@ -174,6 +174,14 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     check_modules_need_selective("--recompute-modules", plan_kw.get("recompute", plan0.recompute),
                                  plan_kw.get("recompute_modules"))
     chosen = tuple((k, n) for k, n in base.chosen if k not in plan_kw) if base is not None else ()
+    if "attention" not in plan_kw and plan0.attention in ("flash", "flash2") and not system.device.fused_attention:
+        plan_kw["attention"] = "auto"  # a scenario moved to Volta runs the profile's materialised scores
+        chosen = tuple((k, n) for k, n in chosen if k != "attention")
+    half = system.device.half_format
+    if "precision" not in plan_kw and plan0.precision == "bf16" and half != "bf16":  # a scenario moved to Volta
+        plan_kw["precision"] = half
+        chosen += (("precision", f"{half} — the scenario's bf16 on {system.device.name}, which has no BF16 tensor "
+                                 "cores"),)
     if base is not None and plan_kw.get("precision", plan0.precision) != plan0.precision:
         # knobs the scenario's software stack filled for its own training format follow the new one
         restacked, chosen = restack_for_precision(plan0, chosen, plan_kw["precision"], set(plan_kw))

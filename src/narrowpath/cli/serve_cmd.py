@@ -166,6 +166,10 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     if getattr(args, "graph_batch_sizes", None) is not None:
         kw["graph_batch_sizes"] = graph_sizes_arg(args.graph_batch_sizes)
     open_knobs = tuple(k for k in open_knobs if k not in kw)
+    half = system.device.half_format
+    for k in ("weight_precision", "kv_precision"):  # a serving file moved to Volta runs its bf16 as fp16
+        if k not in kw and getattr(plan0, k) == "bf16" and half != "bf16":
+            kw[k] = half
     if args.gpus is not None:
         inst = kw.get("tp", plan0.tp) * kw.get("dp", plan0.dp) * kw.get("pp", plan0.pp)
         if args.gpus < 1 or args.gpus % inst:

@@ -63,6 +63,9 @@ def _space(args) -> ServeSpace:
         load = Load(input_tokens=args.input_len or load.input_tokens, output_tokens=args.output_len or load.output_tokens)
     kw = {k: getattr(args, k) for k in ("weight_precision", "kv_precision", "framework", "expert_balance")
           if getattr(args, k, None) is not None}
+    for k in ("weight_precision", "kv_precision"):  # a serving file moved to Volta runs its bf16 as fp16
+        if k not in kw and getattr(plan, k) == "bf16" and system.device.half_format != "bf16":
+            kw[k] = system.device.half_format
     plan = dataclasses.replace(plan, **kw)
     pins = {k: getattr(args, k) for k in ("tp", "pp", "dp", "ep", "replicas", "max_batch")
             if getattr(args, k, None) is not None}

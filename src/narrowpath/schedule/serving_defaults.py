@@ -159,15 +159,18 @@ def resolve_formats(scn: ServingScenario, open_knobs: tuple[str, ...]) -> Servin
     format its quantized checkpoints carry (else the 16-bit type of the weights)."""
     stack = serving_stack(scn.plan.framework)
     p, notes = scn.plan, list(scn.chosen)
+    half = scn.system.device.half_format  # a 16-bit format is the device's own: fp16 on Volta, which has no BF16
     if "weight_precision" in open_knobs:
         w = stack["defaults"].get("weight_precision", "bf16")
+        w, why = (half, f"the {stack['id']} stack's bf16 checkpoint, run in {half} on {scn.system.device.name}") \
+            if w == "bf16" and half != "bf16" else (w, f"checkpoint format of the {stack['id']} stack")
         p = dataclasses.replace(p, weight_precision=w)
-        notes.append(("weight_precision", f"{w} — checkpoint format of the {stack['id']} stack (not published)"))
+        notes.append(("weight_precision", f"{w} — {why} (not published)"))
     if "kv_precision" in open_knobs:
         quant = p.weight_precision in ("fp8", "fp4")
-        kv = stack.get("quantized_kv", "bf16") if quant else ("fp16" if p.weight_precision == "fp16" else "bf16")
+        kv = stack.get("quantized_kv", half) if quant else ("fp16" if p.weight_precision == "fp16" else half)
         if kv in ("fp8", "fp4") and "fp8" not in scn.system.device.peak_matrix_flop_per_s:
-            kv = "bf16"
+            kv = half
         why = f"the {stack['id']} stack's quantized checkpoints carry it" if quant else "the weights' 16-bit type"
         p = dataclasses.replace(p, kv_precision=kv)
         notes.append(("kv_precision", f"{kv} — {why} (not published)"))

@@ -48,7 +48,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     """Search the cell; a cell where nothing fits (or nothing is consistent) is a row with its reason."""
     t0 = time.perf_counter()
     try:
-        space = SearchSpace(cell.model, cell.system, cell.num_gpus, cell.gbs, Plan(gbs=cell.gbs))
+        space = SearchSpace(cell.model, cell.system, cell.num_gpus, cell.gbs,
+                            Plan(gbs=cell.gbs, precision=cell.system.device.half_format))
         first = next(candidate_plans(space), None)
         if first is None:
             return _row(cell, reason=f"no consistent plan of {cell.model.name} on {cell.num_gpus} GPUs with a "

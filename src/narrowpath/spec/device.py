@@ -64,6 +64,12 @@ class Device:
     (`transformer_engine.pytorch.utils.is_non_tn_fp8_gemm_supported`: compute capability 10.x-11.x or >= 13; not
     Hopper, not the 12.x RTX Blackwell parts). Block-scaled formats still need both copies (their scales run along
     different axes)."""
+    fused_attention: bool = True
+    """The device runs fused (FlashAttention / cuDNN) attention kernels: Ampere and later. Volta has none
+    (FlashAttention needs compute capability 8.0); its runs materialise the scores."""
+    unsupported_formats: tuple[str, ...] = ()
+    """Training formats the tensor cores do not run although the device has block-scaled units: NVFP4 (16-element
+    blocks with E4M3 scales) is NVIDIA's, CDNA 4 runs the OCP MX formats only."""
     peak_exp_per_s: float = 0.0
     """Exponentials per second of the special-function units (MUFU.EX2), at the clock of the matrix peak; 0 = not
     rated (no bound). A fused attention kernel takes one per score it computes (cost.roofline)."""
@@ -98,7 +104,11 @@ class Device:
             positive_float(f"device[{self.name}].peak_flop_per_s.{dt}", v)
         if not any(lv.name == "hbm" for lv in self.levels):
             raise SpecError(f"device[{self.name}].levels", "must include an `hbm` level")
-        for flag in ("block_scaled_formats", "fp8_any_layout"):
+        object.__setattr__(self, "unsupported_formats", tuple(self.unsupported_formats))
+        for fmt in self.unsupported_formats:
+            if not isinstance(fmt, str):
+                raise SpecError(f"device[{self.name}].unsupported_formats", f"must list format names, got {fmt!r}")
+        for flag in ("block_scaled_formats", "fp8_any_layout", "fused_attention"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"device[{self.name}].{flag}", f"must be true or false, got {getattr(self, flag)!r}")
         positive_float(f"device[{self.name}].peak_exp_per_s", self.peak_exp_per_s, allow_zero=True)
@@ -134,6 +144,8 @@ class Device:
         """None when the tensor cores run `fmt` (a dtype or a training format); else why not, in words. FP8 needs
         FP8 tensor cores (Ada, Hopper and later: Transformer Engine refuses FP8 below compute capability 8.9), BF16
         needs Ampere or later (Volta's tensor cores take FP16 only)."""
+        if fmt in self.unsupported_formats:
+            return f"{self.name} does not run {fmt} in its tensor cores"
         if fmt in FORMAT_DTYPE:
             if not self.block_scaled_formats:
                 return (f"{self.name} has no block-scaled tensor-core formats (MXFP8/NVFP4 need Blackwell, CDNA 4 or "

@@ -121,6 +121,9 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
             if value != plain:
                 errs.append((f"plan.{knob}", f"the LSTM model is modelled without it: {knob} must be {plain!r}, "
                              f"got {shown(value)}"))
+    if system is not None and not system.device.fused_attention and p.attention in ("flash", "flash2"):
+        errs.append(("plan.attention", f"{p.attention}: {system.device.name} runs no fused attention kernel "
+                     "(FlashAttention needs Ampere or later); use auto or unfused"))
     if system is not None and system.device.supports(p.precision):
         errs.append(("plan.precision", f"{p.precision}: {system.device.supports(p.precision)}"))
     if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:
