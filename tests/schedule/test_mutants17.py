@@ -206,11 +206,9 @@ def test_the_smallest_deployment_of_a_2_to_3_ratio_is_itself(monkeypatch):
     assert plans == [(5, 2, 5)]
 
 
-def test_the_disaggregated_steady_state_prices_on_serves_grid(monkeypatch):
-    """A 1 : 1 disaggregated plan with max_batch 64 and max_num_tokens 64: an iteration holds at most
-    max(64, 64 · (1 + 0 draft tokens)) = 64 tokens, so `serve` (simulate) builds its cost grid to 64; the steady
-    state builds its own cost model to the same extent (no wider grid, whose last segment would interpolate
-    the token times between other points)."""
+@pytest.fixture
+def cost_extents(monkeypatch):
+    """The max_tokens of every ServingCost the steady state builds, in order."""
     built = []
     real = serving_steady.ServingCost
 
@@ -219,28 +217,28 @@ def test_the_disaggregated_steady_state_prices_on_serves_grid(monkeypatch):
         return real(scn, max_tokens, calibration)
 
     monkeypatch.setattr(serving_steady, "ServingCost", spy)
+    return built
+
+
+def test_the_disaggregated_steady_state_prices_on_serves_grid(cost_extents):
+    """A 1 : 1 disaggregated plan with max_batch 64 and max_num_tokens 64: an iteration holds at most
+    max(64, 64 · (1 + 0 draft tokens)) = 64 tokens, so `serve` (simulate) builds its cost grid to 64; the steady
+    state builds its own cost model to the same extent (no wider grid, whose last segment would interpolate
+    the token times between other points)."""
     scn = _scn(ServingPlan(replicas=2, prefill_replicas=1, max_batch=64, max_num_tokens=64), gpus=2)
     steady_lane(scn)
-    assert built == [64]
+    assert cost_extents == [64]
     assert simulate(scn).cost.grid[-1] == 64
 
 
 @pytest.mark.parametrize("spec, extent", [(0, 64), (3, 256)])
-def test_a_saturated_lanes_steady_state_prices_on_serves_grid(monkeypatch, spec, extent):
+def test_a_saturated_lanes_steady_state_prices_on_serves_grid(cost_extents, spec, extent):
     """The colocated steady state likewise (steady_lane's own cost model), max_batch 64 and max_num_tokens 64 on
     TensorRT-LLM 1.0: without drafts max(64, 64 · 1) = 64, with 3 draft tokens max(64, 64 · (1 + 3)) = 256 —
     each the extent of serve's grid for that plan. (A grid of another extent interpolates the token times of its
     last segment between other points and moves the lane's rate by ~0.2 %: the steady_lane mutants bd2746ac,
     554565e4 and 3d54a427 of benchmarks/mutation_equivalent.yaml are not equivalent.)"""
-    built = []
-    real = serving_steady.ServingCost
-
-    def spy(scn, max_tokens, calibration=None):
-        built.append(max_tokens)
-        return real(scn, max_tokens, calibration)
-
-    monkeypatch.setattr(serving_steady, "ServingCost", spy)
     scn = _scn(ServingPlan(max_batch=64, max_num_tokens=64, spec_tokens=spec, framework="TensorRT-LLM 1.0"))
     steady_lane(scn)
-    assert built == [extent]
+    assert cost_extents == [extent]
     assert simulate(scn).cost.grid[-1] == extent
