@@ -100,16 +100,17 @@ NODE = {"GH200-96GB": 4, "L40S": 8, "H100-SXM5-80GB": 8, "A100-SXM4-80GB": 8, "H
 """GPUs per node of each board's system (a quad GH200 node; the L40S PCIe server)."""
 
 
-def predict(template: dict, gpu: str, tp: int, isl: int, osl: int, model: str | None = None) -> float | str:
-    """Predicted output tokens/s of the template case moved to `gpu` (in its column's format), tp, ISL/OSL and model
-    (or why it failed)."""
+def predict(template: dict, gpu: str, tp: int, isl: int, osl: int, model: str | None = None,
+            framework: str | None = None) -> float | str:
+    """Predicted output tokens/s of the template case moved to `gpu` (in its column's format), tp, ISL/OSL, model and
+    (when given) the framework its stack is read from (or why it failed)."""
     raw = copy.deepcopy(template)
+    if framework:
+        raw["plan"]["framework"] = framework
     if model:
         raw["model"] = dict(MODELS[model])
     raw["hardware"].update(gpu=gpu, num_gpus=tp, gpus_per_node=NODE[gpu])
-    raw["plan"].update(tp=tp, weights_precision=FORMAT.get(gpu, "fp8"))
-    if gpu in FORMAT:
-        raw["plan"]["kv_precision"] = FORMAT[gpu]
+    raw["plan"].update(tp=tp, weights_precision=FORMAT.get(gpu, "fp8"), kv_precision=FORMAT.get(gpu))
     raw["workload"].update(input_tokens=isl, output_tokens=osl, num_requests=NREQ[(isl, osl)])
     raw["measured"] = {"output_tokens_per_s": 1.0, "percentile": "mean"}
     raw["id"] = f"{template['id']}@{gpu}/tp{tp}/{isl}-{osl}"

@@ -197,3 +197,32 @@ def test_a_sliding_window_layer_decodes_over_its_window():
     assert len(full) == 2
     per_token = 2 * 4 * 128 * 2  # K and V, 4 kv heads of 128, 16 bit
     assert sorted(op.hbm_bytes - 4 * 16 * 256 * 2 for op in full) == [4 * 128 * per_token, 4000 * per_token]
+
+
+@pytest.mark.parametrize("framework, stack", [
+    ("TensorRT-LLM 0.17", "tensorrt-llm-0.1x"),
+    ("TensorRT-LLM 0.10.0", "tensorrt-llm-0.1x"),
+    ("TensorRT-LLM 0.21 (trtllm-bench)", "tensorrt-llm-0.1x"),  # the C++ engine flow, not 1.0's PyTorch backend
+    ("TensorRT-LLM 0.7a", "tensorrt-llm-0"),  # static GptSession era
+    ("TensorRT-LLM 0.5.0", "tensorrt-llm-0.5"),
+    ("TensorRT-LLM 1.0 (PyTorch backend)", "trtllm-bench"),
+])
+def test_a_tensorrt_llm_version_picks_its_runtime(framework, stack):
+    """0.10-0.21 measured throughput with in-flight batching on the C++ executor and TensorRT engines (the v0.17
+    performance overview: 'As of TensorRT-LLM v0.10 ... in-flight batching and no longer ... static benchmarking');
+    earlier builds ran static GptSession batches, 1.x the PyTorch backend."""
+    assert serving_stack(framework)["id"] == stack
+
+
+def test_a_cpp_engine_run_tunes_its_batch_chunks_its_prompts_and_has_no_python_loop():
+    """On the 0.1x C++ engine flow a Llama-3 8B FP8 offline run gets trtllm-bench's engine-build limits, the
+    executor's dynamic batch tuning, chunked context (on for TensorRT engines) and blocks of 64 tokens; no host time
+    per request or per kernel (a compiled engine enqueued from C++), unlike the 1.0 PyTorch executor's 29 µs."""
+    scn = _scn("llama3-8b", 1, "TensorRT-LLM 0.17", weight_precision="fp8", kv_precision="fp8")
+    cpp = serving_stack("TensorRT-LLM 0.17")
+    assert (cpp["batch_limits"], cpp["runtime_batch_tuning"], cpp["eager_prefill"]) == ("trtllm-bench", True, False)
+    assert cpp.get("host_per_request_s", 0.0) == 0.0 and serving_stack("TensorRT-LLM 1.0")["host_per_request_s"] > 0
+    resolved, limits = resolve_limits(scn)
+    assert resolved.plan.chunked_prefill is True and limits.block_tokens == 64
+    assert (resolved.plan.max_batch, resolved.plan.max_num_tokens) == trtllm_bench_limits(scn, 128, 128, 0.9, 128,
+                                                                                          True)
