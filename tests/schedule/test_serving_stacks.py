@@ -206,6 +206,9 @@ def test_a_sliding_window_layer_decodes_over_its_window():
     ("TensorRT-LLM 0.7a", "tensorrt-llm-0"),  # static GptSession era
     ("TensorRT-LLM 0.5.0", "tensorrt-llm-0.5"),
     ("TensorRT-LLM 1.0 (PyTorch backend)", "trtllm-bench"),
+    ("TensorRT-LLM v0.17.0", "tensorrt-llm-0.1x"),  # however the source spells it: a version's v, the module name
+    ("tensorrt_llm 0.17", "tensorrt-llm-0.1x"),
+    ("TensorRT LLM 1.0", "trtllm-bench"),
 ])
 def test_a_tensorrt_llm_version_picks_its_runtime(framework, stack):
     """0.10-0.21 measured throughput with in-flight batching on the C++ executor and TensorRT engines (the v0.17

@@ -1,6 +1,8 @@
 """Strict loader of the catalog YAML files (read once, cached)."""
 from __future__ import annotations
 
+import re
+
 import difflib
 from functools import lru_cache
 from importlib import resources
@@ -142,10 +144,18 @@ def scenario_data(eid: str) -> dict[str, Any]:
     return _lookup("scenarios", eid, "scenario")
 
 
+def framework_text(framework: str) -> str:
+    """`plan.framework` (free text) as the stacks' `match` words read it: lower case, single spaces, TensorRT-LLM
+    however spelt (`tensorrt_llm`, `TensorRT LLM`), a version's `v` dropped (`v0.17` → `0.17`)."""
+    text = re.sub(r"\s+", " ", str(framework or "").lower())
+    text = re.sub(r"tensorrt[ _]llm", "tensorrt-llm", text)
+    return re.sub(r"(?<![a-z0-9])v(?=\d)", "", text)
+
+
 def stack_for(framework: str) -> dict[str, Any] | None:
     """The software-stack entry whose `match` words occur in `framework` (free text), first match wins; None when
     the text names no known stack (the tool's own defaults apply)."""
-    text = (framework or "").lower()
+    text = framework_text(framework)
     for entry in entries("stacks").values():
         if any(word.lower() in text for word in entry.get("match", ())):
             return entry
