@@ -3,16 +3,13 @@ of TensorRT-LLM's v0.17 'Performance Overview' (github NVIDIA/TensorRT-LLM docs/
 @258c7540, trtllm-bench, in-flight batching, one table whose columns are H200, H100, GH200 480GB, L40S and A100 on the
 same models, lengths and engine settings).
 
-The absolute figures ran on the 0.17 C++ runtime (GH200 through gptManagerBenchmark with chunked context and a 0.95
-KV fraction, as the table's reproduction section says; the others through trtllm-bench), which no stack entry
-describes, so each row is compared as a ratio: the board's throughput over the H100's for the same model, layout and
-ISL/OSL, measured against predicted, both sides priced with the same stack (the corpus template's). What the ratio
-checks is the board: its peaks, its memory (GH200's 96 GB against 80 GB decides how many 70B sequences fit), its
-fabric (L40S's PCIe against NVSwitch at tp 4 and 8) and its provisional calibration. The ratio does not cancel the
-stack where one side is bound by it: the 1.0 stack's per-request host work caps Mixtral 8x7B on 4-8 H100 or H200 at
-~33k tokens/s, which the 0.17 C++ runtime exceeded (41-69k), so those rows compare the stacks, not the boards
-(summarised apart). Not part of
-`validate` and not used to fit anything.
+Each row is the board's throughput over the H100's for the same model, layout and ISL/OSL, measured against
+predicted, both sides priced with `plan.framework: TensorRT-LLM 0.17` as the table states (the `tensorrt-llm-0.1x`
+stack: in-flight batching on the C++ executor with TensorRT engines; the GH200 rows at the 0.95 KV fraction their
+gptManagerBenchmark command passes). A ratio cancels what the boards share — the stack, the engine settings, the
+model — and checks the board: its peaks, its memory (GH200's 96 GB against 80 GB decides how many 70B sequences fit),
+its fabric (L40S's PCIe against NVSwitch at tp 4 and 8) and its provisional calibration. benchmarks/
+heldout_trtllm017.py prices the same rows absolutely. Not part of `validate` and not used to fit anything.
 
     python benchmarks/heldout_boards.py [--corpus ../shared/validation/inference-public.yaml]
 """
@@ -96,6 +93,11 @@ MODELS = {"mixtral-8x7b": {"name": "mixtral-8x7b", "layers": 32, "hidden": 4096,
                            "ffn": 14336, "vocab": 32000, "experts": 8, "top_k": 2, "ffn_act": "swiglu"}}
 """Models of the table that no corpus case holds, put into the template case in place of its own (Mixtral 8x7B:
 mistralai/Mixtral-8x7B-v0.1 config.json; the engine's MoE layers run tensor-parallel, ep 1)."""
+FRAMEWORK = "TensorRT-LLM 0.17"
+"""The runtime every row of the table ran on."""
+KV_FRACTION = {"GH200-96GB": 0.95}
+"""A column's stated --kv_cache_free_gpu_mem_fraction (the table's GH200 command); the others ran trtllm-bench's
+default, 0.90, or 0.95 'in majority of cases' (not stated per row)."""
 NODE = {"GH200-96GB": 4, "L40S": 8, "H100-SXM5-80GB": 8, "A100-SXM4-80GB": 8, "H200-SXM-141GB": 8}
 """GPUs per node of each board's system (a quad GH200 node; the L40S PCIe server)."""
 
@@ -111,6 +113,8 @@ def predict(template: dict, gpu: str, tp: int, isl: int, osl: int, model: str | 
         raw["model"] = dict(MODELS[model])
     raw["hardware"].update(gpu=gpu, num_gpus=tp, gpus_per_node=NODE[gpu])
     raw["plan"].update(tp=tp, weights_precision=FORMAT.get(gpu, "fp8"), kv_precision=FORMAT.get(gpu))
+    if gpu in KV_FRACTION:
+        raw["plan"]["kv_memory_fraction"] = KV_FRACTION[gpu]
     raw["workload"].update(input_tokens=isl, output_tokens=osl, num_requests=NREQ[(isl, osl)])
     raw["measured"] = {"output_tokens_per_s": 1.0, "percentile": "mean"}
     raw["id"] = f"{template['id']}@{gpu}/tp{tp}/{isl}-{osl}"
@@ -132,8 +136,8 @@ def main() -> int:
             for (isl, osl), m, b in zip(LENGTHS, measured, base):
                 if m is None or b is None:
                     continue
-                p_board = predict(corpus[cid], gpu, tp, isl, osl, model)
-                p_base = predict(corpus[cid], "H100-SXM5-80GB", tp, isl, osl, model)
+                p_board = predict(corpus[cid], gpu, tp, isl, osl, model, FRAMEWORK)
+                p_base = predict(corpus[cid], "H100-SXM5-80GB", tp, isl, osl, model, FRAMEWORK)
                 if isinstance(p_board, str) or isinstance(p_base, str):
                     print(f"{gpu} tp{tp} {isl}/{osl}: FAILED: {p_board if isinstance(p_board, str) else p_base}")
                     continue

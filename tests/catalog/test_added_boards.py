@@ -226,3 +226,19 @@ def test_the_mx_only_board_refuses_nvfp4_and_the_bridged_nodes_share_their_serve
     assert facility_for(system("h100-pcie-pair")).node_non_gpu_w == 700
     assert facility_for(system("h200-nvl-quad")).node_non_gpu_w == 1400
     assert facility_for(system("gh200-quad")).node_non_gpu_w < facility_for(system("dgx-h100")).node_non_gpu_w / 2
+
+
+@pytest.mark.parametrize("framework, stack", [
+    ("Megatron-LM core_v0.9.0", "megatron-core"),  # Megatron-LM's release tags
+    ("Megatron-LM core_r0.9.0", "megatron-core"),
+    ("Megatron-LM (mcore)", "megatron-core"),
+    ("Megatron-Core 0.6.0 (FlagPerf)", "megatron-core"),
+    ("Megatron-LM", "megatron-lm"),  # unversioned: the 2021-22 runs' own defaults
+    ("NeMo 24.07 (NeMo 1.0, Megatron-Core)", "nemo-1"),
+    ("Megatron-Bridge / NeMo 26.04 container (BF16)", "megatron-bridge"),
+])
+def test_a_training_framework_picks_its_stack_however_spelt(framework, stack):
+    """Stacks are matched on catalog.store.framework_text of both the case's text and the match words, so a
+    release tag's `core_v0` is not read as a version's `v`."""
+    from narrowpath.catalog.store import stack_for
+    assert stack_for(framework)["id"] == stack

@@ -208,7 +208,13 @@ def test_a_sliding_window_layer_decodes_over_its_window():
     ("TensorRT-LLM 1.0 (PyTorch backend)", "trtllm-bench"),
     ("TensorRT-LLM v0.17.0", "tensorrt-llm-0.1x"),  # however the source spells it: a version's v, the module name
     ("tensorrt_llm 0.17", "tensorrt-llm-0.1x"),
+    ("TRT-LLM 0.17", "tensorrt-llm-0.1x"),
+    ("tensorrt-llm==0.17.0", "tensorrt-llm-0.1x"),
+    ("TensorRT-LLM (v0.17.0)", "tensorrt-llm-0.1x"),
     ("TensorRT LLM 1.0", "trtllm-bench"),
+    ("trtllm-serve (TensorRT-LLM 0.19)", "trtllm-serve"),  # a named front end wins over a version
+    ("TensorRT-LLM 0.20 (PyTorch backend)", "trtllm-bench"),  # the 0.18-0.21 PyTorch backend is the 1.x executor
+    ("vLLM v0.2.x", "vllm"),
 ])
 def test_a_tensorrt_llm_version_picks_its_runtime(framework, stack):
     """0.10-0.21 measured throughput with in-flight batching on the C++ executor and TensorRT engines (the v0.17
@@ -227,5 +233,8 @@ def test_a_cpp_engine_run_tunes_its_batch_chunks_its_prompts_and_has_no_python_l
     assert cpp.get("host_per_request_s", 0.0) == 0.0 and serving_stack("TensorRT-LLM 1.0")["host_per_request_s"] > 0
     resolved, limits = resolve_limits(scn)
     assert resolved.plan.chunked_prefill is True and limits.block_tokens == 64
-    assert (resolved.plan.max_batch, resolved.plan.max_num_tokens) == trtllm_bench_limits(scn, 128, 128, 0.9, 128,
-                                                                                          True)
+    assert limits.max_batch < resolved.plan.max_batch and "runtime batch" in dict(resolved.chosen)  # tuned down
+    long = dataclasses.replace(scn, load=Load(arrival="offline", input_tokens=20000, output_tokens=2000))
+    resolved, _ = resolve_limits(long)  # a 20,000-token prompt: chunking keeps the budget, unchunked it must hold it
+    chunked, unchunked = (trtllm_bench_limits(long, 20000, 2000, 0.9, 20000, c) for c in (True, False))
+    assert chunked != unchunked and (resolved.plan.max_batch, resolved.plan.max_num_tokens) == chunked

@@ -40,10 +40,9 @@ the other degrees leave; `framework`: the default stack)."""
 
 def serving_stack(framework: str) -> dict[str, Any]:
     """The serving-stack entry whose `match` words occur in `framework` (first match), else `default`."""
-    text = store.framework_text(framework)
     table = store.entries("serving_stacks")
     for entry in table.values():
-        if any(w.lower() in text for w in entry.get("match") or ()):
+        if store.stack_matches(entry, framework):
             return entry
     return table["default"]
 

@@ -145,19 +145,29 @@ def scenario_data(eid: str) -> dict[str, Any]:
 
 
 def framework_text(framework: str) -> str:
-    """`plan.framework` (free text) as the stacks' `match` words read it: lower case, single spaces, TensorRT-LLM
-    however spelt (`tensorrt_llm`, `TensorRT LLM`), a version's `v` dropped (`v0.17` → `0.17`)."""
+    """`plan.framework` (free text), or a stack's `match` word, in one spelling: lower case, single spaces,
+    TensorRT-LLM however written (`tensorrt_llm`, `TensorRT LLM`, `TensorRTLLM`, `TRT-LLM`, `tensorrt-llm==0.17`,
+    `tensorrt-llm-0.17`, `TensorRT-LLM (v0.17)`), a version's `v` dropped after a space or bracket (`v0.17` → `0.17`;
+    `core_v0` is kept)."""
     text = re.sub(r"\s+", " ", str(framework or "").lower())
-    text = re.sub(r"tensorrt[ _]llm", "tensorrt-llm", text)
-    return re.sub(r"(?<![a-z0-9])v(?=\d)", "", text)
+    text = re.sub(r"tensorrt[ _]?llm|(?<![a-z])trt[ -]llm", "tensorrt-llm", text)
+    text = re.sub(r"(?<=[ (\[=-])v(?=\d)", "", text)
+    return re.sub(r"tensorrt-llm(?:==|-| \()(?=\d)", "tensorrt-llm ", text)
+
+
+def stack_matches(entry: dict[str, Any], framework: str) -> bool:
+    """Whether a stack entry names `framework`: one of its `match` words occurs in it and none of its `unless` words
+    (both read through framework_text)."""
+    text = framework_text(framework)
+    return any(framework_text(w) in text for w in entry.get("match") or ()) and \
+        not any(framework_text(w) in text for w in entry.get("unless") or ())
 
 
 def stack_for(framework: str) -> dict[str, Any] | None:
     """The software-stack entry whose `match` words occur in `framework` (free text), first match wins; None when
     the text names no known stack (the tool's own defaults apply)."""
-    text = framework_text(framework)
     for entry in entries("stacks").values():
-        if any(word.lower() in text for word in entry.get("match", ())):
+        if stack_matches(entry, framework):
             return entry
     return None
 
