@@ -148,13 +148,18 @@ def main() -> int:
                 print(f"{gpu:15s} {model or 'llama':12s} {fmt} tp{tp} {isl:>5}/{osl:<5} ratio to H100: measured "
                       f"{ratio_m:5.3f} predicted {ratio_p:5.3f} ({err * 100:+6.1f} %)   board {p_board:9.0f} vs "
                       f"{m:9.0f} tok/s")
-    for board, errs in by_board.items():
-        gmean = math.exp(sum(math.log1p(e) for e in errs) / len(errs)) - 1.0
-        print(f"{board}: mean |ratio error| {sum(abs(e) for e in errs) / len(errs) * 100:.1f} % over {len(errs)} "
-              f"rows (geometric mean bias {gmean * 100:+.1f} %)")
-    every = [abs(e) for errs in by_board.values() for e in errs]
-    print(f"all boards: mean |ratio error| {sum(every) / len(every) * 100:.1f} % over {len(every)} rows")
+    summarise(by_board, "ratio error")
     return 0
+
+
+def summarise(groups: dict[str, list[float]], what: str) -> None:
+    """Per group and over all rows: the mean |error|, the geometric-mean bias and the worst error."""
+    for group, errs in groups.items():
+        gmean = math.exp(sum(math.log1p(e) for e in errs) / len(errs)) - 1.0
+        print(f"{group}: mean |{what}| {sum(abs(e) for e in errs) / len(errs) * 100:.1f} % over {len(errs)} rows "
+              f"(geometric mean bias {gmean * 100:+.1f} %, worst {max(errs, key=abs) * 100:+.1f} %)")
+    every = [abs(e) for errs in groups.values() for e in errs]
+    print(f"all rows: mean |{what}| {sum(every) / len(every) * 100:.1f} % over {len(every)} rows")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from heldout_boards import FRAMEWORK, LENGTHS, TABLE, predict
+from heldout_boards import FRAMEWORK, LENGTHS, TABLE, predict, summarise
 from narrowpath.validate.inference import load_inference_corpus
 
 
@@ -39,11 +39,7 @@ def main() -> int:
                 if args.rows:
                     print(f"{gpu:15s} {model or 'llama':12s} tp{tp} {isl:>5}/{osl:<5} predicted {p:9.0f} measured "
                           f"{m:9.0f} ({err * 100:+6.1f} %)")
-    for group, errs in groups.items():
-        print(f"{group}: mean |error| {sum(abs(e) for e in errs) / len(errs) * 100:.1f} % over {len(errs)} rows, "
-              f"worst {max(errs, key=abs) * 100:+.1f} %")
-    every = [abs(e) for errs in groups.values() for e in errs]
-    print(f"all rows: mean |error| {sum(every) / len(every) * 100:.1f} % over {len(every)} rows")
+    summarise(groups, "error")
     return 0
 
 
