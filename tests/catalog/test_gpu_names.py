@@ -86,7 +86,6 @@ def test_a_bridged_board_refuses_a_node_larger_than_its_nvlink_group():
     ("H100 SXM 80GB HBM2e", "no H100 device has HBM2E memory"),  # HBM2e at 80 GB is the PCIe card's memory
     ("H100-SXM5-64GB", "no H100 device has 64 GB"),
     ("B300-SXM-270GB", "no B300 device has 270 GB"),  # a size no source in the catalog gives
-    ("GH200", "matches GH200-144GB, GH200-96GB: state the memory"),  # two superchips, neither assumed
     ("GH200 120GB", "no GH200 device has 120 GB"),
     ("L40S SXM", "the catalog has no SXM/server L40S device"),  # the L40S is a PCIe card only
     ("MI250X", "names no GPU chip"),  # a chip the catalog lacks is not a neighbour of MI300X
@@ -157,3 +156,11 @@ def test_an_nvlink_domain_in_the_name_shapes_the_system():
     assert domain("GB200-NVL36") == 36 and domain("GB200 NVL4") == 4 and domain("GB200-NVL72-186GB") == 72
     assert domain("GB200-NVL36", scale_up_gpus=72) == 72
     assert system_for_hardware("GB200-NVL72").name == "gb200-nvl72"
+
+
+def test_an_unqualified_gh200_is_the_original_superchip():
+    """NVIDIA names the HBM3e GH200 by its 144 GB (or HBM3e) every time; a bare `GH200` is the 96 GB HBM3 part (an
+    exact alias: the descriptive reading alone would leave the two open)."""
+    assert store.canonical_id("devices", "GH200") == "GH200-96GB"
+    assert system_for_hardware("GH200").device.name == "GH200-96GB"
+    assert system_for_hardware("GH200 144GB").device.name == "GH200-144GB"
