@@ -87,6 +87,11 @@ def known_sizes_gb(eid: str, entry: Mapping[str, Any]) -> set[float]:
     return sizes
 
 
+def _server_boards(devices: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The devices none of whose names states a PCIe, NVL or workstation form."""
+    return {eid: e for eid, e in devices.items() if not any(n.form in REFUSED_FORMS for n in _entry_names(eid, e))}
+
+
 def resolve_gpu_name(name: str, devices: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, str]:
     """(catalog id, "") for the one device `name` describes, else (None, why not) in a few words."""
     want = parse_gpu_name(name)
@@ -102,7 +107,7 @@ def resolve_gpu_name(name: str, devices: Mapping[str, Mapping[str, Any]]) -> tup
                           "(other clocks, power and links): add a device entry for it")
         same = {eid: same[eid] for eid in forms}
     elif want.form == "sxm":  # an SXM/server name is never a PCIe, NVL or workstation board
-        same = {eid: e for eid, e in same.items() if not any(n.form in REFUSED_FORMS for n in _entry_names(eid, e))}
+        same = _server_boards(same)
         if not same:
             return None, f"the catalog has no SXM/server {want.family} device"
     if want.memory_gb is not None:
@@ -116,8 +121,7 @@ def resolve_gpu_name(name: str, devices: Mapping[str, Mapping[str, Any]]) -> tup
         if not same:
             return None, f"no {want.family} device has {want.memory_type} memory (the catalog's names say which)"
     if len(same) > 1 and want.form is None:  # an unstated form is the SXM/server board (the others name theirs)
-        server = {eid: e for eid, e in same.items() if not any(n.form in REFUSED_FORMS for n in _entry_names(eid, e))}
-        same = server or same
+        same = _server_boards(same) or same
     if len(same) > 1 and want.memory_type is None:  # an unstated type: the board whose id names none (a variant's
         plain = {eid: e for eid, e in same.items() if parse_gpu_name(eid).memory_type is None}  # id says its memory)
         same = plain or same

@@ -47,6 +47,15 @@ def serving_stack(framework: str) -> dict[str, Any]:
     return table["default"]
 
 
+def device_formats(plan: ServingPlan, device, stated: Mapping[str, Any]) -> dict[str, str]:
+    """The weight and KV formats a plan holds as bf16 (the default, or a file written for another GPU) that run on
+    `device` in its own 16-bit format instead — fp16 on Volta, whose tensor cores take no BF16 — unless `stated`
+    (the flags given) names them."""
+    half = device.half_format
+    return {k: half for k in ("weight_precision", "kv_precision")
+            if k not in stated and getattr(plan, k) == "bf16" and half != "bf16"}
+
+
 def read_request_trace(path: str | Path) -> tuple[tuple[float, int, int], ...]:
     """Requests of a trace file: CSV with a header or JSON/JSONL records, each with `arrival_s` (or `timestamp_s`),
     `input_tokens`, `output_tokens`. Errors name the file, the row and the field."""

@@ -144,11 +144,12 @@ def scenario_data(eid: str) -> dict[str, Any]:
     return _lookup("scenarios", eid, "scenario")
 
 
+@lru_cache(maxsize=4096)
 def framework_text(framework: str) -> str:
     """`plan.framework` (free text), or a stack's `match` word, in one spelling: lower case, single spaces,
     TensorRT-LLM however written (`tensorrt_llm`, `TensorRT LLM`, `TensorRTLLM`, `TRT-LLM`, `tensorrt-llm==0.17`,
     `tensorrt-llm-0.17`, `TensorRT-LLM (v0.17)`), a version's `v` dropped after a space or bracket (`v0.17` → `0.17`;
-    `core_v0` is kept)."""
+    `core_v0` is kept). Memoised: the stacks are looked up for every plan a search prices."""
     text = re.sub(r"\s+", " ", str(framework or "").lower())
     text = re.sub(r"tensorrt[ _]?llm|(?<![a-z])trt[ -]llm", "tensorrt-llm", text)
     text = re.sub(r"(?<=[ (\[=-])v(?=\d)", "", text)

@@ -15,7 +15,7 @@ from narrowpath.analysis.serving_accounts import serving_accounts
 from narrowpath.analysis.serving_whatif import serving_verdict
 from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
-from narrowpath.catalog.serving import load_serving_scenario, read_request_trace
+from narrowpath.catalog.serving import device_formats, load_serving_scenario, read_request_trace
 from narrowpath.cli.common import check_output_dir, check_output_file, writing
 from narrowpath.errors import SpecError
 from narrowpath.schedule.serving_run import simulate
@@ -155,9 +155,8 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     else:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a serving file)")
-        model, system, load0, cal = resolve_model(args.model), catalog_system(args.system), None, None
-        half = system.device.half_format  # the 16-bit format the tensor cores take (fp16 on Volta)
-        plan0 = ServingPlan(weight_precision=half, kv_precision=half)
+        model, system, plan0, load0, cal = resolve_model(args.model), catalog_system(args.system), ServingPlan(), \
+            None, None
     kw = {f: getattr(args, f) for f in list(_PLAN_FLAGS) + ["weight_precision", "kv_precision", "kv_memory_fraction",
                                                              "chunked_prefill", "policy", "admission",
                                                              "spec_acceptance", "framework", "ep_dispatch",
@@ -166,10 +165,7 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     if getattr(args, "graph_batch_sizes", None) is not None:
         kw["graph_batch_sizes"] = graph_sizes_arg(args.graph_batch_sizes)
     open_knobs = tuple(k for k in open_knobs if k not in kw)
-    half = system.device.half_format
-    for k in ("weight_precision", "kv_precision"):  # a serving file moved to Volta runs its bf16 as fp16
-        if k not in kw and getattr(plan0, k) == "bf16" and half != "bf16":
-            kw[k] = half
+    kw.update(device_formats(plan0, system.device, kw))  # unstated bf16 runs as fp16 on Volta
     if args.gpus is not None:
         inst = kw.get("tp", plan0.tp) * kw.get("dp", plan0.dp) * kw.get("pp", plan0.pp)
         if args.gpus < 1 or args.gpus % inst:

@@ -9,7 +9,7 @@ import json
 
 from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
-from narrowpath.catalog.serving import load_serving_scenario
+from narrowpath.catalog.serving import device_formats, load_serving_scenario
 from narrowpath.errors import SpecError
 from narrowpath.report.console import table
 from narrowpath.search.serve_space import ServeSpace, count_plans, search_serve
@@ -47,9 +47,8 @@ def _space(args) -> ServeSpace:
     else:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a serving file)")
-        model, system, load, gpus = resolve_model(args.model), catalog_system(args.system), None, None
-        half = system.device.half_format  # the 16-bit format the tensor cores take (fp16 on Volta)
-        plan = ServingPlan(weight_precision=half, kv_precision=half)
+        model, system, plan, load, gpus = resolve_model(args.model), catalog_system(args.system), ServingPlan(), \
+            None, None
     if args.model and args.scenario:
         model = resolve_model(args.model)
     if args.system and args.scenario:
@@ -63,9 +62,7 @@ def _space(args) -> ServeSpace:
         load = Load(input_tokens=args.input_len or load.input_tokens, output_tokens=args.output_len or load.output_tokens)
     kw = {k: getattr(args, k) for k in ("weight_precision", "kv_precision", "framework", "expert_balance")
           if getattr(args, k, None) is not None}
-    for k in ("weight_precision", "kv_precision"):  # a serving file moved to Volta runs its bf16 as fp16
-        if k not in kw and getattr(plan, k) == "bf16" and system.device.half_format != "bf16":
-            kw[k] = system.device.half_format
+    kw.update(device_formats(plan, system.device, kw))  # unstated bf16 runs as fp16 on Volta
     plan = dataclasses.replace(plan, **kw)
     pins = {k: getattr(args, k) for k in ("tp", "pp", "dp", "ep", "replicas", "max_batch")
             if getattr(args, k, None) is not None}
