@@ -1,0 +1,569 @@
+"""Measure one CUDA GPU the way the model prices it: GEMMs at transformer shapes (BF16, FP8), attention (training
+flash/cuDNN, decode over a KV cache), element-wise kernels, a whole Llama-3-8B decode and prefill step, and a
+training step of a Llama-3-8B-shaped model with fewer layers (with its PyTorch profiler trace).
+
+Run on the GPU machine (nothing here is fitted; `benchmarks/heldout_gpu.py` prices the same work with the model
+and compares):
+
+    python3 benchmarks/gpu_measure.py --out DIR [--budget-s 300]
+
+Every section appends to DIR/gpu_measure.json as it finishes, so a run cut short keeps what it measured.
+Timing: CUDA events around back-to-back launches after warm-up; each sample lasts at least `MIN_SAMPLE_S`; the
+median of the samples is kept. `--smoke` runs every section at toy sizes on the CPU (a check of this script).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import time
+
+import torch
+import torch.nn.functional as F
+
+MIN_SAMPLE_S = 0.01
+SAMPLES = 7
+
+LLAMA3_8B = dict(hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256, layers=32)
+TRAINING_VARIANTS = [(8, 8192, 1, "flash"), (8, 4096, 2, None), (4, 16384, 1, None), (16, 2048, 4, None)]
+"""(layers, sequence, micro-batch, SDPA backend) beside the main training step: FlashAttention-2 forced, and the
+same tokens at other sequence lengths and depths."""
+KERNEL_TABLE_PAIRS = {(1, 1024), (1, 8192), (32, 2048), (128, 2048), (256, 1024)}
+TOY = dict(hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=256, layers=2)
+
+
+class Run:
+    def __init__(self, out: str, budget_s: float, smoke: bool):
+        self.out, self.smoke = out, smoke
+        self.dev = "cpu" if smoke else "cuda"
+        self.deadline = time.monotonic() + budget_s
+        self.result: dict = {"schema": "narrowpath-gpu-measure/1", "sections": {}}
+        os.makedirs(out, exist_ok=True)
+
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def save(self, name: str, rows) -> None:
+        self.result["sections"][name] = rows
+        with open(os.path.join(self.out, "gpu_measure.json"), "w") as f:
+            json.dump(self.result, f, indent=1)
+        print(f"[{name}] {len(rows) if hasattr(rows, '__len__') else ''} rows, {self.left_s():.0f} s left", flush=True)
+
+    def sync(self) -> None:
+        if self.dev == "cuda":
+            torch.cuda.synchronize()
+
+    def time_s(self, fn, samples: int = SAMPLES) -> float:
+        """Median seconds per call of fn."""
+        fn()
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        one = max(time.perf_counter() - t0, 1e-6)
+        reps = max(1, min(1000, math.ceil(MIN_SAMPLE_S / one)))
+        if self.smoke:
+            samples, reps = 2, 1
+        out = []
+        for _ in range(samples):
+            if self.dev == "cuda":
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(reps):
+                    fn()
+                b.record()
+                b.synchronize()
+                out.append(a.elapsed_time(b) / 1e3 / reps)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    fn()
+                out.append((time.perf_counter() - t0) / reps)
+        return statistics.median(out)
+
+
+def graph_time_s(run: Run, fn, calls: int = 20) -> float:
+    """Seconds per call of fn replayed from a captured CUDA graph of `calls` back-to-back calls: the GPU's time
+    for kernels too short to outrun the host's launches."""
+    if run.dev != "cuda":
+        return run.time_s(fn)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    t = run.time_s(g.replay) / calls
+    del g
+    return t
+
+
+def gemm_graph(run: Run, m: dict) -> list:
+    """The small-M GEMMs of `gemms` again, timed from CUDA graphs (decode's weight-streaming regime)."""
+    h, f, hd = m["hidden"], m["ffn"], m["head_dim"]
+    shapes = {"qkv": (h, (m["heads"] + 2 * m["kv_heads"]) * hd), "o": (m["heads"] * hd, h), "gate_up": (h, 2 * f),
+              "down": (f, h), "lm_head": (h, m["vocab"])}
+    ms = (1, 16) if run.smoke else (1, 8, 32, 64, 128, 256, 512, 1024)
+    rows = []
+    for dtype in ("bf16",) if run.smoke else ("bf16", "fp8"):
+        for name, (k, n) in shapes.items():
+            if run.left_s() < 60:
+                break
+            w = torch.randn(n, k, device=run.dev, dtype=torch.bfloat16) * 0.02
+            w8 = w.to(torch.float8_e4m3fn) if dtype == "fp8" else None
+            one = torch.ones((), device=run.dev, dtype=torch.float32)
+            for M in ms:
+                x = torch.randn(M, k, device=run.dev, dtype=torch.bfloat16)
+                x8 = x.to(torch.float8_e4m3fn) if dtype == "fp8" else None
+                try:
+                    if dtype == "bf16":
+                        fn = (lambda x=x, w=w: torch.matmul(x, w.t()))
+                    else:
+                        fn = (lambda x8=x8, w8=w8, one=one: torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one,
+                                                                              out_dtype=torch.bfloat16))
+                    t = graph_time_s(run, fn)
+                    rows.append(dict(dtype=dtype, name=name, M=M, K=k, N=n, time_s=t,
+                                     weight_tb_per_s=n * k * (1 if dtype == "fp8" else 2) / t / 1e12,
+                                     tflops=2 * M * k * n / t / 1e12))
+                except Exception as e:  # noqa: BLE001
+                    rows.append(dict(dtype=dtype, name=name, M=M, K=k, N=n, error=str(e).splitlines()[0][:200]))
+    return rows
+
+
+def kernel_table(run: Run, fn) -> list:
+    """GPU kernels of one call of fn (torch.profiler), summed by name: [name, count, total seconds]."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    run.sync()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.dev == "cuda" else [])
+    with profile(activities=acts) as prof:
+        fn()
+        run.sync()
+    table: dict = {}
+    for e in prof.events():
+        if run.dev == "cuda" and getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
+            name = e.name[:160]
+            c = table.setdefault(name, [name, 0, 0.0])
+            c[1] += 1
+            c[2] += e.time_range.elapsed_us() / 1e6
+    return sorted(table.values(), key=lambda r: -r[2])
+
+
+def machine(run: Run) -> dict:
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    if run.dev == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        info.update(name=p.name, sms=p.multi_processor_count, memory_bytes=p.total_memory,
+                    capability=f"{p.major}.{p.minor}")
+        try:
+            q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm,"
+                                "clocks.max.mem", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+            info["nvidia_smi"] = q.stdout.strip()
+        except Exception as e:  # noqa: BLE001
+            info["nvidia_smi"] = f"unavailable: {e}"
+    return info
+
+
+def gemms(run: Run, m: dict) -> list:
+    """y[M,N] = x[M,K] · Wᵀ for the projections of Llama-3 8B (and 70B's tp-8 slices), M = tokens."""
+    h, f, hd = m["hidden"], m["ffn"], m["head_dim"]
+    shapes = {"qkv": (h, (m["heads"] + 2 * m["kv_heads"]) * hd), "o": (m["heads"] * hd, h), "gate_up": (h, 2 * f),
+              "down": (f, h), "lm_head": (h, m["vocab"])}
+    if not run.smoke:
+        shapes.update({"70b_tp8_qkv": (8192, 1280), "70b_tp8_down": (3584, 8192), "70b_tp8_gate_up": (8192, 7168)})
+    ms = (1, 16, 64) if run.smoke else (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    rows = []
+    for dtype in ("bf16", "fp8"):
+        for name, (k, n) in shapes.items():
+            if run.left_s() < 60:
+                break
+            w = torch.randn(n, k, device=run.dev, dtype=torch.bfloat16) * 0.02
+            if dtype == "fp8":
+                if run.smoke:
+                    continue
+                w8 = w.to(torch.float8_e4m3fn)
+                one = torch.ones((), device=run.dev, dtype=torch.float32)
+            for M in ms:
+                if name == "lm_head" and M > 8192:
+                    continue
+                x = torch.randn(M, k, device=run.dev, dtype=torch.bfloat16)
+                try:
+                    if dtype == "bf16":
+                        fn = (lambda x=x, w=w: torch.matmul(x, w.t()))
+                    else:
+                        x8 = x.to(torch.float8_e4m3fn)
+                        fn = (lambda x8=x8, w8=w8, one=one: torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one,
+                                                                              out_dtype=torch.bfloat16))
+                    t = run.time_s(fn)
+                    rows.append(dict(dtype=dtype, name=name, M=M, K=k, N=n, time_s=t,
+                                     tflops=2 * M * k * n / t / 1e12))
+                except Exception as e:  # noqa: BLE001
+                    rows.append(dict(dtype=dtype, name=name, M=M, K=k, N=n, error=str(e).splitlines()[0][:200]))
+                del x
+            del w
+    return rows
+
+
+def _backends():
+    from torch.nn.attention import SDPBackend
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def attention_training(run: Run, m: dict) -> list:
+    """Causal self-attention, forward and forward+backward, heads × head_dim of Llama-3 8B (K/V expanded)."""
+    from torch.nn.attention import sdpa_kernel
+    H, D = m["heads"], m["head_dim"]
+    seqs = (32, 64) if run.smoke else (1024, 2048, 4096, 8192, 16384)
+    rows = []
+    for backend, bk in _backends().items():
+        if run.smoke and backend != "efficient":
+            continue
+        for S in seqs:
+            if run.left_s() < 60:
+                break
+            B = max(1, 16384 // S) if not run.smoke else 1
+            q = torch.randn(B, H, S, D, device=run.dev, dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(B, H, S, D, device=run.dev, dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(B, H, S, D, device=run.dev, dtype=torch.bfloat16, requires_grad=True)
+            g = torch.randn(B, H, S, D, device=run.dev, dtype=torch.bfloat16)
+            flop_fwd = 4 * B * H * S * S * D / 2  # causal: half the score matrix
+            row = dict(backend=backend, batch=B, heads=H, seq=S, head_dim=D, causal=True, flop_fwd=flop_fwd)
+            try:
+                with sdpa_kernel([bk]):
+                    def fwd():
+                        with torch.no_grad():
+                            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    row["fwd_s"] = run.time_s(fwd)
+
+                    def fwdbwd():
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                        o.backward(g)
+                        q.grad = k.grad = v.grad = None
+                    row["fwd_bwd_s"] = run.time_s(fwdbwd)
+                row["fwd_tflops"] = flop_fwd / row["fwd_s"] / 1e12
+                row["bwd_tflops"] = 2.5 * flop_fwd / (row["fwd_bwd_s"] - row["fwd_s"]) / 1e12
+            except Exception as e:  # noqa: BLE001
+                row["error"] = str(e).splitlines()[0][:200]
+            rows.append(row)
+            del q, k, v, g
+    return rows
+
+
+def decode_attention(q, kc, vc, groups: int):
+    """One new token per sequence against its whole cache: the query heads of one KV head ride as query rows
+    (the grouped-query decode layout), so each K/V byte is read once."""
+    B, KV, L, D = kc.shape
+    qg = q.view(B, KV, groups, D)
+    return F.scaled_dot_product_attention(qg, kc, vc)
+
+
+def attention_decode(run: Run, m: dict) -> list:
+    KV, D, groups = m["kv_heads"], m["head_dim"], m["heads"] // m["kv_heads"]
+    pairs = [(1, 64), (4, 128)] if run.smoke else [(1, 1024), (1, 8192), (1, 32768), (8, 4096), (32, 2048),
+                                                   (64, 4096), (128, 1024), (128, 4096), (256, 2048)]
+    rows = []
+    for B, L in pairs:
+        if run.left_s() < 60:
+            break
+        kc = torch.randn(B, KV, L, D, device=run.dev, dtype=torch.bfloat16)
+        vc = torch.randn(B, KV, L, D, device=run.dev, dtype=torch.bfloat16)
+        q = torch.randn(B, KV * groups, D, device=run.dev, dtype=torch.bfloat16)
+        with torch.no_grad():
+            t = run.time_s(lambda: decode_attention(q, kc, vc, groups))
+        kv_bytes = 2 * B * KV * L * D * 2
+        rows.append(dict(batch=B, context=L, kv_heads=KV, heads=KV * groups, head_dim=D, time_s=t, kv_bytes=kv_bytes,
+                         tb_per_s=kv_bytes / t / 1e12))
+        del kc, vc, q
+    return rows
+
+
+def elementwise(run: Run) -> list:
+    n = 1 << 16 if run.smoke else 1 << 30  # elements: 2 GiB of bf16
+    rows = []
+    x = torch.randn(n, device=run.dev, dtype=torch.bfloat16)
+    y = torch.randn(n, device=run.dev, dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    cases = {
+        "copy": (lambda: out.copy_(x), 2 * 2 * n),
+        "add": (lambda: torch.add(x, y, out=out), 3 * 2 * n),
+        "silu_mul": (lambda: torch.mul(F.silu(x), y, out=out), None),
+        "cast_fp8": (lambda: x.to(torch.float8_e4m3fn), 3 * n),
+    }
+    rows_n = n // 4096
+    xr = x[: rows_n * 4096].view(rows_n, 4096)
+    wn = torch.ones(4096, device=run.dev, dtype=torch.bfloat16)
+    cases["rms_norm_fused"] = (lambda: F.rms_norm(xr, (4096,), wn, 1e-5), 2 * 2 * xr.numel())
+
+    def rms_eager():
+        v = xr.float()
+        return (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16) * wn
+    cases["rms_norm_eager"] = (rms_eager, 2 * 2 * xr.numel())
+    for name, (fn, nbytes) in cases.items():
+        if run.smoke and name == "cast_fp8":
+            continue
+        try:
+            t = run.time_s(fn)
+            rows.append(dict(name=name, elements=(xr.numel() if name.startswith("rms") else n), time_s=t,
+                             bytes=nbytes, tb_per_s=(nbytes / t / 1e12) if nbytes else None))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(name=name, error=str(e).splitlines()[0][:200]))
+    del x, y, out
+    return rows
+
+
+class Llama(torch.nn.Module):
+    """Llama-3 layout with random weights: embedding, layers of RMSNorm → fused QKV → RoPE → attention → O → RMSNorm
+    → fused gate/up → SiLU·mul → down, final norm, output layer."""
+
+    def __init__(self, m: dict, layers: int, dev: str, dtype):
+        super().__init__()
+        h, f, H, KV, D = m["hidden"], m["ffn"], m["heads"], m["kv_heads"], m["head_dim"]
+        self.m, self.L = m, layers
+        p = lambda *s: torch.nn.Parameter(torch.randn(*s, device=dev, dtype=dtype) * 0.02)  # noqa: E731
+        self.emb = p(m["vocab"], h)
+        self.qkv = torch.nn.ParameterList([p((H + 2 * KV) * D, h) for _ in range(layers)])
+        self.o = torch.nn.ParameterList([p(h, H * D) for _ in range(layers)])
+        self.gu = torch.nn.ParameterList([p(2 * f, h) for _ in range(layers)])
+        self.down = torch.nn.ParameterList([p(h, f) for _ in range(layers)])
+        self.n1 = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(h, device=dev, dtype=dtype))
+                                          for _ in range(layers)])
+        self.n2 = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(h, device=dev, dtype=dtype))
+                                          for _ in range(layers)])
+        self.nf = torch.nn.Parameter(torch.ones(h, device=dev, dtype=dtype))
+        self.head = p(m["vocab"], h)
+        inv = 1.0 / (500000.0 ** (torch.arange(0, D, 2, device=dev, dtype=torch.float32) / D))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def rope(self, x, pos):
+        """x [B, heads, T, D], pos [T] (or [B, 1] for decode)."""
+        ang = pos.float()[..., None] * self.inv_freq
+        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+        if cos.dim() == 3:  # decode: [B, 1, D/2] → [B, 1, 1, D/2]
+            cos, sin = cos[:, None], sin[:, None]
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+    def block(self, i, x, attn):
+        m = self.m
+        H, KV, D = m["heads"], m["kv_heads"], m["head_dim"]
+        B, T, h = x.shape
+        a = F.rms_norm(x, (h,), self.n1[i], 1e-5)
+        qkv = a @ self.qkv[i].t()
+        q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+        a = attn(i, q.view(B, T, H, D).transpose(1, 2), k.view(B, T, KV, D).transpose(1, 2),
+                 v.view(B, T, KV, D).transpose(1, 2))
+        x = x + a.transpose(1, 2).reshape(B, T, H * D) @ self.o[i].t()
+        a = F.rms_norm(x, (h,), self.n2[i], 1e-5)
+        g, u = (a @ self.gu[i].t()).chunk(2, dim=-1)
+        return x + (F.silu(g) * u) @ self.down[i].t()
+
+    def forward_train(self, tokens):
+        B, T = tokens.shape
+        pos = torch.arange(T, device=tokens.device)
+        KV, groups = self.m["kv_heads"], self.m["heads"] // self.m["kv_heads"]
+
+        def attn(i, q, k, v):
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = F.embedding(tokens, self.emb)
+        for i in range(self.L):
+            x = self.block(i, x, attn)
+        return F.rms_norm(x, (x.shape[-1],), self.nf, 1e-5) @ self.head.t()
+
+    def decode_step(self, tokens, pos, kcache, vcache):
+        """tokens [B, 1]; pos [B, 1] (each sequence's next position); caches [layers, B, KV, Lmax, D]."""
+        groups = self.m["heads"] // self.m["kv_heads"]
+        B = tokens.shape[0]
+        idx = pos.view(B, 1, 1, 1).expand(B, self.m["kv_heads"], 1, self.m["head_dim"])
+
+        def attn(i, q, k, v):
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            kcache[i].scatter_(2, idx, k)
+            vcache[i].scatter_(2, idx, v)
+            return decode_attention(q.reshape(B, -1, self.m["head_dim"]), kcache[i], vcache[i], groups).reshape(
+                B, -1, 1, self.m["head_dim"])
+        x = F.embedding(tokens, self.emb)
+        for i in range(self.L):
+            x = self.block(i, x, attn)
+        return (F.rms_norm(x, (x.shape[-1],), self.nf, 1e-5) @ self.head.t()).argmax(-1)
+
+
+def serving(run: Run, m: dict) -> dict:
+    """Llama-3 8B, BF16 weights and KV cache, one GPU: decode steps (CUDA graph and eager) and prefill forwards."""
+    torch.manual_seed(0)
+    model = Llama(m, m["layers"], run.dev, torch.bfloat16)
+    weights = sum(p.numel() for p in model.parameters()) * 2
+    out = {"model": "llama3-8b (random weights)", "weight_bytes": weights, "decode": [], "prefill": []}
+    pairs = [(1, 64), (2, 32)] if run.smoke else [(1, 1024), (1, 8192), (8, 2048), (32, 2048), (64, 2048),
+                                                  (128, 1024), (128, 2048), (256, 1024)]
+    KV, D = m["kv_heads"], m["head_dim"]
+    with torch.no_grad():
+        for B, L in pairs:
+            if run.left_s() < 90:
+                break
+            kc = torch.randn(m["layers"], B, KV, L, D, device=run.dev, dtype=torch.bfloat16)
+            vc = torch.randn_like(kc)
+            tok = torch.randint(0, m["vocab"], (B, 1), device=run.dev)
+            pos = torch.full((B, 1), L - 1, device=run.dev, dtype=torch.long)
+            row = dict(batch=B, context=L, kv_bytes=kc.numel() * 2 * 2)
+            eager = lambda: model.decode_step(tok, pos, kc, vc)  # noqa: E731
+            if B == 1 or run.smoke:
+                row["eager_s"] = run.time_s(eager, samples=3)
+            if run.dev == "cuda":
+                try:
+                    s = torch.cuda.Stream()
+                    s.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(s):
+                        for _ in range(2):
+                            eager()
+                    torch.cuda.current_stream().wait_stream(s)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        eager()
+                    row["graph_s"] = run.time_s(graph.replay)
+                    del graph
+                except Exception as e:  # noqa: BLE001
+                    row["graph_error"] = str(e).splitlines()[0][:200]
+            if (B, L) in KERNEL_TABLE_PAIRS or run.smoke:
+                try:
+                    row["kernels"] = kernel_table(run, eager)
+                except Exception as e:  # noqa: BLE001
+                    row["kernels_error"] = str(e).splitlines()[0][:200]
+            out["decode"].append(row)
+            run.save("serving", out)
+            del kc, vc
+            if run.dev == "cuda":
+                torch.cuda.empty_cache()
+        for T in ((16, 32) if run.smoke else (128, 512, 2048, 8192)):
+            if run.left_s() < 90:
+                break
+            tok = torch.randint(0, m["vocab"], (1, T), device=run.dev)
+            # prefill as a serving engine runs it: the output layer on the last token only
+            def prefill(tok=tok):
+                B, T = tok.shape
+                pos = torch.arange(T, device=tok.device)
+                groups = m["heads"] // m["kv_heads"]
+
+                def attn(i, q, k, v):
+                    q, k = model.rope(q, pos), model.rope(k, pos)
+                    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = F.embedding(tok, model.emb)
+                for i in range(model.L):
+                    x = model.block(i, x, attn)
+                return F.rms_norm(x[:, -1:], (x.shape[-1],), model.nf, 1e-5) @ model.head.t()
+            out["prefill"].append(dict(tokens=T, time_s=run.time_s(prefill, samples=5)))
+            run.save("serving", out)
+    del model
+    if run.dev == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backend: str | None = None,
+             trace: bool = True) -> dict:
+    """A training step of a Llama-3-8B-shaped model with `layers` layers: FP32 master weights, BF16 autocast,
+    PyTorch's SDPA (its default backend, or `backend`), no recompute, AdamW (fused), micro-batch `mb` at sequence
+    `seq`; with `trace`, one more step profiled."""
+    import contextlib
+    torch.manual_seed(0)
+    S = 32 if run.smoke else seq
+    model = Llama(m, layers, run.dev, torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
+    tok = torch.randint(0, m["vocab"], (mb, S + 1), device=run.dev)
+    params = sum(p.numel() for p in model.parameters())
+    res = {"model": f"llama3-8b shape, {layers} layers", "layers": layers, "params": params, "seq": S,
+           "micro_batch": mb, "attention_backend": backend or "default",
+           "precision": "bf16 autocast, fp32 master weights and gradients, fused AdamW"}
+
+    def ctx():
+        if backend is None or run.smoke:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+        return sdpa_kernel([_backends()[backend]])
+
+    def step():
+        with torch.autocast(run.dev, dtype=torch.bfloat16), ctx():
+            logits = model.forward_train(tok[:, :-1])
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tok[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    times = []
+    for i in range(2 if run.smoke else 6):
+        run.sync()
+        t0 = time.perf_counter()
+        step()
+        run.sync()
+        times.append(time.perf_counter() - t0)
+    res["step_times_s"] = times
+    res["step_s"] = statistics.median(times[2:] if len(times) > 3 else times)
+    if run.dev == "cuda":
+        res["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    if not trace:
+        del model, opt
+        return res
+    run.save("training", res)
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.dev == "cuda" else [])
+        with profile(activities=acts) as prof:
+            step()
+            run.sync()
+        path = os.path.join(run.out, "train_trace.json")
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as a, gzip.open(path + ".gz", "wb") as b:
+            shutil.copyfileobj(a, b)
+        os.remove(path)
+        res["trace"] = "train_trace.json.gz"
+    except Exception as e:  # noqa: BLE001
+        res["trace_error"] = str(e).splitlines()[0][:200]
+    del model, opt
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-s", type=float, default=300)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--only", help="comma-separated sections")
+    a = ap.parse_args()
+    run = Run(a.out, a.budget_s, a.smoke)
+    m = TOY if a.smoke else LLAMA3_8B
+    only = set(a.only.split(",")) if a.only else None
+    run.save("machine", machine(run))
+    steps = [("elementwise", lambda: elementwise(run)), ("gemm", lambda: gemms(run, m)),
+             ("attention_training", lambda: attention_training(run, m)),
+             ("attention_decode", lambda: attention_decode(run, m)),
+             ("serving", lambda: serving(run, m)), ("training", lambda: training(run, m, 2 if a.smoke else 8)),
+             ("gemm_graph", lambda: gemm_graph(run, m)),
+             ("training_variants", lambda: [training(run, m, *v, trace=False) for v in TRAINING_VARIANTS])]
+    for name, fn in steps:
+        if only and name not in only:
+            continue
+        if run.left_s() < 30:
+            print(f"[{name}] skipped: budget spent", flush=True)
+            continue
+        t0 = time.monotonic()
+        try:
+            run.save(name, fn())
+        except Exception as e:  # noqa: BLE001
+            run.save(name, {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+        print(f"[{name}] {time.monotonic() - t0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
