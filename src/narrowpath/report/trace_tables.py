@@ -91,8 +91,14 @@ def format_comparison(cmp: Comparison, scenario_name: str) -> str:
         crow.append([k, f"{o.count_per_step:.3g}" if o else "-", f"{p.count_per_step:.3g}" if p else "-",
                      _bytes(o.max_message_bytes) if o else "-", _bytes(p.max_message_bytes) if p else "-",
                      human_time(o.time_each_s) if o else "-", human_time(p.time_each_s) if p else "-"])
-    out.append(table(["collective", "per step (obs)", "per step (pred)", "max msg (obs)", "max msg (pred)",
-                      "time each (obs)", "time each (pred)"], crow))
+    if crow:
+        out.append(table(["collective", "per step (obs)", "per step (pred)", "max msg (obs)", "max msg (pred)",
+                          "time each (obs)", "time each (pred)"], crow))
+    if cmp.predicted_kernel_s:
+        out.append(table(["kernel class", "per step (obs)", "per step (pred)", "obs / pred"],
+                         [[c, human_time(cmp.observed_kernel_s.get(c, 0.0)), human_time(p),
+                           f"{cmp.observed_kernel_s.get(c, 0.0) / p:.2f}" if p > 0 else "-"]
+                          for c, p in cmp.predicted_kernel_s.items()]))
     out.append("Differences that matter:" if cmp.differences else "No difference beyond the thresholds.")
     out += [f"  - {d}" for d in cmp.differences]
     return "\n".join(out)

@@ -111,6 +111,23 @@ class StepPrediction:
     def hardware_tflops_per_gpu(self) -> float:
         return self.hardware_flop_per_step / self.step_time_s / self.scenario.num_gpus / 1e12
 
+    def gpu_time_by_class_s(self) -> dict[str, float]:
+        """GPU time per step of the most loaded stage's kernels by class, in a trace's kernel categories
+        (`trace --against` puts them beside the observed ones): `gemm` (matrix ops), `attention` (the attention
+        core, fused or not), `elementwise` (vector ops: norms, activations, casts, rotary, losses), `optimizer`
+        (the update). Each op at its roofline time (cost.roofline.op_time_s), times its count and the step's
+        micro-batches; the host's waits and exposed communication are not kernel time and are left out."""
+        busiest = max(range(len(self.stages)), key=lambda i: self.stages[i].total_s)
+        index = self.stages[busiest].index
+        stage = next(st for st in self.workload.stages if st.index == index)
+        dev = capped_device(self.scenario.system)
+        out = {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0}
+        for op, count in stage.ops:
+            cls = "attention" if is_attention_core(op) else "elementwise" if op.kind == "vector" else "gemm"
+            out[cls] += op_time_s(op, dev, self.calibration) * count * self.workload.num_microbatches
+        out["optimizer"] = self.breakdown_s.get("optimizer", 0.0)
+        return out
+
 
 def exposed_after_bucketed_overlap(total_s: float, message_bytes: float, bucket_bytes: float, window_s: float,
                                    slowdown: float) -> float:

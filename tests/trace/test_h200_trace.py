@@ -1,0 +1,74 @@
+"""A real PyTorch profiler trace from an H200 (benchmarks/data/h200/train_trace.json.gz: one training step of a
+Llama-3-8B-shaped model cut to 8 layers, sequence 8,192, PyTorch 2.11 SDPA with cuDNN's fused attention, recorded
+by benchmarks/gpu_measure.py on the project's device machine): Hopper kernel names land in the right categories,
+and `trace --against` puts the kernel time of each class beside the model's."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from narrowpath.cli.main import main
+from narrowpath.trace import schema
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
+TRACE = DATA / "train_trace.json.gz"
+SCENARIO = DATA / "train-8l.yaml"
+
+
+@pytest.mark.parametrize("name, category", [
+    # cuDNN's fused attention: its sm90 tag used to make it a GEMM, its backward helpers convolution / other
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0_0",
+     "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+     "attention"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*, void const*, void*, void*, unsigned "
+     "int)", "attention"),
+    ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, unsigned int, unsigned int)",
+     "attention"),
+    # cuBLAS's Hopper GEMMs
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16>", "gemm"),
+    # the weight and bias gradients of a layer / RMS norm
+    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u, 32u, 256u, "
+     "false>", "normalization"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", "reduction"),
+])
+def test_hopper_kernel_names(name, category):
+    assert schema.kernel_category(name) == category
+
+
+def test_kernel_breakdown_of_the_h200_step(capsys):
+    assert main(["trace", str(TRACE), "--json"]) == 0
+    kernels = {k["category"]: k for k in json.loads(capsys.readouterr().out)["ranks"][0]["kernels"]}
+    # read off the trace by hand: 8 forward + 8 backward cuDNN attention kernels and their 16 helpers; the 99
+    # nvjet / splitK GEMM kernels
+    assert kernels["attention"]["num_kernels"] == 32
+    assert kernels["attention"]["total_s"] == pytest.approx(32.07e-3, abs=0.01e-3)
+    assert kernels["gemm"]["num_kernels"] == 99
+    assert kernels["gemm"]["total_s"] == pytest.approx(146.62e-3, abs=0.01e-3)
+    assert "convolution" not in kernels
+
+
+def test_against_puts_kernel_classes_beside_the_model(capsys):
+    assert main(["trace", str(TRACE), "--against", str(SCENARIO), "--json"]) == 0
+    against = json.loads(capsys.readouterr().out)["against"]
+    obs, pred = against["observed_kernel_s"], against["predicted_kernel_s"]
+    assert set(pred) == {"gemm", "attention", "elementwise", "optimizer"}
+    # observed: the categories summed (gemm 146.62, attention 32.07, optimizer 24.08 ms; element-wise, norms,
+    # reductions and the rest 65.39 ms), one step in the window
+    assert obs["gemm"] == pytest.approx(146.62e-3, abs=0.01e-3)
+    assert obs["elementwise"] == pytest.approx(65.39e-3, abs=0.02e-3)
+    # the model's classes add up to its step on one GPU (no communication, no host wait)
+    assert sum(pred.values()) == pytest.approx(against["predicted_step_s"], rel=1e-9)
+    # the differences the step time hides are named: GEMMs ~0.7x, element-wise work ~3.9x the predicted time
+    text = " ".join(against["differences"])
+    assert "elementwise kernels" in text and "gemm kernels" in text
+
+
+def test_against_table(capsys):
+    assert main(["trace", str(TRACE), "--against", str(SCENARIO)]) == 0
+    text = capsys.readouterr().out
+    assert "kernel class" in text and "obs / pred" in text
+    assert "collective  per step" not in text  # no collective on one GPU: no empty table
