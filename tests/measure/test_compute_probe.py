@@ -37,3 +37,14 @@ def test_peaks_given_override_the_estimate():
 def test_torch_cpu_runs_when_installed(compute_result):
     pytest.importorskip("torch")
     assert any(s["backend"] == "torch-cpu" for s in compute_result["samples"])
+
+
+def test_a_dtype_the_given_peaks_lack_says_so():
+    """On a GPU with --device, a dtype the catalog device has no rate for (fp64: measured by NumPy on the host)
+    is not told to pass --device again (seen on the H200 probe)."""
+    from narrowpath.measure.compute_probe import _peaks
+    out = _peaks({"bf16": 7e14, "fp64": 4e11}, {"bf16": 9.894e14}, cuda=True)
+    assert out["bf16"]["peak_flops_per_s"] == 9.894e14
+    assert out["fp64"]["peak_flops_per_s"] == 0.0 and "--device" not in out["fp64"]["reason"].split("(")[0]
+    assert "no fp64 rate" in out["fp64"]["reason"]
+    assert "pass --device" in _peaks({"bf16": 7e14}, {}, cuda=True)["bf16"]["reason"]

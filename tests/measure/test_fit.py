@@ -93,3 +93,42 @@ def test_knee_fit_on_one_line_is_the_line():
     t = [50e-6 + s / 1.5e9 for s in sizes]
     fit = fit_line_knee(sizes, t)
     assert all(fit.predict_s(s) == pytest.approx(50e-6 + s / 1.5e9, rel=1e-6) for s in sizes)
+
+
+def test_launch_floor_is_left_out_of_the_ramp():
+    """GEMMs issued one by one from the host take max(launch interval, kernel time): t = max(20 µs, (F + F½)/R∞)
+    with R∞ = 700 TFLOP/s, F½ = 2 GFLOP. Fitted through the flat small sizes the ramp would read the 20 µs floor
+    as F½ and put R∞ above every measured rate; left out, R∞ and F½ come back."""
+    from narrowpath.measure.fit import floor_bound_points
+    flop = [2.0 * n ** 3 for n in (256, 512, 1024, 2048, 4096, 8192, 16384)]
+    t = [max(20e-6, (f + 2e9) / 700e12) for f in flop]
+    # 256, 512, 1024 sit on the floor; 2048 (27.4 µs, within 1.5x of it) goes too, three points stay
+    assert floor_bound_points(flop, t) == 4
+    ramp = fit_matrix_ramp(flop, [f / x for f, x in zip(flop, t)])
+    assert ramp.floor_points == 4
+    assert ramp.rate_flop_per_s == pytest.approx(700e12, rel=1e-6)
+    assert ramp.half_flop == pytest.approx(2e9, rel=1e-6)
+
+
+def test_floor_points_are_kept_when_too_few_would_remain():
+    from narrowpath.measure.fit import floor_bound_points
+    assert floor_bound_points([1, 2, 3, 100], [1.0, 1.1, 1.2, 50.0]) == 0  # one point would remain
+    assert floor_bound_points([1, 2, 30, 40, 50], [1.0, 3.0, 30.0, 40.0, 50.0]) == 0  # only one point is flat
+    assert floor_bound_points([1, 2, 30, 40, 50], [1.0, 1.4, 30.0, 40.0, 50.0]) == 2
+
+
+def test_h200_probe_calibrates_to_its_measured_rates():
+    """`narrowpath probe compute` on the project's H200 (benchmarks/data/h200/probe_compute.json, GEMMs issued one
+    by one): the bf16 sizes 256-2,048 sit at 18-24 µs, the large ones at 0.70-0.77 of the 989 TFLOP/s peak. The
+    fitted R∞ lies within the measured large-size rates (it was 0.90 of peak, 21 % residual, before the floor
+    points were left out)."""
+    import json
+    from pathlib import Path
+    data = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/data/h200/probe_compute.json").read_text())
+    rows = sorted((s for s in data["samples"] if s["backend"] == "torch-cuda" and s["dtype"] == "bf16"),
+                  key=lambda s: s["flop"])
+    ramp = fit_matrix_ramp([s["flop"] for s in rows], [s["flops_per_s"] for s in rows])
+    assert ramp.floor_points == 4
+    big = [s["flops_per_s"] for s in rows if s["n"] >= 4096]
+    assert min(big) <= ramp.rate_flop_per_s <= max(big)
+    assert ramp.fit.rms_rel_residual < 0.06

@@ -155,13 +155,15 @@ def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, 
         key = f"matrix_efficiency.{dtype}"
         sources[key] = (f"{backend} GEMM sweep on {rows[0]['device']}, n={rows[0]['n']}..{rows[-1]['n']}, "
                         f"median of {rows[0]['repeats']}; R_inf {ramp.rate_flop_per_s / 1e9:.1f} GFLOP/s / peak "
-                        f"{peak / 1e9:.1f} GFLOP/s")
+                        f"{peak / 1e9:.1f} GFLOP/s" + (f"; the {ramp.floor_points} smallest sizes left out of the ramp "
+                                                       "(floor-bound: fit.floor_bound_points)"
+                                                       if ramp.floor_points else ""))
         eff[dtype] = _clip(ramp.rate_flop_per_s / peak, key, sources, rep.warnings)
         by_size[dtype] = [[s["flop"], _table_eff(s["flops_per_s"] / peak)] for s in rows]
         half[dtype] = ramp.half_flop
         residuals[key] = round(ramp.fit.rms_rel_residual, 4)
         rep.lines.append({"fit": key, "value": eff[dtype], "rms_rel_residual": ramp.fit.rms_rel_residual,
-                          "points": len(rows)})
+                          "points": len(rows) - ramp.floor_points})
     if eff:
         prof["matrix_efficiency"] = eff
         prof["matrix_efficiency_by_size"] = by_size
