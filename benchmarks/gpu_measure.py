@@ -534,6 +534,56 @@ def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backe
     return res
 
 
+def training_compiled(run: Run, m: dict, layers: int) -> dict:
+    """`training` with the model's forward compiled by torch.compile (Inductor fuses the element-wise work — norms,
+    rotary, activations, casts — as a fused training stack does), the same shapes; one step profiled."""
+    torch.manual_seed(0)
+    S = 32 if run.smoke else 8192
+    model = Llama(m, layers, run.dev, torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
+    tok = torch.randint(0, m["vocab"], (1, S + 1), device=run.dev)
+    fwd = torch.compile(model.forward_train)
+
+    def step():
+        with torch.autocast(run.dev, dtype=torch.bfloat16):
+            logits = fwd(tok[:, :-1])
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tok[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    step()
+    run.sync()
+    res = {"model": f"llama3-8b shape, {layers} layers, forward compiled", "layers": layers, "seq": S,
+           "micro_batch": 1, "compile_and_first_step_s": time.perf_counter() - t0}
+    times = []
+    for _ in range(2 if run.smoke else 5):
+        run.sync()
+        t0 = time.perf_counter()
+        step()
+        run.sync()
+        times.append(time.perf_counter() - t0)
+    res["step_times_s"] = times
+    res["step_s"] = statistics.median(times[1:] if len(times) > 2 else times)
+    run.save("training_compiled", res)
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.dev == "cuda" else [])
+        with profile(activities=acts) as prof:
+            step()
+            run.sync()
+        path = os.path.join(run.out, "train_compiled_trace.json")
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as a, gzip.open(path + ".gz", "wb") as b:
+            shutil.copyfileobj(a, b)
+        os.remove(path)
+        res["trace"] = "train_compiled_trace.json.gz"
+    except Exception as e:  # noqa: BLE001
+        res["trace_error"] = str(e).splitlines()[0][:200]
+    del model, opt
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -550,7 +600,8 @@ def main() -> None:
              ("attention_decode", lambda: attention_decode(run, m)),
              ("serving", lambda: serving(run, m)), ("training", lambda: training(run, m, 2 if a.smoke else 8)),
              ("gemm_graph", lambda: gemm_graph(run, m)),
-             ("training_variants", lambda: [training(run, m, *v, trace=False) for v in TRAINING_VARIANTS])]
+             ("training_variants", lambda: [training(run, m, *v, trace=False) for v in TRAINING_VARIANTS]),
+             ("training_compiled", lambda: training_compiled(run, m, 2 if a.smoke else 8))]
     for name, fn in steps:
         if only and name not in only:
             continue

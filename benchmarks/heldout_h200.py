@@ -1,0 +1,230 @@
+"""Held out: the model against one real H200 — nothing fitted.
+
+benchmarks/data/h200/gpu_measure.json holds what benchmarks/gpu_measure.py measured on the project's device
+machine (one H200 SXM, 700 W, PyTorch 2.11, CUDA 13): whole training steps of Llama-3-8B-shaped models on one GPU,
+a Llama-3 8B decode (CUDA graph) and prefill, and single kernels (GEMMs in BF16 and FP8 at transformer shapes,
+fused attention forward and backward, decode attention over a KV cache, element-wise streams). Each is priced
+here with the H200's shipped calibration profile (the H100 SXM5 profile, fitted on published multi-GPU runs) and
+the same functions `predict` and `serve` use:
+
+- training steps: `schedule.step.predict` on the same model, plan and kernel (PyTorch's SDPA picked cuDNN's
+  fused attention — `flash`; the FlashAttention-2 backend forced — `flash2`);
+- kernels: `cost.roofline.op_time_s` on the op the workload builds for them (`workload.ops.gemm`, the flash
+  attention op of `workload.attention`, `workload.serving.decode_attention_op`, `workload.ops.vector`);
+- serving: `schedule.serving_cost.ServingCost` under the vLLM stack (PyTorch, CUDA graphs for decode).
+
+What the numbers say, and what they do not (docs/model.md, "Measured on an H200"): the script's model is plain
+eager PyTorch, not Megatron-Core or TensorRT-LLM, so kernel counts and fusions differ from the stacks the
+profiles were fitted on; a step-level agreement can hide compensating per-class errors, which `narrowpath trace
+benchmarks/data/h200/train_trace.json.gz --against benchmarks/data/h200/train-8l.yaml` shows kernel class by
+kernel class.
+
+    python benchmarks/heldout_h200.py [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+DATA = ROOT / "benchmarks" / "data" / "h200" / "gpu_measure.json"
+DEVICE = "H200-SXM-141GB"
+LLAMA3_8B = {"hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "ffn_act": "swiglu", "norm": "rmsnorm",
+             "vocab": 128256}
+
+
+def load(path: Path = DATA) -> dict:
+    return json.loads(path.read_text())["sections"]
+
+
+def _device_and_profile():
+    from narrowpath.catalog import calibration_for, store
+    return store.device(DEVICE), calibration_for(DEVICE)
+
+
+def probed_profile():
+    """The profile `narrowpath calibrate` fits from the probe of this H200 (GEMMs replayed from CUDA graphs,
+    h200/probe_compute_graph.json) on the shipped one: matrix rates and their size table measured, all else kept."""
+    from narrowpath.catalog import calibration_for
+    from narrowpath.measure.profile import build_profile
+    from narrowpath.spec.parse import calibration_from_dict
+    data = json.loads((DATA.parent / "probe_compute_graph.json").read_text())
+    return calibration_from_dict(build_profile(name="H200-probed", device=DEVICE, compute=data,
+                                               base=calibration_for(DEVICE)).profile)
+
+
+def training_rows(sections: dict, calibration=None) -> list[dict]:
+    """Every measured training step beside `predict` on the same model, plan and attention kernel (under
+    `calibration`, default the shipped profile)."""
+    from narrowpath.catalog.resolve import scenario_from_dict
+    from narrowpath.schedule.step import predict
+    runs = [sections["training"], *sections.get("training_variants", [])]
+    if "training_compiled" in sections:
+        runs.append({**sections["training_compiled"], "attention_backend": "default", "compiled": True})
+    rows = []
+    for r in runs:
+        attention = "flash2" if r.get("attention_backend") == "flash" else "flash"
+        scn = scenario_from_dict({
+            "name": f"h200-{r['layers']}l-s{r['seq']}-mb{r['micro_batch']}-{attention}", "system": "dgx-h200",
+            "num_gpus": 1, "model": {"name": "llama3-8b-shape", "layers": r["layers"], "seq_len": r["seq"],
+                                     **LLAMA3_8B},
+            "plan": {"tp": 1, "pp": 1, "dp": 1, "mbs": r["micro_batch"], "gbs": r["micro_batch"], "zero_stage": 0,
+                     "recompute": "none", "precision": "bf16", "attention": attention}})
+        scn = scn[0] if isinstance(scn, tuple) else scn
+        pred = predict(scn, calibration).step_time_s
+        rows.append({"case": scn.name + (" (compiled)" if r.get("compiled") else ""), "measured_s": r["step_s"],
+                     "predicted_s": pred, "error": pred / r["step_s"] - 1.0,
+                     "regime": "torch.compile" if r.get("compiled") else "eager"})
+    return rows
+
+
+def gemm_rows(sections: dict) -> list[dict]:
+    """GEMMs: CUDA-graph timings up to 1,024 rows (the eager ones there measured the host), eager beyond."""
+    from narrowpath.cost.roofline import op_time_s
+    from narrowpath.workload.ops import gemm
+    dev, cal = _device_and_profile()
+    graph = {(g["dtype"], g["name"], g["M"]): g for g in sections.get("gemm_graph", []) if "time_s" in g}
+    rows = []
+    for g in sections["gemm"]:
+        key = (g["dtype"], g["name"], g["M"])
+        src = graph.get(key) if g["M"] <= 1024 else g
+        if src is None or "time_s" not in src:
+            continue
+        w = 1.0 if g["dtype"] == "fp8" else 2.0
+        op = gemm(g["name"], "fwd", g["M"], g["K"], g["N"], g["dtype"], w, w, out_bytes=2.0)
+        pred = op_time_s(op, dev, cal)
+        regime = "weight stream (M < 64)" if g["M"] < 64 else "ramp (64 <= M <= 512)" if g["M"] <= 512 \
+            else "large (M >= 1024)"
+        rows.append({"case": f"{g['dtype']} {g['name']} M={g['M']}", "regime": f"{g['dtype']} {regime}",
+                     "measured_s": src["time_s"], "predicted_s": pred, "error": pred / src["time_s"] - 1.0})
+    return rows
+
+
+def attention_rows(sections: dict) -> list[dict]:
+    """Causal attention forward and backward (K/V expanded to every head, as measured) beside the flash op."""
+    from narrowpath.cost.roofline import op_time_s
+    from narrowpath.workload.attention import FLASH_BLOCK
+    from narrowpath.workload.items import Op
+    dev, cal = _device_and_profile()
+    rows = []
+    for a in sections["attention_training"]:
+        if "fwd_s" not in a or a["backend"] == "efficient":
+            continue
+        b, h, s, d = a["batch"], a["heads"], a["seq"], a["head_dim"]
+        frac = min(1.0, 0.5 * (1.0 + FLASH_BLOCK / s))
+        full = 4.0 * b * h * s * s * d
+        io = 4.0 * b * s * h * d * 2
+        impl = "fa2" if a["backend"] == "flash" else ""
+        fwd = Op("flash_attn", "flash", "fwd", full * frac, io, "bf16", 1, exps=b * h * s * s * frac, head_dim=d,
+                 impl=impl)
+        bwd = Op("flash_attn", "flash", "bwd", 2.5 * full * frac, 2.5 * io, "bf16", 1, exps=b * h * s * s * frac,
+                 head_dim=d, impl=impl)
+        name = "FlashAttention-2" if impl else "cuDNN fused"
+        for phase, op, measured in (("fwd", fwd, a["fwd_s"]), ("bwd", bwd, a["fwd_bwd_s"] - a["fwd_s"])):
+            pred = op_time_s(op, dev, cal)
+            rows.append({"case": f"{name} {phase} b={b} s={s}", "regime": f"{name} {phase}",
+                         "measured_s": measured, "predicted_s": pred, "error": pred / measured - 1.0})
+    return rows
+
+
+def _serving_cost():
+    from narrowpath.catalog.serving import serving_scenario_from_dict
+    from narrowpath.schedule.serving_cost import ServingCost
+    scn, _ = serving_scenario_from_dict({
+        "system": "dgx-h200", "num_gpus": 1, "model": "llama3-8b",
+        "plan": {"tp": 1, "framework": "vllm", "weight_precision": "bf16", "kv_precision": "bf16", "max_batch": 256,
+                 "max_num_tokens": 8192},
+        "workload": {"scenario": "offline", "input_tokens": 1024, "output_tokens": 128, "num_requests": 8}})
+    return scn, ServingCost(scn, 8192)
+
+
+def decode_attention_rows(sections: dict) -> list[dict]:
+    from narrowpath.cost.roofline import op_time_s
+    from narrowpath.workload.serving import decode_attention_op
+    dev, cal = _device_and_profile()
+    scn, cost = _serving_cost()
+    rows = []
+    for a in sections["attention_decode"]:
+        op = decode_attention_op(scn.model, scn.plan, cost.f, a["batch"], a["batch"] * a["context"])
+        pred = op_time_s(op, dev, cal)
+        regime = "decode attention, batch 1" if a["batch"] == 1 else "decode attention, batch >= 8"
+        rows.append({"case": f"decode attention b={a['batch']} L={a['context']}", "regime": regime,
+                     "measured_s": a["time_s"], "predicted_s": pred, "error": pred / a["time_s"] - 1.0})
+    return rows
+
+
+def elementwise_rows(sections: dict) -> list[dict]:
+    from narrowpath.cost.roofline import op_time_s
+    from narrowpath.workload.ops import vector
+    dev, cal = _device_and_profile()
+    rows = []
+    for e in sections["elementwise"]:
+        if not e.get("bytes") or e["name"] == "rms_norm_eager":  # eager RMSNorm: five kernels, not one stream
+            continue
+        pred = op_time_s(vector(e["name"], "fwd", e["bytes"], "bf16"), dev, cal)
+        rows.append({"case": e["name"], "regime": "element-wise stream", "measured_s": e["time_s"],
+                     "predicted_s": pred, "error": pred / e["time_s"] - 1.0})
+    return rows
+
+
+def serving_rows(sections: dict) -> list[dict]:
+    """Decode steps (CUDA graph) and prefill forwards of Llama-3 8B on the vLLM stack's pricing."""
+    _, cost = _serving_cost()
+    rows = []
+    for r in sections["serving"]["decode"]:
+        b, L = r["batch"], r["context"]
+        pred = cost.iteration_s(b, b, b * L)
+        rows.append({"case": f"decode b={b} L={L}", "regime": "decode step" + (" (b >= 64)" if b >= 64 else
+                                                                                 " (b < 64)"),
+                     "measured_s": r["graph_s"], "predicted_s": pred, "error": pred / r["graph_s"] - 1.0,
+                     "kernels": sum(k[1] for k in r.get("kernels", [])) or None})
+    for r in sections["serving"]["prefill"]:
+        T = r["tokens"]
+        pred = cost.iteration_s(T, 0, 0, pre_tokens=T, pre_pairs=T * (T + 1) / 2, pre_ctx=T, rows=1)
+        rows.append({"case": f"prefill T={T}", "regime": "prefill (eager, T >= 2048)" if T >= 2048 else
+                     "prefill (eager, host-bound T < 2048)", "measured_s": r["time_s"], "predicted_s": pred,
+                     "error": pred / r["time_s"] - 1.0})
+    return rows
+
+
+def summarise(rows: list[dict], key: str = "regime") -> list[dict]:
+    """Per group: count, mean |error|, geometric-mean bias (predicted / measured − 1) and the worst error."""
+    out = {}
+    for r in rows:
+        out.setdefault(r.get(key, "all"), []).append(r["error"])
+    return [{"group": g, "n": len(e), "mean_abs_error": sum(abs(x) for x in e) / len(e),
+             "bias": math.exp(sum(math.log1p(x) for x in e) / len(e)) - 1.0, "worst": max(e, key=abs)}
+            for g, e in out.items()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    s = load()
+    sections = {"training steps": training_rows(s),
+                "training steps, probed profile": training_rows(s, probed_profile()), "GEMMs": gemm_rows(s), "attention (training)":
+                attention_rows(s), "decode attention": decode_attention_rows(s), "element-wise":
+                elementwise_rows(s), "serving (Llama-3 8B, vLLM pricing)": serving_rows(s)}
+    if a.json:
+        print(json.dumps({k: {"rows": v, "groups": summarise(v)} for k, v in sections.items()}, indent=1))
+        return 0
+    for title, rows in sections.items():
+        print(f"\n== {title}")
+        if title.startswith("training steps") or title.startswith("serving"):
+            for r in rows:
+                print(f"  {r['case']:34s} measured {r['measured_s'] * 1e3:9.3f} ms  predicted "
+                      f"{r['predicted_s'] * 1e3:9.3f} ms  {r['error']:+7.1%}")
+        for g in summarise(rows):
+            print(f"  [{g['group']}] n={g['n']}: mean |error| {g['mean_abs_error']:.1%}, bias {g['bias']:+.1%}, "
+                  f"worst {g['worst']:+.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

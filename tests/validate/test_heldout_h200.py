@@ -1,0 +1,75 @@
+"""The model against one real H200 (benchmarks/data/h200, measured by benchmarks/gpu_measure.py on the project's
+device machine; nothing fitted to it): the regimes where what the script ran is what the model prices hold to
+bounds, so a regression in the roofline, the training step or the serving iteration fails here. The regimes
+where the script's plain PyTorch differs from the modelled stacks (decode at small batch: ~42 kernels per layer
+and no split-KV decode attention; prefill below 2,048 tokens: host-bound eager launches) are reported by
+benchmarks/heldout_h200.py, not bounded."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("heldout_h200", ROOT / "benchmarks" / "heldout_h200.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def sections(bench):
+    return bench.load()
+
+
+def _mean_abs(rows):
+    return sum(abs(r["error"]) for r in rows) / len(rows)
+
+
+def test_eager_training_steps(bench, sections):
+    """Five training steps of Llama-3-8B-shaped models on one H200 (4-16 layers, sequence 2,048-16,384, cuDNN
+    fused attention or FlashAttention-2): +0.6 … +6.7 % when recorded."""
+    rows = [r for r in bench.training_rows(sections) if r["regime"] == "eager"]
+    assert len(rows) == 5
+    assert max(abs(r["error"]) for r in rows) <= 0.10
+    assert _mean_abs(rows) <= 0.06
+    # FlashAttention-2 forced is slower than cuDNN's kernel, measured and predicted alike
+    by = {r["case"]: r for r in rows}
+    fa2, fused = by["h200-8l-s8192-mb1-flash2"], by["h200-8l-s8192-mb1-flash"]
+    assert fa2["measured_s"] > fused["measured_s"] and fa2["predicted_s"] > fused["predicted_s"]
+
+
+def test_bandwidth_bound_kernels(bench, sections):
+    """Weight-streaming GEMMs (fewer than 64 rows: decode), element-wise streams and decode attention over
+    batches of 8+ sequences are bytes over the attained HBM bandwidth: within 10-15 % on the mean when recorded
+    (6.8, 10.3, 10.1 %)."""
+    gemms = [r for r in bench.gemm_rows(sections) if r["regime"] == "bf16 weight stream (M < 64)"]
+    assert len(gemms) == 15 and _mean_abs(gemms) <= 0.10
+    streams = bench.elementwise_rows(sections)
+    assert len(streams) == 4 and _mean_abs(streams) <= 0.15
+    decode = [r for r in bench.decode_attention_rows(sections) if r["regime"] == "decode attention, batch >= 8"]
+    assert len(decode) == 6 and _mean_abs(decode) <= 0.15
+
+
+def test_serving_iterations_where_the_gpu_binds(bench, sections):
+    """Llama-3 8B on one H200, priced as vLLM runs it: prefill of 2,048 and 8,192 tokens (+4.8, +6.0 %) and decode
+    steps of 128-256 sequences (-6.8 … -11.7 %), where the KV cache and the GEMMs dominate the script's extra small
+    kernels."""
+    rows = {r["case"]: r for r in bench.serving_rows(sections)}
+    for case in ("prefill T=2048", "prefill T=8192", "decode b=128 L=2048", "decode b=256 L=1024"):
+        assert abs(rows[case]["error"]) <= 0.10, case
+    assert abs(rows["decode b=128 L=1024"]["error"]) <= 0.15
+
+
+def test_probe_to_profile(bench):
+    """`probe compute` with CUDA-graph timing, calibrated: the H200's BF16 GEMMs at 0.80 of peak with F½ 2.1 GFLOP
+    (the kernels; the shipped 0.55 is the fitted rate of whole multi-GPU training steps, docs/model.md)."""
+    cal = bench.probed_profile()
+    assert 0.75 <= cal.matrix_eff("bf16") <= 0.85
+    assert 1e9 <= cal.matrix_half_flop <= 4e9
+    assert cal.matrix_efficiency_by_size["bf16"]  # the measured table travels with the profile
