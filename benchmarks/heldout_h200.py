@@ -48,14 +48,11 @@ def _device_and_profile():
 
 
 def probed_profile():
-    """The profile `narrowpath calibrate` fits from the probe of this H200 (GEMMs replayed from CUDA graphs,
-    h200/probe_compute_graph.json) on the shipped one: matrix rates and their size table measured, all else kept."""
-    from narrowpath.catalog import calibration_for
-    from narrowpath.measure.profile import build_profile
-    from narrowpath.spec.parse import calibration_from_dict
-    data = json.loads((DATA.parent / "probe_compute_graph.json").read_text())
-    return calibration_from_dict(build_profile(name="H200-probed", device=DEVICE, compute=data,
-                                               base=calibration_for(DEVICE)).profile)
+    """The profile `narrowpath calibrate` fitted on the H200 itself from `probe memory` and `probe compute` (GEMMs
+    replayed from CUDA graphs) on the shipped one (h200/h200-probed.yaml): matrix rates and their size table, the
+    L2 and HBM levels and vector_bw_efficiency measured, all else the shipped profile's."""
+    from narrowpath.catalog.resolve import calibration_from
+    return calibration_from(str(DATA.parent / "h200-probed.yaml"))
 
 
 def training_rows(sections: dict, calibration=None) -> list[dict]:

@@ -93,11 +93,11 @@ def test_memory_probe_is_left_out_for_a_device(tmp_path, probe_json, capsys, mem
     """The memory probe measures host DRAM: with --device it is not the device's HBM, so it is left out (said)."""
     out = tmp_path / "p.yaml"
     one_line_error(capsys, ["calibrate", str(probe_json(memory_result)), "--device", "H100-SXM5-80GB", "-o", str(out)],
-                   "nothing left to fit", "memory probe left out: it measures host memory")
+                   "nothing left to fit", "memory probe of the host left out: it measures host memory")
     assert main(["calibrate", str(probe_json({"probe": "all", "memory": memory_result, "compute": {
         **cpu_compute(), "samples": [{**s, "backend": "torch-cuda"} for s in cpu_compute()["samples"]]}})),
         "--device", "H100-SXM5-80GB", "-o", str(out)]) == 0
-    assert "warning: memory probe left out" in capsys.readouterr().err
+    assert "warning: memory probe of the host left out" in capsys.readouterr().err
     assert calibration_from(str(out)).memory_levels == ()
 
 

@@ -67,9 +67,25 @@ def test_serving_iterations_where_the_gpu_binds(bench, sections):
 
 
 def test_probe_to_profile(bench):
-    """`probe compute` with CUDA-graph timing, calibrated: the H200's BF16 GEMMs at 0.80 of peak with F½ 2.1 GFLOP
-    (the kernels; the shipped 0.55 is the fitted rate of whole multi-GPU training steps, docs/model.md)."""
+    """`probe compute` (CUDA-graph timing) and `probe memory` (the GPU's levels) on the H200, calibrated there:
+    BF16 GEMMs at 0.80 of peak with F½ 2.1 GFLOP (the kernels; the shipped 0.55 is the fitted rate of whole
+    multi-GPU training steps, docs/model.md), HBM at 4.15 TB/s = 0.87 of 4.8 (the shipped profile says 0.85), L2
+    ~42 MiB at ~7 TB/s (the catalog's 52 MB at 7.0 TB/s)."""
     cal = bench.probed_profile()
     assert 0.75 <= cal.matrix_eff("bf16") <= 0.85
     assert 1e9 <= cal.matrix_half_flop <= 4e9
     assert cal.matrix_efficiency_by_size["bf16"]  # the measured table travels with the profile
+    assert 0.82 <= cal.vector_bw_efficiency <= 0.90
+    assert [lv.name for lv in cal.memory_levels] == ["L2", "HBM"]
+    assert 30 * 2**20 <= cal.memory_levels[0].capacity_bytes <= 60e6
+
+
+def test_recorded_gpu_memory_probe_levels():
+    """The levels detected again from the recorded samples match what the probe reported on the device."""
+    import json
+    from narrowpath.measure.gpu_memory_probe import detect_gpu_levels
+    d = json.loads((ROOT / "benchmarks/data/h200/probe_memory_gpu.json").read_text())
+    levels = detect_gpu_levels(d["samples"], d["memory_bytes"], d["l2_cache_bytes"], d["fixed_s"])
+    assert [lv["name"] for lv in levels] == ["L2", "HBM"] == [lv["name"] for lv in d["levels"]]
+    assert levels[-1]["bandwidth_bytes_per_s"] == pytest.approx(d["levels"][-1]["bandwidth_bytes_per_s"])
+    assert 4.0e12 <= levels[-1]["bandwidth_bytes_per_s"] <= 4.4e12

@@ -94,10 +94,11 @@ def _host_parts_for_a_device(found: dict[str, list[dict]], args) -> list[str]:
                     f"{best['backend']}), not on an {args.device}: its best {best['flops_per_s'] / 1e9:.1f} GFLOP/s "
                     f"{best['dtype']} is {best['flops_per_s'] / peak:.2%} of the {args.device}'s peak. Run the probe "
                     "on that device, or drop --device to fit this machine's own profile")
-        if found["memory"]:
-            found["memory"] = []
-            warnings.append(f"memory probe left out: it measures host memory ({args.device} HBM needs a device "
-                            "probe); vector_bw_efficiency and memory_levels keep the base/default values")
+        if any(res.get("backend") != "torch-cuda" for res in found["memory"]):
+            found["memory"] = [res for res in found["memory"] if res.get("backend") == "torch-cuda"]
+            warnings.append(f"memory probe of the host left out: it measures host memory ({args.device} HBM needs "
+                            "`narrowpath probe memory` run where PyTorch sees the GPU); vector_bw_efficiency and "
+                            "memory_levels keep the base/default values")
     if args.system:
         host = [r for r in found["collectives"] if r.get("backend") != "nccl"]
         if host:

@@ -30,6 +30,9 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--repeats", type=int, help="timed repeats per sample (median kept)")
     p.add_argument("--device", metavar="ID", help="catalog device whose peaks the compute efficiency uses")
+    p.add_argument("--host", action="store_true",
+                   help="compute and memory: measure the host CPU even where PyTorch sees a GPU (default: the GPU's "
+                        "GEMMs beside the host's, and the GPU's memory levels)")
     p.add_argument("--max-bytes", type=float, help="largest working set / weights / message, bytes")
     p.add_argument("--memory-json", metavar="FILE", help="locality: levels from an earlier `probe memory -o`")
     p.add_argument("--batch", type=int, default=1, help="locality: state rows per step (default 1)")
@@ -49,18 +52,33 @@ def _peaks(device_id: str | None) -> dict[str, float]:
     return dict(store.device(device_id).peak_matrix_flop_per_s)
 
 
+def _cuda() -> bool:
+    """Whether PyTorch is installed and sees a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def _run_one(what: str, args, memory_result=None) -> dict | None:
     from narrowpath.measure import collectives_probe, compute_probe, locality_probe, memory_probe
     prog = not args.no_progress
     if what == "compute":
         return compute_probe.probe_compute(quick=args.quick, repeats=args.repeats, peaks=_peaks(args.device),
-                                           progress=prog)
+                                           progress=prog, cuda=False if args.host else None)
     if what == "memory":
+        if not args.host and _cuda():
+            from narrowpath.measure import gpu_memory_probe
+            return gpu_memory_probe.probe_gpu_memory(quick=args.quick, max_bytes=args.max_bytes,
+                                                     repeats=args.repeats, progress=prog)
         return memory_probe.probe_memory(quick=args.quick, max_bytes=args.max_bytes, repeats=args.repeats,
                                          progress=prog)
     if what == "locality":
         if memory_result is None and args.memory_json:
             memory_result = _read_json(args.memory_json)
+        if memory_result is not None and memory_result.get("backend") == "torch-cuda":
+            memory_result = None  # the locality probe runs on the host: a GPU's levels are not its caches
         if memory_result is None:
             print("[locality] no --memory-json: running a quick memory probe for the levels", file=sys.stderr)
             memory_result = memory_probe.probe_memory(quick=True, progress=False)

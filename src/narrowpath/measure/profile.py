@@ -176,8 +176,10 @@ def _memory(memory: Mapping[str, Any], peak_mem_bw: float, prof: dict, rep: FitR
     levels = memory["levels"]
     prof["memory_levels"] = [{"name": lv["name"], "capacity_bytes": float(f"{lv['capacity_bytes']:.4g}"),
                               "bw_bytes_per_s": float(f"{lv['bandwidth_bytes_per_s']:.4g}")} for lv in levels]
+    gpu = memory.get("backend") == "torch-cuda"
     prof["sources"]["memory_levels"] = (f"narrowpath probe memory on {memory['device']}: plateaus of the "
-                                        f"'{memory['level_kernel']}' kernel, STREAM byte counting, 1 thread")
+                                        f"'{memory['level_kernel']}' kernel, STREAM byte counting, "
+                                        + ("CUDA-graph replays" if gpu else "1 thread"))
     samples = [s for s in memory["samples"] if s["kernel"] == memory["level_kernel"]]
     for lv in levels:
         ys = [s["bandwidth_bytes_per_s"] for s in samples

@@ -29,13 +29,18 @@ def format_compute(result: Mapping[str, Any]) -> str:
 
 
 def format_memory(result: Mapping[str, Any]) -> str:
-    lines = [f"# memory probe on {result['device']} ({result['dtype']}, {result['threads']} thread, "
+    how = ("CUDA-graph replays" if result.get("backend") == "torch-cuda"
+           else f"{result.get('threads', 1)} thread")
+    lines = [f"# memory probe on {result['device']} ({result['dtype']}, {how}, "
              f"STREAM byte counting; level bandwidth = '{result['level_kernel']}' kernel)",
              f"{'level':<6} {'capacity (MiB)':>15} {'add (GB/s)':>11} {'read':>7} {'write':>7} {'copy':>7}"]
     for lv in result["levels"]:
         lines.append(f"{lv['name']:<6} {_mib(lv['capacity_bytes']):>15} {lv['bandwidth_bytes_per_s'] / 1e9:>11.1f} "
                      f"{lv['read_bandwidth_bytes_per_s'] / 1e9:>7.1f} {lv['write_bandwidth_bytes_per_s'] / 1e9:>7.1f} "
                      f"{lv['copy_bandwidth_bytes_per_s'] / 1e9:>7.1f}")
+    if result.get("backend") == "torch-cuda":
+        lines.append(f"device L2 (reported): {_mib(result.get('l2_cache_bytes', 0))} MiB")
+        return "\n".join(lines)
     lines.append("detected boundary vs OS-reported cache:")
     for c in result["comparison"]:
         lines.append(f"  {c['level']:<6} detected {_mib(c['detected_capacity_bytes']):>9} MiB   "

@@ -1,0 +1,59 @@
+"""The GPU memory probe's level detection and what `calibrate` makes of memory probes on a GPU machine. The probe
+itself needs CUDA (checked on the project's device machine: benchmarks/data/h200/probe_memory_gpu.json)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from narrowpath.measure.gpu_memory_probe import detect_gpu_levels
+from narrowpath.measure.memory_probe import working_set_sizes
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
+
+
+def _samples(l2_bytes: float, l2_bw: float, hbm_bw: float):
+    """A staircase: the add kernel at L2 bandwidth while its working set fits the L2, HBM bandwidth beyond; the
+    other kernels at 0.9 of it."""
+    out = []
+    for ws in working_set_sizes(min_bytes=2**20, max_bytes=4 * 2**30, points_per_octave=3):
+        bw = l2_bw if ws <= 0.8 * l2_bytes else hbm_bw
+        for k in ("read", "write", "copy", "add"):
+            out.append({"kernel": k, "working_set_bytes": ws, "bandwidth_bytes_per_s": bw * (1 if k == "add" else
+                                                                                              0.9)})
+    return out
+
+
+def test_l2_and_hbm_levels():
+    """An H200-like staircase (60 MB L2 at 10 TB/s, HBM at 4.3 TB/s): two levels, named, with the device's
+    memory as the last capacity and the L2 edge within a factor 2 of the L2."""
+    levels = detect_gpu_levels(_samples(60e6, 10e12, 4.3e12), 150.1e9, 60e6)
+    assert [lv["name"] for lv in levels] == ["L2", "HBM"]
+    assert levels[-1]["capacity_bytes"] == 150.1e9
+    assert levels[-1]["bandwidth_bytes_per_s"] == pytest.approx(4.3e12, rel=1e-6)
+    assert 30e6 <= levels[0]["capacity_bytes"] <= 120e6
+    assert levels[-1]["copy_bandwidth_bytes_per_s"] == pytest.approx(0.9 * 4.3e12, rel=1e-6)
+
+
+def test_one_plateau_is_hbm():
+    levels = detect_gpu_levels(_samples(0.5e6, 4.3e12, 4.3e12), 80e9, 0)
+    assert [lv["name"] for lv in levels] == ["HBM"]
+
+
+def test_calibrate_reads_a_gpu_memory_probe_against_hbm(tmp_path, capsys):
+    """A GPU memory probe (backend torch-cuda) with --device: its HBM plateau over the device's 4.8 TB/s is
+    vector_bw_efficiency and its levels are the profile's (a host probe is left out: test_calibrate_checks)."""
+    from narrowpath.catalog.resolve import calibration_from
+    from narrowpath.cli.main import main
+    gpu = {"probe": "memory", "backend": "torch-cuda", "device": "NVIDIA H200", "dtype": "float32",
+           "level_kernel": "add", "samples": _samples(60e6, 10e12, 4.3e12)}
+    gpu["levels"] = detect_gpu_levels(gpu["samples"], 150.1e9, 60e6)
+    src, out = tmp_path / "mem.json", tmp_path / "p.yaml"
+    src.write_text(json.dumps(gpu))
+    assert main(["calibrate", str(src), "--device", "H200-SXM-141GB", "--base", "H200-SXM-141GB",
+                 "-o", str(out)]) == 0
+    assert "left out" not in capsys.readouterr().err
+    cal = calibration_from(str(out))
+    assert cal.vector_bw_efficiency == pytest.approx(4.3 / 4.8, rel=1e-3)
+    assert [lv.name for lv in cal.memory_levels] == ["L2", "HBM"]
