@@ -57,3 +57,13 @@ def test_calibrate_reads_a_gpu_memory_probe_against_hbm(tmp_path, capsys):
     cal = calibration_from(str(out))
     assert cal.vector_bw_efficiency == pytest.approx(4.3 / 4.8, rel=1e-3)
     assert [lv.name for lv in cal.memory_levels] == ["L2", "HBM"]
+
+
+def test_staircase_plot_of_the_recorded_h200_probe(tmp_path):
+    """--plots on a GPU memory probe draws the device's L2 where a host probe draws the OS caches (it raised
+    KeyError: 'os_caches')."""
+    pytest.importorskip("matplotlib")
+    from narrowpath.report.measure_plots import plot_memory
+    result = json.loads((DATA / "probe_memory_gpu.json").read_text())
+    path = plot_memory(result, tmp_path)
+    assert path.stat().st_size > 10_000

@@ -50,13 +50,17 @@ def plot_memory(result: Mapping[str, Any], out_dir: Path) -> Path:
         if lv is not result["levels"][-1]:
             ax.axvline(lv["capacity_bytes"], color="k", ls="--", lw=0.8)
         start = end
-    for c in result["os_caches"]:
+    caches = result.get("os_caches")
+    if caches is None:  # a GPU memory probe: the L2 the device reports
+        caches = [{"name": "L2", "capacity_bytes": result["l2_cache_bytes"]}] if result.get("l2_cache_bytes") else []
+    for c in caches:
         ax.axvline(c["capacity_bytes"], color="red", ls=":", lw=1)
-        ax.text(c["capacity_bytes"], 0.02, f"OS {c['name']} " + (f"{c['capacity_bytes'] / 2**20:g} MiB" if c["capacity_bytes"] >= 2**20
+        ax.text(c["capacity_bytes"], 0.02, f"{'OS' if 'os_caches' in result else 'device'} {c['name']} " + (f"{c['capacity_bytes'] / 2**20:g} MiB" if c["capacity_bytes"] >= 2**20
                                              else f"{c['capacity_bytes'] / 2**10:g} KiB"), fontsize=7,
                 color="red", rotation=90, va="bottom", ha="right", transform=ax.get_xaxis_transform())
     ax.set(xscale="log", yscale="log", xlabel="working set (bytes)", ylabel="bandwidth (GB/s, STREAM counting)",
-           title="memory probe: detected levels (black) vs OS caches (red)")
+           title=f"memory probe on {result['device']}: detected levels (black) vs "
+                 + ("OS caches (red)" if "os_caches" in result else "the device's L2 (red)"))
     ax.legend(fontsize=8, loc="upper right")
     return save_figure(fig, out_dir / "memory_staircase.png")
 
