@@ -52,3 +52,23 @@ def test_runs_unchanged_under_torchrun(tmp_path):
     result = json.loads(out.read_text())
     assert result["num_ranks"] == 2 and result["backend"] == "gloo" and result["samples"]
     assert proc.stdout.count("# Collective test starting: all_reduce_perf") == 1  # only rank 0 reports
+
+
+def test_local_ranks_beyond_the_gpus(monkeypatch):
+    """NCCL binds one GPU per rank: 2 local ranks on a 1-GPU machine (the project's H200) fall back to gloo when no
+    backend is stated, and a stated nccl is refused naming the counts; with enough GPUs nothing changes."""
+    import torch
+    from narrowpath.errors import NarrowpathError
+    from narrowpath.measure.collectives_probe import local_backend
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert local_backend(None, 2) == "gloo"
+    assert local_backend("gloo", 2) == "gloo"
+    with pytest.raises(NarrowpathError, match="2 local ranks need 2 GPUs .* this machine has 1; use --backend gloo"):
+        local_backend("nccl", 2)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert local_backend(None, 8) is None and local_backend("nccl", 4) == "nccl"
+    with pytest.raises(NarrowpathError, match="use --ranks 8"):
+        local_backend("nccl", 16)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert local_backend(None, 2) is None

@@ -68,6 +68,7 @@ def probe_collectives(*, num_ranks: int = 2, ops: tuple[str, ...] = PROBE_OPS, q
         return _run_rank(plan, out_path=None)
     if num_ranks < 2:
         raise NarrowpathError(f"collectives probe needs at least 2 ranks, got {num_ranks}")
+    plan["backend"] = local_backend(backend, num_ranks)
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory(prefix="narrowpath-coll-") as tmp:
         out_path = os.path.join(tmp, "rank0.json")
@@ -80,6 +81,22 @@ def probe_collectives(*, num_ranks: int = 2, ops: tuple[str, ...] = PROBE_OPS, q
                 from None
         with open(out_path) as f:
             return json.load(f)
+
+
+def local_backend(backend: str | None, num_ranks: int) -> str | None:
+    """The backend of `num_ranks` ranks spawned on this machine: NCCL binds one GPU per rank (rank i on cuda:i),
+    so with fewer GPUs than ranks an unstated backend is gloo (the host's collectives, said in the result's
+    `backend`) and a stated `nccl` is refused in one line; else the stated one (None: chosen per rank)."""
+    import torch
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and gpus < num_ranks:
+        raise NarrowpathError(f"--backend nccl: {num_ranks} local ranks need {num_ranks} GPUs (one per rank), this "
+                              f"machine has {gpus}; use --ranks {max(gpus, 2)} or --backend gloo"
+                              if gpus >= 2 else f"--backend nccl: {num_ranks} local ranks need {num_ranks} GPUs "
+                              f"(one per rank), this machine has {gpus}; use --backend gloo")
+    if backend is None and 0 < gpus < num_ranks:
+        return "gloo"
+    return backend
 
 
 def _free_port() -> int:
