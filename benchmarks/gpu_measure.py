@@ -255,7 +255,6 @@ def attention_training(run: Run, m: dict) -> list:
             except Exception as e:  # noqa: BLE001
                 row["error"] = str(e).splitlines()[0][:200]
             rows.append(row)
-            del q, k, v, g
     return rows
 
 
@@ -367,10 +366,12 @@ class Llama(torch.nn.Module):
         g, u = (a @ self.gu[i].t()).chunk(2, dim=-1)
         return x + (F.silu(g) * u) @ self.down[i].t()
 
-    def forward_train(self, tokens):
+    def forward_train(self, tokens, last_only: bool = False):
+        """Causal forward over whole sequences; the output layer on every token, or on the last one
+        (`last_only`: a serving engine's prefill)."""
         B, T = tokens.shape
         pos = torch.arange(T, device=tokens.device)
-        KV, groups = self.m["kv_heads"], self.m["heads"] // self.m["kv_heads"]
+        groups = self.m["heads"] // self.m["kv_heads"]
 
         def attn(i, q, k, v):
             q, k = self.rope(q, pos), self.rope(k, pos)
@@ -379,6 +380,8 @@ class Llama(torch.nn.Module):
         x = F.embedding(tokens, self.emb)
         for i in range(self.L):
             x = self.block(i, x, attn)
+        if last_only:
+            x = x[:, -1:]
         return F.rms_norm(x, (x.shape[-1],), self.nf, 1e-5) @ self.head.t()
 
     def decode_step(self, tokens, pos, kcache, vcache):
@@ -450,20 +453,8 @@ def serving(run: Run, m: dict) -> dict:
                 break
             tok = torch.randint(0, m["vocab"], (1, T), device=run.dev)
             # prefill as a serving engine runs it: the output layer on the last token only
-            def prefill(tok=tok):
-                B, T = tok.shape
-                pos = torch.arange(T, device=tok.device)
-                groups = m["heads"] // m["kv_heads"]
-
-                def attn(i, q, k, v):
-                    q, k = model.rope(q, pos), model.rope(k, pos)
-                    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                x = F.embedding(tok, model.emb)
-                for i in range(model.L):
-                    x = model.block(i, x, attn)
-                return F.rms_norm(x[:, -1:], (x.shape[-1],), model.nf, 1e-5) @ model.head.t()
-            out["prefill"].append(dict(tokens=T, time_s=run.time_s(prefill, samples=5)))
+            out["prefill"].append(dict(tokens=T, time_s=run.time_s(lambda tok=tok: model.forward_train(
+                tok, last_only=True), samples=5)))
             run.save("serving", out)
     del model
     if run.dev == "cuda":
@@ -471,20 +462,42 @@ def serving(run: Run, m: dict) -> dict:
     return out
 
 
+def _profiled(run: Run, fn, name: str) -> dict:
+    """One more call of fn under the PyTorch profiler, its trace gzipped to DIR/`name`.json.gz: {"trace": file} or
+    {"trace_error": why}."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.dev == "cuda" else [])
+        with profile(activities=acts) as prof:
+            fn()
+            run.sync()
+        path = os.path.join(run.out, f"{name}.json")
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as a, gzip.open(path + ".gz", "wb") as b:
+            shutil.copyfileobj(a, b)
+        os.remove(path)
+        return {"trace": f"{name}.json.gz"}
+    except Exception as e:  # noqa: BLE001
+        return {"trace_error": str(e).splitlines()[0][:200]}
+
+
 def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backend: str | None = None,
-             trace: bool = True) -> dict:
+             trace: str | None = None, compiled: bool = False) -> dict:
     """A training step of a Llama-3-8B-shaped model with `layers` layers: FP32 master weights, BF16 autocast,
     PyTorch's SDPA (its default backend, or `backend`), no recompute, AdamW (fused), micro-batch `mb` at sequence
-    `seq`; with `trace`, one more step profiled."""
+    `seq`; six steps, the median of the last four kept. `compiled`: the forward compiled by torch.compile (Inductor
+    fuses the element-wise work — norms, rotary, activations, casts — as a fused training stack does; the first
+    step's time, compilation included, is kept apart). `trace`: one more step profiled into DIR/`trace`.json.gz."""
     import contextlib
     torch.manual_seed(0)
     S = 32 if run.smoke else seq
     model = Llama(m, layers, run.dev, torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
     tok = torch.randint(0, m["vocab"], (mb, S + 1), device=run.dev)
+    fwd = torch.compile(model.forward_train) if compiled else model.forward_train
     params = sum(p.numel() for p in model.parameters())
-    res = {"model": f"llama3-8b shape, {layers} layers", "layers": layers, "params": params, "seq": S,
-           "micro_batch": mb, "attention_backend": backend or "default",
+    res = {"model": f"llama3-8b shape, {layers} layers" + (", forward compiled" if compiled else ""),
+           "layers": layers, "params": params, "seq": S, "micro_batch": mb, "attention_backend": backend or "default",
            "precision": "bf16 autocast, fp32 master weights and gradients, fused AdamW"}
 
     def ctx():
@@ -495,13 +508,13 @@ def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backe
 
     def step():
         with torch.autocast(run.dev, dtype=torch.bfloat16), ctx():
-            logits = model.forward_train(tok[:, :-1])
+            logits = fwd(tok[:, :-1])
         loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tok[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     times = []
-    for i in range(2 if run.smoke else 6):
+    for _ in range(2 if run.smoke else 6):
         run.sync()
         t0 = time.perf_counter()
         step()
@@ -509,77 +522,13 @@ def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backe
         times.append(time.perf_counter() - t0)
     res["step_times_s"] = times
     res["step_s"] = statistics.median(times[2:] if len(times) > 3 else times)
+    if compiled:
+        res["compile_and_first_step_s"] = times[0]
     if run.dev == "cuda":
         res["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-    if not trace:
-        del model, opt
-        return res
-    run.save("training", res)
-    try:
-        from torch.profiler import ProfilerActivity, profile
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.dev == "cuda" else [])
-        with profile(activities=acts) as prof:
-            step()
-            run.sync()
-        path = os.path.join(run.out, "train_trace.json")
-        prof.export_chrome_trace(path)
-        with open(path, "rb") as a, gzip.open(path + ".gz", "wb") as b:
-            shutil.copyfileobj(a, b)
-        os.remove(path)
-        res["trace"] = "train_trace.json.gz"
-    except Exception as e:  # noqa: BLE001
-        res["trace_error"] = str(e).splitlines()[0][:200]
-    del model, opt
-    return res
-
-
-def training_compiled(run: Run, m: dict, layers: int) -> dict:
-    """`training` with the model's forward compiled by torch.compile (Inductor fuses the element-wise work — norms,
-    rotary, activations, casts — as a fused training stack does), the same shapes; one step profiled."""
-    torch.manual_seed(0)
-    S = 32 if run.smoke else 8192
-    model = Llama(m, layers, run.dev, torch.float32)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
-    tok = torch.randint(0, m["vocab"], (1, S + 1), device=run.dev)
-    fwd = torch.compile(model.forward_train)
-
-    def step():
-        with torch.autocast(run.dev, dtype=torch.bfloat16):
-            logits = fwd(tok[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tok[:, 1:].reshape(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    t0 = time.perf_counter()
-    step()
-    run.sync()
-    res = {"model": f"llama3-8b shape, {layers} layers, forward compiled", "layers": layers, "seq": S,
-           "micro_batch": 1, "compile_and_first_step_s": time.perf_counter() - t0}
-    times = []
-    for _ in range(2 if run.smoke else 5):
-        run.sync()
-        t0 = time.perf_counter()
-        step()
-        run.sync()
-        times.append(time.perf_counter() - t0)
-    res["step_times_s"] = times
-    res["step_s"] = statistics.median(times[1:] if len(times) > 2 else times)
-    run.save("training_compiled", res)
-    try:
-        from torch.profiler import ProfilerActivity, profile
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.dev == "cuda" else [])
-        with profile(activities=acts) as prof:
-            step()
-            run.sync()
-        path = os.path.join(run.out, "train_compiled_trace.json")
-        prof.export_chrome_trace(path)
-        with open(path, "rb") as a, gzip.open(path + ".gz", "wb") as b:
-            shutil.copyfileobj(a, b)
-        os.remove(path)
-        res["trace"] = "train_compiled_trace.json.gz"
-    except Exception as e:  # noqa: BLE001
-        res["trace_error"] = str(e).splitlines()[0][:200]
+    if trace:
+        res.update(_profiled(run, step, trace))
     del model, opt
     return res
 
@@ -598,10 +547,12 @@ def main() -> None:
     steps = [("elementwise", lambda: elementwise(run)), ("gemm", lambda: gemms(run, m)),
              ("attention_training", lambda: attention_training(run, m)),
              ("attention_decode", lambda: attention_decode(run, m)),
-             ("serving", lambda: serving(run, m)), ("training", lambda: training(run, m, 2 if a.smoke else 8)),
+             ("serving", lambda: serving(run, m)),
+             ("training", lambda: training(run, m, 2 if a.smoke else 8, trace="train_trace")),
              ("gemm_graph", lambda: gemm_graph(run, m)),
-             ("training_variants", lambda: [training(run, m, *v, trace=False) for v in TRAINING_VARIANTS]),
-             ("training_compiled", lambda: training_compiled(run, m, 2 if a.smoke else 8))]
+             ("training_variants", lambda: [training(run, m, *v) for v in TRAINING_VARIANTS]),
+             ("training_compiled", lambda: training(run, m, 2 if a.smoke else 8, trace="train_compiled_trace",
+                                                    compiled=True))]
     for name, fn in steps:
         if only and name not in only:
             continue

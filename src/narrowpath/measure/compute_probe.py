@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from narrowpath.measure.machine import cpu_model_name, cpu_peak_flop_per_s
-from narrowpath.measure.timing import Progress, host_provenance, time_median_s
+from narrowpath.measure.timing import Progress, cuda_graph_of, cuda_time_s, host_provenance, time_median_s
 
 QUICK_SIZES = (64, 128, 256, 512, 1024)
 FULL_SIZES = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072)
@@ -71,53 +71,15 @@ GRAPH_ITERS = 64
 """GEMMs per captured CUDA graph (`_cuda_time_s`)."""
 
 
-def _graph_of(fn, iters: int):
-    """A zero-argument replay of `iters` back-to-back calls of fn captured in one CUDA graph (warmed up on a side
-    stream, as capture needs), or None when capture fails (the caller times the plain launches)."""
-    import torch
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(iters):
-                fn()
-        return graph.replay
-    except (RuntimeError, AttributeError):
-        torch.cuda.synchronize()
-        return None
-
-
 def _cuda_time_s(fn, repeats: int, iters: int) -> float:
     """Median over `repeats` of (CUDA-event time of `iters` back-to-back GEMMs) / iters, the GEMMs replayed from
-    a CUDA graph: issued one by one from Python, a GEMM shorter than the host's launch of the next measures the
-    launch rate, not the GPU (on the H200 machine every size from 256 to 2,048 took 18–24 µs that way, the
-    kernels 5–15 µs from a graph: benchmarks/data/h200)."""
-    import statistics
-    import torch
-    graph_iters = min(iters, GRAPH_ITERS)
-    replay = _graph_of(fn, graph_iters)
+    a CUDA graph of up to GRAPH_ITERS (timing.cuda_graph_of: on the H200 machine every size from 256 to 2,048
+    took 18–24 µs launched one by one, the kernels 3–23 µs from a graph: benchmarks/data/h200)."""
+    per = min(iters, GRAPH_ITERS)
+    replay = cuda_graph_of(fn, per)
     if replay is None:
-        step, per = fn, 1
-    else:
-        step, per = replay, graph_iters
-    rounds = max(1, iters // per)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(rounds):
-            step()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3 / (rounds * per))
-    return statistics.median(times)
+        return cuda_time_s(fn, rounds=iters, repeats=repeats)
+    return cuda_time_s(replay, rounds=max(1, iters // per), repeats=repeats) / per
 
 
 def _device_name(backend: str) -> str:

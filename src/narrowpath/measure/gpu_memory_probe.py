@@ -25,7 +25,7 @@ from typing import Any
 
 from narrowpath.measure.memory_probe import working_set_sizes
 from narrowpath.measure.segment import find_plateaus, edge_x
-from narrowpath.measure.timing import Progress, host_provenance
+from narrowpath.measure.timing import Progress, cuda_graph_of, cuda_time_s, host_provenance
 
 KERNELS = ("read", "write", "copy", "add")
 LEVEL_KERNEL = "add"
@@ -56,29 +56,12 @@ def _kernel(name: str, arrays: list):
 
 
 def _graph_time_s(fn, kernels: int, repeats: int) -> float:
-    """Median seconds per kernel over `repeats` replays of a captured graph of `kernels` calls of fn."""
-    import torch
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(kernels):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3 / kernels)
-    del graph
-    return statistics.median(times)
+    """Median seconds per kernel over `repeats` replays of a captured graph of `kernels` calls of fn (plain launches
+    when capture fails)."""
+    replay = cuda_graph_of(fn, kernels)
+    if replay is None:
+        return cuda_time_s(fn, rounds=kernels, repeats=repeats)
+    return cuda_time_s(replay, rounds=1, repeats=repeats, warmup=1) / kernels
 
 
 def probe_gpu_memory(*, quick: bool = False, max_bytes: float | None = None, min_bytes: float = 1 * 2**20,

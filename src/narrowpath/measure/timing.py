@@ -50,6 +50,49 @@ class Progress:
             print(f"[{self.probe}] {self.done}/{self.total} {what}", file=sys.stderr, flush=True)
 
 
+def cuda_graph_of(fn: Callable[[], object], calls: int) -> Callable[[], None] | None:
+    """A zero-argument replay of `calls` back-to-back calls of fn captured in one CUDA graph (fn run once on a side
+    stream first, as capture needs), or None when capture fails (the caller then times plain launches). Launched
+    one by one from Python, a kernel shorter than the host's next launch measures the launch interval, not the GPU
+    (18–24 µs per PyTorch call on the project's H200 machine: benchmarks/data/h200)."""
+    import torch
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except (RuntimeError, AttributeError):
+        torch.cuda.synchronize()
+        return None
+
+    def replay() -> None:
+        graph.replay()
+    return replay
+
+
+def cuda_time_s(step: Callable[[], object], *, rounds: int, repeats: int, warmup: int = 3) -> float:
+    """Median over `repeats` samples of the CUDA-event time of `rounds` back-to-back calls of `step`, per call."""
+    import torch
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(rounds):
+            step()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3 / rounds)
+    return statistics.median(times)
+
+
 def host_provenance() -> dict[str, object]:
     """Where and with what a probe ran: host, CPU, Python, NumPy (and its BLAS threads env), CPU count, and
     the 1-minute load average (other work on a shared machine is the usual cause of a noisy sample)."""
