@@ -2,7 +2,7 @@
 flash/cuDNN, decode over a KV cache), element-wise kernels, a whole Llama-3-8B decode and prefill step, and a
 training step of a Llama-3-8B-shaped model with fewer layers (with its PyTorch profiler trace).
 
-Run on the GPU machine (nothing here is fitted; `benchmarks/heldout_gpu.py` prices the same work with the model
+Run on the GPU machine (nothing here is fitted; `benchmarks/heldout_h200.py` prices the same work with the model
 and compares):
 
     python3 benchmarks/gpu_measure.py --out DIR [--budget-s 300]

@@ -104,7 +104,7 @@ def test_launch_floor_is_left_out_of_the_ramp():
     t = [max(20e-6, (f + 2e9) / 700e12) for f in flop]
     # 256, 512, 1024 sit on the floor; 2048 (27.4 µs, within 1.5x of it) goes too, three points stay
     assert floor_bound_points(flop, t) == 4
-    ramp = fit_matrix_ramp(flop, [f / x for f, x in zip(flop, t)])
+    ramp = fit_matrix_ramp(flop, [f / x for f, x in zip(flop, t)], floor=True)
     assert ramp.floor_points == 4
     assert ramp.rate_flop_per_s == pytest.approx(700e12, rel=1e-6)
     assert ramp.half_flop == pytest.approx(2e9, rel=1e-6)
@@ -127,8 +127,26 @@ def test_h200_probe_calibrates_to_its_measured_rates():
     data = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/data/h200/probe_compute.json").read_text())
     rows = sorted((s for s in data["samples"] if s["backend"] == "torch-cuda" and s["dtype"] == "bf16"),
                   key=lambda s: s["flop"])
-    ramp = fit_matrix_ramp([s["flop"] for s in rows], [s["flops_per_s"] for s in rows])
+    ramp = fit_matrix_ramp([s["flop"] for s in rows], [s["flops_per_s"] for s in rows], floor=True)
     assert ramp.floor_points == 4
     big = [s["flops_per_s"] for s in rows if s["n"] >= 4096]
     assert min(big) <= ramp.rate_flop_per_s <= max(big)
     assert ramp.fit.rms_rel_residual < 0.06
+    # without the floor switch (what a CPU sweep or a public table gets) every point is fitted
+    assert fit_matrix_ramp([s["flop"] for s in rows], [s["flops_per_s"] for s in rows]).floor_points == 0
+
+
+def test_a_gpu_fixed_cost_is_the_ramp_not_a_floor():
+    """Graph-timed GEMMs (no launch floor): the flat small sizes are the ramp's own fixed cost, t = (F + F½)/R∞,
+    and stay in the fit — F½ comes back (2 GFLOP at 800 TFLOP/s: 2.5 µs, the H200's graph-timed 256³ took 2.8)."""
+    flop = [2.0 * n ** 3 for n in (256, 512, 1024, 2048, 4096, 8192)]
+    rate = [800e12 * f / (f + 2e9) for f in flop]
+    ramp = fit_matrix_ramp(flop, rate)
+    assert ramp.floor_points == 0
+    assert ramp.half_flop == pytest.approx(2e9, rel=1e-6)
+
+
+def test_no_points_is_an_error_not_a_crash():
+    from narrowpath.errors import NarrowpathError
+    with pytest.raises(NarrowpathError):
+        fit_matrix_ramp([], [], floor=True)

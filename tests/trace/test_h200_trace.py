@@ -34,6 +34,20 @@ SCENARIO = DATA / "train-8l.yaml"
     ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u, 32u, 256u, "
      "false>", "normalization"),
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", "reduction"),
+    # other stacks' attention kernels, and names that hold "flash" without being attention
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>",
+     "attention"),
+    ("void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128>>", "attention"),
+    ("void cutlass::device_kernel<flash::FlashAttnFwdSm90<...>>", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80", "attention"),
+    ("void tensorrt_llm::kernels::xqa_kernel_dt_bf16_d128", "attention"),
+    ("flashinfer::BatchPrefillWithPagedKVCacheKernel<...>", "attention"),
+    ("void flashinfer::gemm::CutlassSegmentGEMMKernel<...>", "gemm"),
+    ("triton_tem_fused_mm_0", "gemm"),
+    ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize160x128x32", "gemm"),
+    # gradient clipping's norm is the optimizer's foreach work, not a layer norm
+    ("void at::native::multi_tensor_apply_kernel<at::native::TensorListMetadata<1>, at::native::LpNormFunctor<float, "
+     "1>>", "optimizer"),
 ])
 def test_hopper_kernel_names(name, category):
     assert schema.kernel_category(name) == category

@@ -78,12 +78,14 @@ def _load_results(paths: list[str]) -> dict[str, list[dict]]:
 
 def _host_parts_for_a_device(found: dict[str, list[dict]], args) -> list[str]:
     """A profile for a catalog device (--device) or system (--system) needs measurements taken on it. A GEMM sweep
-    of the host CPU is refused (fitted "as" an A100 it would claim an A100 runs at 0.02 % of its peak); the memory
-    probe (always host DRAM, never the device's HBM) and, with --system, collectives over host loopback (gloo) are
-    left out, each with a warning line returned."""
+    of the host CPU is refused (fitted "as" an A100 it would claim an A100 runs at 0.02 % of its peak); a memory
+    probe of the host (NumPy: host DRAM, not the device's HBM) and, with --system, collectives over host loopback
+    (gloo) are left out, each with a warning line returned; a GPU probe whose GPU name resolves to another catalog
+    device is warned about (an A100's HBM read against an H200's would say 0.40)."""
     warnings = []
     if args.device:
         from narrowpath.catalog import store
+        from narrowpath.catalog.store import canonical_id, entries
         dev = store.device(args.device)
         for res in found["compute"]:
             if not any(s.get("backend") == "torch-cuda" for s in res["samples"]):
@@ -94,6 +96,11 @@ def _host_parts_for_a_device(found: dict[str, list[dict]], args) -> list[str]:
                     f"{best['backend']}), not on an {args.device}: its best {best['flops_per_s'] / 1e9:.1f} GFLOP/s "
                     f"{best['dtype']} is {best['flops_per_s'] / peak:.2%} of the {args.device}'s peak. Run the probe "
                     "on that device, or drop --device to fit this machine's own profile")
+        for res in [*found["compute"], *found["memory"]]:
+            other = canonical_id("devices", str(res.get("device", "")))
+            if other in entries("devices") and other != store.canonical_id("devices", args.device):
+                warnings.append(f"{res['_file']} was measured on {res.get('device')} ({other}), not on an "
+                                f"{args.device}: its efficiencies are read against the {args.device}'s peaks")
         if any(res.get("backend") != "torch-cuda" for res in found["memory"]):
             found["memory"] = [res for res in found["memory"] if res.get("backend") == "torch-cuda"]
             warnings.append(f"memory probe of the host left out: it measures host memory ({args.device} HBM needs "

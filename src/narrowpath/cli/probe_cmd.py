@@ -77,10 +77,12 @@ def _run_one(what: str, args, memory_result=None) -> dict | None:
     if what == "locality":
         if memory_result is None and args.memory_json:
             memory_result = _read_json(args.memory_json)
+        why = "no --memory-json"
         if memory_result is not None and memory_result.get("backend") == "torch-cuda":
             memory_result = None  # the locality probe runs on the host: a GPU's levels are not its caches
+            why = "the memory levels are the GPU's, the locality probe runs on the host"
         if memory_result is None:
-            print("[locality] no --memory-json: running a quick memory probe for the levels", file=sys.stderr)
+            print(f"[locality] {why}: running a quick host memory probe for the levels", file=sys.stderr)
             memory_result = memory_probe.probe_memory(quick=True, progress=False)
         res = locality_probe.probe_locality(quick=args.quick, levels=memory_result["levels"], batch=args.batch,
                                             max_weight_bytes=args.max_bytes, repeats=args.repeats, progress=prog)

@@ -71,15 +71,17 @@ GRAPH_ITERS = 64
 """GEMMs per captured CUDA graph (`_cuda_time_s`)."""
 
 
-def _cuda_time_s(fn, repeats: int, iters: int) -> float:
-    """Median over `repeats` of (CUDA-event time of `iters` back-to-back GEMMs) / iters, the GEMMs replayed from
-    a CUDA graph of up to GRAPH_ITERS (timing.cuda_graph_of: on the H200 machine every size from 256 to 2,048
-    took 18–24 µs launched one by one, the kernels 3–23 µs from a graph: benchmarks/data/h200)."""
+def _cuda_time_s(fn, repeats: int, iters: int) -> tuple[float, str]:
+    """(median over `repeats` of (CUDA-event time of `iters` back-to-back GEMMs) / iters, how they ran): replayed
+    from a CUDA graph of up to GRAPH_ITERS (`graph`; timing.cuda_graph_of: on the H200 machine every size from 256
+    to 2,048 took 18–24 µs launched one by one, the kernels 3–23 µs from a graph: benchmarks/data/h200), or
+    launched one by one when capture fails (`launches`: a small GEMM then measures the host's launch interval,
+    which `calibrate` leaves out of the ramp)."""
     per = min(iters, GRAPH_ITERS)
     replay = cuda_graph_of(fn, per)
     if replay is None:
-        return cuda_time_s(fn, rounds=iters, repeats=repeats)
-    return cuda_time_s(replay, rounds=max(1, iters // per), repeats=repeats) / per
+        return cuda_time_s(fn, rounds=iters, repeats=repeats), "launches"
+    return cuda_time_s(replay, rounds=max(1, iters // per), repeats=repeats) / per, "graph"
 
 
 def _device_name(backend: str) -> str:
@@ -115,11 +117,12 @@ def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dic
             fn, sync = _timer(backend, dtype, n, seed)
             flop = 2.0 * n ** 3
             if backend == "torch-cuda":
-                t = _cuda_time_s(fn, repeats, iters=max(1, int(2e12 // flop)))
+                t, timing = _cuda_time_s(fn, repeats, iters=max(1, int(2e12 // flop)))
             else:
-                t = _cpu_time_s(fn, sync, repeats, target_s=0.01 if quick else 0.03)
+                t, timing = _cpu_time_s(fn, sync, repeats, target_s=0.01 if quick else 0.03), "host"
             samples.append({"backend": backend, "device": _device_name(backend), "dtype": dtype, "m": n, "n": n,
-                            "k": n, "flop": flop, "time_s": t, "flops_per_s": flop / t, "repeats": repeats})
+                            "k": n, "flop": flop, "time_s": t, "flops_per_s": flop / t, "repeats": repeats,
+                            "timing": timing})
             prog.step(f"{backend} {dtype} n={n}: {flop / t / 1e9:.1f} GFLOP/s")
     best: dict[str, float] = {}
     by_backend: dict[str, dict[str, float]] = {}

@@ -166,11 +166,15 @@ FLOOR_RATIO = 1.5
 
 
 def floor_bound_points(flop: Sequence[float], time_s: Sequence[float], ratio: float = FLOOR_RATIO) -> int:
-    """How many of the smallest points (by FLOPs) take no longer than `ratio` × the shortest time: sizes whose
-    time does not grow with their work are bound by a fixed cost — the host's launch rate when the GEMMs are
-    issued back to back — and the ramp t = F½/R∞ + F/R∞ fitted through them reads that floor as F½ and tilts R∞
-    above every measured rate (a PyTorch probe of an H200: sizes 256–2,048 all at 18–24 µs, R∞ fitted 0.90 of
-    peak against 0.77 at best; benchmarks/data/h200/probe_compute.json). Left out only while three points stay."""
+    """How many of the smallest points (by FLOPs) take no longer than `ratio` × the shortest time. For GEMMs
+    issued one by one from the host those sizes are bound by the host's launch interval, a floor under which the
+    GPU's time is hidden (t = max(launch, kernel)), and the ramp t = F½/R∞ + F/R∞ fitted through them reads the
+    floor as F½ and tilts R∞ above every measured rate (a PyTorch probe of an H200: sizes 256–2,048 all at 18–24 µs,
+    R∞ fitted 0.90 of peak against 0.77 at best; benchmarks/data/h200/probe_compute.json). Only for such timings:
+    a GPU's own fixed cost per kernel (graph replays) is the ramp's F½ itself (`fit_matrix_ramp`'s `floor`). Left
+    out only while three points stay."""
+    if not flop:
+        return 0
     order = sorted(range(len(flop)), key=lambda i: flop[i])
     shortest = min(time_s)
     n = 0
@@ -181,11 +185,11 @@ def floor_bound_points(flop: Sequence[float], time_s: Sequence[float], ratio: fl
     return n if n >= 2 and len(flop) - n >= 3 else 0
 
 
-def fit_matrix_ramp(flop: Sequence[float], rate_flop_per_s: Sequence[float]) -> MatrixRamp:
-    """R∞ and F½ from (GEMM FLOPs, attained FLOP/s) points, the floor-bound smallest ones left out
-    (`floor_bound_points`); one point gives R∞ = its rate and F½ = 0."""
+def fit_matrix_ramp(flop: Sequence[float], rate_flop_per_s: Sequence[float], *, floor: bool = False) -> MatrixRamp:
+    """R∞ and F½ from (GEMM FLOPs, attained FLOP/s) points; with `floor` (GEMMs timed as host launches) the
+    floor-bound smallest ones left out (`floor_bound_points`); one point gives R∞ = its rate and F½ = 0."""
     t = [f / r for f, r in zip(flop, rate_flop_per_s)]
-    drop = floor_bound_points(flop, t)
+    drop = floor_bound_points(flop, t) if floor else 0
     keep = sorted(range(len(flop)), key=lambda i: flop[i])[drop:]
     line = fit_line_rel([flop[i] for i in keep], [t[i] for i in keep])
     rate = 1.0 / line.slope_s_per_unit if line.slope_s_per_unit > 0 else max(rate_flop_per_s[i] for i in keep)

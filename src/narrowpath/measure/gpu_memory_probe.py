@@ -7,10 +7,10 @@ float32), with the same kernels and byte counting as the host probe (STREAM: wha
     write  fill one array                          W
     copy   dst.copy_(src)                          W (2 arrays)
     add    c = a + b (STREAM Add; the level kernel) W (3 arrays)
-Each sample replays a CUDA graph of back-to-back kernels long enough (`GRAPH_BYTES` moved per replay) that
-neither the launch nor the graph's start shows: a 1 MiB kernel takes ~1 µs, far below a launch from Python
-(18–24 µs on the project's H200 machine). Even inside a graph each kernel has a fixed cost (`fixed_s`, measured
-on a 4 KiB add: ~1.2 µs on the H200), which at small working sets is most of the time — the raw curve there rises
+Each sample replays a CUDA graph of back-to-back kernels moving `GRAPH_BYTES` per replay (one kernel per graph
+from 512 MiB up, which alone lasts over 100 µs), so neither the launch nor the graph's start shows: a 1 MiB
+kernel takes ~1 µs, far below a launch from Python (18–24 µs on the project's H200 machine). Even inside a graph each kernel has a fixed cost (`fixed_s`, measured
+on a 4 KiB add: 0.96 µs on the H200), which at small working sets is most of the time — the raw curve there rises
 with size (0.8 TB/s at 1 MiB, 5.7 TB/s at 32 MiB on the H200) — so a sample's bandwidth is its bytes over its
 time less that fixed cost (the model prices a kernel's fixed cost apart, `Calibration.kernel_overhead_s`), and the
 levels are read only from samples whose time is at least `MIN_TIME_OVER_FIXED` × the fixed cost. A working set
@@ -23,6 +23,7 @@ import math
 import statistics
 from typing import Any
 
+from narrowpath.errors import NarrowpathError
 from narrowpath.measure.memory_probe import working_set_sizes
 from narrowpath.measure.segment import find_plateaus, edge_x
 from narrowpath.measure.timing import Progress, cuda_graph_of, cuda_time_s, host_provenance
@@ -34,6 +35,8 @@ _ITEM = 4  # float32
 GRAPH_BYTES = 512 * 2**20
 """Bytes moved per graph replay (kernels per graph = this / working set, at least 1, at most `MAX_GRAPH_KERNELS`)."""
 MAX_GRAPH_KERNELS = 512
+HBM_BEYOND_L2 = 4.0
+"""The sweep must reach this many times the reported L2 to have an HBM plateau."""
 MIN_TIME_OVER_FIXED = 4.0
 """Samples shorter than this many fixed costs stay out of the level detection (the fixed cost dominates them)."""
 
@@ -68,8 +71,9 @@ def probe_gpu_memory(*, quick: bool = False, max_bytes: float | None = None, min
                      repeats: int | None = None, progress: bool = True) -> dict[str, Any]:
     """Bandwidth samples of every kernel and working set on CUDA device 0, and the levels (JSON-ready)."""
     import torch
-    props = torch.cuda.get_device_properties(0)
-    free, total = torch.cuda.mem_get_info()
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    free, total = torch.cuda.mem_get_info(index)
     max_bytes = float(max_bytes or default_max_bytes(free, quick))
     repeats = repeats or (3 if quick else 5)
     sizes = working_set_sizes(min_bytes=min_bytes, max_bytes=max_bytes, points_per_octave=2 if quick else 3)
@@ -94,7 +98,7 @@ def probe_gpu_memory(*, quick: bool = False, max_bytes: float | None = None, min
         prog.step(f"working set {ws / 2**20:.1f} MiB: {_bw(samples, LEVEL_KERNEL)[-1] / 1e9:.0f} GB/s "
                   f"({LEVEL_KERNEL})")
     torch.cuda.empty_cache()
-    return {"probe": "memory", "backend": "torch-cuda", "device": torch.cuda.get_device_name(0),
+    return {"probe": "memory", "backend": "torch-cuda", "device": torch.cuda.get_device_name(index),
             "dtype": "float32", "kernels": list(KERNELS), "level_kernel": LEVEL_KERNEL, "repeats": repeats,
             "quick": quick, "max_working_set_bytes": max(s["working_set_bytes"] for s in samples),
             "l2_cache_bytes": getattr(props, "L2_cache_size", 0), "memory_bytes": total,
@@ -111,10 +115,19 @@ def detect_gpu_levels(samples: list[dict[str, Any]], memory_bytes: float, l2_byt
                       fixed_s: float = 0.0) -> list[dict[str, Any]]:
     """Levels nearest to farthest from the level kernel's plateaus over the samples that last at least
     MIN_TIME_OVER_FIXED × `fixed_s`: the farthest is HBM (capacity: the device's memory), the one before it L2 when
-    the device reports an L2 within 8x of the boundary, else C1, C2, ..."""
+    the device reports an L2 within 8x of the boundary, else C1, C2, ... A sweep that never goes beyond
+    `HBM_BEYOND_L2` × the reported L2 has no HBM plateau to read: refused in one line (its farthest plateau would
+    be the L2's, and `calibrate` would read ~1.5x the HBM's bandwidth as HBM)."""
     rows = sorted((s for s in samples if s["kernel"] == LEVEL_KERNEL
                    and s.get("time_s", math.inf) >= MIN_TIME_OVER_FIXED * fixed_s),
                   key=lambda s: s["working_set_bytes"])
+    largest = max((s["working_set_bytes"] for s in samples), default=0)
+    if not rows or (l2_bytes > 0 and largest < HBM_BEYOND_L2 * l2_bytes):
+        raise NarrowpathError(f"probe memory: the sweep stops at {largest / 2**20:.0f} MiB, within "
+                              f"{HBM_BEYOND_L2:g}x the device's {l2_bytes / 2**20:.0f} MiB L2: no HBM level to read; "
+                              f"raise --max-bytes to {HBM_BEYOND_L2 * 2 * l2_bytes / 2**20:.0f} MiB or more"
+                              if rows else "probe memory: no sample lasts long enough to read a level (all within "
+                              f"{MIN_TIME_OVER_FIXED:g}x the kernels' fixed cost); raise --max-bytes")
     sizes = [s["working_set_bytes"] for s in rows]
     y = [s["bandwidth_bytes_per_s"] for s in rows]
     plateaus = find_plateaus(y, monotone="decreasing")

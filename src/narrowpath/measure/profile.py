@@ -151,7 +151,11 @@ def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, 
         peak = peak_table.get(dtype, 0.0)
         if peak <= 0:
             continue
-        ramp = fit_matrix_ramp([s["flop"] for s in rows], [s["flops_per_s"] for s in rows])
+        # GEMMs a GPU ran as launches from Python (a probe before CUDA-graph timing, or a failed capture) sit on the
+        # host's launch interval at small sizes: those leave the ramp and the size table
+        launched = backend == "torch-cuda" and any(s.get("timing", "launches") == "launches" for s in rows)
+        ramp = fit_matrix_ramp([s["flop"] for s in rows], [s["flops_per_s"] for s in rows], floor=launched)
+        rows = rows[ramp.floor_points:]
         key = f"matrix_efficiency.{dtype}"
         sources[key] = (f"{backend} GEMM sweep on {rows[0]['device']}, n={rows[0]['n']}..{rows[-1]['n']}, "
                         f"median of {rows[0]['repeats']}; R_inf {ramp.rate_flop_per_s / 1e9:.1f} GFLOP/s / peak "
@@ -160,20 +164,29 @@ def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, 
                                                        if ramp.floor_points else ""))
         eff[dtype] = _clip(ramp.rate_flop_per_s / peak, key, sources, rep.warnings)
         by_size[dtype] = [[s["flop"], _table_eff(s["flops_per_s"] / peak)] for s in rows]
-        half[dtype] = ramp.half_flop
+        if not (ramp.floor_points and ramp.half_flop <= 0):  # else the launch floor hid F½: not measured
+            half[dtype] = ramp.half_flop
         residuals[key] = round(ramp.fit.rms_rel_residual, 4)
         rep.lines.append({"fit": key, "value": eff[dtype], "rms_rel_residual": ramp.fit.rms_rel_residual,
-                          "points": len(rows) - ramp.floor_points})
+                          "points": len(rows)})
     if eff:
         prof["matrix_efficiency"] = eff
         prof["matrix_efficiency_by_size"] = by_size
-        dt = next((d for d in ("bf16", "fp32") if d in half), next(iter(half)))
+    dt = next((d for d in ("bf16", "fp32") if d in eff), next(iter(eff), None))  # the ramp F½ is read from
+    if dt in half:
         prof["matrix_half_flop"] = float(f"{half[dt]:.3g}")
         sources["matrix_half_flop"] = f"F_half of the {dt} GEMM ramp fit (t = F_half/R_inf + F/R_inf)"
+    elif dt is not None:
+        rep.warnings.append(f"matrix_half_flop not measured: the small {dt} GEMMs sat on the host's launch interval "
+                            "(timed as launches); the base/default value stays")
 
 
 def _memory(memory: Mapping[str, Any], peak_mem_bw: float, prof: dict, rep: FitReport) -> None:
     levels = memory["levels"]
+    if memory.get("backend") == "torch-cuda" and (not levels or levels[-1]["name"] != "HBM"):
+        from narrowpath.errors import NarrowpathError
+        raise NarrowpathError(f"memory probe of {memory.get('device')}: no HBM level (the sweep never left the "
+                              "caches); probe again with a larger --max-bytes")
     prof["memory_levels"] = [{"name": lv["name"], "capacity_bytes": float(f"{lv['capacity_bytes']:.4g}"),
                               "bw_bytes_per_s": float(f"{lv['bandwidth_bytes_per_s']:.4g}")} for lv in levels]
     gpu = memory.get("backend") == "torch-cuda"

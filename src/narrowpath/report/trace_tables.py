@@ -99,6 +99,9 @@ def format_comparison(cmp: Comparison, scenario_name: str) -> str:
                          [[c, human_time(cmp.observed_kernel_s.get(c, 0.0)), human_time(p),
                            f"{cmp.observed_kernel_s.get(c, 0.0) / p:.2f}" if p > 0 else "-"]
                           for c, p in cmp.predicted_kernel_s.items()]))
+        out.append("  (predicted at the calibration profile's rates, which for a fitted profile are whole-step rates "
+                   "of published multi-GPU runs, not kernel rates: a class can differ where the step time agrees; "
+                   "observed: mean over ranks, predicted: the most loaded stage)")
     out.append("Differences that matter:" if cmp.differences else "No difference beyond the thresholds.")
     out += [f"  - {d}" for d in cmp.differences]
     return "\n".join(out)

@@ -113,17 +113,20 @@ class StepPrediction:
 
     def gpu_time_by_class_s(self) -> dict[str, float]:
         """GPU time per step of the most loaded stage's kernels by class, in a trace's kernel categories
-        (`trace --against` puts them beside the observed ones): `gemm` (matrix ops), `attention` (the attention
-        core, fused or not), `elementwise` (vector ops: norms, activations, casts, rotary, losses), `optimizer`
-        (the update). Each op at its roofline time (cost.roofline.op_time_s), times its count and the step's
-        micro-batches; the host's waits and exposed communication are not kernel time and are left out."""
+        (`trace --against` puts them beside the observed ones): `gemm` (matrix ops), `attention` (the fused
+        attention kernel; unfused, its score and weighted-sum GEMMs are `gemm` and its softmax `elementwise`, as a
+        trace names their kernels), `elementwise` (vector ops: norms, activations, casts, rotary, losses),
+        `optimizer` (the update). Each op at its roofline time (cost.roofline.op_time_s), times its count and the
+        step's micro-batches; the host's waits and exposed communication are not kernel time and are left out.
+        The rates are the profile's: a fitted profile's are whole-step rates (docs/model.md, 'Measured on an
+        H200'), so a class split can differ where the step time agrees."""
         busiest = max(range(len(self.stages)), key=lambda i: self.stages[i].total_s)
         index = self.stages[busiest].index
         stage = next(st for st in self.workload.stages if st.index == index)
         dev = capped_device(self.scenario.system)
         out = {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0}
         for op, count in stage.ops:
-            cls = "attention" if is_attention_core(op) else "elementwise" if op.kind == "vector" else "gemm"
+            cls = "attention" if op.kind == "flash" else "elementwise" if op.kind == "vector" else "gemm"
             out[cls] += op_time_s(op, dev, self.calibration) * count * self.workload.num_microbatches
         out["optimizer"] = self.breakdown_s.get("optimizer", 0.0)
         return out

@@ -70,14 +70,22 @@ KERNEL_CATEGORIES = (
     # attention before gemm: fused attention kernels carry an architecture tag the gemm pattern takes (cuDNN's
     # `cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_...`), and cuDNN's backward helpers (dot(dO, O),
     # the dQ accumulator's conversion) are named for neither — seen in a PyTorch 2.11 SDPA trace on an H200
-    # (benchmarks/data/h200/train_trace.json.gz)
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|dot_do_o|convert_dq", re.I)),
-    # cuBLAS's Hopper/Blackwell kernels are `nvjet_sm90_tst_...` (the same trace)
-    ("gemm", re.compile(r"gemm|cutlass|xmma|cublas|nvjet|matmul|sm\d+_|aten::(mm|addmm|bmm|matmul|linear)$", re.I)),
+    # (benchmarks/data/h200/train_trace.json.gz). Named kernels only: FlashAttention-2 `flash_fwd_kernel` /
+    # `flash_bwd_*`, FlashAttention-3 `FlashAttnFwdSm90`, `fmha_*`, TensorRT-LLM's `xqa_kernel`, Triton's
+    # `_attn_fwd`, FlashInfer's Batch/Single attention kernels — not every name holding "flash" (FlashInfer's
+    # CUTLASS segment GEMMs are GEMMs)
+    ("attention", re.compile(r"flash_?(fwd|bwd|attn)|flash::|fmha|attention|sdpa|dot_do_o|convert_dq|xqa|"
+                             r"_attn_(fwd|bwd)|flashinfer::(batch|single)", re.I)),
+    # cuBLAS's Hopper/Blackwell kernels are `nvjet_sm90_tst_...` (the same trace); Inductor's GEMM templates
+    # `triton_tem_fused_mm_...`
+    ("gemm", re.compile(r"gemm|cutlass|xmma|cublas|nvjet|matmul|sm\d+_|triton_tem_|"
+                        r"aten::(mm|addmm|bmm|matmul|linear)$", re.I)),
     ("convolution", re.compile(r"conv|wgrad|dgrad|fprop|implicit", re.I)),
+    # before normalization: the foreach kernels of the update and of gradient clipping (`multi_tensor_apply_kernel
+    # <... LpNormFunctor>`) are the optimizer's
+    ("optimizer", re.compile(r"multi_tensor|adam|sgd|optimizer", re.I)),
     # GammaBetaBackward: the weight and bias gradients of PyTorch's layer / RMS norm
     ("normalization", re.compile(r"norm|bn_|batch_norm|layer_norm|rms|gammabeta", re.I)),
-    ("optimizer", re.compile(r"multi_tensor|adam|sgd|optimizer", re.I)),
     ("reduction", re.compile(r"reduce|scan|sort|softmax", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|unrolled|copy|fill|triton|aten::", re.I)),
 )
