@@ -69,8 +69,8 @@ def test_serving_iterations_where_the_gpu_binds(bench, sections):
 def test_probe_to_profile(bench):
     """`probe compute` (CUDA-graph timing) and `probe memory` (the GPU's levels) on the H200, fitted again here as
     `calibrate` does: BF16 GEMMs at ~0.80 of peak with F½ ~2 GFLOP (the kernels; the shipped 0.55 is the fitted
-    rate of whole multi-GPU training steps, docs/model.md), HBM at 4.15 TB/s = 0.87 of 4.8 (the shipped profile
-    says 0.85), an L2 plateau to ~42 MiB at ~7 TB/s (the catalog's 52.4 MB at 7.0 TB/s); the profile calibrate wrote
+    rate of whole multi-GPU training steps, docs/model.md), HBM at 4.18 TB/s = 0.87 of 4.8 (the shipped profile
+    says 0.85), an L2 plateau to ~42 MiB at ~6.7 TB/s (the catalog's 52.4 MB at 7.0 TB/s); the profile calibrate wrote
     on the device (h200-probed.yaml) says the same."""
     import json
     from narrowpath.catalog import calibration_for
