@@ -76,6 +76,16 @@ def test_against_puts_kernel_classes_beside_the_model(capsys):
     assert obs["elementwise"] == pytest.approx(65.39e-3, abs=0.02e-3)
     # the model's classes add up to its step on one GPU (no communication, no host wait)
     assert sum(pred.values()) == pytest.approx(against["predicted_step_s"], rel=1e-9)
+    # attention by hand: 8 layers of causal flash at s = 8,192, h = 4,096, forward FLOPs 4·s²·h·f with the causal
+    # tile fraction f = (1 + 128/s)/2 = 0.5078 (5.583e11 per layer), backward 2.5x; each at the H200 profile's
+    # 0.55 x 0.7 of 989.4 TFLOP/s times the ramp F/(F + 6e9) = 0.98937 (forward) / 0.99572 (backward), plus 4 us
+    # per kernel: 8 x (1.4815 + 3.6798) ms + 16 x 4 us = 41.35 ms
+    fwd = 5.583e11 / (0.55 * 0.7 * 989.4e12 * 5.583e11 / (5.583e11 + 6e9))
+    bwd = 2.5 * 5.583e11 / (0.55 * 0.7 * 989.4e12 * 2.5 * 5.583e11 / (2.5 * 5.583e11 + 6e9))
+    assert pred["attention"] == pytest.approx(8 * (fwd + bwd) + 16 * 4e-6, rel=2e-3)
+    assert pred["optimizer"] == pytest.approx(against["predicted_step_s"] - pred["gemm"] - pred["attention"]
+                                              - pred["elementwise"], rel=1e-9)
+    assert pred["elementwise"] < pred["attention"] < pred["gemm"]
     # the differences the step time hides are named: GEMMs ~0.7x, element-wise work ~3.9x the predicted time
     text = " ".join(against["differences"])
     assert "elementwise kernels" in text and "gemm kernels" in text
