@@ -128,7 +128,7 @@ class StepPrediction:
         for op, count in stage.ops:
             cls = "attention" if op.kind == "flash" else "elementwise" if op.kind == "vector" else "gemm"
             out[cls] += op_time_s(op, dev, self.calibration) * count * self.workload.num_microbatches
-        out["optimizer"] = self.breakdown_s.get("optimizer", 0.0)
+        out["optimizer"] = self.breakdown_s["optimizer"]
         return out
 
 
