@@ -50,3 +50,14 @@ def test_unfused_attention_is_gemm_and_elementwise():
     assert c["gemm"] + c["elementwise"] == pytest.approx(p.breakdown_s["compute"], rel=1e-12)
     fused = _predict({"pp": 1, "gbs": 1, "attention": "flash"}).gpu_time_by_class_s()
     assert c["elementwise"] > fused["elementwise"] and c["gemm"] > fused["gemm"]
+
+
+def test_the_most_loaded_stage_is_not_always_the_last():
+    """Five of the eight layers on the first stage (`first_stage_layers`), one on each of the others: the first
+    stage (five layers and the embedding) outweighs the last (one layer, the output layer and the loss)."""
+    p = _predict({"pp": 4, "gbs": 8, "attention": "flash", "first_stage_layers": 5})
+    c = p.gpu_time_by_class_s()
+    per_stage = [(s.fwd_compute_s + s.bwd_compute_s - s.host_wait_s) * p.workload.num_microbatches
+                 for s in p.stages]
+    assert max(per_stage) == per_stage[0] > per_stage[-1]
+    assert c["gemm"] + c["attention"] + c["elementwise"] == pytest.approx(per_stage[0], rel=1e-9)
