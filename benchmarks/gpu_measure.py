@@ -139,6 +139,44 @@ def gemm_graph(run: Run, m: dict) -> list:
     return rows
 
 
+MOE_SHAPES = {  # (hidden, expert ffn, local experts): the first expert GEMM (gate and up fused: n = 2 x ffn)
+    "deepseek-v3 ep64": (7168, 2048, 4), "qwen3-30b-a3b ep8": (2048, 768, 16), "gpt-oss-120b ep8": (2880, 2880, 16),
+    "mixtral-8x7b ep8": (4096, 14336, 1)}
+MOE_TOKENS = (16, 64, 256, 1024, 4096)
+"""Rows (tokens) per local expert."""
+
+
+def moe_gemm(run: Run) -> list:
+    """The experts' first GEMM of one MoE layer on one GPU, E local experts with T rows each, BF16, timed from a CUDA
+    graph two ways: one GEMM per expert (Transformer Engine's GroupedLinear issues one cuBLAS GEMM per expert) and
+    one grouped kernel (`torch._grouped_mm`, CUTLASS grouped GEMM as Megatron-Core's `moe_grouped_gemm` runs)."""
+    rows = []
+    shapes = {"toy": (64, 32, 4)} if run.smoke else MOE_SHAPES
+    for name, (h, f, E) in shapes.items():
+        w = torch.randn(E, h, 2 * f, device=run.dev, dtype=torch.bfloat16) * 0.02
+        wt = [w[e].t().contiguous() for e in range(E)]  # [2f, h] row-major, as nn.Linear holds it
+        for T in ((4, 16) if run.smoke else MOE_TOKENS):
+            if run.left_s() < 45:
+                break
+            x = torch.randn(E * T, h, device=run.dev, dtype=torch.bfloat16)
+            xs = list(x.split(T))
+            offs = torch.arange(T, E * T + 1, T, device=run.dev, dtype=torch.int32)
+            row = dict(shape=name, hidden=h, ffn=f, experts=E, tokens_per_expert=T,
+                       flop=2.0 * E * T * h * 2 * f, weight_bytes=E * h * 2 * f * 2)
+            try:
+                row["per_expert_s"] = graph_time_s(run, lambda: [torch.matmul(xe, we.t()) for xe, we in zip(xs, wt)],
+                                                   calls=4)
+            except Exception as e:  # noqa: BLE001
+                row["per_expert_error"] = str(e).splitlines()[0][:200]
+            try:
+                row["grouped_s"] = graph_time_s(run, lambda: torch._grouped_mm(x, w, offs=offs), calls=8)
+            except Exception as e:  # noqa: BLE001
+                row["grouped_error"] = str(e).splitlines()[0][:200]
+            rows.append(row)
+        del w, wt
+    return rows
+
+
 def kernel_table(run: Run, fn) -> list:
     """GPU kernels of one call of fn (torch.profiler), summed by name: [name, count, total seconds]."""
     from torch.profiler import ProfilerActivity, profile
@@ -552,7 +590,8 @@ def main() -> None:
              ("gemm_graph", lambda: gemm_graph(run, m)),
              ("training_variants", lambda: [training(run, m, *v) for v in TRAINING_VARIANTS]),
              ("training_compiled", lambda: training(run, m, 2 if a.smoke else 8, trace="train_compiled_trace",
-                                                    compiled=True))]
+                                                    compiled=True)),
+             ("moe_gemm", lambda: moe_gemm(run))]
     for name, fn in steps:
         if only and name not in only:
             continue

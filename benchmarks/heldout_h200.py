@@ -169,6 +169,27 @@ def elementwise_rows(sections: dict) -> list[dict]:
     return rows
 
 
+def moe_rows(sections: dict) -> list[dict]:
+    """The experts' first GEMM of an MoE layer (E local experts, T rows each) beside the model's grouped op
+    (`workload.ops.gemm` with groups = E: one GEMM per expert, each on its own size ramp, as Transformer Engine's
+    GroupedLinear issues them), against the measured one-GEMM-per-expert launch sequence."""
+    from narrowpath.cost.roofline import op_time_s
+    from narrowpath.workload.ops import gemm
+    dev, cal = _device_and_profile()
+    rows = []
+    for r in sections.get("moe_gemm", []):
+        if "per_expert_s" not in r:
+            continue
+        E, T, h, f = r["experts"], r["tokens_per_expert"], r["hidden"], r["ffn"]
+        pred = op_time_s(gemm("mlp_up", "fwd", E * T, h, 2 * f, "bf16", 2.0, 2.0, groups=E), dev, cal)
+        regime = "rows per expert < 64" if T < 64 else "64-1,024 rows per expert" if T <= 1024 \
+            else "4,096 rows per expert"
+        rows.append({"case": f"{r['shape']} T={T}", "regime": regime, "measured_s": r["per_expert_s"],
+                     "predicted_s": pred, "error": pred / r["per_expert_s"] - 1.0,
+                     "grouped_kernel_s": r.get("grouped_s")})
+    return rows
+
+
 def serving_rows(sections: dict) -> list[dict]:
     """Decode steps (CUDA graph) and prefill forwards of Llama-3 8B on the vLLM stack's pricing."""
     _, cost = _serving_cost()
@@ -206,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     s = load()
     sections = {"training steps": training_rows(s),
                 "training steps, probed profile": training_rows(s, probed_profile()), "GEMMs": gemm_rows(s), "attention (training)":
-                attention_rows(s), "decode attention": decode_attention_rows(s), "element-wise":
+                attention_rows(s), "decode attention": decode_attention_rows(s), "MoE expert GEMMs": moe_rows(s),
+                "element-wise":
                 elementwise_rows(s), "serving (Llama-3 8B, vLLM pricing)": serving_rows(s)}
     if a.json:
         print(json.dumps({k: {"rows": v, "groups": summarise(v)} for k, v in sections.items()}, indent=1))
