@@ -99,3 +99,24 @@ def test_against_table(capsys):
     text = capsys.readouterr().out
     assert "kernel class" in text and "obs / pred" in text
     assert "collective  per step" not in text  # no collective on one GPU: no empty table
+
+
+def test_kernel_classes_of_two_pipeline_ranks(pp_paths):
+    """Two ranks of a 128-rank pipeline job (HTA's sampled traces): the observed classes are the busier rank's —
+    its summed kernel time per class, not the mean of the two — as the predicted side is the most loaded stage."""
+    from narrowpath.trace.analyze import analyze
+    from narrowpath.trace.compare import KERNEL_CLASS_OF, observed_kernel_s
+    from narrowpath.trace.reader import read_trace
+    report = analyze(read_trace(list(pp_paths)))
+    per_rank = []
+    for r in report.ranks:
+        sums: dict[str, float] = {}
+        for k in r.kernels:
+            if k.category in KERNEL_CLASS_OF:
+                sums[KERNEL_CLASS_OF[k.category]] = sums.get(KERNEL_CLASS_OF[k.category], 0.0) + k.total_s
+        per_rank.append(sums)
+    assert len(per_rank) == 2 and per_rank[0] != per_rank[1]
+    busier = max(per_rank, key=lambda s: sum(s.values()))
+    got = observed_kernel_s(report, 1)
+    for cls, v in busier.items():
+        assert got[cls] == pytest.approx(v, rel=1e-12)

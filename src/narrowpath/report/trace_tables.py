@@ -101,7 +101,7 @@ def format_comparison(cmp: Comparison, scenario_name: str) -> str:
                           for c, p in cmp.predicted_kernel_s.items()]))
         out.append("  (predicted at the calibration profile's rates, which for a fitted profile are whole-step rates "
                    "of published multi-GPU runs, not kernel rates: a class can differ where the step time agrees; "
-                   "observed: mean over ranks, predicted: the most loaded stage)")
+                   "observed: the rank with the most kernel time, predicted: the most loaded stage)")
     out.append("Differences that matter:" if cmp.differences else "No difference beyond the thresholds.")
     out += [f"  - {d}" for d in cmp.differences]
     return "\n".join(out)

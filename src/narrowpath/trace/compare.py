@@ -13,7 +13,7 @@ collective kind's share = calls per step × time per call / step time, on each s
 largest first (a step-time mismatch leads).
 The observed step is the mean device-side duration of the complete ProfilerSteps (windows.py).
 Kernel time by class: the trace's kernel categories (kernels.py) summed into the model's classes
-(`KERNEL_CLASS_OF`) per step, beside `prediction.gpu_time_by_class_s()` (each op at its roofline time); a class
+(`KERNEL_CLASS_OF`) per step on the rank with the most kernel time, beside `prediction.gpu_time_by_class_s()` (each op at its roofline time); a class
 matters when its share of the step differs by `min_pct_points`. On a real H200 trace of an eager PyTorch step
 this showed what the step time hid: GEMMs faster and element-wise work slower than predicted
 (benchmarks/heldout_h200.py).
@@ -64,7 +64,7 @@ class Comparison:
     observed_collectives: tuple[CollectiveSide, ...]
     predicted_collectives: tuple[CollectiveSide, ...]
     observed_kernel_s: dict[str, float]
-    """Summed kernel time per step by class (mean over ranks), seconds."""
+    """Summed kernel time per step by class of the rank with the most of it, seconds."""
     predicted_kernel_s: dict[str, float]
     """The most loaded stage's roofline kernel time per step by class; empty for a prediction without classes."""
     differences: tuple[str, ...]
@@ -110,13 +110,17 @@ def _predicted_collectives(prediction: Any) -> tuple[CollectiveSide, ...]:
 
 
 def observed_kernel_s(report: TraceReport, num_steps: int) -> dict[str, float]:
-    """Kernel time per step by class (KERNEL_CLASS_OF), mean over ranks."""
-    out = {c: 0.0 for c in dict.fromkeys(KERNEL_CLASS_OF.values())}
+    """Kernel time per step by class (KERNEL_CLASS_OF) of the rank with the most such time — the observed side of
+    the prediction's most loaded stage (under pipeline parallelism the ranks of different stages differ; under data
+    parallelism they are alike)."""
+    per_rank = []
     for r in report.ranks:
+        out = {c: 0.0 for c in dict.fromkeys(KERNEL_CLASS_OF.values())}
         for k in r.kernels:
             if k.category in KERNEL_CLASS_OF:
-                out[KERNEL_CLASS_OF[k.category]] += k.total_s / len(report.ranks) / max(num_steps, 1)
-    return out
+                out[KERNEL_CLASS_OF[k.category]] += k.total_s / max(num_steps, 1)
+        per_rank.append(out)
+    return max(per_rank, key=lambda o: sum(o.values()), default={})
 
 
 def _ratio_off(a: float, b: float, min_ratio: float) -> bool:
