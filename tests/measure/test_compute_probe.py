@@ -48,3 +48,14 @@ def test_a_dtype_the_given_peaks_lack_says_so():
     assert out["fp64"]["peak_flops_per_s"] == 0.0
     assert out["fp64"]["reason"] == "the given peaks (--device or --peak) have no fp64 rate"
     assert "pass --device" in _peaks({"bf16": 7e14}, {}, cuda=True)["bf16"]["reason"]
+
+
+def test_fp8_gemms_on_a_gpu_with_fp8_tensor_cores(monkeypatch):
+    """The plan adds E4M3 GEMMs where the GPU has FP8 tensor cores (capability 8.9+: the H200 probe measured
+    them, benchmarks/data/h200/probe_compute_graph.json) and not on an A100 (8.0)."""
+    import torch
+    from narrowpath.measure import compute_probe
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    assert ("torch-cuda", "fp8", compute_probe.CUDA_SIZES) in compute_probe._plan(False, True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (8, 0))
+    assert all(dt != "fp8" for _, dt, _ in compute_probe._plan(False, True))

@@ -71,10 +71,10 @@ def test_serving_iterations_where_the_gpu_binds(bench, sections):
 
 def test_probe_to_profile(bench):
     """`probe compute` (CUDA-graph timing) and `probe memory` (the GPU's levels) on the H200, fitted again here as
-    `calibrate` does: BF16 GEMMs at ~0.80 of peak with F½ ~2 GFLOP (the kernels; the shipped 0.55 is the fitted
-    rate of whole multi-GPU training steps, docs/model.md), HBM at 4.18 TB/s = 0.87 of 4.8 (the shipped profile
-    says 0.85), an L2 plateau to ~42 MiB at ~6.7 TB/s (the catalog's 52.4 MB at 7.0 TB/s); the profile calibrate wrote
-    on the device (h200-probed.yaml) says the same."""
+    `calibrate` does: BF16 GEMMs at ~0.79 of peak with F½ ~2 GFLOP, FP8 (E4M3, per-tensor scales) at ~0.73 (the
+    kernels; the shipped 0.55 for both is the fitted rate of whole multi-GPU training steps, docs/model.md), HBM
+    at 4.18 TB/s = 0.87 of 4.8 (the shipped profile says 0.85), an L2 plateau to ~42 MiB at ~6.7 TB/s (the
+    catalog's 52.4 MB at 7.0 TB/s); the profile calibrate wrote on the device (h200-probed.yaml) says the same."""
     import json
     from narrowpath.catalog import calibration_for
     from narrowpath.measure.profile import build_profile
@@ -88,6 +88,7 @@ def test_probe_to_profile(bench):
     on_device = bench.probed_profile()
     assert cal.matrix_eff("bf16") == pytest.approx(on_device.matrix_eff("bf16"), rel=1e-3)
     assert cal.vector_bw_efficiency == pytest.approx(on_device.vector_bw_efficiency, rel=1e-3)
+    assert 0.68 <= cal.matrix_eff("fp8") <= 0.78
     assert 0.75 <= cal.matrix_eff("bf16") <= 0.85
     assert 1e9 <= cal.matrix_half_flop <= 4e9
     assert cal.matrix_efficiency_by_size["bf16"]  # the measured table travels with the profile

@@ -1,8 +1,9 @@
 """Compute probe: attained matrix-multiply FLOP/s versus size, per backend and dtype, and the efficiency curve.
 
 Square GEMMs C = A·B of n×n, FLOPs = 2n³ (the multiply-add count; Golub & Van Loan §1.1). Backends:
-NumPy (its BLAS, all threads it uses), PyTorch CPU, and PyTorch CUDA when a GPU is present — timed with CUDA
-events around back-to-back launches, as cuBLAS benchmarks do. Each size: warm-up, `repeats` timed runs,
+NumPy (its BLAS, all threads it uses), PyTorch CPU, and PyTorch CUDA when a GPU is present — FP32, TF32, BF16,
+FP16 and, on a GPU with FP8 tensor cores, E4M3 FP8 with per-tensor scales (`torch._scaled_mm`, BF16 out) — timed
+with CUDA events around replays of a CUDA graph of back-to-back GEMMs. Each size: warm-up, `repeats` timed runs,
 median. Efficiency = attained / peak, the peak coming from `--device` (a catalog device) or, on a CPU, from
 `machine.cpu_peak_flop_per_s` (an estimate whose reason travels with the result).
 """
@@ -34,7 +35,16 @@ def _plan(quick: bool, cuda: bool, sizes: tuple[int, ...] | None = None) -> list
     if cuda:
         csz = CUDA_SIZES[:4] if quick else CUDA_SIZES
         plan += [("torch-cuda", dt, csz) for dt in ("fp32", "tf32", "bf16", "fp16")]
+        if _fp8_tensor_cores():
+            plan.append(("torch-cuda", "fp8", csz))
     return plan
+
+
+def _fp8_tensor_cores() -> bool:
+    """Whether GPU 0 has FP8 tensor cores (compute capability 8.9 and up: Ada, Hopper, Blackwell) and PyTorch
+    exposes the scaled FP8 GEMM."""
+    import torch
+    return torch.cuda.get_device_capability(0) >= (8, 9) and hasattr(torch, "_scaled_mm")
 
 
 def _timer(backend: str, dtype: str, n: int, seed: int):
@@ -46,8 +56,14 @@ def _timer(backend: str, dtype: str, n: int, seed: int):
         out = np.empty((n, n), dtype=a.dtype)
         return (lambda: np.matmul(a, b, out=out)), None
     import torch
-    tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     dev = "cuda" if backend == "torch-cuda" else "cpu"
+    if dtype == "fp8":  # E4M3 operands with per-tensor scales, BF16 out: the GEMM of FP8 training (cuBLASLt)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        a = torch.randn(n, n, generator=g).to(device=dev, dtype=torch.float8_e4m3fn)
+        b = torch.randn(n, n, generator=g).to(device=dev, dtype=torch.float8_e4m3fn)  # used as bᵀ: column-major
+        one = torch.ones((), device=dev, dtype=torch.float32)
+        return (lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)), None
+    tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     g = torch.Generator(device="cpu").manual_seed(seed)
     a = torch.randn(n, n, generator=g).to(device=dev, dtype=tdt)
     b = torch.randn(n, n, generator=g).to(device=dev, dtype=tdt)
