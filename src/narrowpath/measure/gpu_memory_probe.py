@@ -9,9 +9,10 @@ float32), with the same kernels and byte counting as the host probe (STREAM: wha
     add    c = a + b (STREAM Add; the level kernel) W (3 arrays)
 Each sample replays a CUDA graph of back-to-back kernels moving `GRAPH_BYTES` per replay (one kernel per graph
 from 512 MiB up, which alone lasts over 100 µs), so neither the launch nor the graph's start shows: a 1 MiB
-kernel takes ~1 µs, far below a launch from Python (18–24 µs on the project's H200 machine). Even inside a graph each kernel has a fixed cost (`fixed_s`, measured
-on a 4 KiB add: 0.96 µs on the H200), which at small working sets is most of the time — the raw curve there rises
-with size (0.8 TB/s at 1 MiB, 5.7 TB/s at 32 MiB on the H200) — so a sample's bandwidth is its bytes over its
+kernel takes ~1 µs, far below a launch from Python (18–24 µs on the project's H200 machine). Even inside a graph
+each kernel has a fixed cost (`fixed_s`, measured on a 4 KiB add: 0.96 µs on the H200), which at small working
+sets is most of the time — the raw curve there rises with size (0.8 TB/s at 1 MiB, 5.7 TB/s at 32 MiB on the
+H200) — so a sample's bandwidth is its bytes over its
 time less that fixed cost (the model prices a kernel's fixed cost apart, `Calibration.kernel_overhead_s`), and the
 levels are read only from samples whose time is at least `MIN_TIME_OVER_FIXED` × the fixed cost. A working set
 that fits the L2 cache is served from it on the repeats (the L2 plateau); beyond, from HBM. `calibrate` reads the
@@ -24,13 +25,10 @@ import statistics
 from typing import Any
 
 from narrowpath.errors import NarrowpathError
-from narrowpath.measure.memory_probe import working_set_sizes
+from narrowpath.measure.memory_probe import _ARRAYS, KERNELS, LEVEL_KERNEL, working_set_sizes  # the host probe's
 from narrowpath.measure.segment import find_plateaus, edge_x
 from narrowpath.measure.timing import Progress, cuda_graph_of, cuda_time_s, host_provenance
 
-KERNELS = ("read", "write", "copy", "add")
-LEVEL_KERNEL = "add"
-_ARRAYS = {"read": 1, "write": 1, "copy": 2, "add": 3}
 _ITEM = 4  # float32
 GRAPH_BYTES = 512 * 2**20
 """Bytes moved per graph replay (kernels per graph = this / working set, at least 1, at most `MAX_GRAPH_KERNELS`)."""
