@@ -38,6 +38,12 @@ LLAMA3_8B = {"hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "ffn_act"
              "vocab": 128256}
 
 
+def row(case: str, regime: str, measured_s: float, predicted_s: float, **extra) -> dict:
+    """One comparison: predicted beside measured, error = predicted / measured − 1."""
+    return {"case": case, "regime": regime, "measured_s": measured_s, "predicted_s": predicted_s,
+            "error": predicted_s / measured_s - 1.0, **extra}
+
+
 def load(path: Path = DATA) -> dict:
     return json.loads(path.read_text())["sections"]
 
@@ -74,9 +80,8 @@ def training_rows(sections: dict, calibration=None) -> list[dict]:
                      "recompute": "none", "precision": "bf16", "attention": attention}})
         scn = scn[0] if isinstance(scn, tuple) else scn
         pred = predict(scn, calibration).step_time_s
-        rows.append({"case": scn.name + (" (compiled)" if r.get("compiled") else ""), "measured_s": r["step_s"],
-                     "predicted_s": pred, "error": pred / r["step_s"] - 1.0,
-                     "regime": "torch.compile" if r.get("compiled") else "eager"})
+        rows.append(row(scn.name + (" (compiled)" if r.get("compiled") else ""),
+                        "torch.compile" if r.get("compiled") else "eager", r["step_s"], pred))
     return rows
 
 
@@ -97,35 +102,34 @@ def gemm_rows(sections: dict) -> list[dict]:
         pred = op_time_s(op, dev, cal)
         regime = "weight stream (M < 64)" if g["M"] < 64 else "ramp (64 <= M <= 512)" if g["M"] <= 512 \
             else "large (M >= 1024)"
-        rows.append({"case": f"{g['dtype']} {g['name']} M={g['M']}", "regime": f"{g['dtype']} {regime}",
-                     "measured_s": src["time_s"], "predicted_s": pred, "error": pred / src["time_s"] - 1.0})
+        rows.append(row(f"{g['dtype']} {g['name']} M={g['M']}", f"{g['dtype']} {regime}", src["time_s"], pred))
     return rows
 
 
 def attention_rows(sections: dict) -> list[dict]:
-    """Causal attention forward and backward (K/V expanded to every head, as measured) beside the flash op."""
+    """Causal attention forward and backward beside the flash op the workload builds for the same shape
+    (`workload.attention.attention_ops` and `workload.ops.backward_ops`; K/V expanded to every head, as measured)."""
+    from narrowpath.catalog.resolve import scenario_from_dict
     from narrowpath.cost.roofline import op_time_s
-    from narrowpath.workload.attention import FLASH_BLOCK
-    from narrowpath.workload.items import Op
+    from narrowpath.workload.attention import attention_ops
+    from narrowpath.workload.ops import backward_ops
     dev, cal = _device_and_profile()
     rows = []
     for a in sections["attention_training"]:
         if "fwd_s" not in a or a["backend"] == "efficient":
             continue
         b, h, s, d = a["batch"], a["heads"], a["seq"], a["head_dim"]
-        frac = min(1.0, 0.5 * (1.0 + FLASH_BLOCK / s))
-        full = 4.0 * b * h * s * s * d
-        io = 4.0 * b * s * h * d * 2
-        impl = "fa2" if a["backend"] == "flash" else ""
-        fwd = Op("flash_attn", "flash", "fwd", full * frac, io, "bf16", 1, exps=b * h * s * s * frac, head_dim=d,
-                 impl=impl)
-        bwd = Op("flash_attn", "flash", "bwd", 2.5 * full * frac, 2.5 * io, "bf16", 1, exps=b * h * s * s * frac,
-                 head_dim=d, impl=impl)
-        name = "FlashAttention-2" if impl else "cuDNN fused"
+        attention = "flash2" if a["backend"] == "flash" else "flash"
+        scn = scenario_from_dict({"system": "dgx-h200", "num_gpus": 1, "model": {
+            "name": "attention", "layers": 1, "seq_len": s, "hidden": h * d, "heads": h, "kv_heads": h, "ffn": h * d,
+            "vocab": 128}, "plan": {"mbs": b, "gbs": b, "precision": "bf16", "attention": attention}})
+        scn = scn[0] if isinstance(scn, tuple) else scn
+        (fwd,) = attention_ops(scn.model, scn.plan, "flash")
+        (bwd,) = backward_ops([fwd], scn.plan)
+        name = "FlashAttention-2" if attention == "flash2" else "cuDNN fused"
         for phase, op, measured in (("fwd", fwd, a["fwd_s"]), ("bwd", bwd, a["fwd_bwd_s"] - a["fwd_s"])):
             pred = op_time_s(op, dev, cal)
-            rows.append({"case": f"{name} {phase} b={b} s={s}", "regime": f"{name} {phase}",
-                         "measured_s": measured, "predicted_s": pred, "error": pred / measured - 1.0})
+            rows.append(row(f"{name} {phase} b={b} s={s}", f"{name} {phase}", measured, pred))
     return rows
 
 
@@ -150,8 +154,7 @@ def decode_attention_rows(sections: dict) -> list[dict]:
         op = decode_attention_op(scn.model, scn.plan, cost.f, a["batch"], a["batch"] * a["context"])
         pred = op_time_s(op, dev, cal)
         regime = "decode attention, batch 1" if a["batch"] == 1 else "decode attention, batch >= 8"
-        rows.append({"case": f"decode attention b={a['batch']} L={a['context']}", "regime": regime,
-                     "measured_s": a["time_s"], "predicted_s": pred, "error": pred / a["time_s"] - 1.0})
+        rows.append(row(f"decode attention b={a['batch']} L={a['context']}", regime, a["time_s"], pred))
     return rows
 
 
@@ -164,8 +167,7 @@ def elementwise_rows(sections: dict) -> list[dict]:
         if not e.get("bytes") or e["name"] == "rms_norm_eager":  # eager RMSNorm: five kernels, not one stream
             continue
         pred = op_time_s(vector(e["name"], "fwd", e["bytes"], "bf16"), dev, cal)
-        rows.append({"case": e["name"], "regime": "element-wise stream", "measured_s": e["time_s"],
-                     "predicted_s": pred, "error": pred / e["time_s"] - 1.0})
+        rows.append(row(e["name"], "element-wise stream", e["time_s"], pred))
     return rows
 
 
@@ -184,9 +186,7 @@ def moe_rows(sections: dict) -> list[dict]:
         pred = op_time_s(gemm("mlp_up", "fwd", E * T, h, 2 * f, "bf16", 2.0, 2.0, groups=E), dev, cal)
         regime = "rows per expert < 64" if T < 64 else "64-1,024 rows per expert" if T <= 1024 \
             else "4,096 rows per expert"
-        rows.append({"case": f"{r['shape']} T={T}", "regime": regime, "measured_s": r["per_expert_s"],
-                     "predicted_s": pred, "error": pred / r["per_expert_s"] - 1.0,
-                     "grouped_kernel_s": r.get("grouped_s")})
+        rows.append(row(f"{r['shape']} T={T}", regime, r["per_expert_s"], pred, grouped_kernel_s=r.get("grouped_s")))
     return rows
 
 
@@ -197,16 +197,13 @@ def serving_rows(sections: dict) -> list[dict]:
     for r in sections["serving"]["decode"]:
         b, L = r["batch"], r["context"]
         pred = cost.iteration_s(b, b, b * L)
-        rows.append({"case": f"decode b={b} L={L}", "regime": "decode step" + (" (b >= 64)" if b >= 64 else
-                                                                                 " (b < 64)"),
-                     "measured_s": r["graph_s"], "predicted_s": pred, "error": pred / r["graph_s"] - 1.0,
-                     "kernels": sum(k[1] for k in r.get("kernels", [])) or None})
+        rows.append(row(f"decode b={b} L={L}", "decode step" + (" (b >= 64)" if b >= 64 else " (b < 64)"),
+                        r["graph_s"], pred, kernels=sum(k[1] for k in r.get("kernels", [])) or None))
     for r in sections["serving"]["prefill"]:
         T = r["tokens"]
         pred = cost.iteration_s(T, 0, 0, pre_tokens=T, pre_pairs=T * (T + 1) / 2, pre_ctx=T, rows=1)
-        rows.append({"case": f"prefill T={T}", "regime": "prefill (eager, T >= 2048)" if T >= 2048 else
-                     "prefill (eager, host-bound T < 2048)", "measured_s": r["time_s"], "predicted_s": pred,
-                     "error": pred / r["time_s"] - 1.0})
+        rows.append(row(f"prefill T={T}", "prefill (eager, T >= 2048)" if T >= 2048 else
+                        "prefill (eager, host-bound T < 2048)", r["time_s"], pred))
     return rows
 
 
@@ -226,10 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     s = load()
     sections = {"training steps": training_rows(s),
-                "training steps, probed profile": training_rows(s, probed_profile()), "GEMMs": gemm_rows(s), "attention (training)":
-                attention_rows(s), "decode attention": decode_attention_rows(s), "MoE expert GEMMs": moe_rows(s),
-                "element-wise":
-                elementwise_rows(s), "serving (Llama-3 8B, vLLM pricing)": serving_rows(s)}
+                "training steps, probed profile": training_rows(s, probed_profile()),
+                "GEMMs": gemm_rows(s),
+                "attention (training)": attention_rows(s),
+                "decode attention": decode_attention_rows(s),
+                "MoE expert GEMMs": moe_rows(s),
+                "element-wise": elementwise_rows(s),
+                "serving (Llama-3 8B, vLLM pricing)": serving_rows(s)}
     if a.json:
         print(json.dumps({k: {"rows": v, "groups": summarise(v)} for k, v in sections.items()}, indent=1))
         return 0
