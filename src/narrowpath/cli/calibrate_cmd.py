@@ -98,7 +98,7 @@ def _host_parts_for_a_device(found: dict[str, list[dict]], args) -> list[str]:
                     "on that device, or drop --device to fit this machine's own profile")
         for res in [*found["compute"], *found["memory"]]:
             other = canonical_id("devices", str(res.get("device", "")))
-            if other in entries("devices") and other != store.canonical_id("devices", args.device):
+            if other in entries("devices") and other != canonical_id("devices", args.device):
                 warnings.append(f"{res['_file']} was measured on {res.get('device')} ({other}), not on an "
                                 f"{args.device}: its efficiencies are read against the {args.device}'s peaks")
         if any(res.get("backend") != "torch-cuda" for res in found["memory"]):

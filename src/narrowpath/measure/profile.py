@@ -183,13 +183,13 @@ def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, 
 
 def _memory(memory: Mapping[str, Any], peak_mem_bw: float, prof: dict, rep: FitReport) -> None:
     levels = memory["levels"]
-    if memory.get("backend") == "torch-cuda" and (not levels or levels[-1]["name"] != "HBM"):
+    gpu = memory.get("backend") == "torch-cuda"
+    if gpu and (not levels or levels[-1]["name"] != "HBM"):
         from narrowpath.errors import NarrowpathError
         raise NarrowpathError(f"memory probe of {memory.get('device')}: no HBM level (the sweep never left the "
                               "caches); probe again with a larger --max-bytes")
     prof["memory_levels"] = [{"name": lv["name"], "capacity_bytes": float(f"{lv['capacity_bytes']:.4g}"),
                               "bw_bytes_per_s": float(f"{lv['bandwidth_bytes_per_s']:.4g}")} for lv in levels]
-    gpu = memory.get("backend") == "torch-cuda"
     prof["sources"]["memory_levels"] = (f"narrowpath probe memory on {memory['device']}: plateaus of the "
                                         f"'{memory['level_kernel']}' kernel, STREAM byte counting, "
                                         + ("CUDA-graph replays" if gpu else "1 thread"))
