@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from narrowpath.errors import NarrowpathError
-from narrowpath.measure.machine import physical_memory_bytes
+from narrowpath.measure.machine import cuda_available, physical_memory_bytes
 from narrowpath.spec.strict_load import load_json
 from narrowpath.spec.system import TIER_NAMES
 
@@ -52,15 +52,6 @@ def _peaks(device_id: str | None) -> dict[str, float]:
     return dict(store.device(device_id).peak_matrix_flop_per_s)
 
 
-def _cuda() -> bool:
-    """Whether PyTorch is installed and sees a GPU."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
 def _run_one(what: str, args, memory_result=None) -> dict | None:
     from narrowpath.measure import collectives_probe, compute_probe, locality_probe, memory_probe
     prog = not args.no_progress
@@ -68,7 +59,7 @@ def _run_one(what: str, args, memory_result=None) -> dict | None:
         return compute_probe.probe_compute(quick=args.quick, repeats=args.repeats, peaks=_peaks(args.device),
                                            progress=prog, cuda=False if args.host else None)
     if what == "memory":
-        if not args.host and _cuda():
+        if not args.host and cuda_available():
             from narrowpath.measure import gpu_memory_probe
             return gpu_memory_probe.probe_gpu_memory(quick=args.quick, max_bytes=args.max_bytes,
                                                      repeats=args.repeats, progress=prog)

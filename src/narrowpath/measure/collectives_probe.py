@@ -90,10 +90,9 @@ def local_backend(backend: str | None, num_ranks: int) -> str | None:
     import torch
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "nccl" and gpus < num_ranks:
+        hint = f"--ranks {gpus} or --backend gloo" if gpus >= 2 else "--backend gloo"
         raise NarrowpathError(f"--backend nccl: {num_ranks} local ranks need {num_ranks} GPUs (one per rank), this "
-                              f"machine has {gpus}; use --ranks {max(gpus, 2)} or --backend gloo"
-                              if gpus >= 2 else f"--backend nccl: {num_ranks} local ranks need {num_ranks} GPUs "
-                              f"(one per rank), this machine has {gpus}; use --backend gloo")
+                              f"machine has {gpus}; use {hint}")
     if backend is None and 0 < gpus < num_ranks:
         return "gloo"
     return backend

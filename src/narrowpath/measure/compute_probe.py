@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from narrowpath.measure.machine import cpu_model_name, cpu_peak_flop_per_s
+from narrowpath.measure.machine import cpu_model_name, cpu_peak_flop_per_s, cuda_available
 from narrowpath.measure.timing import Progress, cuda_graph_of, cuda_time_s, host_provenance, time_median_s
 
 QUICK_SIZES = (64, 128, 256, 512, 1024)
@@ -113,11 +113,7 @@ def probe_compute(*, quick: bool = False, repeats: int | None = None, peaks: dic
     """GEMM samples per backend/dtype/size, best rate per dtype, and efficiency against the peaks (JSON-ready)."""
     repeats = repeats or (3 if quick else 5)
     if cuda is None:
-        try:
-            import torch
-            cuda = torch.cuda.is_available()
-        except ImportError:
-            cuda = False
+        cuda = cuda_available()
     plan = _plan(quick, cuda, sizes)
     prog = Progress("compute", sum(len(s) for _, _, s in plan), progress)
     samples = []

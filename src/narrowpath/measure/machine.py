@@ -64,6 +64,15 @@ def _lscpu_caches() -> list[OsCache]:
     return [caches[k] for k in sorted(caches)]
 
 
+def cuda_available() -> bool:
+    """Whether PyTorch is installed and sees a GPU (the probes measure it then)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def under_hypervisor() -> bool:
     """True when the CPU flags say this is a virtual machine (the `hypervisor` CPUID bit)."""
     return bool(re.search(r"^flags\s*:.*\bhypervisor\b", _cpuinfo(), re.MULTILINE))

@@ -13,10 +13,10 @@ collective kind's share = calls per step × time per call / step time, on each s
 largest first (a step-time mismatch leads).
 The observed step is the mean device-side duration of the complete ProfilerSteps (windows.py).
 Kernel time by class: the trace's kernel categories (kernels.py) summed into the model's classes
-(`KERNEL_CLASS_OF`) per step on the rank with the most kernel time, beside `prediction.gpu_time_by_class_s()` (each op at its roofline time); a class
-matters when its share of the step differs by `min_pct_points`. On a real H200 trace of an eager PyTorch step
-this showed what the step time hid: GEMMs faster and element-wise work slower than predicted
-(benchmarks/heldout_h200.py).
+(`KERNEL_CLASS_OF`) per step on the rank with the most kernel time, beside `prediction.gpu_time_by_class_s()`
+(each op at its roofline time); a class matters when its share of the step differs by `min_pct_points`. On a
+real H200 trace of an eager PyTorch step this showed what the step time hid: GEMMs faster and element-wise work
+slower than predicted (benchmarks/heldout_h200.py).
 """
 from __future__ import annotations
 
@@ -201,8 +201,9 @@ def compare(report: TraceReport, prediction: Any, min_pct_points: float = MIN_PC
         so = 100.0 * obs_k.get(cls, 0.0) / observed_step if observed_step > 0 else 0.0
         sp = 100.0 * pred_k[cls] / prediction.step_time_s if prediction.step_time_s > 0 else 0.0
         if abs(so - sp) >= min_pct_points:
-            ratio = f"; {obs_k[cls] / pred_k[cls]:.2f}x the predicted time" if pred_k[cls] > 0 else ""
-            diffs.append((abs(so - sp), f"{cls} kernels: observed {obs_k.get(cls, 0.0) * 1e3:.1f} ms per step "
+            seen = obs_k.get(cls, 0.0)
+            ratio = f"; {seen / pred_k[cls]:.2f}x the predicted time" if pred_k[cls] > 0 else ""
+            diffs.append((abs(so - sp), f"{cls} kernels: observed {seen * 1e3:.1f} ms per step "
                           f"({so:.1f}% of the step) vs predicted {pred_k[cls] * 1e3:.1f} ms ({sp:.1f}%) "
                           f"({so - sp:+.1f} percentage points{ratio})"))
     diffs.sort(key=lambda d: -d[0])
