@@ -1,6 +1,8 @@
 """Measure one CUDA GPU the way the model prices it: GEMMs at transformer shapes (BF16, FP8), attention (training
-flash/cuDNN, decode over a KV cache), element-wise kernels, a whole Llama-3-8B decode and prefill step, and a
-training step of a Llama-3-8B-shaped model with fewer layers (with its PyTorch profiler trace).
+flash/cuDNN, by head width; decode over a KV cache), element-wise kernels, a whole Llama-3-8B decode and prefill
+step, a training step of a Llama-3-8B-shaped model with fewer layers (with its PyTorch profiler trace), MoE
+training steps (one expert-parallel rank's layers: per-expert GEMMs behind the dispatcher's host sync, or one
+grouped kernel) and the host's own costs (per issued kernel, per synchronisation).
 
 Run on the GPU machine (nothing here is fitted; `benchmarks/heldout_h200.py` prices the same work with the model
 and compares):
@@ -34,6 +36,11 @@ TRAINING_VARIANTS = [(8, 8192, 1, "flash"), (8, 4096, 2, None), (4, 16384, 1, No
 """(layers, sequence, micro-batch, SDPA backend) beside the main training step: FlashAttention-2 forced, and the
 same tokens at other sequence lengths and depths."""
 KERNEL_TABLE_PAIRS = {(1, 1024), (1, 8192), (32, 2048), (128, 2048), (256, 1024)}
+MOE_RUNS = [("qwen3", 1, False, "moe_qwen3_mb1_trace"), ("qwen3", 4, False, "moe_qwen3_mb4_trace"),
+            ("qwen3", 2, False, None), ("gpt-oss", 1, False, None), ("gpt-oss", 4, False, "moe_gptoss_mb4_trace"),
+            ("qwen3", 1, True, None), ("qwen3", 4, True, None)]
+"""(model, micro-batch, grouped kernel, trace name) of the MoE training steps: the per-expert GEMMs first (as
+Transformer Engine's GroupedLinear), then one grouped kernel (`torch._grouped_mm`, no host sync)."""
 TOY = dict(hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=256, layers=2)
 
 
@@ -257,14 +264,14 @@ def _backends():
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-def attention_training(run: Run, m: dict) -> list:
-    """Causal self-attention, forward and forward+backward, heads × head_dim of Llama-3 8B (K/V expanded)."""
+def attention_training(run: Run, m: dict, seqs=None, backends=None) -> list:
+    """Causal self-attention, forward and forward+backward, heads × head_dim of `m` (Llama-3 8B's; K/V expanded)."""
     from torch.nn.attention import sdpa_kernel
     H, D = m["heads"], m["head_dim"]
-    seqs = (32, 64) if run.smoke else (1024, 2048, 4096, 8192, 16384)
+    seqs = (32, 64) if run.smoke else (seqs or (1024, 2048, 4096, 8192, 16384))
     rows = []
     for backend, bk in _backends().items():
-        if run.smoke and backend != "efficient":
+        if (run.smoke and backend != "efficient") or (backends and not run.smoke and backend not in backends):
             continue
         for S in seqs:
             if run.left_s() < 60:
@@ -571,6 +578,272 @@ def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backe
     return res
 
 
+def host_costs(run: Run) -> dict:
+    """What the host spends issuing work, in the terms of the calibration's `host_dispatch_s` (CPU time per kernel
+    the framework issues) and `host_sync_s` (GPU idle per host synchronisation). Tiny tensors keep every kernel
+    shorter than its launch, so the wall clock over many back-to-back calls is the host's time:
+
+    - `eager_op_s`: one eager element-wise op (no autograd);
+    - `autograd_fwd_op_s` / `autograd_bwd_op_s`: one element-wise op of a chain that records autograd history, and
+      its backward (the autograd engine's C++ thread issues it);
+    - `linear_fwd_s` / `linear_bwd_s`: one `torch.nn.Linear` module call (cuBLAS GEMM + bias) under autograd;
+    - `sync_idle_s`: extra wall time per `.item()` placed after ~0.3 ms of GPU work (the GPU drains, the host wakes,
+      copies, and launches again), measured against the same loop without it;
+    - `tolist_idle_s`: the same for a 16-element `.tolist()` (Megatron-Core's all-to-all dispatcher copies its
+      tokens-per-expert counts to the host this way)."""
+    dev = run.dev
+    n = 200 if run.smoke else 4000
+    x = torch.zeros(8, device=dev)
+    out: dict = {"calls": n}
+
+    def wall(fn) -> float:
+        fn()
+        run.sync()
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            run.sync()
+            best = min(best, time.perf_counter() - t0)
+        return best
+    out["eager_op_s"] = wall(lambda: [x.add_(1.0) for _ in range(n)]) / n
+    leaf = torch.zeros(8, device=dev, requires_grad=True)
+
+    def chain():
+        y = leaf
+        for _ in range(n):
+            y = y * 1.0001
+        return y
+    out["autograd_fwd_op_s"] = wall(chain) / n
+    ys = [None]
+
+    def fwd_keep():
+        ys[0] = chain().sum()
+    fwd_keep()
+    times = []
+    for _ in range(3):
+        fwd_keep()
+        run.sync()
+        t0 = time.perf_counter()
+        ys[0].backward()
+        run.sync()
+        times.append(time.perf_counter() - t0)
+    out["autograd_bwd_op_s"] = min(times) / n
+    m = n // 10
+    lins = torch.nn.Sequential(*[torch.nn.Linear(64, 64, device=dev) for _ in range(m)])
+    xin = torch.randn(4, 64, device=dev)
+    out["linear_fwd_s"] = wall(lambda: lins(xin)) / m
+    times = []
+    for _ in range(3):
+        y = lins(xin).sum()
+        run.sync()
+        t0 = time.perf_counter()
+        y.backward()
+        run.sync()
+        times.append(time.perf_counter() - t0)
+    out["linear_bwd_s"] = min(times) / m
+    k = 64 if run.smoke else 1024
+    a = torch.randn(k, k, device=dev, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
+    reps = 4 if run.smoke else 40
+    work = 8 if run.smoke else 60  # ~0.3 ms of back-to-back 1,024² GEMMs on an H100-class GPU
+
+    def loop(sync: str):
+        def fn():
+            for _ in range(reps):
+                for _ in range(work):
+                    a @ a
+                s = a[:4, :4].float().sum(0)
+                if sync == "item":
+                    s[0].item()
+                elif sync == "tolist":
+                    torch.zeros(16, device=dev, dtype=torch.int64).add_(1).tolist()
+        return fn
+    base = wall(loop(""))
+    out["work_per_rep_s"] = base / reps
+    out["sync_idle_s"] = (wall(loop("item")) - base) / reps
+    out["tolist_idle_s"] = (wall(loop("tolist")) - base) / reps
+    return out
+
+
+QWEN3_30B_16E = dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, vocab=151936, experts=16, top_k=8,
+                     expert_ffn=768, layers=4)
+"""Qwen3-30B-A3B's layer on one rank of its expert-parallel 8 recipe (128 experts / 8 = 16 local, each receiving
+T/2 rows of a micro-batch of T tokens): here 16 experts, top-8, on one GPU — the same local GEMMs without the
+all-to-all — and 4 layers."""
+GPT_OSS_16E = dict(hidden=2880, heads=64, kv_heads=8, head_dim=64, vocab=201088, experts=16, top_k=4,
+                   expert_ffn=2880, layers=4)
+"""GPT-OSS-120B's layer on one rank of expert-parallel 8 (16 local experts, T/4 rows each), without its sinks,
+sliding windows and biases."""
+TOY_MOE = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, vocab=256, experts=4, top_k=2, expert_ffn=32, layers=2)
+
+
+class MoELlama(torch.nn.Module):
+    """A decoder of MoE layers as Megatron-Core runs one rank's share with its all-to-all dispatcher, in eager
+    PyTorch: RMSNorm → fused QKV → RoPE → SDPA → O → RMSNorm → FP32 router → softmax top-k (renormalised) →
+    permute (sort by expert, gather) → tokens per expert copied to the host (the dispatcher's sync) → one GEMM pair
+    per expert with SiLU·mul between (Transformer Engine's GroupedLinear issues one cuBLAS GEMM per expert) →
+    unpermute (scale by the routing weight, index_add). BF16 parameters (no casts in the passes)."""
+
+    def __init__(self, m: dict, dev: str, grouped: bool = False):
+        super().__init__()
+        h, H, KV, D, E, f = m["hidden"], m["heads"], m["kv_heads"], m["head_dim"], m["experts"], m["expert_ffn"]
+        self.m, self.L, self.grouped = m, m["layers"], grouped
+        bf = torch.bfloat16
+        p = lambda *s, dt=bf: torch.nn.Parameter(torch.randn(*s, device=dev, dtype=dt) * 0.02)  # noqa: E731
+        L = self.L
+        self.emb = p(m["vocab"], h)
+        self.qkv = torch.nn.ParameterList([p((H + 2 * KV) * D, h) for _ in range(L)])
+        self.o = torch.nn.ParameterList([p(h, H * D) for _ in range(L)])
+        self.router = torch.nn.ParameterList([p(E, h, dt=torch.float32) for _ in range(L)])
+        self.w1 = torch.nn.ParameterList([p(E, h, 2 * f) for _ in range(L)])
+        self.w2 = torch.nn.ParameterList([p(E, f, h) for _ in range(L)])
+        ones = lambda: torch.nn.Parameter(torch.ones(h, device=dev, dtype=bf))  # noqa: E731
+        self.n1 = torch.nn.ParameterList([ones() for _ in range(L)])
+        self.n2 = torch.nn.ParameterList([ones() for _ in range(L)])
+        self.nf = ones()
+        self.head = p(m["vocab"], h)
+        inv = 1.0 / (1e6 ** (torch.arange(0, D, 2, device=dev, dtype=torch.float32) / D))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def rope(self, x, pos):
+        ang = pos.float()[..., None] * self.inv_freq
+        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+    def moe(self, i, a):
+        m = self.m
+        E, k = m["experts"], m["top_k"]
+        T, h = a.shape
+        probs = torch.softmax(a.float() @ self.router[i].t(), dim=-1)
+        w, idx = probs.topk(k, dim=-1)
+        # force-balanced routing, as the corpus's runs (Megatron-Core's moe_router_force_load_balancing): every
+        # expert gets T·k/E rows; the weights are the router's probabilities of the experts assigned
+        idx = (torch.arange(T * k, device=a.device) % E).view(T, k)
+        w = probs.gather(1, idx)
+        w = (w / w.sum(-1, keepdim=True)).to(a.dtype)
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        src = order // k
+        counts = torch.bincount(flat, minlength=E)
+        xs = a.index_select(0, src)
+        if self.grouped:
+            offs = counts.cumsum(0).to(torch.int32)
+            hmid = torch._grouped_mm(xs, self.w1[i], offs=offs)
+            g, u = hmid.chunk(2, dim=-1)
+            ys = torch._grouped_mm(F.silu(g) * u, self.w2[i], offs=offs)
+        else:
+            sizes = counts.tolist()  # the dispatcher's host sync: split sizes for the per-expert GEMMs
+            outs = []
+            for e, xe in enumerate(xs.split(sizes)):
+                g, u = (xe @ self.w1[i][e]).chunk(2, dim=-1)
+                outs.append((F.silu(g) * u) @ self.w2[i][e])
+            ys = torch.cat(outs)
+        ys = ys * w.reshape(-1).index_select(0, order)[:, None]
+        return torch.zeros_like(a).index_add_(0, src, ys)
+
+    def forward_train(self, tokens):
+        m = self.m
+        H, KV, D = m["heads"], m["kv_heads"], m["head_dim"]
+        B, T = tokens.shape
+        pos = torch.arange(T, device=tokens.device)
+        x = F.embedding(tokens, self.emb)
+        h = x.shape[-1]
+        for i in range(self.L):
+            a = F.rms_norm(x, (h,), self.n1[i], 1e-6)
+            q, kk, v = (a @ self.qkv[i].t()).split([H * D, KV * D, KV * D], dim=-1)
+            q = self.rope(q.view(B, T, H, D).transpose(1, 2), pos)
+            kk = self.rope(kk.view(B, T, KV, D).transpose(1, 2), pos)
+            v = v.view(B, T, KV, D).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, kk, v, is_causal=True, enable_gqa=True)
+            x = x + o.transpose(1, 2).reshape(B, T, H * D) @ self.o[i].t()
+            a = F.rms_norm(x, (h,), self.n2[i], 1e-6)
+            x = x + self.moe(i, a.reshape(B * T, h)).view(B, T, h)
+        return F.rms_norm(x, (h,), self.nf, 1e-6) @ self.head.t()
+
+
+def moe_training(run: Run, which: str, mb: int, seq: int = 4096, grouped: bool = False,
+                 trace: str | None = None) -> dict:
+    """A training step of `which` (QWEN3_30B_16E or GPT_OSS_16E: one expert-parallel rank's MoE layers, the
+    all-to-all left out) at micro-batch `mb`: forward, FP32 cross-entropy, backward, fused AdamW on the BF16
+    parameters; six steps, the median of the last four. Beside the step: the host's own time to issue it
+    (`host_fwd_s`: the forward's CPU time, which includes waiting at its syncs) and, from one profiled step, the
+    kernels launched and the GPU's busy time (union of kernel intervals) — the GPU idles for the rest."""
+    torch.manual_seed(0)
+    m = TOY_MOE if run.smoke else {"qwen3": QWEN3_30B_16E, "gpt-oss": GPT_OSS_16E}[which]
+    S = 32 if run.smoke else seq
+    model = MoELlama(m, run.dev, grouped=grouped)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
+    tok = torch.randint(0, m["vocab"], (mb, S + 1), device=run.dev)
+    res = {"model": which, "shape": m, "seq": S, "micro_batch": mb, "grouped": grouped,
+           "params": sum(p.numel() for p in model.parameters()),
+           "precision": "bf16 parameters, gradients and AdamW states (fused); fp32 router and cross-entropy"}
+    host = []
+
+    def step():
+        t0 = time.perf_counter()
+        logits = model.forward_train(tok[:, :-1])
+        host.append(time.perf_counter() - t0)
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tok[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    times = []
+    for _ in range(2 if run.smoke else 6):
+        run.sync()
+        t0 = time.perf_counter()
+        step()
+        run.sync()
+        times.append(time.perf_counter() - t0)
+    res["step_times_s"] = times
+    res["step_s"] = statistics.median(times[2:] if len(times) > 3 else times)
+    res["host_fwd_s"] = statistics.median(host[2:] if len(host) > 3 else host)
+    if run.dev == "cuda":
+        res["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    res.update(_busy(run, step))
+    if trace:
+        res.update(_profiled(run, step, trace))
+    del model, opt
+    return res
+
+
+def _guarded(fn) -> dict:
+    """fn(), or {"error": why} (one failed configuration keeps the others)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+
+
+def _busy(run: Run, fn) -> dict:
+    """Kernels one call of fn launches and the GPU's busy time (union of their intervals) against the wall time of
+    that profiled call."""
+    if run.dev != "cuda":
+        return {}
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        run.sync()
+        wall = time.perf_counter() - t0
+    iv = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                if str(getattr(e, "device_type", "")).endswith("CUDA"))
+    busy, cur_s, cur_e = 0.0, None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    return {"profiled_wall_s": wall, "gpu_busy_s": busy / 1e6, "kernels": len(iv)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -591,7 +864,13 @@ def main() -> None:
              ("training_variants", lambda: [training(run, m, *v) for v in TRAINING_VARIANTS]),
              ("training_compiled", lambda: training(run, m, 2 if a.smoke else 8, trace="train_compiled_trace",
                                                     compiled=True)),
-             ("moe_gemm", lambda: moe_gemm(run))]
+             ("moe_gemm", lambda: moe_gemm(run)),
+             ("host", lambda: host_costs(run)),
+             ("attention_head_dim", lambda: [r for hd in ((16, 64), (32, 128), (64, 64)) for r in attention_training(
+                 run, {"heads": hd[0] if not a.smoke else 2, "head_dim": hd[1] if not a.smoke else 16},
+                 seqs=(2048, 4096, 8192), backends=("cudnn", "flash"))]),
+             ("moe_training", lambda: [_guarded(lambda: moe_training(run, w, mb, grouped=g, trace=t))
+                                       for w, mb, g, t in MOE_RUNS if run.left_s() > 40])]
     for name, fn in steps:
         if only and name not in only:
             continue

@@ -11,7 +11,9 @@ the same functions `predict` and `serve` use:
   fused attention — `flash`; the FlashAttention-2 backend forced — `flash2`);
 - kernels: `cost.roofline.op_time_s` on the op the workload builds for them (`workload.ops.gemm`, the flash
   attention op of `workload.attention`, `workload.serving.decode_attention_op`, `workload.ops.vector`);
-- serving: `schedule.serving_cost.ServingCost` under the vLLM stack (PyTorch, CUDA graphs for decode).
+- serving: `schedule.serving_cost.ServingCost` under the vLLM stack (PyTorch, CUDA graphs for decode);
+- MoE training steps: `predict` on one expert-parallel rank's share (16 local experts, ep 1, force-balanced
+  routing; the grouped-kernel runs as `moe_sync_free`); the host's cost per kernel beside `host_dispatch_s`.
 
 What the numbers say, and what they do not (docs/model.md, "Measured on an H200"): the script's model is plain
 eager PyTorch, not Megatron-Core or TensorRT-LLM, so kernel counts and fusions differ from the stacks the
@@ -85,6 +87,51 @@ def training_rows(sections: dict, calibration=None) -> list[dict]:
     return rows
 
 
+def moe_training_rows(sections: dict, calibration=None) -> list[dict]:
+    """MoE training steps (gpu_measure's `moe_training`: one expert-parallel rank's 16 local experts, no all-to-all)
+    beside `predict` on the same model and plan: Megatron-Core's all-to-all dispatcher path (its host sync, one GEMM
+    pair per expert) as the stack default prices it, the grouped-kernel runs as `moe_sync_free`."""
+    from narrowpath.catalog.resolve import scenario_from_dict
+    from narrowpath.schedule.step import predict
+    rows = []
+    for r in sections.get("moe_training", []):
+        if "step_s" not in r:
+            continue
+        m = r["shape"]
+        scn = scenario_from_dict({
+            "name": f"h200-{r['model']}-16e-mb{r['micro_batch']}" + ("-grouped" if r["grouped"] else ""),
+            "system": "dgx-h200", "num_gpus": 1,
+            "model": {"name": f"{r['model']}-16e", "layers": m["layers"], "seq_len": r["seq"], "hidden": m["hidden"],
+                      "heads": m["heads"], "kv_heads": m["kv_heads"], "head_dim": m["head_dim"],
+                      "ffn": m["expert_ffn"], "ffn_act": "swiglu", "norm": "rmsnorm", "vocab": m["vocab"],
+                      "moe": {"num_experts": m["experts"], "top_k": m["top_k"], "expert_ffn": m["expert_ffn"]}},
+            "plan": {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "mbs": r["micro_batch"], "gbs": r["micro_batch"],
+                     "zero_stage": 0, "recompute": "none", "precision": "bf16", "attention": "flash",
+                     "moe_routing": "dropless-balanced", **({"moe_sync_free": True} if r["grouped"] else {})}})
+        scn = scn[0] if isinstance(scn, tuple) else scn
+        pred = predict(scn, calibration)
+        rows.append(row(scn.name, "grouped kernel (no host sync)" if r["grouped"] else "one GEMM pair per expert",
+                        r["step_s"], pred.step_time_s, gpu_busy_s=r.get("gpu_busy_s"), kernels=r.get("kernels"),
+                        predicted_host_wait_s=pred.host_wait_s))
+    return rows
+
+
+def host_rows(sections: dict) -> list[dict]:
+    """The host's cost to issue one kernel (gpu_measure's `host`: tiny eager ops, wall clock over thousands) beside
+    the profile's `host_dispatch_s`; per kernel of a `torch.nn.Linear` call (GEMM + bias forward, two GEMMs and a
+    bias reduction backward) the same."""
+    h = sections.get("host")
+    if not h:
+        return []
+    _, cal = _device_and_profile()
+    per = cal.host_dispatch_s
+    return [row("eager element-wise op", "host per kernel", h["eager_op_s"], per),
+            row("autograd op, forward", "host per kernel", h["autograd_fwd_op_s"], per),
+            row("autograd op, backward", "host per kernel", h["autograd_bwd_op_s"], per),
+            row("nn.Linear forward (2 kernels)", "host per kernel", h["linear_fwd_s"] / 2, per),
+            row("nn.Linear backward (4 kernels)", "host per kernel", h["linear_bwd_s"] / 4, per)]
+
+
 def gemm_rows(sections: dict) -> list[dict]:
     """GEMMs: CUDA-graph timings up to 1,024 rows (the eager ones there measured the host), eager beyond."""
     from narrowpath.cost.roofline import op_time_s
@@ -115,7 +162,7 @@ def attention_rows(sections: dict) -> list[dict]:
     from narrowpath.workload.ops import backward_ops
     dev, cal = _device_and_profile()
     rows = []
-    for a in sections["attention_training"]:
+    for a in [*sections["attention_training"], *sections.get("attention_head_dim", [])]:
         if "fwd_s" not in a or a["backend"] == "efficient":
             continue
         b, h, s, d = a["batch"], a["heads"], a["seq"], a["head_dim"]
@@ -126,7 +173,7 @@ def attention_rows(sections: dict) -> list[dict]:
         scn = scn[0] if isinstance(scn, tuple) else scn
         (fwd,) = attention_ops(scn.model, scn.plan, "flash")
         (bwd,) = backward_ops([fwd], scn.plan)
-        name = "FlashAttention-2" if attention == "flash2" else "cuDNN fused"
+        name = ("FlashAttention-2" if attention == "flash2" else "cuDNN fused") + (f" d={d}" if d != 128 else "")
         for phase, op, measured in (("fwd", fwd, a["fwd_s"]), ("bwd", bwd, a["fwd_bwd_s"] - a["fwd_s"])):
             pred = op_time_s(op, dev, cal)
             rows.append(row(f"{name} {phase} b={b} s={s}", f"{name} {phase}", measured, pred))
@@ -224,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     s = load()
     sections = {"training steps": training_rows(s),
                 "training steps, probed profile": training_rows(s, probed_profile()),
+                "MoE training steps": moe_training_rows(s),
+                "MoE training steps, probed profile": moe_training_rows(s, probed_profile()),
+                "host dispatch": host_rows(s),
                 "GEMMs": gemm_rows(s),
                 "attention (training)": attention_rows(s),
                 "decode attention": decode_attention_rows(s),
@@ -235,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for title, rows in sections.items():
         print(f"\n== {title}")
-        if title.startswith("training steps") or title.startswith("serving"):
+        if title.startswith(("training steps", "MoE training", "serving", "host")):
             for r in rows:
                 print(f"  {r['case']:34s} measured {r['measured_s'] * 1e3:9.3f} ms  predicted "
                       f"{r['predicted_s'] * 1e3:9.3f} ms  {r['error']:+7.1%}")

@@ -106,3 +106,55 @@ def test_recorded_gpu_memory_probe_levels():
     assert [lv["name"] for lv in levels] == ["L2", "HBM"] == [lv["name"] for lv in d["levels"]]
     assert levels[-1]["bandwidth_bytes_per_s"] == pytest.approx(d["levels"][-1]["bandwidth_bytes_per_s"])
     assert 4.0e12 <= levels[-1]["bandwidth_bytes_per_s"] <= 4.4e12
+
+
+def test_moe_training_steps(bench, sections):
+    """One expert-parallel rank's MoE layers on the H200 (16 local experts, no all-to-all; Qwen3-30B-A3B and
+    GPT-OSS-120B shapes, micro-batch 1-4), eager PyTorch: the model comes out too fast where the dense steps
+    came out slightly slow — -12 … -30 % with one GEMM pair per expert behind the dispatcher's host sync, -4 and
+    -11 % with one grouped kernel (when recorded). Bounded here, not hidden: the sign is the corpus's MoE residual's
+    (docs/model.md, 'Measured on an H200')."""
+    rows = bench.moe_training_rows(sections)
+    per_expert = [r for r in rows if r["regime"] == "one GEMM pair per expert"]
+    grouped = [r for r in rows if r["regime"] == "grouped kernel (no host sync)"]
+    assert len(per_expert) == 5 and len(grouped) == 2
+    assert max(abs(r["error"]) for r in per_expert) <= 0.35
+    assert max(abs(r["error"]) for r in grouped) <= 0.15
+    by = {r["case"]: r for r in rows}
+    # what the measurement shows and the model reproduces: the grouped kernel is faster (no host sync, 16× fewer
+    # launches), and micro-batch 1 takes more than a quarter of micro-batch 4 (fixed host time per layer)
+    for mb in (1, 4):
+        loop, grp = by[f"h200-qwen3-16e-mb{mb}"], by[f"h200-qwen3-16e-mb{mb}-grouped"]
+        assert grp["measured_s"] < loop["measured_s"] and grp["predicted_s"] < loop["predicted_s"]
+    one, four = by["h200-qwen3-16e-mb1"], by["h200-qwen3-16e-mb4"]
+    assert one["measured_s"] > four["measured_s"] / 4 and one["predicted_s"] > four["predicted_s"] / 4
+    # the GPU idles at the host sync: wall time above the profiled kernels' busy time, most at micro-batch 1
+    assert one["measured_s"] - one["gpu_busy_s"] > four["measured_s"] - four["gpu_busy_s"] > 0
+    assert one["predicted_host_wait_s"] > 0 and by["h200-qwen3-16e-mb1-grouped"]["predicted_host_wait_s"] == 0
+
+
+def test_host_dispatch_is_measured(bench, sections):
+    """The profile's host_dispatch_s (10 µs per framework-issued kernel, left free 5-20 µs by the corpus fit) is
+    what the host measured: 11.4 µs per eager element-wise op, 16 / 15 µs per autograd op forward / backward, 20-22
+    µs per kernel of an nn.Linear call (Intel Xeon host, PyTorch 2.11)."""
+    rows = bench.host_rows(sections)
+    assert len(rows) == 5
+    measured = [r["measured_s"] for r in rows]
+    per = rows[0]["predicted_s"]
+    assert min(measured) / 2 <= per <= max(measured)
+    assert rows[0]["measured_s"] <= rows[1]["measured_s"]  # recording autograd history costs host time
+
+
+def test_attention_head_width_rate(bench, sections):
+    """cuDNN's fused attention at head width 64 against 128 (same 4,096-wide attention, sequence 2,048-8,192) on
+    the H200: forward 0.74-0.76, backward 0.77-0.79 of the 128-wide rate when recorded; the model's table
+    (cost.roofline.FLASH_HEAD_DIM_RATES, FlashAttention-3 paper on H100: 0.67 forward, 0.84 backward) within 0.1."""
+    from narrowpath.cost.roofline import flash_head_dim_rate
+    rows = [r for r in sections["attention_head_dim"] if r["backend"] == "cudnn" and "fwd_s" in r]
+    wide = {r["seq"]: r for r in rows if r["head_dim"] == 128}
+    narrow = [r for r in rows if r["head_dim"] == 64 and r["heads"] == 64]
+    assert len(wide) == 3 and len(narrow) == 3
+    for r in narrow:
+        for phase, key in (("fwd", "fwd_tflops"), ("bwd", "bwd_tflops")):
+            ratio = r[key] / wide[r["seq"]][key]
+            assert abs(ratio - flash_head_dim_rate(64, phase)) <= 0.10, (r["seq"], phase, ratio)
