@@ -41,6 +41,9 @@ MOE_RUNS = [("qwen3", 1, False, "moe_qwen3_mb1_trace"), ("qwen3", 4, False, "moe
             ("qwen3", 1, True, None), ("qwen3", 4, True, None)]
 """(model, micro-batch, grouped kernel, trace name) of the MoE training steps: the per-expert GEMMs first (as
 Transformer Engine's GroupedLinear), then one grouped kernel (`torch._grouped_mm`, no host sync)."""
+MOE_COMPILED_RUNS = [("qwen3", 1, "moe_qwen3_mb1_compiled_trace"), ("qwen3", 4, "moe_qwen3_mb4_compiled_trace"),
+                     ("gpt-oss", 4, None), ("gpt-oss", 1, None), ("qwen3", 2, None)]
+"""(model, micro-batch, trace name) of the compiled MoE steps (grouped kernel)."""
 TOY = dict(hidden=64, ffn=128, heads=4, kv_heads=2, head_dim=16, vocab=256, layers=2)
 
 
@@ -539,6 +542,8 @@ def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backe
     model = Llama(m, layers, run.dev, torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
     tok = torch.randint(0, m["vocab"], (mb, S + 1), device=run.dev)
+    if compiled:
+        torch._dynamo.reset()  # each configuration compiled afresh, for its static shapes
     fwd = torch.compile(model.forward_train) if compiled else model.forward_train
     params = sum(p.numel() for p in model.parameters())
     res = {"model": f"llama3-8b shape, {layers} layers" + (", forward compiled" if compiled else ""),
@@ -677,12 +682,52 @@ sliding windows and biases."""
 TOY_MOE = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, vocab=256, experts=4, top_k=2, expert_ffn=32, layers=2)
 
 
+class _Permute(torch.autograd.Function):
+    """Tokens into expert order, each of its k copies (as Transformer Engine's fused moe_permute): a gather forward,
+    a gather and a sum over the k copies backward — no atomics."""
+
+    @staticmethod
+    def forward(ctx, x, order, inv, k):
+        ctx.save_for_backward(inv)
+        ctx.k = k
+        return x.index_select(0, torch.div(order, k, rounding_mode="floor"))
+
+    @staticmethod
+    def backward(ctx, g):
+        (inv,) = ctx.saved_tensors
+        return g.index_select(0, inv).view(-1, ctx.k, g.shape[-1]).sum(1), None, None, None
+
+
+class _Unpermute(torch.autograd.Function):
+    """The experts' outputs back into token order, each copy weighted by its routing probability and summed (as
+    Transformer Engine's fused moe_unpermute with probabilities): gathers forward and backward, no atomics."""
+
+    @staticmethod
+    def forward(ctx, ys, w, order, inv):
+        T, k = w.shape
+        back = ys.index_select(0, inv).view(T, k, -1)
+        ctx.save_for_backward(back, w, order)
+        return (back * w[..., None]).sum(1)
+
+    @staticmethod
+    def backward(ctx, g):
+        back, w, order = ctx.saved_tensors
+        T, k = w.shape
+        src = torch.div(order, k, rounding_mode="floor")
+        g_ys = g.index_select(0, src) * w.reshape(-1).index_select(0, order)[:, None]
+        g_w = (back * g[:, None, :]).sum(-1)
+        return g_ys, g_w, None, None
+
+
 class MoELlama(torch.nn.Module):
     """A decoder of MoE layers as Megatron-Core runs one rank's share with its all-to-all dispatcher, in eager
     PyTorch: RMSNorm → fused QKV → RoPE → SDPA → O → RMSNorm → FP32 router → softmax top-k (renormalised) →
     permute (sort by expert, gather) → tokens per expert copied to the host (the dispatcher's sync) → one GEMM pair
     per expert with SiLU·mul between (Transformer Engine's GroupedLinear issues one cuBLAS GEMM per expert) →
-    unpermute (scale by the routing weight, index_add). BF16 parameters (no casts in the passes)."""
+    unpermute (gather back, weight by the routing probability, sum the copies). Permute and unpermute are gathers
+    both ways, as Transformer Engine's fused kernels (run 4 used index_add, BF16 atomics: 2.4 ms a call at
+    micro-batch 4), and each expert has its own weights (run 6 indexed stacked ones: every expert's weight gradient
+    was added into a zero-filled copy of the stack). BF16 parameters (no casts in the passes)."""
 
     def __init__(self, m: dict, dev: str, grouped: bool = False):
         super().__init__()
@@ -695,8 +740,13 @@ class MoELlama(torch.nn.Module):
         self.qkv = torch.nn.ParameterList([p((H + 2 * KV) * D, h) for _ in range(L)])
         self.o = torch.nn.ParameterList([p(h, H * D) for _ in range(L)])
         self.router = torch.nn.ParameterList([p(E, h, dt=torch.float32) for _ in range(L)])
-        self.w1 = torch.nn.ParameterList([p(E, h, 2 * f) for _ in range(L)])
-        self.w2 = torch.nn.ParameterList([p(E, f, h) for _ in range(L)])
+        if grouped:  # one stacked weight per layer, as the grouped kernel takes it
+            self.w1 = torch.nn.ParameterList([p(E, h, 2 * f) for _ in range(L)])
+            self.w2 = torch.nn.ParameterList([p(E, f, h) for _ in range(L)])
+        else:  # one weight per expert, as GroupedLinear holds them (indexing a stacked one would add each expert's
+            # gradient into a zero-filled full-size buffer in backward)
+            self.w1 = torch.nn.ModuleList([torch.nn.ParameterList([p(h, 2 * f) for _ in range(E)]) for _ in range(L)])
+            self.w2 = torch.nn.ModuleList([torch.nn.ParameterList([p(f, h) for _ in range(E)]) for _ in range(L)])
         ones = lambda: torch.nn.Parameter(torch.ones(h, device=dev, dtype=bf))  # noqa: E731
         self.n1 = torch.nn.ParameterList([ones() for _ in range(L)])
         self.n2 = torch.nn.ParameterList([ones() for _ in range(L)])
@@ -724,9 +774,9 @@ class MoELlama(torch.nn.Module):
         w = (w / w.sum(-1, keepdim=True)).to(a.dtype)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        src = order // k
-        counts = torch.bincount(flat, minlength=E)
-        xs = a.index_select(0, src)
+        inv = torch.argsort(order)
+        counts = torch.zeros(E, dtype=flat.dtype, device=a.device).scatter_add_(0, flat, torch.ones_like(flat))
+        xs = _Permute.apply(a, order, inv, k)
         if self.grouped:
             offs = counts.cumsum(0).to(torch.int32)
             hmid = torch._grouped_mm(xs, self.w1[i], offs=offs)
@@ -739,8 +789,7 @@ class MoELlama(torch.nn.Module):
                 g, u = (xe @ self.w1[i][e]).chunk(2, dim=-1)
                 outs.append((F.silu(g) * u) @ self.w2[i][e])
             ys = torch.cat(outs)
-        ys = ys * w.reshape(-1).index_select(0, order)[:, None]
-        return torch.zeros_like(a).index_add_(0, src, ys)
+        return _Unpermute.apply(ys, w, order, inv)
 
     def forward_train(self, tokens):
         m = self.m
@@ -763,26 +812,31 @@ class MoELlama(torch.nn.Module):
 
 
 def moe_training(run: Run, which: str, mb: int, seq: int = 4096, grouped: bool = False,
-                 trace: str | None = None) -> dict:
+                 trace: str | None = None, compiled: bool = False) -> dict:
     """A training step of `which` (QWEN3_30B_16E or GPT_OSS_16E: one expert-parallel rank's MoE layers, the
     all-to-all left out) at micro-batch `mb`: forward, FP32 cross-entropy, backward, fused AdamW on the BF16
     parameters; six steps, the median of the last four. Beside the step: the host's own time to issue it
     (`host_fwd_s`: the forward's CPU time, which includes waiting at its syncs) and, from one profiled step, the
-    kernels launched and the GPU's busy time (union of kernel intervals) — the GPU idles for the rest."""
+    kernels launched and the GPU's busy time (union of kernel intervals) — the GPU idles for the rest. `compiled`:
+    the forward compiled by torch.compile (grouped kernel only: no host sync to break the graph), as a fused stack
+    runs the element-wise work; the first step, compilation included, kept apart."""
     torch.manual_seed(0)
     m = TOY_MOE if run.smoke else {"qwen3": QWEN3_30B_16E, "gpt-oss": GPT_OSS_16E}[which]
     S = 32 if run.smoke else seq
     model = MoELlama(m, run.dev, grouped=grouped)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
     tok = torch.randint(0, m["vocab"], (mb, S + 1), device=run.dev)
-    res = {"model": which, "shape": m, "seq": S, "micro_batch": mb, "grouped": grouped,
+    if compiled:
+        torch._dynamo.reset()  # each configuration compiled afresh, for its static shapes
+    fwd = torch.compile(model.forward_train) if compiled else model.forward_train
+    res = {"model": which, "shape": m, "seq": S, "micro_batch": mb, "grouped": grouped, "compiled": compiled,
            "params": sum(p.numel() for p in model.parameters()),
            "precision": "bf16 parameters, gradients and AdamW states (fused); fp32 router and cross-entropy"}
     host = []
 
     def step():
         t0 = time.perf_counter()
-        logits = model.forward_train(tok[:, :-1])
+        logits = fwd(tok[:, :-1])
         host.append(time.perf_counter() - t0)
         loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tok[:, 1:].reshape(-1))
         loss.backward()
@@ -798,6 +852,8 @@ def moe_training(run: Run, which: str, mb: int, seq: int = 4096, grouped: bool =
     res["step_times_s"] = times
     res["step_s"] = statistics.median(times[2:] if len(times) > 3 else times)
     res["host_fwd_s"] = statistics.median(host[2:] if len(host) > 3 else host)
+    if compiled:
+        res["compile_and_first_step_s"] = times[0]
     if run.dev == "cuda":
         res["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -870,7 +926,9 @@ def main() -> None:
                  run, {"heads": hd[0] if not a.smoke else 2, "head_dim": hd[1] if not a.smoke else 16},
                  seqs=(2048, 4096, 8192), backends=("cudnn", "flash"))]),
              ("moe_training", lambda: [_guarded(lambda: moe_training(run, w, mb, grouped=g, trace=t))
-                                       for w, mb, g, t in MOE_RUNS if run.left_s() > 40])]
+                                       for w, mb, g, t in MOE_RUNS if run.left_s() > 40]),
+             ("moe_compiled", lambda: [_guarded(lambda: moe_training(run, w, mb, grouped=True, trace=t, compiled=True))
+                                       for w, mb, t in MOE_COMPILED_RUNS if run.left_s() > 90])]
     for name, fn in steps:
         if only and name not in only:
             continue

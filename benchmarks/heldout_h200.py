@@ -90,16 +90,18 @@ def training_rows(sections: dict, calibration=None) -> list[dict]:
 def moe_training_rows(sections: dict, calibration=None) -> list[dict]:
     """MoE training steps (gpu_measure's `moe_training`: one expert-parallel rank's 16 local experts, no all-to-all)
     beside `predict` on the same model and plan: Megatron-Core's all-to-all dispatcher path (its host sync, one GEMM
-    pair per expert) as the stack default prices it, the grouped-kernel runs as `moe_sync_free`."""
+    pair per expert) as the stack default prices it, the grouped-kernel runs (eager, and with the forward compiled)
+    as `moe_sync_free`."""
     from narrowpath.catalog.resolve import scenario_from_dict
     from narrowpath.schedule.step import predict
     rows = []
-    for r in sections.get("moe_training", []):
+    for r in [*sections.get("moe_training", []), *sections.get("moe_compiled", [])]:
         if "step_s" not in r:
             continue
         m = r["shape"]
         scn = scenario_from_dict({
-            "name": f"h200-{r['model']}-16e-mb{r['micro_batch']}" + ("-grouped" if r["grouped"] else ""),
+            "name": f"h200-{r['model']}-16e-mb{r['micro_batch']}" + ("-grouped" if r["grouped"] else "")
+            + ("-compiled" if r.get("compiled") else ""),
             "system": "dgx-h200", "num_gpus": 1,
             "model": {"name": f"{r['model']}-16e", "layers": m["layers"], "seq_len": r["seq"], "hidden": m["hidden"],
                       "heads": m["heads"], "kv_heads": m["kv_heads"], "head_dim": m["head_dim"],
@@ -110,7 +112,9 @@ def moe_training_rows(sections: dict, calibration=None) -> list[dict]:
                      "moe_routing": "dropless-balanced", **({"moe_sync_free": True} if r["grouped"] else {})}})
         scn = scn[0] if isinstance(scn, tuple) else scn
         pred = predict(scn, calibration)
-        rows.append(row(scn.name, "grouped kernel (no host sync)" if r["grouped"] else "one GEMM pair per expert",
+        regime = ("grouped kernel, compiled" if r.get("compiled") else "grouped kernel (no host sync)") \
+            if r["grouped"] else "one GEMM pair per expert"
+        rows.append(row(scn.name, regime,
                         r["step_s"], pred.step_time_s, gpu_busy_s=r.get("gpu_busy_s"), kernels=r.get("kernels"),
                         predicted_host_wait_s=pred.host_wait_s))
     return rows

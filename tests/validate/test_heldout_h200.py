@@ -110,16 +110,18 @@ def test_recorded_gpu_memory_probe_levels():
 
 def test_moe_training_steps(bench, sections):
     """One expert-parallel rank's MoE layers on the H200 (16 local experts, no all-to-all; Qwen3-30B-A3B and
-    GPT-OSS-120B shapes, micro-batch 1-4), eager PyTorch: the model comes out too fast where the dense steps
-    came out slightly slow — -12 … -30 % with one GEMM pair per expert behind the dispatcher's host sync, -4 and
-    -11 % with one grouped kernel (when recorded). Bounded here, not hidden: the sign is the corpus's MoE residual's
-    (docs/model.md, 'Measured on an H200')."""
+    GPT-OSS-120B shapes, micro-batch 1-4): priced as the dense steps are — eager with one GEMM pair per expert
+    behind the dispatcher's host sync +4.2 % bias (mean |error| 5.2 %, worst +12.2 %), eager with one grouped kernel
+    +8.2 / -2.9 %, compiled +9.7 … +22.5 % (the dense: eager +3.9 %, compiled +17.5 %) when recorded. So the
+    corpus's MoE residual is not in one GPU's kernels or host (docs/model.md, 'Measured on an H200')."""
     rows = bench.moe_training_rows(sections)
     per_expert = [r for r in rows if r["regime"] == "one GEMM pair per expert"]
     grouped = [r for r in rows if r["regime"] == "grouped kernel (no host sync)"]
-    assert len(per_expert) == 5 and len(grouped) == 2
-    assert max(abs(r["error"]) for r in per_expert) <= 0.35
-    assert max(abs(r["error"]) for r in grouped) <= 0.15
+    compiled = [r for r in rows if r["regime"] == "grouped kernel, compiled"]
+    assert (len(per_expert), len(grouped), len(compiled)) == (5, 2, 5)
+    assert max(abs(r["error"]) for r in per_expert) <= 0.15 and _mean_abs(per_expert) <= 0.08
+    assert max(abs(r["error"]) for r in grouped) <= 0.12
+    assert all(0 < r["error"] <= 0.25 for r in compiled)  # Inductor's fusions, as for the dense compiled step
     by = {r["case"]: r for r in rows}
     # what the measurement shows and the model reproduces: the grouped kernel is faster (no host sync, 16× fewer
     # launches), and micro-batch 1 takes more than a quarter of micro-batch 4 (fixed host time per layer)
@@ -128,9 +130,22 @@ def test_moe_training_steps(bench, sections):
         assert grp["measured_s"] < loop["measured_s"] and grp["predicted_s"] < loop["predicted_s"]
     one, four = by["h200-qwen3-16e-mb1"], by["h200-qwen3-16e-mb4"]
     assert one["measured_s"] > four["measured_s"] / 4 and one["predicted_s"] > four["predicted_s"] / 4
-    # the GPU idles at the host sync: wall time above the profiled kernels' busy time, most at micro-batch 1
+    # the GPU idles behind the host sync: wall time above the profiled kernels' busy time, most at micro-batch 1
     assert one["measured_s"] - one["gpu_busy_s"] > four["measured_s"] - four["gpu_busy_s"] > 0
     assert one["predicted_host_wait_s"] > 0 and by["h200-qwen3-16e-mb1-grouped"]["predicted_host_wait_s"] == 0
+
+
+def test_moe_implementation_faults_cost_what_the_corpus_misses(sections):
+    """Two faults of an MoE implementation, each measured on the same configurations before it was fixed: unpermute
+    by index_add (BF16 atomics, run 4) and per-expert indexing of one stacked weight (every expert's gradient added
+    into a zero-filled copy, run 6). Each makes every configuration slower: the second alone +8 … +58 %, both +17 … +60 % —
+    the size of the corpus's MoE residuals, which a model of the kernels a stack should run cannot see."""
+    good = {(r["model"], r["micro_batch"], r["grouped"]): r["step_s"] for r in sections["moe_training"]}
+    for faulty in ("moe_training_run4_index_add", "moe_training_run6_stacked_weights"):
+        rows = [r for r in sections[faulty] if not r["grouped"]]
+        assert len(rows) == 5
+        for r in rows:
+            assert r["step_s"] > good[(r["model"], r["micro_batch"], False)], (faulty, r["model"], r["micro_batch"])
 
 
 def test_host_dispatch_is_measured(bench, sections):
