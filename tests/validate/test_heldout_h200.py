@@ -138,8 +138,9 @@ def test_moe_training_steps(bench, sections):
 def test_moe_implementation_faults_cost_what_the_corpus_misses(sections):
     """Two faults of an MoE implementation, each measured on the same configurations before it was fixed: unpermute
     by index_add (BF16 atomics, run 4) and per-expert indexing of one stacked weight (every expert's gradient added
-    into a zero-filled copy, run 6). Each makes every configuration slower: the second alone +8 … +58 %, both +17 … +60 % —
-    the size of the corpus's MoE residuals, which a model of the kernels a stack should run cannot see."""
+    into a zero-filled copy, run 6). Each makes every configuration slower: the second alone +8 … +58 %, both
+    +17 … +60 % — the size of the corpus's MoE residuals, which a model of the kernels a stack should run cannot
+    see."""
     good = {(r["model"], r["micro_batch"], r["grouped"]): r["step_s"] for r in sections["moe_training"]}
     for faulty in ("moe_training_run4_index_add", "moe_training_run6_stacked_weights"):
         rows = [r for r in sections[faulty] if not r["grouped"]]
