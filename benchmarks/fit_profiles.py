@@ -2,9 +2,8 @@
 
 One profile per device (never per case or source). Per device, fitted on its dense (non-MoE) cases only — a GEMM
 efficiency is a property of the device and format, which dense runs show without MoE's own effects: the large-GEMM
-efficiency of each format its dense cases run (bf16, fp8, mxfp8, nvfp4) and the flash-attention efficiency; BF16,
-where no dense case runs it but FP8 is fitted, is tied to FP8 (a fitted rate is a whole-step rate: `fit_device`);
-another format no dense case runs keeps its prior (datasheet/benchmark) value. Shared by every device and fitted on every
+efficiency of each format its dense cases run (bf16, fp8, mxfp8, nvfp4) and the flash-attention efficiency; a
+format no dense case runs keeps its prior (datasheet/benchmark) value. Shared by every device and fitted on every
 case (properties of the software stack on its host, not of the GPU): the host's dispatch time per kernel and the
 GPU's idle time at a host synchronisation (dropless MoE layers sync once per forward). Objective: mean |log(predicted / measured)| over the device's cases, minimised by coordinate
 descent on a grid (the fit is coarse on purpose: a constant that only a finer grid would justify is noise).
@@ -59,8 +58,6 @@ HOST = {"host_dispatch_s": [0.0, 5e-6, 10e-6, 20e-6, 30e-6, 40e-6, 60e-6],
 
 def _cal(base, params: dict):
     eff = dict(base.matrix_efficiency)
-    if params.get("bf16_tied") and "fp8" in params:  # see fit_device
-        params = {**params, "bf16": params["fp8"]}
     for fmt in ("bf16", "fp8", "mxfp8", "nvfp4"):
         if fmt in params:
             eff[fmt] = params[fmt]
@@ -103,13 +100,6 @@ def fit_device(cases, base, host: dict, sweeps: int = 3) -> dict:
     keys = [k for k in ("bf16", "fp8", "mxfp8", "nvfp4") if k in precisions or (k == "bf16" and "fp16" in precisions)]
     params = {k: base.matrix_eff(k) for k in keys}
     params["flash"] = base.flash_efficiency
-    if "bf16" not in keys and "fp8" in keys:
-        # no dense 16-bit case: BF16 takes the device's fitted FP8 rate. A fitted rate is a whole-step rate (the
-        # H200's GEMM kernels ran at ~1.4x it, docs/model.md 'Measured on an H200'); the time it absorbs does not
-        # depend on the GEMMs' format — where both are fitted (H100) they coincide at 0.55 — and BF16 GEMM kernels
-        # reach about the same share of their peak as FP8 ones (H200: 0.79 and 0.73). The flash rate, relative to
-        # a BF16 GEMM, follows.
-        params["bf16_tied"] = True
     params.update(host)
     for _ in range(sweeps):
         for k in keys + ["flash"]:

@@ -136,29 +136,51 @@ def test_flash_rate_by_head_width_is_cudnn_measured_by_flashattention3():
 
 def test_a_narrow_head_slows_a_compute_bound_flash_kernel_by_its_measured_rate():
     """A 1 TFLOP flash forward (compute-bound: 1 MB of traffic) on the round device: peak 1e15 × ramp 0.8·1e12/(1e12 +
-    1e9) × flash 0.5 → 2.5025 ms at head dim 128 (or none); at head dim 64 it runs at 408/609 of that rate: 3.7353 ms;
-    its backward (2.5 TFLOP) at 417/499."""
-    t128 = compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16", head_dim=128.0), DEV, CAL)
+    1e9) × flash 0.5 → 2.5025 ms at the calibrated (forward + backward) rate, for an op without a head width; a tiled
+    kernel's forward runs f = (1 + 2.5·609/499)/3.5 = 1.1575 times faster (FLASH_BWD_PER_FWD = 499/609): 2.1621 ms at
+    head dim 128; at head dim 64 at 408/609 of that rate: 3.2272 ms; its backward (2.5 TFLOP) at 417/499 of the
+    backward's rate f·499/609."""
+    f = (1 + 2.5 * 609 / 499) / 3.5
     eff = 0.8 * 1e12 / (1e12 + 1e9) * 0.5
-    assert t128 == pytest.approx(1e12 / (1e15 * eff))
-    assert compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16"), DEV, CAL) == t128
+    t_none = compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16"), DEV, CAL)
+    assert t_none == pytest.approx(1e12 / (1e15 * eff))
+    t128 = compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16", head_dim=128.0), DEV, CAL)
+    assert t128 == pytest.approx(1e12 / (1e15 * eff * f)) == pytest.approx(2.16208e-3, rel=1e-5)
     t64 = compute_time_s(Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16", head_dim=64.0), DEV, CAL)
     assert t64 == pytest.approx(t128 * 609 / 408)
     b64 = compute_time_s(Op("flash_attn", "flash", "bwd", 2.5e12, 2.5e6, "bf16", head_dim=64.0), DEV, CAL)
     eff_b = 0.8 * 2.5e12 / (2.5e12 + 1e9) * 0.5
-    assert b64 == pytest.approx(2.5e12 / (1e15 * eff_b) * 499 / 417)
+    assert b64 == pytest.approx(2.5e12 / (1e15 * eff_b * f * 499 / 609) * 499 / 417)
     # a GEMM is not a tiled attention kernel: a head width on it changes nothing
     g = Op("qkv", "matrix", "fwd", 1e12, 1e6, "bf16")
     assert compute_time_s(g, DEV, CAL) == compute_time_s(dataclasses.replace(g, head_dim=64.0), DEV, CAL)
 
 
+def test_a_fused_attention_forward_and_its_backward_take_the_calibrated_time_together():
+    """The calibration's flash rate is fitted on whole training steps: split into the forward's and the backward's
+    (499/609 per FLOP), one forward of F and its backward of 2.5·F still take 3.5·F at that rate. A forward-only
+    pass (prefill, a recomputed forward) runs at the forward's rate; a kernel without a head width (decode attention)
+    keeps the calibrated rate."""
+    from narrowpath.cost.roofline import FLASH_BWD_PER_FWD, flash_phase_rate
+    assert FLASH_BWD_PER_FWD == pytest.approx(499 / 609)
+    assert flash_phase_rate("bwd") / flash_phase_rate("fwd") == pytest.approx(499 / 609)
+    assert 1 / flash_phase_rate("fwd") + 2.5 / flash_phase_rate("bwd") == pytest.approx(3.5)
+    assert flash_phase_rate("recompute") == flash_phase_rate("fwd") == pytest.approx(1.15746, rel=1e-4)
+    F = 4e12  # both passes on the same FLOPs: the same size ramp
+    fwd = Op("flash_attn", "flash", "fwd", F, 1e6, "bf16", head_dim=128.0)
+    bwd = Op("flash_attn", "flash", "bwd", F, 1e6, "bf16", head_dim=128.0)
+    plain = Op("attn_decode", "flash", "fwd", F, 1e6, "bf16")
+    t_plain = compute_time_s(plain, DEV, CAL)
+    assert compute_time_s(fwd, DEV, CAL) + 2.5 * compute_time_s(bwd, DEV, CAL) == pytest.approx(3.5 * t_plain)
+
+
 def test_a_flash_kernel_waits_on_its_exponentials_where_the_sfus_are_slower():
     """One exponential per score. The round device with 2e12 exp/s: a 64-wide forward of 1 TFLOP over 1e12/256 =
-    3.90625e9 scores (2·(64 + 64) FLOPs each). At the kernel's efficiency e = 0.8·1e12/(1e12 + 1e9)·0.5 its tensor
-    cores need 1e12/(1e15·e·408/609) = 3.735 ms, its exponentials 3.90625e9/(2e12·e) = 4.8877 ms: the kernel takes
-    the exponentials' time. A device that does not rate them (0) keeps the tensor-core time; so does a kernel that
+    3.90625e9 scores (2·(64 + 64) FLOPs each). At the kernel's forward efficiency e = 0.8·1e12/(1e12 + 1e9)·0.5·1.1575
+    its tensor cores need 1e12/(1e15·e·408/609) = 3.227 ms, its exponentials 3.90625e9/(2e12·e) = 4.2228 ms: the
+    kernel takes the exponentials' time. A device that does not rate them (0) keeps the tensor-core time; so does a kernel that
     computes no scores."""
-    e = 0.8 * 1e12 / (1e12 + 1e9) * 0.5
+    e = 0.8 * 1e12 / (1e12 + 1e9) * 0.5 * (1 + 2.5 * 609 / 499) / 3.5  # at the forward's rate (flash_phase_rate)
     fa = Op("flash_attn", "flash", "fwd", 1e12, 1e6, "bf16", head_dim=64.0, exps=1e12 / 256)
     sfu = dataclasses.replace(DEV, peak_exp_per_s=2e12)
     assert compute_time_s(fa, sfu, CAL) == pytest.approx(1e12 / 256 / (2e12 * e))

@@ -64,6 +64,25 @@ bookkeeping stay: at 64 the forward keeps 67 %, the backward 84 %. The backward 
 at 1); outside 64–256 the ends hold. The calibration's `flash_efficiency` is the rate at head dim 128."""
 
 
+FLASH_BWD_PER_FWD = 499.0 / 609.0
+"""A fused attention kernel's backward rate per FLOP relative to its forward's at head width 128: cuDNN on H100 SXM5
+at sequence 4k, 499 against 609 TFLOP/s (FlashAttention-3, Shah et al. 2024, Figs. 5-6: the figures of
+FLASH_HEAD_DIM_RATES); measured on an H200 (benchmarks/data/h200, cuDNN, causal, sequence 2k-16k) 0.79-0.91. The
+backward does more work per exponential (five GEMMs to the forward's two, dQ accumulated across key blocks)."""
+FLASH_BWD_FLOP = 2.5
+"""Backward FLOPs of a fused attention kernel per forward FLOP (workload.ops.backward_ops)."""
+
+
+def flash_phase_rate(phase: str) -> float:
+    """Rate of a fused attention kernel in pass `phase` relative to the calibration's `flash_efficiency`, which is
+    fitted on whole training steps — forward and backward together: the forward runs faster and the backward
+    slower by FLASH_BWD_PER_FWD, their time for one forward and its backward unchanged
+    (1/f + 2.5/(ρ·f) = 3.5, so f = (1 + 2.5/ρ) / 3.5 = 1.16 forward, ρ·f = 0.95 backward). A forward-only pass — a
+    prompt's prefill in serving, a recomputed forward — runs at the forward's rate."""
+    fwd = (1.0 + FLASH_BWD_FLOP / FLASH_BWD_PER_FWD) / (1.0 + FLASH_BWD_FLOP)
+    return fwd * FLASH_BWD_PER_FWD if phase == "bwd" else fwd
+
+
 def flash_head_dim_rate(head_dim: float, phase: str) -> float:
     """Rate of a flash attention kernel of query-key head width `head_dim` relative to 128 (FLASH_HEAD_DIM_RATES),
     interpolated linearly in log(head_dim) and held at the ends (network.paths.interpolate_log); `phase` `bwd` reads the backward column, any other the forward. 1 for
@@ -86,6 +105,8 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
     eff = matrix_efficiency(size, op.dtype, cal)
     if op.kind == "flash":
         eff *= cal.flash_efficiency
+        if op.head_dim > 0:  # a tiled attention kernel (training, prefill): its forward and backward rates
+            eff *= flash_phase_rate(op.phase)
         if op.impl == "fa2":
             # FlashAttention-2 at its measured share of the fused kernel's rate at head width 128
             # (Device.flash2_rate); cuDNN's head-width table is not FA2's (flatter: 0.87 forward at 64), so none
