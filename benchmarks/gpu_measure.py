@@ -591,11 +591,13 @@ def host_costs(run: Run) -> dict:
     - `eager_op_s`: one eager element-wise op (no autograd);
     - `autograd_fwd_op_s` / `autograd_bwd_op_s`: one element-wise op of a chain that records autograd history, and
       its backward (the autograd engine's C++ thread issues it);
-    - `linear_fwd_s` / `linear_bwd_s`: one `torch.nn.Linear` module call (cuBLAS GEMM + bias) under autograd;
-    - `sync_idle_s`: extra wall time per `.item()` placed after ~0.3 ms of GPU work (the GPU drains, the host wakes,
-      copies, and launches again), measured against the same loop without it;
-    - `tolist_idle_s`: the same for a 16-element `.tolist()` (Megatron-Core's all-to-all dispatcher copies its
-      tokens-per-expert counts to the host this way)."""
+    - `linear_fwd_s` / `linear_bwd_s`: one `torch.nn.Linear` module call under autograd (gradients cleared before
+      each timed backward), with the kernels each launches counted by the profiler (`linear_fwd_kernels`,
+      `linear_bwd_kernels`);
+    - `sync_idle_s` / `tolist_idle_s`: GPU idle per `.item()` / 16-element `.tolist()` (Megatron-Core's all-to-all
+      dispatcher copies its tokens-per-expert counts to the host this way), from the profiler: the gap between the
+      last kernel before the sync and the first after it, in a loop whose work (~1 ms of 4,096² GEMMs a rep) keeps
+      the GPU ahead of the host otherwise; the same loop without the sync gives the gaps' floor."""
     dev = run.dev
     n = 200 if run.smoke else 4000
     x = torch.zeros(8, device=dev)
@@ -620,37 +622,46 @@ def host_costs(run: Run) -> dict:
             y = y * 1.0001
         return y
     out["autograd_fwd_op_s"] = wall(chain) / n
-    ys = [None]
-
-    def fwd_keep():
-        ys[0] = chain().sum()
-    fwd_keep()
     times = []
     for _ in range(3):
-        fwd_keep()
+        y = chain().sum()
+        leaf.grad = None
         run.sync()
         t0 = time.perf_counter()
-        ys[0].backward()
+        y.backward()
         run.sync()
         times.append(time.perf_counter() - t0)
     out["autograd_bwd_op_s"] = min(times) / n
     m = n // 10
     lins = torch.nn.Sequential(*[torch.nn.Linear(64, 64, device=dev) for _ in range(m)])
-    xin = torch.randn(4, 64, device=dev)
+    xin = torch.randn(4, 64, device=dev, requires_grad=True)  # every layer's backward computes its input gradient
     out["linear_fwd_s"] = wall(lambda: lins(xin)) / m
     times = []
     for _ in range(3):
         y = lins(xin).sum()
+        lins.zero_grad(set_to_none=True)
+        xin.grad = None
         run.sync()
         t0 = time.perf_counter()
         y.backward()
         run.sync()
         times.append(time.perf_counter() - t0)
     out["linear_bwd_s"] = min(times) / m
-    k = 64 if run.smoke else 1024
+    one = torch.nn.Linear(64, 64, device=dev)
+    out["linear_fwd_kernels"] = _kernels(run, lambda: one(xin))
+    yy = [None]
+
+    def bwd():
+        one.zero_grad(set_to_none=True)
+        xin.grad = None
+        yy[0].backward()
+    yy[0] = one(xin).sum()
+    run.sync()
+    out["linear_bwd_kernels"] = _kernels(run, bwd)  # includes the sum's backward (one fill)
+    k = 64 if run.smoke else 4096
     a = torch.randn(k, k, device=dev, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
-    reps = 4 if run.smoke else 40
-    work = 8 if run.smoke else 60  # ~0.3 ms of back-to-back 1,024² GEMMs on an H100-class GPU
+    reps = 4 if run.smoke else 20
+    work = 2 if run.smoke else 8  # 8 x 137 GFLOP: ~1.5 ms a rep on an H100-class GPU, far more than 8 launches
 
     def loop(sync: str):
         def fn():
@@ -658,16 +669,51 @@ def host_costs(run: Run) -> dict:
                 for _ in range(work):
                     a @ a
                 s = a[:4, :4].float().sum(0)
+                c = torch.zeros(16, device=dev, dtype=torch.int64).add_(1)
                 if sync == "item":
                     s[0].item()
                 elif sync == "tolist":
-                    torch.zeros(16, device=dev, dtype=torch.int64).add_(1).tolist()
+                    c.tolist()
         return fn
-    base = wall(loop(""))
-    out["work_per_rep_s"] = base / reps
-    out["sync_idle_s"] = (wall(loop("item")) - base) / reps
-    out["tolist_idle_s"] = (wall(loop("tolist")) - base) / reps
+    out["work_per_rep_s"] = wall(loop("")) / reps
+    for key, sync in (("sync_idle_s", "item"), ("tolist_idle_s", "tolist")):
+        base, with_sync = _gaps(run, loop("")), _gaps(run, loop(sync))
+        if base is not None:
+            out[key] = (with_sync - base) / reps
+            out[key.replace("_s", "_wall_s")] = (wall(loop(sync)) - wall(loop(""))) / reps
     return out
+
+
+def _kernels(run: Run, fn) -> int | None:
+    """GPU kernels (and memsets) one call of fn launches, from the profiler; None on the CPU."""
+    if run.dev != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        run.sync()
+    return sum(1 for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA"))
+
+
+def _gaps(run: Run, fn) -> float | None:
+    """Total idle time between consecutive GPU activities (kernels, copies) of one call of fn, from the profiler;
+    None on the CPU."""
+    if run.dev != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    run.sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        run.sync()
+    iv = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                if str(getattr(e, "device_type", "")).endswith("CUDA"))
+    idle, end = 0.0, None
+    for s, e in iv:
+        if end is not None and s > end:
+            idle += s - end
+        end = e if end is None else max(end, e)
+    return idle / 1e6
 
 
 QWEN3_30B_16E = dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, vocab=151936, experts=16, top_k=8,
@@ -875,8 +921,8 @@ def _guarded(fn) -> dict:
 
 
 def _busy(run: Run, fn) -> dict:
-    """Kernels one call of fn launches and the GPU's busy time (union of their intervals) against the wall time of
-    that profiled call."""
+    """GPU activities one call of fn runs (`kernels`: kernels, copies and memsets) and the GPU's busy time (union of
+    their intervals) against the wall time of that profiled call."""
     if run.dev != "cuda":
         return {}
     from torch.profiler import ProfilerActivity, profile
