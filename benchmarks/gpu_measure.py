@@ -563,20 +563,7 @@ def training(run: Run, m: dict, layers: int, seq: int = 8192, mb: int = 1, backe
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    times = []
-    for _ in range(2 if run.smoke else 6):
-        run.sync()
-        t0 = time.perf_counter()
-        step()
-        run.sync()
-        times.append(time.perf_counter() - t0)
-    res["step_times_s"] = times
-    res["step_s"] = statistics.median(times[2:] if len(times) > 3 else times)
-    if compiled:
-        res["compile_and_first_step_s"] = times[0]
-    if run.dev == "cuda":
-        res["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
+    _time_steps(run, step, res, compiled)
     if trace:
         res.update(_profiled(run, step, trace))
     del model, opt
@@ -622,31 +609,26 @@ def host_costs(run: Run) -> dict:
             y = y * 1.0001
         return y
     out["autograd_fwd_op_s"] = wall(chain) / n
-    times = []
-    for _ in range(3):
-        y = chain().sum()
-        leaf.grad = None
-        run.sync()
-        t0 = time.perf_counter()
-        y.backward()
-        run.sync()
-        times.append(time.perf_counter() - t0)
-    out["autograd_bwd_op_s"] = min(times) / n
+
+    def backward_s(forward, grads) -> float:
+        """Best of three: the wall time of one backward of forward().sum(), the gradients in `grads` cleared first."""
+        times = []
+        for _ in range(3):
+            y = forward().sum()
+            for t in grads:
+                t.grad = None
+            run.sync()
+            t0 = time.perf_counter()
+            y.backward()
+            run.sync()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+    out["autograd_bwd_op_s"] = backward_s(chain, [leaf]) / n
     m = n // 10
     lins = torch.nn.Sequential(*[torch.nn.Linear(64, 64, device=dev) for _ in range(m)])
     xin = torch.randn(4, 64, device=dev, requires_grad=True)  # every layer's backward computes its input gradient
     out["linear_fwd_s"] = wall(lambda: lins(xin)) / m
-    times = []
-    for _ in range(3):
-        y = lins(xin).sum()
-        lins.zero_grad(set_to_none=True)
-        xin.grad = None
-        run.sync()
-        t0 = time.perf_counter()
-        y.backward()
-        run.sync()
-        times.append(time.perf_counter() - t0)
-    out["linear_bwd_s"] = min(times) / m
+    out["linear_bwd_s"] = backward_s(lambda: lins(xin), [xin, *lins.parameters()]) / m
     one = torch.nn.Linear(64, 64, device=dev)
     out["linear_fwd_kernels"] = _kernels(run, lambda: one(xin))
     yy = [None]
@@ -888,21 +870,8 @@ def moe_training(run: Run, which: str, mb: int, seq: int = 4096, grouped: bool =
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    times = []
-    for _ in range(2 if run.smoke else 6):
-        run.sync()
-        t0 = time.perf_counter()
-        step()
-        run.sync()
-        times.append(time.perf_counter() - t0)
-    res["step_times_s"] = times
-    res["step_s"] = statistics.median(times[2:] if len(times) > 3 else times)
+    _time_steps(run, step, res, compiled)
     res["host_fwd_s"] = statistics.median(host[2:] if len(host) > 3 else host)
-    if compiled:
-        res["compile_and_first_step_s"] = times[0]
-    if run.dev == "cuda":
-        res["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
     res.update(_busy(run, step))
     if trace:
         res.update(_profiled(run, step, trace))
@@ -944,6 +913,25 @@ def _busy(run: Run, fn) -> dict:
     if cur_e is not None:
         busy += cur_e - cur_s
     return {"profiled_wall_s": wall, "gpu_busy_s": busy / 1e6, "kernels": len(iv)}
+
+
+def _time_steps(run: Run, step, res: dict, compiled: bool) -> None:
+    """Six training steps (two in smoke mode) into `res`: their wall times, the median of the last four, the first
+    one apart when the forward is compiled (compilation included), and the peak memory."""
+    times = []
+    for _ in range(2 if run.smoke else 6):
+        run.sync()
+        t0 = time.perf_counter()
+        step()
+        run.sync()
+        times.append(time.perf_counter() - t0)
+    res["step_times_s"] = times
+    res["step_s"] = statistics.median(times[2:] if len(times) > 3 else times)
+    if compiled:
+        res["compile_and_first_step_s"] = times[0]
+    if run.dev == "cuda":
+        res["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def main() -> None:
