@@ -172,6 +172,10 @@ def test_a_fused_attention_forward_and_its_backward_take_the_calibrated_time_tog
     plain = Op("attn_decode", "flash", "fwd", F, 1e6, "bf16")
     t_plain = compute_time_s(plain, DEV, CAL)
     assert compute_time_s(fwd, DEV, CAL) + 2.5 * compute_time_s(bwd, DEV, CAL) == pytest.approx(3.5 * t_plain)
+    # any head width makes a tiled kernel: one below the table's first point (held at 64's rate) splits too
+    narrowest = dataclasses.replace(fwd, head_dim=1.0)
+    assert compute_time_s(narrowest, DEV, CAL) == pytest.approx(
+        compute_time_s(dataclasses.replace(fwd, head_dim=64.0), DEV, CAL))
 
 
 def test_a_flash_kernel_waits_on_its_exponentials_where_the_sfus_are_slower():
