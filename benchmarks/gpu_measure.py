@@ -583,8 +583,9 @@ def host_costs(run: Run) -> dict:
       `linear_bwd_kernels`);
     - `sync_idle_s` / `tolist_idle_s`: GPU idle per `.item()` / 16-element `.tolist()` (Megatron-Core's all-to-all
       dispatcher copies its tokens-per-expert counts to the host this way), from the profiler: the gap between the
-      last kernel before the sync and the first after it, in a loop whose work (~1 ms of 4,096² GEMMs a rep) keeps
-      the GPU ahead of the host otherwise; the same loop without the sync gives the gaps' floor."""
+      last kernel before the sync and the first after it, in a loop whose work (~1.5 ms of 4,096² GEMMs a rep)
+      keeps the GPU ahead of the host otherwise (one more GEMM after the last rep, so every sync has work after
+      it); the same loop without the sync gives the gaps' floor."""
     dev = run.dev
     n = 200 if run.smoke else 4000
     x = torch.zeros(8, device=dev)
@@ -656,6 +657,7 @@ def host_costs(run: Run) -> dict:
                     s[0].item()
                 elif sync == "tolist":
                     c.tolist()
+            a @ a  # work after the last sync: each rep's sync is followed by a GEMM whose start the gap ends at
         return fn
     out["work_per_rep_s"] = wall(loop("")) / reps
     for key, sync in (("sync_idle_s", "item"), ("tolist_idle_s", "tolist")):
@@ -890,8 +892,9 @@ def _guarded(fn) -> dict:
 
 
 def _busy(run: Run, fn) -> dict:
-    """GPU activities one call of fn runs (`kernels`: kernels, copies and memsets) and the GPU's busy time (union of
-    their intervals) against the wall time of that profiled call."""
+    """GPU activities one call of fn runs (`kernels`: kernels, copies and memsets), the GPU's busy time (union of
+    their intervals) and span (first start to last end: span − busy is the idle inside that one call) against the
+    wall time of that profiled call."""
     if run.dev != "cuda":
         return {}
     from torch.profiler import ProfilerActivity, profile
@@ -902,6 +905,7 @@ def _busy(run: Run, fn) -> dict:
         wall = time.perf_counter() - t0
     iv = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
                 if str(getattr(e, "device_type", "")).endswith("CUDA"))
+    span = (max(e for _, e in iv) - iv[0][0]) / 1e6 if iv else 0.0
     busy, cur_s, cur_e = 0.0, None, None
     for s, e in iv:
         if cur_e is None or s > cur_e:
@@ -912,7 +916,7 @@ def _busy(run: Run, fn) -> dict:
             cur_e = max(cur_e, e)
     if cur_e is not None:
         busy += cur_e - cur_s
-    return {"profiled_wall_s": wall, "gpu_busy_s": busy / 1e6, "kernels": len(iv)}
+    return {"profiled_wall_s": wall, "gpu_busy_s": busy / 1e6, "gpu_span_s": span, "kernels": len(iv)}
 
 
 def _time_steps(run: Run, step, res: dict, compiled: bool) -> None:

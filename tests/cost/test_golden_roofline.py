@@ -172,6 +172,20 @@ def test_a_fused_attention_forward_and_its_backward_take_the_calibrated_time_tog
     plain = Op("attn_decode", "flash", "fwd", F, 1e6, "bf16")
     t_plain = compute_time_s(plain, DEV, CAL)
     assert compute_time_s(fwd, DEV, CAL) + 2.5 * compute_time_s(bwd, DEV, CAL) == pytest.approx(3.5 * t_plain)
+    # a forward that waits on its exponentials gains the forward's factor there too, the backward (tensor-bound)
+    # loses its own: the pair is faster than the fitted time. Round device with SFUs at 1e12 exp/s, 128-wide head,
+    # 1 exponential per 512 forward FLOPs: forward exp-bound at F/512/(1e12·e·f), backward tensor-bound at
+    # F/(1e15·e·0.948); the pair takes 0.971 of its time at one rate for both passes
+    e = 0.8 * F / (F + 1e9) * 0.5
+    f = (1 + 2.5 * 609 / 499) / 3.5
+    sfu = dataclasses.replace(DEV, peak_exp_per_s=1e12)
+    fwd_e = dataclasses.replace(fwd, exps=F / 512)
+    bwd_e = dataclasses.replace(bwd, exps=F / 512 / 2.5)  # the same scores over 2.5x the FLOPs of a real backward
+    assert compute_time_s(fwd_e, sfu, CAL) == pytest.approx(F / 512 / (1e12 * e * f))
+    assert compute_time_s(bwd_e, sfu, CAL) == pytest.approx(F / (1e15 * e * f * 499 / 609))
+    pair = compute_time_s(fwd_e, sfu, CAL) + 2.5 * compute_time_s(bwd_e, sfu, CAL)
+    before = F / 512 / (1e12 * e) + 2.5 * F / (1e15 * e)  # one rate for both passes
+    assert pair < before and pair == pytest.approx(before * 0.97088, rel=1e-4)
     # any head width makes a tiled kernel: one below the table's first point (held at 64's rate) splits too
     narrowest = dataclasses.replace(fwd, head_dim=1.0)
     assert compute_time_s(narrowest, DEV, CAL) == pytest.approx(

@@ -33,7 +33,7 @@ def _mean_abs(rows):
 
 def test_eager_training_steps(bench, sections):
     """Five training steps of Llama-3-8B-shaped models on one H200 (4-16 layers, sequence 2,048-16,384, cuDNN
-    fused attention or FlashAttention-2): +0.6 … +6.7 % when recorded."""
+    fused attention or FlashAttention-2): +0.6 … +6.5 % when recorded."""
     rows = [r for r in bench.training_rows(sections) if r["regime"] == "eager"]
     assert len(rows) == 5
     assert max(abs(r["error"]) for r in rows) <= 0.10
@@ -60,7 +60,7 @@ def test_bandwidth_bound_kernels(bench, sections):
 
 
 def test_serving_iterations_where_the_gpu_binds(bench, sections):
-    """Llama-3 8B on one H200, priced as vLLM runs it: prefill of 2,048 and 8,192 tokens (+4.8, +6.0 %) and decode
+    """Llama-3 8B on one H200, priced as vLLM runs it: prefill of 2,048 and 8,192 tokens (+4.0, +3.6 %) and decode
     steps of 128-256 sequences (-1.2 … -11.7 %), where the KV cache and the GEMMs dominate the script's extra small
     kernels."""
     rows = {r["case"]: r for r in bench.serving_rows(sections)}
@@ -110,29 +110,31 @@ def test_recorded_gpu_memory_probe_levels():
 
 def test_moe_training_steps(bench, sections):
     """One expert-parallel rank's MoE layers on the H200 (16 local experts, no all-to-all; Qwen3-30B-A3B and
-    GPT-OSS-120B shapes, micro-batch 1-4; BF16 gradients and moments, as the script's optimizer runs): priced as the
-    dense steps are — eager with one GEMM pair per expert behind the dispatcher's host sync -0.4 % bias (mean
-    |error| 2.6 %, worst -3.9 %), eager with one grouped kernel +2.0 / -4.7 %, compiled +7.6 … +11.9 % (the dense:
-    eager +3.9 %, compiled +17.5 %) when recorded. So the corpus's MoE residual is not in one GPU's kernels or host
-    (docs/model.md, 'Measured on an H200')."""
+    GPT-OSS-120B shapes, micro-batch 1-4; the update priced at the script's BF16 AdamW bytes): eager with one GEMM
+    pair per expert behind the dispatcher's host sync -3.6 % bias (mean |error| 3.9 %, worst -5.1 %), eager with one
+    grouped kernel -2.3 / -5.9 %, compiled +4.2 … +8.1 % when recorded — against the dense steps' +3.9 % and +17.5 %:
+    a lean of 7-11 points towards too fast, a fraction of the corpus's MoE residual (docs/model.md, 'Measured on an
+    H200')."""
     rows = bench.moe_training_rows(sections)
     per_expert = [r for r in rows if r["regime"] == "one GEMM pair per expert"]
     grouped = [r for r in rows if r["regime"] == "grouped kernel (no host sync)"]
     compiled = [r for r in rows if r["regime"] == "grouped kernel, compiled"]
     assert (len(per_expert), len(grouped), len(compiled)) == (5, 2, 5)
-    assert max(abs(r["error"]) for r in per_expert) <= 0.15 and _mean_abs(per_expert) <= 0.08
+    assert max(abs(r["error"]) for r in per_expert) <= 0.12 and _mean_abs(per_expert) <= 0.07
     assert max(abs(r["error"]) for r in grouped) <= 0.12
-    assert all(0 < r["error"] <= 0.25 for r in compiled)  # Inductor's fusions, as for the dense compiled step
+    assert all(0 < r["error"] <= 0.2 for r in compiled)  # Inductor's fusions, as for the dense compiled step
     by = {r["case"]: r for r in rows}
-    # what the measurement shows and the model reproduces: the grouped kernel is faster (no host sync, 16× fewer
-    # launches), and micro-batch 1 takes more than a quarter of micro-batch 4 (fixed host time per layer)
+    # what the measurement shows and the model reproduces: the grouped kernel is faster (no host sync, 16x fewer
+    # launches) by more at micro-batch 1 than at 4 (5.3 and 2.9 ms measured; the model 4.0 at both), and micro-batch
+    # 1 takes more than a quarter of micro-batch 4 (fixed host time per layer)
+    gain = {}
     for mb in (1, 4):
         loop, grp = by[f"h200-qwen3-16e-mb{mb}"], by[f"h200-qwen3-16e-mb{mb}-grouped"]
-        assert grp["measured_s"] < loop["measured_s"] and grp["predicted_s"] < loop["predicted_s"]
+        gain[mb] = loop["measured_s"] - grp["measured_s"]
+        assert loop["predicted_s"] - grp["predicted_s"] > 0.002
+    assert gain[1] > gain[4] > 0
     one, four = by["h200-qwen3-16e-mb1"], by["h200-qwen3-16e-mb4"]
     assert one["measured_s"] > four["measured_s"] / 4 and one["predicted_s"] > four["predicted_s"] / 4
-    # the GPU idles behind the host sync: wall time above the profiled kernels' busy time, most at micro-batch 1
-    assert one["measured_s"] - one["gpu_busy_s"] > four["measured_s"] - four["gpu_busy_s"] > 0
     assert one["predicted_host_wait_s"] > 0 and by["h200-qwen3-16e-mb1-grouped"]["predicted_host_wait_s"] == 0
 
 
@@ -180,7 +182,7 @@ def test_fused_attention_forward_and_backward_are_priced_alike(bench, sections):
     """cuDNN's fused attention on the H200 at head width 128 (sequence 1,024-16,384): the forward and the backward
     are priced at the same fraction of their measured rates (+33 / +29 % bias when recorded: a whole-step rate,
     like the GEMMs' ~1.4x) once the calibrated rate is split between them by FLASH_BWD_PER_FWD; one rate for both
-    put the forward at +55 % and the backward at +25 %."""
+    put the forward at +54 % and the backward at +22 %."""
     rows = [r for r in bench.attention_rows(sections) if r["regime"] in ("cuDNN fused fwd", "cuDNN fused bwd")]
     bias = {}
     for r in rows:

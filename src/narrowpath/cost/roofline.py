@@ -78,7 +78,11 @@ def flash_phase_rate(phase: str) -> float:
     fitted on whole training steps — forward and backward together: the forward runs faster and the backward
     slower by FLASH_BWD_PER_FWD, their time for one forward and its backward unchanged
     (1/f + 2.5/(ρ·f) = 3.5, so f = (1 + 2.5/ρ) / 3.5 = 1.16 forward, ρ·f = 0.95 backward). A forward-only pass — a
-    prompt's prefill in serving, a recomputed forward — runs at the forward's rate."""
+    prompt's prefill in serving, a recomputed forward — runs at the forward's rate. The factor scales the kernel's
+    whole efficiency, its exponentials' bound (exp_time_s) too, so the pair's time is exactly the fitted one when
+    both passes are bound by their tensor cores; a pair whose forward waits on its exponentials (64-wide heads, or
+    FP8, on Blackwell) comes out a few per cent faster (the forward gains 1/1.16, the backward loses 1/0.95). The
+    ratio is cuDNN's on H100, applied to every device and kernel (FlashAttention-2's per-pass shares multiply it)."""
     fwd = (1.0 + FLASH_BWD_FLOP / FLASH_BWD_PER_FWD) / (1.0 + FLASH_BWD_FLOP)
     return fwd * FLASH_BWD_PER_FWD if phase == "bwd" else fwd
 
