@@ -99,7 +99,8 @@ def test_host_copies_use_the_host_link_or_the_device_host_level():
 def test_assumptions_state_the_conventions():
     pred = predict(_scn(tp=8, gbs=2), CAL)
     a = pred.assumptions
-    assert a[1] == "attention kernel: flash (profile default)"
+    assert a[1] == ("attention kernel: flash (profile default); the fitted rate split between the passes: forward "
+                    "1.16x, backward 0.95x (cuDNN's backward at 499/609 of its forward per FLOP, FlashAttention-3)")
     assert a[2] == "pipeline schedule: 1f1b, 2 micro-batches"
     assert a[3] == ("MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) "
                     "scores (Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
@@ -127,14 +128,16 @@ def test_profile_usage_names_every_entry_read():
 
 
 def test_a_head_width_other_than_128_is_stated_with_its_rate():
-    """Llama-3 8B's heads are 128 wide: the profile's flash rate as it is, nothing added. The same model with 64-wide
+    """Llama-3 8B's heads are 128 wide: the profile's flash rate, split between the passes. The same model with 64-wide
     heads (64 of them, GPT-OSS's shape) says how its kernel is rated: 408/609 = 0.67 forward and 417/499 = 0.84
     backward (FlashAttention-3 Figs. 5-6); unfused attention has no such note."""
     base = _scn(tp=8, gbs=2)
     narrow = dataclasses.replace(base, model=dataclasses.replace(base.model, heads=64, head_dim=64))
-    assert predict(base, CAL).assumptions[1] == "attention kernel: flash (profile default)"
+    split = ("; the fitted rate split between the passes: forward 1.16x, backward 0.95x (cuDNN's backward at 499/609 "
+             "of its forward per FLOP, FlashAttention-3)")
+    assert predict(base, CAL).assumptions[1] == "attention kernel: flash (profile default)" + split
     p = predict(narrow, CAL)
     assert p.assumptions[1] == ("attention kernel: flash (profile default); head width 64: 0.67 of the profile's "
-                                "128-wide rate forward, 0.84 backward (cuDNN, FlashAttention-3 Figs. 5-6)")
+                                "128-wide rate forward, 0.84 backward (cuDNN, FlashAttention-3 Figs. 5-6)" + split)
     unfused = dataclasses.replace(narrow, plan=dataclasses.replace(narrow.plan, attention="unfused"))
     assert predict(unfused, CAL).assumptions[1] == "attention kernel: unfused"
