@@ -87,6 +87,12 @@ def flash_phase_rate(phase: str) -> float:
     return fwd * FLASH_BWD_PER_FWD if phase == "bwd" else fwd
 
 
+def flash_phase_note() -> str:
+    """The pass split as predict's assumptions state it."""
+    return (f"; the fitted rate split between the passes: forward {flash_phase_rate('fwd'):.2f}x, backward "
+            f"{flash_phase_rate('bwd'):.2f}x (cuDNN's backward at 499/609 of its forward per FLOP, FlashAttention-3)")
+
+
 def flash_head_dim_rate(head_dim: float, phase: str) -> float:
     """Rate of a flash attention kernel of query-key head width `head_dim` relative to 128 (FLASH_HEAD_DIM_RATES),
     interpolated linearly in log(head_dim) and held at the ends (network.paths.interpolate_log); `phase` `bwd` reads the backward column, any other the forward. 1 for

@@ -16,7 +16,7 @@ from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, in_flight_chunk_passes, stage_memory
 from narrowpath.cost.power import capped_device
-from narrowpath.cost.roofline import flash_head_dim_rate, flash_phase_rate, host_time_s, matrix_table, op_time_s
+from narrowpath.cost.roofline import flash_head_dim_rate, flash_phase_note, host_time_s, matrix_table, op_time_s
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
@@ -503,7 +503,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else "")
         + (f" as FlashAttention-2 ({_fa2_note(scn.system.device)})" if plan.attention == "flash2" else "")
         + _head_width_note(scn.model.qk_head_dim if kernel == "flash" and plan.attention != "flash2" else 0)
-        + (_PHASE_NOTE if kernel == "flash" else ""),
+        + (flash_phase_note() if kernel == "flash" else ""),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
@@ -515,12 +515,6 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
                           m * cs.host_wait_s, assumptions)
-
-
-_PHASE_NOTE = (f"; the fitted rate split between the passes: forward {flash_phase_rate('fwd'):.2f}x, backward "
-               f"{flash_phase_rate('bwd'):.2f}x (cuDNN's backward at 499/609 of its forward per FLOP, "
-               "FlashAttention-3)")
-"""The pass split of a fused attention kernel's rate (cost.roofline.flash_phase_rate), as predict states it."""
 
 
 def _head_width_note(head_dim: float) -> str:
