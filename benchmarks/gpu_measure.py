@@ -41,6 +41,14 @@ MOE_RUNS = [("qwen3", 1, False, "moe_qwen3_mb1_trace"), ("qwen3", 4, False, "moe
             ("qwen3", 1, True, None), ("qwen3", 4, True, None)]
 """(model, micro-batch, grouped kernel, trace name) of the MoE training steps: the per-expert GEMMs first (as
 Transformer Engine's GroupedLinear), then one grouped kernel (`torch._grouped_mm`, no host sync)."""
+GPT_OSS_FEATURES = [{"attn": "flex"}, {"attn": "flex", "window": 128, "window_every": 2},
+                    {"attn": "flex", "window": 128, "window_every": 2, "sinks": True},
+                    {"attn": "flex", "window": 128, "window_every": 2, "sinks": True, "expert_bias": True},
+                    {"attn": "flex", "window": 128, "window_every": 2, "sinks": True, "expert_bias": True,
+                     "clamped_glu": True}]
+"""GPT-OSS's own features added one at a time to the GPT-OSS-shaped MoE step (micro-batch 4, one GEMM pair per
+expert), all on FlexAttention so that the attention kernel stays the same: sliding windows of 128 tokens on every
+other layer, learnable sinks, expert biases, the clamped GLU — what each costs on a real kernel."""
 MOE_COMPILED_RUNS = [("qwen3", 1, "moe_qwen3_mb1_compiled_trace"), ("qwen3", 4, "moe_qwen3_mb4_compiled_trace"),
                      ("gpt-oss", 4, None), ("gpt-oss", 1, None), ("qwen3", 2, None)]
 """(model, micro-batch, trace name) of the compiled MoE steps (grouped kernel)."""
@@ -777,6 +785,11 @@ class MoELlama(torch.nn.Module):
             # gradient into a zero-filled full-size buffer in backward)
             self.w1 = torch.nn.ModuleList([torch.nn.ParameterList([p(h, 2 * f) for _ in range(E)]) for _ in range(L)])
             self.w2 = torch.nn.ModuleList([torch.nn.ParameterList([p(f, h) for _ in range(E)]) for _ in range(L)])
+        if m.get("expert_bias"):  # GPT-OSS's experts have biases (grouped path: not built)
+            self.b1 = torch.nn.ModuleList([torch.nn.ParameterList([p(2 * f) for _ in range(E)]) for _ in range(L)])
+            self.b2 = torch.nn.ModuleList([torch.nn.ParameterList([p(h) for _ in range(E)]) for _ in range(L)])
+        if m.get("sinks"):  # one learnable sink logit per query head (GPT-OSS)
+            self.sink = torch.nn.ParameterList([p(H, dt=torch.float32) for _ in range(L)])
         ones = lambda: torch.nn.Parameter(torch.ones(h, device=dev, dtype=bf))  # noqa: E731
         self.n1 = torch.nn.ParameterList([ones() for _ in range(L)])
         self.n2 = torch.nn.ParameterList([ones() for _ in range(L)])
@@ -784,6 +797,8 @@ class MoELlama(torch.nn.Module):
         self.head = p(m["vocab"], h)
         inv = 1.0 / (1e6 ** (torch.arange(0, D, 2, device=dev, dtype=torch.float32) / D))
         self.register_buffer("inv_freq", inv, persistent=False)
+        self._masks: dict = {}
+        self._flex = None
 
     def rope(self, x, pos):
         ang = pos.float()[..., None] * self.inv_freq
@@ -815,11 +830,50 @@ class MoELlama(torch.nn.Module):
         else:
             sizes = counts.tolist()  # the dispatcher's host sync: split sizes for the per-expert GEMMs
             outs = []
+            bias = m.get("expert_bias")
             for e, xe in enumerate(xs.split(sizes)):
-                g, u = (xe @ self.w1[i][e]).chunk(2, dim=-1)
-                outs.append((F.silu(g) * u) @ self.w2[i][e])
+                hmid = xe @ self.w1[i][e]
+                g, u = (hmid + self.b1[i][e] if bias else hmid).chunk(2, dim=-1)
+                if m.get("clamped_glu"):  # GPT-OSS: clamp at 7, x·sigmoid(1.702x) gate, (up + 1)
+                    g, u = g.clamp(max=7.0), u.clamp(-7.0, 7.0)
+                    act = g * torch.sigmoid(1.702 * g) * (u + 1)
+                else:
+                    act = F.silu(g) * u
+                o = act @ self.w2[i][e]
+                outs.append(o + self.b2[i][e] if bias else o)
             ys = torch.cat(outs)
         return _Unpermute.apply(ys, w, order, inv)
+
+    def flex_attention(self, i, q, k, v):
+        """FlexAttention (compiled) with GPT-OSS's features as `m` asks: a sliding window of `window` tokens on every
+        `window_every`-th layer (a block mask: out-of-window blocks skipped), causal elsewhere; a learnable sink logit
+        per head folded into the softmax's denominator through the returned log-sum-exp (out·sigmoid(lse − sink))."""
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        m, T = self.m, q.shape[2]
+        win = m.get("window", 0) if m.get("window_every") and i % m["window_every"] == 0 else 0
+        if q.device.type == "cpu":  # --smoke: FlexAttention has no CPU backward; the same function written out
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            s = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
+            qi, ki = torch.arange(T)[:, None], torch.arange(T)[None, :]
+            s = s.masked_fill(~((qi >= ki) & ((qi - ki < win) if win else True)), float("-inf"))
+            lse = torch.logsumexp(s, -1)
+            o = (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+            return o * torch.sigmoid(lse - self.sink[i][None, :, None])[..., None].to(o.dtype) if m.get("sinks") else o
+        key = (T, win)
+        if key not in self._masks:
+            def causal(b, h, qi, ki):
+                return qi >= ki
+
+            def windowed(b, h, qi, ki):
+                return (qi >= ki) & (qi - ki < win)
+            self._masks[key] = create_block_mask(windowed if win else causal, None, None, T, T, device=q.device)
+        if self._flex is None:
+            self._flex = torch.compile(flex_attention)
+        if m.get("sinks"):
+            o, lse = self._flex(q, k, v, block_mask=self._masks[key], enable_gqa=True, return_lse=True)
+            return o * torch.sigmoid(lse - self.sink[i][None, :, None])[..., None].to(o.dtype)
+        return self._flex(q, k, v, block_mask=self._masks[key], enable_gqa=True)
 
     def forward_train(self, tokens):
         m = self.m
@@ -834,7 +888,10 @@ class MoELlama(torch.nn.Module):
             q = self.rope(q.view(B, T, H, D).transpose(1, 2), pos)
             kk = self.rope(kk.view(B, T, KV, D).transpose(1, 2), pos)
             v = v.view(B, T, KV, D).transpose(1, 2)
-            o = F.scaled_dot_product_attention(q, kk, v, is_causal=True, enable_gqa=True)
+            if m.get("attn") == "flex":
+                o = self.flex_attention(i, q, kk, v)
+            else:
+                o = F.scaled_dot_product_attention(q, kk, v, is_causal=True, enable_gqa=True)
             x = x + o.transpose(1, 2).reshape(B, T, H * D) @ self.o[i].t()
             a = F.rms_norm(x, (h,), self.n2[i], 1e-6)
             x = x + self.moe(i, a.reshape(B * T, h)).view(B, T, h)
@@ -842,7 +899,7 @@ class MoELlama(torch.nn.Module):
 
 
 def moe_training(run: Run, which: str, mb: int, seq: int = 4096, grouped: bool = False,
-                 trace: str | None = None, compiled: bool = False) -> dict:
+                 trace: str | None = None, compiled: bool = False, features: dict | None = None) -> dict:
     """A training step of `which` (QWEN3_30B_16E or GPT_OSS_16E: one expert-parallel rank's MoE layers, the
     all-to-all left out) at micro-batch `mb`: forward, FP32 cross-entropy, backward, fused AdamW on the BF16
     parameters; six steps, the median of the last four. Beside the step: the host's own time to issue it
@@ -851,7 +908,7 @@ def moe_training(run: Run, which: str, mb: int, seq: int = 4096, grouped: bool =
     the forward compiled by torch.compile (grouped kernel only: no host sync to break the graph), as a fused stack
     runs the element-wise work; the first step, compilation included, kept apart."""
     torch.manual_seed(0)
-    m = TOY_MOE if run.smoke else {"qwen3": QWEN3_30B_16E, "gpt-oss": GPT_OSS_16E}[which]
+    m = {**(TOY_MOE if run.smoke else {"qwen3": QWEN3_30B_16E, "gpt-oss": GPT_OSS_16E}[which]), **(features or {})}
     S = 32 if run.smoke else seq
     model = MoELlama(m, run.dev, grouped=grouped)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=(run.dev == "cuda"))
@@ -860,6 +917,7 @@ def moe_training(run: Run, which: str, mb: int, seq: int = 4096, grouped: bool =
         torch._dynamo.reset()  # each configuration compiled afresh, for its static shapes
     fwd = torch.compile(model.forward_train) if compiled else model.forward_train
     res = {"model": which, "shape": m, "seq": S, "micro_batch": mb, "grouped": grouped, "compiled": compiled,
+           "features": features or {},
            "params": sum(p.numel() for p in model.parameters()),
            "precision": "bf16 parameters, gradients and AdamW states (fused); fp32 router and cross-entropy"}
     host = []
@@ -966,7 +1024,9 @@ def main() -> None:
              ("moe_training", lambda: [_guarded(lambda: moe_training(run, w, mb, grouped=g, trace=t))
                                        for w, mb, g, t in MOE_RUNS if run.left_s() > 40]),
              ("moe_compiled", lambda: [_guarded(lambda: moe_training(run, w, mb, grouped=True, trace=t, compiled=True))
-                                       for w, mb, t in MOE_COMPILED_RUNS if run.left_s() > 90])]
+                                       for w, mb, t in MOE_COMPILED_RUNS if run.left_s() > 90]),
+             ("gptoss_features", lambda: [_guarded(lambda: moe_training(run, "gpt-oss", 4, features=f))
+                                          for f in GPT_OSS_FEATURES if run.left_s() > 60])]
     for name, fn in steps:
         if only and name not in only:
             continue
