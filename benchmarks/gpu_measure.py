@@ -639,7 +639,7 @@ def host_costs(run: Run) -> dict:
     out["linear_fwd_s"] = wall(lambda: lins(xin)) / m
     out["linear_bwd_s"] = backward_s(lambda: lins(xin), [xin, *lins.parameters()]) / m
     one = torch.nn.Linear(64, 64, device=dev)
-    out["linear_fwd_kernels"] = _kernels(run, lambda: one(xin))
+    out["linear_fwd_kernels"] = _busy(run, lambda: one(xin)).get("kernels")
     yy = [None]
 
     def bwd():
@@ -648,7 +648,7 @@ def host_costs(run: Run) -> dict:
         yy[0].backward()
     yy[0] = one(xin).sum()
     run.sync()
-    out["linear_bwd_kernels"] = _kernels(run, bwd)  # includes the sum's backward (one fill)
+    out["linear_bwd_kernels"] = _busy(run, bwd).get("kernels")  # includes the sum's backward (one fill)
     k = 64 if run.smoke else 4096
     a = torch.randn(k, k, device=dev, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
     reps = 4 if run.smoke else 20
@@ -676,36 +676,13 @@ def host_costs(run: Run) -> dict:
     return out
 
 
-def _kernels(run: Run, fn) -> int | None:
-    """GPU kernels (and memsets) one call of fn launches, from the profiler; None on the CPU."""
-    if run.dev != "cuda":
-        return None
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        run.sync()
-    return sum(1 for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA"))
-
-
 def _gaps(run: Run, fn) -> float | None:
-    """Total idle time between consecutive GPU activities (kernels, copies) of one call of fn, from the profiler;
-    None on the CPU."""
-    if run.dev != "cuda":
-        return None
-    from torch.profiler import ProfilerActivity, profile
+    """Total idle time between consecutive GPU activities (kernels, copies) of one call of fn after a warm-up call:
+    its span less its busy time (_busy); None on the CPU."""
     fn()
     run.sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        run.sync()
-    iv = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                if str(getattr(e, "device_type", "")).endswith("CUDA"))
-    idle, end = 0.0, None
-    for s, e in iv:
-        if end is not None and s > end:
-            idle += s - end
-        end = e if end is None else max(end, e)
-    return idle / 1e6
+    b = _busy(run, fn)
+    return b["gpu_span_s"] - b["gpu_busy_s"] if b else None
 
 
 QWEN3_30B_16E = dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, vocab=151936, experts=16, top_k=8,
@@ -811,7 +788,7 @@ class MoELlama(torch.nn.Module):
         E, k = m["experts"], m["top_k"]
         T, h = a.shape
         probs = torch.softmax(a.float() @ self.router[i].t(), dim=-1)
-        w, idx = probs.topk(k, dim=-1)
+        probs.topk(k, dim=-1)  # the router's top-k runs, then force balancing overrides its choice:
         # force-balanced routing, as the corpus's runs (Megatron-Core's moe_router_force_load_balancing): every
         # expert gets T·k/E rows; the weights are the router's probabilities of the experts assigned
         idx = (torch.arange(T * k, device=a.device) % E).view(T, k)
@@ -851,29 +828,24 @@ class MoELlama(torch.nn.Module):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         m, T = self.m, q.shape[2]
         win = m.get("window", 0) if m.get("window_every") and i % m["window_every"] == 0 else 0
+
+        def allowed(b, h, qi, ki):  # the mask: causal, and within the window on a windowed layer
+            return (qi >= ki) & (qi - ki < win) if win else qi >= ki
+        sinks = m.get("sinks")
         if q.device.type == "cpu":  # --smoke: FlexAttention has no CPU backward; the same function written out
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
             s = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
-            qi, ki = torch.arange(T)[:, None], torch.arange(T)[None, :]
-            s = s.masked_fill(~((qi >= ki) & ((qi - ki < win) if win else True)), float("-inf"))
-            lse = torch.logsumexp(s, -1)
-            o = (torch.softmax(s, -1) @ v.float()).to(q.dtype)
-            return o * torch.sigmoid(lse - self.sink[i][None, :, None])[..., None].to(o.dtype) if m.get("sinks") else o
-        key = (T, win)
-        if key not in self._masks:
-            def causal(b, h, qi, ki):
-                return qi >= ki
-
-            def windowed(b, h, qi, ki):
-                return (qi >= ki) & (qi - ki < win)
-            self._masks[key] = create_block_mask(windowed if win else causal, None, None, T, T, device=q.device)
-        if self._flex is None:
-            self._flex = torch.compile(flex_attention)
-        if m.get("sinks"):
-            o, lse = self._flex(q, k, v, block_mask=self._masks[key], enable_gqa=True, return_lse=True)
-            return o * torch.sigmoid(lse - self.sink[i][None, :, None])[..., None].to(o.dtype)
-        return self._flex(q, k, v, block_mask=self._masks[key], enable_gqa=True)
+            s = s.masked_fill(~allowed(None, None, torch.arange(T)[:, None], torch.arange(T)[None, :]), float("-inf"))
+            o, lse = (torch.softmax(s, -1) @ v.float()).to(q.dtype), torch.logsumexp(s, -1)
+        else:
+            if (T, win) not in self._masks:
+                self._masks[(T, win)] = create_block_mask(allowed, None, None, T, T, device=q.device)
+            if self._flex is None:
+                self._flex = torch.compile(flex_attention)
+            out = self._flex(q, k, v, block_mask=self._masks[(T, win)], enable_gqa=True, return_lse=bool(sinks))
+            o, lse = out if sinks else (out, None)
+        return o * torch.sigmoid(lse - self.sink[i][None, :, None])[..., None].to(o.dtype) if sinks else o
 
     def forward_train(self, tokens):
         m = self.m
