@@ -361,6 +361,23 @@ class Plan:
         return self.pipeline_schedule == "dualpipe" and self.pp > 1
 
 
+def mtp_front_filled(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (recipes/deepseek/deepseek_v3.py
+    set_deepseek_v3_pipeline_model_parallel_layout; its map for 61 layers gives pp × vpp 4 × 1: 16, 16, 16, 13;
+    8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1): every chunk from the first holds
+    ceil(layers / chunks) layers and the last the remainder beside the multi-token-prediction layers and the loss,
+    which would make it the slowest chunk under an even split. (Megatron-Bridge writes its H100 layout for pp 8 ×
+    vpp 4 by hand instead: 1, 30 × 2, 0.) () when the chunks divide the layers or a stage would hold none."""
+    chunks = pp * vpp
+    if layers % chunks == 0:
+        return ()
+    per = -(-layers // chunks)
+    sizes = tuple(max(0, min(per, layers - per * j)) for j in range(chunks))
+    if any(sum(sizes[i::pp]) == 0 for i in range(pp)):
+        return ()
+    return sizes
+
+
 SPLIT_DEFAULTS = {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": ()}
 """Plan knobs that split the layers over the pipeline, at their automatic-split values."""
 SPLIT_KNOBS = tuple(SPLIT_DEFAULTS)
