@@ -85,6 +85,15 @@ def _host_knobs(scn: Scenario) -> Scenario:
     return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, cuda_graphs=True, moe_sync_free=True))
 
 
+def _deepseek_megatron_bridge() -> Scenario:
+    """DeepSeek-V3 (61 layers with multi-token prediction) under Megatron's 1F1B on a Megatron-Bridge stack: every
+    pipeline the search tries takes the stack's chunk layout in bulk as predict does (workload.split.
+    stack_chunk_layers; 15 x 4 + 1 on 16 stages, 7 x 8 + 5 on 8, ...)."""
+    s = load_scenario("deepseek-v3-h800-2048")
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, pipeline_schedule="auto",
+                                                           framework="Megatron-Bridge 25.11"))
+
+
 def _tiny_graphs() -> Scenario:
     from tests.schedule.test_host_knobs import _tiny
     return _tiny(cuda_graphs=True)
@@ -99,6 +108,7 @@ SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8
              "llama3-70b-h100-256": lambda: load_scenario("llama3-70b-h100-256"),
              "gpt3-175b-a100-1024": lambda: load_scenario("gpt3-175b-a100-1024"),
              "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048"),
+             "deepseek-v3-megatron-bridge": _deepseek_megatron_bridge,
              "llama3-8b-h100-8-flash2": _flash2, "llama3-70b-alternate-matmuls": _alternate,
              "zero3-unless-pp": lambda: _zero3_kept("unless_pp"), "zero3-never": lambda: _zero3_kept("never")}
 

@@ -16,7 +16,7 @@ from narrowpath.spec.hf_config import looks_like_hf_config, model_from_hf_config
 from narrowpath.spec.model import Model
 from narrowpath.spec.parse import (_check_keys, calibration_from_dict, device_from_dict, model_from_dict,
                                    open_knobs, plan_from_dict, system_from_dict)
-from narrowpath.spec.plan import SPLIT_KNOBS, Plan, mtp_front_filled
+from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
 from narrowpath.spec.strict_load import load_json, load_yaml
 from narrowpath.spec.system import System
@@ -264,32 +264,13 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     if not system.device.fused_attention and plan.attention in ("flash", "flash2") and "attention" not in plan_data:
         plan = dataclasses.replace(plan, attention="auto")  # the stack's fused kernel does not run on Volta
         chosen = tuple((k, n) for k, n in chosen if k != "attention")
-    plan, layout = stack_pipeline_layout(model, plan, plan_data, unpublished)
-    chosen = implied + chosen + layout
+    chosen = implied + chosen
     if num_gpus is None:
         num_gpus = plan.num_gpus
     calibration = calibration_from(data["calibration"], base_dir) if data.get("calibration") else None
     return Scenario(name=str(name or data.get("name") or data.get("id") or "scenario"), system=system, model=model,
                     plan=plan, num_gpus=num_gpus, mode=data.get("mode", "training"), calibration=calibration,
                     open_knobs=unpublished, chosen=chosen)
-
-
-def stack_pipeline_layout(model: Model, plan: Plan, data: Any, unpublished: tuple[str, ...]) -> tuple[Plan, tuple]:
-    """(plan, chosen notes) with the chunk layout the software stack gives a multi-token-prediction model whose
-    split the data leaves out (catalog/stacks.yaml `mtp_layout`: Megatron-Bridge's DeepSeek-V3 layouts,
-    spec.plan.mtp_front_filled) — only under Megatron's schedules, with pp and vpp published and uneven chunks;
-    otherwise the plan as it is (the automatic split, workload.split)."""
-    stack = store.stack_for(plan.framework) if plan.framework else None
-    if (not stack or stack.get("mtp_layout") != "front_filled" or not model.mtp_layers or plan.pp < 2
-            or plan.dualpipe or not isinstance(data, Mapping) or any(k in data for k in SPLIT_KNOBS)
-            or {"pp", "vpp"} & set(unpublished)):
-        return plan, ()
-    sizes = mtp_front_filled(model.layers, plan.pp, plan.vpp)
-    if not sizes:
-        return plan, ()
-    note = store.stack_note(sizes, stack["id"], " (its DeepSeek-V3 layout: the last chunk beside multi-token "
-                            "prediction and the loss)")
-    return dataclasses.replace(plan, chunk_layers=sizes), (("chunk_layers", note),)
 
 
 AXES_TAKING_THE_REST = ("dp", "pp", "tp", "cp")

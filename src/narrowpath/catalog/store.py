@@ -173,6 +173,15 @@ def stack_for(framework: str) -> dict[str, Any] | None:
     return None
 
 
+@lru_cache(maxsize=256)
+def stack_mtp_layout(framework: str) -> str | None:
+    """Id of the software stack `framework` names when that stack lays out the pipeline chunks of a
+    multi-token-prediction model itself (stacks.yaml `mtp_layout: front_filled`: Megatron-Bridge's DeepSeek-V3
+    layouts, spec.plan.mtp_front_filled), else None."""
+    stack = stack_for(framework) if framework else None
+    return stack["id"] if stack and stack.get("mtp_layout") == "front_filled" else None
+
+
 def stack_defaults(stack: dict[str, Any] | None, precision: str) -> dict[str, Any]:
     """The knob defaults of a software-stack entry for a run in training format `precision`: its `defaults` with its
     `defaults_by_precision` for that format over them, over the defaults of the entry it `extends` (an earlier

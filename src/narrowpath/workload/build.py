@@ -21,7 +21,7 @@ from narrowpath.workload.attention import kv_pair_width_per_rank
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
-from narrowpath.workload.split import plan_layer_ranges
+from narrowpath.workload.split import plan_layer_ranges, split_notes
 from narrowpath.workload.recompute import (alternate_matmuls_recomputed, kept_bytes, modules_of, recompute_ops,
                                           tp_block_recomputed)
 from narrowpath.workload.precision import (core_dtype, gather_bytes, operand_bytes, quantize_cost,
@@ -522,7 +522,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     from narrowpath.workload.counts import model_flop_per_token, parameter_count
     useful = model_flop_per_token(model) * tokens
     return Workload(tuple(stages), tuple(step_xf), tuple(opt_ops), plan.num_microbatches, tokens, useful,
-                    parameter_count(model), ())
+                    parameter_count(model), split_notes(model, plan))
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from narrowpath.catalog import store
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import Plan, uneven_split_error
+from narrowpath.spec.plan import Plan, mtp_front_filled, uneven_split_error
 
 
 @lru_cache(maxsize=1024)
@@ -55,9 +56,37 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int
 
 
 def plan_layer_ranges(model: Model, plan: Plan) -> tuple[tuple[range, ...], ...]:
-    """`stage_layer_ranges` of a transformer under a plan, with its chunk or first / last stage layer counts."""
+    """`stage_layer_ranges` of a transformer under a plan, with its chunk or first / last stage layer counts, or
+    the layout its software stack gives an automatic split (`stack_chunk_layers`)."""
     return stage_layer_ranges(model.layers, plan.pp, plan.vpp, plan.first_stage_layers, plan.last_stage_layers,
-                              plan.chunk_layers)
+                              plan.chunk_layers or stack_chunk_layers(model, plan))
+
+
+def stack_chunk_layers(model: Model, plan: Plan) -> tuple[int, ...]:
+    """Chunk layer counts the plan's software stack gives a split the plan leaves automatic: a multi-token-prediction
+    model under Megatron's schedules whose chunks do not divide its layers takes Megatron-Bridge's DeepSeek-V3
+    layout (catalog/stacks.yaml `mtp_layout`, spec.plan.mtp_front_filled: under the even split the last stage would
+    also carry the MTP block, a second output head and loss and pace the pipeline); () otherwise, and under DualPipe
+    (ranks hold stages i and p − 1 − i, which the automatic split pairs evenly)."""
+    if (plan.pp < 2 or plan.dualpipe or plan.chunk_layers or plan.first_stage_layers or plan.last_stage_layers
+            or not stack_lays_out_mtp(model, plan.framework)):
+        return ()
+    return mtp_front_filled(model.layers, plan.pp, plan.vpp)
+
+
+def stack_lays_out_mtp(model: Model, framework: str) -> bool:
+    """Whether the stack `framework` names lays out this model's automatic split (`stack_chunk_layers`)."""
+    return bool(model.mtp_layers) and store.stack_mtp_layout(framework) is not None
+
+
+def split_notes(model: Model, plan: Plan) -> tuple[str, ...]:
+    """The prediction's assumption line for a layout the stack chose (`stack_chunk_layers`), if any."""
+    sizes = stack_chunk_layers(model, plan)
+    if not sizes:
+        return ()
+    return (f"pipeline split: {store.stack_mtp_layout(plan.framework)}'s DeepSeek-V3 layout for a model with "
+            f"multi-token prediction, chunks of {sizes[0]} layers from the first and {sizes[-1]} in the last, beside "
+            "the MTP block and the loss (the split was not given)",)
 
 
 def max_pipeline_chunks(layers: int) -> int:

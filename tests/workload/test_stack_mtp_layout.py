@@ -1,0 +1,100 @@
+"""A multi-token-prediction model on a Megatron-Bridge pipeline whose chunks do not divide its layers is split as the
+stack's DeepSeek-V3 recipe splits it (catalog/stacks.yaml `mtp_layout`; workload.split.stack_chunk_layers):
+Megatron-Core has no automatic split for 61 layers on 16 stages, and Megatron-Bridge's recipe
+(recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout) fills the chunks from the first and
+leaves the last one layer beside the MTP block and the loss. Under the tool's own automatic split that last stage
+would hold 3 layers, a second output head and the MTP block, and pace the whole pipeline."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from narrowpath.catalog.resolve import scenario_from_dict
+from narrowpath.cli.main import main
+from narrowpath.schedule.step import predict
+from narrowpath.spec.plan import mtp_front_filled
+from narrowpath.workload.split import plan_layer_ranges, stack_chunk_layers
+
+MB = "Megatron-Bridge / NeMo 25.11 container (MXFP8)"
+
+# the recipe's layout_map for DeepSeek-V3's 61 layers, written out from its lists (decoder layers per chunk)
+RECIPE_MAP = {
+    (4, 1): (16, 16, 16, 13),
+    (8, 1): (8,) * 7 + (5,),
+    (4, 2): (8,) * 7 + (5,),
+    (16, 1): (4,) * 15 + (1,),
+    (8, 2): (4,) * 15 + (1,),
+    (4, 4): (4,) * 15 + (1,),
+}
+
+
+@pytest.mark.parametrize("pp_vpp", sorted(RECIPE_MAP))
+def test_the_rule_reproduces_every_entry_of_the_recipes_map(pp_vpp):
+    assert mtp_front_filled(61, *pp_vpp) == RECIPE_MAP[pp_vpp]
+
+
+def test_even_chunks_and_a_stage_left_empty_are_not_laid_out():
+    assert mtp_front_filled(64, 16, 1) == ()  # 4 each: Megatron-Core's even split
+    assert mtp_front_filled(61, 32, 1) == ()  # 2 each would leave the 32nd stage no layer
+    assert mtp_front_filled(61, 8, 4)[-2:] == (1, 0)  # a chunk may hold none while its stage holds others
+    assert mtp_front_filled(10, 4, 1) == (3, 3, 3, 1)
+
+
+def _case(**plan_changes):
+    plan = {"tp": 1, "pp": 16, "dp": 16, "cp": 1, "ep": 8, "vpp": 1, "mbs": 1, "gbs": 2048, "zero_stage": 1,
+            "recompute": "none", "precision": "mxfp8", "framework": MB, **plan_changes}
+    return {"id": "dsv3", "model": "deepseek-v3", "system": "dgx-b200", "num_gpus": 256, "plan": plan}
+
+
+def test_a_megatron_bridge_run_takes_the_layout_and_says_so():
+    scn = scenario_from_dict(_case())
+    assert scn.plan.chunk_layers == ()  # the knob stays automatic: the stack's rule is what automatic means here
+    pred = predict(scn)
+    assert [s.layers for s in pred.stages] == [4] * 15 + [1]
+    note = [a for a in pred.assumptions if a.startswith("pipeline split:")]
+    assert len(note) == 1 and "megatron-bridge" in note[0] and "4 layers" in note[0] and "1 in the last" in note[0]
+    # the stage with the MTP block, the two output heads and the losses now takes about what a 4-layer stage does
+    assert pred.stages[-1].total_s == pytest.approx(pred.stages[1].total_s, rel=0.1)
+
+
+def test_the_layout_is_faster_than_the_even_split_it_replaces():
+    """The tool's automatic split (3 layers on the first and the last two stages, 4 elsewhere) leaves the MTP block
+    on a 3-layer last stage, ~1.4x a middle stage's micro-batch: the step runs at that stage's pace."""
+    laid_out = predict(scenario_from_dict(_case()))
+    even = predict(scenario_from_dict(_case(chunk_layers=[3] + [4] * 13 + [3, 3])))
+    assert even.stages[-1].total_s > 1.3 * even.stages[1].total_s
+    assert laid_out.step_time_s < 0.8 * even.step_time_s
+    assert not [a for a in even.assumptions if a.startswith("pipeline split:")]
+
+
+@pytest.mark.parametrize("change", [
+    {"first_stage_layers": 1},                                  # a stated split stays
+    {"chunk_layers": [3] + [4] * 13 + [3, 3]},
+    {"framework": "NeMo 25.07"},                                # another stack
+    {"framework": ""},                                          # no stack
+    {"pipeline_schedule": "dualpipe"},                          # DualPipe pairs stages i and p - 1 - i itself
+])
+def test_stated_splits_other_stacks_and_dualpipe_keep_their_own(change):
+    scn = scenario_from_dict(_case(**change))
+    assert stack_chunk_layers(scn.model, scn.plan) == ()
+    counts = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, scn.plan)]
+    assert counts != [4] * 15 + [1]
+
+
+def test_a_model_without_mtp_keeps_the_automatic_split():
+    data = _case()
+    data["model"] = {"name": "dsv3-no-mtp", "layers": 61, "hidden": 7168, "heads": 128, "ffn": 18432,
+                     "vocab": 129280, "seq_len": 4096, "experts": 256, "top_k": 8}
+    scn = scenario_from_dict(data)
+    assert stack_chunk_layers(scn.model, scn.plan) == ()
+    assert [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, scn.plan)] == [3] + [4] * 13 + [3, 3]
+
+
+def test_a_new_pipeline_on_the_command_line_is_laid_out_anew(tmp_path, capsys):
+    path = tmp_path / "dsv3.yaml"
+    path.write_text(yaml.safe_dump(_case()))
+    assert main(["predict", str(path), "--pp", "8", "--dp", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "chunks of 8 layers from the first and 5 in the last" in out
+    assert main(["predict", str(path), "--pipeline-schedule", "dualpipe"]) == 0
+    assert "pipeline split:" not in capsys.readouterr().out
