@@ -38,6 +38,10 @@ def test_even_chunks_and_a_stage_left_empty_are_not_laid_out():
     assert mtp_front_filled(61, 32, 1) == ()  # 2 each would leave the 32nd stage no layer
     assert mtp_front_filled(61, 8, 4)[-2:] == (1, 0)  # a chunk may hold none while its stage holds others
     assert mtp_front_filled(10, 4, 1) == (3, 3, 3, 1)
+    # chunk j sits on stage j mod pp: stages 0-3 hold chunks 0-3 (one layer each) and 4-7 (the fifth layer, then
+    # none), so every stage holds a layer; stage-major counting would see stages 2 and 3 empty
+    assert mtp_front_filled(5, 4, 2) == (1, 1, 1, 1, 1, 0, 0, 0)
+    assert mtp_front_filled(3, 2, 2) == (1, 1, 1, 0)
 
 
 def _case(**plan_changes):
@@ -73,6 +77,8 @@ def test_the_layout_is_faster_than_the_even_split_it_replaces():
     {"framework": "NeMo 25.07"},                                # another stack
     {"framework": ""},                                          # no stack
     {"pipeline_schedule": "dualpipe"},                          # DualPipe pairs stages i and p - 1 - i itself
+    {"pp": 8, "vpp": 4, "dp": 32},                              # a shape the recipe's map does not list
+    {"pp": 2, "dp": 128},
 ])
 def test_stated_splits_other_stacks_and_dualpipe_keep_their_own(change):
     scn = scenario_from_dict(_case(**change))
@@ -81,13 +87,27 @@ def test_stated_splits_other_stacks_and_dualpipe_keep_their_own(change):
     assert counts != [4] * 15 + [1]
 
 
-def test_a_model_without_mtp_keeps_the_automatic_split():
+MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+
+
+@pytest.mark.parametrize("fields", [
+    {"attention": "mla", **MLA},                       # DeepSeek-V3's shape without multi-token prediction
+    {"mtp_layers": 1},                                 # MTP without MLA: another family (GLM-4.5's recipe sets none)
+])
+def test_outside_the_deepseek_v3_family_the_split_stays_automatic(fields):
     data = _case()
-    data["model"] = {"name": "dsv3-no-mtp", "layers": 61, "hidden": 7168, "heads": 128, "ffn": 18432,
-                     "vocab": 129280, "seq_len": 4096, "experts": 256, "top_k": 8}
+    data["model"] = {"name": "other", "layers": 61, "hidden": 7168, "heads": 128, "ffn": 18432, "vocab": 129280,
+                     "seq_len": 4096, "experts": 256, "top_k": 8, **fields}
     scn = scenario_from_dict(data)
     assert stack_chunk_layers(scn.model, scn.plan) == ()
     assert [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, scn.plan)] == [3] + [4] * 13 + [3, 3]
+
+
+def test_an_interleaved_pipeline_is_laid_out_chunk_by_chunk():
+    """pp 4 x vpp 4: 16 chunks of 4, the last of 1; chunk j on stage j mod 4, so stage 3 holds 4 + 4 + 4 + 1."""
+    pred = predict(scenario_from_dict(_case(pp=4, vpp=4, dp=64, gbs=2048)))
+    assert [s.layers for s in pred.stages] == [16, 16, 16, 13]
+    assert any(a.startswith("pipeline split:") for a in pred.assumptions)
 
 
 def test_a_new_pipeline_on_the_command_line_is_laid_out_anew(tmp_path, capsys):
@@ -98,3 +118,8 @@ def test_a_new_pipeline_on_the_command_line_is_laid_out_anew(tmp_path, capsys):
     assert "chunks of 8 layers from the first and 5 in the last" in out
     assert main(["predict", str(path), "--pipeline-schedule", "dualpipe"]) == 0
     assert "pipeline split:" not in capsys.readouterr().out
+    assert main(["predict", str(path), "--precision", "bf16"]) == 0  # another format keeps the stack's layout
+    assert "chunks of 4 layers from the first and 1 in the last" in capsys.readouterr().out
+    assert main(["predict", str(path), "--last-stage-layers", "1", "--json"]) == 0  # a split given replaces it
+    out = capsys.readouterr().out
+    assert '"last_stage_layers": 1' in out and "pipeline split:" not in out

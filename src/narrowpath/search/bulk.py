@@ -27,11 +27,11 @@ from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.space import recomputed_modules
 from narrowpath.search.table import PlanTable
-from narrowpath.spec.plan import mtp_front_filled, zero3_kept_gathered
+from narrowpath.spec.plan import zero3_kept_gathered
 from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_param, held_weight_bytes_per_param,
                                        offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
                                        sharded_weight_bytes_per_param, weight_bytes_per_param)
-from narrowpath.workload.split import stack_lays_out_mtp, stage_layer_ranges
+from narrowpath.workload.split import stack_layout, stage_layer_ranges
 from narrowpath.workload.precision import act_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
@@ -190,9 +190,8 @@ class Bulk:
         kind_of = [(self.model.is_moe_layer(li), self.model.is_window_layer(li)) for li in range(self.model.layers)]
         first, inv = unique_rows(cols["pp"], cols["vpp"])
         self.shape_of = inv
-        laid = stack_lays_out_mtp(self.model, space.base.framework)  # the search's plans: Megatron's schedules
-        self.shapes = [pipeline_shape(self.model.layers, kind_of, kinds, pp, vpp,
-                                      mtp_front_filled(self.model.layers, pp, vpp) if laid else ())
+        self.shapes = [pipeline_shape(self.model.layers, kind_of, kinds, pp, vpp,  # the stack's, as predict's
+                                      stack_layout(self.model, space.base.framework, pp, vpp))
                        for pp, vpp in ((int(cols["pp"][i]), int(cols["vpp"][i])) for i in first)]
         self.Q = max(len(s.mult) for s in self.shapes) if self.shapes else 1
         self.low = space.base.low_precision

@@ -361,13 +361,18 @@ class Plan:
         return self.pipeline_schedule == "dualpipe" and self.pp > 1
 
 
+DEEPSEEK_V3_LAYOUTS = frozenset({(4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)})
+"""(pp, vpp) shapes of Megatron-Bridge's DeepSeek-V3 layout map (recipes/deepseek/deepseek_v3.py
+set_deepseek_v3_pipeline_model_parallel_layout, which refuses other shapes unless a config writes a layout out, as the
+H100 performance config does for pp 8 × vpp 4: `Et|(tt|)*30mL`, 1, 30 × 2, 0)."""
+
+
 def mtp_front_filled(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
-    """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (recipes/deepseek/deepseek_v3.py
-    set_deepseek_v3_pipeline_model_parallel_layout; its map for 61 layers gives pp × vpp 4 × 1: 16, 16, 16, 13;
-    8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1): every chunk from the first holds
-    ceil(layers / chunks) layers and the last the remainder beside the multi-token-prediction layers and the loss,
-    which would make it the slowest chunk under an even split. (Megatron-Bridge writes its H100 layout for pp 8 ×
-    vpp 4 by hand instead: 1, 30 × 2, 0.) () when the chunks divide the layers or a stage would hold none."""
+    """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (DEEPSEEK_V3_LAYOUTS; the map for 61
+    layers gives pp × vpp 4 × 1: 16, 16, 16, 13; 8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1):
+    every chunk from the first holds ceil(layers / chunks) layers until the layers run out — the last of them holds
+    the remainder, any chunk after it none — and the last chunk also carries the multi-token-prediction layers and
+    the loss. () when the chunks divide the layers or a stage (chunks j ≡ i mod pp) would hold none."""
     chunks = pp * vpp
     if layers % chunks == 0:
         return ()

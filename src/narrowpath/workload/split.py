@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from narrowpath.catalog import store
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import Plan, mtp_front_filled, uneven_split_error
+from narrowpath.spec.plan import DEEPSEEK_V3_LAYOUTS, Plan, mtp_front_filled, uneven_split_error
 
 
 @lru_cache(maxsize=1024)
@@ -63,20 +63,24 @@ def plan_layer_ranges(model: Model, plan: Plan) -> tuple[tuple[range, ...], ...]
 
 
 def stack_chunk_layers(model: Model, plan: Plan) -> tuple[int, ...]:
-    """Chunk layer counts the plan's software stack gives a split the plan leaves automatic: a multi-token-prediction
-    model under Megatron's schedules whose chunks do not divide its layers takes Megatron-Bridge's DeepSeek-V3
-    layout (catalog/stacks.yaml `mtp_layout`, spec.plan.mtp_front_filled: under the even split the last stage would
-    also carry the MTP block, a second output head and loss and pace the pipeline); () otherwise, and under DualPipe
-    (ranks hold stages i and p − 1 − i, which the automatic split pairs evenly)."""
-    if (plan.pp < 2 or plan.dualpipe or plan.chunk_layers or plan.first_stage_layers or plan.last_stage_layers
-            or not stack_lays_out_mtp(model, plan.framework)):
+    """Chunk layer counts the plan's software stack gives a split the plan leaves automatic (`stack_layout`); ()
+    for a stated split and under DualPipe (ranks hold stages i and p − 1 − i, which the automatic split pairs
+    evenly)."""
+    if plan.dualpipe or plan.chunk_layers or plan.first_stage_layers or plan.last_stage_layers:
         return ()
-    return mtp_front_filled(model.layers, plan.pp, plan.vpp)
+    return stack_layout(model, plan.framework, plan.pp, plan.vpp)
 
 
-def stack_lays_out_mtp(model: Model, framework: str) -> bool:
-    """Whether the stack `framework` names lays out this model's automatic split (`stack_chunk_layers`)."""
-    return bool(model.mtp_layers) and store.stack_mtp_layout(framework) is not None
+def stack_layout(model: Model, framework: str, pp: int, vpp: int) -> tuple[int, ...]:
+    """The chunk layout of Megatron-Bridge's DeepSeek-V3 recipe (catalog/stacks.yaml `mtp_layout`;
+    spec.plan.DEEPSEEK_V3_LAYOUTS, mtp_front_filled) for a model of that family — multi-head latent attention with
+    multi-token prediction, whose MTP block, second output head and loss would otherwise make the last stage the
+    slowest — on the pipeline shapes the recipe's map lists, under a stack that runs it; () otherwise (other
+    shapes, which the recipe refuses unless a config writes a layout out, keep the automatic split)."""
+    if ((pp, vpp) not in DEEPSEEK_V3_LAYOUTS or model.mla is None or not model.mtp_layers
+            or store.stack_mtp_layout(framework) is None):
+        return ()
+    return mtp_front_filled(model.layers, pp, vpp)
 
 
 def split_notes(model: Model, plan: Plan) -> tuple[str, ...]:
