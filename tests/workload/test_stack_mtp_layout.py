@@ -13,7 +13,7 @@ from narrowpath.catalog.resolve import scenario_from_dict
 from narrowpath.cli.main import main
 from narrowpath.schedule.step import predict
 from narrowpath.spec.plan import mtp_front_filled
-from narrowpath.workload.split import plan_layer_ranges, stack_chunk_layers
+from narrowpath.workload.split import plan_layer_ranges, stack_chunk_layers, stack_layout
 
 MB = "Megatron-Bridge / NeMo 25.11 container (MXFP8)"
 
@@ -63,7 +63,7 @@ def test_a_megatron_bridge_run_takes_the_layout_and_says_so():
 
 def test_the_layout_is_faster_than_the_even_split_it_replaces():
     """The tool's automatic split (3 layers on the first and the last two stages, 4 elsewhere) leaves the MTP block
-    on a 3-layer last stage, ~1.4x a middle stage's micro-batch: the step runs at that stage's pace."""
+    on a 3-layer last stage, ~1.5x a middle stage's micro-batch: the step runs at that stage's pace."""
     laid_out = predict(scenario_from_dict(_case()))
     even = predict(scenario_from_dict(_case(chunk_layers=[3] + [4] * 13 + [3, 3])))
     assert even.stages[-1].total_s > 1.3 * even.stages[1].total_s
@@ -104,10 +104,41 @@ def test_outside_the_deepseek_v3_family_the_split_stays_automatic(fields):
 
 
 def test_an_interleaved_pipeline_is_laid_out_chunk_by_chunk():
-    """pp 4 x vpp 4: 16 chunks of 4, the last of 1; chunk j on stage j mod 4, so stage 3 holds 4 + 4 + 4 + 1."""
+    """pp 4 x vpp 4: 15 chunks of 4 and the last of 1; chunk j on stage j mod 4, so stage 3 holds 4 + 4 + 4 + 1.
+    The simulator plays the same chunks (its interleaved program reads each chunk's own work)."""
     pred = predict(scenario_from_dict(_case(pp=4, vpp=4, dp=64, gbs=2048)))
     assert [s.layers for s in pred.stages] == [16, 16, 16, 13]
     assert any(a.startswith("pipeline split:") for a in pred.assumptions)
+
+
+@pytest.mark.parametrize("pp,vpp,dp", [(8, 2, 32), (4, 4, 64)])
+def test_the_simulator_plays_the_stacks_layout(pp, vpp, dp):
+    """The simulator under the stack's layout plays exactly what it plays with that layout stated (ignoring it
+    would play the even split: 10.2 -> 11.3 s at pp 8 x vpp 2)."""
+    from narrowpath.schedule.sim import simulate
+    laid = simulate(scenario_from_dict(_case(pp=pp, vpp=vpp, dp=dp)), steps=1).noise_free_step_time_s
+    stated = simulate(scenario_from_dict(_case(pp=pp, vpp=vpp, dp=dp, chunk_layers=list(RECIPE_MAP[(pp, vpp)]))),
+                      steps=1).noise_free_step_time_s
+    even = simulate(scenario_from_dict(_case(pp=pp, vpp=vpp, dp=dp, framework="")), steps=1).noise_free_step_time_s
+    assert laid == stated and abs(even / laid - 1) > 0.01
+
+
+@pytest.mark.parametrize("pp_vpp", sorted(RECIPE_MAP))
+def test_the_stack_lays_out_exactly_the_maps_shapes(pp_vpp):
+    scn = scenario_from_dict(_case())
+    assert stack_layout(scn.model, MB, *pp_vpp) == RECIPE_MAP[pp_vpp]
+    assert stack_layout(scn.model, "Megatron-LM core_r0.14", *pp_vpp) == ()
+
+
+def test_only_the_recipes_depth_is_laid_out():
+    """The map's layouts hold 61 decoder layers (Megatron-Core asserts the count): a 33-layer model of the same
+    family on a listed shape keeps the automatic split."""
+    data = _case()
+    data["model"] = {"name": "short-dsv3", "layers": 33, "hidden": 7168, "heads": 128, "ffn": 18432,
+                     "vocab": 129280, "seq_len": 4096, "experts": 256, "top_k": 8, "mtp_layers": 1,
+                     "attention": "mla", **MLA}
+    scn = scenario_from_dict(data)
+    assert stack_layout(scn.model, MB, 8, 2) == () and stack_chunk_layers(scn.model, scn.plan) == ()
 
 
 def test_a_new_pipeline_on_the_command_line_is_laid_out_anew(tmp_path, capsys):

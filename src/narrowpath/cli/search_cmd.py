@@ -157,8 +157,9 @@ def run(args) -> int:
                         "per step)")
     pinned, base = _pins_and_base(args)
     if base.plan.custom_split:
-        print("note: the search splits the layers of every plan automatically (Megatron-Core's even split); the "
-              "scenario's first_stage_layers / last_stage_layers / chunk_layers are not searched", file=sys.stderr)
+        print("note: the search splits the layers of every plan automatically (Megatron-Core's even split, or the "
+              "stack's own layout where it has one); the scenario's first_stage_layers / last_stage_layers / "
+              "chunk_layers are not searched", file=sys.stderr)
         base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **SPLIT_DEFAULTS))
     dualpipe = base.plan.pipeline_schedule == "dualpipe"
     if dualpipe:

@@ -1,6 +1,8 @@
 """Plan: how a model is parallelised and run — the knobs an engineer turns."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError, shown
@@ -363,10 +365,15 @@ class Plan:
 
 DEEPSEEK_V3_LAYOUTS = frozenset({(4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)})
 """(pp, vpp) shapes of Megatron-Bridge's DeepSeek-V3 layout map (recipes/deepseek/deepseek_v3.py
-set_deepseek_v3_pipeline_model_parallel_layout, which refuses other shapes unless a config writes a layout out, as the
-H100 performance config does for pp 8 × vpp 4: `Et|(tt|)*30mL`, 1, 30 × 2, 0)."""
+set_deepseek_v3_pipeline_model_parallel_layout). For other shapes the recipe sets no layout (an earlier revision
+raised ValueError) and Megatron-Core refuses 61 layers' uneven split unless a config writes one out, as the H100
+performance config does for pp 8 × vpp 4: `Et|(tt|)*30mL`, 1, 30 × 2, 0."""
+DEEPSEEK_V3_LAYERS = 61
+"""Decoder layers the map's layouts hold (Megatron-Core's validate_layer_layout asserts they equal num_layers, so the
+stack runs them for that depth only)."""
 
 
+@lru_cache(maxsize=256)
 def mtp_front_filled(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
     """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (DEEPSEEK_V3_LAYOUTS; the map for 61
     layers gives pp × vpp 4 × 1: 16, 16, 16, 13; 8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1):

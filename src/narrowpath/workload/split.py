@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from narrowpath.catalog import store
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import DEEPSEEK_V3_LAYOUTS, Plan, mtp_front_filled, uneven_split_error
+from narrowpath.spec.plan import DEEPSEEK_V3_LAYERS, DEEPSEEK_V3_LAYOUTS, Plan, mtp_front_filled, uneven_split_error
 
 
 @lru_cache(maxsize=1024)
@@ -64,8 +64,8 @@ def plan_layer_ranges(model: Model, plan: Plan) -> tuple[tuple[range, ...], ...]
 
 def stack_chunk_layers(model: Model, plan: Plan) -> tuple[int, ...]:
     """Chunk layer counts the plan's software stack gives a split the plan leaves automatic (`stack_layout`); ()
-    for a stated split and under DualPipe (ranks hold stages i and p − 1 − i, which the automatic split pairs
-    evenly)."""
+    for a stated split and under DualPipe (DeepSeek's own schedule, which Megatron-Bridge does not run: its split
+    stays the tool's automatic one)."""
     if plan.dualpipe or plan.chunk_layers or plan.first_stage_layers or plan.last_stage_layers:
         return ()
     return stack_layout(model, plan.framework, plan.pp, plan.vpp)
@@ -73,12 +73,13 @@ def stack_chunk_layers(model: Model, plan: Plan) -> tuple[int, ...]:
 
 def stack_layout(model: Model, framework: str, pp: int, vpp: int) -> tuple[int, ...]:
     """The chunk layout of Megatron-Bridge's DeepSeek-V3 recipe (catalog/stacks.yaml `mtp_layout`;
-    spec.plan.DEEPSEEK_V3_LAYOUTS, mtp_front_filled) for a model of that family — multi-head latent attention with
-    multi-token prediction, whose MTP block, second output head and loss would otherwise make the last stage the
-    slowest — on the pipeline shapes the recipe's map lists, under a stack that runs it; () otherwise (other
-    shapes, which the recipe refuses unless a config writes a layout out, keep the automatic split)."""
-    if ((pp, vpp) not in DEEPSEEK_V3_LAYOUTS or model.mla is None or not model.mtp_layers
-            or store.stack_mtp_layout(framework) is None):
+    spec.plan.DEEPSEEK_V3_LAYOUTS, mtp_front_filled) for a model of that family and depth — 61 layers of multi-head
+    latent attention with multi-token prediction, whose MTP block, second output head and loss would otherwise make
+    the last stage the slowest — on the pipeline shapes the recipe's map lists, under a stack that runs it; ()
+    otherwise (other shapes and depths, for which the stack needs a layout written out, keep the automatic
+    split)."""
+    if ((pp, vpp) not in DEEPSEEK_V3_LAYOUTS or model.layers != DEEPSEEK_V3_LAYERS or model.mla is None
+            or not model.mtp_layers or store.stack_mtp_layout(framework) is None):
         return ()
     return mtp_front_filled(model.layers, pp, vpp)
 
