@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from narrowpath.analysis.analyze import Analysis
+from narrowpath.analysis.remedies import stage_layer_text
 from narrowpath.analysis.verdict import component_label
 from narrowpath.schedule.step import BREAKDOWN_KEYS
 
@@ -242,12 +243,26 @@ def component_sentence(a: Analysis, b: Analysis, key: str) -> list[str]:
                 f"{ra / 1e12:.0f} -> {rb / 1e12:.0f} TFLOP/s while computing "
                 f"({pa.scenario.system.device.name} {pa.scenario.plan.precision} -> "
                 f"{pb.scenario.system.device.name} {pb.scenario.plan.precision}; the rate includes memory-bound "
-                f"kernels and the slowdown of overlapped communication){host}."]
+                f"kernels and the slowdown of overlapped communication){host}{split_clause(pa, pb)}."]
     if key == "bubble":
         qa, qb = pa.scenario.plan, pb.scenario.plan
         return [f"Pipeline bubble {_signed(d)}: pp {qa.pp} -> {qb.pp}, vpp {qa.vpp} -> {qb.vpp}, "
                 f"{pa.workload.num_microbatches} -> {pb.workload.num_microbatches} micro-batches per step."]
     return [f"{component_label(b.context, key).capitalize()} {_signed(d)}."]
+
+
+def split_clause(pa, pb) -> str:
+    """Where the two pipelines split their layers differently at the same depth: the split and the slowest stage's
+    share of the layers, since the step's compute is paced by that stage (a rate over the average GPU's work would
+    otherwise take the change)."""
+    la, lb = [s.layers for s in pa.stages], [s.layers for s in pb.stages]
+    if la == lb or len(la) != len(lb) or len(la) < 2:
+        return ""
+    slow_a = max(pa.stages, key=lambda s: s.total_s)
+    slow_b = max(pb.stages, key=lambda s: s.total_s)
+    return (f"; the layers are split {stage_layer_text(la)} -> {stage_layer_text(lb)} over the pipeline (first/middle/last "
+            f"stage), and the slowest stage, whose pace the pipeline keeps, holds {slow_a.layers} -> "
+            f"{slow_b.layers} layers")
 
 
 def compare(a: Analysis, b: Analysis) -> Comparison:
