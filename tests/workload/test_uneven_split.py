@@ -290,3 +290,13 @@ def test_search_says_what_rebalancing_the_best_plan_would_give(capsys):
     assert "pipeline stages rebalanced (last_stage_layers 1" in capsys.readouterr().out
     assert main(["search", "llama3-8b-h100-8", "--space", "basic", "--top", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["best_rebalanced"] is None  # one stage: nothing to balance
+
+
+def test_the_automatic_split_is_priced_as_the_plan_runs_it():
+    """(0, 0) is the plan's automatic split, which a stack may lay out itself (workload.split.stack_chunk_layers):
+    12 layers at 1 s each on 4 stages laid out 4, 4, 3, 1 run at 4 s a micro-batch; 3 on the last stage leave 9 for
+    the other three (Megatron-Core's uneven split: 3 each), 3 s. Priced as the even split, (0, 0) would look as good
+    (3, 3, 3, 3) and, tried first, win: no rebalancing would be proposed for a plan that needs it."""
+    laid_out = [4.0, 4.0, 3.0, 1.0]
+    assert balanced_end_layers(12, 4, 1, laid_out, [4, 4, 3, 1], auto_counts=[4, 4, 3, 1]) == (0, 3)
+    assert balanced_end_layers(12, 4, 1, laid_out, [4, 4, 3, 1]) == (0, 0)  # the even split's price, not the plan's

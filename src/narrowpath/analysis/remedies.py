@@ -23,6 +23,7 @@ from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import StepPrediction, predict
+from narrowpath.spec.plan import SPLIT_DEFAULTS
 from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_layer_ranges
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
@@ -159,8 +160,10 @@ def end_split(pred: StepPrediction) -> dict | None:
     (the slowest stage sets the pipeline's pace; workload.split.balanced_end_layers, Megatron-Core's uneven
     pipeline), or None when the plan's split is already as even."""
     p = pred.scenario.plan
+    auto = [sum(len(r) for r in st)  # the layers each stage holds under this plan's automatic split (0, 0)
+            for st in plan_layer_ranges(pred.scenario.model, dataclasses.replace(p, **SPLIT_DEFAULTS))]
     ends = balanced_end_layers(pred.scenario.model.layers, p.pp, p.vpp, [s.total_s for s in pred.stages],
-                               [s.layers for s in pred.stages])
+                               [s.layers for s in pred.stages], auto)
     if ends is None or (ends == (p.first_stage_layers, p.last_stage_layers) and not p.chunk_layers):
         return None
     return {"first_stage_layers": ends[0], "last_stage_layers": ends[1], "chunk_layers": ()}

@@ -100,14 +100,16 @@ def max_pipeline_chunks(layers: int) -> int:
     return layers + 2
 
 
-def balanced_end_layers(layers: int, pp: int, vpp: int, stage_s: list[float],
-                        stage_layers: list[int]) -> tuple[int, int] | None:
+def balanced_end_layers(layers: int, pp: int, vpp: int, stage_s: list[float], stage_layers: list[int],
+                        auto_counts: list[int] | None = None) -> tuple[int, int] | None:
     """(first, last) stage layer counts — 0 for the automatic split of that end — under which the slowest stage
     is fastest, from the per-micro-batch times `stage_s` of the stages under the current split holding
     `stage_layers` layers. A layer costs what one costs on the busiest-per-layer stage between the ends (the first
     stage when there is none); what an end stage takes beyond its layers (the embedding, the output layer, the
     loss, multi-token prediction) stays with it. Only splits Megatron-Core accepts are tried
-    (spec.plan.uneven_split_error); None when none beats the current split by more than 0.1 %."""
+    (spec.plan.uneven_split_error); None when none beats the current split by more than 0.1 %. `auto_counts`: the
+    stage layer counts the plan's automatic split (0, 0) gives it — the stack's own layout where it has one
+    (`stack_chunk_layers`); Megatron-Core's even split when not given."""
     inner = [t / n for t, n in zip(stage_s[1:-1], stage_layers[1:-1]) if n] or \
         [stage_s[0] / stage_layers[0] if stage_layers[0] else 0.0]
     per_layer = max(inner)
@@ -119,7 +121,8 @@ def balanced_end_layers(layers: int, pp: int, vpp: int, stage_s: list[float],
         for last in options:
             if (first or last) and uneven_split_error(layers, pp, vpp, first, last):
                 continue
-            counts = [sum(len(r) for r in st) for st in stage_layer_ranges(layers, pp, vpp, first, last)]
+            counts = list(auto_counts) if auto_counts and not (first or last) else \
+                [sum(len(r) for r in st) for st in stage_layer_ranges(layers, pp, vpp, first, last)]
             times = [n * per_layer for n in counts]
             times[0] += extra_first
             times[-1] += extra_last
