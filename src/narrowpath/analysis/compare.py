@@ -260,9 +260,9 @@ def split_clause(pa, pb) -> str:
         return ""
     slow_a = max(pa.stages, key=lambda s: s.total_s)
     slow_b = max(pb.stages, key=lambda s: s.total_s)
-    return (f"; the layers are split {stage_layer_text(la)} -> {stage_layer_text(lb)} over the pipeline (first/middle/last "
-            f"stage), and the slowest stage, whose pace the pipeline keeps, holds {slow_a.layers} -> "
-            f"{slow_b.layers} layers")
+    return (f"; the layers are split {stage_layer_text(la)} -> {stage_layer_text(lb)} over the pipeline "
+            f"(first/middle/last stage), and the slowest stage, whose pace the pipeline keeps, holds "
+            f"{slow_a.layers} -> {slow_b.layers} layers")
 
 
 def compare(a: Analysis, b: Analysis) -> Comparison:

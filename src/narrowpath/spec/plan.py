@@ -1,9 +1,8 @@
 """Plan: how a model is parallelised and run — the knobs an engineer turns."""
 from __future__ import annotations
 
-from functools import lru_cache
-
 from dataclasses import dataclass
+from functools import lru_cache
 
 from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import as_int, boolean, choice, positive_float, positive_int
@@ -375,8 +374,8 @@ stack runs them for that depth only)."""
 
 @lru_cache(maxsize=256)
 def mtp_front_filled(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
-    """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (DEEPSEEK_V3_LAYOUTS; the map for 61
-    layers gives pp × vpp 4 × 1: 16, 16, 16, 13; 8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1):
+    """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (DEEPSEEK_V3_LAYOUTS; the map for
+    61 layers gives pp × vpp 4 × 1: 16, 16, 16, 13; 8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1):
     every chunk from the first holds ceil(layers / chunks) layers until the layers run out — the last of them holds
     the remainder, any chunk after it none — and the last chunk also carries the multi-token-prediction layers and
     the loss. () when the chunks divide the layers or a stage (chunks j ≡ i mod pp) would hold none."""
