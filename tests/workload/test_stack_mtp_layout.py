@@ -12,8 +12,7 @@ import yaml
 from narrowpath.catalog.resolve import scenario_from_dict
 from narrowpath.cli.main import main
 from narrowpath.schedule.step import predict
-from narrowpath.spec.plan import mtp_front_filled
-from narrowpath.workload.split import plan_layer_ranges, stack_chunk_layers, stack_layout
+from narrowpath.workload.split import mtp_front_filled, plan_layer_ranges, stack_chunk_layers, stack_layout
 
 MB = "Megatron-Bridge / NeMo 25.11 container (MXFP8)"
 

@@ -24,7 +24,7 @@ from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import StepPrediction, predict
 from narrowpath.spec.plan import SPLIT_DEFAULTS
-from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_layer_ranges
+from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_stage_layers
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
 """Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
@@ -112,7 +112,7 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
     split = end_split(ctx.pred) if p.pp > 1 and not recurrent else None
     if split is not None:
         counts = [st.layers for st in ctx.pred.stages]
-        new = [sum(len(r) for r in st) for st in plan_layer_ranges(scn.model, dataclasses.replace(p, **split))]
+        new = plan_stage_layers(scn.model, dataclasses.replace(p, **split))
         out.append(Candidate("rebalance_pipeline", f"rebalance the pipeline: layers first/middle/last "
                              f"{stage_layer_text(new)} (now {stage_layer_text(counts)})",
                              lambda: with_plan(scn, **split), targets=COMPUTE + ("bubble",)))
@@ -160,8 +160,7 @@ def end_split(pred: StepPrediction) -> dict | None:
     (the slowest stage sets the pipeline's pace; workload.split.balanced_end_layers, Megatron-Core's uneven
     pipeline), or None when the plan's split is already as even."""
     p = pred.scenario.plan
-    auto = [sum(len(r) for r in st)  # the layers each stage holds under this plan's automatic split (0, 0)
-            for st in plan_layer_ranges(pred.scenario.model, dataclasses.replace(p, **SPLIT_DEFAULTS))]
+    auto = plan_stage_layers(pred.scenario.model, dataclasses.replace(p, **SPLIT_DEFAULTS))  # what (0, 0) gives
     ends = balanced_end_layers(pred.scenario.model.layers, p.pp, p.vpp, [s.total_s for s in pred.stages],
                                [s.layers for s in pred.stages], auto)
     if ends is None or (ends == (p.first_stage_layers, p.last_stage_layers) and not p.chunk_layers):

@@ -177,7 +177,7 @@ def stack_for(framework: str) -> dict[str, Any] | None:
 def stack_mtp_layout(framework: str) -> str | None:
     """Id of the software stack `framework` names when that stack lays out the pipeline chunks of a
     multi-token-prediction model itself (stacks.yaml `mtp_layout: front_filled`: Megatron-Bridge's DeepSeek-V3
-    layouts, spec.plan.mtp_front_filled), else None."""
+    layouts, workload.split.mtp_front_filled), else None."""
     stack = stack_for(framework) if framework else None
     return stack["id"] if stack and stack.get("mtp_layout") == "front_filled" else None
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import as_int, boolean, choice, positive_float, positive_int
@@ -360,33 +359,6 @@ class Plan:
     def dualpipe(self) -> bool:
         """DualPipe with a pipeline to run it on (pp > 1): ranks hold two stages."""
         return self.pipeline_schedule == "dualpipe" and self.pp > 1
-
-
-DEEPSEEK_V3_LAYOUTS = frozenset({(4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)})
-"""(pp, vpp) shapes of Megatron-Bridge's DeepSeek-V3 layout map (recipes/deepseek/deepseek_v3.py
-set_deepseek_v3_pipeline_model_parallel_layout). For other shapes the recipe sets no layout (an earlier revision
-raised ValueError) and Megatron-Core refuses 61 layers' uneven split unless a config writes one out, as the H100
-performance config does for pp 8 × vpp 4: `Et|(tt|)*30mL`, 1, 30 × 2, 0."""
-DEEPSEEK_V3_LAYERS = 61
-"""Decoder layers the map's layouts hold (Megatron-Core's validate_layer_layout asserts they equal num_layers, so the
-stack runs them for that depth only)."""
-
-
-@lru_cache(maxsize=256)
-def mtp_front_filled(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
-    """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (DEEPSEEK_V3_LAYOUTS; the map for
-    61 layers gives pp × vpp 4 × 1: 16, 16, 16, 13; 8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1):
-    every chunk from the first holds ceil(layers / chunks) layers until the layers run out — the last of them holds
-    the remainder, any chunk after it none — and the last chunk also carries the multi-token-prediction layers and
-    the loss. () when the chunks divide the layers or a stage (chunks j ≡ i mod pp) would hold none."""
-    chunks = pp * vpp
-    if layers % chunks == 0:
-        return ()
-    per = -(-layers // chunks)
-    sizes = tuple(max(0, min(per, layers - per * j)) for j in range(chunks))
-    if any(sum(sizes[i::pp]) == 0 for i in range(pp)):
-        return ()
-    return sizes
 
 
 SPLIT_DEFAULTS = {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": ()}

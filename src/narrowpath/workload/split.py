@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from narrowpath.catalog import store
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import DEEPSEEK_V3_LAYERS, DEEPSEEK_V3_LAYOUTS, Plan, mtp_front_filled, uneven_split_error
+from narrowpath.spec.plan import Plan, uneven_split_error
 
 
 @lru_cache(maxsize=1024)
@@ -55,6 +55,33 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int
     return tuple(tuple(chunks) for chunks in out)
 
 
+DEEPSEEK_V3_LAYOUTS = frozenset({(4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)})
+"""(pp, vpp) shapes of Megatron-Bridge's DeepSeek-V3 layout map (recipes/deepseek/deepseek_v3.py
+set_deepseek_v3_pipeline_model_parallel_layout). For other shapes the recipe sets no layout (an earlier revision
+raised ValueError) and Megatron-Core refuses 61 layers' uneven split unless a config writes one out, as the H100
+performance config does for pp 8 × vpp 4: `Et|(tt|)*30mL`, 1, 30 × 2, 0."""
+DEEPSEEK_V3_LAYERS = 61
+"""Decoder layers the map's layouts hold (Megatron-Core's validate_layer_layout asserts they equal num_layers, so the
+stack runs them for that depth only)."""
+
+
+@lru_cache(maxsize=256)
+def mtp_front_filled(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """Chunk layer counts of Megatron-Bridge's DeepSeek-V3 pipeline layouts (DEEPSEEK_V3_LAYOUTS; the map for
+    61 layers gives pp × vpp 4 × 1: 16, 16, 16, 13; 8 × 1 and 4 × 2: 7 × 8, 5; 16 × 1, 8 × 2 and 4 × 4: 15 × 4, 1):
+    every chunk from the first holds ceil(layers / chunks) layers until the layers run out — the last of them holds
+    the remainder, any chunk after it none — and the last chunk also carries the multi-token-prediction layers and
+    the loss. () when the chunks divide the layers or a stage (chunks j ≡ i mod pp) would hold none."""
+    chunks = pp * vpp
+    if layers % chunks == 0:
+        return ()
+    per = -(-layers // chunks)
+    sizes = tuple(max(0, min(per, layers - per * j)) for j in range(chunks))
+    if any(sum(sizes[i::pp]) == 0 for i in range(pp)):
+        return ()
+    return sizes
+
+
 def plan_layer_ranges(model: Model, plan: Plan) -> tuple[tuple[range, ...], ...]:
     """`stage_layer_ranges` of a transformer under a plan, with its chunk or first / last stage layer counts, or
     the layout its software stack gives an automatic split (`stack_chunk_layers`)."""
@@ -62,18 +89,23 @@ def plan_layer_ranges(model: Model, plan: Plan) -> tuple[tuple[range, ...], ...]
                               plan.chunk_layers or stack_chunk_layers(model, plan))
 
 
+def plan_stage_layers(model: Model, plan: Plan) -> list[int]:
+    """Layers each pipeline stage holds under the plan (`plan_layer_ranges`)."""
+    return [sum(len(r) for r in st) for st in plan_layer_ranges(model, plan)]
+
+
 def stack_chunk_layers(model: Model, plan: Plan) -> tuple[int, ...]:
     """Chunk layer counts the plan's software stack gives a split the plan leaves automatic (`stack_layout`); ()
     for a stated split and under DualPipe (DeepSeek's own schedule, which Megatron-Bridge does not run: its split
     stays the tool's automatic one)."""
-    if plan.dualpipe or plan.chunk_layers or plan.first_stage_layers or plan.last_stage_layers:
+    if plan.dualpipe or plan.custom_split:
         return ()
     return stack_layout(model, plan.framework, plan.pp, plan.vpp)
 
 
 def stack_layout(model: Model, framework: str, pp: int, vpp: int) -> tuple[int, ...]:
     """The chunk layout of Megatron-Bridge's DeepSeek-V3 recipe (catalog/stacks.yaml `mtp_layout`;
-    spec.plan.DEEPSEEK_V3_LAYOUTS, mtp_front_filled) for a model of that family and depth — 61 layers of multi-head
+    DEEPSEEK_V3_LAYOUTS, mtp_front_filled) for a model of that family and depth — 61 layers of multi-head
     latent attention with multi-token prediction, whose MTP block, second output head and loss would otherwise make
     the last stage the slowest — on the pipeline shapes the recipe's map lists, under a stack that runs it; ()
     otherwise (other shapes and depths, for which the stack needs a layout written out, keep the automatic
