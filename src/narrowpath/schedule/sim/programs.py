@@ -16,6 +16,12 @@
   of a DualPipe pass is its direction. Rank i's half-rank h = min(i, p − 1 − i) and n = m/2 micro-batches per
   direction give its eight steps (`order_dualpipe`); the steady state runs a forward of one direction merged with a
   backward of the other (F&B), and the fill and drain split some backwards into B and a deferred W (zero bubble).
+- `dualpipev`: DualPipe cut in half along its V (deepseek-ai/DualPipe `DualPipeV`; PyTorch `ScheduleDualPipeV`,
+  torchtitan's `DualPipeV`): one copy of the model in 2p virtual stages, rank i holding stage i (chunk 0) and stage
+  2p − 1 − i (chunk 1), so the embedding and the output layer both sit on rank 0; every micro-batch goes up the
+  ranks through chunk 0, turns on rank p − 1 (chunk 0 to chunk 1 there needs no message) and comes back down
+  through chunk 1. DualPipe's eight steps with the rank for the half-rank and m for m/2 (`order_dualpipev`); the
+  same messages as DualPipe (chunk 0 flows up in forward, chunk 1 down).
 
 Messages: a forward's output goes to the next stage (the last stage's chunk c to stage 0's chunk c + 1), a
 backward's input gradient to the previous stage (stage 0's chunk c to the last stage's chunk c − 1). Between two
@@ -32,7 +38,7 @@ from functools import lru_cache
 
 from narrowpath.errors import SimulationError
 
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe")
+SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +122,23 @@ def order_dualpipe(p: int, m: int, i: int) -> list[list[Pass]]:
     compute). Local direction 0 is the one in which rank i is stage h (its early stage), local 1 the one in which it
     is stage p − 1 − h; ranks of the second half see the directions swapped. Backwards are whole (BW) or, where the
     source enables zero bubble, B now and W later (a FIFO of deferred weight gradients)."""
-    half, n = p // 2, m // 2
+    half = p // 2
     h = min(i, p - 1 - i)
-    swap = int(i >= half)
+    return _two_chunk_order(half, m // 2, h, int(i >= half), "DualPipe", i)
+
+
+def order_dualpipev(p: int, m: int, i: int) -> list[list[Pass]]:
+    """Rank i's groups of passes under DualPipeV (module docstring): DualPipe's eight steps on a V — chunk 0 is
+    virtual stage i, chunk 1 virtual stage 2p − 1 − i, every micro-batch runs both — with DualPipe's half-rank h,
+    half-pipeline p/2 and per-direction count m/2 replaced by the rank i, the ranks p and the micro-batches m
+    (deepseek-ai/DualPipe `DualPipeV.step`; PyTorch `ScheduleDualPipeV._calculate_single_rank_operations`, which
+    tests/schedule/test_dualpipev.py checks this order against pass for pass)."""
+    return _two_chunk_order(p, m, i, 0, "DualPipeV", i)
+
+
+def _two_chunk_order(half: int, n: int, h: int, swap: int, name: str, rank: int) -> list[list[Pass]]:
+    """The eight steps DualPipe and DualPipeV share, for a rank at depth h of a pipeline of `half` ranks per chunk
+    and n micro-batches per chunk; `swap` maps the local chunk (0: the one the rank meets early) to the program's."""
     middle = h == half - 1
     nf, nb = [0, 0], [0, 0]
     deferred: list[Pass] = []
@@ -145,7 +165,7 @@ def order_dualpipe(p: int, m: int, i: int) -> list[list[Pass]]:
         out += [[f(0)], [f(1)]]
     for _ in range(half - h - 1):                                          # 3: B1 W1 F1 (zero bubble)
         out += [[b(1, True)], [w()], [f(1)]]
-    for k in range(n - p + h + 1):                                         # 4: F0&B1, F1&B0 (steady state)
+    for k in range(n - 2 * half + h + 1):                                  # 4: F0&B1, F1&B0 (steady state)
         if k == 0 and middle:  # the source does not overlap the middle ranks' first pair
             out += [[f(0)], [b(1)]]
         else:
@@ -165,13 +185,14 @@ def order_dualpipe(p: int, m: int, i: int) -> list[list[Pass]]:
         out += [[w()], [b(0, True)]]
     out += [[w()] for _ in range(h + 1)]                                   # 8: W drain
     if deferred or nf != [n, n] or nb != [n, n]:
-        raise SimulationError(f"DualPipe program of rank {i}: unbalanced passes (internal error)")
+        raise SimulationError(f"{name} program of rank {rank}: unbalanced passes (internal error)")
     return out
 
 
 def _dual_next(i: int, chunk: int, p: int, forward: bool) -> int | None:
     """DualPipe: the rank a pass's output goes to (forward: activations; else input gradients), None at an end.
-    Direction 0 flows up the ranks in forward, direction 1 down."""
+    Direction 0 flows up the ranks in forward, direction 1 down. DualPipeV alike: chunk 0 up, chunk 1 down, and
+    None at rank p − 1 too, where chunk 0 hands to chunk 1 on the same rank (and its gradient back)."""
     up = (chunk == 0) == forward
     j = i + 1 if up else i - 1
     return j if 0 <= j < p else None
@@ -220,6 +241,16 @@ def check_dualpipe(p: int, m: int, field: str = "plan.pipeline_schedule: dualpip
         raise SimulationError(f"{field}: needs an even number of micro-batches, at least 2·pp = {2 * p}; got {m}")
 
 
+def check_dualpipev(p: int, m: int, field: str = "plan.pipeline_schedule: dualpipev") -> None:
+    """DualPipeV's precondition (PyTorch ScheduleDualPipeV refuses fewer): at least as many micro-batches as its 2p
+    virtual stages."""
+    if p < 2:
+        raise SimulationError(f"{field}: needs a pipeline (pp >= 2), got pp {p}")
+    if m < 2 * p:
+        raise SimulationError(f"{field}: needs at least as many micro-batches as its 2·pp = {2 * p} virtual stages; "
+                              f"got {m}")
+
+
 @lru_cache(maxsize=64)
 def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False) -> tuple[StageProgram, ...]:
     """Every stage's program for one step. `overlap` (Megatron-Core overlap_p2p_comm): every pass posts its send
@@ -228,14 +259,18 @@ def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False)
         raise SimulationError(f"--schedule: unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     if schedule == "dualpipe":
         check_dualpipe(p, m)
-    if schedule != "interleaved" and v > 1:
+    if schedule == "dualpipev":
+        check_dualpipev(p, m)
+        if v != 2:
+            raise SimulationError(f"--schedule dualpipev: runs two chunks per stage (a V), the plan has vpp={v}")
+    elif schedule != "interleaved" and v > 1:
         raise SimulationError(f"--schedule {schedule}: needs one chunk per stage, the plan has vpp={v}")
     if schedule == "interleaved" and v == 1:
         schedule = "1f1b"
     if schedule == "interleaved" and m % p:
         raise SimulationError(f"interleaved schedule: {m} micro-batches are not divisible by the {p} pipeline stages "
                               "(Megatron-LM refuses this split too)")
-    dual = schedule == "dualpipe"
+    dual = schedule in ("dualpipe", "dualpipev")
     out = []
     for i in range(p):
         if schedule == "interleaved":
@@ -244,6 +279,8 @@ def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False)
                 groups = [[x] for grp in groups for x in grp]
         elif schedule == "dualpipe":
             groups = order_dualpipe(p, m, i)
+        elif schedule == "dualpipev":
+            groups = order_dualpipev(p, m, i)
         else:
             groups = [[x] for x in (order_zbh1(p, m, i) if schedule == "zb-h1" else order_1f1b(p, m, i))]
         items: list = []
