@@ -99,6 +99,8 @@ def _by_hand(scn, change: str):
         else _valid(scn, vpp=min(2 * p.vpp, scn.model.layers // p.pp)),
         "dualpipe": lambda: _valid(scn, pipeline_schedule="dualpipe", vpp=1,
                                    **({"ep_overlap": True} if scn.model.moe is not None else {})),
+        "dualpipev": lambda: _valid(scn, pipeline_schedule="dualpipev", vpp=2,
+                                    **({"ep_overlap": True} if scn.model.moe is not None else {})),
         "dp_overlap": lambda: plan(dp_overlap=True),
         "tp_comm_overlap": lambda: plan(tp_comm_overlap=True),
         "sequence_parallel": lambda: plan(sequence_parallel=True),

@@ -2,14 +2,27 @@
 program pass for pass against PyTorch's own order, its messages, its legality and its play."""
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.distributed.pipelining.schedules import ScheduleDualPipeV, _ComputationType
 
-from narrowpath.errors import SimulationError
+from narrowpath.catalog import load_scenario
+from narrowpath.cli.main import main
+from narrowpath.cost.memory import in_flight_chunk_passes
+from narrowpath.errors import SimulationError, SpecError
+from narrowpath.schedule.pipeline import dualpipev_paired_fraction, dualpipev_time_s
+from narrowpath.schedule.sim import simulate
 from narrowpath.schedule.sim.playback import play
-from narrowpath.schedule.sim.programs import Exchange, Pass, build_programs, order_dualpipev
+from narrowpath.schedule.sim.programs import Exchange, build_programs, order_dualpipev
+from narrowpath.schedule.step import paired_fraction, predict
+from narrowpath.spec.plan import Plan
+from narrowpath.workload.build import build_workload
+from narrowpath.workload.split import chunk_stage, stage_layer_ranges
+from tests.cli.one_line import one_line_error
 
 _KIND = {_ComputationType.FORWARD: "F", _ComputationType.FULL_BACKWARD: "BW",
          _ComputationType.BACKWARD_INPUT: "B", _ComputationType.BACKWARD_WEIGHT: "W"}
@@ -132,3 +145,156 @@ def test_it_refuses_too_few_micro_batches_or_one_chunk():
     with pytest.raises(SimulationError, match="pp >= 2"):
         build_programs("dualpipev", 1, 2, 8)
 
+
+
+# --- the plan on a V: split, workload, memory, closed form, simulator, analysis and CLI -----------------------------
+
+def _v(scn, **kw):
+    """The scenario under DualPipeV (vpp 2), other plan fields as given."""
+    return dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, pipeline_schedule="dualpipev", vpp=2, **kw))
+
+
+def test_the_split_lays_chunks_on_a_v_with_both_ends_on_rank_0():
+    """Chunk j on stage j for j < p and on 2p − 1 − j after (PyTorch's stage-to-rank style "v"): 8 layers on pp 2 →
+    stage 0 holds layers 0-1 and 6-7, stage 1 layers 2-5; 10 layers on pp 2 (2 left over after 2 each on 4 chunks)
+    give the extras to the chunks off rank 0, which holds the embedding and the output layer; chunk_layers are read in
+    virtual-stage order."""
+    assert stage_layer_ranges(8, 2, 2, v_shape=True) == ((range(0, 2), range(6, 8)), (range(2, 4), range(4, 6)))
+    assert [[len(r) for r in st] for st in stage_layer_ranges(10, 2, 2, v_shape=True)] == [[2, 2], [3, 3]]
+    assert [chunk_stage(j, 4, True) for j in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0]
+    assert [[len(r) for r in st] for st in stage_layer_ranges(12, 3, 2, chunk_layers=(1, 2, 3, 3, 2, 1),
+                                                              v_shape=True)] == [[1, 1], [2, 2], [3, 3]]
+
+
+def test_rank_0_holds_the_embedding_the_output_layer_and_mtp_and_rank_p_minus_1_hands_off_locally():
+    """DeepSeek-V3 (tied embeddings off, one MTP module) on pp 4 under DualPipeV: stage 0 runs the embedding, the
+    logits and the MTP block, no other stage does; pipeline messages per micro-batch and direction: 1 on stage 0 (chunk
+    0 out, chunk 1 in), 1 on stage 3 (the turn is local), 2 elsewhere — not overlapped (DualPipe's source waits for
+    its batched isend / irecv); no tied-embedding all-reduce (both ends on one rank)."""
+    s = load_scenario("deepseek-v3-h800-2048")
+    scn = _v(s, pp=4, dp=512, ep=64)
+    wl = build_workload(scn, "flash")
+    names = [{op.name.split(".", 1)[0] for op, _ in st.ops} for st in wl.stages]
+    assert {"embedding_lookup", "logits", "mtp_proj"} <= names[0]
+    assert all(not ({"embedding_lookup", "logits", "mtp_proj"} & n) for n in names[1:])
+    sends = [sum(c for tr, c in st.transfers if tr.axis == "pp" and tr.phase == "fwd") for st in wl.stages]
+    assert sends == [1.0, 2.0, 2.0, 1.0]
+    assert not any(tr.overlappable for st in wl.stages for tr, _ in st.transfers if tr.axis == "pp")
+    llama = _v(load_scenario("llama3-8b-h100-8"), pp=2, dp=4, zero_stage=1, gbs=64)
+    assert llama.model.tied_embeddings is False or not any(
+        tr.axis == "pp_ends" for tr, _ in build_workload(llama, "flash").step_transfers)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 8), st.integers(0, 9))
+def test_peak_in_flight_is_2p_plus_1_chunk_forwards_on_every_rank_as_the_program_holds(p, extra):
+    """cost.memory.in_flight_chunk_passes on a V (2p + 1) is the program's own peak: chunk forwards run and not yet
+    through their whole or weight-gradient backward, counted pass by pass on order_dualpipev."""
+    m = 2 * p + extra
+    for i in range(p):
+        held = peak = 0
+        for grp in order_dualpipev(p, m, i):
+            held += sum(x.kind == "F" for x in grp)
+            peak = max(peak, held)
+            held -= sum(x.kind in ("BW", "W") for x in grp)
+        assert peak == in_flight_chunk_passes(i, p, 2, m, v_shape=True) == 2 * p + 1
+
+
+def test_memory_is_one_model_copy_with_the_logits_on_rank_0():
+    """DualPipeV keeps one copy of the parameters (the stages' weights add up to the 1F1B pipeline's) and puts the
+    output layer's logits temporaries on rank 0, where DualPipe keeps two copies."""
+    s = load_scenario("llama3-70b-h100-256")
+    auto = dataclasses.replace(s, plan=dataclasses.replace(s.plan, pp=4, vpp=2, dp=8, gbs=64))
+    v = _v(s, pp=4, dp=8, gbs=64)
+    dual = dataclasses.replace(s, plan=dataclasses.replace(s.plan, pp=4, vpp=1, dp=8, gbs=64,
+                                                           pipeline_schedule="dualpipe"))
+    weights = {k: sum(m.items["weights"] for m in predict(x).memory_by_stage) for k, x in
+               (("auto", auto), ("v", v), ("dual", dual))}
+    assert weights["v"] == pytest.approx(weights["auto"], rel=1e-9)
+    assert weights["dual"] == pytest.approx(2 * weights["auto"], rel=0.01)
+    mem = predict(v).memory_by_stage
+    assert mem[0].items["temporaries"] > mem[-1].items["temporaries"]
+
+
+def test_paired_share_is_the_programs_hand_count():
+    """F&B pairs on rank i: steady state 2(m − 2p + i + 1) less the last rank's first pair, plus p − i − 1 in step
+    5 (module docstring of programs.py, torch's step 4 and 5 counts), over the rank's 4m forward and backward passes;
+    p 2, m 5: 5 pairs on both ranks → 0.5."""
+    for p, m in ((2, 5), (4, 8), (4, 13), (8, 20)):
+        for i in range(p):
+            pairs = 2 * (m - 2 * p + i + 1) - (i == p - 1) + (p - i - 1)
+            assert dualpipev_paired_fraction(i, p, m) == pytest.approx(2 * pairs / (4 * m))
+            assert paired_fraction(i, p, 2, m, "dualpipev") == dualpipev_paired_fraction(i, p, m)
+
+
+def test_closed_form_is_the_played_program_and_the_simulator_agrees():
+    """predict's pipeline time for DualPipeV is the program played on its chunks' times; the event simulator (ranks
+    playing the same program with messages of their own length) agrees within 1 % on a dense Llama-3 70B (pp 8) and
+    within 2 % on DeepSeek-V3 (pp 16, ep 64), whose rank-0 chunks hold a dense layer and an MoE layer that the closed
+    form's per-layer-count chunk shares price alike."""
+    s = load_scenario("llama3-70b-h100-256")
+    llama = _v(s, pp=8, dp=4)
+    ds = _v(load_scenario("deepseek-v3-h800-2048"))
+    for scn, tol in ((llama, 0.01), (ds, 0.02)):
+        r = simulate(scn, steps=1)
+        assert r.schedule == "dualpipev"
+        assert r.noise_free_step_time_s == pytest.approx(r.closed_form_step_time_s, rel=tol)
+    assert dualpipev_time_s([[1.0, 1.0]] * 2, [[2.0, 2.0]] * 2, [[0.5, 0.5]] * 2, 4) == max(
+        play(build_programs("dualpipev", 2, 2, 4), {(i, k, c): {"F": 1.0, "BW": 2.0, "B": 1.5, "W": 0.5}[k]
+                                                     for i in range(2) for k in ("F", "BW", "B", "W") for c in (0, 1)},
+             {"F": 0.0, "B": 0.0}, mode="eager").ends_s)
+
+
+def test_a_chunk_layout_that_lightens_rank_0_balances_deepseek_v3():
+    """DeepSeek-V3 on 2,048 H800 under DualPipeV: the automatic split gives rank 0 a layer in each chunk beside the
+    output layer and the MTP block, so rank 0 paces the pipeline; the what-if's chunk layout (1 layer in chunk 0,
+    2 in each middle chunk, none beside the head) is faster, and then within 5 % of DualPipe with less parameter
+    memory per rank (rank 1: 4 layers against DualPipe's stages 1 and 14, 4 + 3 layers: 4/7 of the expert-sharded
+    layers, the same embedding-free share of the rest)."""
+    s = load_scenario("deepseek-v3-h800-2048")
+    auto = predict(_v(s))
+    layout = (1,) + (2,) * 30 + (0,)
+    even = predict(_v(s, chunk_layers=layout))
+    dual = predict(s)
+    assert even.step_time_s < 0.9 * auto.step_time_s
+    assert even.step_time_s == pytest.approx(dual.step_time_s, rel=0.05)
+    assert even.memory_by_stage[1].items["weights"] < 0.75 * dual.memory_by_stage[1].items["weights"]
+
+
+def test_plan_cli_and_simulator_refuse_what_dualpipev_cannot_run(capsys):
+    """vpp other than 2, an end-stage layer count, fewer than 2·pp micro-batches, the LSTM: one line naming the
+    field, exit 2; a plan with pp 1 has no pipeline and nothing changes."""
+    with pytest.raises(SpecError, match="plan.vpp"):
+        Plan(pp=4, vpp=1, pipeline_schedule="dualpipev")
+    with pytest.raises(SpecError, match="plan.first_stage_layers"):
+        Plan(pp=4, vpp=2, pipeline_schedule="dualpipev", first_stage_layers=2)
+    one_line_error(capsys, ["predict", "llama3-70b-h100-256", "--pipeline-schedule", "dualpipev"],
+                   "plan.vpp", "needs vpp 2")
+    one_line_error(capsys, ["predict", "llama3-70b-h100-256", "--pipeline-schedule", "dualpipev", "--vpp", "2",
+                            "--pp", "8", "--gbs", "32"], "plan.pipeline_schedule", "2·pp = 16")
+    one_line_error(capsys, ["predict", "gnmt-lstm-a100-8", "--pipeline-schedule", "dualpipev", "--vpp", "2",
+                            "--pp", "2"], "plan")
+    one_line_error(capsys, ["simulate", "llama3-70b-h100-256", "--schedule", "dualpipev", "--steps", "1"],
+                   "--schedule dualpipev", "--vpp 2")
+    flat = Plan(pp=1, vpp=1, pipeline_schedule="dualpipev")
+    assert not flat.dualpipev and flat.schedule == "1f1b" and flat.head_stage == 0
+
+
+def test_console_json_analysis_and_search_say_dualpipev(capsys):
+    """predict names the schedule; analyze offers Megatron's schedule and DualPipe as what-ifs of a DualPipeV plan,
+    and DualPipeV as one of a 1F1B plan; the search prices its best plans under DualPipeV (JSON `best_dualpipev`)."""
+    assert main(["predict", "deepseek-v3-h800-2048", "--pipeline-schedule", "dualpipev", "--vpp", "2"]) == 0
+    assert "schedule=dualpipev" in capsys.readouterr().out
+    assert main(["analyze", "deepseek-v3-h800-2048", "--pipeline-schedule", "dualpipev", "--vpp", "2",
+                 "--json"]) == 0
+    changes = {w["change"] for w in json.loads(capsys.readouterr().out)["verdict"]["what_ifs"]}
+    assert {"interleave_pipeline", "dualpipe", "rebalance_chunks"} <= changes and "dualpipev" not in changes
+    assert main(["analyze", "llama3-70b-h100-256", "--json"]) == 0
+    assert "dualpipev" in {w["change"] for w in json.loads(capsys.readouterr().out)["verdict"]["what_ifs"]}
+    args = ["search", "deepseek-v3-h800-2048", "--space", "basic", "--pp", "16", "--top", "1",
+            "--pipeline-schedule", "dualpipev", "--vpp", "2", "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "DualPipeV is priced for the best plans" in captured.err
+    best = json.loads(captured.out)["best_dualpipev"]
+    assert best["pp"] == 16 and best["step_time_s"] > 0

@@ -92,21 +92,30 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
     if p.pp > 1:
         top = scn.model.layers // p.pp
         vpp = min(2 * p.vpp, top)
-        if p.dualpipe:  # Megatron's schedule for comparison, interleaved where Megatron-LM allows it
+        if p.dualpipe or p.dualpipev:  # Megatron's schedule for comparison, interleaved where Megatron-LM allows it
             v = 2 if top >= 2 and p.num_microbatches % p.pp == 0 else 1
             out.append(Candidate("interleave_pipeline", "Megatron's " + ("interleaved 1F1B (vpp 2)" if v > 1 else "1F1B")
-                                 + " instead of DualPipe", lambda: with_plan_repaired(scn, pipeline_schedule="auto", vpp=v),
-                                 targets=("bubble",)))
+                                 + (" instead of DualPipeV" if p.dualpipev else " instead of DualPipe"),
+                                 lambda: with_plan_repaired(scn, pipeline_schedule="auto", vpp=v), targets=("bubble",)))
         elif vpp > p.vpp:
             out.append(Candidate("interleave_pipeline", f"interleave the pipeline: vpp {p.vpp} -> {vpp}",
                                  lambda: with_plan_repaired(scn, vpp=vpp), targets=("bubble",)))
         m = p.num_microbatches
+        moe = scn.model.moe is not None  # DualPipe's F&B pairs hide the expert all-to-all (ep_overlap)
+        now = "DualPipeV" if p.dualpipev else "interleaved 1F1B" if p.vpp > 1 else "1F1B"
         if not p.dualpipe and not recurrent and p.pp % 2 == 0 and m % 2 == 0 and m >= 2 * p.pp:
-            moe = scn.model.moe is not None  # DualPipe's F&B pairs hide the expert all-to-all (ep_overlap)
-            out.append(Candidate("dualpipe", "DualPipe instead of 1F1B (both ends feed the pipeline, two stages per rank"
-                                 + ("; F&B pairs hide the expert all-to-all" if moe else "") + ")"
+            out.append(Candidate("dualpipe", f"DualPipe instead of {now} (both ends feed the pipeline, two stages per "
+                                 "rank" + ("; F&B pairs hide the expert all-to-all" if moe else "") + ")"
                                  + (f", vpp {p.vpp} -> 1" if p.vpp > 1 else ""),
                                  lambda: with_plan_repaired(scn, pipeline_schedule="dualpipe", vpp=1,
+                                                            **({"ep_overlap": True} if moe else {})),
+                                 targets=("bubble", "exposed_ep_comm") if moe else ("bubble",)))
+        if not p.dualpipev and not recurrent and m >= 2 * p.pp and scn.model.layers >= 2 * p.pp:
+            now = "DualPipe" if p.dualpipe else "interleaved 1F1B" if p.vpp > 1 else "1F1B"
+            out.append(Candidate("dualpipev", f"DualPipeV instead of {now} (one model copy on a V of 2·pp chunks, "
+                                 "its ends both on rank 0" + ("; F&B pairs hide the expert all-to-all" if moe else "")
+                                 + ")" + (f", vpp {p.vpp} -> 2" if p.vpp != 2 else ""),
+                                 lambda: with_plan_repaired(scn, pipeline_schedule="dualpipev", vpp=2,
                                                             **({"ep_overlap": True} if moe else {})),
                                  targets=("bubble", "exposed_ep_comm") if moe else ("bubble",)))
     split = end_split(ctx.pred) if p.pp > 1 and not recurrent else None
@@ -160,6 +169,8 @@ def end_split(pred: StepPrediction) -> dict | None:
     (the slowest stage sets the pipeline's pace; workload.split.balanced_end_layers, Megatron-Core's uneven
     pipeline), or None when the plan's split is already as even."""
     p = pred.scenario.plan
+    if p.dualpipev:  # both ends on rank 0: its split is a chunk layout (fastest_layout)
+        return None
     auto = plan_stage_layers(pred.scenario.model, dataclasses.replace(p, **SPLIT_DEFAULTS))  # what (0, 0) gives
     ends = balanced_end_layers(pred.scenario.model.layers, p.pp, p.vpp, [s.total_s for s in pred.stages],
                                [s.layers for s in pred.stages], auto)

@@ -79,8 +79,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                    help="what layers keep for backward: default, or fp8 (DeepSeek-V3's low-precision storage: "
                         "E5M6 attention output, FP8 SwiGLU inputs with the SwiGLU recomputed)")
     g.add_argument("--pipeline-schedule", dest="pipeline_schedule", choices=PIPELINE_SCHEDULES,
-                   help="pipeline schedule: auto (1F1B, interleaved with --vpp > 1) or dualpipe (DeepSeek-V3: "
-                        "micro-batches enter at both ends, two stages and two parameter copies per rank)")
+                   help="pipeline schedule: auto (1F1B, interleaved with --vpp > 1), dualpipe (DeepSeek-V3: "
+                        "micro-batches enter at both ends, two stages and two parameter copies per rank) or "
+                        "dualpipev (DualPipe on a V: one copy, chunks i and 2pp-1-i on rank i; needs --vpp 2)")
     g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap the gradient sync with the backward pass in buckets")
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,

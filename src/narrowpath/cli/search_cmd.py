@@ -119,7 +119,8 @@ def _pins_and_base(args):
         return pinned, base
     plain = argparse.Namespace(**vars(args))
     for k in pinned:
-        setattr(plain, k, None)
+        if not (k == "vpp" and getattr(args, "pipeline_schedule", None) == "dualpipev"):  # its two chunks: keep
+            setattr(plain, k, None)
     return pinned, scenario_from_args(plain)
 
 
@@ -161,11 +162,17 @@ def run(args) -> int:
               "stack's own layout where it has one); the scenario's first_stage_layers / last_stage_layers / "
               "chunk_layers are not searched", file=sys.stderr)
         base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **SPLIT_DEFAULTS))
-    dualpipe = base.plan.pipeline_schedule == "dualpipe"
+    dualpipe = base.plan.pipeline_schedule in ("dualpipe", "dualpipev")
+    name = {"dualpipe": "DualPipe", "dualpipev": "DualPipeV"}.get(base.plan.pipeline_schedule, "")
     if dualpipe:
-        print("note: the search ranks Megatron's schedules (1F1B, interleaved); DualPipe is priced for the best plan "
-              "below (predict, analyze and simulate take --pipeline-schedule dualpipe)", file=sys.stderr)
-        base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, pipeline_schedule="auto"))
+        print(f"note: the search ranks Megatron's schedules (1F1B, interleaved); {name} is priced for the best plans "
+              f"below (predict, analyze and simulate take --pipeline-schedule {base.plan.pipeline_schedule})",
+              file=sys.stderr)
+        schedule = base.plan.pipeline_schedule
+        if schedule == "dualpipev":  # its vpp 2 is the V's two chunks, not an interleaving to pin
+            pinned.pop("vpp", None)
+        base = dataclasses.replace(base, plan=dataclasses.replace(
+            base.plan, pipeline_schedule="auto", vpp=1 if schedule == "dualpipev" else base.plan.vpp))
     space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned, args.extent)
     table = build_table(space)
     if pinned and len(table) == 0:
@@ -182,14 +189,14 @@ def run(args) -> int:
                         f"{base.system.device.hbm.capacity_bytes / 1e9:.1f} GB per GPU{free}{why}")
     balanced = _balanced_best(result, space) if args.objective == "time" else None
     knobs = None if balanced is None else {k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()}
-    dual = _dualpipe_best(result, space) if dualpipe else None
+    dual = _dualpipe_best(result, space, schedule) if dualpipe else None
     if args.json:
         out = search_to_json(result, args.top)
         out["best_rebalanced"] = None if balanced is None else {
             **knobs, "step_time_s": balanced[1].step_time_s, "fits": balanced[1].memory.fits}
         if dualpipe:
             dp_plan = None if dual is None or isinstance(dual, str) else dual.scenario.plan
-            out["best_dualpipe"] = dual if dp_plan is None else {
+            out[f"best_{schedule}"] = dual if dp_plan is None else {
                 **{k: getattr(dp_plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "recompute")},
                 "recompute_modules": list(dp_plan.recompute_modules), "step_time_s": dual.step_time_s,
                 "fits": dual.memory.fits, "memory_bytes": dual.memory.total_bytes}
@@ -204,10 +211,11 @@ def run(args) -> int:
                   f"split): {pred.step_time_s:.3f} s, {(best - pred.step_time_s) / best:.1%} faster"
                   + ("" if pred.memory.fits else " (does not fit)"))
         if isinstance(dual, str):
-            print(f"  DualPipe: {dual}")
+            print(f"  {name}: {dual}")
         elif dual is not None:
             best = result.ranked[0].step_time_s
-            print(f"  the fastest of the first {DUALPIPE_TRIED} plans under DualPipe (vpp 1; pp {dual.scenario.plan.pp}, "
+            print(f"  the fastest of the first {DUALPIPE_TRIED} plans under {name} (vpp {dual.scenario.plan.vpp}; "
+                  f"pp {dual.scenario.plan.pp}, "
                   f"mbs {dual.scenario.plan.mbs}, recompute {dual.scenario.plan.recompute}): {dual.step_time_s:.3f} s, "
                   f"{(best - dual.step_time_s) / best:+.1%} faster than the best as searched; "
                   + (f"fits ({dual.memory.total_bytes / 1e9:.1f} GB)" if dual.memory.fits else memory_warning(dual)))
@@ -215,18 +223,23 @@ def run(args) -> int:
 
 
 DUALPIPE_TRIED = 20
-"""Ranked plans the search prices again under DualPipe (the fastest that fits is reported)."""
+"""Ranked plans the search prices again under DualPipe or DualPipeV (the fastest that fits is reported)."""
 
 
-def _dualpipe_best(result, space):
-    """The fastest of the first DUALPIPE_TRIED ranked plans run under DualPipe (vpp 1, predict) that fits, else the
-    first-ranked one's (which does not fit); or why none can run it (one line)."""
+def _dualpipe_best(result, space, schedule: str = "dualpipe"):
+    """The fastest of the first DUALPIPE_TRIED ranked plans run under `schedule` (DualPipe with vpp 1, DualPipeV
+    with vpp 2; predict) that fits, else the first-ranked one's (which does not fit); or why none can run it (one
+    line)."""
     from narrowpath.errors import NarrowpathError
     from narrowpath.search.each import scenario_of
     priced, why = [], None
     seen = set()
     for cand in result.ranked[:DUALPIPE_TRIED]:
-        plan = dataclasses.replace(cand.plan, pipeline_schedule="dualpipe", vpp=1, **SPLIT_DEFAULTS)
+        if schedule == "dualpipev" and cand.plan.pp == 1:
+            why = why or "pp 1: no pipeline to run it on"
+            continue
+        plan = dataclasses.replace(cand.plan, pipeline_schedule=schedule, vpp=2 if schedule == "dualpipev" else 1,
+                                   **SPLIT_DEFAULTS)
         if plan in seen:  # plans that differ only in vpp meet here
             continue
         seen.add(plan)

@@ -73,14 +73,19 @@ def layer_activation_bytes(scn: Scenario, attention_kernel: str, *, moe_layer: b
     return kept_bytes(ops, m, p)  # selective recompute drops what its modules rebuild (workload.recompute)
 
 
-def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int) -> int:
+def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int, v_shape: bool = False) -> int:
     """Chunk forwards (1/vpp of the stage's layers each) stage `stage` has run when its first backward starts, the
     one in flight included: its warm-up depth + 1. 1F1B: min(m, p − s) (Narayanan et al. SC'21 §2.2). Megatron-LM's
     interleaved schedule: 2(p − s − 1) + (v − 1)·p warm-up chunk forwards, capped by the m·v chunk passes; stage 0
-    holds p + (p − 1)/v micro-batches, Korthikanti's p·(1 + (p − 1)/(p·v)), the last stage still p − (p − 1)/v."""
+    holds p + (p − 1)/v micro-batches, Korthikanti's p·(1 + (p − 1)/(p·v)), the last stage still p − (p − 1)/v.
+    DualPipeV (`v_shape`): 2p + 1 on every rank — 2p − s forwards of chunk 0 and s + 1 of chunk 1 at the start of
+    its first F&B pair, for any m >= 2p (counted on schedule.sim.programs.order_dualpipev, a forward held until its
+    whole or weight-gradient backward; tests/schedule/test_dualpipev.py)."""
     p, v, m = pp, vpp, num_microbatches
     if p == 1:
         return 1
+    if v_shape:
+        return 2 * p + 1
     if v == 1:
         return min(m, p - stage)
     return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
@@ -90,7 +95,7 @@ def in_flight_microbatches(stage: int, scn: Scenario) -> float:
     """Micro-batches whose activations a stage holds at peak (1F1B / interleaved 1F1B): `in_flight_chunk_passes`
     in units of whole micro-batches."""
     p = scn.plan
-    return in_flight_chunk_passes(stage, p.pp, p.vpp, p.num_microbatches) / p.vpp
+    return in_flight_chunk_passes(stage, p.pp, p.vpp, p.num_microbatches, p.dualpipev) / p.vpp
 
 
 def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[MemoryBreakdown]:
@@ -133,7 +138,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             layer_acts += per_kind[kind]
             if per_kind[kind] > largest_layer:
                 largest_layer = per_kind[kind]
-        if st.index == p.pp - 1 and model.mtp_layers:
+        if st.index == p.head_stage and model.mtp_layers:
             layer_acts += model.mtp_layers * layer_activation_bytes(no_rc, attention_kernel,
                                                                     moe_layer=model.moe is not None)
         # a full recompute keeps only its layers' inputs; offloaded layers keep theirs in host memory
@@ -146,7 +151,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         layer_acts *= 1 - f_off
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit
-        emb = embedding_params(scn, st.index == 0, st.index == p.pp - 1) if model.arch == "transformer" else 0.0
+        emb = embedding_params(scn, st.index == 0, st.index == p.head_stage) if model.arch == "transformer" else 0.0
         if zero < 3:
             weights = (st.params - emb) * held_weight_bytes_per_param(p, dev.fp8_any_layout) + emb * Wb
         else:
@@ -162,7 +167,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             temps += 2 * largest_layer
         if p.recompute == "full" and model.arch == "transformer":
             temps = max(temps, largest_layer)  # one layer re-materialised during its backward
-        if st.index == p.pp - 1:
+        if st.index == p.head_stage:
             logits = b * s * model.vocab / p.tp
             # 16-bit logits + their fp32 copy, exponentiated in place and kept as the softmax for backward
             # (Megatron's vocab-parallel cross entropy; torch autocast's log_softmax keeps one fp32 tensor likewise)

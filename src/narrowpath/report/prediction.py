@@ -84,7 +84,7 @@ def critical_title(plan, i: int) -> str:
 
 def schedule_words(plan) -> list[str]:
     """The plan line's words for its pipeline: DualPipe when it runs, then the layer split (split_words)."""
-    return (["schedule=dualpipe"] if plan.dualpipe else []) + split_words(plan)
+    return ([f"schedule={plan.schedule}"] if plan.dualpipe or plan.dualpipev else []) + split_words(plan)
 
 
 def split_words(plan) -> list[str]:

@@ -41,7 +41,7 @@ from functools import lru_cache
 
 from narrowpath.schedule.sim.graph import graph_1f1b, graph_interleaved, graph_time_s
 from narrowpath.schedule.sim.playback import play
-from narrowpath.schedule.sim.programs import build_programs, order_dualpipe
+from narrowpath.schedule.sim.programs import build_programs, order_dualpipe, order_dualpipev
 
 _REL_EQUAL = 1e-12
 
@@ -199,3 +199,34 @@ def dualpipe_paired_fraction(stage: int, pp: int, m: int) -> float:
                     total += 1
                     paired += len(grp) == 2
     return paired / total if total else 0.0
+
+
+def dualpipev_time_s(fwd_s: list[list[float]], bwd_s: list[list[float]], wgrad_s: list[list[float]], m: int) -> float:
+    """Time of the pipelined part of a DualPipeV step with per-stage, per-chunk forward, full backward and
+    weight-gradient times of one micro-batch (chunk 0: virtual stage i, chunk 1: 2p − 1 − i), every one of the m
+    micro-batches through both: the program played (schedule.sim.programs.order_dualpipev) as `dualpipe_time_s`
+    plays DualPipe's."""
+    p = len(fwd_s)
+    durations = {}
+    for i in range(p):
+        for c in (0, 1):
+            durations[(i, "F", c)] = fwd_s[i][c]
+            durations[(i, "BW", c)] = bwd_s[i][c]
+            durations[(i, "B", c)] = bwd_s[i][c] - wgrad_s[i][c]
+            durations[(i, "W", c)] = wgrad_s[i][c]
+    programs = build_programs("dualpipev", p, 2, m)
+    return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode="eager").ends_s)
+
+
+@lru_cache(maxsize=1024)
+def dualpipev_paired_fraction(stage: int, pp: int, m: int) -> float:
+    """Share of stage `stage`'s chunk passes (forwards and backwards, not the deferred weight gradients) that run
+    merged with a pass of its other chunk (F&B) under DualPipeV, counted on its program."""
+    paired = total = 0
+    for grp in order_dualpipev(pp, m, stage):
+        for op in grp:
+            if op.kind != "W":
+                total += 1
+                paired += len(grp) == 2
+    return paired / total if total else 0.0
+

@@ -16,12 +16,14 @@ from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, in_flight_chunk_passes, stage_memory
 from narrowpath.cost.power import capped_device
-from narrowpath.cost.roofline import flash_head_dim_rate, flash_phase_note, host_time_s, matrix_table, op_time_s
+from narrowpath.cost.roofline import flash_head_dim_rate, flash_phase_note, host_time_s, op_time_s
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
 from narrowpath.schedule.choose import resolve_open_knobs
-from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, pipeline_time_s
+from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, dualpipev_paired_fraction, \
+    dualpipev_time_s, pipeline_time_s
+from narrowpath.schedule.provenance import profile_usage
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.attention import kernel_of
@@ -148,7 +150,7 @@ PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fw
 (with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""
 
 
-def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, dualpipe: bool = False) -> float:
+def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, dualpipe: bool | str = False) -> float:
     """Share of pipeline stage `stage`'s passes (chunk passes when interleaved) whose forward runs merged with
     another micro-batch's backward (and whose backward with another's forward); the rest run alone.
 
@@ -167,11 +169,11 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, dualpi
     Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
     (TransformerConfig asserts a virtual pipeline size; Megatron-LM turns vpp 1 into none), whose one-chunk warm-up
     would be 2·(p − s − 1) + 1; v = 1 here counts the same rule on the 1F1B program the pipeline is priced with.
-    DualPipe (`dualpipe`, DeepSeek-V3) pairs its own way: the share is counted on its program
-    (schedule.pipeline.dualpipe_paired_fraction)."""
+    DualPipe (`dualpipe` True or "dualpipe", DeepSeek-V3) and DualPipeV ("dualpipev") pair their own way: the share
+    is counted on their programs (schedule.pipeline.dualpipe_paired_fraction, dualpipev_paired_fraction)."""
     m, p, s = max(1, int(num_microbatches)), max(1, int(pp)), int(stage)
     if dualpipe and p > 1:
-        return dualpipe_paired_fraction(s, p, m)
+        return dualpipev_paired_fraction(s, p, m) if dualpipe == "dualpipev" else dualpipe_paired_fraction(s, p, m)
     v = max(1, int(vpp)) if p > 1 else 1
     passes = m * v
     return (passes - in_flight_chunk_passes(s, p, v, m)) / passes
@@ -414,7 +416,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 for tr, _, _, total in pairs:
                     pair_s[tr.phase] += total
                 # warm-up forwards and cool-down backwards have no partner: the share depends on the stage
-                paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.dualpipe)
+                paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.schedule
+                                         if plan.dualpipe or plan.dualpipev else False)
                 hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
                 for tr, c, cost, total in pairs:
                     hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
@@ -441,10 +444,15 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         cs = ranks[crit]
         crit_rows = [(tr, c / 2, cost, exp / 2) for s in (crit, plan.pp - 1 - crit) for tr, c, cost, exp in
                      per_stage_xfer[s]]
+    elif plan.dualpipev:  # rank i runs virtual stages i and 2p − 1 − i, every micro-batch through both
+        sh = chunk_shares(scn, totals, edge_s) or [[0.5, 0.5]] * plan.pp
+        pipe = dualpipev_time_s(*([[x * w for w in ws] for x, ws in zip(col, sh)] for col in (
+            [s.fwd_compute_s for s in stage_times], [s.total_s - s.fwd_compute_s for s in stage_times], wgrad_s)), m)
     else:
         pipe = pipeline_time_s(totals, m, plan.vpp, fwd_times_s=[s.fwd_compute_s for s in stage_times],
                                chunk_weights=chunk_shares(scn, totals, edge_s) if plan.vpp > 1 else None,
                                overlapped_send_s=send_s)
+    if not plan.dualpipe:
         crit = max(range(len(stage_times)), key=lambda i: totals[i])
         cs = stage_times[crit]
         crit_rows = per_stage_xfer[crit]
@@ -555,30 +563,12 @@ def chunk_shares(scn: Scenario, stage_s: list[float], edge_s: list[float]) -> li
         n = sum(len(r) for r in st)
         per_layer = (total - edge) / n if n else 0.0
         times = [len(r) * per_layer for r in st]
-        if edge:
-            times[0 if i == 0 else -1] += edge
+        if edge:  # on DualPipeV's rank 0 with the output layer's chunk (its embedding lookup is a gather)
+            times[0 if i == 0 and not scn.plan.dualpipev else -1] += edge
         shares.append([t / total if total else 1.0 / len(st) for t in times])
     if all(max(w) - min(w) <= 1e-9 for w in shares):
         return None
     return shares
-
-
-def profile_usage(cal: Calibration, dtype: str, tiers: set[str], device: str = "") -> str:
-    """Which entries of the calibration profile a prediction read (STYLE.md #12: provenance travels with numbers),
-    and a warning when the profile was measured on another device than the one it prices."""
-    if matrix_table(dtype, cal):
-        pts = matrix_table(dtype, cal)
-        matrix = f"matrix {dtype}: measured table ({len(pts)} sizes, {pts[0][1]:.2f}..{pts[-1][1]:.2f})"
-    else:
-        matrix = f"matrix {dtype}: eff_max {cal.matrix_eff(dtype):.2f}, F_half {cal.matrix_half_flop:.3g} FLOP"
-    parts = [matrix, f"HBM eff {cal.vector_bw_efficiency:.2f}", f"kernel overhead {cal.kernel_overhead_s * 1e6:.1f} us"]
-    for name in sorted(tiers):
-        tc = cal.tier(name)
-        table = f", measured busbw table ({len(tc.busbw_efficiency_by_size)} sizes)" if tc.busbw_efficiency_by_size else ""
-        parts.append(f"{name}: busbw eff {tc.bw_efficiency:.2f}, alpha {tc.alpha_s * 1e6:.1f} us{table}"
-                     + ("" if name in cal.tiers else " (default, not in profile)"))
-    other = f" (WARNING: measured on {cal.device}, applied to {device})" if device and cal.device != device else ""
-    return f"calibration profile {cal.name}{other} used: " + "; ".join(parts)
 
 
 def _merge(rows: list[TransferCost]) -> list[TransferCost]:

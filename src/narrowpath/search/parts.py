@@ -286,7 +286,8 @@ class Parts:
         k = ("pp_msg", key, first, last)
         if k not in self._memo:
             pp, tp, cp, vpp, mbs = key
-            stand = _StandInPlan(pp=pp, tp=tp, cp=cp, vpp=vpp, mbs=mbs, precision=self.base.plan.precision)
+            stand = _StandInPlan(pp=pp, tp=tp, cp=cp, vpp=vpp, mbs=mbs, precision=self.base.plan.precision,
+                                 dualpipev=False)  # the search ranks Megatron's schedules
             msg = B.p2p_bytes(self.base.model, stand)
             k2 = ("pp", (pp > 1, vpp, msg, first, last))
             if k2 not in self._memo:

@@ -34,8 +34,9 @@ ACTIVATION_CACHE = ("default", "fp8")
 ATTENTION = ("auto", "flash", "flash2", "unfused")
 ZERO3_RESHARD = ("always", "never", "unless_pp")
 CP_COMM = ("p2p", "all_gather", "a2a")
-PIPELINE_SCHEDULES = ("auto", "dualpipe")
-"""`auto`: Megatron's 1F1B, interleaved when vpp > 1; `dualpipe`: DeepSeek-V3's bidirectional schedule."""
+PIPELINE_SCHEDULES = ("auto", "dualpipe", "dualpipev")
+"""`auto`: Megatron's 1F1B, interleaved when vpp > 1; `dualpipe`: DeepSeek-V3's bidirectional schedule;
+`dualpipev`: DualPipe cut in half along its V (one copy of the model, two chunks per rank)."""
 MAX_BATCH = 1 << 30
 """Largest micro- or global batch accepted, sequences (a typo of 1e47 would otherwise price a step of 1e45 s)."""
 
@@ -137,8 +138,12 @@ class Plan:
     enter at each end of the pipeline, so every rank holds two stages — two copies of the parameters — and runs a
     forward of one direction beside a backward of the other, whose expert all-to-all exchanges hide behind each
     other's computation when `ep_overlap` is on, as DeepSeek-V3 runs it; needs vpp 1, an even pp and an even number
-    of micro-batches, at least 2·pp). schedule.pipeline.dualpipe_time_s, cost.memory. With pp 1 there is no
-    pipeline and nothing changes."""
+    of micro-batches, at least 2·pp). schedule.pipeline.dualpipe_time_s, cost.memory. `dualpipev` (deepseek-ai/DualPipe
+    DualPipeV, PyTorch ScheduleDualPipeV, torchtitan): DualPipe's schedule on one copy of the model in 2·pp virtual
+    stages laid out as a V — rank i holds stage i and stage 2·pp − 1 − i, so rank 0 holds the embedding and the
+    output layer — every micro-batch running up the ranks and back; needs vpp 2 (its two chunks), at least 2·pp
+    micro-batches and the automatic split or chunk_layers (its ends are both on rank 0).
+    schedule.sim.programs.order_dualpipev. With pp 1 there is no pipeline and nothing changes."""
     first_stage_layers: int = 0
     """Transformer layers of the first pipeline stage, 0 = the automatic split (Megatron-Core
     --decoder-first-pipeline-num-layers / num_layers_in_first_pipeline_stage; the other stages share the rest
@@ -263,6 +268,14 @@ class Plan:
         if self.pipeline_schedule == "dualpipe" and self.vpp != 1:
             raise SpecError("plan.pipeline_schedule", f"dualpipe runs one chunk per direction on each rank; needs vpp "
                             f"1, got vpp {self.vpp}")
+        if self.pipeline_schedule == "dualpipev" and self.pp > 1:
+            if self.vpp != 2:
+                raise SpecError("plan.vpp", f"dualpipev runs two chunks on each rank (the two arms of its V); needs "
+                                f"vpp 2, got vpp {self.vpp}")
+            if self.first_stage_layers or self.last_stage_layers:
+                raise SpecError("plan.first_stage_layers" if self.first_stage_layers else "plan.last_stage_layers",
+                                "dualpipev holds both ends of the model on rank 0; give its split as chunk_layers "
+                                "(2·pp counts in virtual-stage order)")
         choice("plan.moe_routing", self.moe_routing, MOE_ROUTING)
         choice("plan.moe_probs", self.moe_probs, MOE_PROBS)
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
@@ -353,7 +366,19 @@ class Plan:
     def schedule(self) -> str:
         if self.dualpipe:
             return "dualpipe"
+        if self.dualpipev:
+            return "dualpipev"
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
+
+    @property
+    def dualpipev(self) -> bool:
+        """DualPipeV with a pipeline to run it on (pp > 1): ranks hold two chunks on a V."""
+        return self.pipeline_schedule == "dualpipev" and self.pp > 1
+
+    @property
+    def head_stage(self) -> int:
+        """The pipeline stage holding the output layer and the loss: the last, or rank 0 on DualPipeV's V."""
+        return 0 if self.dualpipev else self.pp - 1
 
     @property
     def dualpipe(self) -> bool:

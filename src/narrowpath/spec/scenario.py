@@ -111,7 +111,14 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
             errs.append(("plan.pipeline_schedule", f"dualpipe needs an even pp and an even number of micro-batches, "
                          f"at least 2·pp (deepseek-ai/DualPipe asserts both); got pp {p.pp}, "
                          f"{p.num_microbatches} micro-batches"))
-    if p.pp > 1 and p.vpp > 1 and p.num_microbatches % p.pp:
+    if p.pipeline_schedule == "dualpipev" and p.pp > 1:
+        if model.arch != "transformer":
+            errs.append(("plan.pipeline_schedule", "dualpipev splits transformer layers; the LSTM model runs 1F1B"))
+        elif p.num_microbatches < 2 * p.pp:
+            errs.append(("plan.pipeline_schedule", f"dualpipev needs at least as many micro-batches as its 2·pp = "
+                         f"{2 * p.pp} virtual stages (PyTorch ScheduleDualPipeV refuses fewer); got "
+                         f"{p.num_microbatches}"))
+    elif p.pp > 1 and p.vpp > 1 and p.num_microbatches % p.pp:
         errs.append(("plan.gbs", f"interleaved schedule needs micro-batches ({p.num_microbatches}) divisible by pp {p.pp}"))
     if model.arch == "lstm" and (p.pp > 1 or p.cp > 1):
         errs.append(("plan", "the LSTM model supports tp and dp only"))

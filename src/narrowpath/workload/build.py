@@ -435,18 +435,20 @@ def p2p_bytes(model, plan) -> float:
     return plan.mbs * (model.seq_len // plan.cp) * model.hidden * T.act_bytes(plan) / plan.tp
 
 
-def pp_transfers(plan, first: bool, last: bool, p2p_bytes: float) -> list[tuple[Transfer, float]]:
+def pp_transfers(plan, first: bool, last: bool, p2p_bytes: float, turn: bool = False) -> list[tuple[Transfer, float]]:
     """Point-to-point traffic of one pipeline stage per micro-batch (none without pipelining).
 
     Each chunk boundary sends activations forward and receives gradients backward, per micro-batch. The interleaved
     schedule overlaps them with the next chunk's computation (Megatron-Core overlap_p2p_comm, on by default for
-    interleaving); plain 1F1B waits for them."""
+    interleaving); plain 1F1B waits for them, and so do DualPipe and DualPipeV (deepseek-ai/DualPipe waits on its
+    batched isend / irecv before the next pass). `turn`: DualPipeV's rank p − 1, whose chunk 0 hands to its chunk 1
+    without a message (`first` / `last`: the stage holds the embedding / the output layer)."""
     if plan.pp <= 1:
         return []
-    n_send = plan.vpp if not last else plan.vpp - 1
-    n_recv = plan.vpp if not first else plan.vpp - 1
+    n_send = (plan.vpp if not last else plan.vpp - 1) - turn
+    n_recv = (plan.vpp if not first else plan.vpp - 1) - turn
     sends = (n_send + n_recv) / 2.0
-    ov = plan.vpp > 1
+    ov = plan.vpp > 1 and not plan.dualpipev
     if sends <= 0:
         return []
     return [(Transfer("pp.activation", "send_recv", "pp", p2p_bytes, "fwd", ov), sends),
@@ -475,8 +477,8 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     alike: dict[tuple, StageWork] = {}  # stages of the same layer kinds in the same order, neither end: built once
     for i, ranges in enumerate(plan_layer_ranges(model, plan)):
         idx = [li for r in ranges for li in r]
-        first, last = i == 0, i == plan.pp - 1
-        key = (tuple(kind_of[li] for li in idx), first, last)
+        first, last, turn = i == 0, i == plan.head_stage, plan.dualpipev and i == plan.pp - 1
+        key = (tuple(kind_of[li] for li in idx), first, last, turn)
         if key in alike:
             stages.append(dataclasses.replace(alike[key], index=i))
             continue
@@ -504,7 +506,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             xf += zero3_transfers(plan, emb, 0.0)
         elif zero2_per_microbatch(plan):
             xf += zero2_transfers(plan, emb, 0.0)
-        xf += pp_transfers(plan, first, last, p2p)
+        xf += pp_transfers(plan, first, last, p2p, turn)
         f_rc = recompute_fraction(plan, len(idx))
         if plan.recompute == "full" and f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
             ops = [(op, c * f_rc if op.phase == "recompute" else c) for op, c in ops]
@@ -526,16 +528,16 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:
-    """Gradient sync, parameter all-gather and optimizer update for the most loaded rank: the stage with the most
-    parameters, or under DualPipe the rank whose two stages (i and p − 1 − i) hold the most — each copy of a stage
-    syncs and updates within its own data-parallel group (deepseek-ai/DualPipe sums the twin copies' gradients)."""
+    """Gradient sync, parameter all-gather and optimizer update for the most loaded rank (`step_rank_params`)."""
     params, expert = step_rank_params(scn.plan, stages)
     return step_transfers(scn, params, expert), optimizer_ops(scn.plan, params, expert)
 
 
 def step_rank_params(plan, stages) -> tuple[float, float]:
     """(parameters, of them in routed experts) of the rank the once-per-step work is sized for: the stage with the
-    most parameters, or under DualPipe the rank whose two stages (i and p − 1 − i) hold the most."""
+    most parameters, or under DualPipe the rank whose two stages (i and p − 1 − i) hold the most — each copy of a
+    stage syncs and updates within its own data-parallel group (deepseek-ai/DualPipe sums the twin copies'
+    gradients); a DualPipeV rank is one stage of two chunks."""
     p = len(stages)
     ranks = [(st.params, st.expert_params) for st in stages] if not plan.dualpipe else \
         [(stages[i].params + stages[p - 1 - i].params, stages[i].expert_params + stages[p - 1 - i].expert_params)
@@ -559,7 +561,7 @@ def step_transfers(scn: Scenario, params: float, expert: float) -> list[tuple[Tr
             # ZeRO-2 with accumulation: the last micro-batch's reduce-scatter (the earlier ones: zero2_transfers)
             xf.append((Transfer(pre + "grad_reduce_scatter", "reduce_scatter", axis, p * G, "step", ov), 1.0))
             xf.append((Transfer(pre + "param_all_gather", "all_gather", axis, p * Wb, "step", ov), 1.0))
-    if plan.pp > 1 and scn.model.tied_embeddings:
+    if plan.pp > 1 and scn.model.tied_embeddings and not plan.dualpipev:  # DualPipeV: both ends on rank 0
         emb = scn.model.vocab * scn.model.hidden / plan.tp
         xf.append((Transfer("pp.tied_embedding_all_reduce", "all_reduce", "pp_ends", emb * G, "step", False), 1.0))
     return xf

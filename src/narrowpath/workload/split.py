@@ -9,11 +9,18 @@ from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan, uneven_split_error
 
 
+def chunk_stage(j: int, pp: int, v_shape: bool = False) -> int:
+    """The stage holding chunk (virtual stage) j: j mod pp (Megatron's interleaving), or on a V (DualPipeV, two
+    chunks per stage) j for the first pp and 2·pp − 1 − j for the rest, so stage 0 holds the first and the last."""
+    return (j if j < pp else 2 * pp - 1 - j) if v_shape else j % pp
+
+
 @lru_cache(maxsize=1024)
 def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int = 0,
-                       chunk_layers: tuple[int, ...] = ()) -> tuple[tuple[range, ...], ...]:
-    """Layer index ranges of each stage's chunks: chunk j = stage j mod pp (immutable, cached: every stage of
-    the workload, its memory and its pipeline schedule read the split).
+                       chunk_layers: tuple[int, ...] = (), v_shape: bool = False) -> tuple[tuple[range, ...], ...]:
+    """Layer index ranges of each stage's chunks: chunk j on stage `chunk_stage(j)` (immutable, cached: every stage
+    of the workload, its memory and its pipeline schedule read the split). On a V (`v_shape`, DualPipeV) the ends
+    that hold the embedding and the output layer are both stage 0.
 
     `chunk_layers`: every chunk's count as given (Megatron-Core's pipeline_model_parallel_layout).
 
@@ -43,14 +50,15 @@ def stage_layer_ranges(layers: int, pp: int, vpp: int, first: int = 0, last: int
             sizes = [layers]
     else:
         base, extra = divmod(layers, chunks)
-        middle = [j for j in range(chunks) if 0 < j % pp < pp - 1]
-        ends = [j for j in range(chunks) if j % pp in (0, pp - 1)]
+        end_stages = (0,) if v_shape else (0, pp - 1)
+        middle = [j for j in range(chunks) if chunk_stage(j, pp, v_shape) not in end_stages]
+        ends = [j for j in range(chunks) if chunk_stage(j, pp, v_shape) in end_stages]
         plus = set((middle + ends)[:extra])
         sizes = [base + (1 if j in plus else 0) for j in range(chunks)]
     out: list[list[range]] = [[] for _ in range(pp)]
     start = 0
     for j, n in enumerate(sizes):
-        out[j % pp].append(range(start, start + n))
+        out[chunk_stage(j, pp, v_shape)].append(range(start, start + n))
         start += n
     return tuple(tuple(chunks) for chunks in out)
 
@@ -86,7 +94,7 @@ def plan_layer_ranges(model: Model, plan: Plan) -> tuple[tuple[range, ...], ...]
     """`stage_layer_ranges` of a transformer under a plan, with its chunk or first / last stage layer counts, or
     the layout its software stack gives an automatic split (`stack_chunk_layers`)."""
     return stage_layer_ranges(model.layers, plan.pp, plan.vpp, plan.first_stage_layers, plan.last_stage_layers,
-                              plan.chunk_layers or stack_chunk_layers(model, plan))
+                              plan.chunk_layers or stack_chunk_layers(model, plan), plan.dualpipev)
 
 
 def plan_stage_layers(model: Model, plan: Plan) -> list[int]:
@@ -96,9 +104,9 @@ def plan_stage_layers(model: Model, plan: Plan) -> list[int]:
 
 def stack_chunk_layers(model: Model, plan: Plan) -> tuple[int, ...]:
     """Chunk layer counts the plan's software stack gives a split the plan leaves automatic (`stack_layout`); ()
-    for a stated split and under DualPipe (DeepSeek's own schedule, which Megatron-Bridge does not run: its split
-    stays the tool's automatic one)."""
-    if plan.dualpipe or plan.custom_split:
+    for a stated split and under DualPipe or DualPipeV (DeepSeek's own schedules, which Megatron-Bridge does not run:
+    their split stays the tool's automatic one)."""
+    if plan.dualpipe or plan.dualpipev or plan.custom_split:
         return ()
     return stack_layout(model, plan.framework, plan.pp, plan.vpp)
 

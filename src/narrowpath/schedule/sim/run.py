@@ -19,7 +19,7 @@ from narrowpath.schedule.sim.engine import StepEngine
 from narrowpath.schedule.sim.faults import LOSS_CAUSES, LongRun, Population, long_run
 from narrowpath.schedule.sim.layout import build_layout
 from narrowpath.schedule.sim.perturb import Perturbation
-from narrowpath.schedule.sim.programs import build_programs, check_dualpipe
+from narrowpath.schedule.sim.programs import build_programs, check_dualpipe, check_dualpipev
 from narrowpath.schedule.sim.record import Event, Recorder
 from narrowpath.schedule.sim.tail import step_tail
 from narrowpath.schedule.sim.work import build_sim_work
@@ -87,8 +87,8 @@ class SimResult:
 
 
 def default_schedule(scn: Scenario) -> str:
-    if scn.plan.dualpipe:
-        return "dualpipe"
+    if scn.plan.dualpipe or scn.plan.dualpipev:
+        return scn.plan.schedule
     return "interleaved" if scn.plan.vpp > 1 else "1f1b"
 
 
@@ -96,7 +96,7 @@ def p2p_mode(pred: StepPrediction, schedule: str) -> str:
     """How pipeline messages behave: ZB-H1 posts its receives ahead (eager sends, which its bubble relies on); an
     interleaved schedule whose workload overlaps pipeline sends with compute (Megatron-Core overlap_p2p_comm)
     sends asynchronously; otherwise NCCL's rendezvous (Megatron's blocking batched send/recv)."""
-    if schedule in ("zb-h1", "dualpipe"):  # DualPipe posts asynchronous isend / irecv
+    if schedule in ("zb-h1", "dualpipe", "dualpipev"):  # DualPipe(V) posts asynchronous isend / irecv
         return "eager"
     overlapped = any(tr.axis == "pp" and tr.overlappable for st in pred.workload.stages for tr, _ in st.transfers)
     return "async" if schedule == "interleaved" and overlapped else "rendezvous"
@@ -127,12 +127,18 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
             raise SimulationError(f"--schedule dualpipe: needs one chunk per stage, the plan has vpp="
                                   f"{scenario.plan.vpp}")
         check_dualpipe(scenario.plan.pp, scenario.plan.num_microbatches, "--schedule dualpipe")
+    if schedule == "dualpipev":
+        if scenario.plan.vpp != 2:
+            raise SimulationError(f"--schedule dualpipev: runs two chunks per stage (a V), the plan has vpp="
+                                  f"{scenario.plan.vpp}: give --vpp 2")
+        check_dualpipev(scenario.plan.pp, scenario.plan.num_microbatches, "--schedule dualpipev")
     if schedule == "interleaved" and scenario.plan.vpp == 1:
         schedule = "1f1b"  # what build_programs plays for one chunk: say so
-    if (schedule == "dualpipe") != scenario.plan.dualpipe and scenario.plan.pp > 1 and schedule is not None:
-        # DualPipe changes what a rank holds and syncs, not only the order: price the plan that runs it
-        scenario = dataclasses.replace(scenario, plan=dataclasses.replace(
-            scenario.plan, pipeline_schedule="dualpipe" if schedule == "dualpipe" else "auto"))
+    own = scenario.plan.pipeline_schedule if scenario.plan.pipeline_schedule in ("dualpipe", "dualpipev") else "auto"
+    want = schedule if schedule in ("dualpipe", "dualpipev") else "auto"
+    if want != own and scenario.plan.pp > 1 and schedule is not None:
+        # DualPipe(V) changes what a rank holds and syncs, not only the order: price the plan that runs it
+        scenario = dataclasses.replace(scenario, plan=dataclasses.replace(scenario.plan, pipeline_schedule=want))
     pred = predict(scenario, calibration)
     scn = pred.scenario
     passes = 2 * scn.plan.pp * scn.plan.vpp * pred.workload.num_microbatches
@@ -140,7 +146,8 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
         raise SimulationError(f"the step has {passes:,} pipeline passes (pp·vpp·2 per micro-batch); the simulator "
                               f"plays each one and stops at {MAX_PASSES:,}: fewer micro-batches (gbs)")
     schedule = schedule or default_schedule(scn)
-    work = build_sim_work(pred, split_backward=schedule == "zb-h1", dualpipe=schedule == "dualpipe")
+    work = build_sim_work(pred, split_backward=schedule == "zb-h1",
+                          dualpipe=schedule if schedule in ("dualpipe", "dualpipev") else False)
     mode = p2p_mode(pred, schedule)
     programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches, mode == "async")
     bucket = scn.plan.bucket_bytes

@@ -166,7 +166,7 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
                 o, x = per_kind[kind]
                 ops[j].update({op: c * n for op, c in o})
                 xfs[j].update({tr: c * n for tr, c in x})
-        first, last = st.index == 0, st.index == plan.pp - 1
+        first, last = st.index == 0, st.index == plan.head_stage
         for j, is_edge in ((0, first), (n_chunks - 1, last)):
             if is_edge:
                 e_ops, e_xf = _embedding_work(scn, j == 0 and first, j == n_chunks - 1 and last)
@@ -306,7 +306,7 @@ def _chunk_params(scn, st: StageWork, ranges: list[range]) -> list[float]:
     out = []
     for j, r in enumerate(ranges):
         p = sum(T.layer_params(model, plan, moe_layer=model.is_moe_layer(li)) for li in r)
-        p += embedding_params(scn, j == 0 and st.index == 0, j == len(ranges) - 1 and st.index == plan.pp - 1)
+        p += embedding_params(scn, j == 0 and st.index == 0, j == len(ranges) - 1 and st.index == plan.head_stage)
         out.append(p)
     s = sum(out)
     return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
@@ -334,10 +334,11 @@ def _step_transfers(pr: _Pricer, st: StageWork, top: tuple[float, float], pp: in
     return tuple(out)
 
 
-def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe: bool = False) -> SimWork:
+def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe: bool | str = False) -> SimWork:
     """Price every pass of every chunk of every stage (see module docstring). `split_backward` prices B and W
-    apart (zero-bubble schedules) instead of one BW pass. `dualpipe`: rank i's chunk 0 is stage i's work, its
-    chunk 1 stage p − 1 − i's (DeepSeek-V3's two directions), with whole and split backwards both priced."""
+    apart (zero-bubble schedules) instead of one BW pass. `dualpipe` (True or "dualpipe"): rank i's chunk 0 is
+    stage i's work, its chunk 1 stage p − 1 − i's (DeepSeek-V3's two directions); "dualpipev": a stage's two
+    chunks are the arms of the V; both with whole and split backwards priced."""
     scn, wl = pred.scenario, pred.workload
     plan = scn.plan
     pr = _Pricer(pred)
@@ -361,7 +362,7 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe:
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
                                        _step_transfers(pr, st, top, plan.pp), tuple(_chunk_params(scn, st, ranges)),
                                        fwd))
-    if dualpipe:
+    if dualpipe and dualpipe != "dualpipev":
         stages = _dualpipe_ranks(stages, wl.stages, pr, top, plan.pp)
     p2p = {}
     for st in wl.stages:
