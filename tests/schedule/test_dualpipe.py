@@ -207,7 +207,8 @@ def test_plan_and_scenario_refuse_what_dualpipe_cannot_run(capsys):
         assert err.startswith("narrowpath: error: plan.pipeline_schedule") and "\n" not in err, err
     assert main(["simulate", "llama3-70b-h100-256", "--schedule", "dualpipe", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "narrowpath: error: --schedule dualpipe: needs one chunk per stage, the plan has vpp=5"
+    assert err == ("narrowpath: error: plan.pipeline_schedule: dualpipe runs one chunk per direction on each rank; "
+                   "needs vpp 1, got vpp 5")
     assert main(["simulate", "llama3-70b-h100-256", "--schedule", "dualpipe", "--pp", "1", "--vpp", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("narrowpath: error: --schedule dualpipe: needs an even number of pipeline stages")

@@ -12,7 +12,7 @@ from torch.distributed.pipelining.schedules import ScheduleDualPipeV, _Computati
 
 from narrowpath.catalog import load_scenario
 from narrowpath.cli.main import main
-from narrowpath.cost.memory import in_flight_chunk_passes
+from narrowpath.cost.memory import in_flight_chunk_passes, layer_activation_bytes
 from narrowpath.errors import SimulationError, SpecError
 from narrowpath.schedule.pipeline import dualpipev_paired_fraction, dualpipev_time_s
 from narrowpath.schedule.sim import simulate
@@ -180,9 +180,21 @@ def test_rank_0_holds_the_embedding_the_output_layer_and_mtp_and_rank_p_minus_1_
     sends = [sum(c for tr, c in st.transfers if tr.axis == "pp" and tr.phase == "fwd") for st in wl.stages]
     assert sends == [1.0, 2.0, 2.0, 1.0]
     assert not any(tr.overlappable for st in wl.stages for tr, _ in st.transfers if tr.axis == "pp")
-    llama = _v(load_scenario("llama3-8b-h100-8"), pp=2, dp=4, zero_stage=1, gbs=64)
-    assert llama.model.tied_embeddings is False or not any(
-        tr.axis == "pp_ends" for tr, _ in build_workload(llama, "flash").step_transfers)
+
+
+def test_a_tied_table_is_held_once_on_rank_0_and_never_synced():
+    """Llama-3 8B with tied embeddings on pp 2 under DualPipeV: rank 0 holds the embedding and the output layer, one
+    shared table — its parameters are the 1F1B pipeline's two ends less one table (128,256 × 4,096 / tp) — and no
+    tied-embedding all-reduce runs between ranks."""
+    s = load_scenario("llama3-8b-h100-8")
+    tied = dataclasses.replace(s, model=dataclasses.replace(s.model, tied_embeddings=True))
+    v = _v(tied, pp=2, dp=4, zero_stage=1, gbs=64)
+    auto = dataclasses.replace(v, plan=dataclasses.replace(v.plan, pipeline_schedule="auto"))
+    wv, wa = build_workload(v, "flash"), build_workload(auto, "flash")
+    table = 128256 * 4096
+    assert sum(st.params for st in wv.stages) == pytest.approx(sum(st.params for st in wa.stages) - table, rel=1e-12)
+    assert not any(tr.axis == "pp_ends" for tr, _ in wv.step_transfers)
+    assert any(tr.axis == "pp_ends" for tr, _ in wa.step_transfers)
 
 
 @settings(max_examples=30, deadline=None)
@@ -198,6 +210,22 @@ def test_peak_in_flight_is_2p_plus_1_chunk_forwards_on_every_rank_as_the_program
             peak = max(peak, held)
             held -= sum(x.kind in ("BW", "W") for x in grp)
         assert peak == in_flight_chunk_passes(i, p, 2, m, v_shape=True) == 2 * p + 1
+
+
+def test_each_chunk_is_held_as_often_as_the_program_holds_it():
+    """Activations of a V with unequal chunks (Llama-3 70B, pp 4, chunk_layers 4, 12, 10, 14 | 6, 10, 12, 12 in
+    virtual-stage order: stage s holds chunks s and 7 − s): stage s keeps (2p − s)·n0 + (s + 1)·n1 layers' worth at
+    its peak (n0, n1 its chunks' layers) — stage 3: 5·14 + 4·6 = 94 layers, not (2p + 1)/2 · 20 = 90 — and stage 0
+    also 2p = 8 embedding outputs (b·s·h 16-bit)."""
+    s = load_scenario("llama3-70b-h100-256")
+    scn = _v(s, pp=4, dp=8, gbs=64, chunk_layers=(4, 12, 10, 14, 6, 10, 12, 12))
+    mem = predict(scn).memory_by_stage
+    one = layer_activation_bytes(scn, "flash")  # one dense layer, selective recompute, micro-batch 1
+    held = {0: 8 * 4 + 1 * 12, 1: 7 * 12 + 2 * 12, 2: 6 * 10 + 3 * 10, 3: 5 * 14 + 4 * 6}
+    emb_out = 2 * 1 * 8192 * 8192 / (8 if scn.plan.sequence_parallel else 1)
+    for st_, n in held.items():
+        want = n * one + (8 * emb_out if st_ == 0 else 0.0)
+        assert mem[st_].items["activations"] == pytest.approx(want, rel=1e-9), st_
 
 
 def test_memory_is_one_model_copy_with_the_logits_on_rank_0():
@@ -239,10 +267,10 @@ def test_closed_form_is_the_played_program_and_the_simulator_agrees():
         r = simulate(scn, steps=1)
         assert r.schedule == "dualpipev"
         assert r.noise_free_step_time_s == pytest.approx(r.closed_form_step_time_s, rel=tol)
-    assert dualpipev_time_s([[1.0, 1.0]] * 2, [[2.0, 2.0]] * 2, [[0.5, 0.5]] * 2, 4) == max(
-        play(build_programs("dualpipev", 2, 2, 4), {(i, k, c): {"F": 1.0, "BW": 2.0, "B": 1.5, "W": 0.5}[k]
-                                                     for i in range(2) for k in ("F", "BW", "B", "W") for c in (0, 1)},
-             {"F": 0.0, "B": 0.0}, mode="eager").ends_s)
+    for p in (2, 4):  # equal chunks F 1, B 3 (W 1): within one F of Table 2's bubble at PP = 2p, beyond the work
+        m = 3 * p
+        t = dualpipev_time_s([[1.0, 1.0]] * p, [[3.0, 3.0]] * p, [[1.0, 1.0]] * p, m)
+        assert abs(t - m * 2 * 4.0 - (p - 1) * (4.0 + 3.0 - 3.0)) <= 1.0
 
 
 def test_a_chunk_layout_that_lightens_rank_0_balances_deepseek_v3():
@@ -275,7 +303,7 @@ def test_plan_cli_and_simulator_refuse_what_dualpipev_cannot_run(capsys):
     one_line_error(capsys, ["predict", "gnmt-lstm-a100-8", "--pipeline-schedule", "dualpipev", "--vpp", "2",
                             "--pp", "2"], "plan")
     one_line_error(capsys, ["simulate", "llama3-70b-h100-256", "--schedule", "dualpipev", "--steps", "1"],
-                   "--schedule dualpipev", "--vpp 2")
+                   "plan.vpp", "needs vpp 2, got vpp 5")
     flat = Plan(pp=1, vpp=1, pipeline_schedule="dualpipev")
     assert not flat.dualpipev and flat.schedule == "1f1b" and flat.head_stage == 0
 
@@ -298,3 +326,61 @@ def test_console_json_analysis_and_search_say_dualpipev(capsys):
     assert "DualPipeV is priced for the best plans" in captured.err
     best = json.loads(captured.out)["best_dualpipev"]
     assert best["pp"] == 16 and best["step_time_s"] > 0
+
+
+def test_chunk_layers_are_checked_on_the_v():
+    """chunk_layers on a V are read in virtual-stage order: 20, 20, 20, 0 | 0, 0, 0, 20 leaves stage 3 (chunks 3
+    and 4) empty and is refused; 20, 20, 20, 0 | 20, 0, 0, 0 gives stage 3 its layers through chunk 4 and runs —
+    the reverse of what Megatron's placement (chunk j on stage j mod pp) would say of each."""
+    with pytest.raises(SpecError, match="stage 3 without a layer"):
+        Plan(pp=4, vpp=2, pipeline_schedule="dualpipev", chunk_layers=(20, 20, 20, 0, 0, 0, 0, 20))
+    ok = Plan(pp=4, vpp=2, pipeline_schedule="dualpipev", chunk_layers=(20, 20, 20, 0, 20, 0, 0, 0))
+    assert [[len(r) for r in st] for st in stage_layer_ranges(80, 4, 2, chunk_layers=ok.chunk_layers,
+                                                              v_shape=True)] == [[20, 0], [20, 0], [20, 0], [0, 20]]
+    with pytest.raises(SpecError, match="stage 3 without a layer"):
+        Plan(pp=4, vpp=2, chunk_layers=(20, 20, 20, 0, 20, 0, 0, 0))
+
+
+def test_moving_between_megatrons_placement_and_the_v_resets_a_split(capsys):
+    """A chunk layout means other stages on the other placement, so a what-if or a simulate --schedule that moves a
+    plan between them lays its layers out automatically and says so: the Megatron what-if of a DualPipeV plan with a
+    chunk layout prices the automatic split (as predict does), and DualPipeV is offered to a plan with an end-stage
+    layer count instead of refused."""
+    args = ["analyze", "llama3-70b-h100-256", "--pipeline-schedule", "dualpipev", "--vpp", "2", "--chunk-layers",
+            "5,15,10,10,10,10,5,15", "--json"]
+    assert main(args) == 0
+    meg = next(w for w in json.loads(capsys.readouterr().out)["verdict"]["what_ifs"]
+               if w["change"] == "interleave_pipeline")
+    assert any("automatic" in r for r in meg["repairs"])
+    assert main(["predict", "llama3-70b-h100-256", "--vpp", "2", "--json"]) == 0
+    assert meg["step_s"] == pytest.approx(json.loads(capsys.readouterr().out)["step_time_s"], rel=1e-9)
+    assert main(["analyze", "llama3-70b-h100-256", "--vpp", "2", "--first-stage-layers", "8", "--json"]) == 0
+    v = next(w for w in json.loads(capsys.readouterr().out)["verdict"]["what_ifs"] if w["change"] == "dualpipev")
+    assert v["status"] not in ("invalid", "not applicable") and v["step_s"] > 0
+
+
+def test_simulate_schedule_builds_the_plan_that_runs_it(capsys):
+    """`simulate --schedule dualpipev --vpp 2` on the DualPipe scenario plays DualPipeV (the plan is built as
+    DualPipeV, not first as DualPipe at vpp 2, which the spec refuses)."""
+    assert main(["simulate", "deepseek-v3-h800-2048", "--schedule", "dualpipev", "--vpp", "2", "--steps", "1",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"] == "dualpipev"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 6), st.integers(0, 6), st.floats(0.0, 0.4), st.sampled_from(["dualpipev", "dualpipe", "1f1b"]))
+def test_a_stages_clock_is_its_passes_plus_its_exchanges(p, extra, msg_s, sched):
+    """Played, a stage's end is the sum of its passes and of the wall time of its exchanges, so the reported pipeline
+    wait is every stage's end less its passes — however many messages an exchange batches (they overlap in time)."""
+    if sched == "dualpipe":
+        p += p % 2
+    m = 2 * p + 2 * extra
+    v = 2 if sched == "dualpipev" else 1
+    dur = {(i, k, c): 1.0 + 0.1 * i + 0.2 * c + {"F": 0.0, "BW": 1.0, "B": 0.5, "W": 0.3}[k]
+           for i in range(p) for k in ("F", "BW", "B", "W") for c in (0, 1)}
+    progs = build_programs(sched, p, v, m)
+    pb = play(progs, dur, {"F": msg_s, "B": msg_s}, mode="eager")
+    busy = [sum(dur[(prog.stage, x.kind, x.chunk)] for x in prog.items if not isinstance(x, Exchange))
+            for prog in progs]
+    assert pb.pp_wait_s == pytest.approx(sum(pb.ends_s) - sum(busy), abs=1e-9)

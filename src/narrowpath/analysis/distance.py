@@ -70,12 +70,16 @@ def stage_note(pred, stage: int) -> str:
         return (f"sizes are pipeline rank {stage}'s (stages {stage} and {p - 1 - stage}; the critical rank by time); "
                 f"the memory table shows rank {mem_stage} (the most loaded in memory): {vals}")
     why = []
+    v = pred.scenario.plan.dualpipev
     if "activations" in diff:
-        why.append("earlier pipeline stages keep more micro-batches in flight (1F1B warm-up)")
+        why.append("on DualPipeV's V every rank holds 2·pp + 1 chunk forwards, more of its first chunk the nearer it "
+                   "is to rank 0, so ranks differ by what their chunks hold" if v else
+                   "earlier pipeline stages keep more micro-batches in flight (1F1B warm-up)")
     if "temporaries" in diff:
-        why.append("the last stage holds the logits for the loss")
+        why.append("rank 0 holds the logits for the loss" if v else "the last stage holds the logits for the loss")
     if {"weights", "gradients", "optimizer_state"} & set(diff):
-        why.append("the first and last stages also hold the embedding and output layers")
+        why.append("rank 0 also holds the embedding and output layers, and ranks hold different layers" if v else
+                   "the first and last stages also hold the embedding and output layers")
     return (f"sizes are stage {stage}'s (the critical stage by time); the memory table shows stage {mem_stage} "
             f"(the most loaded in memory): {vals} — {', '.join(why)}")
 

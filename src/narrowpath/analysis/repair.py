@@ -67,9 +67,11 @@ def _candidates(scn: Scenario, p: "_Knobs", fixed: set[str], allow_gbs: bool) ->
 
 
 def _split_follows(kw: dict, old: Plan, fixed: set[str]) -> dict:
-    """A layer split (first / last stage or per chunk) belongs to its pipeline: when pp or vpp change and the split
-    was not asked for, the new pipeline splits its layers automatically (as the command line's --pp does)."""
-    if fixed & set(SPLIT_KNOBS) or (kw["pp"], kw["vpp"]) == (old.pp, old.vpp):
+    """A layer split (first / last stage or per chunk) belongs to its pipeline: when pp or vpp change, or the chunks
+    move between Megatron's placement and DualPipeV's V, and the split was not asked for, the new pipeline splits its
+    layers automatically (as the command line's --pp does)."""
+    same_v = (kw["pipeline_schedule"] == "dualpipev") == (old.pipeline_schedule == "dualpipev")
+    if fixed & set(SPLIT_KNOBS) or ((kw["pp"], kw["vpp"]) == (old.pp, old.vpp) and same_v):
         return kw
     return {**kw, **SPLIT_DEFAULTS}
 

@@ -49,7 +49,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                         "loss (--decoder-last-pipeline-num-layers; 0 = the automatic split)")
     g.add_argument("--chunk-layers", dest="chunk_layers",
                    help="transformer layers of every virtual pipeline chunk, comma-separated, pp·vpp counts in "
-                        "Megatron-Core's order (pipeline_model_parallel_layout; e.g. 1,2,...,2,0)")
+                        "Megatron-Core's order (pipeline_model_parallel_layout; e.g. 1,2,...,2,0); under dualpipev "
+                        "in virtual-stage order on its V")
     g.add_argument("--zero", dest="zero_stage", type=int, choices=(0, 1, 2, 3),
                    help="ZeRO stage: 0 none, 1 optimizer state sharded over data parallelism (Megatron distributed "
                         "optimizer), 2 + gradients, 3 + weights (FSDP)")
@@ -164,7 +165,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             plan_kw["chunk_layers"] = tuple(int(n) for n in comma_items(chunks))
         except ValueError:
             raise SpecError("--chunk-layers", f"must list whole numbers separated by commas, got {chunks!r}") from None
-    if pp != plan0.pp or plan_kw.get("vpp", plan0.vpp) != plan0.vpp or args.model:  # a split is its pipeline's
+    v_moves = (plan_kw.get("pipeline_schedule", plan0.pipeline_schedule) == "dualpipev") != \
+        (plan0.pipeline_schedule == "dualpipev")  # chunks move between Megatron's placement and the V
+    if pp != plan0.pp or plan_kw.get("vpp", plan0.vpp) != plan0.vpp or args.model or v_moves:  # a split is its pipeline's
         for knob, auto in SPLIT_DEFAULTS.items():
             plan_kw.setdefault(knob, auto)
     mods = getattr(args, "recompute_modules", None)

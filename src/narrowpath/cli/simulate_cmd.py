@@ -80,6 +80,8 @@ def run(args) -> int:
     if args.steps < 1:
         raise SpecError("--steps", f"must be >= 1, got {args.steps}")
     noise = noise_from_args(args.noise)
+    if args.schedule in ("dualpipe", "dualpipev") and getattr(args, "pipeline_schedule", None) is None:
+        args.pipeline_schedule = args.schedule  # the plan that runs it, built as such (its vpp checked once)
     scn = scenario_from_args(args)
     ranks = _ranks(args.timeline_ranks, scn) if args.timeline else ()
     r = simulate(scn, noise, steps=args.steps, seed=args.seed,

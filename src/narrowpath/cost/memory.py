@@ -79,8 +79,9 @@ def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int,
     interleaved schedule: 2(p − s − 1) + (v − 1)·p warm-up chunk forwards, capped by the m·v chunk passes; stage 0
     holds p + (p − 1)/v micro-batches, Korthikanti's p·(1 + (p − 1)/(p·v)), the last stage still p − (p − 1)/v.
     DualPipeV (`v_shape`): 2p + 1 on every rank — 2p − s forwards of chunk 0 and s + 1 of chunk 1 at the start of
-    its first F&B pair, for any m >= 2p (counted on schedule.sim.programs.order_dualpipev, a forward held until its
-    whole or weight-gradient backward; tests/schedule/test_dualpipev.py)."""
+    its first F&B pair, for any m >= 2p, and no other moment holds more of either chunk, so it is the peak whatever
+    the chunks' sizes (counted on schedule.sim.programs.order_dualpipev, a forward held until its whole or
+    weight-gradient backward; tests/schedule/test_dualpipev.py); stage_memory weighs the two chunks apart."""
     p, v, m = pp, vpp, num_microbatches
     if p == 1:
         return 1
@@ -126,21 +127,25 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             return dense / zero_shards(p) + expert / zero_shards(p, expert=True)
 
         layer_acts = 0.0
+        chunk_acts = [0.0] * len(rng)  # the same per chunk (DualPipeV holds its two chunks unequally often)
         stage_layers = [i for r in rng for i in r]
         largest_layer = 0.0  # the largest layer of this stage: what a layer-sized temporary must hold
-        for li in stage_layers:
-            if model.arch != "transformer":
-                layer_acts += lstm_layer
-                continue
-            kind = kind_of[li]
-            if kind not in per_kind:
-                per_kind[kind] = layer_activation_bytes(no_rc, attention_kernel, moe_layer=kind[0], window=kind[1])
-            layer_acts += per_kind[kind]
-            if per_kind[kind] > largest_layer:
-                largest_layer = per_kind[kind]
-        if st.index == p.head_stage and model.mtp_layers:
-            layer_acts += model.mtp_layers * layer_activation_bytes(no_rc, attention_kernel,
-                                                                    moe_layer=model.moe is not None)
+        for c, r in enumerate(rng):
+            for li in r:
+                a = lstm_layer
+                if model.arch == "transformer":
+                    kind = kind_of[li]
+                    if kind not in per_kind:
+                        per_kind[kind] = layer_activation_bytes(no_rc, attention_kernel, moe_layer=kind[0],
+                                                                window=kind[1])
+                    a = per_kind[kind]
+                    largest_layer = max(largest_layer, a)
+                layer_acts += a
+                chunk_acts[c] += a
+        if st.index == p.head_stage and model.mtp_layers:  # in the output layer's chunk
+            mtp = model.mtp_layers * layer_activation_bytes(no_rc, attention_kernel, moe_layer=model.moe is not None)
+            layer_acts += mtp
+            chunk_acts[-1] += mtp
         # a full recompute keeps only its layers' inputs; offloaded layers keep theirs in host memory
         f_rc = recompute_fraction(p, len(stage_layers))
         if f_rc and layer_input is None:
@@ -149,6 +154,8 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         f_off = offload_fraction(p, len(stage_layers))
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off
+        chunk_acts = [((1 - f_rc) * a + f_rc * len(r) * (layer_input or 0.0)) * (1 - f_off)
+                      for a, r in zip(chunk_acts, rng)]
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit
         emb = embedding_params(scn, st.index == 0, st.index == p.head_stage) if model.arch == "transformer" else 0.0
@@ -161,7 +168,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)
         infl = in_flight_microbatches(st.index, scn)
-        acts = layer_acts * infl
+        # DualPipeV holds 2p − s forwards of chunk 0 and s + 1 of chunk 1 at its peak (in_flight_chunk_passes)
+        held_fwd = (2 * p.pp - st.index, st.index + 1) if p.dualpipev else None
+        acts = sum(a * n for a, n in zip(chunk_acts, held_fwd)) if held_fwd else layer_acts * infl
         temps = 0.0
         if f_off:  # the layers being copied out or fetched back: one in each direction
             temps += 2 * largest_layer
@@ -172,8 +181,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             # 16-bit logits + their fp32 copy, exponentiated in place and kept as the softmax for backward
             # (Megatron's vocab-parallel cross entropy; torch autocast's log_softmax keeps one fp32 tensor likewise)
             temps = max(temps, logits * (A + 4))
-        if st.index == 0:
-            acts += A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1) * infl  # embedding output
+        if st.index == 0:  # the embedding output, held with chunk 0
+            emb_out = A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1)
+            acts += emb_out * (held_fwd[0] if held_fwd else infl)
         if zero == 3:
             per_layer_params = st.params / max(1, n_layers)
             temps += 2 * per_layer_params * Wg  # current + prefetched gathered layer

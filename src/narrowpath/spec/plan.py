@@ -153,10 +153,11 @@ class Plan:
     fewer layers there make room for the output layer, the loss and multi-token prediction."""
     chunk_layers: tuple[int, ...] = ()
     """Transformer layers of every virtual pipeline chunk, pp·vpp counts in Megatron-Core's order (chunk j on stage
-    j mod pp: a round of every stage's first chunks, then of their second ...); () = the automatic or first/last
-    split. Megatron-Core's `pipeline_model_parallel_layout` (e.g. Megatron-Bridge's DeepSeek-V3 H100 recipe
-    "Et|(tt|)*30mL": 1, 30 × 2, 0 on pp 8 × vpp 4); the embedding stays on the first chunk, the output layer, loss and
-    multi-token prediction on the last. A chunk may hold no layer, a stage must hold one."""
+    j mod pp: a round of every stage's first chunks, then of their second ...; under DualPipeV in virtual-stage order
+    on its V, `chunk_stage`); () = the automatic or first/last split. Megatron-Core's `pipeline_model_parallel_layout`
+    (e.g. Megatron-Bridge's DeepSeek-V3 H100 recipe "Et|(tt|)*30mL": 1, 30 × 2, 0 on pp 8 × vpp 4); the embedding
+    stays on the first chunk, the output layer, loss and multi-token prediction on the last. A chunk may hold no
+    layer, a stage must hold one."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over tp; TP all-reduce becomes reduce-scatter + all-gather."""
     precision: str = "bf16"
@@ -297,7 +298,8 @@ class Plan:
             raise SpecError("plan.gbs", f"global batch {self.gbs} is not divisible by dp·mbs = "
                             f"{self.dp}·{self.mbs} = {self.dp * self.mbs}")
         if self.vpp > 1 and self.pp == 1:
-            raise SpecError("plan.vpp", f"interleaving (vpp={self.vpp}) needs pp > 1")
+            what = "dualpipev's two chunks" if self.pipeline_schedule == "dualpipev" else "interleaving"
+            raise SpecError("plan.vpp", f"{what} (vpp={self.vpp}) needs pp > 1")
         for knob in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, knob) and self.pp == 1:
                 raise SpecError(f"plan.{knob}", "sets the layers of one pipeline stage; needs pp > 1")
@@ -308,10 +310,13 @@ class Plan:
             if len(self.chunk_layers) != self.pp * self.vpp:
                 raise SpecError("plan.chunk_layers", f"lists {len(self.chunk_layers)} chunks; pp·vpp = "
                                 f"{self.pp}·{self.vpp} = {self.pp * self.vpp} are needed")
-            empty = [i for i in range(self.pp) if not sum(self.chunk_layers[i::self.pp])]
-            if empty:
-                raise SpecError("plan.chunk_layers", f"leaves pipeline stage {empty[0]} without a layer (chunk j "
-                                f"runs on stage j mod pp)")
+            held = [0] * self.pp
+            for j, n in enumerate(self.chunk_layers):
+                held[chunk_stage(j, self.pp, self.dualpipev)] += n
+            if 0 in held:
+                where = "j for j < pp, else 2·pp − 1 − j (DualPipeV's V)" if self.dualpipev else "j mod pp"
+                raise SpecError("plan.chunk_layers", f"leaves pipeline stage {held.index(0)} without a layer (chunk "
+                                f"j runs on stage {where})")
         if self.recompute_layers and self.activation_cache == "fp8":
             raise SpecError("plan.recompute_layers", "a full recompute of only some layers is not modelled with "
                             "activation_cache fp8 (the other layers' SwiGLU recompute); recompute them all (0)")
@@ -384,6 +389,12 @@ class Plan:
     def dualpipe(self) -> bool:
         """DualPipe with a pipeline to run it on (pp > 1): ranks hold two stages."""
         return self.pipeline_schedule == "dualpipe" and self.pp > 1
+
+
+def chunk_stage(j: int, pp: int, v_shape: bool = False) -> int:
+    """The stage holding chunk (virtual stage) j: j mod pp (Megatron's interleaving), or on a V (DualPipeV, two
+    chunks per stage) j for the first pp and 2·pp − 1 − j for the rest, so stage 0 holds the first and the last."""
+    return (j if j < pp else 2 * pp - 1 - j) if v_shape else j % pp
 
 
 SPLIT_DEFAULTS = {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers": ()}

@@ -409,11 +409,12 @@ def embedding_params(scn: Scenario, first: bool, last: bool) -> float:
 
 def embedding_table_params(model, tp, pp, first, last):
     """Parameters a rank holds of the embedding table (first stage), the output layer and final norm (last stage),
-    after tensor parallelism; `tp`, `first`, `last` may be numpy arrays (the search prices many plans at once)."""
+    after tensor parallelism (a tied table once on a rank holding both ends: pp 1, DualPipeV's rank 0); `tp`, `first`,
+    `last` may be numpy arrays (the search prices many plans at once)."""
     table = model.vocab * model.hidden / tp
     if pp == 1:
         return table * (1 if model.tied_embeddings else 2) + model.hidden
-    return table * (1 * first + 1 * last) + model.hidden * last
+    return table * (1 * first + 1 * last - 1 * (first & last) * bool(model.tied_embeddings)) + model.hidden * last
 
 
 @lru_cache(maxsize=256)
@@ -440,9 +441,8 @@ def pp_transfers(plan, first: bool, last: bool, p2p_bytes: float, turn: bool = F
 
     Each chunk boundary sends activations forward and receives gradients backward, per micro-batch. The interleaved
     schedule overlaps them with the next chunk's computation (Megatron-Core overlap_p2p_comm, on by default for
-    interleaving); plain 1F1B waits for them, and so do DualPipe and DualPipeV (deepseek-ai/DualPipe waits on its
-    batched isend / irecv before the next pass). `turn`: DualPipeV's rank p − 1, whose chunk 0 hands to its chunk 1
-    without a message (`first` / `last`: the stage holds the embedding / the output layer)."""
+    interleaving); 1F1B, DualPipe and DualPipeV wait for them (deepseek-ai/DualPipe waits on its batched isend /
+    irecv before the next pass). `turn`: DualPipeV's rank p − 1, whose chunk 0 hands to its chunk 1 locally."""
     if plan.pp <= 1:
         return []
     n_send = (plan.vpp if not last else plan.vpp - 1) - turn

@@ -6,13 +6,7 @@ from functools import lru_cache
 
 from narrowpath.catalog import store
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import Plan, uneven_split_error
-
-
-def chunk_stage(j: int, pp: int, v_shape: bool = False) -> int:
-    """The stage holding chunk (virtual stage) j: j mod pp (Megatron's interleaving), or on a V (DualPipeV, two
-    chunks per stage) j for the first pp and 2·pp − 1 − j for the rest, so stage 0 holds the first and the last."""
-    return (j if j < pp else 2 * pp - 1 - j) if v_shape else j % pp
+from narrowpath.spec.plan import Plan, chunk_stage, uneven_split_error
 
 
 @lru_cache(maxsize=1024)

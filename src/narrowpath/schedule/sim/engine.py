@@ -169,7 +169,6 @@ class StepEngine:
                 if rec[5] == 2:
                     del msgs[mid]
                 continue
-            self._pp_wait = self._pp_wait + np.maximum(0.0, end - (rec[0] if is_send else rec[2]))
             later = end > t
             if later.any():
                 t = np.maximum(t, end)
@@ -180,6 +179,7 @@ class StepEngine:
             rec[5] += 1
             if rec[5] == 2:
                 del msgs[mid]
+        self._pp_wait = self._pp_wait + (t - clock)  # the exchange's wall time: its messages overlap in time
         st.clock, st.cause = t, cz
         return True
 

@@ -63,6 +63,7 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode:
                 if missing is not None:
                     wake[missing] = i
                     break
+                t_in = t
                 for key in it.messages:
                     mid = key[0]
                     if mid not in ends:
@@ -71,9 +72,9 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode:
                     s0, e = ends[mid]
                     if mode == "async" and key[1]:
                         continue  # the send runs beside the next pass
-                    wait += max(0.0, e - posts[key])
                     if e > t:
                         t = e
+                wait += t - t_in  # the exchange's wall time: its messages overlap in time
             else:
                 start = t
                 t += pass_s[(i, it.kind, it.chunk)]

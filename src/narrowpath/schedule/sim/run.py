@@ -26,6 +26,7 @@ from narrowpath.schedule.sim.work import build_sim_work
 from narrowpath.schedule.step import StepPrediction, predict
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.noise import NoiseSpec
+from narrowpath.spec.plan import SPLIT_DEFAULTS
 from narrowpath.spec.scenario import Scenario
 
 SLACK = "slack (delays off the critical path)"
@@ -137,8 +138,11 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     own = scenario.plan.pipeline_schedule if scenario.plan.pipeline_schedule in ("dualpipe", "dualpipev") else "auto"
     want = schedule if schedule in ("dualpipe", "dualpipev") else "auto"
     if want != own and scenario.plan.pp > 1 and schedule is not None:
-        # DualPipe(V) changes what a rank holds and syncs, not only the order: price the plan that runs it
-        scenario = dataclasses.replace(scenario, plan=dataclasses.replace(scenario.plan, pipeline_schedule=want))
+        # DualPipe(V) changes what a rank holds and syncs, not only the order: price the plan that runs it (a chunk
+        # layout written for Megatron's placement means other stages on a V, and back: the split is automatic)
+        split = SPLIT_DEFAULTS if "dualpipev" in (want, own) else {}
+        scenario = dataclasses.replace(scenario, plan=dataclasses.replace(scenario.plan, pipeline_schedule=want,
+                                                                          **split))
     pred = predict(scenario, calibration)
     scn = pred.scenario
     passes = 2 * scn.plan.pp * scn.plan.vpp * pred.workload.num_microbatches
