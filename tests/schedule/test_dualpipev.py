@@ -12,7 +12,7 @@ from torch.distributed.pipelining.schedules import ScheduleDualPipeV, _Computati
 
 from narrowpath.catalog import load_scenario
 from narrowpath.cli.main import main
-from narrowpath.cost.memory import in_flight_chunk_passes, layer_activation_bytes
+from narrowpath.cost.memory import in_flight_chunk_passes, in_flight_microbatches, layer_activation_bytes
 from narrowpath.errors import SimulationError, SpecError
 from narrowpath.schedule.pipeline import dualpipev_paired_fraction, dualpipev_time_s
 from narrowpath.schedule.sim import simulate
@@ -384,3 +384,14 @@ def test_a_stages_clock_is_its_passes_plus_its_exchanges(p, extra, msg_s, sched)
     busy = [sum(dur[(prog.stage, x.kind, x.chunk)] for x in prog.items if not isinstance(x, Exchange))
             for prog in progs]
     assert pb.pp_wait_s == pytest.approx(sum(pb.ends_s) - sum(busy), abs=1e-9)
+
+
+def test_the_distance_budget_reads_the_vs_mean_in_flight_depth():
+    """cost.memory.in_flight_microbatches on a V: (2p + 1)/2 micro-batches of the stage on every rank (2p + 1 chunk
+    forwards of half the stage each) — what the distance budget's activation traffic reads; Megatron's interleaved
+    vpp 2 on the same stages would hold 2(p − s − 1) + p + 1 chunk forwards instead."""
+    s = load_scenario("llama3-70b-h100-256")
+    v, inter = _v(s, pp=4, dp=8, gbs=64), dataclasses.replace(s, plan=dataclasses.replace(s.plan, pp=4, vpp=2,
+                                                                                           dp=8, gbs=64))
+    assert [in_flight_microbatches(i, v) for i in range(4)] == [4.5] * 4
+    assert [in_flight_microbatches(i, inter) for i in range(4)] == [5.5, 4.5, 3.5, 2.5]

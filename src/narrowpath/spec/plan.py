@@ -391,7 +391,7 @@ class Plan:
         return self.pipeline_schedule == "dualpipe" and self.pp > 1
 
 
-def chunk_stage(j: int, pp: int, v_shape: bool = False) -> int:
+def chunk_stage(j: int, pp: int, v_shape: bool) -> int:
     """The stage holding chunk (virtual stage) j: j mod pp (Megatron's interleaving), or on a V (DualPipeV, two
     chunks per stage) j for the first pp and 2·pp − 1 − j for the rest, so stage 0 holds the first and the last."""
     return (j if j < pp else 2 * pp - 1 - j) if v_shape else j % pp
