@@ -395,3 +395,33 @@ def test_the_distance_budget_reads_the_vs_mean_in_flight_depth():
                                                                                            dp=8, gbs=64))
     assert [in_flight_microbatches(i, v) for i in range(4)] == [4.5] * 4
     assert [in_flight_microbatches(i, inter) for i in range(4)] == [5.5, 4.5, 3.5, 2.5]
+
+
+def test_partial_recompute_and_offload_count_per_chunk_on_the_v():
+    """recompute_layers / offload_layers count per chunk (Megatron's block method), so on a V with uneven chunks each
+    chunk keeps min(R, n_c) layers' inputs or offloads min(R, n_c) layers: Llama-3 70B, pp 4, chunks 4, 12, 10, 14 |
+    6, 10, 12, 12, full recompute of 4 layers per chunk — stage 0 holds 8 forwards of chunk 0 (4 layers, all
+    recomputed: 4 inputs) and 1 of chunk 1 (12 layers: 4 inputs + 8 whole layers); offloading 4 layers per chunk
+    instead keeps 8·0 + 1·8 whole layers there."""
+    s = load_scenario("llama3-70b-h100-256")
+    layout = (4, 12, 10, 14, 6, 10, 12, 12)
+    rc = _v(s, pp=4, dp=8, gbs=64, chunk_layers=layout, recompute="full", recompute_layers=4)
+    off = _v(s, pp=4, dp=8, gbs=64, chunk_layers=layout, offload_layers=4)
+    whole = layer_activation_bytes(dataclasses.replace(rc, plan=dataclasses.replace(rc.plan, recompute="selective",
+                                                                                    recompute_layers=0)), "flash")
+    inp = layer_activation_bytes(rc, "flash")  # a fully recomputed layer keeps its input
+    emb_out = 2 * 1 * 8192 * 8192 / 8  # b·s·h 16-bit, sequence parallel over tp 8
+    a_rc = predict(rc).memory_by_stage[0].items["activations"]
+    assert a_rc == pytest.approx(8 * (4 * inp) + 1 * (4 * inp + 8 * whole) + 8 * emb_out, rel=1e-9)
+    a_off = predict(off).memory_by_stage[0].items["activations"]
+    assert a_off == pytest.approx(8 * 0.0 + 1 * (8 * whole) + 8 * emb_out, rel=1e-9)
+
+
+def test_simulate_refuses_to_move_a_stated_split_between_placements(capsys):
+    """A chunk layout written for Megatron's placement means other stages on a V: simulate --schedule dualpipev on
+    such a plan refuses in one line rather than dropping the split; a pipeline of one stage is refused first."""
+    one_line_error(capsys, ["simulate", "llama3-70b-h100-256", "--vpp", "2", "--chunk-layers",
+                            "5,15,10,10,10,10,5,15", "--pipeline-schedule", "auto", "--schedule", "dualpipev",
+                            "--steps", "1"], "--schedule dualpipev", "layer split")
+    one_line_error(capsys, ["simulate", "llama3-70b-h100-256", "--pp", "1", "--schedule", "dualpipev",
+                            "--steps", "1"], "pp >= 2")

@@ -154,8 +154,13 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         f_off = offload_fraction(p, len(stage_layers))
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off
-        chunk_acts = [((1 - f_rc) * a + f_rc * len(r) * (layer_input or 0.0)) * (1 - f_off)
-                      for a, r in zip(chunk_acts, rng)]
+        # per chunk, recompute_layers / offload_layers count per chunk (Megatron's block method): min(1, R / n_c)
+        fr = [recompute_fraction(p, len(r) * p.vpp) for r in rng]
+        fo = [offload_fraction(p, len(r) * p.vpp) for r in rng]
+        if any(fr) and layer_input is None:
+            layer_input = layer_activation_bytes(scn, attention_kernel)
+        chunk_acts = [((1 - f) * a + f * len(r) * (layer_input or 0.0)) * (1 - o)
+                      for a, r, f, o in zip(chunk_acts, rng, fr, fo)]
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit
         emb = embedding_params(scn, st.index == 0, st.index == p.head_stage) if model.arch == "transformer" else 0.0

@@ -129,10 +129,10 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
                                   f"{scenario.plan.vpp}")
         check_dualpipe(scenario.plan.pp, scenario.plan.num_microbatches, "--schedule dualpipe")
     if schedule == "dualpipev":
+        check_dualpipev(scenario.plan.pp, scenario.plan.num_microbatches, "--schedule dualpipev")
         if scenario.plan.vpp != 2:
             raise SimulationError(f"--schedule dualpipev: runs two chunks per stage (a V), the plan has vpp="
                                   f"{scenario.plan.vpp}: give --vpp 2")
-        check_dualpipev(scenario.plan.pp, scenario.plan.num_microbatches, "--schedule dualpipev")
     if schedule == "interleaved" and scenario.plan.vpp == 1:
         schedule = "1f1b"  # what build_programs plays for one chunk: say so
     own = scenario.plan.pipeline_schedule if scenario.plan.pipeline_schedule in ("dualpipe", "dualpipev") else "auto"
@@ -141,6 +141,10 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
         # DualPipe(V) changes what a rank holds and syncs, not only the order: price the plan that runs it (a chunk
         # layout written for Megatron's placement means other stages on a V, and back: the split is automatic)
         split = SPLIT_DEFAULTS if "dualpipev" in (want, own) else {}
+        if split and scenario.plan.custom_split:
+            raise SimulationError(f"--schedule {schedule}: the plan's layer split is laid out for "
+                                  f"{'the V' if own == 'dualpipev' else 'Megatron placement'}; give the plan with "
+                                  f"--pipeline-schedule {want} and its own split, or drop the split")
         scenario = dataclasses.replace(scenario, plan=dataclasses.replace(scenario.plan, pipeline_schedule=want,
                                                                           **split))
     pred = predict(scenario, calibration)
