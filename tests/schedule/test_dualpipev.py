@@ -324,8 +324,12 @@ def test_console_json_analysis_and_search_say_dualpipev(capsys):
     assert main(args) == 0
     captured = capsys.readouterr()
     assert "DualPipeV is priced for the best plans" in captured.err
-    best = json.loads(captured.out)["best_dualpipev"]
+    out = json.loads(captured.out)
+    best = out["best_dualpipev"]
     assert best["pp"] == 16 and best["step_time_s"] > 0
+    # the table's "yours" row is the Megatron twin; the plan as given is priced under its own schedule beside it
+    given = predict(_v(load_scenario("deepseek-v3-h800-2048")))
+    assert out["yours_dualpipev"]["step_time_s"] == pytest.approx(given.step_time_s, rel=1e-12)
 
 
 def test_chunk_layers_are_checked_on_the_v():

@@ -164,6 +164,7 @@ def run(args) -> int:
         base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **SPLIT_DEFAULTS))
     dualpipe = base.plan.pipeline_schedule in ("dualpipe", "dualpipev")
     name = {"dualpipe": "DualPipe", "dualpipev": "DualPipeV"}.get(base.plan.pipeline_schedule, "")
+    given = base  # the plan as the user gave it: the table's "yours" row is its Megatron twin
     if dualpipe:
         print(f"note: the search ranks Megatron's schedules (1F1B, interleaved); {name} is priced for the best plans "
               f"below (predict, analyze and simulate take --pipeline-schedule {base.plan.pipeline_schedule})",
@@ -190,6 +191,7 @@ def run(args) -> int:
     balanced = _balanced_best(result, space) if args.objective == "time" else None
     knobs = None if balanced is None else {k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()}
     dual = _dualpipe_best(result, space, schedule) if dualpipe else None
+    own = _priced_or_none(given) if dualpipe else None
     if args.json:
         out = search_to_json(result, args.top)
         out["best_rebalanced"] = None if balanced is None else {
@@ -200,6 +202,8 @@ def run(args) -> int:
                 **{k: getattr(dp_plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "recompute")},
                 "recompute_modules": list(dp_plan.recompute_modules), "step_time_s": dual.step_time_s,
                 "fits": dual.memory.fits, "memory_bytes": dual.memory.total_bytes}
+            out[f"yours_{schedule}"] = None if own is None else {
+                "step_time_s": own.step_time_s, "fits": own.memory.fits, "memory_bytes": own.memory.total_bytes}
         print(json.dumps(out, indent=2))
     else:
         print(format_search(result, args.top))
@@ -210,6 +214,9 @@ def run(args) -> int:
             print(f"  the best plan with its pipeline stages rebalanced ({what}; the search keeps the automatic "
                   f"split): {pred.step_time_s:.3f} s, {(best - pred.step_time_s) / best:.1%} faster"
                   + ("" if pred.memory.fits else " (does not fit)"))
+        if own is not None:
+            print(f"  your plan as given, under {name}: {own.step_time_s:.3f} s" + ("" if own.memory.fits else
+                  " (does not fit)") + f" (the 'yours' row ranks its twin under Megatron's schedule)")
         if isinstance(dual, str):
             print(f"  {name}: {dual}")
         elif dual is not None:
@@ -220,6 +227,15 @@ def run(args) -> int:
                   f"{(best - dual.step_time_s) / best:+.1%} faster than the best as searched; "
                   + (f"fits ({dual.memory.total_bytes / 1e9:.1f} GB)" if dual.memory.fits else memory_warning(dual)))
     return 0
+
+
+def _priced_or_none(scn):
+    """predict() of the scenario, or None where it cannot be priced (the search has said why elsewhere)."""
+    from narrowpath.errors import NarrowpathError
+    try:
+        return predict(scn)
+    except NarrowpathError:
+        return None
 
 
 DUALPIPE_TRIED = 20
