@@ -277,3 +277,4 @@ def test_zero3_kept_gathered_is_priced_not_reset(reshard):
     assert (True, 1) in kept_pp
     assert ((False, 3) in kept_pp) == (reshard == "unless_pp")
 
+

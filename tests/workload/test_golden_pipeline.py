@@ -84,3 +84,36 @@ def test_embedding_and_output_layer_parameters_per_stage():
     assert embedding_params(scn, True, False) == 262_668_288
     assert embedding_params(scn, False, True) == 262_668_288 + 4_096
     assert embedding_params(scn, False, False) == 0
+
+
+def test_block_recompute_and_offload_count_per_chunk():
+    """Megatron's block method re-runs (or offloads) the first k layers of every chunk, so a chunk holding fewer than
+    k layers gives all it has: chunks of 1 and 3 layers with k = 2 cover 1 + 2 = 3 of 4 layers (0.75), where the
+    stage's count alone (k·vpp / 4 = 1.0) would over-count; chunks of 2 and 2 cover 4 of 4 either way, and equal
+    chunks reproduce the stage-count form bit for bit."""
+    rc = Plan(pp=2, vpp=2, recompute="full", recompute_layers=2)
+    off = Plan(pp=2, vpp=2, offload_layers=2)
+    assert recompute_fraction(rc, (1, 3)) == 0.75 and offload_fraction(off, (1, 3)) == 0.75
+    assert recompute_fraction(rc, 4) == 1.0 and recompute_fraction(rc, (2, 2)) == 1.0
+    assert recompute_fraction(Plan(pp=2, vpp=2, recompute="full", recompute_layers=1), (3, 3)) == \
+        recompute_fraction(Plan(pp=2, vpp=2, recompute="full", recompute_layers=1), 6)
+    assert recompute_fraction(Plan(recompute="full"), (1, 3)) == 1.0 and offload_fraction(Plan(), (1, 3)) == 0.0
+    assert recompute_fraction(rc, (0, 0)) == 1.0 and offload_fraction(off, (0, 0)) == 0.0
+
+
+def test_a_stage_with_a_short_chunk_recomputes_what_its_chunks_hold():
+    """Llama-3 8B on pp 2 × vpp 2 with chunks of 2, 14 | 14, 2 layers (stage 0: chunks 0 and 2, 2 + 14 layers) and a
+    full recompute of 4 layers per chunk: stage 0 re-runs 2 + 4 = 6 of its 16 layers, so its recompute FLOPs are
+    6/16 of a full recompute's (the stage count alone would say 4·2/16 = 8/16)."""
+    import dataclasses
+    from narrowpath.catalog import load_scenario
+    from narrowpath.workload.build import build_workload
+    s = load_scenario("llama3-8b-h100-8")
+    plan = dataclasses.replace(s.plan, pp=2, vpp=2, dp=4, zero_stage=1, gbs=64, chunk_layers=(2, 14, 14, 2),
+                               recompute="full")
+
+    def recompute_flop(p) -> float:
+        st = build_workload(dataclasses.replace(s, plan=p), "flash").stages[0]
+        return sum(op.flop * c for op, c in st.ops if op.phase == "recompute")
+    part = recompute_flop(dataclasses.replace(plan, recompute_layers=4))
+    assert part == pytest.approx(6 / 16 * recompute_flop(plan), rel=1e-12)

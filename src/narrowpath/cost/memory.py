@@ -147,16 +147,16 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             layer_acts += mtp
             chunk_acts[-1] += mtp
         # a full recompute keeps only its layers' inputs; offloaded layers keep theirs in host memory
-        f_rc = recompute_fraction(p, len(stage_layers))
+        f_rc = recompute_fraction(p, tuple(len(r) for r in rng))
         if f_rc and layer_input is None:
             layer_input = layer_activation_bytes(scn, attention_kernel)
         inputs = len(stage_layers) * layer_input if f_rc else 0.0
-        f_off = offload_fraction(p, len(stage_layers))
+        f_off = offload_fraction(p, tuple(len(r) for r in rng))
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off
         # per chunk, recompute_layers / offload_layers count per chunk (Megatron's block method): min(1, R / n_c)
-        fr = [recompute_fraction(p, len(r) * p.vpp) for r in rng]
-        fo = [offload_fraction(p, len(r) * p.vpp) for r in rng]
+        fr = [recompute_fraction(p, (len(r),)) for r in rng]
+        fo = [offload_fraction(p, (len(r),)) for r in rng]
         if any(fr) and layer_input is None:
             layer_input = layer_activation_bytes(scn, attention_kernel)
         chunk_acts = [((1 - f) * a + f * len(r) * (layer_input or 0.0)) * (1 - o)

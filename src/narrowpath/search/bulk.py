@@ -233,11 +233,15 @@ class Bulk:
         g = self.shape_of[rows]
         out = {"counts": np.zeros((len(self.shapes), Q, K)), "first": np.zeros((len(self.shapes), Q), dtype=bool),
                "last": np.zeros((len(self.shapes), Q), dtype=bool), "mult": np.zeros((len(self.shapes), Q)),
-               "minidx": np.zeros((len(self.shapes), Q), dtype=np.int64), "layers": np.zeros((len(self.shapes), Q))}
+               "minidx": np.zeros((len(self.shapes), Q), dtype=np.int64), "layers": np.zeros((len(self.shapes), Q)),
+               "chunks": np.zeros((len(self.shapes), Q, max((sh.chunks.shape[1] for sh in self.shapes), default=1)))}
         for j, sh in enumerate(self.shapes):
             q = len(sh.mult)
             for k in out:
-                out[k][j, :q] = getattr(sh, k)
+                if k == "chunks":  # padded with empty chunks, which no share counts
+                    out[k][j, :q, :sh.chunks.shape[1]] = sh.chunks
+                else:
+                    out[k][j, :q] = getattr(sh, k)
         return {k: v[g] for k, v in out.items()}
 
     # ---- structural rows: memory, compute, bound ----------------------------------------------------------------------
@@ -343,17 +347,19 @@ class Bulk:
                                 parts_id=self._intern(np.column_stack(sig + [LA, mtp_acts])))
 
     def _per_class(self, rows, sh, fn) -> np.ndarray:
-        """fn(stand-in plan, stage layers) per (row, class), once per distinct (strategy, vpp, layers)."""
+        """fn(stand-in plan, the class's chunk layer counts) per (row, class), once per distinct (strategy, vpp,
+        chunks)."""
         strat = self.cols["strat"][rows]
         vpp = self.cols["vpp"][rows]
         R, Q = sh["layers"].shape
-        s2, v2, n2 = (np.repeat(strat, Q), np.repeat(vpp, Q), sh["layers"].reshape(-1).astype(np.int64))
-        first, inv = unique_rows(s2, v2, n2)
+        s2, v2 = np.repeat(strat, Q), np.repeat(vpp, Q)
+        ch = sh["chunks"].reshape(R * Q, -1).astype(np.int64)
+        first, inv = unique_rows(s2, v2, *ch.T)
         vals = []
         for i in first:
             rc, rcl, off, _ = self.t.strategies[int(s2[i])]
             pl = _StandIn(recompute=rc, recompute_layers=rcl, offload_layers=off, vpp=int(v2[i]))
-            vals.append(fn(pl, int(n2[i])))
+            vals.append(fn(pl, tuple(int(n) for n in ch[i, :int(v2[i])])))
         return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
 
     def _intern(self, sig: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from narrowpath.workload.attention import kv_pair_width_per_rank
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
-from narrowpath.workload.split import plan_layer_ranges, split_notes
+from narrowpath.workload.split import offload_fraction, plan_layer_ranges, recompute_fraction, split_notes
 from narrowpath.workload.recompute import (alternate_matmuls_recomputed, kept_bytes, modules_of, recompute_ops,
                                           tp_block_recomputed)
 from narrowpath.workload.precision import (core_dtype, gather_bytes, operand_bytes, quantize_cost,
@@ -95,23 +95,6 @@ def zero_shards(plan, *, expert: bool = False) -> int:
     (Megatron's distributed optimizer uses the dp×cp group), or for routed experts the expert-dp group
     tp·cp·dp / (etp·ep)."""
     return plan.expert_dp if expert else plan.dp * plan.cp
-
-
-def recompute_fraction(plan, stage_layers: int) -> float:
-    """Share of a stage's layers a full recompute re-runs: recompute_layers per chunk of stage_layers/vpp (all
-    when recompute_layers is 0; none without full recompute)."""
-    if plan.recompute != "full":
-        return 0.0
-    if not plan.recompute_layers or not stage_layers:
-        return 1.0
-    return min(1.0, plan.recompute_layers * plan.vpp / stage_layers)
-
-
-def offload_fraction(plan, stage_layers: int) -> float:
-    """Share of a stage's layers whose saved activations live in host memory (offload_layers per chunk)."""
-    if not plan.offload_layers or not stage_layers:
-        return 0.0
-    return min(1.0, plan.offload_layers * plan.vpp / stage_layers)
 
 
 def unrecomputed_layer_bytes(model, plan, kernel: str, moe_layer: bool, window: bool) -> float:
@@ -478,7 +461,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     for i, ranges in enumerate(plan_layer_ranges(model, plan)):
         idx = [li for r in ranges for li in r]
         first, last, turn = i == 0, i == plan.head_stage, plan.dualpipev and i == plan.pp - 1
-        key = (tuple(kind_of[li] for li in idx), first, last, turn)
+        key = (tuple(kind_of[li] for li in idx), tuple(len(r) for r in ranges), first, last, turn)
         if key in alike:
             stages.append(dataclasses.replace(alike[key], index=i))
             continue
@@ -507,11 +490,11 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         elif zero2_per_microbatch(plan):
             xf += zero2_transfers(plan, emb, 0.0)
         xf += pp_transfers(plan, first, last, p2p, turn)
-        f_rc = recompute_fraction(plan, len(idx))
+        f_rc = recompute_fraction(plan, tuple(len(r) for r in ranges))
         if plan.recompute == "full" and f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
             ops = [(op, c * f_rc if op.phase == "recompute" else c) for op, c in ops]
             xf = [(tr, c * f_rc if tr.phase == "recompute" else c) for tr, c in xf]
-        f_off = offload_fraction(plan, len(idx))
+        f_off = offload_fraction(plan, tuple(len(r) for r in ranges))
         if f_off > 0:
             # saved activations to host memory in forward and back for backward, hidden behind compute while the
             # host link keeps up (the activation bytes are those of the offloaded layers, workload.offload_bytes)

@@ -178,3 +178,28 @@ def end_chunk_layouts(layers: int, pp: int, vpp: int) -> list[tuple[int, ...]]:
             if 0 <= b <= c and min(a + (vpp - 1) * c, b + (vpp - 1) * c) >= 1:
                 out.append((a,) + (c,) * (n - 2) + (b,))
     return out
+
+
+def recompute_fraction(plan, layers: int | tuple[int, ...]) -> float:
+    """Share of a stage's layers a full recompute re-runs: recompute_layers per chunk (Megatron's block method; all
+    when recompute_layers is 0; none without full recompute). `layers`: the stage's chunks' layer counts — a chunk
+    re-runs min(its layers, recompute_layers) — or the stage's count with its layers split evenly over vpp chunks."""
+    if plan.recompute != "full":
+        return 0.0
+    return _per_chunk_share(plan.recompute_layers, plan.vpp, layers, 1.0)
+
+
+def offload_fraction(plan, layers: int | tuple[int, ...]) -> float:
+    """Share of a stage's layers whose saved activations live in host memory (offload_layers per chunk; `layers` as
+    in recompute_fraction)."""
+    return _per_chunk_share(plan.offload_layers, plan.vpp, layers, 0.0)
+
+
+def _per_chunk_share(k: int, vpp: int, layers: int | tuple[int, ...], unset: float) -> float:
+    """Share of a stage's layers that k layers per chunk cover (`unset` when k is 0 or the stage has none)."""
+    total = sum(layers) if isinstance(layers, tuple) else layers
+    if not k or not total:
+        return unset
+    if isinstance(layers, tuple):
+        return sum(min(n, k) for n in layers) / total
+    return min(1.0, k * vpp / total)
