@@ -224,7 +224,8 @@ def run(args) -> int:
             print(f"  the fastest of the first {DUALPIPE_TRIED} plans under {name} (vpp {dual.scenario.plan.vpp}; "
                   f"pp {dual.scenario.plan.pp}, "
                   f"mbs {dual.scenario.plan.mbs}, recompute {dual.scenario.plan.recompute}): {dual.step_time_s:.3f} s, "
-                  f"{(best - dual.step_time_s) / best:+.1%} faster than the best as searched; "
+                  f"{abs(best - dual.step_time_s) / best:.1%} {'faster' if dual.step_time_s <= best else 'slower'} "
+                  "than the best as searched; "
                   + (f"fits ({dual.memory.total_bytes / 1e9:.1f} GB)" if dual.memory.fits else memory_warning(dual)))
     return 0
 
