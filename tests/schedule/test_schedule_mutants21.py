@@ -145,3 +145,24 @@ def test_a_static_batch_that_needs_exactly_the_lanes_blocks_runs():
     _static(_FixedCost(), lim, np.arange(2), np.zeros(2), np.array([10, 10]), np.array([6, 6]), first, finish, tot,
             None)
     assert first.tolist() == [1.0, 1.0] and finish.tolist() == [6.0, 6.0]
+
+
+def test_the_layout_chooser_prices_candidates_with_the_runs_calibration():
+    """Llama-3 8B on two H100 with tp and pp unpublished: under the shipped calibration tensor parallelism serves
+    faster (tp 2); under a calibration whose NVLink runs at 0.1 % of its bandwidth with 2 ms per message, the
+    per-token all-reduces lose to a two-stage pipeline (pp 2) — so the choice must be priced with the calibration
+    the run is given, not the device's default."""
+    import dataclasses
+
+    from narrowpath.catalog import calibration_for
+    from narrowpath.schedule.serving_run import simulate
+    from narrowpath.spec.calibration import TierCalibration
+    scn = ServingScenario(system=H100, model=model("llama3-8b"), plan=ServingPlan(tp=2, pp=1),
+                          load=Load(arrival="offline", input_tokens=256, output_tokens=64, num_requests=64),
+                          num_gpus=2)
+    cal = calibration_for(H100.device.name)
+    slow = dataclasses.replace(cal, tiers={**cal.tiers, "scale_up": TierCalibration(bw_efficiency=0.001,
+                                                                                    alpha_s=2e-3)})
+    assert simulate(scn, ("tp", "pp"), None, log_lane=False).scenario.plan.tp == 2
+    chosen = simulate(scn, ("tp", "pp"), slow, log_lane=False).scenario.plan
+    assert (chosen.tp, chosen.pp) == (1, 2)
