@@ -80,7 +80,8 @@ def stage_note(pred, stage: int) -> str:
     if {"weights", "gradients", "optimizer_state"} & set(diff):
         why.append("rank 0 also holds the embedding and output layers, and ranks hold different layers" if v else
                    "the first and last stages also hold the embedding and output layers")
-    return (f"sizes are stage {stage}'s (the critical stage by time); the memory table shows stage {mem_stage} "
+    unit = "pipeline rank" if v else "stage"  # a V's rank holds two virtual stages
+    return (f"sizes are {unit} {stage}'s (the critical {unit} by time); the memory table shows {unit} {mem_stage} "
             f"(the most loaded in memory): {vals} — {', '.join(why)}")
 
 
