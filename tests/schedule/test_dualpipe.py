@@ -18,9 +18,10 @@ from narrowpath.schedule.pipeline import dualpipe_bubble_s, dualpipe_paired_frac
     pipeline_time_s
 from narrowpath.schedule.sim import simulate
 from narrowpath.schedule.sim.playback import play
-from narrowpath.schedule.sim.programs import Exchange, Pass, build_programs, completing_passes, order_dualpipe
+from narrowpath.schedule.sim.programs import Pass, build_programs, completing_passes, order_dualpipe
 from narrowpath.schedule.step import predict
 from narrowpath.spec.plan import Plan
+from tests.schedule.program_messages import posted_messages
 
 
 def _passes(p: int, m: int, i: int) -> list[Pass]:
@@ -59,15 +60,12 @@ def test_messages_flow_up_the_ranks_in_direction_0_and_down_in_direction_1():
     send has its receive."""
     p, m = 4, 8
     sends, recvs = Counter(), Counter()
-    for prog in build_programs("dualpipe", p, 1, m):
-        for it in prog.items:
-            if isinstance(it, Exchange):
-                for mid, is_send in it.messages:
-                    kind, src, chunk, _, dst = mid
-                    step = 1 if (chunk == 0) == (kind == "F") else -1
-                    assert dst == src + step
-                    assert (src if is_send else dst) == prog.stage
-                    (sends if is_send else recvs)[mid] += 1
+    for stage, mid, is_send in posted_messages(build_programs("dualpipe", p, 1, m)):
+        kind, src, chunk, _, dst = mid
+        step = 1 if (chunk == 0) == (kind == "F") else -1
+        assert dst == src + step
+        assert (src if is_send else dst) == stage
+        (sends if is_send else recvs)[mid] += 1
     assert sends == recvs and set(sends.values()) == {1}
 
 

@@ -23,6 +23,7 @@ from narrowpath.spec.plan import Plan
 from narrowpath.workload.build import build_workload
 from narrowpath.workload.split import chunk_stage, stage_layer_ranges
 from tests.cli.one_line import one_line_error
+from tests.schedule.program_messages import posted_messages
 
 _KIND = {_ComputationType.FORWARD: "F", _ComputationType.FULL_BACKWARD: "BW",
          _ComputationType.BACKWARD_INPUT: "B", _ComputationType.BACKWARD_WEIGHT: "W"}
@@ -88,11 +89,8 @@ def test_messages_go_up_through_chunk_0_and_down_through_chunk_1():
     rank 0, where the loss is); gradients the other way; every send has its matching receive."""
     p, m = 4, 8
     sends, recvs = set(), set()
-    for prog in build_programs("dualpipev", p, 2, m):
-        for it in prog.items:
-            if isinstance(it, Exchange):
-                for mid, is_send in it.messages:
-                    (sends if is_send else recvs).add(mid)
+    for _, mid, is_send in posted_messages(build_programs("dualpipev", p, 2, m)):
+        (sends if is_send else recvs).add(mid)
     assert sends == recvs
     for kind, src, chunk, mb, dst in sends:
         up = (chunk == 0) == (kind == "F")

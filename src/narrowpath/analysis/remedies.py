@@ -102,7 +102,8 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
                                  lambda: with_plan_repaired(scn, vpp=vpp), targets=("bubble",)))
         m = p.num_microbatches
         moe = scn.model.moe is not None  # DualPipe's F&B pairs hide the expert all-to-all (ep_overlap)
-        now = "DualPipeV" if p.dualpipev else "interleaved 1F1B" if p.vpp > 1 else "1F1B"
+        now = "DualPipe" if p.dualpipe else "DualPipeV" if p.dualpipev else \
+            "interleaved 1F1B" if p.vpp > 1 else "1F1B"  # the plan's schedule, for the two candidates' words
         if not p.dualpipe and not recurrent and p.pp % 2 == 0 and m % 2 == 0 and m >= 2 * p.pp:
             out.append(Candidate("dualpipe", f"DualPipe instead of {now} (both ends feed the pipeline, two stages per "
                                  "rank" + ("; F&B pairs hide the expert all-to-all" if moe else "") + ")"
@@ -111,7 +112,6 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
                                                             **({"ep_overlap": True} if moe else {})),
                                  targets=("bubble", "exposed_ep_comm") if moe else ("bubble",)))
         if not p.dualpipev and not recurrent and m >= 2 * p.pp and scn.model.layers >= 2 * p.pp:
-            now = "DualPipe" if p.dualpipe else "interleaved 1F1B" if p.vpp > 1 else "1F1B"
             out.append(Candidate("dualpipev", f"DualPipeV instead of {now} (one model copy on a V of 2·pp chunks, "
                                  "its ends both on rank 0" + ("; F&B pairs hide the expert all-to-all" if moe else "")
                                  + ")" + (f", vpp {p.vpp} -> 2" if p.vpp != 2 else ""),

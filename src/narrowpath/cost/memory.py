@@ -147,20 +147,21 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             layer_acts += mtp
             chunk_acts[-1] += mtp
         # a full recompute keeps only its layers' inputs; offloaded layers keep theirs in host memory
-        f_rc = recompute_fraction(p, tuple(len(r) for r in rng))
-        if f_rc and layer_input is None:
+        sizes = tuple(len(r) for r in rng)
+        f_rc = recompute_fraction(p, sizes)
+        if f_rc and layer_input is None:  # (a chunk recomputes only where its stage does)
             layer_input = layer_activation_bytes(scn, attention_kernel)
         inputs = len(stage_layers) * layer_input if f_rc else 0.0
-        f_off = offload_fraction(p, tuple(len(r) for r in rng))
+        f_off = offload_fraction(p, sizes)
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off
-        # per chunk, recompute_layers / offload_layers count per chunk (Megatron's block method): min(1, R / n_c)
-        fr = [recompute_fraction(p, (len(r),)) for r in rng]
-        fo = [offload_fraction(p, (len(r),)) for r in rng]
-        if any(fr) and layer_input is None:
-            layer_input = layer_activation_bytes(scn, attention_kernel)
-        chunk_acts = [((1 - f) * a + f * len(r) * (layer_input or 0.0)) * (1 - o)
-                      for a, r, f, o in zip(chunk_acts, rng, fr, fo)]
+        # DualPipeV holds 2p − s forwards of chunk 0 and s + 1 of chunk 1 at its peak (in_flight_chunk_passes), each
+        # chunk recomputing / offloading its own share (Megatron's block method counts per chunk: min(1, k / n_c))
+        held_fwd = (2 * p.pp - st.index, st.index + 1) if p.dualpipev else None
+        if held_fwd:
+            chunk_acts = [((1 - f) * a + f * n * (layer_input or 0.0)) * (1 - o) for a, n, f, o in zip(
+                chunk_acts, sizes, (recompute_fraction(p, (n,)) for n in sizes),
+                (offload_fraction(p, (n,)) for n in sizes))]
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit
         emb = embedding_params(scn, st.index == 0, st.index == p.head_stage) if model.arch == "transformer" else 0.0
@@ -173,8 +174,6 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)
         infl = in_flight_microbatches(st.index, scn)
-        # DualPipeV holds 2p − s forwards of chunk 0 and s + 1 of chunk 1 at its peak (in_flight_chunk_passes)
-        held_fwd = (2 * p.pp - st.index, st.index + 1) if p.dualpipev else None
         acts = sum(a * n for a, n in zip(chunk_acts, held_fwd)) if held_fwd else layer_acts * infl
         temps = 0.0
         if f_off:  # the layers being copied out or fetched back: one in each direction

@@ -173,16 +173,32 @@ def dualpipe_time_s(fwd_s: list[float], bwd_s: list[float], wgrad_s: list[float]
     """Time of the pipelined part of a DualPipe step with per-stage forward, full backward and weight-gradient
     times of one micro-batch, m micro-batches in all (m/2 per direction): the program played, pipeline messages of
     zero time (the stage times already include them), sends posted as soon as a pass ends (the source posts
-    asynchronous isend / irecv, holding a few back to batch them: module docstring)."""
+    asynchronous isend / irecv, holding a few back to batch them: module docstring). Rank i runs stage i as chunk 0
+    and stage p − 1 − i as chunk 1."""
     p = len(fwd_s)
+    pair = [(i, p - 1 - i) for i in range(p)]
+    return _two_chunk_time_s("dualpipe", 1, *([[x[a], x[b]] for a, b in pair] for x in (fwd_s, bwd_s, wgrad_s)), m)
+
+
+def dualpipev_time_s(fwd_s: list[list[float]], bwd_s: list[list[float]], wgrad_s: list[list[float]], m: int) -> float:
+    """Time of the pipelined part of a DualPipeV step with per-stage, per-chunk forward, full backward and
+    weight-gradient times of one micro-batch (chunk 0: virtual stage i, chunk 1: 2p − 1 − i), every one of the m
+    micro-batches through both: the program played (schedule.sim.programs.order_dualpipev) as DualPipe's is."""
+    return _two_chunk_time_s("dualpipev", 2, fwd_s, bwd_s, wgrad_s, m)
+
+
+def _two_chunk_time_s(schedule: str, v: int, fwd_s: list[list[float]], bwd_s: list[list[float]],
+                      wgrad_s: list[list[float]], m: int) -> float:
+    """A DualPipe-family program played with each rank's two chunks' forward, full backward (BW) and
+    weight-gradient (W) times, its input-gradient backward B = BW − W; messages of zero time, eager sends."""
     durations = {}
-    for i in range(p):
-        for c, s in ((0, i), (1, p - 1 - i)):
-            durations[(i, "F", c)] = fwd_s[s]
-            durations[(i, "BW", c)] = bwd_s[s]
-            durations[(i, "B", c)] = bwd_s[s] - wgrad_s[s]
-            durations[(i, "W", c)] = wgrad_s[s]
-    programs = build_programs("dualpipe", p, 1, m)
+    for i in range(len(fwd_s)):
+        for c in (0, 1):
+            durations[(i, "F", c)] = fwd_s[i][c]
+            durations[(i, "BW", c)] = bwd_s[i][c]
+            durations[(i, "B", c)] = bwd_s[i][c] - wgrad_s[i][c]
+            durations[(i, "W", c)] = wgrad_s[i][c]
+    programs = build_programs(schedule, len(fwd_s), v, m)
     return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode="eager").ends_s)
 
 
@@ -191,42 +207,26 @@ def dualpipe_paired_fraction(stage: int, pp: int, m: int) -> float:
     """Share of pipeline stage `stage`'s passes that run merged with a pass of the other direction (F&B) under
     DualPipe: its forwards and backwards on rank `stage` (direction 0) and on rank p − 1 − `stage` (direction 1),
     counted on the program (schedule.sim.programs.order_dualpipe)."""
-    paired = total = 0
-    for rank, chunk in ((stage, 0), (pp - 1 - stage, 1)):
-        for grp in order_dualpipe(pp, m, rank):
-            for op in grp:
-                if op.chunk == chunk and op.kind != "W":
-                    total += 1
-                    paired += len(grp) == 2
+    counts = [_pair_counts(order_dualpipe(pp, m, rank), chunk) for rank, chunk in ((stage, 0), (pp - 1 - stage, 1))]
+    paired, total = (sum(c[k] for c in counts) for k in (0, 1))
     return paired / total if total else 0.0
-
-
-def dualpipev_time_s(fwd_s: list[list[float]], bwd_s: list[list[float]], wgrad_s: list[list[float]], m: int) -> float:
-    """Time of the pipelined part of a DualPipeV step with per-stage, per-chunk forward, full backward and
-    weight-gradient times of one micro-batch (chunk 0: virtual stage i, chunk 1: 2p − 1 − i), every one of the m
-    micro-batches through both: the program played (schedule.sim.programs.order_dualpipev) as `dualpipe_time_s`
-    plays DualPipe's."""
-    p = len(fwd_s)
-    durations = {}
-    for i in range(p):
-        for c in (0, 1):
-            durations[(i, "F", c)] = fwd_s[i][c]
-            durations[(i, "BW", c)] = bwd_s[i][c]
-            durations[(i, "B", c)] = bwd_s[i][c] - wgrad_s[i][c]
-            durations[(i, "W", c)] = wgrad_s[i][c]
-    programs = build_programs("dualpipev", p, 2, m)
-    return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode="eager").ends_s)
 
 
 @lru_cache(maxsize=1024)
 def dualpipev_paired_fraction(stage: int, pp: int, m: int) -> float:
     """Share of stage `stage`'s chunk passes (forwards and backwards, not the deferred weight gradients) that run
     merged with a pass of its other chunk (F&B) under DualPipeV, counted on its program."""
-    paired = total = 0
-    for grp in order_dualpipev(pp, m, stage):
-        for op in grp:
-            if op.kind != "W":
-                total += 1
-                paired += len(grp) == 2
+    paired, total = _pair_counts(order_dualpipev(pp, m, stage))
     return paired / total if total else 0.0
 
+
+def _pair_counts(groups, chunk: int | None = None) -> tuple[int, int]:
+    """(passes run merged in a group of two, all passes) of a program's forwards and backwards — of `chunk` only
+    when given — its deferred weight gradients left out."""
+    paired = total = 0
+    for grp in groups:
+        for op in grp:
+            if op.kind != "W" and chunk in (None, op.chunk):
+                total += 1
+                paired += len(grp) == 2
+    return paired, total

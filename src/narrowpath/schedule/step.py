@@ -150,7 +150,7 @@ PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fw
 (with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""
 
 
-def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, dualpipe: bool | str = False) -> float:
+def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, schedule: str = "") -> float:
     """Share of pipeline stage `stage`'s passes (chunk passes when interleaved) whose forward runs merged with
     another micro-batch's backward (and whose backward with another's forward); the rest run alone.
 
@@ -169,11 +169,13 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, dualpi
     Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
     (TransformerConfig asserts a virtual pipeline size; Megatron-LM turns vpp 1 into none), whose one-chunk warm-up
     would be 2·(p − s − 1) + 1; v = 1 here counts the same rule on the 1F1B program the pipeline is priced with.
-    DualPipe (`dualpipe` True or "dualpipe", DeepSeek-V3) and DualPipeV ("dualpipev") pair their own way: the share
-    is counted on their programs (schedule.pipeline.dualpipe_paired_fraction, dualpipev_paired_fraction)."""
+    DualPipe (`schedule` "dualpipe", DeepSeek-V3) and DualPipeV ("dualpipev") pair their own way: the share is
+    counted on their programs (schedule.pipeline.dualpipe_paired_fraction, dualpipev_paired_fraction)."""
     m, p, s = max(1, int(num_microbatches)), max(1, int(pp)), int(stage)
-    if dualpipe and p > 1:
-        return dualpipev_paired_fraction(s, p, m) if dualpipe == "dualpipev" else dualpipe_paired_fraction(s, p, m)
+    if schedule == "dualpipe" and p > 1:
+        return dualpipe_paired_fraction(s, p, m)
+    if schedule == "dualpipev" and p > 1:
+        return dualpipev_paired_fraction(s, p, m)
     v = max(1, int(vpp)) if p > 1 else 1
     passes = m * v
     return (passes - in_flight_chunk_passes(s, p, v, m)) / passes
@@ -416,8 +418,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 for tr, _, _, total in pairs:
                     pair_s[tr.phase] += total
                 # warm-up forwards and cool-down backwards have no partner: the share depends on the stage
-                paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.schedule
-                                         if plan.dualpipe or plan.dualpipev else False)
+                paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.schedule)
                 hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
                 for tr, c, cost, total in pairs:
                     hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0

@@ -154,8 +154,7 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
         raise SimulationError(f"the step has {passes:,} pipeline passes (pp·vpp·2 per micro-batch); the simulator "
                               f"plays each one and stops at {MAX_PASSES:,}: fewer micro-batches (gbs)")
     schedule = schedule or default_schedule(scn)
-    work = build_sim_work(pred, split_backward=schedule == "zb-h1",
-                          dualpipe=schedule if schedule in ("dualpipe", "dualpipev") else False)
+    work = build_sim_work(pred, schedule)
     mode = p2p_mode(pred, schedule)
     programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches, mode == "async")
     bucket = scn.plan.bucket_bytes

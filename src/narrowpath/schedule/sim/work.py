@@ -334,11 +334,12 @@ def _step_transfers(pr: _Pricer, st: StageWork, top: tuple[float, float], pp: in
     return tuple(out)
 
 
-def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe: bool | str = False) -> SimWork:
-    """Price every pass of every chunk of every stage (see module docstring). `split_backward` prices B and W
-    apart (zero-bubble schedules) instead of one BW pass. `dualpipe` (True or "dualpipe"): rank i's chunk 0 is
-    stage i's work, its chunk 1 stage p − 1 − i's (DeepSeek-V3's two directions); "dualpipev": a stage's two
-    chunks are the arms of the V; both with whole and split backwards priced."""
+def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
+    """Price every pass of every chunk of every stage (see module docstring) for the program `schedule`
+    (schedule.sim.programs.SCHEDULES; "" for the plan's 1F1B or interleaving). zb-h1 prices B and W apart (zero
+    bubble) instead of one BW pass; under dualpipe rank i's chunk 0 is stage i's work, its chunk 1 stage
+    p − 1 − i's (DeepSeek-V3's two directions); under dualpipev a stage's two chunks are the arms of the V; both
+    with whole and split backwards priced."""
     scn, wl = pred.scenario, pred.workload
     plan = scn.plan
     pr = _Pricer(pred)
@@ -348,11 +349,11 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe:
         else [[range(st.layers)] for st in wl.stages]
     params, expert = step_rank_params(plan, wl.stages)  # the rank the workload's step transfers are sized for
     top = (params - expert, expert)
-    kinds = ("F", "B", "W", "BW") if dualpipe else ("F", "B", "W") if split_backward else ("F", "BW")
+    kinds = ("F", "B", "W", "BW") if schedule in ("dualpipe", "dualpipev") else ("F", "B", "W") if schedule == "zb-h1" else ("F", "BW")
     stages = []
     for st, ranges in zip(wl.stages, layer_ranges):
         passes = {}
-        paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, dualpipe)
+        paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, schedule)
         for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
             pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired) \
                 if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
@@ -362,7 +363,7 @@ def build_sim_work(pred: StepPrediction, split_backward: bool = False, dualpipe:
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
                                        _step_transfers(pr, st, top, plan.pp), tuple(_chunk_params(scn, st, ranges)),
                                        fwd))
-    if dualpipe and dualpipe != "dualpipev":
+    if schedule == "dualpipe":
         stages = _dualpipe_ranks(stages, wl.stages, pr, top, plan.pp)
     p2p = {}
     for st in wl.stages:
