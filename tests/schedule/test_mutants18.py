@@ -90,12 +90,20 @@ def test_predict_refuses_inference_pointing_to_serve():
 
 def test_the_mtp_projection_counts_as_output_chunk_work():
     """DeepSeek-V3's multi-token-prediction module (§2.2) runs after the last layer, beside the output head, so its
-    2h → h projection sits in the last chunk: _op_sums counts it as edge work, a transformer layer's GEMM not.
-    Priced at one second per FLOP: h 1024, 4096 rows, tp 1: forward 2·4096·2048·1024 = 17,179,869,184 FLOPs, and
-    dgrad and wgrad as many: 3 · 17,179,869,184 = 51,539,607,552; the qkv GEMM beside it adds nothing to the edge."""
+    2h → h projection sits in the output end's items (workload.build._embedding_work of the last stage), which
+    schedule.chunks puts in the head stage's last chunk; _op_sums adds its GEMMs up per phase. Priced at one second
+    per FLOP: h 1024, 4096 rows, tp 1: forward 2·4096·2048·1024 = 17,179,869,184 FLOPs, and dgrad and wgrad as many
+    backward: 2 · 17,179,869,184 = 34,359,738,368; the qkv GEMM beside it adds 2·4096·1024·3072 forward."""
     plan = Plan()
     proj = T.linear("mtp_proj", plan, 4096, 2048, 1024)
     ops = proj + T.backward_ops(proj, plan) + [T.gemm("qkv", "fwd", 4096, 1024, 3072, "bf16", 2, 2)]
     sums = _op_sums([(op, 1.0) for op in ops], lambda op: (op.flop, False, 0.0))
-    assert sums.edge == 51_539_607_552.0
+    assert sums.comp["bwd"] == 34_359_738_368.0
     assert sums.comp["fwd"] == 17_179_869_184.0 + 2 * 4096 * 1024 * 3072
+    from narrowpath.catalog import load_scenario
+    dsv3 = load_scenario("deepseek-v3-h800-2048")
+    scn = dataclasses.replace(dsv3, plan=dataclasses.replace(dsv3.plan, pipeline_schedule="auto", vpp=2, pp=8,
+                                                              dp=256, gbs=4096))
+    wl = predict(scn).workload
+    assert any(op.name.startswith("mtp_proj") for op, _ in wl.end_work[1][0])
+    assert not any(op.name.startswith("mtp_proj") for op, _ in wl.end_work[0][0])

@@ -54,9 +54,11 @@ def test_stages_with_the_same_ops_but_other_transfers_are_priced_apart(monkeypat
 
 def test_the_memo_changes_nothing_against_a_stage_priced_alone():
     """Every stage's forward time equals its ops added up one by one (GPU time or the host's pace, whichever is
-    slower, plus the synchronisations), with no sharing between stages."""
+    slower, plus the synchronisations), with no sharing between stages (without the slowdown of overlapped
+    compute, which adds the forward's hidden traffic to it)."""
     scn = load_scenario("llama3-405b-h100-16k")
     pred = step.predict(scn)
+    pred = step.predict(pred.scenario, dataclasses.replace(pred.calibration, overlap_compute_slowdown=0.0))
     dev, cal = pred.scenario.system.device, pred.calibration
     from narrowpath.cost.roofline import host_time_s, op_time_s
     for st, times in zip(pred.workload.stages, pred.stages):

@@ -10,7 +10,7 @@ from narrowpath.catalog import load_scenario, model, system
 from narrowpath.network.placement import span_of
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_sim import LaneSpec
-from narrowpath.schedule.step import chunk_shares
+from narrowpath.schedule.chunks import chunk_shares
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 from tests.schedule.lanes import bare_lane
 
@@ -125,15 +125,19 @@ def test_a_context_line_defaults_to_no_prompt_pairs_and_no_prompt_context():
 # ---- interleaved chunks -----------------------------------------------------------------------------------------
 
 def test_equal_chunks_need_no_shares():
-    """Llama-3 70B (80 layers) at pp 4 × vpp 5: every stage holds 5 chunks of 4 layers. With no embedding or head
-    time each chunk is a fifth of its stage's time on every stage, so chunk_shares returns None (the closed form
-    needs no shares). With 0.5 of stage 0's 1.0 in the embedding, its chunks are 0.5/20 per layer, 0.1 each, the
-    first 0.1 + 0.5: shares [0.6, 0.1, 0.1, 0.1, 0.1] there, a fifth each elsewhere."""
+    """Llama-3 70B (80 layers) at pp 4 × vpp 5: every stage holds 5 chunks of 4 layers of one kind. With no
+    embedding or head work each chunk is a fifth of its stage's forward and backward on every stage, so
+    chunk_shares returns None (the closed form needs no shares). With an embedding end of 0.5 s forward beside
+    layers of 0.025 s (20 layers a stage), stage 0's first chunk takes 0.1 + 0.5 of its 1.0 s forward: shares
+    [0.6, 0.1, 0.1, 0.1, 0.1] there (its backward, with no embedding backward, a fifth each), a fifth elsewhere."""
     s = load_scenario(None)
     scn = dataclasses.replace(s, plan=dataclasses.replace(s.plan, tp=4, pp=4, vpp=5, cp=2, dp=8))
     assert scn.model.layers == 80
-    assert chunk_shares(scn, [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]) is None
-    assert chunk_shares(scn, [2.0, 3.0, 3.0, 3.0], [0.0, 0.0, 0.0, 0.0]) is None
-    shares = chunk_shares(scn, [1.0, 1.0, 1.0, 1.0], [0.5, 0.0, 0.0, 0.0])
-    assert [round(x, 12) for x in shares[0]] == [0.6, 0.1, 0.1, 0.1, 0.1]
-    assert all([round(x, 12) for x in w] == [0.2] * 5 for w in shares[1:])
+    zero = ((0.0,) * 3,) * 4
+    layer = {(False, False): ((0.025, 0.05, 0.0), (0.0,) * 3, (0.0,) * 3, (0.0,) * 3)}
+    exposed = [(1.0, 1.0)] * 4
+    assert chunk_shares(scn, layer, (zero, zero), exposed, 0.001) is None
+    emb = ((0.5, 0.0, 0.0), (0.0,) * 3, (0.0,) * 3, (0.0,) * 3)
+    fwd, bwd = chunk_shares(scn, layer, (emb, zero), exposed, 0.001)
+    assert [round(x, 12) for x in fwd[0]] == [0.6, 0.1, 0.1, 0.1, 0.1]
+    assert all([round(x, 12) for x in w] == [0.2] * 5 for w in fwd[1:] + bwd)

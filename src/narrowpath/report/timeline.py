@@ -1,8 +1,9 @@
 """Chrome-trace (Perfetto-loadable) JSON of one predicted step on one rank of the critical stage.
 
 Tracks (tid): 1 compute, 2 exposed communication, 3 overlapped communication, 4 pipeline/step. Layout: for each
-micro-batch its forward ops (aggregated per op name), exposed forward communication, backward ops (incl.
-recompute and the overlap slowdown), exposed backward communication; then the pipeline bubble, the exposed
+micro-batch its forward ops (aggregated per op name, and the overlap slowdown of the forward's hidden traffic),
+exposed forward communication, backward ops (incl. recompute and the overlap slowdown), exposed backward
+communication; then the pipeline bubble, the exposed
 once-per-step transfers and the optimizer. Durations come from the analysis context (op_time_s) and the
 prediction's transfer rows, so the last event ends at the predicted step time. Times in microseconds
 (Trace Event Format, 'X' complete events and 'M' metadata).
@@ -52,7 +53,8 @@ def timeline_events(a: Analysis, max_events: int = MAX_EVENTS) -> list[dict]:
     cs = critical_times(p)[a.context.critical_stage]
     fwd = {k: v / m for k, v in _per_mb(a.context.ops, ("fwd",)).items()}
     bwd = {k: v / m for k, v in _per_mb(a.context.ops, ("bwd", "recompute")).items()}
-    slowdown = cs.bwd_compute_s - sum(bwd.values())
+    # the slowdown of the compute overlapped traffic runs beside, in the pass it runs beside
+    slowdown = {"fwd": cs.fwd_compute_s - sum(fwd.values()), "bwd": cs.bwd_compute_s - sum(bwd.values())}
     comm = {"fwd": {}, "bwd": {}}
     hidden = []
     for t in p.transfers:
@@ -79,9 +81,9 @@ def timeline_events(a: Analysis, max_events: int = MAX_EVENTS) -> list[dict]:
             for name, d in ops.items():
                 ev.append(_ev(name, 1, t, d * n, ph, args))
                 t += d * n
-            if ph == "bwd" and slowdown > 1e-12:
-                ev.append(_ev("overlap slowdown", 1, t, slowdown * n, "bwd", args))
-                t += slowdown * n
+            if slowdown[ph] > 1e-12:
+                ev.append(_ev("overlap slowdown", 1, t, slowdown[ph] * n, ph, args))
+                t += slowdown[ph] * n
             h0 = start_ph
             for name, hph, d in hidden:
                 if hph == ph:

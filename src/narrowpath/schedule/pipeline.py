@@ -19,7 +19,7 @@ how schedules compose) plays Megatron's programs exactly, and these forms follow
   pair differently from its neighbours', and a batched exchange waits for both ends), so Megatron-Core's program
   is played exactly (`interleaved_time_s`); the time is affine in the number of p-micro-batch groups from the
   second group on, so at most 3p micro-batches are played and the rest extrapolated. Callers pass the chunks'
-  shares (`chunk_weights`). With equal chunks and unequal stages Narayanan's interleaved form is kept: within
+  shares of the forward and of the backward (`chunk_weights`, `bwd_chunk_weights`: schedule.chunks). With equal chunks and unequal stages Narayanan's interleaved form is kept: within
   0.6 % of the simulator on the validation corpora, and playing the program would cost ~10 ms per prediction at
   16 × 7 chunks (search calls predict per plan).
 Equal stages keep Narayanan's forms.
@@ -53,15 +53,17 @@ def _uniform(values: list[float]) -> bool:
 
 def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int = 1, *,
                     fwd_times_s: list[float] | None = None,
-                    chunk_weights: list[list[float]] | None = None, overlapped_send_s: float = 0.0) -> float:
+                    chunk_weights: list[list[float]] | None = None,
+                    bwd_chunk_weights: list[list[float]] | None = None, overlapped_send_s: float = 0.0) -> float:
     """Time of the pipelined forward/backward part of one step.
 
     `fwd_times_s`: each stage's forward part of its per-micro-batch time (default a third: backward = 2×
-    forward); only unequal stages need it. `chunk_weights`: per stage, the share of its time each of its vpp
-    chunks takes (default equal). `overlapped_send_s`: the time of one pipeline message when the sends run beside
+    forward); only unequal stages need it. `chunk_weights`: per stage, the share of its forward each of its vpp
+    chunks takes (default equal), `bwd_chunk_weights` of its backward (default the forward's). `overlapped_send_s`: the time of one pipeline message when the sends run beside
     compute (Megatron-Core overlap_p2p_comm) and so are not in the stage times: the fill and the drain still wait
     for them at each of the p·v − 1 chunk boundaries (`fill_drain_latency_s`)."""
-    return _pipeline_time_s(stage_times_s, num_microbatches, vpp, fwd_times_s, chunk_weights) + \
+    return _pipeline_time_s(stage_times_s, num_microbatches, vpp, fwd_times_s, chunk_weights,
+                            bwd_chunk_weights or chunk_weights) + \
         fill_drain_latency_s(len(stage_times_s), vpp, overlapped_send_s)
 
 
@@ -72,13 +74,15 @@ def fill_drain_latency_s(pp: int, vpp: int, message_s: float) -> float:
 
 
 def _pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int,
-                     fwd_times_s: list[float] | None, chunk_weights: list[list[float]] | None) -> float:
+                     fwd_times_s: list[float] | None, chunk_weights: list[list[float]] | None,
+                     bwd_weights: list[list[float]] | None = None) -> float:
     p = len(stage_times_s)
     m = num_microbatches
     t_max = max(stage_times_s)
     if p == 1:
         return m * t_max
-    equal_chunks = chunk_weights is None or all(_uniform(list(w)) for w in chunk_weights)
+    bwd_weights = bwd_weights or chunk_weights
+    equal_chunks = chunk_weights is None or all(_uniform(list(w)) for w in chunk_weights + bwd_weights)
     if (_uniform(list(stage_times_s)) and equal_chunks) or (vpp > 1 and m % p):
         # equal stages; or an interleaved split Megatron-LM refuses (m not divisible by p): Narayanan's form
         t_mean = sum(stage_times_s) / p
@@ -96,9 +100,8 @@ def _pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int
     if equal_chunks:
         t_mean = sum(stage_times_s) / p
         return m * t_max + (p - 1) * t_mean / vpp
-    weights = chunk_weights
-    return interleaved_time_s([[f * w for w in ws] for f, ws in zip(fwd, weights)],
-                              [[(t - f) * w for w in ws] for t, f, ws in zip(stage_times_s, fwd, weights)], m)
+    return interleaved_time_s([[f * w for w in ws] for f, ws in zip(fwd, chunk_weights)],
+                              [[(t - f) * w for w in ws] for t, f, ws in zip(stage_times_s, fwd, bwd_weights)], m)
 
 
 def bubble_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int = 1, **kw) -> float:

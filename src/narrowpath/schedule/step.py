@@ -21,6 +21,8 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
 from narrowpath.schedule.choose import resolve_open_knobs
+from narrowpath.schedule.chunks import chunk_param_shares, chunk_shares, chunked_sync_exposed_s, exposed_shares, \
+    phase_times
 from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, dualpipev_paired_fraction, \
     dualpipev_time_s, pipeline_time_s
 from narrowpath.schedule.provenance import profile_usage
@@ -29,6 +31,7 @@ from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.attention import kernel_of
 from narrowpath.workload.build import build_workload, grad_format
 from narrowpath.workload.items import Transfer, Workload
+from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.ops import is_weight_gradient
 from narrowpath.workload.transformer import is_attention_core
 
@@ -73,10 +76,17 @@ class StageTimes:
     host_wait_s: float = 0.0
     """Part of the compute during which the GPU waits for the host (kernels issued slower than they run, host
     synchronisations), per micro-batch; included in fwd/bwd_compute_s."""
+    fwd_exposed_s: float = 0.0
+    """Part of exposed_comm_s the forward pass exposes (it waits for it before its next op)."""
 
     @property
     def total_s(self) -> float:
         return self.fwd_compute_s + self.bwd_compute_s + sum(self.exposed_comm_s.values())
+
+    @property
+    def fwd_s(self) -> float:
+        """The forward pass: its compute and the communication it exposes (the rest is the backward's)."""
+        return self.fwd_compute_s + self.fwd_exposed_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,8 +314,6 @@ class _OpSums:
     """GPU time of the attention core (what a context-parallel KV exchange hides behind)."""
     flop: float
     """Executed FLOPs."""
-    edge: float
-    """GPU time of the embedding's or the output layer's work: it sits in the stage's first or last chunk."""
     wgrad: float
     """GPU time of the weight-gradient GEMMs: the W a zero-bubble schedule defers (DualPipe)."""
 
@@ -317,15 +325,13 @@ def _op_sums(ops, t_op) -> _OpSums:
     syncs = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
     gemm_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
     attn_phase = {"fwd": 0.0, "bwd": 0.0, "recompute": 0.0}
-    flop = edge = wgrad = 0.0
+    flop = wgrad = 0.0
     for op, c in ops:
         t1, attn, h1 = t_op(op)
         t = t1 * c
         comp[op.phase] += t
         if op.phase == "bwd" and is_weight_gradient(op):
             wgrad += t
-        if op.name.split(".", 1)[0] in EDGE_OPS:
-            edge += t
         host[op.phase] += h1 * c
         syncs[op.phase] += op.host_syncs * c
         if op.kind != "vector":
@@ -333,7 +339,7 @@ def _op_sums(ops, t_op) -> _OpSums:
         if attn:
             attn_phase[op.phase] += t
         flop += op.flop * c
-    return _OpSums(comp, host, syncs, gemm_phase, attn_phase, flop, edge, wgrad)
+    return _OpSums(comp, host, syncs, gemm_phase, attn_phase, flop, wgrad)
 
 
 def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepPrediction:
@@ -362,7 +368,6 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         return op_cache[k]
 
     stage_times: list[StageTimes] = []
-    edge_s: list[float] = []
     per_stage_xfer: list[list[tuple[Transfer, float, CollectiveCost, float]]] = []
     hw_flop_per_mb: list[float] = []
     wgrad_s: list[float] = []
@@ -375,7 +380,6 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         sums = op_sums[key]  # read only below
         comp, host, syncs = sums.comp, sums.host, sums.syncs
         hw_flop_per_mb.append(sums.flop)
-        edge_s.append(sums.edge)
         # a pass runs at the slower of the GPU's pace and the host's pace of issuing its kernels, and the GPU idles
         # at every host synchronisation until the host has issued work again
         waited = {ph: max(0.0, host[ph] - comp[ph]) + syncs[ph] * cal.host_sync_s for ph in comp}
@@ -393,7 +397,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             hide_budget = dict(sums.gemm_phase)
             # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
             attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in sums.attn_phase.items()}
-            extra_compute = 0.0
+            extra_compute = {"fwd": 0.0, "bwd": 0.0}  # the slowdown of the compute hidden traffic runs beside
             pairs = []  # pass-pair traffic: hides after the phases' own overlapped traffic (pass_pair_hidden_s)
             for tr, c in st.transfers:
                 cost = _price(tr, scn, cal, spans, coll_cache)
@@ -407,7 +411,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                     hide_budget[tr.phase] = hide_budget.get(tr.phase, 0.0) - hidden
                     if tr.hides_behind == "attention":
                         attn_budget[tr.phase] -= hidden
-                    extra_compute += slow * hidden
+                    extra_compute["fwd" if tr.phase == "fwd" else "bwd"] += slow * hidden
                     exp = total - hidden
                 else:
                     exp = total
@@ -422,37 +426,41 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
                 for tr, c, cost, total in pairs:
                     hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
-                    extra_compute += slow * hidden
+                    extra_compute["fwd" if tr.phase == "fwd" else "bwd"] += slow * hidden
                     exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
                     rows.append((tr, c, cost, total - hidden))
             traffic[xkey] = (dict(exposed), rows, extra_compute, bool(pairs))
         per_stage_xfer.append(rows)
         wgrad_s.append(sums.wgrad)
-        stage_times.append(StageTimes(st.index, st.layers, comp["fwd"],
-                                      comp["bwd"] + comp["recompute"] + extra_compute, exposed,
-                                      sum(waited.values())))
+        stage_times.append(StageTimes(st.index, st.layers, comp["fwd"] + extra_compute["fwd"],
+                                      comp["bwd"] + comp["recompute"] + extra_compute["bwd"], exposed,
+                                      sum(waited.values()), sum(r[3] for r in rows if r[0].phase == "fwd")))
 
     m = wl.num_microbatches
     totals = [s.total_s for s in stage_times]
     # overlapped interleaved sends still sit on the fill's and the drain's chain (pipeline.fill_drain_latency_s)
     send_s = max((cost.time_s for rows in per_stage_xfer for tr, _, cost, _ in rows
                   if tr.axis == "pp" and tr.overlappable), default=0.0)
+    shares = None
     if plan.dualpipe:  # rank i runs stage i of one direction and stage p − 1 − i of the other, m/2 micro-batches each
-        pipe = dualpipe_time_s([s.fwd_compute_s for s in stage_times],
-                               [s.total_s - s.fwd_compute_s for s in stage_times], wgrad_s, m)
+        pipe = dualpipe_time_s([s.fwd_s for s in stage_times], [s.total_s - s.fwd_s for s in stage_times], wgrad_s,
+                               m)
         ranks = dualpipe_ranks(stage_times)
         crit = max(range(len(ranks)), key=lambda i: ranks[i].total_s)
         cs = ranks[crit]
         crit_rows = [(tr, c / 2, cost, exp / 2) for s in (crit, plan.pp - 1 - crit) for tr, c, cost, exp in
                      per_stage_xfer[s]]
-    elif plan.dualpipev:  # rank i runs virtual stages i and 2p − 1 − i, every micro-batch through both
-        sh = chunk_shares(scn, totals, edge_s) or [[0.5, 0.5]] * plan.pp
-        pipe = dualpipev_time_s(*([[x * w for w in ws] for x, ws in zip(col, sh)] for col in (
-            [s.fwd_compute_s for s in stage_times], [s.total_s - s.fwd_compute_s for s in stage_times], wgrad_s)), m)
     else:
-        pipe = pipeline_time_s(totals, m, plan.vpp, fwd_times_s=[s.fwd_compute_s for s in stage_times],
-                               chunk_weights=chunk_shares(scn, totals, edge_s) if plan.vpp > 1 else None,
-                               overlapped_send_s=send_s)
+        shares = _chunk_shares(scn, wl, per_stage_xfer, t_op, lambda tr: _price(tr, scn, cal, spans, coll_cache),
+                               cal.host_sync_s) if plan.vpp > 1 else None
+        fwd = [s.fwd_s for s in stage_times]
+        if plan.dualpipev:  # rank i runs virtual stages i and 2p − 1 − i, every micro-batch through both
+            wf, wb = shares or ([[0.5, 0.5]] * plan.pp,) * 2
+            pipe = dualpipev_time_s(*([[x * w for w in ws] for x, ws in zip(col, sh)] for col, sh in (
+                (fwd, wf), ([t - f for t, f in zip(totals, fwd)], wb), (wgrad_s, wb))), m)
+        else:
+            pipe = pipeline_time_s(totals, m, plan.vpp, fwd_times_s=fwd, chunk_weights=shares and shares[0],
+                                   bwd_chunk_weights=shares and shares[1], overlapped_send_s=send_s)
     if not plan.dualpipe:
         crit = max(range(len(stage_times)), key=lambda i: totals[i])
         cs = stage_times[crit]
@@ -468,8 +476,17 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         total = cost.time_s * c
         if tr.axis in ("dp", "edp"):
             window = cs.fwd_compute_s if tr.op == "all_gather" else cs.bwd_compute_s
-            exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow) \
-                if tr.overlappable else total
+            if not tr.overlappable:
+                exp = total
+            elif tr.op != "all_gather" and plan.vpp > 1 and not plan.dualpipev:  # one bucket group per chunk
+                ranges = plan_layer_ranges(scn.model, plan)[cs.index]
+                bwd = cs.total_s - cs.fwd_s
+                exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes,
+                                             chunk_param_shares(scn, cs.index, ranges),
+                                             [bwd * w for w in (shares[1][cs.index] if shares else
+                                                                [1.0 / len(ranges)] * len(ranges))], plan.pp, slow)
+            else:
+                exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow)
             dp_exposed += exp
         else:
             exp = total
@@ -544,32 +561,23 @@ def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:
         out.append(StageTimes(i, a.layers + b.layers, (a.fwd_compute_s + b.fwd_compute_s) / 2,
                               (a.bwd_compute_s + b.bwd_compute_s) / 2,
                               {k: (a.exposed_comm_s[k] + b.exposed_comm_s[k]) / 2 for k in a.exposed_comm_s},
-                              (a.host_wait_s + b.host_wait_s) / 2))
+                              (a.host_wait_s + b.host_wait_s) / 2, (a.fwd_exposed_s + b.fwd_exposed_s) / 2))
     return out
 
 
-EDGE_OPS = frozenset({"embedding_lookup", "embedding_grad", "final_norm", "logits", "cross_entropy", "mtp_norms",
-                      "mtp_proj"})
-"""Ops of the embedding (first stage, first chunk) and of the output head (last stage, last chunk)."""
+def _chunk_shares(scn: Scenario, wl: Workload, rows: list, t_op, transfer, host_sync_s: float):
+    """schedule.chunks.chunk_shares of the plan: each layer kind's and each end's items priced once, each stage's
+    exposed shares from its priced rows."""
+    def price(ops, xfs) -> tuple:
+        return phase_times(ops, xfs, lambda op: t_op(op)[::2], lambda tr: transfer(tr).time_s)
+    return chunk_shares(scn, {kind: price(ops, xfs) for kind, ops, xfs in wl.layer_work},
+                        tuple(price(*e) for e in wl.end_work), _per_rows(rows, exposed_shares), host_sync_s)
 
 
-def chunk_shares(scn: Scenario, stage_s: list[float], edge_s: list[float]) -> list[list[float]] | None:
-    """Each stage's share of its per-micro-batch time per interleaved chunk: its layers' time split by layer
-    count, the embedding in the first stage's first chunk and the output head in the last stage's last chunk
-    (None when the chunks of every stage come out equal: the closed form then needs no shares)."""
-    from narrowpath.workload.split import plan_layer_ranges
-    ranges = plan_layer_ranges(scn.model, scn.plan)
-    shares = []
-    for i, (st, total, edge) in enumerate(zip(ranges, stage_s, edge_s)):
-        n = sum(len(r) for r in st)
-        per_layer = (total - edge) / n if n else 0.0
-        times = [len(r) * per_layer for r in st]
-        if edge:  # on DualPipeV's rank 0 with the output layer's chunk (its embedding lookup is a gather)
-            times[0 if i == 0 and not scn.plan.dualpipev else -1] += edge
-        shares.append([t / total if total else 1.0 / len(st) for t in times])
-    if all(max(w) - min(w) <= 1e-9 for w in shares):
-        return None
-    return shares
+def _per_rows(rows: list, fn) -> list:
+    """fn(rows) of each stage's priced rows, once per list (stages alike share theirs)."""
+    seen: dict[int, object] = {}
+    return [seen[id(r)] if id(r) in seen else seen.setdefault(id(r), fn(r)) for r in rows]
 
 
 def _merge(rows: list[TransferCost]) -> list[TransferCost]:

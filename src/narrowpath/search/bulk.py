@@ -90,6 +90,8 @@ class Shape:
     """(Q, v) layers of each interleaved chunk."""
     stage_class: np.ndarray
     """(p,) class of every stage."""
+    chunk_counts: np.ndarray
+    """(Q, v, K) layers of each kind per interleaved chunk."""
 
 
 def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int, chunk_layers: tuple = ()) -> Shape:
@@ -98,11 +100,12 @@ def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int, c
     classes: dict[tuple, list] = {}
     stage_class = []
     for i, rng in enumerate(ranges):
-        counts = np.zeros(K)
-        for r in rng:
+        per_chunk = np.zeros((len(rng), K))
+        for j, r in enumerate(rng):
             for li in r:
-                counts[kinds.index(kind_of[li])] += 1
-        key = (tuple(counts), i == 0, i == pp - 1, tuple(len(r) for r in rng))
+                per_chunk[j, kinds.index(kind_of[li])] += 1
+        counts = per_chunk.sum(axis=0)
+        key = (tuple(counts), i == 0, i == pp - 1, tuple(len(r) for r in rng), tuple(per_chunk.reshape(-1)))
         if key not in classes:
             classes[key] = [i, 0, len(classes)]
         classes[key][1] += 1
@@ -113,7 +116,8 @@ def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int, c
                  minidx=np.array([classes[k][0] for k in keys]),
                  layers=np.array([sum(k[0]) for k in keys], dtype=float),
                  chunks=np.array([k[3] for k in keys], dtype=float).reshape(len(keys), vpp),
-                 stage_class=np.array(stage_class, dtype=np.int64))
+                 stage_class=np.array(stage_class, dtype=np.int64),
+                 chunk_counts=np.array([k[4] for k in keys], dtype=float).reshape(len(keys), vpp, K))
 
 
 @dataclass(slots=True)
@@ -142,8 +146,15 @@ class StructuralPrices:
     expert_top: np.ndarray
     top_class: np.ndarray
     """Class of the stage with the most parameters (the one that syncs gradients and runs the optimizer)."""
-    edge: np.ndarray
-    """(R, Q) per-micro-batch time of the embedding's and output head's ops."""
+    kind_cost: np.ndarray
+    """(R, K, 3) per phase (fwd, bwd, recompute) time of one layer of each kind's ops: the slower of the GPU's and
+    the host's pace, with its host synchronisations (schedule.chunks.pass_cost)."""
+    end_cost: np.ndarray
+    """(R, Q) × 3 the same of each class's embedding or output end (schedule.chunks: the chunk it sits in)."""
+    layer_params: np.ndarray
+    """(R, K) parameters of one layer of each kind on one rank."""
+    end_params: np.ndarray
+    """(R, Q) parameters of each class's end (embedding, output layer, multi-token prediction)."""
     shape: np.ndarray
     """(R,) index of the row's pipeline shape in `Bulk.shapes`."""
     hw_flop: np.ndarray
@@ -161,6 +172,12 @@ class StructuralPrices:
 
     def __len__(self) -> int:
         return int(self.rows.size)
+
+
+def _pace(agg: np.ndarray, host_sync_s: float) -> np.ndarray:
+    """(..., 3) per phase: the slower of the GPU's (AGG comp) and the host's (host) pace, with the host
+    synchronisations (syncs), of (..., 3, AGG) op sums (schedule.chunks.pass_cost)."""
+    return np.maximum(agg[..., 0], agg[..., 1]) + agg[..., 2] * host_sync_s
 
 
 class Bulk:
@@ -303,6 +320,10 @@ class Bulk:
                                        lambda key, f, fl=fl: P.embedding_params(key, f, *fl))
             emb_par[sel] = np.broadcast_to(pe[:, None, :], (R, Q, 2))[sel]
         acc += emb_ops
+        hs = self.cal.host_sync_s
+        kind_cost = np.stack([_pace(np.asarray(P.agg)[ids], hs) for ids in sig[:self.K]], axis=1) if self.K else \
+            np.zeros((R, 0, 3))
+        end_cost = _pace(emb_ops, hs)
         f_rc = self._per_class(rows, sh, lambda pl, n: recompute_fraction(pl, n))
         f_off = self._per_class(rows, sh, lambda pl, n: offload_fraction(pl, n))
         # Megatron's block method: a full recompute of only some layers re-runs that share (build_workload)
@@ -342,7 +363,8 @@ class Bulk:
         hw_flop = (np.where(valid, acc[..., 5].sum(axis=2), 0.0) * sh["mult"]).sum(axis=1) * m * ranks
         return StructuralPrices(rows, mem, bound, compute, acc[..., 3], acc[..., 4], sh["counts"], sh["mult"],
                                 sh["minidx"], sh["first"], sh["last"], valid, f_rc, saved, f_off,
-                                params[idx, top], expert[idx, top], top, edge=acc[..., 6].sum(axis=2),
+                                params[idx, top], expert[idx, top], top, kind_cost=kind_cost, end_cost=end_cost,
+                                layer_params=LP, end_params=emb_par[..., 0],
                                 shape=self.shape_of[rows], hw_flop=hw_flop,
                                 parts_id=self._intern(np.column_stack(sig + [LA, mtp_acts])))
 

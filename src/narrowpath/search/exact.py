@@ -179,11 +179,12 @@ class Exact:
         # the stage times do not depend on the bucket size: price each other combination once
         cm = t.comm
         sfirst, sv = unique_rows(cm["plc"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J], cm["dpo"][J])
-        pipe, cs_fwd, cs_bwd = self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields, lower)
-        pipe, cs_fwd, cs_bwd = pipe[:, sv], cs_fwd[:, sv], cs_bwd[:, sv]
+        pipe, cs_fwd, cs_bwd, ch_par, ch_bwd = self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields, lower)
+        pipe, cs_fwd, cs_bwd, ch_par, ch_bwd = pipe[:, sv], cs_fwd[:, sv], cs_bwd[:, sv], ch_par[:, sv], ch_bwd[:, sv]
         if lower:  # any window: the most a variant of the class can hide
             cs_fwd = cs_bwd = np.full(cs_fwd.shape, np.inf)
-        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd)
+            ch_bwd = np.full(ch_bwd.shape, np.inf)
+        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd)
         return pipe + extra + bulk.optimizer(sp)[at][:, None]
 
     def dominant(self, J: np.ndarray) -> np.ndarray:
@@ -230,7 +231,8 @@ class Exact:
         return out
 
     def _stages(self, sp, at, rows, J, lay, fields, lower: bool = False):
-        """(pipeline time, critical stage's forward and backward time per micro-batch), each (rows, variants J)."""
+        """(pipeline time, critical stage's forward and backward compute per micro-batch), each (rows, variants J),
+        and under interleaving its chunks' parameter shares and backward times (rows, variants J, chunks)."""
         bulk, P, t = self.b, self.p, self.t
         c, cm = bulk.cols, t.comm
         I, Q, C = len(rows), bulk.Q, len(J)
@@ -256,7 +258,7 @@ class Exact:
 
         def zero_key(k):  # tp, ep, etp, zero, ZeRO-2 micro-batches, dense synced, experts synced, dp_overlap
             return (k[0], k[4], k[5], k[7], k[8], k[9], k[10], k[12])
-        coef, W = [], []
+        coef, W, W_end = [], [], []
         for k, kind in enumerate(P.kinds):
             w = self._grid(rows, J, [mbs, rck], [tpo, cpc, epo, disp], lay,
                            lambda key, r, j, kind=kind: P.layer_comm_id(comm_key(key), fields(r, j), kind[0]))
@@ -276,6 +278,7 @@ class Exact:
             else:
                 w = self._grid(rows, J, [mbs], [], lay, lambda key, r, j, fl=fl: P.embedding_comm_id(
                     (key[0], key[1], key[6], key[7]), fields(r, j), *fl))
+            W_end.append(sel[:, :, None, None] * w[:, None, :, :3])  # the end's own exchanges: its chunk's share
             w += self._grid(rows, J, zr, [dpo], lay,
                             lambda key, r, j, fl=fl: P.embedding_zero_id(zero_key(key) + (int(key[3] == 1),),
                                                                         fields(r, j), *fl) if key[7] >= 0 else empty)
@@ -300,7 +303,11 @@ class Exact:
         own = H_ph.sum(axis=-1)
         partner = _pass_pair_partnered(Z[..., 9:12], hb - H_ph)
         Cc = sp.compute[at]
-        base = (Cc[:, :, 0], Cc[:, :, 1] + Cc[:, :, 2], Z[..., 0:3].sum(axis=-1), own, partner)
+        pair_f = np.minimum(Z[..., 9], np.maximum(hb - H_ph, 0.0)[..., 1:].sum(axis=-1))  # its forward part
+        base = (Cc[:, :, 0], Cc[:, :, 1] + Cc[:, :, 2], Z[..., 0:3].sum(axis=-1), own, partner, Z[..., 0],
+                H_ph[..., 0], pair_f)
+        chunk_parts = (np.stack([w[..., :3] for w in W[:len(P.kinds)]], axis=2) if P.kinds else
+                       np.zeros((I, C, 0, 3)), sum(W_end) if W_end else np.zeros((I, Q, C, 3)))
         # one overlapped pipeline message (interleaving): the fill and the drain wait for it at every chunk boundary
         send = np.zeros((I, C))
         inter = (pp > 1) & (vpp > 1)
@@ -309,54 +316,124 @@ class Exact:
                                      lambda key, r, j: P.pp_id((key[3], key[0], key[1], key[7], key[8]), fields(r, j),
                                                                True, False), value="send_s", width=1)[..., 0]
         pipe, cs_fwd, cs_bwd = np.zeros((I, C)), np.zeros((I, C)), np.zeros((I, C))
+        vmax = max((self.b.shapes[int(g)].chunks.shape[1] for g in np.unique(sp.shape[at])), default=1)
+        ch_par, ch_bwd = np.zeros((I, C, vmax)), np.zeros((I, C, vmax))
         shape = sp.shape[at]
         for g in np.unique(shape):
             k = np.flatnonzero(shape == g)
             sh = self.b.shapes[int(g)]
-            T, fwd, bwd = self._stage_times(sh, base, k, m[k])
+            T, F, fwd, bwd, e = self._stage_times(sh, base, k, m[k])
+            v = sh.chunks.shape[1]
+            wF = wB = None
+            if v > 1:
+                wF, wB = self._chunk_shares(sp, at[k], sh, e, scale[k], chunk_parts[0][k], chunk_parts[1][k])
             if lower:  # every schedule keeps its busiest stage busy for all its work (schedule.pipeline)
                 fill = np.where(pp[k] > 1, 2.0 * (pp[k] * vpp[k] - 1), 0.0)[:, None] * send[k]
                 pipe[k] = m[k].astype(float)[:, None] * T.max(axis=1) + fill
-                if sh.chunks.shape[1] == 1 and sh.stage_class.size > 1:
-                    pipe[k] = np.maximum(pipe[k], _per_plan(fill_bound, T, fwd, m[k]) + fill)
+                if v == 1 and sh.stage_class.size > 1:
+                    pipe[k] = np.maximum(pipe[k], _per_plan(fill_bound, T, F, m[k]) + fill)
             else:
-                pipe[k] = self._pipeline(sp, at[k], sh, T, fwd, m[k], send[k])
+                pipe[k] = self._pipeline(T, F, m[k], v, wF, wB, send[k])
             # the critical stage: the first of the longest (predict's max over stages)
             crit = T.argmax(axis=1)[:, None, :]
             cs_fwd[k] = np.take_along_axis(fwd, crit, axis=1)[:, 0]
             cs_bwd[k] = np.take_along_axis(bwd, crit, axis=1)[:, 0]
-        return pipe, cs_fwd, cs_bwd
+            if v > 1:  # its chunks' parameter shares and backward times (schedule.chunks.chunked_sync_exposed_s)
+                par = self._chunk_params(sp, at[k], sh)  # (rows, p, v)
+                c3 = crit[:, 0, :, None]  # (rows, C, 1)
+                ch_par[k, :, :v] = np.take_along_axis(par[:, None, :, :], c3[..., None], axis=2)[:, :, 0]
+                b_crit = np.take_along_axis(T - F, crit, axis=1)[:, 0]  # (rows, C)
+                w_crit = np.take_along_axis(wB.transpose(0, 3, 1, 2), c3[..., None], axis=2)[:, :, 0]
+                ch_bwd[k, :, :v] = b_crit[:, :, None] * w_crit
+        return pipe, cs_fwd, cs_bwd, ch_par, ch_bwd
 
-    def _stage_times(self, sh, base, k, m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(time, forward, backward) per micro-batch of every stage of the plans of rows k (all of pipeline shape
-        `sh`), each (rows, stages, variants): its class's compute and transfers, with the pass-pair traffic priced
-        at the stage's own share of paired passes (schedule.step.paired_fraction), as predict prices each stage."""
+    def _stage_times(self, sh, base, k, m):
+        """(time, forward pass, forward compute, backward compute, (forward, backward) exposed shares) per
+        micro-batch of every stage of the plans of rows k (all of pipeline shape `sh`), each (rows, stages,
+        variants): its class's compute and transfers, with the pass-pair traffic priced at the stage's own share of
+        paired passes (schedule.step.paired_fraction), as predict prices each stage. A forward pass is its compute,
+        the slowdown of what hides beside it and the traffic it exposes (StageTimes.fwd_s)."""
         at = np.ix_(k, sh.stage_class)
-        c_fwd, c_bwd, total, own, partner = (x[at] for x in base)
+        c_fwd, c_bwd, total, own, partner, z_f, own_f, pair_f = (x[at] for x in base)
         f = _paired_shares(sh.stage_class.size, sh.chunks.shape[1], m)[:, :, None]
         H = own + f * partner
+        H_f = own_f + f * pair_f
         slow = self.b.cal.overlap_compute_slowdown
-        fwd = np.broadcast_to(c_fwd[:, :, None], H.shape)
-        bwd = c_bwd[:, :, None] + slow * H
-        return fwd + bwd + (total - H), fwd, bwd
+        fwd = c_fwd[:, :, None] + slow * H_f
+        bwd = c_bwd[:, :, None] + slow * (H - H_f)
+        F = fwd + (z_f - H_f)
+        z_b = total - z_f
+        e = (np.where(z_f > 0, (z_f - H_f) / np.where(z_f > 0, z_f, 1.0), 0.0),
+             np.where(z_b > 0, (z_b - (H - H_f)) / np.where(z_b > 0, z_b, 1.0), 0.0))
+        return fwd + bwd + (total - H), F, fwd, bwd, e
 
-    def _pipeline(self, sp, at, sh, T, fwd, m, send) -> np.ndarray:
-        """(rows, variants) `schedule.pipeline.pipeline_time_s` of plans of one pipeline shape `sh`: their stages'
-        times and forward parts (rows, stages, variants), chunk shares (schedule.step.chunk_shares) and overlapped
-        message."""
+    @staticmethod
+    def _pipeline(T, F, m, v, wF, wB, send) -> np.ndarray:
+        """(rows, variants) `schedule.pipeline.pipeline_time_s` of plans of one pipeline shape: their stages' times
+        and forward passes (rows, stages, variants), the chunks' forward and backward shares (rows, stages, chunks,
+        variants; schedule.chunks.chunk_shares) and one overlapped message."""
         rows, p, C = T.shape
-        v, n = sh.chunks.shape[1], rows * C
-        Ts = T.transpose(0, 2, 1).reshape(n, p)
-        Fs = fwd.transpose(0, 2, 1).reshape(n, p)
-        shares = None
-        if v > 1:
-            edge = np.repeat(sp.edge[at][:, sh.stage_class], C, axis=0)
-            shares = chunk_shares(Ts, edge, sh.chunks[sh.stage_class])
-        return pipeline_times(Ts, Fs, np.repeat(m, C), v, shares, send.reshape(n)).reshape(rows, C)
+        n = rows * C
+        flat = lambda x: x.transpose(0, 2, 1).reshape(n, p)  # noqa: E731
+        chunks = lambda w: None if w is None else w.transpose(0, 3, 1, 2).reshape(n, p, v)  # noqa: E731
+        return pipeline_times(flat(T), flat(F), np.repeat(m, C), v, chunks(wF), send.reshape(n),
+                              chunks(wB)).reshape(rows, C)
 
-    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd) -> np.ndarray:
+    def _chunk_shares(self, sp, at, sh, e, scale, comm_kind, comm_end) -> tuple[np.ndarray, np.ndarray]:
+        """(forward, backward) shares (rows, stages, chunks, variants) of each stage's pass its chunks take:
+        `schedule.chunks.chunk_shares` over plans — each layer kind's and the stage's end's ops (StructuralPrices
+        kind_cost, end_cost) and transfers (comm_kind (rows, variants, kinds, 3), comm_end (rows, classes,
+        variants, 3)) at the stage's exposed shares `e`, the recompute at its block share `scale`; equal (1/v)
+        where every stage's chunks come out within 1e-9 in both passes (the scalar function's None)."""
+        sc = sh.stage_class
+        p, v = sc.size, sh.chunks.shape[1]
+        eF, eB = e  # (rows, p, C)
+        fr = scale[:, sc]  # (rows, p)
+        kc = sp.kind_cost[at]  # (rows, K, 3)
+        kF = kc[:, None, :, 0]
+        kB = kc[:, None, :, 1] + fr[:, :, None] * kc[:, None, :, 2]  # (rows, p, K)
+        xF = comm_kind[:, None, :, :, 0]  # (rows, 1, C, K)
+        xB = comm_kind[:, None, :, :, 1] + fr[:, :, None, None] * comm_kind[:, None, :, :, 2]
+        aF = kF[:, :, None, :] + eF[..., None] * xF
+        aB = kB[:, :, None, :] + eB[..., None] * xB  # (rows, p, C, K)
+        cc = sh.chunk_counts[sc]  # (p, v, K)
+        raw = [np.einsum("pvk,npck->npvc", cc, a) for a in (aF, aB)]
+        ec, ex = sp.end_cost[at][:, sc], comm_end[:, sc]  # (rows, p, 3), (rows, p, C, 3)
+        end = (ec[..., 0:1] + eF * ex[..., 0],
+               ec[..., 1:2] + fr[:, :, None] * ec[..., 2:3] + eB * (ex[..., 1] + fr[:, :, None] * ex[..., 2]))
+        for r, x in zip(raw, end):
+            first, last = sh.first[sc], sh.last[sc]
+            r[:, first, 0, :] += x[:, first, :]
+            r[:, last, v - 1, :] += x[:, last, :]
+        out = []
+        for r in raw:
+            tot = r.sum(axis=2, keepdims=True)
+            out.append(np.where(tot > 0, r / np.where(tot > 0, tot, 1.0), 1.0 / v))
+        spread = np.maximum(*((w.max(axis=2) - w.min(axis=2)).max(axis=1) for w in out))  # (rows, C)
+        equal = spread <= 1e-9
+        for w in out:
+            w.transpose(0, 3, 1, 2)[equal] = 1.0 / v
+        return out[0], out[1]
+
+    @staticmethod
+    def _chunk_params(sp, at, sh) -> np.ndarray:
+        """(rows, stages, chunks) share of each stage's parameters its chunks hold (schedule.chunks.
+        chunk_param_shares): each kind's layers, the end in the first stage's first chunk or the last's last."""
+        sc = sh.stage_class
+        v = sh.chunks.shape[1]
+        par = np.einsum("pvk,nk->npv", sh.chunk_counts[sc], sp.layer_params[at])
+        ends = sp.end_params[at][:, sc]
+        first, last = sh.first[sc], sh.last[sc]
+        par[:, first, 0] += ends[:, first]
+        par[:, last, v - 1] += ends[:, last]
+        tot = par.sum(axis=2, keepdims=True)
+        return np.where(tot > 0, par / np.where(tot > 0, tot, 1.0), 1.0 / v)
+
+    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd) -> np.ndarray:
         """Exposed once-per-step communication (I, C): the gradient sync and ZeRO-1/2 gather, bucketed and overlapped
-        with the critical stage's backward (or next forward) when dp_overlap, and the tied-embedding all-reduce."""
+        with the critical stage's backward (or next forward) when dp_overlap — an interleaved stage's sync chunk by
+        chunk through the cool-down (ch_par, ch_bwd: its chunks' parameter shares and backward times) — and the
+        tied-embedding all-reduce."""
         bulk, P, t = self.b, self.p, self.t
         cm, c = t.comm, bulk.cols
         I, C = len(rows), len(J)
@@ -384,32 +461,35 @@ class Exact:
         times, info = times[ri[:, None], vi[None, :]], info[ri[:, None], vi[None, :]]
         bucket = np.asarray(t.buckets)[cm["bucket"][J]][None, :]
         slow = bulk.cal.overlap_compute_slowdown
+        pp = c["pp"][rows].astype(float)[:, None]
+        inter = c["vpp"][rows] > 1
         out = np.zeros((I, C))
         for s in range(S):
             total = times[..., s]
             is_dp, is_ag, ov, msg = info[..., s, 0] > 0, info[..., s, 1] > 0, info[..., s, 2] > 0, info[..., s, 3]
             window = np.where(is_ag, cs_fwd, cs_bwd)
-            exp = np.where(ov, bucketed_exposed(total, msg, bucket, window, slow), total)
+            exp = bucketed_exposed(total, msg, bucket, window, slow)
+            if inter.any():
+                chunked = chunked_exposed(total, msg, bucket, ch_par, ch_bwd, pp, slow)
+                exp = np.where(inter[:, None] & ~is_ag, chunked, exp)
+            exp = np.where(ov, exp, total)
             out += np.where(is_dp, exp, total)
         return out
 
 
-def chunk_shares(T: np.ndarray, edge: np.ndarray, chunks: np.ndarray) -> np.ndarray:
-    """`schedule.step.chunk_shares` over plans: T, edge (n, p) stage times and their embedding/head part, chunks
-    (p, v) layers per chunk; equal shares (1/v) where the scalar function returns None (every stage's chunks
-    within 1e-9)."""
-    n, p = T.shape
-    layers = chunks.sum(axis=1)
-    per_layer = np.where(layers > 0, (T - edge) / np.where(layers > 0, layers, 1.0), 0.0)
-    times = chunks[None, :, :] * per_layer[:, :, None]
-    times[:, 0, 0] += edge[:, 0]
-    if p > 1:
-        times[:, p - 1, -1] += edge[:, p - 1]
-    v = chunks.shape[1]
-    shares = np.where(T[:, :, None] != 0, times / np.where(T == 0, 1.0, T)[:, :, None], 1.0 / v)
-    equal = ((shares.max(axis=2) - shares.min(axis=2)) <= 1e-9).all(axis=1)
-    shares[equal] = 1.0 / v
-    return shares
+def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown):
+    """`schedule.chunks.chunked_sync_exposed_s` over arrays: total_s, message_bytes (I, C), bucket_bytes (1, C),
+    shares and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1)."""
+    exposed, later, gap = np.zeros_like(total_s), np.zeros_like(total_s), np.zeros_like(total_s)
+    safe = np.where(bucket_bytes > 0, bucket_bytes, 1.0)
+    for k in range(shares.shape[2]):
+        d = total_s * shares[..., k]
+        n = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes * shares[..., k] / safe), 1.0)
+        exposed = np.maximum(exposed, np.maximum(d / n, d - bwd_s[..., k]) + later - gap)
+        later = later + d
+        gap = gap + pp * bwd_s[..., k]
+    exposed = np.minimum(total_s, np.maximum(0.0, exposed))
+    return exposed + slowdown * (total_s - exposed)
 
 
 def _unique_float(*cols) -> tuple[np.ndarray, np.ndarray]:

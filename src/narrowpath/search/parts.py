@@ -27,7 +27,7 @@ from narrowpath.catalog import calibration_for
 from narrowpath.cost.memory import layer_activation_bytes
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
-from narrowpath.schedule.step import EDGE_OPS, _price, _span
+from narrowpath.schedule.step import _price, _span
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import build as B
@@ -35,10 +35,9 @@ from narrowpath.workload.attention import kernel_of
 from narrowpath.workload import transformer as T
 
 PHASES = ("fwd", "bwd", "recompute")
-AGG = ("comp", "host", "syncs", "gemm", "attn", "flop", "edge")
+AGG = ("comp", "host", "syncs", "gemm", "attn", "flop")
 """Per-phase sums of a list of ops, as predict accumulates them: GPU time, host issue time, host syncs, time of the
-non-vector (matrix and flash) ops, time of the attention core, FLOPs, time of the embedding's and output head's
-ops (`schedule.step.EDGE_OPS`: they sit in a stage's first or last interleaved chunk)."""
+non-vector (matrix and flash) ops, time of the attention core, FLOPs."""
 SLOT_NONE, SLOT_EXPOSED, SLOT_PHASE, SLOT_ATTENTION, SLOT_PAIR = 0, 1, 2, 3, 4
 """How a transfer slot meets compute: padding, never hidden, hides behind its phase's matrix work, hides behind
 its phase's attention core only, hides behind the merged pass of another micro-batch
@@ -182,8 +181,6 @@ class Parts:
                 if attn:
                     a[ph, 4] += t
                 a[ph, 5] += op.flop * c
-                if op.name.split(".", 1)[0] in EDGE_OPS:
-                    a[ph, 6] += t
             i = self._interned[key] = len(self.agg)
             self.agg.append(a)
         return i

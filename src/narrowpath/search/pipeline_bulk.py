@@ -76,9 +76,10 @@ def fill_bound(T: np.ndarray, F: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: np.ndarray | None,
-                   send: np.ndarray) -> np.ndarray:
+                   send: np.ndarray, bwd_shares: np.ndarray | None = None) -> np.ndarray:
     """Pipeline time of n plans of one shape: T, F (n, p) stage times and their forward parts, m (n,) micro-batches,
-    shares (n, p, v) chunk shares (None: equal), send (n,) one overlapped message's time."""
+    shares (n, p, v) the chunks' shares of the forward (None: equal), send (n,) one overlapped message's time,
+    bwd_shares their shares of the backward (default the forward's)."""
     n, p = T.shape
     m = np.asarray(m, dtype=np.int64)
     tmax = T.max(axis=1)
@@ -86,7 +87,10 @@ def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: 
     if p == 1:
         return mf * tmax
     out = np.full(n, np.nan)
-    equal_chunks = np.ones(n, dtype=bool) if shares is None else _uniform(shares).all(axis=1)
+    if bwd_shares is None:
+        bwd_shares = shares
+    equal_chunks = np.ones(n, dtype=bool) if shares is None else \
+        _uniform(shares).all(axis=1) & _uniform(bwd_shares).all(axis=1)
     narayanan = (_uniform(T) & equal_chunks) | ((v > 1) & (m % p != 0))
     if v > 1:
         narayanan |= equal_chunks
@@ -107,7 +111,7 @@ def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: 
             out[s] = t + (m[s] - pl) * tmax[s]
     elif rest.size:
         Fc = F[rest][:, :, None] * shares[rest]
-        Bc = (T[rest] - F[rest])[:, :, None] * shares[rest]
+        Bc = (T[rest] - F[rest])[:, :, None] * bwd_shares[rest]
         mr = m[rest]
         small = mr <= 3 * p
         for mm in np.unique(mr[small]):

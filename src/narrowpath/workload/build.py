@@ -458,6 +458,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     p2p = p2p_bytes(model, plan)
     stages = []
     alike: dict[tuple, StageWork] = {}  # stages of the same layer kinds in the same order, neither end: built once
+    ends: list = [None, None]
     for i, ranges in enumerate(plan_layer_ranges(model, plan)):
         idx = [li for r in ranges for li in r]
         first, last, turn = i == 0, i == plan.head_stage, plan.dualpipev and i == plan.pp - 1
@@ -477,6 +478,8 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             params += n * T.layer_params(model, plan, moe_layer=kind[0])
             expert += n * T.layer_expert_params(model, plan) if kind[0] else 0.0
         e_ops, e_xf = _embedding_work(scn, first, last)
+        if first != last:  # the embedding end's or the output end's items, as the chunk that holds them sees them
+            ends[0 if first else 1] = (tuple(e_ops), tuple(e_xf))
         ops += e_ops
         xf += e_xf
         emb = embedding_params(scn, first, last)
@@ -506,8 +509,11 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     tokens = plan.gbs * model.seq_len
     from narrowpath.workload.counts import model_flop_per_token, parameter_count
     useful = model_flop_per_token(model) * tokens
+    ends = tuple(e if e is not None else _embedding_work(scn, j == 0, j == 1) for j, e in enumerate(ends)) \
+        if plan.vpp > 1 else ()
     return Workload(tuple(stages), tuple(step_xf), tuple(opt_ops), plan.num_microbatches, tokens, useful,
-                    parameter_count(model), split_notes(model, plan))
+                    parameter_count(model), split_notes(model, plan),
+                    tuple((kind, tuple(w[0]), tuple(w[1])) for kind, w in sorted(work.items())), ends)
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:

@@ -140,3 +140,9 @@ class Workload:
     """Useful FLOPs per step over the whole job (model-FLOPs convention, no recompute)."""
     params_total: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    layer_work: tuple = ()
+    """(layer kind (MoE?, sliding window?), ops, transfers) of one layer of each kind: the items a stage holds once
+    per layer of that kind (the same objects)."""
+    end_work: tuple = ()
+    """Under interleaving: (ops, transfers) of the embedding end and of the output end (output layer, loss,
+    multi-token prediction), which sit in the first stage's first chunk and the head stage's last."""

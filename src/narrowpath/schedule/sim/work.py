@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
+from narrowpath.schedule.chunks import chunk_param_shares
 from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, paired_fraction, pass_pair_hidden_s, \
     transfer_span
 from narrowpath.workload import transformer as T
@@ -299,19 +300,6 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
                     hidden_total)
 
 
-def _chunk_params(scn, st: StageWork, ranges: list[range]) -> list[float]:
-    model, plan = scn.model, scn.plan
-    if model.arch != "transformer" or len(ranges) == 1:
-        return [1.0]
-    out = []
-    for j, r in enumerate(ranges):
-        p = sum(T.layer_params(model, plan, moe_layer=model.is_moe_layer(li)) for li in r)
-        p += embedding_params(scn, j == 0 and st.index == 0, j == len(ranges) - 1 and st.index == plan.head_stage)
-        out.append(p)
-    s = sum(out)
-    return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
-
-
 def _step_transfers(pr: _Pricer, st: StageWork, top: tuple[float, float], pp: int,
                     twin: StageWork | None = None) -> tuple[StepTransfer, ...]:
     """The most loaded rank's step transfers (what `predict` prices; `top` its (dense, expert) parameters), scaled to
@@ -361,7 +349,7 @@ def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
                 passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs)
         fwd = sum(passes[("F", j)].compute_s for j in range(len(ranges)))
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
-                                       _step_transfers(pr, st, top, plan.pp), tuple(_chunk_params(scn, st, ranges)),
+                                       _step_transfers(pr, st, top, plan.pp), tuple(chunk_param_shares(scn, st.index, ranges)),
                                        fwd))
     if schedule == "dualpipe":
         stages = _dualpipe_ranks(stages, wl.stages, pr, top, plan.pp)

@@ -1,0 +1,144 @@
+"""Each interleaved chunk's share of its stage's forward and backward pass (the closed form, `schedule.step`).
+
+A stage's chunks need not be alike: DeepSeek-V3's first three layers are dense and the other 58 MoE (their grouped
+GEMMs, their host synchronisation, their expert all-to-all); the first stage's first chunk holds the embedding and
+the head stage's last chunk the output layer, its loss and the multi-token-prediction modules with their exchanges.
+The event simulator prices every chunk from its own items (`schedule.sim.work.chunk_items`) and is the reference.
+The closed form keeps each stage's priced forward and backward times (its pooled overlap, host waits and the
+slowdown of overlapped compute) and splits each over the stage's chunks in proportion to what the chunk's own items
+cost: its layers of each kind at that kind's per-layer time, the ends at theirs, every transfer at the share of its
+pass's traffic the stage leaves exposed, and the forward and the backward apart (an output layer's backward is twice
+its forward; a dense layer's exchange is not an MoE layer's). Pure functions over priced items.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from narrowpath.workload import transformer as T
+from narrowpath.workload.build import embedding_params, layer_kind_of, mtp_params
+from narrowpath.workload.split import plan_layer_ranges, recompute_fraction
+
+_PHASES = ("fwd", "bwd", "recompute")
+_EQUAL = 1e-9
+"""Shares within this of each other count as equal (the closed form then needs none)."""
+
+
+def exposed_shares(rows) -> tuple[float, float]:
+    """(forward, backward) share of a stage's per-micro-batch traffic that it leaves exposed, over its priced rows
+    (transfer, count, cost, exposed seconds)."""
+    total, exposed = [0.0, 0.0], [0.0, 0.0]
+    for tr, c, cost, exp in rows:
+        if tr.phase not in _PHASES:
+            continue
+        i = 0 if tr.phase == "fwd" else 1
+        total[i] += cost.time_s * c
+        exposed[i] += exp
+    return tuple(e / t if t > 0 else 0.0 for e, t in zip(exposed, total))
+
+
+def phase_times(ops, xfs, t_op: Callable, transfer_s: Callable) -> tuple[tuple[float, ...], ...]:
+    """(GPU time, host time, host synchronisations, transfer time), each per phase (fwd, bwd, recompute), of some
+    items: `t_op(op)` → (GPU time, host time) of one execution, `transfer_s(tr)` one transfer."""
+    out = [dict.fromkeys(_PHASES, 0.0) for _ in range(4)]
+    for op, c in ops:
+        if op.phase in out[0]:
+            gpu, host = t_op(op)
+            out[0][op.phase] += gpu * c
+            out[1][op.phase] += host * c
+            out[2][op.phase] += op.host_syncs * c
+    for tr, c in xfs:
+        if tr.phase in out[3]:
+            out[3][tr.phase] += transfer_s(tr) * c
+    return tuple(tuple(d[p] for p in _PHASES) for d in out)
+
+
+def pass_cost(times, exposed: tuple[float, float], f_rc: float, host_sync_s: float) -> tuple[float, float]:
+    """(forward, backward) cost of items with `phase_times` → times: each phase at the slower of the GPU's and the
+    host's pace with its host synchronisations (as a stage's passes are priced), the transfers at the stage's
+    exposed shares, the recompute at the stage's block share f_rc (Megatron's block method re-runs that share)."""
+    gpu, host, syncs, comm = times
+    c = [max(g, h) + n * host_sync_s for g, h, n in zip(gpu, host, syncs)]
+    return c[0] + exposed[0] * comm[0], c[1] + f_rc * c[2] + exposed[1] * (comm[1] + f_rc * comm[2])
+
+
+def chunk_shares(scn, layer_times: dict, end_times: tuple, exposed: Sequence[tuple[float, float]],
+                 host_sync_s: float) -> tuple[list[list[float]], list[list[float]]] | None:
+    """(forward, backward) share of each stage's pass each of its chunks takes, from `layer_times` (layer kind →
+    `phase_times` of one layer of that kind), `end_times` (`phase_times` of the embedding end's and of the output
+    end's items) and each stage's `exposed_shares`; the embedding sits in the first stage's first chunk and the
+    output end in the head stage's last (DualPipeV: rank 0's second arm). None when every stage's chunks come out
+    equal in both passes (the closed form then needs no shares)."""
+    model, plan = scn.model, scn.plan
+    kind_of = layer_kind_of(model)
+    kinds = sorted(set(kind_of))
+    prefix = {k: [0] for k in kinds}  # layers of each kind before layer i: a chunk's count is a difference
+    for kind in kind_of:
+        for k in kinds:
+            prefix[k].append(prefix[k][-1] + (k == kind))
+    fwd_w, bwd_w = [], []
+    memo: dict = {}  # stages alike (the middle ones: same chunks, same exposure) are priced once
+    for s, ranges in enumerate(plan_layer_ranges(model, plan)):
+        chunks = tuple(tuple((k, prefix[k][r.stop] - prefix[k][r.start]) for k in kinds) for r in ranges)
+        key = (chunks, exposed[s], s == 0, s == plan.head_stage)
+        if key not in memo:
+            f_rc = recompute_fraction(plan, tuple(len(r) for r in ranges)) if plan.recompute == "full" else 1.0
+            per_kind = {k: pass_cost(t, exposed[s], f_rc, host_sync_s) for k, t in layer_times.items()}
+            raw = [[sum(n * per_kind[k][0] for k, n in c), sum(n * per_kind[k][1] for k, n in c)] for c in chunks]
+            for end, at in ((end_times[0], 0 if s == 0 else None), (end_times[1], -1 if s == plan.head_stage else None)):
+                if at is not None:
+                    ef, eb = pass_cost(end, exposed[s], f_rc, host_sync_s)
+                    raw[at][0] += ef
+                    raw[at][1] += eb
+            memo[key] = tuple([x[i] / total if total > 0 else 1.0 / len(raw) for x in raw]
+                              for i, total in ((0, sum(x[0] for x in raw)), (1, sum(x[1] for x in raw))))
+        fwd_w.append(memo[key][0])
+        bwd_w.append(memo[key][1])
+    if all(max(w) - min(w) <= _EQUAL for w in fwd_w + bwd_w):
+        return None
+    return fwd_w, bwd_w
+
+
+def chunk_param_shares(scn, stage: int, ranges) -> list[float]:
+    """Each chunk's share of its stage's parameters (its layers', and the embedding's or the output layer's and the
+    multi-token-prediction modules' where they sit): the share of the stage's gradient sync its buckets carry."""
+    model, plan = scn.model, scn.plan
+    if model.arch != "transformer" or len(ranges) == 1:
+        return [1.0]
+    per_kind: dict[bool, float] = {}
+    out = []
+    for j, r in enumerate(ranges):
+        p = 0.0
+        for li in r:
+            moe = model.is_moe_layer(li)
+            if moe not in per_kind:
+                per_kind[moe] = T.layer_params(model, plan, moe_layer=moe)
+            p += per_kind[moe]
+        last = j == len(ranges) - 1 and stage == plan.head_stage
+        p += embedding_params(scn, j == 0 and stage == 0, last) + (mtp_params(scn) if last else 0.0)
+        out.append(p)
+    s = sum(out)
+    return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
+
+
+def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: float, shares: Sequence[float],
+                           bwd_s: Sequence[float], pp: int, slowdown: float) -> float:
+    """Exposed time of an interleaved stage's overlapped gradient sync (Megatron-Core --overlap-grad-reduce, one
+    bucket group per model chunk): chunk c's buckets (its `shares` of the bytes, buckets of `bucket_bytes`) become
+    ready during its last backward (`bwd_s[c]`), and the cool-down runs those last backwards chunk v − 1 first,
+    then p backwards of each lower chunk, chunk 0 last (Megatron-Core's interleaved program), so chunk k's last
+    backward ends Σ_{c<k} p·bwd_s[c] before the stage's (bubbles only add to that). The stream takes the buckets
+    in that order; after the stage's last backward it still has, for each k, the larger of chunk k's last bucket
+    and what of chunk k its own last backward cannot hide, plus every later chunk's, less the time since chunk
+    k's last backward — the most of these (with one chunk: `exposed_after_bucketed_overlap` over one backward).
+    The hidden part slows the compute it runs beside. The event simulator (`schedule.sim.tail`) is the reference."""
+    exposed, later = 0.0, 0.0
+    gap = [0.0]
+    for c in range(len(shares)):
+        gap.append(gap[-1] + pp * bwd_s[c])
+    for k in range(len(shares)):
+        d = total_s * shares[k]
+        n = max(1.0, message_bytes * shares[k] / bucket_bytes) if bucket_bytes > 0 else 1.0
+        exposed = max(exposed, max(d / n, d - bwd_s[k]) + later - gap[k])
+        later += d
+    exposed = min(total_s, max(0.0, exposed))
+    return exposed + slowdown * (total_s - exposed)
