@@ -68,7 +68,7 @@ def timeline_events(a: Analysis, max_events: int = MAX_EVENTS) -> list[dict]:
     ev = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": k, "args": {"name": v}} for k, v in TRACKS.items()]
     ev.append({"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"{p.scenario.name} — stage "
                                                                           f"{a.context.critical_stage} rank"}})
-    per_mb = len(fwd) + len(bwd) + 1 + len(hidden) + len(comm["fwd"]) + len(comm["bwd"])
+    per_mb = len(fwd) + len(bwd) + 2 + len(hidden) + len(comm["fwd"]) + len(comm["bwd"])
     k = shown_microbatches(m, per_mb, max_events)
     # (args, how many micro-batches the block stands for): one by one, then the rest as one block
     blocks = [({"microbatch": i}, 1) for i in range(k)]

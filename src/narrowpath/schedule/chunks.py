@@ -84,7 +84,8 @@ def chunk_shares(scn, layer_times: dict, end_times: tuple, exposed: Sequence[tup
             f_rc = recompute_fraction(plan, tuple(len(r) for r in ranges)) if plan.recompute == "full" else 1.0
             per_kind = {k: pass_cost(t, exposed[s], f_rc, host_sync_s) for k, t in layer_times.items()}
             raw = [[sum(n * per_kind[k][0] for k, n in c), sum(n * per_kind[k][1] for k, n in c)] for c in chunks]
-            for end, at in ((end_times[0], 0 if s == 0 else None), (end_times[1], -1 if s == plan.head_stage else None)):
+            ends = ((end_times[0], 0 if s == 0 else None), (end_times[1], -1 if s == plan.head_stage else None))
+            for end, at in ends:
                 if at is not None:
                     ef, eb = pass_cost(end, exposed[s], f_rc, host_sync_s)
                     raw[at][0] += ef

@@ -69,8 +69,9 @@ class StageTimes:
     index: int
     layers: int
     fwd_compute_s: float
+    """Forward compute, with the slowdown of the compute the forward's hidden traffic runs beside."""
     bwd_compute_s: float
-    """Backward compute including recompute."""
+    """Backward compute including recompute, with the slowdown of the compute its hidden traffic runs beside."""
     exposed_comm_s: dict[str, float]
     """Exposed communication per axis (tp, cp, ep, pp, dp for ZeRO-3)."""
     host_wait_s: float = 0.0

@@ -150,7 +150,7 @@ class StructuralPrices:
     """(R, K, 3) per phase (fwd, bwd, recompute) time of one layer of each kind's ops: the slower of the GPU's and
     the host's pace, with its host synchronisations (schedule.chunks.pass_cost)."""
     end_cost: np.ndarray
-    """(R, Q) × 3 the same of each class's embedding or output end (schedule.chunks: the chunk it sits in)."""
+    """(R, Q, 3) the same of each class's embedding or output end (schedule.chunks: the chunk it sits in)."""
     layer_params: np.ndarray
     """(R, K) parameters of one layer of each kind on one rank."""
     end_params: np.ndarray

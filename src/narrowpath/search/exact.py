@@ -278,10 +278,10 @@ class Exact:
             else:
                 w = self._grid(rows, J, [mbs], [], lay, lambda key, r, j, fl=fl: P.embedding_comm_id(
                     (key[0], key[1], key[6], key[7]), fields(r, j), *fl))
-            W_end.append(sel[:, :, None, None] * w[:, None, :, :3])  # the end's own exchanges: its chunk's share
             w += self._grid(rows, J, zr, [dpo], lay,
                             lambda key, r, j, fl=fl: P.embedding_zero_id(zero_key(key) + (int(key[3] == 1),),
                                                                         fields(r, j), *fl) if key[7] >= 0 else empty)
+            W_end.append(sel[:, :, None, None] * w[:, None, :, :3])  # the end's own exchanges: its chunk's share
             w += self._grid(rows, J, [vpp, mbs], [], lay, lambda key, r, j, fl=fl: P.pp_id(
                 (key[3], key[0], key[1], key[7], key[8]), fields(r, j), *fl))
             coef.append(sel.astype(float))
@@ -325,7 +325,7 @@ class Exact:
             T, F, fwd, bwd, e = self._stage_times(sh, base, k, m[k])
             v = sh.chunks.shape[1]
             wF = wB = None
-            if v > 1:
+            if v > 1 and not lower:  # a lower bound needs no shares (below, and _group_times)
                 wF, wB = self._chunk_shares(sp, at[k], sh, e, scale[k], chunk_parts[0][k], chunk_parts[1][k])
             if lower:  # every schedule keeps its busiest stage busy for all its work (schedule.pipeline)
                 fill = np.where(pp[k] > 1, 2.0 * (pp[k] * vpp[k] - 1), 0.0)[:, None] * send[k]
@@ -338,7 +338,11 @@ class Exact:
             crit = T.argmax(axis=1)[:, None, :]
             cs_fwd[k] = np.take_along_axis(fwd, crit, axis=1)[:, 0]
             cs_bwd[k] = np.take_along_axis(bwd, crit, axis=1)[:, 0]
-            if v > 1:  # its chunks' parameter shares and backward times (schedule.chunks.chunked_sync_exposed_s)
+            if v > 1 and lower:
+                # with an unlimited window the chunked sync exposes chunk 0's last bucket, which grows with chunk 0's
+                # share: the least over the stages bounds whichever stage a variant finds critical
+                ch_par[k, :, 0] = self._chunk_params(sp, at[k], sh)[:, :, 0].min(axis=1)[:, None]
+            elif v > 1:  # its chunks' parameter shares and backward times (schedule.chunks.chunked_sync_exposed_s)
                 par = self._chunk_params(sp, at[k], sh)  # (rows, p, v)
                 c3 = crit[:, 0, :, None]  # (rows, C, 1)
                 ch_par[k, :, :v] = np.take_along_axis(par[:, None, :, :], c3[..., None], axis=2)[:, :, 0]
@@ -385,30 +389,35 @@ class Exact:
         kind_cost, end_cost) and transfers (comm_kind (rows, variants, kinds, 3), comm_end (rows, classes,
         variants, 3)) at the stage's exposed shares `e`, the recompute at its block share `scale`; equal (1/v)
         where every stage's chunks come out within 1e-9 in both passes (the scalar function's None)."""
-        sc = sh.stage_class
-        p, v = sc.size, sh.chunks.shape[1]
-        eF, eB = e  # (rows, p, C)
-        fr = scale[:, sc]  # (rows, p)
+        p, v = sh.stage_class.size, sh.chunks.shape[1]
+        # a stage at neither end whose chunks hold alike layers splits evenly: only the others are priced
+        alike = (sh.chunk_counts == sh.chunk_counts[:, :1]).all(axis=(1, 2))
+        ns = np.flatnonzero((sh.first | sh.last | ~alike)[sh.stage_class])
+        sc = sh.stage_class[ns]
+        n, C = e[0].shape[0], e[0].shape[2]
+        eF, eB = e[0][:, ns], e[1][:, ns]  # (rows, stages priced, C)
+        fr = scale[:, sc]  # (rows, stages priced)
         kc = sp.kind_cost[at]  # (rows, K, 3)
         kF = kc[:, None, :, 0]
-        kB = kc[:, None, :, 1] + fr[:, :, None] * kc[:, None, :, 2]  # (rows, p, K)
+        kB = kc[:, None, :, 1] + fr[:, :, None] * kc[:, None, :, 2]  # (rows, stages priced, K)
         xF = comm_kind[:, None, :, :, 0]  # (rows, 1, C, K)
         xB = comm_kind[:, None, :, :, 1] + fr[:, :, None, None] * comm_kind[:, None, :, :, 2]
         aF = kF[:, :, None, :] + eF[..., None] * xF
-        aB = kB[:, :, None, :] + eB[..., None] * xB  # (rows, p, C, K)
-        cc = sh.chunk_counts[sc]  # (p, v, K)
+        aB = kB[:, :, None, :] + eB[..., None] * xB  # (rows, stages priced, C, K)
+        cc = sh.chunk_counts[sc]  # (stages priced, v, K)
         raw = [np.einsum("pvk,npck->npvc", cc, a) for a in (aF, aB)]
-        ec, ex = sp.end_cost[at][:, sc], comm_end[:, sc]  # (rows, p, 3), (rows, p, C, 3)
+        ec, ex = sp.end_cost[at][:, sc], comm_end[:, sc]  # (rows, stages priced, 3), (rows, stages priced, C, 3)
         end = (ec[..., 0:1] + eF * ex[..., 0],
                ec[..., 1:2] + fr[:, :, None] * ec[..., 2:3] + eB * (ex[..., 1] + fr[:, :, None] * ex[..., 2]))
+        first, last = sh.first[sc], sh.last[sc]
+        out = []
         for r, x in zip(raw, end):
-            first, last = sh.first[sc], sh.last[sc]
             r[:, first, 0, :] += x[:, first, :]
             r[:, last, v - 1, :] += x[:, last, :]
-        out = []
-        for r in raw:
             tot = r.sum(axis=2, keepdims=True)
-            out.append(np.where(tot > 0, r / np.where(tot > 0, tot, 1.0), 1.0 / v))
+            w = np.full((n, p, v, C), 1.0 / v)
+            w[:, ns] = np.where(tot > 0, r / np.where(tot > 0, tot, 1.0), 1.0 / v)
+            out.append(w)
         spread = np.maximum(*((w.max(axis=2) - w.min(axis=2)).max(axis=1) for w in out))  # (rows, C)
         equal = spread <= 1e-9
         for w in out:
@@ -469,20 +478,24 @@ class Exact:
             is_dp, is_ag, ov, msg = info[..., s, 0] > 0, info[..., s, 1] > 0, info[..., s, 2] > 0, info[..., s, 3]
             window = np.where(is_ag, cs_fwd, cs_bwd)
             exp = bucketed_exposed(total, msg, bucket, window, slow)
-            if inter.any():
-                chunked = chunked_exposed(total, msg, bucket, ch_par, ch_bwd, pp, slow)
-                exp = np.where(inter[:, None] & ~is_ag, chunked, exp)
+            rows_c = np.flatnonzero(inter & (is_dp & ov & ~is_ag).any(axis=1))
+            if rows_c.size:  # an interleaved stage's sync, chunk by chunk through the cool-down
+                sub = np.broadcast_to(bucket, total.shape)[rows_c]
+                chunked = chunked_exposed(total[rows_c], msg[rows_c], sub, ch_par[rows_c], ch_bwd[rows_c],
+                                          pp[rows_c], slow)
+                exp[rows_c] = np.where(~is_ag[rows_c], chunked, exp[rows_c])
             exp = np.where(ov, exp, total)
             out += np.where(is_dp, exp, total)
         return out
 
 
 def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown):
-    """`schedule.chunks.chunked_sync_exposed_s` over arrays: total_s, message_bytes (I, C), bucket_bytes (1, C),
-    shares and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1)."""
+    """`schedule.chunks.chunked_sync_exposed_s` over arrays: total_s, message_bytes, bucket_bytes (I, C), shares
+    and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1)."""
     exposed, later, gap = np.zeros_like(total_s), np.zeros_like(total_s), np.zeros_like(total_s)
     safe = np.where(bucket_bytes > 0, bucket_bytes, 1.0)
-    for k in range(shares.shape[2]):
+    held = np.flatnonzero((shares > 0).any(axis=(0, 1)))
+    for k in range(int(held[-1]) + 1 if held.size else 0):
         d = total_s * shares[..., k]
         n = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes * shares[..., k] / safe), 1.0)
         exposed = np.maximum(exposed, np.maximum(d / n, d - bwd_s[..., k]) + later - gap)

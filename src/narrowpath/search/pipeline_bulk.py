@@ -121,5 +121,6 @@ def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: 
         if s.size:
             t2 = _played("interleaved", Fc[s], Bc[s], 2 * p, "async")
             t3 = _played("interleaved", Fc[s], Bc[s], 3 * p, "async")
-            out[rest[s]] = t3 + (mr[s] // p - 3) * (t3 - t2)
+            busiest = (Fc[s].sum(axis=2) + Bc[s].sum(axis=2)).max(axis=1)
+            out[rest[s]] = t3 + (mr[s] // p - 3) * np.maximum(t3 - t2, p * busiest)
     return out + 2.0 * (p * v - 1) * send

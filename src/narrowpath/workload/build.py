@@ -477,21 +477,13 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             xf += [(tr, c * n) for tr, c in work[kind][1]]
             params += n * T.layer_params(model, plan, moe_layer=kind[0])
             expert += n * T.layer_expert_params(model, plan) if kind[0] else 0.0
-        e_ops, e_xf = _embedding_work(scn, first, last)
+        e_ops, e_xf, emb, e_expert = _end_work(scn, first, last)
         if first != last:  # the embedding end's or the output end's items, as the chunk that holds them sees them
             ends[0 if first else 1] = (tuple(e_ops), tuple(e_xf))
         ops += e_ops
         xf += e_xf
-        emb = embedding_params(scn, first, last)
-        if last and model.mtp_layers:
-            emb += mtp_params(scn)
-            if model.moe is not None:
-                expert += model.mtp_layers * T.layer_expert_params(model, plan)
         params += emb
-        if plan.comm_zero_stage == 3:
-            xf += zero3_transfers(plan, emb, 0.0)
-        elif zero2_per_microbatch(plan):
-            xf += zero2_transfers(plan, emb, 0.0)
+        expert += e_expert
         xf += pp_transfers(plan, first, last, p2p, turn)
         f_rc = recompute_fraction(plan, tuple(len(r) for r in ranges))
         if plan.recompute == "full" and f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
@@ -509,11 +501,28 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
     tokens = plan.gbs * model.seq_len
     from narrowpath.workload.counts import model_flop_per_token, parameter_count
     useful = model_flop_per_token(model) * tokens
-    ends = tuple(e if e is not None else _embedding_work(scn, j == 0, j == 1) for j, e in enumerate(ends)) \
+    ends = tuple(e if e is not None else _end_work(scn, j == 0, j == 1)[:2] for j, e in enumerate(ends)) \
         if plan.vpp > 1 else ()
     return Workload(tuple(stages), tuple(step_xf), tuple(opt_ops), plan.num_microbatches, tokens, useful,
                     parameter_count(model), split_notes(model, plan),
                     tuple((kind, tuple(w[0]), tuple(w[1])) for kind, w in sorted(work.items())), ends)
+
+
+def _end_work(scn: Scenario, first: bool, last: bool) -> tuple[list, list, float, float]:
+    """A stage's end work (`_embedding_work`) with the ZeRO-3 / per-micro-batch ZeRO-2 traffic of its parameters:
+    (ops, transfers, parameters, of them routed-expert ones — the MTP modules' on the last stage)."""
+    model, plan = scn.model, scn.plan
+    ops, xf = _embedding_work(scn, first, last)
+    emb, expert = embedding_params(scn, first, last), 0.0
+    if last and model.mtp_layers:
+        emb += mtp_params(scn)
+        if model.moe is not None:
+            expert = model.mtp_layers * T.layer_expert_params(model, plan)
+    if plan.comm_zero_stage == 3:
+        xf = xf + zero3_transfers(plan, emb, 0.0)
+    elif zero2_per_microbatch(plan):
+        xf = xf + zero2_transfers(plan, emb, 0.0)
+    return ops, xf, emb, expert
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:

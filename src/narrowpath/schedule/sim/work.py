@@ -349,7 +349,8 @@ def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
                 passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs)
         fwd = sum(passes[("F", j)].compute_s for j in range(len(ranges)))
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
-                                       _step_transfers(pr, st, top, plan.pp), tuple(chunk_param_shares(scn, st.index, ranges)),
+                                       _step_transfers(pr, st, top, plan.pp),
+                                       tuple(chunk_param_shares(scn, st.index, ranges)),
                                        fwd))
     if schedule == "dualpipe":
         stages = _dualpipe_ranks(stages, wl.stages, pr, top, plan.pp)
