@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from narrowpath.workload import transformer as T
-from narrowpath.workload.build import embedding_params, layer_kind_of, mtp_params
+from narrowpath.workload.build import end_params, layer_kind_of
 from narrowpath.workload.split import plan_layer_ranges, recompute_fraction
 
 _PHASES = ("fwd", "bwd", "recompute")
@@ -114,8 +114,7 @@ def chunk_param_shares(scn, stage: int, ranges) -> list[float]:
             if moe not in per_kind:
                 per_kind[moe] = T.layer_params(model, plan, moe_layer=moe)
             p += per_kind[moe]
-        last = j == len(ranges) - 1 and stage == plan.head_stage
-        p += embedding_params(scn, j == 0 and stage == 0, last) + (mtp_params(scn) if last else 0.0)
+        p += end_params(scn, j == 0 and stage == 0, j == len(ranges) - 1 and stage == plan.head_stage)[0]
         out.append(p)
     s = sum(out)
     return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)

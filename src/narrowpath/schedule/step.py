@@ -472,6 +472,12 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     # all-gather (overlapped with the next step's first forward), tied-embedding sync, optimizer
     step_rows = []
     dp_exposed, other_step = 0.0, 0.0
+    chunked = None  # an interleaved stage's sync goes chunk by chunk: its chunks' parameter shares and backwards
+    if plan.vpp > 1 and not plan.dualpipev:
+        ranges = plan_layer_ranges(scn.model, plan)[cs.index]
+        bwd = cs.total_s - cs.fwd_s
+        chunked = (chunk_param_shares(scn, cs.index, ranges),
+                   [bwd * w for w in (shares[1][cs.index] if shares else [1.0 / len(ranges)] * len(ranges))])
     for tr, c in wl.step_transfers:
         cost = _price(tr, scn, cal, spans, coll_cache)
         total = cost.time_s * c
@@ -479,13 +485,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             window = cs.fwd_compute_s if tr.op == "all_gather" else cs.bwd_compute_s
             if not tr.overlappable:
                 exp = total
-            elif tr.op != "all_gather" and plan.vpp > 1 and not plan.dualpipev:  # one bucket group per chunk
-                ranges = plan_layer_ranges(scn.model, plan)[cs.index]
-                bwd = cs.total_s - cs.fwd_s
-                exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes,
-                                             chunk_param_shares(scn, cs.index, ranges),
-                                             [bwd * w for w in (shares[1][cs.index] if shares else
-                                                                [1.0 / len(ranges)] * len(ranges))], plan.pp, slow)
+            elif tr.op != "all_gather" and chunked:  # one bucket group per chunk
+                exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes, *chunked, plan.pp, slow)
             else:
                 exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow)
             dp_exposed += exp

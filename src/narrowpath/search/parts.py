@@ -243,7 +243,7 @@ class Parts:
 
     def embedding_params(self, key, fields, first: bool, last: bool) -> tuple[float, float]:
         """(parameters, routed-expert parameters) a stage adds for the embedding, output layer and MTP modules."""
-        return self.memo("emb_params", (key, first, last), fields, lambda s: _embedding_params(s, first, last))
+        return self.memo("emb_params", (key, first, last), fields, lambda s: B.end_params(s, first, last))
 
     def activations(self, key, fields, kind) -> float:
         """Activation bytes one layer of a kind keeps without full recompute (memory's per-kind value)."""
@@ -269,7 +269,7 @@ class Parts:
     def embedding_zero_id(self, key, fields, first: bool, last: bool) -> int:
         """ZeRO-3 / ZeRO-2 (with accumulation) traffic of a stage's embedding, output layer and MTP parameters."""
         def fn(s):
-            emb = _embedding_params(s, first, last)[0]
+            emb = B.end_params(s, first, last)[0]
             if s.plan.comm_zero_stage == 3:
                 return self.template_id(B.zero3_transfers(s.plan, emb, 0.0))
             if B.zero2_per_microbatch(s.plan):
@@ -335,15 +335,3 @@ def _unchecked(proto, changes: dict):
     for f in names:
         object.__setattr__(new, f, changes[f] if f in changes else getattr(proto, f))
     return new
-
-
-def _embedding_params(s: Scenario, first: bool, last: bool) -> tuple[float, float]:
-    """As workload.build.build_workload adds them to a stage: embedding and output layer, and on the last stage the
-    MTP modules (their routed experts counted as expert parameters)."""
-    emb = B.embedding_params(s, first, last)
-    expert = 0.0
-    if last and s.model.mtp_layers:
-        emb += B.mtp_params(s)
-        if s.model.moe is not None:
-            expert = s.model.mtp_layers * T.layer_expert_params(s.model, s.plan)
-    return emb, expert

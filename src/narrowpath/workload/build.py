@@ -511,18 +511,20 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
 def _end_work(scn: Scenario, first: bool, last: bool) -> tuple[list, list, float, float]:
     """A stage's end work (`_embedding_work`) with the ZeRO-3 / per-micro-batch ZeRO-2 traffic of its parameters:
     (ops, transfers, parameters, of them routed-expert ones — the MTP modules' on the last stage)."""
-    model, plan = scn.model, scn.plan
     ops, xf = _embedding_work(scn, first, last)
-    emb, expert = embedding_params(scn, first, last), 0.0
-    if last and model.mtp_layers:
-        emb += mtp_params(scn)
-        if model.moe is not None:
-            expert = model.mtp_layers * T.layer_expert_params(model, plan)
-    if plan.comm_zero_stage == 3:
-        xf = xf + zero3_transfers(plan, emb, 0.0)
-    elif zero2_per_microbatch(plan):
-        xf = xf + zero2_transfers(plan, emb, 0.0)
+    emb, expert = end_params(scn, first, last)
+    if scn.plan.comm_zero_stage == 3:
+        xf = xf + zero3_transfers(scn.plan, emb, 0.0)
+    elif zero2_per_microbatch(scn.plan):
+        xf = xf + zero2_transfers(scn.plan, emb, 0.0)
     return ops, xf, emb, expert
+
+
+def end_params(scn: Scenario, first: bool, last: bool) -> tuple[float, float]:
+    """(parameters, of them routed-expert) of a stage's ends on one rank: embedding, output layer, MTP modules."""
+    mtp, model = last and scn.model.mtp_layers, scn.model
+    expert = model.mtp_layers * T.layer_expert_params(model, scn.plan) if mtp and model.moe is not None else 0.0
+    return embedding_params(scn, first, last) + (mtp_params(scn) if mtp else 0.0), expert
 
 
 def _step_work(scn: Scenario, stages) -> tuple[list[tuple[Transfer, float]], list[tuple[Op, float]]]:
