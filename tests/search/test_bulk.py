@@ -94,6 +94,13 @@ def _deepseek_megatron_bridge() -> Scenario:
                                                            framework="Megatron-Bridge 25.11"))
 
 
+def _aligned(name: str) -> Scenario:
+    """Megatron-Core's aligned gradient-sync launch (plan.align_grad_reduce) in the base plan: every interleaved plan
+    the search derives prices its chunks' syncs launched whole after their last backwards, as predict does."""
+    s = load_scenario(name)
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, align_grad_reduce=True, dp_overlap=True))
+
+
 def _tiny_graphs() -> Scenario:
     from tests.schedule.test_host_knobs import _tiny
     return _tiny(cuda_graphs=True)
@@ -110,7 +117,9 @@ SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8
              "deepseek-v3-h800-2048": lambda: load_scenario("deepseek-v3-h800-2048"),
              "deepseek-v3-megatron-bridge": _deepseek_megatron_bridge,
              "llama3-8b-h100-8-flash2": _flash2, "llama3-70b-alternate-matmuls": _alternate,
-             "zero3-unless-pp": lambda: _zero3_kept("unless_pp"), "zero3-never": lambda: _zero3_kept("never")}
+             "zero3-unless-pp": lambda: _zero3_kept("unless_pp"), "zero3-never": lambda: _zero3_kept("never"),
+             "gpt3-175b-aligned": lambda: _aligned("gpt3-175b-a100-1024"),
+             "llama3-70b-aligned": lambda: _aligned("llama3-70b-h100-256")}
 
 
 def _space(scn, **pins) -> SearchSpace:

@@ -85,6 +85,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                         "dualpipev (DualPipe on a V: one copy, chunks i and 2pp-1-i on rank i; needs --vpp 2)")
     g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap the gradient sync with the backward pass in buckets")
+    g.add_argument("--align-grad-reduce", dest="align_grad_reduce", action=argparse.BooleanOptionalAction,
+                   default=None, help="with --dp-overlap on a pipeline: launch each chunk's buckets together after "
+                                      "its last backward, aligned across pipeline ranks (Megatron-Core's default)")
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap tensor-parallel communication with the matrix multiplies")
     g.add_argument("--cuda-graphs", dest="cuda_graphs", action=argparse.BooleanOptionalAction, default=None,
@@ -121,7 +124,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     base = load_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "zero3_reshard", "recompute",
                                                               "sequence_parallel",
-                                                              "precision", "dp_overlap", "tp_comm_overlap",
+                                                              "precision", "dp_overlap", "align_grad_reduce",
+                                                              "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",
                                                               "pipeline_schedule", "first_stage_layers",

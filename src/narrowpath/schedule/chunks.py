@@ -120,8 +120,23 @@ def chunk_param_shares(scn, stage: int, ranges) -> list[float]:
     return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
 
 
+def aligned_grad_sync(plan, schedule: str) -> bool:
+    """Megatron-Core's aligned launch of the overlapped gradient sync applies (`Plan.align_grad_reduce`): its
+    pipelined schedules (1F1B, interleaved; pp > 1) hand each chunk's `start_grad_sync` to the schedule as
+    `config.grad_sync_func` (Megatron-LM `training.py`, Megatron-Bridge `training/setup.py`, NeMo 2
+    `megatron_parallel.py`). The interleaved schedule launches chunk c's whole bucket group on rank r once the
+    backward r virtual micro-batches past c's last one is done (`backward_step_helper_postprocess`: "we launch
+    asynchronous communication at the same time across the pipeline-parallel group"), the rest after the last
+    backward; the 1F1B schedule lets rank 0's hooks release buckets during its last backward and launches the other
+    ranks' after their cool-down ("Other pipeline stages do grad reduction during pipeline bubble"). Without a
+    pipeline (`forward_backward_no_pipelining`) and on DualPipe(V) or zero-bubble programs the hooks release
+    buckets as the last backward makes them ready."""
+    return bool(plan.align_grad_reduce and plan.dp_overlap and plan.pp > 1
+                and schedule in ("1f1b", "interleaved", "interleaved-1f1b"))
+
+
 def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: float, shares: Sequence[float],
-                           bwd_s: Sequence[float], pp: int, slowdown: float) -> float:
+                           bwd_s: Sequence[float], pp: int, slowdown: float, whole: bool = False) -> float:
     """Exposed time of an interleaved stage's overlapped gradient sync (Megatron-Core --overlap-grad-reduce, one
     bucket group per model chunk): chunk c's buckets (its `shares` of the bytes, buckets of `bucket_bytes`) become
     ready during its last backward (`bwd_s[c]`), and the cool-down runs those last backwards chunk v − 1 first,
@@ -130,7 +145,10 @@ def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: f
     in that order; after the stage's last backward it still has, for each k, the larger of chunk k's last bucket
     and what of chunk k its own last backward cannot hide, plus every later chunk's, less the time since chunk
     k's last backward — the most of these (with one chunk: `exposed_after_bucketed_overlap` over one backward).
-    The hidden part slows the compute it runs beside. The event simulator (`schedule.sim.tail`) is the reference."""
+    `whole` (`aligned_grad_sync`): each chunk's buckets are launched together once its last backward is done, so
+    none of chunk k hides behind that backward (rank 0's launches; every other rank launches chunk k ≥ 1 at about
+    the same time and chunk 0 earlier, at its own end). The hidden part slows the compute it runs beside. The event
+    simulator (`schedule.sim.tail`) is the reference."""
     exposed, later = 0.0, 0.0
     gap = [0.0]
     for c in range(len(shares)):
@@ -138,7 +156,7 @@ def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: f
     for k in range(len(shares)):
         d = total_s * shares[k]
         n = max(1.0, message_bytes * shares[k] / bucket_bytes) if bucket_bytes > 0 else 1.0
-        exposed = max(exposed, max(d / n, d - bwd_s[k]) + later - gap[k])
+        exposed = max(exposed, (d if whole else max(d / n, d - bwd_s[k])) + later - gap[k])
         later += d
     exposed = min(total_s, max(0.0, exposed))
     return exposed + slowdown * (total_s - exposed)

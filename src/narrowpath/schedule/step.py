@@ -21,8 +21,8 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
 from narrowpath.schedule.choose import resolve_open_knobs
-from narrowpath.schedule.chunks import chunk_param_shares, chunk_shares, chunked_sync_exposed_s, exposed_shares, \
-    phase_times
+from narrowpath.schedule.chunks import aligned_grad_sync, chunk_param_shares, chunk_shares, \
+    chunked_sync_exposed_s, exposed_shares, phase_times
 from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, dualpipev_paired_fraction, \
     dualpipev_time_s, pipeline_time_s
 from narrowpath.schedule.provenance import profile_usage
@@ -486,7 +486,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             if not tr.overlappable:
                 exp = total
             elif tr.op != "all_gather" and chunked:  # one bucket group per chunk
-                exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes, *chunked, plan.pp, slow)
+                exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes, *chunked, plan.pp, slow,
+                                             aligned_grad_sync(plan, plan.schedule))
             else:
                 exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow)
             dp_exposed += exp

@@ -482,23 +482,24 @@ class Exact:
             if rows_c.size:  # an interleaved stage's sync, chunk by chunk through the cool-down
                 sub = np.broadcast_to(bucket, total.shape)[rows_c]
                 chunked = chunked_exposed(total[rows_c], msg[rows_c], sub, ch_par[rows_c], ch_bwd[rows_c],
-                                          pp[rows_c], slow)
+                                          pp[rows_c], slow, t.space.base.align_grad_reduce)
                 exp[rows_c] = np.where(~is_ag[rows_c], chunked, exp[rows_c])
             exp = np.where(ov, exp, total)
             out += np.where(is_dp, exp, total)
         return out
 
 
-def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown):
+def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown, whole=False):
     """`schedule.chunks.chunked_sync_exposed_s` over arrays: total_s, message_bytes, bucket_bytes (I, C), shares
-    and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1)."""
+    and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1); `whole`: the aligned launch (a
+    search's plans share the base plan's align_grad_reduce)."""
     exposed, later, gap = np.zeros_like(total_s), np.zeros_like(total_s), np.zeros_like(total_s)
     safe = np.where(bucket_bytes > 0, bucket_bytes, 1.0)
     held = np.flatnonzero((shares > 0).any(axis=(0, 1)))
     for k in range(int(held[-1]) + 1 if held.size else 0):
         d = total_s * shares[..., k]
         n = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes * shares[..., k] / safe), 1.0)
-        exposed = np.maximum(exposed, np.maximum(d / n, d - bwd_s[..., k]) + later - gap)
+        exposed = np.maximum(exposed, (d if whole else np.maximum(d / n, d - bwd_s[..., k])) + later - gap)
         later = later + d
         gap = gap + pp * bwd_s[..., k]
     exposed = np.minimum(total_s, np.maximum(0.0, exposed))

@@ -165,6 +165,12 @@ class Plan:
     (per-tensor scaling), mxfp8 or nvfp4 (block scaling) — which keeps bf16 activations and weights."""
     dp_overlap: bool = False
     """Gradient sync overlapped with backward in buckets (Megatron --overlap-grad-reduce; default off as there)."""
+    align_grad_reduce: bool = False
+    """With `dp_overlap` on a Megatron pipeline (1F1B or interleaved, pp > 1): each chunk's gradient buckets are
+    launched together once its last backward is done, at the same moment on every pipeline rank (Megatron-Core
+    `align_grad_reduce`, its default and Megatron-Bridge's / NeMo's: `config.grad_sync_func` = each chunk's
+    `start_grad_sync`), instead of bucket by bucket as the last backward makes them ready (`False`: PyTorch DDP's
+    hooks, Megatron's --no-align-grad-reduce). schedule.chunks.aligned_grad_sync."""
     tp_comm_overlap: bool = False
     """TP communication overlapped with the matrix multiplies (Transformer Engine userbuffers)."""
     attention: str = "auto"
@@ -282,7 +288,8 @@ class Plan:
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
         if not isinstance(self.framework, str):
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
-        for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap", "moe_sync_free", "cuda_graphs"):
+        for b in ("sequence_parallel", "dp_overlap", "align_grad_reduce", "tp_comm_overlap", "ep_overlap",
+                  "moe_sync_free", "cuda_graphs"):
             boolean(f"plan.{b}", getattr(self, b))
         if self.cuda_graphs and self.recompute == "full":
             raise SpecError("plan.cuda_graphs", "Megatron-LM refuses CUDA graphs with full recompute "

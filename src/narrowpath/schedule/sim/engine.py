@@ -23,7 +23,7 @@ from narrowpath.schedule.sim.layout import Layout
 from narrowpath.schedule.sim.passplan import PassPlan, Run, compile_pass, run_excess
 from narrowpath.schedule.sim.perturb import Perturbation
 from narrowpath.schedule.sim.playback import play
-from narrowpath.schedule.sim.programs import Exchange, Pass, StageProgram, completing_passes
+from narrowpath.schedule.sim.programs import Exchange, Pass, StageProgram, completing_passes, sync_launches
 from narrowpath.schedule.sim.work import SimWork, Sync
 
 
@@ -33,7 +33,9 @@ class StageState:
     cause: np.ndarray | None
     pc: int = 0
     last_bwd: dict = field(default_factory=dict)
-    """chunk → (start, end, cause) of the pass that completes the chunk's gradients (bucket readiness)."""
+    """chunk → (start, end, cause) of the window over which its gradient buckets are released (programs.
+    sync_launches: the pass that completes them, or the end of the pass that launches them together); a chunk
+    missing is launched at the stage's end."""
 
 
 class StepEngine:
@@ -54,13 +56,16 @@ class StepEngine:
         for st in work.stages:
             for (kind, chunk), pw in st.passes.items():
                 self.plans[(st.index, kind, chunk)] = compile_pass(pw, self._group1, self.kernel, layout.tp, exact)
-        self.completes = completing_passes(programs)
-        """(stage, kind, chunk, micro-batch) of the pass after which a chunk's gradients are complete."""
+        self.launches = sync_launches(programs, work.aligned_sync)
+        """(stage, kind, chunk, micro-batch) of the pass that releases a chunk's gradient buckets → (chunk,
+        streamed)."""
+        completes = completing_passes(programs)
         self.chunk_order = []
+        """Per stage, its chunks in the order their buckets are released (those launched at the end last)."""
         for prog in programs:
-            order = [x.chunk for x in prog.items if isinstance(x, Pass)
-                     and (prog.stage, x.kind, x.chunk, x.mb) in self.completes]
-            self.chunk_order.append(tuple(order))
+            keys = [(prog.stage, x.kind, x.chunk, x.mb) for x in prog.items if isinstance(x, Pass)]
+            order = [self.launches[k][0] for k in keys if k in self.launches]
+            self.chunk_order.append(tuple(order + [k[2] for k in keys if k in completes and k[2] not in order]))
         self.ci = pert.cause_index if pert is not None else {}
 
     def set_batch(self, batch: int) -> None:
@@ -124,7 +129,7 @@ class StepEngine:
         dur = {k: sum(x.compute_s + x.comm_s if isinstance(x, Run) else x.cost_s for x in plan.items)
                for k, plan in self.plans.items()}
         pb = play(self.programs, dur, {k: v[0] for k, v in self.work.p2p_s.items()}, mode=self.p2p_mode,
-                  completes=self.completes)
+                  launches=self.launches)
         if self.p > 1:
             self.waits["pp (send/recv, incl. bubble)"] += pb.pp_wait_s / self.p
         return [StageState(np.array([c]), None, len(prog.items),
@@ -229,8 +234,9 @@ class StepEngine:
             else:
                 t, cz = self._sync(i, item, t, cz)
         st.clock, st.cause = t, cz
-        if (i, op.kind, op.chunk, op.mb) in self.completes:
-            st.last_bwd[op.chunk] = (start, t, cz)
+        hit = self.launches.get((i, op.kind, op.chunk, op.mb))
+        if hit is not None:
+            st.last_bwd[hit[0]] = (start if hit[1] else t, t, cz)
         if self.recorder is not None:
             self.recorder.compute(i, op, start + self.t0, t + self.t0, plan)
 

@@ -22,15 +22,17 @@ class Playback:
     ends_s: tuple[float, ...]
     """Each stage's clock after its last exchange."""
     completes: tuple[dict, ...]
-    """Per stage: chunk → (start, end) of the pass after which the chunk's gradients are complete."""
+    """Per stage: chunk → (start, end) of the window over which its gradient buckets are released (programs.
+    sync_launches: the pass that completes them, or the end of the pass that launches them together)."""
     pp_wait_s: float
     """Seconds all stages together spent in pipeline exchanges (waiting and transferring; bubbles included)."""
 
 
 def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode: str = "rendezvous",
-         completes: frozenset = frozenset()) -> Playback:
-    """`pass_s[(stage, kind, chunk)]` seconds; `completes`: (stage, kind, chunk, micro-batch) of the passes to report
-    (programs.completing_passes)."""
+         launches: dict | None = None) -> Playback:
+    """`pass_s[(stage, kind, chunk)]` seconds; `launches`: (stage, kind, chunk, micro-batch) of the passes to report
+    → (chunk, streamed) (programs.sync_launches)."""
+    launches = launches or {}
     p = len(programs)
     clock, pcs = [0.0] * p, [0] * p
     last: list[dict] = [{} for _ in range(p)]
@@ -78,8 +80,9 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode:
             else:
                 start = t
                 t += pass_s[(i, it.kind, it.chunk)]
-                if (i, it.kind, it.chunk, it.mb) in completes:
-                    last[i][it.chunk] = (start, t)
+                hit = launches.get((i, it.kind, it.chunk, it.mb))
+                if hit is not None:
+                    last[i][hit[0]] = (start if hit[1] else t, t)
             pc += 1
         pcs[i], clock[i] = pc, t
     stuck = [i for i in range(p) if pcs[i] < len(programs[i].items)]

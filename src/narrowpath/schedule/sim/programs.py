@@ -306,3 +306,28 @@ def completing_passes(programs: tuple[StageProgram, ...]) -> frozenset:
                 last[x.chunk] = (prog.stage, x.kind, x.chunk, x.mb)
         out.update(last.values())
     return frozenset(out)
+
+
+def sync_launches(programs: tuple[StageProgram, ...], aligned: bool = False) -> dict:
+    """(stage, kind, chunk, micro-batch) of the pass after which a chunk's gradient buckets are released → (that
+    chunk, whether they stream out while the pass runs). Unaligned (PyTorch DDP's hooks, Megatron
+    --no-align-grad-reduce): each chunk's completing pass, streaming. `aligned` (Megatron-Core's default,
+    `schedule.chunks.aligned_grad_sync`): interleaved, stage i launches chunk c's buckets together after its i-th
+    backward past the one that completes c (`backward_step_helper_postprocess`: grad_sync_virtual_microbatch_id =
+    virtual_microbatch_id − pipeline_parallel_rank); one chunk (1F1B), stage 0 streams during its last backward.
+    A chunk without an entry is launched once its stage's program is done ("Launch any remaining grad
+    reductions")."""
+    done = completing_passes(programs)
+    if not aligned:
+        return {k: (k[2], True) for k in done}
+    out = {}
+    for prog in programs:
+        i = prog.stage
+        bw = [(i, x.kind, x.chunk, x.mb) for x in prog.items if isinstance(x, Pass) and x.kind in ("BW", "W")]
+        if len({k[2] for k in bw}) == 1:  # 1F1B: rank 0's hooks run during its last backward
+            out.update({k: (k[2], True) for k in bw if k in done and i == 0})
+            continue
+        for j, k in enumerate(bw):
+            if k in done and j + i < len(bw):
+                out[bw[j + i]] = (k[2], False)
+    return out

@@ -46,7 +46,7 @@ def grad_sync(eng: StepEngine, i: int, st: StageState, tr: StepTransfer, bucket_
         shares = eng.work.stages[i].chunk_param_share
         starts, ends, causes, frac, cost = [], [], [], [], []
         for c in eng.chunk_order[i]:
-            s0, s1, scz = st.last_bwd[c]
+            s0, s1, scz = st.last_bwd.get(c, (E, E, cz))  # not launched by a pass: at the stage's end
             nbytes = tr.message_bytes * shares[c]
             n = num_buckets(nbytes, bucket_bytes)
             cum = np.minimum(np.arange(1, n + 1) * bucket_bytes, nbytes)
