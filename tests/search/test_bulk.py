@@ -94,11 +94,12 @@ def _deepseek_megatron_bridge() -> Scenario:
                                                            framework="Megatron-Bridge 25.11"))
 
 
-def _aligned(name: str) -> Scenario:
-    """Megatron-Core's aligned gradient-sync launch (plan.align_grad_reduce) in the base plan: every interleaved plan
-    the search derives prices its chunks' syncs launched whole after their last backwards, as predict does."""
+def _launched(name: str, launch: str) -> Scenario:
+    """Megatron-Core's DDP in the base plan (plan.grad_sync_launch `aligned` or `megatron`): every plan the search
+    derives prices its gradient sync as predict does — interleaved chunks launched whole after their last backwards
+    (`megatron`: rank 0's first chunk in buckets), and under 1F1B at most rank 0's last backward hiding it."""
     s = load_scenario(name)
-    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, align_grad_reduce=True, dp_overlap=True))
+    return dataclasses.replace(s, plan=dataclasses.replace(s.plan, grad_sync_launch=launch, dp_overlap=True))
 
 
 def _tiny_graphs() -> Scenario:
@@ -118,8 +119,8 @@ SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8
              "deepseek-v3-megatron-bridge": _deepseek_megatron_bridge,
              "llama3-8b-h100-8-flash2": _flash2, "llama3-70b-alternate-matmuls": _alternate,
              "zero3-unless-pp": lambda: _zero3_kept("unless_pp"), "zero3-never": lambda: _zero3_kept("never"),
-             "gpt3-175b-aligned": lambda: _aligned("gpt3-175b-a100-1024"),
-             "llama3-70b-aligned": lambda: _aligned("llama3-70b-h100-256")}
+             "gpt3-175b-aligned": lambda: _launched("gpt3-175b-a100-1024", "aligned"),
+             "llama3-70b-megatron": lambda: _launched("llama3-70b-h100-256", "megatron")}
 
 
 def _space(scn, **pins) -> SearchSpace:

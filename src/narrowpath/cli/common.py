@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, GRAD_PRECISION, OPTIMIZER_MOMENTS, \
-    PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTE, SPLIT_DEFAULTS, ZERO3_RESHARD
+from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, GRAD_PRECISION, GRAD_SYNC_LAUNCH, \
+    OPTIMIZER_MOMENTS, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTE, SPLIT_DEFAULTS, ZERO3_RESHARD
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -85,9 +85,10 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                         "dualpipev (DualPipe on a V: one copy, chunks i and 2pp-1-i on rank i; needs --vpp 2)")
     g.add_argument("--dp-overlap", dest="dp_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap the gradient sync with the backward pass in buckets")
-    g.add_argument("--align-grad-reduce", dest="align_grad_reduce", action=argparse.BooleanOptionalAction,
-                   default=None, help="with --dp-overlap on a pipeline: launch each chunk's buckets together after "
-                                      "its last backward, aligned across pipeline ranks (Megatron-Core's default)")
+    g.add_argument("--grad-sync-launch", dest="grad_sync_launch", choices=GRAD_SYNC_LAUNCH,
+                   help="with --dp-overlap, when gradient buckets are launched: hooks (as each is ready, PyTorch "
+                        "DDP/FSDP), megatron (Megatron-Core DDP with --no-align-grad-reduce: buckets only on "
+                        "pipeline rank 0's first chunk) or aligned (Megatron-Core's default)")
     g.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap tensor-parallel communication with the matrix multiplies")
     g.add_argument("--cuda-graphs", dest="cuda_graphs", action=argparse.BooleanOptionalAction, default=None,
@@ -124,7 +125,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     base = load_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "zero3_reshard", "recompute",
                                                               "sequence_parallel",
-                                                              "precision", "dp_overlap", "align_grad_reduce",
+                                                              "precision", "dp_overlap", "grad_sync_launch",
                                                               "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",

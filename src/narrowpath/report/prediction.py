@@ -25,7 +25,8 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
                                                 "zero3_reshard",
                                                 "recompute", "sequence_parallel", "precision", "dp_overlap",
-                                                "align_grad_reduce", "tp_comm_overlap", "attention", "cp_comm", "optimizer_moments",
+                                                "grad_sync_launch", "tp_comm_overlap", "attention", "cp_comm",
+                                                "optimizer_moments",
                                                 "grad_precision", "fp8_params", "activation_cache",
                                                 "pipeline_schedule", "moe_probs", "moe_sync_free",
                                                 "cuda_graphs", "first_stage_layers", "last_stage_layers")}

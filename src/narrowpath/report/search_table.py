@@ -175,7 +175,8 @@ def candidate_to_json(c: Candidate, band=None) -> dict:
                     "recompute_layers": p.recompute_layers, "offload_layers": p.offload_layers,
                     "recompute_modules": list(p.recompute_modules) if p.recompute == "selective" else [],
                     "sequence_parallel": p.sequence_parallel, "dp_overlap": p.dp_overlap,
-                    "align_grad_reduce": p.align_grad_reduce, "bucket_bytes": p.bucket_bytes, "tp_comm_overlap": p.tp_comm_overlap, "cp_comm": p.cp_comm,
+                    "grad_sync_launch": p.grad_sync_launch, "bucket_bytes": p.bucket_bytes,
+                    "tp_comm_overlap": p.tp_comm_overlap, "cp_comm": p.cp_comm,
                     "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch, "placement": list(p.placement),
                     # kept from the scenario, but a plan copied from here must reproduce its numbers
                     "precision": p.precision, "optimizer_moments": p.optimizer_moments,

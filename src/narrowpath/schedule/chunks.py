@@ -120,23 +120,37 @@ def chunk_param_shares(scn, stage: int, ranges) -> list[float]:
     return [p / s for p in out] if s > 0 else [1.0 / len(out)] * len(out)
 
 
-def aligned_grad_sync(plan, schedule: str) -> bool:
-    """Megatron-Core's aligned launch of the overlapped gradient sync applies (`Plan.align_grad_reduce`): its
-    pipelined schedules (1F1B, interleaved; pp > 1) hand each chunk's `start_grad_sync` to the schedule as
-    `config.grad_sync_func` (Megatron-LM `training.py`, Megatron-Bridge `training/setup.py`, NeMo 2
-    `megatron_parallel.py`). The interleaved schedule launches chunk c's whole bucket group on rank r once the
-    backward r virtual micro-batches past c's last one is done (`backward_step_helper_postprocess`: "we launch
-    asynchronous communication at the same time across the pipeline-parallel group"), the rest after the last
-    backward; the 1F1B schedule lets rank 0's hooks release buckets during its last backward and launches the other
-    ranks' after their cool-down ("Other pipeline stages do grad reduction during pipeline bubble"). Without a
-    pipeline (`forward_backward_no_pipelining`) and on DualPipe(V) or zero-bubble programs the hooks release
-    buckets as the last backward makes them ready."""
-    return bool(plan.align_grad_reduce and plan.dp_overlap and plan.pp > 1
-                and schedule in ("1f1b", "interleaved", "interleaved-1f1b"))
+def sync_launch_mode(plan, schedule: str) -> str:
+    """How the overlapped gradient sync's buckets are launched on this plan's program (`Plan.grad_sync_launch`):
+    `hooks` (each bucket as the backward makes it ready, every rank and chunk), `megatron` or `aligned`. The last
+    two are Megatron-Core's DDP on its pipelined schedules (1F1B, interleaved; pp > 1). Its DDP splits only pipeline
+    rank 0's first chunk into buckets (`distributed_data_parallel.py`: no bucketing on a rank > 0, and Megatron-LM
+    wraps chunks > 0 with `disable_bucketing`), so under `megatron` (--no-align-grad-reduce) every other chunk goes
+    out whole once its last backward is done. Under `aligned` (`config.grad_sync_func` = each chunk's
+    `start_grad_sync`: Megatron-LM `training.py`, Megatron-Bridge `training/setup.py`) the interleaved schedule
+    keeps the hooks off and launches chunk c whole on rank r once the backward r virtual micro-batches past c's last
+    one is done (`backward_step_helper_postprocess`: "we launch asynchronous communication at the same time across
+    the pipeline-parallel group"), the rest after the last backward; 1F1B lets rank 0's hooks stream during its
+    last backward and launches the other ranks' after their cool-down ("Other pipeline stages do grad reduction
+    during pipeline bubble"). Without a pipeline (`forward_backward_no_pipelining`: one rank, one chunk, its
+    buckets as ready) and on DualPipe(V) or zero-bubble programs it is `hooks`."""
+    if plan.dp_overlap and plan.pp > 1 and schedule in ("1f1b", "interleaved", "interleaved-1f1b"):
+        return plan.grad_sync_launch
+    return "hooks"
+
+
+def chunk_streams(mode: str, chunks: int) -> list[bool] | None:
+    """Which of a stage's chunks release their buckets one by one during their last backward, priced at rank 0
+    (`chunked_sync_exposed_s`): all (`hooks`, None), the first only (`megatron`: rank 0's first chunk is the only
+    one in buckets) or none (`aligned`: each chunk launched whole after a backward)."""
+    if mode == "hooks":
+        return None
+    return [mode == "megatron" and c == 0 for c in range(chunks)]
 
 
 def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: float, shares: Sequence[float],
-                           bwd_s: Sequence[float], pp: int, slowdown: float, whole: bool = False) -> float:
+                           bwd_s: Sequence[float], pp: int, slowdown: float,
+                           streams: Sequence[bool] | None = None, first_window_s: float | None = None) -> float:
     """Exposed time of an interleaved stage's overlapped gradient sync (Megatron-Core --overlap-grad-reduce, one
     bucket group per model chunk): chunk c's buckets (its `shares` of the bytes, buckets of `bucket_bytes`) become
     ready during its last backward (`bwd_s[c]`), and the cool-down runs those last backwards chunk v − 1 first,
@@ -145,10 +159,13 @@ def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: f
     in that order; after the stage's last backward it still has, for each k, the larger of chunk k's last bucket
     and what of chunk k its own last backward cannot hide, plus every later chunk's, less the time since chunk
     k's last backward — the most of these (with one chunk: `exposed_after_bucketed_overlap` over one backward).
-    `whole` (`aligned_grad_sync`): each chunk's buckets are launched together once its last backward is done, so
-    none of chunk k hides behind that backward (rank 0's launches; every other rank launches chunk k ≥ 1 at about
-    the same time and chunk 0 earlier, at its own end). The hidden part slows the compute it runs beside. The event
-    simulator (`schedule.sim.tail`) is the reference."""
+    `streams[k]` False (`chunk_streams`: Megatron-Core's DDP): chunk k goes out whole once its last backward is
+    done, so none of it hides behind that backward. The stage's timeline is taken as rank 0's, whose end is the
+    step's: under `aligned` another rank launches chunk k ≥ 1 r backwards later but ends r backwards earlier, and
+    its chunk 0 at its own end; under `megatron` another rank's chunk 0 goes out whole at its end, beside the
+    chunk-0 backwards of the ranks below, so a streaming chunk 0 hides behind `first_window_s` at most (rank 0's
+    last chunk-0 backward; default its own). The hidden part slows the compute it runs beside. The event simulator
+    (`schedule.sim.tail`) is the reference."""
     exposed, later = 0.0, 0.0
     gap = [0.0]
     for c in range(len(shares)):
@@ -156,7 +173,9 @@ def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: f
     for k in range(len(shares)):
         d = total_s * shares[k]
         n = max(1.0, message_bytes * shares[k] / bucket_bytes) if bucket_bytes > 0 else 1.0
-        exposed = max(exposed, (d if whole else max(d / n, d - bwd_s[k])) + later - gap[k])
+        window = first_window_s if k == 0 and first_window_s is not None else bwd_s[k]
+        streamed = streams is None or streams[k]
+        exposed = max(exposed, (max(d / n, d - window) if streamed else d) + later - gap[k])
         later += d
     exposed = min(total_s, max(0.0, exposed))
     return exposed + slowdown * (total_s - exposed)

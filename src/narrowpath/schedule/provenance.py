@@ -2,7 +2,7 @@
 calibration profile it read."""
 from __future__ import annotations
 
-from narrowpath.cost.roofline import matrix_table
+from narrowpath.cost.roofline import flash_head_dim_rate, flash_phase_note, matrix_table
 from narrowpath.spec.calibration import Calibration
 
 
@@ -22,3 +22,30 @@ def profile_usage(cal: Calibration, dtype: str, tiers: set[str], device: str = "
                      + ("" if name in cal.tiers else " (default, not in profile)"))
     other = f" (WARNING: measured on {cal.device}, applied to {device})" if device and cal.device != device else ""
     return f"calibration profile {cal.name}{other} used: " + "; ".join(parts)
+
+
+def attention_note(scn, kernel: str) -> str:
+    """The attention kernel a prediction priced, and how: the profile's default or the plan's, FlashAttention-2's
+    share of the fused kernel's rate, the head width's rate, the fitted split between the passes."""
+    plan = scn.plan
+    out = f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else "")
+    if plan.attention == "flash2":
+        out += f" as FlashAttention-2 ({_fa2_note(scn.system.device)})"
+    elif kernel == "flash":
+        out += _head_width_note(scn.model.qk_head_dim)
+    return out + (flash_phase_note() if kernel == "flash" else "")
+
+
+def _fa2_note(device) -> str:
+    if not device.flash2_rate:
+        return f"priced as the fused kernel on {device.name}"
+    return (f"forward {device.flash2_share('fwd'):.2f}, backward {device.flash2_share('bwd'):.2f} of the fused "
+            f"kernel's rate")
+
+
+def _head_width_note(head_dim: float) -> str:
+    """How the flash kernel's head width rates it, when it is not the profile's 128 (cost.roofline)."""
+    if not head_dim or head_dim == 128:
+        return ""
+    return (f"; head width {head_dim:g}: {flash_head_dim_rate(head_dim, 'fwd'):.2f} of the profile's 128-wide rate "
+            f"forward, {flash_head_dim_rate(head_dim, 'bwd'):.2f} backward (cuDNN, FlashAttention-3 Figs. 5-6)")

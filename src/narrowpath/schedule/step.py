@@ -16,16 +16,16 @@ from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
 from narrowpath.cost.memory import MemoryBreakdown, in_flight_chunk_passes, stage_memory
 from narrowpath.cost.power import capped_device
-from narrowpath.cost.roofline import flash_head_dim_rate, flash_phase_note, host_time_s, op_time_s
+from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.contention import concurrent_slowdown
 from narrowpath.network.placement import GroupSpan, axis_strides, group_span, span_of
 from narrowpath.schedule.choose import resolve_open_knobs
-from narrowpath.schedule.chunks import aligned_grad_sync, chunk_param_shares, chunk_shares, \
-    chunked_sync_exposed_s, exposed_shares, phase_times
+from narrowpath.schedule.chunks import chunk_param_shares, chunk_shares, chunk_streams, chunked_sync_exposed_s, \
+    exposed_shares, phase_times, sync_launch_mode
 from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, dualpipev_paired_fraction, \
     dualpipev_time_s, pipeline_time_s
-from narrowpath.schedule.provenance import profile_usage
+from narrowpath.schedule.provenance import attention_note, profile_usage
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.attention import kernel_of
@@ -292,13 +292,6 @@ def host_copy_cost(nbytes: float, system) -> CollectiveCost:
                           bottleneck_tier="host", wire_bytes_per_rank=0.0, latency_s=lat)
 
 
-def _fa2_note(device) -> str:
-    if not device.flash2_rate:
-        return f"priced as the fused kernel on {device.name}"
-    return (f"forward {device.flash2_share('fwd'):.2f}, backward {device.flash2_share('bwd'):.2f} of the fused "
-            f"kernel's rate")
-
-
 @dataclass(frozen=True, slots=True)
 class _OpSums:
     """A stage's ops added up per phase (fwd, bwd, recompute) for one micro-batch."""
@@ -473,21 +466,26 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     step_rows = []
     dp_exposed, other_step = 0.0, 0.0
     chunked = None  # an interleaved stage's sync goes chunk by chunk: its chunks' parameter shares and backwards
+    launch = sync_launch_mode(plan, plan.schedule)
+    # Megatron-Core's DDP, 1F1B: rank 0 streams during its last backward, a later rank sends its sync whole after its
+    # cool-down, beside the backwards of the ranks below: at most rank 0's last backward hides it (sync_launch_mode)
+    sync_window = stage_times[0].bwd_compute_s if launch != "hooks" else cs.bwd_compute_s
     if plan.vpp > 1 and not plan.dualpipev:
         ranges = plan_layer_ranges(scn.model, plan)[cs.index]
         bwd = cs.total_s - cs.fwd_s
-        chunked = (chunk_param_shares(scn, cs.index, ranges),
-                   [bwd * w for w in (shares[1][cs.index] if shares else [1.0 / len(ranges)] * len(ranges))])
+        w_bwd = shares[1] if shares else [[1.0 / len(ranges)] * len(ranges)] * plan.pp
+        chunked = (chunk_param_shares(scn, cs.index, ranges), [bwd * w for w in w_bwd[cs.index]])
+        first = (stage_times[0].total_s - stage_times[0].fwd_s) * w_bwd[0][0] if launch == "megatron" else None
     for tr, c in wl.step_transfers:
         cost = _price(tr, scn, cal, spans, coll_cache)
         total = cost.time_s * c
         if tr.axis in ("dp", "edp"):
-            window = cs.fwd_compute_s if tr.op == "all_gather" else cs.bwd_compute_s
+            window = cs.fwd_compute_s if tr.op == "all_gather" else sync_window
             if not tr.overlappable:
                 exp = total
             elif tr.op != "all_gather" and chunked:  # one bucket group per chunk
                 exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes, *chunked, plan.pp, slow,
-                                             aligned_grad_sync(plan, plan.schedule))
+                                             chunk_streams(launch, len(chunked[0])), first)
             else:
                 exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow)
             dp_exposed += exp
@@ -529,10 +527,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     assumptions = (
         profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "", "host")},
                       scn.system.device.name),
-        f"attention kernel: {kernel}" + (" (profile default)" if plan.attention == "auto" else "")
-        + (f" as FlashAttention-2 ({_fa2_note(scn.system.device)})" if plan.attention == "flash2" else "")
-        + _head_width_note(scn.model.qk_head_dim if kernel == "flash" and plan.attention != "flash2" else 0)
-        + (flash_phase_note() if kernel == "flash" else ""),
+        attention_note(scn, kernel),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches",
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
@@ -544,14 +539,6 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
                           m * cs.host_wait_s, assumptions)
-
-
-def _head_width_note(head_dim: float) -> str:
-    """How the flash kernel's head width rates it, when it is not the profile's 128 (cost.roofline)."""
-    if not head_dim or head_dim == 128:
-        return ""
-    return (f"; head width {head_dim:g}: {flash_head_dim_rate(head_dim, 'fwd'):.2f} of the profile's 128-wide rate "
-            f"forward, {flash_head_dim_rate(head_dim, 'bwd'):.2f} backward (cuDNN, FlashAttention-3 Figs. 5-6)")
 
 
 def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:

@@ -179,12 +179,12 @@ class Exact:
         # the stage times do not depend on the bucket size: price each other combination once
         cm = t.comm
         sfirst, sv = unique_rows(cm["plc"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J], cm["dpo"][J])
-        pipe, cs_fwd, cs_bwd, ch_par, ch_bwd = self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields, lower)
-        pipe, cs_fwd, cs_bwd, ch_par, ch_bwd = pipe[:, sv], cs_fwd[:, sv], cs_bwd[:, sv], ch_par[:, sv], ch_bwd[:, sv]
+        pipe, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0 = (
+            x[:, sv] for x in self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields, lower))
         if lower:  # any window: the most a variant of the class can hide
-            cs_fwd = cs_bwd = np.full(cs_fwd.shape, np.inf)
+            cs_fwd = cs_bwd = ch_w0 = np.full(cs_fwd.shape, np.inf)
             ch_bwd = np.full(ch_bwd.shape, np.inf)
-        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd)
+        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0)
         return pipe + extra + bulk.optimizer(sp)[at][:, None]
 
     def dominant(self, J: np.ndarray) -> np.ndarray:
@@ -231,8 +231,10 @@ class Exact:
         return out
 
     def _stages(self, sp, at, rows, J, lay, fields, lower: bool = False):
-        """(pipeline time, critical stage's forward and backward compute per micro-batch), each (rows, variants J),
-        and under interleaving its chunks' parameter shares and backward times (rows, variants J, chunks)."""
+        """(pipeline time, critical stage's forward compute per micro-batch, the window its gradient sync hides
+        behind: its backward compute, or rank 0's under Megatron-Core's 1F1B), each (rows, variants J), and under
+        interleaving its chunks' parameter shares and backward times (rows, variants J, chunks) and rank 0's first
+        chunk's backward (rows, variants J: the window a streaming chunk 0 has under `megatron`)."""
         bulk, P, t = self.b, self.p, self.t
         c, cm = bulk.cols, t.comm
         I, Q, C = len(rows), bulk.Q, len(J)
@@ -317,7 +319,7 @@ class Exact:
                                                                True, False), value="send_s", width=1)[..., 0]
         pipe, cs_fwd, cs_bwd = np.zeros((I, C)), np.zeros((I, C)), np.zeros((I, C))
         vmax = max((self.b.shapes[int(g)].chunks.shape[1] for g in np.unique(sp.shape[at])), default=1)
-        ch_par, ch_bwd = np.zeros((I, C, vmax)), np.zeros((I, C, vmax))
+        ch_par, ch_bwd, ch_w0 = np.zeros((I, C, vmax)), np.zeros((I, C, vmax)), np.zeros((I, C))
         shape = sp.shape[at]
         for g in np.unique(shape):
             k = np.flatnonzero(shape == g)
@@ -338,6 +340,8 @@ class Exact:
             crit = T.argmax(axis=1)[:, None, :]
             cs_fwd[k] = np.take_along_axis(fwd, crit, axis=1)[:, 0]
             cs_bwd[k] = np.take_along_axis(bwd, crit, axis=1)[:, 0]
+            if v == 1 and t.space.base.grad_sync_launch != "hooks":  # Megatron-Core's DDP under 1F1B (predict)
+                cs_bwd[k] = np.where((pp[k] > 1)[:, None], bwd[:, 0, :], cs_bwd[k])
             if v > 1 and lower:
                 # with an unlimited window the chunked sync exposes chunk 0's last bucket, which grows with chunk 0's
                 # share: the least over the stages bounds whichever stage a variant finds critical
@@ -349,7 +353,8 @@ class Exact:
                 b_crit = np.take_along_axis(T - F, crit, axis=1)[:, 0]  # (rows, C)
                 w_crit = np.take_along_axis(wB.transpose(0, 3, 1, 2), c3[..., None], axis=2)[:, :, 0]
                 ch_bwd[k, :, :v] = b_crit[:, :, None] * w_crit
-        return pipe, cs_fwd, cs_bwd, ch_par, ch_bwd
+                ch_w0[k] = (T - F)[:, 0, :] * wB[:, 0, 0, :]
+        return pipe, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0
 
     def _stage_times(self, sh, base, k, m):
         """(time, forward pass, forward compute, backward compute, (forward, backward) exposed shares) per
@@ -438,7 +443,7 @@ class Exact:
         tot = par.sum(axis=2, keepdims=True)
         return np.where(tot > 0, par / np.where(tot > 0, tot, 1.0), 1.0 / v)
 
-    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd) -> np.ndarray:
+    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0) -> np.ndarray:
         """Exposed once-per-step communication (I, C): the gradient sync and ZeRO-1/2 gather, bucketed and overlapped
         with the critical stage's backward (or next forward) when dp_overlap — an interleaved stage's sync chunk by
         chunk through the cool-down (ch_par, ch_bwd: its chunks' parameter shares and backward times) — and the
@@ -482,24 +487,28 @@ class Exact:
             if rows_c.size:  # an interleaved stage's sync, chunk by chunk through the cool-down
                 sub = np.broadcast_to(bucket, total.shape)[rows_c]
                 chunked = chunked_exposed(total[rows_c], msg[rows_c], sub, ch_par[rows_c], ch_bwd[rows_c],
-                                          pp[rows_c], slow, t.space.base.align_grad_reduce)
+                                          pp[rows_c], slow, t.space.base.grad_sync_launch, ch_w0[rows_c])
                 exp[rows_c] = np.where(~is_ag[rows_c], chunked, exp[rows_c])
             exp = np.where(ov, exp, total)
             out += np.where(is_dp, exp, total)
         return out
 
 
-def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown, whole=False):
+def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown, launch="hooks",
+                    first_window_s=None):
     """`schedule.chunks.chunked_sync_exposed_s` over arrays: total_s, message_bytes, bucket_bytes (I, C), shares
-    and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1); `whole`: the aligned launch (a
-    search's plans share the base plan's align_grad_reduce)."""
+    and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1); `launch`: the base plan's
+    grad_sync_launch, which every plan of a search keeps (schedule.chunks.chunk_streams); `first_window_s` (I, C):
+    rank 0's first chunk's backward, read under `megatron`."""
     exposed, later, gap = np.zeros_like(total_s), np.zeros_like(total_s), np.zeros_like(total_s)
     safe = np.where(bucket_bytes > 0, bucket_bytes, 1.0)
     held = np.flatnonzero((shares > 0).any(axis=(0, 1)))
     for k in range(int(held[-1]) + 1 if held.size else 0):
         d = total_s * shares[..., k]
         n = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes * shares[..., k] / safe), 1.0)
-        exposed = np.maximum(exposed, (d if whole else np.maximum(d / n, d - bwd_s[..., k])) + later - gap)
+        streamed = launch == "hooks" or (launch == "megatron" and k == 0)
+        window = first_window_s if launch == "megatron" and k == 0 else bwd_s[..., k]
+        exposed = np.maximum(exposed, (np.maximum(d / n, d - window) if streamed else d) + later - gap)
         later = later + d
         gap = gap + pp * bwd_s[..., k]
     exposed = np.minimum(total_s, np.maximum(0.0, exposed))

@@ -34,6 +34,7 @@ ACTIVATION_CACHE = ("default", "fp8")
 ATTENTION = ("auto", "flash", "flash2", "unfused")
 ZERO3_RESHARD = ("always", "never", "unless_pp")
 CP_COMM = ("p2p", "all_gather", "a2a")
+GRAD_SYNC_LAUNCH = ("hooks", "megatron", "aligned")
 PIPELINE_SCHEDULES = ("auto", "dualpipe", "dualpipev")
 """`auto`: Megatron's 1F1B, interleaved when vpp > 1; `dualpipe`: DeepSeek-V3's bidirectional schedule;
 `dualpipev`: DualPipe cut in half along its V (one copy of the model, two chunks per rank)."""
@@ -165,12 +166,16 @@ class Plan:
     (per-tensor scaling), mxfp8 or nvfp4 (block scaling) — which keeps bf16 activations and weights."""
     dp_overlap: bool = False
     """Gradient sync overlapped with backward in buckets (Megatron --overlap-grad-reduce; default off as there)."""
-    align_grad_reduce: bool = False
-    """With `dp_overlap` on a Megatron pipeline (1F1B or interleaved, pp > 1): each chunk's gradient buckets are
-    launched together once its last backward is done, at the same moment on every pipeline rank (Megatron-Core
-    `align_grad_reduce`, its default and Megatron-Bridge's / NeMo's: `config.grad_sync_func` = each chunk's
-    `start_grad_sync`), instead of bucket by bucket as the last backward makes them ready (`False`: PyTorch DDP's
-    hooks, Megatron's --no-align-grad-reduce). schedule.chunks.aligned_grad_sync."""
+    grad_sync_launch: str = "hooks"
+    """With `dp_overlap`, when the overlapped gradient sync's buckets are launched (schedule.chunks.
+    sync_launch_mode): `hooks` — each bucket as soon as the backward makes it ready, on every pipeline rank and
+    chunk (PyTorch DDP and FSDP's hooks); `megatron` — Megatron-Core's DDP with --no-align-grad-reduce: only
+    pipeline rank 0's first chunk is split into buckets (released by the hooks as they fill), every other chunk is
+    one bucket, launched once its last backward is done ("data-parallel communication on these stages is not on the
+    critical path"); `aligned` — Megatron-Core's default (align_grad_reduce: `config.grad_sync_func` = each chunk's
+    `start_grad_sync`), which on a pipeline keeps the hooks off and launches a chunk whole once a backward is done,
+    each rank r backwards after its last one so that the ranks launch about together (1F1B: rank 0's hooks stream
+    during its last backward, the other ranks launch after their cool-down)."""
     tp_comm_overlap: bool = False
     """TP communication overlapped with the matrix multiplies (Transformer Engine userbuffers)."""
     attention: str = "auto"
@@ -271,6 +276,7 @@ class Plan:
         choice("plan.attention", self.attention, ATTENTION)
         choice("plan.zero3_reshard", self.zero3_reshard, ZERO3_RESHARD)
         choice("plan.cp_comm", self.cp_comm, CP_COMM)
+        choice("plan.grad_sync_launch", self.grad_sync_launch, GRAD_SYNC_LAUNCH)
         choice("plan.pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
         if self.pipeline_schedule == "dualpipe" and self.vpp != 1:
             raise SpecError("plan.pipeline_schedule", f"dualpipe runs one chunk per direction on each rank; needs vpp "
@@ -288,8 +294,7 @@ class Plan:
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
         if not isinstance(self.framework, str):
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
-        for b in ("sequence_parallel", "dp_overlap", "align_grad_reduce", "tp_comm_overlap", "ep_overlap",
-                  "moe_sync_free", "cuda_graphs"):
+        for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap", "moe_sync_free", "cuda_graphs"):
             boolean(f"plan.{b}", getattr(self, b))
         if self.cuda_graphs and self.recompute == "full":
             raise SpecError("plan.cuda_graphs", "Megatron-LM refuses CUDA graphs with full recompute "

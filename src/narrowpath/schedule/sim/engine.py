@@ -56,7 +56,7 @@ class StepEngine:
         for st in work.stages:
             for (kind, chunk), pw in st.passes.items():
                 self.plans[(st.index, kind, chunk)] = compile_pass(pw, self._group1, self.kernel, layout.tp, exact)
-        self.launches = sync_launches(programs, work.aligned_sync)
+        self.launches = sync_launches(programs, work.sync_launch)
         """(stage, kind, chunk, micro-batch) of the pass that releases a chunk's gradient buckets → (chunk,
         streamed)."""
         completes = completing_passes(programs)

@@ -308,22 +308,28 @@ def completing_passes(programs: tuple[StageProgram, ...]) -> frozenset:
     return frozenset(out)
 
 
-def sync_launches(programs: tuple[StageProgram, ...], aligned: bool = False) -> dict:
+def sync_launches(programs: tuple[StageProgram, ...], mode: str = "hooks") -> dict:
     """(stage, kind, chunk, micro-batch) of the pass after which a chunk's gradient buckets are released → (that
-    chunk, whether they stream out while the pass runs). Unaligned (PyTorch DDP's hooks, Megatron
-    --no-align-grad-reduce): each chunk's completing pass, streaming. `aligned` (Megatron-Core's default,
-    `schedule.chunks.aligned_grad_sync`): interleaved, stage i launches chunk c's buckets together after its i-th
-    backward past the one that completes c (`backward_step_helper_postprocess`: grad_sync_virtual_microbatch_id =
-    virtual_microbatch_id − pipeline_parallel_rank); one chunk (1F1B), stage 0 streams during its last backward.
-    A chunk without an entry is launched once its stage's program is done ("Launch any remaining grad
-    reductions")."""
+    chunk, whether they stream out while the pass runs), for a launch `mode` (schedule.chunks.sync_launch_mode).
+    `hooks`: each chunk's completing pass, streaming. `megatron` (Megatron-Core's DDP, --no-align-grad-reduce):
+    the completing pass, streaming only for stage 0's chunk 0 (the one chunk in buckets), every other chunk whole
+    at the pass's end. `aligned` (Megatron-Core's default): interleaved, stage i launches chunk c whole after its
+    i-th backward past the one that completes c (`backward_step_helper_postprocess`:
+    grad_sync_virtual_microbatch_id = virtual_microbatch_id − pipeline_parallel_rank); one chunk (1F1B), stage 0
+    streams during its last backward. A chunk without an entry is launched once its stage's program is done
+    ("Launch any remaining grad reductions", after the cool-down: chunk 0 on every stage but 0)."""
     done = completing_passes(programs)
-    if not aligned:
+    if mode == "hooks":
         return {k: (k[2], True) for k in done}
+    if any(isinstance(x, Pass) and x.kind != "BW" and x.kind != "F" for prog in programs for x in prog.items):
+        raise ValueError(f"sync_launches: the {mode} launch is Megatron-Core's, on its 1F1B and interleaved "
+                         "programs (whole backwards); this program splits them (zero bubble, DualPipe)")
+    if mode == "megatron":
+        return {k: (k[2], k[0] == 0 and k[2] == 0) for k in done}
     out = {}
     for prog in programs:
         i = prog.stage
-        bw = [(i, x.kind, x.chunk, x.mb) for x in prog.items if isinstance(x, Pass) and x.kind in ("BW", "W")]
+        bw = [(i, x.kind, x.chunk, x.mb) for x in prog.items if isinstance(x, Pass) and x.kind == "BW"]
         if len({k[2] for k in bw}) == 1:  # 1F1B: rank 0's hooks run during its last backward
             out.update({k: (k[2], True) for k in bw if k in done and i == 0})
             continue

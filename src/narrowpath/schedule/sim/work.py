@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
-from narrowpath.schedule.chunks import aligned_grad_sync, chunk_param_shares
+from narrowpath.schedule.chunks import chunk_param_shares, sync_launch_mode
 from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, paired_fraction, pass_pair_hidden_s, \
     transfer_span
 from narrowpath.workload import transformer as T
@@ -109,8 +109,8 @@ class SimWork:
     optimizer_kernels: float
     slowdown: float
     """Calibration overlap_compute_slowdown (compute sharing the chip with overlapped communication)."""
-    aligned_sync: bool = False
-    """Gradient buckets launched chunk by chunk, aligned across pipeline ranks (schedule.chunks.aligned_grad_sync)."""
+    sync_launch: str = "hooks"
+    """How the gradient buckets are launched (schedule.chunks.sync_launch_mode; programs.sync_launches)."""
 
 
 def _sync_axis(axis: str) -> str:
@@ -365,7 +365,7 @@ def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
     opt_s = sum(max(pr.op(op), pr.host(op)) * c for op, c in wl.optimizer_ops)
     opt_k = sum(op.kernels * c for op, c in wl.optimizer_ops)
     return SimWork(tuple(stages), vpp, wl.num_microbatches, p2p, opt_s, opt_k, slowdown,
-                   aligned_grad_sync(plan, schedule or plan.schedule))
+                   sync_launch_mode(plan, schedule or plan.schedule))
 
 
 def _dualpipe_ranks(stages: list[StageProgramWork], wl_stages, pr: _Pricer, top: tuple[float, float],
