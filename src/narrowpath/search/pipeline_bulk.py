@@ -4,20 +4,24 @@ The same branches as the scalar function, chosen per plan: Narayanan's form for 
 split Megatron refuses, or equal chunks), the 1F1B closed form for a cheap first and an expensive last stage around
 equal middle ones, and otherwise the schedule played (`search.replay`, the playback compiled once per program
 shape and replayed on arrays), 1F1B up to 4p micro-batches then at the busiest stage's pace, interleaved up to 3p
-micro-batches then extrapolated; plus the fill and drain latency of overlapped sends. tests/search/test_replay.py
-holds it to the scalar function on random stage times.
+micro-batches then extrapolated from the plays of 2p and 3p (played together); plus the fill and drain latency of
+overlapped sends. tests/search/test_replay.py holds it to the scalar function on random stage times.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from narrowpath.schedule.pipeline import _REL_EQUAL
-from narrowpath.search.replay import graph_1f1b, graph_interleaved, makespan
+from narrowpath.search.replay import graph_1f1b, graph_interleaved, makespans
 
 
 def _uniform(x: np.ndarray) -> np.ndarray:
-    """`schedule.pipeline._uniform` along the last axis."""
-    hi, lo = x.max(axis=-1), x.min(axis=-1)
+    """`schedule.pipeline._uniform` along the last axis (its extremes taken slice by slice: a reduction along a
+    short last axis costs more; maxima and minima are exact, so the test is the same)."""
+    hi, lo = x[..., 0].copy(), x[..., 0].copy()
+    for k in range(1, x.shape[-1]):
+        np.maximum(hi, x[..., k], out=hi)
+        np.minimum(lo, x[..., k], out=lo)
     return hi - lo <= _REL_EQUAL * np.maximum(np.abs(hi), 1e-300)
 
 
@@ -50,12 +54,13 @@ def one_f_one_b(F: np.ndarray, B: np.ndarray, m: np.ndarray) -> np.ndarray:
     return best
 
 
-def _played(schedule: str, F: np.ndarray, B: np.ndarray, m: int, mode: str) -> np.ndarray:
-    """`schedule.pipeline.played_time_s` over plans: F, B (n, p, v) per-chunk pass times (1F1B rendezvous or
-    interleaved async, the two the step model plays)."""
+def _played(schedule: str, F: np.ndarray, B: np.ndarray, *ms: int) -> list[np.ndarray]:
+    """`schedule.pipeline.played_time_s` over plans, for each micro-batch count of ms: F, B (n, p, v) per-chunk
+    pass times (1F1B rendezvous or interleaved async, the two the step model plays). The counts are played
+    together (`search.replay.makespans`)."""
     n, p, v = F.shape
-    graph = graph_1f1b(p, m) if schedule == "1f1b" else graph_interleaved(p, v, m)
-    return makespan(graph, np.stack([F, B], axis=2))
+    graphs = tuple(graph_1f1b(p, m) if schedule == "1f1b" else graph_interleaved(p, v, m) for m in ms)
+    return makespans(graphs, np.stack([F, B], axis=2))
 
 
 def fill_bound(T: np.ndarray, F: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -107,7 +112,7 @@ def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: 
         played = np.minimum(m[k], 4 * p)
         for pl in np.unique(played):
             s = k[played == pl]
-            t = _played("1f1b", F[s][:, :, None], (T[s] - F[s])[:, :, None], int(pl), "rendezvous")
+            t = _played("1f1b", F[s][:, :, None], (T[s] - F[s])[:, :, None], int(pl))[0]
             out[s] = t + (m[s] - pl) * tmax[s]
     elif rest.size:
         Fc = F[rest][:, :, None] * shares[rest]
@@ -116,11 +121,10 @@ def pipeline_times(T: np.ndarray, F: np.ndarray, m: np.ndarray, v: int, shares: 
         small = mr <= 3 * p
         for mm in np.unique(mr[small]):
             s = np.flatnonzero(small & (mr == mm))
-            out[rest[s]] = _played("interleaved", Fc[s], Bc[s], int(mm), "async")
+            out[rest[s]] = _played("interleaved", Fc[s], Bc[s], int(mm))[0]
         s = np.flatnonzero(~small)
         if s.size:
-            t2 = _played("interleaved", Fc[s], Bc[s], 2 * p, "async")
-            t3 = _played("interleaved", Fc[s], Bc[s], 3 * p, "async")
+            t2, t3 = _played("interleaved", Fc[s], Bc[s], 2 * p, 3 * p)
             busiest = (Fc[s].sum(axis=2) + Bc[s].sum(axis=2)).max(axis=1)
             out[rest[s]] = t3 + (mr[s] // p - 3) * np.maximum(t3 - t2, p * busiest)
     return out + 2.0 * (p * v - 1) * send

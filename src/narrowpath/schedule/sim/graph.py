@@ -28,26 +28,14 @@ from narrowpath.errors import SimulationError
 class Graph:
     """Groups of passes as nodes: dependencies (nodes, 3) (−1: none), the passes of each node (nodes, 2) as
     indexes into the (stage, kind, chunk) duration table (−1: none), evaluation levels, and each stage's final
-    node and final dependencies."""
+    node and final dependencies. The search's array evaluation compiles its own layout from these
+    (`search.replay`)."""
 
-    __slots__ = ("deps", "passes", "levels", "final", "p", "v", "steps", "_seq", "_pairs")
+    __slots__ = ("deps", "passes", "levels", "final", "p", "v", "_seq", "_pairs")
 
     def __init__(self, deps, passes, final, p, v):
         self.deps, self.passes, self.final, self.p, self.v = deps, passes, final, p, v
         self.levels = _levels(deps)
-        # per level: its nodes, their passes (−1: none), and the dependency columns some node of the level has
-        # (−1 mapped to row `nodes`, which evaluators keep at zero)
-        order = np.concatenate(self.levels)
-        starts = np.cumsum([0] + [len(lv) for lv in self.levels[:-1]])
-        has_dep = [np.logical_or.reduceat(deps[order, j] >= 0, starts) for j in range(deps.shape[1])]
-        has_pass = [np.logical_or.reduceat(passes[order, j] >= 0, starts) for j in range(passes.shape[1])]
-        nodes = len(deps)  # a missing dependency reads the evaluator's zero row `nodes`
-        dcols = [np.where(deps[order, j] >= 0, deps[order, j], nodes) for j in range(deps.shape[1])]
-        pcols = [passes[order, j] for j in range(passes.shape[1])]
-        ends = list(starts[1:]) + [order.size]
-        self.steps = [(order[a:b], [dc[a:b] for dc, h in zip(dcols, has_dep) if h[k]],
-                       [pc[a:b] for pc, h in zip(pcols, has_pass) if h[k]])
-                      for k, (a, b) in enumerate(zip(starts, ends))]
         self._seq = None
         self._pairs = None
 
@@ -73,29 +61,29 @@ class Graph:
         return self._pairs or None
 
 def _levels(deps: np.ndarray) -> list[np.ndarray]:
-    """Nodes grouped by topological level (Kahn's algorithm, a level at a time over numpy arrays)."""
+    """Nodes grouped by topological level, each level sorted (Kahn's algorithm a level at a time over numpy
+    arrays: the successors of a level's nodes whose dependencies are all placed form the next level)."""
     n = len(deps)
     src = np.repeat(np.arange(n), deps.shape[1])
     dst = deps.reshape(-1)
     keep = dst >= 0
     src, dst = src[keep], dst[keep]  # edge dst -> src (src depends on dst)
-    indeg = np.bincount(src, minlength=n)
     order = np.argsort(dst, kind="stable")
-    succ = src[order]
-    start = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))])
-    level = np.flatnonzero(indeg == 0)
+    fan = np.bincount(dst, minlength=n)
+    succ = np.full((n + 1, max(1, int(fan.max(initial=0)))), n)  # each node's successors, padded with n
+    succ[dst[order], np.arange(dst.size) - (np.cumsum(fan) - fan)[dst[order]]] = src[order]
+    dep = np.where(deps >= 0, deps, n)
+    placed = np.zeros(n + 1, dtype=bool)
+    placed[n] = True  # "no dependency" is always placed
+    level = np.flatnonzero((deps < 0).all(axis=1))
     out = []
     while level.size:
         out.append(level)
-        counts = start[level + 1] - start[level]
-        if not counts.sum():
-            break
-        offs = np.repeat(start[level] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + \
-            np.arange(counts.sum())
-        nxt = succ[offs]
-        np.subtract.at(indeg, nxt, 1)
-        cand = np.unique(nxt)
-        level = cand[indeg[cand] == 0]
+        placed[level] = True
+        cand = succ[level].reshape(-1)
+        cand = cand[cand < n]
+        cand = np.sort(cand[placed[dep[cand]].all(axis=1)])  # a node with two dependencies here comes twice
+        level = cand[np.concatenate(([True], cand[1:] != cand[:-1]))] if cand.size > 1 else cand
     if sum(len(x) for x in out) != n:
         raise SimulationError("pipeline program deadlocks")
     return out
