@@ -1,13 +1,14 @@
-"""Two source trees' full searches side by side: the same numbers, and how long each takes.
+"""Two source trees' searches side by side: the same numbers, and how long each takes.
 
-For each scenario, each tree runs the full-space search in a fresh process (imports and the catalog loaded, one
+For each scenario, each tree runs the search of the full space (or, with `--extent basic`, the basic one) in a fresh
+process (imports and the catalog loaded, one
 small unrelated search to load the calibration profiles, as bench_search.py does, then the timed search),
 `--rounds` times, the trees interleaved (old, new, old, new, ...) so the machine's load falls on both alike.
 Every run's result is compared with the first old run's, exactly: every field of the SearchResult but its
 elapsed time — the ranked plans with their step times and memory, the counts — floats bit for bit. Reports the
 median seconds of each tree and their ratio.
 
-    python benchmarks/compare_search_trees.py OLD_SRC NEW_SRC [--rounds 3] [--scenario NAME ...]
+    python benchmarks/compare_search_trees.py OLD_SRC NEW_SRC [--rounds 3] [--scenario NAME ...] [--extent basic]
 
 (OLD_SRC, NEW_SRC: folders holding the `narrowpath` package, e.g. a `git archive` of the base commit's src.)
 """
@@ -32,11 +33,11 @@ import pickle, sys, time
 import narrowpath
 from narrowpath.catalog import load_scenario
 from narrowpath.search import SearchSpace, search
-name, out = sys.argv[1], sys.argv[2]
+name, out, extent = sys.argv[1], sys.argv[2], sys.argv[3]
 warm = load_scenario("llama3-8b-h100-8")
 search(warm, SearchSpace(warm.model, warm.system, 8, warm.plan.gbs, warm.plan, {"tp": 8, "cp": 1, "mbs": 1}))
 scn = load_scenario(name)
-space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, extent="full")
+space = SearchSpace(scn.model, scn.system, scn.num_gpus, scn.plan.gbs, scn.plan, extent=extent)
 t0 = time.perf_counter()
 r = search(scn, space)
 seconds = time.perf_counter() - t0
@@ -45,9 +46,9 @@ with open(out, "wb") as f:
 """
 
 
-def _run(src: str, name: str, out: str) -> dict:
+def _run(src: str, name: str, out: str, extent: str = "full") -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
-    subprocess.run([sys.executable, "-c", _RUN, name, out], env=env, check=True)
+    subprocess.run([sys.executable, "-c", _RUN, name, out, extent], env=env, check=True)
     with open(out, "rb") as f:
         got = pickle.load(f)
     if not got["package"].startswith(os.path.abspath(src)):
@@ -86,6 +87,7 @@ def main() -> None:
     ap.add_argument("new")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenario", action="append")
+    ap.add_argument("--extent", choices=("full", "basic"), default="full")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.scenario or SCENARIOS:
@@ -93,7 +95,7 @@ def main() -> None:
             ref = None
             for i in range(args.rounds):
                 for tree in ("old", "new"):
-                    got = _run(getattr(args, tree), name, os.path.join(tmp, f"{tree}{i}.pkl"))
+                    got = _run(getattr(args, tree), name, os.path.join(tmp, f"{tree}{i}.pkl"), args.extent)
                     times[tree].append(got["seconds"])
                     if ref is None:
                         ref = got["result"]
@@ -101,7 +103,7 @@ def main() -> None:
                         same(ref, got["result"])
                     print(f"  {name} round {i + 1} {tree}: {got['seconds']:.2f} s", flush=True)
             old, new = statistics.median(times["old"]), statistics.median(times["new"])
-            print(f"{name}: identical results ({ref.num_candidates:,} candidates, {ref.num_priced:,} priced, "
+            print(f"{name} ({args.extent}): identical results ({ref.num_candidates:,} candidates, {ref.num_priced:,} priced, "
                   f"{len(ref.ranked)} ranked, best {ref.ranked[0].step_time_s!r} s); median old {old:.2f} s, "
                   f"new {new:.2f} s, old/new {old / new:.2f}x", flush=True)
 

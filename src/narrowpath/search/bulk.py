@@ -51,7 +51,42 @@ def recompute_codes(strategies, activation_cache: str) -> tuple[np.ndarray, np.n
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(position of the first row of each distinct combination, inverse index) of integer columns."""
+    """(position of the first row of each distinct combination, inverse index) of integer columns.
+
+    The combinations come out in lexicographic order of their values, each at its first row: every column is coded
+    by an order-preserving integer code and the codes are combined in mixed radix. The codes are each column's
+    offset from its least value when the radices' product fits (`_offset_key`: no sort per column), else its rank
+    among its distinct values; both give the same order and so the same result."""
+    key = _offset_key(cols)
+    if key is not None:
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return first, inv.reshape(-1)
+    return _ranked_unique_rows(*cols)
+
+
+def _offset_key(cols) -> np.ndarray | None:
+    """Mixed-radix key of integer columns coded by their offset from their least value, or None (not integer
+    columns, none at all, no rows, or radices whose product may exceed 2**62)."""
+    arrs = [np.asarray(c) for c in cols]
+    if not arrs or not arrs[0].size or any(a.dtype.kind not in "bi" for a in arrs):
+        return None
+    m = np.array(arrs, dtype=np.int64)
+    lo, hi = m.min(axis=1), m.max(axis=1)
+    spans = [int(h) - int(l) + 1 for l, h in zip(lo.tolist(), hi.tolist())]
+    radix = 1
+    for s in spans:
+        radix *= s
+    if radix > 2 ** 62:
+        return None
+    weights, w = [], 1
+    for s in reversed(spans):
+        weights.append(w)
+        w *= s
+    return (m - lo[:, None]).T @ np.array(weights[::-1], dtype=np.int64)
+
+
+def _ranked_unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """unique_rows with every column coded by its rank among its distinct values."""
     n = len(cols[0])
     key = np.zeros(n, dtype=np.int64)
     radix = 1

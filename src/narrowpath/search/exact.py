@@ -33,7 +33,7 @@ import numpy as np
 
 from narrowpath.schedule.step import host_copy_cost, paired_fraction
 from narrowpath.search.bulk import Bulk, StructuralPrices, unique_rows
-from narrowpath.search.parts import SUMS
+from narrowpath.search.parts import SUMS, Cells
 from narrowpath.search.pipeline_bulk import fill_bound, pipeline_times
 
 _CELLS = 400_000
@@ -85,6 +85,8 @@ class Exact:
         self.b = bulk
         self.t, self.p = bulk.t, bulk.p
         self._group: np.ndarray | None = None
+        self._cells: dict[tuple, Cells] = {}
+        """Per grid part (and value): the values of the cells seen so far (`_grid`)."""
 
     def group_of_block(self) -> np.ndarray:
         """Group of every block: blocks whose variant lists are equal share one."""
@@ -128,26 +130,36 @@ class Exact:
         return np.concatenate(idx_out), np.concatenate(t_out)
 
     # ---- one group ----------------------------------------------------------------------------------------------
-    def _grid(self, rows, J, row_keys, var_keys, lay, fn, value: str = "phase_sums", width: int = SUMS) -> np.ndarray:
+    def _grid(self, part, rows, J, row_keys, var_keys, lay, fn, value: str = "phase_sums",
+              width: int = SUMS) -> np.ndarray:
         """(I, C, width) `value` (a Layout method: the phase sums, or the longest overlapped pipeline message) of
         the templates fn(key, row, variant) → template id on the plans' placements; the key is the row's tp, cp,
-        dp, pp, ep, etp, sp, then `row_keys`, then the variant's placement and `var_keys`."""
+        dp, pp, ep, etp, sp, then `row_keys`, then the variant's placement and `var_keys`; `part` names fn.
+
+        A cell's value is a function of its key for the engine's life: fn returns the part's memo (Parts.memo),
+        keyed by knobs the key holds and written once; the placement (Parts.layout: tp ... etp and the placement
+        code, all in the key) and its sums of a template (Layout.sums) are written once too. So each part keeps
+        the values of the cells it has seen (parts.Cells) and calls fn only for cells it has not, in the order a
+        loop over all of them would reach them (the same representative plans price the same memo entries)."""
         P, c = self.p, self.b.cols
         rk = [c[k][rows] for k in _OUTER] + list(row_keys)
         vk = [self.t.comm["plc"][J]] + list(var_keys)
         rfirst, ri = unique_rows(*rk)
         vfirst, vi = unique_rows(*vk)
-        out = np.zeros((len(rfirst), len(vfirst), width))
-        layouts, templates = P.layout_list, P.templates
         rkeys = list(zip(*(np.asarray(k)[rfirst].tolist() for k in rk)))
         vkeys = list(zip(*(np.asarray(k)[vfirst].tolist() for k in vk)))
-        for u, i in enumerate(rfirst):
-            for v, j in enumerate(vfirst):
-                tid = fn(rkeys[u] + vkeys[v], int(rows[i]), int(J[j]))
-                tm = templates[tid]
-                if tm.transfers:
-                    out[u, v] = getattr(layouts[int(lay[i, j])], value)(tid, tm)
-        return out[ri[:, None], vi[None, :]]
+        cells = self._cells.get((part, value))
+        if cells is None:
+            cells = self._cells[(part, value)] = Cells(width)
+        r_id, v_id, slot = cells.lookup(rkeys, vkeys)
+        for u, v in zip(*np.nonzero(slot < 0)):
+            i, j = rfirst[u], vfirst[v]
+            tid = fn(rkeys[u] + vkeys[v], int(rows[i]), int(J[j]))
+            tm = P.templates[tid]
+            k = int(lay[i, j])
+            s = cells.add(k, tid, tm, getattr(P.layout_list[k], value)) if tm.transfers else 0
+            cells.slot[r_id[u], v_id[v]] = slot[u, v] = s
+        return cells.vals.take(slot.take(ri, axis=0).take(vi, axis=1), axis=0)
 
     def _layouts(self, rows, J, fields) -> np.ndarray:
         """(I, C) placement index of every plan."""
@@ -262,9 +274,9 @@ class Exact:
             return (k[0], k[4], k[5], k[7], k[8], k[9], k[10], k[12])
         coef, W, W_end = [], [], []
         for k, kind in enumerate(P.kinds):
-            w = self._grid(rows, J, [mbs, rck], [tpo, cpc, epo, disp], lay,
+            w = self._grid(("comm", kind), rows, J, [mbs, rck], [tpo, cpc, epo, disp], lay,
                            lambda key, r, j, kind=kind: P.layer_comm_id(comm_key(key), fields(r, j), kind[0]))
-            w += self._grid(rows, J, zr, [dpo], lay,
+            w += self._grid(("zero", kind), rows, J, zr, [dpo], lay,
                             lambda key, r, j, kind=kind: P.layer_zero_id(zero_key(key), fields(r, j), kind[0]))
             coef.append(sp.counts[at][:, :, k])
             W.append(w)
@@ -275,16 +287,16 @@ class Exact:
             if not sel.any():
                 continue
             if bulk.model.mtp_layers:  # the last stage's MTP blocks exchange as a layer does (comm_key's knobs)
-                w = self._grid(rows, J, [mbs, rck], [tpo, cpc, epo, disp], lay, lambda key, r, j, fl=fl:
-                               P.embedding_comm_id(comm_key(key), fields(r, j), *fl))
+                w = self._grid(("emb_comm_mtp", fl), rows, J, [mbs, rck], [tpo, cpc, epo, disp], lay,
+                               lambda key, r, j, fl=fl: P.embedding_comm_id(comm_key(key), fields(r, j), *fl))
             else:
-                w = self._grid(rows, J, [mbs], [], lay, lambda key, r, j, fl=fl: P.embedding_comm_id(
-                    (key[0], key[1], key[6], key[7]), fields(r, j), *fl))
-            w += self._grid(rows, J, zr, [dpo], lay,
+                w = self._grid(("emb_comm", fl), rows, J, [mbs], [], lay, lambda key, r, j, fl=fl:
+                               P.embedding_comm_id((key[0], key[1], key[6], key[7]), fields(r, j), *fl))
+            w += self._grid(("emb_zero", fl), rows, J, zr, [dpo], lay,
                             lambda key, r, j, fl=fl: P.embedding_zero_id(zero_key(key) + (int(key[3] == 1),),
                                                                         fields(r, j), *fl) if key[7] >= 0 else empty)
             W_end.append(sel[:, :, None, None] * w[:, None, :, :3])  # the end's own exchanges: its chunk's share
-            w += self._grid(rows, J, [vpp, mbs], [], lay, lambda key, r, j, fl=fl: P.pp_id(
+            w += self._grid(("pp", fl), rows, J, [vpp, mbs], [], lay, lambda key, r, j, fl=fl: P.pp_id(
                 (key[3], key[0], key[1], key[7], key[8]), fields(r, j), *fl))
             coef.append(sel.astype(float))
             W.append(w)
@@ -314,7 +326,7 @@ class Exact:
         send = np.zeros((I, C))
         inter = (pp > 1) & (vpp > 1)
         if inter.any():
-            send[inter] = self._grid(rows[inter], J, [vpp[inter], mbs[inter]], [], lay[inter],
+            send[inter] = self._grid("send", rows[inter], J, [vpp[inter], mbs[inter]], [], lay[inter],
                                      lambda key, r, j: P.pp_id((key[3], key[0], key[1], key[7], key[8]), fields(r, j),
                                                                True, False), value="send_s", width=1)[..., 0]
         pipe, cs_fwd, cs_bwd = np.zeros((I, C)), np.zeros((I, C)), np.zeros((I, C))

@@ -74,14 +74,27 @@ class Layout:
     Without contention (a fabric that is not oversubscribed) a transfer's cost is `collective_time` of its op and
     size on its group's span, the same on every placement where the span is: those are shared (`shared`)."""
 
-    __slots__ = ("scn", "spans", "cache", "cal", "sums", "shared")
+    __slots__ = ("scn", "spans", "cache", "cal", "sums", "shared", "times")
 
     def __init__(self, scn: Scenario, cal: Calibration, shared: dict | None = None):
         self.scn, self.cal, self.spans, self.cache = scn, cal, {}, {}
         self.sums: dict[int, np.ndarray] = {}
         self.shared = shared
+        self.times: dict[tuple, float] = {}
+        """time_s by (op, axis, message bytes): what the price reads of a transfer (`_price`'s cache key)."""
 
     def time_s(self, tr) -> float:
+        """Time of one transfer on this placement. The first answer for an (op, axis, size) is kept: what it comes
+        from is fixed once set (`_price`'s cache and `shared` are written once per key; an axis's span, once
+        computed, is only written again with the same span by search.layouts), so every later call would give
+        it again."""
+        k = (tr.op, tr.axis, tr.message_bytes)
+        t = self.times.get(k)
+        if t is None:
+            t = self.times[k] = self._time_s(tr)
+        return t
+
+    def _time_s(self, tr) -> float:
         if self.shared is None or tr.axis == "host":
             return _price(tr, self.scn, self.cal, self.spans, self.cache).time_s
         key = (tr.op, tr.message_bytes, _span(self.scn, tr.axis, self.spans))
@@ -105,21 +118,63 @@ class Layout:
         """(12,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
         of it, the part that hides behind the phase's matrix work, the part that hides behind its attention core,
         the part that hides behind another micro-batch's merged pass (what the closed form of the overlap needs,
-        search.exact)."""
+        search.exact). Added up in Python floats, the same IEEE double sums as in the array's."""
         v = self.sums.get(tid)
         if v is None:
-            v = np.zeros(SUMS)
-            for tr, c, ph, ty in zip(tm.transfers, tm.count, tm.phase, tm.type):
+            acc = [0.0] * SUMS
+            for tr, c, ph, ty in zip(tm.transfers, tm.count.tolist(), tm.phase.tolist(), tm.type.tolist()):
                 t = self.time_s(tr) * c
-                v[ph] += t
+                acc[ph] += t
                 if ty == SLOT_PHASE:
-                    v[3 + ph] += t
+                    acc[3 + ph] += t
                 elif ty == SLOT_ATTENTION:
-                    v[6 + ph] += t
+                    acc[6 + ph] += t
                 elif ty == SLOT_PAIR:
-                    v[9 + ph] += t
-            self.sums[tid] = v
+                    acc[9 + ph] += t
+            v = self.sums[tid] = np.array(acc)
         return v
+
+
+class Cells:
+    """Values kept over a search for a grid of (row key, variant key) cells (search.exact.Exact._grid, one per
+    part): each key gets an id the first time it is seen; `slot[row id, variant id]` is the cell's row of `vals`
+    (−1: not seen yet; 0: zeros, a template without transfers). Cells with the same template on the same placement
+    share a row."""
+
+    def __init__(self, width: int):
+        self.row_ids: dict[tuple, int] = {}
+        self.var_ids: dict[tuple, int] = {}
+        self.slot = np.full((64, 8), -1, dtype=np.int32)
+        self.vals = np.zeros((64, width))
+        self.n = 1
+        self.of_pair: dict[tuple[int, int], int] = {}
+
+    def lookup(self, rkeys: list, vkeys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row ids, variant ids, (rows, variants) slots) of the keys (ids given to keys not seen before)."""
+        r, v = _ids(rkeys, self.row_ids), _ids(vkeys, self.var_ids)
+        R, V = self.slot.shape
+        if len(self.row_ids) > R or len(self.var_ids) > V:
+            grown = np.full((max(R, 2 * len(self.row_ids)), max(V, 2 * len(self.var_ids))), -1, dtype=np.int32)
+            grown[:R, :V] = self.slot
+            self.slot = grown
+        return r, v, self.slot[r[:, None], v[None, :]]
+
+    def add(self, lay: int, tid: int, tm: Template, price) -> int:
+        """Row of `vals` of template `tid` on placement `lay`: price(tid, tm) (a Layout method) is stored there the
+        first time the pair is seen."""
+        s = self.of_pair.get((lay, tid))
+        if s is None:
+            if self.n == len(self.vals):
+                self.vals = np.concatenate([self.vals, np.zeros_like(self.vals)])
+            self.vals[self.n] = price(tid, tm)
+            s = self.of_pair[(lay, tid)] = self.n
+            self.n += 1
+        return s
+
+
+def _ids(keys: list, known: dict) -> np.ndarray:
+    """The id of every key in `known`, the next free one for a key not in it yet."""
+    return np.fromiter((known.setdefault(k, len(known)) for k in keys), dtype=np.int64, count=len(keys))
 
 
 class Parts:
