@@ -26,7 +26,7 @@ BASE = {"system": "dgx-h100", "model": "llama3-8b", "num_gpus": 8,
 INLINE_MODEL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn": 1024, "vocab": 1000, "seq_len": 512}
 PLAN_KEYS = ["tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage", "recompute", "sequence_parallel",
              "precision", "dp_overlap", "tp_comm_overlap", "attention", "cp_comm", "bucket_bytes", "placement",
-             "cuda_graphs", "moe_sync_free"]
+             "cuda_graphs", "moe_sync_free", "grad_sync_launch"]
 MODEL_KEYS = list(INLINE_MODEL) + ["name", "ffn_act", "norm", "tied_embeddings", "moe", "arch", "head_dim"]
 TOP_KEYS = ["system", "model", "num_gpus", "plan", "mode", "calibration", "hardware", "name"]
 
@@ -38,7 +38,8 @@ scalars = st.one_of(
     st.booleans(), st.none(),
     st.text(max_size=12),
     st.sampled_from(["dgx-h100", "dgx-a100", "llama3-8b", "gpt3-175b", "gnmt-lstm", "H100-SXM5-80GB", "bf16",
-                     "fp8", "none", "full", "selective", "flash", "auto", "a2a", "inference", "training", "1e3"]),
+                     "fp8", "none", "full", "selective", "flash", "auto", "a2a", "inference", "training", "1e3",
+                     "aligned", "megatron"]),
 )
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                       st.dictionaries(st.text(max_size=6), inner, max_size=3)),
