@@ -31,6 +31,7 @@ import functools
 
 import numpy as np
 
+from narrowpath.schedule.chunks import chunk_streams
 from narrowpath.schedule.step import host_copy_cost, paired_fraction
 from narrowpath.search.bulk import Bulk, StructuralPrices, unique_rows
 from narrowpath.search.parts import SUMS, Cells
@@ -498,28 +499,29 @@ class Exact:
             rows_c = np.flatnonzero(inter & (is_dp & ov & ~is_ag).any(axis=1))
             if rows_c.size:  # an interleaved stage's sync, chunk by chunk through the cool-down
                 sub = np.broadcast_to(bucket, total.shape)[rows_c]
+                launch = t.space.base.grad_sync_launch  # every plan of a search keeps the base plan's
                 chunked = chunked_exposed(total[rows_c], msg[rows_c], sub, ch_par[rows_c], ch_bwd[rows_c],
-                                          pp[rows_c], slow, t.space.base.grad_sync_launch, ch_w0[rows_c])
+                                          pp[rows_c], slow, chunk_streams(launch, ch_par.shape[-1]),
+                                          ch_w0[rows_c] if launch == "megatron" else None)
                 exp[rows_c] = np.where(~is_ag[rows_c], chunked, exp[rows_c])
             exp = np.where(ov, exp, total)
             out += np.where(is_dp, exp, total)
         return out
 
 
-def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown, launch="hooks",
+def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown, streams=None,
                     first_window_s=None):
     """`schedule.chunks.chunked_sync_exposed_s` over arrays: total_s, message_bytes, bucket_bytes (I, C), shares
-    and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1); `launch`: the base plan's
-    grad_sync_launch, which every plan of a search keeps (schedule.chunks.chunk_streams); `first_window_s` (I, C):
-    rank 0's first chunk's backward, read under `megatron`."""
+    and bwd_s (I, C, v) (chunks past a shape's own v carry nothing), pp (I, 1); `streams` as there (per chunk, None:
+    all), `first_window_s` (I, C) or None as there."""
     exposed, later, gap = np.zeros_like(total_s), np.zeros_like(total_s), np.zeros_like(total_s)
     safe = np.where(bucket_bytes > 0, bucket_bytes, 1.0)
     held = np.flatnonzero((shares > 0).any(axis=(0, 1)))
     for k in range(int(held[-1]) + 1 if held.size else 0):
         d = total_s * shares[..., k]
         n = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes * shares[..., k] / safe), 1.0)
-        streamed = launch == "hooks" or (launch == "megatron" and k == 0)
-        window = first_window_s if launch == "megatron" and k == 0 else bwd_s[..., k]
+        streamed = streams is None or streams[k]
+        window = first_window_s if k == 0 and first_window_s is not None else bwd_s[..., k]
         exposed = np.maximum(exposed, (np.maximum(d / n, d - window) if streamed else d) + later - gap)
         later = later + d
         gap = gap + pp * bwd_s[..., k]
