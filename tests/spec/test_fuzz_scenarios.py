@@ -26,7 +26,7 @@ BASE = {"system": "dgx-h100", "model": "llama3-8b", "num_gpus": 8,
 INLINE_MODEL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn": 1024, "vocab": 1000, "seq_len": 512}
 PLAN_KEYS = ["tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage", "recompute", "sequence_parallel",
              "precision", "dp_overlap", "tp_comm_overlap", "attention", "cp_comm", "bucket_bytes", "placement",
-             "cuda_graphs", "moe_sync_free", "grad_sync_launch"]
+             "cuda_graphs", "moe_sync_free", "grad_sync_launch", "vp_group"]
 MODEL_KEYS = list(INLINE_MODEL) + ["name", "ffn_act", "norm", "tied_embeddings", "moe", "arch", "head_dim"]
 TOP_KEYS = ["system", "model", "num_gpus", "plan", "mode", "calibration", "hardware", "name"]
 

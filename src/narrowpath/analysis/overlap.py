@@ -73,7 +73,8 @@ def build_overlap(ctx: Context) -> OverlapAccount:
     m = pred.workload.num_microbatches
     per_mb = stage_net / m
     totals = [s.total_s + per_mb for s in pred.stages]
-    old = pipeline_time_s([s.total_s for s in pred.stages], m, pred.scenario.plan.vpp)
-    serial = pred.step_time_s + (pipeline_time_s(totals, m, pred.scenario.plan.vpp) - old) + step_net
+    plan = pred.scenario.plan
+    old = pipeline_time_s([s.total_s for s in pred.stages], m, plan.vpp, group=plan.interleave_group)
+    serial = pred.step_time_s + (pipeline_time_s(totals, m, plan.vpp, group=plan.interleave_group) - old) + step_net
     return OverlapAccount(tuple(rows), pred.step_time_s, serial, sum(r.hidden_s for r in rows),
                           sum(r.compute_slowdown_s for r in rows))

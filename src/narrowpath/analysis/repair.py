@@ -70,21 +70,36 @@ def _split_follows(kw: dict, old: Plan, fixed: set[str]) -> dict:
     """A layer split (first / last stage or per chunk) belongs to its pipeline: when pp or vpp change, or the chunks
     move between Megatron's placement and DualPipeV's V, and the split was not asked for, the new pipeline splits its
     layers automatically (as the command line's --pp does)."""
+    kw = _group_follows(kw, fixed)
     same_v = (kw["pipeline_schedule"] == "dualpipev") == (old.pipeline_schedule == "dualpipev")
     if fixed & set(SPLIT_KNOBS) or ((kw["pp"], kw["vpp"]) == (old.pp, old.vpp) and same_v):
         return kw
     return {**kw, **SPLIT_DEFAULTS}
 
 
+def _group_follows(kw: dict, fixed: set[str]) -> dict:
+    """An interleaved micro-batch group (`vp_group`) belongs to its schedule: when the change leaves no interleaved
+    schedule, or one whose micro-batches the group no longer splits as Megatron-Core allows, and the group was not
+    asked for, the schedule takes Megatron-Core's default groups (pp)."""
+    g = kw.get("vp_group", 0)
+    if not g or "vp_group" in fixed:
+        return kw
+    p, per = kw["pp"], kw["dp"] * kw["mbs"]
+    m = kw["gbs"] // per if per > 0 else 0
+    if kw["vpp"] == 1 or kw["pipeline_schedule"] != "auto" or not p <= g <= m or 0 < m % g < p:
+        return {**kw, "vp_group": 0}
+    return kw
+
+
 def _describe(old: Plan, new: Plan, fixed: set[str], reason: str) -> tuple[str, ...]:
     notes = []
     if any(getattr(old, k) != getattr(new, k) for k in SPLIT_KNOBS) and not fixed & set(SPLIT_KNOBS):
         notes.append("uneven stage split -> automatic")
-    for knob in ("dp", "sequence_parallel", "vpp", "mbs", "gbs"):
+    for knob in ("dp", "sequence_parallel", "vpp", "vp_group", "mbs", "gbs"):
         a, b = getattr(old, knob), getattr(new, knob)
         if a != b and knob not in fixed:
-            label = {"sequence_parallel": "sequence parallel", "gbs": "global batch", "mbs": "micro-batch"}.get(knob,
-                                                                                                           knob)
+            label = {"sequence_parallel": "sequence parallel", "gbs": "global batch", "mbs": "micro-batch",
+                     "vp_group": "interleaving group (0: pp)"}.get(knob, knob)
             note = f"{label} {a} -> {b}"
             if knob == "gbs":
                 note += " (changes the training recipe)"

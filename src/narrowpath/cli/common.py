@@ -41,6 +41,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")
     for f in PLAN_INT_FLAGS:
         g.add_argument(f"--{f}", type=int, help=_PLAN_HELP[f])
+    g.add_argument("--vp-group", dest="vp_group", type=int,
+                   help="interleaved schedule (--vpp > 1): micro-batches run through one chunk before the next "
+                        "(Megatron-Core --microbatch-group-size-per-virtual-pipeline-stage; 0 = pp, its default)")
     g.add_argument("--first-stage-layers", dest="first_stage_layers", type=int,
                    help="transformer layers on the first pipeline stage, the other stages sharing the rest evenly "
                         "(Megatron-Core --decoder-first-pipeline-num-layers; 0 = the automatic split)")
@@ -129,7 +132,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                                               "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",
-                                                              "pipeline_schedule", "first_stage_layers",
+                                                              "pipeline_schedule", "vp_group", "first_stage_layers",
                                                               "last_stage_layers", "cuda_graphs", "moe_sync_free")
                if getattr(args, f, None) is not None}
     if base is None:

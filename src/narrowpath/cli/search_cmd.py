@@ -162,6 +162,11 @@ def run(args) -> int:
               "stack's own layout where it has one); the scenario's first_stage_layers / last_stage_layers / "
               "chunk_layers are not searched", file=sys.stderr)
         base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **SPLIT_DEFAULTS))
+    if base.plan.vp_group:
+        print(f"note: the search runs every interleaved plan with Megatron-Core's default micro-batch groups (pp); "
+              f"the scenario's vp_group {base.plan.vp_group} is priced by predict, analyze and simulate",
+              file=sys.stderr)
+        base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, vp_group=0))
     dualpipe = base.plan.pipeline_schedule in ("dualpipe", "dualpipev")
     name = {"dualpipe": "DualPipe", "dualpipev": "DualPipeV"}.get(base.plan.pipeline_schedule, "")
     given = base  # the plan as the user gave it: the table's "yours" row is its Megatron twin

@@ -73,10 +73,12 @@ def layer_activation_bytes(scn: Scenario, attention_kernel: str, *, moe_layer: b
     return kept_bytes(ops, m, p)  # selective recompute drops what its modules rebuild (workload.recompute)
 
 
-def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int, v_shape: bool = False) -> int:
+def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int, v_shape: bool = False,
+                           group: int = 0) -> int:
     """Chunk forwards (1/vpp of the stage's layers each) stage `stage` has run when its first backward starts, the
     one in flight included: its warm-up depth + 1. 1F1B: min(m, p − s) (Narayanan et al. SC'21 §2.2). Megatron-LM's
-    interleaved schedule: 2(p − s − 1) + (v − 1)·p warm-up chunk forwards, capped by the m·v chunk passes; stage 0
+    interleaved schedule: 2(p − s − 1) + (v − 1)·g warm-up chunk forwards for micro-batch groups of g (`group`,
+    default p: Megatron-Core's `get_pp_rank_microbatches`), capped by the m·v chunk passes; with g = p stage 0
     holds p + (p − 1)/v micro-batches, Korthikanti's p·(1 + (p − 1)/(p·v)), the last stage still p − (p − 1)/v.
     DualPipeV (`v_shape`): 2p + 1 on every rank — 2p − s forwards of chunk 0 and s + 1 of chunk 1 at the start of
     its first F&B pair, for any m >= 2p, and no other moment holds more of either chunk, so it is the peak whatever
@@ -89,14 +91,14 @@ def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int,
         return 2 * p + 1
     if v == 1:
         return min(m, p - stage)
-    return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
+    return min(m * v, 2 * (p - stage - 1) + (v - 1) * (group or p) + 1)
 
 
 def in_flight_microbatches(stage: int, scn: Scenario) -> float:
     """Micro-batches whose activations a stage holds at peak (1F1B / interleaved 1F1B): `in_flight_chunk_passes`
     in units of whole micro-batches."""
     p = scn.plan
-    return in_flight_chunk_passes(stage, p.pp, p.vpp, p.num_microbatches, p.dualpipev) / p.vpp
+    return in_flight_chunk_passes(stage, p.pp, p.vpp, p.num_microbatches, p.dualpipev, p.interleave_group) / p.vpp
 
 
 def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[MemoryBreakdown]:

@@ -28,7 +28,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "grad_sync_launch", "tp_comm_overlap", "attention", "cp_comm",
                                                 "optimizer_moments",
                                                 "grad_precision", "fp8_params", "activation_cache",
-                                                "pipeline_schedule", "moe_probs", "moe_sync_free",
+                                                "pipeline_schedule", "vp_group", "moe_probs", "moe_sync_free",
                                                 "cuda_graphs", "first_stage_layers", "last_stage_layers")}
         | ({"chunk_layers": list(plan.chunk_layers)} if plan.chunk_layers else {})
         | ({"recompute_modules": list(plan.recompute_modules)}

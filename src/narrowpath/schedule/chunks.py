@@ -149,13 +149,14 @@ def chunk_streams(mode: str, chunks: int) -> list[bool] | None:
 
 
 def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: float, shares: Sequence[float],
-                           bwd_s: Sequence[float], pp: int, slowdown: float,
+                           bwd_s: Sequence[float], last_group: int, slowdown: float,
                            streams: Sequence[bool] | None = None, first_window_s: float | None = None) -> float:
     """Exposed time of an interleaved stage's overlapped gradient sync (Megatron-Core --overlap-grad-reduce, one
     bucket group per model chunk): chunk c's buckets (its `shares` of the bytes, buckets of `bucket_bytes`) become
     ready during its last backward (`bwd_s[c]`), and the cool-down runs those last backwards chunk v − 1 first,
-    then p backwards of each lower chunk, chunk 0 last (Megatron-Core's interleaved program), so chunk k's last
-    backward ends Σ_{c<k} p·bwd_s[c] before the stage's (bubbles only add to that). The stream takes the buckets
+    then the last micro-batch group's (`last_group`: p with Megatron-Core's default groups, Plan.interleave_last_group)
+    backwards of each lower chunk, chunk 0 last (Megatron-Core's interleaved program), so chunk k's last backward
+    ends Σ_{c<k} last_group·bwd_s[c] before the stage's (bubbles only add to that). The stream takes the buckets
     in that order; after the stage's last backward it still has, for each k, the larger of chunk k's last bucket
     and what of chunk k its own last backward cannot hide, plus every later chunk's, less the time since chunk
     k's last backward — the most of these (with one chunk: `exposed_after_bucketed_overlap` over one backward).
@@ -169,7 +170,7 @@ def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: f
     exposed, later = 0.0, 0.0
     gap = [0.0]
     for c in range(len(shares)):
-        gap.append(gap[-1] + pp * bwd_s[c])
+        gap.append(gap[-1] + last_group * bwd_s[c])
     for k in range(len(shares)):
         d = total_s * shares[k]
         n = max(1.0, message_bytes * shares[k] / bucket_bytes) if bucket_bytes > 0 else 1.0

@@ -17,9 +17,11 @@ how schedules compose) plays Megatron's programs exactly, and these forms follow
 - Interleaved with unequal chunks inside a stage (an uneven layer split over p·v chunks, Llama 3 405B's 126
   layers in 16 × 7): the steady state is slower than the busiest stage (a stage's forward and backward chunks
   pair differently from its neighbours', and a batched exchange waits for both ends), so Megatron-Core's program
-  is played exactly (`interleaved_time_s`); the time is affine in the number of p-micro-batch groups once the
-  play has settled, so at most 3p micro-batches are played and the rest extrapolated, each group taking at least
-  the busiest stage's work for p micro-batches (with unequal chunks the play can still be settling at 3p). Callers pass the chunks'
+  is played exactly (`interleaved_time_s`); the time is affine in the number of micro-batch groups (g = p, or
+  Megatron-Core's `microbatch_group_size_per_vp_stage`) once the play has settled, so at most three groups and the
+  last (remainder) one are played and the rest extrapolated, each group taking at least the busiest stage's work for
+  g micro-batches (with unequal chunks the play can still be settling at 3g). With equal stages and chunks the group
+  does not change the time (Narayanan's form, checked against the play for groups p … m). Callers pass the chunks'
   shares of the forward and of the backward (`chunk_weights`, `bwd_chunk_weights`:
   schedule.chunks). With equal chunks and unequal stages Narayanan's interleaved form is kept: within
   0.6 % of the simulator on the validation corpora, and playing the program would cost ~10 ms per prediction at
@@ -56,8 +58,10 @@ def _uniform(values: list[float]) -> bool:
 def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int = 1, *,
                     fwd_times_s: list[float] | None = None,
                     chunk_weights: list[list[float]] | None = None,
-                    bwd_chunk_weights: list[list[float]] | None = None, overlapped_send_s: float = 0.0) -> float:
-    """Time of the pipelined forward/backward part of one step.
+                    bwd_chunk_weights: list[list[float]] | None = None, overlapped_send_s: float = 0.0,
+                    group: int = 0) -> float:
+    """Time of the pipelined forward/backward part of one step (`group`: the interleaved schedule's micro-batch
+    group, Plan.interleave_group; 0 = p).
 
     `fwd_times_s`: each stage's forward part of its per-micro-batch time (default a third: backward = 2×
     forward); only unequal stages need it. `chunk_weights`: per stage, the share of its forward each of its vpp
@@ -66,7 +70,7 @@ def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int 
     compute (Megatron-Core overlap_p2p_comm) and so are not in the stage times: the fill and the drain still wait
     for them at each of the p·v − 1 chunk boundaries (`fill_drain_latency_s`)."""
     return _pipeline_time_s(stage_times_s, num_microbatches, vpp, fwd_times_s, chunk_weights,
-                            bwd_chunk_weights or chunk_weights) + \
+                            bwd_chunk_weights or chunk_weights, group) + \
         fill_drain_latency_s(len(stage_times_s), vpp, overlapped_send_s)
 
 
@@ -78,16 +82,17 @@ def fill_drain_latency_s(pp: int, vpp: int, message_s: float) -> float:
 
 def _pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int,
                      fwd_times_s: list[float] | None, chunk_weights: list[list[float]] | None,
-                     bwd_weights: list[list[float]] | None = None) -> float:
+                     bwd_weights: list[list[float]] | None = None, group: int = 0) -> float:
     p = len(stage_times_s)
     m = num_microbatches
+    g = group or p
     t_max = max(stage_times_s)
     if p == 1:
         return m * t_max
     bwd_weights = bwd_weights or chunk_weights
     equal_chunks = chunk_weights is None or all(_uniform(list(w)) for w in chunk_weights + bwd_weights)
-    if (_uniform(list(stage_times_s)) and equal_chunks) or (vpp > 1 and m % p):
-        # equal stages; or an interleaved split Megatron-LM refuses (m not divisible by p): Narayanan's form
+    if (_uniform(list(stage_times_s)) and equal_chunks) or (vpp > 1 and (0 < m % g < p or m < g)):
+        # equal stages; or an interleaved split Megatron-Core refuses (a last group shorter than p): Narayanan's form
         t_mean = sum(stage_times_s) / p
         return m * t_max + (p - 1) * t_mean / vpp
     fwd = fwd_times_s or [t / 3.0 for t in stage_times_s]
@@ -104,7 +109,8 @@ def _pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int
         t_mean = sum(stage_times_s) / p
         return m * t_max + (p - 1) * t_mean / vpp
     return interleaved_time_s([[f * w for w in ws] for f, ws in zip(fwd, chunk_weights)],
-                              [[(t - f) * w for w in ws] for t, f, ws in zip(stage_times_s, fwd, bwd_weights)], m)
+                              [[(t - f) * w for w in ws] for t, f, ws in zip(stage_times_s, fwd, bwd_weights)], m,
+                              group)
 
 
 def bubble_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int = 1, **kw) -> float:
@@ -139,9 +145,10 @@ def one_f_one_b_time_s(fwd_s: list[float], bwd_s: list[float], m: int) -> float:
 
 
 def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[float]], m: int,
-                  mode: str = "rendezvous") -> float:
+                  mode: str = "rendezvous", group: int = 0) -> float:
     """Play Megatron's program (`schedule.sim.playback`: the simulator's rules without noise, pipeline messages
-    of zero time since the stage times already include them) with per-stage, per-chunk pass times."""
+    of zero time since the stage times already include them) with per-stage, per-chunk pass times (`group`: the
+    interleaved schedule's micro-batch group, 0 = p)."""
     p, v = len(fwd_s), len(fwd_s[0])
     durations = {}
     for i in range(p):
@@ -150,27 +157,30 @@ def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[floa
             durations[(i, "BW", c)] = bwd_s[i][c]
     if (schedule, mode) == ("1f1b", "rendezvous") and v == 1:  # the same result, compiled (sim.graph)
         return graph_time_s(graph_1f1b(p, m), durations)
-    if (schedule, mode) == ("interleaved", "async") and v > 1 and m % p == 0:
-        return graph_time_s(graph_interleaved(p, v, m), durations)
-    programs = build_programs(schedule, p, v, m, mode == "async")
+    g = group or p
+    if (schedule, mode) == ("interleaved", "async") and v > 1 and g <= m and not 0 < m % g < p:
+        return graph_time_s(graph_interleaved(p, v, m, group), durations)
+    programs = build_programs(schedule, p, v, m, mode == "async", group if schedule == "interleaved" else 0)
     return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode=mode).ends_s)
 
 
-def interleaved_time_s(fwd_s: list[list[float]], bwd_s: list[list[float]], m: int) -> float:
+def interleaved_time_s(fwd_s: list[list[float]], bwd_s: list[list[float]], m: int, group: int = 0) -> float:
     """Interleaved 1F1B (Megatron-Core `forward_backward_pipelining_with_interleaving`, micro-batches in groups of
-    p per chunk, pipeline sends overlapped with compute: overlap_p2p_comm) with per-stage, per-chunk forward and
-    backward times, played exactly; past 3p micro-batches the
-    time grows by the same amount per group of p, so it is extrapolated from 2p and 3p (module docstring) — by at
-    least the busiest stage's work for p micro-batches per group: with unequal chunks the play can still be settling
-    at 3p (a Llama-3 70B plan, pp 8 × vpp 6: 0.730 s from 2p to 3p, 0.751 s from 3p to 4p, p × the busiest stage
-    0.753 s; 256 micro-batches extrapolated 2.8 % below the whole program played, now 0.01 % above it)."""
-    p = len(fwd_s)
-    if m <= 3 * p:
-        return played_time_s("interleaved", fwd_s, bwd_s, m, "async")
-    t2 = played_time_s("interleaved", fwd_s, bwd_s, 2 * p, "async")
-    t3 = played_time_s("interleaved", fwd_s, bwd_s, 3 * p, "async")
+    g per chunk — `group`, default p — pipeline sends overlapped with compute: overlap_p2p_comm) with per-stage,
+    per-chunk forward and backward times, played exactly; past three groups (and the last, shorter one: m mod g
+    micro-batches) the time grows by the same amount per group, so it is extrapolated from 2g + r and 3g + r
+    (module docstring) — by at least the busiest stage's work for g micro-batches per group: with unequal chunks
+    the play can still be settling at 3p (a Llama-3 70B plan, pp 8 × vpp 6: 0.730 s from 2p to 3p, 0.751 s from 3p
+    to 4p, p × the busiest stage 0.753 s; 256 micro-batches extrapolated 2.8 % below the whole program played, now
+    0.01 % above it)."""
+    g = group or len(fwd_s)
+    r = m % g
+    if m <= 3 * g + r:
+        return played_time_s("interleaved", fwd_s, bwd_s, m, "async", group)
+    t2 = played_time_s("interleaved", fwd_s, bwd_s, 2 * g + r, "async", group)
+    t3 = played_time_s("interleaved", fwd_s, bwd_s, 3 * g + r, "async", group)
     busiest = max(sum(f) + sum(b) for f, b in zip(fwd_s, bwd_s))
-    return t3 + (m // p - 3) * max(t3 - t2, p * busiest)
+    return t3 + (m // g - 3) * max(t3 - t2, g * busiest)
 
 
 def dualpipe_bubble_s(pp: int, fb_s: float, b_s: float, w_s: float) -> float:

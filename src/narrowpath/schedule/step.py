@@ -161,7 +161,7 @@ PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fw
 (with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""
 
 
-def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, schedule: str = "") -> float:
+def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, schedule: str = "", group: int = 0) -> float:
     """Share of pipeline stage `stage`'s passes (chunk passes when interleaved) whose forward runs merged with
     another micro-batch's backward (and whose backward with another's forward); the rest run alone.
 
@@ -173,8 +173,8 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, schedu
         1 of m forwards and 1 of m backwards alone.
       1F1B (v = 1): the p − s − 1 warm-up forwards of the schedule the model plays (schedule.pipeline) plus that
         one: min(m, p − s) of m alone, as many cool-down backwards. pp 4, m 8: stage 0 4 of 8, stage 3 1 of 8.
-      interleaved (v > 1): 2·(p − s − 1) + (v − 1)·p warm-up chunk forwards (micro-batch groups of p, Megatron's
-        default `microbatch_group_size_per_vp_stage`) plus one, at most the m·v chunk passes:
+      interleaved (v > 1): 2·(p − s − 1) + (v − 1)·g warm-up chunk forwards (micro-batch groups of g = `group`,
+        Megatron's `microbatch_group_size_per_vp_stage`, default p) plus one, at most the m·v chunk passes:
         min(m·v, 2·(p − s − 1) + (v − 1)·p + 1) of m·v. pp 4, v 2, m 8: stage 0 11 of 16, stage 3 5 of 16.
     Both counts are the stage's in-flight depth (cost.memory.in_flight_chunk_passes).
     Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
@@ -189,7 +189,7 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, schedu
         return dualpipev_paired_fraction(s, p, m)
     v = max(1, int(vpp)) if p > 1 else 1
     passes = m * v
-    return (passes - in_flight_chunk_passes(s, p, v, m)) / passes
+    return (passes - in_flight_chunk_passes(s, p, v, m, group=group)) / passes
 
 
 def pass_pair_hidden_s(pair_s: dict, left_s: dict, paired: float) -> dict:
@@ -416,7 +416,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 for tr, _, _, total in pairs:
                     pair_s[tr.phase] += total
                 # warm-up forwards and cool-down backwards have no partner: the share depends on the stage
-                paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.schedule)
+                paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, plan.schedule,
+                                         plan.interleave_group)
                 hid = pass_pair_hidden_s(pair_s, hide_budget, paired)
                 for tr, c, cost, total in pairs:
                     hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
@@ -454,7 +455,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 (fwd, wf), ([t - f for t, f in zip(totals, fwd)], wb), (wgrad_s, wb))), m)
         else:
             pipe = pipeline_time_s(totals, m, plan.vpp, fwd_times_s=fwd, chunk_weights=shares and shares[0],
-                                   bwd_chunk_weights=shares and shares[1], overlapped_send_s=send_s)
+                                   bwd_chunk_weights=shares and shares[1], overlapped_send_s=send_s,
+                                   group=plan.interleave_group)
     if not plan.dualpipe:
         crit = max(range(len(stage_times)), key=lambda i: totals[i])
         cs = stage_times[crit]
@@ -484,7 +486,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             if not tr.overlappable:
                 exp = total
             elif tr.op != "all_gather" and chunked:  # one bucket group per chunk
-                exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes, *chunked, plan.pp, slow,
+                exp = chunked_sync_exposed_s(total, tr.message_bytes, plan.bucket_bytes, *chunked,
+                                             plan.interleave_last_group, slow,
                                              chunk_streams(launch, len(chunked[0])), first)
             else:
                 exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, window, slow)

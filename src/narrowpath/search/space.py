@@ -96,6 +96,8 @@ class SearchSpace:
             object.__setattr__(self, "base", dataclasses.replace(self.base, **SPLIT_DEFAULTS))
         if self.base.pipeline_schedule != "auto":  # the bulk pricing plays Megatron's schedules (search.pipeline_bulk)
             object.__setattr__(self, "base", dataclasses.replace(self.base, pipeline_schedule="auto"))
+        if self.base.vp_group:  # ... with Megatron-Core's default micro-batch groups (pp) on every interleaved plan
+            object.__setattr__(self, "base", dataclasses.replace(self.base, vp_group=0))
         unknown = sorted(set(self.pinned) - set(KNOBS) - {"dp", "recompute_modules"})
         if unknown:
             raise SpecError("search.pinned", f"unknown knob(s) {unknown}; knobs are "

@@ -78,6 +78,13 @@ class Plan:
     layout. 0 = tp (Megatron-Core's default); Megatron-Bridge's MoE recipes set 1 (whole experts per rank)."""
     vpp: int = 1
     """Virtual pipeline chunks per stage; 1 = plain 1F1B, >1 = interleaved 1F1B."""
+    vp_group: int = 0
+    """Interleaved 1F1B (vpp > 1): micro-batches run through one chunk before the schedule moves to the next
+    (Megatron-Core `microbatch_group_size_per_vp_stage`, `get_schedule_table`); 0 = pp, its default. Megatron-Core
+    takes a group between pp and the micro-batches, and a last group (micro-batches mod group) of none or at least
+    pp ('dependency bubbles' otherwise), so a group above pp runs micro-batch counts pp does not divide; each rank
+    then warms up with (vpp − 1) · group chunk forwards beyond its 2 · (pp − rank − 1) (`get_pp_rank_microbatches`),
+    holding more activations (cost.memory.in_flight_chunk_passes). `interleave_group` is the group in effect."""
     mbs: int = 1
     """Micro-batch size, sequences."""
     gbs: int = 1
@@ -232,6 +239,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         as_int(self, "etp", "plan.etp", minimum=0)
+        as_int(self, "vp_group", "plan.vp_group", minimum=0, maximum=MAX_BATCH)
         as_int(self, "recompute_layers", "plan.recompute_layers", minimum=0, maximum=100_000)
         as_int(self, "offload_layers", "plan.offload_layers", minimum=0, maximum=100_000)
         as_int(self, "first_stage_layers", "plan.first_stage_layers", minimum=0, maximum=100_000)
@@ -312,6 +320,9 @@ class Plan:
         if self.vpp > 1 and self.pp == 1:
             what = "dualpipev's two chunks" if self.pipeline_schedule == "dualpipev" else "interleaving"
             raise SpecError("plan.vpp", f"{what} (vpp={self.vpp}) needs pp > 1")
+        if self.vp_group and (self.vpp == 1 or self.pipeline_schedule in ("dualpipe", "dualpipev")):
+            raise SpecError("plan.vp_group", f"groups the micro-batches of the interleaved schedule; needs vpp > 1 "
+                            f"and schedule auto, got vpp {self.vpp}, schedule {self.pipeline_schedule!r}")
         for knob in ("first_stage_layers", "last_stage_layers"):
             if getattr(self, knob) and self.pp == 1:
                 raise SpecError(f"plan.{knob}", "sets the layers of one pipeline stage; needs pp > 1")
@@ -357,6 +368,18 @@ class Plan:
     def num_microbatches(self) -> int:
         """Micro-batches each pipeline runs per step: gbs / (dp · mbs)."""
         return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def interleave_group(self) -> int:
+        """Micro-batches per group of the interleaved schedule (`vp_group`, or pp: Megatron-Core's default)."""
+        return self.vp_group or self.pp
+
+    @property
+    def interleave_last_group(self) -> int:
+        """Micro-batches of the interleaved schedule's last group: the cool-down runs their backwards chunk by chunk
+        (the remainder of the micro-batches over the group, or a whole group)."""
+        g = self.interleave_group
+        return min(self.num_microbatches % g or g, self.num_microbatches)
 
     @property
     def expert_tp(self) -> int:

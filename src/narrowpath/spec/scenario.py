@@ -118,8 +118,8 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
             errs.append(("plan.pipeline_schedule", f"dualpipev needs at least as many micro-batches as its 2·pp = "
                          f"{2 * p.pp} virtual stages (PyTorch ScheduleDualPipeV refuses fewer); got "
                          f"{p.num_microbatches}"))
-    elif p.pp > 1 and p.vpp > 1 and p.num_microbatches % p.pp:
-        errs.append(("plan.gbs", f"interleaved schedule needs micro-batches ({p.num_microbatches}) divisible by pp {p.pp}"))
+    elif p.pp > 1 and p.vpp > 1:
+        errs += interleave_group_errors(p)
     if model.arch == "lstm" and (p.pp > 1 or p.cp > 1):
         errs.append(("plan", "the LSTM model supports tp and dp only"))
     if model.arch == "lstm":  # its workload (workload/lstm.py) has no ZeRO sharding, recompute or SP to price
@@ -136,3 +136,21 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
     if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:
         errs.append(("plan.tp", f"tp {p.tp} spans scale-up domains of {system.scale_up_domain} GPUs unevenly"))
     return errs
+
+
+def interleave_group_errors(p) -> list[tuple[str, str]]:
+    """What Megatron-Core's interleaved schedule refuses of a plan's micro-batch groups
+    (`forward_backward_pipelining_with_interleaving`): a group outside [pp, micro-batches], or a last group of
+    fewer than pp micro-batches ('dependency bubbles'). With the default group (pp) that is a micro-batch count pp
+    does not divide."""
+    g, m = p.interleave_group, p.num_microbatches
+    if not p.vp_group:
+        bad = m % p.pp
+        return [("plan.gbs", f"interleaved schedule needs micro-batches ({m}) divisible by pp {p.pp}")] if bad else []
+    if not p.pp <= g <= m:
+        return [("plan.vp_group", f"Megatron-Core takes a group of pp ({p.pp}) to the micro-batches ({m}), got {g}")]
+    if 0 < m % g < p.pp:
+        return [("plan.vp_group", f"leaves a last group of {m % g} micro-batches ({m} mod {g}), fewer than pp "
+                 f"{p.pp}: Megatron-Core refuses it (dependency bubbles)")]
+    return []
+

@@ -152,19 +152,22 @@ def graph_1f1b(p: int, m: int) -> Graph:
 
 
 @lru_cache(maxsize=256)
-def graph_interleaved(p: int, v: int, m: int) -> Graph:
+def graph_interleaved(p: int, v: int, m: int, group: int = 0) -> Graph:
     """Interleaved 1F1B with overlapped sends (async; every pass its own group), one node per pass: virtual
-    micro-batches in `schedule_table` order (micro-batches in groups of p per chunk), warm-up forwards
-    2(p − i − 1) + (v − 1)·p, then forward/backward pairs, backwards in reverse chunk order
+    micro-batches in `schedule_table` order (micro-batches in groups of g = `group` per chunk, default p), warm-up
+    forwards 2(p − i − 1) + (v − 1)·g, then forward/backward pairs, backwards in reverse chunk order
     (schedule.sim.programs.order_interleaved)."""
+    g = group or p
     total = m * v
     t = np.arange(total)
-    block = t // (p * v)
-    inner = t - block * p * v
-    chunk, mbs = inner // p, block * p + inner % p  # forward t: (chunk, micro-batch)
+    lo = np.arange(0, m, g)  # the groups: micro-batches [lo, lo + size), the last one the remainder
+    size = np.minimum(g, m - lo)
+    # forward t of the group at lo runs chunk (t − v·lo) // size on micro-batch lo + (t − v·lo) % size
+    first, width = np.repeat(lo, v * size), np.repeat(size, v * size)
+    chunk, mbs = (t - v * first) // width, first + (t - v * first) % width  # forward t: (chunk, micro-batch)
     table = np.zeros((v, m), dtype=np.int64)
     table[chunk, mbs] = t
-    warm = np.minimum((p - np.arange(p) - 1) * 2 + (v - 1) * p, total)
+    warm = np.minimum((p - np.arange(p) - 1) * 2 + (v - 1) * g, total)
     stage, k, is_f, idx = _sequence(p, total, warm)
     node = stage * 2 * total + k
     c = np.where(is_f, chunk[idx], v - 1 - chunk[idx])

@@ -4,8 +4,9 @@
   interleaving`): stage i runs min(p − i − 1, m) warm-up forwards, then alternates one forward and one backward,
   then drains the remaining backwards.
 - `interleaved`: Megatron-Core `forward_backward_pipelining_with_interleaving` (SC'21 §2.2.2): virtual micro-batch
-  k runs (micro-batch, chunk) = `schedule_table[k]`, micro-batches taken in groups of p per chunk; backwards use
-  the chunks in reverse; warm-up = 2(p − i − 1) + (v − 1)·p passes (all of them when that exceeds m·v).
+  k runs (micro-batch, chunk) = `schedule_table[k]`, micro-batches taken in groups of g per chunk (g = p, or
+  `microbatch_group_size_per_vp_stage`: Plan.vp_group); backwards use the chunks in reverse; warm-up =
+  2(p − i − 1) + (v − 1)·g passes (all of them when that exceeds m·v).
 - `zb-h1`: zero-bubble ZB-H1 (Qi et al., 'Zero Bubble Pipeline Parallelism', ICLR 2024, §3; sail-sg's
   ZeroBubbleH1Pipeline): backward split into B (input gradients, on the critical path) and W (weight gradients);
   stage i defers i of its W passes to the end, where they fill the drain's bubbles, with 1F1B's memory.
@@ -81,12 +82,15 @@ def schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
     return out
 
 
-def order_interleaved(p: int, v: int, m: int, i: int) -> list[list[Pass]]:
+def order_interleaved(p: int, v: int, m: int, i: int, group: int = 0) -> list[list[Pass]]:
     """Groups of passes between two exchanges: Megatron's steady state runs a forward and a backward, then one
-    `send_forward_backward_recv_forward_backward`."""
-    table = schedule_table(m, v, p)
+    `send_forward_backward_recv_forward_backward`. Micro-batches run through a chunk in groups of `group` (Megatron-Core
+    `microbatch_group_size_per_vp_stage`, default p); rank i warms up with 2(p − i − 1) + (v − 1)·group chunk
+    forwards (`get_pp_rank_microbatches`)."""
+    g = group or p
+    table = schedule_table(m, v, g)
     total = m * v
-    warm = min((p - i - 1) * 2 + (v - 1) * p, total)
+    warm = min((p - i - 1) * 2 + (v - 1) * g, total)
     fwd = [Pass("F", c, mb) for mb, c in table]
     bwd = [Pass("BW", v - 1 - c, mb) for mb, c in table]
     out = [[f] for f in fwd[:warm]]
@@ -252,9 +256,11 @@ def check_dualpipev(p: int, m: int, field: str = "plan.pipeline_schedule: dualpi
 
 
 @lru_cache(maxsize=64)
-def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False) -> tuple[StageProgram, ...]:
+def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False,
+                   group: int = 0) -> tuple[StageProgram, ...]:
     """Every stage's program for one step. `overlap` (Megatron-Core overlap_p2p_comm): every pass posts its send
-    as soon as it ends and the receive of the pass after it (no batching of a forward with a backward)."""
+    as soon as it ends and the receive of the pass after it (no batching of a forward with a backward). `group`:
+    the interleaved schedule's micro-batch group (0: p, Megatron-Core's default)."""
     if schedule not in SCHEDULES:
         raise SimulationError(f"--schedule: unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     if schedule == "dualpipe":
@@ -267,14 +273,18 @@ def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False)
         raise SimulationError(f"--schedule {schedule}: needs one chunk per stage, the plan has vpp={v}")
     if schedule == "interleaved" and v == 1:
         schedule = "1f1b"
-    if schedule == "interleaved" and m % p:
+    g = group or p
+    if schedule == "interleaved" and not group and m % p:
         raise SimulationError(f"interleaved schedule: {m} micro-batches are not divisible by the {p} pipeline stages "
                               "(Megatron-LM refuses this split too)")
+    if schedule == "interleaved" and group and (not p <= g <= m or 0 < m % g < p):
+        raise SimulationError(f"interleaved schedule: micro-batch groups of {g} over {m} micro-batches on {p} stages "
+                              "(Megatron-Core takes a group of p to m and a last group of none or at least p)")
     dual = schedule in ("dualpipe", "dualpipev")
     out = []
     for i in range(p):
         if schedule == "interleaved":
-            groups = order_interleaved(p, v, m, i)
+            groups = order_interleaved(p, v, m, i, g)
             if overlap:
                 groups = [[x] for grp in groups for x in grp]
         elif schedule == "dualpipe":

@@ -156,7 +156,8 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     schedule = schedule or default_schedule(scn)
     work = build_sim_work(pred, schedule)
     mode = p2p_mode(pred, schedule)
-    programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches, mode == "async")
+    programs = build_programs(schedule, scn.plan.pp, work.vpp, work.num_microbatches, mode == "async",
+                              scn.plan.vp_group if schedule == "interleaved" else 0)
     bucket = scn.plan.bucket_bytes
     rng = np.random.default_rng(seed)
 

@@ -343,7 +343,7 @@ def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
     stages = []
     for st, ranges in zip(wl.stages, layer_ranges):
         passes = {}
-        paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, schedule)
+        paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, schedule, plan.interleave_group)
         for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
             pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired) \
                 if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
