@@ -13,7 +13,7 @@ from narrowpath.catalog import load_scenario
 from narrowpath.cost.memory import in_flight_chunk_passes, in_flight_microbatches
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.schedule.chunks import chunked_sync_exposed_s
-from narrowpath.schedule.pipeline import interleaved_time_s
+from narrowpath.schedule.pipeline import interleaved_time_s, pipeline_time_s
 from narrowpath.schedule.sim import simulate
 from narrowpath.schedule.sim.graph import graph_interleaved, graph_time_s
 from narrowpath.schedule.sim.playback import play
@@ -189,3 +189,111 @@ def test_a_what_if_keeps_the_group_while_megatron_core_takes_it():
     assert small.plan.vp_group == 0 and small.plan.num_microbatches == 8
     with pytest.raises(NarrowpathError, match="plan.vp_group"):
         repaired(scn, mbs=8, vp_group=16)  # asked for: never touched, so refused
+
+
+def test_the_last_group():
+    """Plan.interleave_last_group: the remainder of the micro-batches over the group, or a whole group."""
+    scn = load_scenario("llama3-70b-h100-256")  # pp 4, 64 micro-batches
+    assert [_with(scn, vp_group=g).plan.interleave_last_group for g in (0, 8, 10, 30, 64)] == [4, 8, 4, 4, 64]
+    assert _with(scn, vp_group=7, gbs=496).plan.interleave_last_group == 6  # 62 micro-batches
+
+
+@pytest.mark.parametrize("p,v,m,g,msg", [(4, 5, 64, 8, 0.01), (4, 5, 64, 10, 0.03), (4, 5, 64, 5, 0.05),
+                                         (16, 7, 32, 32, 0.01), (8, 2, 96, 12, 0.1), (4, 3, 28, 6, 0.02)])
+def test_overlapped_sends_wait_only_where_the_groups_leave_no_slack(p, v, m, g, msg):
+    """Equal stages and chunks with overlapped pipeline messages: the closed form's fill and drain
+    (pipeline.fill_drain_latency_s) against the program played with those messages; the old charge, every chunk
+    boundary (2·(p·v − 1) messages), is what the default group pays."""
+    f, b = 1.0 / v, 2.0 / v
+    d = {(i, k, c): (f if k == "F" else b) for i in range(p) for k in ("F", "BW") for c in range(v)}
+    played = max(play(build_programs("interleaved", p, v, m, True, g), d, {"F": msg, "B": msg},
+                      mode="async").ends_s)
+    assert pipeline_time_s([3.0] * p, m, v, overlapped_send_s=msg, group=g) == pytest.approx(played, rel=1e-12)
+    default = max(play(build_programs("interleaved", p, v, m, True), d, {"F": msg, "B": msg}, mode="async").ends_s)
+    assert default == pytest.approx(m * 3.0 + (p - 1) * 3.0 / v + 2 * (p * v - 1) * msg, rel=1e-12)
+
+
+def test_llama3_405b_groups_against_the_simulator():
+    """The reviewer's case: 16 k H100, pp 16 × vpp 7, 4,096 sequences (32 micro-batches) in groups of 32 — the
+    overlapped sends hidden by the longer group (was +0.79 % when every boundary was charged)."""
+    scn = _with(load_scenario("llama3-405b-h100-16k"), gbs=4096, vp_group=32)
+    assert predict(scn).step_time_s == pytest.approx(simulate(scn, steps=1).noise_free_step_time_s, rel=1e-3)
+
+
+def test_the_programs_refuse_what_megatron_core_refuses():
+    from narrowpath.errors import SimulationError
+    for g in (3, 65, 7):  # below pp, above m, a last group of 1
+        with pytest.raises(SimulationError, match="micro-batch groups"):
+            build_programs("interleaved", 4, 2, 64, True, g)
+
+
+def _spy(monkeypatch, module, name, key):
+    """Wrap module.name, recording each call's argument `key` (an index or a keyword)."""
+    seen, orig = [], getattr(module, name)
+
+    def wrapper(*a, **k):
+        seen.append(a[key] if isinstance(key, int) and len(a) > key else k.get(key if isinstance(key, str) else "_"))
+        return orig(*a, **k)
+    monkeypatch.setattr(module, name, wrapper)
+    return seen
+
+
+def _moe_interleaved():
+    """DeepSeek-V3 on 2,048 H800 re-planned as interleaved 1F1B, pp 16 × vpp 2, 120 micro-batches in groups of 32
+    (a last group of 24), the expert all-to-all overlapped (pass pairs)."""
+    scn = load_scenario("deepseek-v3-h800-2048")
+    return _with(scn, pipeline_schedule="auto", vpp=2, vp_group=32, chunk_layers=(), first_stage_layers=0,
+                 last_stage_layers=0)
+
+
+def test_predict_hands_the_group_to_every_part(monkeypatch):
+    import narrowpath.schedule.step as S
+    pf = _spy(monkeypatch, S, "paired_fraction", 5)
+    pipe = _spy(monkeypatch, S, "pipeline_time_s", "group")
+    sync = _spy(monkeypatch, S, "chunked_sync_exposed_s", 5)
+    predict(_moe_interleaved())
+    assert pf and set(pf) == {32}
+    assert pipe == [32]
+    assert sync and set(sync) == {24}  # the last group's cool-down
+
+
+def test_the_simulator_plays_the_group(monkeypatch):
+    import narrowpath.schedule.sim.run as R
+    import narrowpath.schedule.sim.work as W
+    progs = _spy(monkeypatch, R, "build_programs", 5)
+    pf = _spy(monkeypatch, W, "paired_fraction", 5)
+    scn = _with(load_scenario("llama3-70b-h100-256"), vp_group=16)
+    simulate(scn, steps=1)
+    assert progs == [16] and set(pf) == {16}
+    pf.clear()
+    simulate(_moe_interleaved(), steps=1)
+    assert progs[-1] == 32 and pf and set(pf) == {32}
+
+
+def test_the_overlap_account_prices_the_group(monkeypatch):
+    import narrowpath.analysis.overlap as O
+    pipe = _spy(monkeypatch, O, "pipeline_time_s", "group")
+    from narrowpath.analysis.context import build_context
+    O.build_overlap(build_context(predict(_with(load_scenario("llama3-70b-h100-256"), vp_group=16))))
+    assert pipe and set(pipe) == {16}
+
+
+def test_a_what_if_drops_a_group_its_micro_batches_leave_too_short():
+    from narrowpath.analysis.repair import repaired
+    scn = _with(load_scenario("llama3-70b-h100-256"), vp_group=30)  # 64 = 2·30 + 4
+    short, notes = repaired(scn, mbs=2)  # 32 = 30 + 2: a last group of 2 < pp
+    assert short.plan.vp_group == 0 and any("interleaving group (0: pp) 30 -> 0" in n for n in notes)
+
+
+def test_the_console_names_the_group(capsys):
+    from narrowpath.cli.main import main
+    assert main(["predict", "llama3-70b-h100-256", "--vp-group", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "vp_group=16" in out and "in groups of 16 per chunk" in out
+
+
+def test_search_says_it_runs_the_default_group(capsys):
+    from narrowpath.cli.main import main
+    assert main(["search", "llama3-70b-h100-256", "--vp-group", "16", "--space", "basic", "--top", "1",
+                 "--json"]) == 0
+    assert "vp_group 16 is priced by predict" in capsys.readouterr().err

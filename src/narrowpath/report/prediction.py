@@ -84,8 +84,10 @@ def critical_title(plan, i: int) -> str:
 
 
 def schedule_words(plan) -> list[str]:
-    """The plan line's words for its pipeline: DualPipe when it runs, then the layer split (split_words)."""
-    return ([f"schedule={plan.schedule}"] if plan.dualpipe or plan.dualpipev else []) + split_words(plan)
+    """The plan line's words for its pipeline: DualPipe when it runs, an interleaving group other than Megatron-Core's
+    default, then the layer split (split_words)."""
+    return ([f"schedule={plan.schedule}"] if plan.dualpipe or plan.dualpipev else []) + \
+        ([f"vp_group={plan.vp_group}"] if plan.vp_group else []) + split_words(plan)
 
 
 def split_words(plan) -> list[str]:

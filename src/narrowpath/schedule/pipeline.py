@@ -68,16 +68,40 @@ def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int 
     chunks takes (default equal), `bwd_chunk_weights` of its backward (default the forward's).
     `overlapped_send_s`: the time of one pipeline message when the sends run beside
     compute (Megatron-Core overlap_p2p_comm) and so are not in the stage times: the fill and the drain still wait
-    for them at each of the p·v − 1 chunk boundaries (`fill_drain_latency_s`)."""
+    for them at the chunk boundaries the groups leave no slack at (`fill_drain_latency_s`)."""
+    latency = 0.0
+    if overlapped_send_s:
+        p, m, g = len(stage_times_s), num_microbatches, group or len(stage_times_s)
+        f0 = fwd_times_s[0] if fwd_times_s else stage_times_s[0] / 3.0
+        b1 = stage_times_s[-1] - (fwd_times_s[-1] if fwd_times_s else stage_times_s[-1] / 3.0)
+        r = m % g  # the last group; a split Megatron-Core refuses (r < p) is charged every boundary, as before
+        latency = fill_drain_latency_s(p, vpp, overlapped_send_s, g, r if r >= p else g,
+                                       [f0 * w for w in chunk_weights[0]] if chunk_weights else [f0 / vpp] * vpp,
+                                       [b1 * w for w in (bwd_chunk_weights or chunk_weights)[-1]]
+                                       if (bwd_chunk_weights or chunk_weights) else [b1 / vpp] * vpp)
     return _pipeline_time_s(stage_times_s, num_microbatches, vpp, fwd_times_s, chunk_weights,
-                            bwd_chunk_weights or chunk_weights, group) + \
-        fill_drain_latency_s(len(stage_times_s), vpp, overlapped_send_s)
+                            bwd_chunk_weights or chunk_weights, group) + latency
 
 
-def fill_drain_latency_s(pp: int, vpp: int, message_s: float) -> float:
+def fill_drain_latency_s(pp: int, vpp: int, message_s: float, group: int = 0, last_group: int = 0,
+                         fwd_chunk_s: list[float] | None = None, bwd_chunk_s: list[float] | None = None) -> float:
     """Overlapped pipeline sends still sit on the fill's and the drain's chain: micro-batch 0's forward crosses
-    p·v − 1 chunk boundaries, the last gradient as many back: 2·(p·v − 1)·message (equal to the simulator)."""
-    return 2.0 * (pp * vpp - 1) * message_s if pp > 1 else 0.0
+    p·v − 1 chunk boundaries, the last gradient as many back: 2·(p·v − 1)·message with Megatron-Core's default
+    micro-batch groups (g = p). With groups of g > p (`group`; `last_group` L, the last one's size) stage 0 still has
+    g − p forwards of chunk c to run when micro-batch 0 comes round the ring for chunk c + 1, so each of the v − 1
+    wraps of the fill waits only max(0, p·message − (g − p)·F_c) (`fwd_chunk_s[c]`: stage 0's forward of chunk c),
+    and the drain's likewise behind the last stage's L − p backwards of chunk c (`bwd_chunk_s[c]`): each of fill and
+    drain (p − 1)·message plus those waits. Equal to the played program while a message is shorter than a pass
+    (tests/schedule/test_vp_group.py)."""
+    if pp <= 1:
+        return 0.0
+    g, L = group or pp, last_group or group or pp
+    if g == pp and L == pp or vpp == 1:
+        return 2.0 * (pp * vpp - 1) * message_s
+    fwd, bwd = fwd_chunk_s or [0.0] * vpp, bwd_chunk_s or [0.0] * vpp
+    fill = sum(max(0.0, pp * message_s - (g - pp) * fwd[c]) for c in range(vpp - 1))
+    drain = sum(max(0.0, pp * message_s - (L - pp) * bwd[c]) for c in range(1, vpp))
+    return 2.0 * (pp - 1) * message_s + fill + drain
 
 
 def _pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int,
@@ -158,7 +182,7 @@ def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[floa
     if (schedule, mode) == ("1f1b", "rendezvous") and v == 1:  # the same result, compiled (sim.graph)
         return graph_time_s(graph_1f1b(p, m), durations)
     g = group or p
-    if (schedule, mode) == ("interleaved", "async") and v > 1 and g <= m and not 0 < m % g < p:
+    if (schedule, mode) == ("interleaved", "async") and v > 1 and p <= g <= m and not 0 < m % g < p:
         return graph_time_s(graph_interleaved(p, v, m, group), durations)
     programs = build_programs(schedule, p, v, m, mode == "async", group if schedule == "interleaved" else 0)
     return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode=mode).ends_s)

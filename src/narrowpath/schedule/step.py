@@ -175,7 +175,7 @@ def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, schedu
         one: min(m, p − s) of m alone, as many cool-down backwards. pp 4, m 8: stage 0 4 of 8, stage 3 1 of 8.
       interleaved (v > 1): 2·(p − s − 1) + (v − 1)·g warm-up chunk forwards (micro-batch groups of g = `group`,
         Megatron's `microbatch_group_size_per_vp_stage`, default p) plus one, at most the m·v chunk passes:
-        min(m·v, 2·(p − s − 1) + (v − 1)·p + 1) of m·v. pp 4, v 2, m 8: stage 0 11 of 16, stage 3 5 of 16.
+        min(m·v, 2·(p − s − 1) + (v − 1)·g + 1) of m·v. pp 4, v 2, m 8: stage 0 11 of 16, stage 3 5 of 16.
     Both counts are the stage's in-flight depth (cost.memory.in_flight_chunk_passes).
     Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
     (TransformerConfig asserts a virtual pipeline size; Megatron-LM turns vpp 1 into none), whose one-chunk warm-up
@@ -531,7 +531,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
         profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "", "host")},
                       scn.system.device.name),
         attention_note(scn, kernel),
-        f"pipeline schedule: {plan.schedule}, {m} micro-batches",
+        f"pipeline schedule: {plan.schedule}, {m} micro-batches"
+        + (f" in groups of {plan.vp_group} per chunk" if plan.vp_group else ""),
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "
         "(Korthikanti et al. 2022 §6); HFU counts executed FLOPs incl. recompute; both against the "
         f"{plan.precision} dense matrix peak, {peak / 1e12:.0f} TFLOP/s per GPU",

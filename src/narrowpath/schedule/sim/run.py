@@ -146,7 +146,8 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
                                   f"{'the V' if own == 'dualpipev' else 'Megatron placement'}; give the plan with "
                                   f"--pipeline-schedule {want} and its own split, or drop the split")
         scenario = dataclasses.replace(scenario, plan=dataclasses.replace(scenario.plan, pipeline_schedule=want,
-                                                                          **split))
+                                                                          vp_group=0 if want != "auto" else
+                                                                          scenario.plan.vp_group, **split))
     pred = predict(scenario, calibration)
     scn = pred.scenario
     passes = 2 * scn.plan.pp * scn.plan.vpp * pred.workload.num_microbatches
