@@ -18,7 +18,7 @@ from itertools import product
 from typing import Iterator
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import SPLIT_DEFAULTS, SPLIT_KNOBS, Plan
+from narrowpath.spec.plan import SPLIT_DEFAULTS, SPLIT_KNOBS, Plan, interleave_groups_ok
 from narrowpath.spec.scenario import Scenario, consistency_errors
 
 MAX_GBS_STEPS = 8
@@ -84,9 +84,9 @@ def _group_follows(kw: dict, fixed: set[str]) -> dict:
     g = kw.get("vp_group", 0)
     if not g or "vp_group" in fixed:
         return kw
-    p, per = kw["pp"], kw["dp"] * kw["mbs"]
+    per = kw["dp"] * kw["mbs"]
     m = kw["gbs"] // per if per > 0 else 0
-    if kw["vpp"] == 1 or kw["pipeline_schedule"] != "auto" or not p <= g <= m or 0 < m % g < p:
+    if kw["vpp"] == 1 or kw["pipeline_schedule"] != "auto" or not interleave_groups_ok(kw["pp"], m, g):
         return {**kw, "vp_group": 0}
     return kw
 

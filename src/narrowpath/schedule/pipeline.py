@@ -46,6 +46,7 @@ from functools import lru_cache
 from narrowpath.schedule.sim.graph import graph_1f1b, graph_interleaved, graph_time_s
 from narrowpath.schedule.sim.playback import play
 from narrowpath.schedule.sim.programs import build_programs, order_dualpipe, order_dualpipev
+from narrowpath.spec.plan import interleave_groups_ok
 
 _REL_EQUAL = 1e-12
 
@@ -181,8 +182,7 @@ def played_time_s(schedule: str, fwd_s: list[list[float]], bwd_s: list[list[floa
             durations[(i, "BW", c)] = bwd_s[i][c]
     if (schedule, mode) == ("1f1b", "rendezvous") and v == 1:  # the same result, compiled (sim.graph)
         return graph_time_s(graph_1f1b(p, m), durations)
-    g = group or p
-    if (schedule, mode) == ("interleaved", "async") and v > 1 and p <= g <= m and not 0 < m % g < p:
+    if (schedule, mode) == ("interleaved", "async") and v > 1 and interleave_groups_ok(p, m, group):
         return graph_time_s(graph_interleaved(p, v, m, group), durations)
     programs = build_programs(schedule, p, v, m, mode == "async", group if schedule == "interleaved" else 0)
     return max(play(programs, durations, {"F": 0.0, "B": 0.0}, mode=mode).ends_s)

@@ -437,6 +437,15 @@ SPLIT_DEFAULTS = {"first_stage_layers": 0, "last_stage_layers": 0, "chunk_layers
 SPLIT_KNOBS = tuple(SPLIT_DEFAULTS)
 
 
+def interleave_groups_ok(pp: int, num_microbatches: int, group: int = 0) -> bool:
+    """Whether Megatron-Core's interleaved schedule runs `num_microbatches` on pp stages in micro-batch groups of
+    `group` (0: pp, its default; `forward_backward_pipelining_with_interleaving`): a group of pp to the
+    micro-batches, and a last group (micro-batches mod group) of none or at least pp — with the default group, a
+    micro-batch count pp divides."""
+    g = group or pp
+    return pp <= g <= num_microbatches and not 0 < num_microbatches % g < pp
+
+
 def uneven_split_error(layers: int, pp: int, vpp: int, first: int, last: int) -> tuple[str, str] | None:
     """(knob at fault, why) when Megatron-Core refuses `first` / `last` layers on the first / last pipeline stage
     (0 = not set), else None: the stages left share the remaining layers evenly, and every stage's count splits into

@@ -7,7 +7,7 @@ from narrowpath.errors import SpecError, shown
 from narrowpath.spec._check import choice, positive_int
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import SPLIT_KNOBS, Plan, uneven_split_error
+from narrowpath.spec.plan import SPLIT_KNOBS, Plan, interleave_groups_ok, uneven_split_error
 from narrowpath.spec.system import System
 
 MAX_GPUS = 1 << 24
@@ -144,13 +144,12 @@ def interleave_group_errors(p) -> list[tuple[str, str]]:
     fewer than pp micro-batches ('dependency bubbles'). With the default group (pp) that is a micro-batch count pp
     does not divide."""
     g, m = p.interleave_group, p.num_microbatches
+    if interleave_groups_ok(p.pp, m, p.vp_group):
+        return []
     if not p.vp_group:
-        bad = m % p.pp
-        return [("plan.gbs", f"interleaved schedule needs micro-batches ({m}) divisible by pp {p.pp}")] if bad else []
+        return [("plan.gbs", f"interleaved schedule needs micro-batches ({m}) divisible by pp {p.pp}")]
     if not p.pp <= g <= m:
         return [("plan.vp_group", f"Megatron-Core takes a group of pp ({p.pp}) to the micro-batches ({m}), got {g}")]
-    if 0 < m % g < p.pp:
-        return [("plan.vp_group", f"leaves a last group of {m % g} micro-batches ({m} mod {g}), fewer than pp "
-                 f"{p.pp}: Megatron-Core refuses it (dependency bubbles)")]
-    return []
+    return [("plan.vp_group", f"leaves a last group of {m % g} micro-batches ({m} mod {g}), fewer than pp "
+             f"{p.pp}: Megatron-Core refuses it (dependency bubbles)")]
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from narrowpath.errors import SimulationError
+from narrowpath.spec.plan import interleave_groups_ok
 
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
 
@@ -274,12 +275,11 @@ def build_programs(schedule: str, p: int, v: int, m: int, overlap: bool = False,
     if schedule == "interleaved" and v == 1:
         schedule = "1f1b"
     g = group or p
-    if schedule == "interleaved" and not group and m % p:
-        raise SimulationError(f"interleaved schedule: {m} micro-batches are not divisible by the {p} pipeline stages "
-                              "(Megatron-LM refuses this split too)")
-    if schedule == "interleaved" and group and (not p <= g <= m or 0 < m % g < p):
+    if schedule == "interleaved" and not interleave_groups_ok(p, m, group):
         raise SimulationError(f"interleaved schedule: micro-batch groups of {g} over {m} micro-batches on {p} stages "
-                              "(Megatron-Core takes a group of p to m and a last group of none or at least p)")
+                              "(Megatron-Core takes a group of p to m and a last group of none or at least p)"
+                              if group else f"interleaved schedule: {m} micro-batches are not divisible by the {p} "
+                              "pipeline stages (Megatron-LM refuses this split too)")
     dual = schedule in ("dualpipe", "dualpipev")
     out = []
     for i in range(p):
