@@ -263,11 +263,9 @@ class Engine:
     def candidates(self, idx: np.ndarray, times: np.ndarray, mems: np.ndarray) -> list[Candidate]:
         """Candidates of plans from bulk numbers."""
         wl_flop, tokens, peak, n = self._flop_per_step()
-        out = []
-        for i, t, m in zip(idx, times, mems):
-            out.append(Candidate(self.t.plan(int(i)), float(t), float(wl_flop / (t * n * peak)), float(tokens / t),
-                                 float(m), self.cap, None))
-        return out
+        return [Candidate(plan, t, wl_flop / (t * n * peak), tokens / t, m, self.cap, None)
+                for plan, t, m in zip(self.t.plans_unchecked(idx), np.asarray(times, dtype=float).tolist(),
+                                      np.asarray(mems, dtype=float).tolist())]
 
     def _flop_per_step(self):
         from narrowpath.workload.counts import model_flop_per_token

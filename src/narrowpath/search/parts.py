@@ -28,6 +28,7 @@ from narrowpath.cost.memory import layer_activation_bytes
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.schedule.step import _price, _span
+from narrowpath.search.table import replace_unchecked
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import build as B
@@ -207,8 +208,8 @@ class Parts:
         the search's, not one to be chosen). The plans come from the search's table, whose rows passed the spec's
         consistency checks, so they are built without checking them again (a part is priced for thousands of them;
         the plans a search shows are built and checked normally)."""
-        plan = _unchecked(self.base.plan, fields)
-        return _unchecked(self.base, {"plan": plan, "open_knobs": (), "chosen": ()})
+        plan = replace_unchecked(self.base.plan, fields)
+        return replace_unchecked(self.base, {"plan": plan, "open_knobs": (), "chosen": ()})
 
     # ---- ops -------------------------------------------------------------------------------------------------------
     def _cost(self, op) -> tuple[float, float, bool]:
@@ -222,22 +223,22 @@ class Parts:
         """Id of an op list (with counts) by content; its per-phase sums are `agg[id]`."""
         key = tuple(ops)
         i = self._interned.get(key)
-        if i is None:
-            a = np.zeros((3, len(AGG)))
+        if i is None:  # summed in Python floats: the same IEEE double additions, in the same order, as in an array
+            a = [[0.0] * len(AGG) for _ in PHASES]
             for op, c in ops:
-                ph = PHASES.index(op.phase)
                 t1, h1, attn = self._cost(op)
                 t = t1 * c
-                a[ph, 0] += t
-                a[ph, 1] += h1 * c
-                a[ph, 2] += op.host_syncs * c
+                row = a[PHASES.index(op.phase)]
+                row[0] += t
+                row[1] += h1 * c
+                row[2] += op.host_syncs * c
                 if op.kind != "vector":
-                    a[ph, 3] += t
+                    row[3] += t
                 if attn:
-                    a[ph, 4] += t
-                a[ph, 5] += op.flop * c
+                    row[4] += t
+                row[5] += op.flop * c
             i = self._interned[key] = len(self.agg)
-            self.agg.append(a)
+            self.agg.append(np.array(a, dtype=float))
         return i
 
     def op_time(self, op) -> tuple[float, float]:
@@ -377,16 +378,3 @@ class _StandInPlan:
         self.__dict__.update(kw)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _unchecked(proto, changes: dict):
-    """`dataclasses.replace(proto, **changes)` without running the frozen dataclass's checks."""
-    cls = type(proto)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    new = object.__new__(cls)
-    for f in names:
-        object.__setattr__(new, f, changes[f] if f in changes else getattr(proto, f))
-    return new

@@ -103,6 +103,13 @@ class PlanTable:
     def plan(self, i: int) -> Plan:
         return dataclasses.replace(self.space.base, **self.fields(i))
 
+    def plans_unchecked(self, idx: np.ndarray) -> list[Plan]:
+        """The plans `idx`, built without running the plan's checks again: every row of the table passed them
+        (`_Builder.consistent`), so each equals `plan(i)` field for field (tests/search/test_table.py); for the
+        many plans of a ranked list the checks were most of the cost."""
+        s, j = self.locate(idx)
+        return [replace_unchecked(self.space.base, self.fields_at(a, b)) for a, b in zip(s.tolist(), j.tolist())]
+
 
 class _Codes:
     """Value → code registry (first registered value gets code 0)."""
@@ -114,6 +121,22 @@ class _Codes:
         if value not in self.values:
             self.values.append(value)
         return self.values.index(value)
+
+
+def replace_unchecked(proto, changes: dict):
+    """`dataclasses.replace(proto, **changes)` without running the frozen dataclass's checks."""
+    cls = type(proto)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    new = object.__new__(cls)
+    put = object.__setattr__
+    for f in names:
+        put(new, f, changes[f] if f in changes else getattr(proto, f))
+    return new
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _default_zero(zero: int, shards: int, arch: str, fp8_params: bool = False) -> bool:
