@@ -59,3 +59,49 @@ def test_an_unchanged_valid_plan_is_returned_as_is():
     base = load_scenario("llama3-70b-h100-256")
     s, notes = repaired(base, mbs=2)
     assert notes == () and s.plan.mbs == 2 and s.plan.vpp == base.plan.vpp
+
+
+def test_a_group_asked_for_takes_the_nearest_batch_its_groups_split():
+    """vp_group 20 on Llama-3 405B's 16 micro-batches (pp 16): Megatron-Core needs at least 20 micro-batches, and
+    a last group of none or at least pp — so 20 (global batch 2,560, not a multiple of pp·dp·mbs = 2,048), where
+    stepping by pp·dp·mbs found none of 32, 48, 64 (32 mod 20 = 12 < 16 …) and went to 80; a group of 32: 32."""
+    base = load_scenario(LLAMA_405B)
+    for group, gbs in ((20, 2560), (32, 4096), (40, 5120)):
+        s, notes = repaired(base, vp_group=group, allow_gbs=True)
+        assert (s.plan.vp_group, s.plan.vpp, s.plan.gbs, s.plan.num_microbatches) == (group, 7, gbs, gbs // 128)
+        assert notes == (f"global batch 2048 -> {gbs} (changes the training recipe): Megatron-Core takes a group of "
+                         f"pp (16) to the micro-batches (16), got {group}",)
+        assert _valid(s)
+
+
+def _stepped(gbs, dp, mbs, pp, interleaved, steps):
+    """The batches a step of dp·mbs (·pp when interleaved) gives: `steps` multiples on each side, nearest first."""
+    step = dp * mbs * (pp if interleaved else 1)
+    if gbs % step == 0:
+        return [gbs]
+    lo = gbs // step * step
+    out = [lo + step * (i + 1) for i in range(steps)] + [lo - step * i for i in range(steps) if lo - step * i > 0]
+    return sorted(out, key=lambda g: (abs(g - gbs), -g))
+
+
+def test_without_a_group_the_batch_options_step_by_pp_dp_mbs():
+    from narrowpath.analysis.repair import MAX_GBS_STEPS, _gbs_options
+    for gbs in range(1, 200, 7):
+        for dp, mbs, pp in ((1, 1, 2), (2, 1, 4), (3, 2, 3), (8, 4, 8), (4, 2, 1)):
+            for inter in (False, True):
+                assert _gbs_options(gbs, dp, mbs, pp, inter) == _stepped(gbs, dp, mbs, pp, inter, MAX_GBS_STEPS)
+    # 10 micro-batches (pp 4) under a group of 16: asked for, only counts its groups split (16, then 20 to 27 —
+    # 17 to 19 leave a last group shorter than pp — and none below 16); not asked for, the group may go back to
+    # pp's, so pp's multiples 8, 4 and 12 are offered too
+    assert _gbs_options(20, 2, 1, 4, True, 16, True) == [32, 40, 42, 44, 46, 48, 50, 52]
+    assert _gbs_options(20, 2, 1, 4, True, 16) == [24, 16, 32, 8, 40, 42, 44, 46, 48, 50]
+
+
+def test_a_group_no_batch_can_split_is_refused_at_once():
+    """A group asked for below pp (Megatron-Core refuses it for any micro-batch count) or far above any nearby
+    batch leaves no global batch to offer: the spec's reason, not a search without end."""
+    from narrowpath.analysis.repair import _gbs_options
+    assert _gbs_options(64, 2, 1, 4, True, 2, True) == []
+    assert _gbs_options(64, 2, 1, 4, True, 1 << 29, True) == []
+    with pytest.raises(NarrowpathError, match="Megatron-Core takes a group of pp"):
+        repaired(load_scenario("llama3-70b-h100-256"), vp_group=2, allow_gbs=True)

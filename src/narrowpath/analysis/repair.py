@@ -23,6 +23,9 @@ from narrowpath.spec.scenario import Scenario, consistency_errors
 
 MAX_GBS_STEPS = 8
 """Multiples of the divisibility step tried on each side of the global batch."""
+MAX_GBS_SCAN = 1024
+"""Micro-batch counts looked at on each side of the global batch's for those (a group smaller than pp, or one far
+above the batch, splits none of them: no option then)."""
 
 
 def _vpp_options(p: "_Knobs", layers: int) -> list[int]:
@@ -39,17 +42,28 @@ def _mbs_options(mbs: int) -> list[int]:
     return out
 
 
-def _gbs_options(gbs: int, dp: int, mbs: int, pp: int, interleaved: bool) -> list[int]:
-    step = dp * mbs * (pp if interleaved else 1)
-    if gbs % step == 0:
+def _gbs_options(gbs: int, dp: int, mbs: int, pp: int, interleaved: bool, group: int = 0,
+                 group_fixed: bool = False) -> list[int]:
+    """Global batches near `gbs` whose micro-batch count the schedule runs, up to MAX_GBS_STEPS on each side,
+    nearest first (ties go up: more micro-batches, a smaller bubble): any count for one chunk per stage; for the
+    interleaved schedule a count Megatron-Core splits into micro-batch groups (`spec.plan.interleave_groups_ok`) —
+    of the `group` set (there m need not be a multiple of pp), or, unless that group was asked for
+    (`group_fixed`), of pp (a multiple of pp: the group follows its schedule, `_group_follows`)."""
+    unit = dp * mbs
+
+    def runs(m: int) -> bool:
+        if not interleaved:
+            return True
+        if group > 0 and interleave_groups_ok(pp, m, group):
+            return True
+        return not (group > 0 and group_fixed) and interleave_groups_ok(pp, m)
+
+    if gbs % unit == 0 and runs(gbs // unit):
         return [gbs]
-    lo, hi = gbs // step * step, (gbs // step + 1) * step
-    out = []
-    for i in range(MAX_GBS_STEPS):
-        for g in (hi + i * step, lo - i * step):  # nearest first; ties go up (more micro-batches, smaller bubble)
-            if g > 0 and g not in out:
-                out.append(g)
-    return sorted(out, key=lambda g: (abs(g - gbs), -g))
+    m0 = gbs // unit
+    up = [m * unit for m in range(m0 + 1, m0 + 1 + MAX_GBS_SCAN) if runs(m)][:MAX_GBS_STEPS]
+    down = [m * unit for m in range(-(-gbs // unit) - 1, max(0, m0 - MAX_GBS_SCAN), -1) if runs(m)][:MAX_GBS_STEPS]
+    return sorted(up + down, key=lambda g: (abs(g - gbs), -g))
 
 
 def _candidates(scn: Scenario, p: "_Knobs", fixed: set[str], allow_gbs: bool) -> Iterator[tuple[int, dict]]:
@@ -58,7 +72,8 @@ def _candidates(scn: Scenario, p: "_Knobs", fixed: set[str], allow_gbs: bool) ->
     mbss = [p.mbs] if "mbs" in fixed else _mbs_options(p.mbs)
     combos = []
     for v, mb in product(vpps, mbss):
-        gbss = [p.gbs] if "gbs" in fixed or not allow_gbs else _gbs_options(p.gbs, p.dp, mb, p.pp, v > 1)
+        gbss = [p.gbs] if "gbs" in fixed or not allow_gbs else _gbs_options(p.gbs, p.dp, mb, p.pp, v > 1,
+                                                                             p.vp_group, "vp_group" in fixed)
         for g in gbss:
             cost = (p.vpp - v) + 100 * (mbss.index(mb)) + 10_000 * (g != p.gbs) + abs(g - p.gbs) / max(1, p.gbs)
             combos.append((cost, {"vpp": v, "mbs": mb, "gbs": g}))
@@ -138,7 +153,7 @@ def repaired(scn: Scenario, *, allow_gbs: bool = False, **changes) -> tuple[Scen
     except NarrowpathError as exc:
         first = exc
     reason = str(first)
-    seed = _Knobs(**{k: kw[k] for k in ("pp", "dp", "mbs", "vpp", "gbs")})
+    seed = _Knobs(**{k: kw[k] for k in ("pp", "dp", "mbs", "vpp", "gbs", "vp_group")})
     for _, ch in _candidates(scn, seed, fixed, allow_gbs):
         try:
             plan = Plan(**_split_follows({**kw, **ch}, p0, fixed))
@@ -158,6 +173,7 @@ class _Knobs:
     mbs: int
     vpp: int
     gbs: int
+    vp_group: int = 0
 
 
 def _short(reason: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from narrowpath.spec.plan import interleaved_warmup
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import (embedding_params, grad_bytes_per_param, held_weight_bytes_per_param,
@@ -91,7 +92,7 @@ def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int,
         return 2 * p + 1
     if v == 1:
         return min(m, p - stage)
-    return min(m * v, 2 * (p - stage - 1) + (v - 1) * (group or p) + 1)
+    return interleaved_warmup(p, stage, v, group, m * v - 1) + 1
 
 
 def in_flight_microbatches(stage: int, scn: Scenario) -> float:

@@ -88,7 +88,8 @@ class PlanTable:
         return self.fields_at(int(s[0]), int(j[0]))
 
     def fields_at(self, s: int, j: int) -> dict:
-        """Plan fields of structural row s with the variant at index j of `comm`."""
+        """Plan fields of structural row s with the variant at index j of `comm`, in the types the plan's checks give
+        them (`plans_unchecked` builds plans from them without the checks)."""
         c, m = self.cols, self.comm
         rc, rcl, off, mods = self.strategies[int(c["strat"][s])]
         return dict(tp=int(c["tp"][s]), pp=int(c["pp"][s]), cp=int(c["cp"][s]), dp=int(c["dp"][s]),
@@ -96,9 +97,10 @@ class PlanTable:
                     mbs=int(c["mbs"][s]), vpp=int(c["vpp"][s]), zero_stage=int(c["zero"][s]), recompute=rc,
                     recompute_modules=mods,
                     recompute_layers=rcl, offload_layers=off, placement=self.placements[int(m["plc"][j])],
-                    dp_overlap=bool(m["dpo"][j]), bucket_bytes=self.buckets[int(m["bucket"][j])],
+                    dp_overlap=bool(m["dpo"][j]), bucket_bytes=float(self.buckets[int(m["bucket"][j])]),
                     tp_comm_overlap=bool(m["tpo"][j]), cp_comm=CP_COMM[int(m["cpc"][j])],
-                    ep_overlap=bool(m["epo"][j]), ep_dispatch=EP_DISPATCH[int(m["disp"][j])], gbs=self.space.gbs)
+                    ep_overlap=bool(m["epo"][j]), ep_dispatch=EP_DISPATCH[int(m["disp"][j])],
+                    gbs=int(self.space.gbs))
 
     def plan(self, i: int) -> Plan:
         return dataclasses.replace(self.space.base, **self.fields(i))

@@ -446,6 +446,13 @@ def interleave_groups_ok(pp: int, num_microbatches: int, group: int = 0) -> bool
     return pp <= g <= num_microbatches and not 0 < num_microbatches % g < pp
 
 
+def interleaved_warmup(pp: int, stage: int, vpp: int, group: int, chunk_passes: int) -> int:
+    """Chunk forwards rank `stage` runs before its first backward in Megatron-Core's interleaved schedule:
+    2(p − stage − 1) + (v − 1)·g for micro-batch groups of g (`group`, 0: pp), capped by its m·v chunk passes
+    (`get_pp_rank_microbatches`; the simulator's program, the compiled graph and the in-flight memory all read it)."""
+    return min(2 * (pp - stage - 1) + (vpp - 1) * (group or pp), chunk_passes)
+
+
 def uneven_split_error(layers: int, pp: int, vpp: int, first: int, last: int) -> tuple[str, str] | None:
     """(knob at fault, why) when Megatron-Core refuses `first` / `last` layers on the first / last pipeline stage
     (0 = not set), else None: the stages left share the remaining layers evenly, and every stage's count splits into

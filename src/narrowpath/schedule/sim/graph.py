@@ -24,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from narrowpath.errors import SimulationError
+from narrowpath.spec.plan import interleaved_warmup
 
 class Graph:
     """Groups of passes as nodes: dependencies (nodes, 3) (−1: none), the passes of each node (nodes, 2) as
@@ -167,7 +168,7 @@ def graph_interleaved(p: int, v: int, m: int, group: int = 0) -> Graph:
     chunk, mbs = (t - v * first) // width, first + (t - v * first) % width  # forward t: (chunk, micro-batch)
     table = np.zeros((v, m), dtype=np.int64)
     table[chunk, mbs] = t
-    warm = np.minimum((p - np.arange(p) - 1) * 2 + (v - 1) * g, total)
+    warm = np.array([interleaved_warmup(p, i, v, g, total) for i in range(p)], dtype=np.int64)
     stage, k, is_f, idx = _sequence(p, total, warm)
     node = stage * 2 * total + k
     c = np.where(is_f, chunk[idx], v - 1 - chunk[idx])

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from narrowpath.errors import SimulationError
-from narrowpath.spec.plan import interleave_groups_ok
+from narrowpath.spec.plan import interleave_groups_ok, interleaved_warmup
 
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
 
@@ -91,7 +91,7 @@ def order_interleaved(p: int, v: int, m: int, i: int, group: int = 0) -> list[li
     g = group or p
     table = schedule_table(m, v, g)
     total = m * v
-    warm = min((p - i - 1) * 2 + (v - 1) * g, total)
+    warm = interleaved_warmup(p, i, v, g, total)
     fwd = [Pass("F", c, mb) for mb, c in table]
     bwd = [Pass("BW", v - 1 - c, mb) for mb, c in table]
     out = [[f] for f in fwd[:warm]]
