@@ -123,10 +123,7 @@ def predict(template: dict, gpu: str, tp: int, isl: int, osl: int, model: str | 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "validation"
-                                            / "inference-public.yaml"))
-    corpus = {r["id"]: r for r in load_inference_corpus(ap.parse_args().corpus)}
+    corpus = {r["id"]: r for r in load_inference_corpus(corpus_args(__doc__).corpus)}
     by_board: dict[str, list[float]] = {}
     for (cid, tp, model), columns in TABLE.items():
         base = columns["H100-SXM5-80GB"]
@@ -150,6 +147,17 @@ def main() -> int:
                       f"{m:9.0f} tok/s")
     summarise(by_board, "ratio error")
     return 0
+
+
+def corpus_args(doc: str, rows: bool = False) -> argparse.Namespace:
+    """The held-out scripts' command line: `--corpus` (the inference corpus their templates come from) and, where
+    asked for, `--rows` (print every row)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "validation"
+                                            / "inference-public.yaml"))
+    if rows:
+        ap.add_argument("--rows", action="store_true", help="print every row")
+    return ap.parse_args()
 
 
 def summarise(groups: dict[str, list[float]], what: str) -> None:

@@ -10,19 +10,12 @@ written from the documentation before this check first ran; nothing is fitted to
 """
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-from heldout_boards import FRAMEWORK, LENGTHS, TABLE, predict, summarise
+from heldout_boards import FRAMEWORK, LENGTHS, TABLE, corpus_args, predict, summarise
 from narrowpath.validate.inference import load_inference_corpus
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "validation"
-                                            / "inference-public.yaml"))
-    ap.add_argument("--rows", action="store_true", help="print every row")
-    args = ap.parse_args()
+    args = corpus_args(__doc__, rows=True)
     corpus = {r["id"]: r for r in load_inference_corpus(args.corpus)}
     groups: dict[str, list[float]] = {}
     for (cid, tp, model), columns in TABLE.items():

@@ -15,11 +15,9 @@ KV head at head size 128). The A100 table is 16-bit (its Falcon config says bflo
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import math
-from pathlib import Path
 
+from heldout_boards import corpus_args, summarise
 from narrowpath.validate.inference import load_inference_corpus, run_case
 
 TEMPLATE = "trtllm-blog-h200-llama2-70b-tp1-bs96-128-4096"
@@ -101,13 +99,9 @@ def predict(template: dict, gpu: str, model: str, batch: int, tp: int, isl: int,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "validation"
-                                            / "inference-public.yaml"))
-    ap.add_argument("--rows", action="store_true", help="print every row")
-    args = ap.parse_args()
+    args = corpus_args(__doc__, rows=True)
     template = {r["id"]: r for r in load_inference_corpus(args.corpus)}[TEMPLATE]
-    errors: dict[str, list[float]] = {}
+    errors: dict[str, dict[str, list[float]]] = {}
     for (gpu, model), rows in TABLE.items():
         for batch, tp, isl, osl, measured in rows:
             p = predict(template, gpu, model, batch, tp, isl, osl)
@@ -115,17 +109,14 @@ def main() -> int:
                 print(f"{gpu} {model} bs{batch} tp{tp} {isl}/{osl}: FAILED: {p}")
                 continue
             err = p / measured - 1.0
-            for key in (gpu, model, "short output" if osl == 128 else "long output", "all"):
-                errors.setdefault(key, []).append(err)
+            for by, key in (("board", gpu), ("model", model), ("length", "short" if osl == 128 else "long")):
+                errors.setdefault(by, {}).setdefault(key, []).append(err)
             if args.rows:
                 print(f"{gpu:15s} {model:12s} bs{batch:<5d} tp{tp} {isl:>5}/{osl:<5} predicted {p:9.0f} measured "
                       f"{measured:9.0f} ({err * 100:+6.1f} %)")
-    for key, errs in errors.items():
-        mean = sum(abs(e) for e in errs) / len(errs)
-        worst = max(errs, key=abs)
-        gm = math.exp(sum(math.log1p(e) for e in errs) / len(errs)) - 1.0
-        print(f"{key:16s} n={len(errs):3d}  mean |error| {mean * 100:5.1f} %  worst {worst * 100:+6.1f} %  "
-              f"bias (geometric) {gm * 100:+6.1f} %")
+    for by, groups in errors.items():  # each grouping covers every row once
+        print(f"-- by {by}")
+        summarise(groups, "error")
     return 0
 
 
