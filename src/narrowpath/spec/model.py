@@ -46,6 +46,13 @@ class MoE:
     max_nodes: int = 0
     """Node-limited routing: each token's experts lie on at most this many nodes (DeepSeek-V3 §2.1.2: M = 4, by
     choosing the top experts within the top-M node groups); 0 = unlimited."""
+    expert_bias: bool = False
+    """The experts' linear layers carry biases (GPT-OSS; HF openai/gpt-oss-120b: biases on every expert
+    projection): Megatron-Core adds the second one per local expert after the grouped GEMM (workload.moe)."""
+    glu_clamp: float = 0.0
+    """The experts' GLU clamps its halves at this limit and offsets the linear half by one (GPT-OSS's "swigluoai":
+    `swiglu_limit` 7.0, gate clamped above, linear half to ±limit, (linear + 1)·gate·σ(1.702·gate)); 0 = a plain
+    GLU. Megatron-Core runs it unfused (workload.moe)."""
 
     def __post_init__(self) -> None:
         as_int(self, "num_experts", "model.moe.num_experts")
@@ -60,6 +67,8 @@ class MoE:
         as_int(self, "max_nodes", "model.moe.max_nodes", minimum=0, maximum=MAX_LAYERS)
         if self.shared_ffn == 0:
             object.__setattr__(self, "shared_ffn", self.expert_ffn)
+        boolean("model.moe.expert_bias", self.expert_bias)
+        object.__setattr__(self, "glu_clamp", positive_float("model.moe.glu_clamp", self.glu_clamp, allow_zero=True))
         positive_float("model.moe.capacity_factor", self.capacity_factor)
         if self.capacity_factor < 1.0:
             raise SpecError("model.moe.capacity_factor", f"must be >= 1, got {self.capacity_factor}")

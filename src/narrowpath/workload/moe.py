@@ -159,9 +159,9 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # permute: gather each token's top_k copies into expert order (fused kernel: read tokens, write copies)
     ops.append(vector("moe_permute", "fwd", tok * h * A + copies * h * A, plan.precision, kernels=2))
     rows = expert_rows(model, plan)
-    ops += mlp_ops(model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
-                   groups=max(1, moe.num_experts // plan.ep), fused_input=False,
-                   act_keep_bytes=cached_bytes(plan, "swiglu_input"))
+    ops += expert_path_ops(model, plan, rows, mlp_ops(
+        model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
+        groups=max(1, moe.num_experts // plan.ep), fused_input=False, act_keep_bytes=cached_bytes(plan, "swiglu_input")))
     # unpermute: sum the copies back into the token; where it also weights each copy by its routing probability
     # (plan.moe_probs `combine`) it keeps the 16-bit expert outputs for the probabilities' gradient, where the
     # experts' activation already did (`activation`, Megatron-Core >= 0.13) it keeps only indices
@@ -173,6 +173,37 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
                        sp_ways=t if plan.sequence_parallel else 1)
     ops.append(residual_op(model, E_norm, A, plan.precision))
     return ops
+
+
+def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) -> list[Op]:
+    """The experts' ops with what Megatron-Core's path adds for a clamped GLU and expert biases (GPT-OSS; read from
+    megatron/core/fusions/fused_bias_geglu.py `weighted_bias_quick_geglu_impl` and megatron/core/transformer/moe/
+    experts.py `TEGroupedMLP`, Megatron-Core 0.14–0.16; Transformer Engine's fused grouped MLP takes only SiLU GLUs):
+    - a clamped GLU (`moe.glu_clamp`) splits the up projection's [rows, 2·ffn] output, clamps both halves and
+      concatenates them again before the activation kernel — two clamps and a cat, 4·rows·ffn elements read and
+      as many written — keeping the clamps' inputs for backward, and builds the linear offset as
+      `torch.tensor(offset, device=...)` on every call: a blocking host-to-device copy, one host synchronisation
+      per forward (and per recompute);
+    - expert biases (`moe.expert_bias`): the second projection's bias is added after the grouped GEMM per local
+      expert in Python (`_apply_bias`: the rows split by expert, b·p and t + b·p per expert, a cat), 2E + 1 kernels
+      over ~3·rows·hidden elements read and written (the first projection's bias rides in the activation kernel).
+    Backward moves twice the bytes (workload.ops); `moe_act` recompute runs the clamp again (workload.recompute)."""
+    moe = model.moe
+    if not moe.glu_clamp and not moe.expert_bias:
+        return experts
+    A = act_bytes(plan)
+    ffn = moe.expert_ffn / plan.expert_tp
+    out = []
+    for op in experts:
+        if op.name == "expert_act" and moe.glu_clamp:
+            out.append(dataclasses.replace(
+                vector("expert_act_clamp", "fwd", 8 * rows * ffn * A, plan.precision, kernels=3,
+                       saved_bytes=2 * rows * ffn * A), host_syncs=1))
+        out.append(op)
+    if moe.expert_bias:
+        local = max(1, moe.num_experts // plan.ep)
+        out.append(vector("expert_bias", "fwd", 6 * rows * model.hidden * A, plan.precision, kernels=2 * local + 1))
+    return out
 
 
 def remote_nodes_per_token(top_k: int, domains: int, max_nodes: int = 0) -> float:

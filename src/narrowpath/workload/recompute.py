@@ -47,8 +47,8 @@ MLP_NORM_CONSUMERS = frozenset({"router", "shared_up"})
 UP_PROJ = frozenset({"q_up", "kv_up", "rope"})
 DENSE_MLP = frozenset({"mlp_up", "mlp_act", "mlp_down"})
 SHARED = frozenset({"shared_up", "shared_act", "shared_down"})
-MOE_BLOCK = frozenset({"router", "router_topk", "moe_permute", "expert_up", "expert_act", "expert_down",
-                       "moe_unpermute"}) | SHARED
+MOE_BLOCK = frozenset({"router", "router_topk", "moe_permute", "expert_up", "expert_act_clamp", "expert_act",
+                       "expert_down", "expert_bias", "moe_unpermute"}) | SHARED
 
 
 ALTERNATE_WHOLE = frozenset({"ln1", "rope", "residual_add", "bias_dropout_add", "ln2", "mlp_act"})
@@ -131,8 +131,8 @@ def _effects(mods: frozenset[str], model: Model, moe_layer: bool) -> tuple[set[s
         drop |= {"q_up", "kv_up"}  # output-discarding: the up-projections run without autograd, keeping nothing
         whole |= UP_PROJ | {"q_norm", "kv_norm"}  # the latent norms run inside the checkpoint too
     if "moe_act" in mods:
-        drop.add("expert_down")
-        whole.add("expert_act")
+        drop |= {"expert_down", "expert_act_clamp"}  # the checkpoint around the activation keeps only its input
+        whole |= {"expert_act_clamp", "expert_act"}
         quantize.add("expert_down")
     if "mlp" in mods and not moe_layer:
         drop |= DENSE_MLP  # the checkpoint keeps the block's input, the residual the (fused) norm ln2 keeps
