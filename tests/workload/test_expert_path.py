@@ -57,11 +57,26 @@ def test_the_clamp_and_the_bias_loop_by_hand():
     assert "expert_act_clamp" not in _by_name(moe_block_ops(*_small(expert_bias=True)))
 
 
-def test_backward_moves_twice_the_bytes_without_a_host_sync():
+def test_backward_is_the_sources_autograd_graph_without_a_host_sync():
+    """The clamp's backward masks each half's gradient and concatenates them: ~15 · 32 · 32 elements · 2 B = 30,720 B
+    over 7 kernels; the bias loop's: grad·p and its sum, grad·b and its sum per expert, 6 · 32 · 64 · 2 B = 24,576 B
+    over 4 · 4 = 16 kernels; the offset copy is forward only."""
     m, p = _small(glu_clamp=7.0, expert_bias=True)
     bwd = [op for op in backward_ops(moe_block_ops(m, p), p) if op.name in ("expert_act_clamp", "expert_bias")]
-    assert [(op.name, op.hbm_bytes, op.host_syncs) for op in bwd] == [("expert_act_clamp", 32_768.0, 0),
-                                                                       ("expert_bias", 49_152.0, 0)]
+    assert [(op.name, op.phase, op.hbm_bytes, op.kernels, op.host_syncs) for op in bwd] == \
+        [("expert_act_clamp", "bwd", 30_720.0, 7, 0), ("expert_bias", "bwd", 24_576.0, 16, 0)]
+
+
+def test_expert_tensor_and_sequence_parallelism_by_hand():
+    """tp 2 with sequence parallelism and etp 2 (ep 2 · etp 2 over tp · dp = 4 ranks): a rank owns 16 / 2 = 8 tokens,
+    16 copies, and the etp pair gathers its partner's: 32 rows, each of an expert width 32 / 2 = 16 — the clamp
+    8 · 32 · 16 · 2 B = 8,192 B, keeping 2 · 32 · 16 · 2 B = 2,048 B; the bias over the whole hidden width, the
+    down projection's output being whole on each rank: 6 · 32 · 64 · 2 B = 24,576 B."""
+    m, _ = _small(glu_clamp=7.0, expert_bias=True)
+    p = Plan(tp=2, pp=1, dp=2, ep=2, etp=2, mbs=1, gbs=2, sequence_parallel=True, moe_routing="token-drop")
+    got = _by_name(moe_block_ops(m, p))
+    assert (got["expert_act_clamp"].hbm_bytes, got["expert_act_clamp"].saved_bytes) == (8_192.0, 2_048.0)
+    assert got["expert_bias"].hbm_bytes == 24_576.0 and got["expert_bias"].kernels == 9
 
 
 def test_moe_act_recompute_runs_the_clamp_again_and_keeps_only_the_checkpoint_input():
@@ -76,6 +91,35 @@ def test_moe_act_recompute_runs_the_clamp_again_and_keeps_only_the_checkpoint_in
     # activation's output (32 · 32 · 2 B): 4,096 + 2,048 B fewer kept
     assert kept_bytes(fwd, m, p) - kept_bytes(fwd, m, rc) == 6_144.0
     assert "expert_act_clamp" not in [o.name for o in recompute_ops(moe_block_ops(*_small()), m, rc, "flash", False)]
+
+
+def test_the_moe_module_recompute_runs_both_again_and_keeps_neither():
+    """Recomputing the whole MoE layer (`moe`) runs the clamp and the bias loop again and keeps none of their
+    inputs."""
+    m, p = _small(glu_clamp=7.0, expert_bias=True)
+    rc = dataclasses.replace(p, recompute="selective", recompute_modules=("moe",))
+    fwd = moe_block_ops(m, rc)
+    again = _by_name(recompute_ops(fwd, m, rc, "flash", False))
+    assert {"expert_act_clamp", "expert_bias"} <= set(again)
+    plain = moe_block_ops(*_small())
+    assert kept_bytes(fwd, m, rc) == kept_bytes(plain, _small()[0], rc)
+
+
+def test_cuda_graphs_keep_a_clamped_expert_path_eager_even_without_dropless_counts():
+    """Token-drop routing needs no host copy of the token counts, so under CUDA graphs its experts replay from the
+    graph; a clamped GLU's offset copy is a host synchronisation all the same, so its expert path stays eager (its
+    kernels issued by the host, at host_dispatch_s each)."""
+    from narrowpath.workload.build import layer_ops
+    from narrowpath.workload.attention import kernel_of
+
+    gpt = catalog_model("gpt-oss-120b")
+    plan = Plan(tp=1, pp=1, dp=64, ep=64, mbs=1, gbs=64, moe_routing="token-drop", cuda_graphs=True)
+    for moe, eager in ((dataclasses.replace(gpt.moe, glu_clamp=0.0, expert_bias=False), False), (gpt.moe, True)):
+        scn = Scenario(name="g", system=system("gb200-nvl72"), model=dataclasses.replace(gpt, moe=moe), plan=plan,
+                       num_gpus=64)
+        ops = _by_name(op for op, _ in layer_ops(scn, kernel_of("flash", "flash"), True, False))
+        issued = ops["expert_act"].host_kernels
+        assert (issued is None or issued > 0) == eager, moe
 
 
 def test_the_catalog_gpt_oss_pays_one_host_sync_per_layer_forward_and_the_clamp_passes():
@@ -97,8 +141,10 @@ def test_the_catalog_gpt_oss_pays_one_host_sync_per_layer_forward_and_the_clamp_
 
 
 @pytest.mark.parametrize("field, value, message", [("expert_bias", "yes", "must be true or false"),
-                                                    ("glu_clamp", -1, "must be a finite number >= 0")])
+                                                    ("glu_clamp", -1, "must be a finite number >= 0"),
+                                                    ("glu_clamp", 7, "clamps the halves of a gated")])
 def test_a_bad_moe_field_is_refused_in_one_line_naming_it(field, value, message):
+    """The third: a clamp on a GeLU MLP (the default ffn_act), which has no halves to clamp."""
     with pytest.raises(SpecError, match=f"model.moe.{field}: {message}"):
         model_from_dict({"layers": 2, "hidden": 64, "heads": 4, "ffn": 32, "vocab": 128, "seq_len": 16,
                          "moe": {"num_experts": 8, "top_k": 2, "expert_ffn": 32, field: value}})

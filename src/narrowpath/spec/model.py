@@ -162,6 +162,9 @@ class Model:
         as_int(self, "vocab", "model.vocab", maximum=MAX_WIDTH)
         as_int(self, "seq_len", "model.seq_len", maximum=MAX_SEQ_LEN)
         choice("model.ffn_act", self.ffn_act, ("gelu", "swiglu", "relu", "squared-relu"))
+        if self.moe is not None and self.moe.glu_clamp and self.ffn_act != "swiglu":
+            raise SpecError("model.moe.glu_clamp", f"clamps the halves of a gated (swiglu) MLP; ffn_act is "
+                            f"{self.ffn_act!r}")
         as_int(self, "sliding_window", "model.sliding_window", minimum=0, maximum=MAX_SEQ_LEN)
         as_int(self, "sliding_window_every", "model.sliding_window_every", maximum=MAX_LAYERS)
         as_int(self, "mtp_layers", "model.mtp_layers", minimum=0, maximum=MAX_LAYERS)

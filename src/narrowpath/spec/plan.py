@@ -216,8 +216,9 @@ class Plan:
     """Each transformer layer's forward and backward kernels are replayed from CUDA graphs captured once
     (Megatron-Core --cuda-graph-impl transformer_engine, its --cuda-graph-scope over the layer's modules): the host
     launches a graph instead of issuing the kernels one by one, so their per-kernel host cost (the profile's
-    host_dispatch_s) goes. A dropless MoE layer that synchronises with the host (not moe_sync_free) keeps its expert
-    path eager — permute, experts, shared experts, unpermute: Megatron-Core captures only its attention, router and
+    host_dispatch_s) goes. An MoE layer that synchronises with the host (dropless routing's counts, not
+    moe_sync_free; a clamped GLU's offset copy, workload.moe.expert_path_ops) keeps its expert path eager —
+    permute, experts, shared experts, unpermute: Megatron-Core captures only its attention, router and
     dispatcher preprocessing ("Dropless MoE doesn't work with 'moe' scope cudagraph"; the scopes NVIDIA's
     Megatron-Bridge MoE configs set) — and its sync stays. The embedding, the output layer, the loss, multi-token
     prediction and the optimizer stay eager; the graphs' own memory pool is not priced. Megatron-LM refuses CUDA

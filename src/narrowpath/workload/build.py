@@ -155,8 +155,8 @@ def layer_ops(scn: Scenario, kernel: str, moe_layer: bool, window: bool = False)
 
 
 EXPERT_PATH = ("moe_permute", "expert", "shared", "moe_unpermute")
-"""Ops of a dropless MoE layer after its host synchronisation, which Megatron-Core does not capture in a CUDA graph
-(spec.plan cuda_graphs): the token permutation, the routed and shared experts, the unpermutation."""
+"""Ops of an MoE layer after a host sync (token counts; a clamped GLU's offset copy), which Megatron-Core does not
+capture in a CUDA graph (spec.plan cuda_graphs): the permutation, routed and shared experts, the unpermutation."""
 
 
 def graphed(ops: list[tuple[Op, float]], eager: tuple[str, ...] = ()) -> list[tuple[Op, float]]:

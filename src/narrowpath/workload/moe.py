@@ -186,8 +186,11 @@ def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) ->
       per forward (and per recompute);
     - expert biases (`moe.expert_bias`): the second projection's bias is added after the grouped GEMM per local
       expert in Python (`_apply_bias`: the rows split by expert, b·p and t + b·p per expert, a cat), 2E + 1 kernels
-      over ~3·rows·hidden elements read and written (the first projection's bias rides in the activation kernel).
-    Backward moves twice the bytes (workload.ops); `moe_act` recompute runs the clamp again (workload.recompute)."""
+      over ~3·rows·hidden elements read and written (the first projection's bias is added inside its grouped GEMM:
+      `linear_fc1` is built with skip_bias_add=False).
+    Their backward is the source's autograd graph (workload.ops.SOURCE_BACKWARD); `moe_act` recompute runs the clamp
+    again (workload.recompute); with CUDA graphs the host-to-device copy keeps the expert path eager
+    (workload.build.EXPERT_PATH). Serving ignores both fields: inference engines fuse them into their MoE kernels."""
     moe = model.moe
     if not moe.glu_clamp and not moe.expert_bias:
         return experts

@@ -103,7 +103,23 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
                    model_flop=2.0 * op.useful_flop, exps=op.exps, head_dim=op.head_dim, impl=op.impl)]
     if op.kernels == 0 and op.hbm_bytes == 0:
         return []
+    if op.name in SOURCE_BACKWARD:
+        nbytes, kernels = SOURCE_BACKWARD[op.name](op.hbm_bytes, op.kernels)
+        return [Op(op.name, "vector", "bwd", 0.0, nbytes, op.dtype, kernels)]
     return [Op(op.name, "vector", "bwd", 0.0, 2.0 * op.hbm_bytes, op.dtype, max(1, op.kernels))]
+
+
+SOURCE_BACKWARD = {
+    # GPT-OSS's clamp (workload.moe.expert_path_ops: forward 8·R·F elements over 3 kernels): PyTorch's
+    # clamp_backward masks each half's gradient (the two-sided clamp: ge, le, logical_and, where; the one-sided:
+    # le, where) and chunk's backward concatenates them: ~15·R·F elements over 7 kernels
+    "expert_act_clamp": lambda nbytes, kernels: (nbytes * 15.0 / 8.0, 7),
+    # the per-expert bias loop (forward ~6·R·h elements over 2E + 1 kernels): per expert grad·p and its sum (the
+    # bias gradient), grad·b and its sum (the probabilities'): ~6·R·h elements over 4E kernels
+    "expert_bias": lambda nbytes, kernels: (nbytes, 2 * (kernels - 1)),
+}
+"""Backward of element-wise ops whose autograd graph the source gives (name → (forward bytes, forward kernels) →
+(backward bytes, kernels)), where the 2× rule above would misprice them."""
 
 
 def backward_ops(fwd: list[Op], plan: Plan | None = None) -> list[Op]:
