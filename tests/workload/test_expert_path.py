@@ -52,9 +52,18 @@ def test_the_clamp_and_the_bias_loop_by_hand():
         ("vector", "fwd", 16_384.0, 3, 4_096.0, 1)
     assert (bias.kind, bias.hbm_bytes, bias.kernels, bias.saved_bytes, bias.host_syncs) == \
         ("vector", 24_576.0, 9, 0.0, 0)
-    # each feature alone adds only its own op
-    assert "expert_bias" not in _by_name(moe_block_ops(*_small(glu_clamp=7.0)))
-    assert "expert_act_clamp" not in _by_name(moe_block_ops(*_small(expert_bias=True)))
+    # each feature alone adds its own op and only that
+    clamp_only, bias_only = _by_name(moe_block_ops(*_small(glu_clamp=7.0))), _by_name(moe_block_ops(*_small(
+        expert_bias=True)))
+    assert "expert_act_clamp" in clamp_only and "expert_bias" not in clamp_only
+    assert "expert_bias" in bias_only and "expert_act_clamp" not in bias_only
+
+
+def test_one_local_expert_adds_its_bias_in_three_kernels():
+    """ep 8 over 8 experts: one local expert — b·p, t + b·p and the cat, 2 · 1 + 1 = 3 kernels."""
+    m, _ = _small(expert_bias=True)
+    p = Plan(tp=1, pp=1, dp=8, ep=8, mbs=1, gbs=8, moe_routing="token-drop")
+    assert _by_name(moe_block_ops(m, p))["expert_bias"].kernels == 3
 
 
 def test_backward_is_the_sources_autograd_graph_without_a_host_sync():
@@ -63,8 +72,8 @@ def test_backward_is_the_sources_autograd_graph_without_a_host_sync():
     over 4 · 4 = 16 kernels; the offset copy is forward only."""
     m, p = _small(glu_clamp=7.0, expert_bias=True)
     bwd = [op for op in backward_ops(moe_block_ops(m, p), p) if op.name in ("expert_act_clamp", "expert_bias")]
-    assert [(op.name, op.phase, op.hbm_bytes, op.kernels, op.host_syncs) for op in bwd] == \
-        [("expert_act_clamp", "bwd", 30_720.0, 7, 0), ("expert_bias", "bwd", 24_576.0, 16, 0)]
+    assert [(op.name, op.phase, op.flop, op.hbm_bytes, op.kernels, op.host_syncs) for op in bwd] == \
+        [("expert_act_clamp", "bwd", 0.0, 30_720.0, 7, 0), ("expert_bias", "bwd", 0.0, 24_576.0, 16, 0)]
 
 
 def test_expert_tensor_and_sequence_parallelism_by_hand():
