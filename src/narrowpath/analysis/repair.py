@@ -14,7 +14,7 @@ Knobs the change names explicitly are never touched. The checks are the spec's o
 from __future__ import annotations
 
 import dataclasses
-from itertools import product
+from itertools import islice, product
 from typing import Iterator
 
 from narrowpath.errors import NarrowpathError, SpecError
@@ -61,9 +61,10 @@ def _gbs_options(gbs: int, dp: int, mbs: int, pp: int, interleaved: bool, group:
     if gbs % unit == 0 and runs(gbs // unit):
         return [gbs]
     m0 = gbs // unit
-    up = [m * unit for m in range(m0 + 1, m0 + 1 + MAX_GBS_SCAN) if runs(m)][:MAX_GBS_STEPS]
-    down = [m * unit for m in range(-(-gbs // unit) - 1, max(0, m0 - MAX_GBS_SCAN), -1) if runs(m)][:MAX_GBS_STEPS]
-    return sorted(up + down, key=lambda g: (abs(g - gbs), -g))
+    up = islice((m * unit for m in range(m0 + 1, m0 + 1 + MAX_GBS_SCAN) if runs(m)), MAX_GBS_STEPS)
+    down = islice((m * unit for m in range(-(-gbs // unit) - 1, max(0, m0 - MAX_GBS_SCAN), -1) if runs(m)),
+                  MAX_GBS_STEPS)
+    return sorted([*up, *down], key=lambda g: (abs(g - gbs), -g))
 
 
 def _candidates(scn: Scenario, p: "_Knobs", fixed: set[str], allow_gbs: bool) -> Iterator[tuple[int, dict]]:
