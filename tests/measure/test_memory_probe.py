@@ -69,3 +69,36 @@ def test_step_inside_a_cache_stays_unnamed():
     assert match_os_caches([2.1 * mib], _caches(2, 480)) == ["L2"]
     assert match_os_caches([40 * mib], _caches(2, 480)) == [None]  # over 8x from both
     assert match_os_caches([], _caches(2)) == []
+
+
+def _staircase(steps, monkeypatch, os_llc_mib=32):
+    """Synthetic samples: `steps` is [(last working set in MiB, add GB/s), ...], the last step runs to 256 MiB;
+    the other kernels follow add. The OS reports L2 1 MiB and an L3 of `os_llc_mib`."""
+    from narrowpath.measure import memory_probe as mp
+    monkeypatch.setattr(mp, "os_caches", lambda: _caches(1, os_llc_mib))
+    sizes = mp.working_set_sizes(min_bytes=64 * 1024, max_bytes=256 * 2**20, points_per_octave=2)
+    samples = []
+    for ws in sizes:
+        gbs = next(g for last, g in steps if ws <= last * 2**20)
+        for k in mp.KERNELS:
+            samples.append({"kernel": k, "working_set_bytes": ws, "bandwidth_bytes_per_s": gbs * 1e9})
+    return mp.detect_levels(samples)
+
+
+def test_a_cache_larger_than_the_os_says_stays_a_level(monkeypatch):
+    """An EPYC guest told L3 32 MiB that reaches ~96 MiB (stacked cache): the step to DRAM starts beyond 2x the OS
+    figure and is still the cache's edge — two levels, not one 'DRAM' at cache bandwidth (it failed so on CI)."""
+    levels = _staircase([(96, 120.0), (1e9, 30.0)], monkeypatch)
+    assert [lv["name"] for lv in levels][-1] == "DRAM" and len(levels) == 2
+    assert levels[0]["bandwidth_bytes_per_s"] == 120e9 and levels[1]["bandwidth_bytes_per_s"] == 30e9
+    assert 64 * 2**20 < levels[0]["capacity_bytes"] < 128 * 2**20
+
+
+def test_a_busy_neighbours_dip_beyond_dram_is_dram(monkeypatch):
+    """L2 (to 1 MiB), L3 (to 24 MiB), DRAM at 30 GB/s from 32 MiB and a dip to 20 GB/s past 100 MiB (a neighbour's
+    traffic): three levels, the dip merged into DRAM; without the dip the same three."""
+    with_dip = _staircase([(1, 200.0), (24, 120.0), (100, 30.0), (1e9, 20.0)], monkeypatch)
+    without = _staircase([(1, 200.0), (24, 120.0), (1e9, 30.0)], monkeypatch)
+    assert [lv["name"] for lv in with_dip] == [lv["name"] for lv in without] == ["L2", "L3", "DRAM"]
+    assert without[-1]["bandwidth_bytes_per_s"] == 30e9
+    assert 20e9 <= with_dip[-1]["bandwidth_bytes_per_s"] <= 30e9
