@@ -187,3 +187,16 @@ def test_the_search_prices_the_path_as_predict_does():
         at = int(np.searchsorted(rows, int(np.searchsorted(table.starts, idx[k], side="right") - 1)))
         assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12)
         assert sp.memory_bytes[at] == pytest.approx(pred.memory.total_bytes, rel=1e-12)
+
+
+def test_an_op_that_states_its_own_backward_gets_it_others_the_2x_rule():
+    """Op.bwd_bytes / Op.bwd_kernels replace the element-wise rule (2x the bytes, as many launches, at least one) only
+    for the op that states them; a stated zero is kept (not read as 'unstated')."""
+    import dataclasses
+    from narrowpath.workload.ops import vector
+    plain = vector("x", "fwd", 100.0, "bf16", kernels=3)
+    own = dataclasses.replace(plain, bwd_bytes=50.0, bwd_kernels=1)
+    free = dataclasses.replace(plain, bwd_bytes=0.0, bwd_kernels=0)
+    launchless = vector("y", "fwd", 100.0, "bf16", kernels=0)
+    got = [(op.hbm_bytes, op.kernels) for op in backward_ops([plain, own, free, launchless])]
+    assert got == [(200.0, 3), (50.0, 1), (0.0, 0), (200.0, 1)]

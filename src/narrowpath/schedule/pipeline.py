@@ -76,10 +76,13 @@ def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int 
         f0 = fwd_times_s[0] if fwd_times_s else stage_times_s[0] / 3.0
         b1 = stage_times_s[-1] - (fwd_times_s[-1] if fwd_times_s else stage_times_s[-1] / 3.0)
         r = m % g  # the last group; a split Megatron-Core refuses (r < p) is charged every boundary, as before
-        latency = fill_drain_latency_s(p, vpp, overlapped_send_s, g, r if r >= p else g,
-                                       [f0 * w for w in chunk_weights[0]] if chunk_weights else [f0 / vpp] * vpp,
-                                       [b1 * w for w in (bwd_chunk_weights or chunk_weights)[-1]]
-                                       if (bwd_chunk_weights or chunk_weights) else [b1 / vpp] * vpp)
+        last = r if r >= p else g
+        fwd_c = bwd_c = None  # the chunk times matter only where groups leave slack (fill_drain_latency_s)
+        if vpp > 1 and (g != p or last != p):
+            bw = bwd_chunk_weights or chunk_weights
+            fwd_c = [f0 * w for w in chunk_weights[0]] if chunk_weights else [f0 / vpp] * vpp
+            bwd_c = [b1 * w for w in bw[-1]] if bw else [b1 / vpp] * vpp
+        latency = fill_drain_latency_s(p, vpp, overlapped_send_s, g, last, fwd_c, bwd_c)
     return _pipeline_time_s(stage_times_s, num_microbatches, vpp, fwd_times_s, chunk_weights,
                             bwd_chunk_weights or chunk_weights, group) + latency
 

@@ -60,6 +60,11 @@ class Op:
     head_dim: float = 0.0
     """Query-key head width of a fused (flash) attention kernel — its tiles' depth; cost.roofline rates the kernel by
     it (`flash_head_dim_rate`). 0: not a tiled attention kernel, or one the head-width measurements do not cover."""
+    bwd_bytes: float | None = None
+    """HBM bytes of this element-wise op's backward where the source's autograd graph gives them; None: twice the
+    forward's (workload.ops `_backward`)."""
+    bwd_kernels: int | None = None
+    """Kernel launches of that backward; None: as many as the forward's (at least one)."""
     impl: str = ""
     """Which implementation a flash kernel is: `` the device's fused attention kernel (cuDNN / FlashAttention-3 on
     Hopper, the calibration's `flash_efficiency`), `fa2` FlashAttention-2 (plan.attention `flash2`; priced at

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from narrowpath.spec.model import Model
+from narrowpath.spec.model import Model, MoE
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.attention import norm_op, residual_op
 from narrowpath.workload.items import Op, Transfer
@@ -161,7 +161,7 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     rows = expert_rows(model, plan)
     ops += expert_path_ops(model, plan, rows, mlp_ops(
         model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
-        groups=max(1, moe.num_experts // plan.ep), fused_input=False, act_keep_bytes=cached_bytes(plan, "swiglu_input")))
+        groups=local_experts(moe, plan), fused_input=False, act_keep_bytes=cached_bytes(plan, "swiglu_input")))
     # unpermute: sum the copies back into the token; where it also weights each copy by its routing probability
     # (plan.moe_probs `combine`) it keeps the 16-bit expert outputs for the probabilities' gradient, where the
     # experts' activation already did (`activation`, Megatron-Core >= 0.13) it keeps only indices
@@ -173,6 +173,11 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
                        sp_ways=t if plan.sequence_parallel else 1)
     ops.append(residual_op(model, E_norm, A, plan.precision))
     return ops
+
+
+def local_experts(moe: MoE, plan: Plan) -> int:
+    """Routed experts one rank holds: num_experts / ep (Megatron-Core's num_local_experts), at least one."""
+    return max(1, moe.num_experts // plan.ep)
 
 
 def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) -> list[Op]:
@@ -188,7 +193,7 @@ def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) ->
       expert in Python (`_apply_bias`: the rows split by expert, b·p and t + b·p per expert, a cat), 2E + 1 kernels
       over ~3·rows·hidden elements read and written (the first projection's bias is added inside its grouped GEMM:
       `linear_fc1` is built with skip_bias_add=False).
-    Their backward is the source's autograd graph (workload.ops.SOURCE_BACKWARD); `moe_act` recompute runs the clamp
+    Their backward is the source's autograd graph (`Op.bwd_bytes`, `Op.bwd_kernels`); `moe_act` recompute runs the clamp
     again (workload.recompute); with CUDA graphs the host-to-device copy keeps the expert path eager
     (workload.build.EXPERT_PATH). Serving ignores both fields: inference engines fuse them into their MoE kernels."""
     moe = model.moe
@@ -199,13 +204,20 @@ def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) ->
     out = []
     for op in experts:
         if op.name == "expert_act" and moe.glu_clamp:
+            # backward: PyTorch's clamp_backward masks each half's gradient (the two-sided clamp: ge, le,
+            # logical_and, where; the one-sided: le, where) and chunk's backward concatenates them — ~15·R·F
+            # elements over 7 kernels
             out.append(dataclasses.replace(
                 vector("expert_act_clamp", "fwd", 8 * rows * ffn * A, plan.precision, kernels=3,
-                       saved_bytes=2 * rows * ffn * A), host_syncs=1))
+                       saved_bytes=2 * rows * ffn * A), host_syncs=1, bwd_bytes=15 * rows * ffn * A, bwd_kernels=7))
         out.append(op)
     if moe.expert_bias:
-        local = max(1, moe.num_experts // plan.ep)
-        out.append(vector("expert_bias", "fwd", 6 * rows * model.hidden * A, plan.precision, kernels=2 * local + 1))
+        local = local_experts(moe, plan)
+        # backward: per expert grad·p and its sum (the bias gradient), grad·b and its sum (the probabilities'):
+        # ~6·R·h elements over 4E kernels
+        nbytes = 6 * rows * model.hidden * A
+        out.append(dataclasses.replace(vector("expert_bias", "fwd", nbytes, plan.precision, kernels=2 * local + 1),
+                                       bwd_bytes=nbytes, bwd_kernels=4 * local))
     return out
 
 

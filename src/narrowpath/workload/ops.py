@@ -85,7 +85,8 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
 def _backward(op: Op, plan: Plan | None) -> list[Op]:
     """Backward of a forward op: a GEMM becomes dgrad + wgrad (2× FLOPs), preceded for a low-precision GEMM by the
     quantization of its output gradient; flash attention 2.5× (Dao 2023 §3.1.2: five GEMM-like products vs two);
-    element-wise ops move ~2× the bytes."""
+    element-wise ops move ~2× the bytes, unless the op states its own backward (`Op.bwd_bytes`, `Op.bwd_kernels`: an
+    autograd graph the source gives, where the 2× rule would misprice it)."""
     if op.kind == "matrix":
         out = []
         if op.grad_elements and plan is not None:
@@ -103,23 +104,9 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
                    model_flop=2.0 * op.useful_flop, exps=op.exps, head_dim=op.head_dim, impl=op.impl)]
     if op.kernels == 0 and op.hbm_bytes == 0:
         return []
-    if op.name in SOURCE_BACKWARD:
-        nbytes, kernels = SOURCE_BACKWARD[op.name](op.hbm_bytes, op.kernels)
-        return [Op(op.name, "vector", "bwd", 0.0, nbytes, op.dtype, kernels)]
-    return [Op(op.name, "vector", "bwd", 0.0, 2.0 * op.hbm_bytes, op.dtype, max(1, op.kernels))]
-
-
-SOURCE_BACKWARD = {
-    # GPT-OSS's clamp (workload.moe.expert_path_ops: forward 8·R·F elements over 3 kernels): PyTorch's
-    # clamp_backward masks each half's gradient (the two-sided clamp: ge, le, logical_and, where; the one-sided:
-    # le, where) and chunk's backward concatenates them: ~15·R·F elements over 7 kernels
-    "expert_act_clamp": lambda nbytes, kernels: (nbytes * 15.0 / 8.0, 7),
-    # the per-expert bias loop (forward ~6·R·h elements over 2E + 1 kernels): per expert grad·p and its sum (the
-    # bias gradient), grad·b and its sum (the probabilities'): ~6·R·h elements over 4E kernels
-    "expert_bias": lambda nbytes, kernels: (nbytes, 2 * (kernels - 1)),
-}
-"""Backward of element-wise ops whose autograd graph the source gives (name → (forward bytes, forward kernels) →
-(backward bytes, kernels)), where the 2× rule above would misprice them."""
+    nbytes = 2.0 * op.hbm_bytes if op.bwd_bytes is None else op.bwd_bytes
+    kernels = max(1, op.kernels) if op.bwd_kernels is None else op.bwd_kernels
+    return [Op(op.name, "vector", "bwd", 0.0, nbytes, op.dtype, kernels)]
 
 
 def backward_ops(fwd: list[Op], plan: Plan | None = None) -> list[Op]:
