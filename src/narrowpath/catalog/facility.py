@@ -13,9 +13,8 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import yaml
-
 from narrowpath.errors import CatalogError
+from narrowpath.spec.strict_load import load_yaml
 from narrowpath.spec.system import System
 
 FILE = "facility.yaml"
@@ -65,7 +64,7 @@ def _check(where: str, entry: dict[str, Any]) -> dict[str, float]:
 
 @lru_cache(maxsize=None)
 def _table() -> tuple[dict[str, dict], dict[str, dict], dict]:
-    data = yaml.safe_load(resources.files("narrowpath.catalog").joinpath(FILE).read_text())
+    data = load_yaml(resources.files("narrowpath.catalog").joinpath(FILE).read_text())
     systems, devices = {}, {}
     for e in data.get("systems", []):
         if e["id"] in systems:

@@ -7,6 +7,12 @@ formatting an error message took 2.2 GB. `load_yaml` counts what the aliases exp
 constructed and refuses more than MAX_ALIAS_EXPANSION extra nodes, and refuses a recursive alias (`&a [*a]`).
 `load_json` refuses duplicate object keys the same way. Both raise the parser's own error type (yaml.YAMLError,
 ValueError), so a caller's "not valid YAML/JSON" handling names the file.
+
+Speed: where PyYAML has libyaml (its wheels ship it), the text is scanned and parsed by libyaml's C parser and the
+events composed and constructed by PyYAML's Python classes, as here: ~5x faster than the pure-Python loader on a
+corpus (0.53 -> 0.09 s for training-sweeps-public.yaml) and the same values, errors and limits. PyYAML's own
+CSafeLoader is not used: its composer is C code that recurses without a limit, so a deeply nested file (200,000
+brackets) kills the process with a segmentation fault, where the Python composer raises RecursionError.
 """
 from __future__ import annotations
 
@@ -14,8 +20,15 @@ import json
 from typing import Any
 
 import yaml
-from yaml.constructor import ConstructorError
+from yaml.composer import Composer
+from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.resolver import Resolver
+
+try:
+    from yaml.cyaml import CParser
+except ImportError:  # PyYAML built without libyaml
+    CParser = None
 
 MAX_ALIAS_EXPANSION = 100_000
 """Nodes that aliases may add when expanded (a scenario or a corpus uses a handful)."""
@@ -53,8 +66,9 @@ def expanded_size(root: Node) -> tuple[int, int]:
     return size[id(root)], len(size)
 
 
-class StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys and aliases that expand beyond MAX_ALIAS_EXPANSION nodes."""
+class _Strict:
+    """Refusals shared by both loaders: duplicate mapping keys, aliases that expand beyond MAX_ALIAS_EXPANSION
+    nodes."""
 
     def compose_document(self) -> Node:
         node = super().compose_document()
@@ -85,9 +99,26 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class StrictLoader(_Strict, yaml.SafeLoader):
+    """PyYAML's pure-Python SafeLoader with the strict refusals."""
+
+
+if CParser is not None:
+    class FastStrictLoader(_Strict, Composer, CParser, SafeConstructor, Resolver):
+        """libyaml's scanner and parser (C), PyYAML's composer and safe constructor (Python), strict refusals."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+else:  # pragma: no cover - PyYAML without libyaml
+    FastStrictLoader = StrictLoader
+
+
 def load_yaml(text: str) -> Any:
-    """One YAML document, parsed by StrictLoader."""
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+    """One YAML document, parsed strictly (FastStrictLoader where libyaml is there, else StrictLoader)."""
+    return yaml.load(text, Loader=FastStrictLoader)  # noqa: S506 - both are safe loaders
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
