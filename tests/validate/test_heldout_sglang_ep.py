@@ -1,0 +1,46 @@
+"""SGLang's DeepSeek-V3 prefill at EP 32 over four H100 nodes (benchmarks/heldout_sglang_ep.py; LMSYS's 96-H100
+blog, nothing fitted to it) held to bounds, so that a regression in multi-node expert parallelism for serving (the
+deduplicated dispatch, the balancer, FP8 prompt GEMMs, MLA prefill attention) fails here. Today -21 … -25 %: the
+exchange is left exposed where the run overlaps half of it with the other micro-batch (two-batch overlap is not
+modelled for serving; docs/serving.md) — a change that models it should move these bounds, and say so."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from narrowpath.validate.inference import run_case
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    spec = importlib.util.spec_from_file_location("heldout_sglang_ep", ROOT / "benchmarks" / "heldout_sglang_ep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = {}
+    for isl, per_node in mod.PREFILL.items():
+        case = run_case(mod.prefill_case(isl, per_node), 0)
+        assert case.failure is None, case.failure
+        out[isl] = case
+    return out
+
+
+def test_every_row_within_its_bounds(rows):
+    errors = {isl: c.figures["total_tokens_per_s"].error for isl, c in rows.items()}
+    assert all(-0.30 <= e <= -0.15 for e in errors.values()), errors
+
+
+def test_longer_prompts_cost_more_per_token_as_measured(rows):
+    """Measured input tokens/s per node fall 57,674 -> 54,543 -> 50,302 from 1 k to 4 k prompts (attention grows
+    with the prompt); the predictions fall too."""
+    pred = [rows[isl].figures["total_tokens_per_s"].predicted * isl / (isl + 1) for isl in (1024, 2048, 4096)]
+    assert pred[0] > pred[1] > pred[2]
+
+
+def test_the_stated_dispatch_and_balancer_are_what_is_priced(rows):
+    plan = rows[4096].run.scenario.plan
+    assert (plan.ep_dispatch, plan.expert_balance, plan.dp, plan.ep, plan.weight_precision) == \
+        ("dedup", "eplb", 32, 32, "fp8")
