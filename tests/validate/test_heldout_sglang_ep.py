@@ -1,8 +1,9 @@
 """SGLang's DeepSeek-V3 prefill at EP 32 over four H100 nodes (benchmarks/heldout_sglang_ep.py; LMSYS's 96-H100
 blog, nothing fitted to it) held to bounds, so that a regression in multi-node expert parallelism for serving (the
 deduplicated dispatch, the balancer, FP8 prompt GEMMs, MLA prefill attention) fails here. Today -21 … -25 %: the
-exchange is left exposed where the run overlaps half of it with the other micro-batch (two-batch overlap is not
-modelled for serving; docs/serving.md) — a change that models it should move these bounds, and say so."""
+exchange is left exposed where the run overlaps it with the other micro-batch; the blog's ablation credits two-batch
+overlap with +27 … +35 %, which puts the model's non-overlapped figure on the run without it (docs/serving.md) — a
+change that models the overlap should move these bounds, and say so."""
 from __future__ import annotations
 
 import importlib.util
