@@ -1,19 +1,21 @@
-"""Held-out wide expert parallelism: SGLang's DeepSeek-V3 prefill on 4 nodes of 8 H100 (EP 32 over InfiniBand).
+"""Held-out wide expert parallelism: SGLang's DeepSeek-V3 on H100 over InfiniBand, prefill at EP 32, decode at EP 72.
 
 Source: LMSYS blog "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96 H100 GPUs"
-(lm-sys/lm-sys.github.io blog/2025-05-05-large-scale-ep.md @2db4e40, section "Evaluation"). Its prefill figures
-were measured on the prefill nodes alone ("assuming unlimited resources for the non-tested phase"): 4 nodes, DP
-attention and EP 32 (`--moe-dense-tp-size 1`), DeepEP normal mode, DeepGEMM, two-batch overlap, EPLB with 32
-redundant experts, a batch of 16,384 tokens per device: 57,674 / 54,543 / 50,302 input tokens/s per node at prompts
-of 1,024 / 2,048 / 4,096 tokens. What the run states and the model can take is stated (`ep_dispatch: dedup` for
-DeepEP's one copy per destination node, `expert_balance: eplb`, FP8 weights, the token budget); two-batch overlap is
-not modelled for serving, and the 32 redundant experts are not (their spare copies only balance the load, which
-`eplb` already takes as balanced). Each row is one offline run whose requests all arrive at once, four full
-iterations of 16,384 prompt tokens per attention-DP rank, one output token each; the figure is the input tokens per
-second per node. Not part of `validate`, nothing fitted to it.
+(lm-sys/lm-sys.github.io blog/2025-05-05-large-scale-ep.md @2db4e40, section "Evaluation"). Its prefill figures were
+measured on the prefill nodes alone ("assuming unlimited resources for the non-tested phase"): 4 nodes, DP attention
+and EP 32 (`--moe-dense-tp-size 1`), DeepEP normal mode, DeepGEMM, two-batch overlap, EPLB with 32 redundant
+experts, a batch of 16,384 tokens per device: 57,674 / 54,543 / 50,302 input tokens/s per node at prompts of 1,024 /
+2,048 / 4,096 tokens. What the run states and the model can take is stated (`ep_dispatch: dedup` for DeepEP's one
+copy per destination node, `expert_balance: eplb` with its 32 `redundant_experts`, FP8 weights, the token budget);
+two-batch overlap is not modelled for serving. Each row is one offline run whose requests all arrive at once, four
+full iterations of 16,384 prompt tokens per attention-DP rank, one output token each; the figure is the input tokens
+per second per node. Not part of `validate`, nothing fitted to it.
 
-The blog's decode figure (9 nodes, EP 72 over 288 expert copies) cannot be stated: 72 ranks do not divide
-DeepSeek-V3's 256 experts, and the redundant copies are what make them divide.
+Decode (same blog, "SGLang (Default)" column): 9 nodes, DP attention and EP 72 over 256 experts + 32 redundant copies
+(`redundant_experts`), DeepEP low-latency mode, CUDA graphs, TBO, 256 sequences per GPU at a KV length of 2,000:
+22,282 output tokens/s per node; its ablation credits TBO with +25.5 % at 256 tokens per device (22,310 with it),
+so ~17,780 without. Priced as one steady decode iteration of 256 sequences holding 2,000 tokens each
+(`ServingCost.iteration_s`), the figure 256 · 8 / iteration per node.
 
     python benchmarks/heldout_sglang_ep.py
 """
@@ -27,6 +29,7 @@ DEEPSEEK_V3 = dict(name="deepseek-v3", layers=61, hidden=7168, heads=128, kv_hea
                    v_head_dim=128)
 NODES, GPUS_PER_NODE, TOKENS_PER_DEVICE, ITERATIONS = 4, 8, 16_384, 4
 PREFILL = {1024: 57_674, 2048: 54_543, 4096: 50_302}  # prompt tokens: input tokens/s per node
+DECODE_NODES, DECODE_BATCH, DECODE_KV, DECODE_PER_NODE, TBO_DECODE_GAIN = 9, 256, 2000, 22_282, 1.255
 
 
 def prefill_case(isl: int, per_node: float) -> dict:
@@ -37,12 +40,35 @@ def prefill_case(isl: int, per_node: float) -> dict:
     return {"id": f"sglang-ep32-prefill-{isl}", "kind": "inference", "model": DEEPSEEK_V3,
             "hardware": {"gpu": "H100-SXM-80GB", "num_gpus": ranks, "gpus_per_node": GPUS_PER_NODE},
             "plan": {"tp": 1, "pp": 1, "dp": ranks, "ep": ranks, "weights_precision": "fp8", "framework": "SGLang",
-                     "ep_dispatch": "dedup", "expert_balance": "eplb", "max_batch": per_rank,
+                     "ep_dispatch": "dedup", "expert_balance": "eplb", "redundant_experts": 32, "max_batch": per_rank,
                      "max_num_tokens": TOKENS_PER_DEVICE},
             "workload": {"scenario": "offline", "batch_size": None, "concurrency": per_rank * ranks,
                          "request_rate_per_s": None, "input_tokens": isl, "output_tokens": 1,
                          "num_requests": per_rank * ranks * ITERATIONS},
             "measured": {"total_tokens_per_s": per_node * NODES * (isl + 1) / isl}}
+
+
+def decode_case() -> dict:
+    """The decode deployment as an inference-corpus case (a short offline run, one request per rank: only its
+    iteration cost model is read)."""
+    ranks = DECODE_NODES * GPUS_PER_NODE
+    return {"id": "sglang-ep72-decode", "kind": "inference", "model": DEEPSEEK_V3,
+            "hardware": {"gpu": "H100-SXM-80GB", "num_gpus": ranks, "gpus_per_node": GPUS_PER_NODE},
+            "plan": {"tp": 1, "pp": 1, "dp": ranks, "ep": ranks, "weights_precision": "fp8", "framework": "SGLang",
+                     "ep_dispatch": "dedup", "expert_balance": "eplb", "redundant_experts": 32,
+                     "max_batch": DECODE_BATCH},
+            "workload": {"scenario": "offline", "batch_size": None, "concurrency": ranks, "request_rate_per_s": None,
+                         "input_tokens": DECODE_KV, "output_tokens": 2, "num_requests": ranks},
+            "measured": {"output_tokens_per_s": 1.0}}
+
+
+def decode_per_node() -> float:
+    """Output tokens/s per node of one steady decode iteration of DECODE_BATCH sequences at DECODE_KV tokens."""
+    case = run_case(decode_case(), 0)
+    if case.failure:
+        raise SystemExit(f"{case.id} FAILED: {case.failure}")
+    step_s = case.run.cost.iteration_s(DECODE_BATCH, DECODE_BATCH, DECODE_BATCH * DECODE_KV)
+    return DECODE_BATCH * GPUS_PER_NODE / step_s
 
 
 def main() -> int:
@@ -60,8 +86,12 @@ def main() -> int:
         errors.append(abs(fig.error))
         print(f"{case.id:26s} predicted {fig.predicted / NODES * isl / (isl + 1):8.0f} input tok/s per node, "
               f"measured {per_node:6d}  {fig.error * 100:+6.1f} %  | iteration {gpu_s:.2f} s of which expert "
-              f"exchange {exchange_s:.2f} s (measured iteration {TOKENS_PER_DEVICE / (per_node / GPUS_PER_NODE):.2f} s)")
-    print(f"mean |error| {sum(errors) / len(errors) * 100:.1f} % over {len(errors)} rows")
+              f"exchange {exchange_s:.2f} s (measured iteration {TOKENS_PER_DEVICE * GPUS_PER_NODE / per_node:.2f} s)")
+    print(f"prefill: mean |error| {sum(errors) / len(errors) * 100:.1f} % over {len(errors)} rows")
+    dec = decode_per_node()
+    print(f"sglang-ep72-decode         predicted {dec:8.0f} output tok/s per node, measured {DECODE_PER_NODE:6d} "
+          f"(with TBO) {(dec / DECODE_PER_NODE - 1) * 100:+6.1f} %, ~{DECODE_PER_NODE / TBO_DECODE_GAIN:.0f} without "
+          f"{(dec * TBO_DECODE_GAIN / DECODE_PER_NODE - 1) * 100:+6.1f} %")
     return 0
 
 

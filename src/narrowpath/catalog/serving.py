@@ -30,7 +30,8 @@ _PLAN_ALIASES = {"weights_precision": "weight_precision"}
 _PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "prefill_replicas", "weights_precision", "weight_precision",
               "kv_precision", "max_batch", "max_num_tokens", "kv_block_tokens", "kv_memory_fraction",
               "chunked_prefill", "policy", "admission", "spec_tokens", "spec_acceptance", "spec_draft_layers",
-              "ep_dispatch", "expert_balance", "graph_batch_sizes", "graph_padding", "framework"}
+              "ep_dispatch", "expert_balance", "redundant_experts", "graph_batch_sizes", "graph_padding",
+              "framework"}
 _WORKLOAD_KEYS = {"scenario", "request_rate_per_s", "batch_size", "concurrency", "input_tokens", "output_tokens",
                   "num_requests", "seed", "requests_file"}
 OPEN_OK = ("tp", "pp", "ep", "dp", "weight_precision", "kv_precision", "framework")

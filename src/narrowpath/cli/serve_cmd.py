@@ -33,6 +33,8 @@ _PLAN_FLAGS = {
     "max_num_tokens": "token budget of one iteration (default: the serving stack's)",
     "kv_block_tokens": "tokens per paged-KV block (default: the serving stack's)",
     "spec_tokens": "speculative decoding: draft tokens per step (default 0 = off)",
+    "redundant_experts": "extra expert copies an expert load balancer places over the ep ranks, with "
+                         "--expert-balance eplb (default 0)",
 }
 
 

@@ -14,6 +14,7 @@ def _plan_line(run: ServingRun) -> str:
     parts = [f"tp {p.tp}", f"pp {p.pp}"] + ([f"attention dp {p.dp}"] if p.dp > 1 else []) \
         + ([f"ep {p.ep}"] if run.scenario.model.moe is not None else []) \
         + ([f"expert balance {p.expert_balance}"] if run.scenario.model.moe is not None and p.ep > 1 else []) \
+        + ([f"{p.redundant_experts} redundant experts"] if p.redundant_experts else []) \
         + [f"replicas {p.replicas}"]
     if p.disaggregated:
         parts.append(f"{p.prefill_replicas} prefill-only")

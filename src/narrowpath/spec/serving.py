@@ -98,6 +98,12 @@ class ServingPlan:
     expert_balance: str = "learned"
     """How routed tokens spread over the expert-parallel ranks (EXPERT_BALANCES); the busiest rank gates every
     MoE layer."""
+    redundant_experts: int = 0
+    """Extra routed-expert copies an expert load balancer places beside the model's experts (DeepSeek EPLB's
+    redundant experts, SGLang `--ep-num-redundant-experts`, TensorRT-LLM's load-balancer slots beyond the experts):
+    each expert-parallel rank holds (experts + redundant) / ep slots of weights, so ep need only divide that sum (EP
+    72 over 256 + 32). Needs `expert_balance: eplb` — the balancer fills the slots; 0 = none. The dispatch is priced
+    as without copies (a token's k experts reach about as many ranks either way)."""
     graph_batch_sizes: tuple[int, ...] = ()
     """Decode batch sizes the engine captures CUDA graphs for (TensorRT-LLM `cuda_graph_config.batch_sizes`);
     empty = the serving stack's list (a stack without one replays a graph of every decode batch's own size)."""
@@ -112,7 +118,8 @@ class ServingPlan:
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "ep", "replicas"):
             positive_int(f"plan.{f}", getattr(self, f), maximum=1 << 20)
-        for f in ("prefill_replicas", "max_batch", "max_num_tokens", "kv_block_tokens", "spec_tokens"):
+        for f in ("prefill_replicas", "max_batch", "max_num_tokens", "kv_block_tokens", "spec_tokens",
+                  "redundant_experts"):
             positive_int(f"plan.{f}", getattr(self, f), minimum=0, maximum=MAX_TOKENS)
         positive_int("plan.spec_draft_layers", self.spec_draft_layers, maximum=1000)
         choice("plan.weight_precision", self.weight_precision, WEIGHT_PRECISIONS)
@@ -134,6 +141,9 @@ class ServingPlan:
         positive_float("plan.spec_acceptance", self.spec_acceptance, allow_zero=True)
         if self.spec_acceptance >= 1.0:
             raise SpecError("plan.spec_acceptance", f"must be in [0, 1), got {self.spec_acceptance}")
+        if self.redundant_experts and self.expert_balance != "eplb":
+            raise SpecError("plan.redundant_experts", "redundant expert copies are placed by an expert load balancer: "
+                            "give expert_balance eplb")
         if self.spec_tokens and self.policy == "static":
             raise SpecError("plan.spec_tokens", "speculative decoding needs continuous batching (policy "
                             "decode-first or prefill-first)")
@@ -274,12 +284,16 @@ def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: 
     if model.moe is None:
         if p.ep > 1:
             errs.append(("plan.ep", f"expert parallelism (ep {p.ep}) needs an MoE model"))
+        if p.redundant_experts:
+            errs.append(("plan.redundant_experts", "redundant expert copies need an MoE model"))
         if p.dp > 1:
             errs.append(("plan.dp", "attention data parallelism needs an MoE model (for a dense model, dp "
                          "instances are replicas)"))
     else:
-        if model.moe.num_experts % p.ep:
-            errs.append(("plan.ep", f"ep {p.ep} does not divide model.moe.num_experts {model.moe.num_experts}"))
+        slots = model.moe.num_experts + p.redundant_experts
+        if slots % p.ep:
+            extra = f" + plan.redundant_experts {p.redundant_experts} = {slots}" if p.redundant_experts else ""
+            errs.append(("plan.ep", f"ep {p.ep} does not divide model.moe.num_experts {model.moe.num_experts}{extra}"))
         if (p.tp * p.dp) % p.ep:
             errs.append(("plan.ep", f"ep {p.ep} does not divide the tp·dp = {p.tp * p.dp} GPUs of a stage"))
         elif model.moe.expert_ffn % p.expert_tp:

@@ -111,7 +111,8 @@ def kv_bytes_per_token(model: Model, plan: ServingPlan, layers: list[int]) -> fl
 
 def expected_active_experts(experts_here: float, num_experts: int, copies: float) -> float:
     """Experts of the `experts_here` on one GPU that at least one of `copies` uniformly routed token copies
-    chose: experts_here · (1 − (1 − 1/E)^copies)."""
+    chose: experts_here · (1 − (1 − 1/E)^copies). With a balancer's redundant copies E counts expert slots (each
+    hot expert's tokens split over its copies)."""
     if copies <= 0:
         return 0.0
     return experts_here * -math.expm1(copies * math.log1p(-1.0 / num_experts)) if num_experts > 1 else experts_here
@@ -211,7 +212,8 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
     skew = learned_rank_cv2(moe.num_experts, plan.ep, router_load_cv(moe.num_experts)) \
         if plan.expert_balance == "learned" else 0.0
     rows = copies_stage / plan.ep * busiest_rank_factor(plan.ep, copies_stage / plan.ep, skew)
-    active = expected_active_experts(moe.num_experts / plan.ep, moe.num_experts, copies_stage)
+    slots = moe.num_experts + plan.redundant_experts  # a balancer's extra copies share the load of hot experts
+    active = expected_active_experts(slots / plan.ep, slots, copies_stage)
     if rows > 0:
         ops.append(vector("moe_permute", "fwd", 2 * rows * h * A, "bf16"))
         ops += mlp_token_ops(model, f, rows, moe.expert_ffn / plan.expert_tp, "expert", active)
@@ -299,12 +301,12 @@ def embedding_op(model: Model, T: float) -> Op:
 
 def layer_weight_bytes(model: Model, plan: ServingPlan, f: Formats, moe_layer: bool) -> float:
     """Weight bytes of one layer on one GPU: attention (tp-split; MLA down-projections replicated), dense MLP or
-    routed experts (E/ep experts split etp ways) + shared experts + router, norms."""
+    routed experts ((E + redundant copies)/ep experts split etp ways) + shared experts + router, norms."""
     p = instance_plan(plan)
     w = attention_params(model, p) * f.attn_W + 2 * model.hidden * ACT_BYTES
     if moe_layer:
         moe = model.moe
-        w += expert_params(model, p) * f.W
+        w += expert_params(model, p) * f.W * (moe.num_experts + plan.redundant_experts) / moe.num_experts
         w += moe.shared_experts * model.mlp_matrices * model.hidden * moe.shared_ffn / plan.tp * f.W
         w += model.hidden * moe.num_experts * ACT_BYTES
     else:
