@@ -6,20 +6,14 @@ and no split-KV decode attention; prefill below 2,048 tokens: host-bound eager l
 benchmarks/heldout_h200.py, not bounded."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.validate.benchmark_module import ROOT, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("heldout_h200", ROOT / "benchmarks" / "heldout_h200.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("heldout_h200")
 
 
 @pytest.fixture(scope="module")

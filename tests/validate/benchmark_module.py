@@ -1,0 +1,16 @@
+"""Load a script of benchmarks/ as a module (the held-out checks' tests read its tables and functions)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """benchmarks/<name>.py, imported under its own name."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
