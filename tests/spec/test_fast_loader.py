@@ -60,3 +60,37 @@ def test_load_yaml_takes_the_fast_loader(monkeypatch):
     monkeypatch.setattr(strict_load.yaml, "load", lambda text, Loader: seen.append(Loader) or {})
     strict_load.load_yaml("a: 1\n")
     assert seen == [FastStrictLoader]
+
+
+@pytest.mark.parametrize("text", [
+    "plan: {tp:, dp: 8}\n",            # a flow mapping's empty value: libyaml refuses it, PyYAML always read it as null
+    "plan: {pp:}\n", "[a:]\n",
+    "a: b: c\n",                        # invalid for both: the message is the pure loader's, as before
+    "a: [1, 2\n", "%YAML 2.0\n---\na: 1\n", "a: \"\\x00\" \n\x07\n",
+])
+def test_what_libyaml_refuses_loads_or_fails_as_before(text):
+    try:
+        want = ("ok", yaml.load(text, Loader=StrictLoader))  # noqa: S506
+    except yaml.YAMLError as exc:
+        want = ("error", str(exc).splitlines()[0])
+    try:
+        got = ("ok", strict_load.load_yaml(text))
+    except yaml.YAMLError as exc:
+        got = ("error", str(exc).splitlines()[0])
+    assert got == want
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("system: dgx-h100\nmodel: a: b\n", "not valid YAML: mapping values are not allowed here (line 2, column 9)"),
+    ("system: dgx-h100\nplan: {tp: 2\n", "not valid YAML: expected ',' or '}', but got '<stream end>' (line 3, column 1)"),
+    ("system: dgx-h100\nsystem: x\n", "not valid YAML: duplicate key 'system' at line 2, column 1 (first at line 1, "
+     "column 1)"),
+])
+def test_a_yaml_error_says_what_and_where_in_one_line(tmp_path, capsys, text, fragment):
+    """The problem and its line, not only the parser's context ('while parsing a flow mapping'); a message that
+    already names its line is not given it twice."""
+    from tests.cli.one_line import one_line_error
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    line = one_line_error(capsys, ["predict", str(f)], fragment)
+    assert line.count("line ") == (2 if "duplicate" in fragment else 1)

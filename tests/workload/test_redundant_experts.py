@@ -77,3 +77,29 @@ def test_the_flag_reaches_the_plan_and_the_console(capsys):
     assert main(args + ["--expert-balance", "learned"]) == 2  # the last --expert-balance wins
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "plan.redundant_experts" in err[0]
+
+
+def test_copies_need_expert_parallel_ranks_to_spread_over():
+    """ep 1 holds every expert already: copies there would only add weights (gpt-oss-120b tp 8: 14.8 -> 21.9 GB)."""
+    errs = dict(serving_consistency(DSV3, ServingPlan(tp=8, ep=1, expert_balance="eplb", redundant_experts=32), 8,
+                                    H100))
+    assert errs["plan.redundant_experts"] == ("redundant expert copies spread hot experts over expert-parallel ranks: "
+                                              "give ep > 1")
+
+
+def test_the_search_keeps_copies_only_where_they_divide(capsys):
+    """gpt-oss-120b (128 experts) on 16 GPUs with 8 copies: ep 8 keeps them (136 / 8 = 17 slots a rank), ep 16 and
+    ep 1 run without (136 is no multiple of 16; ep 1 has nothing to spread) — a search from a copied plan does not
+    lose the layouts the copies do not fit."""
+    from narrowpath.search.serve_space import redundant_for
+    gpt = resolve_model("gpt-oss-120b")
+    assert [redundant_for(gpt, 8, ep) for ep in (1, 2, 4, 8, 16)] == [0, 8, 8, 8, 0]
+    assert redundant_for(resolve_model("llama3-8b"), 8, 8) == 0
+    args = ["search", "--serve", "--model", "gpt-oss-120b", "--system", "dgx-h100", "--gpus", "16", "--expert-balance",
+            "eplb", "--redundant-experts", "8", "--input-len", "256", "--output-len", "16", "--slo-ttft", "10",
+            "--slo-tpot", "1", "--json", "--top", "100"]
+    assert main(args) == 0
+    plans = [r["plan"] for r in json.loads(capsys.readouterr().out)["ranked"]]
+    assert {p["ep"] for p in plans} >= {1, 8, 16}
+    assert all(p["redundant_experts"] == (8 if p["ep"] in (2, 4, 8) else 0) for p in plans)
+    assert all(p["expert_balance"] == "eplb" for p in plans)

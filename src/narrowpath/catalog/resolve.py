@@ -47,12 +47,24 @@ def read_data_file(path: str | Path) -> Any:
             return load_json(text)
         return load_yaml(text)
     except (ValueError, yaml.YAMLError) as exc:  # ValueError: JSONDecodeError, or an integer too long to convert
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = yaml_problem(exc) or (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         if "integer string conversion" in first:
             first = "an integer with more than 4300 digits"
         raise NarrowpathError(f"{p}: not valid {kind}: {first}") from None
     except RecursionError:
         raise NarrowpathError(f"{p}: not valid {kind}: nested too deeply") from None
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """What a YAML parser found wrong and where ("mapping values are not allowed here (line 3, column 8)"), rather
+    than the first line of its message, which is often only the context ("while scanning a simple key"); empty
+    when the error carries no problem."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or not exc.problem:
+        return ""
+    mark = exc.problem_mark
+    if mark is None or "line " in exc.problem:
+        return exc.problem
+    return f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_per_gpu: float | None = None,

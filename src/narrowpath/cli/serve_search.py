@@ -34,6 +34,9 @@ def add_serve_search_args(p) -> None:
     g.add_argument("--expert-balance", dest="expert_balance", choices=EXPERT_BALANCES,
                    help="MoE: tokens reach the expert-parallel ranks as the trained router sends them, or evened out "
                    "by an expert load balancer (default learned)")
+    g.add_argument("--redundant-experts", dest="redundant_experts", type=int,
+                   help="MoE, with --expert-balance eplb: extra expert copies, kept by every plan whose ep divides "
+                   "experts + copies (the others run without; default 0)")
     g.add_argument("--replicas", type=int, help="pin the instance count")
     g.add_argument("--max-batch", dest="max_batch", type=int, help="pin the per-lane batch limit")
     g.add_argument("--no-disaggregation", dest="disaggregation", action="store_false",
@@ -60,8 +63,8 @@ def _space(args) -> ServeSpace:
         if not (args.input_len or (load and load.input_tokens)) or not (args.output_len or (load and load.output_tokens)):
             raise SpecError("--input-len/--output-len", "give the prompt and output lengths of the requests")
         load = Load(input_tokens=args.input_len or load.input_tokens, output_tokens=args.output_len or load.output_tokens)
-    kw = {k: getattr(args, k) for k in ("weight_precision", "kv_precision", "framework", "expert_balance")
-          if getattr(args, k, None) is not None}
+    kw = {k: getattr(args, k) for k in ("weight_precision", "kv_precision", "framework", "expert_balance",
+                                        "redundant_experts") if getattr(args, k, None) is not None}
     kw.update(device_formats(plan, system.device, kw))  # unstated bf16 runs as fp16 on Volta
     plan = dataclasses.replace(plan, **kw)
     pins = {k: getattr(args, k) for k in ("tp", "pp", "dp", "ep", "replicas", "max_batch")
@@ -95,7 +98,9 @@ def run_serve_search(args) -> int:
                           "failed": res.failed, "elapsed_s": res.elapsed_s, "stat": res.stat,
                           "ranked": [{"plan": {k: getattr(c.plan, k) for k in ("tp", "pp", "dp", "ep", "replicas",
                                                                                  "prefill_replicas", "max_batch",
-                                                                                 "weight_precision", "kv_precision")},
+                                                                                 "weight_precision", "kv_precision",
+                                                                                 "ep_dispatch", "expert_balance",
+                                                                                 "redundant_experts")},
                                       "output_tokens_per_s_per_gpu": c.output_tokens_per_s_per_gpu,
                                       "ttft_s": c.ttft_s, "tpot_s": c.tpot_s} for c in top]}, indent=2))
         return 0

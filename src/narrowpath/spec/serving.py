@@ -290,6 +290,9 @@ def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: 
             errs.append(("plan.dp", "attention data parallelism needs an MoE model (for a dense model, dp "
                          "instances are replicas)"))
     else:
+        if p.redundant_experts and p.ep == 1:
+            errs.append(("plan.redundant_experts", "redundant expert copies spread hot experts over expert-parallel "
+                         "ranks: give ep > 1"))
         slots = model.moe.num_experts + p.redundant_experts
         if slots % p.ep:
             extra = f" + plan.redundant_experts {p.redundant_experts} = {slots}" if p.redundant_experts else ""

@@ -10,9 +10,13 @@ ValueError), so a caller's "not valid YAML/JSON" handling names the file.
 
 Speed: where PyYAML has libyaml (its wheels ship it), the text is scanned and parsed by libyaml's C parser and the
 events composed and constructed by PyYAML's Python classes, as here: ~5x faster than the pure-Python loader on a
-corpus (0.53 -> 0.09 s for training-sweeps-public.yaml) and the same values, errors and limits. PyYAML's own
-CSafeLoader is not used: its composer is C code that recurses without a limit, so a deeply nested file (200,000
-brackets) kills the process with a segmentation fault, where the Python composer raises RecursionError.
+corpus (0.53 -> 0.09 s for training-sweeps-public.yaml), the same values for every file the project ships, the same
+refusals and limits. The two parsers differ at the edges: a text libyaml refuses is read again by the pure-Python
+loader (`load_yaml`), so what loaded before still loads (a flow mapping's empty value, `{tp:, dp: 8}`) and an invalid
+file gets the message it got before; libyaml alone accepts a tab after a value or inside a flow collection and
+reads a bare `!` tag as '' rather than null. PyYAML's own CSafeLoader is not used: its composer is C code that
+recurses without a limit, so a deeply nested file (200,000 brackets) kills the process with a segmentation fault,
+where the Python composer raises RecursionError.
 """
 from __future__ import annotations
 
@@ -117,8 +121,15 @@ else:  # pragma: no cover - PyYAML without libyaml
 
 
 def load_yaml(text: str) -> Any:
-    """One YAML document, parsed strictly (FastStrictLoader where libyaml is there, else StrictLoader)."""
-    return yaml.load(text, Loader=FastStrictLoader)  # noqa: S506 - both are safe loaders
+    """One YAML document, parsed strictly: by FastStrictLoader where libyaml is there; a text it refuses is read by
+    StrictLoader, which accepts what PyYAML always accepted (`{tp:, dp: 8}`, a flow mapping's empty value) and gives
+    its own message for what it refuses too."""
+    try:
+        return yaml.load(text, Loader=FastStrictLoader)  # noqa: S506 - both are safe loaders
+    except yaml.YAMLError:
+        if FastStrictLoader is StrictLoader:
+            raise
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
