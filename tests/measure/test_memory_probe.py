@@ -111,3 +111,10 @@ def test_a_dip_is_merged_where_the_os_reports_a_far_larger_cache(monkeypatch):
                         max_mib=1024)
     assert [lv["bandwidth_bytes_per_s"] for lv in levels] == [200e9, 120e9, 30e9]
     assert levels[-1]["name"] == "DRAM"
+
+
+def test_the_first_cache_level_is_never_merged_away(monkeypatch):
+    """One cache to 96 MiB at 60 GB/s and DRAM at 40 GB/s (a 1.5x edge, under DIP_RATIO) beyond 2x the OS's 32 MiB:
+    still two levels — the sweep starts in a cache, so the step after the first is DRAM, not a dip."""
+    levels = _staircase([(96, 60.0), (1e9, 40.0)], monkeypatch)
+    assert [(lv["name"], lv["bandwidth_bytes_per_s"]) for lv in levels] == [("L3", 60e9), ("DRAM", 40e9)]

@@ -145,15 +145,17 @@ def detect_levels(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return levels
 
 
-DIP_RATIO = 2.0
+DIP_RATIO = 1.6
 """Largest drop of a neighbour's dip beyond DRAM's first step; a cache-to-DRAM edge of the level kernel drops more
-(2.4x on the development machine's EPYC, 4x and more on most hosts)."""
+(2.4x on the development machine's EPYC, 4x and more on most hosts). Kept low: taking a dip for a level only adds a
+level, taking a cache edge for a dip loses one."""
 
 
 def merge_dram_steps(sizes: list[int], y: list[float], plateaus: list[Plateau],
                      llc_bytes: float | None) -> list[Plateau]:
     """Steps beyond DRAM's first one are DRAM under a busy neighbour, not levels: merged into it, which keeps its own
-    bandwidth (the undisturbed one).
+    bandwidth (the undisturbed one). Never into the first step: the sweep starts in a cache, so that one is a cache
+    level and the step after it is at least DRAM's first.
 
     The last step is merged into the one before while it starts beyond 2x the largest OS cache and either the one
     before starts beyond half of that cache (where no cache level begins: a cache's step starts where the smaller
@@ -166,7 +168,7 @@ def merge_dram_steps(sizes: list[int], y: list[float], plateaus: list[Plateau],
     if not llc_bytes:
         return plateaus
     out = list(plateaus)
-    while len(out) > 1 and sizes[out[-1].first] > 2 * llc_bytes and (
+    while len(out) > 2 and sizes[out[-1].first] > 2 * llc_bytes and (
             sizes[out[-2].first] > llc_bytes / 2 or out[-2].level_y < DIP_RATIO * out[-1].level_y):
         q, p = out[-2], out[-1]
         out[-2:] = [Plateau(q.first, p.last, q.level_y)]
