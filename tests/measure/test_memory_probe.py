@@ -118,3 +118,27 @@ def test_the_first_cache_level_is_never_merged_away(monkeypatch):
     still two levels — the sweep starts in a cache, so the step after the first is DRAM, not a dip."""
     levels = _staircase([(96, 60.0), (1e9, 40.0)], monkeypatch)
     assert [(lv["name"], lv["bandwidth_bytes_per_s"]) for lv in levels] == [("L3", 60e9), ("DRAM", 40e9)]
+
+
+def test_a_sweep_without_a_dram_step_goes_on_until_it_finds_one(monkeypatch):
+    """A cache reaching 600 MiB (past the quick sweep's 256 MiB) at 100 GB/s, DRAM at 30 beyond: the first sweep sees
+    one level, so the probe extends by octaves (362, 512, 724, 1,024 MiB) until DRAM shows; a sweep told its
+    `max_bytes` stays within it (one level, reported as it is)."""
+    from narrowpath.measure import memory_probe as mp
+    monkeypatch.setattr(mp, "os_caches", lambda: _caches(1, 32))
+    monkeypatch.setattr(mp, "physical_memory_bytes", lambda: 24 * 2**30)
+    swept = []
+
+    def fake_sweep(sizes, samples, repeats, sweep_bytes, prog):
+        swept.extend(sizes)
+        for ws in sizes:
+            gbs = 100.0 if ws <= 600 * 2**20 else 30.0
+            samples += [{"kernel": k, "working_set_bytes": ws, "bandwidth_bytes_per_s": gbs * 1e9, "time_s": 1.0,
+                         "repeats": repeats, "sweeps_per_call": 1} for k in mp.KERNELS]
+    monkeypatch.setattr(mp, "_sweep", fake_sweep)
+    r = mp.probe_memory(quick=True, progress=False)
+    assert [lv["bandwidth_bytes_per_s"] for lv in r["levels"]] == [100e9, 30e9]
+    assert 600 * 2**20 < r["max_working_set_bytes"] <= 1100 * 2**20 and swept == sorted(swept)
+    swept.clear()
+    told = mp.probe_memory(quick=True, max_bytes=256 * 2**20, progress=False)
+    assert len(told["levels"]) == 1 and max(swept) < 257 * 2**20  # sizes round to 1,536 B

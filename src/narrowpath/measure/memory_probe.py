@@ -84,27 +84,31 @@ def _run(kernel: str, views: list[np.ndarray]):
     return lambda: np.add(views[1], views[2], out=views[0])
 
 
+MAX_EXTENDED_BYTES = 2 * 2**30
+"""Largest working set a sweep that found no DRAM step extends to (never beyond 1/8 of RAM)."""
+
+
 def probe_memory(*, quick: bool = False, max_bytes: float | None = None, min_bytes: float = 64 * 1024,
                  repeats: int | None = None, progress: bool = True) -> dict[str, Any]:
-    """Bandwidth samples for every kernel and size, the detected levels and the OS cache sizes (JSON-ready)."""
+    """Bandwidth samples for every kernel and size, the detected levels and the OS cache sizes (JSON-ready).
+
+    Without `max_bytes`, a sweep whose curve shows no step to DRAM (one level: the cache reaches past the sweep, as a
+    guest's stacked L3 can) goes on by octaves up to MAX_EXTENDED_BYTES, so DRAM is not reported at cache bandwidth."""
+    given_max = max_bytes is not None
     max_bytes = float(max_bytes or default_max_bytes(quick))
     repeats = repeats or (3 if quick else 5)
-    sizes = working_set_sizes(min_bytes=min_bytes, max_bytes=max_bytes, points_per_octave=2 if quick else 3)
+    per_octave = 2 if quick else 3
+    sizes = working_set_sizes(min_bytes=min_bytes, max_bytes=max_bytes, points_per_octave=per_octave)
     sweep_bytes = 24e6 if quick else 64e6
-    pool = _pool(sizes[-1])
     prog = Progress("memory", len(sizes), progress)
-    samples = []
-    for ws in sizes:
-        reps = max(1, int(round(sweep_bytes / ws)))
-        for kernel in KERNELS:
-            views = _views(pool, kernel, ws, reps)
-            moved = views[0].shape[1] * _ITEM * _ARRAYS[kernel] * reps
-            big = ws > 64 * 2**20  # one pass is already long: fewer repeats keep the full probe near 20 s
-            t, _ = time_median_s(_run(kernel, views), repeats=min(repeats, 3) if big else repeats, warmup=1)
-            samples.append({"kernel": kernel, "working_set_bytes": ws, "bandwidth_bytes_per_s": moved / t,
-                            "time_s": t, "repeats": min(repeats, 3) if big else repeats,
-                            "sweeps_per_call": reps})
-        prog.step(f"working set {ws / 2**20:.3f} MiB: {_bw(samples, ws, LEVEL_KERNEL) / 1e9:.1f} GB/s ({LEVEL_KERNEL})")
+    samples: list[dict[str, Any]] = []
+    _sweep(sizes, samples, repeats, sweep_bytes, prog)
+    ram = physical_memory_bytes()
+    limit = min(MAX_EXTENDED_BYTES, ram / 8) if ram else MAX_EXTENDED_BYTES
+    while not given_max and len(detect_levels(samples)) < 2 and sizes[-1] * 2 <= limit:
+        more = [int(sizes[-1] * 2 ** ((i + 1) / per_octave)) // 1536 * 1536 for i in range(per_octave)]
+        _sweep(more, samples, repeats, sweep_bytes, Progress("memory (extended)", len(more), progress))
+        sizes += more
     levels = detect_levels(samples)
     caches = os_caches()
     return {
@@ -116,6 +120,22 @@ def probe_memory(*, quick: bool = False, max_bytes: float | None = None, min_byt
         "comparison": compare_with_os(levels, caches),
         "samples": samples,
     }
+
+
+def _sweep(sizes: list[int], samples: list[dict[str, Any]], repeats: int, sweep_bytes: float, prog: Progress) -> None:
+    """Time every kernel at every working set of `sizes` and append the samples."""
+    pool = _pool(sizes[-1])
+    for ws in sizes:
+        reps = max(1, int(round(sweep_bytes / ws)))
+        for kernel in KERNELS:
+            views = _views(pool, kernel, ws, reps)
+            moved = views[0].shape[1] * _ITEM * _ARRAYS[kernel] * reps
+            big = ws > 64 * 2**20  # one pass is already long: fewer repeats keep the full probe near 20 s
+            t, _ = time_median_s(_run(kernel, views), repeats=min(repeats, 3) if big else repeats, warmup=1)
+            samples.append({"kernel": kernel, "working_set_bytes": ws, "bandwidth_bytes_per_s": moved / t,
+                            "time_s": t, "repeats": min(repeats, 3) if big else repeats,
+                            "sweeps_per_call": reps})
+        prog.step(f"working set {ws / 2**20:.3f} MiB: {_bw(samples, ws, LEVEL_KERNEL) / 1e9:.1f} GB/s ({LEVEL_KERNEL})")
 
 
 def _bw(samples: list[dict], ws: int, kernel: str) -> float:
