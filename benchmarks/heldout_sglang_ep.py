@@ -38,34 +38,36 @@ PERFECT_EPLB_4096 = 59_337  # the 4,096 row with random expert selection ("Simul
 DECODE_NODES, DECODE_BATCH, DECODE_KV, DECODE_PER_NODE, TBO_DECODE_GAIN = 9, 256, 2000, 22_282, 1.255
 
 
+def _case(case_id: str, nodes: int, plan: dict, workload: dict, measured: dict) -> dict:
+    """An inference-corpus case of DeepSeek-V3 on `nodes` H100 nodes, attention DP and EP over every GPU, FP8
+    weights, SGLang with EPLB and its 32 redundant experts; `plan` adds the phase's own knobs."""
+    ranks = nodes * GPUS_PER_NODE
+    return {"id": case_id, "kind": "inference", "model": DEEPSEEK_V3,
+            "hardware": {"gpu": "H100-SXM-80GB", "num_gpus": ranks, "gpus_per_node": GPUS_PER_NODE},
+            "plan": {"tp": 1, "pp": 1, "dp": ranks, "ep": ranks, "weights_precision": "fp8", "framework": "SGLang",
+                     "expert_balance": "eplb", "redundant_experts": 32, **plan},
+            "workload": {"scenario": "offline", "batch_size": None, "request_rate_per_s": None, **workload},
+            "measured": measured}
+
+
 def prefill_case(isl: int, per_node: float) -> dict:
     """The blog's prefill run as an inference-corpus case: `measured` is the total tokens/s of the 4 nodes (each
     request's one output token counted, as `total_tokens_per_s` does)."""
-    ranks = NODES * GPUS_PER_NODE
-    per_rank = TOKENS_PER_DEVICE // isl
-    return {"id": f"sglang-ep32-prefill-{isl}", "kind": "inference", "model": DEEPSEEK_V3,
-            "hardware": {"gpu": "H100-SXM-80GB", "num_gpus": ranks, "gpus_per_node": GPUS_PER_NODE},
-            "plan": {"tp": 1, "pp": 1, "dp": ranks, "ep": ranks, "weights_precision": "fp8", "framework": "SGLang",
-                     "ep_dispatch": "dedup", "expert_balance": "eplb", "redundant_experts": 32, "max_batch": per_rank,
-                     "max_num_tokens": TOKENS_PER_DEVICE},
-            "workload": {"scenario": "offline", "batch_size": None, "concurrency": per_rank * ranks,
-                         "request_rate_per_s": None, "input_tokens": isl, "output_tokens": 1,
-                         "num_requests": per_rank * ranks * ITERATIONS},
-            "measured": {"total_tokens_per_s": per_node * NODES * (isl + 1) / isl}}
+    requests = TOKENS_PER_DEVICE // isl * NODES * GPUS_PER_NODE  # one full iteration of every rank
+    return _case(f"sglang-ep32-prefill-{isl}", NODES,
+                 {"ep_dispatch": "dedup", "max_batch": TOKENS_PER_DEVICE // isl, "max_num_tokens": TOKENS_PER_DEVICE},
+                 {"concurrency": requests, "input_tokens": isl, "output_tokens": 1,
+                  "num_requests": requests * ITERATIONS},
+                 {"total_tokens_per_s": per_node * NODES * (isl + 1) / isl})
 
 
 def decode_case() -> dict:
     """The decode deployment as an inference-corpus case (a short offline run, one request per rank: only its
     iteration cost model is read)."""
     ranks = DECODE_NODES * GPUS_PER_NODE
-    return {"id": "sglang-ep72-decode", "kind": "inference", "model": DEEPSEEK_V3,
-            "hardware": {"gpu": "H100-SXM-80GB", "num_gpus": ranks, "gpus_per_node": GPUS_PER_NODE},
-            "plan": {"tp": 1, "pp": 1, "dp": ranks, "ep": ranks, "weights_precision": "fp8", "framework": "SGLang",
-                     "ep_dispatch": "all_to_all", "expert_balance": "eplb", "redundant_experts": 32,
-                     "max_batch": DECODE_BATCH},
-            "workload": {"scenario": "offline", "batch_size": None, "concurrency": ranks, "request_rate_per_s": None,
-                         "input_tokens": DECODE_KV, "output_tokens": 2, "num_requests": ranks},
-            "measured": {"output_tokens_per_s": 1.0}}
+    return _case("sglang-ep72-decode", DECODE_NODES, {"ep_dispatch": "all_to_all", "max_batch": DECODE_BATCH},
+                 {"concurrency": ranks, "input_tokens": DECODE_KV, "output_tokens": 2, "num_requests": ranks},
+                 {"output_tokens_per_s": 1.0})
 
 
 def decode_per_node() -> float:

@@ -82,7 +82,8 @@ def test_what_libyaml_refuses_loads_or_fails_as_before(text):
 
 @pytest.mark.parametrize("text, fragment", [
     ("system: dgx-h100\nmodel: a: b\n", "not valid YAML: mapping values are not allowed here (line 2, column 9)"),
-    ("system: dgx-h100\nplan: {tp: 2\n", "not valid YAML: expected ',' or '}', but got '<stream end>' (line 3, column 1)"),
+    ("system: dgx-h100\nplan: {tp: 2\n",
+     "not valid YAML: expected ',' or '}', but got '<stream end>' (line 3, column 1)"),
     ("system: dgx-h100\nsystem: x\n", "not valid YAML: duplicate key 'system' at line 2, column 1 (first at line 1, "
      "column 1)"),
 ])

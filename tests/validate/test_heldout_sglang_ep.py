@@ -19,10 +19,9 @@ def bench():
 
 @pytest.fixture(scope="module")
 def rows(bench):
-    mod = bench
     out = {}
-    for isl, per_node in mod.PREFILL.items():
-        case = run_case(mod.prefill_case(isl, per_node), 0)
+    for isl, per_node in bench.PREFILL.items():
+        case = run_case(bench.prefill_case(isl, per_node), 0)
         assert case.failure is None, case.failure
         out[isl] = case
     return out

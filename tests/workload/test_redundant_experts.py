@@ -93,8 +93,9 @@ def test_the_search_keeps_copies_only_where_they_divide(capsys):
     lose the layouts the copies do not fit."""
     from narrowpath.search.serve_space import redundant_for
     gpt = resolve_model("gpt-oss-120b")
-    assert [redundant_for(gpt, 8, ep) for ep in (1, 2, 4, 8, 16)] == [0, 8, 8, 8, 0]
-    assert redundant_for(resolve_model("llama3-8b"), 8, 8) == 0
+    base = ServingPlan(expert_balance="eplb", redundant_experts=8)
+    assert [redundant_for(gpt, base, ep) for ep in (1, 2, 4, 8, 16)] == [0, 8, 8, 8, 0]
+    assert redundant_for(resolve_model("llama3-8b"), base, 8) == 0
     args = ["search", "--serve", "--model", "gpt-oss-120b", "--system", "dgx-h100", "--gpus", "16", "--expert-balance",
             "eplb", "--redundant-experts", "8", "--input-len", "256", "--output-len", "16", "--slo-ttft", "10",
             "--slo-tpot", "1", "--json", "--top", "100"]

@@ -105,11 +105,12 @@ def probe_memory(*, quick: bool = False, max_bytes: float | None = None, min_byt
     _sweep(sizes, samples, repeats, sweep_bytes, prog)
     ram = physical_memory_bytes()
     limit = min(MAX_EXTENDED_BYTES, ram / 8) if ram else MAX_EXTENDED_BYTES
-    while not given_max and len(detect_levels(samples)) < 2 and sizes[-1] * 2 <= limit:
+    levels = detect_levels(samples)
+    while not given_max and len(levels) < 2 and sizes[-1] * 2 <= limit:
         more = [int(sizes[-1] * 2 ** ((i + 1) / per_octave)) // 1536 * 1536 for i in range(per_octave)]
         _sweep(more, samples, repeats, sweep_bytes, Progress("memory (extended)", len(more), progress))
         sizes += more
-    levels = detect_levels(samples)
+        levels = detect_levels(samples)
     caches = os_caches()
     return {
         "probe": "memory", "device": cpu_model_name(), "dtype": "float64", "threads": 1,

@@ -67,12 +67,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def redundant_for(model, redundant: int, ep: int) -> int:
+def redundant_for(model: Model, base: ServingPlan, ep: int) -> int:
     """The base plan's redundant expert copies where they spread over `ep` ranks (ep > 1 dividing experts +
     copies), else none: a search from an EP 72 deployment (256 + 32 slots) still tries EP 64 without copies."""
-    if model.moe is None or ep <= 1 or (model.moe.num_experts + redundant) % ep:
+    if model.moe is None or ep <= 1 or base.expert_slots(model.moe.num_experts) % ep:
         return 0
-    return redundant
+    return base.redundant_experts
 
 
 def serve_layouts(space: ServeSpace) -> list[ServingPlan]:
@@ -92,7 +92,7 @@ def serve_layouts(space: ServeSpace) -> list[ServingPlan]:
                 splits = [0] + sorted({max(1, reps // 4), reps // 2} - {0}) if space.disaggregation and reps >= 2 \
                     else [0]
                 for ep in eps:
-                    red = redundant_for(m, space.base.redundant_experts, ep)
+                    red = redundant_for(m, space.base, ep)
                     for pre in splits:
                         plan = dataclasses.replace(space.base, tp=tp, dp=dp, pp=pp, ep=ep, replicas=reps,
                                                    prefill_replicas=pre, max_batch=0, redundant_experts=red)

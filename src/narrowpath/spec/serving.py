@@ -172,6 +172,10 @@ class ServingPlan:
     def disaggregated(self) -> bool:
         return self.prefill_replicas > 0
 
+    def expert_slots(self, num_experts: int) -> int:
+        """Routed-expert weight slots spread over the ep ranks: the model's experts and the balancer's copies."""
+        return num_experts + self.redundant_experts
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Load:
@@ -293,7 +297,7 @@ def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: 
         if p.redundant_experts and p.ep == 1:
             errs.append(("plan.redundant_experts", "redundant expert copies spread hot experts over expert-parallel "
                          "ranks: give ep > 1"))
-        slots = model.moe.num_experts + p.redundant_experts
+        slots = p.expert_slots(model.moe.num_experts)
         if slots % p.ep:
             extra = f" + plan.redundant_experts {p.redundant_experts} = {slots}" if p.redundant_experts else ""
             errs.append(("plan.ep", f"ep {p.ep} does not divide model.moe.num_experts {model.moe.num_experts}{extra}"))

@@ -212,7 +212,7 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
     skew = learned_rank_cv2(moe.num_experts, plan.ep, router_load_cv(moe.num_experts)) \
         if plan.expert_balance == "learned" else 0.0
     rows = copies_stage / plan.ep * busiest_rank_factor(plan.ep, copies_stage / plan.ep, skew)
-    slots = moe.num_experts + plan.redundant_experts  # a balancer's extra copies share the load of hot experts
+    slots = plan.expert_slots(moe.num_experts)  # a balancer's extra copies share the load of hot experts
     active = expected_active_experts(slots / plan.ep, slots, copies_stage)
     if rows > 0:
         ops.append(vector("moe_permute", "fwd", 2 * rows * h * A, "bf16"))
@@ -306,7 +306,7 @@ def layer_weight_bytes(model: Model, plan: ServingPlan, f: Formats, moe_layer: b
     w = attention_params(model, p) * f.attn_W + 2 * model.hidden * ACT_BYTES
     if moe_layer:
         moe = model.moe
-        w += expert_params(model, p) * f.W * (moe.num_experts + plan.redundant_experts) / moe.num_experts
+        w += expert_params(model, p) * f.W * plan.expert_slots(moe.num_experts) / moe.num_experts
         w += moe.shared_experts * model.mlp_matrices * model.hidden * moe.shared_ffn / plan.tp * f.W
         w += model.hidden * moe.num_experts * ACT_BYTES
     else:
