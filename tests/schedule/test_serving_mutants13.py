@@ -273,14 +273,16 @@ def test_only_lane_zero_is_logged_and_only_when_asked():
     assert simulate(scn, log_lane=False).result.log == []
 
 
-def test_a_disaggregated_deployment_says_it_ignores_the_closed_loop():
-    """Closed-loop concurrency on a disaggregated deployment (1 prefill + 1 decode replica) is dropped, and the
-    run's notes say so."""
+def test_a_disaggregated_deployment_closes_the_loop_across_its_pools():
+    """Closed-loop concurrency on a disaggregated deployment (1 prefill + 1 decode replica): 2 clients, so the
+    third and fourth requests go out at the first two finishes, and the run's notes say so."""
     scn = _scn(ServingPlan(replicas=2, prefill_replicas=1),
                Load(arrival="offline", input_tokens=100, output_tokens=4, num_requests=4, concurrency=2))
-    notes = simulate(scn).result.notes
-    assert ("closed-loop concurrency is not applied to a disaggregated deployment: all requests are sent at their "
-            "arrival times") in notes
+    res = simulate(scn).result
+    assert ("closed loop across the pools: 2 clients, each sending its next request when its last one finishes "
+            "decoding") in res.notes
+    assert res.arrival_s.tolist()[:2] == [0.0, 0.0]
+    assert sorted(res.arrival_s.tolist()[2:]) == sorted(res.finish_s.tolist())[:2]
 
 
 def test_steps_to_pass_is_one_when_the_first_step_reaches_the_event():

@@ -96,17 +96,16 @@ def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(d
     part = simulate(scn, (), log_lane=False, decode_groups=1)
     assert whole.sampled is None and part.sampled is not None
     lanes = decode_replicas * dp * pp
-    ready = whole.result.first_token_s + whole.cost.handoff_s(200)
+    ready = whole.result.kv_ready_s
+    assert np.all(whole.result.first_token_s >= ready)  # the client's first token: admitted by a decode lane
     order = np.argsort(ready, kind="stable")
     expect = np.sort(np.concatenate([order[i::lanes] for i in range(dp)]))
     assert part.sampled.tolist() == expect.tolist()
-    for name in ("arrival_s", "first_token_s", "finish_s", "output_tokens"):
+    for name in ("arrival_s", "first_token_s", "finish_s", "output_tokens", "kv_ready_s"):
         assert getattr(part.result, name).tolist() == getattr(whole.result, name)[expect].tolist()
     assert f"decode lanes sampled: {dp} of {lanes} (the requests they served)" in part.result.notes
     assert part.result.lanes == dp * pp + dp  # the prefill instance's lanes and the sampled group's
     assert part.sample_scale == lanes / dp and whole.sample_scale == 1.0
-    assert whole.all_ttft_s is None
-    assert part.all_ttft_s.tolist() == whole.result.ttft_s.tolist()  # every first token comes from a prefill lane
     every = simulate(scn, (), log_lane=False, decode_groups=decode_replicas * pp)  # every group: nothing sampled
     assert every.sampled is None and every.result.finish_s.tolist() == whole.result.finish_s.tolist()
 
@@ -114,8 +113,8 @@ def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(d
 def test_the_disaggregated_steady_state_reads_one_decode_group(steady_runs):
     """1 prefill + 3 decode replicas (max_batch 8): 3 decode groups, so the Poisson load is one batch per decode
     lane (24) plus at least 16 per group (48): 72 requests; one group is simulated and the deployment's rate is
-    its rate times 3, its TPOT that of the group's requests after the warm-up, its TTFT that of every request
-    after the warm-up (the prefill instance serves all 72)."""
+    its rate times 3, its TPOT and TTFT those of the group's requests after the warm-up (the client's first
+    token comes when a decode lane admits the request)."""
     plan = ServingPlan(replicas=4, prefill_replicas=1, max_batch=8, max_num_tokens=1024)
     st = steady_lane(_scn(plan, 4, Load(arrival="offline", input_tokens=200, output_tokens=24, num_requests=8)))
     run, kw = steady_runs[-1]
@@ -125,7 +124,7 @@ def test_the_disaggregated_steady_state_reads_one_decode_group(steady_runs):
     assert st.output_tokens_per_s == pytest.approx(3 * res.output_tokens_per_s, rel=1e-12)
     keep = run.sampled >= 24
     assert 0 < keep.sum() < 24
-    assert run.all_ttft_s.size == 72 and st.ttft_s == summary(run.all_ttft_s[24:])  # every request after the warm-up
+    assert st.ttft_s == summary(res.ttft_s[keep])
     assert st.tpot_s == summary(((res.finish_s - res.first_token_s) / 23)[keep])
     assert st.lanes == 4
 
@@ -164,7 +163,7 @@ def test_ties_in_the_ready_order_go_to_the_decode_lanes_in_arrival_order():
     plan = ServingPlan(replicas=4, prefill_replicas=2, max_batch=64, max_num_tokens=4096)
     scn = ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, load=load, num_gpus=4)
     whole = simulate(scn, (), log_lane=False)
-    ready = whole.result.first_token_s + np.array([whole.cost.handoff_s(int(n)) for n in lens])
+    ready = whole.result.kv_ready_s
     assert len(set(ready.tolist())) < 100
     fifo = np.argsort(ready, kind="stable")
     assert fifo.tolist() != np.argsort(ready, kind="quicksort").tolist()  # the ties are not in order by accident

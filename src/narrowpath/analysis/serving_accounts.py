@@ -287,8 +287,12 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
     behind it and the whole iteration is the host's (`host: executor per-request work` for the bookkeeping,
     `host: eager kernel dispatch` for the rest); otherwise its GPU work by what bounds each op (`time_split`), the
     draft passes, the padding, a static session's serial launch, and the host work and eager issue a serial
-    pipeline loop puts between the stages."""
+    pipeline loop puts between the stages. A disaggregated deployment's prompt iterations run on its prefill
+    instances: priced on their layout when it differs (`ServingRun.prefill_cost`)."""
     cost, p = run.cost, run.scenario.plan
+    if k.prompt_tokens and run.prefill_cost is not None:
+        cost = run.prefill_cost
+        p = cost.scn.plan
     q = 1 + p.spec_tokens
     P, pairs, d, ctx = k.prompt_tokens, k.prompt_pairs, k.decodes, k.decode_ctx
     pctx = prompt_ctx(P, pairs)

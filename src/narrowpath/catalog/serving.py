@@ -22,7 +22,7 @@ from narrowpath.catalog.resolve import read_data_file, resolve_model, system_and
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.parse import _check_keys, calibration_from_dict
-from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from narrowpath.spec.serving import PREFILL_KNOBS, Load, ServingPlan, ServingScenario
 
 _TOP_KEYS = {"name", "system", "hardware", "model", "plan", "workload", "num_gpus", "mode", "calibration", "kind",
              "measured", "assumed"}
@@ -31,7 +31,7 @@ _PLAN_KEYS = {"tp", "pp", "dp", "ep", "replicas", "prefill_replicas", "weights_p
               "kv_precision", "max_batch", "max_num_tokens", "kv_block_tokens", "kv_memory_fraction",
               "chunked_prefill", "policy", "admission", "spec_tokens", "spec_acceptance", "spec_draft_layers",
               "ep_dispatch", "expert_balance", "redundant_experts", "graph_batch_sizes", "graph_padding",
-              "framework"}
+              "framework"} | set(PREFILL_KNOBS)
 _WORKLOAD_KEYS = {"scenario", "request_rate_per_s", "batch_size", "concurrency", "input_tokens", "output_tokens",
                   "num_requests", "seed", "requests_file"}
 OPEN_OK = ("tp", "pp", "ep", "dp", "weight_precision", "kv_precision", "framework")
@@ -183,6 +183,12 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool, half: str = 
         kw["replicas"] = kw.get("replicas", 1) * dp
         kw["dp"] = dp = 1
     reps = kw.get("replicas", 1)
+    if any(kw.get(k) for k in PREFILL_KNOBS):  # a prefill pool of its own layout: the knobs are as stated
+        if open_:
+            raise SpecError(f"plan.{open_[0]}", "is null (not published); a prefill pool of its own layout needs "
+                            "every layout knob stated")
+        plan = ServingPlan(**kw)
+        return plan, (), plan.num_gpus if num_gpus is None else num_gpus, tuple(settled)
     if num_gpus is None:
         num_gpus = tp * dp * pp * reps
     elif tp * dp * pp * reps != num_gpus:

@@ -35,6 +35,13 @@ _PLAN_FLAGS = {
     "spec_tokens": "speculative decoding: draft tokens per step (default 0 = off)",
     "redundant_experts": "extra expert copies an expert load balancer places over the ep ranks, with "
                          "--expert-balance eplb (default 0)",
+    "prefill_tp": "prefill-only instances of their own layout: their tp (default: the decode instances'; any "
+                  "--prefill-* gives the prefill pool limits of its own)",
+    "prefill_dp": "the prefill instances' attention data-parallel ranks (default: the decode instances')",
+    "prefill_ep": "the prefill instances' expert-parallel degree (default: the decode instances')",
+    "prefill_pp": "the prefill instances' pipeline stages (default: the decode instances')",
+    "prefill_max_batch": "the prefill instances' sequences per micro-batch (default: the stack's for their layout)",
+    "prefill_max_num_tokens": "the prefill instances' token budget per iteration (default: the stack's)",
 }
 
 
@@ -170,9 +177,14 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     kw.update(device_formats(plan0, system.device, kw))  # unstated bf16 runs as fp16 on Volta
     if args.gpus is not None:
         inst = kw.get("tp", plan0.tp) * kw.get("dp", plan0.dp) * kw.get("pp", plan0.pp)
-        if args.gpus < 1 or args.gpus % inst:
-            raise SpecError("--gpus", f"{args.gpus} GPUs are not a multiple of tp·dp·pp = {inst}")
-        kw.setdefault("replicas", args.gpus // inst)
+        pool = dataclasses.replace(plan0, **{**kw, "replicas": max(2, kw.get("prefill_replicas", 0) + 1)}) \
+            if kw.get("prefill_replicas") else None
+        pool = pool.prefill_pool() if pool is not None else None
+        rest = args.gpus - (pool.num_gpus if pool is not None else 0)  # the prefill pool's own GPUs
+        if args.gpus < 1 or rest < 1 or rest % inst:
+            what = " left by the prefill pool" if pool is not None else ""
+            raise SpecError("--gpus", f"{args.gpus} GPUs{what} are not a multiple of tp·dp·pp = {inst}")
+        kw.setdefault("replicas", rest // inst + (kw.get("prefill_replicas", 0) if pool is not None else 0))
     plan = dataclasses.replace(plan0, **kw)
     load = _load(args, load0)
     if args.profile:

@@ -16,7 +16,13 @@ def _plan_line(run: ServingRun) -> str:
         + ([f"expert balance {p.expert_balance}"] if run.scenario.model.moe is not None and p.ep > 1 else []) \
         + ([f"{p.redundant_experts} redundant experts"] if p.redundant_experts else []) \
         + [f"replicas {p.replicas}"]
-    if p.disaggregated:
+    if p.disaggregated and run.prefill_limits is not None:
+        q, ql = p.prefill_pool(), run.prefill_limits
+        layout = f"tp {q.tp}, pp {q.pp}" + (f", attention dp {q.dp}" if q.dp > 1 else "") \
+            + (f", ep {q.ep}" if run.scenario.model.moe is not None else "")
+        parts.append(f"{p.prefill_replicas} prefill-only of their own layout ({layout}, max batch {ql.max_batch}, "
+                     f"token budget {ql.max_num_tokens})")
+    elif p.disaggregated:
         parts.append(f"{p.prefill_replicas} prefill-only")
     parts += [f"weights {p.weight_precision}", f"KV {p.kv_precision}", f"policy {p.policy}",
               f"admission {p.admission}", f"chunked prefill {'on' if p.chunked_prefill else 'off'}",

@@ -7,6 +7,7 @@ import dataclasses
 from narrowpath.analysis.serving_accounts import ServingAccounts
 from narrowpath.analysis.serving_whatif import ServingVerdict
 from narrowpath.schedule.serving_run import ServingRun
+from narrowpath.schedule.serving_stats import summary
 
 
 def _plain(obj):
@@ -48,6 +49,12 @@ def serving_to_json(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdi
                      "collectives": _plain(acc.collectives), "distance": _plain(acc.distance)},
         "assumptions": list(res.notes),
     })
+    if res.kv_ready_s is not None:  # disaggregated: the hand-off's end to the decode instance's admission
+        out["decode_admission_wait_s"] = summary(res.first_token_s - res.kv_ready_s)
+    if run.prefill_limits is not None:
+        pl = run.prefill_limits
+        out["prefill_pool"] = {"max_batch": pl.max_batch, "max_num_tokens": pl.max_num_tokens,
+                               "memory_per_gpu": _plain(pl.memory)}
     if verdict is not None:
         out["verdict"] = _plain(verdict)
     return out

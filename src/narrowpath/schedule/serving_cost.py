@@ -182,7 +182,7 @@ class ServingCost:
         """A static session's serial launch of a decode step it replays as a captured CUDA graph: one launch a
         stage (TensorRT-LLM 0.x GptSession with CUDA graphs on — gptSessionBenchmark --enable_cuda_graph — captures
         the generation step and replays it, still after the previous step's synchronisation)."""
-        self._handoff: dict[int, float] = {}
+        self._handoff: dict = {}
         self._affine = [self._attention_lines(s) for s in range(p.pp)]
         self._attention_stage = [next(r for r in range(s + 1) if self._affine[r] == self._affine[s]
                                       and self.kinds[r] == self.kinds[s]) for s in range(p.pp)]
@@ -480,16 +480,19 @@ class ServingCost:
             return max(gpu, host)
         return at
 
-    def handoff_s(self, prompt_tokens: int) -> float:
-        """Disaggregated serving: time to move one prompt's KV cache from a prefill instance to a decode
-        instance — over the scale-up fabric when two instances fit one domain, else over the scale-out NICs."""
-        if prompt_tokens not in self._handoff:
+    def handoff_s(self, prompt_tokens: int, sender: "ServingCost | None" = None) -> float:
+        """Disaggregated serving: time to move one prompt's KV cache from a prefill instance (`sender`'s layout;
+        None: this one's) to a decode instance of this layout — over the scale-up fabric when the two instances fit
+        one domain, else over the scale-out NICs."""
+        key = prompt_tokens if sender is None or sender is self else (prompt_tokens, id(sender))
+        if key not in self._handoff:
             p, sysm = self.scn.plan, self.scn.system
-            nbytes = kv_handoff_bytes_per_gpu(self.kv_bytes_per_token, prompt_tokens)
-            same = 2 * p.instance_gpus <= sysm.scale_up_domain
+            src = self if sender is None else sender
+            nbytes = kv_handoff_bytes_per_gpu(src.kv_bytes_per_token, prompt_tokens, self.kv_bytes_per_token)
+            same = p.instance_gpus + src.scn.plan.instance_gpus <= sysm.scale_up_domain
             span = span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="kv")
-            self._handoff[prompt_tokens] = collective_time("send_recv", nbytes, span, sysm, self.cal).time_s
-        return self._handoff[prompt_tokens]
+            self._handoff[key] = collective_time("send_recv", nbytes, span, sysm, self.cal).time_s
+        return self._handoff[key]
 
 
 def _interp(x: float, g: list, y: list) -> float:

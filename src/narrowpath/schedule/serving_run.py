@@ -9,6 +9,7 @@ tokens, so lanes are priced as if all ranks carried the same load.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolv
 from narrowpath.schedule.serving_sim import Lane, LaneGroup, LaneSpec, linear_runs_s
 from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, ServingResult
 from narrowpath.spec.calibration import Calibration
-from narrowpath.spec.serving import ServingScenario
+from narrowpath.spec.serving import ServingPlan, ServingScenario
 
 
 @dataclass
@@ -41,9 +42,10 @@ class ServingRun:
     sample_scale: float = 1.0
     """Decode lanes of the deployment per decode lane simulated (1: every lane ran): the factor from the sampled
     groups' rate to the deployment's."""
-    all_ttft_s: np.ndarray | None = None
-    """With sampled decode lanes, every request's time to first token (the prefill lanes serve every request, so
-    every first token is known); None otherwise (the result's own `ttft_s`)."""
+    prefill_cost: ServingCost | None = None
+    """The prefill instances' iteration cost when their layout differs (ServingPlan.prefill_pool); None: `cost`
+    prices both."""
+    prefill_limits: Limits | None = None
 
     @property
     def spec_gain(self) -> float:
@@ -184,7 +186,7 @@ def _log(log, tot: LaneTotals, now, dt, steps, dec, prompt, blocks) -> None:
 
 def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration: Calibration | None = None,
              *, log_lane: bool = True, merge: bool = True, cost: ServingCost | None = None,
-             decode_groups: int = 0) -> ServingRun:
+             decode_groups: int = 0, pools_together: bool = False) -> ServingRun:
     """Resolve the defaults of `scn` and simulate its load (module docstring). `cost`: an iteration cost model
     of the same layout and formats to reuse (a search prices a layout once for all its batch limits).
     `decode_groups` k > 0 (a disaggregated deployment): every prefill lane runs, but only the first k lockstep
@@ -192,8 +194,10 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     round-robin share of the same prefill stream; the result then holds only the requests those groups served
     (`ServingRun.sampled`) — its throughput, makespan and token counts are the sampled groups' (× `sample_scale` for
     the deployment's rate), while its totals (`LaneTotals`, hand-offs, KV block-seconds) cover every prefill lane and
-    the sampled decode lanes only — and `ServingRun.all_ttft_s` keeps every request's TTFT. What the serving search's
-    steady state reads; `serve` simulates every lane."""
+    the sampled decode lanes only. What the serving search's
+    steady state reads; `serve` simulates every lane. A disaggregated deployment under a closed loop runs its pools
+    together (schedule.serving_disagg); `pools_together` runs an open-loop one so too (the reference its faster
+    pool-after-pool run is checked against)."""
     if decode_groups < 0:
         raise ValueError(f"decode_groups must be >= 0, got {decode_groups}")
     scn, open_knobs = resolve_layout_defaults(scn, open_knobs)
@@ -221,24 +225,37 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     log: list = []
     notes = [f"{k}: {v}" for k, v in scn.chosen]
     conc = scn.load.concurrency
+    dec_pool = pre_pool = _Pool(p, lim, cost, step, lane_blocks)
+    if p.prefill_pool() is not None:
+        pre_pool = prefill_pool(scn, calibration)
+        notes += [f"prefill {k}: {v}" for k, v in pre_pool.scn.chosen]
 
-    def lane_spec(policy: str) -> LaneSpec:
-        return LaneSpec(lim.max_batch, lim.max_num_tokens, lane_blocks, lim.block_tokens, policy, p.admission,
-                        bool(p.chunked_prefill), p.spec_tokens, gain, merge)
-
-    def run_lanes(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray, groups: int = 0) -> list[Lane]:
-        """Lanes i, i + 1, ... of one lockstep group are the dp attention-DP ranks of one instance micro-batch;
-        `groups` > 0 runs only the first that many groups."""
+    def lane_groups(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray, groups: int = 0,
+                    lane_conc: int = -1, pool: _Pool = dec_pool) -> list[list[Lane]]:
+        """Lanes i, i + 1, ... of one lockstep group are the dp attention-DP ranks of one instance micro-batch
+        (of `pool`'s layout); `groups` > 0 builds only the first that many groups. Lane i serves rids_all[i::lanes];
+        under a per-lane closed loop (`lane_conc` -1: the deployment's concurrency spread over its lanes) the
+        requests beyond its share are released as it finishes others."""
         out = []
-        for g in range(0, min(lanes, groups * p.dp) if groups else lanes, p.dp):
+        pl, dp = pool.lim, pool.plan.dp
+        spec = LaneSpec(pl.max_batch, pl.max_num_tokens, pool.lane_blocks, pl.block_tokens, policy, p.admission,
+                        bool(p.chunked_prefill), p.spec_tokens, gain, merge)
+        for g in range(0, min(lanes, groups * dp) if groups else lanes, dp):
             group = []
-            for i in range(g, min(g + p.dp, lanes)):
+            for i in range(g, min(g + dp, lanes)):
                 rids = rids_all[i::lanes]
-                lc = -(-conc // lanes) if conc else 0
+                lc = (-(-conc // lanes) if conc else 0) if lane_conc < 0 else lane_conc
                 if lc and lc < len(rids):
                     arr_v[rids[lc:]] = np.inf
-                group.append(Lane(lane_spec(policy), step, rids, arr_v, n_in, n_out, first, finish, tot,
+                group.append(Lane(spec, pool.step, rids, arr_v, n_in, n_out, first, finish, tot,
                                   log if (log_lane and i == 0) else None, lc))
+            out.append(group)
+        return out
+
+    def run_lanes(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray, groups: int = 0,
+                  pool: _Pool = dec_pool) -> list[Lane]:
+        out = []
+        for group in lane_groups(rids_all, lanes, policy, arr_v, groups, pool=pool):
             if len(group) > 1:
                 LaneGroup(group).run()
             else:
@@ -247,26 +264,33 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         return out
 
     order = np.argsort(arr, kind="stable")
-    sampled = None
+    sampled = ready = None
+    if p.disaggregated:
+        gpus = p.instance_gpus + pre_pool.plan.instance_gpus
+        fabric = "scale-up" if gpus <= scn.system.scale_up_domain else "scale-out"
+        h = cost.handoff_s(int(n_in.mean()), pre_pool.cost)
+        notes.append(f"KV hand-off of a {int(n_in.mean())}-token prompt: {h * 1e3:.2f} ms per request ({fabric} "
+                     "fabric)")
     if p.policy == "static":
         lanes = p.replicas * per_rank
         for i in range(lanes):
             _static(cost, lim, order[i::lanes], arr, n_in, n_out, first, finish, tot,
                     log if (log_lane and i == 0) else None)
+    elif p.disaggregated and (pools_together or 0 < conc < n):
+        sent = conc if 0 < conc < n else n
+        ready = closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre_pool, dec_pool, sent, tot, gain)
+        if sent < n:
+            notes.append(f"closed loop across the pools: {conc} clients, each sending its next request when its last "
+                         "one finishes decoding")
     elif p.disaggregated:
-        if conc:
-            notes.append("closed-loop concurrency is not applied to a disaggregated deployment: all requests are "
-                         "sent at their arrival times")
-            conc = 0
-        pre_lanes = run_lanes(order, p.prefill_replicas * per_rank, "prefill-only", arr)
+        pre_lanes = run_lanes(order, p.prefill_replicas * pre_pool.lanes_per_instance, "prefill-only", arr,
+                              pool=pre_pool)
         ready = np.full(n, np.inf)
         for lane in pre_lanes:
             for t, rid in lane.ready:
-                ready[rid] = t + cost.handoff_s(int(n_in[rid]))
-                tot.handoff_s += cost.handoff_s(int(n_in[rid]))
-        notes.append(f"KV hand-off of a {int(n_in.mean())}-token prompt: {cost.handoff_s(int(n_in.mean())) * 1e3:.2f} ms "
-                     f"per request ({'scale-up' if 2 * p.instance_gpus <= scn.system.scale_up_domain else 'scale-out'}"
-                     " fabric)")
+                h = cost.handoff_s(int(n_in[rid]), pre_pool.cost)
+                ready[rid] = t + h
+                tot.handoff_s += h
         dec_lanes = (p.replicas - p.prefill_replicas) * per_rank
         dec = run_lanes(np.argsort(ready, kind="stable"), dec_lanes, "decode-only", ready, decode_groups)
         if decode_groups and len(dec) < dec_lanes:
@@ -274,16 +298,73 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
             notes.append(f"decode lanes sampled: {len(dec)} of {dec_lanes} (the requests they served)")
     else:
         run_lanes(order, p.replicas * per_rank, p.policy, arr)
-    lanes_run, scale, all_ttft = p.replicas * per_rank, 1.0, None
+    lanes_run = p.prefill_replicas * pre_pool.lanes_per_instance + (p.replicas - p.prefill_replicas) * per_rank
+    scale = 1.0
     if sampled is not None:
-        all_ttft = first - arr
-        arr, first, finish, n_in, n_out = (a[sampled] for a in (arr, first, finish, n_in, n_out))
-        lanes_run = p.prefill_replicas * per_rank + len(dec)
+        arr, first, finish, n_in, n_out, ready = (a[sampled] for a in (arr, first, finish, n_in, n_out, ready))
+        lanes_run = p.prefill_replicas * pre_pool.lanes_per_instance + len(dec)
         scale = dec_lanes / len(dec)
     if np.isnan(finish).any():
         raise SimulationError(f"{int(np.isnan(finish).sum())} requests never finished")
-    res = ServingResult(arr, first, finish, n_in, n_out, lanes_run, lane_blocks, lim.block_tokens, tot, log, notes)
-    return ServingRun(scn, cost, lim, res, given, sampled, scale, all_ttft)
+    res = ServingResult(arr, first, finish, n_in, n_out, lanes_run, lane_blocks, lim.block_tokens, tot, log, notes,
+                        ready)
+    return ServingRun(scn, cost, lim, res, given, sampled, scale, pre_pool.cost if pre_pool is not dec_pool else None,
+                      pre_pool.lim if pre_pool is not dec_pool else None)
+
+
+def closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre: _Pool, dec: _Pool, conc: int,
+                              tot: LaneTotals, gain: float) -> np.ndarray:
+    """Build a disaggregated deployment's lanes for the closed loop across its pools and run them together
+    (schedule.serving_disagg): the first `conc` requests go out at their arrival times, the others as requests
+    finish; decode lanes start with empty request buffers. Returns when each prompt's KV cache reached the decode
+    pool."""
+    from narrowpath.schedule.serving_disagg import run_closed_loop
+    p = dec.plan
+    arr[order[conc:]] = np.inf
+    pre_groups = lane_groups(order, p.prefill_replicas * pre.lanes_per_instance, "prefill-only", arr, lane_conc=0,
+                             pool=pre)
+    n = len(order)
+    ready = np.full(n, np.inf)
+    dec_count = (p.replicas - p.prefill_replicas) * dec.lanes_per_instance
+    dec_groups = lane_groups(np.zeros(n, dtype=np.int64), dec_count, "decode-only", ready, lane_conc=0, pool=dec)
+    for group in dec_groups:
+        for ln in group:
+            ln.rids = np.zeros(-(-n // dec_count), dtype=np.int64)
+            ln.released = 0
+    sizes, inverse = np.unique(n_in, return_inverse=True)
+    handoff = np.array([dec.cost.handoff_s(int(x), pre.cost) for x in sizes])[inverse]
+    q = 1 + p.spec_tokens
+    floors = (pre.step(1, 0, 0.0, 1, 1.0, 1.0, 0, q, 1), dec.step.decode_line(q, 1, 1, q)(0.0))  # cheapest iterations
+    new_steps = max(0, math.ceil((int(n_out.min()) - 1) / gain - 1e-9))
+    run_closed_loop(pre_groups, dec_groups, order, arr, ready, handoff, conc, tot, floors, new_steps)
+    return ready
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """The instances of one layout: plan, limits, iteration cost and pricing, KV blocks per lane."""
+
+    plan: ServingPlan
+    lim: Limits
+    cost: ServingCost
+    step: _StepPricer
+    lane_blocks: int
+    scn: ServingScenario | None = None
+
+    @property
+    def lanes_per_instance(self) -> int:
+        return self.plan.dp * self.plan.pp
+
+
+def prefill_pool(scn: ServingScenario, calibration: Calibration | None) -> _Pool:
+    """A disaggregated deployment's prefill instances of their own layout (ServingPlan.prefill_pool): their limits
+    (stack defaults for that layout unless given) and iteration cost."""
+    pool = scn.plan.prefill_pool()
+    pscn, lim = resolve_limits(dataclasses.replace(scn, plan=pool, num_gpus=pool.num_gpus, chosen=()))
+    q = 1 + pool.spec_tokens
+    cost = ServingCost(pscn, max(lim.max_num_tokens, lim.max_batch * q), calibration)
+    return _Pool(pscn.plan, lim, cost, step_pricer(cost, pool.spec_draft_layers, pool.spec_tokens),
+                 lim.memory.kv_tokens // pool.pp // lim.block_tokens, pscn)
 
 
 def check_fits(scn: ServingScenario) -> None:

@@ -10,7 +10,9 @@ in-flight batching):
   and prompt work: `decode-first` fills the token budget left by the decodes with prompt chunks (the prompt in
   progress first, then waiting requests in arrival order; without chunked prefill a prompt is admitted only if it
   fits whole); `prefill-first` runs an iteration of prompts alone whenever a waiting request can be admitted;
-- the iteration that finishes a prompt emits the request's first token; each decode iteration one more (under
+- the iteration that finishes a prompt emits the request's first token — in a disaggregated deployment the client
+  reads it when a decode lane admits the request (its KV cache handed off and a slot free: TensorRT-LLM's
+  disaggregated server, SGLang's and Dynamo's stream the decode instance's response); each decode iteration one more (under
   speculative decoding (1 − α^(k+1))/(1 − α) on average, Leviathan et al. 2023 eq. 1);
 - `reserve` admission takes blocks for prompt + output up front and never preempts; `on-demand` takes blocks as
   the context grows and, when a step would overflow, preempts the newest running request, which re-queues at the
@@ -172,6 +174,12 @@ class Lane:
         self.prompt_of: dict[int, int] = {}  # recompute length of preempted requests
         self._need_cache: dict[int, int] = {}
         self.ready: list[tuple[float, int]] = []  # prefill-only lanes: (first token time, rid)
+        self.horizon = math.inf
+        """Earliest time a request not yet among `rids` could reach the lane (a disaggregated closed loop hands
+        requests out as other lanes produce them, schedule.serving_disagg): a merged decode run that could admit one
+        ends at the first boundary after it. inf: every request is known."""
+        self.on_finish = None
+        """Called with (rid, time) when a request finishes (the closed loop across a disaggregated deployment)."""
 
     # ---- admission -------------------------------------------------------------------------------------------
     def _blocks(self, tokens: float) -> int:
@@ -205,6 +213,8 @@ class Lane:
 
     def _finish(self, rid: int) -> None:
         self.finish[rid] = self.now
+        if self.on_finish is not None:
+            self.on_finish(rid, self.now)
         if self.conc and self.released < len(self.rids):  # closed loop: the next request goes out now
             self.arr[self.rids[self.released]] = self.now
             self.released += 1
@@ -301,6 +311,7 @@ class Lane:
             if decode_lane:
                 while self._admissible():
                     rid = self.waiting.popleft()
+                    self.first[rid] = self.now  # the client reads the stream of the decode instance
                     if self.n_out[rid] <= 1:  # the prefill instance produced its only token
                         self._finish(rid)
                         continue
@@ -417,7 +428,8 @@ class Lane:
         if self._admissible():
             n = 1
         elif not self.waiting and D + len(self.pre) < s.max_seqs:
-            step.wake = self._next_arrival()  # an arrival could be admitted: stop at the step that sees it
+            step.wake = min(self._next_arrival(), self.horizon)  # an arrival could be admitted: stop at the
+            # step that sees it
         if not s.merge:
             n = 1
         # each cut below takes the smaller of n and a bound of its own (at least 1, independent of n: `run_s` is one
@@ -512,29 +524,38 @@ class LaneGroup:
         self.lanes = lanes
 
     def run(self) -> None:
+        while self.advance():
+            pass
+
+    def advance(self, horizon: float = math.inf) -> bool:
+        """One iteration (or merged decode steps) of the group, or its wait for the next arrival; False when every
+        lane is idle with no known arrival. `horizon`: the earliest time a request not yet known could reach a lane
+        (a merged run that an idle rank could join stops at the boundary after it)."""
         lanes = self.lanes
-        while True:
-            steps = [ln.prepare() for ln in lanes]
-            act = [(ln, st) for ln, st in zip(lanes, steps) if isinstance(st, Step)]
-            idle = [st for st in steps if not isinstance(st, Step)]
-            now = max(ln.now for ln in lanes)
-            if not act:
-                t = min(idle)
-                if math.isinf(t):
-                    return
-                for ln in lanes:
-                    ln.now = max(ln.now, t)
-                continue
-            n = min(st.n_max for _, st in act)
-            # every rank steps at the slowest rank's pace: stop at the boundary after the first event any rank
-            # waits for (an idle rank's next request, an arrival a decoding rank could admit)
-            nxt = min(min(idle, default=math.inf), min(st.wake for _, st in act))
-            if n > 1 and not math.isinf(nxt):
-                n = steps_to_pass(lambda k: max(st.run_s(k) for _, st in act), nxt - now, n)
-            dt = max(st.duration(n) for _, st in act)
-            for ln, st in zip(lanes, steps):
-                ln.now = now
-                if isinstance(st, Step):
-                    ln.commit(st, n, dt)
-                else:
-                    ln.now = now + dt
+        steps = [ln.prepare() for ln in lanes]
+        act = [(ln, st) for ln, st in zip(lanes, steps) if isinstance(st, Step)]
+        idle = [st for st in steps if not isinstance(st, Step)]
+        now = max(ln.now for ln in lanes)
+        if not act:
+            t = min(idle)
+            if math.isinf(t):
+                return False
+            for ln in lanes:
+                ln.now = max(ln.now, t)
+            return True
+        n = min(st.n_max for _, st in act)
+        # every rank steps at the slowest rank's pace: stop at the boundary after the first event any rank
+        # waits for (an idle rank's next request, an arrival a decoding rank could admit)
+        nxt = min(min(idle, default=math.inf), min(st.wake for _, st in act))
+        if idle:
+            nxt = min(nxt, horizon)
+        if n > 1 and not math.isinf(nxt):
+            n = steps_to_pass(lambda k: max(st.run_s(k) for _, st in act), nxt - now, n)
+        dt = max(st.duration(n) for _, st in act)
+        for ln, st in zip(lanes, steps):
+            ln.now = now
+            if isinstance(st, Step):
+                ln.commit(st, n, dt)
+            else:
+                ln.now = now + dt
+        return True

@@ -105,6 +105,9 @@ class ServingResult:
     totals: LaneTotals
     log: list[IterationRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    kv_ready_s: np.ndarray | None = None
+    """Disaggregated: when each prompt's KV cache reaches the decode pool (prompt done + hand-off; the client's first
+    token comes when a decode lane then admits it); None when colocated."""
 
     @property
     def makespan_s(self) -> float:

@@ -91,8 +91,8 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     only one lockstep group of decode lanes (the dp ranks of one decode instance micro-batch): the groups are alike,
     each fed its round-robin share of that stream, as `steady_lane` serves one lane of a colocated deployment.
     TPOT is read on the group's requests after the first batch of requests (a batch per decode lane), over half a
-    batch more per lane (at least 16 requests per group), TTFT on every request after that first batch (the
-    prefill lanes serve them all); the deployment's rate is the group's — its tokens over its own window, first
+    batch more per lane (at least 16 requests per group), TTFT on the group's requests after that first batch (the
+    client's first token comes when a decode lane admits the request); the deployment's rate is the group's — its tokens over its own window, first
     arrival to last finish — times the groups. (The whole deployment's window also held the other groups' offsets
     in the stream, so it read up to a few per cent lower, most at small batches.)"""
     p = scn.plan
@@ -134,6 +134,6 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     keep = ids >= warm
     many = keep & (res.output_tokens > 1)
     tpot = (res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1)
-    ttft = res.ttft_s[keep] if run.all_ttft_s is None else run.all_ttft_s[warm:]  # the prefill lanes serve all
+    ttft = res.ttft_s[keep]
     rate = res.output_tokens_per_s * run.sample_scale / small.num_gpus * p.num_gpus
     return SteadyLane(rate, summary(ttft), summary(tpot), p.replicas * per)

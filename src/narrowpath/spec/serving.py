@@ -9,6 +9,7 @@ parallelism etp = tp·dp/ep). An instance has tp·dp·pp GPUs; `replicas` instan
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError
@@ -39,6 +40,8 @@ of TensorRT-LLM, vLLM and SGLang, whose expert load balancers are opt-in); `eplb
 replicates and places hot experts so the ranks' loads vary only as random assignment does (DeepSeek EPLB; TensorRT-LLM `moe_config.load_balancer`: the
 busiest of 32 ranks 1.11× the mean against 2.56× without, tech blog 4 Table 1)."""
 ARRIVALS = ("offline", "poisson", "fixed-batch", "trace")
+PREFILL_KNOBS = ("prefill_tp", "prefill_dp", "prefill_ep", "prefill_pp", "prefill_max_batch", "prefill_max_num_tokens")
+"""Knobs of a disaggregated deployment's prefill pool when its layout and limits differ from the decode pool's."""
 MAX_TOKENS = 1 << 24
 """Largest prompt or output length accepted, tokens (16.7 M)."""
 MAX_REQUESTS = 10_000_000
@@ -63,6 +66,16 @@ class ServingPlan:
     prefill_replicas: int = 0
     """Of the replicas, instances that only prefill and send the KV cache to a decode instance over the fabric;
     0 = prefill and decode share every instance (colocated)."""
+    prefill_tp: int = 0
+    """Layout of the prefill-only instances when it differs from the decode instances' (TensorRT-LLM disaggregated
+    serving runs e.g. attention-DP prefill servers beside tensor-parallel generation servers): their tp, dp, ep and
+    pp; 0 = the decode instances'. Giving any prefill_* knob gives the prefill pool limits of its own
+    (prefill_max_batch, prefill_max_num_tokens; 0 = the stack's default for that layout)."""
+    prefill_dp: int = 0
+    prefill_ep: int = 0
+    prefill_pp: int = 0
+    prefill_max_batch: int = 0
+    prefill_max_num_tokens: int = 0
     weight_precision: str = "bf16"
     """Format of the linear layers (WEIGHT_PRECISIONS); the output layer, router and embedding stay 16 bit."""
     kv_precision: str = "bf16"
@@ -119,7 +132,7 @@ class ServingPlan:
         for f in ("tp", "pp", "dp", "ep", "replicas"):
             positive_int(f"plan.{f}", getattr(self, f), maximum=1 << 20)
         for f in ("prefill_replicas", "max_batch", "max_num_tokens", "kv_block_tokens", "spec_tokens",
-                  "redundant_experts"):
+                  "redundant_experts") + PREFILL_KNOBS:
             positive_int(f"plan.{f}", getattr(self, f), minimum=0, maximum=MAX_TOKENS)
         positive_int("plan.spec_draft_layers", self.spec_draft_layers, maximum=1000)
         choice("plan.weight_precision", self.weight_precision, WEIGHT_PRECISIONS)
@@ -152,6 +165,10 @@ class ServingPlan:
                             "none to decode (disaggregation needs prefill_replicas < replicas)")
         if self.prefill_replicas and self.policy == "static":
             raise SpecError("plan.prefill_replicas", "disaggregated serving needs continuous batching")
+        if not self.prefill_replicas:
+            for f in PREFILL_KNOBS:
+                if getattr(self, f):
+                    raise SpecError(f"plan.{f}", "lays out prefill-only instances: give prefill_replicas > 0")
         if not isinstance(self.framework, str):
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
 
@@ -161,7 +178,20 @@ class ServingPlan:
 
     @property
     def num_gpus(self) -> int:
-        return self.instance_gpus * self.replicas
+        pool = self.prefill_pool()
+        if pool is None:
+            return self.instance_gpus * self.replicas
+        return self.instance_gpus * (self.replicas - self.prefill_replicas) + pool.num_gpus
+
+    def prefill_pool(self) -> "ServingPlan | None":
+        """The prefill-only instances as a plan of their own (replicas = prefill_replicas, their layout and limits)
+        when a prefill_* knob gives them one; None when they share the decode instances' layout and limits."""
+        if not any(getattr(self, f) for f in PREFILL_KNOBS):
+            return None
+        kw = {f: getattr(self, "prefill_" + f) or getattr(self, f) for f in ("tp", "dp", "ep", "pp")}
+        return dataclasses.replace(self, **kw, replicas=self.prefill_replicas, max_batch=self.prefill_max_batch,
+                                   max_num_tokens=self.prefill_max_num_tokens, prefill_replicas=0,
+                                   **dict.fromkeys(PREFILL_KNOBS, 0))
 
     @property
     def expert_tp(self) -> int:
@@ -268,9 +298,23 @@ class ServingScenario:
 
 
 def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: System) -> list[tuple[str, str]]:
-    """Cross-field violations of a serving deployment as (field, message); empty when consistent."""
+    """Cross-field violations of a serving deployment as (field, message); empty when consistent. A prefill pool
+    of its own layout is checked as a plan of its own (its fields named prefill_*)."""
     errs: list[tuple[str, str]] = []
     p = plan
+    pool = p.prefill_pool()
+    if pool is not None:
+        if p.num_gpus != num_gpus:
+            errs.append(("plan", f"(replicas − prefill_replicas)·tp·dp·pp + prefill_replicas·prefill tp·dp·pp = "
+                         f"{p.replicas - p.prefill_replicas}·{p.instance_gpus} + {p.prefill_replicas}·"
+                         f"{pool.instance_gpus} = {p.num_gpus} does not equal num_gpus {num_gpus}"))
+        for where, msg in serving_consistency(model, pool, pool.num_gpus, system):
+            if where.startswith("plan.") and where[5:] in ("tp", "dp", "ep", "pp"):
+                where = "plan.prefill_" + where[5:]
+            if (where, msg) not in errs:
+                errs.append((where, msg))
+        p = dataclasses.replace(p, **dict.fromkeys(PREFILL_KNOBS, 0))  # the decode pool, on its own GPU count
+        num_gpus = p.num_gpus
     if p.num_gpus != num_gpus:
         errs.append(("plan", f"replicas·tp·dp·pp = {p.replicas}·{p.tp}·{p.dp}·{p.pp} = {p.num_gpus} does not equal "
                      f"num_gpus {num_gpus}"))

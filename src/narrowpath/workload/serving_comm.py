@@ -119,8 +119,12 @@ def logits_transfer(model: Model, plan: ServingPlan, rows: float) -> Transfer | 
     return Transfer("tp.logits_all_gather", "all_gather", "tp", rows * model.vocab * ACT_BYTES, "fwd")
 
 
-def kv_handoff_bytes_per_gpu(kv_bytes_per_token_gpu: float, prompt_tokens: float) -> float:
-    """Disaggregated serving: KV cache bytes each prefill GPU sends to its counterpart in the decode instance for
-    one prompt (same layout on both sides: each GPU sends its own shard in parallel; Zhong et al. 2024,
-    DistServe §3; Patel et al. 2024, Splitwise)."""
-    return kv_bytes_per_token_gpu * prompt_tokens
+def kv_handoff_bytes_per_gpu(kv_bytes_per_token_gpu: float, prompt_tokens: float,
+                             receiver_kv_bytes_per_token_gpu: float | None = None) -> float:
+    """Disaggregated serving: KV cache bytes the busiest GPU of a hand-off moves for one prompt. Same layout on both
+    sides: each prefill GPU sends its own shard to its counterpart in the decode instance, in parallel (Zhong et al.
+    2024, DistServe §3; Patel et al. 2024, Splitwise). Layouts that differ (an attention-DP prefill rank holding a
+    request's whole KV on one GPU, a tensor-parallel decode instance spreading it over tp): every sender's and
+    every receiver's port works in parallel, so the side holding more of the prompt per GPU bounds the transfer."""
+    recv = kv_bytes_per_token_gpu if receiver_kv_bytes_per_token_gpu is None else receiver_kv_bytes_per_token_gpu
+    return max(kv_bytes_per_token_gpu, recv) * prompt_tokens

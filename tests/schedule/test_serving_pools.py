@@ -1,0 +1,122 @@
+"""Disaggregated deployments whose prefill instances have a layout and limits of their own (ServingPlan.prefill_*):
+the spec, the hand-off between two layouts, the simulation and the command line."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from narrowpath.catalog import model, system
+from narrowpath.cli.main import main
+from narrowpath.errors import SpecError
+from narrowpath.schedule.serving_run import simulate
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+from narrowpath.workload.serving_comm import kv_handoff_bytes_per_gpu
+
+
+def _scn(plan: ServingPlan, load: Load, mdl: str = "llama3-8b", sysm: str = "dgx-h100") -> ServingScenario:
+    return ServingScenario(system=system(sysm), model=model(mdl), plan=plan, load=load, num_gpus=plan.num_gpus)
+
+
+def test_the_prefill_pool_is_a_plan_of_its_own_and_its_gpus_add_up():
+    """TensorRT-LLM's disaggregated DeepSeek-R1 deployment: one DEP4 context server (tp 1, attention dp 4, ep 4)
+    beside four TEP8 generation servers (tp 8, ep 8): 4 + 4·8 = 36 GPUs."""
+    p = ServingPlan(tp=8, ep=8, replicas=5, prefill_replicas=1, prefill_tp=1, prefill_dp=4, prefill_ep=4,
+                    prefill_max_batch=4, prefill_max_num_tokens=4608, max_batch=32, max_num_tokens=128)
+    pool = p.prefill_pool()
+    assert (pool.tp, pool.dp, pool.ep, pool.pp, pool.replicas, pool.prefill_replicas) == (1, 4, 4, 1, 1, 0)
+    assert (pool.max_batch, pool.max_num_tokens) == (4, 4608)
+    assert p.num_gpus == 36 and p.instance_gpus == 8
+    assert ServingPlan(replicas=3, prefill_replicas=1).prefill_pool() is None  # one layout: today's plan
+    same = ServingPlan(tp=2, replicas=3, prefill_replicas=1, prefill_pp=2).prefill_pool()
+    assert (same.tp, same.pp, same.max_batch) == (2, 2, 0)  # unstated: the decode layout's, the stack's limits
+
+
+def test_prefill_knobs_need_prefill_instances():
+    with pytest.raises(SpecError, match="plan.prefill_tp: lays out prefill-only instances"):
+        ServingPlan(replicas=2, prefill_tp=2)
+
+
+@pytest.mark.parametrize("kw,where,text", [
+    (dict(prefill_tp=3), "plan.prefill_tp", "does not divide model.heads"),
+    (dict(prefill_dp=2), "plan.prefill_dp", "attention data parallelism needs an MoE model"),
+    (dict(prefill_tp=16), "plan.prefill_tp", "exceeds the scale-up domain"),
+])
+def test_a_prefill_layout_that_cannot_run_is_refused_naming_its_field(kw, where, text):
+    plan = ServingPlan(replicas=3, prefill_replicas=1, **kw)
+    with pytest.raises(SpecError) as e:
+        _scn(plan, Load(input_tokens=100, output_tokens=10))
+    assert e.value.field == where and text in str(e.value)
+
+
+def test_a_gpu_count_that_misses_the_prefill_pool_is_refused():
+    plan = ServingPlan(replicas=3, prefill_replicas=1, prefill_tp=4)
+    assert plan.num_gpus == 2 + 4
+    with pytest.raises(SpecError, match=r"2·1 \+ 1·4 = 6 does not equal num_gpus 3"):
+        ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan,
+                        load=Load(input_tokens=100, output_tokens=10), num_gpus=3)
+
+
+def test_a_hand_off_between_two_layouts_is_bound_by_the_side_holding_more_per_gpu():
+    """Per GPU and prompt token: a sender holding a request's KV on one GPU (attention DP) moves all of it; a
+    tensor-parallel receiver of 8 GPUs takes an eighth on each — the sender's port bounds it (and the other way
+    round)."""
+    assert kv_handoff_bytes_per_gpu(1000.0, 100) == 100_000.0  # one layout: each GPU its own shard
+    assert kv_handoff_bytes_per_gpu(8000.0, 100, 1000.0) == 800_000.0
+    assert kv_handoff_bytes_per_gpu(1000.0, 100, 8000.0) == 800_000.0
+
+
+def test_a_prefill_pool_stated_as_the_decode_layout_runs_as_one_layout():
+    """Giving the prefill pool the decode instances' own layout and limits changes nothing: the same lanes, costs
+    and times (open and closed loop)."""
+    base = ServingPlan(replicas=3, prefill_replicas=1, max_batch=16, max_num_tokens=2048)
+    own = dataclasses.replace(base, prefill_tp=1, prefill_max_batch=16, prefill_max_num_tokens=2048)
+    for load in (Load(arrival="poisson", rate_per_s=20, input_tokens=400, output_tokens=300, num_requests=120),
+                 Load(arrival="offline", concurrency=9, input_tokens=400, output_tokens=300, num_requests=120)):
+        a, b = simulate(_scn(base, load)), simulate(_scn(own, load))
+        assert a.prefill_cost is None and b.prefill_cost is not None
+        np.testing.assert_allclose(a.result.first_token_s, b.result.first_token_s, rtol=1e-12)
+        np.testing.assert_allclose(a.result.finish_s, b.result.finish_s, rtol=1e-12)
+        assert a.result.lanes == b.result.lanes == 3
+
+
+def test_a_faster_prefill_pool_shortens_the_time_to_first_token_only():
+    """Long prompts on one prefill and two decode GPUs, then on a tp-4 prefill instance: the prompts finish sooner
+    (lower TTFT at the same arrivals), the decode instances' steps are the same (TPOT within a few per cent: the
+    batches they see are alike), and the deployment counts the prefill pool's GPUs and lanes."""
+    load = Load(arrival="poisson", rate_per_s=6, input_tokens=4000, output_tokens=100, num_requests=60)
+    one = simulate(_scn(ServingPlan(replicas=3, prefill_replicas=1), load))
+    four = simulate(_scn(ServingPlan(replicas=3, prefill_replicas=1, prefill_tp=4), load))
+    assert four.scenario.num_gpus == 6 and four.result.lanes == 3
+    assert np.median(four.result.ttft_s) < 0.6 * np.median(one.result.ttft_s)
+    assert np.median(four.result.tpot_s) == pytest.approx(np.median(one.result.tpot_s), rel=0.05)
+    assert four.prefill_cost.scn.plan.tp == 4 and four.cost.scn.plan.tp == 1
+
+
+def test_the_prefill_pool_gets_its_own_stack_limits():
+    """A decode pool held to 128 tokens per iteration (TensorRT-LLM's generation servers) does not hold the
+    prefill pool to it: its limits are the stack's for its own layout unless given."""
+    load = Load(arrival="offline", input_tokens=3000, output_tokens=20, num_requests=16)
+    run = simulate(_scn(ServingPlan(replicas=3, prefill_replicas=1, max_batch=8, max_num_tokens=128,
+                                    prefill_tp=2), load))
+    assert run.limits.max_num_tokens == 128
+    assert run.prefill_limits.max_num_tokens > 3000
+    assert any(x.startswith("prefill max_num_tokens:") for x in run.result.notes)
+
+
+def test_serve_runs_a_prefill_pool_from_flags(capsys):
+    rc = main(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "6", "--prefill-replicas", "1",
+               "--prefill-tp", "4", "--offline", "--input-len", "1000", "--output-len", "50", "--num-requests", "40",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["output_tokens_per_s"] > 0
+    assert out["scenario"]["plan"]["replicas"] == 3 and out["scenario"]["plan"]["prefill_tp"] == 4
+
+
+def test_serve_refuses_a_prefill_layout_in_one_line(capsys):
+    rc = main(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--replicas", "2", "--prefill-replicas", "1",
+               "--prefill-tp", "3", "--offline", "--input-len", "100", "--output-len", "5"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "plan.prefill_tp" in err
