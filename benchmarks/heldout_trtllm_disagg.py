@@ -18,7 +18,9 @@ by up to 27 % (case B's TTFT): the measurements' own spread.
 What is priced: ServingPlan.prefill_* (the context servers' layout and limits), the closed loop across the pools
 (schedule.serving_disagg), the client's first token read from the generation server (TensorRT-LLM's disaggregated
 server streams the generation request; it arrives once a generation server has admitted the request, after the KV
-hand-off). Not priced: the disaggregated server's HTTP round trips (a context request, its response, then the
+hand-off), the engine's one-shot all-reduce inside the NVLink domain (added after this check's first run showed the
+small decode step ~20 % slow with NCCL's ring latency; its formula is held to a kernel benchmark, not to this).
+Not priced: the disaggregated server's HTTP round trips (a context request, its response, then the
 generation request) and the KV transfer engine's set-up per request. Not part of `validate`, nothing fitted to it.
 
     python benchmarks/heldout_trtllm_disagg.py

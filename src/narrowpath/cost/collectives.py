@@ -77,7 +77,8 @@ class CollectiveCost:
 
     time_s: float
     algorithm: str
-    """Algorithm used (`ring`, `tree`, `hierarchical`, `nvls`, `sharp`, `direct`, `p2p`); with `auto`, the fastest."""
+    """Algorithm used (`ring`, `tree`, `hierarchical`, `nvls`, `sharp`, `direct`, `p2p`; `one_shot`: a serving engine's
+    peer-to-peer all-reduce kernel, `p2p_all_reduce_time`); with `auto`, the fastest."""
     busbw_bytes_per_s: float
     """Bus bandwidth in the nccl-tests convention for this op and size."""
     bottleneck_tier: str
@@ -311,3 +312,36 @@ def collective_time(op: str, message_bytes: float, span: GroupSpan, system: Syst
         raise SpecError("collective.algorithm", f"{algorithm} does not apply to {op} on this group (system "
                         f"{system.name}: {pm.size} ranks over {pm.domains} scale-up domain(s))")
     return best
+
+
+def one_shot_all_reduce(S: float, pm: PathModel) -> CollectiveCost | None:
+    """A serving engine's one-shot all-reduce inside one scale-up domain: every rank writes its S bytes to a buffer
+    each peer can address, waits on one flag barrier, and reduces the n copies itself — one step of latency
+    (α, the scale-up hop) and (n − 1)·S bytes into each rank's port at the Simple protocol's mid-size ramp, where
+    NCCL's ring takes 2(n − 1) steps (vLLM `cross_device_reduce_1stage`, csrc/custom_all_reduce.cuh, PR #2192;
+    TensorRT-LLM's ONESHOT custom all-reduce; SGLang's port of it). On a full mesh each peer's copy has a link of its
+    own (S at the pair bandwidth). None across domains. Checked against SGLang PR #2904's table of the TensorRT-LLM
+    kernel on 8 H100s (5.9 / 7.8 / 16.7 / 33.8 µs at 512 B / 32 KB / 256 KB / 1 MB; tests/cost)."""
+    n = pm.size
+    if n <= 1 or pm.domains != 1 or pm.up_bw <= 0:
+        return None
+    ramp = simple_ramp(S)
+    if 0 < pm.pair_bw < pm.up_bw:
+        t_bw = S / (pm.pair_bw * ramp)
+    else:
+        t_bw = (n - 1) * S / (pm.up_bw * ramp)
+    t = pm.alpha_up_s + t_bw
+    return CollectiveCost(t, "one_shot", S * bus_factor("all_reduce", n) / t, "scale_up", (n - 1) * S, "Simple",
+                          pm.alpha_up_s)
+
+
+def p2p_all_reduce_time(message_bytes: float, span: GroupSpan, system: System,
+                        calibration: Calibration) -> CollectiveCost:
+    """An all-reduce as a serving engine runs it: its one-shot peer-to-peer kernel inside one scale-up domain when
+    that beats NCCL (small messages: one step of latency instead of a ring's 2(n − 1)), else NCCL's fastest
+    (`collective_time`; the engines hand large messages and multi-node groups to NCCL)."""
+    nccl = collective_time("all_reduce", message_bytes, span, system, calibration)
+    if span.size <= 1 or message_bytes <= 0:
+        return nccl
+    one = one_shot_all_reduce(float(message_bytes), path_model(span, system, calibration))
+    return one if one is not None and one.time_s < nccl.time_s else nccl

@@ -35,7 +35,7 @@ import numpy as np
 
 from narrowpath.catalog import calibration_for
 from narrowpath.catalog.serving import serving_stack
-from narrowpath.cost.collectives import CollectiveCost, collective_time
+from narrowpath.cost.collectives import CollectiveCost, collective_time, p2p_all_reduce_time
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import op_time_s
 from narrowpath.network.placement import GroupSpan, group_span, span_of
@@ -160,6 +160,9 @@ class ServingCost:
         """Captured decode batch sizes, the plan's else the stack's (None: decode iterations are not held to a
         size list)."""
         self.host_per_request_s = float(stack.get("host_per_request_s", 0.0))
+        self.p2p_all_reduce = bool(stack.get("p2p_all_reduce", False))
+        """The engine all-reduces inside one scale-up domain with its one-shot peer-to-peer kernel when that beats
+        NCCL (cost.collectives.p2p_all_reduce_time)."""
         self.pp_host_serial = bool(stack.get("pp_host_serial", False))
         self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
         self.exchange = str(stack.get("moe_exchange", "all_to_all"))
@@ -295,7 +298,10 @@ class ServingCost:
         span = span or self.span(tr.axis)
         key = (tr.op, span, tr.message_bytes)
         if key not in self._coll:
-            self._coll[key] = collective_time(tr.op, tr.message_bytes, span, self.scn.system, self.cal)
+            if tr.op == "all_reduce" and self.p2p_all_reduce:
+                self._coll[key] = p2p_all_reduce_time(tr.message_bytes, span, self.scn.system, self.cal)
+            else:
+                self._coll[key] = collective_time(tr.op, tr.message_bytes, span, self.scn.system, self.cal)
         return PricedTransfer(tr, count, span, self._coll[key])
 
     def op_s(self, ops: list[tuple[Op, float]]) -> float:
