@@ -7,7 +7,7 @@ deepseek-r1-fp4_001.yaml` and `_009.yaml` (read at later commits; each config's 
 servers matches the CSV). The harness reads the client's "Median TTFT (ms)" and "Median E2EL (ms)".
 - Case A, 1k/1k, 36 GPUs (config 001, NIXL): one context server DEP4 (tp 1, attention DP 4, EP 4; max_batch 4,
   max_num_tokens 4,608, no CUDA graphs) and four generation servers TEP8 (tp 8, EP 8; max_batch 32,
-  max_num_tokens 128, CUDA graphs with padding); 128 decode slots.
+  max_num_tokens 128, CUDA graphs with padding: the trtllm-bench stack's list); 128 decode slots.
 - Case B, 8k/1k, 28 GPUs (config 009, NIXL): one context server DEP4 (max_batch 1, max_num_tokens 8,448) and three
   generation servers TEP8 (max_batch 32, max_num_tokens 32); 96 decode slots.
 Both: NVFP4 weights, FP8 KV cache, no MTP, GB200 (4 GPUs a tray, one NVLink domain of 72). Client: bench_serving's

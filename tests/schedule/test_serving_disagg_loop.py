@@ -109,3 +109,55 @@ def test_clients_beyond_the_decode_slots_wait_for_a_slot():
     wait = np.median(r16.first_token_s - r16.kv_ready_s)
     assert wait > 0.4 * e8 and np.median(r16.ttft_s) > 0.4 * e8
     assert r16.output_tokens_per_s == pytest.approx(r8.output_tokens_per_s, rel=0.1)
+
+
+def test_events_of_one_instant_are_handed_out_before_those_they_cause():
+    """Short outputs (1–3 tokens) on two prefill and two decode instances: a finish wakes a prefill lane, a
+    one-token request finishes as it is admitted — events handed out all at once would send the clients' next
+    requests out of order. The k-th request sent goes out at the (k − 2)-th finish (a reviewer's case)."""
+    reqs = [(0, 478, 2), (0, 704, 3), (0, 127, 1), (0, 758, 3), (0, 299, 1), (0, 795, 2)]
+    res = simulate(_scn(ServingPlan(replicas=4, prefill_replicas=2),
+                        Load(arrival="trace", requests=reqs, concurrency=2)), merge=False).result
+    np.testing.assert_array_equal(res.arrival_s[2:], np.sort(res.finish_s)[:4])
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+@pytest.mark.parametrize("conc", [2, 5])
+def test_merged_runs_hold_with_one_token_outputs(seed, conc):
+    """A request of one output token finishes as a decode lane admits it and releases its client's next request at
+    once: a merged run of that lane must stop for it as for any other (a reviewer's case: the third request's
+    finish 1.99 s merged against 0.67 s stepping)."""
+    reqs = [(0, 100, 200), (0, 9000, 1), (0, 50, 50)]
+    a = simulate(_scn(ServingPlan(replicas=2, prefill_replicas=1), Load(arrival="trace", requests=reqs,
+                                                                        concurrency=2))).result
+    b = simulate(_scn(ServingPlan(replicas=2, prefill_replicas=1), Load(arrival="trace", requests=reqs,
+                                                                        concurrency=2)), merge=False).result
+    np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-12)
+    rng = np.random.default_rng(seed)
+    reqs = [(0.0, int(rng.integers(50, 900)), int(rng.integers(1, 4))) for _ in range(120)]
+    for plan in (ServingPlan(replicas=4, prefill_replicas=2),
+                 ServingPlan(replicas=3, prefill_replicas=1, admission="on-demand", kv_memory_fraction=0.01)):
+        load = Load(arrival="trace", requests=reqs, concurrency=conc)
+        a, b = simulate(_scn(plan, load)).result, simulate(_scn(plan, load), merge=False).result
+        np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-12)
+        np.testing.assert_allclose(a.arrival_s, b.arrival_s, rtol=1e-12, atol=1e-12)
+
+
+def test_a_preempted_request_keeps_the_first_token_of_its_first_admission(monkeypatch):
+    """On-demand KV on a decode lane too small for its batch preempts and re-admits requests: the client got the
+    first token at the first admission, and a re-admission does not move it."""
+    from narrowpath.schedule import serving_sim
+    admitted: dict[int, float] = {}
+    orig = serving_sim.Lane._admit_decode
+
+    def admit(self, rid, ctx, rem, blocks):
+        if self.s.policy == "decode-only":
+            admitted.setdefault(rid, self.now)
+        return orig(self, rid, ctx, rem, blocks)
+    monkeypatch.setattr(serving_sim.Lane, "_admit_decode", admit)
+    rng = np.random.default_rng(2)
+    reqs = [(0.0, int(rng.integers(1000, 3000)), int(rng.integers(200, 800))) for _ in range(40)]
+    res = simulate(_scn(ServingPlan(replicas=2, prefill_replicas=1, max_batch=64, admission="on-demand",
+                                    kv_memory_fraction=0.01), Load(arrival="trace", requests=reqs))).result
+    assert res.totals.preemptions > 5
+    np.testing.assert_array_equal(res.first_token_s, [admitted[i] for i in range(40)])

@@ -120,3 +120,44 @@ def test_serve_refuses_a_prefill_layout_in_one_line(capsys):
                "--prefill-tp", "3", "--offline", "--input-len", "100", "--output-len", "5"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "plan.prefill_tp" in err
+
+
+def test_serve_counts_a_prefill_pool_stated_in_the_file(tmp_path, capsys):
+    """--gpus with a file that gives the prefill pool: the pool's GPUs come off the count before the decode
+    instances are derived (a reviewer's case: 10 GPUs were 'not a multiple of 8')."""
+    f = tmp_path / "pool.yaml"
+    f.write_text("model: llama3-8b\nsystem: dgx-h100\nplan: {tp: 8, replicas: 3, prefill_replicas: 2, prefill_tp: 1}\n"
+                 "workload: {scenario: offline, input_tokens: 500, output_tokens: 20, num_requests: 20}\n")
+    for gpus, replicas in ((10, 3), (18, 4)):
+        assert main(["serve", str(f), "--gpus", str(gpus), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert (out["scenario"]["num_gpus"], out["scenario"]["plan"]["replicas"]) == (gpus, replicas)
+    assert main(["serve", str(f), "--gpus", "16"]) == 2
+    assert "--gpus: 16 GPUs left by the prefill pool's 2 are not a multiple of tp·dp·pp = 8" in capsys.readouterr().err
+
+
+def test_an_error_of_the_prefill_pool_alone_says_so():
+    plan = ServingPlan(dp=2, ep=2, replicas=3, prefill_replicas=1, prefill_ep=1, expert_balance="eplb",
+                       redundant_experts=2)
+    with pytest.raises(SpecError) as e:
+        _scn(plan, Load(input_tokens=100, output_tokens=10), mdl="mixtral-8x7b")
+    assert e.value.field == "plan.redundant_experts" and "in the prefill pool:" in str(e.value)
+
+
+def test_the_steady_state_sizes_the_prefill_rate_on_the_prefill_pool():
+    """The search's steady state feeds a disaggregated deployment near the smaller of its pools' capacities: a
+    prefill pool of tp 4 serves prompts ~3× faster than one GPU, so the stream is denser (more output tokens/s)."""
+    from narrowpath.schedule.serving_steady import steady_lane
+    load = Load(arrival="offline", input_tokens=4000, output_tokens=50, num_requests=8)
+    one = steady_lane(_scn(ServingPlan(replicas=4, prefill_replicas=1, max_batch=16), load))
+    four = steady_lane(_scn(ServingPlan(replicas=4, prefill_replicas=1, max_batch=16, prefill_tp=4), load))
+    assert four.output_tokens_per_s > 1.5 * one.output_tokens_per_s
+
+
+def test_check_fits_holds_each_pool_to_what_it_keeps():
+    from narrowpath.schedule.serving_run import check_fits
+    long = Load(input_tokens=600_000, output_tokens=10)
+    plan = ServingPlan(tp=8, replicas=2, prefill_replicas=1, prefill_tp=1)
+    with pytest.raises(SpecError, match="one lane of its prefill instances holds"):
+        check_fits(ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, load=long,
+                                   num_gpus=plan.num_gpus))

@@ -177,14 +177,13 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     kw.update(device_formats(plan0, system.device, kw))  # unstated bf16 runs as fp16 on Volta
     if args.gpus is not None:
         inst = kw.get("tp", plan0.tp) * kw.get("dp", plan0.dp) * kw.get("pp", plan0.pp)
-        pool = dataclasses.replace(plan0, **{**kw, "replicas": max(2, kw.get("prefill_replicas", 0) + 1)}) \
-            if kw.get("prefill_replicas") else None
-        pool = pool.prefill_pool() if pool is not None else None
+        pre = kw.get("prefill_replicas", plan0.prefill_replicas)  # from the flags, else the file
+        pool = dataclasses.replace(plan0, **{**kw, "replicas": pre + 1}).prefill_pool() if pre else None
         rest = args.gpus - (pool.num_gpus if pool is not None else 0)  # the prefill pool's own GPUs
         if args.gpus < 1 or rest < 1 or rest % inst:
-            what = " left by the prefill pool" if pool is not None else ""
+            what = f" left by the prefill pool's {pool.num_gpus}" if pool is not None else ""
             raise SpecError("--gpus", f"{args.gpus} GPUs{what} are not a multiple of tp·dp·pp = {inst}")
-        kw.setdefault("replicas", rest // inst + (kw.get("prefill_replicas", 0) if pool is not None else 0))
+        kw.setdefault("replicas", rest // inst + (pre if pool is not None else 0))
     plan = dataclasses.replace(plan0, **kw)
     load = _load(args, load0)
     if args.profile:

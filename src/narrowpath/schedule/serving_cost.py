@@ -490,7 +490,8 @@ class ServingCost:
         """Disaggregated serving: time to move one prompt's KV cache from a prefill instance (`sender`'s layout;
         None: this one's) to a decode instance of this layout — over the scale-up fabric when the two instances fit
         one domain, else over the scale-out NICs."""
-        key = prompt_tokens if sender is None or sender is self else (prompt_tokens, id(sender))
+        key = prompt_tokens if sender is None or sender is self else \
+            (prompt_tokens, sender.kv_bytes_per_token, sender.scn.plan.instance_gpus)
         if key not in self._handoff:
             p, sysm = self.scn.plan, self.scn.system
             src = self if sender is None else sender

@@ -17,8 +17,11 @@ loop (Chandy & Misra 1979):
   flight, or the earliest a prompt a prefill unit has not finished, or a request not yet sent, could be handed off
   — a unit's next output lies at least its cheapest iteration ahead (a decode unit's first finish, as many
   cheapest steps ahead as its nearest-done sequence or a newly admitted one has left), and a prompt needs at least
-  one prefill iteration and the shortest hand-off. A run ends anyway at its batch's first finish, so a unit never
-  waits on its own output.
+  one prefill iteration and the shortest hand-off. A run ends anyway at its batch's first finish, so a unit
+  waits on its own output only where a request of one output token finishes as it is admitted (then its own
+  action time bounds it too).
+Events are handed out one instant at a time (all those at the earliest time, then the action times again): a unit
+an event wakes may produce an event before the next one in flight.
 The result equals running every lane one iteration at a time in global time order.
 """
 from __future__ import annotations
@@ -120,15 +123,16 @@ def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndar
         acts = [u.action_s() for u in units]
         t_min = min(acts)
         first_event = min(in_flight[0][0] if in_flight else math.inf, finished[0] if finished else math.inf)
-        if first_event <= t_min and not math.isinf(first_event):  # final: hand them out in time order
-            while in_flight and in_flight[0][0] <= t_min:
+        if first_event <= t_min and not math.isinf(first_event):
+            # final; hand out only the earliest (the unit it wakes may produce events before the next one)
+            while in_flight and in_flight[0][0] == first_event:
                 t, rid = heapq.heappop(in_flight)
                 ln = dec_lanes[handed % len(dec_lanes)]
                 handed += 1
                 ready[rid] = t
                 ln.rids[ln.released] = rid
                 ln.released += 1
-            while finished and finished[0] <= t_min:
+            while finished and finished[0] == first_event:
                 t = heapq.heappop(finished)
                 if sent < n:
                     arr[order[sent]] = t
@@ -141,8 +145,8 @@ def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndar
         if unit.decode:
             horizon = min(in_flight[0][0] if in_flight else math.inf,
                           (finished[0] if finished else math.inf) + lead)
-            for j, u in enumerate(units):
-                if j != k and not math.isinf(acts[j]):
+            for j, u in enumerate(units):  # itself too when a request can finish on admission (one output token)
+                if (j != k or not new_steps) and not math.isinf(acts[j]):
                     out = u.next_output_s(acts[j], dec_floor if u.decode else 0.0, new_steps)
                     horizon = min(horizon, out + lead)
         else:  # a prefill iteration is never merged

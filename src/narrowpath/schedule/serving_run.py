@@ -368,10 +368,21 @@ def prefill_pool(scn: ServingScenario, calibration: Calibration | None) -> _Pool
 
 
 def check_fits(scn: ServingScenario) -> None:
-    """Refuse (one line) a load whose single request cannot fit a lane's KV cache."""
-    _, lim = resolve_limits(resolve_formats(scn, ()))
-    need = math.ceil(scn.load.max_seq_tokens / lim.block_tokens)
-    blocks = lim.memory.kv_tokens // scn.plan.pp // lim.block_tokens
-    if need > blocks:
-        raise SpecError("workload", f"a request of {scn.load.max_seq_tokens} tokens needs {need} KV blocks; one "
-                        f"lane of this deployment holds {blocks}")
+    """Refuse (one line) a load whose single request cannot fit a lane's KV cache (of either pool when the prefill
+    instances have a layout of their own)."""
+    scn = resolve_formats(scn, ())
+    scns = [scn]
+    if scn.plan.prefill_pool() is not None:
+        pool = scn.plan.prefill_pool()
+        scns.append(dataclasses.replace(scn, plan=pool, num_gpus=pool.num_gpus, chosen=()))
+    load = scn.load
+    prompt = max(r[1] for r in load.requests) if load.arrival == "trace" else load.input_tokens
+    for one in scns:  # a prefill instance holds the prompt only
+        _, lim = resolve_limits(one)
+        tokens = load.max_seq_tokens if one is scn else prompt
+        need = math.ceil(tokens / lim.block_tokens)
+        blocks = lim.memory.kv_tokens // one.plan.pp // lim.block_tokens
+        if need > blocks:
+            where = "one lane of this deployment" if one is scn else "one lane of its prefill instances"
+            raise SpecError("workload", f"a request of {tokens} tokens needs {need} KV blocks; {where} holds "
+                            f"{blocks}")

@@ -311,7 +311,8 @@ class Lane:
             if decode_lane:
                 while self._admissible():
                     rid = self.waiting.popleft()
-                    self.first[rid] = self.now  # the client reads the stream of the decode instance
+                    if rid not in self.prompt_of:  # the client reads the decode instance's stream (not again
+                        self.first[rid] = self.now  # when a preempted request is admitted anew)
                     if self.n_out[rid] <= 1:  # the prefill instance produced its only token
                         self._finish(rid)
                         continue

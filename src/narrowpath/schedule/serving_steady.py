@@ -12,7 +12,7 @@ import numpy as np
 
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
-from narrowpath.schedule.serving_run import poisson_arrivals_s, simulate, spec_gain, step_pricer
+from narrowpath.schedule.serving_run import poisson_arrivals_s, prefill_pool, simulate, spec_gain, step_pricer
 from narrowpath.schedule.serving_sim import Lane, LaneSpec
 from narrowpath.schedule.serving_stats import LaneTotals, summary
 from narrowpath.spec.calibration import Calibration
@@ -110,10 +110,13 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     else:
         isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
     per = small.dp * small.pp
-    budget = lim.max_num_tokens
+    pre_cost, pre_per, budget = cost, per, lim.max_num_tokens
+    if small.prefill_pool() is not None:  # prefill instances of their own layout and limits
+        pool = prefill_pool(scn, calibration)
+        pre_cost, pre_per, budget = pool.cost, pool.lanes_per_instance, pool.lim.max_num_tokens
     prompts = max(1.0, budget / isl)  # prompts an iteration finishes, each producing its first token
-    pre_rate = small.prefill_replicas * per * budget / isl / cost.iteration_s(budget, 0, 0, budget,
-                                                                           budget * (isl + 1) / 2, budget, prompts)
+    pre_rate = small.prefill_replicas * pre_per * budget / isl / pre_cost.iteration_s(
+        budget, 0, 0, budget, budget * (isl + 1) / 2, budget, prompts)
     B = lim.max_batch
     dec_rate = (small.replicas - small.prefill_replicas) * per * B / osl / cost.iteration_s(
         B, B, B * (isl + osl / 2))

@@ -299,22 +299,32 @@ class ServingScenario:
 
 def serving_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: System) -> list[tuple[str, str]]:
     """Cross-field violations of a serving deployment as (field, message); empty when consistent. A prefill pool
-    of its own layout is checked as a plan of its own (its fields named prefill_*)."""
+    of its own layout is checked as a plan of its own (its layout errors named prefill_*, the others said to be
+    the prefill pool's unless the decode instances have them too)."""
+    pool = plan.prefill_pool()
+    if pool is None:
+        return _layout_consistency(model, plan, num_gpus, system)
+    errs: list[tuple[str, str]] = []
+    if plan.num_gpus != num_gpus:
+        errs.append(("plan", f"(replicas − prefill_replicas)·tp·dp·pp + prefill_replicas·prefill tp·dp·pp = "
+                     f"{plan.replicas - plan.prefill_replicas}·{plan.instance_gpus} + {plan.prefill_replicas}·"
+                     f"{pool.instance_gpus} = {plan.num_gpus} does not equal num_gpus {num_gpus}"))
+    dec = dataclasses.replace(plan, **dict.fromkeys(PREFILL_KNOBS, 0))  # the decode instances, as one layout
+    errs += _layout_consistency(model, dec, dec.num_gpus, system)
+    for where, msg in _layout_consistency(model, pool, pool.num_gpus, system):
+        if (where, msg) in errs:
+            continue
+        if where.startswith("plan.") and where[5:] in ("tp", "dp", "ep", "pp"):
+            errs.append(("plan.prefill_" + where[5:], msg))
+        else:
+            errs.append((where, f"in the prefill pool: {msg}"))
+    return errs
+
+
+def _layout_consistency(model: Model, plan: ServingPlan, num_gpus: int, system: System) -> list[tuple[str, str]]:
+    """Cross-field violations of one layout (every instance alike)."""
     errs: list[tuple[str, str]] = []
     p = plan
-    pool = p.prefill_pool()
-    if pool is not None:
-        if p.num_gpus != num_gpus:
-            errs.append(("plan", f"(replicas − prefill_replicas)·tp·dp·pp + prefill_replicas·prefill tp·dp·pp = "
-                         f"{p.replicas - p.prefill_replicas}·{p.instance_gpus} + {p.prefill_replicas}·"
-                         f"{pool.instance_gpus} = {p.num_gpus} does not equal num_gpus {num_gpus}"))
-        for where, msg in serving_consistency(model, pool, pool.num_gpus, system):
-            if where.startswith("plan.") and where[5:] in ("tp", "dp", "ep", "pp"):
-                where = "plan.prefill_" + where[5:]
-            if (where, msg) not in errs:
-                errs.append((where, msg))
-        p = dataclasses.replace(p, **dict.fromkeys(PREFILL_KNOBS, 0))  # the decode pool, on its own GPU count
-        num_gpus = p.num_gpus
     if p.num_gpus != num_gpus:
         errs.append(("plan", f"replicas·tp·dp·pp = {p.replicas}·{p.tp}·{p.dp}·{p.pp} = {p.num_gpus} does not equal "
                      f"num_gpus {num_gpus}"))
