@@ -36,6 +36,15 @@ def test_the_32k_point_by_hand():
     c = one_shot_all_reduce(32768.0, pm)
     assert c.time_s == pytest.approx(pm.alpha_up_s + 7 * 32768 / (pm.up_bw * simple_ramp(32768)), rel=1e-12)
     assert c.latency_s == pm.alpha_up_s and c.algorithm == "one_shot" and c.wire_bytes_per_rank == 7 * 32768
+    assert (c.bottleneck_tier, c.protocol) == ("scale_up", "Simple")  # the accounts put its bytes on this tier
+    assert c.busbw_bytes_per_s == pytest.approx(32768 * 2 * 7 / 8 / c.time_s, rel=1e-12)
+
+
+def test_one_rank_or_no_bytes_cost_nothing():
+    s = system("dgx-h100")
+    cal = calibration_for(s.device.name)
+    assert p2p_all_reduce_time(0, span_of(8, ranks_per_domain=8, domains=1, axis="tp"), s, cal).time_s == 0.0
+    assert p2p_all_reduce_time(4096, span_of(1, ranks_per_domain=1, domains=1, axis="tp"), s, cal).time_s == 0.0
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])

@@ -161,3 +161,15 @@ def test_a_preempted_request_keeps_the_first_token_of_its_first_admission(monkey
                                     kv_memory_fraction=0.01), Load(arrival="trace", requests=reqs))).result
     assert res.totals.preemptions > 5
     np.testing.assert_array_equal(res.first_token_s, [admitted[i] for i in range(40)])
+
+
+@pytest.mark.parametrize("delay_ms", [0.5 * k for k in range(1, 25)])
+def test_a_lockstep_group_stops_a_two_step_run_for_an_idle_rank_arrival(delay_ms):
+    """Attention DP: rank 0 decodes a request with two steps left while rank 1 idles; a request arriving for rank
+    1 during the first of those steps is admitted at the boundary after it — the group's two-step run must stop
+    there, as stepping one iteration at a time does (arrivals swept over the steps' window)."""
+    reqs = [(0.0, 200, 3), (0.02 + delay_ms / 1e3, 200, 40)]
+    scn = _scn(ServingPlan(dp=2, ep=2), Load(arrival="trace", requests=reqs), "mixtral-8x7b")
+    a, b = simulate(scn).result, simulate(scn, merge=False).result
+    np.testing.assert_allclose(a.first_token_s, b.first_token_s, rtol=1e-12)
+    np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-12)

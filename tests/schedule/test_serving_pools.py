@@ -104,6 +104,17 @@ def test_the_prefill_pool_gets_its_own_stack_limits():
     assert run.limits.max_num_tokens == 128
     assert run.prefill_limits.max_num_tokens > 3000
     assert any(x.startswith("prefill max_num_tokens:") for x in run.result.notes)
+    assert any(x.startswith("policy:") for x in run.result.notes)  # the decode pool's choices are kept beside them
+
+
+def test_the_hand_off_note_names_the_fabric_it_crosses():
+    """Two tp-8 instances on 8-GPU NVLink domains hand off over the NICs; a tp-2 prefill instance beside a tp-2
+    decode instance stays inside one domain."""
+    load = Load(arrival="offline", input_tokens=1000, output_tokens=5, num_requests=4)
+    wide = simulate(_scn(ServingPlan(tp=8, replicas=2, prefill_replicas=1), load)).result.notes
+    near = simulate(_scn(ServingPlan(tp=2, replicas=2, prefill_replicas=1), load)).result.notes
+    assert any(x.startswith("KV hand-off of a 1000-token prompt") and x.endswith("(scale-out fabric)") for x in wide)
+    assert any(x.endswith("(scale-up fabric)") for x in near)
 
 
 def test_serve_runs_a_prefill_pool_from_flags(capsys):

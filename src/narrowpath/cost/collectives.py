@@ -340,8 +340,6 @@ def p2p_all_reduce_time(message_bytes: float, span: GroupSpan, system: System,
     """An all-reduce as a serving engine runs it: its one-shot peer-to-peer kernel inside one scale-up domain when
     that beats NCCL (small messages: one step of latency instead of a ring's 2(n − 1)), else NCCL's fastest
     (`collective_time`; the engines hand large messages and multi-node groups to NCCL)."""
-    nccl = collective_time("all_reduce", message_bytes, span, system, calibration)
-    if span.size <= 1 or message_bytes <= 0:
-        return nccl
+    nccl = collective_time("all_reduce", message_bytes, span, system, calibration)  # 0 for one rank or no bytes
     one = one_shot_all_reduce(float(message_bytes), path_model(span, system, calibration))
     return one if one is not None and one.time_s < nccl.time_s else nccl

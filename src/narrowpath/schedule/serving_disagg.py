@@ -112,7 +112,7 @@ def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndar
     seen = [0] * len(pre_lanes)
     sent, handed, n = concurrency, 0, len(order)
     pre_floor, dec_floor = floors_s
-    lead = pre_floor + (float(handoff_s.min()) if len(handoff_s) else 0.0)  # a request sent → its prompt handed off
+    lead = pre_floor + float(handoff_s.min())  # a request sent → its prompt handed off
     while True:
         for i, ln in enumerate(pre_lanes):
             for t, rid in ln.ready[seen[i]:]:
