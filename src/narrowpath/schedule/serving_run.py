@@ -2,8 +2,9 @@
 requests out on lanes and run each lane (schedule.serving_sim), or a static batch schedule.
 
 Lanes: an instance has dp attention-DP ranks × pp micro-batches; a colocated deployment has replicas × dp × pp
-lanes, all alike; a disaggregated one has prefill lanes (prefill_replicas × dp × pp) whose finished prompts reach
-the decode lanes after the KV hand-off. Requests go to lanes round-robin in arrival order (a load balancer in front
+lanes, all alike; a disaggregated one has prefill lanes (prefill_replicas × dp × pp of the prefill pool's own layout
+when it has one, `prefill_pool`) whose finished prompts reach the decode lanes after the KV hand-off — pool after
+pool in open loop, together in one event loop under a closed loop (schedule.serving_disagg). Requests go to lanes round-robin in arrival order (a load balancer in front
 of the replicas, TensorRT-LLM's attention-DP balancing inside an instance); the expert layers see every rank's
 tokens, so lanes are priced as if all ranks carried the same load.
 """
