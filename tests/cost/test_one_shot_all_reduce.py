@@ -71,11 +71,13 @@ def test_on_a_full_mesh_each_peer_copy_has_its_own_link():
     """Without a switch (pair_bw below the port's bandwidth) the n − 1 copies travel in parallel on n − 1 links:
     S over one link's bandwidth, not (n − 1)·S over the port's."""
     s = system("dgx-h100")
-    pm = path_model(span_of(8, ranks_per_domain=8, domains=1, axis="tp"), s, calibration_for(s.device.name))
-    mesh = dataclasses.replace(pm, pair_bw=pm.up_bw / 7)
+    pm = path_model(span_of(4, ranks_per_domain=4, domains=1, axis="tp"), s, calibration_for(s.device.name))
+    mesh = dataclasses.replace(pm, pair_bw=pm.up_bw / 7)  # 4 ranks of an 8-GPU mesh: 3·S at the port ≠ S per link
     S = 1 << 20
     assert one_shot_all_reduce(float(S), mesh).time_s == pytest.approx(
         pm.alpha_up_s + S / (pm.up_bw / 7 * simple_ramp(S)), rel=1e-12)
+    assert one_shot_all_reduce(float(S), pm).time_s == pytest.approx(
+        pm.alpha_up_s + 3 * S / (pm.up_bw * simple_ramp(S)), rel=1e-12)
 
 
 def test_a_stack_without_the_kernel_prices_nccl():
