@@ -172,3 +172,47 @@ def test_check_fits_holds_each_pool_to_what_it_keeps():
     with pytest.raises(SpecError, match="one lane of its prefill instances holds"):
         check_fits(ServingScenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, load=long,
                                    num_gpus=plan.num_gpus))
+
+
+@pytest.mark.parametrize("load", [
+    Load(arrival="poisson", rate_per_s=8, input_tokens=2000, output_tokens=100, num_requests=60),
+    Load(arrival="offline", concurrency=12, input_tokens=2000, output_tokens=100, num_requests=60),
+])
+def test_each_pool_accounts_its_own_work_and_the_run_both(load):
+    """The prefill pool computes every prompt token and no decode, the decode pool every decode token and no prompt;
+    the run's totals are their sums; the hand-offs are the prefill pool's (open and closed loop, a pool of its own
+    layout)."""
+    run = simulate(_scn(ServingPlan(replicas=3, prefill_replicas=1, prefill_tp=2), load))
+    res = run.result
+    pre, dec = res.pools["prefill"], res.pools["decode"]
+    assert (pre.gpus, pre.lanes, dec.gpus, dec.lanes) == (2, 1, 2, 2)
+    assert pre.totals.prompt_tokens == 60 * 2000 and pre.totals.decode_tokens == 0
+    assert dec.totals.decode_tokens == 60 * 99 and dec.totals.prompt_tokens == 0
+    assert pre.totals.handoff_s == pytest.approx(60 * run.cost.handoff_s(2000, run.prefill_cost), rel=1e-12)
+    assert dec.totals.handoff_s == 0
+    for f in ("iterations", "busy_s", "tokens", "kv_block_s", "preemptions", "handoff_s"):
+        assert getattr(res.totals, f) == pytest.approx(getattr(pre.totals, f) + getattr(dec.totals, f), rel=1e-12)
+    assert res.totals.kv_peak_blocks == max(pre.totals.kv_peak_blocks, dec.totals.kv_peak_blocks)
+    for pool in (pre, dec):
+        assert 0 < pool.busy_share(res.makespan_s) <= 1 and 0 < pool.kv_utilisation(res.makespan_s) < 1
+
+
+def test_serve_shows_which_pool_is_the_narrow_one(capsys):
+    """One prefill GPU for four decode GPUs on long prompts: the prefill pool iterates most of the run, the decode
+    pool less — the console line and the JSON say so."""
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--replicas", "5", "--prefill-replicas", "1",
+            "--rate", "6", "--input-len", "6000", "--output-len", "40", "--num-requests", "60"]
+    assert main(args) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("pools:")]
+    assert line and "prefill 1 GPUs busy" in line[0] and "decode 4 GPUs busy" in line[0]
+    assert main(args + ["--json"]) == 0
+    pools = json.loads(capsys.readouterr().out)["pools"]
+    assert pools["prefill"]["busy_share"] > 2 * pools["decode"]["busy_share"]
+    assert set(pools["decode"]) == {"gpus", "lanes", "busy_share", "kv_utilisation", "iterations", "prompt_tokens",
+                                    "decode_tokens", "handoff_s"}
+
+
+def test_a_colocated_run_has_no_pools():
+    res = simulate(_scn(ServingPlan(replicas=2), Load(arrival="offline", input_tokens=100, output_tokens=5,
+                                                       num_requests=8))).result
+    assert res.pools is None and res.kv_ready_s is None

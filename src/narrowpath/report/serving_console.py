@@ -38,6 +38,17 @@ def _plan_line(run: ServingRun) -> str:
     return ", ".join(parts)
 
 
+def _pool_lines(res) -> list[str]:
+    """A disaggregated deployment's pools apart: the share of the run each pool's lanes iterate (the one near 100 %
+    is the narrow pool) and their KV use."""
+    if res.pools is None:
+        return []
+    t = res.makespan_s
+    parts = [f"{name} {pool.gpus} GPUs busy {pool.busy_share(t):.0%} (KV {pool.kv_utilisation(t):.1%})"
+             for name, pool in res.pools.items()]
+    return ["  pools: " + ", ".join(parts)]
+
+
 def format_serving(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdict | None) -> str:
     scn, res, lim = run.scenario, run.result, run.limits
     load = scn.load
@@ -60,7 +71,7 @@ def format_serving(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdic
             f"{human_bytes(mem.kv_pool_bytes)} = {mem.kv_tokens:,} tokens ({mem.kv_blocks:,} blocks of "
             f"{lim.block_tokens}) per attention-DP rank",
             f"  KV cache use: {res.kv_utilisation:.1%} on average, {res.kv_peak_utilisation:.1%} at peak; "
-            f"{res.totals.preemptions} preemptions",
+            f"{res.totals.preemptions} preemptions"] + _pool_lines(res) + [
             f"  MFU {acc.mfu:.1%}   MBU {acc.mbu:.1%}   mean iteration {human_time(acc.mean.duration_s)}: "
             f"{acc.mean.decodes:.1f} decodes, {acc.mean.prompt_tokens:.0f} prompt tokens", ""]
     out.append("  where an iteration's time goes" + (f" (the GPU works {acc.gpu_busy_share:.0%} of it, waits for the "

@@ -51,6 +51,12 @@ def serving_to_json(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdi
     })
     if res.kv_ready_s is not None:  # disaggregated: the hand-off's end to the decode instance's admission
         out["decode_admission_wait_s"] = summary(res.first_token_s - res.kv_ready_s)
+    if res.pools is not None:
+        out["pools"] = {name: {"gpus": pool.gpus, "lanes": pool.lanes, "busy_share": pool.busy_share(res.makespan_s),
+                               "kv_utilisation": pool.kv_utilisation(res.makespan_s),
+                               "iterations": pool.totals.iterations, "prompt_tokens": pool.totals.prompt_tokens,
+                               "decode_tokens": pool.totals.decode_tokens, "handoff_s": pool.totals.handoff_s}
+                        for name, pool in res.pools.items()}
     if run.prefill_limits is not None:
         pl = run.prefill_limits
         out["prefill_pool"] = {"max_batch": pl.max_batch, "max_num_tokens": pl.max_num_tokens,

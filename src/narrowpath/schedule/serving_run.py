@@ -20,7 +20,7 @@ from narrowpath.errors import SimulationError, SpecError
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_layout_defaults, resolve_limits
 from narrowpath.schedule.serving_sim import Lane, LaneGroup, LaneSpec, linear_runs_s
-from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, ServingResult
+from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, PoolTotals, ServingResult
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingPlan, ServingScenario
 
@@ -223,6 +223,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     per_rank = p.dp * p.pp
     lane_blocks = lim.memory.kv_tokens // p.pp // lim.block_tokens
     tot = LaneTotals()
+    tot_pre, tot_dec = (LaneTotals(), LaneTotals()) if p.disaggregated else (tot, tot)  # summed into tot after
     log: list = []
     notes = [f"{k}: {v}" for k, v in scn.chosen]
     conc = scn.load.concurrency
@@ -232,7 +233,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         notes += [f"prefill {k}: {v}" for k, v in pre_pool.scn.chosen]
 
     def lane_groups(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray, groups: int = 0,
-                    lane_conc: int = -1, pool: _Pool = dec_pool) -> list[list[Lane]]:
+                    lane_conc: int = -1, pool: _Pool = dec_pool, totals: LaneTotals = tot) -> list[list[Lane]]:
         """Lanes i, i + 1, ... of one lockstep group are the dp attention-DP ranks of one instance micro-batch
         (of `pool`'s layout); `groups` > 0 builds only the first that many groups. Lane i serves rids_all[i::lanes];
         under a per-lane closed loop (`lane_conc` -1: the deployment's concurrency spread over its lanes) the
@@ -248,15 +249,15 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
                 lc = (-(-conc // lanes) if conc else 0) if lane_conc < 0 else lane_conc
                 if lc and lc < len(rids):
                     arr_v[rids[lc:]] = np.inf
-                group.append(Lane(spec, pool.step, rids, arr_v, n_in, n_out, first, finish, tot,
+                group.append(Lane(spec, pool.step, rids, arr_v, n_in, n_out, first, finish, totals,
                                   log if (log_lane and i == 0) else None, lc))
             out.append(group)
         return out
 
     def run_lanes(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray, groups: int = 0,
-                  pool: _Pool = dec_pool) -> list[Lane]:
+                  pool: _Pool = dec_pool, totals: LaneTotals = tot) -> list[Lane]:
         out = []
-        for group in lane_groups(rids_all, lanes, policy, arr_v, groups, pool=pool):
+        for group in lane_groups(rids_all, lanes, policy, arr_v, groups, pool=pool, totals=totals):
             if len(group) > 1:
                 LaneGroup(group).run()
             else:
@@ -279,21 +280,23 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
                     log if (log_lane and i == 0) else None)
     elif p.disaggregated and (pools_together or 0 < conc < n):
         sent = conc if 0 < conc < n else n
-        ready = closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre_pool, dec_pool, sent, tot, gain)
+        ready = closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre_pool, dec_pool, sent,
+                                          (tot_pre, tot_dec), gain)
         if sent < n:
             notes.append(f"closed loop across the pools: {conc} clients, each sending its next request when its last "
                          "one finishes decoding")
     elif p.disaggregated:
         pre_lanes = run_lanes(order, p.prefill_replicas * pre_pool.lanes_per_instance, "prefill-only", arr,
-                              pool=pre_pool)
+                              pool=pre_pool, totals=tot_pre)
         ready = np.full(n, np.inf)
         for lane in pre_lanes:
             for t, rid in lane.ready:
                 h = cost.handoff_s(int(n_in[rid]), pre_pool.cost)
                 ready[rid] = t + h
-                tot.handoff_s += h
+                tot_pre.handoff_s += h
         dec_lanes = (p.replicas - p.prefill_replicas) * per_rank
-        dec = run_lanes(np.argsort(ready, kind="stable"), dec_lanes, "decode-only", ready, decode_groups)
+        dec = run_lanes(np.argsort(ready, kind="stable"), dec_lanes, "decode-only", ready, decode_groups,
+                        totals=tot_dec)
         if decode_groups and len(dec) < dec_lanes:
             sampled = np.sort(np.concatenate([ln.rids for ln in dec]))
             notes.append(f"decode lanes sampled: {len(dec)} of {dec_lanes} (the requests they served)")
@@ -307,27 +310,37 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         scale = dec_lanes / len(dec)
     if np.isnan(finish).any():
         raise SimulationError(f"{int(np.isnan(finish).sum())} requests never finished")
+    pools = None
+    if p.disaggregated:
+        tot.add(tot_pre)
+        tot.add(tot_dec)
+        n_pre = p.prefill_replicas * pre_pool.lanes_per_instance
+        pools = {"prefill": PoolTotals(n_pre, p.prefill_replicas * pre_pool.plan.instance_gpus, pre_pool.lane_blocks,
+                                       tot_pre),
+                 "decode": PoolTotals(lanes_run - n_pre, (p.replicas - p.prefill_replicas) * p.instance_gpus,
+                                      lane_blocks, tot_dec)}
     res = ServingResult(arr, first, finish, n_in, n_out, lanes_run, lane_blocks, lim.block_tokens, tot, log, notes,
-                        ready)
+                        ready, pools)
     return ServingRun(scn, cost, lim, res, given, sampled, scale, pre_pool.cost if pre_pool is not dec_pool else None,
                       pre_pool.lim if pre_pool is not dec_pool else None)
 
 
 def closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre: _Pool, dec: _Pool, conc: int,
-                              tot: LaneTotals, gain: float) -> np.ndarray:
+                              totals: tuple[LaneTotals, LaneTotals], gain: float) -> np.ndarray:
     """Build a disaggregated deployment's lanes for the closed loop across its pools and run them together
     (schedule.serving_disagg): the first `conc` requests go out at their arrival times, the others as requests
-    finish; decode lanes start with empty request buffers. Returns when each prompt's KV cache reached the decode
-    pool."""
+    finish; decode lanes start with empty request buffers; `totals`: the prefill and the decode pool's sums (the
+    hand-offs go to the prefill pool's). Returns when each prompt's KV cache reached the decode pool."""
     from narrowpath.schedule.serving_disagg import run_closed_loop
     p = dec.plan
     arr[order[conc:]] = np.inf
     pre_groups = lane_groups(order, p.prefill_replicas * pre.lanes_per_instance, "prefill-only", arr, lane_conc=0,
-                             pool=pre)
+                             pool=pre, totals=totals[0])
     n = len(order)
     ready = np.full(n, np.inf)
     dec_count = (p.replicas - p.prefill_replicas) * dec.lanes_per_instance
-    dec_groups = lane_groups(np.zeros(n, dtype=np.int64), dec_count, "decode-only", ready, lane_conc=0, pool=dec)
+    dec_groups = lane_groups(np.zeros(n, dtype=np.int64), dec_count, "decode-only", ready, lane_conc=0, pool=dec,
+                             totals=totals[1])
     for group in dec_groups:
         for ln in group:
             ln.rids = np.zeros(-(-n // dec_count), dtype=np.int64)
@@ -337,7 +350,7 @@ def closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre: _Pool, 
     q = 1 + p.spec_tokens
     floors = (pre.step(1, 0, 0.0, 1, 1.0, 1.0, 0, q, 1), dec.step.decode_line(q, 1, 1, q)(0.0))  # cheapest iterations
     new_steps = max(0, math.ceil((int(n_out.min()) - 1) / gain - 1e-9))
-    run_closed_loop(pre_groups, dec_groups, order, arr, ready, handoff, conc, tot, floors, new_steps)
+    run_closed_loop(pre_groups, dec_groups, order, arr, ready, handoff, conc, totals[0], floors, new_steps)
     return ready
 
 

@@ -70,6 +70,14 @@ class LaneTotals:
     eager_decodes: float = 0.0
     eager_decode_ctx: float = 0.0
 
+    def add(self, other: "LaneTotals") -> None:
+        """Add another set of lanes' sums to these (the peak is the larger of the two)."""
+        for f in self.__dataclass_fields__:
+            if f == "kv_peak_blocks":
+                self.kv_peak_blocks = max(self.kv_peak_blocks, other.kv_peak_blocks)
+            else:
+                setattr(self, f, getattr(self, f) + getattr(other, f))
+
     def prompt_iteration(self, decodes: float, ctx: float, chunks: int, done: int) -> None:
         """Count an iteration with `chunks` prompt chunks (`done` of them finishing their prompt) beside `decodes`
         decodes reading `ctx` context tokens in all."""
@@ -91,6 +99,24 @@ class LaneTotals:
 
 
 @dataclass
+class PoolTotals:
+    """The lanes of one pool of a disaggregated deployment: how many, of how many GPUs, and their sums."""
+
+    lanes: int
+    gpus: int
+    kv_blocks_per_lane: int
+    totals: LaneTotals
+
+    def busy_share(self, makespan_s: float) -> float:
+        """Mean share of the run its lanes spend iterating: the pool's own load (one near 1 is the narrow pool)."""
+        return self.totals.busy_s / (self.lanes * makespan_s) if self.lanes and makespan_s > 0 else 0.0
+
+    def kv_utilisation(self, makespan_s: float) -> float:
+        cap = self.kv_blocks_per_lane * self.lanes * makespan_s
+        return self.totals.kv_block_s / cap if cap > 0 else 0.0
+
+
+@dataclass
 class ServingResult:
     """A simulated run."""
 
@@ -108,6 +134,9 @@ class ServingResult:
     kv_ready_s: np.ndarray | None = None
     """Disaggregated: when each prompt's KV cache reaches the decode pool (prompt done + hand-off; the client's first
     token comes when a decode lane then admits it); None when colocated."""
+    pools: dict[str, PoolTotals] | None = None
+    """Disaggregated: the `prefill` and `decode` pools' lanes and sums apart (`totals` holds both); None when
+    colocated."""
 
     @property
     def makespan_s(self) -> float:
