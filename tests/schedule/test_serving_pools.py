@@ -216,3 +216,26 @@ def test_a_colocated_run_has_no_pools():
     res = simulate(_scn(ServingPlan(replicas=2), Load(arrival="offline", input_tokens=100, output_tokens=5,
                                                        num_requests=8))).result
     assert res.pools is None and res.kv_ready_s is None
+
+
+def test_a_pools_shares_by_hand():
+    """Two lanes busy 0.6 s in all over a 0.5 s run: 0.6 / (2 · 0.5) = 0.6 of their time; 0.2 block-seconds over one
+    block per lane: 0.2 / (1 · 2 · 0.5) = 0.2. No lanes or no run: 0."""
+    from narrowpath.schedule.serving_stats import LaneTotals, PoolTotals
+    pool = PoolTotals(lanes=2, gpus=2, kv_blocks_per_lane=1, totals=LaneTotals(busy_s=0.6, kv_block_s=0.2))
+    assert pool.busy_share(0.5) == pytest.approx(0.6, rel=1e-12)
+    assert pool.kv_utilisation(0.5) == pytest.approx(0.2, rel=1e-12)
+    assert PoolTotals(lanes=2, gpus=2, kv_blocks_per_lane=3, totals=LaneTotals(busy_s=1.0, kv_block_s=1.0)) \
+        .kv_utilisation(2.0) == pytest.approx(1 / 12, rel=1e-12)
+    for empty in (PoolTotals(0, 0, 1, LaneTotals(busy_s=1.0, kv_block_s=1.0)),):
+        assert empty.busy_share(1.0) == 0.0 and empty.kv_utilisation(1.0) == 0.0
+    assert pool.busy_share(0.0) == 0.0 and pool.kv_utilisation(0.0) == 0.0
+
+
+def test_a_pipelined_prefill_pool_counts_its_lanes():
+    """A prefill instance of 2 stages has 2 lanes (one micro-batch a stage), the decode instances one each."""
+    load = Load(arrival="offline", input_tokens=1000, output_tokens=10, num_requests=16)
+    res = simulate(_scn(ServingPlan(replicas=3, prefill_replicas=1, prefill_pp=2), load)).result
+    assert (res.pools["prefill"].lanes, res.pools["prefill"].gpus) == (2, 2)
+    assert (res.pools["decode"].lanes, res.pools["decode"].gpus) == (2, 2)
+    assert res.lanes == 4
