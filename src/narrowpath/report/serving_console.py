@@ -9,17 +9,21 @@ from narrowpath.schedule.serving_run import ServingRun
 from narrowpath.schedule.serving_stats import STATS
 
 
+def _layout(p, moe: bool) -> list[str]:
+    """tp, pp, attention dp and (MoE) ep of one layout."""
+    return [f"tp {p.tp}", f"pp {p.pp}"] + ([f"attention dp {p.dp}"] if p.dp > 1 else []) + \
+        ([f"ep {p.ep}"] if moe else [])
+
+
 def _plan_line(run: ServingRun) -> str:
     p, lim = run.scenario.plan, run.limits
-    parts = [f"tp {p.tp}", f"pp {p.pp}"] + ([f"attention dp {p.dp}"] if p.dp > 1 else []) \
-        + ([f"ep {p.ep}"] if run.scenario.model.moe is not None else []) \
+    parts = _layout(p, run.scenario.model.moe is not None) \
         + ([f"expert balance {p.expert_balance}"] if run.scenario.model.moe is not None and p.ep > 1 else []) \
         + ([f"{p.redundant_experts} redundant experts"] if p.redundant_experts else []) \
         + [f"replicas {p.replicas}"]
     if p.disaggregated and run.prefill_limits is not None:
-        q, ql = p.prefill_pool(), run.prefill_limits
-        layout = f"tp {q.tp}, pp {q.pp}" + (f", attention dp {q.dp}" if q.dp > 1 else "") \
-            + (f", ep {q.ep}" if run.scenario.model.moe is not None else "")
+        ql = run.prefill_limits
+        layout = ", ".join(_layout(p.prefill_pool(), run.scenario.model.moe is not None))
         parts.append(f"{p.prefill_replicas} prefill-only of their own layout ({layout}, max batch {ql.max_batch}, "
                      f"token budget {ql.max_num_tokens})")
     elif p.disaggregated:

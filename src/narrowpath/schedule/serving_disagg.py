@@ -48,11 +48,11 @@ def lane_action_s(ln: Lane) -> float:
 class Unit:
     """A lane, or a lockstep group of lanes, the event loop advances one iteration at a time."""
 
-    __slots__ = ("lanes", "group", "decode")
+    __slots__ = ("lanes", "stepper", "decode")
 
     def __init__(self, lanes: list[Lane], decode: bool):
         self.lanes, self.decode = lanes, decode
-        self.group = LaneGroup(lanes) if len(lanes) > 1 else None
+        self.stepper = LaneGroup(lanes) if len(lanes) > 1 else lanes[0]
 
     def next_output_s(self, action_s: float, floor_s: float, new_steps: int) -> float:
         """Earliest time of the unit's next output (a prompt done, a request finished), given its action time, its
@@ -75,18 +75,7 @@ class Unit:
         return max(now, min(lane_action_s(ln) for ln in lanes))
 
     def advance(self, horizon: float) -> None:
-        for ln in self.lanes:
-            ln.horizon = horizon
-        if self.group is not None:
-            self.group.advance(horizon)
-            return
-        ln = self.lanes[0]
-        st = ln.prepare()
-        if isinstance(st, float):
-            if not math.isinf(st):
-                ln.now = st
-            return
-        ln.commit(st, st.n_max, st.duration(st.n_max))
+        self.stepper.advance(horizon)
 
 
 def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndarray, arr: np.ndarray,
@@ -122,7 +111,9 @@ def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndar
             seen[i] = len(ln.ready)
         acts = [u.action_s() for u in units]
         t_min = min(acts)
-        first_event = min(in_flight[0][0] if in_flight else math.inf, finished[0] if finished else math.inf)
+        next_handed = in_flight[0][0] if in_flight else math.inf
+        next_sent = finished[0] if finished else math.inf
+        first_event = min(next_handed, next_sent)
         if first_event <= t_min and not math.isinf(first_event):
             # final; hand out only the earliest (the unit it wakes may produce events before the next one)
             while in_flight and in_flight[0][0] == first_event:
@@ -143,8 +134,7 @@ def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndar
         k = acts.index(t_min)
         unit = units[k]
         if unit.decode:
-            horizon = min(in_flight[0][0] if in_flight else math.inf,
-                          (finished[0] if finished else math.inf) + lead)
+            horizon = min(next_handed, next_sent + lead)
             for j, u in enumerate(units):  # itself too when a request can finish on admission (one output token)
                 if (j != k or not new_steps) and not math.isinf(acts[j]):
                     out = u.next_output_s(acts[j], dec_floor if u.decode else 0.0, new_steps)

@@ -267,54 +267,51 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
 
     order = np.argsort(arr, kind="stable")
     sampled = ready = None
+    n_pre = p.prefill_replicas * pre_pool.lanes_per_instance  # prefill lanes (0 colocated)
+    n_dec = (p.replicas - p.prefill_replicas) * per_rank  # lanes that decode (every lane when colocated)
     if p.disaggregated:
         gpus = p.instance_gpus + pre_pool.plan.instance_gpus
         fabric = "scale-up" if gpus <= scn.system.scale_up_domain else "scale-out"
         h = cost.handoff_s(int(n_in.mean()), pre_pool.cost)
         notes.append(f"KV hand-off of a {int(n_in.mean())}-token prompt: {h * 1e3:.2f} ms per request ({fabric} "
                      "fabric)")
+        sizes, inverse = np.unique(n_in, return_inverse=True)
+        handoff = np.array([cost.handoff_s(int(x), pre_pool.cost) for x in sizes])[inverse]  # per request
     if p.policy == "static":
-        lanes = p.replicas * per_rank
-        for i in range(lanes):
-            _static(cost, lim, order[i::lanes], arr, n_in, n_out, first, finish, tot,
+        for i in range(n_dec):
+            _static(cost, lim, order[i::n_dec], arr, n_in, n_out, first, finish, tot,
                     log if (log_lane and i == 0) else None)
     elif p.disaggregated and (pools_together or 0 < conc < n):
         sent = conc if 0 < conc < n else n
-        ready = closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre_pool, dec_pool, sent,
-                                          (tot_pre, tot_dec), gain)
+        ready = closed_loop_disaggregated(lane_groups, order, arr, handoff, n_out, pre_pool, dec_pool, sent,
+                                          (tot_pre, tot_dec), gain, n_pre, n_dec)
         if sent < n:
             notes.append(f"closed loop across the pools: {conc} clients, each sending its next request when its last "
                          "one finishes decoding")
     elif p.disaggregated:
-        pre_lanes = run_lanes(order, p.prefill_replicas * pre_pool.lanes_per_instance, "prefill-only", arr,
-                              pool=pre_pool, totals=tot_pre)
+        pre_lanes = run_lanes(order, n_pre, "prefill-only", arr, pool=pre_pool, totals=tot_pre)
         ready = np.full(n, np.inf)
         for lane in pre_lanes:
             for t, rid in lane.ready:
-                h = cost.handoff_s(int(n_in[rid]), pre_pool.cost)
-                ready[rid] = t + h
-                tot_pre.handoff_s += h
-        dec_lanes = (p.replicas - p.prefill_replicas) * per_rank
-        dec = run_lanes(np.argsort(ready, kind="stable"), dec_lanes, "decode-only", ready, decode_groups,
+                ready[rid] = t + handoff[rid]
+                tot_pre.handoff_s += float(handoff[rid])
+        dec = run_lanes(np.argsort(ready, kind="stable"), n_dec, "decode-only", ready, decode_groups,
                         totals=tot_dec)
-        if decode_groups and len(dec) < dec_lanes:
+        if decode_groups and len(dec) < n_dec:
             sampled = np.sort(np.concatenate([ln.rids for ln in dec]))
-            notes.append(f"decode lanes sampled: {len(dec)} of {dec_lanes} (the requests they served)")
+            notes.append(f"decode lanes sampled: {len(dec)} of {n_dec} (the requests they served)")
     else:
-        run_lanes(order, p.replicas * per_rank, p.policy, arr)
-    lanes_run = p.prefill_replicas * pre_pool.lanes_per_instance + (p.replicas - p.prefill_replicas) * per_rank
-    scale = 1.0
+        run_lanes(order, n_dec, p.policy, arr)
+    lanes_run, scale = n_pre + n_dec, 1.0
     if sampled is not None:
         arr, first, finish, n_in, n_out, ready = (a[sampled] for a in (arr, first, finish, n_in, n_out, ready))
-        lanes_run = p.prefill_replicas * pre_pool.lanes_per_instance + len(dec)
-        scale = dec_lanes / len(dec)
+        lanes_run, scale = n_pre + len(dec), n_dec / len(dec)
     if np.isnan(finish).any():
         raise SimulationError(f"{int(np.isnan(finish).sum())} requests never finished")
     pools = None
     if p.disaggregated:
         tot.add(tot_pre)
         tot.add(tot_dec)
-        n_pre = p.prefill_replicas * pre_pool.lanes_per_instance
         pools = {"prefill": PoolTotals(n_pre, p.prefill_replicas * pre_pool.plan.instance_gpus, pre_pool.lane_blocks,
                                        tot_pre),
                  "decode": PoolTotals(lanes_run - n_pre, (p.replicas - p.prefill_replicas) * p.instance_gpus,
@@ -325,28 +322,26 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
                       pre_pool.lim if pre_pool is not dec_pool else None)
 
 
-def closed_loop_disaggregated(lane_groups, order, arr, n_in, n_out, pre: _Pool, dec: _Pool, conc: int,
-                              totals: tuple[LaneTotals, LaneTotals], gain: float) -> np.ndarray:
+def closed_loop_disaggregated(lane_groups, order, arr, handoff, n_out, pre: _Pool, dec: _Pool, conc: int,
+                              totals: tuple[LaneTotals, LaneTotals], gain: float, n_pre: int,
+                              n_dec: int) -> np.ndarray:
     """Build a disaggregated deployment's lanes for the closed loop across its pools and run them together
     (schedule.serving_disagg): the first `conc` requests go out at their arrival times, the others as requests
     finish; decode lanes start with empty request buffers; `totals`: the prefill and the decode pool's sums (the
-    hand-offs go to the prefill pool's). Returns when each prompt's KV cache reached the decode pool."""
+    hand-offs go to the prefill pool's); `handoff` per request; `n_pre`, `n_dec` the pools' lanes. Returns when each
+    prompt's KV cache reached the decode pool."""
     from narrowpath.schedule.serving_disagg import run_closed_loop
     p = dec.plan
     arr[order[conc:]] = np.inf
-    pre_groups = lane_groups(order, p.prefill_replicas * pre.lanes_per_instance, "prefill-only", arr, lane_conc=0,
-                             pool=pre, totals=totals[0])
+    pre_groups = lane_groups(order, n_pre, "prefill-only", arr, lane_conc=0, pool=pre, totals=totals[0])
     n = len(order)
     ready = np.full(n, np.inf)
-    dec_count = (p.replicas - p.prefill_replicas) * dec.lanes_per_instance
-    dec_groups = lane_groups(np.zeros(n, dtype=np.int64), dec_count, "decode-only", ready, lane_conc=0, pool=dec,
+    dec_groups = lane_groups(np.zeros(n, dtype=np.int64), n_dec, "decode-only", ready, lane_conc=0, pool=dec,
                              totals=totals[1])
     for group in dec_groups:
         for ln in group:
-            ln.rids = np.zeros(-(-n // dec_count), dtype=np.int64)
+            ln.rids = np.zeros(-(-n // n_dec), dtype=np.int64)
             ln.released = 0
-    sizes, inverse = np.unique(n_in, return_inverse=True)
-    handoff = np.array([dec.cost.handoff_s(int(x), pre.cost) for x in sizes])[inverse]
     q = 1 + p.spec_tokens
     floors = (pre.step(1, 0, 0.0, 1, 1.0, 1.0, 0, q, 1), dec.step.decode_line(q, 1, 1, q)(0.0))  # cheapest iterations
     new_steps = max(0, math.ceil((int(n_out.min()) - 1) / gain - 1e-9))
@@ -386,8 +381,8 @@ def check_fits(scn: ServingScenario) -> None:
     instances have a layout of their own)."""
     scn = resolve_formats(scn, ())
     scns = [scn]
-    if scn.plan.prefill_pool() is not None:
-        pool = scn.plan.prefill_pool()
+    pool = scn.plan.prefill_pool()
+    if pool is not None:
         scns.append(dataclasses.replace(scn, plan=pool, num_gpus=pool.num_gpus, chosen=()))
     load = scn.load
     prompt = max(r[1] for r in load.requests) if load.arrival == "trace" else load.input_tokens

@@ -12,8 +12,8 @@ in-flight batching):
   fits whole); `prefill-first` runs an iteration of prompts alone whenever a waiting request can be admitted;
 - the iteration that finishes a prompt emits the request's first token — in a disaggregated deployment the client
   reads it when a decode lane admits the request (its KV cache handed off and a slot free: TensorRT-LLM's
-  disaggregated server, SGLang's and Dynamo's stream the decode instance's response); each decode iteration one more (under
-  speculative decoding (1 − α^(k+1))/(1 − α) on average, Leviathan et al. 2023 eq. 1);
+  disaggregated server, SGLang's and Dynamo's stream the decode instance's response); each decode iteration one
+  more (under speculative decoding (1 − α^(k+1))/(1 − α) on average, Leviathan et al. 2023 eq. 1);
 - `reserve` admission takes blocks for prompt + output up front and never preempts; `on-demand` takes blocks as
   the context grows and, when a step would overflow, preempts the newest running request, which re-queues at the
   head and recomputes its prompt plus what it generated (vLLM recompute preemption);
@@ -291,14 +291,21 @@ class Lane:
 
     def run(self) -> None:
         """Serve the lane's requests to the end, one iteration (or merged decode steps) at a time."""
-        while True:
-            step = self.prepare()
-            if not isinstance(step, Step):
-                if math.isinf(step):
-                    return
-                self.now = step
-                continue
-            self.commit(step, step.n_max, step.duration(step.n_max))
+        while self.advance():
+            pass
+
+    def advance(self, horizon: float = math.inf) -> bool:
+        """One iteration (or merged decode steps), or the wait for the next arrival; False when idle with no known
+        arrival. `horizon`: `self.horizon` for this step."""
+        self.horizon = horizon
+        step = self.prepare()
+        if not isinstance(step, Step):
+            if math.isinf(step):
+                return False
+            self.now = step
+            return True
+        self.commit(step, step.n_max, step.duration(step.n_max))
+        return True
 
     def prepare(self) -> "Step | float":
         """Decide the next iteration (admissions, preemptions and block allocations included) and return it, or
@@ -533,6 +540,8 @@ class LaneGroup:
         lane is idle with no known arrival. `horizon`: the earliest time a request not yet known could reach a lane
         (a merged run that an idle rank could join stops at the boundary after it)."""
         lanes = self.lanes
+        for ln in lanes:
+            ln.horizon = horizon
         steps = [ln.prepare() for ln in lanes]
         act = [(ln, st) for ln, st in zip(lanes, steps) if isinstance(st, Step)]
         idle = [st for st in steps if not isinstance(st, Step)]

@@ -92,8 +92,8 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     each fed its round-robin share of that stream, as `steady_lane` serves one lane of a colocated deployment.
     TPOT is read on the group's requests after the first batch of requests (a batch per decode lane), over half a
     batch more per lane (at least 16 requests per group), TTFT on the group's requests after that first batch (the
-    client's first token comes when a decode lane admits the request); the deployment's rate is the group's — its tokens over its own window, first
-    arrival to last finish — times the groups. (The whole deployment's window also held the other groups' offsets
+    client's first token comes when a decode lane admits the request); the deployment's rate is the group's — its
+    tokens over its own window, first arrival to last finish — times the groups. (The whole deployment's window also held the other groups' offsets
     in the stream, so it read up to a few per cent lower, most at small batches.)"""
     p = scn.plan
     g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
