@@ -72,6 +72,17 @@ def _space(args) -> ServeSpace:
     return ServeSpace(model, system, gpus, load, plan, pins, disaggregation=args.disaggregation)
 
 
+def _prefill(plan: ServingPlan) -> str | int:
+    """The table's prefill column: '-' (no disaggregation), the prefill instances among the replicas, or with a
+    layout of their own, e.g. '2 × tp2 dp1 ep1 pp1' (they are then counted in replicas too)."""
+    pool = plan.prefill_pool()
+    if not plan.prefill_replicas:
+        return "-"
+    if pool is None:
+        return plan.prefill_replicas
+    return f"{plan.prefill_replicas} × tp{pool.tp} dp{pool.dp} ep{pool.ep} pp{pool.pp}"
+
+
 def run_serve_search(args) -> int:
     if args.slo_ttft is None or args.slo_tpot is None:
         raise SpecError("--slo-ttft/--slo-tpot", "a serving search needs both latency SLOs, in seconds")
@@ -97,7 +108,9 @@ def run_serve_search(args) -> int:
         print(json.dumps({"num_plans": res.num_plans, "meets_slo": len(res.ranked), "missed_slo": len(res.missed),
                           "failed": res.failed, "elapsed_s": res.elapsed_s, "stat": res.stat,
                           "ranked": [{"plan": {k: getattr(c.plan, k) for k in ("tp", "pp", "dp", "ep", "replicas",
-                                                                                 "prefill_replicas", "max_batch",
+                                                                                 "prefill_replicas", "prefill_tp",
+                                                                                 "prefill_dp", "prefill_ep",
+                                                                                 "prefill_pp", "max_batch",
                                                                                  "weight_precision", "kv_precision",
                                                                                  "ep_dispatch", "expert_balance",
                                                                                  "redundant_experts")},
@@ -107,7 +120,7 @@ def run_serve_search(args) -> int:
     print(f"serving plans of {space.model.name} on {space.num_gpus} × {space.system.device.name}, "
           f"{space.load.input_tokens} + {space.load.output_tokens} tokens per request; SLO {args.slo_stat} TTFT ≤ "
           f"{args.slo_ttft:g} s, TPOT ≤ {args.slo_tpot:g} s")
-    rows = [[i + 1, c.plan.tp, c.plan.pp, c.plan.dp, c.plan.ep, c.plan.replicas, c.plan.prefill_replicas or "-",
+    rows = [[i + 1, c.plan.tp, c.plan.pp, c.plan.dp, c.plan.ep, c.plan.replicas, _prefill(c.plan),
              c.plan.max_batch, c.output_tokens_per_s_per_gpu, c.ttft_s * 1e3, c.tpot_s * 1e3] for i, c in enumerate(top)]
     print(table(["rank", "tp", "pp", "dp", "ep", "replicas", "prefill", "batch", "out tok/s/GPU",
                  f"TTFT {args.slo_stat} (ms)", f"TPOT {args.slo_stat} (ms)"], rows))

@@ -187,7 +187,8 @@ def _log(log, tot: LaneTotals, now, dt, steps, dec, prompt, blocks) -> None:
 
 def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration: Calibration | None = None,
              *, log_lane: bool = True, merge: bool = True, cost: ServingCost | None = None,
-             decode_groups: int = 0, pools_together: bool = False) -> ServingRun:
+             decode_groups: int = 0, pools_together: bool = False,
+             prefill_cost: ServingCost | None = None) -> ServingRun:
     """Resolve the defaults of `scn` and simulate its load (module docstring). `cost`: an iteration cost model
     of the same layout and formats to reuse (a search prices a layout once for all its batch limits).
     `decode_groups` k > 0 (a disaggregated deployment): every prefill lane runs, but only the first k lockstep
@@ -198,7 +199,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     the sampled decode lanes only. What the serving search's
     steady state reads; `serve` simulates every lane. A disaggregated deployment under a closed loop runs its pools
     together (schedule.serving_disagg); `pools_together` runs an open-loop one so too (the reference its faster
-    pool-after-pool run is checked against)."""
+    pool-after-pool run is checked against). `prefill_cost`: the same for a prefill pool of its own layout."""
     if decode_groups < 0:
         raise ValueError(f"decode_groups must be >= 0, got {decode_groups}")
     scn, open_knobs = resolve_layout_defaults(scn, open_knobs)
@@ -229,7 +230,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     conc = scn.load.concurrency
     dec_pool = pre_pool = _Pool(p, lim, cost, step, lane_blocks)
     if p.prefill_pool() is not None:
-        pre_pool = prefill_pool(scn, calibration)
+        pre_pool = prefill_pool(scn, calibration, prefill_cost)
         notes += [f"prefill {k}: {v}" for k, v in pre_pool.scn.chosen]
 
     def lane_groups(rids_all: np.ndarray, lanes: int, policy: str, arr_v: np.ndarray, groups: int = 0,
@@ -365,13 +366,16 @@ class _Pool:
         return self.plan.dp * self.plan.pp
 
 
-def prefill_pool(scn: ServingScenario, calibration: Calibration | None) -> _Pool:
+def prefill_pool(scn: ServingScenario, calibration: Calibration | None, cost: ServingCost | None = None) -> _Pool:
     """A disaggregated deployment's prefill instances of their own layout (ServingPlan.prefill_pool): their limits
-    (stack defaults for that layout unless given) and iteration cost."""
+    (stack defaults for that layout unless given) and iteration cost (`cost`, one of this pool's layout and formats
+    already built, is reused when its grid covers the pool's limits)."""
     pool = scn.plan.prefill_pool()
     pscn, lim = resolve_limits(dataclasses.replace(scn, plan=pool, num_gpus=pool.num_gpus, chosen=()))
     q = 1 + pool.spec_tokens
-    cost = ServingCost(pscn, max(lim.max_num_tokens, lim.max_batch * q), calibration)
+    if cost is None or cost.grid[-1] < max(lim.max_num_tokens, lim.max_batch * q):
+        cost = ServingCost(pscn, max(lim.max_num_tokens, lim.max_batch * q), calibration)
+    cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     return _Pool(pscn.plan, lim, cost, step_pricer(cost, pool.spec_draft_layers, pool.spec_tokens),
                  lim.memory.kv_tokens // pool.pp // lim.block_tokens, pscn)
 

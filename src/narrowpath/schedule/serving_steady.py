@@ -78,6 +78,38 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     return SteadyLane(rate * lanes, summary((first - arr)[keep]), summary(tpot), lanes)
 
 
+def prefill_rate_per_s(cost: ServingCost, lanes: int, budget: int, isl: float) -> float:
+    """Prompts per second one instance of `lanes` lanes finishes when every iteration is a full token budget of
+    prompts of `isl` tokens (each producing its first token): its prefill capacity."""
+    prompts = max(1.0, budget / isl)
+    return lanes * budget / isl / cost.iteration_s(budget, 0, 0, budget, budget * (isl + 1) / 2, budget, prompts)
+
+
+def decode_rate_per_s(cost: ServingCost, lanes: int, batch: int, isl: float, osl: float) -> float:
+    """Requests per second one instance of `lanes` lanes finishes decoding with every lane's batch full (`batch`
+    sequences at their mean context, isl + osl / 2): its decode capacity."""
+    return lanes * batch / osl / cost.iteration_s(batch, batch, batch * (isl + osl / 2))
+
+
+def matched_split(num_gpus: int, decode_gpus: int, prefill_gpus: int, decode_rate: float, prefill_rate: float
+                  ) -> tuple[int, int] | None:
+    """(decode instances, prefill instances) of a disaggregated deployment on exactly `num_gpus` GPUs, at least one of
+    each, whose request rate min(prefill instances · prefill_rate, decode instances · decode_rate) is highest — the
+    replication step of DistServe's placement (Zhong et al., OSDI 2024, §4.1, Algorithm 1: each phase's instance
+    layout chosen for its own goodput, then instances replicated until the two phases' rates match); ties go to
+    fewer prefill GPUs. None when no split fills the GPUs exactly."""
+    best, key = None, None
+    for n_pre in range(1, (num_gpus - decode_gpus) // prefill_gpus + 1):
+        rest = num_gpus - n_pre * prefill_gpus
+        if rest < decode_gpus or rest % decode_gpus:
+            continue
+        n_dec = rest // decode_gpus
+        k = (min(n_pre * prefill_rate, n_dec * decode_rate), -n_pre * prefill_gpus)
+        if key is None or k > key:
+            best, key = (n_dec, n_pre), k
+    return best
+
+
 DISAGG_LOAD = 0.9
 """Share of its estimated capacity at which a disaggregated deployment's steady state is measured."""
 
@@ -110,16 +142,13 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     else:
         isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
     per = small.dp * small.pp
-    pre_cost, pre_per, budget = cost, per, lim.max_num_tokens
+    pre_cost, pre_per, budget, own = cost, per, lim.max_num_tokens, None
     if small.prefill_pool() is not None:  # prefill instances of their own layout and limits
         pool = prefill_pool(scn, calibration)
-        pre_cost, pre_per, budget = pool.cost, pool.lanes_per_instance, pool.lim.max_num_tokens
-    prompts = max(1.0, budget / isl)  # prompts an iteration finishes, each producing its first token
-    pre_rate = small.prefill_replicas * pre_per * budget / isl / pre_cost.iteration_s(
-        budget, 0, 0, budget, budget * (isl + 1) / 2, budget, prompts)
+        pre_cost, pre_per, budget, own = pool.cost, pool.lanes_per_instance, pool.lim.max_num_tokens, pool.cost
+    pre_rate = small.prefill_replicas * prefill_rate_per_s(pre_cost, pre_per, budget, isl)
     B = lim.max_batch
-    dec_rate = (small.replicas - small.prefill_replicas) * per * B / osl / cost.iteration_s(
-        B, B, B * (isl + osl / 2))
+    dec_rate = (small.replicas - small.prefill_replicas) * decode_rate_per_s(cost, per, B, isl, osl)
     groups = (small.replicas - small.prefill_replicas) * small.pp  # lockstep groups of dp decode lanes
     warm = B * groups * small.dp
     n = warm + max(int(warm * (batches - 1)), 16 * groups)
@@ -131,7 +160,8 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
                                    concurrency=0)
     else:
         load = dataclasses.replace(load, arrival="poisson", rate_per_s=rate, num_requests=n, concurrency=0)
-    run = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost, decode_groups=1)
+    run = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost, decode_groups=1,
+                   prefill_cost=own)
     res = run.result
     ids = np.arange(n) if run.sampled is None else run.sampled
     keep = ids >= warm

@@ -2,6 +2,14 @@
 batch limit for a model on a fixed number of GPUs, each served at its steady state, ranked by output tokens/s
 per GPU among the plans that meet the latency SLOs.
 
+Disaggregated plans come two ways: prefill instances of the decode instances' layout (a quarter or half of the
+replicas), and — as DistServe places them (Zhong et al., OSDI 2024, §4.1) — prefill instances of a layout of their
+own: each layout's prefill capacity per GPU (prompts at its stack's token budget) and decode capacity per GPU (at
+each batch limit) are read off the first pass, the best `prefill_layouts` prefill layouts whose one full prompt
+iteration fits the TTFT SLO are paired with the best `decode_layouts` decode layouts whose full-batch step fits the
+TPOT SLO, and each pair's instance counts are matched to the two phases' rates on the GPUs given
+(schedule.serving_steady.matched_split); the pairs are then served at their steady state like every other plan.
+
 A plan is evaluated by schedule.serving_steady.steady_lane: a closed loop keeps each lane's batch (the plan's
 max_batch) full with requests of the load's lengths; TTFT and TPOT are read at a percentile (default p90) over the
 requests after a warm-up batch, and throughput is the saturated rate. This is the batch-size sweep serving
@@ -38,6 +46,10 @@ class ServeSpace:
     pins: dict = field(default_factory=dict)
     batches: tuple[int, ...] = BATCHES
     disaggregation: bool = True
+    prefill_layouts: int = 2
+    """Prefill layouts of their own paired with decode layouts (0: prefill instances only of the decode layout)."""
+    decode_layouts: int = 3
+    """Decode layouts each such prefill layout is paired with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +60,24 @@ class ServeCandidate:
     tpot_s: float = 0.0
     meets_slo: bool = False
     failure: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseCapacity:
+    """What one instance of a layout does in each phase alone, read in the first pass (colocated plans)."""
+
+    layout: ServingPlan
+    """The colocated plan of the layout (its tp, dp, ep, pp)."""
+    prefill_per_s: float
+    """Prompts per second at its stack's token budget (schedule.serving_steady.prefill_rate_per_s)."""
+    prefill_iteration_s: float
+    """One full token budget's iteration: no prompt's first token comes sooner at that rate."""
+    decode: dict
+    """Batch limit -> (requests per second decoded with the batch full, one full-batch step in seconds)."""
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.instance_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,36 +134,143 @@ def serve_layouts(space: ServeSpace) -> list[ServingPlan]:
 
 
 def count_plans(space: ServeSpace) -> int:
+    """Plans of the first pass (every layout and batch limit); the search adds the pairs of prefill and decode
+    layouts that pass reads off it (pool_pairs)."""
     batches = [space.pins["max_batch"]] if "max_batch" in space.pins else space.batches
     return len(serve_layouts(space)) * len(batches)
 
 
-def _evaluate(args) -> list[ServeCandidate]:
-    """All batch limits of one layout (runs in a worker process)."""
+def _serve(space: ServeSpace, plan: ServingPlan, cost, cal, slo_ttft: float, slo_tpot: float, stat: str
+           ) -> ServeCandidate:
+    """One plan at its steady state (schedule.serving_steady.steady_lane), or why it failed."""
+    from narrowpath.schedule.serving_steady import steady_lane
+    scn = ServingScenario(name="search", system=space.system, model=space.model, plan=plan, load=space.load,
+                          num_gpus=space.num_gpus, calibration=cal)
+    try:
+        s = steady_lane(scn, cost, cal)
+        ttft, tpot = s.ttft_s[stat], s.tpot_s[stat]
+        if not (ttft > 0 and tpot > 0):
+            raise NarrowpathError(f"{plan}: no request measured after the warm-up")
+        return ServeCandidate(plan, s.output_tokens_per_s / space.num_gpus, ttft, tpot,
+                              ttft <= slo_ttft and tpot <= slo_tpot)
+    except NarrowpathError as exc:
+        return ServeCandidate(plan, failure=str(exc))
+
+
+def _layout_cost(space: ServeSpace, layout: ServingPlan, batch: int, cal):
+    """(iteration cost model, limits) of a layout at batch limit `batch` (the largest of the search: one cost model
+    prices every smaller limit, ServingCost.for_limits)."""
     from narrowpath.schedule.serving_cost import ServingCost
     from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
-    from narrowpath.schedule.serving_steady import steady_lane
+    scn = ServingScenario(name="search", system=space.system, model=space.model,
+                          plan=dataclasses.replace(layout, max_batch=batch), load=space.load,
+                          num_gpus=space.num_gpus, calibration=cal)
+    r_scn, lim = resolve_limits(resolve_formats(scn, ()))
+    return ServingCost(r_scn, max(lim.max_num_tokens, lim.max_batch * (1 + layout.spec_tokens)), cal), lim
+
+
+def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, ...], cal) -> PhaseCapacity:
+    """Each phase alone on one instance of `layout` (PhaseCapacity): prefill at the token budget its stack sets for
+    a prefill-only instance (no batch limit given, as ServingPlan.prefill_pool leaves it), decode at each batch
+    limit with the batch full."""
+    from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
+    from narrowpath.schedule.serving_steady import decode_rate_per_s, prefill_rate_per_s
+    isl, osl = max(1, space.load.input_tokens), max(1, space.load.output_tokens)
+    lanes = layout.dp * layout.pp
+    one = dataclasses.replace(layout, replicas=1, max_batch=0, max_num_tokens=0)
+    scn = ServingScenario(name="search", system=space.system, model=space.model, plan=one, load=space.load,
+                          num_gpus=one.num_gpus, calibration=cal)
+    _, plim = resolve_limits(resolve_formats(scn, ()))
+    budget = plim.max_num_tokens
+    pre_cost = cost if budget <= cost.grid[-1] else _layout_cost(space, one, budget, cal)[0]
+    pre = prefill_rate_per_s(pre_cost, lanes, budget, isl)
+    decode = {}
+    for B in batches:
+        c = cost.for_limits(B, cost.scn.plan.max_num_tokens)
+        rate = decode_rate_per_s(c, lanes, B, isl, osl)
+        decode[B] = (rate, lanes * B / osl / rate)
+    return PhaseCapacity(layout, pre, lanes * budget / isl / pre, decode)
+
+
+def _evaluate(args) -> tuple[list[ServeCandidate], PhaseCapacity | None]:
+    """All batch limits of one layout (runs in a worker process), and, for a colocated layout when prefill pools of
+    their own are searched, what one of its instances does in each phase alone."""
     space, layout, batches, slo_ttft, slo_tpot, stat, cal = args
     out = []
-    cost = None
+    try:
+        cost, _ = _layout_cost(space, layout, max(batches), cal)
+    except NarrowpathError as exc:
+        return [ServeCandidate(dataclasses.replace(layout, max_batch=B), failure=str(exc)) for B in batches], None
     for B in batches:
-        plan = dataclasses.replace(layout, max_batch=B)
-        scn = ServingScenario(name="search", system=space.system, model=space.model, plan=plan, load=space.load,
-                              num_gpus=space.num_gpus, calibration=cal)
+        out.append(_serve(space, dataclasses.replace(layout, max_batch=B), cost, cal, slo_ttft, slo_tpot, stat))
+    cap = None
+    if space.disaggregation and space.prefill_layouts and not layout.prefill_replicas and \
+            space.load.arrival != "trace":
         try:
-            if cost is None:
-                big = dataclasses.replace(scn, plan=dataclasses.replace(plan, max_batch=max(batches)))
-                r_scn, lim = resolve_limits(resolve_formats(big, ()))
-                cost = ServingCost(r_scn, max(lim.max_num_tokens, lim.max_batch * (1 + plan.spec_tokens)), cal)
-            s = steady_lane(scn, cost, cal)
-            ttft, tpot = s.ttft_s[stat], s.tpot_s[stat]
-            if not (ttft > 0 and tpot > 0):
-                raise NarrowpathError(f"{plan}: no request measured after the warm-up")
-            out.append(ServeCandidate(plan, s.output_tokens_per_s / space.num_gpus, ttft, tpot,
-                                      ttft <= slo_ttft and tpot <= slo_tpot))
-        except NarrowpathError as exc:
-            out.append(ServeCandidate(plan, failure=str(exc)))
+            cap = _capacity(space, layout, cost, batches, cal)
+        except NarrowpathError:
+            cap = None
+    return out, cap
+
+
+def pool_pairs(space: ServeSpace, caps: list[PhaseCapacity], slo_ttft: float, slo_tpot: float
+               ) -> list[tuple[PhaseCapacity, PhaseCapacity, tuple[int, ...]]]:
+    """(decode layout, prefill layout, batch limits) to serve as disaggregated deployments with prefill instances of
+    their own layout: the `prefill_layouts` layouts of most prompts per GPU whose full prompt iteration fits the
+    TTFT SLO, each with the `decode_layouts` layouts of most decoded requests per GPU at a batch whose full step
+    fits the TPOT SLO (those batches), a different layout than the prefill's, leaving room for both on the GPUs."""
+    n = space.num_gpus
+    pre = sorted((c for c in caps if c.prefill_iteration_s <= slo_ttft and c.gpus < n),
+                 key=lambda c: (-c.prefill_per_s / c.gpus, c.gpus))[:space.prefill_layouts]
+    dec = []
+    for c in caps:
+        ok = tuple(B for B, (rate, step) in c.decode.items() if step <= slo_tpot)
+        if ok and c.gpus < n:
+            dec.append((max(c.decode[B][0] for B in ok) / c.gpus, c, ok))
+    dec.sort(key=lambda d: (-d[0], d[1].gpus))
+    out = []
+    for p in pre:
+        picked = [(c, ok) for _, c, ok in dec if _key(c.layout) != _key(p.layout) and c.gpus + p.gpus <= n]
+        out += [(c, p, ok) for c, ok in picked[:space.decode_layouts]]
     return out
+
+
+def _key(plan: ServingPlan) -> tuple[int, int, int, int]:
+    return plan.tp, plan.dp, plan.ep, plan.pp
+
+
+def _evaluate_pair(args) -> list[ServeCandidate]:
+    """A decode layout's batch limits with prefill instances of another layout (runs in a worker process): per batch
+    limit the instance counts that match the two phases' rates (matched_split), served at their steady state."""
+    from narrowpath.schedule.serving_steady import matched_split
+    space, dec, pre, batches, slo_ttft, slo_tpot, stat, cal = args
+    out = []
+    try:
+        cost, _ = _layout_cost(space, dec.layout, max(batches), cal)
+    except NarrowpathError as exc:
+        return [ServeCandidate(dataclasses.replace(dec.layout, max_batch=B), failure=str(exc)) for B in batches]
+    for B in batches:
+        split = matched_split(space.num_gpus, dec.gpus, pre.gpus, dec.decode[B][0], pre.prefill_per_s)
+        if split is None:
+            continue
+        n_dec, n_pre = split
+        p = pre.layout
+        plan = dataclasses.replace(dec.layout, replicas=n_dec + n_pre, prefill_replicas=n_pre, prefill_tp=p.tp,
+                                   prefill_dp=p.dp, prefill_ep=p.ep, prefill_pp=p.pp, max_batch=B)
+        if any(getattr(plan, k) != v for k, v in space.pins.items() if k != "max_batch"):
+            continue  # a pinned instance count (the pinned layout knobs hold for both layouts already)
+        errs = serving_consistency(space.model, plan, space.num_gpus, space.system)
+        out.append(ServeCandidate(plan, failure="; ".join(f"{f}: {m}" for f, m in errs)) if errs else
+                   _serve(space, plan, cost, cal, slo_ttft, slo_tpot, stat))
+    return out
+
+
+def _run(fn, work: list, jobs: int) -> list:
+    """fn over the work items, in `jobs` worker processes when more than one."""
+    if jobs > 1 and len(work) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(fn, work, chunksize=max(1, len(work) // (4 * jobs))))
+    return [fn(w) for w in work]
 
 
 def search_serve(space: ServeSpace, slo_ttft_s: float, slo_tpot_s: float, *, stat: str = "p90", jobs: int = 1,
@@ -147,16 +284,21 @@ def search_serve(space: ServeSpace, slo_ttft_s: float, slo_tpot_s: float, *, sta
         raise NarrowpathError(f"search: the space holds {total:,} serving plans, more than --max-plans {max_plans:,}"
                               " (pin a knob such as --tp, or raise the limit)")
     work = [(space, lay, batches, slo_ttft_s, slo_tpot_s, stat, calibration) for lay in layouts]
-    if jobs > 1 and len(work) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            parts = list(pool.map(_evaluate, work, chunksize=max(1, len(work) // (4 * jobs))))
-    else:
-        parts = [_evaluate(w) for w in work]
+    first = _run(_evaluate, work, jobs)
+    parts = [cands for cands, _ in first]
+    caps = [cap for _, cap in first if cap is not None]
+    pairs = pool_pairs(space, caps, slo_ttft_s, slo_tpot_s) if caps else []
+    if pairs:
+        second = _run(_evaluate_pair, [(space, d, p, ok, slo_ttft_s, slo_tpot_s, stat, calibration)
+                                       for d, p, ok in pairs], jobs)
+        parts += second
+        total += sum(len(part) for part in second)
     cands = [c for part in parts for c in part]
     failed = [c for c in cands if c.failure]
     ok = [c for c in cands if not c.failure]
     key = (lambda c: (-c.output_tokens_per_s_per_gpu, c.tpot_s, c.plan.tp, c.plan.pp, c.plan.dp, c.plan.ep,
-                      c.plan.prefill_replicas, c.plan.max_batch))
+                      c.plan.prefill_replicas, c.plan.max_batch, c.plan.prefill_tp, c.plan.prefill_dp,
+                      c.plan.prefill_ep, c.plan.prefill_pp))
     ranked = sorted((c for c in ok if c.meets_slo), key=key)
     missed = sorted((c for c in ok if not c.meets_slo), key=key)
     return ServeSearchResult(tuple(ranked), tuple(missed), total, len(failed), failed[0].failure if failed else "",
