@@ -16,5 +16,6 @@ def load_benchmark(name: str) -> ModuleType:
         sys.path.append(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # registered before it runs, as an import would (dataclasses look their module up)
     spec.loader.exec_module(mod)
     return mod
