@@ -10,57 +10,9 @@ import pytest
 
 from narrowpath.catalog import model, system
 from narrowpath.cli.main import main
-from narrowpath.schedule.serving_steady import decode_rate_per_s, matched_split, prefill_rate_per_s, steady_lane
+from narrowpath.schedule.serving_steady import steady_lane
 from narrowpath.search.serve_space import PhaseCapacity, ServeSpace, count_plans, pool_pairs, search_serve
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario, serving_consistency
-
-
-def test_matched_split_by_hand():
-    """16 GPUs, decode instances of 4 GPUs at 10 requests/s, prefill instances of 2 GPUs at 7 prompts/s: the exact
-    fills are (3 decode, 2 prefill) -> min(14, 30) = 14, (2, 4) -> min(28, 20) = 20 and (1, 6) -> min(42, 10) = 10
-    (1, 3, 5 prefill instances leave 14, 10, 6 GPUs, no whole decode instance count): (2, 4)."""
-    assert matched_split(16, 4, 2, 10.0, 7.0) == (2, 4)
-    assert matched_split(16, 4, 2, 100.0, 1.0) == (1, 6)  # prefill-bound: as many prefill instances as fit
-    assert matched_split(16, 4, 2, 1.0, 100.0) == (3, 2)  # decode-bound: the fewest prefill GPUs that leave room
-    assert matched_split(5, 2, 2, 1.0, 1.0) is None  # 1 prefill leaves 3 GPUs (odd), 2 leave 1: no exact fill
-    assert matched_split(8, 8, 1, 1.0, 1.0) is None  # no room for both
-    assert matched_split(8, 2, 2, 2.0, 2.0) == (2, 2)  # (3, 1): min(2, 6) = 2; (2, 2): min(4, 4) = 4; (1, 3): 2
-    # a tie goes to the fewer prefill GPUs: 5 GPUs of 1, prefill 3/s, decode 1/s: (4, 1) and (3, 2) both serve 3
-    assert matched_split(5, 1, 1, 1.0, 3.0) == (4, 1)
-
-
-@pytest.mark.parametrize("n,dg,pg,dr,pr", [(16, 4, 2, 3.0, 5.0), (12, 3, 1, 0.5, 0.2), (24, 8, 4, 1.0, 9.0),
-                                           (10, 1, 1, 2.0, 3.0)])
-def test_matched_split_is_the_best_exact_fill(n, dg, pg, dr, pr):
-    """Against every exact fill enumerated independently: none serves a higher rate."""
-    got = matched_split(n, dg, pg, dr, pr)
-    fills = [(d, p) for p in range(1, n) for d in range(1, n) if d * dg + p * pg == n]
-    assert got in fills
-    assert min(got[1] * pr, got[0] * dr) == max(min(p * pr, d * dr) for d, p in fills)
-
-
-class _Cost:
-    """A cost model whose every iteration takes `s` seconds (records what it was asked)."""
-
-    def __init__(self, s):
-        self.s, self.calls = s, []
-
-    def iteration_s(self, *args):
-        self.calls.append(args)
-        return self.s
-
-
-def test_phase_rates_by_hand():
-    """Prefill: 2 lanes, a budget of 8,192 tokens of 1,024-token prompts in 0.5 s per iteration -> 2 · 8 / 0.5 = 32
-    prompts/s, priced as one iteration of 8 whole prompts (8,192 · 1,025 / 2 causal pairs). Decode: 2 lanes of 64
-    sequences, 128 outputs each, 20 ms per step -> 2 · 64 / 128 / 0.02 = 50 requests/s, the step priced at the mean
-    context 64 · (1,024 + 64)."""
-    c = _Cost(0.5)
-    assert prefill_rate_per_s(c, 2, 8192, 1024) == pytest.approx(32.0)
-    assert c.calls == [(8192, 0, 0, 8192, 8192 * 1025 / 2, 8192, 8.0)]
-    c = _Cost(0.02)
-    assert decode_rate_per_s(c, 2, 64, 1024, 128) == pytest.approx(50.0)
-    assert c.calls == [(64, 64, 64 * (1024 + 64))]
 
 
 def _cap(tp, dp, pre_per_s, pre_s, decode):
