@@ -18,7 +18,8 @@ def test_matched_split_by_hand():
     """16 GPUs, decode instances of 4 GPUs at 10 requests/s, prefill instances of 2 GPUs at 7 prompts/s: the exact
     fills are (3 decode, 2 prefill) -> min(14, 30) = 14, (2, 4) -> min(28, 20) = 20 and (1, 6) -> min(42, 10) = 10
     (1, 3, 5 prefill instances leave 14, 10, 6 GPUs, no whole decode instance count): (2, 4)."""
-    assert matched_split(16, 4, 2, 10.0, 7.0) == (2, 4)
+    split = matched_split(16, 4, 2, 10.0, 7.0)
+    assert split == (2, 4) and all(type(x) is int for x in split)  # instance counts, whole
     assert matched_split(16, 4, 2, 100.0, 1.0) == (1, 6)  # prefill-bound: as many prefill instances as fit
     assert matched_split(16, 4, 2, 1.0, 100.0) == (3, 2)  # decode-bound: the fewest prefill GPUs that leave room
     assert matched_split(5, 2, 2, 1.0, 1.0) is None  # 1 prefill leaves 3 GPUs (odd), 2 leave 1: no exact fill
