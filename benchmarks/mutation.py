@@ -254,6 +254,13 @@ def issue_mutants(cov: dict, mem_bytes: int, tmp: Path) -> int:
     return 0 if all(r["status"] in ("killed", "timeout") for r in recs) else 1
 
 
+def stale_equivalents(ids: set[str]) -> list[str]:
+    """Ids listed as equivalent that no mutant of today's source carries: their mutated line or function changed,
+    so they exclude nothing and their reason may no longer hold."""
+    listed = yaml.safe_load(EQUIVALENT.read_text()) or {} if EQUIVALENT.exists() else {}
+    return sorted(i for i in listed if i not in ids)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sample", type=int, default=300, help="mutants drawn at random (default 300)")
@@ -276,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         print_summary(summary, old["mutants"], equivalent, a.out)
         return 0
     mutants, files = generate(ROOT)
+    stale = stale_equivalents({m.id for m in mutants})
+    if stale:
+        print(f"{len(stale)} ids of {EQUIVALENT.name} match no mutant today (the line or function changed): re-derive "
+              f"or drop them: {' '.join(stale)}", flush=True)
     if a.list:
         for rel in files:
             print(f"{sum(m.path == rel for m in mutants):6d}  {rel}")
