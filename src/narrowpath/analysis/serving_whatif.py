@@ -1,7 +1,7 @@
 """Verdict of a serving run: the narrowest path (the account that takes the largest share of an iteration, or
 waiting when requests spend longer queued than served), and a ranked list of changes, each a re-simulation of
 the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
-KV cache, disaggregated prefill/decode pools, a larger scale-up domain, an expert load balancer (MoE over
+KV cache, disaggregated prefill/decode pools (their instance counts matched to the two phases' rates), a larger scale-up domain, an expert load balancer (MoE over
 expert-parallel ranks), finer CUDA graph sizes (an engine that pads decode batches to captured sizes), CUDA graphs
 (a static session that launches each step kernel by kernel), speculative
 decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are
@@ -18,6 +18,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
+from narrowpath.schedule.serving_steady import decode_rate_per_s, matched_split, prefill_rate_per_s
 from narrowpath.spec.serving import ServingScenario, serving_consistency
 from narrowpath.workload.moe import router_load_cv
 
@@ -85,13 +86,32 @@ def keeps_up(scn: ServingScenario, output_tokens_per_s: float) -> bool:
     return output_tokens_per_s >= 0.95 * offered
 
 
+def matched_prefill_replicas(run: ServingRun) -> int:
+    """Prefill instances for the disaggregation what-if: of the run's replicas (at least two) of its own layout, the
+    split whose prefill and decode capacities match best (schedule.serving_steady.matched_split, DistServe's
+    replication step; each instance's prefill rate at the run's token budget, decode rate at its batch limit full);
+    0 when no split exists."""
+    p, lim, load = run.scenario.plan, run.limits, run.scenario.load
+    if load.arrival == "trace":
+        isl = max(1.0, sum(r[1] for r in load.requests) / len(load.requests))
+        osl = max(1.0, sum(r[2] for r in load.requests) / len(load.requests))
+    else:
+        isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
+    lanes, g = p.dp * p.pp, p.instance_gpus
+    split = matched_split(max(2, p.replicas) * g, g, g, decode_rate_per_s(run.cost, lanes, lim.max_batch, isl, osl),
+                          prefill_rate_per_s(run.cost, lanes, lim.max_num_tokens, isl))
+    return split[1] if split else 0
+
+
 def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, policy: str = "",
-               graph_sizes: tuple[int, ...] = ()
+               graph_sizes: tuple[int, ...] = (), prefill_replicas: int = 0
                ) -> tuple[list[tuple[str, str, ServingScenario]], list[tuple[str, str]]]:
     """(name, change, scenario) of each applicable what-if, and (name, reason) of those that do not apply.
     `decode_limit`: the largest decode batch the run's limits allow (its batch limit and token budget); `policy`:
     the iteration policy the run resolved to (default: the given plan's); `graph_sizes`: the decode graph list the run
-    resolved to, which a stack may fill per device (SGLang's; default: the given plan's or its stack's)."""
+    resolved to, which a stack may fill per device (SGLang's; default: the given plan's or its stack's);
+    `prefill_replicas`: the disaggregation what-if's prefill instances (`matched_prefill_replicas`; 0: a quarter of
+    the replicas)."""
     p, m, sysm = scn.plan, scn.model, scn.system
     out, skipped = [], []
 
@@ -122,9 +142,11 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
         skipped.append(("disaggregation", "a static batch has no prefill/decode interference to remove"))
     else:
         reps = p.replicas if p.replicas >= 2 else 2
-        dis = dataclasses.replace(p, replicas=reps, prefill_replicas=max(1, reps // 4))
+        matched = 0 < prefill_replicas < reps
+        dis = dataclasses.replace(p, replicas=reps, prefill_replicas=prefill_replicas if matched else max(1, reps // 4))
         out.append(("disaggregation", f"{dis.prefill_replicas} prefill + {reps - dis.prefill_replicas} decode "
-                    f"instances" + ("" if reps == p.replicas else f" ({dis.num_gpus} GPUs)"),
+                    f"instances" + (", matched to the two phases' rates" if matched else "")
+                    + ("" if reps == p.replicas else f" ({dis.num_gpus} GPUs)"),
                     dataclasses.replace(scn, plan=dis, num_gpus=dis.num_gpus)))
     if not spans_cross:
         skipped.append(("larger scale-up domain", "every group and hand-off already stays in one scale-up domain"))
@@ -222,7 +244,8 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
         2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
     rp = run.scenario.plan
     cands, skipped = candidates(scn, crosses, min(rp.max_batch, rp.max_num_tokens // (1 + rp.spec_tokens)),
-                                rp.policy, rp.graph_batch_sizes)
+                                rp.policy, rp.graph_batch_sizes,
+                                0 if rp.disaggregated or rp.policy == "static" else matched_prefill_replicas(run))
     results = []
     for name, change, alt in cands:
         try:
