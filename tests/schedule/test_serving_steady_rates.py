@@ -4,13 +4,17 @@ and the prefill pool priced with the calibration the caller gives."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from narrowpath.catalog import calibration_for, model, system
 from narrowpath.schedule.serving_run import simulate
-from narrowpath.schedule.serving_steady import decode_rate_per_s, matched_split, prefill_rate_per_s, steady_lane
+from narrowpath.schedule.serving_cost import ServingCost
+from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
+from narrowpath.schedule.serving_steady import (decode_batch, decode_rate_per_s, matched_split, prefill_rate_per_s,
+                                               steady_lane)
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
 
@@ -91,3 +95,33 @@ def test_the_steady_state_prices_the_pool_with_the_given_calibration():
     cal = calibration_for("H100-SXM5-80GB")
     base, slow = steady_lane(_pooled()), steady_lane(_pooled(), None, _slow(cal))
     assert slow.ttft_s["p50"] > 1.3 * base.ttft_s["p50"]
+
+
+def test_a_handed_prefill_cost_is_what_simulate_prices_the_pool_with():
+    """`simulate(prefill_cost=...)` prices the prefill pool with the cost model handed in (the steady state builds it
+    once): a pool cost built under a profile of half the tensor-core rates slows the prompts, although simulate
+    itself is given no calibration."""
+    scn = _pooled()
+    pool = scn.plan.prefill_pool()
+    pscn, lim = resolve_limits(resolve_formats(dataclasses.replace(scn, plan=pool, num_gpus=pool.num_gpus), ()))
+    slow_cost = ServingCost(pscn, max(lim.max_num_tokens, lim.max_batch), _slow(calibration_for("H100-SXM5-80GB")))
+    base = simulate(scn).result
+    slow = simulate(scn, prefill_cost=slow_cost).result
+    pre = lambda r: float(np.median(r.kv_ready_s - r.arrival_s))  # noqa: E731
+    assert pre(slow) > 1.5 * pre(base)
+
+
+def _lim(kv_tokens, block=32):
+    return SimpleNamespace(memory=SimpleNamespace(kv_tokens=kv_tokens), block_tokens=block)
+
+
+def test_decode_batch_by_hand():
+    """100,000 KV tokens a lane (3,125 blocks of 32): 8,192-token prompts with 1,024 outputs reserve 9,216 tokens
+    (288 blocks) each -> 10 sequences; on demand they average 8,704 (272 blocks) -> 11; a limit below that binds; a
+    cache too small for one sequence still runs one; two stages share the cache (pp 2 -> 5)."""
+    assert decode_batch(_lim(100_000), 1, 64, 8192, 1024, "reserve") == 10
+    assert decode_batch(_lim(100_000), 1, 64, 8192, 1024, "on-demand") == 11
+    assert decode_batch(_lim(100_000), 1, 4, 8192, 1024, "reserve") == 4
+    assert decode_batch(_lim(1_000), 1, 64, 8192, 1024, "reserve") == 1
+    assert decode_batch(_lim(100_000), 2, 64, 8192, 1024, "reserve") == 5
+    assert type(decode_batch(_lim(100_000), 1, 64, 8192, 1024, "reserve")) is int

@@ -60,8 +60,9 @@ def test_search_serves_prefill_pools_of_their_own_layout(searched):
         assert (p.prefill_tp, p.prefill_dp, p.prefill_ep, p.prefill_pp) != (p.tp, p.dp, p.ep, p.pp)
 
 
-def test_a_paired_plan_is_served_as_serve_would(searched):
-    """The search's figure for a paired plan is its steady state, the same as asking for that plan directly."""
+def test_a_paired_plan_s_figure_is_its_own_steady_state(searched):
+    """The search's figure for a paired plan is the steady state of that plan asked for directly (no state of the
+    search — a reused cost model, the matched counts — leaks into it)."""
     c = next(c for c in searched.ranked + searched.missed if c.plan.prefill_pool() is not None)
     scn = ServingScenario(name="x", system=SPACE.system, model=SPACE.model, plan=c.plan, load=SPACE.load,
                           num_gpus=4)
@@ -83,8 +84,60 @@ def test_cli_shows_the_prefill_layout(capsys):
             "--output-len", "64", "--jobs", "1", "--slo-ttft", "5", "--slo-tpot", "0.05", "--top", "500"]
     assert main(args + ["--json"]) == 0
     ranked = json.loads(capsys.readouterr().out)["ranked"]
-    own = [r for r in ranked if r["plan"]["prefill_tp"]]
-    assert own and all({"prefill_dp", "prefill_ep", "prefill_pp"} <= set(r["plan"]) for r in own)
+    own = [r["plan"] for r in ranked if r["plan"]["prefill_tp"]]
+    assert own and all([q[f"prefill_{k}"] for k in ("tp", "dp", "ep", "pp")] != [q[k] for k in ("tp", "dp", "ep", "pp")]
+                       for q in own)
     assert main(args) == 0
     out = capsys.readouterr().out
     assert " × tp" in out
+
+
+def test_a_small_base_token_budget_still_pairs():
+    """The prefill pool takes its stack's own budget (a prefill-only instance is given no limits), so a base plan
+    held to 256 tokens per iteration — below that budget, so the pool's cost model is built apart — still gets
+    pairs (a review found none: the pool's cost was built for the whole deployment's GPU count and failed)."""
+    space = dataclasses.replace(SPACE, base=ServingPlan(max_num_tokens=256))
+    res = search_serve(space, 5.0, 0.05)
+    assert res.num_plans > count_plans(space)
+    assert any(c.plan.prefill_pool() is not None for c in res.ranked + res.missed)
+
+
+def test_no_pairs_for_a_static_batch():
+    """A fixed batch runs static sessions, which cannot be disaggregated: no pair is tried (they would all fail)."""
+    space = dataclasses.replace(SPACE, load=Load(arrival="fixed-batch", batch_size=8, input_tokens=512,
+                                                 output_tokens=64, num_requests=8))
+    res = search_serve(space, 5.0, 0.5)
+    assert res.num_plans == count_plans(space)
+
+
+def test_pools_pair_only_with_the_same_expert_copies():
+    """Both pools keep the plan's redundant expert copies, so a decode layout with copies (ep 4) does not pair with
+    a prefill layout without (ep 1): the prefill pool would refuse them."""
+    with_copies = PhaseCapacity(ServingPlan(tp=1, dp=4, ep=4, expert_balance="eplb", redundant_experts=8), 1.0, 0.1,
+                                {16: (5.0, 0.01)})
+    without = PhaseCapacity(ServingPlan(tp=1, dp=1, ep=1), 10.0, 0.1, {16: (1.0, 0.01)})
+    other = PhaseCapacity(ServingPlan(tp=1, dp=2, ep=2, expert_balance="eplb", redundant_experts=8), 0.5, 0.1,
+                          {16: (0.1, 0.01)})
+    space = ServeSpace(model("mixtral-8x7b"), system("dgx-h100"), 8, Load(input_tokens=512, output_tokens=64),
+                       ServingPlan(), prefill_layouts=3, decode_layouts=3)
+    pairs = [(d.layout.dp, p.layout.dp) for d, p, _ in pool_pairs(space, [with_copies, without, other], 1.0, 0.05)]
+    assert (4, 1) not in pairs and (1, 4) not in pairs and (1, 2) not in pairs
+    assert (4, 2) in pairs and (2, 4) in pairs
+
+
+def test_decode_capacity_is_what_the_kv_cache_holds():
+    """Llama-3 70B at 8,192 + 1,024 tokens on two H100s as two pipeline stages (bf16): a lane's KV cache holds a
+    handful of such sequences, so batch limits 16 and 64 decode the same batch — the same step and rate — and far
+    less per GPU than a tp 4 instance's (a review found the tp 1 · pp 2 layout picked as the best decoder at its
+    nominal 64, then its paired plan overloaded: TTFT 1,447 s)."""
+    from narrowpath.search.serve_space import _capacity, _layout_cost
+    space = ServeSpace(model("llama3-70b"), system("dgx-h100"), 8, Load(input_tokens=8192, output_tokens=1024),
+                       ServingPlan(), batches=(16, 64))
+    caps = {}
+    for tp, pp in ((1, 2), (4, 1)):
+        lay = ServingPlan(tp=tp, pp=pp, replicas=8 // (tp * pp))
+        cost, _ = _layout_cost(space, lay, 64, None)
+        caps[(tp, pp)] = _capacity(space, lay, cost, (16, 64), None)
+    starved = caps[(1, 2)].decode
+    assert starved[16] == starved[64]
+    assert starved[64][0] / 2 < caps[(4, 1)].decode[64][0] / 4

@@ -5,6 +5,7 @@ load differs."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from math import gcd
 
@@ -91,6 +92,15 @@ def decode_rate_per_s(cost: ServingCost, lanes: int, batch: int, isl: float, osl
     return lanes * batch / osl / cost.iteration_s(batch, batch, batch * (isl + osl / 2))
 
 
+def decode_batch(lim: Limits, pp: int, batch: int, isl: float, osl: float, admission: str) -> int:
+    """Sequences a decode lane holds at once under its batch limit `batch`: no more than its KV cache fits — each
+    request holding its whole length, isl + osl, when admission reserves it up front, isl + osl / 2 on average when
+    blocks are taken as the sequence grows ('on-demand') — and at least one."""
+    per_seq = isl + (osl if admission == "reserve" else osl / 2)
+    blocks = lim.memory.kv_tokens // pp // lim.block_tokens
+    return max(1, min(int(batch), int(blocks // math.ceil(per_seq / lim.block_tokens))))
+
+
 def matched_split(num_gpus: int, decode_gpus: int, prefill_gpus: int, decode_rate: float, prefill_rate: float
                   ) -> tuple[int, int] | None:
     """(decode instances, prefill instances) of a disaggregated deployment on exactly `num_gpus` GPUs, at least one of
@@ -119,7 +129,7 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     """Steady state of a disaggregated deployment: the smallest deployment with the same prefill : decode ratio
     (per-GPU figures do not depend on the scale), fed a Poisson stream at DISAGG_LOAD of the smaller of its prefill
     capacity (token budget per iteration over a full iteration's time) and its decode capacity (batch over OSL
-    steps at full batch). Every prefill lane is simulated (together they make the stream each decode lane sees), but
+    steps at full batch — the batch limit, or what the lane's KV cache holds when that is less: decode_batch). Every prefill lane is simulated (together they make the stream each decode lane sees), but
     only one lockstep group of decode lanes (the dp ranks of one decode instance micro-batch): the groups are alike,
     each fed its round-robin share of that stream, as `steady_lane` serves one lane of a colocated deployment.
     TPOT is read on the group's requests after the first batch of requests (a batch per decode lane), over half a
@@ -146,9 +156,10 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     if small.prefill_pool() is not None:  # prefill instances of their own layout and limits
         pool = prefill_pool(scn, calibration)
         pre_cost, pre_per, budget, own = pool.cost, pool.lanes_per_instance, pool.lim.max_num_tokens, pool.cost
-    pre_rate = small.prefill_replicas * prefill_rate_per_s(pre_cost, pre_per, budget, isl)
+    pre_rate = prefill_rate_per_s(pre_cost, small.prefill_replicas * pre_per, budget, isl)
     B = lim.max_batch
-    dec_rate = (small.replicas - small.prefill_replicas) * decode_rate_per_s(cost, per, B, isl, osl)
+    dec_rate = decode_rate_per_s(cost, (small.replicas - small.prefill_replicas) * per,
+                                 decode_batch(lim, small.pp, B, isl, osl, small.admission), isl, osl)
     groups = (small.replicas - small.prefill_replicas) * small.pp  # lockstep groups of dp decode lanes
     warm = B * groups * small.dp
     n = warm + max(int(warm * (batches - 1)), 16 * groups)

@@ -19,6 +19,7 @@ Layouts are priced once (their iteration cost model) and reused for every batch 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -171,25 +172,32 @@ def _layout_cost(space: ServeSpace, layout: ServingPlan, batch: int, cal):
 
 def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, ...], cal) -> PhaseCapacity:
     """Each phase alone on one instance of `layout` (PhaseCapacity): prefill at the token budget its stack sets for
-    a prefill-only instance (no batch limit given, as ServingPlan.prefill_pool leaves it), decode at each batch
-    limit with the batch full."""
+    a prefill-only instance (no limits given, as ServingPlan.prefill_pool leaves them) — a prompt longer than the
+    budget takes ceil(isl / budget) iterations to its first token —, decode at each batch limit with the batch as
+    full as the lane's KV cache lets it be (serving_steady.decode_batch, at that limit's resolved limits)."""
+    from narrowpath.schedule.serving_cost import ServingCost
     from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
-    from narrowpath.schedule.serving_steady import decode_rate_per_s, prefill_rate_per_s
+    from narrowpath.schedule.serving_steady import decode_batch, decode_rate_per_s, prefill_rate_per_s
     isl, osl = max(1, space.load.input_tokens), max(1, space.load.output_tokens)
     lanes = layout.dp * layout.pp
-    one = dataclasses.replace(layout, replicas=1, max_batch=0, max_num_tokens=0)
-    scn = ServingScenario(name="search", system=space.system, model=space.model, plan=one, load=space.load,
-                          num_gpus=one.num_gpus, calibration=cal)
-    _, plim = resolve_limits(resolve_formats(scn, ()))
+
+    def resolved(plan: ServingPlan):
+        scn = ServingScenario(name="search", system=space.system, model=space.model, plan=plan, load=space.load,
+                              num_gpus=plan.num_gpus, calibration=cal)
+        return resolve_limits(resolve_formats(scn, ()))
+
+    pscn, plim = resolved(dataclasses.replace(layout, replicas=1, max_batch=0, max_num_tokens=0))
     budget = plim.max_num_tokens
-    pre_cost = cost if budget <= cost.grid[-1] else _layout_cost(space, one, budget, cal)[0]
+    need = max(budget, plim.max_batch * (1 + layout.spec_tokens))
+    pre_cost = cost if need <= cost.grid[-1] else ServingCost(pscn, need, cal)
     pre = prefill_rate_per_s(pre_cost, lanes, budget, isl)
     decode = {}
     for B in batches:
-        c = cost.for_limits(B, cost.scn.plan.max_num_tokens)
-        rate = decode_rate_per_s(c, lanes, B, isl, osl)
-        decode[B] = (rate, lanes * B / osl / rate)
-    return PhaseCapacity(layout, pre, lanes * budget / isl / pre, decode)
+        r_scn, lim = resolved(dataclasses.replace(layout, max_batch=B))
+        b = decode_batch(lim, layout.pp, lim.max_batch, isl, osl, r_scn.plan.admission)
+        rate = decode_rate_per_s(cost.for_limits(lim.max_batch, lim.max_num_tokens), lanes, b, isl, osl)
+        decode[B] = (rate, lanes * b / osl / rate)
+    return PhaseCapacity(layout, pre, lanes * budget / isl / pre * math.ceil(isl / budget), decode)
 
 
 def _evaluate(args) -> tuple[list[ServeCandidate], PhaseCapacity | None]:
@@ -205,8 +213,8 @@ def _evaluate(args) -> tuple[list[ServeCandidate], PhaseCapacity | None]:
         out.append(_serve(space, dataclasses.replace(layout, max_batch=B), cost, cal, slo_ttft, slo_tpot, stat))
     cap = None
     if space.disaggregation and space.prefill_layouts and not layout.prefill_replicas and \
-            space.load.arrival != "trace":
-        try:
+            space.load.arrival not in ("trace", "fixed-batch") and cost.scn.plan.policy != "static":
+        try:  # a layout that cannot run alone as one instance (e.g. too little memory) pairs with nothing
             cap = _capacity(space, layout, cost, batches, cal)
         except NarrowpathError:
             cap = None
@@ -230,7 +238,8 @@ def pool_pairs(space: ServeSpace, caps: list[PhaseCapacity], slo_ttft: float, sl
     dec.sort(key=lambda d: (-d[0], d[1].gpus))
     out = []
     for p in pre:
-        picked = [(c, ok) for _, c, ok in dec if _key(c.layout) != _key(p.layout) and c.gpus + p.gpus <= n]
+        picked = [(c, ok) for _, c, ok in dec if _key(c.layout) != _key(p.layout) and c.gpus + p.gpus <= n
+                  and c.layout.redundant_experts == p.layout.redundant_experts]  # both pools keep the copies
         out += [(c, p, ok) for c, ok in picked[:space.decode_layouts]]
     return out
 
