@@ -125,3 +125,34 @@ def test_decode_batch_by_hand():
     assert decode_batch(_lim(1_000), 1, 64, 8192, 1024, "reserve") == 1
     assert decode_batch(_lim(100_000), 2, 64, 8192, 1024, "reserve") == 5
     assert type(decode_batch(_lim(100_000), 1, 64, 8192, 1024, "reserve")) is int
+    # 10,000 tokens of blocks of 10, 1,000 + 1,000 tokens: reserved 2,000 (200 blocks) -> 5, on demand 1,500 -> 6
+    assert decode_batch(_lim(10_000, 10), 1, 64, 1000, 1000, "reserve") == 5
+    assert decode_batch(_lim(10_000, 10), 1, 64, 1000, 1000, "on-demand") == 6
+
+
+@pytest.mark.parametrize("prefill_replicas,kv_fraction", [(1, 0.07), (1, 0.9), (2, 0.07)])
+def test_the_steady_state_sizes_its_stream_by_both_phases(monkeypatch, prefill_replicas, kv_fraction):
+    """A disaggregated steady state is fed at 0.9 × the lesser of its prefill and decode capacities, each summed
+    over its instances' lanes (dp · pp = 2 here: two stages), the decode batch what the KV cache holds under the
+    plan's admission (reserve: at a 7 % KV share 8 of the 64 allowed, 9 were it on demand; at 90 % all 64). Read off
+    the stream the steady state hands to simulate, against the capacities priced by hand with its own cost model."""
+    import narrowpath.schedule.serving_steady as st
+    seen = {}
+    real = st.simulate
+
+    def spy(scn, *args, **kw):
+        seen["rate"], seen["cost"] = scn.load.rate_per_s, kw["cost"]
+        return real(scn, *args, **kw)
+
+    monkeypatch.setattr(st, "simulate", spy)
+    plan = ServingPlan(tp=1, pp=2, replicas=3, prefill_replicas=prefill_replicas, admission="reserve",
+                       kv_memory_fraction=kv_fraction, max_batch=64)
+    scn = ServingScenario(name="k", system=system("dgx-h100"), model=model("llama3-8b"), plan=plan,
+                          load=Load(input_tokens=4096, output_tokens=512), num_gpus=plan.num_gpus)
+    st.steady_lane(scn)
+    _, lim = resolve_limits(resolve_formats(scn, ()))
+    batch = decode_batch(lim, 2, 64, 4096, 512, "reserve")
+    assert batch == (8 if kv_fraction < 0.5 else 64)
+    pre = prefill_rate_per_s(seen["cost"], prefill_replicas * 2, lim.max_num_tokens, 4096)
+    dec = decode_rate_per_s(seen["cost"], (3 - prefill_replicas) * 2, batch, 4096, 512)
+    assert seen["rate"] == pytest.approx(0.9 * min(pre, dec), rel=1e-12)
