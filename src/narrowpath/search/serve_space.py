@@ -74,7 +74,8 @@ class PhaseCapacity:
     prefill_iteration_s: float
     """One full token budget's iteration: no prompt's first token comes sooner at that rate."""
     decode: dict
-    """Batch limit -> (requests per second decoded with the batch full, one full-batch step in seconds)."""
+    """Batch limit -> (requests per second decoded with the batch as full as the lane's KV cache lets it be, one
+    such step in seconds)."""
 
     @property
     def gpus(self) -> int:
