@@ -16,7 +16,7 @@ from narrowpath.spec.serving import Load, ServingPlan, ServingScenario, serving_
 
 
 def _cap(tp, dp, pre_per_s, pre_s, decode):
-    return PhaseCapacity(ServingPlan(tp=tp, dp=dp, ep=dp), pre_per_s, pre_s, decode)
+    return PhaseCapacity(ServingPlan(tp=tp, dp=dp, ep=dp), pre_per_s, pre_s, 0, decode)
 
 
 def test_pool_pairs_pick_each_phase_by_its_own_capacity():
@@ -114,10 +114,10 @@ def test_pools_pair_only_with_the_same_expert_copies():
     """Both pools keep the plan's redundant expert copies, so a decode layout with copies (ep 4) does not pair with
     a prefill layout without (ep 1): the prefill pool would refuse them."""
     with_copies = PhaseCapacity(ServingPlan(tp=1, dp=4, ep=4, expert_balance="eplb", redundant_experts=8), 1.0, 0.1,
-                                {16: (5.0, 0.01)})
-    without = PhaseCapacity(ServingPlan(tp=1, dp=1, ep=1), 10.0, 0.1, {16: (1.0, 0.01)})
+                                0, {16: (5.0, 0.01)})
+    without = PhaseCapacity(ServingPlan(tp=1, dp=1, ep=1), 10.0, 0.1, 0, {16: (1.0, 0.01)})
     other = PhaseCapacity(ServingPlan(tp=1, dp=2, ep=2, expert_balance="eplb", redundant_experts=8), 0.5, 0.1,
-                          {16: (0.1, 0.01)})
+                          0, {16: (0.1, 0.01)})
     space = ServeSpace(model("mixtral-8x7b"), system("dgx-h100"), 8, Load(input_tokens=512, output_tokens=64),
                        ServingPlan(), prefill_layouts=3, decode_layouts=3)
     pairs = [(d.layout.dp, p.layout.dp) for d, p, _ in pool_pairs(space, [with_copies, without, other], 1.0, 0.05)]
@@ -141,3 +141,27 @@ def test_decode_capacity_is_what_the_kv_cache_holds():
     starved = caps[(1, 2)].decode
     assert starved[16] == starved[64]
     assert starved[64][0] / 2 < caps[(4, 1)].decode[64][0] / 4
+
+
+def test_prefill_budgets_halve_down_to_one_prompt():
+    from narrowpath.search.serve_space import prefill_budgets
+    assert prefill_budgets(8192, 1024) == [8192, 4096, 2048, 1024]
+    assert prefill_budgets(8192, 1500) == [8192, 4096, 2048]
+    assert prefill_budgets(8192, 20000) == [8192]  # a prompt longer than the budget: chunked at the stack's
+
+
+def test_a_tight_ttft_takes_a_smaller_prefill_budget():
+    """Llama-3 8B on H100, 1,024-token prompts: one instance's full iteration at the default stack's 8,192-token
+    budget takes longer than a 50 ms TTFT; the screen takes the largest halving that fits, the paired plans carry
+    it as the prefill pool's own token budget, and pairs exist where the stack's budget would have left none."""
+    from narrowpath.search.serve_space import _capacity, _layout_cost
+    space = ServeSpace(model("llama3-8b"), system("dgx-h100"), 4, Load(input_tokens=1024, output_tokens=64),
+                       ServingPlan(), batches=(16, 64))
+    lay = ServingPlan(tp=1, replicas=4)
+    cost, _ = _layout_cost(space, lay, 64, None)
+    loose, tight = _capacity(space, lay, cost, (16, 64), None), _capacity(space, lay, cost, (16, 64), None, 0.05)
+    assert loose.prefill_tokens == 0 and loose.prefill_iteration_s > 0.05
+    assert 1024 <= tight.prefill_tokens < 8192 and tight.prefill_iteration_s <= 0.05
+    res = search_serve(space, 0.05, 0.05)
+    own = [c.plan for c in res.ranked + res.missed if c.plan.prefill_pool() is not None]
+    assert own and all(p.prefill_max_num_tokens and p.prefill_max_num_tokens < 8192 for p in own)

@@ -5,8 +5,9 @@ per GPU among the plans that meet the latency SLOs.
 Disaggregated plans come two ways: prefill instances of the decode instances' layout (a quarter or half of the
 replicas), and — as DistServe places them (Zhong et al., OSDI 2024, §4.1) — prefill instances of a layout of their
 own: each layout's prefill capacity per GPU (prompts at its stack's token budget) and decode capacity per GPU (at
-each batch limit) are read off the first pass, the best `prefill_layouts` prefill layouts whose one full prompt
-iteration fits the TTFT SLO are paired with the best `decode_layouts` decode layouts whose full-batch step fits the
+each batch limit) are read off the first pass (a prefill layout at its stack's token budget, or the largest halving
+whose iteration fits the TTFT SLO), the best `prefill_layouts` prefill layouts whose one full prompt iteration fits
+the TTFT SLO are paired with the best `decode_layouts` decode layouts whose full-batch step fits the
 TPOT SLO, and each pair's instance counts are matched to the two phases' rates on the GPUs given
 (schedule.serving_steady.matched_split); the pairs are then served at their steady state like every other plan.
 
@@ -73,6 +74,9 @@ class PhaseCapacity:
     """Prompts per second at its stack's token budget (schedule.serving_steady.prefill_rate_per_s)."""
     prefill_iteration_s: float
     """One full token budget's iteration: no prompt's first token comes sooner at that rate."""
+    prefill_tokens: int
+    """The token budget priced: the stack's for a prefill-only instance, or the largest of its halvings (not below
+    one prompt) whose iteration fits the TTFT SLO when the stack's does not."""
     decode: dict
     """Batch limit -> (requests per second decoded with the batch as full as the lane's KV cache lets it be, one
     such step in seconds)."""
@@ -171,10 +175,22 @@ def _layout_cost(space: ServeSpace, layout: ServingPlan, batch: int, cal):
     return ServingCost(r_scn, max(lim.max_num_tokens, lim.max_batch * (1 + layout.spec_tokens)), cal), lim
 
 
-def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, ...], cal) -> PhaseCapacity:
+def prefill_budgets(default: int, isl: int) -> list[int]:
+    """Token budgets a prefill-only instance is screened at: its stack's, then halvings while they still hold one
+    whole prompt (a prompt longer than the stack's budget keeps that budget alone, chunked)."""
+    out, b = [default], default // 2
+    while b >= isl:
+        out.append(b)
+        b //= 2
+    return out
+
+
+def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, ...], cal,
+              slo_ttft: float = float("inf")) -> PhaseCapacity:
     """Each phase alone on one instance of `layout` (PhaseCapacity): prefill at the token budget its stack sets for
-    a prefill-only instance (no limits given, as ServingPlan.prefill_pool leaves them) — a prompt longer than the
-    budget takes ceil(isl / budget) iterations to its first token —, decode at each batch limit with the batch as
+    a prefill-only instance (no limits given, as ServingPlan.prefill_pool leaves them) or, when that budget's
+    iteration misses the TTFT SLO, the largest halving that meets it (prefill_budgets; a prompt longer than the
+    budget takes ceil(isl / budget) iterations to its first token); decode at each batch limit with the batch as
     full as the lane's KV cache lets it be (serving_steady.decode_batch, at that limit's resolved limits)."""
     from narrowpath.schedule.serving_cost import ServingCost
     from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
@@ -188,17 +204,24 @@ def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, 
         return resolve_limits(resolve_formats(scn, ()))
 
     pscn, plim = resolved(dataclasses.replace(layout, replicas=1, max_batch=0, max_num_tokens=0))
-    budget = plim.max_num_tokens
-    need = max(budget, plim.max_batch * (1 + layout.spec_tokens))
+    need = max(plim.max_num_tokens, plim.max_batch * (1 + layout.spec_tokens))
     pre_cost = cost if need <= cost.grid[-1] else ServingCost(pscn, need, cal)
-    pre = prefill_rate_per_s(pre_cost, lanes, budget, isl)
+    for budget in prefill_budgets(plim.max_num_tokens, isl):
+        pre = prefill_rate_per_s(pre_cost, lanes, budget, isl)
+        first_s = lanes * budget / isl / pre * math.ceil(isl / budget)
+        if first_s <= slo_ttft:
+            break
+    else:  # none meets the SLO: the stack's own budget, which the screen then leaves out
+        budget = plim.max_num_tokens
+        pre = prefill_rate_per_s(pre_cost, lanes, budget, isl)
+        first_s = lanes * budget / isl / pre * math.ceil(isl / budget)
     decode = {}
     for B in batches:
         r_scn, lim = resolved(dataclasses.replace(layout, max_batch=B))
         b = decode_batch(lim, layout.pp, lim.max_batch, isl, osl, r_scn.plan.admission)
         rate = decode_rate_per_s(cost.for_limits(lim.max_batch, lim.max_num_tokens), lanes, b, isl, osl)
         decode[B] = (rate, lanes * b / osl / rate)
-    return PhaseCapacity(layout, pre, lanes * budget / isl / pre * math.ceil(isl / budget), decode)
+    return PhaseCapacity(layout, pre, first_s, budget if budget != plim.max_num_tokens else 0, decode)
 
 
 def _evaluate(args) -> tuple[list[ServeCandidate], PhaseCapacity | None]:
@@ -216,7 +239,7 @@ def _evaluate(args) -> tuple[list[ServeCandidate], PhaseCapacity | None]:
     if space.disaggregation and space.prefill_layouts and not layout.prefill_replicas and \
             space.load.arrival not in ("trace", "fixed-batch") and cost.scn.plan.policy != "static":
         try:  # a layout that cannot run alone as one instance (e.g. too little memory) pairs with nothing
-            cap = _capacity(space, layout, cost, batches, cal)
+            cap = _capacity(space, layout, cost, batches, cal, slo_ttft)
         except NarrowpathError:
             cap = None
     return out, cap
@@ -266,7 +289,8 @@ def _evaluate_pair(args) -> list[ServeCandidate]:
         n_dec, n_pre = split
         p = pre.layout
         plan = dataclasses.replace(dec.layout, replicas=n_dec + n_pre, prefill_replicas=n_pre, prefill_tp=p.tp,
-                                   prefill_dp=p.dp, prefill_ep=p.ep, prefill_pp=p.pp, max_batch=B)
+                                   prefill_dp=p.dp, prefill_ep=p.ep, prefill_pp=p.pp, max_batch=B,
+                                   prefill_max_num_tokens=pre.prefill_tokens)
         if any(getattr(plan, k) != v for k, v in space.pins.items() if k != "max_batch"):
             continue  # a pinned instance count (the pinned layout knobs hold for both layouts already)
         errs = serving_consistency(space.model, plan, space.num_gpus, space.system)
