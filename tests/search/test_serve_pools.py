@@ -165,3 +165,13 @@ def test_a_tight_ttft_takes_a_smaller_prefill_budget():
     res = search_serve(space, 0.05, 0.05)
     own = [c.plan for c in res.ranked + res.missed if c.plan.prefill_pool() is not None]
     assert own and all(p.prefill_max_num_tokens and p.prefill_max_num_tokens < 8192 for p in own)
+
+
+def test_cli_shows_a_prefill_pool_s_own_budget(capsys):
+    args = ["search", "--serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "4", "--input-len", "1024",
+            "--output-len", "64", "--jobs", "1", "--slo-ttft", "0.1", "--slo-tpot", "0.05", "--top", "500"]
+    assert main(args + ["--json"]) == 0
+    plans = [r["plan"] for r in json.loads(capsys.readouterr().out)["ranked"] if r["plan"]["prefill_tp"]]
+    assert plans and all(0 < q["prefill_max_num_tokens"] < 8192 for q in plans)
+    assert main(args) == 0
+    assert " tok" in capsys.readouterr().out

@@ -74,13 +74,15 @@ def _space(args) -> ServeSpace:
 
 def _prefill(plan: ServingPlan) -> str | int:
     """The table's prefill column: '-' (no disaggregation), the prefill instances among the replicas, or with a
-    layout of their own, e.g. '2 × tp2 dp1 ep1 pp1' (they are then counted in replicas too)."""
+    layout of their own, e.g. '2 × tp2 dp1 ep1 pp1' (they are then counted in replicas too), and their own token
+    budget when the search gave them one (', 4,096 tok')."""
     pool = plan.prefill_pool()
     if not plan.prefill_replicas:
         return "-"
     if pool is None:
         return plan.prefill_replicas
-    return f"{plan.prefill_replicas} × tp{pool.tp} dp{pool.dp} ep{pool.ep} pp{pool.pp}"
+    budget = f", {plan.prefill_max_num_tokens:,} tok" if plan.prefill_max_num_tokens else ""
+    return f"{plan.prefill_replicas} × tp{pool.tp} dp{pool.dp} ep{pool.ep} pp{pool.pp}{budget}"
 
 
 def run_serve_search(args) -> int:
@@ -110,7 +112,8 @@ def run_serve_search(args) -> int:
                           "ranked": [{"plan": {k: getattr(c.plan, k) for k in ("tp", "pp", "dp", "ep", "replicas",
                                                                                  "prefill_replicas", "prefill_tp",
                                                                                  "prefill_dp", "prefill_ep",
-                                                                                 "prefill_pp", "max_batch",
+                                                                                 "prefill_pp",
+                                                                                 "prefill_max_num_tokens", "max_batch",
                                                                                  "weight_precision", "kv_precision",
                                                                                  "ep_dispatch", "expert_balance",
                                                                                  "redundant_experts")},
