@@ -1,5 +1,5 @@
 """`narrowpath search --serve --slo-ttft X --slo-tpot Y`: rank serving plans (tp, pp, attention dp, ep, replicas,
-a disaggregated split, batch limit) of a model on a fixed number of GPUs by output tokens/s per GPU under the
+a disaggregated split — its prefill instances of the decode layout or of their own —, batch limit) of a model on a fixed number of GPUs by output tokens/s per GPU under the
 latency SLOs (search.serve_space). Flags shared with the training search (--tp, --pp, --dp, --ep, --gpus, --top,
 --jobs, --max-plans, --json) pin or size the search the same way."""
 from __future__ import annotations
@@ -40,7 +40,8 @@ def add_serve_search_args(p) -> None:
     g.add_argument("--replicas", type=int, help="pin the instance count")
     g.add_argument("--max-batch", dest="max_batch", type=int, help="pin the per-lane batch limit")
     g.add_argument("--no-disaggregation", dest="disaggregation", action="store_false",
-                   help="leave out disaggregated prefill/decode splits")
+                   help="leave out disaggregated plans (prefill-only instances of the decode layout, and of a "
+                   "layout of their own paired with it)")
 
 
 def _space(args) -> ServeSpace:
