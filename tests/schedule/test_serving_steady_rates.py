@@ -12,7 +12,7 @@ import pytest
 from narrowpath.catalog import calibration_for, model, system
 from narrowpath.schedule.serving_run import simulate
 from narrowpath.schedule.serving_cost import ServingCost
-from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
+from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
 from narrowpath.schedule.serving_steady import (decode_batch, decode_rate_per_s, matched_split, prefill_rate_per_s,
                                                steady_lane)
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
@@ -112,7 +112,8 @@ def test_a_handed_prefill_cost_is_what_simulate_prices_the_pool_with():
 
 
 def _lim(kv_tokens, block=32):
-    return SimpleNamespace(memory=SimpleNamespace(kv_tokens=kv_tokens), block_tokens=block)
+    """Limits of a lane whose rank holds `kv_tokens` tokens of KV in blocks of `block` (the rest unread here)."""
+    return Limits(0, 0, block, 0.0, SimpleNamespace(kv_tokens=kv_tokens))
 
 
 def test_decode_batch_by_hand():

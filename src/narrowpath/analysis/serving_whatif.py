@@ -1,10 +1,10 @@
 """Verdict of a serving run: the narrowest path (the account that takes the largest share of an iteration, or
 waiting when requests spend longer queued than served), and a ranked list of changes, each a re-simulation of
 the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
-KV cache, disaggregated prefill/decode pools (their instance counts matched to the two phases' rates), a larger scale-up domain, an expert load balancer (MoE over
-expert-parallel ranks), finer CUDA graph sizes (an engine that pads decode batches to captured sizes), CUDA graphs
-(a static session that launches each step kernel by kernel), speculative
-decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are
+KV cache, disaggregated prefill/decode pools (their instance counts matched to the two phases' rates), a larger
+scale-up domain, an expert load balancer (MoE over expert-parallel ranks), finer CUDA graph sizes (an engine that
+pads decode batches to captured sizes), CUDA graphs (a static session that launches each step kernel by kernel),
+speculative decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are
 compared with is re-run on that same load.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
-from narrowpath.schedule.serving_steady import decode_rate_per_s, matched_split, prefill_rate_per_s
+from narrowpath.schedule.serving_steady import decode_rate_per_s, matched_split, mean_lengths, prefill_rate_per_s
 from narrowpath.spec.serving import ServingScenario, serving_consistency
 from narrowpath.workload.moe import router_load_cv
 
@@ -91,12 +91,8 @@ def matched_prefill_replicas(run: ServingRun) -> int:
     split whose prefill and decode capacities match best (schedule.serving_steady.matched_split, DistServe's
     replication step; each instance's prefill rate at the run's token budget, decode rate at its batch limit full);
     0 when no split exists."""
-    p, lim, load = run.scenario.plan, run.limits, run.scenario.load
-    if load.arrival == "trace":
-        isl = max(1.0, sum(r[1] for r in load.requests) / len(load.requests))
-        osl = max(1.0, sum(r[2] for r in load.requests) / len(load.requests))
-    else:
-        isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
+    p, lim = run.scenario.plan, run.limits
+    isl, osl = mean_lengths(run.scenario.load)
     lanes, g = p.dp * p.pp, p.instance_gpus
     split = matched_split(max(2, p.replicas) * g, g, g, decode_rate_per_s(run.cost, lanes, lim.max_batch, isl, osl),
                           prefill_rate_per_s(run.cost, lanes, lim.max_num_tokens, isl))

@@ -1,7 +1,8 @@
 """`narrowpath search --serve --slo-ttft X --slo-tpot Y`: rank serving plans (tp, pp, attention dp, ep, replicas,
-a disaggregated split — its prefill instances of the decode layout or of their own —, batch limit) of a model on a fixed number of GPUs by output tokens/s per GPU under the
-latency SLOs (search.serve_space). Flags shared with the training search (--tp, --pp, --dp, --ep, --gpus, --top,
---jobs, --max-plans, --json) pin or size the search the same way."""
+a disaggregated split — its prefill instances of the decode layout or of their own —, batch limit) of a model on a
+fixed number of GPUs by output tokens/s per GPU under the latency SLOs (search.serve_space). Flags shared with the
+training search (--tp, --pp, --dp, --ep, --gpus, --top, --jobs, --max-plans, --json) pin or size the search the same
+way."""
 from __future__ import annotations
 
 import dataclasses

@@ -91,9 +91,9 @@ class Limits:
     kv_fraction: float
     memory: ServingMemory
 
-    @property
-    def lane_kv_blocks(self) -> int:
-        return self.memory.kv_blocks
+    def lane_blocks(self, pp: int) -> int:
+        """KV blocks one lane holds: its attention-DP rank's cache shared by the pp micro-batches in flight."""
+        return self.memory.kv_tokens // pp // self.block_tokens
 
 
 def trtllm_bench_limits(scn: ServingScenario, isl: float, osl: float, fraction: float, max_isl: float,

@@ -222,7 +222,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     per_rank = p.dp * p.pp
-    lane_blocks = lim.memory.kv_tokens // p.pp // lim.block_tokens
+    lane_blocks = lim.lane_blocks(p.pp)
     tot = LaneTotals()
     tot_pre, tot_dec = (LaneTotals(), LaneTotals()) if p.disaggregated else (tot, tot)  # summed into tot after
     log: list = []
@@ -377,7 +377,7 @@ def prefill_pool(scn: ServingScenario, calibration: Calibration | None, cost: Se
         cost = ServingCost(pscn, max(lim.max_num_tokens, lim.max_batch * q), calibration)
     cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     return _Pool(pscn.plan, lim, cost, step_pricer(cost, pool.spec_draft_layers, pool.spec_tokens),
-                 lim.memory.kv_tokens // pool.pp // lim.block_tokens, pscn)
+                 lim.lane_blocks(pool.pp), pscn)
 
 
 def check_fits(scn: ServingScenario) -> None:
@@ -394,7 +394,7 @@ def check_fits(scn: ServingScenario) -> None:
         _, lim = resolve_limits(one)
         tokens = load.max_seq_tokens if one is scn else prompt
         need = math.ceil(tokens / lim.block_tokens)
-        blocks = lim.memory.kv_tokens // one.plan.pp // lim.block_tokens
+        blocks = lim.lane_blocks(one.plan.pp)
         if need > blocks:
             where = "one lane of this deployment" if one is scn else "one lane of its prefill instances"
             raise SpecError("workload", f"a request of {tokens} tokens needs {need} KV blocks; {where} holds "

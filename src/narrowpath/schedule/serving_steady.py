@@ -17,7 +17,7 @@ from narrowpath.schedule.serving_run import poisson_arrivals_s, prefill_pool, si
 from narrowpath.schedule.serving_sim import Lane, LaneSpec
 from narrowpath.schedule.serving_stats import LaneTotals, summary
 from narrowpath.spec.calibration import Calibration
-from narrowpath.spec.serving import ServingScenario
+from narrowpath.spec.serving import Load, ServingScenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
         n_out = np.full(n, load.output_tokens, dtype=np.int64)
     arr = np.zeros(n)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
-    spec = LaneSpec(B, lim.max_num_tokens, lim.memory.kv_tokens // p.pp // lim.block_tokens, lim.block_tokens,
+    spec = LaneSpec(B, lim.max_num_tokens, lim.lane_blocks(p.pp), lim.block_tokens,
                     p.policy, p.admission, bool(p.chunked_prefill), p.spec_tokens,
                     spec_gain(p.spec_tokens, p.spec_acceptance))
     lane = Lane(spec, step_pricer(cost, p.spec_draft_layers, p.spec_tokens), np.arange(n), arr, n_in, n_out, first,
@@ -77,6 +77,15 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     many = keep & (n_out > 1)
     tpot = (finish[many] - first[many]) / (n_out[many] - 1)
     return SteadyLane(rate * lanes, summary((first - arr)[keep]), summary(tpot), lanes)
+
+
+def mean_lengths(load: Load) -> tuple[float, float]:
+    """(prompt, output) tokens of a load's mean request, at least one each: a trace's mean lengths, else the load's
+    own (what the capacity estimates size a deployment by)."""
+    if load.arrival == "trace":
+        lens = np.array([r[1:] for r in load.requests], dtype=np.int64)
+        return max(1.0, float(lens[:, 0].mean())), max(1.0, float(lens[:, 1].mean()))
+    return max(1, load.input_tokens), max(1, load.output_tokens)
 
 
 def prefill_rate_per_s(cost: ServingCost, lanes: int, budget: int, isl: float) -> float:
@@ -97,8 +106,7 @@ def decode_batch(lim: Limits, pp: int, batch: int, isl: float, osl: float, admis
     request holding its whole length, isl + osl, when admission reserves it up front, isl + osl / 2 on average when
     blocks are taken as the sequence grows ('on-demand') — and at least one."""
     per_seq = isl + (osl if admission == "reserve" else osl / 2)
-    blocks = lim.memory.kv_tokens // pp // lim.block_tokens
-    return max(1, min(int(batch), int(blocks // math.ceil(per_seq / lim.block_tokens))))
+    return max(1, min(int(batch), int(lim.lane_blocks(pp) // math.ceil(per_seq / lim.block_tokens))))
 
 
 def matched_split(num_gpus: int, decode_gpus: int, prefill_gpus: int, decode_rate: float, prefill_rate: float
@@ -147,10 +155,7 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     cost = cost.for_limits(lim.max_batch, lim.max_num_tokens)
     load = scn.load
     trace = np.array([r[1:] for r in load.requests], dtype=np.int64) if load.arrival == "trace" else None
-    if trace is not None:  # capacity from the trace's mean lengths; its requests are cycled over the stream below
-        isl, osl = max(1.0, float(trace[:, 0].mean())), max(1.0, float(trace[:, 1].mean()))
-    else:
-        isl, osl = max(1, load.input_tokens), max(1, load.output_tokens)
+    isl, osl = mean_lengths(load)  # a trace's requests are cycled over the stream below
     per = small.dp * small.pp
     pre_cost, pre_per, budget, own = cost, per, lim.max_num_tokens, None
     if small.prefill_pool() is not None:  # prefill instances of their own layout and limits

@@ -163,15 +163,19 @@ def _serve(space: ServeSpace, plan: ServingPlan, cost, cal, slo_ttft: float, slo
         return ServeCandidate(plan, failure=str(exc))
 
 
+def _resolved(space: ServeSpace, plan: ServingPlan, cal):
+    """(scenario, limits) of `plan` under the space's model, system and load, its formats and limits resolved."""
+    from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
+    scn = ServingScenario(name="search", system=space.system, model=space.model, plan=plan, load=space.load,
+                          num_gpus=plan.num_gpus, calibration=cal)
+    return resolve_limits(resolve_formats(scn, ()))
+
+
 def _layout_cost(space: ServeSpace, layout: ServingPlan, batch: int, cal):
     """(iteration cost model, limits) of a layout at batch limit `batch` (the largest of the search: one cost model
     prices every smaller limit, ServingCost.for_limits)."""
     from narrowpath.schedule.serving_cost import ServingCost
-    from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
-    scn = ServingScenario(name="search", system=space.system, model=space.model,
-                          plan=dataclasses.replace(layout, max_batch=batch), load=space.load,
-                          num_gpus=space.num_gpus, calibration=cal)
-    r_scn, lim = resolve_limits(resolve_formats(scn, ()))
+    r_scn, lim = _resolved(space, dataclasses.replace(layout, max_batch=batch), cal)
     return ServingCost(r_scn, max(lim.max_num_tokens, lim.max_batch * (1 + layout.spec_tokens)), cal), lim
 
 
@@ -193,31 +197,23 @@ def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, 
     budget takes ceil(isl / budget) iterations to its first token); decode at each batch limit with the batch as
     full as the lane's KV cache lets it be (serving_steady.decode_batch, at that limit's resolved limits)."""
     from narrowpath.schedule.serving_cost import ServingCost
-    from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
-    from narrowpath.schedule.serving_steady import decode_batch, decode_rate_per_s, prefill_rate_per_s
-    isl, osl = max(1, space.load.input_tokens), max(1, space.load.output_tokens)
+    from narrowpath.schedule.serving_steady import decode_batch, decode_rate_per_s, mean_lengths, prefill_rate_per_s
+    isl, osl = mean_lengths(space.load)
     lanes = layout.dp * layout.pp
-
-    def resolved(plan: ServingPlan):
-        scn = ServingScenario(name="search", system=space.system, model=space.model, plan=plan, load=space.load,
-                              num_gpus=plan.num_gpus, calibration=cal)
-        return resolve_limits(resolve_formats(scn, ()))
-
-    pscn, plim = resolved(dataclasses.replace(layout, replicas=1, max_batch=0, max_num_tokens=0))
+    pscn, plim = _resolved(space, dataclasses.replace(layout, replicas=1, max_batch=0, max_num_tokens=0), cal)
     need = max(plim.max_num_tokens, plim.max_batch * (1 + layout.spec_tokens))
     pre_cost = cost if need <= cost.grid[-1] else ServingCost(pscn, need, cal)
-    for budget in prefill_budgets(plim.max_num_tokens, isl):
+
+    def priced(budget: int) -> tuple[int, float, float]:  # (budget, prompts/s, time to a prompt's first token)
         pre = prefill_rate_per_s(pre_cost, lanes, budget, isl)
-        first_s = lanes * budget / isl / pre * math.ceil(isl / budget)
-        if first_s <= slo_ttft:
-            break
-    else:  # none meets the SLO: the stack's own budget, which the screen then leaves out
-        budget = plim.max_num_tokens
-        pre = prefill_rate_per_s(pre_cost, lanes, budget, isl)
-        first_s = lanes * budget / isl / pre * math.ceil(isl / budget)
+        return budget, pre, lanes * budget / isl / pre * math.ceil(isl / budget)
+
+    options = [priced(b) for b in prefill_budgets(plim.max_num_tokens, isl)]
+    # the largest that meets the SLO; none does: the stack's own budget, which the screen then leaves out
+    budget, pre, first_s = next((o for o in options if o[2] <= slo_ttft), options[0])
     decode = {}
     for B in batches:
-        r_scn, lim = resolved(dataclasses.replace(layout, max_batch=B))
+        r_scn, lim = _resolved(space, dataclasses.replace(layout, max_batch=B), cal)
         b = decode_batch(lim, layout.pp, lim.max_batch, isl, osl, r_scn.plan.admission)
         rate = decode_rate_per_s(cost.for_limits(lim.max_batch, lim.max_num_tokens), lanes, b, isl, osl)
         decode[B] = (rate, lanes * b / osl / rate)
