@@ -211,3 +211,26 @@ def test_a_run_keeps_the_deployment_before_its_limits_and_the_block_size_it_ran(
     run = simulate(scn, (), log_lane=False)
     assert run.given is not None and run.given.plan.max_batch == 0 and run.scenario.plan.max_batch > 0
     assert run.limits.block_tokens == run.result.block_tokens == 32
+
+
+def test_a_saturated_lane_runs_the_plan_s_policy_admission_and_drafts():
+    """The closed-loop lane is built with the plan's own iteration policy, KV admission and speculative gain (each
+    changes what the lane does, so each changes its figures): prefill-first runs a waiting prompt in an iteration
+    of its own where decode-first folds it into the decodes' iterations, so the two differ in both TTFT and TPOT;
+    on-demand admission takes blocks as contexts grow, so a KV cache too small for 16 whole sequences holds more of
+    them at once than under reserve (more tokens per second); a higher draft acceptance yields more tokens per
+    decode step (a shorter TPOT)."""
+    load = Load(arrival="offline", input_tokens=1024, output_tokens=256, num_requests=64)
+
+    def lane(**kw):
+        return steady_lane(_scn(ServingPlan(max_batch=16, **kw), 1, load))
+
+    dec, pre = lane(policy="decode-first"), lane(policy="prefill-first")
+    assert pre.ttft_s["p50"] != pytest.approx(dec.ttft_s["p50"], rel=1e-3)
+    assert pre.tpot_s["p50"] != pytest.approx(dec.tpot_s["p50"], rel=1e-3)
+    tight = {"kv_memory_fraction": 0.02, "policy": "decode-first"}
+    reserve, on_demand = lane(admission="reserve", **tight), lane(admission="on-demand", **tight)
+    assert on_demand.output_tokens_per_s > 1.05 * reserve.output_tokens_per_s
+    low = lane(spec_tokens=2, spec_acceptance=0.2, policy="decode-first")
+    high = lane(spec_tokens=2, spec_acceptance=0.9, policy="decode-first")
+    assert high.tpot_s["p50"] < low.tpot_s["p50"]
