@@ -8,7 +8,7 @@ import pytest
 from narrowpath.analysis.serving_whatif import candidates, matched_prefill_replicas
 from narrowpath.catalog import model, system
 from narrowpath.schedule.serving_run import simulate
-from narrowpath.schedule.serving_steady import decode_rate_per_s, matched_split, prefill_rate_per_s
+from narrowpath.schedule.serving_steady import decode_batch, decode_rate_per_s, matched_split, prefill_rate_per_s
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
 
@@ -30,11 +30,28 @@ def test_the_split_follows_the_phases(runs):
 
 
 def test_the_split_is_matched_split_of_the_run_s_own_rates(runs):
+    """The decode rate at the batch the lane's KV cache holds: 4,096 + 64-token requests fill it at 111 of the 256
+    the limit allows (as the steady state and the search price a decode instance)."""
     run = runs["prompt-heavy"]
     lim = run.limits
+    batch = decode_batch(lim, 1, lim.max_batch, 4096, 64, run.scenario.plan.admission)
+    assert batch < lim.max_batch
     pre = prefill_rate_per_s(run.cost, 1, lim.max_num_tokens, 4096)
-    dec = decode_rate_per_s(run.cost, 1, lim.max_batch, 4096, 64)
+    dec = decode_rate_per_s(run.cost, 1, batch, 4096, 64)
     assert matched_prefill_replicas(run) == matched_split(8, 1, 1, dec, pre)[1]
+
+
+def test_a_kv_bound_decode_gets_more_decode_instances():
+    """1,024 + 512 tokens on eight Llama-3 8B instances: with the whole KV share 3 of 8 prefill; with 5 % of the
+    free memory for KV a lane decodes 19 sequences, not 256, and the split gives decoding all but one instance
+    (priced at the nominal limit it stayed at 3 prefill, overloading the decode pool)."""
+    def split(fraction):
+        plan = ServingPlan(tp=1, replicas=8, kv_memory_fraction=fraction)
+        load = Load(arrival="poisson", rate_per_s=10.0, input_tokens=1024, output_tokens=512, num_requests=60)
+        return matched_prefill_replicas(simulate(ServingScenario(name="w", system=system("dgx-h100"),
+                                                                 model=model("llama3-8b"), plan=plan, load=load,
+                                                                 num_gpus=8)))
+    assert split(0.9) == 3 and split(0.05) == 1
 
 
 def test_one_instance_is_split_over_two(runs):
