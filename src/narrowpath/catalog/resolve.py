@@ -355,6 +355,8 @@ def plan_with_stack_defaults(data: Any, *, allow_null: bool = False) -> tuple[Pl
     if published.get("recompute") != "selective":  # a stack's selective modules mean something only under selective
         defaults.pop("recompute_modules", None)
     chosen = tuple((k, store.stack_note(v, stack["id"])) for k, v in defaults.items())
+    if allow_null and store.unknown_stack(framework):  # an unnamed engine publishes none of these by omission
+        unpublished += tuple(k for k in store.UNKNOWN_STACK_OPEN_KNOBS if k not in data)
     held = {k: v for k, v in PLACEHOLDERS.items() if k in unpublished}
     return plan_from_dict({**published, **held}, defaults=defaults), unpublished, chosen
 

@@ -112,6 +112,47 @@ Megatron-Bridge's recipes: BF16 mixed precision); several are tried and the fast
 degrees the GPU count settles are filled before (catalog.resolve.implied_knobs)."""
 
 
+def interleave_degrees(scn: Scenario) -> tuple:
+    """Interleaving degrees (virtual pipeline chunks per rank) a pipelined run may have used: every divisor of the
+    largest stage's layer count (Megatron-LM's interleaved 1F1B, Narayanan et al. SC 2021 §2.2; a stage of n layers
+    splits into v chunks of n/v, the first and last stages possibly shorter, as Llama 3's training did: Dubey et al.
+    2024 §3.3.2), up to MAX_VPP; 1 without a pipeline."""
+    pp = scn.plan.pp
+    if pp <= 1:
+        return (1,)
+    n = -(-scn.model.layers // pp)
+    return tuple(v for v in range(1, min(n, MAX_VPP) + 1) if n % v == 0)
+
+
+MAX_VPP = 16
+"""Most virtual chunks per pipeline rank tried for an unpublished interleaving degree (the Megatron-Bridge configs
+in the corpora run 1–24; the search space stops at 8, search.space)."""
+
+
+UNKNOWN_STACK_CANDIDATES: dict[str, Candidates] = {
+    "vpp": interleave_degrees,
+    "dp_overlap": lambda s: (False, True) if s.plan.dp * s.plan.cp > 1 else (False,),
+}
+"""Settings tried for the knobs of catalog.store.UNKNOWN_STACK_OPEN_KNOBS when `plan.framework` names an engine no
+stack of catalog/stacks.yaml matches (those knobs are open then unless the case states them: catalog.resolve). The rule's
+first half (the stack's documented default) has nothing to apply — CANDIDATES' single settings are Megatron-LM's
+defaults, not this engine's — so its second half does: the fastest setting that fits. For the pipeline's
+interleaving and for overlapping the gradient reduction with backward, which most engines run (PyTorch DDP's
+bucketed hooks, Li et al. VLDB 2020; FSDP's prefetch; DeepSpeed ZeRO-3's overlap_comm; Megatron's
+--overlap-grad-reduce), the Megatron-LM default (off) would price a tuned run of an unknown engine as an untuned one
+(Llama 3 405B on 8,192 H100, Dubey et al. 2024 Table 4: tp 8 · pp 16 · dp 64 priced at 31 % MFU with vpp 1 and no
+overlap, where the paper reports 43 %). Other knobs keep CANDIDATES' settings: tensor-parallel overlap (userbuffers,
+async TP) and overlapped expert exchange are features of particular engines, which name themselves."""
+
+
+def candidates_for(scn: Scenario, knob: str) -> tuple:
+    """The settings tried for the unpublished `knob` of `scn` (UNKNOWN_STACK_CANDIDATES when its framework names no
+    known stack, else CANDIDATES)."""
+    if knob in UNKNOWN_STACK_CANDIDATES and store.unknown_stack(scn.plan.framework):
+        return UNKNOWN_STACK_CANDIDATES[knob](scn)
+    return CANDIDATES[knob](scn)
+
+
 def _stack_default(scn: Scenario, knob: str):
     stack = store.stack_for(scn.plan.framework)
     defaults = store.stack_defaults(stack, scn.plan.precision)
@@ -135,7 +176,7 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
             fixed[knob] = scn.num_gpus // (scn.plan.tp * scn.plan.pp * scn.plan.cp)
             notes.append((knob, f"{fixed[knob]} — what the GPU count leaves (not published)"))
         elif knob in CANDIDATES:
-            searched[knob] = CANDIDATES[knob](scn)
+            searched[knob] = candidates_for(scn, knob)
         else:
             raise SpecError(f"plan.{knob}", "is null (not published) and no rule can choose it without the "
                             "measurement; the case cannot be priced")
@@ -165,5 +206,7 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
         if len(searched[knob]) == 1:
             notes.append((knob, f"{shown} — the documented default, the only setting tried (not published)"))
         else:
-            notes.append((knob, f"{shown} — {how} of {len(searched[knob])} settings tried (not published)"))
+            unknown = knob in UNKNOWN_STACK_CANDIDATES and searched[knob] != CANDIDATES[knob](scn)
+            why = "; the framework names no known stack" if unknown else ""
+            notes.append((knob, f"{shown} — {how} of {len(searched[knob])} settings tried (not published{why})"))
     return dataclasses.replace(cand, chosen=scn.chosen + tuple(notes))
