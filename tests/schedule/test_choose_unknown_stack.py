@@ -106,3 +106,22 @@ def test_deepspeed_is_a_stack_of_its_own():
     assert (s.plan.vpp, s.plan.dp_overlap, s.plan.tp_comm_overlap) == (1, False, False)
     assert set(s.open_knobs) == {"zero_stage", "recompute"}
     assert any(k == "vpp" and "deepspeed stack" in n for k, n in s.chosen)
+
+
+def test_validate_cli_prints_the_choice(tmp_path, capsys):
+    """`narrowpath validate --corpus FILE --json` on the Llama 3 row: the chosen vpp and overlap are in the case's
+    `chosen`, each naming the unnamed engine; exit 0 (the case is priced)."""
+    import json
+
+    import yaml
+
+    from narrowpath.cli.main import main
+    case = {"id": "l3", "source": "test", "kind": "training", "measured": {"step_time_s": 12.563},
+            **copy.deepcopy(LLAMA3_405B_8K)}
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump({"schema": "validation-corpus/1", "cases": [case]}))
+    assert main(["validate", "--corpus", str(f), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    chosen = out["cases"][0]["chosen"]
+    assert "no known stack" in chosen["vpp"] and "no known stack" in chosen["dp_overlap"]
+    assert abs(out["cases"][0]["error"]) < 0.15
