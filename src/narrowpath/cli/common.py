@@ -32,8 +32,9 @@ _PLAN_HELP = {"tp": "tensor-parallel size", "pp": "pipeline-parallel stages", "d
 def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
     from narrowpath.catalog.resolve import DEFAULT_SCENARIO
     if positional:
-        p.add_argument("scenario", nargs="?", help="scenario file (.yaml/.json) or catalog scenario id "
-                       f"(default: {DEFAULT_SCENARIO} unless --model/--system are given)")
+        p.add_argument("scenario", nargs="?", help="scenario file (.yaml/.json), catalog scenario id, or one case of "
+                       "a validation corpus as FILE#CASE_ID (its unpublished knobs chosen as `validate` chooses "
+                       f"them) (default: {DEFAULT_SCENARIO} unless --model/--system are given)")
     g = p.add_argument_group("scenario flags (override the scenario's fields)")
     g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
     g.add_argument("--system", help="catalog system id, e.g. dgx-h100, or a GPU (its home system): an id or a "
@@ -116,16 +117,41 @@ def comma_items(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def load_any_scenario(source: str | None, *, seq_len: int | None = None) -> Scenario:
+    """A scenario from `source` as catalog.load_scenario reads it, or — for `FILE#CASE_ID` — the case of that id in a
+    validation corpus file (validation-corpus/1) with the knobs its source did not publish chosen exactly as
+    `narrowpath validate` chooses them (schedule.choose: the stack's default, else the fastest that fits; the choices
+    stay in `chosen`), so a validated run can be analysed, simulated or searched from where validate priced it."""
+    from narrowpath.catalog import load_scenario
+    path, sep, case_id = (source or "").rpartition("#")
+    if not sep or not path or Path(path).suffix not in (".yaml", ".yml", ".json"):
+        return load_scenario(source, seq_len=seq_len)
+    from narrowpath.schedule.step import predict
+    from narrowpath.validate.corpus import load_corpus
+    if not Path(path).exists():
+        raise NarrowpathError(f"{path}: no such file")
+    cases = {c.id: c for c in load_corpus(path)}
+    if case_id not in cases:
+        shown_ids = ", ".join(list(cases)[:5]) + (", ..." if len(cases) > 5 else "")
+        raise NarrowpathError(f"{path}: no case {case_id!r} (its {len(cases)} cases: {shown_ids})")
+    case = cases[case_id]
+    if case.scenario is None:
+        raise NarrowpathError(f"{path}#{case_id}: {case.error}")
+    if seq_len is not None:
+        raise SpecError("--seq-len", "a corpus case states its own sequence length; give it as model.seq_len in "
+                        "the case")
+    return predict(case.scenario).scenario if case.scenario.open_knobs else case.scenario
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
-    from narrowpath.catalog import load_scenario
     from narrowpath.catalog.resolve import system_or_device as catalog_system
     from narrowpath.catalog.resolve import calibration_from, resolve_model, restack_for_precision
     from narrowpath.spec.plan import Plan, check_modules_need_selective
     from narrowpath.spec.scenario import Scenario
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
-    base = load_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
+    base = load_any_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "zero3_reshard", "recompute",
                                                               "sequence_parallel",
                                                               "precision", "dp_overlap", "grad_sync_launch",

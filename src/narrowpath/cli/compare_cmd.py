@@ -7,7 +7,7 @@ import json
 
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
 from narrowpath.analysis.compare import compare
-from narrowpath.catalog import load_scenario
+from narrowpath.cli.common import load_any_scenario
 from narrowpath.cli.common import check_output_file, writing
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.report.compare_text import comparison_to_json, format_comparison
@@ -54,14 +54,14 @@ def run(args) -> int:
     check_output_file("--html", args.html)
     if (args.b is None) == (args.what_if is None):
         raise SpecError("B", "give either a second scenario B or --what-if ID (not both)")
-    a = analyze_prediction(predict(load_scenario(args.a)), AnalysisOptions(what_ifs=args.what_if is not None))
+    a = analyze_prediction(predict(load_any_scenario(args.a)), AnalysisOptions(what_ifs=args.what_if is not None))
     extra = {}
     if args.what_if:
         b, w = what_if_side(a, args.what_if)
         extra["what_if"] = {"change": w.change, "description": w.description, "kind": w.kind,
                             "repairs": list(w.repairs), "step_s": w.step_s}
     else:
-        b = analyze_prediction(predict(load_scenario(args.b)), AnalysisOptions(what_ifs=False))
+        b = analyze_prediction(predict(load_any_scenario(args.b)), AnalysisOptions(what_ifs=False))
     c = compare(a, b)
     if args.html:
         from narrowpath.report.html_compare import write_compare_html

@@ -1,0 +1,54 @@
+"""One case of a validation corpus as the scenario of predict / analyze / compare (`FILE#CASE_ID`): priced exactly as
+`narrowpath validate` prices it (the same knobs chosen, the same step time), so a validated run can be taken apart;
+a missing case, a case validate refuses, or a flag the case cannot take is one line and exit 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from narrowpath.cli.main import main
+from tests.cli.one_line import one_line_error
+
+CASE = {"id": "run-1", "source": "test", "kind": "training", "measured": {"step_time_s": 2.0},
+        "model": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "ffn_act": "swiglu",
+                  "vocab": 128256, "seq_len": 8192},
+        "hardware": {"gpu": "H100-SXM5-80GB", "num_gpus": 16, "gpus_per_node": 8, "nic_gbps_per_gpu": 400},
+        "plan": {"tp": 2, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "gbs": 64, "zero_stage": 1,
+                 "recompute": None, "sequence_parallel": True, "precision": "bf16",
+                 "framework": "Megatron-Bridge / NeMo 26.04 container"}}
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    bad = {**CASE, "id": "run-bad", "plan": {**CASE["plan"], "dp": 3}}  # 64 sequences over dp 3
+    f = tmp_path / "mine.yaml"
+    f.write_text(yaml.safe_dump({"schema": "validation-corpus/1", "cases": [CASE, bad]}))
+    return f
+
+
+def test_predict_a_case_as_validate_prices_it(corpus, capsys):
+    """The case's null recompute is chosen (the note in the JSON), and the step time is validate's to the bit."""
+    assert main(["validate", "--corpus", str(corpus), "--json"]) == 1  # run-bad cannot be priced
+    validated = {c["id"]: c for c in json.loads(capsys.readouterr().out)["cases"]}
+    assert main(["predict", f"{corpus}#run-1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["step_time_s"] == validated["run-1"]["predicted_step_time_s"]
+    assert "recompute" in json.dumps(out)  # the choice travels with the scenario
+
+
+def test_analyze_and_flags_on_a_case(corpus, capsys):
+    """analyze takes the case; a flag changes the chosen plan (tp 4 re-derives dp 2 on the case's 16 GPUs)."""
+    assert main(["analyze", f"{corpus}#run-1"]) == 0
+    assert "run-1" in capsys.readouterr().out
+    assert main(["predict", f"{corpus}#run-1", "--tp", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["plan"]["tp"], out["plan"]["dp"]) == (4, 2)
+
+
+def test_bad_case_references_are_one_line(corpus, capsys):
+    one_line_error(capsys, ["predict", f"{corpus}#nope"], "no case 'nope'", "run-1")
+    one_line_error(capsys, ["predict", f"{corpus}#run-bad"], "run-bad", "plan.gbs")
+    one_line_error(capsys, ["predict", f"{corpus.parent}/missing.yaml#run-1"], "no such file")
+    one_line_error(capsys, ["predict", f"{corpus}#run-1", "--seq-len", "4096"], "--seq-len")
