@@ -52,3 +52,25 @@ def test_bad_case_references_are_one_line(corpus, capsys):
     one_line_error(capsys, ["predict", f"{corpus}#run-bad"], "run-bad", "plan.gbs")
     one_line_error(capsys, ["predict", f"{corpus.parent}/missing.yaml#run-1"], "no such file")
     one_line_error(capsys, ["predict", f"{corpus}#run-1", "--seq-len", "4096"], "--seq-len")
+
+
+def _inference_case(cid: str) -> dict:
+    from narrowpath.validate.corpus import shipped_corpus_path
+    data = yaml.safe_load(shipped_corpus_path("inference-public.yaml").read_text())
+    return next(c for c in data["cases"] if c["id"] == cid)
+
+
+def test_serve_an_inference_case_as_validate_serves_it(tmp_path, capsys):
+    """TensorRT-LLM 0.7a's Llama-2 70B static batch of 192 on one H200: `serve FILE#ID` gives validate's predicted
+    output tokens/s to the bit; a case whose lengths follow an unpublished data set, or a missing id: one line."""
+    case = _inference_case("trtllm-blog-h200-llama2-70b-tp1-bs192-128-2048")
+    dataset = {**case, "id": "sharegpt", "workload": {**case["workload"], "input_tokens": None}}
+    f = tmp_path / "serving.yaml"
+    f.write_text(yaml.safe_dump({"schema": "inference-corpus/1", "cases": [case, dataset]}))
+    main(["validate", "--corpus", str(f), "--json"])
+    validated = {c["id"]: c for c in json.loads(capsys.readouterr().out)["cases"]}
+    assert main(["serve", f"{f}#{case['id']}", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["output_tokens_per_s"] == validated[case["id"]]["figures"]["output_tokens_per_s"]["predicted"]
+    one_line_error(capsys, ["serve", f"{f}#sharegpt"], "sharegpt", "workload.input_tokens")
+    one_line_error(capsys, ["serve", f"{f}#nope"], "no case 'nope'")

@@ -5,6 +5,7 @@ documented defaults. Values by hand in each docstring."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from narrowpath.catalog import model, store, system
 from narrowpath.catalog.resolve import scenario_from_dict
@@ -41,6 +42,10 @@ def test_interleave_degrees_divide_the_largest_stage():
     assert interleave_degrees(s) == (1, 2, 4, 8)
     assert interleave_degrees(_scn("x", pp=4, dp=2, gbs=8)) == (1, 2, 4, 5, 10)
     assert interleave_degrees(_scn("x", dp=8, gbs=8)) == (1,)
+    assert interleave_degrees(_scn("x", pp=2, dp=4, gbs=8)) == (1, 2, 4, 5, 8, 10)  # 40 a stage; 20, 40 above 16
+    s17 = _scn("x", pp=2, dp=4, gbs=8)
+    s17 = dataclasses.replace(s17, model=dataclasses.replace(s17.model, layers=34))
+    assert interleave_degrees(s17) == (1,)  # 17 layers a stage: 17 chunks is above the 16 tried
 
 
 def test_only_an_unnamed_engine_opens_the_knobs():
@@ -56,6 +61,7 @@ def test_only_an_unnamed_engine_opens_the_knobs():
         assert candidates_for(s, "vpp") == CANDIDATES["vpp"](s) == (1,)
         assert candidates_for(s, "dp_overlap") == (False,)
     assert candidates_for(_scn("Meta internal", pp=8, gbs=8), "dp_overlap") == (False,)
+    assert candidates_for(_scn("Meta internal", cp=2, pp=4, gbs=8), "dp_overlap") == (False, True)  # cp reduces too
     assert candidates_for(meta, "tp_comm_overlap") == (False,)  # an engine feature: not opened
 
 

@@ -175,9 +175,10 @@ def stack_for(framework: str) -> dict[str, Any] | None:
 
 UNKNOWN_STACK_OPEN_KNOBS = ("vpp", "dp_overlap")
 """Knobs a validation case leaves open when it does not state them (left out or null) and its `plan.framework` names
-an engine that no entry of stacks.yaml matches: no documented default is known for them (the tool's own, Megatron-LM's, is one engine's), so
-schedule.choose tries the settings such engines run and takes the fastest that fits. A case with no framework keeps
-the tool's defaults (the Megatron-LM papers of training-public.yaml state none)."""
+an engine that no entry of stacks.yaml matches: no documented default is known for them (the tool's own,
+Megatron-LM's, is one engine's), so schedule.choose tries the settings such engines run and takes the fastest that
+fits. A case with no framework keeps the tool's defaults (the Megatron-LM papers of training-public.yaml state
+none)."""
 
 
 def unknown_stack(framework: str | None) -> bool:

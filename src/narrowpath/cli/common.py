@@ -118,8 +118,8 @@ def comma_items(text: str) -> tuple[str, ...]:
 
 
 def load_any_scenario(source: str | None, *, seq_len: int | None = None) -> Scenario:
-    """A scenario from `source` as catalog.load_scenario reads it, or — for `FILE#CASE_ID` — the case of that id in a
-    validation corpus file (validation-corpus/1) with the knobs its source did not publish chosen exactly as
+    """A scenario from `source` as catalog.load_scenario reads it, or — for `FILE#CASE_ID` — the case of that id in
+    a validation corpus file (validation-corpus/1) with the knobs its source did not publish chosen exactly as
     `narrowpath validate` chooses them (schedule.choose: the stack's default, else the fastest that fits; the choices
     stay in `chosen`), so a validated run can be analysed, simulated or searched from where validate priced it."""
     from narrowpath.catalog import load_scenario

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
+from typing import Mapping
 
 from narrowpath.analysis.serving_accounts import serving_accounts
 from narrowpath.analysis.serving_whatif import serving_verdict
@@ -17,7 +19,7 @@ from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
 from narrowpath.catalog.serving import device_formats, load_serving_scenario, read_request_trace
 from narrowpath.cli.common import check_output_dir, check_output_file, writing
-from narrowpath.errors import SpecError
+from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.schedule.serving_run import simulate
 from narrowpath.spec.serving import (EXPERT_BALANCES, KV_PRECISIONS, POLICIES, WEIGHT_PRECISIONS, Load, ServingPlan,
                                      ServingScenario)
@@ -50,7 +52,8 @@ def register(sub) -> None:
                        description="Simulate a model served on a system (continuous batching, paged KV cache, "
                        "chunked prefill, disaggregation, speculative decoding) under a load, and explain where an "
                        "iteration's time goes.")
-    p.add_argument("scenario", nargs="?", help="serving file (.yaml/.json; the inference-corpus case shape)")
+    p.add_argument("scenario", nargs="?", help="serving file (.yaml/.json; the inference-corpus case shape), or one "
+                   "case of an inference corpus as FILE#CASE_ID, served as validate serves it")
     g = p.add_argument_group("deployment (override the file's)")
     g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
     g.add_argument("--system", help="catalog system id, e.g. dgx-h100, or a GPU (its home system): an id or a "
@@ -153,11 +156,31 @@ def _load(args, base: Load | None) -> Load:
     return Load(**kw)
 
 
+def load_serving_case_or_file(source: str) -> tuple[ServingScenario, tuple[str, ...]]:
+    """A serving file, or `FILE#CASE_ID`: the case of that id in an inference corpus (inference-corpus/1) as
+    `narrowpath validate` simulates it (its unpublished knobs chosen the same way when served)."""
+    path, sep, case_id = source.rpartition("#")
+    if not sep or not path or Path(path).suffix not in (".yaml", ".yml", ".json"):
+        return load_serving_scenario(source)
+    from narrowpath.validate.inference import case_scenario, load_inference_corpus
+    if not Path(path).exists():
+        raise NarrowpathError(f"{path}: no such file")
+    cases = {str(c.get("id")): c for c in load_inference_corpus(path) if isinstance(c, Mapping)}
+    if case_id not in cases:
+        shown_ids = ", ".join(list(cases)[:5]) + (", ..." if len(cases) > 5 else "")
+        raise NarrowpathError(f"{path}: no case {case_id!r} (its {len(cases)} cases: {shown_ids})")
+    try:
+        scn, open_knobs, _notes, _nominal = case_scenario(cases[case_id], case_id)
+    except NarrowpathError as exc:
+        raise NarrowpathError(f"{path}#{case_id}: {exc}") from None
+    return scn, open_knobs
+
+
 def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     """The serving scenario of a file and/or the flags."""
     open_knobs: tuple[str, ...] = ()
     if args.scenario:
-        base, open_knobs = load_serving_scenario(args.scenario)
+        base, open_knobs = load_serving_case_or_file(args.scenario)
         model = resolve_model(args.model) if args.model else base.model
         system = catalog_system(args.system) if args.system else base.system
         plan0, load0, cal = base.plan, base.load, base.calibration

@@ -134,8 +134,8 @@ UNKNOWN_STACK_CANDIDATES: dict[str, Candidates] = {
     "dp_overlap": lambda s: (False, True) if s.plan.dp * s.plan.cp > 1 else (False,),
 }
 """Settings tried for the knobs of catalog.store.UNKNOWN_STACK_OPEN_KNOBS when `plan.framework` names an engine no
-stack of catalog/stacks.yaml matches (those knobs are open then unless the case states them: catalog.resolve). The rule's
-first half (the stack's documented default) has nothing to apply — CANDIDATES' single settings are Megatron-LM's
+stack of catalog/stacks.yaml matches (those knobs are open then unless the case states them: catalog.resolve). The
+rule's first half (the stack's documented default) has nothing to apply — CANDIDATES' single settings are Megatron-LM's
 defaults, not this engine's — so its second half does: the fastest setting that fits. For the pipeline's
 interleaving and for overlapping the gradient reduction with backward, which most engines run (PyTorch DDP's
 bucketed hooks, Li et al. VLDB 2020; FSDP's prefetch; DeepSpeed ZeRO-3's overlap_comm; Megatron's
@@ -206,7 +206,7 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
         if len(searched[knob]) == 1:
             notes.append((knob, f"{shown} — the documented default, the only setting tried (not published)"))
         else:
-            unknown = knob in UNKNOWN_STACK_CANDIDATES and searched[knob] != CANDIDATES[knob](scn)
-            why = "; the framework names no known stack" if unknown else ""
+            # CANDIDATES holds one setting for these knobs: several tried means an engine no stack names
+            why = "; the framework names no known stack" if knob in UNKNOWN_STACK_CANDIDATES else ""
             notes.append((knob, f"{shown} — {how} of {len(searched[knob])} settings tried (not published{why})"))
     return dataclasses.replace(cand, chosen=scn.chosen + tuple(notes))

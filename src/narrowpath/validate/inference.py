@@ -19,6 +19,7 @@ from narrowpath.catalog.serving import serving_scenario_from_dict, serving_stack
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.spec.calibration import Calibration
+from narrowpath.spec.serving import ServingScenario
 from narrowpath.validate.corpus import corpus_schema
 
 SCHEMA = "inference-corpus/1"
@@ -138,6 +139,27 @@ def _stat(values, stat: str) -> float:
     return summary(values)[stat]
 
 
+def case_scenario(raw: Mapping[str, Any], name: str) -> tuple[ServingScenario, tuple[str, ...], tuple[str, ...], bool]:
+    """(serving scenario, its unpublished knobs, notes, nominal) of one inference case as validate simulates it. A
+    static batch whose output length is not published is run at its input length (`nominal`: its tokens/s is then
+    the batch's generation rate); a case whose lengths follow an unpublished data set cannot be simulated."""
+    data = {k: v for k, v in raw.items() if k not in _META}
+    w = dict(data.get("workload") or {})
+    nominal = w.get("output_tokens") is None and w.get("scenario") == "fixed-batch"
+    notes = []
+    if nominal:
+        w["output_tokens"] = w.get("input_tokens") or 128
+        notes.append(f"output length not published: tokens/s predicted as the generation rate batch / TPOT of "
+                     f"a run of {w['output_tokens']} output tokens")
+    for length in ("input_tokens", "output_tokens"):
+        if w.get(length) is None and "requests_file" not in w:
+            raise NarrowpathError(f"workload.{length}: not published (the run's lengths follow a data set's "
+                                  "distribution, which the case does not give): nothing to simulate")
+    data["workload"] = w
+    scn, open_knobs = serving_scenario_from_dict(data, name=name, allow_null=True)
+    return scn, open_knobs, tuple(notes), nominal
+
+
 def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> InferenceCase:
     """Simulate one raw case and compare every figure it measured (failures are kept, with their reason)."""
     if not isinstance(raw, Mapping):
@@ -152,21 +174,9 @@ def run_case(raw: Any, index: int, calibration: Calibration | None = None) -> In
         stat = measured.get("percentile") or "mean"
         if stat not in ("mean", "p50", "p90", "p99"):
             raise NarrowpathError(f"measured.percentile: must be mean, p50, p90 or p99, got {stat!r}")
-        data = {k: v for k, v in raw.items() if k not in _META}
-        w = dict(data.get("workload") or {})
-        case.regime = _regime(w)
-        nominal = w.get("output_tokens") is None and w.get("scenario") == "fixed-batch"
-        notes = []
-        if nominal:
-            w["output_tokens"] = w.get("input_tokens") or 128
-            notes.append(f"output length not published: tokens/s predicted as the generation rate batch / TPOT of "
-                         f"a run of {w['output_tokens']} output tokens")
-        for length in ("input_tokens", "output_tokens"):
-            if w.get(length) is None and "requests_file" not in w:
-                raise NarrowpathError(f"workload.{length}: not published (the run's lengths follow a data set's "
-                                      "distribution, which the case does not give): nothing to simulate")
-        data["workload"] = w
-        scn, open_knobs = serving_scenario_from_dict(data, name=case.id, allow_null=True)
+        case.regime = _regime(dict(raw.get("workload") or {}))
+        scn, open_knobs, notes, nominal = case_scenario(raw, case.id)
+        notes = list(notes)
         run = simulate(scn, open_knobs, calibration, log_lane=False)
         res = run.result
         fig = res.figures()
