@@ -40,6 +40,8 @@ def test_predict_a_case_as_validate_prices_it(corpus, capsys):
 
 def test_analyze_and_flags_on_a_case(corpus, capsys):
     """analyze takes the case; a flag changes the chosen plan (tp 4 re-derives dp 2 on the case's 16 GPUs)."""
+    assert main(["validate", "--corpus", str(corpus)]) == 1
+    assert f"take one apart: narrowpath analyze '{corpus}#run-1'" in capsys.readouterr().out
     assert main(["analyze", f"{corpus}#run-1"]) == 0
     assert "run-1" in capsys.readouterr().out
     assert main(["predict", f"{corpus}#run-1", "--tp", "4", "--json"]) == 0

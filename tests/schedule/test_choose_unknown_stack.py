@@ -112,6 +112,7 @@ def test_deepspeed_is_a_stack_of_its_own():
     assert (s.plan.vpp, s.plan.dp_overlap, s.plan.tp_comm_overlap) == (1, False, False)
     assert set(s.open_knobs) == {"zero_stage", "recompute"}
     assert any(k == "vpp" and "deepspeed stack" in n for k, n in s.chosen)
+    assert store.stack_for("EleutherAI GPT-NeoX v2.0")["id"] == "deepspeed"  # built on its pipeline engine
 
 
 def test_validate_cli_prints_the_choice(tmp_path, capsys):

@@ -91,6 +91,8 @@ def run(args) -> int:
         w = rep.worst
         print(f"\n  mean absolute error {rep.mean_abs_error * 100:.2f} %   worst {rep.max_abs_error * 100:.2f} % ({w.id})"
               f"   cases {len(rep.ok_cases)}/{len(rep.cases)}")
+        if args.corpus:  # a case of the file is a scenario of every command (cli.common.load_any_scenario)
+            print(f"  take one apart: narrowpath analyze '{args.corpus}#{w.id}'")
     else:
         print("\n  no case could be predicted")
     return status
