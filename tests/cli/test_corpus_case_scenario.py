@@ -74,5 +74,8 @@ def test_serve_an_inference_case_as_validate_serves_it(tmp_path, capsys):
     assert main(["serve", f"{f}#{case['id']}", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["output_tokens_per_s"] == validated[case["id"]]["figures"]["output_tokens_per_s"]["predicted"]
+    assert main(["search", "--serve", f"{f}#{case['id']}", "--gpus", "1", "--slo-ttft", "1000", "--slo-tpot", "1",
+                 "--json"]) == 0  # the serving search starts from the case too
+    assert json.loads(capsys.readouterr().out)["ranked"]
     one_line_error(capsys, ["serve", f"{f}#sharegpt"], "sharegpt", "workload.input_tokens")
     one_line_error(capsys, ["serve", f"{f}#nope"], "no case 'nope'")

@@ -10,7 +10,8 @@ import json
 
 from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
-from narrowpath.catalog.serving import device_formats, load_serving_scenario
+from narrowpath.catalog.serving import device_formats
+from narrowpath.cli.serve_cmd import load_serving_case_or_file
 from narrowpath.errors import SpecError
 from narrowpath.report.console import table
 from narrowpath.search.serve_space import ServeSpace, count_plans, search_serve
@@ -47,7 +48,7 @@ def add_serve_search_args(p) -> None:
 
 def _space(args) -> ServeSpace:
     if args.scenario:
-        base, _ = load_serving_scenario(args.scenario)
+        base, _ = load_serving_case_or_file(args.scenario)  # a serving file or an inference corpus FILE#CASE_ID
         model, system, plan, load, gpus = base.model, base.system, base.plan, base.load, base.num_gpus
     else:
         if not (args.model and args.system):
