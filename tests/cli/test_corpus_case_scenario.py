@@ -38,6 +38,31 @@ def test_predict_a_case_as_validate_prices_it(corpus, capsys):
     assert "recompute" in json.dumps(out)  # the choice travels with the scenario
 
 
+def test_a_profile_chooses_as_validate_profile_does(corpus, capsys):
+    """Under another calibration profile the knobs are chosen under that profile, as `validate --profile` does."""
+    main(["validate", "--corpus", str(corpus), "--profile", "A100-SXM4-80GB", "--json"])
+    validated = {c["id"]: c for c in json.loads(capsys.readouterr().out)["cases"]}
+    assert main(["predict", f"{corpus}#run-1", "--profile", "A100-SXM4-80GB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == validated["run-1"]["predicted_step_time_s"]
+
+
+def test_the_profile_reaches_the_chooser(corpus, monkeypatch):
+    """load_any_scenario resolves the case's open knobs with the calibration it is handed (the chooser prices every
+    candidate under it), not the device's own."""
+    import narrowpath.schedule.step as step
+    from narrowpath.catalog.resolve import calibration_from
+    from narrowpath.cli.common import load_any_scenario
+    seen, real = [], step.predict
+
+    def spy(scn, calibration=None):
+        seen.append(calibration)
+        return real(scn, calibration)
+    monkeypatch.setattr(step, "predict", spy)
+    cal = calibration_from("A100-SXM4-80GB")
+    load_any_scenario(f"{corpus}#run-1", calibration=cal)
+    assert seen and seen[0] is cal
+
+
 def test_analyze_and_flags_on_a_case(corpus, capsys):
     """analyze takes the case; a flag changes the chosen plan (tp 4 re-derives dp 2 on the case's 16 GPUs)."""
     assert main(["validate", "--corpus", str(corpus)]) == 1

@@ -117,11 +117,12 @@ def comma_items(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def load_any_scenario(source: str | None, *, seq_len: int | None = None) -> Scenario:
+def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibration=None) -> Scenario:
     """A scenario from `source` as catalog.load_scenario reads it, or — for `FILE#CASE_ID` — the case of that id in
     a validation corpus file (validation-corpus/1) with the knobs its source did not publish chosen exactly as
     `narrowpath validate` chooses them (schedule.choose: the stack's default, else the fastest that fits; the choices
-    stay in `chosen`), so a validated run can be analysed, simulated or searched from where validate priced it."""
+    stay in `chosen`; under `calibration` when given, as `validate --profile` chooses), so a validated run can be
+    analysed, simulated or searched from where validate priced it."""
     from narrowpath.catalog import load_scenario
     path, sep, case_id = (source or "").rpartition("#")
     if not sep or not path or Path(path).suffix not in (".yaml", ".yml", ".json"):
@@ -140,7 +141,7 @@ def load_any_scenario(source: str | None, *, seq_len: int | None = None) -> Scen
     if seq_len is not None:
         raise SpecError("--seq-len", "a corpus case states its own sequence length; give it as model.seq_len in "
                         "the case")
-    return predict(case.scenario).scenario if case.scenario.open_knobs else case.scenario
+    return predict(case.scenario, calibration).scenario if case.scenario.open_knobs else case.scenario
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
@@ -151,7 +152,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     from narrowpath.spec.scenario import Scenario
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
-    base = load_any_scenario(source, seq_len=args.seq_len) if (source or not flagged) else None
+    profile = calibration_from(args.profile) if getattr(args, "profile", None) else None
+    base = load_any_scenario(source, seq_len=args.seq_len, calibration=profile) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "zero3_reshard", "recompute",
                                                               "sequence_parallel",
                                                               "precision", "dp_overlap", "grad_sync_launch",
@@ -227,7 +229,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     plan = dataclasses.replace(plan0, **plan_kw)
     num_gpus = gpus or plan.num_gpus
     name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"
-    cal = calibration_from(args.profile) if getattr(args, "profile", None) else (base.calibration if base else None)
+    cal = profile or (base.calibration if base else None)
     return Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
                     mode=base.mode if base is not None else "training", calibration=cal, chosen=chosen)
 
