@@ -35,7 +35,7 @@ def test_predict_a_case_as_validate_prices_it(corpus, capsys):
     assert main(["predict", f"{corpus}#run-1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["step_time_s"] == validated["run-1"]["predicted_step_time_s"]
-    assert "recompute" in json.dumps(out)  # the choice travels with the scenario
+    assert "fastest that fits" in out["chosen"]["recompute"]  # the choice travels with the scenario
 
 
 def test_a_profile_chooses_as_validate_profile_does(corpus, capsys):
@@ -61,6 +61,22 @@ def test_the_profile_reaches_the_chooser(corpus, monkeypatch):
     cal = calibration_from("A100-SXM4-80GB")
     load_any_scenario(f"{corpus}#run-1", calibration=cal)
     assert seen and seen[0] is cal
+
+
+def test_flags_apply_before_the_choice(tmp_path, capsys):
+    """An unnamed engine's case on 2 stages (vpp open): `--pp 4` re-chooses vpp among the divisors of its 8-layer
+    stages and says so; a stated `--vpp 2` is not chosen at all."""
+    plan = {k: v for k, v in CASE["plan"].items() if k != "vpp"}
+    case = {**CASE, "id": "meta", "plan": {**plan, "framework": "Meta internal"}}
+    f = tmp_path / "meta.yaml"
+    f.write_text(yaml.safe_dump({"schema": "validation-corpus/1", "cases": [case]}))
+    assert main(["predict", f"{f}#meta", "--pp", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"]["pp"] == 4 and out["plan"]["vpp"] in (1, 2, 4, 8) and out["fits"]
+    assert "no known stack" in out["chosen"]["vpp"] and "recompute" in out["chosen"]
+    assert main(["predict", f"{f}#meta", "--pp", "4", "--vpp", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"]["vpp"] == 2 and "vpp" not in out["chosen"]
 
 
 def test_analyze_and_flags_on_a_case(corpus, capsys):
@@ -104,3 +120,32 @@ def test_serve_an_inference_case_as_validate_serves_it(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["ranked"]
     one_line_error(capsys, ["serve", f"{f}#sharegpt"], "sharegpt", "workload.input_tokens")
     one_line_error(capsys, ["serve", f"{f}#nope"], "no case 'nope'")
+
+
+def test_references_read_as_written(tmp_path, capsys):
+    """An id holding '#', an upper-case suffix, a plain scenario file under a folder whose name holds '#', and a
+    corpus of the other kind (each command names the one that takes it)."""
+    from narrowpath.validate.corpus import shipped_corpus_path
+    f = tmp_path / "RUNS.YAML"
+    f.write_text(yaml.safe_dump({"schema": "validation-corpus/1", "cases": [{**CASE, "id": "a#b"}]}))
+    assert main(["validate", "--corpus", str(f)]) == 0
+    hint = [ln for ln in capsys.readouterr().out.splitlines() if "take one apart" in ln][0]
+    assert main(["predict", hint.split("narrowpath analyze ", 1)[1].strip("'"), "--json"]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "x.yaml#sub"
+    folder.mkdir()
+    (folder / "scn.yaml").write_text(yaml.safe_dump({"system": "dgx-h100", "model": "llama3-8b",
+                                                     "plan": {"dp": 8, "gbs": 64}}))
+    assert main(["predict", str(folder / "scn.yaml"), "--json"]) == 0
+    capsys.readouterr()
+    inference = shipped_corpus_path("inference-public.yaml")
+    one_line_error(capsys, ["predict", f"{inference}#x"], "is an inference corpus", "narrowpath serve")
+    one_line_error(capsys, ["serve", f"{f}#a#b"], "is a training corpus", "narrowpath analyze")
+
+
+def test_an_inference_case_without_an_id_is_served_as_validate_names_it(tmp_path, capsys):
+    """validate names an id-less case `case[0]`; `serve FILE#case[0]` finds it."""
+    case = {k: v for k, v in _inference_case("trtllm-blog-h200-llama2-70b-tp1-bs192-128-2048").items() if k != "id"}
+    f = tmp_path / "noid.yaml"
+    f.write_text(yaml.safe_dump({"schema": "inference-corpus/1", "cases": [case]}))
+    assert main(["serve", f"{f}#case[0]", "--json"]) == 0

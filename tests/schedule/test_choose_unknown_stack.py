@@ -37,15 +37,15 @@ def _scn(framework: str, **kw) -> Scenario:
 
 def test_interleave_degrees_divide_the_largest_stage():
     """126 layers on pp 16: stages of at most ceil(126/16) = 8 layers → 1, 2, 4, 8 chunks; Llama-3 70B's 80 on pp 4:
-    20 → 1, 2, 4, 5, 10 (20 is above the 16 tried); no pipeline → 1."""
+    20 → 1, 2, 4, 5 (10 and 20 are above the 8 tried); no pipeline → 1."""
     s = _case()
     assert interleave_degrees(s) == (1, 2, 4, 8)
-    assert interleave_degrees(_scn("x", pp=4, dp=2, gbs=8)) == (1, 2, 4, 5, 10)
+    assert interleave_degrees(_scn("x", pp=4, dp=2, gbs=8)) == (1, 2, 4, 5)
     assert interleave_degrees(_scn("x", dp=8, gbs=8)) == (1,)
-    assert interleave_degrees(_scn("x", pp=2, dp=4, gbs=8)) == (1, 2, 4, 5, 8, 10)  # 40 a stage; 20, 40 above 16
+    assert interleave_degrees(_scn("x", pp=2, dp=4, gbs=8)) == (1, 2, 4, 5, 8)  # 40 a stage; 10, 20, 40 above 8
     s17 = _scn("x", pp=2, dp=4, gbs=8)
     s17 = dataclasses.replace(s17, model=dataclasses.replace(s17.model, layers=34))
-    assert interleave_degrees(s17) == (1,)  # 17 layers a stage: 17 chunks is above the 16 tried
+    assert interleave_degrees(s17) == (1,)  # 17 layers a stage: prime, 17 chunks is above the 8 tried
 
 
 def test_only_an_unnamed_engine_opens_the_knobs():
@@ -53,9 +53,13 @@ def test_only_an_unnamed_engine_opens_the_knobs():
     Megatron-LM's single documented settings (vpp 1, overlap off); a single replica has nothing to overlap."""
     assert store.unknown_stack("Meta internal") and not store.unknown_stack("Megatron-LM")
     assert not store.unknown_stack("") and not store.unknown_stack(None)
+    for text in (" ", "None", "n/a", "Unknown", "Megatron LM", "MegatronLM", "megatron_lm", "Megatron (NVIDIA, 2021)"):
+        assert not store.unknown_stack(text), text  # no engine stated, or Megatron-LM however spelt
+    assert store.stack_for("Megatron LM 2021")["id"] == "megatron-lm"
+    assert store.stack_for("Megatron-DeepSpeed")["id"] == "deepspeed"
     meta = _scn("Meta internal", pp=4, dp=2, gbs=8)
     assert candidates_for(meta, "dp_overlap") == (False, True)
-    assert candidates_for(meta, "vpp") == (1, 2, 4, 5, 10)
+    assert candidates_for(meta, "vpp") == (1, 2, 4, 5)
     for fw in ("Megatron-LM core_r0.9", ""):
         s = _scn(fw, pp=4, dp=2, gbs=8)
         assert candidates_for(s, "vpp") == CANDIDATES["vpp"](s) == (1,)
@@ -132,3 +136,13 @@ def test_validate_cli_prints_the_choice(tmp_path, capsys):
     chosen = out["cases"][0]["chosen"]
     assert "no known stack" in chosen["vpp"] and "no known stack" in chosen["dp_overlap"]
     assert abs(out["cases"][0]["error"]) < 0.15
+
+
+def test_activation_strategies_follow_each_interleaving_degree():
+    """With vpp searched, the activation strategies are built for each degree's own chunks: at the chosen vpp 8 the
+    126-layer model's chunks hold one layer, so no strategy offloads or recomputes more layers than that, and the
+    note counts the strategies of a one-layer chunk: none, selective, full, offload it, and selective recompute of
+    the MLP or of the norms and MLP (6; at vpp 1's 8-layer chunks there are 12)."""
+    out = predict(_case()).scenario
+    assert out.plan.vpp == 8 and out.plan.offload_layers <= 1 and out.plan.recompute_layers <= 1
+    assert "of 6 settings tried" in dict(out.chosen)["recompute"]

@@ -181,9 +181,15 @@ fits. A case with no framework keeps the tool's defaults (the Megatron-LM papers
 none)."""
 
 
+NOT_STATED = ("", "none", "null", "unknown", "n/a", "na", "-", "?", "not stated", "not published", "unpublished")
+"""`plan.framework` texts that state no engine at all (the tool's defaults apply, as for an empty one)."""
+
+
 def unknown_stack(framework: str | None) -> bool:
-    """Whether `framework` names an engine (non-empty text) that no stacks.yaml entry matches."""
-    return bool(framework) and isinstance(framework, str) and stack_for(framework) is None
+    """Whether `framework` names an engine (text that is not one of NOT_STATED) that no stacks.yaml entry matches."""
+    if not isinstance(framework, str) or framework.strip().lower() in NOT_STATED:
+        return False
+    return stack_for(framework) is None
 
 
 @lru_cache(maxsize=256)

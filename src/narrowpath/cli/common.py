@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import importlib.util
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -117,20 +118,44 @@ def comma_items(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibration=None) -> Scenario:
+CASE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def case_reference(source: str | None) -> tuple[str, str] | None:
+    """(corpus file, case id) when `source` reads FILE#CASE_ID: an existing file is itself, never a reference; else
+    the first '#' whose left side names a YAML/JSON file (any case of suffix) splits it, so an id may hold '#'. None
+    for anything else (a scenario file, a catalog id)."""
+    if not source or Path(source).exists():
+        return None
+    at = source.find("#")
+    while at > 0:
+        path = source[:at]
+        if Path(path).suffix.lower() in CASE_FILE_SUFFIXES and (Path(path).is_file() or "#" not in source[at + 1:]):
+            return path, source[at + 1:]
+        at = source.find("#", at + 1)
+    return None
+
+
+def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibration=None,
+                      resolve: bool = True) -> Scenario:
     """A scenario from `source` as catalog.load_scenario reads it, or — for `FILE#CASE_ID` — the case of that id in
     a validation corpus file (validation-corpus/1) with the knobs its source did not publish chosen exactly as
     `narrowpath validate` chooses them (schedule.choose: the stack's default, else the fastest that fits; the choices
     stay in `chosen`; under `calibration` when given, as `validate --profile` chooses), so a validated run can be
-    analysed, simulated or searched from where validate priced it."""
+    analysed, simulated or searched from where validate priced it. `resolve=False` leaves them open (`open_knobs`),
+    for a caller that changes the plan first (scenario_from_args: flags, then the choice)."""
     from narrowpath.catalog import load_scenario
-    path, sep, case_id = (source or "").rpartition("#")
-    if not sep or not path or Path(path).suffix not in (".yaml", ".yml", ".json"):
+    ref = case_reference(source)
+    if ref is None:
         return load_scenario(source, seq_len=seq_len)
+    path, case_id = ref
     from narrowpath.schedule.step import predict
-    from narrowpath.validate.corpus import load_corpus
+    from narrowpath.validate.corpus import corpus_schema, load_corpus
     if not Path(path).exists():
         raise NarrowpathError(f"{path}: no such file")
+    if corpus_schema(path) == "inference-corpus/1":
+        raise NarrowpathError(f"{path} is an inference corpus: serve its case with `narrowpath serve "
+                              f"{shlex.quote(path + '#' + case_id)}`")
     cases = {c.id: c for c in load_corpus(path)}
     if case_id not in cases:
         shown_ids = ", ".join(list(cases)[:5]) + (", ..." if len(cases) > 5 else "")
@@ -141,7 +166,9 @@ def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibra
     if seq_len is not None:
         raise SpecError("--seq-len", "a corpus case states its own sequence length; give it as model.seq_len in "
                         "the case")
-    return predict(case.scenario, calibration).scenario if case.scenario.open_knobs else case.scenario
+    if resolve and case.scenario.open_knobs:
+        return predict(case.scenario, calibration).scenario
+    return case.scenario
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
@@ -153,7 +180,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
     profile = calibration_from(args.profile) if getattr(args, "profile", None) else None
-    base = load_any_scenario(source, seq_len=args.seq_len, calibration=profile) if (source or not flagged) else None
+    base = load_any_scenario(source, seq_len=args.seq_len, resolve=False) if (source or not flagged) else None
     plan_kw = {f: getattr(args, f) for f in PLAN_INT_FLAGS + ("zero_stage", "zero3_reshard", "recompute",
                                                               "sequence_parallel",
                                                               "precision", "dp_overlap", "grad_sync_launch",
@@ -230,8 +257,15 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     num_gpus = gpus or plan.num_gpus
     name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"
     cal = profile or (base.calibration if base else None)
-    return Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
-                    mode=base.mode if base is not None else "training", calibration=cal, chosen=chosen)
+    # a corpus case's unpublished knobs the flags did not set are chosen on the final plan, as validate would
+    still_open = tuple(k for k in base.open_knobs if k not in plan_kw) if base is not None else ()
+    scn = Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
+                   mode=base.mode if base is not None else "training", calibration=cal, chosen=chosen,
+                   open_knobs=still_open)
+    if not still_open:
+        return scn
+    from narrowpath.schedule.step import predict
+    return predict(scn, cal).scenario
 
 
 def has_module(name: str) -> bool:

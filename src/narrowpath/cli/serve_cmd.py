@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 from typing import Mapping
 
@@ -18,7 +19,7 @@ from narrowpath.analysis.serving_whatif import serving_verdict
 from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
 from narrowpath.catalog.serving import device_formats, load_serving_scenario, read_request_trace
-from narrowpath.cli.common import check_output_dir, check_output_file, writing
+from narrowpath.cli.common import case_reference, check_output_dir, check_output_file, writing
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.schedule.serving_run import simulate
 from narrowpath.spec.serving import (EXPERT_BALANCES, KV_PRECISIONS, POLICIES, WEIGHT_PRECISIONS, Load, ServingPlan,
@@ -159,13 +160,19 @@ def _load(args, base: Load | None) -> Load:
 def load_serving_case_or_file(source: str) -> tuple[ServingScenario, tuple[str, ...]]:
     """A serving file, or `FILE#CASE_ID`: the case of that id in an inference corpus (inference-corpus/1) as
     `narrowpath validate` simulates it (its unpublished knobs chosen the same way when served)."""
-    path, sep, case_id = source.rpartition("#")
-    if not sep or not path or Path(path).suffix not in (".yaml", ".yml", ".json"):
+    ref = case_reference(source)
+    if ref is None:
         return load_serving_scenario(source)
+    path, case_id = ref
+    from narrowpath.validate.corpus import corpus_schema
     from narrowpath.validate.inference import case_scenario, load_inference_corpus
     if not Path(path).exists():
         raise NarrowpathError(f"{path}: no such file")
-    cases = {str(c.get("id")): c for c in load_inference_corpus(path) if isinstance(c, Mapping)}
+    if corpus_schema(path) == "validation-corpus/1":
+        raise NarrowpathError(f"{path} is a training corpus: take its case apart with `narrowpath analyze "
+                              f"{shlex.quote(path + '#' + case_id)}`")
+    cases = {str(c.get("id", f"case[{i}]")): c for i, c in enumerate(load_inference_corpus(path))
+             if isinstance(c, Mapping)}  # validate names an id-less case case[i]
     if case_id not in cases:
         shown_ids = ", ".join(list(cases)[:5]) + (", ..." if len(cases) > 5 else "")
         raise NarrowpathError(f"{path}: no case {case_id!r} (its {len(cases)} cases: {shown_ids})")

@@ -78,10 +78,10 @@ def _analyse(trace, args, job: int | None):
         raise NarrowpathError(f"--step {args.step}: no ProfilerStep#{args.step} in the trace{where}") from None
     comparison = scenario_name = None
     if args.against:
-        from narrowpath.catalog import load_scenario
+        from narrowpath.cli.common import load_any_scenario
         from narrowpath.schedule.step import predict
         from narrowpath.trace.compare import compare
-        scenario = load_scenario(args.against)
+        scenario = load_any_scenario(args.against)
         scenario_name = getattr(scenario, "name", args.against)
         comparison = compare(report, predict(scenario))
     written = []

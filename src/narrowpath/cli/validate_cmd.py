@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from narrowpath.catalog.resolve import calibration_from
 from narrowpath.report.console import table
@@ -92,7 +93,7 @@ def run(args) -> int:
         print(f"\n  mean absolute error {rep.mean_abs_error * 100:.2f} %   worst {rep.max_abs_error * 100:.2f} % ({w.id})"
               f"   cases {len(rep.ok_cases)}/{len(rep.cases)}")
         if args.corpus:  # a case of the file is a scenario of every command (cli.common.load_any_scenario)
-            print(f"  take one apart: narrowpath analyze '{args.corpus}#{w.id}'")
+            print(f"  take one apart: narrowpath analyze {shlex.quote(f'{args.corpus}#{w.id}')}")
     else:
         print("\n  no case could be predicted")
     return status

@@ -124,9 +124,9 @@ def interleave_degrees(scn: Scenario) -> tuple:
     return tuple(v for v in range(1, min(n, MAX_VPP) + 1) if n % v == 0)
 
 
-MAX_VPP = 16
-"""Most virtual chunks per pipeline rank tried for an unpublished interleaving degree (the Megatron-Bridge configs
-in the corpora run 1–24; the search space stops at 8, search.space)."""
+MAX_VPP = 8
+"""Most virtual chunks per pipeline rank tried for an unpublished interleaving degree (the search space stops at 8 too,
+search.space; the Megatron-Bridge configs in the corpora run 1–24)."""
 
 
 UNKNOWN_STACK_CANDIDATES: dict[str, Candidates] = {
@@ -135,8 +135,8 @@ UNKNOWN_STACK_CANDIDATES: dict[str, Candidates] = {
 }
 """Settings tried for the knobs of catalog.store.UNKNOWN_STACK_OPEN_KNOBS when `plan.framework` names an engine no
 stack of catalog/stacks.yaml matches (those knobs are open then unless the case states them: catalog.resolve). The
-rule's first half (the stack's documented default) has nothing to apply — CANDIDATES' single settings are Megatron-LM's
-defaults, not this engine's — so its second half does: the fastest setting that fits. For the pipeline's
+rule's first half (the stack's documented default) has nothing to apply — CANDIDATES' single settings are
+Megatron-LM's defaults, not this engine's — so its second half does: the fastest setting that fits. For the pipeline's
 interleaving and for overlapping the gradient reduction with backward, which most engines run (PyTorch DDP's
 bucketed hooks, Li et al. VLDB 2020; FSDP's prefetch; DeepSpeed ZeRO-3's overlap_comm; Megatron's
 --overlap-grad-reduce), the Megatron-LM default (off) would price a tuned run of an unknown engine as an untuned one
@@ -157,6 +157,49 @@ def _stack_default(scn: Scenario, knob: str):
     stack = store.stack_for(scn.plan.framework)
     defaults = store.stack_defaults(stack, scn.plan.precision)
     return (defaults[knob], stack["id"]) if knob in defaults else None
+
+
+LATE_KNOBS = ("dp_overlap",)
+"""Searched knobs that move no memory (overlapping the gradient reduction changes when it runs, not what is held):
+chosen in a second pass on the winner of the others, which halves the product an unnamed engine's case prices."""
+
+
+def _fastest(base: Scenario, names: list[str], searched: dict[str, tuple], price: Callable[[Scenario], object]):
+    """(scenario, {knob: setting}, fits, {knob: settings tried}) of the best combination of the `names` knobs on
+    `base`: fitting plans first, then the fastest; where none fits, the one that overflows least; None when no
+    combination gives a consistent plan. With the interleaving degree searched too, the activation strategies are
+    built for each degree's own chunk size (activation_strategies counts layers per chunk)."""
+    per_chunk = "recompute" in names and "vpp" in names
+    outer = [k for k in names if not (per_chunk and k == "recompute")]
+    best, best_key = None, None
+    for values in itertools.product(*(searched[k] for k in outer)):
+        patch: dict = {}
+        for knob, v in zip(outer, values):
+            patch.update(v if isinstance(v, dict) else {knob: v})
+        try:
+            cand0 = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **patch))
+            inner = recompute_strategies(cand0) if per_chunk else (None,)
+        except SpecError:
+            continue
+        for r in inner:
+            try:
+                cand = dataclasses.replace(cand0, plan=dataclasses.replace(cand0.plan, **r)) if r else cand0
+                pred = price(cand)
+            except SpecError:
+                continue
+            key = (not pred.memory.fits, pred.step_time_s if pred.memory.fits else pred.memory.overflow_bytes)
+            if best_key is None or key < best_key:
+                chosen = {**dict(zip(outer, values)), **({"recompute": r} if per_chunk else {})}
+                tried = {k: len(searched[k]) for k in outer} | ({"recompute": len(inner)} if per_chunk else {})
+                best, best_key = (cand, chosen, pred.memory.fits, tried), key
+    return best
+
+
+def _merge(first, second):
+    """The second pass's result over the first's (its scenario, settings and counts win; fits is the second's)."""
+    if second is None:
+        return first
+    return second[0], {**first[1], **second[1]}, second[2], {**first[3], **second[3]}
 
 
 def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Scenario:
@@ -181,32 +224,25 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
             raise SpecError(f"plan.{knob}", "is null (not published) and no rule can choose it without the "
                             "measurement; the case cannot be priced")
     base = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, **fixed), open_knobs=())
-    best, best_key = None, None
-    names = list(searched)
-    for values in itertools.product(*(searched[k] for k in names)):
-        patch: dict = {}
-        for knob, v in zip(names, values):
-            patch.update(v if isinstance(v, dict) else {knob: v})
-        try:
-            cand = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **patch))
-            pred = price(cand)
-        except SpecError:
-            continue
-        # fitting plans first, then the fastest; a plan that fits nowhere: the one that overflows least
-        key = (not pred.memory.fits, pred.step_time_s if pred.memory.fits else pred.memory.overflow_bytes)
-        if best_key is None or key < best_key:
-            best, best_key = (cand, dict(zip(names, values)), pred.memory.fits), key
+    names = [k for k in searched if k not in LATE_KNOBS]
+    best = _fastest(base, names, searched, price)
     if best is None:
-        raise SpecError(f"plan.{names[0]}", "is null (not published) and no setting of it gives a consistent plan")
-    cand, values, fits = best
-    for knob in names:
+        raise SpecError(f"plan.{(names or list(searched) or list(scn.open_knobs))[0]}", "is null (not published) "
+                        "and no setting of it gives a consistent plan")
+    late = [k for k in searched if k in LATE_KNOBS]
+    if late:  # on the first pass's winner (they move no memory)
+        best = _merge(best, _fastest(best[0], late, searched, price))
+    cand, values, fits, tried = best
+    for knob in searched:
         how = "fastest that fits in memory" if fits else "none fits in memory; the one that overflows least"
         v = values[knob]
         shown = ", ".join(f"{k}={x!r}" for k, x in v.items()) if isinstance(v, dict) else repr(v)
-        if len(searched[knob]) == 1:
-            notes.append((knob, f"{shown} — the documented default, the only setting tried (not published)"))
+        # CANDIDATES holds one setting for these knobs: several tried means an engine no stack names
+        unknown = knob in UNKNOWN_STACK_CANDIDATES and store.unknown_stack(scn.plan.framework)
+        if tried[knob] == 1:
+            what = "the only setting this plan allows" if unknown else "the documented default, the only setting tried"
+            notes.append((knob, f"{shown} — {what} (not published)"))
         else:
-            # CANDIDATES holds one setting for these knobs: several tried means an engine no stack names
-            why = "; the framework names no known stack" if knob in UNKNOWN_STACK_CANDIDATES else ""
-            notes.append((knob, f"{shown} — {how} of {len(searched[knob])} settings tried (not published{why})"))
+            why = "; the framework names no known stack" if unknown else ""
+            notes.append((knob, f"{shown} — {how} of {tried[knob]} settings tried (not published{why})"))
     return dataclasses.replace(cand, chosen=scn.chosen + tuple(notes))
