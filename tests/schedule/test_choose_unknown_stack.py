@@ -146,3 +146,48 @@ def test_activation_strategies_follow_each_interleaving_degree():
     out = predict(_case()).scenario
     assert out.plan.vpp == 8 and out.plan.offload_layers <= 1 and out.plan.recompute_layers <= 1
     assert "of 6 settings tried" in dict(out.chosen)["recompute"]
+
+
+class _Priced:
+    def __init__(self, t, fits):
+        self.step_time_s, self.memory = t, type("M", (), {"fits": fits, "overflow_bytes": t})()
+
+
+def test_the_search_prices_what_it_should():
+    """Counted prices: with vpp and overlap open, the first pass prices the 4 degrees and the second the 2 overlap
+    settings on the winner (6, not 4 × 2); with vpp and recompute open, each degree prices its own chunk's
+    strategies once (Σ over degrees, not that sum times vpp 1's list)."""
+    from narrowpath.schedule.choose import recompute_strategies
+    calls = []
+
+    def price(c):
+        calls.append(c.plan)
+        return _Priced(10.0 / c.plan.vpp - c.plan.dp_overlap, True)
+    resolve_open_knobs(_case(zero_stage=1, recompute="none"), price)
+    assert len(calls) == 4 + 2
+    calls.clear()
+    s = _case(zero_stage=1, dp_overlap=True)
+    resolve_open_knobs(s, price)
+    per_degree = [len(recompute_strategies(_case(zero_stage=1, dp_overlap=True, vpp=v))) for v in (1, 2, 4, 8)]
+    assert len(calls) == sum(per_degree) and per_degree[0] > per_degree[-1]
+
+
+def test_notes_when_nothing_fits_or_one_setting_is_possible():
+    """Where no combination fits, the overlap (second pass) says so too; a 9-layer stage allows 1 and 3 chunks
+    only (9 is above the 8 tried); an unnamed engine without a pipeline has one interleaving 'this plan allows',
+    not a documented default; a price that refuses every plan names the knob in one SpecError."""
+    import pytest
+
+    from narrowpath.errors import SpecError
+    out = resolve_open_knobs(_case(zero_stage=1, recompute="none"), lambda c: _Priced(1.0 + c.plan.vpp, False))
+    assert "none fits" in dict(out.chosen)["dp_overlap"]
+    s9 = _scn("x", pp=8, dp=1, gbs=8)
+    assert interleave_degrees(dataclasses.replace(s9, model=dataclasses.replace(s9.model, layers=72))) == (1, 3)
+    flat = _case(zero_stage=1, recompute="none", pp=1, dp=1024)
+    out = resolve_open_knobs(flat, lambda c: _Priced(1.0 - c.plan.dp_overlap * 0.1, True))
+    assert "the only setting this plan allows" in dict(out.chosen)["vpp"]
+
+    def refuse(c):
+        raise SpecError("plan", "cannot be placed")
+    with pytest.raises(SpecError, match="plan.dp_overlap"):
+        resolve_open_knobs(_case(zero_stage=1, recompute="none", vpp=1), refuse)

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, GRAD_PRECISION, GRAD_SYNC_LAUNCH, \
@@ -136,6 +136,28 @@ def case_reference(source: str | None) -> tuple[str, str] | None:
     return None
 
 
+CASE_COMMANDS = {"validation-corpus/1": "a training corpus: take its case apart with `narrowpath analyze",
+                 "inference-corpus/1": "an inference corpus: serve its case with `narrowpath serve"}
+"""What a corpus of each kind is, and the command that takes one of its cases (for the error on the other kind)."""
+
+
+def corpus_case(path: str, case_id: str, schema: str, cases: Callable[[str], Mapping]):
+    """The case `case_id` of the corpus file `path`, which must declare `schema`; `cases(path)` reads its cases by
+    id. One line (exit 2) for a missing file, a corpus of the other kind (naming the command that takes it) or an
+    id it lacks (listing its first five)."""
+    from narrowpath.validate.corpus import corpus_schema
+    if not Path(path).exists():
+        raise NarrowpathError(f"{path}: no such file")
+    found = corpus_schema(path)
+    if found != schema and found in CASE_COMMANDS:
+        raise NarrowpathError(f"{path} is {CASE_COMMANDS[found]} {shlex.quote(path + '#' + case_id)}`")
+    by_id = cases(path)
+    if case_id not in by_id:
+        shown_ids = ", ".join(list(by_id)[:5]) + (", ..." if len(by_id) > 5 else "")
+        raise NarrowpathError(f"{path}: no case {case_id!r} (its {len(by_id)} cases: {shown_ids})")
+    return by_id[case_id]
+
+
 def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibration=None,
                       resolve: bool = True) -> Scenario:
     """A scenario from `source` as catalog.load_scenario reads it, or — for `FILE#CASE_ID` — the case of that id in
@@ -150,17 +172,8 @@ def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibra
         return load_scenario(source, seq_len=seq_len)
     path, case_id = ref
     from narrowpath.schedule.step import predict
-    from narrowpath.validate.corpus import corpus_schema, load_corpus
-    if not Path(path).exists():
-        raise NarrowpathError(f"{path}: no such file")
-    if corpus_schema(path) == "inference-corpus/1":
-        raise NarrowpathError(f"{path} is an inference corpus: serve its case with `narrowpath serve "
-                              f"{shlex.quote(path + '#' + case_id)}`")
-    cases = {c.id: c for c in load_corpus(path)}
-    if case_id not in cases:
-        shown_ids = ", ".join(list(cases)[:5]) + (", ..." if len(cases) > 5 else "")
-        raise NarrowpathError(f"{path}: no case {case_id!r} (its {len(cases)} cases: {shown_ids})")
-    case = cases[case_id]
+    from narrowpath.validate.corpus import load_corpus
+    case = corpus_case(path, case_id, "validation-corpus/1", lambda p: {c.id: c for c in load_corpus(p)})
     if case.scenario is None:
         raise NarrowpathError(f"{path}#{case_id}: {case.error}")
     if seq_len is not None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
-from pathlib import Path
 from typing import Mapping
 
 from narrowpath.analysis.serving_accounts import serving_accounts
@@ -19,7 +17,7 @@ from narrowpath.analysis.serving_whatif import serving_verdict
 from narrowpath.catalog.resolve import system_or_device as catalog_system
 from narrowpath.catalog.resolve import calibration_from, resolve_model
 from narrowpath.catalog.serving import device_formats, load_serving_scenario, read_request_trace
-from narrowpath.cli.common import case_reference, check_output_dir, check_output_file, writing
+from narrowpath.cli.common import case_reference, check_output_dir, check_output_file, corpus_case, writing
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.schedule.serving_run import simulate
 from narrowpath.spec.serving import (EXPERT_BALANCES, KV_PRECISIONS, POLICIES, WEIGHT_PRECISIONS, Load, ServingPlan,
@@ -164,20 +162,12 @@ def load_serving_case_or_file(source: str) -> tuple[ServingScenario, tuple[str, 
     if ref is None:
         return load_serving_scenario(source)
     path, case_id = ref
-    from narrowpath.validate.corpus import corpus_schema
     from narrowpath.validate.inference import case_scenario, load_inference_corpus
-    if not Path(path).exists():
-        raise NarrowpathError(f"{path}: no such file")
-    if corpus_schema(path) == "validation-corpus/1":
-        raise NarrowpathError(f"{path} is a training corpus: take its case apart with `narrowpath analyze "
-                              f"{shlex.quote(path + '#' + case_id)}`")
-    cases = {str(c.get("id", f"case[{i}]")): c for i, c in enumerate(load_inference_corpus(path))
-             if isinstance(c, Mapping)}  # validate names an id-less case case[i]
-    if case_id not in cases:
-        shown_ids = ", ".join(list(cases)[:5]) + (", ..." if len(cases) > 5 else "")
-        raise NarrowpathError(f"{path}: no case {case_id!r} (its {len(cases)} cases: {shown_ids})")
+    raw = corpus_case(path, case_id, "inference-corpus/1",  # validate names an id-less case case[i]
+                      lambda p: {str(c.get("id", f"case[{i}]")): c for i, c in enumerate(load_inference_corpus(p))
+                                 if isinstance(c, Mapping)})
     try:
-        scn, open_knobs, _notes, _nominal = case_scenario(cases[case_id], case_id)
+        scn, open_knobs, _notes, _nominal = case_scenario(raw, case_id)
     except NarrowpathError as exc:
         raise NarrowpathError(f"{path}#{case_id}: {exc}") from None
     return scn, open_knobs
