@@ -185,9 +185,39 @@ def test_notes_when_nothing_fits_or_one_setting_is_possible():
     assert interleave_degrees(dataclasses.replace(s9, model=dataclasses.replace(s9.model, layers=72))) == (1, 3)
     flat = _case(zero_stage=1, recompute="none", pp=1, dp=1024)
     out = resolve_open_knobs(flat, lambda c: _Priced(1.0 - c.plan.dp_overlap * 0.1, True))
-    assert "the only setting this plan allows" in dict(out.chosen)["vpp"]
+    assert dict(out.chosen)["vpp"] == "1 — the only setting this plan allows (not published)"
 
     def refuse(c):
         raise SpecError("plan", "cannot be placed")
     with pytest.raises(SpecError, match="plan.dp_overlap"):
         resolve_open_knobs(_case(zero_stage=1, recompute="none", vpp=1), refuse)
+
+
+def test_a_refused_strategy_does_not_end_its_degree():
+    """At vpp 8 the first activation strategy (keep everything) is refused; the next ones of that degree are still
+    priced, and vpp 8 with selective recompute (10/8 + 0.5) beats vpp 4 keeping everything (10/4)."""
+    from narrowpath.errors import SpecError
+
+    def price(c):
+        p = c.plan
+        if p.vpp == 8 and p.recompute == "none" and not p.offload_layers:
+            raise SpecError("plan", "refused")
+        return _Priced(10.0 / p.vpp + (0.5 if (p.recompute != "none" or p.offload_layers) else 0.0), True)
+    out = resolve_open_knobs(_case(zero_stage=1, dp_overlap=True), price)
+    assert out.plan.vpp == 8 and out.plan.recompute == "selective"
+
+
+def test_all_open_knobs_set_by_the_stack_and_refused_names_the_first():
+    """A Megatron-Bridge case whose only null knob (tensor-parallel overlap) its stack sets: nothing is searched; a
+    price refusing the plan names that knob."""
+    import pytest
+
+    from narrowpath.errors import SpecError
+    s = _case(framework="Megatron-Bridge / NeMo 25.11 container", zero_stage=1, recompute="none", vpp=1,
+              tp_comm_overlap=None)
+    assert s.open_knobs == ("tp_comm_overlap",)
+
+    def refuse(c):
+        raise SpecError("plan", "cannot be placed")
+    with pytest.raises(SpecError, match="plan.tp_comm_overlap"):
+        resolve_open_knobs(s, refuse)
