@@ -46,21 +46,19 @@ def test_a_profile_chooses_as_validate_profile_does(corpus, capsys):
     assert json.loads(capsys.readouterr().out)["step_time_s"] == validated["run-1"]["predicted_step_time_s"]
 
 
-def test_the_profile_reaches_the_chooser(corpus, monkeypatch):
-    """load_any_scenario resolves the case's open knobs with the calibration it is handed (the chooser prices every
-    candidate under it), not the device's own."""
+def test_the_profile_reaches_the_chooser(corpus, monkeypatch, capsys):
+    """`predict FILE#ID --profile X` resolves the case's open knobs under X (the chooser prices every candidate
+    under it), not the device's own."""
     import narrowpath.schedule.step as step
     from narrowpath.catalog.resolve import calibration_from
-    from narrowpath.cli.common import load_any_scenario
     seen, real = [], step.predict
 
     def spy(scn, calibration=None):
         seen.append(calibration)
         return real(scn, calibration)
     monkeypatch.setattr(step, "predict", spy)
-    cal = calibration_from("A100-SXM4-80GB")
-    load_any_scenario(f"{corpus}#run-1", calibration=cal)
-    assert seen and seen[0] is cal
+    assert main(["predict", f"{corpus}#run-1", "--profile", "A100-SXM4-80GB", "--json"]) == 0
+    assert seen and seen[0] == calibration_from("A100-SXM4-80GB")
 
 
 def test_flags_apply_before_the_choice(tmp_path, capsys):

@@ -158,14 +158,13 @@ def corpus_case(path: str, case_id: str, schema: str, cases: Callable[[str], Map
     return by_id[case_id]
 
 
-def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibration=None,
-                      resolve: bool = True) -> Scenario:
+def load_any_scenario(source: str | None, *, seq_len: int | None = None, resolve: bool = True) -> Scenario:
     """A scenario from `source` as catalog.load_scenario reads it, or — for `FILE#CASE_ID` — the case of that id in
     a validation corpus file (validation-corpus/1) with the knobs its source did not publish chosen exactly as
     `narrowpath validate` chooses them (schedule.choose: the stack's default, else the fastest that fits; the choices
-    stay in `chosen`; under `calibration` when given, as `validate --profile` chooses), so a validated run can be
-    analysed, simulated or searched from where validate priced it. `resolve=False` leaves them open (`open_knobs`),
-    for a caller that changes the plan first (scenario_from_args: flags, then the choice)."""
+    stay in `chosen`), so a validated run can be analysed, simulated or searched from where validate priced it.
+    `resolve=False` leaves them open (`open_knobs`), for a caller that changes the plan or the profile first
+    (scenario_from_args: flags and --profile, then the choice)."""
     from narrowpath.catalog import load_scenario
     ref = case_reference(source)
     if ref is None:
@@ -180,7 +179,7 @@ def load_any_scenario(source: str | None, *, seq_len: int | None = None, calibra
         raise SpecError("--seq-len", "a corpus case states its own sequence length; give it as model.seq_len in "
                         "the case")
     if resolve and case.scenario.open_knobs:
-        return predict(case.scenario, calibration).scenario
+        return predict(case.scenario).scenario
     return case.scenario
 
 

@@ -233,12 +233,12 @@ def resolve_open_knobs(scn: Scenario, price: Callable[[Scenario], object]) -> Sc
     if late:  # on the first pass's winner (they move no memory)
         best = _merge(best, _fastest(best[0], late, searched, price))
     cand, values, fits, tried = best
+    unnamed = store.unknown_stack(scn.plan.framework)
     for knob in searched:
         how = "fastest that fits in memory" if fits else "none fits in memory; the one that overflows least"
         v = values[knob]
         shown = ", ".join(f"{k}={x!r}" for k, x in v.items()) if isinstance(v, dict) else repr(v)
-        # CANDIDATES holds one setting for these knobs: several tried means an engine no stack names
-        unknown = knob in UNKNOWN_STACK_CANDIDATES and store.unknown_stack(scn.plan.framework)
+        unknown = unnamed and knob in UNKNOWN_STACK_CANDIDATES  # tried as candidates_for did
         if tried[knob] == 1:
             what = "the only setting this plan allows" if unknown else "the documented default, the only setting tried"
             notes.append((knob, f"{shown} — {what} (not published)"))
