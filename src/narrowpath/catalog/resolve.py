@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import yaml
 
 from narrowpath.catalog import store
+from narrowpath.catalog.known_models import with_catalog_architecture
 from narrowpath.catalog.gpu_names import parse_gpu_name
 from narrowpath.errors import CatalogError, NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
@@ -266,6 +267,9 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
         raise SpecError("plan", "is required")
     system, num_gpus = system_and_gpus(data, base_dir)
     model = resolve_model(data["model"], base_dir, seq_len=seq_len)
+    known: tuple = ()
+    if allow_null:  # a validation case: what its schema cannot state comes from the catalog model it is
+        model, known = with_catalog_architecture(model)
     plan_data, implied = implied_knobs(data["plan"], num_gpus, model.moe is not None) if allow_null \
         else (data["plan"], ())
     half = system.device.half_format
@@ -276,7 +280,7 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     if not system.device.fused_attention and plan.attention in ("flash", "flash2") and "attention" not in plan_data:
         plan = dataclasses.replace(plan, attention="auto")  # the stack's fused kernel does not run on Volta
         chosen = tuple((k, n) for k, n in chosen if k != "attention")
-    chosen = implied + chosen
+    chosen = known + implied + chosen
     if num_gpus is None:
         num_gpus = plan.num_gpus
     calibration = calibration_from(data["calibration"], base_dir) if data.get("calibration") else None

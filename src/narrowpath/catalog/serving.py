@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from narrowpath.catalog import store
+from narrowpath.catalog.known_models import with_catalog_architecture
 from narrowpath.catalog.resolve import read_data_file, resolve_model, system_and_gpus
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.spec._check import positive_float, positive_int
@@ -224,7 +225,11 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
     if isinstance(raw_model, Mapping) and "seq_len" not in raw_model and "hf_config" not in raw_model:
         raw_model = {**raw_model, "seq_len": load.max_seq_tokens}  # a serving model needs no training length
     model = resolve_model(raw_model, base_dir)
+    known: tuple = ()
+    if allow_null:  # an inference-corpus case: what its schema cannot state comes from the catalog model it is
+        model, known = with_catalog_architecture(model)
     plan, open_, num_gpus, settled = _plan(data["plan"], model, num_gpus, allow_null, system.device.half_format)
+    settled = known + settled
     mode = data.get("mode", "inference")
     if mode != "inference":
         raise SpecError("mode", f"a serving file describes inference, got mode {mode!r}")
