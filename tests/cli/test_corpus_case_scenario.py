@@ -147,3 +147,36 @@ def test_an_inference_case_without_an_id_is_served_as_validate_names_it(tmp_path
     f = tmp_path / "noid.yaml"
     f.write_text(yaml.safe_dump({"schema": "inference-corpus/1", "cases": [case]}))
     assert main(["serve", f"{f}#case[0]", "--json"]) == 0
+
+
+def test_serve_keeps_what_the_case_settled(tmp_path, capsys):
+    """`serve FILE#ID` says what validate settled for the case: a static batch whose output length is not published
+    runs its input length (said, unless --output-len gives one), and a model the catalog knows says so (unless
+    --model replaces it)."""
+    gptj = _inference_case("trtllm-blog-gptj-h100-fp8-bs1")
+    assert gptj["workload"]["output_tokens"] is None and gptj["workload"]["scenario"] == "fixed-batch"
+    llama = _inference_case("trtllm-perf-llama33-70b-rtx6000-tp1pp8-fp4-1000-1000")
+    f = tmp_path / "serving.yaml"
+    f.write_text(yaml.safe_dump({"schema": "inference-corpus/1", "cases": [gptj, llama]}))
+
+    def assumptions(*argv):
+        assert main(["serve", *argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["assumptions"]
+
+    said = [a for a in assumptions(f"{f}#{gptj['id']}") if a.startswith("workload.output_tokens: ")]
+    assert len(said) == 1 and said[0].startswith(f"workload.output_tokens: {gptj['workload']['input_tokens']} — not "
+                                                 "published")
+    assert not [a for a in assumptions(f"{f}#{gptj['id']}", "--output-len", "50")
+                if a.startswith("workload.output_tokens")]
+    assert [a for a in assumptions(f"{f}#{llama['id']}") if a.startswith("model: ") and "llama3-70b" in a]
+    assert not [a for a in assumptions(f"{f}#{llama['id']}", "--model", "llama3-8b") if a.startswith("model: ")]
+
+
+def test_what_was_said_of_the_cases_model_goes_with_it(corpus, capsys):
+    """The case's Llama-3-8B shape is the catalog's llama3-8b (its RMSNorm taken, and said); `--model` replaces the
+    model and with it that note."""
+    assert main(["predict", f"{corpus}#run-1", "--json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["chosen"]
+    assert "llama3-8b" in chosen["model"] and "rmsnorm" in chosen["model"]
+    assert main(["predict", f"{corpus}#run-1", "--model", "llama3-8b", "--json"]) == 0
+    assert "model" not in json.loads(capsys.readouterr().out)["chosen"]

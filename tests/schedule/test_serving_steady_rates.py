@@ -13,8 +13,8 @@ from narrowpath.catalog import calibration_for, model, system
 from narrowpath.schedule.serving_run import simulate
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
-from narrowpath.schedule.serving_steady import (decode_batch, decode_rate_per_s, matched_split, prefill_rate_per_s,
-                                               steady_lane)
+from narrowpath.schedule.serving_steady import (decode_batch, decode_capacity, decode_rate_per_s, matched_split,
+                                               prefill_rate_per_s, steady_lane)
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
 
@@ -129,6 +129,17 @@ def test_decode_batch_by_hand():
     # 10,000 tokens of blocks of 10, 1,000 + 1,000 tokens: reserved 2,000 (200 blocks) -> 5, on demand 1,500 -> 6
     assert decode_batch(_lim(10_000, 10), 1, 64, 1000, 1000, "reserve") == 5
     assert decode_batch(_lim(10_000, 10), 1, 64, 1000, 1000, "on-demand") == 6
+
+
+def test_decode_capacity_is_the_full_batch_at_its_rate():
+    """Two lanes under a limit of 64 whose KV cache holds 10 reserved 8,192 + 1,024-token sequences (above): each
+    lane decodes 10 at a time, its step priced at their mean context 10 · (8,192 + 512) -> 2 · 10 / 1,024 / 0.02 s
+    = 0.977 requests/s."""
+    c = _Cost(0.02)
+    lim = Limits(64, 0, 32, 0.0, SimpleNamespace(kv_tokens=100_000))
+    rate, batch = decode_capacity(c, lim, 2, 1, 8192, 1024, "reserve")
+    assert batch == 10 and rate == pytest.approx(2 * 10 / 1024 / 0.02)
+    assert c.calls == [(10, 10, 10 * (8192 + 512))]
 
 
 @pytest.mark.parametrize("prefill_replicas,kv_fraction", [(1, 0.07), (1, 0.9), (2, 0.07)])

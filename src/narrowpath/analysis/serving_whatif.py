@@ -18,8 +18,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
-from narrowpath.schedule.serving_steady import (decode_batch, decode_rate_per_s, matched_split, mean_lengths,
-                                               prefill_rate_per_s)
+from narrowpath.schedule.serving_steady import decode_capacity, matched_split, mean_lengths, prefill_rate_per_s
 from narrowpath.spec.serving import ServingScenario, serving_consistency
 from narrowpath.workload.moe import router_load_cv
 
@@ -91,13 +90,13 @@ def matched_prefill_replicas(run: ServingRun) -> int:
     """Prefill instances for the disaggregation what-if: of the run's replicas (at least two) of its own layout, the
     split whose prefill and decode capacities match best (schedule.serving_steady.matched_split, DistServe's
     replication step; each instance's prefill rate at the run's token budget, decode rate with its batch as full as
-    the limit and the lane's KV cache allow, serving_steady.decode_batch, as the steady state and the search price
+    the limit and the lane's KV cache allow, serving_steady.decode_capacity, as the steady state and the search price
     it); 0 when no split exists."""
     p, lim = run.scenario.plan, run.limits
     isl, osl = mean_lengths(run.scenario.load)
     lanes, g = p.dp * p.pp, p.instance_gpus
-    batch = decode_batch(lim, p.pp, lim.max_batch, isl, osl, p.admission)
-    split = matched_split(max(2, p.replicas) * g, g, g, decode_rate_per_s(run.cost, lanes, batch, isl, osl),
+    split = matched_split(max(2, p.replicas) * g, g, g, decode_capacity(run.cost, lim, lanes, p.pp, isl, osl,
+                                                                        p.admission)[0],
                           prefill_rate_per_s(run.cost, lanes, lim.max_num_tokens, isl))
     return split[1] if split else 0
 

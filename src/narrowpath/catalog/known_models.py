@@ -1,88 +1,111 @@
 """A validation case's model recognised as a catalog model: the architecture the corpus schema cannot state.
 
 The corpus schemas (shared/validation/README.md) state a model by its shape — layers, widths, heads, experts, MLA
-ranks, sliding windows — and have no field for the rest of an architecture: the norm (RMSNorm or LayerNorm, and with
-it biases and learned positions), tied embeddings, node-limited expert routing (DeepSeek-V3's M = 4), GPT-OSS's
-clamped, offset GLU and expert biases. A corpus model identical in every field the schema can state to one catalog
-model (`models.yaml`, every entry with its source) *is* that published model, as a descriptive GPU name is a catalog
-device (the README's rule for `gpu`): the fields the schema has no key for come from that entry, and the case says
-so in its `chosen` notes. This is identity, not fitting: nothing is read from the measurement, every field comes from
-the model's own published configuration, and a model matching no entry, or several that disagree, keeps the parser's
-defaults.
+ranks — and have no key for the rest of an architecture: the norm (RMSNorm or LayerNorm, and with it biases and
+learned positions), tied embeddings, node-limited expert routing (DeepSeek-V3's M = 4), GPT-OSS's clamped, offset
+GLU and expert biases, and in the inference schema also sliding windows and multi-token-prediction layers. A corpus
+model identical in every other field to one catalog model (`models.yaml`, every entry with its source) *is* that
+published model, as a descriptive GPU name is a catalog device (the README's rule for `gpu`): the fields its schema
+has no key for, and the case does not write anyway, come from that entry, and the case says so in its `chosen`
+notes. This is identity, not fitting: nothing is read from the measurement, every field comes from the model's own
+published configuration. A field the case writes is kept and compared; a model matching no entry, or several that
+disagree on the filled fields, keeps the parser's defaults; a model given as a HuggingFace config or a catalog id
+states its whole architecture already and is left alone. Only corpus cases are recognised (`validate`, `FILE#ID`):
+a scenario or serving file can state every field.
 """
 from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import Any
+from typing import Any, Mapping
 
 from narrowpath.catalog import store
+from narrowpath.spec.hf_config import looks_like_hf_config
 from narrowpath.spec.model import Model, MoE
+from narrowpath.spec.parse import _BLOCK_MOE
 
-STATED_MODEL_FIELDS = ("arch", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "ffn_act", "vocab", "mla",
-                       "sliding_window", "sliding_window_every", "mtp_layers", "parallel_attn_mlp")
-"""Model fields a corpus case can state (shared/validation/README.md, both schemas); `seq_len` is the run's, not the
-architecture's, and is never compared."""
-STATED_MOE_FIELDS = ("num_experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn", "first_dense_layers",
-                     "layer_every")
-"""MoE fields a corpus case can state (`experts`, `top_k`, `ffn`, `shared_experts`, `shared_ffn`, `dense_layers`,
-`moe_layer_every`)."""
-ARCHITECTURE_FIELDS = ("norm", "tied_embeddings")
-"""Model fields no corpus schema has a key for, taken from the matching catalog entry."""
-MOE_ARCHITECTURE_FIELDS = ("max_nodes", "expert_bias", "glu_clamp")
-"""MoE fields no corpus schema has a key for, taken from the matching catalog entry (the capacity factor is a run's
-setting — `plan.moe_routing` — and stays the case's)."""
+UNSTATED = {
+    "training": ("norm", "tied_embeddings", "moe.max_nodes", "moe.expert_bias", "moe.glu_clamp"),
+    "inference": ("norm", "tied_embeddings", "sliding_window", "sliding_window_every", "mtp_layers", "moe.max_nodes",
+                  "moe.expert_bias", "moe.glu_clamp"),
+}
+"""Per corpus schema, the architecture fields its README has no key for (training: validation-corpus/1 with the
+sweeps' extensions, which add sliding windows and `mtp_layers`; inference: inference-corpus/1): taken from the
+matching catalog entry unless the case writes them. Every other architecture field is compared."""
+NOT_ARCHITECTURE = ("name", "seq_len", "dropout", "moe.capacity_factor")
+"""Never compared nor taken: the name, the run's sequence length, and two training settings (dropout follows the
+family unless written, spec.model.Model.dropout; the capacity factor is `plan.moe_routing`'s)."""
 
 _SHOWN = {"norm": lambda v: v, "tied_embeddings": lambda v: "tied embeddings" if v else "untied embeddings",
-          "max_nodes": lambda v: f"experts on at most {v} nodes per token" if v else "routing not node-limited",
-          "expert_bias": lambda v: "expert biases" if v else "no expert biases",
-          "glu_clamp": lambda v: f"GLU clamped at {v:g}" if v else "plain GLU"}
+          "sliding_window": lambda v: f"a sliding window of {v} tokens" if v else "no sliding window",
+          "sliding_window_every": lambda v: f"windowed every {v} layers",
+          "mtp_layers": lambda v: f"{v} multi-token-prediction layer{'' if v == 1 else 's'}",
+          "moe.max_nodes": lambda v: f"experts on at most {v} nodes per token" if v else "routing not node-limited",
+          "moe.expert_bias": lambda v: "expert biases" if v else "no expert biases",
+          "moe.glu_clamp": lambda v: f"GLU clamped at {v:g}" if v else "plain GLU"}
 
 
-def _stated(model: Model) -> tuple[Any, ...]:
-    moe = None if model.moe is None else tuple(getattr(model.moe, f) for f in STATED_MOE_FIELDS)
-    return tuple(getattr(model, f) for f in STATED_MODEL_FIELDS) + (moe,)
+def _get(model: Model, field: str) -> Any:
+    if field.startswith("moe."):
+        return None if model.moe is None else getattr(model.moe, field[4:])
+    return getattr(model, field)
 
 
-def _unstated(model: Model) -> tuple[Any, ...]:
-    moe = () if model.moe is None else tuple(getattr(model.moe, f) for f in MOE_ARCHITECTURE_FIELDS)
-    return tuple(getattr(model, f) for f in ARCHITECTURE_FIELDS) + moe
+def _fields(model: Model) -> list[str]:
+    return [f.name for f in dataclasses.fields(Model)] + [f"moe.{f.name}" for f in dataclasses.fields(MoE)]
+
+
+def _key(model: Model, skip: tuple[str, ...]) -> tuple[Any, ...]:
+    """The model's architecture without the fields in `skip` (and never NOT_ARCHITECTURE's)."""
+    return tuple((f, _get(model, f)) for f in _fields(model)
+                 if f not in skip and f not in NOT_ARCHITECTURE and f != "moe")
 
 
 @lru_cache(maxsize=1)
-def _by_shape() -> dict[tuple[Any, ...], tuple[Model, ...]]:
-    out: dict[tuple[Any, ...], tuple[Model, ...]] = {}
-    for eid in store.model_ids():
-        m = store.model(eid)
-        out[_stated(m)] = out.get(_stated(m), ()) + (m,)
+def _catalog() -> tuple[Model, ...]:
+    return tuple(store.model(eid) for eid in store.model_ids())
+
+
+def written_fields(raw: Mapping[str, Any]) -> set[str]:
+    """The model fields a case's `model` mapping writes (a null is not written); MoE-block keys as `moe.<field>`."""
+    out = {k for k, v in raw.items() if v is not None}
+    block = raw.get("moe")
+    if isinstance(block, Mapping):
+        out |= {f"moe.{_BLOCK_MOE.get(k, k)}" for k, v in block.items() if v is not None}
     return out
 
 
-def catalog_match(model: Model) -> Model | None:
-    """The catalog model identical to `model` in every field a corpus can state; None when none is, or when several
-    are and disagree on what the corpus cannot state."""
-    found = _by_shape().get(_stated(model), ())
-    if not found or len({_unstated(m) for m in found}) > 1:
+def catalog_match(model: Model, filled: tuple[str, ...]) -> Model | None:
+    """The catalog model identical to `model` in every architecture field but `filled`; None when none is, or when
+    several are and disagree on `filled`."""
+    key = _key(model, filled)
+    found = [m for m in _catalog() if _key(m, filled) == key]
+    if not found or len({tuple(_get(m, f) for f in filled) for m in found}) > 1:
         return None
     return found[0]
 
 
-def with_catalog_architecture(model: Model) -> tuple[Model, tuple[tuple[str, str], ...]]:
-    """(model, chosen notes): `model` with the unstatable fields of the catalog model it matches (module docstring);
-    unchanged, with no note, when it matches none or already agrees."""
-    ref = catalog_match(model)
+def with_catalog_architecture(model: Model, raw: Any, schema: str) -> tuple[Model, tuple[tuple[str, str], ...]]:
+    """(model, chosen notes): the corpus case's `model` (parsed from the mapping `raw`) with the fields its `schema`
+    cannot state and it does not write taken from the catalog model it matches (module docstring); unchanged, with no
+    note, when `raw` is not a corpus mapping, nothing matches or nothing differs."""
+    if not isinstance(raw, Mapping) or "hf_config" in raw or looks_like_hf_config(raw):
+        return model, ()
+    written = written_fields(raw)
+    filled = tuple(f for f in UNSTATED[schema] if f not in written)
+    ref = catalog_match(model, filled)
     if ref is None:
         return model, ()
-    top = {f: getattr(ref, f) for f in ARCHITECTURE_FIELDS if getattr(model, f) != getattr(ref, f)}
-    moe = {} if model.moe is None else \
-        {f: getattr(ref.moe, f) for f in MOE_ARCHITECTURE_FIELDS if getattr(model.moe, f) != getattr(ref.moe, f)}
-    if not top and not moe:
+    changed = {f: _get(ref, f) for f in filled if _get(model, f) != _get(ref, f)}
+    if not changed:
         return model, ()
+    top = {f: v for f, v in changed.items() if not f.startswith("moe.")}
+    moe = {f[4:]: v for f, v in changed.items() if f.startswith("moe.")}
     new_moe: MoE | None = dataclasses.replace(model.moe, **moe) if moe else model.moe
-    # dropout follows the family (spec.model.Model.dropout) unless the case's own model stated it: re-derive it
-    dropout = None if model.dropout == (not (model.ffn_act == "swiglu" or model.norm == "rmsnorm")) else model.dropout
+    # dropout follows the family (spec.model.Model.dropout) unless the case writes it: re-derived for the new norm
+    dropout = model.dropout if "dropout" in written else None
     out = dataclasses.replace(model, **top, moe=new_moe, dropout=dropout)
-    what = ", ".join(_SHOWN[f](v) for f, v in {**top, **moe}.items())
-    them = "them" if len(top) + len(moe) > 1 else "it"
+    what = ", ".join(_SHOWN[f](v) for f, v in changed.items())
+    them = "them" if len(changed) > 1 else "it"
     return out, (("model", f"{what} — the catalog's {ref.name}, which every stated model field matches (the corpus "
                            f"schema has no field for {them})"),)

@@ -257,9 +257,10 @@ def system_and_gpus(data: Mapping[str, Any], base_dir: Path | None) -> tuple[Sys
 
 
 def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
-                       allow_null: bool = False, seq_len: int | None = None) -> Scenario:
+                       allow_null: bool = False, seq_len: int | None = None, corpus: str | None = None) -> Scenario:
     """Build a Scenario from a mapping (scenario file, catalog entry, or a validation-corpus case); `seq_len` is the
-    --seq-len flag, which a HuggingFace config.json model needs (see resolve_model)."""
+    --seq-len flag, which a HuggingFace config.json model needs (see resolve_model); `corpus` names the schema of a
+    validation-corpus case, whose model the catalog may recognise (catalog.known_models)."""
     _check_keys("scenario", data, _SCENARIO_KEYS)
     if "model" not in data:
         raise SpecError("model", "is required")
@@ -268,8 +269,8 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     system, num_gpus = system_and_gpus(data, base_dir)
     model = resolve_model(data["model"], base_dir, seq_len=seq_len)
     known: tuple = ()
-    if allow_null:  # a validation case: what its schema cannot state comes from the catalog model it is
-        model, known = with_catalog_architecture(model)
+    if corpus:  # a validation case: what its schema cannot state comes from the catalog model it is
+        model, known = with_catalog_architecture(model, data["model"], corpus)
     plan_data, implied = implied_knobs(data["plan"], num_gpus, model.moe is not None) if allow_null \
         else (data["plan"], ())
     half = system.device.half_format

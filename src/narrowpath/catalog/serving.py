@@ -211,8 +211,10 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool, half: str = 
 
 
 def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base_dir: Path | None = None,
-                               allow_null: bool = False) -> tuple[ServingScenario, tuple[str, ...]]:
-    """(scenario, open knobs) from a serving file or an inference-corpus case (module docstring)."""
+                               allow_null: bool = False, corpus: bool = False
+                               ) -> tuple[ServingScenario, tuple[str, ...]]:
+    """(scenario, open knobs) from a serving file or an inference-corpus case (module docstring); `corpus`: an
+    inference-corpus case, whose model the catalog may recognise (catalog.known_models)."""
     _check_keys("serving", data, _TOP_KEYS)
     for need in ("model", "plan", "workload"):
         if need not in data:
@@ -226,8 +228,8 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
         raw_model = {**raw_model, "seq_len": load.max_seq_tokens}  # a serving model needs no training length
     model = resolve_model(raw_model, base_dir)
     known: tuple = ()
-    if allow_null:  # an inference-corpus case: what its schema cannot state comes from the catalog model it is
-        model, known = with_catalog_architecture(model)
+    if corpus:  # an inference-corpus case: what its schema cannot state comes from the catalog model it is
+        model, known = with_catalog_architecture(model, data["model"], "inference")
     plan, open_, num_gpus, settled = _plan(data["plan"], model, num_gpus, allow_null, system.device.half_format)
     settled = known + settled
     mode = data.get("mode", "inference")

@@ -252,7 +252,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["recompute_modules"] = ()  # another mode replaces the scenario's selective modules
     check_modules_need_selective("--recompute-modules", plan_kw.get("recompute", plan0.recompute),
                                  plan_kw.get("recompute_modules"))
-    chosen = tuple((k, n) for k, n in base.chosen if k not in plan_kw) if base is not None else ()
+    swapped = {"model"} if args.model else set()  # a model given by flag replaces the case's, and what was said of it
+    chosen = tuple((k, n) for k, n in base.chosen if k not in plan_kw and k not in swapped) if base is not None else ()
     if "attention" not in plan_kw and plan0.attention in ("flash", "flash2") and not system.device.fused_attention:
         plan_kw["attention"] = "auto"  # a scenario moved to Volta runs the profile's materialised scores
         chosen = tuple((k, n) for k, n in chosen if k != "attention")

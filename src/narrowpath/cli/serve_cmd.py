@@ -167,20 +167,26 @@ def load_serving_case_or_file(source: str) -> tuple[ServingScenario, tuple[str, 
                       lambda p: {str(c.get("id", f"case[{i}]")): c for i, c in enumerate(load_inference_corpus(p))
                                  if isinstance(c, Mapping)})
     try:
-        scn, open_knobs, _notes, _nominal = case_scenario(raw, case_id)
+        scn, open_knobs, _notes, nominal = case_scenario(raw, case_id)
     except NarrowpathError as exc:
         raise NarrowpathError(f"{path}#{case_id}: {exc}") from None
+    if nominal:  # the length validate runs it at is said where the case's other choices are
+        note = (f"{scn.load.output_tokens} — not published: the static batch runs its input length (validate "
+                "compares the batch's generation rate, batch / TPOT, with the published tokens/s)")
+        scn = dataclasses.replace(scn, chosen=scn.chosen + (("workload.output_tokens", note),))
     return scn, open_knobs
 
 
 def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     """The serving scenario of a file and/or the flags."""
     open_knobs: tuple[str, ...] = ()
+    chosen: tuple = ()
     if args.scenario:
         base, open_knobs = load_serving_case_or_file(args.scenario)
         model = resolve_model(args.model) if args.model else base.model
         system = catalog_system(args.system) if args.system else base.system
         plan0, load0, cal = base.plan, base.load, base.calibration
+        chosen = base.chosen  # what the case settled, kept unless a flag below replaces it
     else:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a serving file)")
@@ -208,8 +214,11 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     load = _load(args, load0)
     if args.profile:
         cal = calibration_from(args.profile)
+    told = args.requests or (load0 is not None and load.output_tokens != load0.output_tokens)
+    replaced = set(kw) | ({"model"} if args.model else set()) | ({"workload.output_tokens"} if told else set())
     scn = ServingScenario(name=f"{model.name}@{system.name}", system=system, model=model, plan=plan, load=load,
-                          num_gpus=plan.num_gpus, calibration=cal)
+                          num_gpus=plan.num_gpus, calibration=cal,
+                          chosen=tuple((k, n) for k, n in chosen if k not in replaced))
     return scn, open_knobs
 
 

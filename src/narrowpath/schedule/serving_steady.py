@@ -109,6 +109,15 @@ def decode_batch(lim: Limits, pp: int, batch: int, isl: float, osl: float, admis
     return max(1, min(int(batch), int(lim.lane_blocks(pp) // math.ceil(per_seq / lim.block_tokens))))
 
 
+def decode_capacity(cost: ServingCost, lim: Limits, lanes: int, pp: int, isl: float, osl: float, admission: str
+                    ) -> tuple[float, int]:
+    """(requests per second, sequences per lane) of an instance's decode lanes with each lane's batch as full as its
+    limit and its KV cache allow (decode_batch, decode_rate_per_s): the decode capacity the steady state, the
+    disaggregation what-if and the serving search all price."""
+    batch = decode_batch(lim, pp, lim.max_batch, isl, osl, admission)
+    return decode_rate_per_s(cost, lanes, batch, isl, osl), batch
+
+
 def matched_split(num_gpus: int, decode_gpus: int, prefill_gpus: int, decode_rate: float, prefill_rate: float
                   ) -> tuple[int, int] | None:
     """(decode instances, prefill instances) of a disaggregated deployment on exactly `num_gpus` GPUs, at least one of
@@ -163,8 +172,8 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
         pre_cost, pre_per, budget, own = pool.cost, pool.lanes_per_instance, pool.lim.max_num_tokens, pool.cost
     pre_rate = prefill_rate_per_s(pre_cost, small.prefill_replicas * pre_per, budget, isl)
     B = lim.max_batch
-    dec_rate = decode_rate_per_s(cost, (small.replicas - small.prefill_replicas) * per,
-                                 decode_batch(lim, small.pp, B, isl, osl, small.admission), isl, osl)
+    dec_rate, _ = decode_capacity(cost, lim, (small.replicas - small.prefill_replicas) * per, small.pp, isl, osl,
+                                  small.admission)
     groups = (small.replicas - small.prefill_replicas) * small.pp  # lockstep groups of dp decode lanes
     warm = B * groups * small.dp
     n = warm + max(int(warm * (batches - 1)), 16 * groups)

@@ -195,9 +195,9 @@ def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, 
     a prefill-only instance (no limits given, as ServingPlan.prefill_pool leaves them) or, when that budget's
     iteration misses the TTFT SLO, the largest halving that meets it (prefill_budgets; a prompt longer than the
     budget takes ceil(isl / budget) iterations to its first token); decode at each batch limit with the batch as
-    full as the lane's KV cache lets it be (serving_steady.decode_batch, at that limit's resolved limits)."""
+    full as the lane's KV cache lets it be (serving_steady.decode_capacity, at that limit's resolved limits)."""
     from narrowpath.schedule.serving_cost import ServingCost
-    from narrowpath.schedule.serving_steady import decode_batch, decode_rate_per_s, mean_lengths, prefill_rate_per_s
+    from narrowpath.schedule.serving_steady import decode_capacity, mean_lengths, prefill_rate_per_s
     isl, osl = mean_lengths(space.load)
     lanes = layout.dp * layout.pp
     pscn, plim = _resolved(space, dataclasses.replace(layout, replicas=1, max_batch=0, max_num_tokens=0), cal)
@@ -214,8 +214,8 @@ def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, 
     decode = {}
     for B in batches:
         r_scn, lim = _resolved(space, dataclasses.replace(layout, max_batch=B), cal)
-        b = decode_batch(lim, layout.pp, lim.max_batch, isl, osl, r_scn.plan.admission)
-        rate = decode_rate_per_s(cost.for_limits(lim.max_batch, lim.max_num_tokens), lanes, b, isl, osl)
+        rate, b = decode_capacity(cost.for_limits(lim.max_batch, lim.max_num_tokens), lim, lanes, layout.pp, isl, osl,
+                                  r_scn.plan.admission)
         decode[B] = (rate, lanes * b / osl / rate)
     return PhaseCapacity(layout, pre, first_s, budget if budget != plim.max_num_tokens else 0, decode)
 

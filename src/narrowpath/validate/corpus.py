@@ -93,7 +93,7 @@ def _case(raw: Any, index: int, corpus: str) -> Case:
         if kind != "training":
             raise NarrowpathError(f"kind: only `training` cases are priced here, got {kind!r}")
         data = {k: v for k, v in raw.items() if k not in _CASE_META}
-        scn = scenario_from_dict(data, name=cid, allow_null=True)
+        scn = scenario_from_dict(data, name=cid, allow_null=True, corpus="training")
         if from_rate:
             t_ok = step_time_from_rate(measured["tokens_per_s_per_gpu"], scn)
         return Case(cid, source, scn, t_ok, from_rate or bool(measured.get("step_time_derived", False)),

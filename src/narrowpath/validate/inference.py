@@ -156,7 +156,7 @@ def case_scenario(raw: Mapping[str, Any], name: str) -> tuple[ServingScenario, t
             raise NarrowpathError(f"workload.{length}: not published (the run's lengths follow a data set's "
                                   "distribution, which the case does not give): nothing to simulate")
     data["workload"] = w
-    scn, open_knobs = serving_scenario_from_dict(data, name=name, allow_null=True)
+    scn, open_knobs = serving_scenario_from_dict(data, name=name, allow_null=True, corpus=True)
     return scn, open_knobs, tuple(notes), nominal
 
 
