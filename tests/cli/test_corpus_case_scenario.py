@@ -180,3 +180,29 @@ def test_what_was_said_of_the_cases_model_goes_with_it(corpus, capsys):
     assert "llama3-8b" in chosen["model"] and "rmsnorm" in chosen["model"]
     assert main(["predict", f"{corpus}#run-1", "--model", "llama3-8b", "--json"]) == 0
     assert "model" not in json.loads(capsys.readouterr().out)["chosen"]
+
+
+@pytest.mark.parametrize("flags", [["--rate", "2", "--input-len", "1000"], ["--offline"], ["--batch", "8"],
+                                   ["--concurrency", "4"], ["--output-len", "128"], ["--num-requests", "3"]])
+def test_a_load_flag_retires_the_cases_load_note(tmp_path, capsys, flags):
+    """Any flag that restates the workload makes the case's 'static batch at its input length' note untrue."""
+    gptj = _inference_case("trtllm-blog-gptj-h100-fp8-bs1")
+    f = tmp_path / "serving.yaml"
+    f.write_text(yaml.safe_dump({"schema": "inference-corpus/1", "cases": [gptj]}))
+    assert main(["serve", f"{f}#{gptj['id']}", *flags, "--json"]) == 0
+    assert not [a for a in json.loads(capsys.readouterr().out)["assumptions"] if a.startswith("workload.")]
+
+
+@pytest.mark.parametrize("flags", [["--replicas", "1"], ["--tp", "4"], ["--gpus", "2"]])
+def test_a_layout_flag_retires_what_the_gpu_count_left(tmp_path, capsys, flags):
+    """A case with dp unpublished on 4 GPUs at tp 2 settles dp 2 ("what the GPU count leaves"); a flag that moves the
+    layout (replicas, tp, the GPU count) makes that note stale, so it goes."""
+    case = _inference_case("trtllm-perf-llama33-70b-h100-tp2-fp8-128-2048")
+    case = {**case, "hardware": {**case["hardware"], "num_gpus": 4}, "plan": {**case["plan"], "dp": None}}
+    f = tmp_path / "serving.yaml"
+    f.write_text(yaml.safe_dump({"schema": "inference-corpus/1", "cases": [case]}))
+    dp_notes = lambda out: [a for a in out["assumptions"] if a.startswith("dp: ")]  # noqa: E731
+    assert main(["serve", f"{f}#{case['id']}", "--num-requests", "64", "--json"]) == 0
+    assert dp_notes(json.loads(capsys.readouterr().out))
+    assert main(["serve", f"{f}#{case['id']}", "--num-requests", "64", *flags, "--json"]) == 0
+    assert not dp_notes(json.loads(capsys.readouterr().out))

@@ -3,9 +3,9 @@
 The corpus schemas (shared/validation/README.md) state a model by its shape — layers, widths, heads, experts, MLA
 ranks — and have no key for the rest of an architecture: the norm (RMSNorm or LayerNorm, and with it biases and
 learned positions), tied embeddings, node-limited expert routing (DeepSeek-V3's M = 4), GPT-OSS's clamped, offset
-GLU and expert biases, and in the inference schema also sliding windows and multi-token-prediction layers. A corpus
-model identical in every other field to one catalog model (`models.yaml`, every entry with its source) *is* that
-published model, as a descriptive GPU name is a catalog device (the README's rule for `gpu`): the fields its schema
+GLU and expert biases, in the training schema alternating MoE layers and parallel blocks, in the inference schema
+sliding windows. A corpus model identical in every other field to one catalog model (`models.yaml`, every entry with
+its source) *is* that published model, as a descriptive GPU name is a catalog device (the README's rule for `gpu`): the fields its schema
 has no key for, and the case does not write anyway, come from that entry, and the case says so in its `chosen`
 notes. This is identity, not fitting: nothing is read from the measurement, every field comes from the model's own
 published configuration. A field the case writes is kept and compared; a model matching no entry, or several that
@@ -25,21 +25,25 @@ from narrowpath.spec.model import Model, MoE
 from narrowpath.spec.parse import _BLOCK_MOE
 
 UNSTATED = {
-    "training": ("norm", "tied_embeddings", "moe.max_nodes", "moe.expert_bias", "moe.glu_clamp"),
-    "inference": ("norm", "tied_embeddings", "sliding_window", "sliding_window_every", "mtp_layers", "moe.max_nodes",
+    "training": ("norm", "tied_embeddings", "parallel_attn_mlp", "moe.layer_every", "moe.max_nodes", "moe.expert_bias",
+                 "moe.glu_clamp"),
+    "inference": ("norm", "tied_embeddings", "sliding_window", "sliding_window_every", "moe.max_nodes",
                   "moe.expert_bias", "moe.glu_clamp"),
 }
 """Per corpus schema, the architecture fields its README has no key for (training: validation-corpus/1 with the
-sweeps' extensions, which add sliding windows and `mtp_layers`; inference: inference-corpus/1): taken from the
-matching catalog entry unless the case writes them. Every other architecture field is compared."""
-NOT_ARCHITECTURE = ("name", "seq_len", "dropout", "moe.capacity_factor")
-"""Never compared nor taken: the name, the run's sequence length, and two training settings (dropout follows the
-family unless written, spec.model.Model.dropout; the capacity factor is `plan.moe_routing`'s)."""
+sweeps' extensions, which add sliding windows but no alternating MoE layers or parallel blocks; inference:
+inference-corpus/1, which has those two and no sliding windows): taken from the matching catalog entry unless the
+case writes them. Every other architecture field is compared."""
+NOT_ARCHITECTURE = ("name", "seq_len", "mtp_layers", "dropout", "moe.capacity_factor")
+"""Never compared nor taken: the name and what belongs to a run, not to the network — its sequence length, the
+multi-token-prediction modules trained alongside (DeepSeek-V3 §2.2: an add-on objective; a run may leave it out),
+dropout (follows the family unless written, spec.model.Model.dropout) and the capacity factor (`plan.moe_routing`)."""
 
 _SHOWN = {"norm": lambda v: v, "tied_embeddings": lambda v: "tied embeddings" if v else "untied embeddings",
           "sliding_window": lambda v: f"a sliding window of {v} tokens" if v else "no sliding window",
           "sliding_window_every": lambda v: f"windowed every {v} layers",
-          "mtp_layers": lambda v: f"{v} multi-token-prediction layer{'' if v == 1 else 's'}",
+          "parallel_attn_mlp": lambda v: "attention and MLP in parallel" if v else "attention then MLP",
+          "moe.layer_every": lambda v: f"an MoE layer every {v} layers",
           "moe.max_nodes": lambda v: f"experts on at most {v} nodes per token" if v else "routing not node-limited",
           "moe.expert_bias": lambda v: "expert biases" if v else "no expert biases",
           "moe.glu_clamp": lambda v: f"GLU clamped at {v:g}" if v else "plain GLU"}
@@ -56,9 +60,13 @@ def _fields(model: Model) -> list[str]:
 
 
 def _key(model: Model, skip: tuple[str, ...]) -> tuple[Any, ...]:
-    """The model's architecture without the fields in `skip` (and never NOT_ARCHITECTURE's)."""
+    """The model's architecture without the fields in `skip` (and never NOT_ARCHITECTURE's); the dense MLP width
+    of an MoE model none of whose layers is dense is no part of it (a corpus may leave it out: the parser then
+    defaults it)."""
+    moe = model.moe
+    unused = ("ffn",) if moe is not None and not moe.first_dense_layers and moe.layer_every == 1 else ()
     return tuple((f, _get(model, f)) for f in _fields(model)
-                 if f not in skip and f not in NOT_ARCHITECTURE and f != "moe")
+                 if f not in skip and f not in NOT_ARCHITECTURE and f != "moe" and f not in unused)
 
 
 @lru_cache(maxsize=1)

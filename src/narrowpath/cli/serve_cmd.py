@@ -155,6 +155,12 @@ def _load(args, base: Load | None) -> Load:
     return Load(**kw)
 
 
+LOAD_FLAGS = ("input_len", "output_len", "rate", "offline", "batch", "concurrency", "num_requests", "requests")
+"""Flags that restate the workload: a case's note on its load no longer describes what is served."""
+LAYOUT_KNOBS = ("tp", "pp", "dp", "replicas")
+"""Knobs among which a case's GPU count was split: a note on one is stale once any of them, or --gpus, is given."""
+
+
 def load_serving_case_or_file(source: str) -> tuple[ServingScenario, tuple[str, ...]]:
     """A serving file, or `FILE#CASE_ID`: the case of that id in an inference corpus (inference-corpus/1) as
     `narrowpath validate` simulates it (its unpublished knobs chosen the same way when served)."""
@@ -214,8 +220,11 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     load = _load(args, load0)
     if args.profile:
         cal = calibration_from(args.profile)
-    told = args.requests or (load0 is not None and load.output_tokens != load0.output_tokens)
-    replaced = set(kw) | ({"model"} if args.model else set()) | ({"workload.output_tokens"} if told else set())
+    replaced = set(kw) | ({"model"} if args.model else set())
+    if any(getattr(args, f, None) not in (None, False) for f in LOAD_FLAGS):  # the load is the flags' now
+        replaced.add("workload.output_tokens")
+    if replaced & set(LAYOUT_KNOBS) or args.gpus is not None:  # one layout knob changed moves what the GPU count
+        replaced |= set(LAYOUT_KNOBS)                              # left to the others (catalog.serving._plan)
     scn = ServingScenario(name=f"{model.name}@{system.name}", system=system, model=model, plan=plan, load=load,
                           num_gpus=plan.num_gpus, calibration=cal,
                           chosen=tuple((k, n) for k, n in chosen if k not in replaced))

@@ -97,9 +97,11 @@ models") → the block's own field names; `ffn` there is one expert's width."""
 
 def _moe_block(moe: Mapping[str, Any]) -> dict:
     """A nested `moe:` block's fields in the spec's names, from either spelling (ours, or the corpus's `experts`,
-    `dense_layers`, `moe_layer_every`, `ffn`)."""
+    `dense_layers`, `moe_layer_every`, `ffn`); a null field is absent, as at the model's top level."""
     out = {}
     for key, value in moe.items():
+        if value is None:
+            continue
         dst = _BLOCK_MOE.get(key, key)
         if dst in out or (dst != key and dst in moe):
             raise SpecError(f"model.moe.{key}", f"gives {dst} twice (spell it once: {dst} or {key})")

@@ -78,9 +78,10 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
          "without the measurement (the stack's documented default, or the fastest setting that fits memory — for an",
          "engine no stack names, its interleaving and gradient overlap too) and listed per case in",
          "`narrowpath validate --json` (`chosen`). A case's model identical in every other architecture field to a",
-         "catalog model takes from it what the corpus schema has no key for — norm, tied embeddings, GPT-OSS's clamped",
-         "GLU and expert biases, node-limited routing (`catalog/known_models.py`; also listed in `chosen`). Any case is",
-         "a scenario of every command: `narrowpath analyze FILE#CASE_ID` takes it apart with the same choices.", "",
+         "catalog model takes from it what the corpus schema has no key for — norm, tied embeddings, node-limited",
+         "routing, GPT-OSS's clamped GLU and expert biases, the layer pattern or windows one schema or the other lacks",
+         "(`catalog/known_models.py`; listed in `chosen` too). Any case is a scenario of every command: `narrowpath",
+         "analyze FILE#CASE_ID` takes it apart with the same choices.", "",
          f"**All cases: mean |error| {_pct(rep.mean_abs_error)} %, worst {_pct(rep.max_abs_error)} % "
          f"({rep.worst.id if rep.worst else '-'}); {len(rep.ok_cases)} of {len(rep.cases)} priced.**", "",
          "## By regime", "", "| kind | group | cases | mean abs error (%) | worst (%) |", "|---|---|---|---|---|"]
