@@ -5,13 +5,13 @@ ranks — and have no key for the rest of an architecture: the norm (RMSNorm or 
 learned positions), tied embeddings, node-limited expert routing (DeepSeek-V3's M = 4), GPT-OSS's clamped, offset
 GLU and expert biases, in the training schema alternating MoE layers and parallel blocks, in the inference schema
 sliding windows. A corpus model identical in every other field to one catalog model (`models.yaml`, every entry with
-its source) *is* that published model, as a descriptive GPU name is a catalog device (the README's rule for `gpu`): the fields its schema
-has no key for, and the case does not write anyway, come from that entry, and the case says so in its `chosen`
-notes. This is identity, not fitting: nothing is read from the measurement, every field comes from the model's own
-published configuration. A field the case writes is kept and compared; a model matching no entry, or several that
-disagree on the filled fields, keeps the parser's defaults; a model given as a HuggingFace config or a catalog id
-states its whole architecture already and is left alone. Only corpus cases are recognised (`validate`, `FILE#ID`):
-a scenario or serving file can state every field.
+its source) *is* that published model, as a descriptive GPU name is a catalog device (the README's rule for `gpu`):
+the fields its schema has no key for, and the case does not write anyway, come from that entry, and the case says so
+in its `chosen` notes. This is identity, not fitting: nothing is read from the measurement, every field comes from
+the model's own published configuration. A field the case writes is kept and compared; a model matching no entry, or
+several that disagree on the filled fields, keeps the parser's defaults; a model given as a HuggingFace config or a
+catalog id states its whole architecture already and is left alone. Only corpus cases are recognised (`validate`,
+`FILE#ID`): a scenario or serving file can state every field.
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def _get(model: Model, field: str) -> Any:
     return getattr(model, field)
 
 
-def _fields(model: Model) -> list[str]:
-    return [f.name for f in dataclasses.fields(Model)] + [f"moe.{f.name}" for f in dataclasses.fields(MoE)]
+FIELDS = tuple(f.name for f in dataclasses.fields(Model)) + tuple(f"moe.{f.name}" for f in dataclasses.fields(MoE))
+"""Every Model field and every MoE field (as `moe.<field>`)."""
 
 
 def _key(model: Model, skip: tuple[str, ...]) -> tuple[Any, ...]:
@@ -65,13 +65,20 @@ def _key(model: Model, skip: tuple[str, ...]) -> tuple[Any, ...]:
     defaults it)."""
     moe = model.moe
     unused = ("ffn",) if moe is not None and not moe.first_dense_layers and moe.layer_every == 1 else ()
-    return tuple((f, _get(model, f)) for f in _fields(model)
+    return tuple((f, _get(model, f)) for f in FIELDS
                  if f not in skip and f not in NOT_ARCHITECTURE and f != "moe" and f not in unused)
 
 
 @lru_cache(maxsize=1)
 def _catalog() -> tuple[Model, ...]:
     return tuple(store.model(eid) for eid in store.model_ids())
+
+
+@lru_cache(maxsize=64)
+def _catalog_keys(filled: tuple[str, ...]) -> tuple[tuple[tuple[Any, ...], Model], ...]:
+    """(architecture key without `filled`, model) of every catalog entry: computed once per set of filled fields,
+    not once per corpus case."""
+    return tuple((_key(m, filled), m) for m in _catalog())
 
 
 def written_fields(raw: Mapping[str, Any]) -> set[str]:
@@ -87,7 +94,7 @@ def catalog_match(model: Model, filled: tuple[str, ...]) -> Model | None:
     """The catalog model identical to `model` in every architecture field but `filled`; None when none is, or when
     several are and disagree on `filled`."""
     key = _key(model, filled)
-    found = [m for m in _catalog() if _key(m, filled) == key]
+    found = [m for k, m in _catalog_keys(filled) if k == key]
     if not found or len({tuple(_get(m, f) for f in filled) for m in found}) > 1:
         return None
     return found[0]
