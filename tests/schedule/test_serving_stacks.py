@@ -214,7 +214,7 @@ def test_a_sliding_window_layer_decodes_over_its_window():
     ("TensorRT LLM 1.0", "trtllm-bench"),
     ("trtllm-serve (TensorRT-LLM 0.19)", "trtllm-serve"),  # a named front end wins over a version
     ("TensorRT-LLM 0.20 (PyTorch backend)", "trtllm-bench"),  # the 0.18-0.21 PyTorch backend is the 1.x executor
-    ("vLLM v0.2.x", "vllm"),
+    ("vLLM v0.2.x", "vllm-0.5"),  # V0: a release line of its own (tests/schedule/test_vllm0_stack.py)
 ])
 def test_a_tensorrt_llm_version_picks_its_runtime(framework, stack):
     """0.10-0.21 measured throughput with in-flight batching on the C++ executor and TensorRT engines (the v0.17

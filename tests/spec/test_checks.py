@@ -140,7 +140,8 @@ def test_hf_qwen1_and_deepseek_key_styles():
           "num_hidden_layers": 61, "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
           "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "vocab_size": 129280,
           "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-          "v_head_dim": 128, "n_group": 8, "topk_group": 4, "num_nextn_predict_layers": 1, "rms_norm_eps": 1e-6}
+          "v_head_dim": 128, "n_group": 8, "topk_group": 4, "num_nextn_predict_layers": 1, "rms_norm_eps": 1e-6,
+          "max_position_embeddings": 163840}  # the position limit is the served context limit, not the sequence
     assert model_from_hf_config(ds, seq_len=2048) == model("deepseek-v3").__class__(**{**_fields(model("deepseek-v3")),
                                                                            "name": "deepseek_v3", "seq_len": 2048})
 

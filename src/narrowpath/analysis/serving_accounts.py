@@ -285,7 +285,9 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
     with the dummies' GPU work split off as `padding`, speculative draft passes included): when the host's
     per-request work or an eager dispatch outlasts the GPU's on the executor's own thread, the GPU work runs hidden
     behind it and the whole iteration is the host's (`host: executor per-request work` for the bookkeeping,
-    `host: eager kernel dispatch` for the rest); otherwise its GPU work by what bounds each op (`time_split`), the
+    `host: eager kernel dispatch` for the rest) — under an engine whose bookkeeping waits for the GPU
+    (`ServingCost.host_serial`, vLLM V0) only the eager issue hides the GPU, the bookkeeping adds to it —; otherwise
+    its GPU work by what bounds each op (`time_split`), the
     draft passes, the padding, a static session's serial launch, and the host work and eager issue a serial
     pipeline loop puts between the stages. A disaggregated deployment's prompt iterations run on its prefill
     instances: priced on their layout when it differs (`ServingRun.prefill_cost`)."""
@@ -308,7 +310,9 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
         parts = cost.iteration_parts(d * q + P, d, ctx, P, pairs, pctx, k.rows, q, k.requests, draft, k.graph)
     whole, busy = sum(parts.values()), parts["gpu"] + parts["padding"]
     serial = cost.pp_host_serial and p.pp > 1
-    if not serial and parts["host"] + parts["dispatch"] > 0:  # host-bound: the GPU's work hides behind the host's
+    if cost.host_serial and not serial and parts["dispatch"] > 0:  # the eager issue hides the GPU, then the bookkeeping
+        return {HOST_KEY: parts["host"], DISPATCH_KEY: whole - parts["host"]}, busy, whole
+    if not (serial or cost.host_serial) and parts["host"] + parts["dispatch"] > 0:  # the GPU hides behind the host
         bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, k.requests, p.pp))
         return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}, busy, whole
     ops, trs = iteration_work(cost, d * q + P, d, ctx, P, pairs, q, k.rows)

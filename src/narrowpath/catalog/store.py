@@ -40,9 +40,10 @@ def entries(kind: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-_INHERITING = {"devices": ("id", "aliases", "extends", "default_system"), "profiles": ("id", "device", "extends")}
-"""Catalog files whose entries may `extends` another (the keys never inherited). Stacks have their own
-`extends` (stack_defaults), applied per training format."""
+_INHERITING = {"devices": ("id", "aliases", "extends", "default_system"), "profiles": ("id", "device", "extends"),
+               "serving_stacks": ("id", "extends", "match", "unless", "versions_from", "versions_below")}
+"""Catalog files whose entries may `extends` another (the keys never inherited: a serving stack's release line names
+its own versions). Training stacks have their own `extends` (stack_defaults), applied per training format."""
 
 
 def _inherit(kind: str, entry: dict[str, Any], table: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -156,12 +157,31 @@ def framework_text(framework: str) -> str:
     return re.sub(r"tensorrt-llm(?:==|-| \()(?=\d)", "tensorrt-llm ", text)
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def stated_versions(word: str, text: str) -> list[tuple[int, ...]]:
+    """The version numbers written right after `word` in `text` (both through framework_text): `vllm 0.6.3`,
+    `vllm==0.5.4`, `vllm (0.6.0)` → (0, 6, 3), (0, 5, 4), (0, 6, 0)."""
+    pattern = re.escape(framework_text(word)) + r"[ =:/(-]*(\d+(?:\.\d+)*)"
+    return [_version(m.group(1)) for m in re.finditer(pattern, framework_text(text))]
+
+
 def stack_matches(entry: dict[str, Any], framework: str) -> bool:
     """Whether a stack entry names `framework`: one of its `match` words occurs in it and none of its `unless` words
-    (both read through framework_text)."""
+    (both read through framework_text). An entry with `versions_from` / `versions_below` (a release line: vLLM's
+    V0 engine before 0.8) matches only a framework that writes a version after its match word within
+    [versions_from, versions_below), compared number by number (0.10 is after 0.8)."""
     text = framework_text(framework)
-    return any(framework_text(w) in text for w in entry.get("match") or ()) and \
-        not any(framework_text(w) in text for w in entry.get("unless") or ())
+    if not any(framework_text(w) in text for w in entry.get("match") or ()) or \
+            any(framework_text(w) in text for w in entry.get("unless") or ()):
+        return False
+    low, high = entry.get("versions_from"), entry.get("versions_below")
+    if low is None and high is None:
+        return True
+    return any((low is None or v >= _version(str(low))) and (high is None or v < _version(str(high)))
+               for w in entry.get("match") or () for v in stated_versions(w, text))
 
 
 def stack_for(framework: str) -> dict[str, Any] | None:

@@ -88,8 +88,9 @@ def register(sub) -> None:
     g.add_argument("--spec-acceptance", dest="spec_acceptance", type=float,
                    help="speculative decoding: acceptance rate of one draft token (with --spec-tokens, or as a "
                    "what-if; default 0)")
-    g.add_argument("--framework", help="serving stack whose defaults fill the knobs left out (free text; default: "
-                   "the tool's own, those of vLLM)")
+    g.add_argument("--framework", help="serving stack whose defaults fill the knobs left out (free text with a "
+                   "version where it matters, e.g. 'vLLM 0.6.3' for the V0 engine, 'TensorRT-LLM 1.0'; default: the "
+                   "tool's own, those of vLLM)")
     w = p.add_argument_group("load")
     arr = w.add_mutually_exclusive_group()
     arr.add_argument("--rate", type=float, help="Poisson arrivals, requests/s")

@@ -20,7 +20,9 @@ kernel (`host_dispatch_s` each) to each step: the GPU idles while the host launc
 step replays a captured CUDA graph: `graph_launch_s`). A stack that captures its
 decode graphs for a fixed list of batch sizes (`graph_batch_sizes`) runs a decode-only iteration on the graph of the
 next captured size up, the empty slots computed as one-token dummy sequences (`graph_padding`), or eagerly when no
-graph fits (`graph_batch`). The profile's
+graph fits (`graph_batch`). An engine whose step is synchronous (stack `host_serial`: vLLM's V0 LLMEngine.step —
+schedule, prepare inputs, run, wait for the sampled tokens, process the outputs) adds its per-request bookkeeping to
+the GPU time instead of hiding it behind the GPU. The profile's
 `host_sync_s` (a host synchronisation per dropless MoE layer in Megatron training) does not apply: serving MoE
 kernels keep the routing on the device.
 """
@@ -163,7 +165,11 @@ class ServingCost:
         self.p2p_all_reduce = bool(stack.get("p2p_all_reduce", False))
         """The engine all-reduces inside one scale-up domain with its one-shot peer-to-peer kernel when that beats
         NCCL (cost.collectives.p2p_all_reduce_time)."""
-        self.pp_host_serial = bool(stack.get("pp_host_serial", False))
+        self.host_serial = bool(stack.get("host_serial", False))
+        """The executor's per-request work runs between iterations, not beside them (vLLM's V0 engine: step() =
+        schedule, prepare inputs, run the model, wait for the sampled tokens, process the outputs, on one thread):
+        an iteration takes its GPU time (or its eager dispatch, if longer) plus the bookkeeping."""
+        self.pp_host_serial = bool(stack.get("pp_host_serial", False)) or self.host_serial
         self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
         self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)
@@ -390,8 +396,9 @@ class ServingCost:
         the executor's thread, overlapped with the GPU: the per-request bookkeeping (`host_bookkeeping_s`) plus, in
         an eager prompt iteration, the framework's kernel-by-kernel dispatch of every kernel the stage issues
         (`stage_kernels`; with pp > 1 each rank's host issues its own stage, which then runs no faster than that);
-        the iteration takes the longer of the two. A decode-only iteration under a stack with captured graph sizes
-        runs at its graph's size (`graph_batch`: the padding's dummy sequences cost tokens, one context token each
+        the iteration takes the longer of the two — or, under a synchronous step (`host_serial`), the GPU's time
+        (or the eager issue, if longer) plus the bookkeeping. A decode-only iteration under a stack with captured
+        graph sizes runs at its graph's size (`graph_batch`: the padding's dummy sequences cost tokens, one context token each
         and output rows; the host's bookkeeping stays with the real requests) or, with no graph to fit, eagerly as a
         prompt iteration does. Under a pipeline loop that waits on each stage before its host
         work (`pp_host_serial`) a micro-batch comes round every pp · (slowest stage + bookkeeping)
@@ -458,8 +465,11 @@ class ServingCost:
             if launch is not None:  # the host enqueues the step only once the previous one has finished
                 first = launch[0]
                 return lambda dec_ctx, pre_pairs=0.0, pre_ctx=0.0: gpu(dec_ctx, pre_pairs, pre_ctx) + first + host
-            if eager:  # the same thread issues the kernels and does the bookkeeping
-                host += self.stage_kernels[0] * self.cal.host_dispatch_s
+            dispatch = self.stage_kernels[0] * self.cal.host_dispatch_s if eager else 0.0
+            if self.host_serial:  # the bookkeeping waits for the GPU; the kernels are issued as it runs them
+                return lambda dec_ctx, pre_pairs=0.0, pre_ctx=0.0: max(gpu(dec_ctx, pre_pairs, pre_ctx), dispatch) \
+                    + host
+            host += dispatch  # the same thread issues the kernels and does the bookkeeping
             return lambda dec_ctx, pre_pairs=0.0, pre_ctx=0.0: max(gpu(dec_ctx, pre_pairs, pre_ctx), host)
         toks = [self.token_time_s(s, T) for s in range(pp)]
         head = self.head_time_s(rows)

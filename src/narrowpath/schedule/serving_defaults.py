@@ -54,6 +54,34 @@ def vllm_default_limits(device: Device, offline: bool) -> tuple[int, int]:
     return 256, (8192 if offline else 2048)
 
 
+VLLM_MIN_BATCHED_TOKENS = 2048
+"""vLLM's floor on the token budget without chunked prefill: max(max_model_len, 2048) (SchedulerConfig)."""
+
+
+def vllm0_token_budget(context_len: int, longest_request: float, chunked: bool,
+                       chunked_budget: int) -> tuple[int, str]:
+    """(max_num_batched_tokens, why) of vLLM's V0 engine when it is not given (SchedulerConfig, v0.4-v0.7): with
+    chunked prefill the engine's chunk budget (`chunked_budget`: 512, 2,048 from v0.6.5, PR #10544), else
+    max(max_model_len, 2048), max_model_len being the model's context limit; a model that states none
+    (`context_len` 0) has its longest request stand for it, the least max_model_len that serves the load."""
+    if chunked:
+        return chunked_budget, f"vLLM V0's chunked-prefill token budget ({chunked_budget})"
+    if context_len:
+        return max(context_len, VLLM_MIN_BATCHED_TOKENS), \
+            f"vLLM V0's max(max_model_len {context_len}, {VLLM_MIN_BATCHED_TOKENS}) without chunked prefill"
+    limit = int(math.ceil(longest_request))
+    return max(limit, VLLM_MIN_BATCHED_TOKENS), \
+        (f"vLLM V0's max(max_model_len, {VLLM_MIN_BATCHED_TOKENS}) without chunked prefill, the model stating no "
+         f"context limit: the longest request's {limit} tokens stand for max_model_len")
+
+
+def vllm0_auto_chunking(model, plan, threshold: int) -> bool:
+    """Whether vLLM's V0 engine turns chunked prefill on by itself (EngineArgs.create_engine_config, v0.5.1-v0.7:
+    'Chunked prefill is enabled by default for models with max_model_len > 32K' on a GPU, unless the model has a
+    sliding window or the engine runs speculative decoding)."""
+    return model.context_len > threshold and not model.sliding_window and not plan.spec_tokens
+
+
 SGLANG_MIB_TABLE = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
                     (160, 8192, 256, 512))
 """SGLang's defaults by GPU memory (ServerArgs._handle_gpu_memory_settings, v0.5): (memory below, in GiB of MiB
@@ -197,6 +225,10 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
     if kw.get("policy", p.policy) == "static" and not p.kv_memory_fraction:  # a static session allocates what its batch needs
         take("kv_memory_fraction", 1.0, "a static batch's KV cache is allocated whole, not as a share of the free "
              "memory (TensorRT-LLM 0.x GptSession)")
+    auto_chunk = stack.get("long_context_chunking")
+    if auto_chunk and p.chunked_prefill is None and vllm0_auto_chunking(scn.model, p, auto_chunk):
+        take("chunked_prefill", True, f"vLLM V0 turns it on by itself for a context limit above {auto_chunk} "
+             f"tokens (the model's {scn.model.context_len})")
     for knob, empty in (("admission", ""), ("chunked_prefill", None), ("kv_block_tokens", 0),
                         ("kv_memory_fraction", 0.0)):
         if getattr(p, knob) == empty and knob not in kw:
@@ -215,6 +247,7 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
         if not p.max_num_tokens:
             take("max_num_tokens", int((kw.get("max_batch") or p.max_batch) * isl), "the whole batch's prompts")
     elif not (p.max_batch and p.max_num_tokens):
+        tok_why = None  # the token budget's own reason, where it differs from the batch limit's
         if stack.get("batch_limits") == "trtllm-bench":
             max_isl = max(r[1] for r in load.requests) if load.arrival == "trace" else isl
             bs, tok = trtllm_bench_limits(dataclasses.replace(scn, plan=p), isl, osl, p.kv_memory_fraction, max_isl,
@@ -225,6 +258,11 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             bs, tok = vllm_default_limits(scn.system.device, offline)
             why = (f"vLLM's default for {'the offline LLM class' if offline else 'its OpenAI server'} on "
                    f"{scn.system.device.name}")
+        elif stack.get("batch_limits") == "vllm-0":
+            longest = max(r[1] + r[2] for r in load.requests) if load.arrival == "trace" else isl + osl
+            bs, why = d.get("max_batch", 256), f"default of the {stack['id']} stack (max_num_seqs)"
+            tok, tok_why = vllm0_token_budget(scn.model.context_len, longest, bool(p.chunked_prefill),
+                                              int(stack["chunked_budget"]))
         elif stack.get("batch_limits") == "sglang":
             tok, graph_bs = sglang_default_limits(scn.system.device, p.tp)
             bs = SGLANG_MAX_RUNNING  # capped at half the KV tokens below, once the pool is known
@@ -238,7 +276,7 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
         if not p.max_batch:
             take("max_batch", bs, why)
         if not p.max_num_tokens:
-            take("max_num_tokens", tok, why)
+            take("max_num_tokens", tok, tok_why or why)
     p = dataclasses.replace(p, **kw)
     scn = dataclasses.replace(scn, plan=p, chosen=tuple(notes))
     f = Formats.of(p, "fp8" in scn.system.device.peak_matrix_flop_per_s, scn.model)

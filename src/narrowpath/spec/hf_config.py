@@ -190,5 +190,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         model["moe"] = MoE(num_experts=n_exp, top_k=top_k,
                            expert_ffn=expert_ffn, shared_experts=shared, max_nodes=max_nodes,
                            first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
+    if ints.get("positions"):  # the position limit: the longest sequence a server accepts (vLLM's max_model_len)
+        model["context_len"] = ints["positions"]
     model["seq_len"] = _seq_len(cfg, ints, seq_len)  # last: a broken config is named before a missing length
     return Model(**model)

@@ -142,6 +142,10 @@ class Model:
     projection per predicted depth, sharing embedding and output head); they run on the last pipeline stage."""
     parallel_attn_mlp: bool = False
     """Attention and MLP read the same normed input and their outputs are summed (GPT-J, PaLM, Falcon)."""
+    context_len: int = 0
+    """Longest sequence (prompt + output tokens) the model is served at: its position limit (HuggingFace
+    `max_position_embeddings`; vLLM's max_model_len default). 0 = not stated. Serving engines size their token
+    budget from it (schedule.serving_defaults); training never reads it."""
     dropout: bool | None = None
     """Dropout in attention and residual paths (masks kept for backward). None = by family: GPT-style models
     (layernorm, GeLU) train with dropout (Megatron default 0.1); SwiGLU/RMSNorm models (Llama, Mistral, Qwen,
@@ -161,6 +165,7 @@ class Model:
         as_int(self, "ffn", "model.ffn", minimum=0, maximum=MAX_WIDTH)
         as_int(self, "vocab", "model.vocab", maximum=MAX_WIDTH)
         as_int(self, "seq_len", "model.seq_len", maximum=MAX_SEQ_LEN)
+        as_int(self, "context_len", "model.context_len", minimum=0, maximum=MAX_SEQ_LEN)
         choice("model.ffn_act", self.ffn_act, ("gelu", "swiglu", "relu", "squared-relu"))
         if self.moe is not None and self.moe.glu_clamp and self.ffn_act != "swiglu":
             raise SpecError("model.moe.glu_clamp", f"clamps the halves of a gated (swiglu) MLP; ffn_act is "
