@@ -3,10 +3,13 @@ GPU memory and tp (`ServerArgs._handle_gpu_memory_settings`), the capture list (
 max_running_requests = min(KV tokens // 2, the request pool). Values by hand from those rules."""
 from __future__ import annotations
 
+import dataclasses
+
 from narrowpath.catalog import model, system
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.schedule.serving_cost import ServingCost
-from narrowpath.schedule.serving_defaults import resolve_limits, sglang_default_limits, sglang_graph_sizes
+from narrowpath.schedule.serving_defaults import (resolve_limits, sglang_default_limits, sglang_graph_sizes,
+                                                  sglang_request_pool)
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 from tests.search.scenarios import device_with_memory
 
@@ -47,13 +50,16 @@ def _scn(mdl="llama3-8b", **plan) -> ServingScenario:
 
 
 def test_resolve_limits_fills_sglangs_defaults_and_caps_the_running_requests():
-    """Llama-3 8B on one H100: 2,048 running requests (the pool's floor; half the ~450k-token KV is far more), 8,192
-    tokens a chunk, graphs to 256 — each noted. Llama-3 70B FP8 on one H100 with 5 % of the free memory for KV (~2,600
+    """Llama-3 8B on one H100: 4,096 running requests (the pool, int(~450k KV tokens / its 8,192-token context
+    limit × 512) = ~28,000 held to its 4,096 ceiling; half the KV is far more), 8,192 tokens a chunk, graphs to 256 —
+    each noted. Llama-3 70B FP8 on one H100 with 5 % of the free memory for KV (~2,600
     tokens): half of it caps the running requests, noted once however often the limits are resolved; a stated
     max_batch is kept."""
     scn, lim = resolve_limits(_scn())
-    assert (lim.max_batch, lim.max_num_tokens, lim.block_tokens) == (2048, 8192, 1)
+    assert (lim.max_batch, lim.max_num_tokens, lim.block_tokens) == (4096, 8192, 1)
     notes = dict(scn.chosen)
+    assert notes["max running requests"] == (f"4096 — SGLang's request pool for {lim.memory.kv_tokens} KV tokens at "
+                                             f"a context limit of 8192")
     assert notes["max_batch"] == ("2048 — SGLang's default on H100-SXM5-80GB (max_running_requests, "
                                   "chunked_prefill_size)")
     assert scn.plan.graph_batch_sizes == sglang_graph_sizes(256) and scn.plan.policy == "prefill-first"
@@ -114,3 +120,16 @@ def test_the_finer_graph_whatif_sees_the_list_sglang_fills():
     resolved = resolve_limits(_scn())[0].plan
     _, skipped = candidates(_scn(), False, 256, resolved.policy, resolved.graph_batch_sizes)
     assert "already captured" in dict(skipped)["finer CUDA graph sizes"]
+
+
+def test_the_request_pool_follows_the_context_limit():
+    """int(KV / context × 512) within [2,048, 4,096] (ModelRunner): 460,000 tokens at 8,192 → 28,750 → 4,096; at
+    131,072 → 1,796 → 2,048; 600,000 at 100,000 → 3,072; no stated limit → the floor."""
+    assert sglang_request_pool(460_000, 8192) == 4096
+    assert sglang_request_pool(460_000, 131072) == 2048
+    assert sglang_request_pool(600_000, 100_000) == 3072
+    assert sglang_request_pool(460_000, 0) == 2048
+    long = dataclasses.replace(model("llama3-8b"), context_len=131072)
+    scn = dataclasses.replace(_scn(), model=long)
+    _, lim = resolve_limits(scn)
+    assert lim.max_batch == 2048 and "max running requests" not in dict(resolve_limits(scn)[0].chosen)

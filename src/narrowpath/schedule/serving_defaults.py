@@ -87,8 +87,19 @@ SGLANG_MIB_TABLE = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (
 """SGLang's defaults by GPU memory (ServerArgs._handle_gpu_memory_settings, v0.5): (memory below, in GiB of MiB
 units; chunked_prefill_size; cuda_graph_max_bs at tp < 4; at tp >= 4). Larger GPUs (B200): 16,384 and 512."""
 SGLANG_MAX_RUNNING = 2048
-"""SGLang's request pool, min(max(KV tokens / context length × 512, 2048), 4096) (ModelRunner): its 2,048 floor,
-which holds whenever the context length exceeds a quarter of the KV tokens (every 128k-context model)."""
+"""SGLang's request pool's floor (sglang_request_pool), the max_batch a plan takes until the KV pool is known."""
+SGLANG_POOL_CAP = 4096
+
+
+def sglang_request_pool(kv_tokens: int, context_len: int) -> int:
+    """SGLang's request pool when max_running_requests is not given (ModelRunner.init_memory_pool, later
+    resolve_max_num_reqs): int(KV tokens / context length × 512) held within [2,048, 4,096], the context length
+    being the model's limit (its config's max_position_embeddings unless --context-length is given). A model that
+    states no limit takes the floor, which holds whenever the limit exceeds a quarter of the KV tokens (every
+    128k-context model on one GPU's pool)."""
+    if not context_len:
+        return SGLANG_MAX_RUNNING
+    return min(max(int(kv_tokens / context_len * 512), SGLANG_MAX_RUNNING), SGLANG_POOL_CAP)
 
 
 def sglang_default_limits(device: Device, tp: int) -> tuple[int, int]:
@@ -285,12 +296,15 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
     max_seqs = p.max_batch
     if stack.get("batch_limits") == "sglang" and dict(notes).get("max_batch", "").startswith(
             f"{SGLANG_MAX_RUNNING} — SGLang"):  # filled here (now or by an earlier pass), not stated
-        half = int(mem.kv_tokens // p.pp // 2)  # max_running_requests = min(KV tokens // 2, the request pool)
-        if half < max_seqs:
-            max_seqs = half
+        tokens = int(mem.kv_tokens // p.pp)
+        pool = sglang_request_pool(tokens, scn.model.context_len)
+        running = min(pool, tokens // 2)  # max_running_requests = min(the request pool, KV tokens // 2)
+        if running != max_seqs:
+            max_seqs = running
             if "max running requests" not in dict(notes):
-                notes.append(("max running requests", f"{half} — SGLang's half of the KV pool's "
-                              f"{mem.kv_tokens // p.pp} tokens"))
+                why = (f"SGLang's half of the KV pool's {tokens} tokens" if running < pool else
+                       f"SGLang's request pool for {tokens} KV tokens at a context limit of {scn.model.context_len}")
+                notes.append(("max running requests", f"{running} — {why}"))
                 scn = dataclasses.replace(scn, chosen=tuple(notes))
     if stack.get("runtime_batch_tuning") and p.policy != "static":
         capacity = int(mem.kv_tokens // p.pp / (isl + osl))
