@@ -157,7 +157,8 @@ def _load(args, base: Load | None) -> Load:
 
 
 LOAD_FLAGS = ("input_len", "output_len", "rate", "offline", "batch", "concurrency", "num_requests", "requests")
-"""Flags that restate the workload: a case's note on its load no longer describes what is served."""
+"""Flags that restate the workload (every load flag _load reads but --seed, which redraws the same load): a case's
+note on its load no longer describes what is served."""
 LAYOUT_KNOBS = ("tp", "pp", "dp", "replicas")
 """Knobs among which a case's GPU count was split: a note on one is stale once any of them, or --gpus, is given."""
 
@@ -169,7 +170,7 @@ def load_serving_case_or_file(source: str) -> tuple[ServingScenario, tuple[str, 
     if ref is None:
         return load_serving_scenario(source)
     path, case_id = ref
-    from narrowpath.validate.inference import case_scenario, load_inference_corpus
+    from narrowpath.validate.inference import case_scenario, load_inference_corpus, nominal_output_note
     raw = corpus_case(path, case_id, "inference-corpus/1",  # validate names an id-less case case[i]
                       lambda p: {str(c.get("id", f"case[{i}]")): c for i, c in enumerate(load_inference_corpus(p))
                                  if isinstance(c, Mapping)})
@@ -178,9 +179,7 @@ def load_serving_case_or_file(source: str) -> tuple[ServingScenario, tuple[str, 
     except NarrowpathError as exc:
         raise NarrowpathError(f"{path}#{case_id}: {exc}") from None
     if nominal:  # the length validate runs it at is said where the case's other choices are
-        note = (f"{scn.load.output_tokens} — not published: the static batch runs its input length (validate "
-                "compares the batch's generation rate, batch / TPOT, with the published tokens/s)")
-        scn = dataclasses.replace(scn, chosen=scn.chosen + (("workload.output_tokens", note),))
+        scn = dataclasses.replace(scn, chosen=scn.chosen + (nominal_output_note(scn.load.output_tokens),))
     return scn, open_knobs
 
 

@@ -139,6 +139,13 @@ def _stat(values, stat: str) -> float:
     return summary(values)[stat]
 
 
+def nominal_output_note(tokens: int) -> tuple[str, str]:
+    """The (knob, why) note of a static batch whose output length is not published, run at its input length: one
+    text for validate's case notes and for `serve FILE#ID`'s assumptions."""
+    return ("workload.output_tokens", f"{tokens} — not published: the static batch runs its input length (validate "
+            "compares the batch's generation rate, batch / TPOT, with the published tokens/s)")
+
+
 def case_scenario(raw: Mapping[str, Any], name: str) -> tuple[ServingScenario, tuple[str, ...], tuple[str, ...], bool]:
     """(serving scenario, its unpublished knobs, notes, nominal) of one inference case as validate simulates it. A
     static batch whose output length is not published is run at its input length (`nominal`: its tokens/s is then
@@ -149,8 +156,7 @@ def case_scenario(raw: Mapping[str, Any], name: str) -> tuple[ServingScenario, t
     notes = []
     if nominal:
         w["output_tokens"] = w.get("input_tokens") or 128
-        notes.append(f"output length not published: tokens/s predicted as the generation rate batch / TPOT of "
-                     f"a run of {w['output_tokens']} output tokens")
+        notes.append(": ".join(nominal_output_note(w["output_tokens"])))
     for length in ("input_tokens", "output_tokens"):
         if w.get(length) is None and "requests_file" not in w:
             raise NarrowpathError(f"workload.{length}: not published (the run's lengths follow a data set's "
