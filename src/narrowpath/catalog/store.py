@@ -161,27 +161,42 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("."))
 
 
+def _stated(word: str, text: str) -> list[tuple[int, tuple[int, ...]]]:
+    """(position, version) of each version number written right after `word` in `text` (both through
+    framework_text); an image name's suffix and a tag's `v` may sit between (`vllm-openai:v0.6.2`)."""
+    pattern = re.escape(framework_text(word)) + r"(?:-[a-z]+)?[ =:/(-]*v?(\d+(?:\.\d+)*)"
+    return [(m.start(), _version(m.group(1))) for m in re.finditer(pattern, framework_text(text))]
+
+
 def stated_versions(word: str, text: str) -> list[tuple[int, ...]]:
-    """The version numbers written right after `word` in `text` (both through framework_text): `vllm 0.6.3`,
-    `vllm==0.5.4`, `vllm (0.6.0)` → (0, 6, 3), (0, 5, 4), (0, 6, 0)."""
-    pattern = re.escape(framework_text(word)) + r"[ =:/(-]*(\d+(?:\.\d+)*)"
-    return [_version(m.group(1)) for m in re.finditer(pattern, framework_text(text))]
+    """The version numbers written right after `word` in `text`, in the order written: `vllm 0.6.3`, `vllm==0.5.4`,
+    `vllm (0.6.0)`, a docker image's tag `vllm/vllm-openai:v0.6.2` → (0, 6, 3), (0, 5, 4), (0, 6, 0), (0, 6, 2)."""
+    return [v for _, v in _stated(word, text)]
+
+
+def stack_version(entry: dict[str, Any], framework: str) -> tuple[int, ...] | None:
+    """The release `framework` names for a stack entry: the first version written after one of its `match` words
+    (the text's first mention wins: `vLLM 0.8.1 (was vLLM 0.5.3)` is 0.8.1); None when it writes none."""
+    found = [hit for w in entry.get("match") or () for hit in _stated(w, framework)]
+    return min(found)[1] if found else None
 
 
 def stack_matches(entry: dict[str, Any], framework: str) -> bool:
     """Whether a stack entry names `framework`: one of its `match` words occurs in it and none of its `unless` words
-    (both read through framework_text). An entry with `versions_from` / `versions_below` (a release line: vLLM's
-    V0 engine before 0.8) matches only a framework that writes a version after its match word within
+    (both read through framework_text; an `unless` word also as written, lower case: `v1 engine`, whose `v`
+    framework_text drops). An entry with `versions_from` / `versions_below` (a release line: vLLM's V0 engine before
+    0.8) matches only a framework whose version (stack_version, the first written after a match word) lies within
     [versions_from, versions_below), compared number by number (0.10 is after 0.8)."""
     text = framework_text(framework)
+    plain = re.sub(r"\s+", " ", str(framework or "").lower())
     if not any(framework_text(w) in text for w in entry.get("match") or ()) or \
-            any(framework_text(w) in text for w in entry.get("unless") or ()):
+            any(framework_text(w) in text or str(w).lower() in plain for w in entry.get("unless") or ()):
         return False
     low, high = entry.get("versions_from"), entry.get("versions_below")
     if low is None and high is None:
         return True
-    return any((low is None or v >= _version(str(low))) and (high is None or v < _version(str(high)))
-               for w in entry.get("match") or () for v in stated_versions(w, text))
+    v = stack_version(entry, framework)
+    return v is not None and (low is None or v >= _version(str(low))) and (high is None or v < _version(str(high)))
 
 
 def stack_for(framework: str) -> dict[str, Any] | None:
