@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from narrowpath.catalog import model, system
 from narrowpath.catalog.serving import serving_stack
+from narrowpath.schedule.serving_defaults import resolve_limits
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
 
 @pytest.mark.parametrize("framework, stack", [
@@ -23,4 +26,25 @@ from narrowpath.catalog.serving import serving_stack
 ])
 def test_a_framework_text_picks_the_engine_it_names(framework, stack):
     assert serving_stack(framework)["id"] == stack
+
+def _scn(mdl, framework: str, num_gpus: int = 1, **plan) -> ServingScenario:
+    load = Load(arrival="offline", input_tokens=512, output_tokens=256, num_requests=200)
+    return ServingScenario(system=system("dgx-h100"), model=mdl, plan=ServingPlan(framework=framework, **plan),
+                           load=load, num_gpus=num_gpus)
+
+
+def test_chunked_prefill_runs_v0s_decode_first_scheduler():
+    """With chunked prefill V0 runs Scheduler._schedule_chunked_prefill: the running decodes first, then prompt
+    chunks in the budget left (vllm/core/scheduler.py) — decode-first, whether V0 turned chunking on by itself or it
+    was stated; a stated policy is kept."""
+    kw = dict(num_gpus=8, tp=8, weight_precision="fp8")
+    auto, _ = resolve_limits(_scn(model("llama3-405b"), "vLLM 0.7.3", **kw))
+    assert auto.plan.chunked_prefill is True and auto.plan.policy == "decode-first"
+    assert "chunked prefill" in dict(auto.chosen)["policy"]
+    stated, lim = resolve_limits(_scn(model("llama3-8b"), "vLLM 0.6.3", tp=1, chunked_prefill=True))
+    assert (stated.plan.policy, lim.max_num_tokens) == ("decode-first", 512)
+    kept, _ = resolve_limits(_scn(model("llama3-405b"), "vLLM 0.7.3", policy="prefill-first", **kw))
+    assert kept.plan.policy == "prefill-first" and kept.plan.chunked_prefill is True
+    plain, _ = resolve_limits(_scn(model("llama3-8b"), "vLLM 0.7.3", tp=1))
+    assert (plain.plan.policy, plain.plan.chunked_prefill) == ("prefill-first", False)
 

@@ -78,10 +78,11 @@ def test_llama3_8b_takes_256_sequences_and_its_8k_context_as_the_token_budget():
 
 @pytest.mark.parametrize("framework, budget", [("vLLM 0.6.3", 512), ("vLLM 0.7.3", 2048), ("vLLM 0.5.4", 512)])
 def test_a_128k_context_turns_chunked_prefill_on_with_the_releases_budget(framework, budget):
-    """Llama 3.1 405B's 131,072-token limit exceeds 32K: V0 (0.5.1-0.7) chunks, 512 tokens before v0.6.5."""
+    """Llama 3.1 405B's 131,072-token limit exceeds 32K: V0 (0.5.3-0.7) chunks, 512 tokens before v0.6.5, and then
+    schedules decode-first (_schedule_chunked_prefill)."""
     scn, lim = resolve_limits(_scn(model("llama3-405b"), framework, num_gpus=8, tp=8, weight_precision="fp8"))
     assert scn.plan.chunked_prefill is True and "131072" in dict(scn.chosen)["chunked_prefill"]
-    assert (scn.plan.policy, lim.max_num_tokens) == ("prefill-first", budget)  # the chunked scheduler's own order
+    assert (scn.plan.policy, lim.max_num_tokens) == ("decode-first", budget)  # the chunked scheduler's own order
 
 
 def test_no_automatic_chunking_with_speculative_decoding_a_sliding_window_or_a_stated_setting():

@@ -228,16 +228,20 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
         kw[knob] = value
         notes.append((knob, f"{value!r} — {why}"))
 
+    auto_chunk = stack.get("long_context_chunking")
+    auto = bool(auto_chunk) and p.chunked_prefill is None and vllm0_auto_chunking(scn.model, p, auto_chunk)
+    chunked = True if auto else (d.get("chunked_prefill") if p.chunked_prefill is None else p.chunked_prefill)
     if not p.policy:
         if load.arrival == "fixed-batch":
             take("policy", "static", "the load is a static batch")
+        elif chunked and stack.get("chunked_policy"):  # the engine schedules otherwise once it chunks prompts
+            take("policy", stack["chunked_policy"], f"the {stack['id']} stack's scheduler with chunked prefill")
         else:
             take("policy", d.get("policy", "decode-first"), f"default of the {stack['id']} stack")
     if kw.get("policy", p.policy) == "static" and not p.kv_memory_fraction:  # a static session allocates what its batch needs
         take("kv_memory_fraction", 1.0, "a static batch's KV cache is allocated whole, not as a share of the free "
              "memory (TensorRT-LLM 0.x GptSession)")
-    auto_chunk = stack.get("long_context_chunking")
-    if auto_chunk and p.chunked_prefill is None and vllm0_auto_chunking(scn.model, p, auto_chunk):
+    if auto:
         take("chunked_prefill", True, f"vLLM V0 turns it on by itself for a context limit above {auto_chunk} "
              f"tokens (the model's {scn.model.context_len})")
     for knob, empty in (("admission", ""), ("chunked_prefill", None), ("kv_block_tokens", 0),
