@@ -27,9 +27,9 @@ from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 def test_a_framework_text_picks_the_engine_it_names(framework, stack):
     assert serving_stack(framework)["id"] == stack
 
-def _scn(mdl, framework: str, num_gpus: int = 1, **plan) -> ServingScenario:
+def _scn(mdl, framework: str, num_gpus: int = 1, sysm: str = "dgx-h100", **plan) -> ServingScenario:
     load = Load(arrival="offline", input_tokens=512, output_tokens=256, num_requests=200)
-    return ServingScenario(system=system("dgx-h100"), model=mdl, plan=ServingPlan(framework=framework, **plan),
+    return ServingScenario(system=system(sysm), model=mdl, plan=ServingPlan(framework=framework, **plan),
                            load=load, num_gpus=num_gpus)
 
 
@@ -47,4 +47,16 @@ def test_chunked_prefill_runs_v0s_decode_first_scheduler():
     assert kept.plan.policy == "prefill-first" and kept.plan.chunked_prefill is True
     plain, _ = resolve_limits(_scn(model("llama3-8b"), "vLLM 0.7.3", tp=1))
     assert (plain.plan.policy, plain.plan.chunked_prefill) == ("prefill-first", False)
+
+def test_no_automatic_chunking_for_mla_or_before_pr_6666():
+    """V0 forces chunked prefill off for an MLA model ('MLA is enabled; forcing chunked prefill and prefix caching to
+    be disabled', v0.7.1-v0.7.3; _set_default_args_v0 later): DeepSeek-V3's 163,840-token limit keeps the budget
+    max(max_model_len, 2048). Releases before PR #6666 (v0.5.3) never chunk by themselves."""
+    scn, lim = resolve_limits(_scn(model("deepseek-v3"), "vLLM 0.7.3", 8, "dgx-h200", tp=8, weight_precision="fp8"))
+    assert scn.plan.chunked_prefill is False and lim.max_num_tokens == 163840
+    kw = dict(num_gpus=8, tp=8, weight_precision="fp8")
+    old, old_lim = resolve_limits(_scn(model("llama3-405b"), "vLLM 0.5.2", **kw))
+    assert old.plan.chunked_prefill is False and old_lim.max_num_tokens == 131072
+    assert resolve_limits(_scn(model("llama3-405b"), "vLLM 0.5.4", **kw))[0].plan.chunked_prefill is True
+    assert resolve_limits(_scn(model("llama3-405b"), "vLLM 0.9 VLLM_USE_V1=0", **kw))[0].plan.chunked_prefill is True
 

@@ -181,6 +181,13 @@ def stack_version(entry: dict[str, Any], framework: str) -> tuple[int, ...] | No
     return min(found)[1] if found else None
 
 
+def release_from(entry: dict[str, Any], framework: str, since: Any) -> bool:
+    """Whether the release `framework` names for `entry` (stack_version) is `since` or later; True when either is
+    not given (a text without a version is taken for the entry's latest release)."""
+    v = stack_version(entry, framework)
+    return since is None or v is None or v >= _version(str(since))
+
+
 def stack_matches(entry: dict[str, Any], framework: str) -> bool:
     """Whether a stack entry names `framework`: one of its `match` words occurs in it and none of its `unless` words
     (both read through framework_text; an `unless` word also as written, lower case: `v1 engine`, whose `v`

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from narrowpath.catalog.serving import serving_stack
+from narrowpath.catalog.store import release_from
 from narrowpath.cost.serving_memory import ServingMemory, serving_memory
 from narrowpath.spec.device import Device
 from narrowpath.spec.serving import ServingScenario, serving_consistency
@@ -76,10 +77,12 @@ def vllm0_token_budget(context_len: int, longest_request: float, chunked: bool,
 
 
 def vllm0_auto_chunking(model, plan, threshold: int) -> bool:
-    """Whether vLLM's V0 engine turns chunked prefill on by itself (EngineArgs.create_engine_config, v0.5.1-v0.7:
-    'Chunked prefill is enabled by default for models with max_model_len > 32K' on a GPU, unless the model has a
-    sliding window or the engine runs speculative decoding)."""
-    return model.context_len > threshold and not model.sliding_window and not plan.spec_tokens
+    """Whether vLLM's V0 engine turns chunked prefill on by itself (EngineArgs.create_engine_config from PR #6666,
+    v0.5.3-v0.7, then _set_default_args_v0: 'Chunked prefill is enabled by default for models with max_model_len >
+    32K' on a GPU, unless the model has a sliding window or the engine runs speculative decoding; never for an MLA
+    model, for which V0 forces it off from v0.7.1, 'MLA is enabled; forcing chunked prefill and prefix caching to be
+    disabled'). The release (`long_context_chunking_from`) is checked by the caller."""
+    return model.context_len > threshold and not model.sliding_window and not plan.spec_tokens and model.mla is None
 
 
 SGLANG_MIB_TABLE = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
@@ -229,7 +232,8 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
         notes.append((knob, f"{value!r} — {why}"))
 
     auto_chunk = stack.get("long_context_chunking")
-    auto = bool(auto_chunk) and p.chunked_prefill is None and vllm0_auto_chunking(scn.model, p, auto_chunk)
+    auto = bool(auto_chunk) and p.chunked_prefill is None and vllm0_auto_chunking(scn.model, p, auto_chunk) and \
+        release_from(stack, p.framework, stack.get("long_context_chunking_from"))
     chunked = True if auto else (d.get("chunked_prefill") if p.chunked_prefill is None else p.chunked_prefill)
     if not p.policy:
         if load.arrival == "fixed-batch":
