@@ -7,6 +7,7 @@ import pytest
 
 from narrowpath.catalog import model, system
 from narrowpath.catalog.serving import serving_stack
+from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import resolve_limits
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
@@ -59,4 +60,17 @@ def test_no_automatic_chunking_for_mla_or_before_pr_6666():
     assert old.plan.chunked_prefill is False and old_lim.max_num_tokens == 131072
     assert resolve_limits(_scn(model("llama3-405b"), "vLLM 0.5.4", **kw))[0].plan.chunked_prefill is True
     assert resolve_limits(_scn(model("llama3-405b"), "vLLM 0.9 VLLM_USE_V1=0", **kw))[0].plan.chunked_prefill is True
+
+def _host_s(framework: str, **plan) -> float:
+    scn, lim = resolve_limits(_scn(model("llama3-8b"), framework, num_gpus=plan.pop("num_gpus", 1), **plan))
+    return ServingCost(scn, lim.max_num_tokens).host_per_request_s
+
+
+def test_the_async_output_processor_is_off_with_pipeline_parallelism_or_speculative_decoding():
+    """ModelConfig.verify_async_output_proc (v0.6-v0.7) turns it off for pp > 1 and for speculative decoding: the
+    output processing is serial again, 35 µs a sequence as before v0.6."""
+    assert _host_s("vLLM 0.6.3", tp=1) == pytest.approx(28e-6)
+    assert _host_s("vLLM 0.6.3", tp=1, pp=2, num_gpus=2) == pytest.approx(35e-6)
+    assert _host_s("vLLM 0.7.3", tp=1, spec_tokens=2, spec_acceptance=0.7) == pytest.approx(35e-6)
+    assert _host_s("vLLM 0.5.4", tp=1) == pytest.approx(35e-6)
 

@@ -161,7 +161,11 @@ class ServingCost:
                                                  self.graph_padding) if self._graph_list else None)
         """Captured decode batch sizes, the plan's else the stack's (None: decode iterations are not held to a
         size list)."""
-        self.host_per_request_s = float(stack.get("host_per_request_s", 0.0))
+        sync = stack.get("host_per_request_sync_s") if p.pp > 1 or p.spec_tokens else None
+        self.host_per_request_s = float(stack.get("host_per_request_s", 0.0) if sync is None else sync)
+        """Host time per request an iteration handles; a stack's `host_per_request_sync_s` where the engine turns
+        its output processing's overlap off, pp > 1 or speculative decoding (vLLM V0's asynchronous output
+        processor, ModelConfig.verify_async_output_proc)."""
         self.p2p_all_reduce = bool(stack.get("p2p_all_reduce", False))
         """The engine all-reduces inside one scale-up domain with its one-shot peer-to-peer kernel when that beats
         NCCL (cost.collectives.p2p_all_reduce_time)."""
