@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from narrowpath.analysis.serving_whatif import candidates
 from narrowpath.catalog import model, system
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.schedule.serving_cost import ServingCost
@@ -28,6 +29,7 @@ from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 def test_a_framework_text_picks_the_engine_it_names(framework, stack):
     assert serving_stack(framework)["id"] == stack
 
+
 def _scn(mdl, framework: str, num_gpus: int = 1, sysm: str = "dgx-h100", **plan) -> ServingScenario:
     load = Load(arrival="offline", input_tokens=512, output_tokens=256, num_requests=200)
     return ServingScenario(system=system(sysm), model=mdl, plan=ServingPlan(framework=framework, **plan),
@@ -49,6 +51,7 @@ def test_chunked_prefill_runs_v0s_decode_first_scheduler():
     plain, _ = resolve_limits(_scn(model("llama3-8b"), "vLLM 0.7.3", tp=1))
     assert (plain.plan.policy, plain.plan.chunked_prefill) == ("prefill-first", False)
 
+
 def test_no_automatic_chunking_for_mla_or_before_pr_6666():
     """V0 forces chunked prefill off for an MLA model ('MLA is enabled; forcing chunked prefill and prefix caching to
     be disabled', v0.7.1-v0.7.3; _set_default_args_v0 later): DeepSeek-V3's 163,840-token limit keeps the budget
@@ -60,6 +63,7 @@ def test_no_automatic_chunking_for_mla_or_before_pr_6666():
     assert old.plan.chunked_prefill is False and old_lim.max_num_tokens == 131072
     assert resolve_limits(_scn(model("llama3-405b"), "vLLM 0.5.4", **kw))[0].plan.chunked_prefill is True
     assert resolve_limits(_scn(model("llama3-405b"), "vLLM 0.9 VLLM_USE_V1=0", **kw))[0].plan.chunked_prefill is True
+
 
 def _host_s(framework: str, **plan) -> float:
     scn, lim = resolve_limits(_scn(model("llama3-8b"), framework, num_gpus=plan.pop("num_gpus", 1), **plan))
@@ -73,4 +77,11 @@ def test_the_async_output_processor_is_off_with_pipeline_parallelism_or_speculat
     assert _host_s("vLLM 0.6.3", tp=1, pp=2, num_gpus=2) == pytest.approx(35e-6)
     assert _host_s("vLLM 0.7.3", tp=1, spec_tokens=2, spec_acceptance=0.7) == pytest.approx(35e-6)
     assert _host_s("vLLM 0.5.4", tp=1) == pytest.approx(35e-6)
+
+
+def test_the_cuda_graph_whatif_says_why_it_does_not_apply_to_v0():
+    """V0 waits for each step (a synchronous step), so 'does not wait for each step' would be false: its decode
+    steps already replay captured graphs."""
+    _, skipped = candidates(resolve_limits(_scn(model("llama3-8b"), "vLLM 0.5.3", tp=1))[0], False)
+    assert dict(skipped)["CUDA graphs"] == "decode steps already replay captured graphs"
 

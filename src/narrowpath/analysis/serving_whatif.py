@@ -186,10 +186,10 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
                         dataclasses.replace(scn, plan=dataclasses.replace(p, graph_batch_sizes=fine,
                                                                           graph_padding=True))))
     name = "CUDA graphs"
-    if not serving_stack(p.framework).get("host_sync_per_step"):
-        skipped.append((name, "the engine does not wait for each step before launching the next kernel by kernel"))
-    elif sizes:
+    if sizes:  # whether or not the engine waits for each step (vLLM V0's does)
         skipped.append((name, "decode steps already replay captured graphs"))
+    elif not serving_stack(p.framework).get("host_sync_per_step"):
+        skipped.append((name, "the engine does not wait for each step before launching the next kernel by kernel"))
     else:
         limit = max(1, decode_limit or p.max_batch or 1)
         out.append((name, "decode steps as captured graphs, one launch each (--enable_cuda_graph)",
