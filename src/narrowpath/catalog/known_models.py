@@ -37,7 +37,8 @@ case writes them. Every other architecture field is compared."""
 NOT_ARCHITECTURE = ("name", "seq_len", "context_len", "mtp_layers", "dropout", "moe.capacity_factor")
 """Never compared nor taken: the name and what belongs to a run, not to the network — its sequence length, the
 context limit a server is started with (vLLM's max_model_len), the multi-token-prediction modules trained alongside
-(DeepSeek-V3 §2.2: an add-on objective; a run may leave it out), dropout (follows the family unless written, spec.model.Model.dropout) and the capacity factor (`plan.moe_routing`)."""
+(DeepSeek-V3 §2.2: an add-on objective; a run may leave it out), dropout (follows the family unless written,
+spec.model.Model.dropout) and the capacity factor (`plan.moe_routing`)."""
 
 _SHOWN = {"norm": lambda v: v, "tied_embeddings": lambda v: "tied embeddings" if v else "untied embeddings",
           "sliding_window": lambda v: f"a sliding window of {v} tokens" if v else "no sliding window",

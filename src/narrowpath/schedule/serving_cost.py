@@ -402,10 +402,11 @@ class ServingCost:
         (`stage_kernels`; with pp > 1 each rank's host issues its own stage, which then runs no faster than that);
         the iteration takes the longer of the two — or, under a synchronous step (`host_serial`), the GPU's time
         (or the eager issue, if longer) plus the bookkeeping. A decode-only iteration under a stack with captured
-        graph sizes runs at its graph's size (`graph_batch`: the padding's dummy sequences cost tokens, one context token each
-        and output rows; the host's bookkeeping stays with the real requests) or, with no graph to fit, eagerly as a
-        prompt iteration does. Under a pipeline loop that waits on each stage before its host
-        work (`pp_host_serial`) a micro-batch comes round every pp · (slowest stage + bookkeeping)
+        graph sizes runs at its graph's size (`graph_batch`: the padding's dummy sequences cost tokens, one context
+        token each and output rows; the host's bookkeeping stays with the real requests) or, with no graph to fit,
+        eagerly as a prompt iteration does. Under a pipeline loop that waits on each stage before its host
+        work (`pp_host_serial`, which a synchronous step implies) a micro-batch comes round every
+        pp · (slowest stage + bookkeeping)
         (`pp_serial_period_s`). A static session that enqueues only after the previous step (`launch_s`) adds its
         host time instead."""
         return self.context_line(T, dec_seqs, pre_tokens, rows, queries_per_seq, requests, extra_gpu_s)(
