@@ -60,8 +60,8 @@ def test_resolve_limits_fills_sglangs_defaults_and_caps_the_running_requests():
     notes = dict(scn.chosen)
     assert notes["max running requests"] == (f"4096 — SGLang's request pool for {lim.memory.kv_tokens} KV tokens at "
                                              f"a context limit of 8192")
-    assert notes["max_batch"] == ("2048 — SGLang's default on H100-SXM5-80GB (max_running_requests, "
-                                  "chunked_prefill_size)")
+    assert notes["max_batch"] == ("2048 — SGLang's default on H100-SXM5-80GB (chunked_prefill_size; the running "
+                                  "requests follow from the KV pool once it is known: see 'max running requests')")
     assert scn.plan.graph_batch_sizes == sglang_graph_sizes(256) and scn.plan.policy == "prefill-first"
     assert "cuda_graph_max_bs 256 on H100-SXM5-80GB at tp 1" in notes["graph_batch_sizes"]
     scn, lim = resolve_limits(_scn("llama3-70b", weight_precision="fp8", kv_precision="fp8", kv_memory_fraction=0.05))

@@ -168,3 +168,29 @@ def test_a_v0_run_is_slower_than_v1_on_the_same_deployment_and_load():
     v0 = simulate(_scn(model("llama3-8b"), "vLLM 0.5.3", load, **kw)).result
     v1 = simulate(_scn(model("llama3-8b"), "vLLM 0.11", load, **kw)).result
     assert v0.output_tokens_per_s < v1.output_tokens_per_s
+
+
+def test_a_request_longer_than_the_context_limit_is_said_once():
+    """Llama 3 8B's 8,192-token limit: 8,000 + 1,000 tokens exceed it (an engine started at it refuses them); the
+    run is still priced, with the note, which a second resolution does not repeat; a request within it adds none."""
+    load = Load(arrival="offline", input_tokens=8000, output_tokens=1000, num_requests=4)
+    scn, _ = resolve_limits(_scn(model("llama3-8b"), "vLLM 0.10", load, tp=1))
+    said = [n for k, n in scn.chosen if k == "context limit"]
+    assert len(said) == 1 and "9000 tokens exceed the model's 8192-token limit" in said[0]
+    assert [k for k, _ in resolve_limits(scn)[0].chosen].count("context limit") == 1
+    ok = Load(arrival="offline", input_tokens=4000, output_tokens=1000, num_requests=4)
+    assert "context limit" not in dict(resolve_limits(_scn(model("llama3-8b"), "vLLM 0.10", ok, tp=1))[0].chosen)
+
+
+def test_a_v0_deployment_is_offered_the_newer_engine_as_a_whatif():
+    """The V0 lines name V1 (a version-less 'vLLM') as their successor: the what-if re-simulates the deployment on
+    V1's defaults; V1 itself, and other engines, have none."""
+    from narrowpath.analysis.serving_whatif import candidates
+    load = Load(arrival="poisson", rate_per_s=4.0, input_tokens=256, output_tokens=128, num_requests=50)
+    names = {n: (c, s) for n, c, s in candidates(_scn(model("llama3-8b"), "vLLM 0.5.3", load, tp=1), False)[0]}
+    change, alt = names["newer engine"]
+    assert alt.plan.framework == "vLLM" and serving_stack(alt.plan.framework)["id"] == "vllm"
+    assert change.startswith("vLLM 0.5.3 → vLLM (vllm:")
+    for other in ("vLLM 0.10", "SGLang 0.5.4", "TensorRT-LLM 1.0"):
+        assert "newer engine" not in {n for n, _, _ in candidates(_scn(model("llama3-8b"), other, load, tp=1),
+                                                                    False)[0]}

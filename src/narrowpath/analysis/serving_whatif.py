@@ -3,9 +3,10 @@ waiting when requests spend longer queued than served), and a ranked list of cha
 the changed deployment under the same load (a what-if run, not a rule of thumb): more tensor parallelism, an FP8
 KV cache, disaggregated prefill/decode pools (their instance counts matched to the two phases' rates), a larger
 scale-up domain, an expert load balancer (MoE over expert-parallel ranks), finer CUDA graph sizes (an engine that
-pads decode batches to captured sizes), CUDA graphs (a static session that launches each step kernel by kernel),
-speculative decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline they are
-compared with is re-run on that same load.
+pads decode batches to captured sizes), CUDA graphs (a static session that launches each step kernel by kernel), a
+newer engine (a stack its project has replaced — vLLM V0 by V1 — on the new one's defaults: stack `successor`),
+speculative decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline
+they are compared with is re-run on that same load.
 """
 from __future__ import annotations
 
@@ -195,6 +196,12 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
         out.append((name, "decode steps as captured graphs, one launch each (--enable_cuda_graph)",
                     dataclasses.replace(scn, plan=dataclasses.replace(p, graph_batch_sizes=tuple(range(1, limit + 1)),
                                                                       graph_padding=False))))
+    stack = serving_stack(p.framework)
+    if stack.get("successor"):  # an engine its project has replaced: the same deployment on the new one's defaults
+        new = serving_stack(stack["successor"])
+        out.append(("newer engine", f"{p.framework} → {stack['successor']} ({new['id']}: its own defaults for the knobs "
+                    "the deployment leaves out)",
+                    dataclasses.replace(scn, plan=dataclasses.replace(p, framework=stack["successor"]))))
     if p.spec_acceptance > 0 and not p.spec_tokens and p.policy != "static":
         for k in (1, 2, 4):
             out.append((f"speculative decoding k={k}", f"{k} draft tokens at acceptance {p.spec_acceptance:g}",
@@ -205,7 +212,8 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
 HOST_REMEDY = {
     HOST_KEY: "; the engine's host loop handles every request of an iteration on one thread, so faster GPUs or more TP "
               "do not shorten it: fewer requests per loop do (more attention-DP ranks or replicas, each with its own "
-              "loop), or a faster host CPU or scheduler",
+              "loop), a faster host CPU or scheduler, or — where the step waits for it (vLLM V0) — an engine that "
+              "overlaps it with the GPU (multi-step scheduling, vLLM V1)",
     LAUNCH_KEY: "; the session enqueues a step's kernels one by one only after the previous step has finished, so the "
                 "GPU idles while the host launches: CUDA graphs or an in-flight batching executor that enqueues ahead "
                 "remove it, fewer kernels per step (fused ops, fewer layers per GPU) shorten it",

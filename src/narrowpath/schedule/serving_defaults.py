@@ -259,6 +259,12 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
         osl = sum(r[2] for r in load.requests) / len(load.requests)
     else:
         isl, osl = float(load.input_tokens), float(load.output_tokens)
+    longest = max(r[1] + r[2] for r in load.requests) if load.arrival == "trace" else isl + osl
+    limit = scn.model.context_len
+    if limit and longest > limit and "context limit" not in dict(notes):  # said once, however often resolved
+        notes.append(("context limit", f"requests of up to {longest:.0f} tokens exceed the model's {limit}-token "
+                      "limit (model.context_len): an engine started at it refuses them (vLLM's max_model_len); "
+                      "priced as if served"))
     if p.policy == "static":
         per_lane = max(1, -(-load.batch_size // (p.replicas * p.dp * p.pp))) if load.batch_size else 0
         if not p.max_batch:
@@ -278,14 +284,14 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             why = (f"vLLM's default for {'the offline LLM class' if offline else 'its OpenAI server'} on "
                    f"{scn.system.device.name}")
         elif stack.get("batch_limits") == "vllm-0":
-            longest = max(r[1] + r[2] for r in load.requests) if load.arrival == "trace" else isl + osl
             bs, why = d.get("max_batch", 256), f"default of the {stack['id']} stack (max_num_seqs)"
             tok, tok_why = vllm0_token_budget(scn.model.context_len, longest, bool(p.chunked_prefill),
                                               int(stack["chunked_budget"]))
         elif stack.get("batch_limits") == "sglang":
             tok, graph_bs = sglang_default_limits(scn.system.device, p.tp)
             bs = SGLANG_MAX_RUNNING  # capped at half the KV tokens below, once the pool is known
-            why = f"SGLang's default on {scn.system.device.name} (max_running_requests, chunked_prefill_size)"
+            why = (f"SGLang's default on {scn.system.device.name} (chunked_prefill_size; the running requests follow "
+                   "from the KV pool once it is known: see 'max running requests')")
             if not p.graph_batch_sizes:
                 take("graph_batch_sizes", sglang_graph_sizes(graph_bs),
                      f"SGLang's capture list to cuda_graph_max_bs {graph_bs} on {scn.system.device.name} at tp {p.tp}")
