@@ -199,8 +199,8 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
     stack = serving_stack(p.framework)
     if stack.get("successor"):  # an engine its project has replaced: the same deployment on the new one's defaults
         new = serving_stack(stack["successor"])
-        out.append(("newer engine", f"{p.framework} → {stack['successor']} ({new['id']}: its own defaults for the knobs "
-                    "the deployment leaves out)",
+        out.append(("newer engine", f"{p.framework} → {stack['successor']} ({new['id']}: its own defaults for the "
+                    "knobs the deployment leaves out)",
                     dataclasses.replace(scn, plan=dataclasses.replace(p, framework=stack["successor"]))))
     if p.spec_acceptance > 0 and not p.spec_tokens and p.policy != "static":
         for k in (1, 2, 4):

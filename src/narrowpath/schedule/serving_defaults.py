@@ -242,7 +242,7 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             take("policy", stack["chunked_policy"], f"the {stack['id']} stack's scheduler with chunked prefill")
         else:
             take("policy", d.get("policy", "decode-first"), f"default of the {stack['id']} stack")
-    if kw.get("policy", p.policy) == "static" and not p.kv_memory_fraction:  # a static session allocates what its batch needs
+    if kw.get("policy", p.policy) == "static" and not p.kv_memory_fraction:  # a static session allocates its batch's
         take("kv_memory_fraction", 1.0, "a static batch's KV cache is allocated whole, not as a share of the free "
              "memory (TensorRT-LLM 0.x GptSession)")
     if auto:
