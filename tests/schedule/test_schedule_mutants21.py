@@ -46,13 +46,18 @@ def test_a_small_serving_cost_prices_every_count_to_eight_and_no_further():
 
 
 def test_a_static_batch_notes_why_its_kv_fraction_is_whole():
-    """A fixed-batch load is served as a static batch whose KV cache is allocated whole (kv_memory_fraction 1),
-    and the note says why, naming TensorRT-LLM 0.x's GptSession."""
-    scn = _scn(load=Load(arrival="fixed-batch", input_tokens=128, output_tokens=16, batch_size=8))
-    out, _ = resolve_limits(scn)
+    """A fixed-batch load is served as a static batch; in a static session (TensorRT-LLM 0.x's GptSession) its KV
+    cache is allocated whole (kv_memory_fraction 1), and the note says why. An engine without static sessions (vLLM,
+    the tool's default) keeps its own fraction for the same load."""
+    load = Load(arrival="fixed-batch", input_tokens=128, output_tokens=16, batch_size=8)
+    out, _ = resolve_limits(_scn(ServingPlan(framework="TensorRT-LLM 0.7"), load))
     notes = dict(out.chosen)
     assert notes["kv_memory_fraction"] == ("1.0 — a static batch's KV cache is allocated whole, not as a share of "
                                            "the free memory (TensorRT-LLM 0.x GptSession)")
+    for framework in ("", "vLLM 0.10", "vLLM 0.5.3"):
+        out, _ = resolve_limits(_scn(ServingPlan(framework=framework), load))
+        assert out.plan.policy == "static" and out.plan.kv_memory_fraction == 0.9
+        assert "GptSession" not in dict(out.chosen)["kv_memory_fraction"]
 
 
 def test_an_iteration_without_decodes_runs_no_draft_passes():

@@ -242,9 +242,9 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             take("policy", stack["chunked_policy"], f"the {stack['id']} stack's scheduler with chunked prefill")
         else:
             take("policy", d.get("policy", "decode-first"), f"default of the {stack['id']} stack")
-    if kw.get("policy", p.policy) == "static" and not p.kv_memory_fraction:  # a static session allocates its batch's
+    if kw.get("policy", p.policy) == "static" and not p.kv_memory_fraction and stack.get("host_sync_per_step"):
         take("kv_memory_fraction", 1.0, "a static batch's KV cache is allocated whole, not as a share of the free "
-             "memory (TensorRT-LLM 0.x GptSession)")
+             "memory (TensorRT-LLM 0.x GptSession)")  # a static session's; other engines keep their own fraction
     if auto:
         take("chunked_prefill", True, f"vLLM V0 turns it on by itself for a context limit above {auto_chunk} "
              f"tokens (the model's {scn.model.context_len})")
