@@ -54,6 +54,8 @@ def test_a_static_batch_notes_why_its_kv_fraction_is_whole():
     notes = dict(out.chosen)
     assert notes["kv_memory_fraction"] == ("1.0 — a static batch's KV cache is allocated whole, not as a share of "
                                            "the free memory (TensorRT-LLM 0.x GptSession)")
+    stated, _ = resolve_limits(_scn(ServingPlan(framework="TensorRT-LLM 0.7", policy="static"), load))
+    assert stated.plan.kv_memory_fraction == 1.0  # a stated static policy, not only a filled one
     for framework in ("", "vLLM 0.10", "vLLM 0.5.3"):
         out, _ = resolve_limits(_scn(ServingPlan(framework=framework), load))
         assert out.plan.policy == "static" and out.plan.kv_memory_fraction == 0.9

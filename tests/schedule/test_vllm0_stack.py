@@ -194,3 +194,37 @@ def test_a_v0_deployment_is_offered_the_newer_engine_as_a_whatif():
     for other in ("vLLM 0.10", "SGLang 0.5.4", "TensorRT-LLM 1.0"):
         assert "newer engine" not in {n for n, _, _ in candidates(_scn(model("llama3-8b"), other, load, tp=1),
                                                                     False)[0]}
+
+
+def test_the_step_prices_the_gpu_work_of_its_own_decodes_and_context():
+    """104 decodes (a captured size: no padding) at 512 tokens each: the step is the token-dependent ops at 104
+    tokens, the attention over 104 × 512 context tokens and the output layer for 104 rows — the same pieces any
+    engine prices — plus 104 × 35 µs of bookkeeping."""
+    v0 = _cost("vLLM 0.5.3")
+    gpu = v0.token_time_s(0, 104) + v0.attention_s(0, 104, 104 * 512, 0, 0, 0) + v0.head_time_s(104)
+    assert v0.iteration_s(104, 104, 104 * 512) == pytest.approx(gpu + 104 * 35e-6, rel=1e-12)
+    assert v0.context_line(104, 104)(104 * 2048) == pytest.approx(  # a run of decode steps, priced by context
+        v0.token_time_s(0, 104) + v0.attention_s(0, 104, 104 * 2048, 0, 0, 0) + v0.head_time_s(104)
+        + 104 * 35e-6, rel=1e-12)
+
+
+def test_a_context_limit_of_exactly_32k_does_not_chunk():
+    """vLLM's use_long_context is max_model_len > 32768: Mixtral's 32,768 stays unchunked, with a budget of 32,768."""
+    scn, lim = resolve_limits(_scn(model("mixtral-8x7b"), "vLLM 0.6.3", num_gpus=2, tp=2, weight_precision="fp8",
+                                   kv_precision="fp8"))
+    assert scn.plan.chunked_prefill is False and lim.max_num_tokens == 32768
+
+
+def test_a_request_exactly_at_the_limit_is_served_and_a_trace_is_read_by_its_longest_request():
+    """prompt + output ≤ max_model_len is accepted (8,000 + 192 = 8,192: no note). A trace's longest request decides
+    the note and, for a model without a limit, V0's budget: 3,000 + 1,000 among shorter ones → 4,000."""
+    at = Load(arrival="offline", input_tokens=8000, output_tokens=192, num_requests=2)
+    assert "context limit" not in dict(resolve_limits(_scn(model("llama3-8b"), "vLLM 0.10", at, tp=1))[0].chosen)
+    trace = Load(arrival="trace", requests=((0.0, 100, 50), (0.1, 3000, 1000), (0.2, 500, 200)))
+    bare = dataclasses.replace(model("llama3-8b"), context_len=0)
+    _, lim = resolve_limits(_scn(bare, "vLLM 0.6.0", trace, tp=1))
+    assert lim.max_num_tokens == 4000
+    short = dataclasses.replace(model("llama3-8b"), context_len=2048)
+    said = dict(resolve_limits(_scn(short, "vLLM 0.10", trace, tp=1))[0].chosen)["context limit"]
+    assert said == ("requests of up to 4000 tokens exceed the model's 2048-token limit (model.context_len): an engine "
+                    "started at it refuses them (vLLM's max_model_len); priced as if served")

@@ -284,7 +284,7 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
             why = (f"vLLM's default for {'the offline LLM class' if offline else 'its OpenAI server'} on "
                    f"{scn.system.device.name}")
         elif stack.get("batch_limits") == "vllm-0":
-            bs, why = d.get("max_batch", 256), f"default of the {stack['id']} stack (max_num_seqs)"
+            bs, why = d["max_batch"], f"default of the {stack['id']} stack (max_num_seqs)"
             tok, tok_why = vllm0_token_budget(scn.model.context_len, longest, bool(p.chunked_prefill),
                                               int(stack["chunked_budget"]))
         elif stack.get("batch_limits") == "sglang":
