@@ -228,3 +228,17 @@ def test_a_request_exactly_at_the_limit_is_served_and_a_trace_is_read_by_its_lon
     said = dict(resolve_limits(_scn(short, "vLLM 0.10", trace, tp=1))[0].chosen)["context limit"]
     assert said == ("requests of up to 4000 tokens exceed the model's 2048-token limit (model.context_len): an engine "
                     "started at it refuses them (vLLM's max_model_len); priced as if served")
+
+
+def test_a_prompt_chunk_reads_the_context_its_earlier_chunks_left():
+    """A 16-token chunk of a prompt whose first 100,000 tokens ran earlier (chunked prefill on): its attention reads
+    that context's K/V too (memory-bound at so few queries) — the same pieces as any engine's, the slower of GPU and
+    eager issue, then one request's bookkeeping (vllm-0.6.5: 28 µs)."""
+    v0 = _cost("vLLM 0.7.3", chunked_prefill=True)
+    P, prefix = 16, 100_000
+    pairs = P * prefix + P * (P + 1) / 2
+    gpu = v0.token_time_s(0, P) + v0.attention_s(0, 0, 0, P, pairs, prefix) + v0.head_time_s(1)
+    issue = v0.stage_kernels[0] * v0.cal.host_dispatch_s
+    got = v0.iteration_s(P, 0, 0, P, pairs, prefix, rows=1, requests=1)
+    assert got == pytest.approx(max(gpu, issue) + 28e-6, rel=1e-12)
+    assert v0.attention_s(0, 0, 0, P, pairs, prefix) != v0.attention_s(0, 0, 0, P, pairs, 0)  # the context counts
