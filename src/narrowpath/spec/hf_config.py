@@ -121,6 +121,36 @@ def _seq_len(cfg: Mapping[str, Any], ints: dict[str, int], seq_len: Any) -> int:
     return seq_len
 
 
+WINDOW_EVERY = {"gemma2": 2}
+"""model_type values whose config states a window but not which layers use it: every k-th layer does (Gemma 2:
+'we alternate between a local sliding window attention and global attention in every other layer', Gemma Team,
+'Gemma 2: Improving Open Language Models at a Practical Size', 2024)."""
+
+
+def _sliding_window(cfg: Mapping[str, Any], mtype: str) -> tuple[int, int]:
+    """(window tokens, every k-th layer windowed) a config states, or (0, 1): `sliding_window` unless
+    `use_sliding_window` is false (Qwen2 states a window it does not use); which layers from `layer_types` (the
+    share of "sliding_attention" entries), a type's known interleave, else every layer (Mistral v0.1, Starcoder2,
+    Phi-3). A share the model cannot hold — windowed on 1 of every k layers, or all — is left out (Gemma 3's five
+    local layers in six): the attention is then priced over the full context, as before the window was read."""
+    if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
+        return 0, 1
+    window = _int(cfg, "sliding_window", cfg["sliding_window"])
+    if window < 1:
+        raise SpecError("config.json.sliding_window", f"must be >= 1 (or null), got {window}")
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        windowed = sum(1 for t in types if t == "sliding_attention")
+        if not windowed:
+            return 0, 1
+        every = len(types) // windowed
+        return (window, every) if every * windowed == len(types) else (0, 1)
+    if mtype == "gemma3_text" or cfg.get("sliding_window_pattern"):
+        pattern = cfg.get("sliding_window_pattern") or 6  # every pattern-th layer global (Gemma 3: five local to one)
+        return (window, 2) if pattern == 2 else (0, 1)
+    return window, WINDOW_EVERY.get(mtype, 1)
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None) -> Model:
     """Map HF keys to a Model. `seq_len` is the training sequence length (required unless the config states
     `seq_length`; max_position_embeddings is only the limit it must not exceed)."""
@@ -190,6 +220,9 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         model["moe"] = MoE(num_experts=n_exp, top_k=top_k,
                            expert_ffn=expert_ffn, shared_experts=shared, max_nodes=max_nodes,
                            first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
+    window, every = _sliding_window(cfg, mtype)
+    if window:
+        model["sliding_window"], model["sliding_window_every"] = window, every
     if ints.get("positions"):  # the position limit: the longest sequence a server accepts (vLLM's max_model_len)
         model["context_len"] = ints["positions"]
     model["seq_len"] = _seq_len(cfg, ints, seq_len)  # last: a broken config is named before a missing length
