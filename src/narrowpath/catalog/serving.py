@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,8 +41,11 @@ OPEN_OK = ("tp", "pp", "ep", "dp", "weight_precision", "kv_precision", "framewor
 the other degrees leave; `framework`: the default stack)."""
 
 
+@lru_cache(maxsize=4096)
 def serving_stack(framework: str) -> dict[str, Any]:
-    """The serving-stack entry whose `match` words occur in `framework` (first match), else `default`."""
+    """The serving-stack entry whose `match` words occur in `framework` (first match), else `default`. Memoised (the
+    entries are read once; release lines parse the version out of the text): a search prices many plans of one
+    framework, each looking its stack up several times. The entry is shared: read it, never change it."""
     table = store.entries("serving_stacks")
     for entry in table.values():
         if store.stack_matches(entry, framework):
