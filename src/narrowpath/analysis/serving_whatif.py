@@ -168,7 +168,8 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
             out.append(("expert load balancer", f"EPLB over the {p.ep} expert-parallel ranks (hot experts "
                         "replicated and placed)",
                         dataclasses.replace(scn, plan=dataclasses.replace(p, expert_balance="eplb"))))
-    sizes, padding = graph_settings(p, serving_stack(p.framework))
+    stack = serving_stack(p.framework)
+    sizes, padding = graph_settings(p, stack)
     sizes = sizes or graph_sizes
     name = "finer CUDA graph sizes"
     if not sizes:
@@ -189,14 +190,13 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
     name = "CUDA graphs"
     if sizes:  # whether or not the engine waits for each step (vLLM V0's does)
         skipped.append((name, "decode steps already replay captured graphs"))
-    elif not serving_stack(p.framework).get("host_sync_per_step"):
+    elif not stack.get("host_sync_per_step"):
         skipped.append((name, "the engine does not wait for each step before launching the next kernel by kernel"))
     else:
         limit = max(1, decode_limit or p.max_batch or 1)
         out.append((name, "decode steps as captured graphs, one launch each (--enable_cuda_graph)",
                     dataclasses.replace(scn, plan=dataclasses.replace(p, graph_batch_sizes=tuple(range(1, limit + 1)),
                                                                       graph_padding=False))))
-    stack = serving_stack(p.framework)
     if stack.get("successor"):  # an engine its project has replaced: the same deployment on the new one's defaults
         new = serving_stack(stack["successor"])
         out.append(("newer engine", f"{p.framework} → {stack['successor']} ({new['id']}: its own defaults for the "
