@@ -131,8 +131,8 @@ def _sliding_window(cfg: Mapping[str, Any], mtype: str) -> tuple[int, int]:
     """(window tokens, every k-th layer windowed) a config states, or (0, 1): `sliding_window` unless
     `use_sliding_window` is false (Qwen2 states a window it does not use); which layers from `layer_types` (the
     share of "sliding_attention" entries), a type's known interleave, else every layer (Mistral v0.1, Starcoder2,
-    Phi-3). A share the model cannot hold — windowed on 1 of every k layers, or all — is left out (Gemma 3's five
-    local layers in six): the attention is then priced over the full context, as before the window was read."""
+    Phi-3). A share the model cannot hold (it holds a window on every layer or on 1 of every k) is left out — Gemma
+    3's five local layers in six: the attention is then priced over the full context, as before the window was read."""
     if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
         return 0, 1
     window = _int(cfg, "sliding_window", cfg["sliding_window"])
