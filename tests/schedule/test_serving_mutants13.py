@@ -93,7 +93,7 @@ def test_attention_fast_path_prices_decodes_and_prompts_by_their_own_lines(mdl, 
     assert cost._affine[0] is not None
     p = cost.scn.plan
     dec, dctx, pre, pairs, pctx = args
-    op = decode_attention_op(m, p, cost.f, dec, dctx, 1.0, cost.kv_reads) if dec else \
+    op = decode_attention_op(m, p, cost.f, dec, dctx, 1.0, cost.kv_reads, cost.kv_reread) if dec else \
         prefill_attention_op(m, p, cost.f, pre, pairs, pctx)
     want = m.layers * op_time_s(op, cost.dev, cost.cal)
     assert cost.attention_s(0, *args) == pytest.approx(want, rel=1e-12)

@@ -156,8 +156,8 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
         level_bytes["hbm"] += op.hbm_bytes * n
         a = 0.5 if op.dtype == "fp4" else VALUE_BYTES.get(op.dtype, 2.0)
         for lv, tile in (("sram", SRAM_TILE), ("l2", L2_TILE)):
-            level_bytes[lv] += n * (max(op.hbm_bytes, op.flop * a / tile) if op.kind != "vector" and op.flop
-                                    else op.hbm_bytes)
+            level_bytes[lv] += n * max(max(op.hbm_bytes, op.flop * a / tile) if op.kind != "vector" and op.flop
+                                       else op.hbm_bytes, op.l2_bytes)
         w_bytes += op.weight_bytes * n
         if op.name == "attn_decode":
             kv_bytes += mean.decode_ctx * kvl * n
@@ -194,9 +194,13 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
                     _nearer(mem.weights_bytes / layers, dev),
                     "every weight is read once per iteration and shared by the iteration's tokens"),
         DataItemRow("kv_cache", kv_held, "hbm", kv_bytes / per_gpu_token, seq_kv / layers, "",
-                    f"each decode reads its whole context once per token and nothing re-reads it within the "
-                    f"iteration, so no nearer level helps; {run.result.kv_utilisation:.0%} of the "
-                    f"{mem.kv_pool_bytes / 1e9:.1f} GB pool in use on average"),
+                    (f"each decode reads its whole context once per token and nothing re-reads it within the "
+                     f"iteration, so no nearer level helps" if cost.kv_reads <= 1 else
+                     f"each decode reads its whole context {cost.kv_reads:g} times per token, its kernel giving "
+                     f"every query head its own block: "
+                     + ("from HBM each time" if cost.kv_reread == "hbm" else "from HBM once, then through L2"))
+                    + f"; {run.result.kv_utilisation:.0%} of the {mem.kv_pool_bytes / 1e9:.1f} GB pool in use on "
+                    "average"),
         DataItemRow("activations", mem.activation_bytes, "hbm", 0.0, mem.activation_bytes, "",
                     "workspace of one forward pass, rewritten every iteration"),
     )
@@ -229,6 +233,8 @@ DRAFT_KEY = "gpu: speculative draft passes"
 """... a speculative draft head's passes (MTP / EAGLE) over the decodes add to the GPU work."""
 PAD_KEY = "padding: graph dummy sequences"
 """... the dummy sequences that pad a decode batch to its CUDA graph's size add to the GPU work."""
+L2_REREAD_KEY = "l2: kv cache re-reads"
+"""The time_split row of decode attention bound by streaming each kv head's cache from L2 once per query head."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +322,8 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
         bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, k.requests, p.pp))
         return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}, busy, whole
     ops, trs = iteration_work(cost, d * q + P, d, ctx, P, pairs, q, k.rows)
-    out = time_split(cost, ops, trs, ctx * kv_bytes_per_token_layer(run.scenario.model, p))
+    reads = cost.kv_reads if cost.kv_reread == "hbm" else 1.0  # a kernel re-reading per query head from HBM
+    out = time_split(cost, ops, trs, ctx * kv_bytes_per_token_layer(run.scenario.model, p) * reads)
     extra = {DRAFT_KEY: draft, PAD_KEY: parts["padding"], LAUNCH_KEY: parts["launch"], HOST_KEY: parts["host"],
              DISPATCH_KEY: parts["dispatch"]}
     for key, v in extra.items():
@@ -343,9 +350,10 @@ def iteration_split(run: ServingRun) -> tuple[dict[str, float], float]:
 
 def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[str, float]:
     """Seconds of an iteration by what bounds each op (its roofline side): `hbm: weights`, `hbm: kv cache`,
-    `hbm: activations` (a memory-bound op's time split by its bytes), `compute: gemms`, `compute: attention`,
+    `hbm: activations` (a memory-bound op's time split by its bytes), `l2: kv cache re-reads` (a decode kernel that
+    reads a kv head once per query head, bound by its L2 traffic), `compute: gemms`, `compute: attention`,
     `gpu: per-kernel overhead` (each kernel's fixed time on the GPU), and `<tier>: <collective>` for the transfers."""
-    from narrowpath.cost.roofline import compute_time_s, memory_time_s
+    from narrowpath.cost.roofline import compute_time_s, l2_bw_bytes_per_s, memory_time_s
     dev, cal = cost.dev, cost.cal
     out: dict[str, float] = {}
 
@@ -358,6 +366,9 @@ def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[
         if c >= m:
             add("compute: attention" if op.kind == "flash" else "compute: gemms" if op.kind == "matrix"
                 else "compute: element-wise", n * c)
+            continue
+        if op.l2_bytes and op.l2_bytes / l2_bw_bytes_per_s(dev) >= op.hbm_bytes / dev.hbm.bw_bytes_per_s:
+            add(L2_REREAD_KEY, n * m)  # a per-query-head decode kernel streaming the cache from L2
             continue
         w = op.weight_bytes  # a sliding-window layer reads less than the whole context: at most the op's own bytes
         kv = min(kv_read_bytes_per_layer_op, max(0.0, op.hbm_bytes - w)) if op.name == "attn_decode" else 0.0

@@ -8,7 +8,8 @@ runs as a weight stream — GEMV and split-K kernels spread the k·n weights ove
 r/64 of a one-tile GEMM's: the ramp is read at the FLOPs of the 64-row GEMM of the same weights, F·64/r
 (continuous at 64 rows; at one row the ramp's floor falls to 1/64 and the time is the weights over the bandwidth:
 TensorRT-LLM's GEMV / weight-only kernels for m ≤ 16; cuBLAS split-K for skinny GEMMs; Pope et al. 2022 §2:
-small-batch decode is the weights over the memory bandwidth).
+small-batch decode is the weights over the memory bandwidth). A kernel that streams bytes from L2 beyond its HBM
+traffic (`Op.l2_bytes`) has a second memory roof, those bytes over the L2 bandwidth (`memory_time_s`).
 """
 from __future__ import annotations
 
@@ -149,8 +150,22 @@ def hbm_bytes(op: Op, device: Device) -> float:
     return op.hbm_bytes - op.transpose_bytes if device.fp8_any_layout else op.hbm_bytes
 
 
+def l2_bw_bytes_per_s(device: Device) -> float:
+    """The device's L2 bandwidth; its HBM's where the device gives no L2 level (re-reads then priced as if no
+    cache held them)."""
+    for lv in device.levels:
+        if lv.name == "l2":
+            return lv.bw_bytes_per_s
+    return device.hbm.bw_bytes_per_s
+
+
 def memory_time_s(op: Op, device: Device, cal: Calibration) -> float:
-    """Time the HBM traffic alone needs."""
+    """Time the memory traffic alone needs: the HBM bytes at HBM bandwidth, or the bytes streamed from L2
+    (`Op.l2_bytes`) at L2 bandwidth where those take longer — a two-level roofline (Williams et al. 2009, 'Roofline:
+    an insightful visual performance model', one roof per memory level), both at the profile's achieved share."""
+    if op.l2_bytes > 0:
+        t = max(hbm_bytes(op, device) / device.hbm.bw_bytes_per_s, op.l2_bytes / l2_bw_bytes_per_s(device))
+        return t / cal.vector_bw_efficiency
     return hbm_bytes(op, device) / (device.hbm.bw_bytes_per_s * cal.vector_bw_efficiency)
 
 

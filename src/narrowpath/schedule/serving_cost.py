@@ -44,9 +44,9 @@ from narrowpath.network.placement import GroupSpan, group_span, span_of
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingPlan, ServingScenario
 from narrowpath.workload.items import Op, Transfer
-from narrowpath.workload.serving import (Formats, decode_attention_op, embedding_op, head_ops, instance_plan,
-                                         kv_bytes_per_token, kv_group_reads, layer_kind, layer_token_ops,
-                                         prefill_attention_op, stage_layers)
+from narrowpath.workload.serving import (Formats, decode_attention_op, decode_shares_kv, embedding_op, head_ops,
+                                         instance_plan, kv_bytes_per_token, kv_group_reads, layer_kind,
+                                         layer_token_ops, prefill_attention_op, stage_layers)
 from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
                                               stage_boundary_transfer)
 
@@ -174,7 +174,14 @@ class ServingCost:
         schedule, prepare inputs, run the model, wait for the sampled tokens, process the outputs, on one thread):
         an iteration takes its GPU time (or its eager dispatch, if longer) plus the bookkeeping."""
         self.pp_host_serial = bool(stack.get("pp_host_serial", False)) or self.host_serial
-        self.kv_reads = kv_group_reads(m, p, not stack.get("decode_kv_per_query_head", False))
+        per_head = bool(stack.get("decode_kv_per_query_head", False))
+        self.kv_reads = kv_group_reads(m, p, not per_head and decode_shares_kv(m, p, stack.get("xqa_shapes")))
+        """Reads of a kv head's cache per decode (workload.serving.kv_group_reads): the group's query heads when the
+        engine's generation kernel gives each its own block — always (stack decode_kv_per_query_head), or for the
+        models its XQA kernels do not take (stack xqa_shapes)."""
+        self.kv_reread = "hbm" if per_head else "l2"
+        """Where those repeated reads come from (workload.serving.REREAD_LEVELS): HBM for TensorRT-LLM 0.5/0.6's
+        masked multi-head attention, L2 for the kernel after 0.7.1's 'MMHA optimization for MQA and GQA'."""
         self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)
         self.kinds = [[layer_kind(m, i) for i in layers] for layers in self.stages]
@@ -271,7 +278,8 @@ class ServingCost:
             pairs = min(pre_pairs, pre_tokens * W) if window else pre_pairs
             pctx = min(pre_ctx, pre_tokens + W) if window else pre_ctx
             if dec_seqs:
-                out.append((decode_attention_op(m, p, f, dec_seqs, dctx, queries_per_seq, self.kv_reads), float(n)))
+                out.append((decode_attention_op(m, p, f, dec_seqs, dctx, queries_per_seq, self.kv_reads,
+                                                self.kv_reread), float(n)))
             if pre_tokens:
                 out.append((prefill_attention_op(m, p, f, pre_tokens, pairs, pctx), float(n)))
         return out
@@ -328,7 +336,8 @@ class ServingCost:
 
     def _attention_lines(self, stage: int) -> list | None:
         """Per attention op of the stage: (count, which, FLOP and byte coefficients, compute line, overhead), so
-        that its roofline time is max(c0 + c1·F, B / bw) + overhead with F and B linear in the iteration's sizes.
+        that its roofline time is max(c0 + c1·F, B / bw, L / l2bw) + overhead with F, B and L (a decode's L2
+        re-reads, Op.l2_bytes) linear in the iteration's sizes.
         The lines are read off cost.roofline at two sizes: exact for the profile's saturating GEMM ramp, whose
         time (F + F_half) / (peak · eff_max) is affine in F. None (price each op) when the profile has a measured
         efficiency table, which is not affine."""
@@ -346,17 +355,19 @@ class ServingCost:
             c1 = (c_2big - c_big) / (op1.flop * 1e6)
             c0 = c_big - c1 * op1.flop * 1e6
             bw = memory_time_s(Op(op1.name, "vector", "fwd", 0.0, 1.0, op1.dtype), self.dev, self.cal)
+            l2w = memory_time_s(Op(op1.name, "vector", "fwd", 0.0, 0.0, op1.dtype, l2_bytes=1.0), self.dev, self.cal)
             if op1.name == "attn_decode":  # F = f·ctx·q; B = b_ctx·ctx + b_q·seqs·q  (from sizes 1,1 and 2,3)
                 f = op1.flop
                 b_q = op2.hbm_bytes - 3 * op1.hbm_bytes  # 3·b_ctx + 2·b_q − 3·(b_ctx + b_q) = −b_q
                 b_q = -b_q
                 b_ctx = op1.hbm_bytes - b_q
-                lines.append((n, "dec", f, b_ctx, b_q, c0, c1, bw, self.cal.kernel_overhead_s))
+                # L2 re-reads of a per-query-head kernel: l2 = l2_ctx · ctx (Op.l2_bytes at context 1)
+                lines.append((n, "dec", f, b_ctx, b_q, c0, c1, bw, self.cal.kernel_overhead_s, op1.l2_bytes, l2w))
             else:  # F = f·pairs; B = b_ctx·pctx + b_tok·tokens  (from (1,1,1) and (2,3,5))
                 f = op1.flop
                 b_ctx = (op2.hbm_bytes - 2 * op1.hbm_bytes) / 3.0
                 b_tok = op1.hbm_bytes - b_ctx
-                lines.append((n, "pre", f, b_ctx, b_tok, c0, c1, bw, self.cal.kernel_overhead_s))
+                lines.append((n, "pre", f, b_ctx, b_tok, c0, c1, bw, self.cal.kernel_overhead_s, 0.0, l2w))
         return lines
 
     def attention_s(self, stage: int, dec_seqs: float, dec_ctx: float, pre_tokens: float, pre_pairs: float,
@@ -366,11 +377,12 @@ class ServingCost:
         if lines is None or self.scn.model.sliding_window:
             return self.op_s(self.attention_ops(stage, dec_seqs, dec_ctx, pre_tokens, pre_pairs, pre_ctx, q))
         t = 0.0
-        for n, which, f, b1, b2, c0, c1, bw, ovh in lines:
+        for n, which, f, b1, b2, c0, c1, bw, ovh, l2c, l2w in lines:
             if which == "dec":
                 if dec_seqs:
                     F = f * dec_ctx * q
-                    t += n * (max(c0 + c1 * F if F > 0 else 0.0, (b1 * dec_ctx + b2 * dec_seqs * q) * bw) + ovh)
+                    t += n * (max(c0 + c1 * F if F > 0 else 0.0, (b1 * dec_ctx + b2 * dec_seqs * q) * bw,
+                                  l2c * dec_ctx * l2w) + ovh)
             elif pre_tokens:
                 F = f * pre_pairs
                 t += n * (max(c0 + c1 * F if F > 0 else 0.0, (b1 * pre_ctx + b2 * pre_tokens) * bw) + ovh)

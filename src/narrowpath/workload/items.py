@@ -65,6 +65,11 @@ class Op:
     forward's (workload.ops `_backward`)."""
     bwd_kernels: int | None = None
     """Kernel launches of that backward; None: as many as the forward's (at least one)."""
+    l2_bytes: float = 0.0
+    """Bytes the kernel reads through L2 per execution where that, not HBM, can bound it: a decode attention kernel
+    that gives each query head its own thread block (masked multi-head attention) reads a kv head's cache once per
+    query head of its group — the group's blocks run together, so the first read fills L2 from HBM (`hbm_bytes`
+    counts it once) and all of them stream it from L2 (cost.roofline.memory_time_s). 0: L2 never bounds it."""
     impl: str = ""
     """Which implementation a flash kernel is: `` the device's fused attention kernel (cuDNN / FlashAttention-3 on
     Hopper, the calibration's `flash_efficiency`), `fa2` FlashAttention-2 (plan.attention `flash2`; priced at

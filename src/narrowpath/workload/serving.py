@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
@@ -235,25 +236,52 @@ def layer_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
         + mlp_token_ops(model, f, T, model.ffn / plan.tp)
 
 
+def kv_group_size(model: Model, plan: ServingPlan) -> float:
+    """Query heads per kv head on one GPU (heads/tp over kv_heads/tp, a replicated kv head counting once)."""
+    return max(1.0, (model.heads / plan.tp) / max(1.0, model.kv_heads / plan.tp))
+
+
+def decode_shares_kv(model: Model, plan: ServingPlan, shapes: Mapping | None) -> bool:
+    """Whether an engine's generation-phase attention kernel loads each kv head's cache once for all the query heads
+    of its group. `shapes` None: for every model (FlashDecoding-style kernels, TensorRT-LLM's XQA once it compiles
+    kernels per model); else only for the query heads per kv head (on one GPU) in `shapes['groups']` and the head
+    widths in `shapes['head_dims']` — TensorRT-LLM 0.7-0.9's precompiled XQA kernels, whose
+    DecoderXQARunner::shouldUse takes 8 query heads per kv head (or 1) at head size 128 or 256 and sends every other
+    grouped-query model to masked multi-head attention (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/
+    decoderXQARunner.h of those releases: `nbQHeadsPerKV != 8 && nbQHeadsPerKV != 1` -> false, `head_size != 128
+    && head_size != 256` -> false). MLA decodes over one shared latent: always shared."""
+    if shapes is None or model.mla is not None:
+        return True
+    group = kv_group_size(model, plan)
+    return group in [float(g) for g in shapes.get("groups", ())] and \
+        float(model.head_dim) in [float(d) for d in shapes.get("head_dims", ())]
+
+
 def kv_group_reads(model: Model, plan: ServingPlan, shared: bool) -> float:
     """Times a decode step reads one kv head's cache on a GPU: once when every query head of its group shares the
     load (XQA / FlashDecoding tile all heads of a group together), else once per query head of the group —
     heads/kv_heads per kv head, the grouped-query ratio (a masked multi-head attention kernel with one thread block
     per (sequence, query head): TensorRT-LLM before 0.7, whose 'improved GQA kernels in the generation phase' gave
     up to 2.4x on Llama-70B over v0.5/0.6, NVIDIA TensorRT-LLM blog 'Falcon-180B on a single H200 ... 6.7x faster
-    Llama-70B over A100', Dec 2023). MLA decodes over one shared latent: always once."""
+    Llama-70B over A100', Dec 2023; and later releases for the models their XQA kernels do not take,
+    `decode_shares_kv`); where the repeats come from, HBM or L2, is `decode_attention_op`'s `reread_from`. MLA
+    decodes over one shared latent: always once."""
     if shared or model.mla is not None:
         return 1.0
-    q_heads = model.heads / plan.tp
-    kv_heads = max(1.0, model.kv_heads / plan.tp)
-    return max(1.0, q_heads / kv_heads)
+    return kv_group_size(model, plan)
+
+
+REREAD_LEVELS = ("l2", "hbm")
+"""Where a per-query-head decode kernel's repeated reads of a kv head's cache come from: `l2` (the group's blocks
+read it together: HBM once, L2 once per query head) or `hbm` (every block fetches it from HBM)."""
 
 
 def decode_attention_op(model: Model, plan: ServingPlan, f: Formats, seqs: float, context_tokens: float,
-                        queries_per_seq: float = 1.0, kv_reads: float = 1.0) -> Op:
+                        queries_per_seq: float = 1.0, kv_reads: float = 1.0, reread_from: str = "hbm") -> Op:
     """Attention core of `seqs` decoding sequences holding `context_tokens` tokens of context in all, for one
     layer on one GPU: reads each sequence's KV cache `kv_reads` times (1: every query head of a kv group shares
-    it, XQA / FlashDecoding; kv_group_reads otherwise), `queries_per_seq` query tokens each (speculative
+    it, XQA / FlashDecoding; kv_group_reads otherwise), the repeats `reread_from` HBM or L2 (HBM once,
+    `Op.l2_bytes` the reads through L2; REREAD_LEVELS), `queries_per_seq` query tokens each (speculative
     verification > 1)."""
     a_t = model.heads / plan.tp
     if model.mla is not None:
@@ -262,10 +290,15 @@ def decode_attention_op(model: Model, plan: ServingPlan, f: Formats, seqs: float
     else:
         d_qk = d_v = model.head_dim
     flop = 2.0 * a_t * (d_qk + d_v) * context_tokens * queries_per_seq
-    io = context_tokens * kv_bytes_per_token_layer(model, plan) * kv_reads \
-        + seqs * queries_per_seq * a_t * (d_qk + d_v) * ACT_BYTES
-    return Op("attn_decode", "flash", "fwd", flop, io, f.core, 1 if seqs else 0, 0.0,
-              exps=a_t * context_tokens * queries_per_seq)
+    kv = context_tokens * kv_bytes_per_token_layer(model, plan)
+    q_io = seqs * queries_per_seq * a_t * (d_qk + d_v) * ACT_BYTES
+    # read once per query head (kv_reads > 1): from HBM each time, or — the group's thread blocks running side by
+    # side — from HBM once and through L2 to each of them (Op.l2_bytes: the L2 roof binds where reads × HBM
+    # bandwidth exceed L2's)
+    via_l2 = kv_reads > 1 and reread_from == "l2"
+    return Op("attn_decode", "flash", "fwd", flop, (kv if via_l2 else kv * kv_reads) + q_io, f.core,
+              1 if seqs else 0, 0.0, exps=a_t * context_tokens * queries_per_seq,
+              l2_bytes=kv * kv_reads if via_l2 else 0.0)
 
 
 def prefill_attention_op(model: Model, plan: ServingPlan, f: Formats, chunk_tokens: float, pair_tokens: float,
