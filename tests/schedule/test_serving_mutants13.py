@@ -80,14 +80,15 @@ def test_tensorrt_llm_05_reads_a_kv_head_once_per_query_head():
 @pytest.mark.parametrize("mdl, framework", [("llama3-8b", "TensorRT-LLM 0.5"), ("v2-lite", ""),
                                              ("llama3-8b", "")])
 @pytest.mark.parametrize("args", [(8, 8 * 3000, 0, 0, 0), (1, 17, 0, 0, 0), (0, 0, 512, 512 * 256.5, 512),
-                                  (0, 0, 64, 64 * 2000, 4000)])
+                                  (0, 0, 64, 64 * 2000, 4000), (4, 0, 0, 0, 0)])
 def test_attention_fast_path_prices_decodes_and_prompts_by_their_own_lines(mdl, framework, args):
     """Decodes only, or prompt chunks only: the affine fast path (no sliding window, no measured efficiency table
     on H100) equals cost.roofline on the one op the workload builds for that iteration, times the layers — each op
     kind priced by its own line. The two kinds' lines differ where a decode reads a kv head once per query head
     (TensorRT-LLM 0.5: 4x the KV bytes per context token of Llama-3 8B's prompt core) and under MLA (decodes
     attend over the 576/512-wide latent, prompts over 192/128-wide heads); for GQA under a sharing kernel they
-    happen to coincide."""
+    happen to coincide. Four decodes over no context: no FLOPs, the queries' bytes alone (the compute line's
+    intercept must not count)."""
     m = model_from_dict(V2_LITE) if mdl == "v2-lite" else model(mdl)
     cost = _cost(ServingPlan(framework=framework), mdl=m)
     assert cost._affine[0] is not None

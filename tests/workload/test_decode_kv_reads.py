@@ -37,6 +37,8 @@ def test_the_xqa_kernels_of_trtllm_07_09_take_eight_query_heads_per_kv_head_at_w
     assert decode_shares_kv(model("gpt3-175b"), p, XQA)
     assert decode_shares_kv(falcon, p, None) and decode_shares_kv(mistral, p, None)
     assert not decode_shares_kv(llama70, ServingPlan(tp=16), XQA)
+    # a shape list that names no group sizes (or no head widths) takes no grouped-query model
+    assert not decode_shares_kv(llama70, p, {"head_dims": [128]}) and not decode_shares_kv(llama70, p, {"groups": [8]})
     assert kv_group_reads(falcon, ServingPlan(tp=4), False) == 29.0  # 58 query heads over 2 kv heads a GPU
     assert kv_group_reads(llama70, ServingPlan(tp=16), False) == 4.0
     assert kv_group_reads(falcon, ServingPlan(tp=4), True) == 1.0
@@ -56,6 +58,8 @@ def test_a_per_query_head_decode_reads_hbm_once_and_l2_once_per_query_head():
     assert (per_head.l2_bytes, shared.l2_bytes) == (49_152_000, 0.0)
     assert (from_hbm.hbm_bytes, from_hbm.l2_bytes) == (49_152_000 + 32_768, 0.0)
     assert per_head.flop == shared.flop == from_hbm.flop == 2 * 32 * 256 * 3000
+    pair = decode_attention_op(m, p, f, 2, 3000, kv_reads=2.0, reread_from="l2")  # 2 query heads per kv head
+    assert (pair.hbm_bytes, pair.l2_bytes) == (12_288_000 + 32_768, 24_576_000)
 
 
 def test_the_l2_roof_binds_when_the_reads_times_hbm_bandwidth_exceed_l2s():

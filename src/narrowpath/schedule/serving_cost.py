@@ -180,7 +180,7 @@ class ServingCost:
         engine's generation kernel gives each its own block — always (stack decode_kv_per_query_head), or for the
         models its XQA kernels do not take (stack xqa_shapes)."""
         self.kv_reread = "hbm" if per_head else "l2"
-        """Where those repeated reads come from (workload.serving.REREAD_LEVELS): HBM for TensorRT-LLM 0.5/0.6's
+        """Where those repeated reads come from (workload.serving.decode_attention_op): HBM for TensorRT-LLM 0.5/0.6's
         masked multi-head attention, L2 for the kernel after 0.7.1's 'MMHA optimization for MQA and GQA'."""
         self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)

@@ -271,18 +271,13 @@ def kv_group_reads(model: Model, plan: ServingPlan, shared: bool) -> float:
     return kv_group_size(model, plan)
 
 
-REREAD_LEVELS = ("l2", "hbm")
-"""Where a per-query-head decode kernel's repeated reads of a kv head's cache come from: `l2` (the group's blocks
-read it together: HBM once, L2 once per query head) or `hbm` (every block fetches it from HBM)."""
-
-
 def decode_attention_op(model: Model, plan: ServingPlan, f: Formats, seqs: float, context_tokens: float,
                         queries_per_seq: float = 1.0, kv_reads: float = 1.0, reread_from: str = "hbm") -> Op:
     """Attention core of `seqs` decoding sequences holding `context_tokens` tokens of context in all, for one
     layer on one GPU: reads each sequence's KV cache `kv_reads` times (1: every query head of a kv group shares
-    it, XQA / FlashDecoding; kv_group_reads otherwise), the repeats `reread_from` HBM or L2 (HBM once,
-    `Op.l2_bytes` the reads through L2; REREAD_LEVELS), `queries_per_seq` query tokens each (speculative
-    verification > 1)."""
+    it, XQA / FlashDecoding; kv_group_reads otherwise), the repeats `reread_from` `hbm` (every query head's block
+    fetches the cache from HBM) or `l2` (the group's blocks read it together: HBM once, L2 once per query head,
+    `Op.l2_bytes`), `queries_per_seq` query tokens each (speculative verification > 1)."""
     a_t = model.heads / plan.tp
     if model.mla is not None:
         d_qk = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
