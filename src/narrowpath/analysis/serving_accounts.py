@@ -4,7 +4,8 @@ with their tier, the distance budget of the weights and the KV cache, and MFU / 
 They are read off the run's mean iteration (schedule.serving_stats.LaneTotals over the lanes' iterations: mean
 tokens, decodes, context read, prompt pairs), priced with the same ops and transfers as the simulation.
 - Levels (analysis.ledger's convention): hbm = the ops' HBM traffic (what the roofline prices); sram / l2 = GEMM
-  operand traffic through 128- and 256-wide tiles, at least the HBM traffic; scale_up / scale_out = bytes a GPU
+  operand traffic through 128- and 256-wide tiles, at least the HBM traffic and a per-query-head decode's re-reads of
+  the KV cache through L2 (Op.l2_bytes); scale_up / scale_out = bytes a GPU
   sends per collective on each tier (analysis.traffic); front_end = token ids in and out (4 bytes each).
 - Useful FLOPs per generated token: 2 per active parameter the token multiplies (attention, MLP or top_k + shared
   experts, output layer) plus the attention scores and weighted sum over its context (Kaplan et al. 2020 §2.1,
@@ -189,16 +190,18 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     kv_held = run.result.kv_utilisation * mem.kv_pool_bytes
     layers = max(1, len(cost.stages[0]))
     seq_kv = mem.kv_bytes_per_token * (run.result.input_tokens.mean() + run.result.output_tokens.mean() / 2)
+    # reads of a decode's cache that HBM serves: every one where the kernel re-reads it from HBM, or no L2 holds it
+    hbm_reads = cost.kv_reads if cost.kv_reread == "hbm" or not any(lv.name == "l2" for lv in dev.levels) else 1.0
     distance = (
         DataItemRow("weights", mem.weights_bytes, "hbm", w_bytes / per_gpu_token, mem.weights_bytes / layers,
                     _nearer(mem.weights_bytes / layers, dev),
                     "every weight is read once per iteration and shared by the iteration's tokens"),
-        DataItemRow("kv_cache", kv_held, "hbm", kv_bytes / per_gpu_token, seq_kv / layers, "",
+        DataItemRow("kv_cache", kv_held, "hbm", kv_bytes * hbm_reads / per_gpu_token, seq_kv / layers, "",
                     (f"each decode reads its whole context once per token and nothing re-reads it within the "
                      f"iteration, so no nearer level helps" if cost.kv_reads <= 1 else
                      f"each decode reads its whole context {cost.kv_reads:g} times per token, its kernel giving "
                      f"every query head its own block: "
-                     + ("from HBM each time" if cost.kv_reread == "hbm" else "from HBM once, then through L2"))
+                     + ("from HBM each time" if hbm_reads > 1 else "from HBM once, then through L2"))
                     + f"; {run.result.kv_utilisation:.0%} of the {mem.kv_pool_bytes / 1e9:.1f} GB pool in use on "
                     "average"),
         DataItemRow("activations", mem.activation_bytes, "hbm", 0.0, mem.activation_bytes, "",
@@ -367,7 +370,8 @@ def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[
             add("compute: attention" if op.kind == "flash" else "compute: gemms" if op.kind == "matrix"
                 else "compute: element-wise", n * c)
             continue
-        if op.l2_bytes and op.l2_bytes / l2_bw_bytes_per_s(dev) >= op.hbm_bytes / dev.hbm.bw_bytes_per_s:
+        if op.l2_bytes and any(lv.name == "l2" for lv in dev.levels) \
+                and op.l2_bytes / l2_bw_bytes_per_s(dev) >= op.hbm_bytes / dev.hbm.bw_bytes_per_s:
             add(L2_REREAD_KEY, n * m)  # a per-query-head decode kernel streaming the cache from L2
             continue
         w = op.weight_bytes  # a sliding-window layer reads less than the whole context: at most the op's own bytes

@@ -228,7 +228,7 @@ HOST_REMEDY = {
                    "kv head's cache streams through L2 once per query head: an engine whose decode kernel shares the "
                    "load across the group (XQA for this shape, FlashDecoding) reads it once",
 }
-"""What shortens a host or padding row when it is the narrowest path (appended to the verdict's detail)."""
+"""What shortens a host, padding or L2 re-read row when it is the narrowest path (appended to the verdict's detail)."""
 
 
 def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:

@@ -181,7 +181,8 @@ class ServingCost:
         models its XQA kernels do not take (stack xqa_shapes)."""
         self.kv_reread = "hbm" if per_head else "l2"
         """Where those repeated reads come from (workload.serving.decode_attention_op): HBM for TensorRT-LLM 0.5/0.6's
-        masked multi-head attention, L2 for the kernel after 0.7.1's 'MMHA optimization for MQA and GQA'."""
+        masked multi-head attention, L2 for the 0.7-0.9 line's (0.7.1's notes list an 'MMHA optimization for MQA and
+        GQA'; the 0.7.0 and 0.7a builds the same entry matches are priced alike)."""
         self.exchange = str(stack.get("moe_exchange", "all_to_all"))
         self.stages = stage_layers(m, p.pp)
         self.kinds = [[layer_kind(m, i) for i in layers] for layers in self.stages]
