@@ -70,7 +70,7 @@ def checkpoint_cost(pred: StepPrediction, facility: Facility, storage_write_bw_b
     storage_w = storage_write_bw_bytes_per_s or provisioned
     storage_r = facility.storage_read_bytes_per_s_per_gpu * n * storage_w / provisioned  # a given write bw scales both
     host = system.host_bw_bytes_per_s_per_gpu or (system.device.level("host").bw_bytes_per_s
-                                                  if any(lv.name == "host" for lv in system.device.levels) else 0.0)
+                                                  if system.device.has_level("host") else 0.0)
     serialise = per_writer / host if host > 0 else 0.0
     write_bw = min(storage_w, front_end) if front_end > 0 else storage_w
     read_bw = min(storage_r, front_end) if front_end > 0 else storage_r

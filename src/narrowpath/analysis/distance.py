@@ -87,7 +87,7 @@ def stage_note(pred, stage: int) -> str:
 
 def _nearer(ws: float, dev, usable: float) -> str:
     for name in ("sram", "l2"):
-        if any(lv.name == name for lv in dev.levels) and 0 < ws <= usable * dev.level(name).capacity_bytes:
+        if dev.has_level(name) and 0 < ws <= usable * dev.level(name).capacity_bytes:
             return name
     return ""
 

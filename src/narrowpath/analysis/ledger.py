@@ -91,8 +91,8 @@ def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[
         modelled = sum(r.total_s for r in ctx.ops if r.bound == "memory") if lv == "hbm" else None
         src = "workload hbm_bytes (core model)" if lv == "hbm" else f"GEMM tile {SRAM_TILE if lv == 'sram' else L2_TILE} operand reuse"
         by_level[lv] = (b, dev.level(lv).bw_bytes_per_s, modelled, src)
-    host_bw = system.host_bw_bytes_per_s_per_gpu or (dev.level("host").bw_bytes_per_s if any(
-        lv.name == "host" for lv in dev.levels) else 0.0)
+    host_bw = system.host_bw_bytes_per_s_per_gpu or (dev.level("host").bw_bytes_per_s if dev.has_level("host")
+                                                     else 0.0)
     by_level["host"] = (0.0, host_bw, 0.0, "no offload modelled")
     secs = network_seconds(ctx)
     for tier in NETWORK_TIERS:

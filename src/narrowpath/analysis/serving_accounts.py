@@ -174,8 +174,8 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
         row[2] += pt.cost.time_s * pt.count
         comm_s += pt.cost.time_s * pt.count
     level_bytes["front_end"] = (mean.prompt_tokens + gen) * TOKEN_ID_BYTES
-    bw = {"sram": dev.level("sram").bw_bytes_per_s if any(lv.name == "sram" for lv in dev.levels) else 0.0,
-          "l2": dev.level("l2").bw_bytes_per_s if any(lv.name == "l2" for lv in dev.levels) else 0.0,
+    bw = {"sram": dev.level("sram").bw_bytes_per_s if dev.has_level("sram") else 0.0,
+          "l2": dev.level("l2").bw_bytes_per_s if dev.has_level("l2") else 0.0,
           "hbm": dev.hbm.bw_bytes_per_s, "host": scn.system.host_bw_bytes_per_s_per_gpu,
           "scale_up": scn.system.tier("scale_up").bw_bytes_per_s_per_gpu,
           "scale_out": scn.system.tier("scale_out").bw_bytes_per_s_per_gpu,
@@ -191,7 +191,7 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     layers = max(1, len(cost.stages[0]))
     seq_kv = mem.kv_bytes_per_token * (run.result.input_tokens.mean() + run.result.output_tokens.mean() / 2)
     # reads of a decode's cache that HBM serves: every one where the kernel re-reads it from HBM, or no L2 holds it
-    hbm_reads = cost.kv_reads if cost.kv_reread == "hbm" or not any(lv.name == "l2" for lv in dev.levels) else 1.0
+    hbm_reads = cost.kv_reads if cost.kv_reread == "hbm" or not dev.has_level("l2") else 1.0
     distance = (
         DataItemRow("weights", mem.weights_bytes, "hbm", w_bytes / per_gpu_token, mem.weights_bytes / layers,
                     _nearer(mem.weights_bytes / layers, dev),
@@ -221,7 +221,7 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
 def _nearer(working_set: float, dev) -> str:
     """Nearest on-chip level whose capacity holds the working set ('' = none)."""
     for name in ("sram", "l2"):
-        if any(lv.name == name for lv in dev.levels) and 0 < working_set <= 0.5 * dev.level(name).capacity_bytes:
+        if dev.has_level(name) and 0 < working_set <= 0.5 * dev.level(name).capacity_bytes:
             return name
     return ""
 
@@ -370,7 +370,7 @@ def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[
             add("compute: attention" if op.kind == "flash" else "compute: gemms" if op.kind == "matrix"
                 else "compute: element-wise", n * c)
             continue
-        if op.l2_bytes and any(lv.name == "l2" for lv in dev.levels) \
+        if op.l2_bytes and dev.has_level("l2") \
                 and op.l2_bytes / l2_bw_bytes_per_s(dev) >= op.hbm_bytes / dev.hbm.bw_bytes_per_s:
             add(L2_REREAD_KEY, n * m)  # a per-query-head decode kernel streaming the cache from L2
             continue

@@ -153,10 +153,7 @@ def hbm_bytes(op: Op, device: Device) -> float:
 def l2_bw_bytes_per_s(device: Device) -> float:
     """The device's L2 bandwidth; its HBM's where the device gives no L2 level (re-reads then priced as if no
     cache held them)."""
-    for lv in device.levels:
-        if lv.name == "l2":
-            return lv.bw_bytes_per_s
-    return device.hbm.bw_bytes_per_s
+    return device.level("l2").bw_bytes_per_s if device.has_level("l2") else device.hbm.bw_bytes_per_s
 
 
 def memory_time_s(op: Op, device: Device, cal: Calibration) -> float:

@@ -102,7 +102,7 @@ class Device:
             if dt not in DTYPES:
                 raise SpecError(f"device[{self.name}].peak_flop_per_s", f"unknown dtype {dt!r}; known: {', '.join(DTYPES)}")
             positive_float(f"device[{self.name}].peak_flop_per_s.{dt}", v)
-        if not any(lv.name == "hbm" for lv in self.levels):
+        if not self.has_level("hbm"):
             raise SpecError(f"device[{self.name}].levels", "must include an `hbm` level")
         object.__setattr__(self, "unsupported_formats", tuple(self.unsupported_formats))
         for fmt in self.unsupported_formats:
@@ -129,6 +129,10 @@ class Device:
         """The 16-bit format a run on this device defaults to: bf16, or fp16 where the tensor cores take no BF16
         (Volta)."""
         return "bf16" if "bf16" in self.peak_matrix_flop_per_s else "fp16"
+
+    def has_level(self, name: str) -> bool:
+        """Whether the device gives a memory level of that name (every level but `hbm` is optional)."""
+        return any(lv.name == name for lv in self.levels)
 
     def level(self, name: str) -> Level:
         for lv in self.levels:
