@@ -10,7 +10,7 @@ import yaml
 from narrowpath.catalog import store
 from narrowpath.catalog.gpu_names import parse_gpu_name
 from narrowpath.catalog.known_models import with_catalog_architecture
-from narrowpath.catalog.recipes import with_recipe
+from narrowpath.catalog.perf_configs import with_perf_config
 from narrowpath.errors import CatalogError, NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.calibration import SCHEMA as CALIBRATION_SCHEMA, Calibration
@@ -281,8 +281,8 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     plan, unpublished, chosen = plan_with_stack_defaults(plan_data, allow_null=allow_null)
     if corpus == "training":  # a validation case: its stack's published config for its layout fills unstated knobs
         stack = store.stack_for(plan.framework) if plan.framework else None
-        plan, unpublished, chosen = with_recipe(plan, plan_data, unpublished, chosen, stack and stack["id"], model,
-                                                system.device.name, num_gpus or plan.num_gpus)
+        plan, unpublished, chosen = with_perf_config(plan, plan_data, unpublished, chosen, stack and stack["id"],
+                                                     model, system.device.name, num_gpus or plan.num_gpus)
     if not system.device.fused_attention and plan.attention in ("flash", "flash2") and "attention" not in plan_data:
         plan = dataclasses.replace(plan, attention="auto")  # the stack's fused kernel does not run on Volta
         chosen = tuple((k, n) for k, n in chosen if k != "attention")

@@ -83,8 +83,8 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
          "(`catalog/known_models.py`; listed in `chosen` too). A Megatron-Bridge case whose model, GPU, format and",
          "whole stated layout equal one of the stack's published performance configs takes that config's expert",
          "all-to-all overlap, dispatcher, recompute modules, CUDA graphs and fused-MoE switch where it states none",
-         "(`catalog/recipes.yaml`, each with the file versions it was read in; where stored versions disagree on a",
-         "knob it is left to the default). Any case is a scenario of every command: `narrowpath",
+         "(`catalog/perf_configs.yaml`, each with the file versions it was read in; a setting the stored versions",
+         "do not all give alike is left to the default). Any case is a scenario of every command: `narrowpath",
          "analyze FILE#CASE_ID` takes it apart with the same choices.", "",
          f"**All cases: mean |error| {_pct(rep.mean_abs_error)} %, worst {_pct(rep.max_abs_error)} % "
          f"({rep.worst.id if rep.worst else '-'}); {len(rep.ok_cases)} of {len(rep.cases)} priced.**", "",

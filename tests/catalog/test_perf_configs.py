@@ -1,0 +1,223 @@
+"""A stack's published performance configs (catalog.perf_configs): a validation case equal to a config in stack,
+model, GPU, format and whole stated layout takes the config's knobs for those it leaves unstated; a stated knob,
+another layout, model, GPU count, stack, a null layout field or a scenario that is not a corpus case takes nothing;
+stored versions that differ on a unit (or leave it to code not read) leave it alone; a malformed entry is refused in
+one line naming the entry and field."""
+from __future__ import annotations
+
+import copy
+from importlib import resources
+
+import pytest
+import yaml
+
+from narrowpath.catalog import perf_configs as pc
+from narrowpath.catalog.perf_configs import LAYOUT_KEYS, SCHEMA, VERSION, checked, perf_configs
+from narrowpath.catalog.resolve import scenario_from_dict
+from narrowpath.errors import CatalogError
+from narrowpath.schedule.step import predict
+from narrowpath.spec.plan import Plan
+
+CASE_ID = "mb26-04-01-deepseek-v3-b200-n256-gbs4096-mxfp8-tp1pp8cp1ep32vp2mbs1"
+CONFIG = "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2"
+
+
+def _raw_case(case_id: str = CASE_ID) -> dict:
+    text = resources.files("narrowpath.validate").joinpath("corpora/training-sweeps-public.yaml").read_text()
+    raw = next(c for c in yaml.safe_load(text)["cases"] if c["id"] == case_id)
+    return {k: copy.deepcopy(v) for k, v in raw.items() if k in ("model", "hardware", "plan")}
+
+
+def _scenario(raw: dict, corpus: str | None = "training"):
+    return scenario_from_dict(raw, name="c", allow_null=True, corpus=corpus)
+
+
+def test_every_shipped_entry_is_well_formed():
+    entries = perf_configs()
+    assert len(entries) > 100
+    for r in entries:
+        assert set(r["layout"]) == set(LAYOUT_KEYS) and r["versions"] and r["source"]
+        assert all(VERSION.fullmatch(v) for v in r["versions"])
+        assert r["model"]["seq_len"] == 4096  # what the builders and GPT-OSS's library recipe train at
+        Plan(**r["knobs"])
+    assert len({v for r in entries for v in r["versions"]}) == 17
+
+
+def test_a_case_equal_to_a_config_takes_its_knobs():
+    raw = _raw_case()
+    assert raw["plan"]["recompute"] is None  # the table does not publish it
+    scn = _scenario(raw)
+    p = scn.plan
+    assert (p.ep_overlap, p.ep_dispatch, p.recompute, p.recompute_modules, p.cuda_graphs, p.moe_sync_free) == \
+        (True, "dedup", "selective", ("mla_up_proj", "mlp"), True, False)
+    assert "recompute" not in scn.open_knobs  # the config settles it: nothing left for the chooser
+    notes = dict(scn.chosen)
+    for knob in ("ep_overlap", "recompute", "recompute_modules", "cuda_graphs"):
+        assert CONFIG in notes[knob] and "performance config" in notes[knob]
+    assert notes["recompute_modules"].startswith("('mla_up_proj', 'mlp')")  # the value the plan holds
+
+
+def test_the_config_changes_the_price():
+    """Told that the run overlapped its expert all-to-all with another micro-batch's computation, the model hides
+    most of the inter-node exchange that a run without the overlap pays in full."""
+    raw = _raw_case()
+    with_config = predict(_scenario(raw))
+    plain = predict(_scenario(raw, corpus=None))
+    assert with_config.step_time_s < 0.85 * plain.step_time_s
+    assert with_config.breakdown_s["exposed_ep_comm"] < 0.5 * plain.breakdown_s["exposed_ep_comm"]
+
+
+def test_a_stated_knob_is_kept():
+    raw = _raw_case()
+    raw["plan"]["recompute"] = "full"
+    raw["plan"]["ep_overlap"] = False
+    scn = _scenario(raw)
+    assert scn.plan.recompute == "full" and scn.plan.recompute_modules == () and scn.plan.ep_overlap is False
+    notes = dict(scn.chosen)
+    assert "recompute" not in notes or CONFIG not in notes["recompute"]
+    # the exchange (overlap and dispatcher) is one setting, and the case states part of it: the rest is not the
+    # config's either (the stack's default stands)
+    assert scn.plan.ep_dispatch == "dedup" and CONFIG not in notes["ep_dispatch"]
+    assert scn.plan.recompute_modules == ()  # likewise recompute, stated whole
+    # the config's CUDA graphs cannot run beside the stated full recompute (Megatron-LM refuses the pair): not taken
+    assert scn.plan.cuda_graphs is False and "not taken" in notes["cuda_graphs"] and "full" in notes["cuda_graphs"]
+
+
+def test_a_stated_selective_recompute_keeps_its_meaning():
+    """The corpus's `selective` is the attention core (README): a case that states it keeps it, modules and all —
+    recompute and its modules are one setting, the case's."""
+    raw = _raw_case()
+    raw["plan"]["recompute"] = "selective"
+    scn = _scenario(raw)
+    assert scn.plan.recompute == "selective" and scn.plan.recompute_modules == ()
+    assert scn.plan.cuda_graphs is True
+
+
+@pytest.mark.parametrize("fields", [{"gbs": 2048}, {"ep": 16}, {"vpp": 1}, {"mbs": 2}, {"pp": 4, "dp": 64}])
+def test_another_layout_takes_nothing(fields):
+    raw = _raw_case()
+    raw["plan"].update(fields)
+    scn = _scenario(raw)
+    assert not any("performance config" in n for _, n in scn.chosen)
+    assert scn.plan.ep_overlap is False and scn.plan.cuda_graphs is False
+
+
+def test_another_gpu_count_model_format_or_stack_takes_nothing():
+    for change in ({"hardware": {"gpu": "B300-SXM-288GB"}}, {"plan": {"precision": "fp8"}},
+                   {"plan": {"framework": "NeMo 25.04 container"}},
+                   {"hardware": {"num_gpus": 512}, "plan": {"dp": 64}},
+                   {"model": {"layers": 59}}, {"model": {"seq_len": 8192}}, {"model": {"experts": 128}}):
+        raw = _raw_case()
+        for block, fields in change.items():
+            raw[block].update(fields)
+        scn = _scenario(raw)
+        assert not any("performance config" in n for _, n in scn.chosen), change
+        assert scn.plan.ep_overlap is False
+
+
+def test_only_corpus_cases_are_matched():
+    raw = _raw_case()
+    raw["plan"]["recompute"] = "selective"
+    scn = scenario_from_dict(raw, name="c")
+    assert scn.plan.ep_overlap is False and not any("performance config" in n for _, n in scn.chosen)
+
+
+@pytest.mark.parametrize("field", ["vpp", "ep", "mbs", "precision"])
+def test_a_null_layout_field_matches_nothing(field):
+    """A null field is not published: the tool's placeholder for it is not the run's value to match on."""
+    raw = _raw_case()
+    raw["plan"][field] = None
+    scn = _scenario(raw)
+    assert not any("performance config" in n for _, n in scn.chosen)
+
+
+def _entry(**knobs) -> dict:
+    base = next(r for r in perf_configs() if r["config"] == CONFIG and r["layout"]["pp"] == 8)
+    out = {**copy.deepcopy(base), "knobs": {**base["knobs"], **knobs}}
+    out["knobs"] = {k: v for k, v in out["knobs"].items() if v is not None}
+    return out
+
+
+def test_versions_that_disagree_leave_the_knob_alone(monkeypatch):
+    monkeypatch.setattr(pc, "perf_configs", lambda: (_entry(ep_overlap=True), _entry(ep_overlap=False)))
+    scn = _scenario(_raw_case())
+    assert scn.plan.ep_overlap is False  # the tool's default, not either version
+    assert "differ on it" in dict(scn.chosen)["ep_overlap"]
+    assert scn.plan.cuda_graphs is True  # the knobs they agree on are taken
+
+
+def test_a_version_that_leaves_a_knob_to_code_not_read_is_not_an_agreement(monkeypatch):
+    monkeypatch.setattr(pc, "perf_configs", lambda: (_entry(), _entry(ep_overlap=None, ep_dispatch=None)))
+    scn = _scenario(_raw_case())
+    assert scn.plan.ep_overlap is False
+    notes = dict(scn.chosen)
+    assert notes["ep_overlap"].startswith("False — the tool's default") and "to code not read" in notes["ep_overlap"]
+    # the stack's default still says where the dispatcher came from, with why the configs did not settle it
+    assert "default of the megatron-bridge stack" in notes["ep_dispatch"] and "not taken" in notes["ep_dispatch"]
+
+
+def test_an_overlap_whose_dispatcher_is_left_to_code_not_read_is_not_taken(monkeypatch):
+    """The 1F1B all-to-all overlap hides the dispatcher's own traffic: with the dispatcher unknown the overlap is not
+    a run the model can price, even where every version agrees on it."""
+    monkeypatch.setattr(pc, "perf_configs", lambda: (_entry(ep_dispatch=None), _entry(ep_dispatch=None)))
+    scn = _scenario(_raw_case())
+    assert scn.plan.ep_overlap is False and "not taken" in dict(scn.chosen)["ep_overlap"]
+    assert scn.plan.cuda_graphs is True
+    monkeypatch.setattr(pc, "perf_configs", lambda: (_entry(ep_overlap=False, ep_dispatch=None),))
+    assert _scenario(_raw_case()).plan.ep_overlap is False  # no overlap: nothing hides, the dispatcher may stay open
+    assert "performance config" in dict(_scenario(_raw_case()).chosen)["ep_overlap"]
+
+
+def test_recompute_and_its_modules_are_one_setting(monkeypatch):
+    """Versions agreeing on `selective` but not on the modules settle neither: no version ran selective with the
+    default modules."""
+    monkeypatch.setattr(pc, "perf_configs", lambda: (_entry(), _entry(recompute_modules=["mla_up_proj"])))
+    raw = _raw_case()
+    scn = _scenario(raw)
+    assert "recompute" in scn.open_knobs
+    notes = dict(scn.chosen)
+    assert "differ on it" in notes["recompute"] and "differ on it" in notes["recompute_modules"]
+
+
+def test_a_config_without_recompute_is_taken(monkeypatch):
+    e = _entry()
+    e["knobs"] = {k: v for k, v in e["knobs"].items() if k not in ("recompute", "recompute_modules")}
+    e["knobs"]["recompute"] = "none"
+    monkeypatch.setattr(pc, "perf_configs", lambda: (e,))
+    scn = _scenario(_raw_case())
+    assert scn.plan.recompute == "none" and "recompute" not in scn.open_knobs
+
+
+def _bad(**change) -> dict:
+    e = _entry()
+    e.update(change)
+    return {"schema": SCHEMA, "configs": [e]}
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"schema": SCHEMA, "configs": "x"}, "configs"),
+    ({"configs": []}, "schema"),
+    (_bad(stack="megatron-bridg"), "stack"),
+    (_bad(gpu="B2OO"), "gpu"),
+    (_bad(layout={**_entry()["layout"], "tp": 0}), "layout"),
+    (_bad(versions=["abc"]), "versions"),
+    (_bad(versions=[]), "versions"),
+    (_bad(layout={"num_gpus": 256, "tp": 1}), "layout"),
+    (_bad(model={"heads": 128}), "model"),
+    (_bad(knobs={"ep_overlap": True, "tp_comm_overlap": True}), "knobs"),
+    (_bad(knobs={"recompute_modules": ["mlp"]}), "knobs"),
+    (_bad(knobs={"ep_dispatch": "carrier-pigeon"}), "knobs"),
+    (_bad(precision="mxfp8"), "precision"),
+])
+def test_a_malformed_entry_is_refused_in_one_line(data, field):
+    with pytest.raises(CatalogError) as exc:
+        checked(data)
+    msg = str(exc.value)
+    assert "\n" not in msg and field in msg and "perf_configs.yaml" in msg
+
+
+def test_a_missing_key_is_named():
+    e = _entry()
+    del e["source"]
+    with pytest.raises(CatalogError, match="`source` is required"):
+        checked({"schema": SCHEMA, "configs": [e]})
