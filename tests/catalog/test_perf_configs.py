@@ -208,6 +208,9 @@ def _bad(**change) -> dict:
     (_bad(knobs={"recompute_modules": ["mlp"]}), "knobs"),
     (_bad(knobs={"ep_dispatch": "carrier-pigeon"}), "knobs"),
     (_bad(precision="mxfp8"), "precision"),
+    (_bad(precision=["mxpf8"]), "precision"),
+    (_bad(model={"layers": "61"}), "model"),
+    (_bad(source=" "), "source"),
 ])
 def test_a_malformed_entry_is_refused_in_one_line(data, field):
     with pytest.raises(CatalogError) as exc:

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from narrowpath.catalog import store
 from narrowpath.errors import CatalogError, NarrowpathError, shown
 from narrowpath.spec.model import Model
-from narrowpath.spec.plan import Plan
+from narrowpath.spec.plan import PRECISIONS, Plan
 from narrowpath.spec.strict_load import load_yaml
 
 SCHEMA = "narrowpath-perf-configs/1"
@@ -87,15 +87,20 @@ def checked(data: Any) -> tuple[dict[str, Any], ...]:
             raise CatalogError(f"{where}.versions: must list the file versions the config was read in (a 40-hex "
                                f"commit, or 'library id N' for a stored copy whose commit was not named), got "
                                f"{shown(r['versions'])}")
-        if not isinstance(r["precision"], list) or not r["precision"]:
-            raise CatalogError(f"{where}.precision: must list the training formats, got {shown(r['precision'])}")
+        if not isinstance(r["precision"], list) or not r["precision"] or not set(r["precision"]) <= set(PRECISIONS):
+            raise CatalogError(f"{where}.precision: must list training formats of {', '.join(PRECISIONS)}, got "
+                               f"{shown(r['precision'])}")
+        if not isinstance(r["source"], str) or not r["source"].strip():
+            raise CatalogError(f"{where}.source: must say where the config was read, got {shown(r['source'])}")
         layout = r["layout"]
         if not isinstance(layout, Mapping) or set(layout) != set(LAYOUT_KEYS) or not all(
                 _positive_int(v) for v in layout.values()):
             raise CatalogError(f"{where}.layout: must give exactly {', '.join(LAYOUT_KEYS)} as positive integers; "
                                f"got {shown(layout)}")
-        if not isinstance(r["model"], Mapping) or not r["model"] or not set(r["model"]) <= set(MODEL_KEYS):
-            raise CatalogError(f"{where}.model: must name some of {', '.join(MODEL_KEYS)}; got {shown(r['model'])}")
+        if not isinstance(r["model"], Mapping) or not r["model"] or not set(r["model"]) <= set(MODEL_KEYS) or not all(
+                _positive_int(v) for v in r["model"].values()):
+            raise CatalogError(f"{where}.model: must name some of {', '.join(MODEL_KEYS)} as positive integers; got "
+                               f"{shown(r['model'])}")
         if not isinstance(r["knobs"], Mapping) or not set(r["knobs"]) <= set(KNOBS):
             raise CatalogError(f"{where}.knobs: may set {', '.join(KNOBS)} (none: {{}}); got {shown(r['knobs'])}")
         if "recompute_modules" in r["knobs"] and r["knobs"].get("recompute") != "selective":
@@ -124,25 +129,31 @@ def _named(entries: list) -> str:
     return ", ".join(one(r) for r in entries)
 
 
+DIFFER = "the matching stored versions differ on it (one sets another value, or leaves it to code not read)"
+NO_DISPATCHER = "the config overlaps the expert all-to-all but leaves its dispatcher to code not read"
+
+
 def config_knobs(stack_id: str, model: Model, device: str, plan: Plan, num_gpus: int
-                 ) -> tuple[dict[str, Any], tuple[str, ...], str]:
-    """(knob values, knobs not taken, the matching configs named) of the configs of `stack_id` whose model, GPU
+                 ) -> tuple[dict[str, Any], dict[str, str], str]:
+    """(knob values, why each knob not taken is not, the matching configs named) of the configs of `stack_id` whose
+    model, GPU
     (`device`: the catalog device name), format and layout `plan` equals: a unit every matching config sets, to the
     same values, is taken; one they differ on — or that some leave to code not read, as an overlapped exchange whose
     dispatcher is left to it — is not."""
     found = [r for r in perf_configs() if _matches(r, stack_id, model, device, plan, num_gpus)]
     values: dict[str, Any] = {}
-    differ: list[str] = []
+    left: dict[str, str] = {}
     for unit in UNITS:
         given = [{k: r["knobs"][k] for k in unit if k in r["knobs"]} for r in found]
         if not any(given):
             continue
-        if len({repr(sorted(v.items())) for v in given}) > 1 or (given[0].get("ep_overlap")
-                                                                  and "ep_dispatch" not in given[0]):
-            differ += unit  # versions that differ, or an overlap of a dispatcher left to code not read
-            continue
-        values.update(given[0])
-    return values, tuple(differ), _named(found)
+        if len({repr(sorted(v.items())) for v in given}) > 1:
+            left.update((k, DIFFER) for k in unit)
+        elif given[0].get("ep_overlap") and "ep_dispatch" not in given[0]:
+            left.update((k, NO_DISPATCHER) for k in unit)
+        else:
+            values.update(given[0])
+    return values, left, _named(found)
 
 
 def with_perf_config(plan: Plan, stated: Mapping[str, Any], unpublished: tuple[str, ...], chosen: tuple[Note, ...],
@@ -154,7 +165,7 @@ def with_perf_config(plan: Plan, stated: Mapping[str, Any], unpublished: tuple[s
     layout_fields = tuple(k for k in LAYOUT_KEYS if k != "num_gpus") + ("precision",)
     if not stack_id or any(stated.get(k) is None for k in layout_fields):
         return plan, unpublished, chosen
-    values, differ, names = config_knobs(stack_id, model, device, plan, num_gpus)
+    values, left, names = config_knobs(stack_id, model, device, plan, num_gpus)
     if not names:
         return plan, unpublished, chosen
     notes = dict(chosen)
@@ -163,11 +174,9 @@ def with_perf_config(plan: Plan, stated: Mapping[str, Any], unpublished: tuple[s
         if any(stated.get(k) is not None for k in unit):
             continue
         part = {k: values[k] for k in unit if k in values}
-        if any(k in differ for k in unit):
+        if any(k in left for k in unit):
             for k in unit:
-                why = (f"the stored versions of {stack_id}'s performance config of this layout ({names}) differ on it "
-                       "or leave it (or, for an overlapped exchange, its dispatcher) to code not read, so it is not "
-                       "taken from them")
+                why = f"not taken from {stack_id}'s performance config of this layout ({names}): {left[k]}"
                 notes[k] = f"{notes[k]}; {why}" if k in notes else f"{getattr(plan, k)!r} — the tool's default; {why}"
             continue
         if not part:
