@@ -6,6 +6,7 @@ one line naming the entry and field."""
 from __future__ import annotations
 
 import copy
+import json
 from importlib import resources
 
 import pytest
@@ -14,6 +15,7 @@ import yaml
 from narrowpath.catalog import perf_configs as pc
 from narrowpath.catalog.perf_configs import LAYOUT_KEYS, SCHEMA, VERSION, checked, perf_configs
 from narrowpath.catalog.resolve import scenario_from_dict
+from narrowpath.cli.main import main
 from narrowpath.errors import CatalogError
 from narrowpath.schedule.step import predict
 from narrowpath.spec.plan import Plan
@@ -224,3 +226,16 @@ def test_a_missing_key_is_named():
     del e["source"]
     with pytest.raises(CatalogError, match="`source` is required"):
         checked({"schema": SCHEMA, "configs": [e]})
+
+
+def test_the_catalog_command_lists_them(capsys):
+    assert main(["catalog", "perf-configs"]) == 0
+    out = capsys.readouterr().out
+    assert "DEEPSEEK_V3_B200_FP8_MX_V2" in out and "256: pp8 vpp2 ep32 mbs1 gbs4096" in out
+    assert max(len(line) for line in out.splitlines()) <= 120
+    assert main(["catalog", "perf-configs", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["perf-configs"]
+    assert len(rows) == len(perf_configs())
+    b200 = [r for r in rows if r["config"] == "DEEPSEEK_V3_B200_FP8_MX_V2" and "ep32" in r["GPUs: layout"]]
+    assert b200 and all(r["settings"] == "dedup+overlap, mla_up_proj+mlp, graphs" for r in b200)
+    assert main(["catalog"]) == 0 and "PERF-CONFIGS" not in capsys.readouterr().out  # not in the default listing

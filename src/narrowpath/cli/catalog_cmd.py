@@ -1,9 +1,11 @@
-"""`narrowpath catalog`: list devices, systems, models, calibration profiles and scenarios."""
+"""`narrowpath catalog`: list devices, systems, models, calibration profiles, scenarios and a stack's performance
+configs."""
 from __future__ import annotations
 
 import json
 
 from narrowpath import catalog
+from narrowpath.catalog.perf_configs import perf_configs
 from narrowpath.report.console import table
 from narrowpath.workload.counts import parameter_count
 
@@ -12,14 +14,50 @@ def register(sub) -> None:
     p = sub.add_parser("catalog", help="list the embedded devices, systems, models and scenarios",
                        description="List the embedded catalog: devices (peaks, memory), systems (node size, "
                        "links), models (shapes, parameters), calibration profiles and scenarios; the ids are what "
-                       "--model, --system, --profile and a scenario argument accept.")
-    p.add_argument("kind", nargs="?", choices=("devices", "systems", "models", "profiles", "scenarios"),
-                   help="list only this kind (default: all)")
+                       "--model, --system, --profile and a scenario argument accept. `perf-configs` lists the "
+                       "performance configs a stack published, whose settings a validation case of the same model, "
+                       "GPU, format and layout takes where it states none (catalog/perf_configs.yaml; --json for "
+                       "settings too long for the terminal).")
+    p.add_argument("kind", nargs="?", choices=KINDS + ("perf-configs",),
+                   help="list only this kind (default: all but perf-configs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
+KINDS = ("devices", "systems", "models", "profiles", "scenarios")
+"""What `narrowpath catalog` lists by default."""
+
+
+def _settings(k: dict) -> str:
+    """A config's settings in few words: the exchange (its dispatcher, `+overlap`), the recompute modules (or `no
+    recompute`), CUDA graphs or eager, sync-free experts."""
+    out = []
+    if "ep_overlap" in k or "ep_dispatch" in k:
+        out.append(k.get("ep_dispatch", "?") + ("+overlap" if k.get("ep_overlap") else ""))
+    if "recompute" in k:
+        out.append("+".join(k.get("recompute_modules", ())) or f"{k['recompute']} recompute".replace("none ", "no "))
+    if "cuda_graphs" in k:
+        out.append("graphs" if k["cuda_graphs"] else "eager")
+    if k.get("moe_sync_free"):
+        out.append("sync-free")
+    return ", ".join(out) or "-"
+
+
+def _perf_config_rows() -> tuple[list[str], list[list]]:
+    rows = []
+    for r in perf_configs():
+        lay = r["layout"]
+        layout = f"{lay['num_gpus']}:" + (f" tp{lay['tp']}" if lay["tp"] > 1 else "") + f" pp{lay['pp']}" + \
+            (f" vpp{lay['vpp']}" if lay["vpp"] > 1 else "") + (f" cp{lay['cp']}" if lay["cp"] > 1 else "") + \
+            f" ep{lay['ep']} mbs{lay['mbs']} gbs{lay['gbs']}"
+        name = r["config"].replace("_PRETRAIN_CONFIG", "").removesuffix("_CONFIG")
+        rows.append([name, "/".join(r["precision"]), layout, _settings(r["knobs"])])
+    return ["config", "format", "GPUs: layout", "settings"], rows
+
+
 def _rows(kind: str) -> tuple[list[str], list[list]]:
+    if kind == "perf-configs":
+        return _perf_config_rows()
     if kind == "devices":
         rows = []
         for d in catalog.device_ids():
@@ -71,7 +109,7 @@ def _fit(head: list[str], rows: list[list]) -> list[list]:
 
 
 def run(args) -> int:
-    kinds = [args.kind] if args.kind else ["devices", "systems", "models", "profiles", "scenarios"]
+    kinds = [args.kind] if args.kind else list(KINDS)
     if args.json:
         out = {}
         for k in kinds:
