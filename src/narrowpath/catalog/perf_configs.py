@@ -136,10 +136,9 @@ NO_DISPATCHER = "the config overlaps the expert all-to-all but leaves its dispat
 def config_knobs(stack_id: str, model: Model, device: str, plan: Plan, num_gpus: int
                  ) -> tuple[dict[str, Any], dict[str, str], str]:
     """(knob values, why each knob not taken is not, the matching configs named) of the configs of `stack_id` whose
-    model, GPU
-    (`device`: the catalog device name), format and layout `plan` equals: a unit every matching config sets, to the
-    same values, is taken; one they differ on — or that some leave to code not read, as an overlapped exchange whose
-    dispatcher is left to it — is not."""
+    model, GPU (`device`: the catalog device name), format and layout `plan` equals: a unit every matching config
+    sets, to the same values, is taken; one they differ on — or that some leave to code not read, as an overlapped
+    exchange whose dispatcher is left to it — is not."""
     found = [r for r in perf_configs() if _matches(r, stack_id, model, device, plan, num_gpus)]
     values: dict[str, Any] = {}
     left: dict[str, str] = {}
