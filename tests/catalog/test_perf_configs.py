@@ -239,3 +239,26 @@ def test_the_catalog_command_lists_them(capsys):
     b200 = [r for r in rows if r["config"] == "DEEPSEEK_V3_B200_FP8_MX_V2" and "ep32" in r["GPUs: layout"]]
     assert b200 and all(r["settings"] == "dedup+overlap, mla_up_proj+mlp, graphs" for r in b200)
     assert main(["catalog"]) == 0 and "PERF-CONFIGS" not in capsys.readouterr().out  # not in the default listing
+
+
+CASE_REF = "{}#" + CASE_ID
+
+
+def _predict_json(capsys, *flags) -> dict:
+    path = resources.files("narrowpath.validate").joinpath("corpora/training-sweeps-public.yaml")
+    assert main(["predict", CASE_REF.format(path), *flags, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_case_moved_off_its_layout_on_the_command_line_drops_the_configs_settings(capsys):
+    """The settings belonged to the layout the config ran: `--gbs 2048` puts the exchange and graphs back to the
+    defaults and chooses the recompute again, as validate would for that layout; a flag given keeps its value."""
+    same = _predict_json(capsys)
+    assert same["plan"]["cuda_graphs"] is True and CONFIG in same["chosen"]["ep_overlap"]
+    moved = _predict_json(capsys, "--gbs", "2048")
+    assert moved["plan"]["cuda_graphs"] is False and moved["plan"]["gbs"] == 2048
+    for knob in ("ep_overlap", "ep_dispatch", "cuda_graphs"):
+        assert "command line changed" in moved["chosen"][knob] and CONFIG not in moved["chosen"][knob]
+    assert "fastest that fits" in moved["chosen"]["recompute"]  # chosen again, not the config's
+    stated = _predict_json(capsys, "--gbs", "2048", "--cuda-graphs")
+    assert stated["plan"]["cuda_graphs"] is True and "cuda_graphs" not in stated["chosen"]

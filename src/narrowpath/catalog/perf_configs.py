@@ -129,6 +129,8 @@ def _named(entries: list) -> str:
     return ", ".join(one(r) for r in entries)
 
 
+CONFIG_MARK = "'s performance config of this model, GPU and layout"
+"""How a `chosen` note says a matching config set the knob (`off_its_layout` finds them again)."""
 DIFFER = "the matching stored versions differ on it (one sets another value, or leaves it to code not read)"
 NO_DISPATCHER = "the config overlaps the expert all-to-all but leaves its dispatcher to code not read"
 
@@ -189,7 +191,30 @@ def with_perf_config(plan: Plan, stated: Mapping[str, Any], unpublished: tuple[s
             continue
         taken.update(part)
         for k in part:
-            notes[k] = f"{getattr(plan, k)!r} — {stack_id}'s performance config of this model, GPU and layout " \
-                       f"({names}; catalog/perf_configs.yaml)"
+            notes[k] = f"{getattr(plan, k)!r} — {stack_id}{CONFIG_MARK} ({names}; catalog/perf_configs.yaml)"
     unpublished = tuple(k for k in unpublished if k not in taken)
     return plan, unpublished, tuple(notes.items())
+
+
+def off_its_layout(chosen: tuple[Note, ...], stated: set[str], defaults: Mapping[str, Any]
+                   ) -> tuple[dict[str, Any], tuple[str, ...], tuple[Note, ...]]:
+    """(plan fields, knobs to choose again, chosen notes) of a validation case whose layout, format, GPU or model the
+    command line changed: the settings its performance config gave belonged to the layout it ran, so they go back —
+    to `defaults` (the stack's for the new format; the tool's for a knob the stack sets none of), and a recompute the
+    config had settled is chosen again — except a knob `stated` (given on the command line)."""
+    fields: dict[str, Any] = {}
+    reopen: list[str] = []
+    notes: list[Note] = []
+    for knob, note in chosen:
+        if CONFIG_MARK not in note or knob in stated:
+            notes.append((knob, note))
+        elif knob == "recompute":
+            reopen.append(knob)  # chosen again on the new plan, modules and all
+        elif knob == "recompute_modules":
+            fields[knob] = ()
+        else:
+            fields[knob] = defaults.get(knob, Plan.__dataclass_fields__[knob].default)
+            notes.append((knob, f"{fields[knob]!r} — the case's performance config was for the layout it ran, which "
+                                f"the command line changed ({'the stack' if knob in defaults else 'the tool'}'s "
+                                "default)"))
+    return fields, tuple(reopen), tuple(notes)

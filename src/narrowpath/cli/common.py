@@ -266,12 +266,20 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         # knobs the scenario's software stack filled for its own training format follow the new one
         restacked, chosen = restack_for_precision(plan0, chosen, plan_kw["precision"], set(plan_kw))
         plan_kw = {**restacked, **plan_kw}
+    reopen: tuple[str, ...] = ()
+    if base is not None and _moved(base, plan0, plan_kw, gpus, system, args):
+        from narrowpath.catalog import store
+        from narrowpath.catalog.perf_configs import off_its_layout
+        precision = plan_kw.get("precision", plan0.precision)
+        defaults = store.stack_defaults(store.stack_for(plan0.framework) if plan0.framework else None, precision)
+        reset, reopen, chosen = off_its_layout(chosen, set(plan_kw), defaults)
+        plan_kw = {**reset, **plan_kw}
     plan = dataclasses.replace(plan0, **plan_kw)
     num_gpus = gpus or plan.num_gpus
     name = base.name if base is not None and not flagged else f"{model.name}@{system.name}"
     cal = profile or (base.calibration if base else None)
     # a corpus case's unpublished knobs the flags did not set are chosen on the final plan, as validate would
-    still_open = tuple(k for k in base.open_knobs if k not in plan_kw) if base is not None else ()
+    still_open = tuple(k for k in (*base.open_knobs, *reopen) if k not in plan_kw) if base is not None else ()
     scn = Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
                    mode=base.mode if base is not None else "training", calibration=cal, chosen=chosen,
                    open_knobs=still_open)
@@ -279,6 +287,17 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         return scn
     from narrowpath.schedule.step import predict
     return predict(scn, cal).scenario
+
+
+LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "mbs", "gbs", "precision")
+"""Plan fields a validation case's performance config is matched on (catalog.perf_configs.LAYOUT_KEYS)."""
+
+
+def _moved(base, plan0, plan_kw: Mapping, gpus, system, args) -> bool:
+    """Whether the command line moves a scenario off the layout, format, GPU count, board or model it was built on."""
+    return (any(plan_kw.get(f, getattr(plan0, f)) != getattr(plan0, f) for f in LAYOUT_FLAGS)
+            or (gpus or base.num_gpus) != base.num_gpus or system.device.name != base.system.device.name
+            or bool(args.model) or args.seq_len is not None)
 
 
 def has_module(name: str) -> bool:
