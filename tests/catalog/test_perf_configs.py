@@ -256,7 +256,9 @@ def test_a_case_moved_off_its_layout_on_the_command_line_drops_the_configs_setti
     same = _predict_json(capsys)
     assert same["plan"]["cuda_graphs"] is True and CONFIG in same["chosen"]["ep_overlap"]
     moved = _predict_json(capsys, "--gbs", "2048")
+    assert same["plan"]["ep_overlap"] is True and same["plan"]["ep_dispatch"] == "dedup"
     assert moved["plan"]["cuda_graphs"] is False and moved["plan"]["gbs"] == 2048
+    assert moved["plan"]["ep_overlap"] is False and moved["plan"]["ep_dispatch"] == "dedup"  # the stack's default
     for knob in ("ep_overlap", "ep_dispatch", "cuda_graphs"):
         assert "command line changed" in moved["chosen"][knob] and CONFIG not in moved["chosen"][knob]
     assert "fastest that fits" in moved["chosen"]["recompute"]  # chosen again, not the config's
