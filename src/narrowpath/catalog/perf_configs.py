@@ -196,17 +196,18 @@ def with_perf_config(plan: Plan, stated: Mapping[str, Any], unpublished: tuple[s
     return plan, unpublished, tuple(notes.items())
 
 
-def off_its_layout(chosen: tuple[Note, ...], stated: set[str], defaults: Mapping[str, Any]
+def off_its_layout(chosen: tuple[Note, ...], defaults: Mapping[str, Any]
                    ) -> tuple[dict[str, Any], tuple[str, ...], tuple[Note, ...]]:
     """(plan fields, knobs to choose again, chosen notes) of a validation case whose layout, format, GPU or model the
     command line changed: the settings its performance config gave belonged to the layout it ran, so they go back —
     to `defaults` (the stack's for the new format; the tool's for a knob the stack sets none of), and a recompute the
-    config had settled is chosen again — except a knob `stated` (given on the command line)."""
+    config had settled is chosen again. `chosen` holds no note of a knob the command line gives (its flag's value
+    wins over these fields)."""
     fields: dict[str, Any] = {}
     reopen: list[str] = []
     notes: list[Note] = []
     for knob, note in chosen:
-        if CONFIG_MARK not in note or knob in stated:
+        if CONFIG_MARK not in note:
             notes.append((knob, note))
         elif knob == "recompute":
             reopen.append(knob)  # chosen again on the new plan, modules and all
