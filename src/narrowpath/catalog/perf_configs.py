@@ -36,6 +36,8 @@ from narrowpath.spec.strict_load import load_yaml
 SCHEMA = "narrowpath-perf-configs/1"
 LAYOUT_KEYS = ("num_gpus", "tp", "pp", "vpp", "cp", "ep", "mbs", "gbs")
 """The stated layout a case must equal, degree for degree, to be a config's run."""
+PLAN_FIELDS = LAYOUT_KEYS[1:] + ("precision",)
+"""The plan fields a config is matched on: its layout but the GPU count, and the training format."""
 MODEL_KEYS = {"layers": lambda m: m.layers, "hidden": lambda m: m.hidden,
               "experts": lambda m: m.moe.num_experts if m.moe else None,
               "top_k": lambda m: m.moe.top_k if m.moe else None, "seq_len": lambda m: m.seq_len}
@@ -163,8 +165,7 @@ def with_perf_config(plan: Plan, stated: Mapping[str, Any], unpublished: tuple[s
     """(plan, knobs still unpublished, chosen notes) of a validation case after its stack's matching performance
     configs fill the knobs `stated` (the case's plan mapping) gives no value; a case whose layout or format is not
     stated in full is left as it is."""
-    layout_fields = tuple(k for k in LAYOUT_KEYS if k != "num_gpus") + ("precision",)
-    if not stack_id or any(stated.get(k) is None for k in layout_fields):
+    if not stack_id or any(stated.get(k) is None for k in PLAN_FIELDS):
         return plan, unpublished, chosen
     values, left, names = config_knobs(stack_id, model, device, plan, num_gpus)
     if not names:

@@ -289,13 +289,10 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     return predict(scn, cal).scenario
 
 
-LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "mbs", "gbs", "precision")
-"""Plan fields a validation case's performance config is matched on (catalog.perf_configs.LAYOUT_KEYS)."""
-
-
 def _moved(base, plan0, plan_kw: Mapping, gpus, system, args) -> bool:
     """Whether the command line moves a scenario off the layout, format, GPU count, board or model it was built on."""
-    return (any(plan_kw.get(f, getattr(plan0, f)) != getattr(plan0, f) for f in LAYOUT_FLAGS)
+    from narrowpath.catalog.perf_configs import PLAN_FIELDS
+    return (any(plan_kw.get(f, getattr(plan0, f)) != getattr(plan0, f) for f in PLAN_FIELDS)
             or (gpus or base.num_gpus) != base.num_gpus or system.device.name != base.system.device.name
             or bool(args.model) or args.seq_len is not None)
 
