@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from narrowpath.catalog import perf_configs as pc
-from narrowpath.catalog.perf_configs import LAYOUT_KEYS, SCHEMA, VERSION, checked, perf_configs
+from narrowpath.catalog.perf_configs import LAYOUT_KEYS, SCHEMA, SHARDED, VERSION, checked, perf_configs
 from narrowpath.catalog.resolve import scenario_from_dict
 from narrowpath.cli.main import main
 from narrowpath.errors import CatalogError
@@ -36,13 +36,25 @@ def _scenario(raw: dict, corpus: str | None = "training"):
 
 def test_every_shipped_entry_is_well_formed():
     entries = perf_configs()
-    assert len(entries) > 100
+    assert len(entries) > 500
     for r in entries:
-        assert set(r["layout"]) == set(LAYOUT_KEYS) and r["versions"] and r["source"]
+        assert set(r["layout"]) == {*LAYOUT_KEYS, SHARDED} and r["versions"] and r["source"]
         assert all(VERSION.fullmatch(v) for v in r["versions"])
-        assert r["model"]["seq_len"] == 4096  # what the builders and GPT-OSS's library recipe train at
+        # what the builders (and GPT-OSS's library recipe) train at: Llama 8,192 tokens, the MoE families 4,096
+        assert r["model"]["seq_len"] == (8192 if r["config"].startswith("LLAMA") else 4096)
         Plan(**r["knobs"])
-    assert len({v for r in entries for v in r["versions"]}) == 17
+    assert len({v for r in entries for v in r["versions"]}) == 50
+    # Megatron-FSDP runs are the Llama tables' (no MoE config version read sets use_megatron_fsdp)
+    assert not any(r["layout"][SHARDED] for r in entries if not r["config"].startswith("LLAMA"))
+    assert sum(r["layout"][SHARDED] for r in entries) > 40
+
+
+@pytest.mark.parametrize("version, ok", [
+    ("0013c9a8ed4d655cd4e8ad8f918b11588e53c85d", True), ("library id 52380640426", True),
+    ("kocchop/Megatron-Bridge@6219b1a8fc23ce44fd96700ab87dfb5ff0b045b0", True),
+    ("kocchop@6219b1a8fc23ce44fd96700ab87dfb5ff0b045b0", False), ("0013c9a", False), ("library id", False)])
+def test_a_version_names_its_commit_and_a_forks_copy_its_repository(version, ok):
+    assert bool(VERSION.fullmatch(version)) is ok
 
 
 def test_a_case_equal_to_a_config_takes_its_knobs():
@@ -264,3 +276,80 @@ def test_a_case_moved_off_its_layout_on_the_command_line_drops_the_configs_setti
     assert "fastest that fits" in moved["chosen"]["recompute"]  # chosen again, not the config's
     stated = _predict_json(capsys, "--gbs", "2048", "--cuda-graphs")
     assert stated["plan"]["cuda_graphs"] is True and "cuda_graphs" not in stated["chosen"]
+
+
+FSDP_CASE = "mb26-04-01-llama3-70b-gb300-n64-gbs256-fp8-tp1pp1cp1ep1vp1mbs2-fsdp"
+FSDP_CONFIG = "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2"
+
+
+def test_an_fsdp_case_takes_its_configs_activation_offloading():
+    """The GB300 FP8 Llama-3 70B config runs Megatron-FSDP with 20 layers' activations offloaded to host memory
+    (`cpu_offloading_num_layers=20`) and no recompute (the Llama recipes keep none): the table's FSDP row takes both,
+    and nothing is left for the chooser."""
+    raw = _raw_case(FSDP_CASE)
+    assert raw["plan"]["zero_stage"] == 3 and raw["plan"]["recompute"] is None
+    scn = _scenario(raw)
+    assert (scn.plan.recompute, scn.plan.offload_layers, scn.plan.recompute_layers) == ("none", 20, 0)
+    assert "recompute" not in scn.open_knobs
+    notes = dict(scn.chosen)
+    assert FSDP_CONFIG in notes["offload_layers"] and FSDP_CONFIG in notes["recompute"]
+
+
+def test_sharding_is_part_of_the_layout():
+    """A config's run shards or does not: the same degrees without Megatron-FSDP are another run (and an FSDP case
+    is not a run of a config that does not shard)."""
+    raw = _raw_case(FSDP_CASE)
+    raw["plan"]["zero_stage"] = 1
+    assert not any(FSDP_CONFIG in n for _, n in _scenario(raw).chosen)
+    raw = _raw_case()
+    raw["plan"]["zero_stage"] = 3
+    scn = _scenario(raw)
+    assert not any("performance config" in n for _, n in scn.chosen) and scn.plan.ep_overlap is False
+
+
+def test_a_full_recompute_of_some_layers_is_taken(monkeypatch):
+    """`recompute_num_layers=N` is Megatron's full recompute of N layers of each chunk (overrides.py: granularity
+    full, method block)."""
+    e = _entry()
+    e["knobs"] = {k: v for k, v in e["knobs"].items() if k not in ("recompute", "recompute_modules", "cuda_graphs")}
+    e["knobs"].update(recompute="full", recompute_layers=5)
+    monkeypatch.setattr(pc, "perf_configs", lambda: (e,))
+    scn = _scenario(_raw_case())
+    assert (scn.plan.recompute, scn.plan.recompute_layers, scn.plan.offload_layers) == ("full", 5, 0)
+    assert CONFIG in dict(scn.chosen)["recompute_layers"]
+
+
+def test_versions_that_differ_on_the_offloading_leave_the_activations_alone(monkeypatch):
+    e = _entry()
+    e["knobs"] = {**{k: v for k, v in e["knobs"].items() if k not in ("recompute", "recompute_modules")},
+                  "recompute": "none", "offload_layers": 20}
+    f = copy.deepcopy(e)
+    f["knobs"]["offload_layers"] = 40
+    monkeypatch.setattr(pc, "perf_configs", lambda: (e, f))
+    scn = _scenario(_raw_case())
+    assert "recompute" in scn.open_knobs and "differ on it" in dict(scn.chosen)["offload_layers"]
+
+
+@pytest.mark.parametrize("layout, knobs", [
+    ({"fsdp": "yes"}, {}), ({"fsdp": None}, {}), ({}, {"recompute": "selective", "recompute_layers": 5}),
+    ({}, {"recompute": "none", "offload_layers": -1})])
+def test_a_malformed_sharding_or_activation_setting_is_refused(layout, knobs):
+    e = _entry()
+    e["layout"] = {**e["layout"], **layout}
+    e["knobs"] = {**e["knobs"], **knobs}
+    if "recompute" in knobs and knobs["recompute"] != "selective":
+        e["knobs"].pop("recompute_modules", None)
+    with pytest.raises(CatalogError) as exc:
+        checked({"schema": SCHEMA, "configs": [e]})
+    msg = str(exc.value)
+    assert "\n" not in msg and ("layout" in msg or "knobs" in msg) and "perf_configs.yaml" in msg
+
+
+def test_a_moved_fsdp_case_chooses_its_activations_again(capsys):
+    path = resources.files("narrowpath.validate").joinpath("corpora/training-sweeps-public.yaml")
+    assert main(["predict", f"{path}#{FSDP_CASE}", "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["plan"]["offload_layers"] == 20 and FSDP_CONFIG in same["chosen"]["offload_layers"]
+    assert main(["predict", f"{path}#{FSDP_CASE}", "--gbs", "512", "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)
+    assert FSDP_CONFIG not in json.dumps(moved["chosen"]) and "fastest that fits" in moved["chosen"]["recompute"]

@@ -3,11 +3,12 @@
 Megatron-Bridge publishes its training tables together with the configs that produced them (scripts/performance/
 configs/<family>/*_workload_base_configs.py, one constant per model, GPU, format and batch): beside the parallel
 layout a table states, each sets knobs a table row never states — whether the expert all-to-all is overlapped with
-another micro-batch's computation (`moe_a2a_overlap`), the token dispatcher, the recompute modules, the CUDA-graph
-scope. `perf_configs.yaml` holds them as data, each with the file and the stored versions of it it was read in. A
-validation case whose stack, model (its shape and sequence length), GPU, format and whole stated layout (GPUs,
-tensor, pipeline, virtual pipeline, context and expert parallel degrees, micro-batch and global batch) equal a
-config's is that config's run: the knobs the case leaves unstated (absent, or null: not published) take the config's
+another micro-batch's computation (`moe_a2a_overlap`), the token dispatcher, the recompute modules or layers, the
+activations offloaded to host memory, the CUDA-graph scope. `perf_configs.yaml` holds them as data, each with the
+file and the stored versions of it it was read in. A validation case whose stack, model (its shape and sequence
+length), GPU, format and whole stated layout (GPUs, tensor, pipeline, virtual pipeline, context and expert parallel
+degrees, micro-batch and global batch, and whether it shards with Megatron-FSDP: `zero_stage` 3) equal a config's is
+that config's run: the knobs the case leaves unstated (absent, or null: not published) take the config's
 values, and the case's `chosen` notes name the config. A layout field or format the case leaves null is not stated:
 such a case matches nothing (the tool's placeholder is not the run's value).
 
@@ -15,9 +16,10 @@ This is identity, not fitting (as catalog.known_models is for a model's unstated
 a measurement. The configs change between container releases and a table row does not say which commit it ran, so
 where the stored versions of a matching layout differ on a knob — one sets another value, or one leaves it to code
 that was not read (a builder, the library recipe) — it is not taken, and the note says so; the stack's default or
-the chooser decides. Recompute and its modules are one setting. A knob the case states is never changed, and a knob
-the case's stated ones rule out (CUDA graphs beside a stated full recompute) is not taken. Only validation cases are
-matched (`validate`, `FILE#ID`): a scenario file states its own knobs.
+the chooser decides. Recompute (its modules, its layers) and the activations offloaded are one setting. A knob the
+case states is never changed, and a knob the case's stated ones rule out (CUDA graphs beside a stated full
+recompute) is not taken. Only validation cases are matched (`validate`, `FILE#ID`): a scenario file states its own
+knobs.
 """
 from __future__ import annotations
 
@@ -36,22 +38,28 @@ from narrowpath.spec.strict_load import load_yaml
 SCHEMA = "narrowpath-perf-configs/1"
 LAYOUT_KEYS = ("num_gpus", "tp", "pp", "vpp", "cp", "ep", "mbs", "gbs")
 """The stated layout a case must equal, degree for degree, to be a config's run."""
-PLAN_FIELDS = LAYOUT_KEYS[1:] + ("precision",)
-"""The plan fields a config is matched on: its layout but the GPU count, and the training format."""
+SHARDED = "fsdp"
+"""The layout's other half: whether the config shards weights, gradients and optimizer state over the data-parallel
+ranks (Megatron-FSDP, `use_megatron_fsdp`: the tables' FSDP column) — a case equals it when its `zero_stage` is 3."""
+PLAN_FIELDS = LAYOUT_KEYS[1:] + ("zero_stage", "precision")
+"""The plan fields a config is matched on: its layout but the GPU count, the sharding, and the training format."""
 MODEL_KEYS = {"layers": lambda m: m.layers, "hidden": lambda m: m.hidden,
               "experts": lambda m: m.moe.num_experts if m.moe else None,
               "top_k": lambda m: m.moe.top_k if m.moe else None, "seq_len": lambda m: m.seq_len}
 """What a config names its model by: the shape the tables' models differ in, and the sequence length it trains at."""
-UNITS = (("ep_overlap", "ep_dispatch"), ("recompute", "recompute_modules"), ("cuda_graphs",), ("moe_sync_free",))
+RECOMPUTE = ("recompute", "recompute_modules", "recompute_layers", "offload_layers")
+"""How a layer's activations are kept for backward: recomputed (which modules, or whole layers and how many of a
+chunk) or copied to host memory (how many layers of a chunk) — one choice (schedule.choose tries them together)."""
+UNITS = (("ep_overlap", "ep_dispatch"), RECOMPUTE, ("cuda_graphs",), ("moe_sync_free",))
 """The plan knobs a config may set, in the order they are applied; knobs that only mean something together are one
-unit (compared, taken or left as a whole): recompute and its modules; the expert exchange — Megatron-Core's 1F1B
-all-to-all overlap schedules the dispatcher's own communication (NCCL's all-to-all, or DeepEP's / HybridEP's
-kernels), so how much of it hides depends on which dispatcher moves how many bytes, and an overlap whose dispatcher
-a config leaves to code not read is not a run the model can price."""
+unit (compared, taken or left as a whole): the activations' recompute and offloading; the expert exchange —
+Megatron-Core's 1F1B all-to-all overlap schedules the dispatcher's own communication (NCCL's all-to-all, or DeepEP's
+/ HybridEP's kernels), so how much of it hides depends on which dispatcher moves how many bytes, and an overlap
+whose dispatcher a config leaves to code not read is not a run the model can price."""
 KNOBS = tuple(k for unit in UNITS for k in unit)
-VERSION = re.compile(r"[0-9a-f]{40}|library id [0-9]+")
-"""A file version a config was read in: its commit, or the reference library's id of a stored copy whose commit the
-library did not name."""
+VERSION = re.compile(r"(?:[\w.-]+/[\w.-]+@)?[0-9a-f]{40}|library id [0-9]+")
+"""A file version a config was read in: its commit (prefixed `owner/repo@` when the copy is a fork's, the commit
+then the fork's), or the reference library's id of a stored copy whose commit the library did not name."""
 
 Note = tuple[str, str]
 """A `chosen` note: (knob, why it holds its value)."""
@@ -95,10 +103,10 @@ def checked(data: Any) -> tuple[dict[str, Any], ...]:
         if not isinstance(r["source"], str) or not r["source"].strip():
             raise CatalogError(f"{where}.source: must say where the config was read, got {shown(r['source'])}")
         layout = r["layout"]
-        if not isinstance(layout, Mapping) or set(layout) != set(LAYOUT_KEYS) or not all(
-                _positive_int(v) for v in layout.values()):
-            raise CatalogError(f"{where}.layout: must give exactly {', '.join(LAYOUT_KEYS)} as positive integers; "
-                               f"got {shown(layout)}")
+        if not isinstance(layout, Mapping) or set(layout) != {*LAYOUT_KEYS, SHARDED} or not all(
+                _positive_int(layout[k]) for k in LAYOUT_KEYS) or not isinstance(layout[SHARDED], bool):
+            raise CatalogError(f"{where}.layout: must give exactly {', '.join(LAYOUT_KEYS)} as positive integers and "
+                               f"{SHARDED} as true or false; got {shown(layout)}")
         if not isinstance(r["model"], Mapping) or not r["model"] or not set(r["model"]) <= set(MODEL_KEYS) or not all(
                 _positive_int(v) for v in r["model"].values()):
             raise CatalogError(f"{where}.model: must name some of {', '.join(MODEL_KEYS)} as positive integers; got "
@@ -120,7 +128,8 @@ def _matches(r: Mapping[str, Any], stack_id: str, model: Model, device: str, pla
               "mbs": plan.mbs, "gbs": plan.gbs}
     return (r["stack"] == stack_id and r["gpu"] == device and plan.precision in r["precision"]
             and all(MODEL_KEYS[k](model) == v for k, v in r["model"].items())
-            and all(layout[k] == r["layout"][k] for k in LAYOUT_KEYS))
+            and all(layout[k] == r["layout"][k] for k in LAYOUT_KEYS)
+            and r["layout"][SHARDED] == (plan.zero_stage == 3))
 
 
 def _named(entries: list) -> str:
@@ -211,9 +220,9 @@ def off_its_layout(chosen: tuple[Note, ...], defaults: Mapping[str, Any]
         if CONFIG_MARK not in note:
             notes.append((knob, note))
         elif knob == "recompute":
-            reopen.append(knob)  # chosen again on the new plan, modules and all
-        elif knob == "recompute_modules":
-            fields[knob] = ()
+            reopen.append(knob)  # chosen again on the new plan, modules, layers and offloading all
+        elif knob in RECOMPUTE:
+            fields[knob] = Plan.__dataclass_fields__[knob].default
         else:
             fields[knob] = defaults.get(knob, Plan.__dataclass_fields__[knob].default)
             notes.append((knob, f"{fields[knob]!r} — the case's performance config was for the layout it ran, which "

@@ -30,12 +30,17 @@ KINDS = ("devices", "systems", "models", "profiles", "scenarios")
 
 def _settings(k: dict) -> str:
     """A config's settings in few words: the exchange (its dispatcher, `+overlap`), the recompute modules (or `no
-    recompute`), CUDA graphs or eager, sync-free experts."""
+    recompute`, `full recompute of N layers`) and the layers offloaded, CUDA graphs or eager, sync-free experts."""
     out = []
     if "ep_overlap" in k or "ep_dispatch" in k:
         out.append(k.get("ep_dispatch", "?") + ("+overlap" if k.get("ep_overlap") else ""))
     if "recompute" in k:
-        out.append("+".join(k.get("recompute_modules", ())) or f"{k['recompute']} recompute".replace("none ", "no "))
+        kept = "+".join(k.get("recompute_modules", ())) or f"{k['recompute']} recompute".replace("none ", "no ")
+        if k.get("recompute_layers"):
+            kept += f" of {k['recompute_layers']} layers"
+        if k.get("offload_layers"):
+            kept += f", {k['offload_layers']} layers offloaded"
+        out.append(kept)
     if "cuda_graphs" in k:
         out.append("graphs" if k["cuda_graphs"] else "eager")
     if k.get("moe_sync_free"):
@@ -49,7 +54,7 @@ def _perf_config_rows() -> tuple[list[str], list[list]]:
         lay = r["layout"]
         layout = f"{lay['num_gpus']}:" + (f" tp{lay['tp']}" if lay["tp"] > 1 else "") + f" pp{lay['pp']}" + \
             (f" vpp{lay['vpp']}" if lay["vpp"] > 1 else "") + (f" cp{lay['cp']}" if lay["cp"] > 1 else "") + \
-            f" ep{lay['ep']} mbs{lay['mbs']} gbs{lay['gbs']}"
+            f" ep{lay['ep']} mbs{lay['mbs']} gbs{lay['gbs']}" + (" fsdp" if lay["fsdp"] else "")
         name = r["config"].replace("_PRETRAIN_CONFIG", "").removesuffix("_CONFIG")
         rows.append([name, "/".join(r["precision"]), layout, _settings(r["knobs"])])
     return ["config", "format", "GPUs: layout", "settings"], rows
