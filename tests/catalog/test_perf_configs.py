@@ -43,7 +43,7 @@ def test_every_shipped_entry_is_well_formed():
         # what the builders (and GPT-OSS's library recipe) train at: Llama 8,192 tokens, the MoE families 4,096
         assert r["model"]["seq_len"] == (8192 if r["config"].startswith("LLAMA") else 4096)
         Plan(**r["knobs"])
-    assert len({v for r in entries for v in r["versions"]}) == 50
+    assert len({v for r in entries for v in r["versions"]}) == 51
     # Megatron-FSDP runs are the Llama tables' (no MoE config version read sets use_megatron_fsdp)
     assert not any(r["layout"][SHARDED] for r in entries if not r["config"].startswith("LLAMA"))
     assert sum(r["layout"][SHARDED] for r in entries) > 40
@@ -353,3 +353,62 @@ def test_a_moved_fsdp_case_chooses_its_activations_again(capsys):
     assert main(["predict", f"{path}#{FSDP_CASE}", "--gbs", "512", "--json"]) == 0
     moved = json.loads(capsys.readouterr().out)
     assert FSDP_CONFIG not in json.dumps(moved["chosen"]) and "fastest that fits" in moved["chosen"]["recompute"]
+
+
+def test_off_its_layout_resets_the_whole_activation_setting():
+    """The recompute goes back to the chooser, and the layers recomputed or offloaded with it go back to none."""
+    mark = f"20 — megatron-bridge{pc.CONFIG_MARK} ({FSDP_CONFIG} @ abc; catalog/perf_configs.yaml)"
+    chosen = (("recompute", mark.replace("20", "'none'", 1)), ("offload_layers", mark),
+              ("recompute_layers", mark.replace("20", "5", 1)), ("attention", "'flash' — default of the stack"))
+    fields, reopen, notes = pc.off_its_layout(chosen, {})
+    assert fields == {"offload_layers": 0, "recompute_layers": 0} and reopen == ("recompute",)
+    assert notes == (("attention", "'flash' — default of the stack"),)
+
+
+def test_a_layout_without_its_sharding_is_refused():
+    e = _entry()
+    e["layout"] = {k: v for k, v in e["layout"].items() if k != SHARDED}
+    with pytest.raises(CatalogError, match="layout"):
+        checked({"schema": SCHEMA, "configs": [e]})
+
+
+@pytest.mark.parametrize("knobs, says", [({"offload_layers": 20}, "without recompute"),
+                                         ({"recompute": "full", "offload_layers": 20}, "refuses CPU offloading"),
+                                         ({"recompute_layers": 4}, "without recompute")])
+def test_an_activation_setting_given_in_part_or_as_megatron_refuses_it_is_refused(knobs, says):
+    e = _entry()
+    e["knobs"] = {k: v for k, v in e["knobs"].items() if k not in pc.RECOMPUTE} | knobs
+    with pytest.raises(CatalogError, match=says):
+        checked({"schema": SCHEMA, "configs": [e]})
+
+
+def _fsdp_json(capsys, *flags) -> dict:
+    path = resources.files("narrowpath.validate").joinpath("corpora/training-sweeps-public.yaml")
+    assert main(["predict", f"{path}#{FSDP_CASE}", *flags, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_sharding_moved_on_the_command_line_drops_the_configs_settings(capsys):
+    """`--zero 1` turns the FSDP row into a run no config describes: the offloading it took goes, chosen again."""
+    same = _fsdp_json(capsys)
+    assert same["plan"]["zero_stage"] == 3 and same["plan"]["recompute_layers"] == 0
+    moved = _fsdp_json(capsys, "--zero", "1")
+    assert FSDP_CONFIG not in json.dumps(moved["chosen"])
+
+
+def test_a_recompute_given_on_the_command_line_replaces_the_configs_offloading(capsys):
+    """Megatron-Core offloads no activations beside a recompute: `--recompute full` on the FSDP row (whose config
+    offloads 20 layers) recomputes every layer and offloads none, and no note names the config's offloading."""
+    out = _fsdp_json(capsys, "--recompute", "full")
+    assert (out["plan"]["recompute"], out["plan"]["offload_layers"], out["plan"]["recompute_layers"]) == ("full", 0, 0)
+    assert "offload_layers" not in out["chosen"] and "recompute" not in out["chosen"]
+
+
+def test_the_listing_says_sharding_offloading_and_layers(capsys):
+    assert main(["catalog", "perf-configs", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["perf-configs"]
+    fsdp = [r for r in rows if r["config"] == "LLAMA3_70B_GB300_FP8_CS_V2" and r["GPUs: layout"].endswith("fsdp")]
+    assert fsdp and all(r["settings"] == "no recompute, 20 layers offloaded" for r in fsdp)
+    layers = [r for r in rows if r["config"] == "LLAMA3_8B_H100_FP8_CS_V1"]
+    assert layers and all(r["settings"] == "full recompute of 5 layers" for r in layers)
+    assert not any(r["GPUs: layout"].endswith("fsdp") for r in rows if not r["config"].startswith("LLAMA"))

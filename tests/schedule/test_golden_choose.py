@@ -32,13 +32,29 @@ def _price(table):
 
 
 def test_activation_strategies_of_a_32_layer_chunk():
-    """Chunk of 32 layers (pp 1): keep all, selective, full; full for a quarter, half, three quarters of the chunk
-    (8, 16, 24 layers); offload 8, 16, 24 or all 32 layers' activations — 10 strategies."""
+    """Chunk of 32 layers (pp 1), under an engine whose offloading the catalog does not know: keep all, selective,
+    full; full for a quarter, half, three quarters of the chunk (8, 16, 24 layers); offload 8, 16, 24 or all 32
+    layers' activations — 10 strategies."""
     out = activation_strategies(_scn())
     assert out[:3] == ({"recompute": "none"}, {"recompute": "selective"}, {"recompute": "full"})
     assert [d.get("recompute_layers") for d in out[3:6]] == [8, 16, 24]
     assert [d["offload_layers"] for d in out[6:]] == [8, 16, 24, 32]
+    assert all(d["recompute"] == "none" for d in out[6:])
     assert len(activation_strategies(_scn(pp=4, vpp=2, gbs=4))) == 3 + 3 + 4  # chunks of 4 layers: 1, 2, 3
+
+
+def test_megatron_cores_offloading_limits():
+    """A stack on Megatron-Core's CPU offloading (stacks.yaml `cpu_offload`) is offered only what its
+    TransformerConfig takes: fewer layers than the model has (31 of 32 at most), none with pipeline parallelism or
+    under CUDA graphs, never beside a recompute."""
+    mb = {"framework": "Megatron-Bridge / NeMo 26.04 container"}
+    out = activation_strategies(_scn(**mb))
+    assert [d["offload_layers"] for d in out if "offload_layers" in d] == [8, 16, 24, 31]
+    assert all(d["recompute"] == "none" for d in out if "offload_layers" in d)
+    assert not any("offload_layers" in d for d in activation_strategies(_scn(pp=4, vpp=2, gbs=4, **mb)))
+    assert not any("offload_layers" in d for d in activation_strategies(_scn(cuda_graphs=True, **mb)))
+    assert any("offload_layers" in d for d in activation_strategies(_scn(pp=4, vpp=2, gbs=4,
+                                                                          framework="Meta internal stack")))
 
 
 def test_documented_defaults_of_the_other_knobs():

@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 
-from narrowpath.catalog import load_scenario, model, system
+from narrowpath.catalog import load_scenario, model, store, system
 from narrowpath.errors import SpecError
 from narrowpath.network.placement import group_span
 from narrowpath.search.space import (SearchSpace, activation_strategies, candidate_plans, count_plans, divisors,
@@ -94,7 +94,7 @@ def test_basic_extent_is_the_first_searchs_space(scenario, pins):
     assert list(candidate_plans(space)) == list(_first_search_space(space))
 
 
-def _reference_strategies(space: SearchSpace, per_chunk: int) -> list[tuple]:
+def _reference_strategies(space: SearchSpace, per_chunk: int, pp: int = 1) -> list[tuple]:
     """The full extent's activation strategies, stated: the chooser's activation patches (selective with the base
     plan's modules), then, for a model with MoE or MLA layers, selective recompute of each of the chooser's module
     sets for the model unless a strategy before it recomputes the same (workload.recompute.modules_of: an FP8
@@ -106,7 +106,8 @@ def _reference_strategies(space: SearchSpace, per_chunk: int) -> list[tuple]:
     base_mods = b.recompute_modules if b.recompute == "selective" else ()
     m = space.model
     sets = module_patches(m) if m.moe is not None or m.mla is not None else ()
-    patches = activation_patches(per_chunk, b.activation_cache)
+    rule = store.stack_cpu_offload(b.framework) if b.framework else None  # Megatron-Core's offloading limits
+    patches = activation_patches(per_chunk, b.activation_cache, pipelined=pp > 1 if rule == "megatron-core" else None)
     out, seen, does = [], set(), set()
     for i, p in enumerate(patches + sets):
         rc = p["recompute"]
@@ -154,7 +155,7 @@ def _full_reference(space: SearchSpace) -> set[Plan]:
                 if "zero_stage" not in pins and zero != 0 if dp * cp == 1 or lstm else zero == 0 and \
                         "zero_stage" not in pins:
                     continue
-                strategies = _reference_strategies(space, max(1, -(-m.layers // (pp * vpp))))
+                strategies = _reference_strategies(space, max(1, -(-m.layers // (pp * vpp))), pp)
                 for (rc, rcl, off, mods), dpo, tpo, cpc, epo in itertools.product(
                         strategies, v["dp_overlap"], v["tp_comm_overlap"], v["cp_comm"], v["ep_overlap"]):
                     if (not sync and dpo != keep("dp_overlap")) or (tp == 1 and tpo != keep("tp_comm_overlap")) \

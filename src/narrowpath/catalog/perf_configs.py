@@ -43,10 +43,11 @@ SHARDED = "fsdp"
 ranks (Megatron-FSDP, `use_megatron_fsdp`: the tables' FSDP column) — a case equals it when its `zero_stage` is 3."""
 PLAN_FIELDS = LAYOUT_KEYS[1:] + ("zero_stage", "precision")
 """The plan fields a config is matched on: its layout but the GPU count, the sharding, and the training format."""
-MODEL_KEYS = {"layers": lambda m: m.layers, "hidden": lambda m: m.hidden,
-              "experts": lambda m: m.moe.num_experts if m.moe else None,
+MODEL_KEYS = {"layers": lambda m: m.layers, "hidden": lambda m: m.hidden, "ffn": lambda m: m.ffn,
+              "vocab": lambda m: m.vocab, "experts": lambda m: m.moe.num_experts if m.moe else None,
               "top_k": lambda m: m.moe.top_k if m.moe else None, "seq_len": lambda m: m.seq_len}
-"""What a config names its model by: the shape the tables' models differ in, and the sequence length it trains at."""
+"""What a config names its model by: the shape the tables' models differ in, and the sequence length it trains at
+(a dense model also by its MLP width and vocabulary: Llama-2 70B and Llama-3 70B share layers and width)."""
 RECOMPUTE = ("recompute", "recompute_modules", "recompute_layers", "offload_layers")
 """How a layer's activations are kept for backward: recomputed (which modules, or whole layers and how many of a
 chunk) or copied to host memory (how many layers of a chunk) — one choice (schedule.choose tries them together)."""
@@ -115,6 +116,12 @@ def checked(data: Any) -> tuple[dict[str, Any], ...]:
             raise CatalogError(f"{where}.knobs: may set {', '.join(KNOBS)} (none: {{}}); got {shown(r['knobs'])}")
         if "recompute_modules" in r["knobs"] and r["knobs"].get("recompute") != "selective":
             raise CatalogError(f"{where}.knobs: recompute_modules needs recompute: selective")
+        if any(k in r["knobs"] for k in RECOMPUTE) and "recompute" not in r["knobs"]:
+            raise CatalogError(f"{where}.knobs: {', '.join(k for k in RECOMPUTE if k in r['knobs'])} without "
+                               "recompute: the activations are one setting, given whole or not at all")
+        if r["knobs"].get("offload_layers") and r["knobs"]["recompute"] != "none":
+            raise CatalogError(f"{where}.knobs: offload_layers needs recompute: none (Megatron-Core's "
+                               "TransformerConfig refuses CPU offloading beside activation recompute)")
         try:  # values a plan takes
             Plan(**r["knobs"])
         except NarrowpathError as exc:

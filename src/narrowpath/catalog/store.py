@@ -243,6 +243,15 @@ def stack_mtp_layout(framework: str) -> str | None:
     return stack["id"] if stack and stack.get("mtp_layout") == "front_filled" else None
 
 
+@lru_cache(maxsize=256)
+def stack_cpu_offload(framework: str) -> str | None:
+    """How the software stack `framework` names offloads activations to host memory (stacks.yaml `cpu_offload`:
+    `megatron-core`, Megatron-Core's CPU offloading with its limits, schedule.choose.activation_patches), or None
+    where the catalog does not know."""
+    stack = stack_for(framework) if framework else None
+    return stack.get("cpu_offload") if stack else None
+
+
 def stack_defaults(stack: dict[str, Any] | None, precision: str) -> dict[str, Any]:
     """The knob defaults of a software-stack entry for a run in training format `precision`: its `defaults` with its
     `defaults_by_precision` for that format over them, over the defaults of the entry it `extends` (an earlier

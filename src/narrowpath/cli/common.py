@@ -250,6 +250,10 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         plan_kw["recompute_modules"] = comma_items(mods)
     elif plan_kw.get("recompute", "selective") != "selective":
         plan_kw["recompute_modules"] = ()  # another mode replaces the scenario's selective modules
+    if plan_kw.get("recompute", "full") != "full":
+        plan_kw.setdefault("recompute_layers", 0)  # a full recompute's layer count goes with it
+    if plan_kw.get("recompute", "none") != "none":
+        plan_kw.setdefault("offload_layers", 0)  # Megatron-Core offloads no activations beside a recompute
     check_modules_need_selective("--recompute-modules", plan_kw.get("recompute", plan0.recompute),
                                  plan_kw.get("recompute_modules"))
     swapped = {"model"} if args.model else set()  # a model given by flag replaces the case's, and what was said of it

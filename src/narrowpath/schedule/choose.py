@@ -27,20 +27,33 @@ def activation_strategies(scn: Scenario) -> tuple:
     """How a stack keeps activations for backward when the source does not say: everything, selective recompute,
     full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
     --recompute-method block), or the saved activations of that share of layers offloaded to host memory
-    (Megatron-Core / TE CPU offloading). Each is a patch of plan knobs."""
-    return activation_patches(_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs)
+    (Megatron-Core / TE CPU offloading, as far as the stack allows it). Each is a patch of plan knobs."""
+    offload_rule = store.stack_cpu_offload(scn.plan.framework) if scn.plan.framework else None
+    pipelined = scn.plan.pp > 1 if offload_rule == "megatron-core" else None
+    return activation_patches(_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs, pipelined)
 
 
-def activation_patches(layers_per_chunk: int, activation_cache: str = "default", cuda_graphs: bool = False) -> tuple:
+def activation_patches(layers_per_chunk: int, activation_cache: str = "default", cuda_graphs: bool = False,
+                       pipelined: bool | None = None) -> tuple:
     """The activation strategies of `activation_strategies` for pipeline chunks of `layers_per_chunk` layers (the
     search tries the same ones); a full recompute of some layers only is not offered with DeepSeek-V3's FP8 cache,
-    nor any full recompute under CUDA graphs (spec.plan refuses both)."""
+    nor any full recompute under CUDA graphs (spec.plan refuses both). The shares of layers offloaded to host
+    memory: under a stack on Megatron-Core's CPU offloading (`pipelined` given: whether pp > 1; stacks.yaml
+    `cpu_offload`) only what its TransformerConfig takes (__post_init__: "Currently there is no support for
+    Pipeline parallelism with CPU offloading", "CUDA graphs not supported with CPU offloading", and
+    cpu_offloading_num_layers below the model's layer count), always beside no recompute ("CPU offloading does not
+    work when activation recomputation is enabled"); elsewhere (`pipelined` None: an engine whose offloading the
+    catalog does not know) also every layer of a chunk, with or without pipelining."""
     n = layers_per_chunk
     shares = sorted({k for k in (round(n / 4), round(n / 2), round(3 * n / 4)) if 0 < k < n})
     out = [{"recompute": "none"}, {"recompute": "selective"}] + ([] if cuda_graphs else [{"recompute": "full"}])
     if activation_cache != "fp8" and not cuda_graphs:
         out += [{"recompute": "full", "recompute_layers": k} for k in shares]
-    out += [{"recompute": "none", "offload_layers": k} for k in shares + [n]]
+    if pipelined is None:
+        out += [{"recompute": "none", "offload_layers": k} for k in shares + [n]]
+    elif not (cuda_graphs or pipelined):
+        out += [{"recompute": "none", "offload_layers": k} for k in shares + ([n - 1] if n - 1 not in shares else [])
+                if k > 0]
     return tuple(out)
 
 

@@ -24,7 +24,8 @@ search (the structural knobs only, everything else kept from the base plan). Kno
             rank, so it is left out where there is something to shard over. Pin `zero_stage` to include any stage
     recompute  none, selective, full; full: also the first quarter, half or three quarters of the layers of each
             chunk (`recompute_layers`, Megatron --recompute-method block), and with none the saved activations of
-            that share of the layers (or all of them) offloaded to host memory (`offload_layers`): the activation
+            that share of the layers offloaded to host memory (`offload_layers`; not with pp > 1 or CUDA graphs,
+            which Megatron-Core's CPU offloading refuses, and never every layer): the activation
             strategies of `schedule.choose.activation_patches`; selective recomputes the base plan's modules, and
             for a model with MoE or MLA layers also each module set of `schedule.choose.module_patches`
             (`recompute_modules`, Megatron-Core --recompute-modules: the MoE activation, the norms with it, the
@@ -197,12 +198,21 @@ def module_sets(model: Model) -> tuple[dict, ...]:
     return module_patches(model) if model.moe is not None or model.mla is not None else ()
 
 
-def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[Strategy, ...]:
+def offload_pipelined(plan: Plan, pp: int) -> bool | None:
+    """`schedule.choose.activation_patches`'s `pipelined` for a plan of the search with `pp` stages: whether pp > 1
+    where the base plan's stack offloads as Megatron-Core does (stacks.yaml `cpu_offload`), else None."""
+    from narrowpath.catalog import store
+    rule = store.stack_cpu_offload(plan.framework) if plan.framework else None
+    return pp > 1 if rule == "megatron-core" else None
+
+
+def activation_strategies(space: SearchSpace, layers_per_chunk: int, pp: int = 1) -> tuple[Strategy, ...]:
     """(recompute, recompute_layers, offload_layers, recompute_modules) tried for pipeline chunks of
     `layers_per_chunk` layers: in the full extent the activation strategies of `schedule.choose.activation_patches`
     (selective with the base plan's modules) and selective recompute of each module set of `module_sets` (the
     chooser's, for MoE and MLA models), in the basic one the three recompute modes (offload as in the base plan);
-    pins on the mode, the recomputed layers or the offloaded layers filter them. Strategies that name the same set of
+    pins on the mode, the recomputed layers or the offloaded layers filter them; under a stack on Megatron-Core's CPU
+    offloading the offloading it refuses with `pp` > 1 is not tried. Strategies that name the same set of
     modules (`strategy_key`) are tried once, as the first listed (the base plan's own), and a module set that
     recomputes what a strategy listed before it already does is not tried (with DeepSeek-V3's FP8 cache, which
     recomputes the MoE activation anyway, (moe_act) is recompute none); other strategies that price the same count
@@ -214,7 +224,7 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int) -> tuple[St
     if space.model.arch == "lstm":
         out = [("none", 0, 0, ())]
     elif space.full:
-        patches = activation_patches(layers_per_chunk, b.activation_cache, b.cuda_graphs)
+        patches = activation_patches(layers_per_chunk, b.activation_cache, b.cuda_graphs, offload_pipelined(b, pp))
         out = [(p["recompute"], p.get("recompute_layers", 0), p.get("offload_layers", 0),
                 mods if p["recompute"] == "selective" else ()) for p in patches]
         extra = [("selective", 0, 0, tuple(p["recompute_modules"])) for p in module_sets(space.model)]

@@ -196,7 +196,7 @@ class _Builder:
         key = (pp, vpp)
         if key not in self._strats:
             per_chunk = max(1, -(-self.m.layers // (pp * vpp)))
-            self._strats[key] = tuple(self.strategies.code(s) for s in activation_strategies(self.space, per_chunk))
+            self._strats[key] = tuple(self.strategies.code(s) for s in activation_strategies(self.space, per_chunk, pp))
         return self._strats[key]
 
     def inner(self, tp: int, pp: int, cp: int, dp: int) -> list[tuple[int, int, int, int]]:
