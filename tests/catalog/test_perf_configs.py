@@ -412,3 +412,24 @@ def test_the_listing_says_sharding_offloading_and_layers(capsys):
     layers = [r for r in rows if r["config"] == "LLAMA3_8B_H100_FP8_CS_V1"]
     assert layers and all(r["settings"] == "full recompute of 5 layers" for r in layers)
     assert not any(r["GPUs: layout"].endswith("fsdp") for r in rows if not r["config"].startswith("LLAMA"))
+
+
+@pytest.mark.parametrize("field, value", [("ffn", 14336), ("vocab", 32000), ("layers", 79), ("seq_len", 4096)])
+def test_a_dense_model_is_named_by_its_shape_and_vocabulary(field, value):
+    """Llama-2 70B has Llama-3 70B's layers, width and MLP: the vocabulary tells them apart, and any other field."""
+    raw = _raw_case(FSDP_CASE)
+    raw["model"][field] = value
+    assert not any(FSDP_CONFIG in n for _, n in _scenario(raw).chosen)
+
+
+def test_another_mode_on_the_command_line_drops_a_full_recomputes_layer_count(capsys, monkeypatch):
+    """A config's full recompute of 5 layers, and `--recompute selective` given: the layer count goes with the mode
+    it belonged to (spec.plan refuses recompute_layers beside selective)."""
+    e = _entry()
+    e["knobs"] = {k: v for k, v in e["knobs"].items() if k not in (*pc.RECOMPUTE, "cuda_graphs")}
+    e["knobs"].update(recompute="full", recompute_layers=5)
+    monkeypatch.setattr(pc, "perf_configs", lambda: (e,))
+    full = _predict_json(capsys)
+    assert (full["plan"]["recompute"], full["plan"]["recompute_layers"]) == ("full", 5)
+    out = _predict_json(capsys, "--recompute", "selective")
+    assert (out["plan"]["recompute"], out["plan"]["recompute_layers"]) == ("selective", 0)

@@ -396,3 +396,19 @@ def test_a_selective_strategy_is_twinned_with_the_lighter_one_it_may_equal():
     assert twin_strategies(s) == [-1, 0, -1, -1, 0, 4, 5, 0, 0]
     assert twin_strategies(s, "fp8") == [-1, 0, -1, -1, 0, 0, 7, 5, 0]  # (moe_act,) is none; the base names less
     assert twin_strategies(s[1:]) == [-1, -1, -1, -1, 3, 4, -1, -1]  # none pinned out
+
+
+def test_the_search_offers_no_offloading_megatron_core_refuses():
+    """A base plan on a Megatron-Core stack (stacks.yaml `cpu_offload`): no plan of the full extent offloads with
+    pp > 1 (TransformerConfig: "no support for Pipeline parallelism with CPU offloading"), none beside a recompute,
+    none of every layer; the same space under an engine the catalog does not know keeps them."""
+    from narrowpath.search.space import offload_pipelined
+    scn = _small_dense()
+    mb = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, framework="Megatron-Bridge / NeMo 26.04"))
+    assert (offload_pipelined(mb.plan, 4), offload_pipelined(mb.plan, 1), offload_pipelined(scn.plan, 4)) == \
+        (True, False, None)
+    plans = list(candidate_plans(_space(mb, mbs=2)))
+    offloading = [p for p in plans if p.offload_layers]
+    assert offloading and all(p.pp == 1 and p.recompute == "none" and p.offload_layers < mb.model.layers
+                              for p in offloading)
+    assert any(p.offload_layers and p.pp > 1 for p in candidate_plans(_space(scn, mbs=2)))
