@@ -57,6 +57,14 @@ def test_megatron_cores_offloading_limits():
                                                                           framework="Meta internal stack")))
 
 
+@pytest.mark.parametrize("layers, offloaded", [(1, []), (2, [1]), (4, [1, 2, 3]), (32, [8, 16, 24, 31])])
+def test_megatron_core_offloads_fewer_layers_than_the_model_has(layers, offloaded):
+    """cpu_offloading_num_layers below num_layers, each count offered once: a one-layer model offloads nothing."""
+    from narrowpath.schedule.choose import activation_patches
+    out = activation_patches(layers, pipelined=False)
+    assert [d["offload_layers"] for d in out if "offload_layers" in d] == offloaded
+
+
 def test_documented_defaults_of_the_other_knobs():
     """Megatron-LM's defaults (shared/validation/README.md): SP with tp > 1, no interleaving, micro-batch 1,
     dropless routing, overlap off, p2p context parallelism, the profile's attention; ZeRO tried 1, 0, 2, 3 when

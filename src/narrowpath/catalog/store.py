@@ -244,7 +244,7 @@ def stack_mtp_layout(framework: str) -> str | None:
 
 
 @lru_cache(maxsize=256)
-def stack_cpu_offload(framework: str) -> str | None:
+def stack_cpu_offload(framework: str | None) -> str | None:
     """How the software stack `framework` names offloads activations to host memory (stacks.yaml `cpu_offload`:
     `megatron-core`, Megatron-Core's CPU offloading with its limits, schedule.choose.activation_patches), or None
     where the catalog does not know."""

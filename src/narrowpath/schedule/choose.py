@@ -28,8 +28,7 @@ def activation_strategies(scn: Scenario) -> tuple:
     full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
     --recompute-method block), or the saved activations of that share of layers offloaded to host memory
     (Megatron-Core / TE CPU offloading, as far as the stack allows it). Each is a patch of plan knobs."""
-    offload_rule = store.stack_cpu_offload(scn.plan.framework) if scn.plan.framework else None
-    pipelined = scn.plan.pp > 1 if offload_rule == "megatron-core" else None
+    pipelined = scn.plan.pp > 1 if store.stack_cpu_offload(scn.plan.framework) == "megatron-core" else None
     return activation_patches(_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs, pipelined)
 
 
@@ -51,9 +50,8 @@ def activation_patches(layers_per_chunk: int, activation_cache: str = "default",
         out += [{"recompute": "full", "recompute_layers": k} for k in shares]
     if pipelined is None:
         out += [{"recompute": "none", "offload_layers": k} for k in shares + [n]]
-    elif not (cuda_graphs or pipelined):
-        out += [{"recompute": "none", "offload_layers": k} for k in shares + ([n - 1] if n - 1 not in shares else [])
-                if k > 0]
+    elif not (cuda_graphs or pipelined):  # at most one layer fewer than the model has
+        out += [{"recompute": "none", "offload_layers": k} for k in sorted({*shares, n - 1} - {0})]
     return tuple(out)
 
 

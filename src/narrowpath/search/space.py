@@ -202,8 +202,7 @@ def offload_pipelined(plan: Plan, pp: int) -> bool | None:
     """`schedule.choose.activation_patches`'s `pipelined` for a plan of the search with `pp` stages: whether pp > 1
     where the base plan's stack offloads as Megatron-Core does (stacks.yaml `cpu_offload`), else None."""
     from narrowpath.catalog import store
-    rule = store.stack_cpu_offload(plan.framework) if plan.framework else None
-    return pp > 1 if rule == "megatron-core" else None
+    return pp > 1 if store.stack_cpu_offload(plan.framework) == "megatron-core" else None
 
 
 def activation_strategies(space: SearchSpace, layers_per_chunk: int, pp: int = 1) -> tuple[Strategy, ...]:
