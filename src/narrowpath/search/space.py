@@ -24,8 +24,8 @@ search (the structural knobs only, everything else kept from the base plan). Kno
             rank, so it is left out where there is something to shard over. Pin `zero_stage` to include any stage
     recompute  none, selective, full; full: also the first quarter, half or three quarters of the layers of each
             chunk (`recompute_layers`, Megatron --recompute-method block), and with none the saved activations of
-            that share of the layers offloaded to host memory (`offload_layers`; not with pp > 1 or CUDA graphs,
-            which Megatron-Core's CPU offloading refuses, and never every layer): the activation
+            that share of the layers (or all of them) offloaded to host memory (`offload_layers`; under a stack on
+            Megatron-Core's CPU offloading not with pp > 1 or CUDA graphs, and never every layer): the activation
             strategies of `schedule.choose.activation_patches`; selective recomputes the base plan's modules, and
             for a model with MoE or MLA layers also each module set of `schedule.choose.module_patches`
             (`recompute_modules`, Megatron-Core --recompute-modules: the MoE activation, the norms with it, the
