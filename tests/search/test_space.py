@@ -402,7 +402,7 @@ def test_the_search_offers_no_offloading_megatron_core_refuses():
     """A base plan on a Megatron-Core stack (stacks.yaml `cpu_offload`): no plan of the full extent offloads with
     pp > 1 (TransformerConfig: "no support for Pipeline parallelism with CPU offloading"), none beside a recompute,
     none of every layer; the same space under an engine the catalog does not know keeps them."""
-    from narrowpath.search.space import offload_pipelined
+    from narrowpath.schedule.choose import offload_pipelined
     scn = _small_dense()
     mb = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, framework="Megatron-Bridge / NeMo 26.04"))
     assert (offload_pipelined(mb.plan, 4), offload_pipelined(mb.plan, 1), offload_pipelined(scn.plan, 4)) == \

@@ -130,13 +130,18 @@ def checked(data: Any) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def _matches(r: Mapping[str, Any], stack_id: str, model: Model, device: str, plan: Plan, num_gpus: int) -> bool:
-    layout = {"num_gpus": num_gpus, "tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "cp": plan.cp, "ep": plan.ep,
-              "mbs": plan.mbs, "gbs": plan.gbs}
+def _matches(r: Mapping[str, Any], stack_id: str, model: Model, device: str, plan: Plan,
+             layout: Mapping[str, Any]) -> bool:
+    """Whether config entry `r` is the run of this stack, model, GPU, format and `layout` (`_layout`)."""
     return (r["stack"] == stack_id and r["gpu"] == device and plan.precision in r["precision"]
             and all(MODEL_KEYS[k](model) == v for k, v in r["model"].items())
-            and all(layout[k] == r["layout"][k] for k in LAYOUT_KEYS)
-            and r["layout"][SHARDED] == (plan.zero_stage == 3))
+            and all(layout[k] == r["layout"][k] for k in (*LAYOUT_KEYS, SHARDED)))
+
+
+def _layout(plan: Plan, num_gpus: int) -> dict[str, Any]:
+    """A case's layout in a config's terms (LAYOUT_KEYS and SHARDED)."""
+    return {"num_gpus": num_gpus, "tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "cp": plan.cp, "ep": plan.ep,
+            "mbs": plan.mbs, "gbs": plan.gbs, SHARDED: plan.zero_stage == 3}
 
 
 def _named(entries: list) -> str:
@@ -159,7 +164,8 @@ def config_knobs(stack_id: str, model: Model, device: str, plan: Plan, num_gpus:
     model, GPU (`device`: the catalog device name), format and layout `plan` equals: a unit every matching config
     sets, to the same values, is taken; one they differ on — or that some leave to code not read, as an overlapped
     exchange whose dispatcher is left to it — is not."""
-    found = [r for r in perf_configs() if _matches(r, stack_id, model, device, plan, num_gpus)]
+    layout = _layout(plan, num_gpus)
+    found = [r for r in perf_configs() if _matches(r, stack_id, model, device, plan, layout)]
     values: dict[str, Any] = {}
     left: dict[str, str] = {}
     for unit in UNITS:

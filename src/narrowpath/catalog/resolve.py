@@ -280,7 +280,7 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
         implied += (("precision", f"{half} — {system.device.name} has no BF16 tensor cores (not stated)"),)
     plan, unpublished, chosen = plan_with_stack_defaults(plan_data, allow_null=allow_null)
     if corpus == "training":  # a validation case: its stack's published config for its layout fills unstated knobs
-        stack = store.stack_for(plan.framework) if plan.framework else None
+        stack = store.stack_for(plan.framework)
         plan, unpublished, chosen = with_perf_config(plan, plan_data, unpublished, chosen, stack and stack["id"],
                                                      model, system.device.name, num_gpus or plan.num_gpus)
     if not system.device.fused_attention and plan.attention in ("flash", "flash2") and "attention" not in plan_data:

@@ -206,9 +206,9 @@ def stack_matches(entry: dict[str, Any], framework: str) -> bool:
     return v is not None and (low is None or v >= _version(str(low))) and (high is None or v < _version(str(high)))
 
 
-def stack_for(framework: str) -> dict[str, Any] | None:
+def stack_for(framework: str | None) -> dict[str, Any] | None:
     """The software-stack entry whose `match` words occur in `framework` (free text), first match wins; None when
-    the text names no known stack (the tool's own defaults apply)."""
+    the text names no known stack, or is None or empty (the tool's own defaults apply)."""
     for entry in entries("stacks").values():
         if stack_matches(entry, framework):
             return entry
@@ -239,7 +239,7 @@ def stack_mtp_layout(framework: str) -> str | None:
     """Id of the software stack `framework` names when that stack lays out the pipeline chunks of a
     multi-token-prediction model itself (stacks.yaml `mtp_layout: front_filled`: Megatron-Bridge's DeepSeek-V3
     layouts, workload.split.mtp_front_filled), else None."""
-    stack = stack_for(framework) if framework else None
+    stack = stack_for(framework)
     return stack["id"] if stack and stack.get("mtp_layout") == "front_filled" else None
 
 
@@ -248,7 +248,7 @@ def stack_cpu_offload(framework: str | None) -> str | None:
     """How the software stack `framework` names offloads activations to host memory (stacks.yaml `cpu_offload`:
     `megatron-core`, Megatron-Core's CPU offloading with its limits, schedule.choose.activation_patches), or None
     where the catalog does not know."""
-    stack = stack_for(framework) if framework else None
+    stack = stack_for(framework)
     return stack.get("cpu_offload") if stack else None
 
 

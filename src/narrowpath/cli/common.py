@@ -275,7 +275,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         from narrowpath.catalog import store
         from narrowpath.catalog.perf_configs import off_its_layout
         precision = plan_kw.get("precision", plan0.precision)
-        defaults = store.stack_defaults(store.stack_for(plan0.framework) if plan0.framework else None, precision)
+        defaults = store.stack_defaults(store.stack_for(plan0.framework), precision)
         reset, reopen, chosen = off_its_layout(chosen, defaults)
         plan_kw = {**reset, **plan_kw}
     plan = dataclasses.replace(plan0, **plan_kw)

@@ -12,6 +12,7 @@ from typing import Callable
 
 from narrowpath.catalog import store
 from narrowpath.errors import SpecError
+from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.split import plan_layer_ranges
 
@@ -28,8 +29,14 @@ def activation_strategies(scn: Scenario) -> tuple:
     full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
     --recompute-method block), or the saved activations of that share of layers offloaded to host memory
     (Megatron-Core / TE CPU offloading, as far as the stack allows it). Each is a patch of plan knobs."""
-    pipelined = scn.plan.pp > 1 if store.stack_cpu_offload(scn.plan.framework) == "megatron-core" else None
-    return activation_patches(_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs, pipelined)
+    return activation_patches(_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs,
+                              offload_pipelined(scn.plan, scn.plan.pp))
+
+
+def offload_pipelined(plan: Plan, pp: int) -> bool | None:
+    """`activation_patches`'s `pipelined` for `plan` run with `pp` stages: whether pp > 1 where the plan's stack
+    offloads as Megatron-Core does (stacks.yaml `cpu_offload`), else None (an engine the catalog does not know)."""
+    return pp > 1 if store.stack_cpu_offload(plan.framework) == "megatron-core" else None
 
 
 def activation_patches(layers_per_chunk: int, activation_cache: str = "default", cuda_graphs: bool = False,

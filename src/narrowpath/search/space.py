@@ -198,13 +198,6 @@ def module_sets(model: Model) -> tuple[dict, ...]:
     return module_patches(model) if model.moe is not None or model.mla is not None else ()
 
 
-def offload_pipelined(plan: Plan, pp: int) -> bool | None:
-    """`schedule.choose.activation_patches`'s `pipelined` for a plan of the search with `pp` stages: whether pp > 1
-    where the base plan's stack offloads as Megatron-Core does (stacks.yaml `cpu_offload`), else None."""
-    from narrowpath.catalog import store
-    return pp > 1 if store.stack_cpu_offload(plan.framework) == "megatron-core" else None
-
-
 def activation_strategies(space: SearchSpace, layers_per_chunk: int, pp: int = 1) -> tuple[Strategy, ...]:
     """(recompute, recompute_layers, offload_layers, recompute_modules) tried for pipeline chunks of
     `layers_per_chunk` layers: in the full extent the activation strategies of `schedule.choose.activation_patches`
@@ -216,7 +209,7 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int, pp: int = 1
     recomputes what a strategy listed before it already does is not tried (with DeepSeek-V3's FP8 cache, which
     recomputes the MoE activation anyway, (moe_act) is recompute none); other strategies that price the same count
     once in the ranking (search.table.twin_strategies)."""
-    from narrowpath.schedule.choose import activation_patches
+    from narrowpath.schedule.choose import activation_patches, offload_pipelined
     b, v = space.base, knob_values(space)
     mods = b.recompute_modules if b.recompute == "selective" else ()
     extra: list[Strategy] = []  # the module sets (full extent)
