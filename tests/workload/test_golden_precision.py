@@ -63,19 +63,28 @@ def test_fp8_linear_layer_by_hand():
     assert (bwd[0].hbm_bytes, bwd[0].kernels) == (180_000, 2)
 
 
-def test_mxfp8_linear_fused_into_the_norm_and_grouped_by_hand():
+def test_mxfp8_linear_fused_into_the_norm_and_grouped_split_by_split():
     """MXFP8, input quantized inside the norm (TE LayerNormLinear): 100·200·0.0625 = 1,250 B and no kernel of its
     own; operands 1.03125 B: 20,625 + 61,875 + 60,000 (BF16 out) = 142,500 B. A grouped GEMM of 4 experts with a
-    standalone quantize: one multi-tensor cast for all 4 experts (TE tex.fused_multi_quantize), 1 kernel; its
-    output-gradient quantize likewise, 30,000 · 4.0625 = 121,875 B in 1 kernel."""
+    standalone quantize: Transformer Engine's split_quantize casts each expert's rows on its own (cast.cpp,
+    multi_tensor_quantize_impl: a fused multi-tensor kernel for FP8 delayed scaling only), 4 kernels for the same
+    20,000 · 4.0625 = 81,250 B; its output-gradient quantize likewise, 30,000 · 4.0625 = 121,875 B in 4 kernels.
+    Per-tensor FP8 (amax + cast per expert): 8 each. NVFP4's split quantize is grouped: 2 whatever the experts."""
     plan = Plan(precision="mxfp8")
     quant, g = linear("l", plan, 100, 200, 300, fused_input=True)
     assert (quant.hbm_bytes, quant.kernels) == (1_250, 0)
     assert g.hbm_bytes == 142_500
     quant4, g4 = linear("e", plan, 100, 200, 300, groups=4)
-    assert quant4.kernels == 1
+    assert (quant4.hbm_bytes, quant4.kernels) == (81_250, 4)
     grad_q = backward_ops([g4], plan)[0]
-    assert (grad_q.hbm_bytes, grad_q.kernels) == (121_875, 1)
+    assert (grad_q.hbm_bytes, grad_q.kernels) == (121_875, 4)
+    assert linear("l", plan, 100, 200, 300)[0].kernels == 1  # one expert, one cast
+    fp8 = Plan(precision="fp8")
+    q8, g8 = linear("e", fp8, 100, 200, 300, groups=4)
+    assert (q8.kernels, backward_ops([g8], fp8)[0].kernels) == (8, 8)
+    nv = Plan(precision="nvfp4")
+    q4, g4n = linear("e", nv, 100, 200, 300, groups=4)
+    assert (q4.kernels, backward_ops([g4n], nv)[0].kernels) == (2, 2)
 
 
 def test_nvfp4_linear_keeps_a_half_byte_input_with_its_scales():

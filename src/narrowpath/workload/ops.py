@@ -54,6 +54,15 @@ def quantize_op(name: str, phase: str, elements: float, q: QuantizeCost, *, fuse
     return Op(name, "vector", phase, 0.0, elements * per, "bf16", launches, transpose_bytes=elements * tb)
 
 
+def grouped_quantize_kernels(q: QuantizeCost, groups: int) -> int:
+    """Launches quantizing the input (or output gradient) of a grouped GEMM of `groups` experts: Transformer Engine's
+    `split_quantize` (transformer_engine/pytorch/csrc/extensions/cast.cpp, multi_tensor_quantize_impl) runs one
+    fused multi-tensor cast only for FP8 delayed scaling and otherwise quantizes the splits individually — each
+    expert's rows its own amax and cast for per-tensor current scaling, its own cast for MXFP8; NVFP4's split
+    quantize is grouped (one amax and one cast kernel over all splits, split_quantize_nvfp4_impl)."""
+    return q.kernels * (groups if q.per_split else 1)
+
+
 def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int = 1, fused_input: bool = False,
            saved_rows: float | None = None, gathered_in: int = 1, scattered_out: int = 1) -> list[Op]:
     """A linear layer's forward on one rank: [quantize the input →] GEMM [m×k]·[k×n] in the plan's format.
@@ -61,7 +70,9 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     Low-precision recipes (workload.precision) first quantize the BF16 input — in the norm kernel when it is
     fused (`fused_input`, TE LayerNormLinear) — then read the quantized operands; the output is BF16. The layer
     keeps its (quantized) input for the weight gradient: `saved_rows` of it (the sequence-parallel shard when the
-    GEMM reads an all-gathered input, which backward re-gathers; default m).
+    GEMM reads an all-gathered input, which backward re-gathers; default m). A grouped GEMM's input and output
+    gradient are quantized expert by expert (`grouped_quantize_kernels`): the bytes of one cast, the launches of
+    `groups`.
 
     An input all-gathered over `gathered_in` sequence-parallel ranks is quantized on the local m/gathered_in rows
     before the gather, and an output reduce-scattered over `scattered_out` ranks gets its gradient back by a
@@ -71,8 +82,8 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     q = quantize_cost(plan.precision)
     ops: list[Op] = []
     if q is not None:
-        # TE quantizes a grouped layer's inputs in one multi-tensor kernel (tex.fused_multi_quantize)
         ops.append(quantize_op(f"{name}.quantize", "fwd", m / gathered_in * k, q, fused=fused_input,
+                               kernels=None if fused_input else grouped_quantize_kernels(q, groups),
                                gathered=m * k if gathered_in > 1 else 0.0))
     rows = m if saved_rows is None else saved_rows
     low = q is not None
@@ -91,7 +102,8 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         out = []
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
-            out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q, gathered=op.grad_gathered))
+            out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q,
+                                   kernels=grouped_quantize_kernels(q, op.groups), gathered=op.grad_gathered))
         # dgrad multiplies the output gradient's m rows by the weights, as the forward; wgrad reduces over the m
         # rows into a k×n output that fills the GPU however few the rows are (no rows: the size ramp)
         out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,

@@ -91,6 +91,9 @@ class QuantizeCost:
     output, which the fused form no longer writes."""
     kernels: int
     """Kernel launches of the standalone form (amax + cast for per-tensor scaling)."""
+    per_split: bool = True
+    """A grouped GEMM's operands are quantized split by split (one launch set per expert) rather than by one grouped
+    kernel (workload.ops.grouped_quantize_kernels)."""
     transpose_bytes: float = 0.0
     """Of those bytes, the column-wise copy of a per-tensor-scaled format: the same values transposed, which a
     device whose FP8 GEMMs take any layout does not need (Device.fp8_any_layout). A block-scaled format's
@@ -114,4 +117,5 @@ def quantize_cost(fmt: str) -> QuantizeCost | None:
                             transpose_bytes=VALUE_BYTES[fmt])
     if fmt == "mxfp8":
         return QuantizeCost(standalone_bytes=bf16 + copies, fused_bytes=copies - bf16, kernels=1)
-    return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=copies, kernels=2)  # nvfp4: amax pass
+    return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=copies, kernels=2,  # nvfp4: amax pass
+                        per_split=False)
