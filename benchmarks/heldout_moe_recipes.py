@@ -1,11 +1,12 @@
 """Held out: Megatron-LM's own MoE training recipes (github NVIDIA/Megatron-LM examples/moe_recipes, 2026) — nothing
 fitted to them, no corpus case from them.
 
-Nine recipes of Qwen3-30B-A3B and Qwen3-235B-A22B on GB200 / GB300 NVL72 and H100, each a YAML of Megatron-LM
-arguments, with the throughput pull request #5728 measured for it ("docs: refresh Qwen3 MoE recipe performance",
-median model TFLOP/s per GPU over steady-state iterations 30-45) and the figure it replaced (`earlier_model_tflops_
-per_gpu`). benchmarks/data/heldout-moe-recipes.yaml holds them as training cases; each one's `assumed` says how an
-argument became a plan knob. The step time is the recipe's tokens times Megatron-LM's own FLOPs per token over the
+Eleven recipes of Qwen3-30B-A3B and Qwen3-235B-A22B on GB200 / GB300 NVL72, B300, B200 and H100, each a YAML of
+Megatron-LM arguments: nine with the throughput pull request #5728 measured for them ("docs: refresh Qwen3 MoE recipe
+performance", median model TFLOP/s per GPU over steady-state iterations 30-45) and the figure each replaced
+(`earlier_model_tflops_per_gpu`), two (Qwen3-235B on B300 and B200) with the figure pull request #5289 gives.
+benchmarks/data/heldout-moe-recipes.yaml holds them as training cases; each one's `assumed` says how an argument
+became a plan knob. The step time is the recipe's tokens times Megatron-LM's own FLOPs per token over the
 measured rate: `megatron_lm_flop_per_token` (megatron/training/training.py `transformer_flops`: causal attention,
 the padded vocabulary), which this script recomputes for every case.
 
@@ -13,7 +14,7 @@ Beside each case's error, the script compares the recipes that differ in one res
 times (which cancel the FLOP convention): full against partial CUDA graphs (`full_iteration` with the paged stash
 and the fused grouped MLP, against attention, router and dispatcher preprocessing captured), MXFP8 with partial
 graphs against eager BF16, blockwise FP8 against BF16 on H100, GB300 against GB200. The two measurements of each
-recipe give the spread a model cannot beat (up to 42 % apart on the H100 Qwen3-235B recipe).
+recipe give the spread a model cannot beat (up to 41 % apart on the H100 Qwen3-235B recipe).
 
     python benchmarks/heldout_moe_recipes.py [--json]
 """
@@ -82,7 +83,8 @@ def run(path: Path = DATA) -> dict:
         m = c["measured"]
         rows[r.id] = {"case": r.id, "predicted_s": r.predicted_step_time_s, "measured_s": r.measured_step_time_s,
                       "error": r.error, "failure": r.failure,
-                      "earlier_s": step_time_s(c, m["earlier_model_tflops_per_gpu"]),
+                      "earlier_s": (step_time_s(c, m["earlier_model_tflops_per_gpu"])
+                                    if "earlier_model_tflops_per_gpu" in m else None),
                       "derived_s": step_time_s(c, m["model_tflops_per_gpu"])}
     pairs = []
     for what, fast, slow in PAIRS:
@@ -111,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["failure"]:
             print(f"{r['case']:44s} not priced: {r['failure']}")
             continue
-        print(f"{r['case']:44s} {r['predicted_s']:8.2f}s {r['measured_s']:8.2f}s {r['error'] * 100:+6.1f}% "
-              f"{r['earlier_s']:8.2f}s")
+        earlier = f"{r['earlier_s']:8.2f}s" if r["earlier_s"] else "        —"
+        print(f"{r['case']:44s} {r['predicted_s']:8.2f}s {r['measured_s']:8.2f}s {r['error'] * 100:+6.1f}% {earlier}")
     print(f"mean |error| {out['mean_abs_error'] * 100:.1f} %, worst {out['max_abs_error'] * 100:.1f} %")
     print(f"\n{'slower / faster step time':62s} {'predicted':>9s} {'measured':>9s} {'earlier':>8s}")
     for p in out["pairs"]:
