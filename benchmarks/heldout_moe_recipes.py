@@ -44,8 +44,9 @@ PAIRS = (
     ("GB300 against GB200, Qwen3-235B full graphs", "mlm-qwen3-235b-gb300-mxfp8-ep64-full-cg",
      "mlm-qwen3-235b-gb200-mxfp8-ep64-full-cg"),
 )
-"""(what, faster recipe, slower recipe): each pair differs in what its name says (and, for the graph pairs, in the
-fused grouped MLP that comes with the paged stash)."""
+"""(what, variant, baseline): each pair differs in what its name says (and, for the graph pairs, in the fused grouped
+MLP that comes with the paged stash); its ratio is the baseline's step time over the variant's — above 1 where the
+variant is faster."""
 
 
 def megatron_lm_flop_per_token(model: dict) -> float:
@@ -53,6 +54,8 @@ def megatron_lm_flop_per_token(model: dict) -> float:
     branch, every layer an MoE layer, no shared expert, no MTP): 3 (forward, dgrad, wgrad) × 2 (multiply-add) ×
     [layers × (h·(q + 2·kv) for QKV + q·s/2·2 for the causal half of QKᵀ and PV + q·h for the output projection
     + h·f·k·3 for the k routed SwiGLU experts) + h·V for the logits], q = heads·head_dim, kv = kv_heads·head_dim."""
+    if model.get("shared_experts") or model.get("mtp_layers") or model.get("dense_layers"):
+        raise ValueError("megatron_lm_flop_per_token: routed-expert layers only (no shared expert, dense layer or MTP)")
     h, s = model["hidden"], model["seq_len"]
     q, kv = model["heads"] * model["head_dim"], model["kv_heads"] * model["head_dim"]
     attention = h * (q + 2 * kv) + q * s / 2 * 2 + q * h
@@ -69,35 +72,45 @@ def step_time_s(case: dict, tflops_per_gpu: float) -> float:
 
 
 def load(path: Path = DATA) -> list[dict]:
+    """The held-out cases as written (their `measured` throughput included)."""
     return yaml.safe_load(path.read_text())["cases"]
 
 
-def run(path: Path = DATA) -> dict:
-    """Every case priced (`validate` on the file) beside its two measurements, and the pairs' ratios."""
+def priced(path: Path = DATA) -> dict[str, dict]:
+    """Every case priced (`validate` on the file) beside its measurement and, where #5728 gives it, the earlier one."""
     from narrowpath.validate.run import run_validation
     cases = {c["id"]: c for c in load(path)}
-    report = run_validation(path)
     rows = {}
-    for r in report.cases:
-        c = cases[r.id]
-        m = c["measured"]
+    for r in run_validation(path).cases:
+        m = cases[r.id]["measured"]
+        earlier = m.get("earlier_model_tflops_per_gpu")
         rows[r.id] = {"case": r.id, "predicted_s": r.predicted_step_time_s, "measured_s": r.measured_step_time_s,
                       "error": r.error, "failure": r.failure,
-                      "earlier_s": (step_time_s(c, m["earlier_model_tflops_per_gpu"])
-                                    if "earlier_model_tflops_per_gpu" in m else None),
-                      "derived_s": step_time_s(c, m["model_tflops_per_gpu"])}
-    pairs = []
-    for what, fast, slow in PAIRS:
-        a, b = rows[fast], rows[slow]
+                      "earlier_s": step_time_s(cases[r.id], earlier) if earlier else None}
+    return rows
+
+
+def pair_ratios(rows: dict[str, dict]) -> list[dict]:
+    """Baseline over variant step time of each pair (PAIRS), predicted, measured and (where both have one) earlier."""
+    out = []
+    for what, variant, baseline in PAIRS:
+        a, b = rows[variant], rows[baseline]
         if a["failure"] or b["failure"]:
             continue
-        pairs.append({"pair": what, "faster": fast, "slower": slow,
-                      "predicted": b["predicted_s"] / a["predicted_s"], "measured": b["measured_s"] / a["measured_s"],
-                      "earlier": b["earlier_s"] / a["earlier_s"]})
-    priced = [r for r in rows.values() if r["failure"] is None]
-    return {"cases": list(rows.values()), "pairs": pairs,
-            "mean_abs_error": sum(abs(r["error"]) for r in priced) / len(priced),
-            "max_abs_error": max(abs(r["error"]) for r in priced)}
+        earlier = b["earlier_s"] / a["earlier_s"] if a["earlier_s"] and b["earlier_s"] else None
+        out.append({"pair": what, "variant": variant, "baseline": baseline,
+                    "predicted": b["predicted_s"] / a["predicted_s"], "measured": b["measured_s"] / a["measured_s"],
+                    "earlier": earlier})
+    return out
+
+
+def run(path: Path = DATA) -> dict:
+    """The cases, the pairs and the mean and worst |error| of the priced cases."""
+    rows = priced(path)
+    ok = [r for r in rows.values() if r["failure"] is None]
+    return {"cases": list(rows.values()), "pairs": pair_ratios(rows),
+            "mean_abs_error": sum(abs(r["error"]) for r in ok) / len(ok),
+            "max_abs_error": max(abs(r["error"]) for r in ok)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         earlier = f"{r['earlier_s']:8.2f}s" if r["earlier_s"] else "        —"
         print(f"{r['case']:44s} {r['predicted_s']:8.2f}s {r['measured_s']:8.2f}s {r['error'] * 100:+6.1f}% {earlier}")
     print(f"mean |error| {out['mean_abs_error'] * 100:.1f} %, worst {out['max_abs_error'] * 100:.1f} %")
-    print(f"\n{'slower / faster step time':62s} {'predicted':>9s} {'measured':>9s} {'earlier':>8s}")
+    print(f"\n{'baseline / variant step time':62s} {'predicted':>9s} {'measured':>9s} {'earlier':>8s}")
     for p in out["pairs"]:
-        print(f"{p['pair']:62s} {p['predicted']:9.3f} {p['measured']:9.3f} {p['earlier']:8.3f}")
+        earlier = f"{p['earlier']:8.3f}" if p["earlier"] else "       —"
+        print(f"{p['pair']:62s} {p['predicted']:9.3f} {p['measured']:9.3f} {earlier}")
     return 0
 
 

@@ -14,7 +14,7 @@ from narrowpath.catalog import load_scenario
 from narrowpath.cli.main import main
 from narrowpath.schedule.step import predict
 from tests.cli.one_line import one_line_error
-from tests.schedule.test_host_knobs import _phase_sums, _qwen3_30b, _tiny
+from tests.schedule.test_host_knobs import SYNC_FREE_LAUNCHES_SAVED, _phase_sums, _qwen3_30b, _tiny
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,9 @@ def test_the_remedies_for_the_host_are_tried(moe):
     w = {x.change: x for x in moe.verdict.what_ifs}
     free = w["moe_sync_free"]
     assert free.kind == "software" and free.targets == ("host_wait",) and free.status == "faster"
-    assert free.gain_s == pytest.approx(pred.host_wait_s, rel=1e-9)  # every wait here is a sync
+    # every wait here is a sync; the sync-free path also casts each grouped tensor at once (test_host_knobs)
+    launches = 64 * 48 * SYNC_FREE_LAUNCHES_SAVED * pred.calibration.kernel_overhead_s
+    assert free.gain_s == pytest.approx(pred.host_wait_s + launches, rel=1e-9)
     assert "cuda_graphs" not in w  # every wait is a sync: the host issues faster than the GPU runs, nothing to hide
     assert "host_wait" in w["raise_mbs"].targets
 

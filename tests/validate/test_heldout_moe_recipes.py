@@ -1,9 +1,10 @@
 """Megatron-LM's own MoE recipes (benchmarks/heldout_moe_recipes.py, benchmarks/data/heldout-moe-recipes.yaml; no
 corpus case comes from them, nothing is fitted to them): Qwen3-30B-A3B and Qwen3-235B-A22B on GB200, GB300, B300,
-B200 and H100 at the throughput NVIDIA/Megatron-LM pull requests #5728 and #5289 give. Forty-fourth session: 12.0 %
+B200 and H100 at the throughput NVIDIA/Megatron-LM pull requests #5728 and #5289 give. Forty-fourth session: 12.2 %
 mean over the eleven, worst −27.1 % (the Qwen3-30B GB200 recipe with partial CUDA graphs); the recipes that differ in
-one respect are priced within 14 % of their measured ratio. The bounds hold that, and the step times hold the
-transcription."""
+one respect are priced within 15 % of their measured ratio, on the measured side of 1 where both measurements agree —
+except MXFP8 against BF16 on the small Qwen3-30B, which the model prices 5 % faster and both measurements 3–5 %
+slower (docs/model.md). The bounds hold that, and the step times hold the transcription."""
 from __future__ import annotations
 
 import pytest
@@ -54,3 +55,20 @@ def test_the_variants_ratios_within_bounds(result):
     for p in pairs.values():
         assert abs(p["predicted"] / p["measured"] - 1.0) <= 0.15, p
     assert all(p["predicted"] > 1.0 for what, p in pairs.items() if what.startswith("full against partial"))
+
+
+KNOWN_MISS = {"MXFP8 (partial graphs) against eager BF16, Qwen3-30B GB200"}
+"""The pair whose direction the model gets wrong (docs/model.md, the held-out recipes)."""
+
+
+def test_the_variants_direction_where_both_measurements_agree(result):
+    """Where NVIDIA's two measurements put a variant on the same side of its baseline, so does the model: full graphs
+    faster than partial ones on both models, GB300 faster than GB200 (the FP8-against-BF16 pair on H100 is measured
+    on both sides of 1 and is left out)."""
+    checked = 0
+    for p in result["pairs"]:
+        if p["earlier"] is None or p["pair"] in KNOWN_MISS or (p["measured"] - 1.0) * (p["earlier"] - 1.0) <= 0:
+            continue
+        assert (p["predicted"] - 1.0) * (p["measured"] - 1.0) > 0, p
+        checked += 1
+    assert checked == 3

@@ -13,6 +13,7 @@ from narrowpath.spec import Plan
 from narrowpath.spec.model import MoE
 from narrowpath.workload.moe import (expert_params, expert_rows, local_tokens, moe_block_ops, moe_layer_params,
                                      moe_transfers, routing_imbalance)
+from narrowpath.workload.ops import backward_ops
 
 MIXTRAL = model("mixtral-8x7b")
 
@@ -126,3 +127,30 @@ def test_the_combine_follows_the_megatron_core_version_of_the_stack(framework, p
     if framework.startswith(("NeMo 25.02", "NeMo 25.04")):
         assert (plan.zero_stage, plan.fp8_params) == (1, True)
         assert "nemo-2-mcore-0.12 stack" in dict(chosen)["zero_stage"]
+
+
+@pytest.mark.parametrize("fmt, per_expert", [("fp8", 2), ("mxfp8", 1), ("nvfp4", None)])
+def test_a_moe_layers_expert_casts_are_one_launch_set_per_local_expert(fmt, per_expert):
+    """DeepSeek-V3 on dp = ep = 64 holds 4 experts a rank: Transformer Engine's split_quantize casts each expert's
+    rows on its own (amax + cast in fp8, a cast in mxfp8): the experts' input and output-gradient casts launch
+    4 × 2 = 8 and 4 × 1 = 4 kernels, moving the bytes of one cast of all the rows; nvfp4's split quantize is
+    grouped (2 launches). The shared expert, one GEMM a matrix, keeps one launch set (none where a norm fuses it);
+    and a sync-free expert path (plan.moe_sync_free: no split sizes on the host) quantizes the grouped tensor at
+    once — 2 / 1 / 2 launches, the same bytes."""
+    m = model("deepseek-v3")
+    plan = P(dp=64, ep=64, moe_routing="token-drop", precision=fmt)
+    names = ("expert_up.quantize", "expert_down.quantize")
+    ops = {op.name: op for op in moe_block_ops(m, plan)}
+    one = {"fp8": 2, "mxfp8": 1, "nvfp4": 2}[fmt]
+    want = 4 * per_expert if per_expert else one
+    assert [ops[n].kernels for n in names] == [want, want]
+    grads = {op.name: op for op in backward_ops(list(ops.values()), plan)}
+    assert grads["expert_up.grad_quantize"].kernels == grads["expert_down.grad_quantize"].kernels == want
+    sync_free = {op.name: op for op in moe_block_ops(m, dataclasses.replace(plan, moe_sync_free=True))}
+    assert [sync_free[n].kernels for n in names] == [one, one]
+    assert [sync_free[n].hbm_bytes for n in names] == [ops[n].hbm_bytes for n in names]
+    free_plan = dataclasses.replace(plan, moe_sync_free=True)
+    grads_free = {op.name: op for op in backward_ops(list(sync_free.values()), free_plan)}
+    assert grads_free["expert_up.grad_quantize"].kernels == one
+    shared = {op.name: op for op in moe_block_ops(m, plan) if op.name.startswith("shared")}
+    assert shared["shared_up.quantize"].kernels in (0, one)

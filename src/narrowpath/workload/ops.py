@@ -54,13 +54,15 @@ def quantize_op(name: str, phase: str, elements: float, q: QuantizeCost, *, fuse
     return Op(name, "vector", phase, 0.0, elements * per, "bf16", launches, transpose_bytes=elements * tb)
 
 
-def grouped_quantize_kernels(q: QuantizeCost, groups: int) -> int:
+def grouped_quantize_kernels(q: QuantizeCost, groups: int, sync_free: bool = False) -> int:
     """Launches quantizing the input (or output gradient) of a grouped GEMM of `groups` experts: Transformer Engine's
     `split_quantize` (transformer_engine/pytorch/csrc/extensions/cast.cpp, multi_tensor_quantize_impl) runs one
     fused multi-tensor cast only for FP8 delayed scaling and otherwise quantizes the splits individually — each
     expert's rows its own amax and cast for per-tensor current scaling, its own cast for MXFP8; NVFP4's split
-    quantize is grouped (one amax and one cast kernel over all splits, split_quantize_nvfp4_impl)."""
-    return q.kernels * (groups if q.per_split else 1)
+    quantize is grouped (one amax and one cast kernel over all splits, split_quantize_nvfp4_impl). A sync-free
+    expert path (`sync_free`: plan.moe_sync_free) has no split sizes on the host to loop over: it quantizes the
+    grouped tensor in one launch set (cast.cpp `group_quantize`, "cuda graph safe with shapes stored in device")."""
+    return q.kernels * (groups if q.per_split and not sync_free else 1)
 
 
 def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int = 1, fused_input: bool = False,
@@ -83,7 +85,8 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
     ops: list[Op] = []
     if q is not None:
         ops.append(quantize_op(f"{name}.quantize", "fwd", m / gathered_in * k, q, fused=fused_input,
-                               kernels=None if fused_input else grouped_quantize_kernels(q, groups),
+                               kernels=None if fused_input else grouped_quantize_kernels(q, groups,
+                                                                                         plan.moe_sync_free),
                                gathered=m * k if gathered_in > 1 else 0.0))
     rows = m if saved_rows is None else saved_rows
     low = q is not None
@@ -103,7 +106,8 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
             out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q,
-                                   kernels=grouped_quantize_kernels(q, op.groups), gathered=op.grad_gathered))
+                                   kernels=grouped_quantize_kernels(q, op.groups, plan.moe_sync_free),
+                                   gathered=op.grad_gathered))
         # dgrad multiplies the output gradient's m rows by the weights, as the forward; wgrad reduces over the m
         # rows into a k×n output that fills the GPU however few the rows are (no rows: the size ramp)
         out.append(Op(op.name + ".dgrad", "matrix", "bwd", op.flop, op.hbm_bytes, op.dtype, op.kernels,
