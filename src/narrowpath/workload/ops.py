@@ -54,7 +54,7 @@ def quantize_op(name: str, phase: str, elements: float, q: QuantizeCost, *, fuse
     return Op(name, "vector", phase, 0.0, elements * per, "bf16", launches, transpose_bytes=elements * tb)
 
 
-def grouped_quantize_kernels(q: QuantizeCost, groups: int, sync_free: bool = False) -> int:
+def grouped_quantize_kernels(q: QuantizeCost, groups: int, sync_free: bool) -> int:
     """Launches quantizing the input (or output gradient) of a grouped GEMM of `groups` experts: Transformer Engine's
     `split_quantize` (transformer_engine/pytorch/csrc/extensions/cast.cpp, multi_tensor_quantize_impl) runs one
     fused multi-tensor cast only for FP8 delayed scaling and otherwise quantizes the splits individually — each
