@@ -76,12 +76,11 @@ def load(path: Path = DATA) -> list[dict]:
     return yaml.safe_load(path.read_text())["cases"]
 
 
-def priced(path: Path = DATA) -> dict[str, dict]:
-    """Every case priced (`validate` on the file) beside its measurement and, where #5728 gives it, the earlier one."""
-    from narrowpath.validate.run import run_validation
-    cases = {c["id"]: c for c in load(path)}
+def priced(report, cases: dict[str, dict]) -> dict[str, dict]:
+    """Every case of `report` (`validate` on the file) beside its measurement and, where #5728 gives it, the earlier
+    one (`cases`: the file's cases by id)."""
     rows = {}
-    for r in run_validation(path).cases:
+    for r in report.cases:
         m = cases[r.id]["measured"]
         earlier = m.get("earlier_model_tflops_per_gpu")
         rows[r.id] = {"case": r.id, "predicted_s": r.predicted_step_time_s, "measured_s": r.measured_step_time_s,
@@ -105,12 +104,12 @@ def pair_ratios(rows: dict[str, dict]) -> list[dict]:
 
 
 def run(path: Path = DATA) -> dict:
-    """The cases, the pairs and the mean and worst |error| of the priced cases."""
-    rows = priced(path)
-    ok = [r for r in rows.values() if r["failure"] is None]
-    return {"cases": list(rows.values()), "pairs": pair_ratios(rows),
-            "mean_abs_error": sum(abs(r["error"]) for r in ok) / len(ok),
-            "max_abs_error": max(abs(r["error"]) for r in ok)}
+    """The cases, the pairs and the mean and worst |error| of the priced cases (the validation report's)."""
+    from narrowpath.validate.run import run_validation
+    report = run_validation(path)
+    rows = priced(report, {c["id"]: c for c in load(path)})
+    return {"cases": list(rows.values()), "pairs": pair_ratios(rows), "mean_abs_error": report.mean_abs_error,
+            "max_abs_error": report.max_abs_error}
 
 
 def main(argv: list[str] | None = None) -> int:
