@@ -206,3 +206,43 @@ def test_collective_time_picks_the_fastest_and_checks_its_input():
         kw = dict(op="all_reduce", message_bytes=S, algorithm="auto") | bad
         with pytest.raises(SpecError):
             collective_time(kw["op"], kw["message_bytes"], span, _system(), CAL, kw["algorithm"])
+
+
+def _mesh_system(domain: int = 8, gpus: int = 8) -> System:
+    dev = Device(name="d", peak_matrix_flop_per_s={"bf16": 1e15}, peak_vector_flop_per_s={},
+                 levels=(Level(name="hbm", capacity_bytes=8e10, bw_bytes_per_s=2e12),))
+    return System(name="m", device=dev, gpus_per_node=gpus, tiers=(
+        Tier(name="scale_up", bw_bytes_per_s_per_gpu=448e9, domain_size=domain, latency_s=0.5e-6,
+             topology="full_mesh"),
+        Tier(name="scale_out", bw_bytes_per_s_per_gpu=50e9, latency_s=2e-6)))
+
+
+def test_a_full_mesh_subgroup_reaches_its_peers_over_one_link_each():
+    """A full mesh of 8 GPUs without a switch (MI300X's Infinity Fabric: 448 GB/s per GPU over 7 links, 64 GB/s
+    each): attained up_bw 448 × 0.8 = 358.4 GB/s, one pair link 358.4/7 = 51.2 GB/s. A ring of all 8 drives every
+    link, 358.4 GB/s; a ring of 2 GPUs has one link between them, 51.2 GB/s; of 4, 3 links, 153.6 GB/s — 1 GiB
+    all-reduced by 2 GPUs takes 2·(1/2)·2^30 / 51.2e9 s (+ latency), 7× the whole-mesh rate's time. A group spread
+    over 2 mesh domains with 4 members in each keeps 3 links inside each for its NVLink-style leg."""
+    sysm = _mesh_system()
+    whole = path_model(span_of(8, ranks_per_domain=8, domains=1), sysm, CAL)
+    pair = path_model(span_of(2, ranks_per_domain=2, domains=1), sysm, CAL)
+    four = path_model(span_of(4, ranks_per_domain=4, domains=1), sysm, CAL)
+    assert whole.up_bw == pytest.approx(358.4e9) and whole.ring_busbw == pytest.approx(358.4e9)
+    assert (pair.up_bw, four.up_bw) == (pytest.approx(51.2e9), pytest.approx(153.6e9))
+    assert pair.pair_bw == four.pair_bw == pytest.approx(51.2e9)
+    t2 = ring("all_reduce", 2**30, pair)
+    assert t2.time_s - t2.latency_s == pytest.approx(2 * 0.5 * 2**30 / 51.2e9, rel=1e-9)
+    spread = path_model(span_of(8, ranks_per_domain=4, domains=2), _mesh_system(domain=8, gpus=8), CAL)
+    assert spread.up_bw == pytest.approx(153.6e9)
+    # behind a switch (NVSwitch) a pair of GPUs still drives the whole per-GPU rate
+    assert path_model(span_of(2, ranks_per_domain=2, domains=1), _system(), CAL).up_bw == pytest.approx(360e9)
+
+
+def test_an_nvls_figure_measured_on_8_gpus_gives_the_same_switch_rate_in_a_72_gpu_domain():
+    """The profiles' NVLS busbw is nccl-tests' on one 8-GPU board: 420 GB/s busbw is the algbw 420·8/(2·7) = 240 GB/s
+    a GPU sees from the switch. An NVL72 domain carrying the same figure keeps that algbw (converting with its 72
+    GPUs, 420·72/142 = 213 GB/s, would make the same NVLink 11 % slower in the larger rack)."""
+    nvl = dataclasses.replace(_system(), tiers=(dataclasses.replace(_system().tiers[0], domain_size=72),
+                                                _system().tiers[1]))
+    assert path_model(span_of(8, ranks_per_domain=8, domains=1), nvl, CAL).nvls_algbw == pytest.approx(240e9)
+    assert path_model(span_of(8, ranks_per_domain=8, domains=1), _system(), CAL).nvls_algbw == pytest.approx(240e9)

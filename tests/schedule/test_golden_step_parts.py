@@ -24,17 +24,24 @@ def _scn(mid="llama3-8b", sysm=H100, **kw) -> Scenario:
 
 
 def test_pipeline_neighbours_and_ends_by_stride():
-    """Placement tp, cp, dp, pp: with tp 2 and dp 2 the pipeline stride is 4 ranks, so neighbouring stages share an
-    8-GPU NVLink domain; the first and last of 4 stages are 4·3 = 12 ranks apart, which does not divide 8: they
-    talk across nodes. With tp 8 neighbours are 8 apart: different nodes."""
+    """Placement tp, cp, dp, pp: with tp 2 and dp 2 the pipeline stride is 4 ranks and a pipeline group spans
+    4·4 = 16 ranks, two 8-GPU nodes: stage 1 (ranks 4–7) sends to stage 2 (ranks 8–11) across them, and a synchronous
+    pipeline runs at its slowest boundary, so the pipeline traffic is priced over the NICs; so are the first and last
+    stages, 12 ranks apart. With tp 8 neighbours are 8 apart: different nodes. tp 4 × pp 3 (stride 4, 12 ranks):
+    stage 1 → 2 crosses (ranks 4–7 → 8–11). Placed tp, pp, dp instead, a pipeline group of tp 2 × pp 4 is 8
+    consecutive ranks, one node: every boundary and the end pair stay on NVLink."""
     s = _scn(tp=2, dp=2, pp=4, gbs=8)
     pp, ends = transfer_span(s, "pp"), transfer_span(s, "pp_ends")
-    assert (pp.size, pp.ranks_per_domain, pp.domains, pp.nodes) == (2, 2, 1, 1)
+    assert (pp.size, pp.ranks_per_domain, pp.domains, pp.nodes) == (2, 1, 2, 2)
     assert (ends.size, ends.ranks_per_domain, ends.domains, ends.nodes) == (2, 1, 2, 2)
     far = transfer_span(_scn(tp=8, pp=2, gbs=2), "pp")
     assert (far.domains, far.nodes, far.tiers) == (2, 2, ("scale_out",))
     ends3 = transfer_span(_scn(tp=4, dp=2, pp=3, gbs=6), "pp_ends")  # 8·2 = 16 apart: another node
-    assert (ends3.domains, transfer_span(_scn(tp=4, pp=3, gbs=3), "pp").domains) == (2, 1)
+    assert (ends3.domains, transfer_span(_scn(tp=4, pp=3, gbs=3), "pp").domains) == (2, 2)
+    inner = _scn(tp=2, dp=2, pp=4, gbs=8, placement=("tp", "pp", "cp", "ep", "dp"))
+    for axis in ("pp", "pp_ends"):
+        span = transfer_span(inner, axis)
+        assert (span.ranks_per_domain, span.domains, span.nodes, span.tiers) == (2, 1, 1, ("scale_up",))
 
 
 def test_pipeline_pairs_of_a_job_inside_one_domain_stay_on_it():

@@ -146,19 +146,28 @@ def test_unpublished_knobs_are_chosen_with_the_calibration_the_prediction_uses()
     assert same.plan.zero_stage == best
 
 
-def test_an_expert_exchange_that_never_leaves_its_node_hides_nothing_and_costs_nothing():
-    """DeepSeek-V3 with node-limited routing to one node (max_nodes 1), a deduplicating dispatch overlapped with the
-    partner pass (ep_overlap), ep 8, on a system of one GPU per node and per scale-up domain: every token's experts
-    sit on its own node, so the inter-node leg of the exchange moves 0 bytes and its pass-pair overlap has 0 to hide;
-    the prediction is a finite step time and that leg exposes nothing (no 0/0 in the share of the hidden time)."""
+def test_an_expert_exchange_that_never_leaves_its_node_hides_nothing_and_costs_nothing(monkeypatch):
+    """DeepSeek-V3, a deduplicating dispatch overlapped with the partner pass (ep_overlap), ep 8, on a system of one
+    GPU per node and per scale-up domain. With node-limited routing to one node (max_nodes 1) the router picks that
+    node by its experts' affinity, the token's own 1 time in 8: 7/8 of the tokens cross the fabric once, an
+    nccl-tests all-to-all of tok·(7/8)·h·A·8/7 = tok·h·A bytes per rank (remote_nodes_per_token). Should no token
+    leave its node (a routing that keeps every token home), the inter-node leg moves 0 bytes and its pass-pair
+    overlap has 0 to hide: the prediction is a finite step time and that leg exposes nothing (no 0/0 in the share
+    of the hidden time)."""
+    import narrowpath.workload.moe as moe_mod
     s = load_scenario("deepseek-v3-h800-2048")
     m = dataclasses.replace(s.model, moe=dataclasses.replace(s.model.moe, max_nodes=1))
     plan = dataclasses.replace(s.plan, tp=8, dp=s.plan.dp // 8, ep=8, ep_dispatch="dedup", ep_overlap=True, etp=1)
     sysm = s.system
     tiers = tuple(dataclasses.replace(t, domain_size=1) if t.name == "scale_up" else t for t in sysm.tiers)
     one = dataclasses.replace(sysm, tiers=tiers, gpus_per_node=1, name=sysm.name + "-1gpu")
-    p = predict(dataclasses.replace(s, model=m, plan=plan, system=one, open_knobs=()))
+    scn = dataclasses.replace(s, model=m, plan=plan, system=one, open_knobs=())
+    p = predict(scn)
+    inter = [t for t in p.transfers if t.axis == "ep_inter"]
+    tok = moe_mod.local_tokens(m, plan)  # the tokens a rank dispatches
+    assert inter and all(t.message_bytes == pytest.approx(tok * m.hidden * 2) for t in inter)
+    monkeypatch.setattr(moe_mod, "remote_nodes_per_token", lambda *a: 0.0)
+    p = predict(scn)
     assert 0 < p.step_time_s < float("inf")
     inter = [t for t in p.transfers if t.axis == "ep_inter"]
-    assert all(t.exposed_s == 0.0 for t in inter)
-
+    assert inter and all(t.exposed_s == 0.0 for t in inter)

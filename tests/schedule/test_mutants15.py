@@ -104,8 +104,9 @@ def test_the_path_model_memo_returns_the_stored_model(h100):
 
 
 def test_a_partial_last_domain_counts_as_a_domain(h100):
-    """12 ranks on 8-GPU nodes fill one NVLink domain and half of another: 2 domains and 2 nodes, whole numbers."""
+    """12 ranks on 8-GPU nodes fill one NVLink domain and half of another: 2 domains and 2 nodes, whole numbers, the
+    fewer members (4, in the half-filled one) bounding what crosses between them."""
     s, _ = h100
     span = contiguous_span(12, s)
-    assert (span.domains, span.nodes, span.ranks_per_domain) == (2, 2, 8)
+    assert (span.domains, span.nodes, span.ranks_per_domain) == (2, 2, 4)
     assert isinstance(span.domains, int) and isinstance(span.nodes, int)

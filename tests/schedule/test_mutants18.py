@@ -62,14 +62,15 @@ def test_an_interleaved_split_megatron_refuses_is_refused_when_played():
 def test_the_first_and_last_stage_of_three_sit_on_different_servers():
     """tp 4, pp 3 on DGX H100 (8 GPUs per NVLink domain and server), 12 GPUs: stage s holds ranks 4s..4s + 3, so
     stage 0 starts at rank 0 and stage 2 (the last) at rank 4·(3 − 1) = 8 — the second server. The tied-embedding
-    pair (pp_ends) is one rank in each of 2 domains, over the scale-out fabric only; neighbouring stages (4 apart,
-    4 dividing 8) share a domain."""
+    pair (pp_ends) is one rank in each of 2 domains, over the scale-out fabric only; so is the pipeline's slowest
+    neighbour pair (stage 1, ranks 4–7, sends to stage 2, ranks 8–11, on the other server), which sets the pace of
+    every boundary."""
     scn = _scn(Plan(tp=4, pp=3, gbs=3))
     ends = transfer_span(scn, "pp_ends")
     assert (ends.size, ends.ranks_per_domain, ends.domains, ends.nodes) == (2, 1, 2, 2)
     assert ends.tiers == ("scale_out",)
     near = transfer_span(scn, "pp")
-    assert (near.size, near.domains, near.tiers) == (2, 1, ("scale_up",))
+    assert (near.size, near.domains, near.tiers) == (2, 2, ("scale_out",))
 
 
 def test_the_pipeline_group_of_a_one_stage_plan_is_one_rank():

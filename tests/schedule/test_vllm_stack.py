@@ -94,3 +94,15 @@ def test_the_limit_notes_read_in_full():
     assert dict(scn.chosen)["max_batch"] == "1024 — vLLM's default for the offline LLM class on H100-SXM5-80GB"
     scn, _ = resolve_limits(_scn(dataclasses.replace(off, concurrency=4)))
     assert dict(scn.chosen)["max_num_tokens"] == "8192 — vLLM's default for its OpenAI server on H100-SXM5-80GB"
+
+
+def test_a_stage_boundary_is_as_slow_as_its_slowest_pair():
+    """128 GB200 GPUs (NVL72 racks of 72) serving with tp 16 per stage and pp 8: stage k holds ranks
+    16k … 16k + 15 and each sends to the rank 16 above. Stage 3 (ranks 48–63) sends to 64–79: ranks 56–63 reach
+    72–79 in the next rack, so the boundary crosses the fabric although its first pair (48 → 64) does not; stage 4
+    (64–79 → 80–95) too; stage 2 (32–47 → 48–63) stays in the rack."""
+    load = Load(arrival="offline", input_tokens=128, output_tokens=128, num_requests=8)
+    p = ServingPlan(tp=16, pp=8, framework="vLLM 0.11")
+    scn = ServingScenario(system=system("gb200-nvl72"), model=model("llama3-70b"), plan=p, load=load, num_gpus=128)
+    cost = ServingCost(resolve_limits(scn)[0], 8192)
+    assert [cost._boundary_span(k).domains for k in range(7)] == [1, 1, 1, 2, 2, 1, 1]

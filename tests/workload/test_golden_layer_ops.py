@@ -78,14 +78,27 @@ def test_context_parallel_queries_see_every_key():
 
 
 def test_sliding_window_flash_computes_the_band_only():
-    """A window layer (window 128, s 4096) computes the band of 128 keys behind each query plus one partial
-    128-tile: 256/4096 = 1/16 of the full score matrix, in both executed and model FLOPs:
-    2·8·4096·4096·256/16 = 4,294,967,296 (8 heads of 128, h 1024)."""
+    """A window layer (window 128, s 4096, 128-key tiles: n = 32) is still causal: query tile q touches key tiles
+    q − 1 and q once the window has filled (k = ⌈127/128⌉ + 1 = 2) and tile 0 alone at the start, so 1 + 2·31 = 63
+    of the 32² = 1,024 tiles: 2·8·4096·4096·256·63/1024 = 4,227,858,432 FLOPs (8 heads of 128, h 1024), executed
+    and model alike, and 8·4096·4096·63/1024 = 8,257,536 exponentials."""
     from narrowpath.spec.model import Model
     m = Model(layers=2, hidden=1024, heads=8, vocab=1000, seq_len=4096, sliding_window=128, sliding_window_every=2)
     (fa,) = attention_ops(m, Plan(), "flash", window=True)
-    assert fa.flop == fa.useful_flop == 4_294_967_296
-    assert fa.exps == 8 * 4096 * 4096 / 16 == 8_388_608  # one exponential per score it computes
+    assert fa.flop == fa.useful_flop == 4_227_858_432
+    assert fa.exps == 8_257_536  # one exponential per score it computes
+
+
+def test_a_wide_window_leaves_out_the_triangle_at_the_start_of_the_sequence():
+    """Window 4096 at s 8192 (Mistral 7B v0.1's window, Jiang et al. 2023): n = 64 tiles, k = ⌈4095/128⌉ + 1 = 33,
+    Σ_q min(q + 1, 33) = 33·64 − 33·32/2 = 1,584 of 4,096 tiles = 0.38672 of the score matrix — not the band's
+    4,224/8,192 = 0.5156, which is a full causal layer's share; a window as long as the sequence is causal
+    attention (0.5·(1 + 128/8192) = 0.50781)."""
+    from narrowpath.workload.attention import causal_tile_fraction, window_tile_fraction
+    assert window_tile_fraction(8192, 4096) == pytest.approx(1584 / 4096, rel=1e-12)
+    assert window_tile_fraction(8192, 8191) == causal_tile_fraction(8192) == pytest.approx(0.5078125)
+    fracs = [window_tile_fraction(8192, w) for w in (1, 64, 128, 1000, 4096, 8000, 8192)]
+    assert fracs == sorted(fracs) and fracs[-1] == causal_tile_fraction(8192)
 
 
 def test_the_flash_kernel_carries_its_head_width_into_backward_and_recompute():

@@ -154,3 +154,18 @@ def test_a_moe_layers_expert_casts_are_one_launch_set_per_local_expert(fmt, per_
     assert grads_free["expert_up.grad_quantize"].kernels == one
     shared = {op.name: op for op in moe_block_ops(m, plan) if op.name.startswith("shared")}
     assert shared["shared_up.quantize"].kernels in (0, one)
+
+
+def test_node_limited_routing_does_not_know_the_tokens_own_node():
+    """Remote domains a token's experts reach, experts spread evenly over D domains. Independent picks: k = 8 experts
+    touch N = D·(1 − (1 − 1/D)^8) domains, the token's own among them with probability N/D: D = 8 → N = 5.2511,
+    remote 5.2511·7/8 = 4.5947 = 7·(1 − (7/8)^8). DeepSeek-V3's node-limited routing caps N at M = 4 nodes, chosen by
+    their experts' affinity whatever node holds the token, so its own is one of them 4 times in 8: remote 4·7/8 = 3.5
+    (not M − 1 = 3, which would assume the own node always chosen). Over 4 domains N = 3.6 < M: 3.6·3/4 = 2.7, the cap
+    does not bind; one domain has nothing remote."""
+    from narrowpath.workload.moe import remote_nodes_per_token
+    assert remote_nodes_per_token(8, 8) == pytest.approx(7 * (1 - (7 / 8) ** 8), rel=1e-12)
+    assert remote_nodes_per_token(8, 8) == pytest.approx(4.5947, abs=1e-4)
+    assert remote_nodes_per_token(8, 8, 4) == pytest.approx(3.5, rel=1e-12)
+    assert remote_nodes_per_token(8, 4, 4) == pytest.approx(3 * (1 - 0.75 ** 8), rel=1e-12)
+    assert remote_nodes_per_token(8, 1, 4) == 0.0

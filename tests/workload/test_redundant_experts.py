@@ -53,14 +53,14 @@ def test_each_rank_holds_its_share_of_the_slots():
 
 
 def test_a_small_decode_batch_reads_fewer_slots_than_it_holds():
-    """4 tokens × 72 ranks × top-8 = 2,304 copies over 288 slots: a slot stays idle with probability
-    (1 − 1/288)^2304 ≈ e^−8, so nearly all 4 slots of a GPU are read; at 1 token per rank (576 copies) each slot is
-    idle with probability (287/288)^576 = 0.1349: 4 · 0.8651 = 3.46 slots read."""
+    """4 tokens × 72 ranks, each choosing 8 distinct of 288 slots: a slot stays idle with probability
+    (1 − 8/288)^288 ≈ e^−8, so nearly all 4 slots of a GPU are read; at 1 token per rank (72 tokens, 576 copies)
+    each slot is idle with probability (280/288)^72 = 0.1316: 4 · 0.8684 = 3.47 slots read."""
     p = _plan(72, 32)
     f = Formats.of(p, True, DSV3)
     up = {op.name: op for op in moe_token_ops(DSV3, p, f, 1.0)}["expert_up"]
     slots_read = up.weight_bytes / (7168 * 2 * 2048 * 1.0)  # one slot's gate and up matrices in FP8
-    assert slots_read == pytest.approx(4 * (1 - (287 / 288) ** 576), rel=1e-9)
+    assert slots_read == pytest.approx(4 * (1 - (280 / 288) ** 72), rel=1e-9)
     big = {op.name: op for op in moe_token_ops(DSV3, p, f, 4.0)}["expert_up"]
     assert 3.99 < big.weight_bytes / (7168 * 2 * 2048) < 4.0
 

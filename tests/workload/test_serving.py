@@ -106,10 +106,11 @@ def test_capacity_and_blocks():
 def test_moe_layer_ops_of_mixtral_by_hand():
     """Mixtral 8x7B (h 4096, 8 experts of ffn 14336, top 2, 32 q heads and 8 kv heads of 128), FP8 weights, tp 1,
     ep 2 over 2 attention-DP ranks, one decode token per rank (T = 1):
-    - token copies entering the stage's experts: T·dp·top_k = 1·2·2 = 4; this GPU holds 8/2 = 4 experts, of which
-      4·(1 − (7/8)^4) = 1.6553 are hit in expectation, and runs rows = 4/2 copies × the dropless imbalance of ep 2;
-    - the expert up GEMM reads those experts' [4096 × 2·14336] FP8 weights: 1.6553·4096·28672 B = 194.40 MB, the
-      down GEMM 1.6553·14336·4096 B = 97.20 MB; FLOPs 2 per weight per row;
+    - tokens entering the stage's experts: T·dp = 2, each choosing top_k = 2 distinct experts of 8 (4 copies); this
+      GPU holds 8/2 = 4 experts, of which 4·(1 − (1 − 2/8)²) = 1.75 are hit in expectation, and runs rows = 4/2
+      copies × the dropless imbalance of ep 2;
+    - the expert up GEMM reads those experts' [4096 × 2·14336] FP8 weights: 1.75·4096·28672 B = 205.52 MB, the
+      down GEMM 1.75·14336·4096 B = 102.76 MB; FLOPs 2 per weight per row;
     - the attention half is kept (add+norm, qkv [4096 × (4096 + 2·1024)], rotary/KV write, o_proj), then add+norm,
       router [4096 × 8] in 16 bit (2·4096·8 FLOPs), top-k, permute, experts, unpermute;
     - the layer's weight bytes: attention 4096·6144 + 4096·4096 (FP8) + 2 norms of 4096 in 16 bit + 4 experts ×
@@ -121,9 +122,9 @@ def test_moe_layer_ops_of_mixtral_by_hand():
     assert names == ["add_norm", "qkv", "qkv_preprocess", "o_proj", "add_norm", "router", "router_topk",
                      "moe_permute", "expert_up", "expert_act", "expert_down", "moe_unpermute"]
     ops = {o.name: o for o in layer_token_ops(m, p, f, 1.0, True)}
-    active = 4 * (1 - (7 / 8) ** 4)
-    assert active == pytest.approx(1.6553, abs=1e-4)
-    assert ops["expert_up"].weight_bytes == pytest.approx(194.40e6, rel=1e-4)
+    active = 4 * (1 - (1 - 2 / 8) ** 2)
+    assert active == 1.75
+    assert ops["expert_up"].weight_bytes == pytest.approx(205.52e6, rel=1e-4)
     assert ops["expert_up"].weight_bytes == pytest.approx(active * 4096 * 2 * 14336)
     assert ops["expert_down"].weight_bytes == pytest.approx(active * 14336 * 4096)
     rows = ops["expert_up"].flop / (2 * 4096 * 2 * 14336)
@@ -271,14 +272,17 @@ def test_an_nvfp4_mla_checkpoint_keeps_its_attention_projections_in_16_bit():
 
 
 def test_a_routed_expert_gemm_counts_its_rows_per_active_expert():
-    """Mixtral (8 experts, top 2) on one GPU, 4 decode tokens: 8 token copies over 8·(1 − (7/8)^8) = 5.25 expected
-    active experts, 1.52 rows each — a weight stream (cost.roofline), whatever the launch's total rows."""
+    """Mixtral (8 experts, top 2) on one GPU, 4 decode tokens: 8 token copies over 8·(1 − (6/8)^4) = 5.469 expected
+    active experts (each token's 2 experts distinct), 1.46 rows each — a weight stream (cost.roofline), whatever
+    the launch's total rows. One token reads exactly its 2 experts."""
     from narrowpath.workload.serving import moe_token_ops
     m, p = model("mixtral-8x7b"), ServingPlan(ep=1, tp=1)
     ops = {op.name: op for op in moe_token_ops(m, p, Formats.of(p, True, m), 4.0)}
-    active = 8 * (1 - (7 / 8) ** 8)
+    active = 8 * (1 - (6 / 8) ** 4)
     assert ops["expert_up"].rows == pytest.approx(8 / active)
     assert ops["expert_up"].weight_bytes == pytest.approx(active * 4096 * 2 * 14336 * 2)
+    one = {op.name: op for op in moe_token_ops(m, p, Formats.of(p, True, m), 1.0)}
+    assert one["expert_up"].weight_bytes == pytest.approx(2 * 4096 * 2 * 14336 * 2)
 
 
 def test_prompt_attention_is_rated_by_its_head_width_and_decode_is_not():

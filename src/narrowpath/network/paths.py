@@ -8,6 +8,10 @@ read. Bandwidths are attained ones (line rate × the calibration's `bw_efficienc
   the r members of a domain drive r NICs: a ring's inter-domain bus bandwidth is r × `nic_bw`, capped by
   `up_bw` when r > 1 (nccl-tests #290: 8 NICs × 47 GB/s = 376 GB/s busbw on 2 DGX H100).
 - A sparse group (r = 1) has no NVLink leg at all: its bus bandwidth is one NIC.
+- A full-mesh scale-up tier (AMD Infinity Fabric on MI300X, GH200 / H200 NVL quads: no switch) gives each pair of
+  GPUs one link, `pair_bw` = up_bw/(D − 1): r members of a D-GPU domain reach each other over r − 1 links, so their
+  ring or all-to-all runs at (r − 1)·pair_bw, the whole up_bw only when r = D (AMD ROCm blog, 'Understanding RCCL
+  Bandwidth and xGMI Performance on MI300X', 2025: ~48 GB/s per link usable of 64).
 - The record prices one group alone on the fabric. When many groups of an axis run at once and share NICs, leaf
   uplinks or an oversubscribed spine, `network.contention.concurrent_slowdown` gives the factor (>= 1) by which
   their transfer is slowed (flow-level max-min fair sharing).
@@ -21,6 +25,11 @@ from dataclasses import dataclass
 from narrowpath.network.placement import GroupSpan
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.system import System
+
+NVLS_REFERENCE_GPUS = 8
+"""GPUs of the all-reduce a calibration's `nvls_busbw_bytes_per_s` was measured on (nccl-tests on one 8-GPU HGX
+board, the figures the profiles cite): its algbw S/t = busbw·g/(2(g − 1)) is the in-switch rate a GPU sees whatever
+the domain's size, so an NVL72 profile that carries the 8-GPU figure gets the same algbw as the HGX board."""
 
 NVLS_LATENCY_S = 25e-6
 """Fixed latency of an NVLS all-reduce (NVIDIA/nccl src/graph/tuning.cc hwLat[NVLINK][NVLS][Simple], 2.18-2.19)."""
@@ -138,17 +147,21 @@ def path_model(span: GroupSpan, system: System, cal: Calibration) -> PathModel:
     dom = system.scale_up_domain
     nvls_algbw = 0.0
     if up.in_network_reduction and cu.nvls_busbw_bytes_per_s > 0 and dom > 1:
-        nvls_algbw = cu.nvls_busbw_bytes_per_s * dom / (2.0 * (dom - 1))
+        g = min(dom, NVLS_REFERENCE_GPUS)
+        nvls_algbw = cu.nvls_busbw_bytes_per_s * g / (2.0 * (g - 1))
+    up_bw = up.bw_bytes_per_s_per_gpu * cu.bw_efficiency
+    pair_bw = up_bw / (dom - 1) if up.topology == "full_mesh" and dom > 1 else 0.0
+    if pair_bw and span.ranks_per_domain > 1:
+        up_bw = min(up_bw, (span.ranks_per_domain - 1) * pair_bw)  # a full mesh: one link to each member
     pm = PathModel(size=span.size, ranks_per_domain=span.ranks_per_domain, domains=span.domains,
-                   up_bw=up.bw_bytes_per_s_per_gpu * cu.bw_efficiency,
+                   up_bw=up_bw,
                    nic_bw=out.bw_bytes_per_s_per_gpu * co.bw_efficiency,
                    alpha_up_s=_alpha(system, cal, "scale_up"), alpha_out_s=_alpha(system, cal, "scale_out"),
                    nvls_algbw=nvls_algbw, out_in_network=out.in_network_reduction,
                    up_line_bw=up.bw_bytes_per_s_per_gpu, nic_line_bw=out.bw_bytes_per_s_per_gpu,
                    up_measured=tuple(getattr(cu, "busbw_efficiency_by_size", ())),
                    out_measured=tuple(getattr(co, "busbw_efficiency_by_size", ())),
-                   pair_bw=up.bw_bytes_per_s_per_gpu * cu.bw_efficiency / (dom - 1)
-                   if up.topology == "full_mesh" and dom > 1 else 0.0)
+                   pair_bw=pair_bw)
     if len(_CACHE) > 1024:
         _CACHE.clear()
     _CACHE[key] = (system, cal, pm)

@@ -80,13 +80,16 @@ def span_of(size: int, *, ranks_per_domain: int, domains: int, ranks_per_node: i
 
 
 def contiguous_span(num_gpus: int, system: System) -> GroupSpan:
-    """Span of the group of ranks 0..num_gpus-1 (an nccl-tests run over whole nodes)."""
+    """Span of the group of ranks 0..num_gpus-1 (an nccl-tests run over whole nodes); a count that does not fill
+    its last domain (node) leaves that one the fewest members, which bound the rails (12 GPUs on 8-GPU nodes: a
+    ring's cross-node bandwidth is 4 NICs', not 8)."""
     if num_gpus < 1:
         raise SpecError("gpus", f"must be >= 1, got {num_gpus}")
-    per_dom = min(num_gpus, system.scale_up_domain)
-    per_node = min(num_gpus, system.gpus_per_node)
-    return GroupSpan(axis="custom", size=num_gpus, stride=1, ranks_per_domain=per_dom,
-                     domains=-(-num_gpus // per_dom), ranks_per_node=per_node, nodes=-(-num_gpus // per_node))
+    ranks = np.arange(num_gpus)
+    per_dom, doms = _per_block(ranks, system.scale_up_domain)
+    per_node, nodes = _per_block(ranks, system.gpus_per_node)
+    return GroupSpan(axis="custom", size=num_gpus, stride=1, ranks_per_domain=per_dom, domains=doms,
+                     ranks_per_node=per_node, nodes=nodes)
 
 
 DENSE_AXES = ("tp", "cp", "dp", "pp")

@@ -231,12 +231,11 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         span = span_of(ep.domains, ranks_per_domain=1, domains=ep.domains, axis=axis) if axis == "ep_inter" else \
             span_of(ep.ranks_per_domain, ranks_per_domain=ep.ranks_per_domain, domains=1, axis=axis)
     elif axis in ("pp", "pp_ends"):
-        # point-to-point between neighbouring stages (or first and last stage for tied embeddings): two ranks
-        # `stride` apart share a block of B ranks when the stride divides into it, or when the whole job sits in
-        # one block (64 GPUs of an NVL72 rack: stages 16 apart, 72 not a multiple of 16, every pair in the rack)
-        stride = axis_strides(plan)["pp"] * (plan.pp - 1 if axis == "pp_ends" else 1)
-        same_dom = _pair_in_one_block(plan.num_gpus, stride, system.scale_up_domain)
-        same_node = _pair_in_one_block(plan.num_gpus, stride, system.gpus_per_node)
+        # point-to-point between neighbouring stages (or first and last stage for tied embeddings), priced at
+        # the slowest pair: the stages of a synchronous pipeline wait for each other
+        stride = axis_strides(plan)["pp"]
+        same_dom = _pipeline_in_one_block(plan.num_gpus, stride, plan.pp, system.scale_up_domain)
+        same_node = _pipeline_in_one_block(plan.num_gpus, stride, plan.pp, system.gpus_per_node)
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)
     else:
@@ -245,10 +244,13 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
     return span
 
 
-def _pair_in_one_block(num_gpus: int, stride: int, block: int) -> bool:
-    """Whether two ranks `stride` apart share a block of `block` consecutive ranks (a node, a scale-up domain): the
-    whole job fits in one, or the stride divides into it."""
-    return num_gpus <= block or (stride < block and block % stride == 0)
+def _pipeline_in_one_block(num_gpus: int, stride: int, pp: int, block: int) -> bool:
+    """Whether every pair of neighbouring stages (ranks `stride` apart in pipeline groups of `pp` stages, each group
+    pp·stride consecutive ranks) shares a block of `block` consecutive ranks (a node, a scale-up domain): the whole
+    job fits in one block, or a group's span divides into it. Otherwise some pair straddles a block edge — e.g.
+    tp 4 × pp 4 on 8-GPU nodes sends from stage 1 (ranks 4–7) to stage 2 (ranks 8–11) over the NICs — and so does
+    the first / last stage pair."""
+    return num_gpus <= block or block % (pp * stride) == 0
 
 
 def sync_group(axis: str, plan) -> str:

@@ -12,6 +12,8 @@ qk_nope + qk_rope and value width v_head_dim. Sliding-window layers attend to th
 """
 from __future__ import annotations
 
+import math
+
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.items import Op
@@ -35,16 +37,33 @@ def kv_pair_width_per_rank(model: Model, tp: int) -> float:
     return 2 * kv_width_per_rank(model, tp)
 
 
+def causal_tile_fraction(s_kv: float, block: float = FLASH_BLOCK) -> float:
+    """Share of an s_kv × s_kv score matrix a causal flash kernel computes: the lower triangle and its diagonal
+    tiles, Σ_q (q + 1) / n² = (n + 1) / (2n) over n = s_kv/block key tiles (Dao 2023: fully masked tiles skipped)."""
+    return min(1.0, 0.5 * (1.0 + block / s_kv))
+
+
+def window_tile_fraction(s_kv: float, window: float, block: float = FLASH_BLOCK) -> float:
+    """Share of an s_kv × s_kv score matrix a flash kernel computes for causal sliding-window attention: query i
+    sees keys max(0, i − window + 1) … i, so a query tile touches k = ⌈(window − 1)/block⌉ + 1 key tiles once the
+    window has filled, and q + 1 tiles before (q its index): Σ_q min(q + 1, k) / n² = (k·n − k(k − 1)/2) / n² over
+    n = s_kv/block tiles — about (window/s_kv)·(1 − window/(2·s_kv)), the band less the triangle at the start of
+    the sequence (Mistral 7B, Jiang et al. 2023 §2; a window of the whole sequence is plain causal attention)."""
+    n = s_kv / block
+    k = min(n, math.ceil((window - 1) / block) + 1.0)
+    return min(causal_tile_fraction(s_kv, block), (k * n - k * (k - 1) / 2) / (n * n))
+
+
 def attended_keys(model: Model, plan: Plan, window: bool) -> tuple[float, float]:
-    """(keys a query block sees, fraction of the score matrix a causal flash kernel computes): with context
-    parallelism each query block sees all keys (ring); a sliding-window layer computes only the band of `window`
-    keys behind each query (plus one partial tile)."""
+    """(keys a query block sees, fraction of the query × key score matrix a causal flash kernel computes): with
+    context parallelism each query block sees all keys (ring, load-balanced: every rank an equal share of the
+    causal work); a sliding-window layer computes only the band of `window` keys behind each query
+    (window_tile_fraction)."""
     s = model.seq_len // plan.cp
     s_kv = model.seq_len if plan.cp > 1 else s
     if window and model.sliding_window < s_kv:
-        w = min(s_kv, model.sliding_window + FLASH_BLOCK)
-        return float(s_kv), w / s_kv
-    return float(s_kv), min(1.0, 0.5 * (1.0 + FLASH_BLOCK / s_kv))
+        return float(s_kv), window_tile_fraction(s_kv, model.sliding_window)
+    return float(s_kv), causal_tile_fraction(s_kv)
 
 
 def kernel_of(attention: str, default: str) -> str:

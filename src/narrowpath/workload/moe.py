@@ -223,13 +223,15 @@ def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) ->
 
 def remote_nodes_per_token(top_k: int, domains: int, max_nodes: int = 0) -> float:
     """Expected number of other scale-up domains a token's top_k experts fall on, experts spread evenly over
-    `domains` domains: (D − 1)·(1 − (1 − 1/D)^k) for independent uniform picks; at most max_nodes − 1 other
-    domains with node-limited routing (the token's own node is usually among the M chosen: DeepSeek-V3 routes by
-    node-group affinity)."""
+    `domains` domains: the token's experts touch N = D·(1 − (1 − 1/D)^k) domains under independent uniform picks,
+    at most M = max_nodes with node-limited routing, and its own domain is one of them with probability N/D (the
+    router does not know where the token lives: DeepSeek-V3 §2.1.2 picks the M nodes by the affinity of their
+    experts), so min(N, M)·(1 − 1/D) — unconstrained, (D − 1)·(1 − (1 − 1/D)^k). DeepSeek-V3 over 8 domains:
+    N = 5.25 > M = 4, 3.5 remote nodes (3.2 if a chosen node could hold none of the token's 8 experts)."""
     if domains <= 1:
         return 0.0
-    remote = (domains - 1) * (1.0 - (1.0 - 1.0 / domains) ** top_k)
-    return min(remote, max_nodes - 1) if max_nodes else remote
+    hit = domains * (1.0 - (1.0 - 1.0 / domains) ** top_k)
+    return (min(hit, max_nodes) if max_nodes else hit) * (1.0 - 1.0 / domains)
 
 
 def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: int = 1

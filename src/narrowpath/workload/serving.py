@@ -110,13 +110,16 @@ def kv_bytes_per_token(model: Model, plan: ServingPlan, layers: list[int]) -> fl
     return kv_bytes_per_token_layer(model, plan) * len(layers)
 
 
-def expected_active_experts(experts_here: float, num_experts: int, copies: float) -> float:
-    """Experts of the `experts_here` on one GPU that at least one of `copies` uniformly routed token copies
-    chose: experts_here · (1 − (1 − 1/E)^copies). With a balancer's redundant copies E counts expert slots (each
-    hot expert's tokens split over its copies)."""
-    if copies <= 0:
+def expected_active_experts(experts_here: float, num_experts: int, tokens: float, top_k: int = 1) -> float:
+    """Experts of the `experts_here` on one GPU that at least one of `tokens` uniformly routed tokens chose, each
+    token picking `top_k` distinct experts of E: experts_here · (1 − (1 − k/E)^tokens) — Mixtral (8 experts, top 2)
+    at batch 1 reads exactly 2 experts, not the 8·(1 − (7/8)²) = 1.875 of 2 independent picks. With a balancer's
+    redundant copies E counts expert slots (each hot expert's tokens split over its copies)."""
+    if tokens <= 0:
         return 0.0
-    return experts_here * -math.expm1(copies * math.log1p(-1.0 / num_experts)) if num_experts > 1 else experts_here
+    if num_experts <= top_k:
+        return experts_here
+    return experts_here * -math.expm1(tokens * math.log1p(-top_k / num_experts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +217,7 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
         if plan.expert_balance == "learned" else 0.0
     rows = copies_stage / plan.ep * busiest_rank_factor(plan.ep, copies_stage / plan.ep, skew)
     slots = plan.expert_slots(moe.num_experts)  # a balancer's extra copies share the load of hot experts
-    active = expected_active_experts(slots / plan.ep, slots, copies_stage)
+    active = expected_active_experts(slots / plan.ep, slots, T * plan.dp, moe.top_k)
     if rows > 0:
         ops.append(vector("moe_permute", "fwd", 2 * rows * h * A, "bf16"))
         ops += mlp_token_ops(model, f, rows, moe.expert_ffn / plan.expert_tp, "expert", active)
