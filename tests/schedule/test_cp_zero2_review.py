@@ -87,13 +87,15 @@ def test_a2a_needs_kv_heads_divisible_by_tp_cp():
 
 
 @pytest.mark.parametrize("comm", ["p2p", "all_gather", "a2a"])
-def test_selective_recompute_of_unfused_core_fetches_remote_k_v_again(comm):
+def test_selective_recompute_of_the_core_fetches_remote_k_v_again(comm):
+    """A selectively recomputed attention core (`core_attn`) runs again before its backward with either kernel
+    (Megatron-Core checkpoints the core whatever it is), so its remote keys and values are fetched again: the ring's
+    or the all-gather's K, V, the all-to-all's Q, K, V (not the output's all-to-all, whose consumer is not re-run)."""
     base = dict(tp=4, pp=4, vpp=1, cp=2, dp=8, recompute="selective", cp_comm=comm)
-    unfused = set(_cp(predict(_scn(attention="unfused", **base))))
-    flash = set(_cp(predict(_scn(attention="flash", **base))))
-    assert not any(ph == "recompute" for _, ph in flash)  # flash recomputes inside its own backward
-    again = {name for name, ph in unfused if ph == "recompute"}
-    assert again == ({"cp.qkv_all_to_all"} if comm == "a2a" else {"cp.kv_all_gather"})
+    for attention in ("unfused", "flash"):
+        got = set(_cp(predict(_scn(attention=attention, **base))))
+        again = {name for name, ph in got if ph == "recompute"}
+        assert again == ({"cp.qkv_all_to_all"} if comm == "a2a" else {"cp.kv_all_gather"}), attention
 
 
 def test_dp_contention_over_dp_cp_groups(monkeypatch):

@@ -86,12 +86,15 @@ def test_oversubscribed_fabric_stretches_the_all_to_all_bandwidth_term():
 
 def test_rows_of_several_layer_kinds_merge():
     """DeepSeek-V3 (3 dense + 58 MoE layers with a shared expert, and its MTP module's MoE block) on tp 2: every
-    block enters and leaves tensor parallelism twice per layer with the same message, so the step shows one
-    all-gather row per phase with 2 · (61 + 1) = 124 calls per micro-batch, its total the sum of all kinds'."""
+    block enters and leaves tensor parallelism twice per layer, the attention block gathering MLA's latents
+    (4096·2112·2 = 17,301,504 B) and the MLP block (dense or shared expert) the hidden state (4096·7168·2 =
+    58,720,256 B), each message alike in every kind of layer, so the step shows one all-gather row per message and
+    phase with 61 + 1 = 62 calls per micro-batch, its total the sum of all kinds'."""
     pred = predict(_scn("deepseek-v3", tp=2, dp=8, ep=8, etp=1, gbs=8, sequence_parallel=True), CAL)
-    rows = [t for t in pred.transfers if t.name == "tp.all_gather" and t.phase == "fwd"]
-    assert len(rows) == 1 and rows[0].count == 124
-    assert rows[0].total_s == pytest.approx(124 * rows[0].time_each_s)
+    rows = sorted((t for t in pred.transfers if t.name == "tp.all_gather" and t.phase == "fwd"),
+                  key=lambda t: t.message_bytes)
+    assert [(t.message_bytes, t.count) for t in rows] == [(17_301_504, 62), (58_720_256, 62)]
+    assert all(t.total_s == pytest.approx(62 * t.time_each_s) for t in rows)
 
 
 def test_host_copies_use_the_host_link_or_the_device_host_level():

@@ -75,14 +75,18 @@ def test_more_required_headroom_keeps_a_subset(small):
 
 
 def test_equivalent_recompute_shown_once():
-    """Plans that recompute more at no cost are shown as the lighter one: selective recompute of the attention core
-    with a flash kernel re-runs nothing (recompute none)."""
+    """Plans that compute and hold the same are shown once. Selective recompute of the attention core re-runs a flash
+    kernel's forward (Megatron-Core checkpoints the core whatever the kernel) and saves next to nothing beside it, so
+    it is no longer `recompute none` in disguise: where it is ranked, it is slower than its `none` twin."""
     scn = load_scenario("llama3-8b-h100-8")
     space = SearchSpace(scn.model, scn.system, 8, scn.plan.gbs, scn.plan, {"cp": 1, "vpp": 1, "tp": 1, "pp": 1})
     res = search(scn, space)
     keys = [(_without_recompute(c.plan), c.step_time_s, c.memory_bytes) for c in res.ranked]
     assert len(keys) == len(set(keys))
-    assert not any(c.plan.recompute == "selective" for c in res.ranked)
+    none = {_without_recompute(c.plan): c.step_time_s for c in res.ranked if c.plan.recompute == "none"}
+    for c in res.ranked:
+        if c.plan.recompute == "selective" and _without_recompute(c.plan) in none:
+            assert c.step_time_s > none[_without_recompute(c.plan)]
 
 
 def test_errors(small):

@@ -24,19 +24,37 @@ def mla_ops():
 
 
 def test_mla_projections_by_hand(mla_ops):
-    """q_down [4096 × 7168]·[7168 × 1536]: 90,194,313,216 FLOPs, keeping its SP input shard 512·7168·2 =
-    7,340,032 B; q_up [4096 × 1536]·[1536 × 16·192]: 38,654,705,664; kv_down [4096 × 7168]·[7168 × 576]:
-    33,822,867,456; kv_up [4096 × 512]·[512 × 16·(128 + 128)]: 17,179,869,184; output projection
-    [4096 × 16·128]·[2048 × 7168]: 120,259,084,288. The latent norms read and write 4096·1536 and 4096·512
-    elements (25,165,824 and 8,388,608 B); rotary on 16 query heads and the one shared key head of 64:
+    """tp 8 with SP, 4096 tokens, 512 on each rank. The duplicated down-projections run on the rank's shard
+    (Megatron-Core MLASelfAttention: TELinear, parallel_mode 'duplicated'): q_down [512 × 7168]·[7168 × 1536]:
+    11,274,289,152 FLOPs, kv_down [512 × 7168]·[7168 × 576]: 4,227,858,432, each keeping its input shard
+    512·7168·2 = 7,340,032 B; their latent norms read and write 512·1536 and 512·512 elements (3,145,728 and
+    1,048,576 B). The column-parallel up-projections read the gathered latents of all 4096 tokens: q_up
+    [4096 × 1536]·[1536 × 16·192]: 38,654,705,664, kv_up [4096 × 512]·[512 × 16·(128 + 128)]: 17,179,869,184,
+    keeping their shards (512·1536·2 and 512·512·2 B) and re-gathering for the weight gradient; output projection
+    [4096 × 16·128]·[2048 × 7168]: 120,259,084,288. Rotary on 16 query heads and the one shared key head of 64:
     4096·17·64 elements, 17,825,792 B."""
     o = mla_ops
     assert [o[n].flop for n in ("q_down", "q_up", "kv_down", "kv_up", "attn_proj")] == [
-        90_194_313_216, 38_654_705_664, 33_822_867_456, 17_179_869_184, 120_259_084_288]
+        11_274_289_152, 38_654_705_664, 4_227_858_432, 17_179_869_184, 120_259_084_288]
     assert o["q_down"].saved_bytes == o["kv_down"].saved_bytes == 7_340_032
-    assert o["q_up"].saved_bytes == 4096 * 1536 * 2 and o["kv_up"].saved_bytes == 4096 * 512 * 2
-    assert (o["q_norm"].hbm_bytes, o["kv_norm"].hbm_bytes, o["rope"].hbm_bytes) == (25_165_824, 8_388_608,
+    assert o["q_up"].saved_bytes == 512 * 1536 * 2 and o["kv_up"].saved_bytes == 512 * 512 * 2
+    assert (o["q_norm"].hbm_bytes, o["kv_norm"].hbm_bytes, o["rope"].hbm_bytes) == (3_145_728, 1_048_576,
                                                                                     17_825_792)
+
+
+def test_mla_gathers_its_latents_not_its_input():
+    """Under sequence parallelism the attention block of DeepSeek-V3 all-gathers the query latent (1,536), the
+    key/value latent (512) and the shared rotary key (64) of every token, not its 7,168-wide input: tp 8, 4096
+    tokens, 16 bit: 4096·2112·2 = 17,301,504 B per gather (the input's would be 58,720,256 B); under FP8 the two
+    latents move in their 1-byte GEMM format: 4096·(2048 + 64·2) = 8,912,896 B. The output projection's
+    reduce-scatter is the 7,168-wide hidden state."""
+    from narrowpath.workload.build import layer_comm
+    for precision, gathered in (("bf16", 17_301_504), ("fp8", 8_912_896)):
+        plan = Plan(tp=8, sequence_parallel=True, precision=precision)
+        scn = Scenario(system=system("dgx-h100"), model=deepseek_v3(), plan=plan, num_gpus=8)
+        fwd = [(t.name, t.message_bytes, c) for t, c in layer_comm(scn, "flash", False)
+               if t.phase == "fwd" and t.axis == "tp"]
+        assert ("tp.all_gather", gathered, 1.0) in fwd and ("tp.reduce_scatter", 4096 * 7168 * 2, 2.0) in fwd
 
 
 def test_mla_without_a_query_latent_projects_queries_directly():
@@ -51,12 +69,13 @@ def test_mla_without_a_query_latent_projects_queries_directly():
 
 
 def test_mla_under_fp8_quantizes_the_latents_inside_their_norms():
-    """FP8: the up-projections read the normed latents, quantized inside the norm kernel (no kernel of their own,
-    6 B per element: kv_up 4096·512·6 = 12,582,912 B); the output projection's input comes from attention, its
-    own 2-kernel quantize (4096·2048·6 = 50,331,648 B)."""
+    """FP8: the up-projections read the normed latents, quantized inside the norm kernel (no kernel of their own)
+    row-wise on the rank's shard before the gather and transposed after it over all rows: kv_up 512·512·5 +
+    2·4096·512 = 5,505,024 B; the output projection's input comes from attention, its own 2-kernel quantize
+    (4096·2048·6 = 50,331,648 B)."""
     ops = {op.name: op for op in attention_block_ops(deepseek_v3(), Plan(tp=8, sequence_parallel=True,
                                                                           precision="fp8"), "flash")}
-    assert (ops["kv_up.quantize"].hbm_bytes, ops["kv_up.quantize"].kernels) == (12_582_912, 0)
+    assert (ops["kv_up.quantize"].hbm_bytes, ops["kv_up.quantize"].kernels) == (5_505_024, 0)
     assert ops["q_up.quantize"].kernels == 0
     assert (ops["attn_proj.quantize"].hbm_bytes, ops["attn_proj.quantize"].kernels) == (50_331_648, 2)
     # without a query latent the direct q_proj reads the layer's input norm, quantized there too (mutation seed 11),

@@ -21,11 +21,15 @@ def _phase(st, phase):
     return [(op.name, op.flop, c) for op, c in st.ops if op.phase == phase]
 
 
-def test_selective_recompute_reruns_the_unfused_core_only():
-    """Selective recompute (Korthikanti §5) re-runs the attention core — scores, softmax, dropout, weighted sum —
-    per layer; flash attention keeps no score-sized tensors, so nothing is re-run with it."""
+def test_selective_recompute_reruns_the_attention_core_with_either_kernel():
+    """Selective recompute of `core_attn` (Megatron-Core's default module; Korthikanti §5) re-runs the attention
+    core of every layer before its backward whatever the kernel (Megatron-Core Attention: checkpoint_core_attention,
+    _checkpointed_attention_forward): a flash core its one fused kernel, the forward's FLOPs again, once per layer
+    (Llama-3 8B, 32 layers); an unfused core its scores, softmax, dropout and weighted sum (GPT 1.7B, 24 layers)."""
     _, flash = _wl(recompute="selective")
-    assert _phase(flash.stages[0], "recompute") == []
+    rc = _phase(flash.stages[0], "recompute")
+    fwd = {n: f for n, f, _ in _phase(flash.stages[0], "fwd")}
+    assert [(n, c) for n, _, c in rc] == [("flash_attn", 32)] and rc[0][1] == fwd["flash_attn"]
     _, unfused = _wl("gpt-1.7b", attention="unfused", recompute="selective", precision="fp16")
     rc = _phase(unfused.stages[0], "recompute")
     fwd = {n: f for n, f, _ in _phase(unfused.stages[0], "fwd")}
@@ -48,12 +52,19 @@ def test_full_recompute_reruns_every_forward_op_and_its_traffic():
 
 @pytest.mark.parametrize("etp, pairs", [(1, 1), (2, 2)])
 def test_moe_layer_tensor_parallel_pairs(etp, pairs):
-    """An MoE layer without shared experts enters and leaves tensor parallelism once (around attention) when its
-    experts are whole on each rank (etp 1: tokens reach them by all-to-all); with etp = tp the experts are split
-    like a dense MLP and need a second gather/scatter pair. Mixtral (32 MoE layers), tp 2 with SP."""
+    """An MoE layer without shared experts enters and leaves tensor parallelism once, around attention: its routed
+    experts take their tokens from the dispatcher whatever the expert tensor parallelism — the all-to-all of the
+    sequence-parallel shard's copies and, with etp = tp = 2, the dispatcher's gather of the received copies over
+    the expert-tp ranks (Megatron-Core MoEAlltoAllTokenDispatcher), not a second gather of the layer's input.
+    Mixtral (32 MoE layers, 4,096 tokens, top 2, h 4,096, 16 bit), tp 2 with SP: a rank's 2,048 local tokens send
+    4,096 copies; the gather's output over 2 ranks (the nccl-tests size) is 2,048·2·2·4,096·2 B = 67,108,864 B per
+    layer."""
     _, wl = _wl("mixtral-8x7b", tp=2, dp=2, ep=2, etp=etp, gbs=2, sequence_parallel=True)
     gathers = [c for t, c in wl.stages[0].transfers if t.name == "tp.all_gather" and t.phase == "fwd"]
-    assert gathers == [32.0 * pairs]
+    assert gathers == [32.0]
+    etp_gathers = [(t.message_bytes, c) for t, c in wl.stages[0].transfers
+                   if t.name == "ep.expert_tp_all_gather" and t.phase == "fwd"]
+    assert etp_gathers == ([(67_108_864, 32.0)] if pairs == 2 else [])
 
 
 def test_moe_block_norms_are_sequence_parallel():

@@ -108,6 +108,15 @@ def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd", win
     return core + [av]
 
 
+def mla_gathered_width(model: Model, plan: Plan, gemm_bytes: float, a_bytes: float) -> float:
+    """Bytes per token MLA's attention block all-gathers over sequence-parallel ranks: the query latent (or, without
+    one, the layer's input for the column-parallel q_proj) and the key/value latent in the GEMM operand format, the
+    shared rotary key in 16 bit — 1,536 + 512 + 64 elements for DeepSeek-V3 instead of the 7,168 of its input."""
+    mla = model.mla
+    return (mla.q_lora_rank or model.hidden) * gemm_bytes + mla.kv_lora_rank * gemm_bytes \
+        + mla.qk_rope_head_dim * a_bytes
+
+
 def norm_op(name: str, plan: Plan, elements: float) -> Op:
     """LayerNorm/RMSNorm: read and write the tensor; keeps its input for backward."""
     A = act_bytes(plan)
@@ -129,20 +138,22 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
         ops += linear("qkv", plan, m, h, qkv_n, fused_input=True, saved_rows=rows, gathered_in=g)
         rope_elems = m * (model.heads / t + max(1.0, model.kv_heads / t)) * model.head_dim
     else:
+        # the duplicated down-projections and their latent norms run on the rank's sequence-parallel shard (`rows`);
+        # the column-parallel up-projections gather the latents (Megatron-Core MLASelfAttention
+        # get_query_key_value_tensors: TELinear down-projections, parallel_mode 'duplicated')
         mla, a_t = model.mla, model.heads / t
         if mla.q_lora_rank:
-            ops += linear("q_down", plan, m, h, mla.q_lora_rank, fused_input=True, saved_rows=rows,
-                          gathered_in=g)
-            ops.append(norm_op("q_norm", plan, m * mla.q_lora_rank))
-            ops += linear("q_up", plan, m, mla.q_lora_rank, a_t * mla.qk_head_dim, fused_input=True)
+            ops += linear("q_down", plan, rows, h, mla.q_lora_rank, fused_input=True)
+            ops.append(norm_op("q_norm", plan, rows * mla.q_lora_rank))
+            ops += linear("q_up", plan, m, mla.q_lora_rank, a_t * mla.qk_head_dim, fused_input=True,
+                          saved_rows=rows, gathered_in=g)
         else:
             ops += linear("q_proj", plan, m, h, a_t * mla.qk_head_dim, fused_input=True, saved_rows=rows,
                           gathered_in=g)
-        ops += linear("kv_down", plan, m, h, mla.kv_lora_rank + mla.qk_rope_head_dim, fused_input=True,
-                      saved_rows=rows, gathered_in=g)
-        ops.append(norm_op("kv_norm", plan, m * mla.kv_lora_rank))
+        ops += linear("kv_down", plan, rows, h, mla.kv_lora_rank + mla.qk_rope_head_dim, fused_input=True)
+        ops.append(norm_op("kv_norm", plan, rows * mla.kv_lora_rank))
         ops += linear("kv_up", plan, m, mla.kv_lora_rank, a_t * (mla.qk_nope_head_dim + mla.v_head_dim),
-                      fused_input=True)
+                      fused_input=True, saved_rows=rows, gathered_in=g)
         rope_elems = m * (a_t + 1) * mla.qk_rope_head_dim
     ops.append(vector("rope", "fwd", 2 * rope_elems * A, plan.precision))
     ops += attention_ops(model, plan, kernel, window=window)

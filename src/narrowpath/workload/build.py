@@ -17,7 +17,7 @@ from functools import lru_cache
 from narrowpath.network.placement import group_span
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
-from narrowpath.workload.attention import kv_pair_width_per_rank
+from narrowpath.workload.context_parallel import cp_transfers
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
@@ -178,11 +178,16 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
     gathered = b * s * h * gather_bytes(plan)  # a gather feeding a GEMM moves its operand format
     if plan.tp > 1:
         # one gather/scatter pair around the attention block and one around a tp-sharded MLP (a dense MLP or an
-        # MoE layer's shared experts; routed experts with etp = 1 take their tokens by all-to-all instead)
-        mlp_pair = 1.0 if not moe_layer or model.moe.shared_experts or plan.expert_tp > 1 else 0.0
-        # the MLP pair's gather feeds a GEMM (a dense or shared-expert MLP) in its operand format; tensor-parallel
-        # experts alone get their tokens from the dispatcher's 16-bit gather, quantized after it
-        mlp_gather = gathered if not moe_layer or model.moe.shared_experts else act
+        # MoE layer's shared experts); routed experts take their tokens from the dispatcher: the all-to-all of the
+        # sequence-parallel shard's copies and, with etp > 1, its gather of the received copies over the expert-tp
+        # ranks (workload.moe.moe_transfers; Megatron-Core MoEAlltoAllTokenDispatcher) — no gather of the layer's
+        # input around it
+        mlp_pair = 1.0 if not moe_layer or model.moe.shared_experts else 0.0
+        mlp_gather = gathered
+        # MLA under sequence parallelism gathers its latents, not the layer's input: the duplicated down-projections
+        # run on the rank's shard (workload.attention.attention_block_ops)
+        attn_gather = b * s * T.mla_gathered_width(model, plan, gather_bytes(plan), A) if model.mla is not None \
+            and plan.sequence_parallel else gathered
         # a full recompute gathers and scatters around both blocks again; a selectively recomputed tp-sharded MLP
         # block (workload.recompute) around that block
         if plan.recompute == "full" or alternate_matmuls_recomputed(model, plan, moe_layer):
@@ -194,7 +199,7 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
             if not n:
                 continue
             if plan.sequence_parallel:
-                gathers = [(gathered, n)] if mlp_gather == gathered else [(gathered, na), (mlp_gather, nm)]
+                gathers = [(attn_gather, n)] if mlp_gather == attn_gather else [(attn_gather, na), (mlp_gather, nm)]
                 xfers += [(Transfer("tp.all_gather", "all_gather", "tp", g, ph, ov), c) for g, c in gathers if c]
                 xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), n))
                 if ph == "bwd":
@@ -206,7 +211,7 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
                 xfers.append((Transfer("tp.all_reduce", "all_reduce", "tp", act, ph, ov), n))
     if plan.cp > 1:
         xfers += cp_transfers(model, plan, b * s, A,
-                              recompute_core="core_attn" in modules_of(plan) and kernel != "flash")
+                              recompute_core="core_attn" in modules_of(plan))
     if moe_layer:
         span = group_span(plan, scn.system, "ep") if plan.ep > 1 and plan.ep_dispatch == "dedup" else None
         xfers += moe_transfers(model, plan, span.domains if span else 1, span.ranks_per_domain if span else 1)
@@ -221,42 +226,6 @@ def layer_zero_transfers(model, plan, moe_layer: bool) -> list[tuple[Transfer, f
         e = T.layer_expert_params(model, plan) if moe_layer else 0.0
         return (zero3_transfers if plan.comm_zero_stage == 3 else zero2_transfers)(plan, p - e, e)
     return []
-
-
-def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bool = False
-                 ) -> list[tuple[Transfer, float]]:
-    """Context-parallel traffic of one layer and micro-batch on one rank (`tokens` = b·s/cp local tokens), by
-    `plan.cp_comm` (Megatron-Core --cp-comm-type). A recompute pass that re-runs the attention core needs the
-    remote K, V again: a full recompute, or a selective one with the unfused kernel (`recompute_core`; there the
-    output all-to-all of a2a is not repeated, the recomputed core only rebuilds the scores kept for backward):
-    p2p         ring: K, V go round the ring in forward, again in backward beside the reduce-scatter of their
-                gradients, and again in a full recompute's forward; each hides behind the attention blocks
-                (Liu et al., Ring Attention, 2023)
-    all_gather  K, V all-gathered before attention, in forward, again in backward (Transformer Engine's
-                AttnFuncWithCPAndKVAllGather saves only the local K, V and re-gathers them) and in a full
-                recompute; their gradients reduce-scattered after backward; all on the critical path (Llama 3,
-                Dubey et al. 2024 §3.3.2: small with GQA, but exposed)
-    a2a         all-to-all of Q, K, V from sequence- to head-split before attention and of the output back after,
-                and the same for the gradients in backward, on the critical path (DeepSpeed-Ulysses, Jacobs et al.
-                2023)"""
-    phases = ("fwd", "bwd") + (("recompute",) if plan.recompute == "full" or recompute_core else ())
-    # K and V widths a tp rank holds (a whole head when tp exceeds the kv heads, as attention_ops counts; MLA's
-    # up-projected per-head keys and values)
-    kv_w2 = kv_pair_width_per_rank(model, plan.tp)
-    if plan.cp_comm == "a2a":
-        q_w = model.heads / plan.tp * model.qk_head_dim
-        qkv = tokens * (q_w + kv_w2) * a_bytes
-        out = tokens * model.q_dim / plan.tp * a_bytes
-        return [(Transfer(f"cp.{what}_all_to_all", "all_to_all", "cp", size, ph, False), 1.0)
-                for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))
-                if not (ph == "recompute" and what == "attn_out" and plan.recompute != "full")]
-    kv = tokens * kv_w2 * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
-    if plan.cp_comm == "all_gather":
-        gathers = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, False), 1.0) for ph in phases]
-        return gathers + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", False), 1.0)]
-    ring = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, True, "attention"), 1.0) for ph in phases]
-    return ring + [(Transfer("cp.kv_grad_reduce_scatter", "reduce_scatter", "cp", kv, "bwd", True, "attention"),
-                    1.0)]
 
 
 def expert_dp(plan) -> int:

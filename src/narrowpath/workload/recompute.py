@@ -2,9 +2,10 @@
 layer's forward ops drop what they keep for backward and run again before it.
 
 Megatron-Core's modules (TransformerConfig.recompute_modules) and what they mean on a layer's ops:
-- `core_attn` (the default): the attention core; an unfused core drops its score-sized tensors (Korthikanti et
-  al. 2022 §5). With flash attention it is priced as free — a deliberate simplification: Megatron-Core checkpoints
-  the core whatever the kernel, so its forward runs again and only Q, K, V are kept (not modelled).
+- `core_attn` (the default): the attention core runs again before its backward whatever the kernel (Megatron-Core
+  Attention: `checkpoint_core_attention` for selective granularity with `core_attn`, `_checkpointed_attention_
+  forward`); an unfused core drops its score-sized tensors (Korthikanti et al. 2022 §5), a flash core keeps Q, K, V
+  as the checkpoint's inputs and its output O for the projection, so only its log-sum-exp goes (not counted).
 - `layernorm`: a norm's output is discarded once the projections after it have read it (output-discarding
   checkpoint): they no longer keep their input, and the norm runs again. Only a norm that is a module of its own
   counts: Transformer Engine fuses the attention norm into the qkv projection and a dense MLP's norm into its
@@ -183,7 +184,7 @@ def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: 
         again += [_share(op, shares[op.name]) for op in fwd
                   if op.name in shares and op.kind == "matrix" and op.name not in whole]
     ops = as_phase(again, "recompute")
-    if "core_attn" in mods and kernel != "flash":
+    if "core_attn" in mods:
         ops += attention_ops(model, plan, kernel, phase="recompute", window=window)
     return ops
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.attention import (FLASH_BLOCK, attention_block_ops, attention_ops, attention_params,
-                                           kv_width_per_rank, residual_op)
+                                           kv_width_per_rank, mla_gathered_width, residual_op)
 from narrowpath.workload.moe import dense_mlp_block_ops, expert_params, moe_block_ops, moe_layer_params
 from narrowpath.workload.ops import (ATTENTION_CORE_OPS, as_phase, backward_ops, gemm, is_attention_core, linear,
                                      vector)
@@ -21,7 +21,7 @@ from narrowpath.workload.items import Op
 
 __all__ = ["FLASH_BLOCK", "ATTENTION_CORE_OPS", "act_bytes", "as_phase", "attention_ops", "backward_ops", "gemm",
            "is_attention_core", "kv_width_per_rank", "layer_expert_params", "layer_forward_ops", "layer_params",
-           "linear", "residual_op", "vector"]
+           "linear", "mla_gathered_width", "residual_op", "vector"]
 
 
 def layer_forward_ops(model: Model, plan: Plan, attention_kernel: str, *, moe_layer: bool = False,
