@@ -309,3 +309,24 @@ def test_serving_attention_cores_are_forward_flash_kernels_that_read_no_weights(
     pre, dec = prefill_attention_op(m, p, f, 512, 512 * 256, 512), decode_attention_op(m, p, f, 4, 4 * 1000)
     assert (pre.name, pre.kind, pre.phase, pre.weight_bytes) == ("attn_prefill", "flash", "fwd", 0.0)
     assert (dec.name, dec.kind, dec.phase, dec.weight_bytes) == ("attn_decode", "flash", "fwd", 0.0)
+
+
+def test_tensor_parallel_shared_experts_and_expert_slices_are_summed_over_tp():
+    """DeepSeek-V3 (one shared expert) served with tp 2 × attention DP 4, ep 8, 64 tokens per rank, h 7168, 16-bit
+    outputs: the shared expert runs tp-split on all T tokens, so its partial sums are reduce-scattered onto each
+    rank's T/2 tokens (64·7168·2 = 917,504 B) before the MoE output is all-gathered over tp. With TensorRT-LLM's
+    gather exchange the dp reduce-scatter sums only the GPUs of one tp index: a tp all-reduce of the partial sums
+    (917,504 B) is needed too."""
+    from narrowpath.workload.serving_comm import layer_transfers
+    m = model("deepseek-v3")
+    p = ServingPlan(tp=2, dp=4, ep=8, weight_precision="fp8", kv_precision="fp8")
+    f = Formats.of(p, True, m)
+    tr = {t.name: (t.op, t.axis, t.message_bytes, c) for t, c in layer_transfers(m, p, f, 64.0, True)}
+    assert tr["tp.shared_reduce_scatter"] == ("reduce_scatter", "tp", 917_504, 1.0)
+    assert tr["tp.moe_all_gather"] == ("all_gather", "tp", 917_504, 1.0)
+    g = {t.name: (t.op, t.axis, t.message_bytes, c) for t, c in layer_transfers(m, p, f, 64.0, True,
+                                                                                 exchange="gather")}
+    assert g["tp.moe_all_reduce"] == ("all_reduce", "tp", 917_504, 1.0)
+    assert "dp.moe_reduce_scatter" in g
+    one = {t.name for t, _ in layer_transfers(m, dataclasses.replace(p, tp=1), f, 64.0, True)}
+    assert not one & {"tp.shared_reduce_scatter", "tp.moe_all_gather", "tp.moe_all_reduce"}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from narrowpath.catalog import calibration_for
 from narrowpath.cost.collectives import CollectiveCost, collective_time
-from narrowpath.cost.memory import MemoryBreakdown, in_flight_chunk_passes, stage_memory
+from narrowpath.cost.memory import MemoryBreakdown, stage_memory
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import host_time_s, op_time_s
 from narrowpath.errors import NarrowpathError
@@ -23,8 +23,9 @@ from narrowpath.network.placement import GroupSpan, axis_strides, group_span, sp
 from narrowpath.schedule.choose import resolve_open_knobs
 from narrowpath.schedule.chunks import chunk_param_shares, chunk_shares, chunk_streams, chunked_sync_exposed_s, \
     exposed_shares, phase_times, sync_launch_mode
-from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipe_time_s, dualpipev_paired_fraction, \
-    dualpipev_time_s, pipeline_time_s
+from narrowpath.schedule.exposure import (PAIR_PARTNERS, exposed_after_bucketed_overlap, paired_fraction,
+                                         pass_pair_hidden_s)
+from narrowpath.schedule.pipeline import dualpipe_time_s, dualpipev_time_s, pipeline_time_s
 from narrowpath.schedule.provenance import attention_note, profile_usage
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
@@ -143,73 +144,6 @@ class StepPrediction:
             out[cls] += op_time_s(op, dev, self.calibration) * count * self.workload.num_microbatches
         out["optimizer"] = self.breakdown_s["optimizer"]
         return out
-
-
-def exposed_after_bucketed_overlap(total_s: float, message_bytes: float, bucket_bytes: float, window_s: float,
-                                   slowdown: float) -> float:
-    """Exposed time of a bucketed transfer overlapped with `window_s` of compute (PyTorch DDP / Megatron
-    --overlap-grad-reduce, Li et al. VLDB 2020 §3.2.3): the last bucket cannot start before the window ends, so it is
-    always exposed; the rest hides up to the window; the hidden part slows the compute it shares the chip with."""
-    n_buckets = max(1.0, message_bytes / bucket_bytes) if bucket_bytes > 0 else 1.0
-    last_bucket = total_s / n_buckets
-    hidden = max(0.0, min(total_s - last_bucket, window_s))
-    return total_s - hidden + slowdown * hidden
-
-
-PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fwd",)}
-"""The passes a pass-pair transfer of each phase hides behind: a forward's behind the other micro-batch's backward
-(with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""
-
-
-def paired_fraction(stage: int, pp: int, vpp: int, num_microbatches: int, schedule: str = "", group: int = 0) -> float:
-    """Share of pipeline stage `stage`'s passes (chunk passes when interleaved) whose forward runs merged with
-    another micro-batch's backward (and whose backward with another's forward); the rest run alone.
-
-    Megatron-Core merges the two only in the steady state (`pipeline_parallel/schedules.py`,
-    `forward_backward_helper_wrapper` → `combined_1f1b.py`); the warm-up forwards and the cool-down backwards run
-    alone, and `get_pp_rank_microbatches` adds one warm-up forward under `overlap_moe_expert_parallel_comm` "to
-    ensure the forward and backward computations are independent in all 1f1b steps". So on stage s of p:
-      p = 1: F0 alone, (F1 + B0) … (F(m−1) + B(m−2)), B(m−1) alone (`combined_1f1b_schedule_for_no_pipelining`):
-        1 of m forwards and 1 of m backwards alone.
-      1F1B (v = 1): the p − s − 1 warm-up forwards of the schedule the model plays (schedule.pipeline) plus that
-        one: min(m, p − s) of m alone, as many cool-down backwards. pp 4, m 8: stage 0 4 of 8, stage 3 1 of 8.
-      interleaved (v > 1): 2·(p − s − 1) + (v − 1)·g warm-up chunk forwards (micro-batch groups of g = `group`,
-        Megatron's `microbatch_group_size_per_vp_stage`, default p) plus one, at most the m·v chunk passes:
-        min(m·v, 2·(p − s − 1) + (v − 1)·g + 1) of m·v. pp 4, v 2, m 8: stage 0 11 of 16, stage 3 5 of 16.
-    Both counts are the stage's in-flight depth (cost.memory.in_flight_chunk_passes).
-    Where the source differs: Megatron-Core runs the merged schedule with p > 1 only in its interleaved program
-    (TransformerConfig asserts a virtual pipeline size; Megatron-LM turns vpp 1 into none), whose one-chunk warm-up
-    would be 2·(p − s − 1) + 1; v = 1 here counts the same rule on the 1F1B program the pipeline is priced with.
-    DualPipe (`schedule` "dualpipe", DeepSeek-V3) and DualPipeV ("dualpipev") pair their own way: the share is
-    counted on their programs (schedule.pipeline.dualpipe_paired_fraction, dualpipev_paired_fraction)."""
-    m, p, s = max(1, int(num_microbatches)), max(1, int(pp)), int(stage)
-    if schedule == "dualpipe" and p > 1:
-        return dualpipe_paired_fraction(s, p, m)
-    if schedule == "dualpipev" and p > 1:
-        return dualpipev_paired_fraction(s, p, m)
-    v = max(1, int(vpp)) if p > 1 else 1
-    passes = m * v
-    return (passes - in_flight_chunk_passes(s, p, v, m, group=group)) / passes
-
-
-def pass_pair_hidden_s(pair_s: dict, left_s: dict, paired: float) -> dict:
-    """Per phase, the part of the pass-pair traffic `pair_s` (seconds per micro-batch: the expert dispatch and
-    combine with `ep_overlap`) that hides, given `left_s`, the matrix work of each phase still free after the
-    phase's own overlapped traffic. Megatron-Core's EP all-to-all overlap (`overlap_moe_expert_parallel_comm`,
-    "combined 1F1B") and DeepSeek-V3's DualPipe (DeepSeek-AI 2024, §3.2.1) merge the forward of one micro-batch
-    with the backward of another, so each one's all-to-all runs during the other's computation: a forward's traffic
-    hides behind the partner's backward and recompute, a backward's and recompute's behind the partner's forward
-    (PAIR_PARTNERS). A share 1 − `paired` of the passes has no partner and hides nothing: Megatron-Core runs them
-    "alone, no a2a overlapping" (`combined_1f1b.py`), the exchange on the critical path of its own pass, whose
-    experts wait for its dispatch and whose next layer waits for its combine."""
-    P = {ph: pair_s.get(ph, 0.0) for ph in PAIR_PARTNERS}
-    L = {ph: max(0.0, left_s.get(ph, 0.0)) for ph in PAIR_PARTNERS}
-    back = P["bwd"] + P["recompute"]
-    h_back = min(back, L["fwd"])
-    with_partner = {"fwd": min(P["fwd"], L["bwd"] + L["recompute"]),
-                    "bwd": h_back * P["bwd"] / back if back > 0 else 0.0,
-                    "recompute": h_back * P["recompute"] / back if back > 0 else 0.0}
-    return {ph: paired * with_partner[ph] for ph in PAIR_PARTNERS}
 
 
 def transfer_span(scn: Scenario, axis: str) -> GroupSpan:

@@ -15,14 +15,16 @@ convention of cost.collectives):
   the tokens themselves are all-gathered over the whole stage (TensorRT-LLM attention DP + MoE TP). A `dedup`
   dispatch over several domains sends each token once per destination node over the fabric (at most the model's
   `max_nodes` with node-limited routing, DeepSeek-V3 §2.1.2) and fans it out over NVLink (DeepEP), as training's. With tp > 1
-  the MoE output is then all-gathered over tp. With ep = dp = 1 the experts are split like a dense MLP and end in
-  the tp all-reduce;
+  the tp-split shared experts' partial sums are reduce-scattered onto the ranks' T/t tokens (TensorRT-LLM's
+  DeepseekV3MoE reduces shared + routed output over tp) and the MoE output is then all-gathered over tp. With
+  ep = dp = 1 the experts are split like a dense MLP and end in the tp all-reduce;
 - `gather` exchange (TensorRT-LLM's fused MoE on one scale-up domain, 1.x before wide EP): no all-to-all. With
   attention data parallelism every GPU all-gathers the tokens of all dp ranks in the GEMM format (FP8 / FP4
   quantized before the gather: 'FP4 AllGather', NVIDIA TensorRT-LLM tech blog 3, 'Optimizing DeepSeek R1 Throughput
   on NVIDIA Blackwell GPUs'), runs its experts (or expert slices) on the copies routed to them, and reduce-scatters
-  the 16-bit outputs back (CutlassFusedMoE: allgather before, reducescatter after the fused MoE op); with attention
-  tensor parallelism the tokens are already on every GPU and the partial outputs are all-reduced as a dense MLP's;
+  the 16-bit outputs back (CutlassFusedMoE: allgather before, reducescatter after the fused MoE op), which sums
+  the GPUs of one tp index — with tp > 1 as well a tp all-reduce of the partial sums; with attention tensor
+  parallelism the tokens are already on every GPU and the partial outputs are all-reduced as a dense MLP's;
 - pipeline parallelism: the T·h·A activations to the next stage once per iteration (send/recv);
 - the output layer's vocabulary-parallel logits are all-gathered over tp (rows·V·A).
 """
@@ -75,6 +77,8 @@ def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
     if gather:
         out.append((Transfer("dp.moe_all_gather", "all_gather", "dp", T * plan.dp * h * f.W, "fwd"), 1.0))
         out.append((Transfer("dp.moe_reduce_scatter", "reduce_scatter", "dp", T * plan.dp * h * A, "fwd"), 1.0))
+        if t > 1:  # the reduce-scatter sums the experts of one tp index; the tp ranks' partial sums still add up
+            out.append((Transfer("tp.moe_all_reduce", "all_reduce", "tp", T * h * A, "fwd"), 1.0))
         return out
     if not experts_spread:
         return out
@@ -103,6 +107,8 @@ def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
         out.append((Transfer("etp.all_gather", "all_gather", "etp", gathered, "fwd"), 1.0))
         out.append((Transfer("etp.reduce_scatter", "reduce_scatter", "etp", gathered, "fwd"), 1.0))
     if t > 1:
+        if moe.shared_experts:  # the tp-split shared experts' partial sums, reduced onto each rank's T/t tokens
+            out.append((Transfer("tp.shared_reduce_scatter", "reduce_scatter", "tp", T * h * A, "fwd"), 1.0))
         out.append((Transfer("tp.moe_all_gather", "all_gather", "tp", T * h * A, "fwd"), 1.0))
     return out
 
