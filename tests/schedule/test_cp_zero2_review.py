@@ -90,12 +90,14 @@ def test_a2a_needs_kv_heads_divisible_by_tp_cp():
 def test_selective_recompute_of_the_core_fetches_remote_k_v_again(comm):
     """A selectively recomputed attention core (`core_attn`) runs again before its backward with either kernel
     (Megatron-Core checkpoints the core whatever it is), so its remote keys and values are fetched again: the ring's
-    or the all-gather's K, V, the all-to-all's Q, K, V (not the output's all-to-all, whose consumer is not re-run)."""
+    or the all-gather's K, V, and under the all-to-all exchange the whole checkpointed function again: Q, K, V in and
+    the output back (Transformer Engine's AttnFuncWithCPAndQKVOA2A)."""
     base = dict(tp=4, pp=4, vpp=1, cp=2, dp=8, recompute="selective", cp_comm=comm)
     for attention in ("unfused", "flash"):
         got = set(_cp(predict(_scn(attention=attention, **base))))
         again = {name for name, ph in got if ph == "recompute"}
-        assert again == ({"cp.qkv_all_to_all"} if comm == "a2a" else {"cp.kv_all_gather"}), attention
+        assert again == ({"cp.qkv_all_to_all", "cp.attn_out_all_to_all"} if comm == "a2a" else
+                         {"cp.kv_all_gather"}), attention
 
 
 def test_dp_contention_over_dp_cp_groups(monkeypatch):

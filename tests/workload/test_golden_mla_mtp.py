@@ -180,3 +180,17 @@ def test_mla_without_a_query_latent_counts_its_direct_query_projection():
     m = deepseek_v3()
     m = dataclasses.replace(m, mla=dataclasses.replace(m.mla, q_lora_rank=0))
     assert attention_parameters(m) == 314_507_264
+
+
+def test_recomputed_mla_up_projections_gather_their_latents_again():
+    """`mla_up_proj` re-runs MLA's column-parallel up-projections before backward; under sequence parallelism they
+    read the gathered latents, so the recompute pass all-gathers them again (tp 8, 4096 tokens, 16 bit:
+    4096·2112·2 = 17,301,504 B, once per layer and micro-batch) — and no reduce-scatter, since the output projection
+    is not re-run. Without the module, no recompute-phase gather."""
+    from narrowpath.workload.build import layer_comm
+    for mods, want in ((("mla_up_proj",), [("tp.all_gather", 17_301_504, 1.0)]), (("core_attn",), [])):
+        plan = Plan(tp=8, sequence_parallel=True, recompute="selective", recompute_modules=mods)
+        scn = Scenario(system=system("dgx-h100"), model=deepseek_v3(), plan=plan, num_gpus=8)
+        again = [(t.name, t.message_bytes, c) for t, c in layer_comm(scn, "flash", False)
+                 if t.phase == "recompute" and t.axis == "tp"]
+        assert again == want, mods

@@ -50,17 +50,20 @@ def test_layernorm_recompute_drops_the_plain_query_projections_input_too():
     assert kept(()) - kept(("layernorm",)) == pytest.approx(4096 * (7168 + 7168))
 
 
-def test_moe_recompute_reruns_the_tensor_parallel_experts_of_a_layer_without_shared_ones():
+def test_moe_recompute_reruns_the_dispatch_not_a_tp_block_of_a_layer_without_shared_ones():
     """Mixtral 8x7B has no shared experts; at tp 2 (etp 0: the experts split tp-wise too, expert_tp 2) the `moe`
-    module re-runs the routed experts, a tp-sharded block, so the layer's MLP block is recomputed with its tp
-    gather and scatter; without `moe` (or at expert_tp 1) it is not."""
+    module re-runs the routed experts, which take their tokens from the dispatcher — its all-to-all and its gather
+    of the copies over the expert-tp ranks run again (recomputes_dispatch) — and no tp gather / scatter pair of the
+    layer's input surrounds them (Megatron-Core MoEAlltoAllTokenDispatcher); with a shared expert (DeepSeek-V3)
+    the `moe` module re-runs that tp-sharded block with its pair."""
+    from narrowpath.workload.recompute import recomputes_dispatch
     m = model("mixtral-8x7b")
     assert not m.moe.shared_experts
     moe = Plan(tp=2, recompute="selective", recompute_modules=("moe",))
-    assert moe.expert_tp == 2
-    assert tp_block_recomputed(m, moe, True)
+    assert moe.expert_tp == 2 and recomputes_dispatch(moe)
+    assert not tp_block_recomputed(m, moe, True)
     assert not tp_block_recomputed(m, dataclasses.replace(moe, recompute_modules=("core_attn",)), True)
-    assert not tp_block_recomputed(m, dataclasses.replace(moe, etp=1), True)
+    assert tp_block_recomputed(model("deepseek-v3"), moe, True)
 
 
 def test_a_dedup_dispatch_over_two_gpus_a_domain_fans_out_inside_it():

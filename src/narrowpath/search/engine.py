@@ -230,8 +230,9 @@ class Engine:
 
     def equivalent_rows(self) -> np.ndarray:
         """Rows with selective recompute whose plans price exactly as their twins' (every part the same: selective
-        recompute with a flash kernel re-runs nothing; with DeepSeek-V3's FP8 activation cache, recomputing the MoE
-        activation is what recompute none does). Decided on the parts, not the numbers (the structural pass must
+        recompute of a module a layer does not have, e.g. `layernorm` where Transformer Engine fuses every norm into
+        its projection; with DeepSeek-V3's FP8 activation cache, recomputing the MoE activation is what recompute
+        none does). Decided on the parts, not the numbers (the structural pass must
         have run)."""
         tw = self.twin_rows()
         out = np.zeros(tw.size, dtype=bool)

@@ -14,8 +14,8 @@ Parts and the knobs they read (tests/search/test_parts.py varies every other kno
     activations        bytes a layer keeps: tp, cp, mbs, sp, selective recompute and its modules, ep, etp
     collectives        per placement (tp, cp, dp, pp, ep, etp, placement order): `schedule.step._price` with the
                        placement's spans and contention, per (op, axis, message size)
-Ops are interned by content, so two knob settings that produce the same ops (selective recompute with a flash
-kernel re-runs nothing) get the same part: the search uses that to show such plans once.
+Ops are interned by content, so two knob settings that produce the same ops (selective recompute of a module the
+layer does not have) get the same part: the search uses that to show such plans once.
 """
 from __future__ import annotations
 

@@ -5,10 +5,11 @@ local heads, d_qk / d_v per-head query-key and value widths, A activation bytes,
 
 Grouped-query attention: norm → QKV projection → rotary embedding → attention core → output projection →
 residual. Multi-head latent attention (DeepSeek-V2 §2.1, V3 §2.1.1, as Megatron-Core's MLASelfAttention runs it
-for training): the down-projections to the query latent (q_lora_rank) and to the joint key/value latent plus the
-shared rotary key (kv_lora_rank + qk_rope_head_dim) are replicated on every tensor-parallel rank; each latent is
-normed and up-projected per head (column-parallel); the core then is multi-head attention with query/key width
-qk_nope + qk_rope and value width v_head_dim. Sliding-window layers attend to the last `window` keys only.
+for training): every tensor-parallel rank holds the down-projections to the query latent (q_lora_rank) and to the
+joint key/value latent plus the shared rotary key (kv_lora_rank + qk_rope_head_dim) and, under sequence
+parallelism, runs them and the latent norms on its own tokens; the column-parallel per-head up-projections gather
+the latents; the core then is multi-head attention with query/key width qk_nope + qk_rope and value width
+v_head_dim. Sliding-window layers are causal and attend to the last `window` keys (window_tile_fraction).
 """
 from __future__ import annotations
 

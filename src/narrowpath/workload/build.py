@@ -194,6 +194,9 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
             again = (1.0, mlp_pair)
         else:
             again = (0.0, 1.0 if tp_block_recomputed(model, plan, moe_layer) else 0.0)
+            if attn_gather != gathered and "mla_up_proj" in modules_of(plan):
+                # re-running MLA's up-projections gathers their latents again (no scatter: the core is not re-run)
+                xfers.append((Transfer("tp.all_gather", "all_gather", "tp", attn_gather, "recompute", ov), 1.0))
         for ph, (na, nm) in (("fwd", (1.0, mlp_pair)), ("bwd", (1.0, mlp_pair)), ("recompute", again)):
             n = na + nm
             if not n:

@@ -10,8 +10,9 @@ def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bo
                  ) -> list[tuple[Transfer, float]]:
     """Context-parallel traffic of one layer and micro-batch on one rank (`tokens` = b·s/cp local tokens), by
     `plan.cp_comm` (Megatron-Core --cp-comm-type). A recompute pass that re-runs the attention core needs the
-    remote K, V again: a full recompute, or a selective one of the core (`recompute_core`; there the
-    output all-to-all of a2a is not repeated, the recomputed core only rebuilds the scores kept for backward):
+    remote K, V again: a full recompute, or a selective one of the core (`recompute_core`: the checkpointed
+    attention function runs whole again, a2a's output all-to-all with it, Transformer Engine's
+    AttnFuncWithCPAndQKVOA2A):
     p2p         ring: K, V go round the ring in forward, again in backward beside the reduce-scatter of their
                 gradients, and again in a full recompute's forward; each hides behind the attention blocks
                 (Liu et al., Ring Attention, 2023)
@@ -31,8 +32,7 @@ def cp_transfers(model, plan, tokens: float, a_bytes: int, *, recompute_core: bo
         qkv = tokens * (q_w + kv_w2) * a_bytes
         out = tokens * model.q_dim / plan.tp * a_bytes
         return [(Transfer(f"cp.{what}_all_to_all", "all_to_all", "cp", size, ph, False), 1.0)
-                for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))
-                if not (ph == "recompute" and what == "attn_out" and plan.recompute != "full")]
+                for ph in phases for what, size in (("qkv", qkv), ("attn_out", out))]
     kv = tokens * kv_w2 * a_bytes * plan.cp  # gathered K and V (nccl-tests AG size)
     if plan.cp_comm == "all_gather":
         gathers = [(Transfer("cp.kv_all_gather", "all_gather", "cp", kv, ph, False), 1.0) for ph in phases]

@@ -210,9 +210,9 @@ def alternate_matmuls_recomputed(model: Model, plan: Plan, moe_layer: bool) -> b
 
 def tp_block_recomputed(model: Model, plan: Plan, moe_layer: bool) -> bool:
     """Whether selective recompute runs a layer's tp-sharded MLP block again (the dense MLP, or an MoE layer's shared
-    experts or tensor-parallel experts), and with it the block's tp gather and scatter."""
+    experts), and with it the block's tp gather and scatter; routed experts, tensor-parallel or not, get their
+    tokens from the dispatcher, which the `moe` module re-runs (recomputes_dispatch)."""
     mods = modules_of(plan)
     if not moe_layer:
         return "mlp" in mods
-    return bool(model.moe.shared_experts and ("shared_experts" in mods or "moe" in mods)) or (
-        plan.expert_tp > 1 and "moe" in mods)
+    return bool(model.moe.shared_experts and ("shared_experts" in mods or "moe" in mods))
