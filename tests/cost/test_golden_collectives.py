@@ -246,3 +246,11 @@ def test_an_nvls_figure_measured_on_8_gpus_gives_the_same_switch_rate_in_a_72_gp
                                                 _system().tiers[1]))
     assert path_model(span_of(8, ranks_per_domain=8, domains=1), nvl, CAL).nvls_algbw == pytest.approx(240e9)
     assert path_model(span_of(8, ranks_per_domain=8, domains=1), _system(), CAL).nvls_algbw == pytest.approx(240e9)
+
+
+def test_a_full_mesh_of_one_gpu_has_no_pair_link():
+    """A full-mesh tier whose domain is one GPU has no peer and so no pair link (pair_bw 0, not a division by
+    zero): a group on it is priced as a sparse group over the NICs."""
+    one = _mesh_system(domain=1, gpus=1)
+    p = path_model(span_of(2, ranks_per_domain=1, domains=2), one, CAL)
+    assert p.pair_bw == 0.0 and p.ring_busbw == pytest.approx(47.5e9)
