@@ -254,3 +254,18 @@ def test_a_full_mesh_of_one_gpu_has_no_pair_link():
     one = _mesh_system(domain=1, gpus=1)
     p = path_model(span_of(2, ranks_per_domain=1, domains=2), one, CAL)
     assert p.pair_bw == 0.0 and p.ring_busbw == pytest.approx(47.5e9)
+
+
+def test_a_full_mesh_subgroup_reads_a_measured_table_on_its_own_links():
+    """A measured busbw table is a share of the line rate: on the 8-GPU mesh (448 GB/s a GPU over 7 links) a table
+    saying 0.5 at every size gives a whole-mesh ring 224 GB/s and a 2-GPU ring 0.5 × 448/7 = 32 GB/s, its one link's
+    share; 1 GiB all-reduced by the pair then takes 2·(1/2)·2^30 / 32e9 s."""
+    table = ((1e3, 0.5), (1e10, 0.5))
+    cal = dataclasses.replace(CAL, tiers={**CAL.tiers, "scale_up": dataclasses.replace(
+        CAL.tiers["scale_up"], busbw_efficiency_by_size=table)})
+    whole = path_model(span_of(8, ranks_per_domain=8, domains=1), _mesh_system(), cal)
+    pair = path_model(span_of(2, ranks_per_domain=2, domains=1), _mesh_system(), cal)
+    assert whole.measured_busbw(2**30) == pytest.approx(224e9)
+    assert pair.measured_busbw(2**30) == pytest.approx(32e9)
+    t = ring("all_reduce", 2**30, pair)
+    assert t.time_s == pytest.approx(2 * 0.5 * 2**30 / 32e9, rel=1e-9)

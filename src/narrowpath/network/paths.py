@@ -149,16 +149,17 @@ def path_model(span: GroupSpan, system: System, cal: Calibration) -> PathModel:
     if up.in_network_reduction and cu.nvls_busbw_bytes_per_s > 0 and dom > 1:
         g = min(dom, NVLS_REFERENCE_GPUS)
         nvls_algbw = cu.nvls_busbw_bytes_per_s * g / (2.0 * (g - 1))
-    up_bw = up.bw_bytes_per_s_per_gpu * cu.bw_efficiency
-    pair_bw = up_bw / (dom - 1) if up.topology == "full_mesh" and dom > 1 else 0.0
-    if pair_bw and span.ranks_per_domain > 1:
-        up_bw = min(up_bw, (span.ranks_per_domain - 1) * pair_bw)  # a full mesh: one link to each member
+    full_mesh = up.topology == "full_mesh" and dom > 1
+    pair_bw = up.bw_bytes_per_s_per_gpu * cu.bw_efficiency / (dom - 1) if full_mesh else 0.0
+    # a full mesh: r members reach each other over r − 1 of a GPU's D − 1 links, the attained rate and the line
+    # rate a measured busbw table is a share of alike
+    links = min(1.0, (span.ranks_per_domain - 1) / (dom - 1)) if full_mesh and span.ranks_per_domain > 1 else 1.0
     pm = PathModel(size=span.size, ranks_per_domain=span.ranks_per_domain, domains=span.domains,
-                   up_bw=up_bw,
+                   up_bw=up.bw_bytes_per_s_per_gpu * cu.bw_efficiency * links,
                    nic_bw=out.bw_bytes_per_s_per_gpu * co.bw_efficiency,
                    alpha_up_s=_alpha(system, cal, "scale_up"), alpha_out_s=_alpha(system, cal, "scale_out"),
                    nvls_algbw=nvls_algbw, out_in_network=out.in_network_reduction,
-                   up_line_bw=up.bw_bytes_per_s_per_gpu, nic_line_bw=out.bw_bytes_per_s_per_gpu,
+                   up_line_bw=up.bw_bytes_per_s_per_gpu * links, nic_line_bw=out.bw_bytes_per_s_per_gpu,
                    up_measured=tuple(getattr(cu, "busbw_efficiency_by_size", ())),
                    out_measured=tuple(getattr(co, "busbw_efficiency_by_size", ())),
                    pair_bw=pair_bw)
