@@ -212,7 +212,8 @@ def _lighter(a: Plan, b: Plan) -> bool:
 
 def drop_equivalent(ranked: list[Candidate]) -> list[Candidate]:
     """Keep one of the plans that differ only in `recompute` (and its modules) and cost the same time and memory
-    (e.g. a dense layer's norms are fused into its projections, so recomputing `layernorm` re-runs nothing): the ones no lighter plan among them equals (`_lighter`)."""
+    (e.g. a dense layer's norms are fused into its projections, so recomputing `layernorm` re-runs nothing): the
+    ones no lighter plan among them equals (`_lighter`)."""
     groups: dict[tuple, list[Candidate]] = {}
     for c in ranked:
         groups.setdefault((_without_recompute(c.plan), c.step_time_s, c.memory_bytes), []).append(c)

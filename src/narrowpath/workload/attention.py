@@ -109,7 +109,7 @@ def attention_ops(model: Model, plan: Plan, kernel: str, phase: str = "fwd", win
     return core + [av]
 
 
-def mla_gathered_width(model: Model, plan: Plan, gemm_bytes: float, a_bytes: float) -> float:
+def mla_gathered_width(model: Model, gemm_bytes: float, a_bytes: float) -> float:
     """Bytes per token MLA's attention block all-gathers over sequence-parallel ranks: the query latent (or, without
     one, the layer's input for the column-parallel q_proj) and the key/value latent in the GEMM operand format, the
     shared rotary key in 16 bit — 1,536 + 512 + 64 elements for DeepSeek-V3 instead of the 7,168 of its input."""

@@ -183,18 +183,17 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
         # ranks (workload.moe.moe_transfers; Megatron-Core MoEAlltoAllTokenDispatcher) — no gather of the layer's
         # input around it
         mlp_pair = 1.0 if not moe_layer or model.moe.shared_experts else 0.0
-        mlp_gather = gathered
         # MLA under sequence parallelism gathers its latents, not the layer's input: the duplicated down-projections
         # run on the rank's shard (workload.attention.attention_block_ops)
-        attn_gather = b * s * T.mla_gathered_width(model, plan, gather_bytes(plan), A) if model.mla is not None \
-            and plan.sequence_parallel else gathered
+        mla_sp = model.mla is not None and plan.sequence_parallel
+        attn_gather = b * s * T.mla_gathered_width(model, gather_bytes(plan), A) if mla_sp else gathered
         # a full recompute gathers and scatters around both blocks again; a selectively recomputed tp-sharded MLP
         # block (workload.recompute) around that block
         if plan.recompute == "full" or alternate_matmuls_recomputed(model, plan, moe_layer):
             again = (1.0, mlp_pair)
         else:
             again = (0.0, 1.0 if tp_block_recomputed(model, plan, moe_layer) else 0.0)
-            if attn_gather != gathered and "mla_up_proj" in modules_of(plan):
+            if mla_sp and "mla_up_proj" in modules_of(plan):
                 # re-running MLA's up-projections gathers their latents again (no scatter: the core is not re-run)
                 xfers.append((Transfer("tp.all_gather", "all_gather", "tp", attn_gather, "recompute", ov), 1.0))
         for ph, (na, nm) in (("fwd", (1.0, mlp_pair)), ("bwd", (1.0, mlp_pair)), ("recompute", again)):
@@ -202,7 +201,7 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
             if not n:
                 continue
             if plan.sequence_parallel:
-                gathers = [(attn_gather, n)] if mlp_gather == attn_gather else [(attn_gather, na), (mlp_gather, nm)]
+                gathers = [(gathered, n)] if attn_gather == gathered else [(attn_gather, na), (gathered, nm)]
                 xfers += [(Transfer("tp.all_gather", "all_gather", "tp", g, ph, ov), c) for g, c in gathers if c]
                 xfers.append((Transfer("tp.reduce_scatter", "reduce_scatter", "tp", act, ph, ov), n))
                 if ph == "bwd":
