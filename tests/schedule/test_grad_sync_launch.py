@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from narrowpath.catalog import load_scenario
 from narrowpath.catalog.resolve import plan_with_stack_defaults
 from narrowpath.schedule.chunks import chunk_streams, chunked_sync_exposed_s, sync_launch_mode
+from narrowpath.schedule.exposure import staged_sync_exposed_s
 from narrowpath.schedule.sim import simulate
 from narrowpath.schedule.sim.engine import StepEngine
 from narrowpath.schedule.sim.layout import build_layout
@@ -160,25 +161,49 @@ def test_fewer_streaming_chunks_never_hide_more(total, shares, bwd, pp, buckets)
     assert e[2] <= total + 1e-9
 
 
+def test_staged_sync_by_hand():
+    """1F1B, four stages whose own syncs would expose 3, 5, 4 and 6 s after their own last backwards of 1, 2, 2 and
+    3 s. The cool-down's last backward runs stage 3 → 0, so stage s's ends 0, 1, 3 and 5 s before stage 0's: the
+    step sees 3, 5 − 1 = 4, 4 − 3 = 1 and 6 − 5 = 1 past its pipeline → 4 s, bound by stage 1. A sync smaller than
+    the drain below it costs nothing; stage 0's never goes below zero."""
+    assert staged_sync_exposed_s([3.0, 5.0, 4.0, 6.0], [1.0, 2.0, 2.0, 3.0]) == (4.0, 1)
+    assert staged_sync_exposed_s([0.5, 1.0, 1.0], [2.0, 2.0, 2.0]) == (0.5, 0)
+    assert staged_sync_exposed_s([0.0, 0.5, 0.5], [2.0, 2.0, 2.0]) == (0.0, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(exp=st.lists(st.floats(0.0, 20.0), min_size=1, max_size=12), bwd=st.floats(0.0, 5.0))
+def test_staged_sync_lies_between_stage_0s_and_the_largest(exp, bwd):
+    """No stage's sync can end before stage 0's own (it ends the pipeline), and none is charged more than it takes:
+    stage 0's exposure ≤ the staged one ≤ the largest stage's, equal to it with nothing left to drain."""
+    got, s = staged_sync_exposed_s(exp, [bwd] * len(exp))
+    assert exp[0] <= got <= max(exp) and 0 <= s < len(exp)
+    assert staged_sync_exposed_s(exp, [0.0] * len(exp))[0] == max(exp)
+
+
 CASES = [("gpt3-175b-a100-1024", dict(vpp=2)), ("llama3-405b-h100-16k", dict()),
          ("llama3-70b-h100-256", dict(pp=4, vpp=1, gbs=32, first_stage_layers=8)),
          ("llama3-70b-h100-256", dict(pp=4, vpp=1, gbs=64, first_stage_layers=10, last_stage_layers=10)),
+         ("llama3-70b-h100-256", dict(pp=4, vpp=1, gbs=64, first_stage_layers=16, last_stage_layers=24)),
          ("llama3-70b-h100-256", dict(pp=4, vpp=2, gbs=64, first_stage_layers=8, last_stage_layers=8))]
 
 
 @pytest.mark.parametrize("name,kw", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
 def test_closed_form_follows_the_simulator_for_every_launch(name, kw):
     """The simulator plays each rank's launches; the closed form prices rank 0's timeline with the critical stage's
-    chunks and, under Megatron-Core's 1F1B, lets at most rank 0's last backward hide the sync (a later rank's whole
-    sync goes out after its cool-down, beside the backwards of the ranks below it). Uneven end stages were 3.8 %
-    off before that. Within 1.5 %; the simulator's step never shrinks from hooks to aligned."""
+    chunks and, under 1F1B, every stage's own sync after its own last backward (Megatron-Core's DDP: rank 0's
+    streaming, a later rank's whole after its cool-down, beside the backwards of the ranks below it). Uneven end
+    stages were 3.8 % off before the window was rank 0's, 1.7 % (16 / 20 / 20 / 24 layers) while every stage's sync
+    was sized as the largest stage's. Within 1.5 %, 1F1B within 0.3 %; the simulator's step never shrinks from hooks
+    to aligned."""
     scn = load_scenario(name)
     sims = {}
     for launch in ("hooks", "megatron", "aligned"):
         s = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, dp_overlap=True, grad_sync_launch=launch,
                                                               **kw))
         sims[launch] = simulate(s, steps=1).noise_free_step_time_s
-        assert predict(s).step_time_s == pytest.approx(sims[launch], rel=0.015), launch
+        rel = 0.003 if s.plan.vpp == 1 and s.plan.pp > 1 else 0.015
+        assert predict(s).step_time_s == pytest.approx(sims[launch], rel=rel), launch
     assert sims["hooks"] <= sims["aligned"] * (1 + 1e-9)
 
 

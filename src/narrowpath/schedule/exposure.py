@@ -17,6 +17,23 @@ def exposed_after_bucketed_overlap(total_s: float, message_bytes: float, bucket_
     return total_s - hidden + slowdown * hidden
 
 
+def staged_sync_exposed_s(exposed_s: list[float], bwd_s: list[float]) -> tuple[float, int]:
+    """(exposed time, binding stage) of a 1F1B pipeline's gradient sync, stage by stage: `exposed_s[s]` is what
+    stage s's own sync would expose after its own last backward, `bwd_s[s]` its per-micro-batch backward. The
+    cool-down runs the last micro-batch's backward from the last stage down to stage 0, so stage s's last
+    backward ends Σ_{i<s} bwd_s[i] before stage 0's (at least: a lower stage that lags ends later still), and its
+    sync runs beside those backwards — Megatron-Core's 1F1B: "Other pipeline stages do grad reduction during
+    pipeline bubble" (pipeline_parallel/schedules.py). The step waits for the last rank to finish (the optimizer's
+    gradient-norm all-reduce spans every GPU), so it exposes max_s (exposed_s[s] − Σ_{i<s} bwd_s[i]); stage 0's term
+    is never negative. The event simulator (schedule.sim.tail.grad_sync) times each stage's sync the same way."""
+    best, arg, drain = -float("inf"), 0, 0.0
+    for s, (e, b) in enumerate(zip(exposed_s, bwd_s)):
+        if e - drain > best:
+            best, arg = e - drain, s
+        drain += b
+    return max(0.0, best), arg
+
+
 PAIR_PARTNERS = {"fwd": ("bwd", "recompute"), "bwd": ("fwd",), "recompute": ("fwd",)}
 """The passes a pass-pair transfer of each phase hides behind: a forward's behind the other micro-batch's backward
 (with its recompute), a backward's (and its recompute's) behind the other micro-batch's forward."""

@@ -24,13 +24,13 @@ from narrowpath.schedule.choose import resolve_open_knobs
 from narrowpath.schedule.chunks import chunk_param_shares, chunk_shares, chunk_streams, chunked_sync_exposed_s, \
     exposed_shares, phase_times, sync_launch_mode
 from narrowpath.schedule.exposure import (PAIR_PARTNERS, exposed_after_bucketed_overlap, paired_fraction,
-                                         pass_pair_hidden_s)
+                                         pass_pair_hidden_s, staged_sync_exposed_s)
 from narrowpath.schedule.pipeline import dualpipe_time_s, dualpipev_time_s, pipeline_time_s
 from narrowpath.schedule.provenance import attention_note, profile_usage
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload.attention import kernel_of
-from narrowpath.workload.build import build_workload, grad_format
+from narrowpath.workload.build import build_workload, grad_format, step_transfers
 from narrowpath.workload.items import Transfer, Workload
 from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.ops import is_weight_gradient
@@ -432,6 +432,9 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             exp = total
             other_step += total
         step_rows.append((tr, c, cost, exp))
+    if plan.schedule == "1f1b" and plan.pp > 1:  # each stage syncs its own gradients as the cool-down reaches it
+        dp_exposed, step_rows = _staged_sync(scn, wl, stage_times, step_rows, launch, slow,
+                                             lambda tr: _price(tr, scn, cal, spans, coll_cache))
     opt = sum(max(t_op(op)[0], t_op(op)[2]) * c for op, c in wl.optimizer_ops)
 
     breakdown = {
@@ -493,6 +496,43 @@ def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:
                               {k: (a.exposed_comm_s[k] + b.exposed_comm_s[k]) / 2 for k in a.exposed_comm_s},
                               (a.host_wait_s + b.host_wait_s) / 2, (a.fwd_exposed_s + b.fwd_exposed_s) / 2))
     return out
+
+
+def _is_grad_sync(tr: Transfer) -> bool:
+    return tr.axis in ("dp", "edp") and tr.op != "all_gather"
+
+
+def _staged_sync(scn: Scenario, wl: Workload, stage_times: list[StageTimes], step_rows: list, launch: str,
+                 slow: float, price) -> tuple[float, list]:
+    """A 1F1B pipeline's gradient sync stage by stage (schedule.exposure.staged_sync_exposed_s): every stage's sync
+    sized for its own parameters, hidden behind its own last backward where its buckets stream (`hooks`; rank 0
+    under Megatron-Core's DDP, whose other ranks launch theirs whole after the cool-down: sync_launch_mode). →
+    (data-parallel exposure, `step_rows` with the gradient-sync rows of the stage that binds, each row's exposure
+    its share of that stage's)."""
+    plan = scn.plan
+    memo: dict = {}
+    exposed, rows_of = [], []
+    for st, times in zip(wl.stages, stage_times):
+        streams = launch == "hooks" or st.index == 0
+        key = (st.params, st.expert_params, times.bwd_compute_s if streams else None)
+        if key not in memo:
+            rows = []
+            for tr, c in step_transfers(scn, st.params, st.expert_params):
+                if not _is_grad_sync(tr):
+                    continue
+                cost = price(tr)
+                total = cost.time_s * c
+                exp = exposed_after_bucketed_overlap(total, tr.message_bytes, plan.bucket_bytes, key[2], slow) \
+                    if tr.overlappable and streams else total
+                rows.append((tr, c, cost, exp))
+            memo[key] = rows
+        rows_of.append(memo[key])
+        exposed.append(sum(r[3] for r in memo[key]))
+    total, s = staged_sync_exposed_s(exposed, [t.total_s - t.fwd_s for t in stage_times])
+    share = total / exposed[s] if exposed[s] > 0 else 0.0
+    kept = [r for r in step_rows if not _is_grad_sync(r[0])]
+    gathers = sum(r[3] for r in kept if r[0].axis in ("dp", "edp"))
+    return total + gathers, [(tr, c, cost, exp * share) for tr, c, cost, exp in rows_of[s]] + kept
 
 
 def _chunk_shares(scn: Scenario, wl: Workload, rows: list, t_op, transfer, host_sync_s: float):

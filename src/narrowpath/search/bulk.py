@@ -180,7 +180,10 @@ class StructuralPrices:
     params_top: np.ndarray
     expert_top: np.ndarray
     top_class: np.ndarray
-    """Class of the stage with the most parameters (the one that syncs gradients and runs the optimizer)."""
+    """Class of the stage with the most parameters (the one whose optimizer update the step waits for)."""
+    params_cls: np.ndarray
+    expert_cls: np.ndarray
+    """(R, Q) parameters (of them in routed experts) of a rank of each class (a 1F1B stage syncs its own)."""
     kind_cost: np.ndarray
     """(R, K, 3) per phase (fwd, bwd, recompute) time of one layer of each kind's ops: the slower of the GPU's and
     the host's pace, with its host synchronisations (schedule.chunks.pass_cost)."""
@@ -398,7 +401,8 @@ class Bulk:
         hw_flop = (np.where(valid, acc[..., 5].sum(axis=2), 0.0) * sh["mult"]).sum(axis=1) * m * ranks
         return StructuralPrices(rows, mem, bound, compute, acc[..., 3], acc[..., 4], sh["counts"], sh["mult"],
                                 sh["minidx"], sh["first"], sh["last"], valid, f_rc, saved, f_off,
-                                params[idx, top], expert[idx, top], top, kind_cost=kind_cost, end_cost=end_cost,
+                                params[idx, top], expert[idx, top], top, params, expert, kind_cost=kind_cost,
+                                end_cost=end_cost,
                                 layer_params=LP, end_params=emb_par[..., 0],
                                 shape=self.shape_of[rows], hw_flop=hw_flop,
                                 parts_id=self._intern(np.column_stack(sig + [LA, mtp_acts])))

@@ -192,12 +192,15 @@ class Exact:
         # the stage times do not depend on the bucket size: price each other combination once
         cm = t.comm
         sfirst, sv = unique_rows(cm["plc"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J], cm["dpo"][J])
-        pipe, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0 = (
+        pipe, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0, q_win, q_drain = (
             x[:, sv] for x in self._stages(sp, at, rows, J[sfirst], lay[:, sfirst], fields, lower))
-        if lower:  # any window: the most a variant of the class can hide
+        if lower:  # any window: the most a variant of the class can hide; under 1F1B stage 0's sync bounds the step's
             cs_fwd = cs_bwd = ch_w0 = np.full(cs_fwd.shape, np.inf)
             ch_bwd = np.full(ch_bwd.shape, np.inf)
-        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0)
+            one = np.broadcast_to(sp.first[at][:, None, :] & ~np.isnan(q_drain).all(axis=(1, 2))[:, None, None],
+                                  q_drain.shape)
+            q_win, q_drain = np.where(one, np.inf, np.nan), np.where(one, 0.0, np.nan)
+        extra = self._step(sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0, q_win, q_drain)
         return pipe + extra + bulk.optimizer(sp)[at][:, None]
 
     def dominant(self, J: np.ndarray) -> np.ndarray:
@@ -247,7 +250,9 @@ class Exact:
         """(pipeline time, critical stage's forward compute per micro-batch, the window its gradient sync hides
         behind: its backward compute, or rank 0's under Megatron-Core's 1F1B), each (rows, variants J), and under
         interleaving its chunks' parameter shares and backward times (rows, variants J, chunks) and rank 0's first
-        chunk's backward (rows, variants J: the window a streaming chunk 0 has under `megatron`)."""
+        chunk's backward (rows, variants J: the window a streaming chunk 0 has under `megatron`), and under 1F1B
+        each class's first stage's backward compute and the backwards that run after its last one (rows, variants
+        J, classes; NaN elsewhere: `_step`'s stage-by-stage sync)."""
         bulk, P, t = self.b, self.p, self.t
         c, cm = bulk.cols, t.comm
         I, Q, C = len(rows), bulk.Q, len(J)
@@ -333,6 +338,7 @@ class Exact:
         pipe, cs_fwd, cs_bwd = np.zeros((I, C)), np.zeros((I, C)), np.zeros((I, C))
         vmax = max((self.b.shapes[int(g)].chunks.shape[1] for g in np.unique(sp.shape[at])), default=1)
         ch_par, ch_bwd, ch_w0 = np.zeros((I, C, vmax)), np.zeros((I, C, vmax)), np.zeros((I, C))
+        q_win, q_drain = np.full((I, C, Q), np.nan), np.full((I, C, Q), np.nan)
         shape = sp.shape[at]
         for g in np.unique(shape):
             k = np.flatnonzero(shape == g)
@@ -353,8 +359,11 @@ class Exact:
             crit = T.argmax(axis=1)[:, None, :]
             cs_fwd[k] = np.take_along_axis(fwd, crit, axis=1)[:, 0]
             cs_bwd[k] = np.take_along_axis(bwd, crit, axis=1)[:, 0]
-            if v == 1 and t.space.base.grad_sync_launch != "hooks":  # Megatron-Core's DDP under 1F1B (predict)
-                cs_bwd[k] = np.where((pp[k] > 1)[:, None], bwd[:, 0, :], cs_bwd[k])
+            if v == 1 and sh.stage_class.size > 1:  # 1F1B: a class's first stage has the least drain after it
+                nq = sh.minidx.size
+                drain = np.cumsum(T - F, axis=1) - (T - F)  # (rows, stages, variants)
+                q_win[k, :, :nq] = bwd[:, sh.minidx, :].transpose(0, 2, 1)
+                q_drain[k, :, :nq] = drain[:, sh.minidx, :].transpose(0, 2, 1)
             if v > 1 and lower:
                 # with an unlimited window the chunked sync exposes chunk 0's last bucket, which grows with chunk 0's
                 # share: the least over the stages bounds whichever stage a variant finds critical
@@ -367,7 +376,7 @@ class Exact:
                 w_crit = np.take_along_axis(wB.transpose(0, 3, 1, 2), c3[..., None], axis=2)[:, :, 0]
                 ch_bwd[k, :, :v] = b_crit[:, :, None] * w_crit
                 ch_w0[k] = (T - F)[:, 0, :] * wB[:, 0, 0, :]
-        return pipe, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0
+        return pipe, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0, q_win, q_drain
 
     def _stage_times(self, sh, base, k, m):
         """(time, forward pass, forward compute, backward compute, (forward, backward) exposed shares) per
@@ -456,15 +465,11 @@ class Exact:
         tot = par.sum(axis=2, keepdims=True)
         return np.where(tot > 0, par / np.where(tot > 0, tot, 1.0), 1.0 / v)
 
-    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0) -> np.ndarray:
-        """Exposed once-per-step communication (I, C): the gradient sync and ZeRO-1/2 gather, bucketed and overlapped
-        with the critical stage's backward (or next forward) when dp_overlap — an interleaved stage's sync chunk by
-        chunk through the cool-down (ch_par, ch_bwd: its chunks' parameter shares and backward times) — and the
-        tied-embedding all-reduce."""
+    def _step_prices(self, rows, J, lay, fields, params, expert) -> tuple[np.ndarray, np.ndarray]:
+        """(time, info) (rows, variants J, transfers) of the once-per-step transfers of a rank holding `params`
+        parameters (`expert` of them in routed experts), each (rows,); info as search.parts's templates."""
         bulk, P, t = self.b, self.p, self.t
         cm, c = t.comm, bulk.cols
-        I, C = len(rows), len(J)
-        params, expert = sp.params_top[at], sp.expert_top[at]
         rk = [bulk.zero[rows]] + [c[k][rows] for k in _OUTER[:6]]
         rfirst, ri = _unique_float(*rk, params, expert)
         dpo, plc = cm["dpo"][J], cm["plc"][J]
@@ -485,13 +490,24 @@ class Exact:
                 for s, (tr, cnt) in enumerate(zip(tm.transfers, tm.count)):
                     times[u, v, s] = L.time_s(tr) * cnt
                 info[u, v, :len(tm.transfers)] = tm.info
-        times, info = times[ri[:, None], vi[None, :]], info[ri[:, None], vi[None, :]]
-        bucket = np.asarray(t.buckets)[cm["bucket"][J]][None, :]
+        return times[ri[:, None], vi[None, :]], info[ri[:, None], vi[None, :]]
+
+    def _step(self, sp, at, rows, J, lay, fields, cs_fwd, cs_bwd, ch_par, ch_bwd, ch_w0, q_win, q_drain
+              ) -> np.ndarray:
+        """Exposed once-per-step communication (I, C): the gradient sync and ZeRO-1/2 gather, bucketed and overlapped
+        with the critical stage's backward (or next forward) when dp_overlap — an interleaved stage's sync chunk by
+        chunk through the cool-down (ch_par, ch_bwd: its chunks' parameter shares and backward times), a 1F1B
+        pipeline's stage by stage (q_win, q_drain: `_staged_sync`) — and the tied-embedding all-reduce."""
+        bulk, t = self.b, self.t
+        c = bulk.cols
+        I, C = len(rows), len(J)
+        times, info = self._step_prices(rows, J, lay, fields, sp.params_top[at], sp.expert_top[at])
+        bucket = np.asarray(t.buckets)[t.comm["bucket"][J]][None, :]
         slow = bulk.cal.overlap_compute_slowdown
         pp = c["pp"][rows].astype(float)[:, None]
         inter = c["vpp"][rows] > 1
-        out = np.zeros((I, C))
-        for s in range(S):
+        out, sync = np.zeros((I, C)), np.zeros((I, C))
+        for s in range(times.shape[-1]):
             total = times[..., s]
             is_dp, is_ag, ov, msg = info[..., s, 0] > 0, info[..., s, 1] > 0, info[..., s, 2] > 0, info[..., s, 3]
             window = np.where(is_ag, cs_fwd, cs_bwd)
@@ -506,7 +522,35 @@ class Exact:
                 exp[rows_c] = np.where(~is_ag[rows_c], chunked, exp[rows_c])
             exp = np.where(ov, exp, total)
             out += np.where(is_dp, exp, total)
+            sync += np.where(is_dp & ~is_ag, exp, 0.0)
+        staged = np.flatnonzero(~np.isnan(q_drain).all(axis=(1, 2)))
+        if staged.size:  # the sync priced above was the largest stage's against one window: replace it
+            out[staged] += self._staged_sync(sp, at[staged], rows[staged], J, lay[staged], fields,
+                                             q_win[staged], q_drain[staged], bucket, slow) - sync[staged]
         return out
+
+    def _staged_sync(self, sp, at, rows, J, lay, fields, q_win, q_drain, bucket, slow) -> np.ndarray:
+        """(rows, variants) `schedule.step._staged_sync` of 1F1B plans: each class's sync at its own parameters,
+        streamed behind its first stage's backward (`q_win`) where that stage's buckets stream, less the backwards
+        the cool-down runs after that stage's last one (`q_drain`); the most over the classes (a class's first stage
+        binds for its class: a later one has at least its window less left of the drain)."""
+        launch = self.t.space.base.grad_sync_launch
+        best = np.full(q_drain.shape[:2], -np.inf)
+        for q in range(q_drain.shape[2]):
+            i = np.flatnonzero(~np.isnan(q_drain[:, 0, q]))
+            if not i.size:
+                continue
+            times, info = self._step_prices(rows[i], J, lay[i], fields, sp.params_cls[at[i], q],
+                                            sp.expert_cls[at[i], q])
+            streams = ((launch == "hooks") | sp.first[at[i], q])[:, None]
+            e = np.zeros((i.size, len(J)))
+            for s in range(times.shape[-1]):
+                total = times[..., s]
+                sync, ov, msg = (info[..., s, 0] > 0) & (info[..., s, 1] == 0), info[..., s, 2] > 0, info[..., s, 3]
+                exp = np.where(ov & streams, bucketed_exposed(total, msg, bucket, q_win[i, :, q], slow), total)
+                e += np.where(sync, exp, 0.0)
+            best[i] = np.maximum(best[i], e - q_drain[i, :, q])
+        return np.maximum(best, 0.0)
 
 
 def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slowdown, streams=None,
