@@ -70,3 +70,48 @@ def test_groupspan_keeps_its_original_fields():
 def test_contiguous_span_of_whole_nodes(h100):
     s = contiguous_span(64, h100)
     assert (s.ranks_per_domain, s.domains, s.ranks_per_node, s.nodes) == (8, 8, 8, 8)
+
+
+def test_a_job_larger_than_a_rack_gets_64_gpus_of_each():
+    """NVL72 racks under Slurm's block scheduling: a job of one rack or less fills it as ranks come; a larger one is
+    placed 16 trays (64 GPUs) a rack (System.segment_gpus). A system without segments is all domain."""
+    nvl = system("gb200-nvl72")
+    assert nvl.segment_gpus == 64 and system("gb300-nvl72").segment_gpus == 64
+    assert [nvl.job_domain(n) for n in (4, 64, 72, 76, 128, 256)] == [72, 72, 72, 64, 64, 64]
+    h100 = system("dgx-h100")
+    assert h100.segment_gpus == 0 and h100.job_domain(1024) == 8
+
+
+def test_a_segment_is_whole_nodes():
+    import dataclasses
+
+    from narrowpath.errors import SpecError
+    with pytest.raises(SpecError, match="segment_gpus") as e:
+        dataclasses.replace(system("gb200-nvl72"), segment_gpus=66)
+    assert "\n" not in str(e.value)
+
+
+def test_the_slowest_group_prices_the_axis():
+    """DeepSeek-V3 on 256 GB200 (tp 1, pp 4, ep 64, dp 64): ep groups are ranks 0-63, 64-127, ... With 72 ranks a
+    rack, group 0 lies in rack 0, but group 1 holds 8 ranks in rack 0 (64-71) and 56 in rack 1: its all-to-all
+    crosses racks, and the step waits for it — 2 domains, 8 ranks the fewest in one. Placed 64 a rack every group
+    is one rack's."""
+    import dataclasses
+    plan = Plan(tp=1, pp=4, dp=64, ep=64, gbs=256)
+    packed = dataclasses.replace(system("gb200-nvl72"), segment_gpus=0)
+    ep = group_span(plan, packed, "ep")
+    assert (ep.domains, ep.ranks_per_domain, ep.nodes, ep.ranks_per_node) == (2, 8, 16, 4)
+    ep = group_span(plan, system("gb200-nvl72"), "ep")
+    assert (ep.domains, ep.ranks_per_domain, ep.nodes, ep.ranks_per_node) == (1, 64, 16, 4)
+
+
+@pytest.mark.parametrize("order", [("tp", "cp", "ep", "dp", "pp"), ("pp", "dp", "ep", "cp", "tp")])
+@pytest.mark.parametrize("block", [1, 3, 4, 8, 72])
+def test_every_group_is_measured_as_one_would_be(order, block):
+    """The vectorised count over all groups (_per_block_rows) is the per-group count, group by group."""
+    from narrowpath.network.placement import _per_block, _per_block_rows
+    plan = Plan(tp=2, cp=3, dp=4, ep=2, pp=5, gbs=40, placement=order)
+    for axis in ("tp", "cp", "dp", "pp", "ep", "edp", "dpcp"):
+        groups = all_groups(plan, axis)
+        per, n = _per_block_rows(groups, block)
+        assert [(int(a), int(b)) for a, b in zip(per, n)] == [_per_block(g, block) for g in groups]

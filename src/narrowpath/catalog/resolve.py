@@ -114,7 +114,9 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
             t = dataclasses.replace(t, bw_bytes_per_s_per_gpu=float(nic_gbps_per_gpu) * GBIT_PER_S)
         tiers.append(t)
     changed = any(v is not None for v in (gpus_per_node, nic_gbps_per_gpu, scale_up_gpus, power_limit_w))
-    return dataclasses.replace(base, gpus_per_node=int(gpus_per_node or base.gpus_per_node), tiers=tuple(tiers),
+    node = int(gpus_per_node or base.gpus_per_node)
+    return dataclasses.replace(base, gpus_per_node=node, tiers=tuple(tiers),
+                               segment_gpus=base.segment_gpus if base.segment_gpus % node == 0 else 0,
                                power_limit_w=float(power_limit_w or base.power_limit_w),
                                name=f"{base.name}*" if changed else base.name)
 

@@ -92,7 +92,8 @@ def fabric_for(system: System, num_gpus: int, *, switch_radix: int = DEFAULT_RAD
     """The fabric of `num_gpus` GPUs of `system`: its tiers give rates, topology and leaf oversubscription."""
     up, out = system.tier("scale_up"), system.tier("scale_out")
     fe = system.tier("front_end").bw_bytes_per_s_per_gpu if system.has_tier("front_end") else 0.0
-    return FabricSpec(num_gpus=num_gpus, gpus_per_node=system.gpus_per_node, scale_up_domain=system.scale_up_domain,
+    return FabricSpec(num_gpus=num_gpus, gpus_per_node=system.gpus_per_node,
+                      scale_up_domain=system.job_domain(num_gpus),
                       scale_up_bw_bytes_per_s=up.bw_bytes_per_s_per_gpu, in_switch_reduction=up.in_network_reduction,
                       nics_per_gpu=nics_per_gpu, nic_bw_bytes_per_s=out.bw_bytes_per_s_per_gpu / nics_per_gpu,
                       topology="rail_optimized" if out.topology == "rail_optimized" else "fat_tree",

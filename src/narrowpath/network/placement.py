@@ -2,8 +2,10 @@
 
 Ranks are laid out with the plan's `placement` order, fastest-varying first (Megatron: tp, cp, dp, pp).
 The layout axes are tp, cp, dp, pp (sizes multiply to the GPU count); the expert axes re-factor the tp·cp·dp
-ranks of one pipeline stage as etp × ep × edp (Megatron-Core; `expert_coordinates`). Rank r lives on node r // gpus_per_node and in scale-up
-domain r // domain_size (NVL72: a domain holds several nodes).
+ranks of one pipeline stage as etp × ep × edp (Megatron-Core; `expert_coordinates`). Rank r lives on node
+r // gpus_per_node and in scale-up domain r // the job's share of a domain (NVL72: a domain holds several nodes; a
+job larger than one rack gets 64 of its 72 GPUs, System.job_domain). A group that straddles domains unevenly is
+slower than one that does not: every group's span is measured and the slowest prices the axis.
 
 A group's shape is measured on its real member ranks (mixed-radix layout), so any order — dense, strided or
 irregular — gives the right members per node. A *sparse* group (one member per scale-up domain) has no NVLink
@@ -86,7 +88,7 @@ def contiguous_span(num_gpus: int, system: System) -> GroupSpan:
     if num_gpus < 1:
         raise SpecError("gpus", f"must be >= 1, got {num_gpus}")
     ranks = np.arange(num_gpus)
-    per_dom, doms = _per_block(ranks, system.scale_up_domain)
+    per_dom, doms = _per_block(ranks, system.job_domain(num_gpus))
     per_node, nodes = _per_block(ranks, system.gpus_per_node)
     return GroupSpan(axis="custom", size=num_gpus, stride=1, ranks_per_domain=per_dom, domains=doms,
                      ranks_per_node=per_node, nodes=nodes)
@@ -195,17 +197,36 @@ def _per_block(ranks: np.ndarray, block: int) -> tuple[int, int]:
     return int(counts.min()), int(counts.size)
 
 
+def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_per_block` of every row of `groups` (each row's ranks ascending): (fewest members in one block, blocks
+    touched), each (groups,)."""
+    b = groups // block
+    n, s = b.shape
+    new = np.ones((n, s), dtype=bool)
+    new[:, 1:] = b[:, 1:] != b[:, :-1]  # a row's ranks ascend: a block's members are consecutive in it
+    pos = np.broadcast_to(np.arange(s), (n, s))
+    start = np.maximum.accumulate(np.where(new, pos, 0), axis=1)  # where the run of each position began
+    last = np.ones((n, s), dtype=bool)
+    last[:, :-1] = new[:, 1:]
+    runs = np.where(last, pos - start + 1, s)
+    return runs.min(axis=1), new.sum(axis=1)
+
+
 @lru_cache(maxsize=512)
 def _span_cached(plan: Plan, gpus_per_node: int, domain: int, axis: str) -> GroupSpan:
+    """The slowest group's span: the groups of an axis run the same collective at once and the step waits for
+    the last, so the one over the most domains, then nodes, with the fewest members in one of them, prices it (on
+    nodes and domains that the layout fills evenly every group has the same shape)."""
     groups = all_groups(plan, axis)
-    ranks = groups[0]
-    size = int(ranks.size)
+    size = int(groups.shape[1])
+    per_dom, doms = _per_block_rows(groups, domain)
+    per_node, nodes = _per_block_rows(groups, gpus_per_node)
+    g = int(np.lexsort((per_node, per_dom, -nodes, -doms))[0])
+    ranks = groups[g]
     stride = int(np.diff(ranks).min()) if size > 1 else 1
-    per_dom, doms = _per_block(ranks, domain)
-    per_node, nodes = _per_block(ranks, gpus_per_node)
     node0 = groups // gpus_per_node == 0
-    return GroupSpan(axis=axis, size=size, stride=stride, ranks_per_domain=per_dom, domains=doms,
-                     ranks_per_node=per_node, nodes=nodes, num_groups=int(groups.shape[0]),
+    return GroupSpan(axis=axis, size=size, stride=stride, ranks_per_domain=int(per_dom[g]), domains=int(doms[g]),
+                     ranks_per_node=int(per_node[g]), nodes=int(nodes[g]), num_groups=int(groups.shape[0]),
                      groups_per_node=max(1, int(node0.any(axis=1).sum())))
 
 
@@ -226,5 +247,6 @@ def layout_plan(plan: Plan) -> Plan:
 
 
 def group_span(plan: Plan, system: System, axis: str) -> GroupSpan:
-    """Span of the group of `axis` that contains rank 0 (all groups of an axis have the same shape)."""
-    return _span_cached(layout_plan(plan), system.gpus_per_node, system.scale_up_domain, axis)
+    """Span of the slowest group of `axis` (`_span_cached`) on the job's share of each scale-up domain
+    (System.job_domain)."""
+    return _span_cached(layout_plan(plan), system.gpus_per_node, system.job_domain(plan.num_gpus), axis)

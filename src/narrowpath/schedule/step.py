@@ -168,7 +168,7 @@ def _span(scn: Scenario, axis: str, cache: dict) -> GroupSpan:
         # point-to-point between neighbouring stages (or first and last stage for tied embeddings), priced at
         # the slowest pair: the stages of a synchronous pipeline wait for each other
         stride = axis_strides(plan)["pp"]
-        same_dom = _pipeline_in_one_block(plan.num_gpus, stride, plan.pp, system.scale_up_domain)
+        same_dom = _pipeline_in_one_block(plan.num_gpus, stride, plan.pp, system.job_domain(plan.num_gpus))
         same_node = _pipeline_in_one_block(plan.num_gpus, stride, plan.pp, system.gpus_per_node)
         span = span_of(2 if plan.pp > 1 else 1, ranks_per_domain=2 if same_dom else 1, domains=1 if same_dom else 2,
                        ranks_per_node=2 if same_node else 1, nodes=1 if same_node else 2, axis=axis)

@@ -58,6 +58,10 @@ class System:
     power_limit_w: float = 0.0
     """Board power cap every GPU runs under, watts (`nvidia-smi -pl`); 0 = the device's rated TDP. A cap below
     the rating lowers the sustained clock and with it the tensor-core rate (cost.power)."""
+    segment_gpus: int = 0
+    """GPUs of one scale-up domain a job larger than a domain is placed on (Slurm's topology/block plugin,
+    `--segment`, here in GPUs: 16 compute trays of 4 = 64 of an NVL72 rack's 72); 0 = the whole domain
+    (`job_domain`)."""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     __reduce__ = reduce_spec
@@ -80,6 +84,10 @@ class System:
         if dom and dom < self.gpus_per_node:
             raise SpecError(f"system[{self.name}].scale_up.domain_size",
                             f"{dom} is smaller than gpus_per_node {self.gpus_per_node}")
+        positive_int(f"system[{self.name}].segment_gpus", self.segment_gpus, minimum=0)
+        if self.segment_gpus % self.gpus_per_node:
+            raise SpecError(f"system[{self.name}].segment_gpus", f"{self.segment_gpus} is not a whole number of "
+                            f"nodes of {self.gpus_per_node} GPUs")
 
     def tier(self, name: str) -> Tier:
         for t in self.tiers:
@@ -94,3 +102,10 @@ class System:
     def scale_up_domain(self) -> int:
         """GPUs in one scale-up (NVLink) domain."""
         return self.tier("scale_up").domain_size or self.gpus_per_node
+
+    def job_domain(self, num_gpus: int) -> int:
+        """GPUs of one scale-up domain a job of `num_gpus` GPUs holds, consecutive ranks filling each: the whole
+        domain, or a segment of it (`segment_gpus`) when the job spans several domains. The layout of ranks over
+        domains reads this; what one domain can do (its switches, its links) reads `scale_up_domain`."""
+        dom, seg = self.scale_up_domain, self.segment_gpus
+        return seg if 0 < seg < dom and num_gpus > dom else dom
