@@ -93,16 +93,26 @@ def test_a_segment_is_whole_nodes():
 
 def test_the_slowest_group_prices_the_axis():
     """DeepSeek-V3 on 256 GB200 (tp 1, pp 4, ep 64, dp 64): ep groups are ranks 0-63, 64-127, ... With 72 ranks a
-    rack, group 0 lies in rack 0, but group 1 holds 8 ranks in rack 0 (64-71) and 56 in rack 1: its all-to-all
-    crosses racks, and the step waits for it — 2 domains, 8 ranks the fewest in one. Placed 64 a rack every group
-    is one rack's."""
+    rack, group 0 lies in rack 0, but group 1 holds 8 ranks in rack 0 (64-71) and 56 in rack 1, group 2 16 and 48,
+    group 3 24 and 40: their all-to-alls cross racks, and the step waits for the slowest. The span keeps group 0's
+    shape and carries the others; a collective costs what it costs on the slowest (here group 1's: fewest in one
+    rack). Placed 64 a rack every group is one rack's, with no other shape."""
     import dataclasses
+
+    from narrowpath.catalog import calibration_for
+    from narrowpath.cost.collectives import collective_time
     plan = Plan(tp=1, pp=4, dp=64, ep=64, gbs=256)
     packed = dataclasses.replace(system("gb200-nvl72"), segment_gpus=0)
     ep = group_span(plan, packed, "ep")
-    assert (ep.domains, ep.ranks_per_domain, ep.nodes, ep.ranks_per_node) == (2, 8, 16, 4)
-    ep = group_span(plan, system("gb200-nvl72"), "ep")
     assert (ep.domains, ep.ranks_per_domain, ep.nodes, ep.ranks_per_node) == (1, 64, 16, 4)
+    assert sorted((o.domains, o.ranks_per_domain) for o in ep.others) == [(2, 8), (2, 16), (2, 24)]
+    cal = calibration_for("GB200")
+    alone = {(o.domains, o.ranks_per_domain): collective_time("all_to_all", 470e6, o, packed, cal).time_s
+             for o in (dataclasses.replace(ep, others=()),) + ep.others}
+    got = collective_time("all_to_all", 470e6, ep, packed, cal).time_s
+    assert got == max(alone.values()) == alone[(2, 8)] > 5 * alone[(1, 64)]
+    ep = group_span(plan, system("gb200-nvl72"), "ep")
+    assert (ep.domains, ep.ranks_per_domain, ep.nodes, ep.ranks_per_node, ep.others) == (1, 64, 16, 4, ())
 
 
 @pytest.mark.parametrize("order", [("tp", "cp", "ep", "dp", "pp"), ("pp", "dp", "ep", "cp", "tp")])
@@ -115,3 +125,12 @@ def test_every_group_is_measured_as_one_would_be(order, block):
         groups = all_groups(plan, axis)
         per, n = _per_block_rows(groups, block)
         assert [(int(a), int(b)) for a, b in zip(per, n)] == [_per_block(g, block) for g in groups]
+
+
+def test_the_contention_fabric_places_a_large_job_64_a_rack():
+    """fabric_for lays the job out as the spans do (System.job_domain): a 128-GPU job on NVL72 racks leaves a rack
+    at rank 64, a 64-GPU one never leaves its rack."""
+    from narrowpath.network.fabric import fabric_for
+    nvl = system("gb200-nvl72")
+    assert fabric_for(nvl, 128).scale_up_domain == 64 and fabric_for(nvl, 64).scale_up_domain == 72
+    assert fabric_for(system("dgx-h100"), 1024).scale_up_domain == 8

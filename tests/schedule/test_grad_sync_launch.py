@@ -219,3 +219,39 @@ def test_the_stacks_launch_as_their_code_does():
     assert plan(framework="NeMo 25.04").grad_sync_launch == "megatron"
     assert plan(framework="Megatron-Bridge 25.11", grad_sync_launch="hooks").grad_sync_launch == "hooks"
     assert plan(framework="torchtitan").grad_sync_launch == "hooks"
+
+
+def test_the_overlap_account_books_the_cool_down_apart():
+    """Llama-3 70B pp 4 with 16 / 20 / 20 / 24 layers under Megatron-Core's DDP (ZeRO 0): stage 1's sync binds, and
+    that stage launches it whole after its cool-down — nothing of it runs beside its own compute. The rows carry the
+    step's exposure; the overlap account adds back what the backwards below stage 1 hid (the prediction's
+    sync_drain_hidden_s) as hidden time that slows no compute, so hidden + exposed = total and no slowdown."""
+    from narrowpath.analysis.context import build_context
+    from narrowpath.analysis.overlap import build_overlap
+    scn = load_scenario("llama3-70b-h100-256")
+    scn = dataclasses.replace(scn, plan=dataclasses.replace(
+        scn.plan, pp=4, vpp=1, gbs=64, zero_stage=0, dp_overlap=True, grad_sync_launch="megatron",
+        first_stage_layers=16, last_stage_layers=24))
+    pred = predict(scn)
+    sync = [t for t in pred.transfers if t.phase == "step" and t.axis == "dp"]
+    assert pred.sync_drain_hidden_s > 0 and sync
+    assert sum(t.exposed_s for t in sync) == pytest.approx(pred.breakdown_s["exposed_dp_comm"])
+    rows = {r.name: r for r in build_overlap(build_context(pred)).rows}
+    for t in sync:
+        r = rows[t.name]
+        assert r.compute_slowdown_s == 0.0 and r.hidden_s + r.exposed_s == pytest.approx(t.total_s)
+        assert r.exposed_s == pytest.approx(t.exposed_s)
+    # without a pipeline nothing drains: the rows are the whole story
+    flat = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, pp=1, dp=scn.plan.dp * 4,
+                                                             first_stage_layers=0, last_stage_layers=0))
+    assert predict(flat).sync_drain_hidden_s == 0.0
+
+
+def test_a_reshaped_rack_keeps_no_segment():
+    """A segment is so many trays of the home system's racks: the stated NVL72 keeps 64 GPUs, another rack size or
+    tray size has none the catalog knows."""
+    from narrowpath.catalog import system_for_hardware
+    assert system_for_hardware("GB200", gpus_per_node=4, scale_up_gpus=72).segment_gpus == 64
+    assert system_for_hardware("GB200", scale_up_gpus=144).segment_gpus == 0
+    assert system_for_hardware("GB200", gpus_per_node=8, scale_up_gpus=72).segment_gpus == 0
+    assert system_for_hardware("GB200", scale_up_gpus=144).job_domain(1152) == 144

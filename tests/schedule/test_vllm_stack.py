@@ -97,12 +97,16 @@ def test_the_limit_notes_read_in_full():
 
 
 def test_a_stage_boundary_is_as_slow_as_its_slowest_pair():
-    """128 GB200 GPUs (NVL72 racks of 72) serving with tp 16 per stage and pp 8: stage k holds ranks
-    16k … 16k + 15 and each sends to the rank 16 above. Stage 3 (ranks 48–63) sends to 64–79: ranks 56–63 reach
+    """128 GB200 GPUs (NVL72 racks packed 72 ranks a rack) serving with tp 16 per stage and pp 8: stage k holds
+    ranks 16k … 16k + 15 and each sends to the rank 16 above. Stage 3 (ranks 48–63) sends to 64–79: ranks 56–63 reach
     72–79 in the next rack, so the boundary crosses the fabric although its first pair (48 → 64) does not; stage 4
-    (64–79 → 80–95) too; stage 2 (32–47 → 48–63) stays in the rack."""
+    (64–79 → 80–95) too; stage 2 (32–47 → 48–63) stays in the rack. Placed 64 a rack (the catalog's segment, as the
+    instance's groups are: System.job_domain) only stage 3's boundary leaves its rack."""
+    import dataclasses
     load = Load(arrival="offline", input_tokens=128, output_tokens=128, num_requests=8)
     p = ServingPlan(tp=16, pp=8, framework="vLLM 0.11")
-    scn = ServingScenario(system=system("gb200-nvl72"), model=model("llama3-70b"), plan=p, load=load, num_gpus=128)
-    cost = ServingCost(resolve_limits(scn)[0], 8192)
-    assert [cost._boundary_span(k).domains for k in range(7)] == [1, 1, 1, 2, 2, 1, 1]
+    for sysm, want in ((dataclasses.replace(system("gb200-nvl72"), segment_gpus=0), [1, 1, 1, 2, 2, 1, 1]),
+                       (system("gb200-nvl72"), [1, 1, 1, 2, 1, 1, 1])):
+        scn = ServingScenario(system=sysm, model=model("llama3-70b"), plan=p, load=load, num_gpus=128)
+        cost = ServingCost(resolve_limits(scn)[0], 8192)
+        assert [cost._boundary_span(k).domains for k in range(7)] == want

@@ -2,7 +2,8 @@
 
 Per row: hidden = total − exposed (core model); the hidden part slows the compute it shares the chip with by the
 calibration's `overlap_compute_slowdown` s (SMs and HBM bandwidth taken by the communication kernels), so the net
-saving is hidden·(1 − s). For data-parallel rows the core model already folds that slowdown into `exposed_s`.
+saving is hidden·(1 − s). For data-parallel rows the core model already folds that slowdown into `exposed_s`; a 1F1B
+sync's rows also count what the cool-down's backwards on the stages below hid (`sync_drain_hidden_s`: no slowdown).
 The serialised step (every transfer exposed, no slowdown) re-runs the closed-form pipeline formula
 (schedule.pipeline) with each stage's per-micro-batch time raised by the critical stage's per-micro-batch net
 saving (assumption: stages are alike), then adds the data-parallel saving.
@@ -54,14 +55,23 @@ def build_overlap(ctx: Context) -> OverlapAccount:
     overlappable |= {tr.name for tr, _ in pred.workload.step_transfers if tr.overlappable}
     rows = []
     stage_net, step_net = 0.0, 0.0
+    # a 1F1B sync's rows carry the step's exposure; before the cool-down hid `drain` of it, the binding stage's own
+    # (schedule.step._staged_sync): that part hides behind other ranks' backwards and slows no compute
+    drain = pred.sync_drain_hidden_s
+    sync = [t for t in pred.transfers if t.phase == "step" and t.axis in ("dp", "edp") and t.op != "all_gather"]
+    sync_exp, sync_tot = sum(t.exposed_s for t in sync), sum(t.total_s for t in sync)
     for t in pred.transfers:
         if t.name not in overlappable:
             continue
         if t.phase == "step":
-            # exposed_s = total − hidden + slow·hidden  (schedule.step)
-            hidden = (t.total_s - t.exposed_s) / (1.0 - slow) if slow < 1 else 0.0
+            own = t.exposed_s
+            if drain > 0 and t in sync:
+                own += drain * (t.exposed_s / sync_exp if sync_exp > 0 else t.total_s / sync_tot if sync_tot > 0 else 0.0)
+            # own = total − hidden + slow·hidden  (schedule.step)
+            hidden = (t.total_s - own) / (1.0 - slow) if slow < 1 else 0.0
             hidden = max(0.0, min(hidden, t.total_s))
             slowdown = slow * hidden
+            hidden += max(0.0, own - t.exposed_s)
             exposed = t.total_s - hidden
             step_net += hidden - slowdown
         else:

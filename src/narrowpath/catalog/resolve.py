@@ -115,8 +115,11 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
         tiers.append(t)
     changed = any(v is not None for v in (gpus_per_node, nic_gbps_per_gpu, scale_up_gpus, power_limit_w))
     node = int(gpus_per_node or base.gpus_per_node)
+    # a segment is so many of the home system's racks' trays: another rack or tray size has its own, unknown here
+    up = next(t for t in tiers if t.name == "scale_up")
+    same_racks = node == base.gpus_per_node and up.domain_size == base.tier("scale_up").domain_size
     return dataclasses.replace(base, gpus_per_node=node, tiers=tuple(tiers),
-                               segment_gpus=base.segment_gpus if base.segment_gpus % node == 0 else 0,
+                               segment_gpus=base.segment_gpus if same_racks else 0,
                                power_limit_w=float(power_limit_w or base.power_limit_w),
                                name=f"{base.name}*" if changed else base.name)
 

@@ -19,6 +19,8 @@ the algorithm can sustain, α hop latency (s).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -299,6 +301,9 @@ def collective_time(op: str, message_bytes: float, span: GroupSpan, system: Syst
                         f"(give auto or {only})")
     if span.size <= 1 or message_bytes == 0:
         return CollectiveCost(0.0, "none", 0.0, "none", 0.0)
+    if span.others:  # groups of several shapes run at once: the step waits for the slowest (GroupSpan.others)
+        return max((collective_time(op, message_bytes, s, system, calibration, algorithm)
+                    for s in (dataclasses.replace(span, others=()),) + span.others), key=lambda c: c.time_s)
     pm = path_model(span, system, calibration)
     if op in ONLY_ALGORITHM:
         algorithm = ONLY_ALGORITHM[op]
@@ -341,5 +346,5 @@ def p2p_all_reduce_time(message_bytes: float, span: GroupSpan, system: System,
     that beats NCCL (small messages: one step of latency instead of a ring's 2(n − 1)), else NCCL's fastest
     (`collective_time`; the engines hand large messages and multi-node groups to NCCL)."""
     nccl = collective_time("all_reduce", message_bytes, span, system, calibration)  # 0 for one rank or no bytes
-    one = one_shot_all_reduce(float(message_bytes), path_model(span, system, calibration))
+    one = None if span.others else one_shot_all_reduce(float(message_bytes), path_model(span, system, calibration))
     return one if one is not None and one.time_s < nccl.time_s else nccl

@@ -5,7 +5,8 @@ The layout axes are tp, cp, dp, pp (sizes multiply to the GPU count); the expert
 ranks of one pipeline stage as etp × ep × edp (Megatron-Core; `expert_coordinates`). Rank r lives on node
 r // gpus_per_node and in scale-up domain r // the job's share of a domain (NVL72: a domain holds several nodes; a
 job larger than one rack gets 64 of its 72 GPUs, System.job_domain). A group that straddles domains unevenly is
-slower than one that does not: every group's span is measured and the slowest prices the axis.
+slower than one that does not: every group is measured, and a collective is priced on each shape the groups take
+(`GroupSpan.others`), the slowest setting the step's pace.
 
 A group's shape is measured on its real member ranks (mixed-radix layout), so any order — dense, strided or
 irregular — gives the right members per node. A *sparse* group (one member per scale-up domain) has no NVLink
@@ -49,6 +50,10 @@ class GroupSpan:
     """Groups of this axis that exist side by side (and run at the same time): GPUs / size."""
     groups_per_node: int = 1
     """Groups of this axis with members on one server; > 1 means they share that server's NICs."""
+    others: tuple["GroupSpan", ...] = ()
+    """The other shapes the groups of this axis take, where the layout fills domains or nodes unevenly (NVL72
+    racks packed 72 ranks a rack under 64-rank groups): the groups run their collective at once and the step
+    waits for the last, so a collective costs what it costs on the slowest of them (cost.collectives)."""
 
     @property
     def crosses_scale_out(self) -> bool:
@@ -214,20 +219,23 @@ def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndar
 
 @lru_cache(maxsize=512)
 def _span_cached(plan: Plan, gpus_per_node: int, domain: int, axis: str) -> GroupSpan:
-    """The slowest group's span: the groups of an axis run the same collective at once and the step waits for
-    the last, so the one over the most domains, then nodes, with the fewest members in one of them, prices it (on
-    nodes and domains that the layout fills evenly every group has the same shape)."""
+    """Group 0's span, with the other shapes the axis's groups take (`GroupSpan.others`; none where the layout
+    fills nodes and domains evenly)."""
     groups = all_groups(plan, axis)
     size = int(groups.shape[1])
     per_dom, doms = _per_block_rows(groups, domain)
     per_node, nodes = _per_block_rows(groups, gpus_per_node)
-    g = int(np.lexsort((per_node, per_dom, -nodes, -doms))[0])
-    ranks = groups[g]
+    shapes = np.unique(np.stack([per_dom, doms, per_node, nodes], axis=1), axis=0)
+    ranks = groups[0]
     stride = int(np.diff(ranks).min()) if size > 1 else 1
     node0 = groups // gpus_per_node == 0
-    return GroupSpan(axis=axis, size=size, stride=stride, ranks_per_domain=int(per_dom[g]), domains=int(doms[g]),
-                     ranks_per_node=int(per_node[g]), nodes=int(nodes[g]), num_groups=int(groups.shape[0]),
-                     groups_per_node=max(1, int(node0.any(axis=1).sum())))
+    common = dict(axis=axis, size=size, stride=stride, num_groups=int(groups.shape[0]),
+                  groups_per_node=max(1, int(node0.any(axis=1).sum())))
+    own = (int(per_dom[0]), int(doms[0]), int(per_node[0]), int(nodes[0]))
+    others = tuple(GroupSpan(ranks_per_domain=a, domains=b, ranks_per_node=c, nodes=d, **common)
+                   for a, b, c, d in (tuple(int(x) for x in row) for row in shapes) if (a, b, c, d) != own)
+    return GroupSpan(ranks_per_domain=own[0], domains=own[1], ranks_per_node=own[2], nodes=own[3], others=others,
+                     **common)
 
 
 _LAYOUTS: dict[tuple, Plan] = {}
@@ -247,6 +255,6 @@ def layout_plan(plan: Plan) -> Plan:
 
 
 def group_span(plan: Plan, system: System, axis: str) -> GroupSpan:
-    """Span of the slowest group of `axis` (`_span_cached`) on the job's share of each scale-up domain
-    (System.job_domain)."""
+    """Span of the group of `axis` that contains rank 0, with the other shapes its groups take (`_span_cached`),
+    on the job's share of each scale-up domain (System.job_domain)."""
     return _span_cached(layout_plan(plan), system.gpus_per_node, system.job_domain(plan.num_gpus), axis)

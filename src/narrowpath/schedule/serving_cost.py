@@ -311,7 +311,7 @@ class ServingCost:
         """Neighbouring stages' GPUs (stride tp·dp apart): inside one scale-up domain or across the fabric. Stage k
         holds ranks k·stride … (k + 1)·stride − 1 and each sends to the rank `stride` above it; the boundary is as
         slow as its slowest pair, which crosses a domain edge when one lies in (k·stride, (k + 2)·stride − 1]."""
-        stride, dom = self.scn.plan.tp * self.scn.plan.dp, self.scn.system.scale_up_domain
+        stride, dom = self.scn.plan.tp * self.scn.plan.dp, self.scn.system.job_domain(self.layout.num_gpus)
         same = (stage * stride) // dom == ((stage + 2) * stride - 1) // dom
         return span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="pp")
 

@@ -116,6 +116,9 @@ class StepPrediction:
     """Part of breakdown_s["compute"] during which the critical rank's GPU waits for its host (StageTimes.host_wait_s
     over the step's micro-batches): kernels issued slower than they run, host synchronisations."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    sync_drain_hidden_s: float = 0.0
+    """Seconds of the 1F1B gradient sync that the pipeline's cool-down hides: the binding stage's own exposure
+    less the step's (`_staged_sync`); the gradient-sync rows of `transfers` carry the step's."""
 
     @property
     def model_tflops_per_gpu(self) -> float:
@@ -405,9 +408,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     dp_exposed, other_step = 0.0, 0.0
     chunked = None  # an interleaved stage's sync goes chunk by chunk: its chunks' parameter shares and backwards
     launch = sync_launch_mode(plan, plan.schedule)
-    # Megatron-Core's DDP, 1F1B: rank 0 streams during its last backward, a later rank sends its sync whole after its
-    # cool-down, beside the backwards of the ranks below: at most rank 0's last backward hides it (sync_launch_mode)
-    sync_window = stage_times[0].bwd_compute_s if launch != "hooks" else cs.bwd_compute_s
+    sync_window = cs.bwd_compute_s  # 1F1B with a pipeline: stage by stage below (_staged_sync)
+    drain_hidden = 0.0
     if plan.vpp > 1 and not plan.dualpipev:
         ranges = plan_layer_ranges(scn.model, plan)[cs.index]
         bwd = cs.total_s - cs.fwd_s
@@ -433,8 +435,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             other_step += total
         step_rows.append((tr, c, cost, exp))
     if plan.schedule == "1f1b" and plan.pp > 1:  # each stage syncs its own gradients as the cool-down reaches it
-        dp_exposed, step_rows = _staged_sync(scn, wl, stage_times, step_rows, launch, slow,
-                                             lambda tr: _price(tr, scn, cal, spans, coll_cache))
+        dp_exposed, step_rows, drain_hidden = _staged_sync(scn, wl, stage_times, step_rows, launch, slow,
+                                                           lambda tr: _price(tr, scn, cal, spans, coll_cache))
     opt = sum(max(t_op(op)[0], t_op(op)[2]) * c for op, c in wl.optimizer_ops)
 
     breakdown = {
@@ -481,7 +483,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     return StepPrediction(scn, cal, kernel, step, breakdown, tuple(stage_times), tuple(transfers),
                           wl.model_flop_per_step, hw_flop, wl.model_flop_per_step / (step * scn.num_gpus * peak),
                           hw_flop / (step * scn.num_gpus * peak), wl.tokens_per_step / step, mem, tuple(mems), wl,
-                          m * cs.host_wait_s, assumptions)
+                          m * cs.host_wait_s, assumptions, drain_hidden)
 
 
 def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:
@@ -503,12 +505,12 @@ def _is_grad_sync(tr: Transfer) -> bool:
 
 
 def _staged_sync(scn: Scenario, wl: Workload, stage_times: list[StageTimes], step_rows: list, launch: str,
-                 slow: float, price) -> tuple[float, list]:
+                 slow: float, price) -> tuple[float, list, float]:
     """A 1F1B pipeline's gradient sync stage by stage (schedule.exposure.staged_sync_exposed_s): every stage's sync
     sized for its own parameters, hidden behind its own last backward where its buckets stream (`hooks`; rank 0
     under Megatron-Core's DDP, whose other ranks launch theirs whole after the cool-down: sync_launch_mode). →
     (data-parallel exposure, `step_rows` with the gradient-sync rows of the stage that binds, each row's exposure
-    its share of that stage's)."""
+    its share of that stage's, the seconds of that stage's own exposure the cool-down hides)."""
     plan = scn.plan
     memo: dict = {}
     exposed, rows_of = [], []
@@ -532,7 +534,7 @@ def _staged_sync(scn: Scenario, wl: Workload, stage_times: list[StageTimes], ste
     share = total / exposed[s] if exposed[s] > 0 else 0.0
     kept = [r for r in step_rows if not _is_grad_sync(r[0])]
     gathers = sum(r[3] for r in kept if r[0].axis in ("dp", "edp"))
-    return total + gathers, [(tr, c, cost, exp * share) for tr, c, cost, exp in rows_of[s]] + kept
+    return total + gathers, [(tr, c, cost, exp * share) for tr, c, cost, exp in rows_of[s]] + kept, exposed[s] - total
 
 
 def _chunk_shares(scn: Scenario, wl: Workload, rows: list, t_op, transfer, host_sync_s: float):

@@ -248,7 +248,7 @@ class Exact:
 
     def _stages(self, sp, at, rows, J, lay, fields, lower: bool = False):
         """(pipeline time, critical stage's forward compute per micro-batch, the window its gradient sync hides
-        behind: its backward compute, or rank 0's under Megatron-Core's 1F1B), each (rows, variants J), and under
+        behind: its backward compute), each (rows, variants J), and under
         interleaving its chunks' parameter shares and backward times (rows, variants J, chunks) and rank 0's first
         chunk's backward (rows, variants J: the window a streaming chunk 0 has under `megatron`), and under 1F1B
         each class's first stage's backward compute and the backwards that run after its last one (rows, variants
