@@ -134,3 +134,22 @@ def test_the_contention_fabric_places_a_large_job_64_a_rack():
     nvl = system("gb200-nvl72")
     assert fabric_for(nvl, 128).scale_up_domain == 64 and fabric_for(nvl, 64).scale_up_domain == 72
     assert fabric_for(system("dgx-h100"), 1024).scale_up_domain == 8
+
+
+def test_tp_stays_inside_the_jobs_share_of_a_rack():
+    """A job larger than a rack gets 64 GPUs of each: tp 72 would straddle two of them unevenly (refused, one line
+    naming plan.tp), and the search tries tp up to 64 there; a job of one rack may take all 72."""
+    from narrowpath.catalog import model
+    from narrowpath.errors import SpecError
+    from narrowpath.search import SearchSpace
+    from narrowpath.search.space import knob_values
+    from narrowpath.spec import Scenario
+    nvl, m = system("gb200-nvl72"), model("llama3-8b")
+    m = __import__("dataclasses").replace(m, heads=72, kv_heads=72, ffn=72 * 256)
+    Scenario(system=nvl, model=m, plan=Plan(tp=72, gbs=1), num_gpus=72)
+    with pytest.raises(SpecError, match="tp 72 spans the job's scale-up domains of 64 GPUs unevenly") as e:
+        Scenario(system=nvl, model=m, plan=Plan(tp=72, dp=2, gbs=2), num_gpus=144)
+    assert e.value.field == "plan.tp"
+    base = Plan(tp=8, dp=18, gbs=144)
+    assert max(knob_values(SearchSpace(m, nvl, 144, 144, base))["tp"]) == 48
+    assert max(knob_values(SearchSpace(m, nvl, 72, 72, Plan(tp=8, dp=9, gbs=72)))["tp"]) == 72

@@ -116,10 +116,13 @@ def test_dp_contention_over_dp_cp_groups(monkeypatch):
     assert "dpcp" in seen and "dp" not in seen  # the gradient sync runs on the dp × cp groups it is priced on
 
 
-def test_ring_moves_a_whole_kv_head_when_tp_exceeds_the_kv_heads():
-    # tp 8 over 4 kv heads: every tp rank holds (a replica of) one whole K and V head, as attention_ops counts
+def test_ring_moves_one_kv_head_per_rank_when_tp_equals_the_kv_heads():
+    # tp 8 over 8 kv heads: every tp rank holds one whole K and V head, as attention_ops counts; tp 8 over 4 kv heads
+    # is refused in training (Megatron-Core divides the query groups over tp; serving replicates them)
     s = _scn(tp=8, pp=4, vpp=1, cp=2, dp=4, recompute="none")
-    s = dataclasses.replace(s, model=dataclasses.replace(s.model, kv_heads=4))
+    with pytest.raises(SpecError, match="does not divide model.kv_heads 4"):
+        dataclasses.replace(s, model=dataclasses.replace(s.model, kv_heads=4))
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, kv_heads=8))
     m, p = s.model, s.plan
     kv = next(t for t in predict(s).transfers if t.name == "cp.kv_all_gather")
     assert kv.message_bytes == pytest.approx(p.mbs * m.seq_len // p.cp * 2 * m.head_dim * 2 * p.cp)

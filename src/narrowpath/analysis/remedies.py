@@ -74,7 +74,7 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
     scn = ctx.pred.scenario
     p, system = scn.plan, scn.system
     out: list[Candidate] = []
-    dom = system.scale_up_domain
+    dom = system.job_domain(scn.num_gpus)
     recurrent = scn.model.arch == "lstm"  # its workload has no recompute, ZeRO or SP to price (spec.scenario)
     for ax in HIGH_FREQUENCY:
         span = ctx.spans.get(ax)

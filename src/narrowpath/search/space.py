@@ -133,7 +133,7 @@ def knob_values(space: SearchSpace) -> dict[str, tuple]:
     lstm = m.arch == "lstm"
     moe = m.moe is not None
     vals: dict[str, tuple] = {
-        "tp": tuple(d for d in divisors(n) if d <= space.system.scale_up_domain),
+        "tp": tuple(d for d in divisors(n) if d <= space.system.job_domain(n)),
         "pp": (1,) if lstm else tuple(d for d in divisors(n) if d <= m.layers),
         "cp": (1,) if lstm else tuple(d for d in divisors(n) if d <= MAX_CP and d & (d - 1) == 0
                                       and m.seq_len % d == 0),

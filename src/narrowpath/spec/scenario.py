@@ -56,8 +56,11 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
     if model.arch == "transformer":
         if model.heads % p.tp:
             errs.append(("plan.tp", f"tp {p.tp} does not divide model.heads {model.heads}"))
-        if model.kv_heads % p.tp and p.tp % model.kv_heads:
-            errs.append(("plan.tp", f"tp {p.tp} and model.kv_heads {model.kv_heads}: one must divide the other"))
+        if model.kv_heads % p.tp:  # the training stacks split K and V by heads: Megatron-Core's attention divides
+            # num_query_groups by tp (megatron/core/transformer/attention.py `divide`), torchtitan shards wk and wv by
+            # output columns; serving engines replicate them instead (spec.serving)
+            errs.append(("plan.tp", f"tp {p.tp} does not divide model.kv_heads {model.kv_heads} (training splits the "
+                         "key/value heads over tp; serving replicates them)"))
         if model.ffn % p.tp:
             errs.append(("plan.tp", f"tp {p.tp} does not divide model.ffn {model.ffn}"))
     elif p.tp > 1 and model.hidden % p.tp:
@@ -133,8 +136,9 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
                      "(FlashAttention needs Ampere or later); use auto or unfused"))
     if system is not None and system.device.supports(p.precision):
         errs.append(("plan.precision", f"{p.precision}: {system.device.supports(p.precision)}"))
-    if system is not None and p.tp > 1 and p.tp > system.scale_up_domain and p.tp % system.scale_up_domain:
-        errs.append(("plan.tp", f"tp {p.tp} spans scale-up domains of {system.scale_up_domain} GPUs unevenly"))
+    dom = system.job_domain(num_gpus) if system is not None else 0  # the job's share of a domain (NVL72: 64)
+    if system is not None and p.tp > 1 and p.tp > dom and p.tp % dom:
+        errs.append(("plan.tp", f"tp {p.tp} spans the job's scale-up domains of {dom} GPUs unevenly"))
     return errs
 
 
