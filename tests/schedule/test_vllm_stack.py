@@ -110,3 +110,8 @@ def test_a_stage_boundary_is_as_slow_as_its_slowest_pair():
         scn = ServingScenario(system=sysm, model=model("llama3-70b"), plan=p, load=load, num_gpus=128)
         cost = ServingCost(resolve_limits(scn)[0], 8192)
         assert [cost._boundary_span(k).domains for k in range(7)] == want
+        # a stage is tp·dp ranks (attention data parallelism of an MoE model): Mixtral tp 8 × dp 2, stride 16 too
+        moe = ServingScenario(system=sysm, model=model("mixtral-8x7b"), load=load, num_gpus=128,
+                              plan=ServingPlan(tp=8, dp=2, pp=8, framework="vLLM 0.11"))
+        cost = ServingCost(resolve_limits(moe)[0], 8192)
+        assert [cost._boundary_span(k).domains for k in range(7)] == want
