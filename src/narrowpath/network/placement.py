@@ -204,17 +204,18 @@ def _per_block(ranks: np.ndarray, block: int) -> tuple[int, int]:
 
 def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
     """`_per_block` of every row of `groups` (each row's ranks ascending): (fewest members in one block, blocks
-    touched), each (groups,)."""
+    touched), each (groups,). A row's ranks ascend, so a block's members are consecutive in it: the runs of equal
+    block numbers are the blocks."""
     b = groups // block
     n, s = b.shape
-    new = np.ones((n, s), dtype=bool)
-    new[:, 1:] = b[:, 1:] != b[:, :-1]  # a row's ranks ascend: a block's members are consecutive in it
-    pos = np.broadcast_to(np.arange(s), (n, s))
-    start = np.maximum.accumulate(np.where(new, pos, 0), axis=1)  # where the run of each position began
-    last = np.ones((n, s), dtype=bool)
-    last[:, :-1] = new[:, 1:]
-    runs = np.where(last, pos - start + 1, s)
-    return runs.min(axis=1), new.sum(axis=1)
+    start = np.ones((n, s), dtype=bool)
+    start[:, 1:] = b[:, 1:] != b[:, :-1]
+    flat = np.flatnonzero(start)  # every run's first position, row by row (each row's first position starts one)
+    blocks = np.bincount(flat // s, minlength=n)
+    if (blocks == 1).all():
+        return np.full(n, s), blocks
+    runs = np.diff(np.append(flat, n * s))
+    return np.minimum.reduceat(runs, np.cumsum(blocks) - blocks), blocks
 
 
 @lru_cache(maxsize=512)
@@ -224,8 +225,15 @@ def _span_cached(plan: Plan, gpus_per_node: int, domain: int, axis: str) -> Grou
     groups = all_groups(plan, axis)
     size = int(groups.shape[1])
     per_dom, doms = _per_block_rows(groups, domain)
-    per_node, nodes = _per_block_rows(groups, gpus_per_node)
-    shapes = np.unique(np.stack([per_dom, doms, per_node, nodes], axis=1), axis=0)
+    per_node, nodes = (per_dom, doms) if domain == gpus_per_node else _per_block_rows(groups, gpus_per_node)
+    cols = np.stack([per_dom, doms, per_node, nodes], axis=1).astype(np.int64)
+    if (cols == cols[0]).all():  # the usual layout: every group alike
+        shapes = cols[:1]
+    else:  # one key per shape (every column is at most the group's size): far cheaper than unique rows
+        r = size + 1
+        key = ((cols[:, 0] * r + cols[:, 1]) * r + cols[:, 2]) * r + cols[:, 3]
+        _, first = np.unique(key, return_index=True)
+        shapes = cols[first]
     ranks = groups[0]
     stride = int(np.diff(ranks).min()) if size > 1 else 1
     node0 = groups // gpus_per_node == 0
