@@ -119,7 +119,11 @@ def test_the_slowest_group_prices_the_axis():
 @pytest.mark.parametrize("block", [1, 3, 4, 8, 72])
 def test_every_group_is_measured_as_one_would_be(order, block):
     """The vectorised count over all groups (_per_block_rows) is the per-group count, group by group."""
-    from narrowpath.network.placement import _per_block, _per_block_rows
+    from narrowpath.network.placement import _per_block_rows
+
+    def _per_block(ranks, block):  # (fewest members in one block, blocks touched), one group at a time
+        _, counts = np.unique(ranks // block, return_counts=True)
+        return int(counts.min()), int(counts.size)
     plan = Plan(tp=2, cp=3, dp=4, ep=2, pp=5, gbs=40, placement=order)
     for axis in ("tp", "cp", "dp", "pp", "ep", "edp", "dpcp"):
         groups = all_groups(plan, axis)

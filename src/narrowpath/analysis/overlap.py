@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context
 from narrowpath.schedule.pipeline import pipeline_time_s
+from narrowpath.schedule.step import is_grad_sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +59,15 @@ def build_overlap(ctx: Context) -> OverlapAccount:
     # a 1F1B sync's rows carry the step's exposure; before the cool-down hid `drain` of it, the binding stage's own
     # (schedule.step._staged_sync): that part hides behind other ranks' backwards and slows no compute
     drain = pred.sync_drain_hidden_s
-    sync = [t for t in pred.transfers if t.phase == "step" and t.axis in ("dp", "edp") and t.op != "all_gather"]
+    sync = [t for t in pred.transfers if t.phase == "step" and is_grad_sync(t)]
     sync_exp, sync_tot = sum(t.exposed_s for t in sync), sum(t.total_s for t in sync)
     for t in pred.transfers:
         if t.name not in overlappable:
             continue
         if t.phase == "step":
             own = t.exposed_s
-            if drain > 0 and t in sync:
-                own += drain * (t.exposed_s / sync_exp if sync_exp > 0 else t.total_s / sync_tot if sync_tot > 0 else 0.0)
+            if drain > 0 and is_grad_sync(t):  # its share of the drain: by exposure, or by size if none is left
+                own += drain * (t.exposed_s / sync_exp if sync_exp > 0 else t.total_s / sync_tot)
             # own = total − hidden + slow·hidden  (schedule.step)
             hidden = (t.total_s - own) / (1.0 - slow) if slow < 1 else 0.0
             hidden = max(0.0, min(hidden, t.total_s))

@@ -19,10 +19,8 @@ the algorithm can sustain, α hop latency (s).
 """
 from __future__ import annotations
 
-import dataclasses
-
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from narrowpath.errors import SpecError
@@ -303,7 +301,7 @@ def collective_time(op: str, message_bytes: float, span: GroupSpan, system: Syst
         return CollectiveCost(0.0, "none", 0.0, "none", 0.0)
     if span.others:  # groups of several shapes run at once: the step waits for the slowest (GroupSpan.others)
         return max((collective_time(op, message_bytes, s, system, calibration, algorithm)
-                    for s in (dataclasses.replace(span, others=()),) + span.others), key=lambda c: c.time_s)
+                    for s in (replace(span, others=()),) + span.others), key=lambda c: c.time_s)
     pm = path_model(span, system, calibration)
     if op in ONLY_ALGORITHM:
         algorithm = ONLY_ALGORITHM[op]

@@ -92,11 +92,11 @@ def contiguous_span(num_gpus: int, system: System) -> GroupSpan:
     ring's cross-node bandwidth is 4 NICs', not 8)."""
     if num_gpus < 1:
         raise SpecError("gpus", f"must be >= 1, got {num_gpus}")
-    ranks = np.arange(num_gpus)
-    per_dom, doms = _per_block(ranks, system.job_domain(num_gpus))
-    per_node, nodes = _per_block(ranks, system.gpus_per_node)
-    return GroupSpan(axis="custom", size=num_gpus, stride=1, ranks_per_domain=per_dom, domains=doms,
-                     ranks_per_node=per_node, nodes=nodes)
+    ranks = np.arange(num_gpus)[None, :]
+    (per_dom,), (doms,) = _per_block_rows(ranks, system.job_domain(num_gpus))
+    (per_node,), (nodes,) = _per_block_rows(ranks, system.gpus_per_node)
+    return GroupSpan(axis="custom", size=num_gpus, stride=1, ranks_per_domain=int(per_dom), domains=int(doms),
+                     ranks_per_node=int(per_node), nodes=int(nodes))
 
 
 DENSE_AXES = ("tp", "cp", "dp", "pp")
@@ -196,15 +196,9 @@ def all_groups(plan: Plan, axis: str) -> np.ndarray:
     return rows
 
 
-def _per_block(ranks: np.ndarray, block: int) -> tuple[int, int]:
-    """(fewest members in one block, blocks touched) for blocks of `block` consecutive ranks."""
-    _, counts = np.unique(ranks // block, return_counts=True)
-    return int(counts.min()), int(counts.size)
-
-
 def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_per_block` of every row of `groups` (each row's ranks ascending): (fewest members in one block, blocks
-    touched), each (groups,). A row's ranks ascend, so a block's members are consecutive in it: the runs of equal
+    """(fewest members in one block, blocks touched) of every row of `groups` (each row's ranks ascending) for
+    blocks of `block` consecutive ranks, each (groups,). A row's ranks ascend, so a block's members are consecutive in it: the runs of equal
     block numbers are the blocks."""
     b = groups // block
     n, s = b.shape

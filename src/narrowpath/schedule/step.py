@@ -500,7 +500,8 @@ def dualpipe_ranks(stages: list[StageTimes]) -> list[StageTimes]:
     return out
 
 
-def _is_grad_sync(tr: Transfer) -> bool:
+def is_grad_sync(tr) -> bool:
+    """A gradient sync (all-reduce or reduce-scatter over a data-parallel group), of a Transfer or a TransferCost."""
     return tr.axis in ("dp", "edp") and tr.op != "all_gather"
 
 
@@ -520,7 +521,7 @@ def _staged_sync(scn: Scenario, wl: Workload, stage_times: list[StageTimes], ste
         if key not in memo:
             rows = []
             for tr, c in step_transfers(scn, st.params, st.expert_params):
-                if not _is_grad_sync(tr):
+                if not is_grad_sync(tr):
                     continue
                 cost = price(tr)
                 total = cost.time_s * c
@@ -532,7 +533,7 @@ def _staged_sync(scn: Scenario, wl: Workload, stage_times: list[StageTimes], ste
         exposed.append(sum(r[3] for r in memo[key]))
     total, s = staged_sync_exposed_s(exposed, [t.total_s - t.fwd_s for t in stage_times])
     share = total / exposed[s] if exposed[s] > 0 else 0.0
-    kept = [r for r in step_rows if not _is_grad_sync(r[0])]
+    kept = [r for r in step_rows if not is_grad_sync(r[0])]
     gathers = sum(r[3] for r in kept if r[0].axis in ("dp", "edp"))
     return total + gathers, [(tr, c, cost, exp * share) for tr, c, cost, exp in rows_of[s]] + kept, exposed[s] - total
 

@@ -137,7 +137,7 @@ def consistency_errors(model: Model, plan: Plan, num_gpus: int, system: System |
     if system is not None and system.device.supports(p.precision):
         errs.append(("plan.precision", f"{p.precision}: {system.device.supports(p.precision)}"))
     dom = system.job_domain(num_gpus) if system is not None else 0  # the job's share of a domain (NVL72: 64)
-    if system is not None and p.tp > 1 and p.tp > dom and p.tp % dom:
+    if dom and p.tp > dom and p.tp % dom:
         errs.append(("plan.tp", f"tp {p.tp} spans the job's scale-up domains of {dom} GPUs unevenly"))
     return errs
 
