@@ -205,7 +205,8 @@ def test_the_topology_fit_counts_both_legs_of_a_deduplicating_dispatch():
     a = analyze(load_scenario("deepseek-v3-h800-2048"))
     ep = {f.axis: f for f in a.topology.axes}["ep"]
     legs = {t.name: t for t in a.prediction.transfers if t.axis in ("ep_inter", "ep_intra")}
-    assert set(legs) == {"ep.dispatch_combine_internode", "ep.dispatch_combine_intranode"}
+    assert set(legs) == {"ep.dispatch_internode", "ep.combine_internode", "ep.dispatch_intranode",
+                         "ep.combine_intranode"}  # FP8 dispatch, BF16 combine (DeepSeek-V3 §3.3.2)
     assert ep.bytes_per_step["scale_out"] > 1e11 and ep.bytes_per_step["scale_up"] > 1e11
     flag = next(f for f in a.topology.flags if f.startswith("EP groups"))
     assert "(0.00 GB" not in flag

@@ -427,3 +427,15 @@ def test_simulate_refuses_to_move_a_stated_split_between_placements(capsys):
                             "--steps", "1"], "--schedule dualpipev", "layer split")
     one_line_error(capsys, ["simulate", "llama3-70b-h100-256", "--pp", "1", "--schedule", "dualpipev",
                             "--steps", "1"], "pp >= 2")
+
+
+def test_search_skips_plans_dualpipe_cannot_pair_instead_of_failing(capsys):
+    """DeepSeek-V3's 2,048-H800 scenario runs DualPipe, so the search prices its first 20 ranked plans under it; at
+    pp 2 some of them have an odd number of micro-batches (15,360 sequences over dp 1,024: 15), which DualPipe
+    cannot pair. Building their scenario refused them and the whole search exited 2 with that plan's error; now they
+    are skipped as plans that cannot run it, and the fastest that can is reported."""
+    assert main(["search", "deepseek-v3-h800-2048", "--space", "basic", "--pp", "2", "--top", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = out["best_dualpipe"]
+    assert best["pp"] == 2 and best["step_time_s"] > 0
+    assert (15360 // (best["dp"] * best["mbs"])) % 2 == 0  # an even number of micro-batches

@@ -157,7 +157,8 @@ def test_an_expert_exchange_that_never_leaves_its_node_hides_nothing_and_costs_n
     import narrowpath.workload.moe as moe_mod
     s = load_scenario("deepseek-v3-h800-2048")
     m = dataclasses.replace(s.model, moe=dataclasses.replace(s.model.moe, max_nodes=1))
-    plan = dataclasses.replace(s.plan, tp=8, dp=s.plan.dp // 8, ep=8, ep_dispatch="dedup", ep_overlap=True, etp=1)
+    plan = dataclasses.replace(s.plan, tp=8, dp=s.plan.dp // 8, ep=8, ep_dispatch="dedup", ep_overlap=True, etp=1,
+                               ep_dispatch_format="default")  # 16 bit both ways: one message size per leg
     sysm = s.system
     tiers = tuple(dataclasses.replace(t, domain_size=1) if t.name == "scale_up" else t for t in sysm.tiers)
     one = dataclasses.replace(sysm, tiers=tiers, gpus_per_node=1, name=sysm.name + "-1gpu")

@@ -145,7 +145,7 @@ def test_the_extra_warm_up_forward_does_not_deepen_the_memory_peak(pp, vpp):
                              seq_len=4096, experts=16, top_k=2, ffn_act="swiglu"))
     plan = dataclasses.replace(s.plan, tp=1, pp=pp, vpp=vpp, dp=8 // pp if pp > 1 else 8, ep=2, mbs=1, gbs=64,
                                recompute="none", recompute_modules=(), activation_cache="default", precision="bf16",
-                               optimizer_moments="fp32")
+                               optimizer_moments="fp32", ep_dispatch_format="default")
     scn = dataclasses.replace(s, model=m, num_gpus=8, plan=plan)
     on, off = (predict(dataclasses.replace(scn, plan=dataclasses.replace(plan, ep_overlap=e))) for e in (True, False))
     assert on.memory.total_bytes == off.memory.total_bytes

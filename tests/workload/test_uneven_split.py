@@ -93,7 +93,7 @@ def test_deepseek_v3_runs_at_its_last_stages_pace_until_the_split_relieves_it():
     """The output layer (twice: the main head and the MTP depth's) and the MTP module make DeepSeek-V3's last stage
     the slowest on 16 stages under the automatic split (3 layers there) in Megatron's 1F1B; with 1 layer the stages
     even out and the step is faster; memory, the simulator and predict see the same split. DualPipe (the catalog
-    scenario, as published) pairs the last stage with the light first one on one rank, so the split gains nothing
+    scenario, as published) pairs the last stage with the light first one on one rank, so the split gains little
     there."""
     scn = deepseek_v3_1f1b()
     base = predict(scn)
@@ -114,7 +114,10 @@ def test_analyze_offers_the_balancing_split_as_a_remedy():
     w = wis["rebalance_pipeline"]
     assert w.scenario.plan.last_stage_layers == 1 and w.gain_s > 0 and "4/4/1 (now 3/3-4/3)" in w.description
     dual = {w.change: w for w in analyze(load_scenario("deepseek-v3-h800-2048")).verdict.what_ifs}
-    assert dual["rebalance_pipeline"].gain_fraction < 0.01
+    # DualPipe already pairs the heavy last stage with the light first one: under 2 % (with the FP8 exchange less of
+    # the step is the expert all-to-all, so the split's compute shows: 1.8 %), and the 4-layer first stage no
+    # longer fits beside the last stage's output layer
+    assert dual["rebalance_pipeline"].gain_fraction < 0.02 and dual["rebalance_pipeline"].status == "does not fit"
     assert "rebalance_pipeline" not in {w.change for w in analyze(load_scenario("llama3-70b-h100-256")).verdict.what_ifs}
 
 

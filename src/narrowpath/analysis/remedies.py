@@ -302,6 +302,10 @@ def software_candidates(ctx: Context, usable_fraction: float) -> list[Candidate]
         out.append(Candidate("ep_overlap", "overlap the expert all-to-all with computation",
                              lambda: with_plan(scn, ep_overlap=True), kind="software",
                              targets=("exposed_ep_comm",)))
+    if scn.model.moe is not None and p.ep > 1 and p.low_precision and p.ep_dispatch_format != "fp8":
+        out.append(Candidate("fp8_dispatch", "dispatch the expert tokens in FP8, combine in BF16 (DeepSeek-V3's "
+                             "low-precision communication)", lambda: with_plan(scn, ep_dispatch_format="fp8"),
+                             kind="software", targets=("exposed_ep_comm",)))
     out += host_candidates(ctx)
     if scn.model.arch == "lstm":
         out.append(Candidate("persistent_rnn", "persistent recurrent kernels (weights kept in on-chip SRAM)", None,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, GRAD_PRECISION, GRAD_SYNC_LAUNCH, \
-    OPTIMIZER_MOMENTS, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTE, SPLIT_DEFAULTS, ZERO3_RESHARD
+from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, EP_DISPATCH_FORMAT, GRAD_PRECISION, \
+    GRAD_SYNC_LAUNCH, OPTIMIZER_MOMENTS, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTE, SPLIT_DEFAULTS, ZERO3_RESHARD
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -84,6 +84,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
     g.add_argument("--activation-cache", dest="activation_cache", choices=ACTIVATION_CACHE,
                    help="what layers keep for backward: default, or fp8 (DeepSeek-V3's low-precision storage: "
                         "E5M6 attention output, FP8 SwiGLU inputs with the SwiGLU recomputed)")
+    g.add_argument("--ep-dispatch-format", dest="ep_dispatch_format", choices=EP_DISPATCH_FORMAT,
+                   help="format of the MoE exchange: default (16 bit both ways) or fp8 (DeepSeek-V3's low-precision "
+                        "communication: FP8 dispatch with 1x128 scales, BF16 combine)")
     g.add_argument("--pipeline-schedule", dest="pipeline_schedule", choices=PIPELINE_SCHEDULES,
                    help="pipeline schedule: auto (1F1B, interleaved with --vpp > 1), dualpipe (DeepSeek-V3: "
                         "micro-batches enter at both ends, two stages and two parameter copies per rank) or "
@@ -199,7 +202,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                                               "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",
-                                                              "pipeline_schedule", "vp_group", "first_stage_layers",
+                                                              "ep_dispatch_format", "pipeline_schedule", "vp_group", "first_stage_layers",
                                                               "last_stage_layers", "cuda_graphs", "moe_sync_free")
                if getattr(args, f, None) is not None}
     if base is None:

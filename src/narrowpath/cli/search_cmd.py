@@ -265,13 +265,12 @@ def _dualpipe_best(result, space, schedule: str = "dualpipe"):
         if plan in seen:  # plans that differ only in vpp meet here
             continue
         seen.add(plan)
-        scn = scenario_of(result.base, space, plan)
-        problems = consistency_errors(scn.model, plan, scn.num_gpus, scn.system)
-        if problems:
+        problems = consistency_errors(space.model, plan, space.num_gpus, space.system)
+        if problems:  # e.g. an odd number of micro-batches, which DualPipe cannot pair
             why = why or problems[0][1]
             continue
         try:
-            priced.append(predict(scn))
+            priced.append(predict(scenario_of(result.base, space, plan)))
         except NarrowpathError as exc:
             why = why or str(exc)
     if not priced:

@@ -31,7 +31,8 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "grad_precision", "fp8_params", "activation_cache",
                                                 "pipeline_schedule", "vp_group", "moe_probs", "moe_sync_free",
                                                 "cuda_graphs", "first_stage_layers", "last_stage_layers", "etp",
-                                                "ep_overlap", "ep_dispatch", "moe_routing")}
+                                                "ep_overlap", "ep_dispatch", "ep_dispatch_format",
+                                                "moe_routing")}
         | ({"chunk_layers": list(plan.chunk_layers)} if plan.chunk_layers else {})
         | ({"recompute_modules": list(plan.recompute_modules)}
            if plan.recompute == "selective" and plan.recompute_modules else {}),

@@ -33,7 +33,7 @@ def _comm(p, moe: bool, buckets_bytes=()) -> str:
     if p.cp > 1:
         parts.append(p.cp_comm)
     if moe and p.ep > 1:
-        parts.append(p.ep_dispatch)
+        parts.append(p.ep_dispatch + ("/fp8" if p.ep_dispatch_format == "fp8" else ""))
     return " ".join(parts) or "-"
 
 
@@ -177,7 +177,8 @@ def candidate_to_json(c: Candidate, band=None) -> dict:
                     "sequence_parallel": p.sequence_parallel, "dp_overlap": p.dp_overlap,
                     "grad_sync_launch": p.grad_sync_launch, "bucket_bytes": p.bucket_bytes,
                     "tp_comm_overlap": p.tp_comm_overlap, "cp_comm": p.cp_comm,
-                    "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch, "placement": list(p.placement),
+                    "ep_overlap": p.ep_overlap, "ep_dispatch": p.ep_dispatch,
+                    "ep_dispatch_format": p.ep_dispatch_format, "placement": list(p.placement),
                     # kept from the scenario, but a plan copied from here must reproduce its numbers
                     "precision": p.precision, "optimizer_moments": p.optimizer_moments,
                     "grad_precision": p.grad_precision, "fp8_params": p.fp8_params, "activation_cache": p.activation_cache, "attention": p.attention,

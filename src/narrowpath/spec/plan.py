@@ -16,6 +16,8 @@ MOE_ROUTING = ("dropless", "dropless-balanced", "token-drop")
 MOE_PROBS = ("activation", "combine")
 """Where an MoE layer multiplies the expert outputs by their routing probabilities (plan.moe_probs)."""
 EP_DISPATCH = ("all_to_all", "dedup")
+EP_DISPATCH_FORMAT = ("default", "fp8")
+"""What the MoE exchange moves: 16-bit tokens both ways, or DeepSeek-V3's FP8 dispatch (plan.ep_dispatch_format)."""
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe",
                      "alternate_matmuls")
@@ -201,6 +203,12 @@ class Plan:
     """How MoE tokens reach their experts: `all_to_all` (NCCL all-to-all of every token-expert copy, Megatron-Core's
     alltoall dispatcher) or `dedup` (each token crosses the scale-out fabric once per destination node and is fanned
     out over NVLink there: DeepSeek-V3's dispatch kernels §3.2.2, DeepEP, Megatron-Core's flex dispatcher)."""
+    ep_dispatch_format: str = "default"
+    """Format of the MoE exchange: `default` (tokens and gradients cross in 16 bit both ways, as Megatron-Core's
+    dispatchers send them) or `fp8` (DeepSeek-V3 §3.3.2 "Low-Precision Communication": the activation is quantized
+    to FP8 before the dispatch, which the FP8 up-projection reads, and so is the activation gradient before the
+    down-projections — the combine's backward; the forward and backward combine stay BF16. DeepEP's FP8 dispatch
+    sends one FP32 scale per 128 values beside them). Needs a low-precision recipe. workload.moe.moe_transfers."""
     moe_routing: str = "dropless"
     """`dropless` (learned routing, every token kept: the busiest expert-parallel rank sets the pace),
     `dropless-balanced` (routing forced to balance, as NVIDIA's MoE benchmarks run) or `token-drop` (capacity
@@ -303,6 +311,11 @@ class Plan:
         choice("plan.moe_routing", self.moe_routing, MOE_ROUTING)
         choice("plan.moe_probs", self.moe_probs, MOE_PROBS)
         choice("plan.ep_dispatch", self.ep_dispatch, EP_DISPATCH)
+        choice("plan.ep_dispatch_format", self.ep_dispatch_format, EP_DISPATCH_FORMAT)
+        if self.ep_dispatch_format == "fp8" and self.precision not in LOW_PRECISIONS:
+            raise SpecError("plan.ep_dispatch_format", f"fp8 dispatches the inputs of FP8 expert matrix multiplies; "
+                            f"needs a low-precision recipe ({', '.join(LOW_PRECISIONS)}), got precision "
+                            f"{self.precision!r}")
         if not isinstance(self.framework, str):
             raise SpecError("plan.framework", f"must be text, got {self.framework!r}")
         for b in ("sequence_parallel", "dp_overlap", "tp_comm_overlap", "ep_overlap", "moe_sync_free", "cuda_graphs"):

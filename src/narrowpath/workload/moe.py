@@ -28,7 +28,7 @@ from narrowpath.spec.plan import Plan
 from narrowpath.workload.attention import norm_op, residual_op
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.ops import gemm, linear, vector
-from narrowpath.workload.precision import act_bytes, cached_bytes, core_dtype
+from narrowpath.workload.precision import act_bytes, cached_bytes, core_dtype, dispatch_bytes
 from narrowpath.workload.recompute import recomputes_dispatch
 
 
@@ -244,36 +244,51 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
     `all_to_all` dispatch: one NCCL all-to-all of every token-expert copy on the ep group. `dedup` dispatch over an
     ep group of `ep_domains` scale-up domains × `ep_per_domain` ranks: each token crosses the scale-out tier once
     per destination domain (remote_nodes_per_token: an all-to-all among the ranks with the same local index,
-    `ep_inter`) and its copies are fanned out inside the domain over NVLink (`ep_intra`)."""
+    `ep_inter`) and its copies are fanned out inside the domain over NVLink (`ep_intra`). The dispatched copies
+    (and the etp gather of them) move in the plan's `ep_dispatch_format` (`_exchange`), the combine in 16 bit."""
     moe = model.moe
     A = act_bytes(plan)
-    PAIR = "pass_pair"  # overlapped with the merged pass of another micro-batch (Transfer.hides_behind)
     phases = ("fwd", "bwd") + (("recompute",) if recomputes_dispatch(plan) else ())
     out: list[tuple[Transfer, float]] = []
     tok = local_tokens(model, plan)
     if plan.ep > 1 and plan.ep_dispatch == "dedup" and ep_domains > 1:
         remote = remote_nodes_per_token(moe.top_k, ep_domains, moe.max_nodes)
         # nccl-tests all-to-all size whose off-domain share (D − 1)/D is the deduplicated scale-out traffic
-        inter = tok * remote * model.hidden * A * ep_domains / (ep_domains - 1)
-        intra = tok * moe.top_k * model.hidden * A
+        inter = tok * remote * model.hidden * ep_domains / (ep_domains - 1)
+        intra = tok * moe.top_k * model.hidden
         for ph in phases:
-            out.append((Transfer("ep.dispatch_combine_internode", "all_to_all", "ep_inter", inter, ph,
-                                 plan.ep_overlap, PAIR), 2.0))
+            out += _exchange(plan, "_internode", "ep_inter", inter, ph)
             if ep_per_domain > 1:
-                out.append((Transfer("ep.dispatch_combine_intranode", "all_to_all", "ep_intra", intra, ph,
-                                     plan.ep_overlap, PAIR), 2.0))
+                out += _exchange(plan, "_intranode", "ep_intra", intra, ph)
     elif plan.ep > 1:
-        msg = tok * moe.top_k * model.hidden * A
         for ph in phases:
-            out.append((Transfer("ep.dispatch_combine", "all_to_all", "ep", msg, ph, plan.ep_overlap, PAIR), 2.0))
+            out += _exchange(plan, "", "ep", tok * moe.top_k * model.hidden, ph)
     if plan.expert_tp > 1:
-        gathered = local_tokens(model, plan) * moe.top_k * plan.expert_tp * model.hidden * A
+        gathered = tok * moe.top_k * plan.expert_tp * model.hidden
         for ph in phases:
-            out.append((Transfer("ep.expert_tp_all_gather", "all_gather", "etp", gathered, ph, plan.ep_overlap,
-                                 PAIR), 1.0))
-            out.append((Transfer("ep.expert_tp_reduce_scatter", "reduce_scatter", "etp", gathered, ph,
-                                 plan.ep_overlap, PAIR), 1.0))
+            out.append((Transfer("ep.expert_tp_all_gather", "all_gather", "etp", gathered * dispatch_bytes(plan), ph,
+                                 plan.ep_overlap, _PAIR), 1.0))
+            out.append((Transfer("ep.expert_tp_reduce_scatter", "reduce_scatter", "etp", gathered * A, ph,
+                                 plan.ep_overlap, _PAIR), 1.0))
     return out
+
+
+_PAIR = "pass_pair"
+"""What an overlapped exchange hides behind: the merged pass of another micro-batch (Transfer.hides_behind)."""
+
+
+def _exchange(plan: Plan, leg: str, axis: str, elements: float, phase: str) -> list[tuple[Transfer, float]]:
+    """One pass's dispatch and combine of `elements` token-copy elements on `axis`: one 16-bit all-to-all run twice
+    (`ep.dispatch_combine`), or under DeepSeek-V3's FP8 dispatch (plan.ep_dispatch_format) an FP8 all-to-all
+    (`ep.dispatch`: the forward dispatch, and in backward the combine's gradient on its way to the down-projection)
+    beside a 16-bit one (`ep.combine`: the forward combine, the dispatch's gradient)."""
+    A = act_bytes(plan)
+    if plan.ep_dispatch_format != "fp8":
+        return [(Transfer("ep.dispatch_combine" + leg, "all_to_all", axis, elements * A, phase, plan.ep_overlap,
+                          _PAIR), 2.0)]
+    return [(Transfer("ep.dispatch" + leg, "all_to_all", axis, elements * dispatch_bytes(plan), phase,
+                      plan.ep_overlap, _PAIR), 1.0),
+            (Transfer("ep.combine" + leg, "all_to_all", axis, elements * A, phase, plan.ep_overlap, _PAIR), 1.0)]
 
 
 def expert_params(model: Model, plan: Plan) -> float:

@@ -51,6 +51,19 @@ def gather_bytes(plan: Plan) -> float:
     return operand_bytes(plan)
 
 
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+"""Bytes per element of a token dispatched in FP8 (plan.ep_dispatch_format `fp8`): the E4M3 value and one FP32 scale
+per 1×128 tile (DeepSeek-V3 §3.3.1's fine-grained activation scaling; DeepEP's `dispatch` takes the FP8 tensor and
+its [tokens, hidden/128] float scales)."""
+
+
+def dispatch_bytes(plan: Plan) -> float:
+    """Bytes per element of the MoE dispatch (and of the combine's backward, which also feeds an expert GEMM): FP8
+    with its scales under DeepSeek-V3's low-precision communication, else the activation width. The combine (and
+    the dispatch's backward) stays 16 bit."""
+    return FP8_DISPATCH_BYTES if plan.ep_dispatch_format == "fp8" else float(act_bytes(plan))
+
+
 CACHE_BYTES = {"attention_output": 1.5, "swiglu_input": 1.0}
 """Bytes per element of what DeepSeek-V3's low-precision storage (plan.activation_cache `fp8`; DeepSeek-AI 2024,
 §3.3.2) keeps for backward: the input of the linear layer after attention in its custom E5M6 format (12 bits), the
