@@ -24,7 +24,7 @@ from narrowpath.schedule.serving_stats import LaneTotals
 from narrowpath.schedule.serving_steady import steady_lane
 from narrowpath.spec.parse import model_from_dict
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
-from narrowpath.workload.serving import decode_attention_op, prefill_attention_op
+from narrowpath.workload.serving import decode_attention_op, prefill_attention_op, prefix_rebuild_op
 
 LOAD = Load(arrival="offline", input_tokens=256, output_tokens=64, num_requests=32)
 V2_LITE = dict(name="deepseek-v2-lite", layers=27, hidden=2048, heads=16, kv_heads=16, ffn=10944, vocab=102400,
@@ -97,6 +97,10 @@ def test_attention_fast_path_prices_decodes_and_prompts_by_their_own_lines(mdl, 
     op = decode_attention_op(m, p, cost.f, dec, dctx, 1.0, cost.kv_reads, cost.kv_reread) if dec else \
         prefill_attention_op(m, p, cost.f, pre, pairs, pctx)
     want = m.layers * op_time_s(op, cost.dev, cost.cal)
+    rebuild = prefix_rebuild_op(m, p, cost.f, pctx - pre) if pre else None  # MLA chunks after a cached prefix
+    if rebuild is not None:
+        want += m.layers * op_time_s(rebuild, cost.dev, cost.cal)
+    assert (rebuild is not None) == (mdl == "v2-lite" and pctx > pre)
     assert cost.attention_s(0, *args) == pytest.approx(want, rel=1e-12)
 
 

@@ -49,6 +49,8 @@ class MeanIteration:
     duration_s: float
     output_tokens: float
     """Tokens generated per iteration (all sequences of the lane)."""
+    prompt_prefix: float = 0.0
+    """Tokens cached ahead of the iteration's prompt chunks (LaneTotals.prompt_prefix_tokens per iteration)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,22 +109,19 @@ def mean_iteration(run: ServingRun) -> MeanIteration:
     q = 1 + run.scenario.plan.spec_tokens
     out = float(run.result.output_tokens.sum())  # the totals sum over every lane's iterations
     return MeanIteration(t.tokens / it, t.decode_tokens / it / q, t.decode_ctx_tokens / it, t.prompt_tokens / it,
-                         t.prompt_pairs / it, t.busy_s / it, out / it)
-
-
-def prompt_ctx(prompt_tokens: float, prompt_pairs: float) -> float:
-    """Context the prompt chunks of an iteration read, from their tokens and causal pairs (a mean chunk's end)."""
-    return prompt_tokens + prompt_pairs / max(1.0, prompt_tokens)
+                         t.prompt_pairs / it, t.busy_s / it, out / it, t.prompt_prefix_tokens / it)
 
 
 def iteration_work(cost, T: float, decodes: float, decode_ctx: float, prompt_tokens: float, prompt_pairs: float,
-                   q: float, rows: float) -> tuple[list, list]:
-    """Ops and transfers of one lane iteration of T tokens over all its stages, the output layer over `rows`."""
+                   q: float, rows: float, prompt_prefix: float = 0.0) -> tuple[list, list]:
+    """Ops and transfers of one lane iteration of T tokens over all its stages, the output layer over `rows`; its
+    prompt chunks read the context of their own tokens and the `prompt_prefix` cached ahead of them, as the
+    simulator prices them (Σ (p + c))."""
     ops, trs = [], []
     for s in range(cost.scn.plan.pp):
         ops += cost.token_ops(s, T)
-        ops += cost.attention_ops(s, decodes, decode_ctx, prompt_tokens, prompt_pairs,
-                                  prompt_ctx(prompt_tokens, prompt_pairs), q)
+        ops += cost.attention_ops(s, decodes, decode_ctx, prompt_tokens, prompt_pairs, prompt_tokens + prompt_prefix,
+                                  q)
         trs += cost.token_transfers(s, T)
     h_ops, h_trs = cost.head(rows)
     return ops + h_ops, trs + h_trs
@@ -146,7 +145,7 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     # so per GPU and token the stages' sums are divided by pp
     per_gpu_token = gen * p.pp
     ops, trs = iteration_work(cost, mean.tokens, mean.decodes, mean.decode_ctx, mean.prompt_tokens,
-                              mean.prompt_pairs, q, mean.decodes)
+                              mean.prompt_pairs, q, mean.decodes, mean.prompt_prefix)
     flop_tok = _useful_flop_per_token(run, mean)
     # useful FLOPs of one iteration on one tensor-parallel GPU (the byte counts below are per GPU, all stages)
     iter_flop = (mean.decodes + mean.prompt_tokens) * flop_tok / p.tp
@@ -250,6 +249,8 @@ class IterationKind:
     decode_ctx: float
     prompt_tokens: float = 0.0
     prompt_pairs: float = 0.0
+    prompt_prefix: float = 0.0
+    """Tokens cached ahead of the iteration's prompt chunks (their context is prompt_tokens + this)."""
     graph: bool | None = None
     """Decode-only: on a captured graph (True), eager (False); None: the engine is not held to graph sizes, or a
     prompt iteration."""
@@ -283,7 +284,8 @@ def iteration_kinds(run: ServingRun) -> list[IterationKind]:
     if n_pre > 0:
         d = t.prompt_iteration_decodes / n_pre
         out.append(IterationKind(n_pre, d, t.prompt_iteration_decode_ctx / n_pre, t.prompt_tokens / n_pre,
-                                 t.prompt_pairs / n_pre, rows=d + t.prompt_iteration_done / n_pre,
+                                 t.prompt_pairs / n_pre, t.prompt_prefix_tokens / n_pre,
+                                 rows=d + t.prompt_iteration_done / n_pre,
                                  requests=d + t.prompt_iteration_chunks / n_pre))
     return out
 
@@ -306,7 +308,7 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
         p = cost.scn.plan
     q = 1 + p.spec_tokens
     P, pairs, d, ctx = k.prompt_tokens, k.prompt_pairs, k.decodes, k.decode_ctx
-    pctx = prompt_ctx(P, pairs)
+    pctx = P + k.prompt_prefix
     draft = step_pricer(cost, p.spec_draft_layers, p.spec_tokens).draft_s(d, P)
     if k.graph:  # at the mean padded batch, each dummy holding one context token; the host handles the real ones
         x = k.padded_decodes
@@ -324,7 +326,7 @@ def kind_split(run: ServingRun, k: IterationKind) -> tuple[dict[str, float], flo
     if not (serial or cost.host_serial) and parts["host"] + parts["dispatch"] > 0:  # the GPU hides behind the host
         bookkeeping = min(whole, host_bookkeeping_s(cost.host_per_request_s, k.requests, p.pp))
         return {HOST_KEY: bookkeeping, DISPATCH_KEY: whole - bookkeeping}, busy, whole
-    ops, trs = iteration_work(cost, d * q + P, d, ctx, P, pairs, q, k.rows)
+    ops, trs = iteration_work(cost, d * q + P, d, ctx, P, pairs, q, k.rows, k.prompt_prefix)
     reads = cost.kv_reads if cost.kv_reread == "hbm" else 1.0  # a kernel re-reading per query head from HBM
     out = time_split(cost, ops, trs, ctx * kv_bytes_per_token_layer(run.scenario.model, p) * reads)
     extra = {DRAFT_KEY: draft, PAD_KEY: parts["padding"], LAUNCH_KEY: parts["launch"], HOST_KEY: parts["host"],

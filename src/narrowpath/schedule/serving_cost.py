@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -46,7 +47,8 @@ from narrowpath.spec.serving import ServingPlan, ServingScenario
 from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, decode_shares_kv, embedding_op, head_ops,
                                          instance_plan, kv_bytes_per_token, kv_group_reads, layer_kind,
-                                         layer_token_ops, prefill_attention_op, stage_layers)
+                                         layer_token_ops, prefill_attention_op, prefix_rebuild_op,
+                                         stage_layers)
 from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
                                               stage_boundary_transfer)
 
@@ -264,9 +266,12 @@ class ServingCost:
         return out
 
     def attention_ops(self, stage: int, dec_seqs: float, dec_ctx: float, pre_tokens: float, pre_pairs: float,
-                      pre_ctx: float, queries_per_seq: float = 1.0) -> list[tuple[Op, float]]:
+                      pre_ctx: float, queries_per_seq: float = 1.0, rebuild_prefix: bool = True
+                      ) -> list[tuple[Op, float]]:
         """Attention cores of one stage: decodes over their contexts, prompt chunks over theirs (a sliding-window
-        layer sees at most the window per sequence / query)."""
+        layer sees at most the window per sequence / query) — `pre_ctx` = Σ (p + c) over chunks of c tokens after
+        p cached ones — and, for multi-head latent attention (`rebuild_prefix`), the up-projection that rebuilds
+        the cached prefix's keys and values, Σ p = pre_ctx − pre_tokens tokens (workload.serving.prefix_rebuild_op)."""
         m, p, f = self.scn.model, self.scn.plan, self.f
         out = []
         n_win = sum(1 for k in self.kinds[stage] if k[1])
@@ -283,6 +288,9 @@ class ServingCost:
                                                 self.kv_reread), float(n)))
             if pre_tokens:
                 out.append((prefill_attention_op(m, p, f, pre_tokens, pairs, pctx), float(n)))
+                rebuild = prefix_rebuild_op(m, p, f, pctx - pre_tokens) if rebuild_prefix else None
+                if rebuild is not None:
+                    out.append((rebuild, float(n)))
         return out
 
     def head(self, rows: float) -> tuple[list[tuple[Op, float]], list[PricedTransfer]]:
@@ -348,8 +356,9 @@ class ServingCost:
         if matrix_table(self.f.core, self.cal):
             return None
         lines = []
-        base = self.attention_ops(stage, 1.0, 1.0, 0.0, 0.0, 0.0) + self.attention_ops(stage, 0.0, 0.0, 1.0, 1.0, 1.0)
-        probe = self.attention_ops(stage, 2.0, 3.0, 0.0, 0.0, 0.0) + self.attention_ops(stage, 0.0, 0.0, 2.0, 3.0, 5.0)
+        ops = functools.partial(self.attention_ops, stage, rebuild_prefix=False)  # the cores; attention_s adds it
+        base = ops(1.0, 1.0, 0.0, 0.0, 0.0) + ops(0.0, 0.0, 1.0, 1.0, 1.0)
+        probe = ops(2.0, 3.0, 0.0, 0.0, 0.0) + ops(0.0, 0.0, 2.0, 3.0, 5.0)
         for (op1, n), (op2, _) in zip(base, probe):
             # the op itself scaled up (its head width and exponentials per FLOP kept: both rate it linearly)
             big, big2 = (dataclasses.replace(op1, flop=op1.flop * k, exps=op1.exps * k, hbm_bytes=1.0, kernels=1)
@@ -389,6 +398,9 @@ class ServingCost:
             elif pre_tokens:
                 F = f * pre_pairs
                 t += n * (max(c0 + c1 * F if F > 0 else 0.0, (b1 * pre_ctx + b2 * pre_tokens) * bw) + ovh)
+        if pre_tokens and pre_ctx > pre_tokens and self.scn.model.mla is not None:
+            t += self.op_s([(prefix_rebuild_op(self.scn.model, self.scn.plan, self.f, pre_ctx - pre_tokens),
+                             float(len(self.kinds[stage])))])
         return t
 
     def _token_time(self, stage: int, T: float) -> float:

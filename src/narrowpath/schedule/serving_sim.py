@@ -388,6 +388,7 @@ class Lane:
         done = [item for item, c in chunks if item[1] + c >= item[2]]
         self._account(dt, 1, decodes, decodes * step.q, step.pre_tokens, step.dctx, step.pairs)
         self.tot.prompt_iteration(decodes, step.dctx, len(chunks), len(done))
+        self.tot.prompt_prefix_tokens += sum(item[1] for item, _ in chunks)
         used = s.kv_blocks - self.free
         self._record(start, dt, 1, decodes, step.pre_tokens, used, used)
         if decodes:

@@ -51,6 +51,9 @@ class LaneTotals:
     decode_ctx_tokens: float = 0.0
     """Σ over iterations of the context tokens decodes read."""
     prompt_pairs: float = 0.0
+    prompt_prefix_tokens: float = 0.0
+    """Σ over iterations of the tokens already cached ahead of their prompt chunks (Σ p: a chunked prompt's earlier
+    chunks, a prefix-cache hit); the chunks' context is prompt_tokens + this."""
     kv_block_s: float = 0.0
     """∫ used KV blocks dt."""
     kv_peak_blocks: int = 0

@@ -316,6 +316,20 @@ def prefill_attention_op(model: Model, plan: ServingPlan, f: Formats, chunk_toke
               exps=a_t * pair_tokens, head_dim=d_qk)
 
 
+def prefix_rebuild_op(model: Model, plan: ServingPlan, f: Formats, prefix_tokens: float) -> Op | None:
+    """Multi-head latent attention's prompt chunks after the first rebuild the per-head keys and values of their
+    cached prefix: the cached latents of `prefix_tokens` = Σ p (p cached tokens ahead of a chunk) are gathered and
+    up-projected again (`kv_b_proj`, kv_lora_rank → heads/tp · (qk_nope + v)) before the chunk attends to them —
+    vLLM's MLA `_compute_prefill_context` (gather_cache, then kv_b_proj per context chunk), as TensorRT-LLM and
+    SGLang run chunked MLA prefill; the chunk's own tokens are up-projected in `attention_token_ops`. None for other
+    attention or no cached prefix. The output is the per-head K/V `prefill_attention_op` reads."""
+    if model.mla is None or prefix_tokens <= 0:
+        return None
+    mla = model.mla
+    return _linear("kv_up_prefix", f.for_attention(), prefix_tokens, mla.kv_lora_rank,
+                   model.heads / plan.tp * (mla.qk_nope_head_dim + mla.v_head_dim))
+
+
 def head_ops(model: Model, plan: ServingPlan, rows: float) -> list[Op]:
     """Output layer of the last stage on `rows` sequences that produce a token: final norm, the vocabulary-parallel
     logits GEMM (16 bit, vocab/tp per GPU), sampling over the logits (softmax / top-k in fp32)."""
