@@ -68,3 +68,17 @@ def test_the_simulator_tallies_the_cached_prefix_and_the_accounts_read_it():
     whole = simulate(_scn("deepseek-v3", ServingPlan(tp=8, weight_precision="fp8", chunked_prefill=False,
                                                      max_num_tokens=32768)))
     assert whole.result.totals.prompt_prefix_tokens == 0  # one chunk: nothing cached ahead of it
+
+
+def test_the_steady_prefill_capacity_prices_the_chunks_cached_prefix():
+    """serving_steady.prefill_rate_per_s (the disaggregated split, the serving what-ifs): a 32,768-token prompt in
+    8,192-token budgets runs 4 chunks after 0, 8,192, 16,384 and 24,576 cached tokens — 12,288 on average — so each
+    budget iteration reads (and for MLA rebuilds) 8,192 + 12,288 context tokens; a prompt within the budget none."""
+    from narrowpath.schedule.serving_steady import prefill_rate_per_s
+    cost = _cost("deepseek-v3", ServingPlan(tp=8, weight_precision="fp8"))
+    it = cost.iteration_s(8192, 0, 0, 8192, 8192 * 32769 / 2, 8192 + 12288, 1.0)
+    assert prefill_rate_per_s(cost, 1, 8192, 32768) == pytest.approx(8192 / 32768 / it, rel=1e-12)
+    no_prefix = cost.iteration_s(8192, 0, 0, 8192, 8192 * 32769 / 2, 8192, 1.0)
+    assert it > no_prefix
+    short = cost.iteration_s(8192, 0, 0, 8192, 8192 * 2049 / 2, 8192, 4.0)
+    assert prefill_rate_per_s(cost, 1, 8192, 2048) == pytest.approx(8192 / 2048 / short, rel=1e-12)

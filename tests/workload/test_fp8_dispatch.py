@@ -115,3 +115,54 @@ def test_cli_refuses_fp8_dispatch_on_a_bf16_run_in_one_line(capsys):
     assert main(["predict", "deepseek-v3-h800-2048", "--precision", "bf16", "--activation-cache", "default"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "plan.ep_dispatch_format" in err[0]
+
+
+def _casts(plan):
+    from narrowpath.workload.moe import moe_block_ops
+    from narrowpath.workload.ops import backward_ops
+    fwd = moe_block_ops(MIXTRAL, plan)
+    return {o.name: o for o in fwd + backward_ops(fwd, plan) if "quantize" in o.name}
+
+
+def test_an_fp8_dispatch_quantizes_each_token_once_where_it_is_sent():
+    """DeepSeek-V3 quantizes a token before dispatching it and the combine's gradient before sending it back, so the
+    experts' input cast and the down projection's output-gradient cast run on the rank's 4,096 tokens, one launch
+    each, not on its 8,377 routed copies (top 2 × the busiest rank's share) expert by expert; a per-tensor FP8
+    weight gradient then transposes the received copies (read and write a byte each, as after a gather). The other
+    two casts (the SwiGLU output, the up projection's output gradient) stay on the copies. Block-scaled recipes
+    keep every cast on the copies: the one FP8 copy sent cannot give their column-wise one."""
+    from narrowpath.workload.moe import expert_rows, fp8_dispatch_ways
+    plan = P(dp=8, ep=8, precision="fp8", ep_dispatch_format="fp8")
+    rows = expert_rows(MIXTRAL, plan)
+    assert fp8_dispatch_ways(MIXTRAL, plan, rows) == pytest.approx(rows / 4096)
+    sent, plain = _casts(plan), _casts(P(dp=8, ep=8, precision="fp8"))
+    for name in ("expert_up.quantize", "expert_down.grad_quantize"):
+        assert sent[name].transpose_bytes == pytest.approx(2 * rows * 4096)  # the received copies transposed
+        assert sent[name].hbm_bytes - sent[name].transpose_bytes == pytest.approx(
+            (plain[name].hbm_bytes - plain[name].transpose_bytes) * 4096 / rows)  # the row-wise cast on the tokens
+        assert sent[name].hbm_bytes < plain[name].hbm_bytes
+    for name in ("expert_down.quantize", "expert_up.grad_quantize"):
+        assert sent[name].hbm_bytes == plain[name].hbm_bytes
+    block = P(dp=8, ep=8, precision="mxfp8", ep_dispatch_format="fp8")
+    assert fp8_dispatch_ways(MIXTRAL, block, rows) == 1.0
+    assert {k: o.hbm_bytes for k, o in _casts(block).items()} == {
+        k: o.hbm_bytes for k, o in _casts(P(dp=8, ep=8, precision="mxfp8")).items()}
+    assert fp8_dispatch_ways(MIXTRAL, P(precision="fp8", ep_dispatch_format="fp8"), rows) == 1.0  # no dispatch
+
+
+def test_the_cast_before_an_exchange_is_one_launch_not_one_per_expert():
+    """Qwen3-30B-A3B's 128 experts on ep 8: 16 local experts, whose copies Transformer Engine's split_quantize casts
+    expert by expert (2 launches each under per-tensor FP8); cast once per token before the FP8 dispatch, it is one
+    cast of 2 launches."""
+    from narrowpath.spec.parse import model_from_dict
+    from narrowpath.workload.moe import moe_block_ops
+    from narrowpath.workload.ops import backward_ops
+    m = model_from_dict(dict(name="qwen3-30b-a3b-like", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
+                             ffn=768, vocab=151936, seq_len=4096, experts=128, top_k=8,
+                             ffn_act="swiglu"))
+    for fmt, launches in (("default", 32), ("fp8", 2)):
+        plan = P(dp=8, ep=8, precision="fp8", ep_dispatch_format=fmt)
+        fwd = moe_block_ops(m, plan)
+        ops = {o.name: o for o in fwd + backward_ops(fwd, plan)}
+        assert ops["expert_up.quantize"].kernels == ops["expert_down.grad_quantize"].kernels == launches
+        assert ops["expert_down.quantize"].kernels == ops["expert_up.grad_quantize"].kernels == 32

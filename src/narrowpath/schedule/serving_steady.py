@@ -90,9 +90,13 @@ def mean_lengths(load: Load) -> tuple[float, float]:
 
 def prefill_rate_per_s(cost: ServingCost, lanes: int, budget: int, isl: float) -> float:
     """Prompts per second one instance of `lanes` lanes finishes when every iteration is a full token budget of
-    prompts of `isl` tokens (each producing its first token): its prefill capacity."""
+    prompts of `isl` tokens (each producing its first token): its prefill capacity. A prompt longer than the budget
+    runs in n = isl / budget chunks after 0, budget, … (n − 1)·budget cached tokens: (isl − budget) / 2 cached
+    ahead of a chunk on average, whose keys and values the chunk reads (and MLA rebuilds)."""
     prompts = max(1.0, budget / isl)
-    return lanes * budget / isl / cost.iteration_s(budget, 0, 0, budget, budget * (isl + 1) / 2, budget, prompts)
+    cached = max(0.0, (isl - budget) / 2.0)
+    return lanes * budget / isl / cost.iteration_s(budget, 0, 0, budget, budget * (isl + 1) / 2, budget + cached,
+                                                   prompts)
 
 
 def decode_rate_per_s(cost: ServingCost, lanes: int, batch: int, isl: float, osl: float) -> float:

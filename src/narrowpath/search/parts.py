@@ -8,7 +8,7 @@ Parts and the knobs they read (tests/search/test_parts.py varies every other kno
                        (+ the base plan's precision, MoE routing, attention kernel, CUDA graphs and sync-free
                        MoE layers)
     layer comm         its tp/cp/ep traffic: the same + tp_comm_overlap, cp_comm, ep_overlap, ep_dispatch and, for a
-                       deduplicating dispatch, the placement of the ep group
+                       deduplicating dispatch, the placement of the ep group (+ the base plan's dispatch format)
     layer ZeRO comm    zero stage, tp, cp, dp, ep, etp, dp_overlap, micro-batches
     embedding          first/last stage work: tp, cp, mbs, sp, recompute (MTP), ep, etp, pp = 1
     activations        bytes a layer keeps: tp, cp, mbs, sp, selective recompute and its modules, ep, etp

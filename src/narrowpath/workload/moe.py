@@ -47,17 +47,31 @@ def activation_op(model: Model, plan: Plan, elements: float, name: str, keep_byt
 
 def mlp_ops(model: Model, plan: Plan, ffn: int, rows: float, *, width_split: int, prefix: str = "mlp",
             groups: int = 1, fused_input: bool = True, act_keep_bytes: float | None = None,
-            sp_ways: int = 1) -> list[Op]:
+            sp_ways: int = 1, sent_quantized: float = 1.0) -> list[Op]:
     """Up projection, activation, down projection on `rows` tokens, each matrix split `width_split` ways over the
     inner size (tp for a dense MLP, etp for experts); `groups` experts share the rows (a grouped GEMM). `sp_ways`:
     the block's input is all-gathered from, and its output reduce-scattered to, that many sequence-parallel ranks
-    (ops.linear); the up projection keeps the rank's rows / sp_ways of its input (backward re-gathers them)."""
+    (ops.linear); the up projection keeps the rank's rows / sp_ways of its input (backward re-gathers them).
+    `sent_quantized`: the input arrives already quantized from rows / sent_quantized tokens, and the output
+    gradient leaves the same way (an FP8 expert dispatch, `fp8_dispatch_ways`): quantized where it is sent, as
+    ops.linear prices a gathered input, the up projection keeping the copies it received."""
     up = (2 if model.ffn_act == "swiglu" else 1) * ffn / width_split
     act = activation_op(model, plan, rows * ffn / width_split, f"{prefix}_act", act_keep_bytes)
     return (linear(f"{prefix}_up", plan, rows, model.hidden, up, groups=groups, fused_input=fused_input,
-                   saved_rows=rows / sp_ways, gathered_in=sp_ways)
+                   saved_rows=rows / sp_ways, gathered_in=sp_ways * sent_quantized)
             + [act] + linear(f"{prefix}_down", plan, rows, ffn / width_split, model.hidden, groups=groups,
-                             scattered_out=sp_ways))
+                             scattered_out=sp_ways * sent_quantized))
+
+
+def fp8_dispatch_ways(model: Model, plan: Plan, rows: float) -> float:
+    """Expert rows per token the rank sends when the dispatch quantizes each token once before sending it and the
+    combine's backward each token's gradient once (plan.ep_dispatch_format `fp8`, DeepSeek-V3 §3.3.2; the expert
+    GEMMs read the received FP8 copies, a per-tensor FP8 weight gradient the transpose of them) — 1 otherwise, and
+    for the block-scaled recipes, whose column-wise copy the one FP8 copy sent cannot give (their casts stay on
+    the copies)."""
+    if plan.ep_dispatch_format != "fp8" or plan.ep <= 1 or plan.precision != "fp8":
+        return 1.0
+    return max(1.0, rows / local_tokens(model, plan))
 
 
 LEARNED_EXPERT_LOAD_CV = 1.28
@@ -161,7 +175,8 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     rows = expert_rows(model, plan)
     ops += expert_path_ops(model, plan, rows, mlp_ops(
         model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
-        groups=local_experts(moe, plan), fused_input=False, act_keep_bytes=cached_bytes(plan, "swiglu_input")))
+        groups=local_experts(moe, plan), fused_input=False, act_keep_bytes=cached_bytes(plan, "swiglu_input"),
+        sent_quantized=fp8_dispatch_ways(model, plan, rows)))
     # unpermute: sum the copies back into the token; where it also weights each copy by its routing probability
     # (plan.moe_probs `combine`) it keeps the 16-bit expert outputs for the probabilities' gradient, where the
     # experts' activation already did (`activation`, Megatron-Core >= 0.13) it keeps only indices

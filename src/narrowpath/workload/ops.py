@@ -66,7 +66,7 @@ def grouped_quantize_kernels(q: QuantizeCost, groups: int, sync_free: bool) -> i
 
 
 def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int = 1, fused_input: bool = False,
-           saved_rows: float | None = None, gathered_in: int = 1, scattered_out: int = 1) -> list[Op]:
+           saved_rows: float | None = None, gathered_in: float = 1, scattered_out: float = 1) -> list[Op]:
     """A linear layer's forward on one rank: [quantize the input →] GEMM [m×k]·[k×n] in the plan's format.
 
     Low-precision recipes (workload.precision) first quantize the BF16 input — in the norm kernel when it is
@@ -78,15 +78,18 @@ def linear(name: str, plan: Plan, m: float, k: float, n: float, *, groups: int =
 
     An input all-gathered over `gathered_in` sequence-parallel ranks is quantized on the local m/gathered_in rows
     before the gather, and an output reduce-scattered over `scattered_out` ranks gets its gradient back by a
-    gather of the m/scattered_out local rows quantized first (precision.gather_bytes)."""
+    gather of the m/scattered_out local rows quantized first (precision.gather_bytes); an expert GEMM fed by an
+    FP8 dispatch passes the copies per token sent as both (workload.moe.fp8_dispatch_ways). Either is one cast,
+    not one per expert."""
     A = act_bytes(plan)
     ob = operand_bytes(plan)
     q = quantize_cost(plan.precision)
     ops: list[Op] = []
     if q is not None:
+        # quantized before a gather or an exchange: one tensor, not expert by expert
         ops.append(quantize_op(f"{name}.quantize", "fwd", m / gathered_in * k, q, fused=fused_input,
-                               kernels=None if fused_input else grouped_quantize_kernels(q, groups,
-                                                                                         plan.moe_sync_free),
+                               kernels=None if fused_input else grouped_quantize_kernels(
+                                   q, groups if gathered_in == 1 else 1, plan.moe_sync_free),
                                gathered=m * k if gathered_in > 1 else 0.0))
     rows = m if saved_rows is None else saved_rows
     low = q is not None
@@ -106,7 +109,8 @@ def _backward(op: Op, plan: Plan | None) -> list[Op]:
         if op.grad_elements and plan is not None:
             q = quantize_cost(plan.precision)
             out.append(quantize_op(op.name + ".grad_quantize", "bwd", op.grad_elements, q,
-                                   kernels=grouped_quantize_kernels(q, op.groups, plan.moe_sync_free),
+                                   kernels=grouped_quantize_kernels(q, 1 if op.grad_gathered else op.groups,
+                                                                    plan.moe_sync_free),
                                    gathered=op.grad_gathered))
         # dgrad multiplies the output gradient's m rows by the weights, as the forward; wgrad reduces over the m
         # rows into a k×n output that fills the GPU however few the rows are (no rows: the size ramp)
