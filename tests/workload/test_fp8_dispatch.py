@@ -166,3 +166,13 @@ def test_the_cast_before_an_exchange_is_one_launch_not_one_per_expert():
         ops = {o.name: o for o in fwd + backward_ops(fwd, plan)}
         assert ops["expert_up.quantize"].kernels == ops["expert_down.grad_quantize"].kernels == launches
         assert ops["expert_down.quantize"].kernels == ops["expert_up.grad_quantize"].kernels == 32
+
+
+
+def test_a_top_1_router_sends_about_one_copy_a_token():
+    """With one expert a token (Switch-style top 1), dropless: the busiest rank's rows are the tokens times its
+    share, 1 + √(2·ln 8 / 4096) = 1.0319 — the cast runs on the tokens sent all the same."""
+    from narrowpath.workload.moe import expert_rows, fp8_dispatch_ways
+    top1 = dataclasses.replace(MIXTRAL, moe=dataclasses.replace(MIXTRAL.moe, top_k=1))
+    plan = P(dp=8, ep=8, precision="fp8", ep_dispatch_format="fp8")
+    assert fp8_dispatch_ways(top1, plan, expert_rows(top1, plan)) == pytest.approx(1.0318646, abs=1e-7)

@@ -71,7 +71,7 @@ def fp8_dispatch_ways(model: Model, plan: Plan, rows: float) -> float:
     the copies)."""
     if plan.ep_dispatch_format != "fp8" or plan.ep <= 1 or plan.precision != "fp8":
         return 1.0
-    return max(1.0, rows / local_tokens(model, plan))
+    return rows / local_tokens(model, plan)  # ≥ 1: top_k, etp, the busiest share and a capacity factor all ≥ 1
 
 
 LEARNED_EXPERT_LOAD_CV = 1.28
