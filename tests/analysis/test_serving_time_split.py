@@ -344,3 +344,29 @@ def test_a_graphed_run_without_padding_shows_no_eager_dispatch():
     assert run.result.totals.eager_iterations == 0
     split = serving_accounts(run).time_split
     assert DISPATCH_KEY not in split and HOST_KEY not in split
+
+
+def test_attention_dp_ranks_wait_for_their_groups_slowest_and_the_split_says_so():
+    """Mixtral on 8 H200 as 8 attention-DP ranks over 8-way expert parallelism, Poisson arrivals: every MoE layer
+    synchronises the ranks (schedule.serving_sim.LaneGroup), so an iteration lasts as long as the slowest rank's.
+    Priced at each rank's own mean sizes the iterations came to about three quarters of their simulated time (the
+    rest booked nowhere, then spread over the other rows by the shares); the split now books it as the wait for the
+    slowest rank, so its rows add up to the simulated mean iteration, and the GPU-busy share excludes it. One
+    tensor-parallel instance has no such row."""
+    from narrowpath.analysis.serving_accounts import LOCKSTEP_KEY, iteration_split, lockstep_wait_s
+    load = Load(arrival="poisson", rate_per_s=30, input_tokens=300, output_tokens=200, num_requests=240)
+
+    def run_of(**plan):
+        p = ServingPlan(chunked_prefill=True, max_num_tokens=8192, **plan)
+        return simulate(ServingScenario(system=system("dgx-h200"), model=model("mixtral-8x7b"), plan=p, load=load,
+                                        num_gpus=p.num_gpus))
+    dp = run_of(tp=1, dp=8, ep=8)
+    split, busy = iteration_split(dp)
+    t = dp.result.totals
+    measured = t.busy_s / t.iterations
+    assert split[LOCKSTEP_KEY] > 0.15 * measured
+    assert sum(split.values()) == pytest.approx(measured, rel=0.01)
+    assert busy < 1 - split[LOCKSTEP_KEY] / measured + 0.01
+    assert LOCKSTEP_KEY in serving_accounts(dp).time_split and LOCKSTEP_KEY in HOST_REMEDY
+    tp = run_of(tp=8)
+    assert lockstep_wait_s(tp, 0.0) == 0.0 and LOCKSTEP_KEY not in iteration_split(tp)[0]

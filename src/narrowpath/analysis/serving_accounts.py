@@ -18,7 +18,9 @@ tokens, decodes, context read, prompt pairs), priced with the same ops and trans
   dispatch outlasting the GPU on one thread) is all the host's; otherwise its GPU time by what bounds each op, plus
   speculative draft passes, the dummy sequences padding a decode batch to its CUDA graph's size, a static session's
   serial kernel launch and the host work a serial pipeline loop runs between the stages
-  (ServingCost.iteration_parts). `gpu_busy_share`: the share of that time the GPU works.
+  (ServingCost.iteration_parts); with attention DP, the wait of a rank's iteration for its group's slowest rank
+  (`lockstep_wait_s`: the simulated iterations' mean less the priced kinds'). `gpu_busy_share`: the share of that
+  time the GPU works.
 - Per generated token figures are per GPU: a lane iteration's sums over the stages, over its tokens and the pp
   stages (a GPU runs its stage once for each of the pp lanes in flight).
 """
@@ -235,6 +237,8 @@ DRAFT_KEY = "gpu: speculative draft passes"
 """... a speculative draft head's passes (MTP / EAGLE) over the decodes add to the GPU work."""
 PAD_KEY = "padding: graph dummy sequences"
 """... the dummy sequences that pad a decode batch to its CUDA graph's size add to the GPU work."""
+LOCKSTEP_KEY = "sync: waiting for the slowest attention-DP rank"
+"""... an attention-DP rank's iteration waits for its group's slowest rank (`lockstep_wait_s`)."""
 L2_REREAD_KEY = "l2: kv cache re-reads"
 """The time_split row of decode attention bound by streaming each kv head's cache from L2 once per query head."""
 
@@ -350,7 +354,23 @@ def iteration_split(run: ServingRun) -> tuple[dict[str, float], float]:
         whole += total * k.count / n
         for key, v in rows.items():
             out[key] = out.get(key, 0.0) + v * k.count / n
+    wait = lockstep_wait_s(run, whole)
+    if wait > 0:
+        out[LOCKSTEP_KEY] = wait
+        whole += wait
     return out, (min(1.0, busy / whole) if whole > 0 else 1.0)
+
+
+def lockstep_wait_s(run: ServingRun, priced_s: float) -> float:
+    """Mean seconds an iteration of an attention-DP rank waits for its group's slowest rank (LaneGroup: every MoE
+    layer synchronises the ranks, so an iteration lasts as long as the slowest rank's — a rank with a prompt chunk
+    holds up the others): the iterations' simulated mean time less `priced_s`, their kinds priced at each rank's own
+    mean sizes. 0 without attention DP (a lane's iterations are its own: the two agree to within about 1 %)."""
+    t = run.result.totals
+    dp = max(run.scenario.plan.dp, run.prefill_cost.scn.plan.dp if run.prefill_cost is not None else 1)
+    if dp <= 1 or t.iterations <= 0:
+        return 0.0
+    return max(0.0, t.busy_s / t.iterations - priced_s)
 
 
 def time_split(cost, ops, transfers, kv_read_bytes_per_layer_op: float) -> dict[str, float]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from narrowpath.analysis.serving_accounts import (DISPATCH_KEY, HOST_KEY, L2_REREAD_KEY, LAUNCH_KEY, PAD_KEY,
-                                                 ServingAccounts)
+from narrowpath.analysis.serving_accounts import (DISPATCH_KEY, HOST_KEY, L2_REREAD_KEY, LAUNCH_KEY, LOCKSTEP_KEY,
+                                                  PAD_KEY, ServingAccounts)
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
@@ -223,6 +223,10 @@ HOST_REMEDY = {
                   "prompt iterations (a larger token budget) or a faster host do",
     PAD_KEY: "; decode batches run at the next captured CUDA graph size up, the rest dummy sequences: a finer list of "
              "graph sizes removes most of it",
+    LOCKSTEP_KEY: "; every MoE layer synchronises the attention-DP ranks, so an iteration lasts as long as the "
+                  "slowest rank's and a rank with a prompt chunk or longer contexts holds up the others: balancing "
+                  "the ranks' work (an attention-DP-aware scheduler that gives each rank prompts together), smaller "
+                  "prompt chunks, or fewer attention-DP ranks",
     L2_REREAD_KEY: "; the engine's generation kernel gives each query head its own thread block for this model (its "
                    "grouped-query kernel does not take this many query heads per kv head at this head width), so each "
                    "kv head's cache streams through L2 once per query head: an engine whose decode kernel shares the "
