@@ -89,3 +89,24 @@ def test_bad_compare_arguments_are_one_line(capsys, tmp_path):
     assert main(["compare", "llama3-70b-h100-256", "gpt3-175b-a100-1024", "--html", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(e.startswith("narrowpath: error:") for e in err)
+
+
+def test_a_change_of_critical_pipeline_rank_is_said():
+    """DeepSeek-V3's DualPipe scenario sending 16 bit against its FP8 dispatch: the exchange paced rank 2 (stages 2
+    and 13); with it shortened, rank 0 (stages 0 and 15: the embedding, the output layer and MTP) paces the
+    pipeline. The accounts are the critical rank's, so compute grows though no work was added — the comparison
+    says the rank moved before it says compute grew. The same scenario against itself moves no rank."""
+    import dataclasses
+
+    from narrowpath.analysis.analyze import analyze
+    from narrowpath.analysis.compare import compare, critical_rank_sentence
+    from narrowpath.catalog import load_scenario
+    fp8 = load_scenario("deepseek-v3-h800-2048")
+    bf16 = dataclasses.replace(fp8, plan=dataclasses.replace(fp8.plan, ep_dispatch_format="default"))
+    a, b = analyze(bf16), analyze(fp8)
+    assert (a.context.critical_stage, b.context.critical_stage) == (2, 0)
+    said = compare(a, b).sentences
+    moved = next(i for i, t in enumerate(said) if t.startswith("The critical pipeline rank moves"))
+    assert "rank 2 (stages 2 and 13) to rank 0 (stages 0 and 15)" in said[moved]
+    assert moved < next(i for i, t in enumerate(said) if t.startswith("Compute +"))
+    assert critical_rank_sentence(b, b) == []

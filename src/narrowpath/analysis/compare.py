@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from narrowpath.analysis.analyze import Analysis
+from narrowpath.analysis.context import rank_stages
 from narrowpath.analysis.remedies import stage_layer_text
 from narrowpath.analysis.verdict import component_label
 from narrowpath.schedule.step import BREAKDOWN_KEYS
@@ -265,6 +266,23 @@ def split_clause(pa, pb) -> str:
             f"{slow_a.layers} -> {slow_b.layers} layers")
 
 
+def critical_rank_sentence(a: Analysis, b: Analysis) -> list[str]:
+    """Where A and B pipeline the same depth but a different rank paces it (the accounts are the critical rank's:
+    analysis.context), the change of rank, which moves the compute, traffic and rate rows with it — a what-if that
+    shortens one rank's exchange can hand the pace to a rank with more layers or the output layer."""
+    pa, pb = a.prediction, b.prediction
+    ca, cb = a.context.critical_stage, b.context.critical_stage
+    if pa.scenario.plan.pp < 2 or pa.scenario.plan.pp != pb.scenario.plan.pp or ca == cb:
+        return []
+
+    def held(an: Analysis, r: int) -> str:
+        st = [s for s, _ in rank_stages(an.prediction, r)]
+        return f"stage {st[0]}" if len(st) == 1 else "stages " + " and ".join(map(str, st))
+    return [f"The critical pipeline rank moves from rank {ca} ({held(a, ca)}) to rank {cb} ({held(b, cb)}): the "
+            "compute, traffic and rates below are each side's critical rank's, so part of their change is the change "
+            "of rank, not of the work."]
+
+
 def compare(a: Analysis, b: Analysis) -> Comparison:
     """Compare analysis `b` against `a` (module docstring)."""
     pa, pb = a.prediction, b.prediction
@@ -278,6 +296,7 @@ def compare(a: Analysis, b: Analysis) -> Comparison:
     floor = max(1e-4 * scale, min(SIGNIFICANT * scale, 0.25 * abs(d)))
     moved = sorted((k for k in BREAKDOWN_KEYS if abs(pb.breakdown_s[k] - pa.breakdown_s[k]) > floor),
                    key=lambda k: -abs(pb.breakdown_s[k] - pa.breakdown_s[k]))
+    sentences += critical_rank_sentence(a, b)
     for k in moved:
         sentences += component_sentence(a, b, k)
     ma, mb = pa.memory, pb.memory
