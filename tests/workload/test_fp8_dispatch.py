@@ -70,6 +70,11 @@ def test_the_expert_tp_gather_moves_the_fp8_copies_and_the_scatter_bf16():
     gathered = 2048 * 2 * 2 * 4096
     assert etp[("ep.expert_tp_all_gather", "fwd")] == gathered * 1.03125
     assert etp[("ep.expert_tp_reduce_scatter", "bwd")] == gathered * 2
+    # without expert parallelism nothing is dispatched: the etp gather moves the 16-bit copies, as the casts stay
+    alone = moe_transfers(MIXTRAL, P(tp=2, dp=4, etp=2, sequence_parallel=True, precision="fp8",
+                                     ep_dispatch_format="fp8"))
+    assert {t.name: t.message_bytes for t, _ in alone if t.phase == "fwd"} == {
+        "ep.expert_tp_all_gather": gathered * 2, "ep.expert_tp_reduce_scatter": gathered * 2}
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])

@@ -280,8 +280,9 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
             out += _exchange(plan, "", "ep", tok * moe.top_k * model.hidden, ph)
     if plan.expert_tp > 1:
         gathered = tok * moe.top_k * plan.expert_tp * model.hidden
+        sent = dispatch_bytes(plan) if plan.ep > 1 else A  # the dispatched copies; without ep nothing was sent
         for ph in phases:
-            out.append((Transfer("ep.expert_tp_all_gather", "all_gather", "etp", gathered * dispatch_bytes(plan), ph,
+            out.append((Transfer("ep.expert_tp_all_gather", "all_gather", "etp", gathered * sent, ph,
                                  plan.ep_overlap, _PAIR), 1.0))
             out.append((Transfer("ep.expert_tp_reduce_scatter", "reduce_scatter", "etp", gathered * A, ph,
                                  plan.ep_overlap, _PAIR), 1.0))
