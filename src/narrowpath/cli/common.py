@@ -202,8 +202,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                                               "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",
-                                                              "ep_dispatch_format", "pipeline_schedule", "vp_group", "first_stage_layers",
-                                                              "last_stage_layers", "cuda_graphs", "moe_sync_free")
+                                                              "ep_dispatch_format", "pipeline_schedule", "vp_group",
+                                                              "first_stage_layers", "last_stage_layers", "cuda_graphs",
+                                                              "moe_sync_free")
                if getattr(args, f, None) is not None}
     if base is None:
         if not (args.model and args.system):

@@ -198,8 +198,8 @@ def all_groups(plan: Plan, axis: str) -> np.ndarray:
 
 def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
     """(fewest members in one block, blocks touched) of every row of `groups` (each row's ranks ascending) for
-    blocks of `block` consecutive ranks, each (groups,). A row's ranks ascend, so a block's members are consecutive in it: the runs of equal
-    block numbers are the blocks."""
+    blocks of `block` consecutive ranks, each (groups,). A row's ranks ascend, so a block's members are consecutive
+    in it: the runs of equal block numbers are the blocks."""
     b = groups // block
     n, s = b.shape
     start = np.ones((n, s), dtype=bool)

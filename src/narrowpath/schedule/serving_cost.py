@@ -288,10 +288,15 @@ class ServingCost:
                                                 self.kv_reread), float(n)))
             if pre_tokens:
                 out.append((prefill_attention_op(m, p, f, pre_tokens, pairs, pctx), float(n)))
-                rebuild = prefix_rebuild_op(m, p, f, pctx - pre_tokens) if rebuild_prefix else None
-                if rebuild is not None:
-                    out.append((rebuild, float(n)))
+                if rebuild_prefix:
+                    out += self._rebuild(n, pre_tokens, pctx)
         return out
+
+    def _rebuild(self, layers: int, pre_tokens: float, pre_ctx: float) -> list[tuple[Op, float]]:
+        """The prefix rebuild of `layers` layers whose prompt chunks read `pre_ctx` context tokens (Σ p = pre_ctx −
+        pre_tokens of them cached ahead): [] but for multi-head latent attention with a prefix."""
+        op = prefix_rebuild_op(self.scn.model, self.scn.plan, self.f, pre_ctx - pre_tokens)
+        return [(op, float(layers))] if op is not None else []
 
     def head(self, rows: float) -> tuple[list[tuple[Op, float]], list[PricedTransfer]]:
         """Output-layer ops and the logits all-gather of the last stage for `rows` sequences."""
@@ -398,9 +403,8 @@ class ServingCost:
             elif pre_tokens:
                 F = f * pre_pairs
                 t += n * (max(c0 + c1 * F if F > 0 else 0.0, (b1 * pre_ctx + b2 * pre_tokens) * bw) + ovh)
-        if pre_tokens and pre_ctx > pre_tokens and self.scn.model.mla is not None:
-            t += self.op_s([(prefix_rebuild_op(self.scn.model, self.scn.plan, self.f, pre_ctx - pre_tokens),
-                             float(len(self.kinds[stage])))])
+        if pre_tokens:  # the lines price the cores; no layer here has a window (those take the ops above)
+            t += self.op_s(self._rebuild(len(self.kinds[stage]), pre_tokens, pre_ctx))
         return t
 
     def _token_time(self, stage: int, T: float) -> float:
