@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from narrowpath.catalog import system
-from narrowpath.network.contention import alltoall_pairs, concurrent_slowdown, max_min_rates, ring_pairs
+from narrowpath.network.contention import alltoall_pairs, concurrent_slowdown, max_min_rates, pxn_relay, ring_pairs
+from narrowpath.network.placement import all_groups
 from narrowpath.network.fabric import FatTree, fabric_for
 from narrowpath.spec.plan import Plan
 
@@ -158,3 +159,40 @@ def test_pooling_a_nodes_nics_is_exact_for_all_to_all():
     gpu_rates = max_min_rates(per_gpu.paths(gs[inter], gd[inter]), per_gpu.capacities())
     assert gpu_rates.min() == pytest.approx(node_rates.min() / g**2)
     assert gpu_rates.max() == pytest.approx(node_rates.max() / g**2)
+
+
+def test_pxn_relay_by_hand():
+    """NCCL's PXN: a send leaves its node by the GPU there with the destination's local index (8 GPUs a node)."""
+    assert pxn_relay(np.array([3, 9, 15]), np.array([13, 2, 23]), 8).tolist() == [5, 10, 15]
+
+
+def test_all_to_all_stays_on_its_rails_through_pxn():
+    """EP 16 over 64 H100 (4 expert groups of 2 nodes) on a rail-optimised fabric with 2:1 leaf uplinks: all 8
+    nodes sit under one scalable unit's 8 rail leaves, so each send, relayed over NVLink to the GPU on the
+    destination's rail, stays on that rail's leaf and the groups never meet on an uplink: slowdown 1. Sent from
+    each GPU's own NIC, 7 of every 8 cross rails through the leaf uplinks (8 NICs × 50 GB/s / 2 = 200 GB/s a leaf)
+    and the four groups share them: 1.75 by max-min (6.25 → 3.57 GB/s a flow, computed below without the relay)."""
+    plan = Plan(tp=1, dp=64, ep=16, gbs=64)
+    sys_ = system("dgx-h100")
+    fab = dataclasses.replace(fabric_for(sys_, plan.num_gpus), oversubscription=(2.0, 1.0))
+    assert fab.topology == "rail_optimized"
+    assert concurrent_slowdown(plan, sys_, "ep", fabric=fab) == pytest.approx(1.0)
+    tree, groups = fab.fat_tree(), all_groups(plan, "ep")
+
+    def nic_to_nic(rows):
+        src, dst = alltoall_pairs(rows)
+        inter = src // 8 != dst // 8
+        return max_min_rates(tree.paths(src[inter], dst[inter]), tree.capacities()).min()
+
+    assert nic_to_nic(groups[:1]) == pytest.approx(50e9 / 8)
+    assert nic_to_nic(groups[:1]) / nic_to_nic(groups) == pytest.approx(1.75)
+
+
+def test_traffic_inside_an_nvl72_rack_is_not_a_fabric_flow():
+    """Two EP 64 groups on 128 GB200, one per rack (64 GPUs a rack): every exchange rides NVLink, so a 2:1 scale-out
+    fabric cannot slow it (counted tray by tray, 4 GPUs a tray, the racks' trays would share the rail leaves' uplinks:
+    1.5)."""
+    s = system("gb200-nvl72")
+    s = dataclasses.replace(s, tiers=tuple(dataclasses.replace(t, oversubscription=2.0) if t.name == "scale_out"
+                                           else t for t in s.tiers))
+    assert concurrent_slowdown(Plan(tp=1, dp=128, ep=64, gbs=128), s, "ep") == pytest.approx(1.0)

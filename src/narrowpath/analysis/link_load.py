@@ -3,8 +3,9 @@
 Each transfer row's scale-out bytes per rank (analysis.traffic) are laid onto the generated fabric
 (network.fabric: rail-optimised or fat tree, 64-port switches, the tier's oversubscription at the leaf) as the
 flows its groups make — rail-aligned rings for ring collectives (network.contention.ring_pairs), every ordered
-pair for all-to-all, neighbours in both directions for pipeline point-to-point — with all groups of the axis at
-once, as the core model's contention slowdown assumes. A rank's bytes are shared equally by its flows that leave
+pair for all-to-all, neighbours in both directions for pipeline point-to-point (these two leave their node by the
+NIC on the destination's rail: NCCL's PXN, network.contention.pxn_relay) — with all groups of the axis at once, as
+the core model's contention slowdown assumes. A rank's bytes are shared equally by its flows that leave
 its scale-up domain (traffic inside a domain rides NVLink). Link loads add up over the rows; a link's utilisation
 is its bytes / (capacity × step time).
 
@@ -20,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from narrowpath.network.contention import alltoall_pairs, ring_pairs
+from narrowpath.network.contention import alltoall_pairs, pxn_relay, ring_pairs
 from narrowpath.network.fabric import FabricSpec, fabric_for
 from narrowpath.network.placement import all_groups
 from narrowpath.schedule.step import StepPrediction, sync_group
@@ -74,7 +75,9 @@ def unit_link_load(plan: Plan, fabric: FabricSpec, axis: str, pattern: str) -> n
     if src.size == 0:
         return np.zeros(cap.size)
     per_src = np.bincount(src, minlength=fabric.num_gpus)
-    weight = 1.0 / per_src[src]
+    weight = 1.0 / per_src[src]  # the sending rank's bytes, whichever NIC they leave by
+    if pattern != "ring":  # point-to-point sends leave by the NIC on the destination's rail (NCCL's PXN)
+        src = pxn_relay(src, dst, fabric.gpus_per_node)
     paths = tree.paths(src, dst)
     return np.bincount(paths.ravel(), weights=np.repeat(weight, paths.shape[1]), minlength=cap.size)
 

@@ -11,7 +11,8 @@ few rounds, because every link of one tier saturates in the same round.
 collective at once (the DP rings of every TP/PP group, the EP all-to-alls of every expert group) and share NICs,
 leaf uplinks and an oversubscribed spine. It returns t_concurrent / t_alone ≥ 1 for the axis's inter-node
 transfer, i.e. the factor by which to divide the scale-out bandwidth `cost.collectives` assumes for one group
-alone. Traffic between GPUs of one node rides NVLink and is not a fabric flow.
+alone. Traffic between GPUs of one scale-up domain rides NVLink and is not a fabric flow; a point-to-point flow
+(an all-to-all's pairs) leaves its node through the NIC on the destination's rail (NCCL's PXN, `pxn_relay`).
 """
 from __future__ import annotations
 
@@ -97,6 +98,17 @@ def ring_pairs(groups: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, np.n
     return np.concatenate(srcs), np.concatenate(dsts)
 
 
+def pxn_relay(src: np.ndarray, dst: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """The GPU whose NIC a send from `src` to `dst` in another node leaves by: the one of `src`'s node with
+    `dst`'s local index, reached over NVLink (NCCL's PXN, "PCI × NVLink", since 2.12: NCCL_P2P_PXN_LEVEL's default
+    2 "will always use PXN even if the NIC is directly accessible, storing data on the same intermediate GPU as
+    other GPUs in the node to maximize aggregation", NCCL env docs; NVIDIA's "Doubling all2all Performance with
+    NCCL 2.12": on a rail-optimised fabric the data then never crosses rails). Send/receive only: NCCL's rings and
+    trees are laid rail-aligned already (`ring_pairs`)."""
+    src = np.asarray(src)
+    return src - src % gpus_per_node + np.asarray(dst) % gpus_per_node
+
+
 def pattern_of(axis: str) -> str:
     """Traffic pattern of an axis's main collective: all-to-all for ep, a ring for the others."""
     return "all_to_all" if axis == "ep" else "ring"
@@ -113,14 +125,15 @@ def _slowdown(plan: Plan, fabric: FabricSpec, axis: str, pattern: str) -> float:
     groups = all_groups(plan, axis)
     if groups.shape[1] <= 1:
         return 1.0
-    per_node = fabric.gpus_per_node
+    per_node, domain = fabric.gpus_per_node, max(1, fabric.scale_up_domain)
     make = (lambda gr: alltoall_pairs(gr)) if pattern == "all_to_all" else (lambda gr: ring_pairs(gr, per_node))
     tree = fabric.fat_tree()
 
     def fabric_flows(gr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         src, dst = make(gr)
-        inter = src // per_node != dst // per_node
-        return src[inter], dst[inter]
+        leave = src // domain != dst // domain  # inside a scale-up domain (an NVL72 rack too) it rides NVLink
+        src, dst = src[leave], dst[leave]
+        return (pxn_relay(src, dst, per_node) if pattern == "all_to_all" else src), dst
 
     alone = _min_rate(tree, *fabric_flows(groups[:1]))
     if not np.isfinite(alone):

@@ -1,0 +1,40 @@
+"""Scale-out link loads of point-to-point traffic leave by the NIC on the destination's rail (NCCL's PXN)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from narrowpath.analysis.link_load import unit_link_load
+from narrowpath.catalog import system
+from narrowpath.network.fabric import fabric_for
+from narrowpath.spec.plan import Plan
+
+
+def _blocks(fab, load):
+    tree = fab.fat_tree()
+    e, l_ = tree.num_endpoints, tree.num_leaves
+    return load[:e], load[e:2 * e], load[2 * e:2 * e + l_], load[2 * e + l_:2 * e + 2 * l_]
+
+
+def test_all_to_all_bytes_stay_on_the_rail_leaves():
+    """EP 16 on two H100 nodes (one scalable unit, rail-optimised): each rank sends one byte, shared by its 8 peers
+    in the other node (1/8 each). Relayed to the GPU on the destination's rail, every byte stays on that rail's
+    leaf: no leaf uplink carries any, and each NIC sends 8 × 1/8 = 1 byte (its node's 8 ranks' shares for its
+    rail) and receives 1. Sent from each GPU's own NIC, 7/8 of a rank's byte would cross rails on the uplinks."""
+    plan = Plan(tp=1, dp=16, ep=16, gbs=16)
+    fab = fabric_for(system("dgx-h100"), 16)
+    nic_up, nic_down, leaf_up, leaf_down = _blocks(fab, unit_link_load(plan, fab, "ep", "all_to_all"))
+    assert nic_up == pytest.approx(np.ones(16))
+    assert nic_down == pytest.approx(np.ones(16))
+    assert not leaf_up.any() and not leaf_down.any()
+
+
+def test_rings_keep_their_own_rails():
+    """DP rings are laid rail-aligned by NCCL (no relay): 8 rings of 2 nodes, one per rail, never leave a leaf."""
+    plan = Plan(tp=8, dp=2, gbs=2)
+    fab = dataclasses.replace(fabric_for(system("dgx-h100"), 16), oversubscription=(2.0, 1.0))
+    nic_up, _, leaf_up, _ = _blocks(fab, unit_link_load(plan, fab, "dp", "ring"))
+    assert nic_up == pytest.approx(np.ones(16))
+    assert not leaf_up.any()
