@@ -18,15 +18,13 @@ from narrowpath.validate.corpus import load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "schedule" / "sim"))
+sys.path.insert(0, str(ROOT))  # the test helpers import tests.shared_paths
 import test_measured  # noqa: E402  (the checks' own helpers)
 
 
 def consistency() -> None:
     rows = []
-    for path in (None, ROOT.parent / "shared/validation/training-sweeps-public.yaml",
-                 ROOT / "benchmarks/data/published-extra.yaml"):
-        if path is not None and not path.exists():
-            continue
+    for path in (None,):  # every shipped training corpus (training-public, -sweeps-public, published-extra)
         for c in load_corpus(path):
             if c.scenario is None:
                 continue
@@ -49,6 +47,7 @@ def jitter_table() -> None:
     for label, scn, spec in (("TP 8, one stage, normal", _tp_only(), "jitter=normal:0.1"),
                              ("TP 8, one stage, lognormal", _tp_only(), "jitter=lognormal:0.1"),
                              ("TP 8, one stage, Pareto a=2.5", _tp_only(), "jitter=pareto:0.1:2.5"),
+                             ("TP 8, one stage, Pareto a=2.2", _tp_only(), "jitter=pareto:0.1:2.2"),
                              ("DP 8 (DDP), normal", load_scenario("llama3-8b-h100-8"), "jitter=normal:0.1"),
                              ("70B pp4 vpp5 dp8, normal", load_scenario("llama3-70b-h100-256"),
                               "jitter=normal:0.1")):

@@ -193,10 +193,16 @@ def _pipeline_in_one_block(num_gpus: int, stride: int, pp: int, block: int) -> b
 def sync_group(axis: str, plan) -> str:
     """Placement group a transfer of `axis` runs on: with context parallelism, gradient sync and ZeRO traffic
     (dp) spans the dp × cp ranks, since cp ranks hold the same weights; expert-dp traffic runs on the expert-data-
-    parallel group, which Megatron-Core's expert layout already spreads over cp; otherwise the axis itself."""
+    parallel group, which Megatron-Core's expert layout already spreads over cp; a deduplicating dispatch's two
+    legs (`ep_inter`, `ep_intra`) the ep group; otherwise the axis itself."""
+    return sync_axis(axis, plan.cp)
+
+
+def sync_axis(axis: str, cp: int) -> str:
+    """`sync_group` for a plan of context parallelism `cp`."""
     if axis in ("ep_inter", "ep_intra"):
         return "ep"
-    return "dpcp" if axis == "dp" and plan.cp > 1 else axis
+    return "dpcp" if axis == "dp" and cp > 1 else axis
 
 
 def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: dict) -> CollectiveCost:

@@ -44,11 +44,14 @@ def test_agree_within_3_percent_where_assumptions_hold(dist):
 
 
 def test_heavy_tail_breaks_the_normal_closed_form():
-    """Pareto kernels (tail index 2.5, same cv): the mean wait is far below the normal form's — most kernels run
-    slightly fast and the max of 8 members rarely catches a spike — so a normal form fitted to the cv is wrong in
-    the mean, not only in the tail."""
-    closed, sim, _ = closed_and_simulated(tp_only(), "jitter=pareto:0.1:2.5", 0.1, steps=60)
-    assert sim < 0.6 * closed
+    """Pareto kernels of the same cv: much of the variance sits in rare spikes the largest of 8 members seldom
+    catches, so the mean wait falls below the normal form's, the more the heavier the tail (tail index 2.5: a few
+    per cent; 2.2: about a third). (A sampler bias once made α = 2.5 read −49 %: a fractional kernel count's sum
+    divided by the unrounded count; test_distributions.py holds the mean at 1.)"""
+    closed, sim25, _ = closed_and_simulated(tp_only(), "jitter=pareto:0.1:2.5", 0.1, steps=60)
+    _, sim22, _ = closed_and_simulated(tp_only(), "jitter=pareto:0.1:2.2", 0.1, steps=60)
+    assert sim22 < 0.8 * closed
+    assert sim22 < sim25 < closed
 
 
 def test_correlated_slowness_the_slow_node_form():

@@ -13,7 +13,8 @@ drawn from its distribution:
 - pareto: one big jump. Given the largest of the n factors, M (drawn exactly: P_max = (1 − U^{1/n})^{−1/α}), the
   other n − 1 are independent draws of Y conditioned on Y ≤ M, whose sum is drawn from a normal with the
   truncated Pareto's exact mean and variance. Mean and variance of S are exact and the tail is the largest
-  term's (subexponential laws: P(ΣY > x) ~ n·P(Y > x)); only the bulk's shape is approximated.
+  term's (subexponential laws: P(ΣY > x) ~ n·P(Y > x)); only the bulk's shape is approximated. A fractional n
+  (kernels shared between segments) sums round(n) and scales the spread by √(round(n)/n).
 The maximum of g members' segment times (a collective waits for the last) is drawn per member and maxed, or, to
 fold a run of segments at 16k ranks, replaced by a normal with the exact mean and variance of the sum of the
 maxima (`max_moments`, numerical integration; a central-limit step over the run, tested against the exact draw).
@@ -97,11 +98,15 @@ class KernelNoise:
         if self.jitter.dist == "lognormal":
             mu, s = self._lognormal(n)
             return np.exp(mu + s * rng.standard_normal(size))
-        return self._pareto_sum(rng, n, size) / n
-
-    def _pareto_sum(self, rng: np.random.Generator, n: np.ndarray, size) -> np.ndarray:
-        al = self.jitter.alpha
+        # a fractional count (a kernel shared between segments) sums round(n) kernels, its spread scaled to n's:
+        # mean 1 and variance c²/n exact, the largest term's tail kept
         n_int = np.maximum(1.0, np.round(n))
+        return 1.0 + (self._pareto_sum(rng, n_int, size) / n_int - 1.0) * np.sqrt(n_int / n)
+
+    def _pareto_sum(self, rng: np.random.Generator, n_int: np.ndarray, size) -> np.ndarray:
+        """Σ of `n_int` (whole) shifted-Pareto kernel factors: the largest drawn exactly, the rest a normal with the
+        truncated law's mean and variance (module docstring)."""
+        al = self.jitter.alpha
         u = rng.random(size)
         p_max = np.exp(-np.log(-np.expm1(np.log(np.maximum(u, 1e-300)) / n_int)) / al)
         trunc = 1.0 - p_max ** -al

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from narrowpath.network.placement import all_groups, axis_sizes, axis_strides
+from narrowpath.schedule.step import sync_axis
 from narrowpath.spec.scenario import Scenario
 
 UNIT_AXES = ("cp", "dp", "dpcp", "ep", "edp", "etp")
@@ -33,10 +34,10 @@ class Layout:
     symmetric: bool
 
     def group(self, axis: str, cp: int) -> np.ndarray | None:
-        """Unit groups a transfer of `axis` synchronises (dp spans dp × cp with context parallelism, as
-        `schedule.step` prices it)."""
-        key = "dpcp" if axis == "dp" and cp > 1 else axis
-        return self.groups.get(key)
+        """Unit groups a transfer of `axis` synchronises (dp spans dp × cp with context parallelism, and a
+        deduplicating expert dispatch's two legs, `ep_inter` and `ep_intra`, the ep group, as `schedule.step`'s
+        sync_group prices them)."""
+        return self.groups.get(sync_axis(axis, cp))
 
     def locate(self, rank: int) -> tuple[int, int, int]:
         """(stage, unit, tp index) of a global rank."""

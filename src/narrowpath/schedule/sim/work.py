@@ -277,8 +277,7 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
             hidden = hid[tr.phase] * total / traffic[tr.phase] if traffic[tr.phase] > 0 else 0.0
             hidden_total += hidden
             compute += slowdown * hidden
-            if total - hidden > 1e-15:
-                tail.append(Sync(tr.name, tr.axis, total - hidden, 0.0, tiers))
+            tail += _exposed(tr, total - hidden, tiers)
         elif tr.overlappable:
             window = attn_budget if tr.hides_behind == "attention" else hide
             hidden = min(total, window.get(tr.phase, 0.0), hide.get(tr.phase, 0.0))
@@ -287,8 +286,7 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
                 attn_budget[tr.phase] -= hidden
             hidden_total += hidden
             compute += slowdown * hidden
-            if total - hidden > 1e-15:
-                tail.append(Sync(tr.name, tr.axis, total - hidden, 0.0, tiers))
+            tail += _exposed(tr, total - hidden, tiers)
         else:
             n = max(1, round(c))
             for j in range(n):
@@ -300,6 +298,28 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
     shares = tuple(b - a for a, b in zip(edges[:-1], edges[1:]))
     return PassWork(kind, chunk, compute, kernels, tuple(s for _, _, s in blocking) + tuple(tail), shares,
                     hidden_total)
+
+
+AWAITED_AXES = ("cp", "ep", "ep_inter", "ep_intra", "etp", "dp", "edp")
+"""Axes whose overlapped transfers can make a group of units meet (`awaited`)."""
+
+
+def awaited(tr: Transfer) -> bool:
+    """Whether a rank's own later work reads what an overlapped transfer brings — an expert exchange, a context-
+    parallel KV exchange, a ZeRO-3 parameter gather — so its group meets even when the transfer hides entirely: a
+    slow member delays the data everyone waits for. A weight-gradient reduction is not read before the step's end
+    (the step's tail syncs it); tensor-parallel traffic stays inside a unit, pipeline messages are the engine's and
+    a host copy is the rank's own."""
+    return tr.axis in AWAITED_AXES and not tr.name.endswith(("zero2_grad_reduce_scatter", "zero3_grad_reduce_scatter"))
+
+
+
+def _exposed(tr: Transfer, exposed_s: float, tiers: tuple[str, ...]) -> list[Sync]:
+    """The tail collective an overlapped transfer leaves: its exposed part, or a rendezvous of its group (no cost)
+    when it hid entirely and is `awaited`; nothing else."""
+    if exposed_s > 1e-15:
+        return [Sync(tr.name, tr.axis, exposed_s, 0.0, tiers)]
+    return [Sync(tr.name, tr.axis, 0.0, 0.0, tiers)] if awaited(tr) else []
 
 
 def _step_transfers(pr: _Pricer, st: StageWork, top: tuple[float, float], pp: int,
