@@ -43,6 +43,26 @@ def test_noise_file(tmp_path, capsys):
     assert "quote the value" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text,got", [("- a\n- b\n", "got a list"), ("", "got nothing (an empty file)")])
+def test_a_noise_file_that_is_no_mapping_says_so(tmp_path, capsys, text, got):
+    f = tmp_path / "noise.yaml"
+    f.write_text(text)
+    assert main(["simulate", "--steps", "1", "--noise", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"a noise file must hold a mapping of item names to values, {got}" in err and err.count("\n") == 1
+
+
+def test_default_timeline_ranks_follow_the_pp_axis(tmp_path, capsys):
+    """Rank 0 and the first rank of the last stage, wherever the placement puts pp (here not outermost: tp 8,
+    pp 2, dp 2 placed tp, cp, ep, pp, dp — the last stage starts at rank 8)."""
+    out, scn = tmp_path / "t.json", tmp_path / "s.yaml"
+    scn.write_text("system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 32\nplan: {tp: 8, pp: 2, dp: 2, gbs: 16, "
+                   "placement: [tp, cp, ep, pp, dp]}\n")
+    assert main(["simulate", str(scn), "--steps", "1", "--timeline", str(out)]) == 0
+    ev = json.loads(out.read_text())["traceEvents"]
+    assert {e["pid"] for e in ev if e["ph"] == "X"} == {0, 8}
+
+
 def test_timeline_links_ranks(tmp_path, capsys):
     out = tmp_path / "t.json"
     assert main(["simulate", "gpt3-175b-a100-1024", "--steps", "1", "--noise", "jitter=normal:0.02",
@@ -64,6 +84,13 @@ def test_timeline_links_ranks(tmp_path, capsys):
     (["--steps", "0"], "--steps: must be >= 1"),
     (["--timeline", "/tmp", "--steps", "1"], "--timeline /tmp: is a directory"),
     (["--schedule", "zb-h1", "llama3-70b-h100-256"], "--schedule zb-h1: needs one chunk per stage"),
+    (["--seed", "-1"], "--seed: must be >= 0, got -1"),
+    (["--noise", "slow-link=scale_out:0.2:inf"], "noise.slow-link.rank: not a 0-based index"),
+    (["--noise", "slow-link=scale_out:0.2:1.7"], "noise.slow-link.rank: not a 0-based index"),
+    (["--timeline-ranks", "0"], "--timeline-ranks: only chooses the ranks of a --timeline FILE"),
+    (["--timeline", "/tmp/np-sim-t.json", "--timeline-ranks", ","], "--timeline-ranks: expected comma-separated"),
+    (["llama3-405b-h100-16k", "--noise", "fail=gpu:1"], "noise: the long run would play ~"),
+    (["--noise", "fail=gpu:1000,maintenance=1e-300s"], "noise: the long run would play ~"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
     assert main(["simulate", *argv]) == 2

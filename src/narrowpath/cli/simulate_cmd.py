@@ -15,6 +15,7 @@ from narrowpath.analysis.synchronisation import checkpoint_inputs
 from narrowpath.catalog.resolve import read_data_file
 from narrowpath.cli.common import add_scenario_args, check_output_file, comma_items, scenario_from_args, writing
 from narrowpath.errors import SpecError
+from narrowpath.network.placement import axis_strides
 from narrowpath.report.simulation import format_simulation, simulation_to_json
 from narrowpath.schedule.sim import simulate
 from narrowpath.schedule.sim.programs import SCHEDULES
@@ -39,7 +40,10 @@ def register(sub) -> None:
     add_scenario_args(p)
     p.add_argument("--steps", type=int, default=20, help="steps to simulate (default 20)")
     p.add_argument("--noise", action="append", default=[], metavar="SPEC", help=NOISE_HELP)
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0; same seed, same result bit for bit)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed (default 0; the same seed, --steps and --timeline give the same result bit for "
+                        "bit: steps are drawn a batch at a time, and a --timeline run one at a time, so another "
+                        "--steps or adding --timeline draws another sample of the same noise)")
     p.add_argument("--schedule", choices=("auto",) + SCHEDULES, default="auto",
                    help="pipeline schedule (default auto: the plan's, 1f1b or interleaved; zb-h1 needs vpp 1)")
     p.add_argument("--exact", action="store_true", help="draw kernel noise rank by rank (slower; default: fold the "
@@ -66,17 +70,21 @@ def noise_from_args(values: list[str]):
 
 
 def _ranks(text: str | None, scn) -> tuple[int, ...]:
-    if text is None:
-        last_stage = (scn.plan.pp - 1) * scn.plan.tp * scn.plan.cp * scn.plan.dp  # placement pp slowest-varying
-        return tuple(sorted({0, last_stage})) if scn.plan.placement[-1] == "pp" else (0,)
+    if text is None:  # rank 0 and the first rank of the last stage, wherever the placement puts the pp axis
+        return tuple(sorted({0, (scn.plan.pp - 1) * axis_strides(scn.plan)["pp"]}))
     try:
-        return tuple(int(x) for x in comma_items(text))
+        ranks = tuple(int(x) for x in comma_items(text))
     except ValueError:
         raise SpecError("--timeline-ranks", f"expected comma-separated ranks, got {text!r}") from None
+    if not ranks:
+        raise SpecError("--timeline-ranks", f"expected comma-separated ranks, got {text!r}")
+    return tuple(dict.fromkeys(ranks))  # each rank once, in the order given
 
 
 def run(args) -> int:
     check_output_file("--timeline", args.timeline)
+    if args.timeline_ranks is not None and not args.timeline:
+        raise SpecError("--timeline-ranks", "only chooses the ranks of a --timeline FILE: give one")
     if args.steps < 1:
         raise SpecError("--steps", f"must be >= 1, got {args.steps}")
     noise = noise_from_args(args.noise)

@@ -54,6 +54,9 @@ def format_simulation(r: SimResult) -> str:
     lines.append(table(["", "s"], [["closed form (predict)", r.closed_form_step_time_s],
                                    ["simulated without noise", r.noise_free_step_time_s],
                                    *[[k, v] for k, v in st.items()]]))
+    if r.schedule == "zb-h1":
+        lines += ["  the closed form prices 1F1B: ZB-H1, which defers weight gradients into the bubbles, has none",
+                  "  of its own (the simulated noise-free step is its reference)"]
     if r.lost_time_s_by_cause:
         lines += ["", "Lost time per step by cause (on the critical path; slack = delays other paths absorbed)"]
         rows = [[k, v, 100 * v / r.noise_free_step_time_s] for k, v in

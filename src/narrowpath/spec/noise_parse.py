@@ -139,9 +139,11 @@ class _Builder:
                                        fraction=_number(f"noise.{name}.fraction", parts[1])))
         elif name == "slow-link":
             _need(name, parts, 2, 3)
-            rank = int(_number("noise.slow-link.rank", parts[2])) if len(parts) > 2 else 0
+            rank = _ids("noise.slow-link.rank", parts[2].strip()) if len(parts) > 2 else (0,)
+            if len(rank) != 1:
+                raise SpecError("noise.slow-link.rank", f"one 0-based rank, got {parts[2]!r}")
             self.links.append(SlowLink(tier=parts[0].strip(), fraction=_number("noise.slow-link.fraction", parts[1]),
-                                       rank=rank))
+                                       rank=rank[0]))
         elif name == "link-flap":
             _need(name, parts, 2, 3)
             kw = {"penalty_s": parse_time_s("noise.link-flap.penalty", parts[2])} if len(parts) > 2 else {}
@@ -189,7 +191,7 @@ def parse_noise(specs: Iterable[str | Mapping]) -> NoiseSpec:
     (mappings of item names to values), in order."""
     b = _Builder()
     for spec in specs:
-        if isinstance(spec, Mapping):
+        if not isinstance(spec, str):  # a parsed noise file (a mapping; anything else is refused by name)
             _add_mapping(b, spec)
             continue
         for item in str(spec).split(","):
@@ -204,7 +206,8 @@ def parse_noise(specs: Iterable[str | Mapping]) -> NoiseSpec:
 
 def _add_mapping(b: _Builder, data: Any) -> None:
     if not isinstance(data, Mapping):
-        raise SpecError("noise", f"a noise file must hold a mapping of item names to values, got {type(data).__name__}")
+        got = "nothing (an empty file)" if data is None else f"a {type(data).__name__}"
+        raise SpecError("noise", f"a noise file must hold a mapping of item names to values, got {got}")
     for name, value in data.items():
         for v in (value if isinstance(value, list) else [value]):
             b.item(str(name), v)

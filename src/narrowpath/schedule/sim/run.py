@@ -81,10 +81,11 @@ class SimResult:
     @property
     def goodput(self) -> float:
         """Useful work (at the noise-free step time) over wall time: the long run's with faults, else the ratio of
-        the noise-free to the mean simulated step."""
+        the noise-free to the mean simulated step; at most 1 (a sample of steps that ran faster than the noise-free
+        one, or the rounding of equal ones, does no more than the work it does)."""
         if self.long_run is not None:
-            return self.long_run.goodput
-        return self.noise_free_step_time_s / float(self.step_times_s.mean())
+            return min(1.0, self.long_run.goodput)
+        return min(1.0, self.noise_free_step_time_s / float(self.step_times_s.mean()))
 
 
 def default_schedule(scn: Scenario) -> str:
@@ -123,6 +124,8 @@ def simulate(scenario: Scenario, noise: NoiseSpec | None = None, *, steps: int =
     noise = noise or NoiseSpec()
     if steps < 1:
         raise SimulationError(f"--steps: must be >= 1, got {steps}")
+    if seed < 0:
+        raise SimulationError(f"--seed: must be >= 0, got {seed}")
     if schedule == "dualpipe":
         if scenario.plan.vpp > 1:
             raise SimulationError(f"--schedule dualpipe: needs one chunk per stage, the plan has vpp="
