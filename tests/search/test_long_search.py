@@ -78,7 +78,7 @@ def _sigint_default():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGINT to the group"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGINT to the group", "SIGTERM to the group"])
 def test_a_signal_ends_the_whole_process_tree_within_2_s(how):
     proc = subprocess.Popen([sys.executable, "-m", "narrowpath", *_argv(4_194_304), "--max-minutes", "100000",
                              "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -91,9 +91,9 @@ def test_a_signal_ends_the_whole_process_tree_within_2_s(how):
             time.sleep(0.05)
         time.sleep(0.5)  # the workers are pricing
         before = _alive_in_group(proc.pid)
-        sig = signal.SIGTERM if how == "SIGTERM" else signal.SIGINT
+        sig = signal.SIGTERM if how.startswith("SIGTERM") else signal.SIGINT
         t0 = time.monotonic()
-        if how.endswith("group"):  # a terminal's Ctrl-C: every process of the foreground group gets SIGINT
+        if how.endswith("group"):  # a terminal's Ctrl-C, or `timeout` / a batch scheduler: the whole group
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
@@ -107,6 +107,37 @@ def test_a_signal_ends_the_whole_process_tree_within_2_s(how):
             os.killpg(proc.pid, signal.SIGKILL)
     assert len(before) >= (3 if rank.usable_cpus() >= 2 else 1), f"the workers never started: {before}"
     assert gone_s < 2.0, f"process tree alive {gone_s:.1f} s after {how}: {_alive_in_group(proc.pid)}"
-    assert proc.returncode == (143 if how == "SIGTERM" else 130)
+    assert proc.returncode == (143 if how.startswith("SIGTERM") else 130)
     assert "Traceback" not in err and err.strip().splitlines()[-1] in ("narrowpath: terminated",
                                                                        "narrowpath: interrupted"), err
+
+
+def test_an_interrupted_pool_whose_terminate_hangs_is_abandoned_with_its_workers_killed(monkeypatch):
+    """A worker ended in the middle of sending a result can leave a partial message the pool's result thread waits
+    on for ever, and with it the pool's terminate (seen: an energy search's process group signalled by `timeout`,
+    its parent stuck in Pool.join). The interrupted pool's terminate gets ABANDON_WAIT_S; its workers are then
+    killed and the interruption goes on."""
+    from narrowpath.search import each
+    monkeypatch.setattr(each, "ABANDON_WAIT_S", 0.2)
+    seen = []
+
+    def stuck(part):
+        seen.append(part)
+        import multiprocessing
+        pool_workers = multiprocessing.active_children()
+        assert pool_workers
+        def hangs(self):  # as Pool.terminate does first: no more workers started; then it waits for ever
+            self._worker_handler._state = multiprocessing.pool.TERMINATE
+            time.sleep(3600)
+        monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", hangs)
+        raise KeyboardInterrupt
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        each.run_pool(abs, [-1, -2, -3, -4], 2, stuck)
+    assert time.monotonic() - t0 < 5
+    import multiprocessing
+    deadline = time.monotonic() + 5
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not multiprocessing.active_children()

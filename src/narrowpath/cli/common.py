@@ -206,6 +206,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                                               "first_stage_layers", "last_stage_layers", "cuda_graphs",
                                                               "moe_sync_free")
                if getattr(args, f, None) is not None}
+    for knob in ("tp", "pp", "cp", "dp", "mbs", "gbs", "vpp", "ep"):  # before any arithmetic on them (a 0 divides)
+        if plan_kw.get(knob, 1) < 1:
+            raise SpecError(f"--{knob}", f"must be >= 1, got {plan_kw[knob]}")
     if base is None:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a scenario)")

@@ -19,6 +19,7 @@ from narrowpath.report.prediction import memory_warning
 from narrowpath.report.search_table import SHOWN_PER_ROW, format_search, search_to_json
 from narrowpath.schedule.step import predict
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
+from narrowpath.search.each import space_scenario
 from narrowpath.search.rank import MAX_PLANS, usable_cpus
 from narrowpath.search.space import EXTENTS
 from narrowpath.search.table import build_table
@@ -29,7 +30,8 @@ from narrowpath.spec.scenario import consistency_errors
 _FLAG = {"zero_stage": "--zero", "sequence_parallel": "--sp/--no-sp", "bucket_bytes": "--bucket-mb",
          "recompute_modules": "--recompute-modules",
          "dp_overlap": "--dp-overlap/--no-dp-overlap", "tp_comm_overlap": "--tp-comm-overlap/--no-tp-comm-overlap",
-         "ep_overlap": "--ep-overlap/--no-ep-overlap"}
+         "ep_overlap": "--ep-overlap/--no-ep-overlap", "recompute_layers": "--recompute-layers",
+         "offload_layers": "--offload-layers", "ep_dispatch": "--ep-dispatch"}
 _SEARCH_ONLY = ("etp", "ep_dispatch", "ep_overlap", "recompute_layers", "offload_layers", "bucket_bytes", "placement")
 """Knobs only `search` has flags for (they pin the search; built from --model/--system they are your plan too)."""
 
@@ -91,8 +93,33 @@ def _placement(text: str) -> tuple[str, ...]:
     return axes
 
 
+_LEAST = {"tp": 1, "pp": 1, "cp": 1, "dp": 1, "vpp": 1, "ep": 1, "mbs": 1, "etp": 0, "recompute_layers": 0,
+          "offload_layers": 0}
+"""The least value of each numeric pin."""
+
+
 def _pins_and_base(args):
-    """(pins, base scenario): the knob flags become pins; with a scenario they leave its own plan untouched."""
+    """(pins, base scenario, GPUs, global batch): the knob flags become pins; with a scenario they leave its own plan
+    untouched. A --gpus / --gbs its plan (or, from --model/--system, the plan the flags give) cannot take is the
+    space's all the same: that plan is then built at its own size and not ranked."""
+    pinned, base = _pins_and_plan(args)
+    try:
+        base = base()
+    except SpecError:
+        if args.gpus is None and args.gbs is None:
+            raise
+        gpus, gbs = args.gpus, args.gbs
+        args.gpus = args.gbs = None
+        try:
+            base = _pins_and_plan(args)[1]()
+        finally:
+            args.gpus, args.gbs = gpus, gbs
+        return pinned, base, gpus or base.num_gpus, gbs or base.plan.gbs
+    return pinned, base, base.num_gpus, base.plan.gbs
+
+
+def _pins_and_plan(args):
+    """(pins, a function building the base scenario) — see _pins_and_base."""
     if getattr(args, "bucket_mb", None) is not None:
         if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
             raise SpecError("--bucket-mb", f"must be a finite number > 0, got {args.bucket_mb}")
@@ -100,6 +127,9 @@ def _pins_and_base(args):
     if getattr(args, "placement", None) is not None and isinstance(args.placement, str):
         args.placement = _placement(args.placement)
     pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
+    for k, least in _LEAST.items():  # before any arithmetic on them (a 0 divides)
+        if k in pinned and pinned[k] < least:
+            raise SpecError(_flag(k), f"must be >= {least}, got {pinned[k]}")
     if getattr(args, "recompute_modules", None) is not None:  # --recompute-modules a,b pins a module set
         pinned["recompute_modules"] = comma_items(args.recompute_modules)
         for mod in pinned["recompute_modules"] or ("",):
@@ -109,19 +139,21 @@ def _pins_and_base(args):
                             f"selective, got {pinned['recompute']!r}")
     from_scenario = getattr(args, "scenario", None) is not None or not (args.model or args.system)
     if not from_scenario:
-        base = scenario_from_args(args)
-        own = {k: v for k, v in pinned.items() if k in _SEARCH_ONLY}
-        if own:  # the search-only flags are the user's plan too
-            try:
-                base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **own))
-            except SpecError as exc:
-                raise SpecError(_flag(exc.field.removeprefix("plan.")), exc.detail) from None
-        return pinned, base
+        def users_plan():
+            base = scenario_from_args(args)
+            own = {k: v for k, v in pinned.items() if k in _SEARCH_ONLY}
+            if own:  # the search-only flags are the user's plan too
+                try:
+                    base = dataclasses.replace(base, plan=dataclasses.replace(base.plan, **own))
+                except SpecError as exc:
+                    raise SpecError(_flag(exc.field.removeprefix("plan.")), exc.detail) from None
+            return base
+        return pinned, users_plan
     plain = argparse.Namespace(**vars(args))
     for k in pinned:
         if not (k == "vpp" and getattr(args, "pipeline_schedule", None) == "dualpipev"):  # its two chunks: keep
             setattr(plain, k, None)
-    return pinned, scenario_from_args(plain)
+    return pinned, lambda: scenario_from_args(plain)
 
 
 def _no_plan_error(space: SearchSpace) -> SpecError:
@@ -141,8 +173,8 @@ def _no_plan_error(space: SearchSpace) -> SpecError:
 def run(args) -> int:
     if args.top < 1:
         raise SpecError("--top", f"must be >= 1, got {args.top}")
-    if not args.min_free_gb >= 0:
-        raise SpecError("--min-free-gb", f"must be >= 0, got {args.min_free_gb}")
+    if not (math.isfinite(args.min_free_gb) and args.min_free_gb >= 0):
+        raise SpecError("--min-free-gb", f"must be a finite number >= 0, got {args.min_free_gb}")
     if args.jobs is None:
         args.jobs = usable_cpus()
     if args.jobs < 1:
@@ -156,7 +188,7 @@ def run(args) -> int:
     if getattr(args, "scenario", None) is None and (args.model or args.system) and args.gbs is None:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")
-    pinned, base = _pins_and_base(args)
+    pinned, base, num_gpus, gbs = _pins_and_base(args)
     if base.plan.custom_split:
         print("note: the search splits the layers of every plan automatically (Megatron-Core's even split, or the "
               "stack's own layout where it has one); the scenario's first_stage_layers / last_stage_layers / "
@@ -179,7 +211,9 @@ def run(args) -> int:
             pinned.pop("vpp", None)
         base = dataclasses.replace(base, plan=dataclasses.replace(
             base.plan, pipeline_schedule="auto", vpp=1 if schedule == "dualpipev" else base.plan.vpp))
-    space = SearchSpace(base.model, base.system, base.num_gpus, base.plan.gbs, base.plan, pinned, args.extent)
+    space = SearchSpace(base.model, base.system, num_gpus, gbs, base.plan, pinned, args.extent)
+    resized = (base.num_gpus, base.plan.gbs) != (num_gpus, gbs)
+    base = space_scenario(base, space)  # the search's scenario: at the space's size (the given plan not ranked then)
     table = build_table(space)
     if pinned and len(table) == 0:
         raise _no_plan_error(space)
@@ -196,7 +230,7 @@ def run(args) -> int:
     balanced = _balanced_best(result, space) if args.objective == "time" else None
     knobs = None if balanced is None else {k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()}
     dual = _dualpipe_best(result, space, schedule) if dualpipe else None
-    own = _priced_or_none(given) if dualpipe else None
+    own = _priced_or_none(given) if dualpipe and not resized else None
     if args.json:
         out = search_to_json(result, args.top)
         out["best_rebalanced"] = None if balanced is None else {

@@ -119,7 +119,11 @@ def format_search(r: SearchResult, top: int) -> str:
     lines.append(table(headers(moe), rows))
     tied = sum(1 for _, m in groups[1:] if bands.get(id(m[0]), (None, False))[1])
     outside = [bd.reason for bd, _ in bands.values() if not bd.inside]
-    lines.append(f"  = : statistically tied with the best (their 80 % error bands overlap; {tied} of the shown rows)")
+    if r.objective == "time":
+        lines.append(f"  = : statistically tied with the best (their 80 % error bands overlap; {tied} of the shown "
+                     "rows)")
+    else:
+        lines.append(f"  the 80 % bands are of step time; ties are marked only in a ranking by step time")
     if any(len(m) > 1 for _, m in groups):
         lines.append("  a row with a range of ranks holds plans that differ only in bucket size or placement order and "
                      "price the same to the last digit (their bucket sizes and orders listed with /)")

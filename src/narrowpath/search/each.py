@@ -11,6 +11,7 @@ import dataclasses
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -21,6 +22,7 @@ from narrowpath.schedule.step import StepPrediction, predict
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
+from narrowpath.search.table import replace_unchecked
 
 PROGRESS_EVERY_S = 3.0
 """Seconds between progress lines."""
@@ -59,6 +61,18 @@ def scenario_of(base: Scenario, space, plan: Plan) -> Scenario:
     knobs left to choose (the plan is the search's)."""
     return dataclasses.replace(base, model=space.model, system=space.system, num_gpus=space.num_gpus, plan=plan,
                                open_knobs=(), chosen=())
+
+
+def space_scenario(base: Scenario, space) -> Scenario:
+    """The base scenario at the space's size, for a search's caches (search.parts.Parts): `scenario_of` its own plan
+    where that plan describes the space's GPU count and batch; else (a --gpus / --gbs the plan cannot take: it is
+    not ranked) its knobs at the space's size, built unchecked — every plan priced replaces the degrees and the
+    batch with a table row's, which passed the checks."""
+    b = space.base
+    if b.num_gpus == space.num_gpus and b.gbs == space.gbs:
+        return scenario_of(base, space, b)
+    return replace_unchecked(base, {"model": space.model, "system": space.system, "num_gpus": space.num_gpus,
+                                    "plan": replace_unchecked(b, {"gbs": space.gbs}), "open_knobs": (), "chosen": ()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +137,18 @@ def human_duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+def _leave(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def worker_init() -> None:
-    """In a pricing worker: Ctrl-C is the parent's to handle (it terminates the pool), SIGTERM kills at once (the
-    parent's handler, inherited by fork, would raise inside the worker), and the worker dies with its parent."""
+    """In a pricing worker: Ctrl-C is the parent's to handle (it terminates the pool); SIGTERM — the parent's
+    terminate, or `timeout` / a batch scheduler signalling the whole group — ends the worker by unwinding it
+    (SystemExit: not caught by the pool's task loop, and every queue lock it holds is released on the way out; killed
+    outright, a worker inside a queue's lock left it held and the parent's terminate blocked on it for ever); and the
+    worker dies with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, _leave)
     try:  # Linux: SIGTERM when the parent dies, even by SIGKILL
         import ctypes
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
@@ -147,19 +168,53 @@ def merge(parts: list[Priced]) -> Priced:
     return Priced([c for p in parts for c in p.candidates], sorted(f for p in parts for f in p.failures))
 
 
+_WORK: tuple = (None, ())
+"""In a pool worker: the function and the arguments of the pool's tasks (`_pool_worker`)."""
+
+
+def _pool_worker(fn, jobs_args: list) -> None:
+    global _WORK
+    worker_init()
+    _WORK = (fn, jobs_args)
+
+
+def _task(k: int):
+    fn, jobs_args = _WORK
+    return fn(jobs_args[k])
+
+
 def run_pool(fn, jobs_args: list, jobs: int, on_result: Callable[[object], None]) -> None:
     """fn(arg) for every argument in `jobs` worker processes, results (in any order) to `on_result`; no worker
-    outlives the call."""
-    pool = multiprocessing.get_context().Pool(jobs, initializer=worker_init)
+    outlives the call. The arguments reach each worker once, with the process (a fork inherits them), and a task
+    travels as its index: the pool's task pipe then never holds more than a few bytes. (Sent whole, a large task
+    could fill the pipe after the workers were gone, and the pool's terminate, which joins the thread sending it,
+    waited for ever: `timeout` signalling an energy search's process group hung it, 2 times in 4.)"""
+    pool = multiprocessing.get_context().Pool(jobs, initializer=_pool_worker, initargs=(fn, jobs_args))
     try:
-        for part in pool.imap_unordered(fn, jobs_args):
+        for part in pool.imap_unordered(_task, range(len(jobs_args))):
             on_result(part)
         pool.close()
-    except BaseException:  # Ctrl-C, SIGTERM (as an exception), an error: no worker outlives the search
-        pool.terminate()
-        raise
-    finally:
         pool.join()
+    except BaseException:  # Ctrl-C, SIGTERM (as an exception), an error: no worker outlives the search
+        _abandon(pool)
+        raise
+
+
+ABANDON_WAIT_S = 1.0
+"""How long an interrupted pool's own terminate may take before its workers are killed outright."""
+
+
+def _abandon(pool) -> None:
+    """End an interrupted pool without waiting for ever: a worker ended in the middle of sending a result can leave
+    part of a message the pool's result thread then waits on (its terminate and join wait for that thread), so the
+    terminate runs in a thread of its own for ABANDON_WAIT_S, and whatever child is left is killed; the process is
+    on its way out, its pool threads are daemons."""
+    t = threading.Thread(target=pool.terminate, daemon=True)
+    t.start()
+    t.join(ABANDON_WAIT_S)
+    if t.is_alive():
+        for child in multiprocessing.active_children():
+            child.kill()
 
 
 def price_all(jobs: int, base: Scenario, space, numbered: list[tuple[int, Plan]], calibration: Calibration | None,

@@ -23,7 +23,7 @@ from narrowpath.analysis.energy import pj_per_flop
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import predict
 from narrowpath.search.bulk import Bulk, StructuralPrices
-from narrowpath.search.each import Candidate, Progress, describe_plan, price_all, scenario_of
+from narrowpath.search.each import Candidate, Progress, describe_plan, price_all, scenario_of, space_scenario
 from narrowpath.search.exact import Exact
 from narrowpath.search.parts import Parts
 from narrowpath.search.table import PlanTable, twin_strategies
@@ -50,7 +50,7 @@ class Engine:
                  say: Callable[[str], None] | None):
         self.base, self.space, self.t = base, space, table
         self.cal_arg = calibration
-        self.parts = Parts(scenario_of(base, space, space.base), calibration)
+        self.parts = Parts(space_scenario(base, space), calibration)
         self.bulk = Bulk(table, self.parts)
         self.exact = Exact(self.bulk)
         self.cap = space.system.device.hbm.capacity_bytes

@@ -224,6 +224,7 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int, pp: int = 1
         out = [(rc, b.recompute_layers if rc == "full" else 0, b.offload_layers, mods if rc == "selective" else ())
                for rc in RECOMPUTE if not (rc == "full" and b.cuda_graphs)]  # spec.plan: no graphs with full
     pins = space.pinned
+    out += _pinned_counts(space, layers_per_chunk, pp)
     first: dict[tuple, Strategy] = {}
     effect = set()  # (shares, recomputed modules) of the strategies kept without full recompute
     for i, s in enumerate(out + extra):
@@ -240,6 +241,26 @@ def activation_strategies(space: SearchSpace, layers_per_chunk: int, pp: int = 1
         return (pinned,) if "selective" in v["recompute"] and pins.get("recompute_layers", 0) == 0 \
             and pins.get("offload_layers", 0) == 0 and space.model.arch != "lstm" else ()
     return tuple(first.values())
+
+
+def _pinned_counts(space: SearchSpace, n: int, pp: int) -> list[Strategy]:
+    """A pinned `recompute_layers` or `offload_layers` as a strategy of its own (a pin takes the value given, not
+    only one of the tried shares): a full recompute of that many of a chunk's `n` layers (not with DeepSeek-V3's
+    FP8 cache or CUDA graphs, which spec.plan refuses), offloading that many beside no recompute where the stack
+    takes it (schedule.choose.activation_patches: Megatron-Core none with pp > 1 or CUDA graphs, and fewer than
+    the layers; an engine the catalog does not know up to all of them)."""
+    from narrowpath.schedule.choose import offload_pipelined
+    b, pins, out = space.base, space.pinned, []
+    if space.model.arch == "lstm":
+        return out
+    rl, ol = pins.get("recompute_layers", 0), pins.get("offload_layers", 0)
+    if 0 < rl < n and b.activation_cache != "fp8" and not b.cuda_graphs:
+        out.append(("full", rl, 0, ()))
+    pipelined = offload_pipelined(b, pp)
+    limit = n if pipelined is None else 0 if (pipelined or b.cuda_graphs) else n - 1
+    if 0 < ol <= limit:
+        out.append(("none", 0, ol, ()))
+    return out
 
 
 def candidate_plans(space: SearchSpace) -> Iterator[Plan]:

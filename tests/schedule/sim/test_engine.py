@@ -121,3 +121,10 @@ def test_a_hidden_exchange_the_pass_reads_still_makes_its_group_meet():
     assert not awaited(Transfer("dp.zero3_grad_reduce_scatter", "reduce_scatter", "dp", 1.0, "bwd", True))
     assert awaited(Transfer("dp.zero3_param_all_gather", "all_gather", "dp", 1.0, "fwd", True))
     assert not awaited(Transfer("tp.all_gather", "all_gather", "tp", 1.0, "fwd", True))
+
+
+def test_data_parallel_ranks_meet_without_context_parallelism():
+    """Llama 3 8B under ZeRO-3 on one DGX (dp 8, cp 1): the parameter gathers make the dp group meet (the dp axis's
+    own groups: `dpcp` spans dp × cp only with context parallelism, schedule.step.sync_axis)."""
+    r = simulate(load_scenario("llama3-8b-h100-8"), parse_noise(["jitter=normal:0.1"]), steps=3, seed=5)
+    assert r.waits_s["dp (dp.zero3_param_all_gather)"] > 0.01
