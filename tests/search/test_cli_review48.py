@@ -64,3 +64,17 @@ def test_a_plan_that_does_not_fit_is_never_tied(capsys):
     d = json.loads(capsys.readouterr().out)
     base = d["baseline"]
     assert base is not None and not base["fits"] and not base["tied_with_best"]
+
+
+def test_the_dualpipe_summaries_count_fitting_with_min_free_gb(capsys):
+    """The DualPipe scenario's own plan takes 81.8 GB of 85.9: it fits, but with --min-free-gb 10 it is not a plan
+    the search would count, and the summary says so rather than calling it fitting (it judged capacity alone)."""
+    argv = ["search", "deepseek-v3-h800-2048", "--space", "basic", "--top", "2", "--min-free-gb", "10"]
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    own = d["yours_dualpipe"]
+    assert own["memory_bytes"] < 85.9e9 and own["fits"] is False
+    if d["best_rebalanced"] is not None and d["best_rebalanced"]["fits"]:
+        assert d["best_rebalanced"]["step_time_s"] > 0
+    assert main(argv) == 0
+    assert "(leaves under 10 GB free)" in capsys.readouterr().out

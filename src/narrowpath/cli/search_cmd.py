@@ -227,22 +227,31 @@ def run(args) -> int:
         free = f" with {args.min_free_gb:g} GB free" if args.min_free_gb else ""
         raise SpecError("search", f"none of the {result.num_plans:,} plans fits in "
                         f"{base.system.device.hbm.capacity_bytes / 1e9:.1f} GB per GPU{free}{why}")
+    free = args.min_free_gb * 1e9
+
+    def fits(pred) -> bool:  # as the search counts a plan as fitting: with --min-free-gb left free
+        return pred.memory.capacity_bytes - pred.memory.total_bytes >= free
+
+    def unfit(pred) -> str:
+        return "" if fits(pred) else " (does not fit)" if not pred.memory.fits else \
+            f" (leaves under {args.min_free_gb:g} GB free)"
+
     balanced = _balanced_best(result, space) if args.objective == "time" else None
     knobs = None if balanced is None else {k: list(v) if isinstance(v, tuple) else v for k, v in balanced[0].items()}
-    dual = _dualpipe_best(result, space, schedule) if dualpipe else None
+    dual = _dualpipe_best(result, space, schedule, free) if dualpipe else None
     own = _priced_or_none(given) if dualpipe and not resized else None
     if args.json:
         out = search_to_json(result, args.top)
         out["best_rebalanced"] = None if balanced is None else {
-            **knobs, "step_time_s": balanced[1].step_time_s, "fits": balanced[1].memory.fits}
+            **knobs, "step_time_s": balanced[1].step_time_s, "fits": fits(balanced[1])}
         if dualpipe:
             dp_plan = None if dual is None or isinstance(dual, str) else dual.scenario.plan
             out[f"best_{schedule}"] = dual if dp_plan is None else {
                 **{k: getattr(dp_plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "recompute")},
                 "recompute_modules": list(dp_plan.recompute_modules), "step_time_s": dual.step_time_s,
-                "fits": dual.memory.fits, "memory_bytes": dual.memory.total_bytes}
+                "fits": fits(dual), "memory_bytes": dual.memory.total_bytes}
             out[f"yours_{schedule}"] = None if own is None else {
-                "step_time_s": own.step_time_s, "fits": own.memory.fits, "memory_bytes": own.memory.total_bytes}
+                "step_time_s": own.step_time_s, "fits": fits(own), "memory_bytes": own.memory.total_bytes}
         print(json.dumps(out, indent=2))
     else:
         print(format_search(result, args.top))
@@ -252,10 +261,10 @@ def run(args) -> int:
             best = result.ranked[0].step_time_s
             print(f"  the best plan with its pipeline stages rebalanced ({what}; the search keeps the automatic "
                   f"split): {pred.step_time_s:.3f} s, {(best - pred.step_time_s) / best:.1%} faster"
-                  + ("" if pred.memory.fits else " (does not fit)"))
+                  + unfit(pred))
         if own is not None:
-            print(f"  your plan as given, under {name}: {own.step_time_s:.3f} s" + ("" if own.memory.fits else
-                  " (does not fit)") + f" (the 'yours' row ranks its twin under Megatron's schedule)")
+            print(f"  your plan as given, under {name}: {own.step_time_s:.3f} s" + unfit(own)
+                  + " (the 'yours' row ranks its twin under Megatron's schedule)")
         if isinstance(dual, str):
             print(f"  {name}: {dual}")
         elif dual is not None:
@@ -265,7 +274,8 @@ def run(args) -> int:
                   f"mbs {dual.scenario.plan.mbs}, recompute {dual.scenario.plan.recompute}): {dual.step_time_s:.3f} s, "
                   f"{abs(best - dual.step_time_s) / best:.1%} {'faster' if dual.step_time_s <= best else 'slower'} "
                   "than the best as searched; "
-                  + (f"fits ({dual.memory.total_bytes / 1e9:.1f} GB)" if dual.memory.fits else memory_warning(dual)))
+                  + (f"fits ({dual.memory.total_bytes / 1e9:.1f} GB)" if fits(dual) else
+                     memory_warning(dual) if not dual.memory.fits else f"leaves under {args.min_free_gb:g} GB free"))
     return 0
 
 
@@ -282,10 +292,10 @@ DUALPIPE_TRIED = 20
 """Ranked plans the search prices again under DualPipe or DualPipeV (the fastest that fits is reported)."""
 
 
-def _dualpipe_best(result, space, schedule: str = "dualpipe"):
+def _dualpipe_best(result, space, schedule: str = "dualpipe", min_free_bytes: float = 0.0):
     """The fastest of the first DUALPIPE_TRIED ranked plans run under `schedule` (DualPipe with vpp 1, DualPipeV
-    with vpp 2; predict) that fits, else the first-ranked one's (which does not fit); or why none can run it (one
-    line)."""
+    with vpp 2; predict) that fits leaving `min_free_bytes` free (--min-free-gb), else the first-ranked one's
+    (which does not); or why none can run it (one line)."""
     from narrowpath.errors import NarrowpathError
     from narrowpath.search.each import scenario_of
     priced, why = [], None
@@ -309,7 +319,7 @@ def _dualpipe_best(result, space, schedule: str = "dualpipe"):
             why = why or str(exc)
     if not priced:
         return f"none of the first {min(len(result.ranked), DUALPIPE_TRIED)} plans can run it: {why}"
-    fitting = [p for p in priced if p.memory.fits]
+    fitting = [p for p in priced if p.memory.capacity_bytes - p.memory.total_bytes >= min_free_bytes]
     return min(fitting, key=lambda p: p.step_time_s) if fitting else priced[0]
 
 
