@@ -186,6 +186,19 @@ def load_any_scenario(source: str | None, *, seq_len: int | None = None, resolve
     return case.scenario
 
 
+LEAST = {"tp": 1, "pp": 1, "cp": 1, "dp": 1, "mbs": 1, "gbs": 1, "vpp": 1, "ep": 1, "etp": 0, "recompute_layers": 0,
+         "offload_layers": 0}
+"""The least value of each numeric plan flag."""
+
+
+def check_least(values: dict, flag=lambda knob: f"--{knob}") -> None:
+    """Refuse a plan flag below its least value (LEAST), before any arithmetic on it (a 0 divides); `flag` names
+    a knob's flag."""
+    for knob, least in LEAST.items():
+        if knob in values and values[knob] < least:
+            raise SpecError(flag(knob), f"must be >= {least}, got {values[knob]}")
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the scenario: start from the positional scenario (or the default), then apply flags."""
     from narrowpath.catalog.resolve import system_or_device as catalog_system
@@ -206,9 +219,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                                                               "first_stage_layers", "last_stage_layers", "cuda_graphs",
                                                               "moe_sync_free")
                if getattr(args, f, None) is not None}
-    for knob in ("tp", "pp", "cp", "dp", "mbs", "gbs", "vpp", "ep"):  # before any arithmetic on them (a 0 divides)
-        if plan_kw.get(knob, 1) < 1:
-            raise SpecError(f"--{knob}", f"must be >= 1, got {plan_kw[knob]}")
+    check_least(plan_kw)
     if base is None:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a scenario)")

@@ -12,14 +12,14 @@ import json
 import math
 import sys
 
-from narrowpath.cli.common import add_scenario_args, comma_items, scenario_from_args
+from narrowpath.cli.common import add_scenario_args, check_least, comma_items, scenario_from_args
 from narrowpath.cli.serve_search import add_serve_search_args, run_serve_search
 from narrowpath.errors import SpecError
 from narrowpath.report.prediction import memory_warning
 from narrowpath.report.search_table import SHOWN_PER_ROW, format_search, search_to_json
 from narrowpath.schedule.step import predict
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
-from narrowpath.search.each import space_scenario
+from narrowpath.search.each import leaves_free, space_scenario
 from narrowpath.search.rank import MAX_PLANS, usable_cpus
 from narrowpath.search.space import EXTENTS
 from narrowpath.search.table import build_table
@@ -93,11 +93,6 @@ def _placement(text: str) -> tuple[str, ...]:
     return axes
 
 
-_LEAST = {"tp": 1, "pp": 1, "cp": 1, "dp": 1, "vpp": 1, "ep": 1, "mbs": 1, "etp": 0, "recompute_layers": 0,
-          "offload_layers": 0}
-"""The least value of each numeric pin."""
-
-
 def _pins_and_base(args):
     """(pins, base scenario, GPUs, global batch): the knob flags become pins; with a scenario they leave its own plan
     untouched. A --gpus / --gbs its plan (or, from --model/--system, the plan the flags give) cannot take is the
@@ -108,13 +103,9 @@ def _pins_and_base(args):
     except SpecError:
         if args.gpus is None and args.gbs is None:
             raise
-        gpus, gbs = args.gpus, args.gbs
-        args.gpus = args.gbs = None
-        try:
-            base = _pins_and_plan(args)[1]()
-        finally:
-            args.gpus, args.gbs = gpus, gbs
-        return pinned, base, gpus or base.num_gpus, gbs or base.plan.gbs
+        own_size = argparse.Namespace(**{**vars(args), "gpus": None, "gbs": None})
+        base = _pins_and_plan(own_size)[1]()
+        return pinned, base, args.gpus or base.num_gpus, args.gbs or base.plan.gbs
     return pinned, base, base.num_gpus, base.plan.gbs
 
 
@@ -127,9 +118,7 @@ def _pins_and_plan(args):
     if getattr(args, "placement", None) is not None and isinstance(args.placement, str):
         args.placement = _placement(args.placement)
     pinned = {k: getattr(args, k) for k in KNOBS + ("dp",) if getattr(args, k, None) is not None}
-    for k, least in _LEAST.items():  # before any arithmetic on them (a 0 divides)
-        if k in pinned and pinned[k] < least:
-            raise SpecError(_flag(k), f"must be >= {least}, got {pinned[k]}")
+    check_least(pinned, _flag)
     if getattr(args, "recompute_modules", None) is not None:  # --recompute-modules a,b pins a module set
         pinned["recompute_modules"] = comma_items(args.recompute_modules)
         for mod in pinned["recompute_modules"] or ("",):
@@ -229,8 +218,8 @@ def run(args) -> int:
                         f"{base.system.device.hbm.capacity_bytes / 1e9:.1f} GB per GPU{free}{why}")
     free = args.min_free_gb * 1e9
 
-    def fits(pred) -> bool:  # as the search counts a plan as fitting: with --min-free-gb left free
-        return pred.memory.capacity_bytes - pred.memory.total_bytes >= free
+    def fits(pred) -> bool:
+        return leaves_free(pred, free)
 
     def unfit(pred) -> str:
         return "" if fits(pred) else " (does not fit)" if not pred.memory.fits else \
@@ -319,7 +308,7 @@ def _dualpipe_best(result, space, schedule: str = "dualpipe", min_free_bytes: fl
             why = why or str(exc)
     if not priced:
         return f"none of the first {min(len(result.ranked), DUALPIPE_TRIED)} plans can run it: {why}"
-    fitting = [p for p in priced if p.memory.capacity_bytes - p.memory.total_bytes >= min_free_bytes]
+    fitting = [p for p in priced if leaves_free(p, min_free_bytes)]
     return min(fitting, key=lambda p: p.step_time_s) if fitting else priced[0]
 
 

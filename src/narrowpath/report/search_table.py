@@ -123,7 +123,7 @@ def format_search(r: SearchResult, top: int) -> str:
         lines.append(f"  = : statistically tied with the best (their 80 % error bands overlap; {tied} of the shown "
                      "rows)")
     else:
-        lines.append(f"  the 80 % bands are of step time; ties are marked only in a ranking by step time")
+        lines.append("  the 80 % bands are of step time; ties are marked only in a ranking by step time")
     if any(len(m) > 1 for _, m in groups):
         lines.append("  a row with a range of ranks holds plans that differ only in bucket size or placement order and "
                      "price the same to the last digit (their bucket sizes and orders listed with /)")

@@ -53,13 +53,27 @@ def activation_patches(layers_per_chunk: int, activation_cache: str = "default",
     n = layers_per_chunk
     shares = sorted({k for k in (round(n / 4), round(n / 2), round(3 * n / 4)) if 0 < k < n})
     out = [{"recompute": "none"}, {"recompute": "selective"}] + ([] if cuda_graphs else [{"recompute": "full"}])
-    if activation_cache != "fp8" and not cuda_graphs:
+    if partial_recompute_allowed(activation_cache, cuda_graphs):
         out += [{"recompute": "full", "recompute_layers": k} for k in shares]
-    if pipelined is None:
-        out += [{"recompute": "none", "offload_layers": k} for k in shares + [n]]
-    elif not (cuda_graphs or pipelined):  # at most one layer fewer than the model has
-        out += [{"recompute": "none", "offload_layers": k} for k in sorted({*shares, n - 1} - {0})]
+    limit = offload_limit(n, cuda_graphs, pipelined)
+    if limit:
+        out += [{"recompute": "none", "offload_layers": k} for k in sorted({*shares, limit} - {0})]
     return tuple(out)
+
+
+def partial_recompute_allowed(activation_cache: str, cuda_graphs: bool) -> bool:
+    """Whether a full recompute of only some layers can run: not with DeepSeek-V3's FP8 cache nor under CUDA graphs
+    (spec.plan refuses both)."""
+    return activation_cache != "fp8" and not cuda_graphs
+
+
+def offload_limit(layers_per_chunk: int, cuda_graphs: bool, pipelined: bool | None) -> int:
+    """The most layers of a chunk whose activations may be offloaded (`activation_patches`): under Megatron-Core's
+    CPU offloading (`pipelined` given) none with pipeline parallelism or CUDA graphs, else one fewer than the
+    model has; an engine whose offloading the catalog does not know (`pipelined` None) every layer."""
+    if pipelined is None:
+        return layers_per_chunk
+    return 0 if (cuda_graphs or pipelined) else layers_per_chunk - 1
 
 
 def module_patches(model) -> tuple:

@@ -56,6 +56,11 @@ def candidate(pred: StepPrediction, energy: bool) -> Candidate:
                      pred.memory.capacity_bytes, ledger_energy_j(pred) if energy else None)
 
 
+def leaves_free(pred: StepPrediction, min_free_bytes: float) -> bool:
+    """Whether a predicted plan fits as the search counts fitting: with `min_free_bytes` (--min-free-gb) left free."""
+    return pred.memory.capacity_bytes - pred.memory.total_bytes >= min_free_bytes
+
+
 def scenario_of(base: Scenario, space, plan: Plan) -> Scenario:
     """The scenario a searched plan is priced as: the base's, with the space's model, system and GPU count, and no
     knobs left to choose (the plan is the search's)."""
@@ -103,7 +108,7 @@ def price(job: tuple) -> Priced:
         except NarrowpathError as exc:
             failures.append((i, f"{describe_plan(plan)}: {exc}"))
             continue
-        fits = pred.memory.capacity_bytes - pred.memory.total_bytes >= min_free_bytes
+        fits = leaves_free(pred, min_free_bytes)
         cands.append((i, candidate(pred, energy and fits)))
     return Priced(cands, failures)
 

@@ -23,7 +23,8 @@ from narrowpath.analysis.energy import pj_per_flop
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import predict
 from narrowpath.search.bulk import Bulk, StructuralPrices
-from narrowpath.search.each import Candidate, Progress, describe_plan, price_all, scenario_of, space_scenario
+from narrowpath.search.each import Candidate, Progress, describe_plan, leaves_free, price_all, scenario_of, \
+    space_scenario
 from narrowpath.search.exact import Exact
 from narrowpath.search.parts import Parts
 from narrowpath.search.table import PlanTable, twin_strategies
@@ -88,7 +89,7 @@ class Engine:
         for r in near:  # decide with predict's own memory
             pred = self._predict_index(int(self.t.starts[r]))
             if pred is not None:
-                fits[r] = pred.memory.capacity_bytes - pred.memory.total_bytes >= self.min_free
+                fits[r] = leaves_free(pred, self.min_free)
         return fits
 
     def prices(self, rows: np.ndarray) -> StructuralPrices:

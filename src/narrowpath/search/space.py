@@ -249,16 +249,14 @@ def _pinned_counts(space: SearchSpace, n: int, pp: int) -> list[Strategy]:
     FP8 cache or CUDA graphs, which spec.plan refuses), offloading that many beside no recompute where the stack
     takes it (schedule.choose.activation_patches: Megatron-Core none with pp > 1 or CUDA graphs, and fewer than
     the layers; an engine the catalog does not know up to all of them)."""
-    from narrowpath.schedule.choose import offload_pipelined
+    from narrowpath.schedule.choose import offload_limit, offload_pipelined, partial_recompute_allowed
     b, pins, out = space.base, space.pinned, []
     if space.model.arch == "lstm":
         return out
     rl, ol = pins.get("recompute_layers", 0), pins.get("offload_layers", 0)
-    if 0 < rl < n and b.activation_cache != "fp8" and not b.cuda_graphs:
+    if 0 < rl < n and partial_recompute_allowed(b.activation_cache, b.cuda_graphs):
         out.append(("full", rl, 0, ()))
-    pipelined = offload_pipelined(b, pp)
-    limit = n if pipelined is None else 0 if (pipelined or b.cuda_graphs) else n - 1
-    if 0 < ol <= limit:
+    if 0 < ol <= offload_limit(n, b.cuda_graphs, offload_pipelined(b, pp)):
         out.append(("none", 0, ol, ()))
     return out
 

@@ -313,7 +313,6 @@ def awaited(tr: Transfer) -> bool:
     return tr.axis in AWAITED_AXES and not tr.name.endswith(("zero2_grad_reduce_scatter", "zero3_grad_reduce_scatter"))
 
 
-
 def _exposed(tr: Transfer, exposed_s: float, tiers: tuple[str, ...]) -> list[Sync]:
     """The tail collective an overlapped transfer leaves: its exposed part, or a rendezvous of its group (no cost)
     when it hid entirely and is `awaited`; nothing else."""
