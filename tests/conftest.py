@@ -28,3 +28,25 @@ def build():
 def replace_plan(scn: Scenario, **kw) -> Scenario:
     plan = dataclasses.replace(scn.plan, **kw)
     return dataclasses.replace(scn, plan=plan, num_gpus=plan.num_gpus)
+
+
+def _exit_blockers() -> set:
+    """What would hold this process at its exit: a live thread that is not a daemon (the interpreter joins it), and
+    a multiprocessing pool never terminated (its exit finalizer terminates it, and a pool left half terminated -
+    workers killed holding its queue's lock - waits there for ever)."""
+    import multiprocessing.util
+    import threading
+    threads = {repr(t) for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()}
+    pools = {f"a multiprocessing pool never terminated (exit finalizer {key})" for key, fin in list(multiprocessing.util._finalizer_registry.items())
+             if getattr(getattr(fin, "_callback", None), "__name__", "") == "_terminate_pool"}
+    return threads | pools
+
+
+@pytest.fixture(autouse=True)
+def _leaves_nothing_to_wait_for_at_exit():
+    """A test leaves no thread or pool behind for the interpreter to wait on at exit: one did (a pool whose terminate
+    a test had made hang), and pytest, its summary printed, never exited - CI ran out of its 90 minutes."""
+    before = _exit_blockers()
+    yield
+    left = _exit_blockers() - before
+    assert not left, f"left for the interpreter to wait on at exit: {sorted(left)}"

@@ -112,32 +112,42 @@ def test_a_signal_ends_the_whole_process_tree_within_2_s(how):
                                                                        "narrowpath: interrupted"), err
 
 
-def test_an_interrupted_pool_whose_terminate_hangs_is_abandoned_with_its_workers_killed(monkeypatch):
+_STUCK_POOL = """
+import multiprocessing, multiprocessing.pool, sys, time
+from narrowpath.search import each
+each.ABANDON_WAIT_S = 0.2
+
+def hangs(self):
+    # as Pool.terminate does: no more workers started, the pool's exit finalizer taken (a Finalize leaves the
+    # registry before it runs), then it waits for ever on a result thread stuck in a partial message
+    self._worker_handler._state = multiprocessing.pool.TERMINATE
+    self._terminate.cancel()
+    time.sleep(3600)
+
+def stuck(part):
+    assert multiprocessing.active_children()
+    multiprocessing.pool.Pool.terminate = hangs
+    raise KeyboardInterrupt
+
+t0 = time.monotonic()
+try:
+    each.run_pool(abs, [-1, -2, -3, -4], 2, stuck)
+except KeyboardInterrupt:
+    pass
+deadline = time.monotonic() + 5
+while multiprocessing.active_children() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(f"abandoned in {time.monotonic() - t0:.2f} s, children left {len(multiprocessing.active_children())}")
+"""
+
+
+def test_an_interrupted_pool_whose_terminate_hangs_is_abandoned_and_the_process_exits():
     """A worker ended in the middle of sending a result can leave a partial message the pool's result thread waits
     on for ever, and with it the pool's terminate (seen: an energy search's process group signalled by `timeout`,
     its parent stuck in Pool.join). The interrupted pool's terminate gets ABANDON_WAIT_S; its workers are then
-    killed and the interruption goes on."""
-    from narrowpath.search import each
-    monkeypatch.setattr(each, "ABANDON_WAIT_S", 0.2)
-    seen = []
-
-    def stuck(part):
-        seen.append(part)
-        import multiprocessing
-        pool_workers = multiprocessing.active_children()
-        assert pool_workers
-        def hangs(self):  # as Pool.terminate does first: no more workers started; then it waits for ever
-            self._worker_handler._state = multiprocessing.pool.TERMINATE
-            time.sleep(3600)
-        monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", hangs)
-        raise KeyboardInterrupt
-
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        each.run_pool(abs, [-1, -2, -3, -4], 2, stuck)
-    assert time.monotonic() - t0 < 5
-    import multiprocessing
-    deadline = time.monotonic() + 5
-    while multiprocessing.active_children() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not multiprocessing.active_children()
+    killed, the interruption goes on and the process exits. In a process of its own: a pool left half terminated
+    in pytest's process once held pytest at its exit, after its summary, past CI's 90 minutes."""
+    proc = subprocess.run([sys.executable, "-c", _STUCK_POOL], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    m = re.fullmatch(r"abandoned in ([0-9.]+) s, children left 0\n", proc.stdout)
+    assert m and float(m.group(1)) < 5, proc.stdout
