@@ -109,7 +109,9 @@ def _by_hand(scn, change: str):
         "nic_x2": lambda: tier("scale_out", bw_bytes_per_s_per_gpu=2 * scn.system.tier("scale_out")
                                .bw_bytes_per_s_per_gpu),
         "non_blocking_fabric": lambda: tier("scale_out", oversubscription=1.0),
-        "nvlink_72": lambda: tier("scale_up", domain_size=72),
+        # as the catalog's gb200-nvl72: a job beyond one rack on 64-GPU segments of 72-GPU domains
+        "nvlink_72": lambda: dataclasses.replace(tier("scale_up", domain_size=72), system=dataclasses.replace(
+            tier("scale_up", domain_size=72).system, segment_gpus=64)),
         "next_generation": lambda: dataclasses.replace(scn, system=catalog_system(nxt[scn.system.device.name]),
                                                        calibration=None),
         "flash_attention": lambda: plan(attention="flash"),

@@ -17,7 +17,7 @@ from narrowpath.analysis.analyze import Analysis
 from narrowpath.analysis.context import rank_stages
 from narrowpath.analysis.remedies import stage_layer_text
 from narrowpath.analysis.verdict import component_label
-from narrowpath.schedule.step import BREAKDOWN_KEYS
+from narrowpath.schedule.step import BREAKDOWN_KEYS, bucket_axes
 
 SIGNIFICANT = 0.01
 """A component is explained when it moves by more than 1 % of the larger step, or by more than a quarter of the
@@ -26,8 +26,9 @@ TIER_WORDS = {"scale_up": "the scale-up links (NVLink)", "scale_out": "the NICs 
               "front_end": "the front-end network", "none": "no network"}
 OP_WORDS = {"all_gather": "all-gathers", "reduce_scatter": "reduce-scatters", "all_reduce": "all-reduces",
             "all_to_all": "all-to-alls", "send_recv": "point-to-point sends", "broadcast": "broadcasts"}
-BUCKET_AXES = {"exposed_tp_comm": ("tp",), "exposed_cp_comm": ("cp",), "exposed_ep_comm": ("ep",),
-               "exposed_pp_comm": ("pp", "pp_ends"), "exposed_dp_comm": ("dp", "edp")}
+BUCKET_AXES = {f"exposed_{b}_comm": bucket_axes(b) for b in ("tp", "cp", "ep", "pp", "dp")}
+"""The transfer axes behind each exposed-communication component (DeepSeek's hierarchical ep_inter / ep_intra
+exchanges are the ep component's too)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,3 +92,17 @@ def build_context(pred: StepPrediction) -> Context:
     rows += [row(op, c) for op, c in pred.workload.optimizer_ops]
     spans = {ax: group_span(scn.plan, scn.system, ax) for ax in AXES if getattr(scn.plan, ax) > 1}
     return Context(pred, crit, tuple(rows), spans)
+
+
+def components(ctx: Context) -> dict[str, float]:
+    """The step split into paths: breakdown entries, with compute split into the time the GPU waits for the host
+    (the critical rank's host waits: kernels issued slower than they run, host synchronisations; schedule.step) and
+    the rest by the roof that limits each op."""
+    b = dict(ctx.pred.breakdown_s)
+    compute = b.pop("compute")
+    host = ctx.pred.host_wait_s
+    gpu = compute - host
+    mem = sum(r.total_s for r in ctx.ops if r.bound == "memory" and r.op.phase != "optimizer")
+    mat = sum(r.total_s for r in ctx.ops if r.bound == "compute" and r.op.phase != "optimizer")
+    mem_part = gpu * mem / (mem + mat) if mem + mat else 0.0
+    return {"matrix_compute": gpu - mem_part, "hbm_bound_compute": mem_part, "host_wait": host, **b}

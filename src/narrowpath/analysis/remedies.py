@@ -22,7 +22,7 @@ from narrowpath.catalog import system as catalog_system
 from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
-from narrowpath.schedule.step import StepPrediction, predict
+from narrowpath.schedule.step import StepPrediction, bucket_of, predict
 from narrowpath.spec.plan import SPLIT_DEFAULTS
 from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_stage_layers
 
@@ -30,7 +30,9 @@ HIGH_FREQUENCY = ("tp", "cp", "ep")
 """Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
 NVL_DOMAIN = 72
 """GPUs in one NVLink domain of an NVL72 rack (GB200 NVL72)."""
-BUCKET = {"edp": "dp", "pp_ends": "pp"}
+NVL_SEGMENT = 64
+"""GPUs of an NVL72 rack a job larger than one rack is placed on: 16 of its 18 compute trays (the catalog's
+gb200-nvl72 `segment_gpus`, with its source)."""
 COMPUTE = ("matrix_compute", "hbm_bound_compute")
 POWER_CAP_FRACTION = 0.8
 """Board power cap the what-if tries, as a fraction of TDP (a common data-centre setting for energy per token)."""
@@ -57,7 +59,8 @@ class Candidate:
 
 
 def exposed_key(axis: str) -> str:
-    return f"exposed_{BUCKET.get(axis, axis)}_comm"
+    """The breakdown key of an axis's exposed communication (ep_inter / ep_intra / etp are ep's, edp dp's)."""
+    return f"exposed_{bucket_of(axis)}_comm"
 
 
 def tier_axes(ctx: Context, tier: str) -> tuple[str, ...]:
@@ -247,10 +250,18 @@ def fabric_candidates(ctx: Context) -> list[Candidate]:
         if system.scale_up_domain < NVL_DOMAIN < scn.num_gpus or system.scale_up_domain < scn.num_gpus <= NVL_DOMAIN:
             out.append(Candidate("nvlink_72", f"a {NVL_DOMAIN}-GPU NVLink domain (NVL72-style) instead of "
                                               f"{system.scale_up_domain}",
-                                 lambda: dataclasses.replace(scn, system=with_tier(system, "scale_up",
-                                                                                   domain_size=NVL_DOMAIN)),
-                                 kind="hardware", targets=out_axes))
+                                 lambda: nvl72_system(scn), kind="hardware", targets=out_axes))
     return out
+
+
+def nvl72_system(scn):
+    """The scenario on NVL72-style racks as the catalog's NVL72 systems are built: a 72-GPU NVLink domain, and a job
+    larger than a rack placed on 64-GPU segments of racks (a 72-GPU layout would straddle racks with 64-rank expert
+    or 16-rank tensor groups that a real job never does)."""
+    system = scn.system
+    seg = NVL_SEGMENT if NVL_SEGMENT % system.gpus_per_node == 0 else 0
+    return dataclasses.replace(scn, system=dataclasses.replace(with_tier(system, "scale_up", domain_size=NVL_DOMAIN),
+                                                               segment_gpus=seg))
 
 
 def power_cap_candidates(ctx: Context) -> list[Candidate]:

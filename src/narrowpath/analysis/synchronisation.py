@@ -10,10 +10,12 @@
 - Failures: analysis.failures (Young 1974 / Daly 2006); the checkpoint is staged through host memory and goes over
   the front-end network to a storage system all writers share (analysis.checkpoint, catalog facility.yaml).
 - Simulated (`AnalysisOptions.simulate`, on by default): the step event simulator (schedule.sim, docs/simulate.md)
-  plays the same step with the same jitter (normal, per-kernel cv = cv·√(kernels per segment), so a segment
-  has the budget's cv) and with one node x slow (the critical stage's first node); its numbers sit beside the
-  closed form's in `simulated`, which lists the fields it computed (`from_simulator`). The closed-form fields
-  keep their meaning; `goodput` uses the simulated jitter wait when there is one.
+  plays the same step with the same jitter (per-kernel cv = cv·√(kernels per segment of the simulator's own, whose
+  groups meet at hidden collectives too, so each of its segments has the budget's cv; normal, lognormal above a
+  per-kernel cv of 0.3, where a normal kernel time could go negative; a single GPU waits for nobody) and with one
+  node x slow (the critical stage's first node); its numbers sit beside the closed form's in `simulated`, which
+  lists the fields it computed (`from_simulator`). The closed-form fields keep their meaning; `goodput` uses the
+  simulated jitter wait when there is one.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from narrowpath.catalog.facility import facility_for
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.placement import axis_strides
 from narrowpath.schedule.sim.faults import class_rates_per_s
-from narrowpath.schedule.sim.run import CheckpointInputs, population_of, simulate
+from narrowpath.schedule.sim.run import CheckpointInputs, default_schedule, population_of, simulate
+from narrowpath.schedule.sim.work import build_sim_work
 from narrowpath.schedule.step import StepPrediction
 from narrowpath.spec.noise import NoiseSpec
 from narrowpath.spec.noise_parse import parse_noise
@@ -134,7 +137,7 @@ def build_synchronisation(ctx: Context, inventory: tuple[InventoryRow, ...], opt
     slow_step = pred.step_time_s + opts.slow_node_fraction * (compute + bubble)
     fb = failures_of(pred, opts)
     step = pred.step_time_s
-    sim = simulated_sync(pred, opts, n_sync) if opts.simulate else None
+    sim = simulated_sync(pred, opts) if opts.simulate else None
     used_wait = sim.jitter_wait_s if sim is not None and sim.steps else wait
     return SyncBudget(n_sync, tuple(points), opts.jitter_cv, opts.jitter_method, seg, wait,
                       opts.slow_node_fraction, slow_step, bubble, bubble / step, fb, checkpoint_of(pred, opts),
@@ -145,14 +148,24 @@ SIM_STEPS = 8
 """Steps the budget simulates under jitter (the mean wait's standard error is well under 1 % of it)."""
 
 
-def simulated_sync(pred: StepPrediction, opts: AnalysisOptions, n_sync: float) -> SimulatedSync:
+def kernels_per_segment(pred: StepPrediction) -> float:
+    """Kernels between two consecutive meeting points of the simulator's first rank: its passes' kernels over their
+    segments of compute (a pass is split by its blocking collectives, the exposed tails of overlapped ones and the
+    rendezvous of hidden ones its later work reads; schedule.sim.work). The closed form's segment runs between
+    exposed collectives only; the simulator's groups also meet at hidden ones (ZeRO-3 gathers, expert exchanges),
+    so a per-kernel cv sized on the closed form's segments would give each of the simulator's far more spread:
+    100x the budget's wait on an 8-GPU ZeRO-3 step whose every collective hides."""
+    work = build_sim_work(pred, default_schedule(pred.scenario))
+    passes = work.stages[0].passes.values()
+    segments = sum(sum(1 for share in p.shares if share > 0) for p in passes)
+    return max(1.0, sum(p.kernels for p in passes) / segments) if segments else 1.0
+
+
+def simulated_sync(pred: StepPrediction, opts: AnalysisOptions) -> SimulatedSync:
     """Play the step with the budget's jitter and with one node slow (module docstring)."""
     scn = pred.scenario
     crit = critical_stage(pred)  # the critical pipeline rank (under DualPipe: of two stages)
-    kernels = sum(op.kernels * c * share for st, share in rank_stages(pred, 0)  # the first rank's kernels
-                  for op, c in pred.workload.stages[st].ops) * pred.workload.num_microbatches
-    per_segment = max(1.0, kernels / n_sync) if n_sync else max(1.0, kernels)
-    cv_kernel = opts.jitter_cv * float(np.sqrt(per_segment))
+    cv_kernel = opts.jitter_cv * float(np.sqrt(kernels_per_segment(pred)))
     dist = "normal" if cv_kernel <= 0.3 else "lognormal"
     jitter = f"jitter={dist}:{cv_kernel:.6g}"
     node = (axis_strides(scn.plan)["pp"] * crit) // scn.system.gpus_per_node if scn.plan.pp > 1 else 0
@@ -167,7 +180,8 @@ def simulated_sync(pred: StepPrediction, opts: AnalysisOptions, n_sync: float) -
     except NarrowpathError as exc:  # a plan the simulator cannot play: the closed form stands alone
         return SimulatedSync(source, 0, opts.seed, jitter, float("nan"), float("nan"), slow, float("nan"),
                              float("nan"), (), (), (), f"not simulated: {exc}")
-    waits = jr.step_times_s - jr.noise_free_step_time_s
+    # a single device waits for nobody: the spread of its own step is noise, not a wait (as the closed form)
+    waits = jr.step_times_s - jr.noise_free_step_time_s if scn.num_gpus > 1 else np.zeros(SIM_STEPS)
     return SimulatedSync(source, SIM_STEPS, opts.seed, jitter, float(waits.mean()), float(np.percentile(waits, 99)),
                          slow, float(sr.stats()["mean"]), jr.noise_free_step_time_s,
                          tuple(jr.lost_time_s_by_cause.items()), tuple(jr.waits_s.items()))

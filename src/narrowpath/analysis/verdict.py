@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from narrowpath.analysis.context import Context
+from narrowpath.analysis.context import Context, components
 from narrowpath.analysis.remedies import HIGH_FREQUENCY, candidates
 from narrowpath.analysis.whatif import STATUSES, WhatIf
 
@@ -35,20 +35,6 @@ class Verdict:
     """Feasible ones ranked by gain first, then the skipped ones."""
     remedy: str
     """What the what-ifs say about the narrowest path (module docstring); '' when what-ifs were not run."""
-
-
-def components(ctx: Context) -> dict[str, float]:
-    """The step split into paths: breakdown entries, with compute split into the time the GPU waits for the host
-    (the critical rank's host waits: kernels issued slower than they run, host synchronisations; schedule.step) and
-    the rest by the roof that limits each op."""
-    b = dict(ctx.pred.breakdown_s)
-    compute = b.pop("compute")
-    host = ctx.pred.host_wait_s
-    gpu = compute - host
-    mem = sum(r.total_s for r in ctx.ops if r.bound == "memory" and r.op.phase != "optimizer")
-    mat = sum(r.total_s for r in ctx.ops if r.bound == "compute" and r.op.phase != "optimizer")
-    mem_part = gpu * mem / (mem + mat) if mem + mat else 0.0
-    return {"matrix_compute": gpu - mem_part, "hbm_bound_compute": mem_part, "host_wait": host, **b}
 
 
 def component_label(ctx: Context, key: str) -> str:
@@ -76,28 +62,42 @@ def tier_carries_traffic(ctx: Context, tier: str) -> bool:
 
 
 def remedy_sentence(ctx: Context, key: str, what_ifs: tuple[WhatIf, ...]) -> str:
-    """What the what-ifs tried for component `key` say (module docstring): the best change on the same hardware
-    (plan and software), and a hardware or fabric change when one does better."""
+    """What the what-ifs tried for component `key` say (module docstring): the change on the same hardware (plan
+    and software) that shrinks that component most, and a hardware or fabric change when one does more. A change
+    that makes the step faster while it grows the named path (FP8 matrix multiplies speed the matrix arithmetic
+    and add casts to the memory-bound kernels) is not a remedy for it."""
     label = component_label(ctx, key)
+    now = components(ctx)[key]
     tried = [w for w in what_ifs if key in w.targets and w.status not in ("invalid", "not applicable")]
-    best = [w for w in tried if w.status == "faster"]
+
+    def shrink(w: WhatIf) -> float:  # how much of the named path the change removes (its step gain if not split)
+        return now - w.components_s[key] if w.components_s is not None else w.gain_s
+
+    best = [w for w in tried if w.status == "faster" and shrink(w) > 0]
+    grows = [w for w in tried if w.status == "faster" and shrink(w) <= 0]
     same = [w for w in best if w.kind in ("plan", "software")]
     other = [w for w in best if w.kind not in ("plan", "software")]
+
+    def said(w: WhatIf) -> str:
+        part = (f"{label} {now:.3g} -> {w.components_s[key]:.3g} s, " if w.components_s is not None else "")
+        return f"{w.description} ({part}step {w.gain_s:.3g} s faster, {w.gain_fraction:.1%})"
     parts = []
     if same:
-        w = max(same, key=lambda w: w.gain_s)
-        parts.append(f"Best remedy tried for it on this hardware: {w.description} ({w.gain_s:.3g} s faster, "
-                     f"{w.gain_fraction:.1%} of the step).")
-    if other and (not same or max(o.gain_s for o in other) > max(w.gain_s for w in same)):
-        w = max(other, key=lambda w: w.gain_s)
-        parts.append(f"{'With' if same else 'Best remedy tried for it:'} {w.description} "
-                     f"({w.gain_s:.3g} s faster, {w.gain_fraction:.1%}){' does more.' if same else '.'}")
+        parts.append(f"Best remedy tried for it on this hardware: {said(max(same, key=shrink))}.")
+    if other and (not same or max(map(shrink, other)) > max(map(shrink, same))):
+        w = max(other, key=shrink)
+        parts.append(f"{'With' if same else 'Best remedy tried for it:'} {said(w)}{' does more.' if same else '.'}")
     if not same and not other:
         if tried:
             names = ", ".join(w.description for w in tried[:4])
-            parts.append(f"The remedies tried for {label} gain nothing here ({names}).")
+            parts.append(f"The remedies tried for {label} do not shrink it here ({names}).")
         else:
             parts.append(f"No change among the knobs narrowpath models targets {label}.")
+    if grows:
+        w = max(grows, key=lambda w: w.gain_s)
+        grown = (f" {now:.3g} -> {w.components_s[key]:.3g} s" if w.components_s is not None else "")
+        parts.append(f"{w.description[0].upper()}{w.description[1:]}: step {w.gain_s:.3g} s faster, but "
+                     f"it lengthens {label}{grown}; a remedy elsewhere, not for it.")
     return " ".join(parts)
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
+from narrowpath.analysis.context import build_context, components
 from narrowpath.analysis.energy import facility_energy_per_token_j
 from narrowpath.analysis.repair import repaired
 from narrowpath.errors import NarrowpathError
@@ -56,6 +57,8 @@ class WhatIf:
     energy_per_token_j: float | None = None
     """Facility-level energy per token of the changed scenario (analysis.energy, without the amortised checkpoint);
     None when not re-predicted."""
+    components_s: Mapping[str, float] | None = None
+    """The changed step split into the verdict's paths (analysis.context.components); None when not re-predicted."""
 
 
 Make = Callable[[], "Scenario | tuple[Scenario, tuple[str, ...]]"]
@@ -125,5 +128,6 @@ def from_prediction(base: StepPrediction, change: str, description: str, pred: S
     else:
         skipped = status
     energy = facility_energy_per_token_j(pred) if pred is not None else None
+    parts = components(build_context(pred)) if pred is not None else None
     return WhatIf(change, description, step, gain, gain / base.step_time_s, fits, skipped,
-                  pred.scenario if pred is not None else None, kind, targets, repairs, status, energy)
+                  pred.scenario if pred is not None else None, kind, targets, repairs, status, energy, parts)

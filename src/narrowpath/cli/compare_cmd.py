@@ -41,8 +41,11 @@ def what_if_side(a, change: str):
     else:
         known = {w.change: w for w in rows}
         if change not in known:
-            all_ids = ", ".join(w.change for w in a.verdict.what_ifs)
-            raise SpecError("--what-if", f"{change!r} is not a what-if of A with a changed scenario; A's: {all_ids}")
+            others = [w.change for w in a.verdict.what_ifs if w.change not in known]
+            why = ("it is one of A's what-ifs without a changed scenario (priced apart, or not applicable)"
+                   if change in others else "it is not one of A's what-ifs")
+            raise SpecError("--what-if", f"{change!r}: {why}; A's what-ifs with a changed scenario: "
+                                         f"{', '.join(known) or 'none'}")
         w = known[change]
     scn = dataclasses.replace(w.scenario, name=f"{a.prediction.scenario.name} + {w.change}")
     same_device = scn.system.device == a.prediction.scenario.system.device

@@ -184,7 +184,7 @@ def budgets_section(a: Analysis) -> str:
               f"<li>Pipeline bubble {s.bubble_s * 1e3:,.1f} ms ({pct(s.bubble_fraction)} % of the step).</li>",
               f"<li>Failures: job MTBF {_h(f.mtbf_s)} h ({f.interruptions_per_day:.3f} interruptions/day); checkpoint "
               f"interval {_min(f.daly_interval_s)} min (Daly); waste "
-              f"{pct(f.waste_fraction)} %; goodput with jitter {pct(s.goodput)} %.</li></ul>",
+              f"{pct(f.waste_fraction)} %; goodput with jitter {pct(s.goodput)} %{_goodput_wait(s)}.</li></ul>",
               table(["checkpoint", "value"], [
                   ["state (GB)", gb(ck.checkpoint_bytes)], ["writers", ck.writers],
                   ["per writer (GB)", gb(ck.bytes_per_writer)],
@@ -240,3 +240,12 @@ def timeline_section(a: Analysis) -> str:
         "Blue forward, orange backward, red communication, grey bubble, green optimizer; adjacent events of one "
         "kind are drawn as one bar. The full Chrome trace: `narrowpath analyze --timeline FILE` (ui.perfetto.dev).",
         "note"))
+
+
+def _goodput_wait(s) -> str:
+    """Which jitter wait the goodput counts: the simulator's when it played the step (analysis.synchronisation)."""
+    sim = s.simulated
+    if sim is not None and sim.steps:
+        return (f" (it counts the simulator's jitter wait, {sim.jitter_wait_s * 1e3:,.1f} ms per step over "
+                f"{sim.steps} steps; the closed form's is above)")
+    return " (it counts the closed form's jitter wait above)"

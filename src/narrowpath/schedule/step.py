@@ -39,6 +39,17 @@ from narrowpath.workload.transformer import is_attention_core
 _BUCKET = {"edp": "dp", "pp_ends": "pp", "etp": "ep", "host": "pp", "ep_inter": "ep", "ep_intra": "ep"}
 """Breakdown bucket of the axes that are not plain plan axes (expert-data-parallel, first/last pipeline stage)."""
 
+
+def bucket_of(axis: str) -> str:
+    """The breakdown bucket (`exposed_<bucket>_comm`) a transfer axis's exposed time lands in."""
+    return _BUCKET.get(axis, axis)
+
+
+def bucket_axes(bucket: str) -> tuple[str, ...]:
+    """The transfer axes whose exposed time lands in the breakdown's `exposed_<bucket>_comm` (ep: ep, etp and the
+    hierarchical ep_inter / ep_intra; dp: dp and edp; pp: pp, pp_ends and host)."""
+    return (bucket, *(a for a, b in _BUCKET.items() if b == bucket))
+
 BREAKDOWN_KEYS = ("compute", "exposed_tp_comm", "exposed_cp_comm", "exposed_ep_comm", "exposed_pp_comm",
                   "exposed_dp_comm", "bubble", "optimizer")
 
@@ -354,7 +365,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                     exp = total - hidden
                 else:
                     exp = total
-                exposed[_BUCKET.get(tr.axis, tr.axis)] += exp
+                exposed[bucket_of(tr.axis)] += exp
                 rows.append((tr, c, cost, exp))
             if pairs:
                 pair_s = {ph: 0.0 for ph in PAIR_PARTNERS}
@@ -367,7 +378,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                 for tr, c, cost, total in pairs:
                     hidden = hid[tr.phase] * total / pair_s[tr.phase] if pair_s[tr.phase] > 0 else 0.0
                     extra_compute["fwd" if tr.phase == "fwd" else "bwd"] += slow * hidden
-                    exposed[_BUCKET.get(tr.axis, tr.axis)] += total - hidden
+                    exposed[bucket_of(tr.axis)] += total - hidden
                     rows.append((tr, c, cost, total - hidden))
             traffic[xkey] = (dict(exposed), rows, extra_compute, bool(pairs))
         per_stage_xfer.append(rows)
