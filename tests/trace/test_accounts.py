@@ -117,10 +117,12 @@ def test_report_parts_add_up(ddp_path, pp_paths):
 
 
 def test_stragglers_between_two_real_ranks(pp_paths):
-    """Pipeline ranks 0 and 1: five SendRecv each, matched by order; someone is last at each."""
+    """Pipeline ranks 0 and 1: five collectives each (by their nccl: annotations 2 all_to_all, 2 all_reduce,
+    1 all_gather, all SendRecv kernels), matched by order within each kind; someone is last at each."""
     rep = analyze(read_trace(list(pp_paths)))
     s = rep.stragglers
-    assert s is not None and s.num_matched == 5
+    assert s is not None and s.num_matched == 5 and s.unmatched_kinds == ()
+    assert sorted(w[0] for w in s.worst) == ["all_gather", "all_reduce", "all_reduce", "all_to_all", "all_to_all"]
     assert s.last_arrival_count == {0: 0, 1: 5}  # rank 1 (next pipeline stage) reaches every transfer last
     assert s.mean_lateness_s[0] == 0.0 and 0.001 < s.mean_lateness_s[1] < 1.0
     assert s.max_lateness_s[1] >= s.mean_lateness_s[1]

@@ -41,15 +41,59 @@ def test_ddp_trace_tables(ddp_path):
     assert np.all(np.diff(r.act_start_s) >= 0)
 
 
-def test_sixteen_rank_trace_send_recv_from_kernel_names(r16_path):
-    """No collective args in this trace: SendRecv kind comes from the ncclKernel_SendRecv_* name."""
+def test_sixteen_rank_trace_kinds_from_nccl_annotations(r16_path):
+    """No collective args in this trace (its record_param_comms carry none) and every NCCL kernel is
+    `ncclKernel_SendRecv_*`: the kind comes from the `nccl:<op>` annotation enclosing the kernel's launch on the
+    launch thread (a script matching launches by correlation id to annotations counted, in the whole file,
+    45 all_to_all, 10 all_reduce, 10 _reduce_scatter_base, 10 _all_gather_base). The other 5 kernels have no
+    launch in the file (launched before the profiler started): their kind stays the kernel name's, send_recv."""
     r = read_rank(r16_path)
     assert (r.rank, r.world_size) == (0, 16)
     comm = r.act_class == schema.CLASS_COMM
     assert comm.sum() == 80
-    assert set(r.act_coll[comm]) == {schema.COLLECTIVE_KINDS.index("send_recv")}
-    assert np.isnan(r.act_message_bytes[comm]).all()
+    kinds = [schema.COLLECTIVE_KINDS[k] for k in r.act_coll[comm]]
+    assert {k: kinds.count(k) for k in set(kinds)} == {"all_to_all": 45, "all_reduce": 10, "reduce_scatter": 10,
+                                                       "all_gather": 10, "send_recv": 5}
+    send_recv = comm & (r.act_coll == schema.COLLECTIVE_KINDS.index("send_recv"))
+    assert np.isnan(r.act_launch_s[send_recv]).all()
+    assert np.isnan(r.act_message_bytes[comm]).all()  # an annotation gives the kind, never a size
     assert list(r.step_number) == [550, 551, 552, 553, 554]
+
+
+def _annotated_trace(tmp_path, write_json):
+    """Four `ncclDevKernel_Generic` kernels (a name that says no collective), launched at 130, 150, 170 and
+    310 us on thread 1. Thread 1 holds nccl:all_reduce over 100-200 us with nccl:_all_gather_base inside it
+    over 120-140 us; thread 2 holds nccl:all_to_all over 300-400 us; record_param_comms with args encloses the
+    launch at 170 us."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 1, "tid": 1, "ts": 100,
+               "dur": 100},
+              {"ph": "X", "cat": "user_annotation", "name": "nccl:_all_gather_base", "pid": 1, "tid": 1, "ts": 120,
+               "dur": 20, "args": {"Input Dims": [[1000]], "Input type": ["float"]}},
+              {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 165, "dur": 10,
+               "args": {"Collective name": "broadcast", "In msg nelems": 8, "Out msg nelems": 8,
+                        "Group size": 4, "dtype": "Float"}},
+              {"ph": "X", "cat": "user_annotation", "name": "nccl:all_to_all", "pid": 1, "tid": 2, "ts": 300,
+               "dur": 100}]
+    for i, launch in enumerate((130, 150, 170, 310)):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": launch, "dur": 2, "args": {"correlation": i + 1}})
+        events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Generic(ncclDevComm*, unsigned long, "
+                       "ncclWork*)", "pid": 0, "tid": 7, "ts": 500 + 100 * i, "dur": 50,
+                       "args": {"stream": 7, "correlation": i + 1}})
+    data = {"deviceProperties": [{"name": "GPU"}], "distributedInfo": {"rank": 0, "world_size": 4},
+            "traceEvents": events}
+    return write_json(tmp_path / "annotated.json", data)
+
+
+def test_kind_from_innermost_annotation_on_the_launch_thread(tmp_path, write_json):
+    """Launch at 130 us: inside nccl:_all_gather_base (innermost) -> all_gather; at 150 us: only inside
+    nccl:all_reduce -> all_reduce; at 170 us: record_param_comms's args win (broadcast, 8 floats = 32 B, group
+    4); at 310 us: nccl:all_to_all is on thread 2, not the launch thread -> the name's kind, unknown. Sizes
+    never come from an annotation (its one tensor may be an all-gather's input or output)."""
+    r = read_rank(_annotated_trace(tmp_path, write_json))
+    assert [schema.COLLECTIVE_KINDS[k] for k in r.act_coll] == ["all_gather", "all_reduce", "broadcast", "unknown"]
+    assert np.isnan(r.act_message_bytes[[0, 1, 3]]).all() and r.act_message_bytes[2] == 32
+    assert list(r.act_group_size) == [0, 0, 4, 0]
 
 
 def test_two_ranks_from_a_directory(pp_paths, tmp_path):

@@ -2,8 +2,11 @@
 
 Launch of an activity = the runtime call with the same correlation id (CUDA graphs: one `cudaGraphLaunch`
 serves every kernel of the graph). A communication kernel without collective args takes them from the
-`record_param_comms` op that encloses its launch on the same host thread; failing that, its kind comes from
-the kernel name (`ncclKernel_AllReduce_*`, `ncclDevKernel_SendRecv`, ...).
+`record_param_comms` op that encloses its launch on the same host thread; failing that, its kind (only) comes
+from the innermost `nccl:<op>` / `gloo:<op>` user annotation enclosing its launch on that thread (PyTorch's
+ProcessGroup wraps each collective call in one; `record_param_comms` of PyTorch 1.13-2.0 carries no collective
+name, and NCCL >= 2.12's generic kernels, `ncclDevKernel_Generic`, and all-to-all's `ncclKernel_SendRecv_*` do
+not name the collective); failing that, from the kernel name (`ncclKernel_AllReduce_*`, ...).
 """
 from __future__ import annotations
 
@@ -143,6 +146,8 @@ def finalize_rank(path: str, cols, header: dict[str, Any], fallback_rank: int) -
 
     comm = act_class == schema.CLASS_COMM
     _attach_rpc(cols.rpc, comm, coll, msg, group, launch_ns, launch_tid)
+    if not host_mode:
+        _attach_rpc(_annotations(cols), comm, coll, msg, group, launch_ns, launch_tid, kind_only=True)
     for i in np.flatnonzero(comm & (coll < 0)):
         coll[i] = schema.COLLECTIVE_KINDS.index(schema.collective_kind(names[name[i]]))
     if host_mode:  # gloo annotations carry no group size: the default group is the world
@@ -189,8 +194,22 @@ def _world_from_groups(groups: tuple[ProcessGroup, ...]) -> int | None:
     return max((g.size for g in groups), default=None)
 
 
-def _attach_rpc(rpc, comm, coll, msg, group, launch_ns, launch_tid) -> None:
-    """Give comm kernels lacking args the metadata of the record_param_comms enclosing their launch."""
+_ANNOTATION_RE = re.compile(r"^(nccl|gloo):")
+
+
+def _annotations(cols) -> list[tuple[int, int, int, str, int, int]]:
+    """The `nccl:<op>` / `gloo:<op>` user annotations of a GPU trace as record_param_comms-like rows
+    (ts_ns, end_ns, tid, name, 0, 0): they name the collective but not reliably its size (their `Input Dims`
+    is one tensor, the input or the output of an all-gather), so only the kind is taken from them."""
+    host = cols.host
+    return [(host["ts"][row], host["ts"][row] + host["dur"][row], host["tid"][row], text, 0, 0)
+            for table_name, row, text, _, _, _ in cols.coll_meta
+            if table_name == "host" and _ANNOTATION_RE.match(text)]
+
+
+def _attach_rpc(rpc, comm, coll, msg, group, launch_ns, launch_tid, kind_only: bool = False) -> None:
+    """Give comm kernels lacking args the metadata of the record_param_comms enclosing their launch (the
+    innermost: the latest-starting one that encloses it); `kind_only`: the collective kind alone."""
     if not rpc:
         return
     r_ts = np.array([r[0] for r in rpc], np.int64)
@@ -204,7 +223,8 @@ def _attach_rpc(rpc, comm, coll, msg, group, launch_ns, launch_tid) -> None:
                 break
             if tid == launch_tid[i] and ts <= launch_ns[i] <= end:
                 coll[i] = schema.COLLECTIVE_KINDS.index(schema.collective_kind(text))
-                msg[i] = nbytes if nbytes > 0 else np.nan
-                group[i] = gsize
+                if not kind_only:
+                    msg[i] = nbytes if nbytes > 0 else np.nan
+                    group[i] = gsize
                 break
             j -= 1
