@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from narrowpath.trace import intervals
+from narrowpath.trace import intervals, schema
 from narrowpath.trace.analyze import analyze, report_to_dict
 from narrowpath.trace.breakdown import temporal_breakdown
 from narrowpath.trace.collectives import busbw_factor
+from narrowpath.trace.kernels import kernel_breakdown
 from narrowpath.trace.reader import read_rank, read_trace
 from narrowpath.trace.windows import whole_trace
 
@@ -163,3 +164,32 @@ def test_empty_step_has_zero_breakdown_not_a_division_by_zero(tmp_path, write_js
     assert by_step[1].span_s == pytest.approx(30e-6) and by_step[1].pct()["compute"] == pytest.approx(100.0)
     assert by_step[2].span_s == 0.0 and by_step[2].pct() == {"compute": 0.0, "exposed_comm": 0.0, "memcpy": 0.0,
                                                               "idle": 0.0}
+
+
+@pytest.mark.parametrize("name,category", [
+    # FBGEMM-GPU kernels: `fbgemm` holds "gemm" but they are embedding lookups, permutes and FP8 casts
+    ("void fbgemm_gpu::permute_2D_data_kernel<true, int, int, float>(int, int, int, int const*, float const*)",
+     "other"),
+    ("void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<float, float, float, 1ul, "
+     "16>(at::PhiloxCudaState, fbgemm_gpu::FixedDivisor)", "other"),
+    ("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::Tensor const&, long, "
+     "long, double)::{lambda(float)#1}>", "elementwise"),
+    # the GEMMs of the A100 traces stay GEMMs
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_"
+     "128x128_16x4_nn_align4::Params)", "gemm"),
+    ("ampere_sgemm_128x64_nn", "gemm"),
+    ("void sgemm_largek_lds64<true, true, 6, 3, 4, 5, 2, 66>(float*, float const*)", "gemm"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel"
+     "__5x_cublas", "gemm"),
+    ("void gemmk1_kernel<float, 256, 5, false, false, false, false>(cublasGemvParams<float>)", "gemm"),
+])
+def test_fbgemm_kernels_are_not_gemms(name, category):
+    assert schema.kernel_category(name) == category
+
+
+def test_pp_rank1_gemm_time_without_fbgemm(pp_paths):
+    """pp-128rank rank 1: 'gemm' summed 108.55 ms (211 kernels) while 74.23 ms (18 kernels) of it were FBGEMM-GPU's
+    (split_embedding_*, fbgemm_gpu::*, found by `fbgemm_gpu::` in their names): the GEMMs are 34.32 ms (193)."""
+    r = read_rank(pp_paths[1])
+    rows = {k.category: k for k in kernel_breakdown(r, whole_trace(r))}
+    assert rows["gemm"].num_kernels == 193 and rows["gemm"].total_s == pytest.approx(34.32e-3, abs=0.01e-3)
