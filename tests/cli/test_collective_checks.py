@@ -64,3 +64,16 @@ def test_max_bytes_takes_1p_as_its_help_says(capsys):
     out = capsys.readouterr().out
     assert "1125899906842624" in out
     one_line_error(capsys, ["collective", "--system", "dgx-h100", "-e", "2P"], "collective.size", "from 0 to 1P")
+
+
+def test_compare_puts_each_test_of_a_log_beside_the_model(tmp_path, capsys):
+    """An all_reduce test then an all_gather test in one file: one table each, titled with its op and where it
+    starts (lines 1 and 3); merged they were one all_gather table with every size twice."""
+    log = tmp_path / "x.log"
+    log.write_text(HEAD + ROW.format(t="62.78", bus="29.23") + HEAD.replace("all_reduce", "all_gather")
+                   + ROW.format(t="62.78", bus="14.61"))
+    assert main(["collective", "--system", "dgx-h100", "--gpus", "8", "--compare", str(log)]) == 0
+    titles = [line for line in capsys.readouterr().out.splitlines() if "vs model" in line]
+    assert len(titles) == 2
+    assert titles[0].startswith(f"# all_reduce on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 1: all_reduce)")
+    assert titles[1].startswith(f"# all_gather on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 3: all_gather)")

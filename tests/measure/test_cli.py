@@ -145,3 +145,19 @@ def test_probe_bad_flags_fail_before_probing(argv, message, capsys, tmp_path, mo
     assert main(["probe", *argv, "--quick", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_calibrate_fits_each_test_of_a_concatenated_log(tmp_path, capsys, nccl_log_text):
+    """An all_reduce then an all_gather test in one file (8 ranks each): two fits, each with 8 ranks; merged they
+    were one all_gather fit with measured_num_ranks 16 over the rows of both."""
+    import yaml
+    both = nccl_log_text + "\n" + nccl_log_text.replace("all_reduce_perf", "all_gather_perf")
+    (tmp_path / "both.log").write_text(both)
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", "--nccl-log", str(tmp_path / "both.log"), "--line-rate", "scale_up=300e9",
+                 "-o", str(out), "--json"]) == 0
+    fits = json.loads(capsys.readouterr().out)["fits"]
+    assert [(f["fit"], f["points"]) for f in fits] == [("tiers.scale_up.all_reduce", 5), ("tiers.scale_up.all_gather", 5)]
+    tier = yaml.safe_load(out.read_text())["profiles"][0]["tiers"]["scale_up"]
+    assert tier["measured_num_ranks"] == 8
+    assert "test of line 1: all_reduce" in yaml.safe_load(out.read_text())["profiles"][0]["sources"]["tiers.scale_up"]

@@ -62,3 +62,44 @@ def test_garbage_is_one_clear_error():
         parse_nccl_tests_log("hello\n# nothing here\n")
     with pytest.raises(NarrowpathError, match="line 1"):
         parse_nccl_tests_log("1024 256 float sum -1 abc 0.1 0.1 0\n")
+
+
+def _as_all_gather(text: str) -> str:
+    return text.replace("all_reduce_perf", "all_gather_perf").replace("     sum  ", "    none  ")
+
+
+def test_a_file_of_several_tests_reads_each_on_its_own(nccl_log_text):
+    """`for t in all_reduce all_gather; do ./${t}_perf; done > log`: two 8-rank tests of 5 sizes each. Merged, the
+    parser gave op all_gather (the last name), 16 ranks (8 + 8 Rank lines) and 10 rows; read per test: all_reduce
+    8 ranks 5 rows from line 1, all_gather 8 ranks 5 rows from line 28 (the second test's `# nThread` line: the
+    first test's 26 lines, then an empty line 27)."""
+    from narrowpath.measure.nccl_tests import parse_nccl_tests_logs
+    text = nccl_log_text + "\n" + _as_all_gather(nccl_log_text)
+    logs = parse_nccl_tests_logs(text)
+    assert [(t.op, t.num_ranks, len(t.rows), t.line) for t in logs] == [("all_reduce", 8, 5, 1),
+                                                                       ("all_gather", 8, 5, 28)]
+    assert logs[1].rows[0].redop == "none" and logs[0].avg_busbw_bytes_per_s == pytest.approx(88.4741e9)
+    with pytest.raises(NarrowpathError, match=r"holds 2 tests \(all_reduce from line 1, all_gather from line 28\)"):
+        parse_nccl_tests_log_full(text)
+
+
+def test_the_probe_tables_of_two_ops_read_back_as_two_tests():
+    """`probe collectives` prints one table per op, each under its own `# Collective test starting`: they were one
+    op with every size twice."""
+    from narrowpath.measure.nccl_tests import parse_nccl_tests_logs
+    rows = [{"size_bytes": 4096 * 4 ** i, "count": 1024 * 4 ** i, "dtype": "float", "redop": "sum", "root": -1,
+             "time_s": t, "algbw_bytes_per_s": 4096 * 4 ** i / t, "busbw_bytes_per_s": 4096 * 4 ** i / t}
+            for i, t in enumerate((5.25e-5, 3.5e-4, 0.0125))]
+    text = format_nccl_table(rows, op="all_reduce") + "\n" + format_nccl_table(rows, op="all_to_all")
+    logs = parse_nccl_tests_logs(text)
+    assert [t.op for t in logs] == ["all_reduce", "all_to_all"]
+    assert all([r.size_bytes for r in t.rows] == [4096, 16384, 65536] for t in logs)
+
+
+def test_header_lines_before_any_row_stay_one_test(nccl_log_text):
+    """A test's own header lines (version, `Collective test starting`, `# nThread`, Rank lines, column header), in
+    either order, start no new test until rows have been read."""
+    from narrowpath.measure.nccl_tests import parse_nccl_tests_logs
+    moved = nccl_log_text.replace("# Collective test starting: all_reduce_perf\n", "")
+    text = "# nccl-tests version 2.17.6 nccl-headers=22501\n# Collective test starting: all_reduce_perf\n" + moved
+    assert [(t.op, t.num_ranks, len(t.rows)) for t in parse_nccl_tests_logs(text)] == [("all_reduce", 8, 5)]

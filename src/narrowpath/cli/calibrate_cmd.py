@@ -21,7 +21,8 @@ def register(sub) -> None:
                        "the host CPU is this machine's profile: --device ID only for a probe run on that device.")
     p.add_argument("results", nargs="*", metavar="RESULT.json", help="outputs of `narrowpath probe ... -o`")
     p.add_argument("--nccl-log", action="append", default=[], metavar="FILE",
-                   help="an nccl-tests output log (repeatable)")
+                   help="an nccl-tests output log (repeatable); a file holding several tests (one "
+                                                      "run after another) gives each its own fit")
     p.add_argument("--op", help="collective of the nccl-tests logs when they do not say (e.g. all_reduce)")
     p.add_argument("--ranks", type=int, help="ranks of the nccl-tests logs when they do not list them")
     p.add_argument("--tier", default="scale_up", help="tier the nccl-tests logs measure (default scale_up)")
@@ -128,7 +129,7 @@ def check_loads_back(text: str, output: str) -> None:
 
 
 def run(args) -> int:
-    from narrowpath.measure.nccl_tests import read_nccl_tests_log
+    from narrowpath.measure.nccl_tests import describe_test, read_nccl_tests_logs
     from narrowpath.measure.profile import (build_profile, profile_document, tier_points_from_log,
                                             tier_points_from_probe)
     from narrowpath.report.measure_tables import format_fit_report
@@ -158,8 +159,9 @@ def run(args) -> int:
     lines.update(_pairs(args.line_rate, "--line-rate", TIER_NAMES))
     points = [tp for res in found["collectives"] for tp in tier_points_from_probe(res)]
     for path in args.nccl_log:
-        points.append(tier_points_from_log(read_nccl_tests_log(path), tier=args.tier, op=args.op,
-                                           num_ranks=args.ranks, name=path))
+        logs = read_nccl_tests_logs(path)  # a file may hold several tests: each is fitted on its own
+        points += [tier_points_from_log(log, tier=args.tier, op=args.op, num_ranks=args.ranks,
+                                        name=describe_test(path, log, len(logs))) for log in logs]
     compute = found["compute"][-1] if found["compute"] else None
     memory = found["memory"][-1] if found["memory"] else None
     device = args.device or (compute or memory or {}).get("device") or "measured"

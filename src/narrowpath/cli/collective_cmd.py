@@ -159,19 +159,25 @@ def check_measured_busbw(where: str, busbw_bytes_per_s: float, system: System, w
 
 
 def _compare(args, system: System, cal) -> str:
-    from narrowpath.measure.nccl_tests import read_nccl_tests_log
-    log = read_nccl_tests_log(args.compare)
+    """One table per test of the log (a file may hold several, one run after another)."""
+    from narrowpath.measure.nccl_tests import describe_test, read_nccl_tests_logs
+    logs = read_nccl_tests_logs(args.compare)
+    return "\n\n".join(_compare_test(args, log, describe_test(args.compare, log, len(logs)), system, cal)
+                       for log in logs)
+
+
+def _compare_test(args, log, name: str, system: System, cal) -> str:
     op = args.op or log.op or "all_reduce"
     n = args.gpus or log.num_ranks
     if not n:
-        raise SpecError("collective.gpus", "the log does not list its ranks; give --gpus")
+        raise SpecError("collective.gpus", f"{name}: the log does not list its ranks; give --gpus")
     for r in log.rows:
         check_measured_busbw("--compare", r.busbw_bytes_per_s, system,
-                             f"{args.compare}: the busbw at {int(r.size_bytes):,} bytes,")
+                             f"{name}: the busbw at {int(r.size_bytes):,} bytes,")
     pairs = [(r.size_bytes, r.time_s, r.busbw_bytes_per_s, _row(op, r.size_bytes, n, system, cal, args.algorithm))
              for r in log.rows if r.size_bytes > 0]
     footer = f"  measured avg busbw {log.avg_busbw_bytes_per_s / 1e9:.2f} GB/s" if log.avg_busbw_bytes_per_s else ""
-    return compare_text(pairs, title=f"{op} on {n} GPUs of {system.name}: nccl-tests log {args.compare} vs model"
+    return compare_text(pairs, title=f"{op} on {n} GPUs of {system.name}: nccl-tests log {name} vs model"
                         f" ({args.algorithm}){footer}")
 
 
@@ -226,6 +232,7 @@ def register(subparsers) -> None:
     p.add_argument("-f", "--factor", type=float, default=2.0, help="size step factor, > 1 (default 2)")
     p.add_argument("--corpus", nargs="?", const="", default=None, metavar="FILE",
                    help="check a collective-corpus/1 file (default: the shipped collectives-public.yaml)")
-    p.add_argument("--compare", metavar="LOG", help="an nccl-tests output log to put beside the model")
+    p.add_argument("--compare", metavar="LOG", help="an nccl-tests output log to put beside the model (one table per "
+                                                    "test when the file holds several)")
     p.add_argument("--json", action="store_true", help="JSON instead of a table")
     p.set_defaults(func=run)

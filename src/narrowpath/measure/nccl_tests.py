@@ -11,6 +11,12 @@ out-of-place columns first, then in-place. Older releases have no `root` column;
 checking is off (`-c 0`). Times are microseconds and bandwidths GB/s (1e9 bytes/s); we convert to SI here.
 `# Collective test starting: all_reduce_perf` (newer releases) names the test; `#  Rank  N … device … NAME`
 lines list the ranks and their devices.
+
+One file may hold several tests, one after another (`for t in all_reduce all_gather; do ./${t}_perf; done > log`,
+or the tables of several ops `narrowpath probe collectives` prints): a test's header line (`# nccl-tests
+version`, `# Collective test starting`, `# nThread`, or the column header `#  size  count …`) that comes after data
+rows starts the next test, and each test is read on its own (`parse_nccl_tests_logs`); merged, the rows of an
+all_reduce and an all_gather were fitted as one op over the ranks of both.
 """
 from __future__ import annotations
 
@@ -55,6 +61,8 @@ class NcclTestsLog:
     devices: tuple[str, ...]
     avg_busbw_bytes_per_s: float | None
     """The `# Avg bus bandwidth` footer, bytes/s."""
+    line: int = 1
+    """Line of the file where this test starts (a file may hold several)."""
 
 
 def _wrong(tok: str) -> int | None:
@@ -90,37 +98,67 @@ def _row(tokens: list[str], line_no: int, source: str) -> NcclTestsRow:
             from None
 
 
-def parse_nccl_tests_log_full(text: str, source: str = "nccl-tests log") -> NcclTestsLog:
-    """Rows, test name, rank count, devices and average busbw of an nccl-tests log; errors start with `source`."""
-    rows, devices, op, avg, ranks = [], [], None, None, 0
+_TEST_START = re.compile(r"#\s*(nccl-tests version|Collective test starting:|nThread\s+\d|size\s+count\b)")
+"""Header lines of an nccl-tests test: after data rows, one of them starts the next test of the file."""
+
+
+def parse_nccl_tests_logs(text: str, source: str = "nccl-tests log") -> tuple[NcclTestsLog, ...]:
+    """Each test of an nccl-tests log (rows, test name, rank count, devices, average busbw), in file order; a test
+    without data rows (one nccl-tests skipped) is left out. Errors start with `source`."""
+    tests, cur = [], None
     for no, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s:
             continue
+        if cur is None or (cur["rows"] and s.startswith("#") and _TEST_START.match(s)):
+            cur = {"rows": [], "devices": [], "op": None, "avg": None, "ranks": 0, "line": no}
+            tests.append(cur)
         if s.startswith("#"):
             m = re.search(r"Collective test starting:\s*(\S+)", s)
             if m:
-                op = NCCL_TEST_BINARIES.get(m.group(1), m.group(1))
+                cur["op"] = NCCL_TEST_BINARIES.get(m.group(1), m.group(1))
             m = re.match(r"#\s*Rank\s+\d+\b.*?device\s+\d+\s+\[[^\]]*\]\s+(.+)$", s)
             if m:
-                ranks += 1
-                devices.append(m.group(1).strip())
+                cur["ranks"] += 1
+                cur["devices"].append(m.group(1).strip())
             m = re.match(r"#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+)", s)
             if m:
-                avg = float(m.group(1)) * 1e9
+                cur["avg"] = float(m.group(1)) * 1e9
             continue
         tokens = s.split()
         if not tokens[0].isdigit():
             continue  # e.g. NCCL INFO/WARN lines interleaved in the log
-        rows.append(_row(tokens, no, source))
-    if not rows:
+        cur["rows"].append(_row(tokens, no, source))
+    logs = tuple(NcclTestsLog(tuple(t["rows"]), t["op"], t["ranks"] or None, tuple(t["devices"]), t["avg"], t["line"])
+                 for t in tests if t["rows"])
+    if not logs:
         raise NarrowpathError(f"{source}: no data rows found (expected lines like "
                               "'1048576  262144  float  sum  -1  40.1  26.1  45.7  0 ...')")
-    return NcclTestsLog(tuple(rows), op, ranks or None, tuple(devices), avg)
+    return logs
 
 
-def read_nccl_tests_log(path: str | Path) -> NcclTestsLog:
-    """Parse an nccl-tests log file (plain or gzip-compressed); every error names the file."""
+def describe_test(source: str, log: NcclTestsLog, num_tests: int) -> str:
+    """How messages name one test of a log: the file alone when it holds one test."""
+    if num_tests == 1:
+        return source
+    return f"{source} (test of line {log.line}: {log.op or 'not named'})"
+
+
+def _one(logs: tuple[NcclTestsLog, ...], source: str) -> NcclTestsLog:
+    if len(logs) > 1:
+        raise NarrowpathError(f"{source}: holds {len(logs)} tests ("
+                              + ", ".join(f"{t.op or 'not named'} from line {t.line}" for t in logs)
+                              + "); read them with parse_nccl_tests_logs / read_nccl_tests_logs")
+    return logs[0]
+
+
+def parse_nccl_tests_log_full(text: str, source: str = "nccl-tests log") -> NcclTestsLog:
+    """The one test of an nccl-tests log (several are an error naming them: `parse_nccl_tests_logs` reads those)."""
+    return _one(parse_nccl_tests_logs(text, source), source)
+
+
+def read_nccl_tests_logs(path: str | Path) -> tuple[NcclTestsLog, ...]:
+    """Every test of an nccl-tests log file (plain or gzip-compressed); every error names the file."""
     try:
         raw = Path(path).read_bytes()
         if raw[:2] == b"\x1f\x8b":
@@ -130,7 +168,12 @@ def read_nccl_tests_log(path: str | Path) -> NcclTestsLog:
     except EOFError:
         raise NarrowpathError(f"{path}: cannot read nccl-tests log (truncated gzip file)") from None
     # nccl-tests prints ASCII; a stray byte (a host name, an interleaved NCCL line) must not stop the parse
-    return parse_nccl_tests_log_full(raw.decode("utf-8", errors="replace"), source=f"nccl-tests log {path}")
+    return parse_nccl_tests_logs(raw.decode("utf-8", errors="replace"), source=f"nccl-tests log {path}")
+
+
+def read_nccl_tests_log(path: str | Path) -> NcclTestsLog:
+    """The one test of an nccl-tests log file (several are an error naming them)."""
+    return _one(read_nccl_tests_logs(path), f"nccl-tests log {path}")
 
 
 def parse_nccl_tests_log(text: str) -> list[NcclTestsRow]:
