@@ -77,3 +77,18 @@ def test_compare_puts_each_test_of_a_log_beside_the_model(tmp_path, capsys):
     assert len(titles) == 2
     assert titles[0].startswith(f"# all_reduce on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 1: all_reduce)")
     assert titles[1].startswith(f"# all_gather on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 3: all_gather)")
+
+
+def test_compare_refuses_a_one_rank_log_and_a_contradicting_gpus(tmp_path, capsys):
+    """A one-GPU log priced as a 1-GPU collective printed predicted 0.00 us and -100 % on every row; --gpus 4
+    against a log of 2 Rank lines silently compared a 4-GPU model with a 2-GPU measurement."""
+    rank = "#  Rank  {i} Group  0 Pid  28307 on      gpu59 device  {i} [0x18] NVIDIA H100 80GB HBM3\n"
+    log = tmp_path / "x.log"
+    log.write_text(HEAD + rank.format(i=0) + ROW.format(t="62.78", bus="29.23"))
+    one_line_error(capsys, ["collective", "--system", "dgx-h100", "--compare", str(log)],
+                   f"{log}: a test over 1 rank", "no bandwidth to fit or compare")
+    log.write_text(HEAD + rank.format(i=0) + rank.format(i=1) + ROW.format(t="62.78", bus="16.70"))
+    one_line_error(capsys, ["collective", "--system", "dgx-h100", "--gpus", "4", "--compare", str(log)],
+                   f"{log}: the log lists 2 ranks (its '# Rank' lines), not --gpus 4")
+    assert main(["collective", "--system", "dgx-h100", "--compare", str(log)]) == 0
+    assert "all_reduce on 2 GPUs" in capsys.readouterr().out

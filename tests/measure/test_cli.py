@@ -161,3 +161,48 @@ def test_calibrate_fits_each_test_of_a_concatenated_log(tmp_path, capsys, nccl_l
     tier = yaml.safe_load(out.read_text())["profiles"][0]["tiers"]["scale_up"]
     assert tier["measured_num_ranks"] == 8
     assert "test of line 1: all_reduce" in yaml.safe_load(out.read_text())["profiles"][0]["sources"]["tiers.scale_up"]
+
+
+def _one_rank(text: str) -> str:
+    """The log as `all_reduce_perf -g 1` prints it: one `# Rank` line."""
+    return "".join(line for line in text.splitlines(keepends=True) if "#  Rank" not in line or "Rank  0" in line)
+
+
+def test_a_one_rank_log_is_refused_in_one_line(tmp_path, capsys, nccl_log_text):
+    """One rank: bus factor 2(n-1)/n = 0 and ring steps 2(n-1) = 0, so the alpha fit divided by zero (a traceback,
+    exit 1). Now one line naming the log and its rank count, exit 2."""
+    from tests.cli.one_line import one_line_error
+    (tmp_path / "ar1.log").write_text(_one_rank(nccl_log_text))
+    one_line_error(capsys, ["calibrate", "--nccl-log", str(tmp_path / "ar1.log"), "--line-rate", "scale_up=450e9",
+                            "-o", str(tmp_path / "p.yaml")], f"{tmp_path / 'ar1.log'}: a test over 1 rank",
+                   "its one '# Rank' line")
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--ranks", "4"], "the log lists 8 ranks (its '# Rank' lines), not --ranks 4"),
+    (["--op", "all_gather"], "the log's test is all_reduce (its 'Collective test starting' line), not --op "
+                             "all_gather"),
+])
+def test_flags_that_contradict_the_log_are_refused(tmp_path, capsys, nccl_log_text, flags, fragment):
+    """tests/network/data/all_reduce_perf_8gpu.log fitted as --ranks 4 gave bw_efficiency 0.4027 (factor 2*3/4 =
+    1.5 instead of 2*7/8 = 1.75: 0.4698 x 1.5 / 1.75 = 0.4027), and --op all_gather fitted an all_reduce as an
+    all_gather, silently."""
+    from tests.cli.one_line import one_line_error
+    (tmp_path / "a.log").write_text(nccl_log_text)
+    one_line_error(capsys, ["calibrate", "--nccl-log", str(tmp_path / "a.log"), "--line-rate", "scale_up=300e9",
+                            "-o", str(tmp_path / "p.yaml"), *flags], f"{tmp_path / 'a.log'}: ", fragment)
+
+
+def test_flags_stand_in_for_what_a_log_does_not_say(tmp_path, capsys, nccl_log_text):
+    """A log naming no test and listing no ranks takes --op and --ranks; flags equal to what a log says pass."""
+    import yaml
+    bare = "".join(line for line in nccl_log_text.splitlines(keepends=True)
+                   if "#  Rank" not in line and "Collective test starting" not in line)
+    (tmp_path / "bare.log").write_text(bare)
+    (tmp_path / "a.log").write_text(nccl_log_text)
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", "--nccl-log", str(tmp_path / "bare.log"), "--nccl-log", str(tmp_path / "a.log"),
+                 "--op", "all_reduce", "--ranks", "8", "--line-rate", "scale_up=300e9", "-o", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["profiles"][0]["tiers"]["scale_up"]["measured_num_ranks"] == 8
+    capsys.readouterr()

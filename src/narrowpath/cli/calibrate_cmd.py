@@ -23,8 +23,10 @@ def register(sub) -> None:
     p.add_argument("--nccl-log", action="append", default=[], metavar="FILE",
                    help="an nccl-tests output log (repeatable); a file holding several tests (one "
                                                       "run after another) gives each its own fit")
-    p.add_argument("--op", help="collective of the nccl-tests logs when they do not say (e.g. all_reduce)")
-    p.add_argument("--ranks", type=int, help="ranks of the nccl-tests logs when they do not list them")
+    p.add_argument("--op", help="collective of the nccl-tests logs that do not name their test (e.g. all_reduce); "
+                                "a log naming another test is refused")
+    p.add_argument("--ranks", type=int, help="ranks of the nccl-tests logs that list none ('# Rank' lines); a log "
+                                             "listing another number is refused")
     p.add_argument("--tier", default="scale_up", help="tier the nccl-tests logs measure (default scale_up)")
     p.add_argument("--device", metavar="ID", help="catalog device: its peaks turn rates into efficiencies")
     p.add_argument("--system", metavar="ID", help="catalog system: its tier bandwidths are the line rates")

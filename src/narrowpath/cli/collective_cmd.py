@@ -167,8 +167,9 @@ def _compare(args, system: System, cal) -> str:
 
 
 def _compare_test(args, log, name: str, system: System, cal) -> str:
-    op = args.op or log.op or "all_reduce"
-    n = args.gpus or log.num_ranks
+    from narrowpath.measure.nccl_tests import op_and_ranks
+    op, n = op_and_ranks(log, name, op=args.op, num_ranks=args.gpus, ranks_flag="--gpus")
+    op = op or "all_reduce"
     if not n:
         raise SpecError("collective.gpus", f"{name}: the log does not list its ranks; give --gpus")
     for r in log.rows:
@@ -218,12 +219,14 @@ def register(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--system", help="catalog system id (dgx-h100, …) or a GPU by id or descriptive name "
                    "(H100-SXM5-80GB, 'NVIDIA B200 192GB', …)")
-    p.add_argument("--gpus", type=int, help="GPUs in the group (default: one node)")
+    p.add_argument("--gpus", type=int, help="GPUs in the group (default: one node; with --compare, the log's "
+                                            "'# Rank' lines, which --gpus must not contradict)")
     p.add_argument("--gpus-per-node", type=int, help="override the system's GPUs per node")
     p.add_argument("--nic-gbps", type=float, help="override the scale-out NIC rate per GPU, Gb/s")
     p.add_argument("--calibration", help="calibration profile: a device name or a profile YAML from `narrowpath "
                                          "calibrate` (default: the system's device)")
-    p.add_argument("--op", choices=OPS, help="collective (default all_reduce)")
+    p.add_argument("--op", choices=OPS, help="collective (default all_reduce; with --compare, the log's own test, "
+                                             "which --op must not contradict)")
     p.add_argument("--algorithm", default="auto", choices=ALGORITHMS,
                    help="collective algorithm (default auto: the fastest that applies, as NCCL's tuner picks; "
                         "all_to_all runs direct and send_recv p2p only)")

@@ -144,6 +144,29 @@ def describe_test(source: str, log: NcclTestsLog, num_tests: int) -> str:
     return f"{source} (test of line {log.line}: {log.op or 'not named'})"
 
 
+def op_and_ranks(log: NcclTestsLog, name: str, *, op: str | None = None, num_ranks: int | None = None,
+                 op_flag: str = "--op", ranks_flag: str = "--ranks") -> tuple[str | None, int | None]:
+    """The collective and rank count of one test: what the log says (its `Collective test starting` line and its
+    `# Rank` lines) wins, the flags stand in for what it does not say, and a flag that contradicts the log is
+    refused naming the log (an 8-GPU all_reduce log fitted under `--ranks 4` gave bw_efficiency 0.4027 instead of
+    its 0.4698). One rank is refused too: a collective over one rank moves no data (bus factor 0), so it has no
+    bandwidth to fit or compare (a one-GPU all_reduce log divided by zero in calibrate)."""
+    if op and log.op and op != log.op:
+        raise NarrowpathError(f"{name}: the log's test is {log.op} (its 'Collective test starting' line), not "
+                              f"{op_flag} {op}; {op_flag} names the test of logs that do not say (drop it, or give "
+                              "that test's log)")
+    if num_ranks and log.num_ranks and num_ranks != log.num_ranks:
+        raise NarrowpathError(f"{name}: the log lists {log.num_ranks} ranks (its '# Rank' lines), not {ranks_flag} "
+                              f"{num_ranks}; {ranks_flag} gives the ranks of logs that do not list them (drop it, or "
+                              "give the log of that run)")
+    n = log.num_ranks or num_ranks
+    if n is not None and n < 2:
+        where = "its one '# Rank' line" if log.num_ranks else f"{ranks_flag} {n}"
+        raise NarrowpathError(f"{name}: a test over {n} rank ({where}): a collective over one rank moves no data, "
+                              "so there is no bandwidth to fit or compare; give a log of 2 or more ranks")
+    return log.op or op, n
+
+
 def _one(logs: tuple[NcclTestsLog, ...], source: str) -> NcclTestsLog:
     if len(logs) > 1:
         raise NarrowpathError(f"{source}: holds {len(logs)} tests ("

@@ -111,9 +111,11 @@ def tier_points_from_probe(result: Mapping[str, Any]) -> list[TierPoints]:
 
 def tier_points_from_log(log: NcclTestsLog, *, tier: str, op: str | None, num_ranks: int | None,
                          name: str) -> TierPoints:
+    """The points of one nccl-tests test; `op` and `num_ranks` (the --op and --ranks flags) stand in for what the
+    log does not say and must not contradict what it says (`nccl_tests.op_and_ranks`)."""
     from narrowpath.errors import NarrowpathError
-    op = op or log.op
-    n = num_ranks or log.num_ranks
+    from narrowpath.measure.nccl_tests import op_and_ranks
+    op, n = op_and_ranks(log, name, op=op, num_ranks=num_ranks)
     if not op:
         raise NarrowpathError(f"{name}: the log does not name its test; pass --op (e.g. all_reduce)")
     if not n:
