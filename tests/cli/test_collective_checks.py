@@ -92,3 +92,11 @@ def test_compare_refuses_a_one_rank_log_and_a_contradicting_gpus(tmp_path, capsy
                    f"{log}: the log lists 2 ranks (its '# Rank' lines), not --gpus 4")
     assert main(["collective", "--system", "dgx-h100", "--compare", str(log)]) == 0
     assert "all_reduce on 2 GPUs" in capsys.readouterr().out
+
+
+def test_compare_refuses_a_test_the_model_does_not_price(tmp_path, capsys):
+    """A gather_perf log: the model has no gather; the error names the log (it named only the op)."""
+    log = tmp_path / "g.log"
+    log.write_text(HEAD.replace("all_reduce", "gather") + ROW.format(t="62.78", bus="14.61"))
+    one_line_error(capsys, ["collective", "--system", "dgx-h100", "--gpus", "8", "--compare", str(log)],
+                   f"{log}: a gather test; the model prices all_reduce")

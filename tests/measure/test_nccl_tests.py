@@ -103,3 +103,54 @@ def test_header_lines_before_any_row_stay_one_test(nccl_log_text):
     moved = nccl_log_text.replace("# Collective test starting: all_reduce_perf\n", "")
     text = "# nccl-tests version 2.17.6 nccl-headers=22501\n# Collective test starting: all_reduce_perf\n" + moved
     assert [(t.op, t.num_ranks, len(t.rows)) for t in parse_nccl_tests_logs(text)] == [("all_reduce", 8, 5)]
+
+
+# nccl-tests' own busbw, as each test's *GetBw in src/*.cu computes it from `count` (paramcount: the elements
+# per rank for the gathering/scattering tests) and prints it beside `size` = max(send, recv bytes):
+# (printed size in elements, nccl-tests busbw in elements/s) for count c, n ranks, time t.
+_NCCL_TESTS_GETBW = {
+    "all_reduce": lambda c, n, t: (c, c / t * 2 * (n - 1) / n),
+    "all_gather": lambda c, n, t: (c * n, c * n / t * (n - 1) / n),
+    "reduce_scatter": lambda c, n, t: (c * n, c * n / t * (n - 1) / n),
+    "all_to_all": lambda c, n, t: (c * n, c * n / t * (n - 1) / n),
+    "broadcast": lambda c, n, t: (c, c / t),
+    "reduce": lambda c, n, t: (c, c / t),
+    "send_recv": lambda c, n, t: (c, c / t),
+    "gather": lambda c, n, t: (c * n, c * n / t * (n - 1) / n),
+    "scatter": lambda c, n, t: (c * n, c * n / t * (n - 1) / n),
+    "hypercube": lambda c, n, t: (c * n, c * (n - 1) / t),  # algBw = count·(n−1)/t, busBw = algBw
+}
+
+
+@pytest.mark.parametrize("op", sorted(set(_NCCL_TESTS_GETBW)))
+@pytest.mark.parametrize("n", [2, 8])
+def test_busbw_from_size_and_time_is_the_one_nccl_tests_prints(op, n):
+    """Every test a log can name (busbw.NCCL_TEST_BINARIES): size/time × bus_factor(op, n) equals nccl-tests' busbw
+    column. gather and scatter had factor 1: an 8-rank gather log calibrated 8/7 high (55.92 GB/s where its
+    busbw column said 48.93 = 55.92 × 7/8)."""
+    from narrowpath.measure.busbw import NCCL_TEST_BINARIES, bus_factor
+    assert set(NCCL_TEST_BINARIES.values()) == set(_NCCL_TESTS_GETBW)
+    size, busbw = _NCCL_TESTS_GETBW[op](1 << 20, n, 1e-3)
+    assert size / 1e-3 * bus_factor(op, n) == pytest.approx(busbw, rel=1e-12)
+
+
+def test_calibrate_reads_a_gather_log_at_its_own_busbw(tmp_path, capsys, nccl_log_text):
+    """An 8-rank gather_perf log whose busbw column is algbw × 7/8 (GatherGetBw): the large-message busbw calibrate
+    reports is the median of that column over the sizes >= 1/8 of the largest, 16 MiB and 128 MiB: algbw
+    16777216 B / 163.9 us = 102.36 and 134217728 B / 1006.4 us = 133.36 GB/s, busbw × 7/8 = 89.57 and 116.69,
+    median 103.13 GB/s (with factor 1 it read the algbw median, 117.86)."""
+    import json
+    import statistics
+    from narrowpath.cli.main import main
+    rows = [(1048576, 62.78), (16777216, 163.9), (134217728, 1006.4)]
+    lines = ["# Collective test starting: gather_perf"]
+    lines += [f"#  Rank  {i} Group  0 Pid  1 on h device  {i} [0x07] NVIDIA A100-SXM4-80GB" for i in range(8)]
+    for size, us in rows:
+        alg = size / us / 1e3
+        lines.append(f"{size:12d}  {size // 32:12d}  float  none  0  {us:7.2f}  {alg:6.2f}  {alg * 7 / 8:6.2f}  0")
+    (tmp_path / "g.log").write_text("\n".join(lines) + "\n")
+    assert main(["calibrate", "--nccl-log", str(tmp_path / "g.log"), "--line-rate", "scale_up=300e9",
+                 "-o", str(tmp_path / "p.yaml"), "--json"]) == 0
+    source = json.loads(capsys.readouterr().out)["profile"]["sources"]["tiers.scale_up"]
+    column = statistics.median(round(s / us / 1e3 * 7 / 8, 2) for s, us in rows if s >= rows[-1][0] / 8)
+    assert f"large-message busbw {column:.2f} GB/s" in source

@@ -170,6 +170,8 @@ def _compare_test(args, log, name: str, system: System, cal) -> str:
     from narrowpath.measure.nccl_tests import op_and_ranks
     op, n = op_and_ranks(log, name, op=args.op, num_ranks=args.gpus, ranks_flag="--gpus")
     op = op or "all_reduce"
+    if op not in OPS:
+        raise SpecError("--compare", f"{name}: a {op} test; the model prices {', '.join(OPS)}")
     if not n:
         raise SpecError("collective.gpus", f"{name}: the log does not list its ranks; give --gpus")
     for r in log.rows:

@@ -92,12 +92,15 @@ class CollectiveCost:
 
 
 def bus_factor(op: str, n: int) -> float:
-    """nccl-tests busbw/algbw factor (nccl-tests doc/PERFORMANCE.md)."""
+    """nccl-tests busbw factor over size/time (nccl-tests doc/PERFORMANCE.md, and each test's *GetBw in src/):
+    2(n−1)/n for all_reduce; (n−1)/n for all_gather, reduce_scatter, all_to_all, gather and scatter (GatherGetBw,
+    ScatterGetBw: busBw = algBw·(n−1)/n) and hypercube (its algBw is already (n−1)/n of size/time, busBw = algBw);
+    1 for broadcast, reduce and send/recv."""
     if n <= 1:
         return 0.0
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter", "hypercube"):
         return (n - 1) / n
     return 1.0
 
