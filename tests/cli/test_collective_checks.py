@@ -75,8 +75,10 @@ def test_compare_puts_each_test_of_a_log_beside_the_model(tmp_path, capsys):
     assert main(["collective", "--system", "dgx-h100", "--gpus", "8", "--compare", str(log)]) == 0
     titles = [line for line in capsys.readouterr().out.splitlines() if "vs model" in line]
     assert len(titles) == 2
-    assert titles[0].startswith(f"# all_reduce on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 1: all_reduce)")
-    assert titles[1].startswith(f"# all_gather on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 3: all_gather)")
+    assert titles[0].startswith(f"# all_reduce on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 1: "
+                                "all_reduce)")
+    assert titles[1].startswith(f"# all_gather on 8 GPUs of dgx-h100: nccl-tests log {log} (test of line 3: "
+                                "all_gather)")
 
 
 def test_compare_refuses_a_one_rank_log_and_a_contradicting_gpus(tmp_path, capsys):

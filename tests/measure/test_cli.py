@@ -157,7 +157,8 @@ def test_calibrate_fits_each_test_of_a_concatenated_log(tmp_path, capsys, nccl_l
     assert main(["calibrate", "--nccl-log", str(tmp_path / "both.log"), "--line-rate", "scale_up=300e9",
                  "-o", str(out), "--json"]) == 0
     fits = json.loads(capsys.readouterr().out)["fits"]
-    assert [(f["fit"], f["points"]) for f in fits] == [("tiers.scale_up.all_reduce", 5), ("tiers.scale_up.all_gather", 5)]
+    assert [(f["fit"], f["points"]) for f in fits] == [("tiers.scale_up.all_reduce", 5),
+                                                       ("tiers.scale_up.all_gather", 5)]
     tier = yaml.safe_load(out.read_text())["profiles"][0]["tiers"]["scale_up"]
     assert tier["measured_num_ranks"] == 8
     assert "test of line 1: all_reduce" in yaml.safe_load(out.read_text())["profiles"][0]["sources"]["tiers.scale_up"]

@@ -80,3 +80,49 @@ def test_against_a_scenario_on_the_recorded_job(gloo_dir, capsys):
     assert 1e-4 < against["observed_step_s"] < 1.0
     assert {c["kind"] for c in against["observed_collectives"]} >= {"all_reduce"}
     assert any(d.startswith("step time") for d in against["differences"])
+
+
+def test_host_kernel_breakdown_counts_each_thread_once(gloo_trace):
+    """Nested host operators: the categories' times add up to the time the window's operators cover, per thread
+    (the union of their intervals), not to their summed durations (every nesting level counted again)."""
+    from narrowpath.trace import intervals
+    from narrowpath.trace.kernels import kernel_breakdown
+    from narrowpath.trace.windows import whole_trace
+    for r in gloo_trace.ranks:
+        w = whole_trace(r)
+        covered = 0.0
+        for tid in np.unique(r.act_lane[w.index]):
+            i = w.index[r.act_lane[w.index] == tid]
+            covered += intervals.length(*intervals.merge(r.act_start_s[i], r.act_start_s[i] + r.act_dur_s[i]))
+        rows = kernel_breakdown(r, w)
+        assert sum(k.total_s for k in rows) == pytest.approx(covered, rel=1e-9)
+        assert sum(k.total_s for k in rows) < r.act_dur_s[w.index].sum()
+
+
+def _host_op(name: str, tid: int, ts: float, dur: float, cat: str = "cpu_op") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def test_host_kernel_breakdown_uses_self_time(tmp_path, write_json):
+    """Thread 1: DistributedDataParallel.forward 0-100 us holds aten::linear 10-50 (holding aten::addmm 12-48,
+    holding aten::copy_ 20-25) and aten::linear 60-90 (holding aten::addmm 61-89); thread 2: gloo:all_reduce 30-70.
+    Self times: forward 100 - 40 - 30 = 30 (other), linears 40 - 36 = 4 and 30 - 28 = 2, addmms 36 - 5 = 31 and
+    28, copy_ 5, all_reduce 40. gemm = 4 + 31 + 2 + 28 = 65 us over 2 GEMMs (each addmm is inside a linear);
+    the whole 100 + 40 = 140 us, so gemm's share is 65/140 = 46.43 %. Summed whole it read 40 + 36 + 30 + 28 = 134 us
+    of gemm in 4 ops, a share of 134/279."""
+    from narrowpath.trace.kernels import kernel_breakdown
+    from narrowpath.trace.reader import read_rank
+    from narrowpath.trace.windows import whole_trace
+    events = [_host_op("DistributedDataParallel.forward", 1, 0, 100, "user_annotation"),
+              _host_op("aten::linear", 1, 10, 40), _host_op("aten::addmm", 1, 12, 36),
+              _host_op("aten::copy_", 1, 20, 5),
+              _host_op("aten::linear", 1, 60, 30), _host_op("aten::addmm", 1, 61, 28),
+              _host_op("gloo:all_reduce", 2, 30, 40, "user_annotation")]
+    r = read_rank(write_json(tmp_path / "host.json", {"traceEvents": events}))
+    assert r.host_mode
+    rows = {k.category: k for k in kernel_breakdown(r, whole_trace(r))}
+    assert rows["gemm"].num_kernels == 2 and rows["gemm"].total_s == pytest.approx(65e-6)
+    assert rows["gemm"].share_pct == pytest.approx(100 * 65 / 140)
+    assert rows["other"].total_s == pytest.approx(30e-6) and rows["elementwise"].total_s == pytest.approx(5e-6)
+    assert rows["communication"].total_s == pytest.approx(40e-6)
+    assert sum(k.total_s for k in rows.values()) == pytest.approx(140e-6)

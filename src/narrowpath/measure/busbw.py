@@ -2,8 +2,9 @@
 
 Source: NVIDIA/nccl-tests doc/PERFORMANCE.md and each test's *GetBw (src/*.cu). algbw = size / time. busbw =
 algbw × factor with factor 2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter, all_to_all, gather,
-scatter and hypercube, 1 for broadcast, reduce and send/recv. "size" is the whole buffer (all_reduce), the gathered output (all_gather), the input
-(reduce_scatter), the data each rank sends in total (all_to_all), the payload (send/recv).
+scatter and hypercube, 1 for broadcast, reduce and send/recv. "size" is the whole buffer (all_reduce), the
+gathered output (all_gather, gather), the input (reduce_scatter, scatter), the data each rank sends in total
+(all_to_all), the payload (send/recv).
 The factors and ring steps are the cost model's own (`cost.collectives`), so a measured busbw and a predicted
 one always use the same convention.
 """
