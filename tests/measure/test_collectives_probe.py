@@ -72,3 +72,14 @@ def test_local_ranks_beyond_the_gpus(monkeypatch):
         local_backend("nccl", 16)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert local_backend(None, 2) is None
+
+
+def test_repeats_sets_the_passes(capsys):
+    """`probe collectives --repeats N` was accepted and ignored (`--quick --repeats 9` still made 3 passes): it is
+    the number of passes over every (op, size), so each sample holds one batch time per pass."""
+    import json
+    from narrowpath.cli.main import main
+    assert main(["probe", "collectives", "--quick", "--no-progress", "--ops", "all_reduce", "--max-bytes", "16384",
+                 "--repeats", "4", "--json"]) == 0
+    samples = json.loads(capsys.readouterr().out)["samples"]
+    assert samples and all(s["passes"] == 4 and len(s["batch_times_s"]) == 4 for s in samples)

@@ -28,7 +28,8 @@ def register(sub) -> None:
     p.add_argument("--output", "-o", metavar="FILE", help="also write the JSON result to FILE (for `calibrate`)")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--repeats", type=int, help="timed repeats per sample (median kept)")
+    p.add_argument("--repeats", type=int, help="timed repeats per sample (median kept); collectives: passes over "
+                                               "every (op, size) (default 5, quick 3)")
     p.add_argument("--device", metavar="ID", help="catalog device whose peaks the compute efficiency uses")
     p.add_argument("--host", action="store_true",
                    help="compute and memory: measure the host CPU even where PyTorch sees a GPU (default: the GPU's "
@@ -82,7 +83,7 @@ def _run_one(what: str, args, memory_result=None) -> dict | None:
     ops = tuple(o.strip() for o in args.ops.split(",")) if args.ops else collectives_probe.PROBE_OPS
     return collectives_probe.probe_collectives(num_ranks=args.ranks, ops=ops, quick=args.quick,
                                                backend=args.backend, max_bytes=args.max_bytes, tier=args.tier,
-                                               progress=prog)
+                                               progress=prog, passes=args.repeats)
 
 
 def read_probe_json(path: str) -> dict:

@@ -4,10 +4,10 @@ Without a launcher it spawns `num_ranks` local processes on gloo (CPU). Under `t
 the environment) it joins the job as is — NCCL when CUDA is present — so the same command measures a real
 multi-node fabric. Timing follows nccl-tests (src/common.cu): per size, warm-up iterations, a barrier,
 `iters` back-to-back operations, device sync, elapsed / iters, then the mean over ranks — kept as
-`batch_mean_time_s`. Deviations for the reported `time_s`: the sweep makes `passes` passes (5, quick 3) over
-every (op, size), each pass in its own shuffled order, one batch per visit; each op inside a batch is also
-timed on its own (gloo ops block until done), and the lower quartile of the per-op times pooled over the
-passes is kept (mean over ranks; `median_time_s`, the median over passes of per-pass lower quartiles and a few
+`batch_mean_time_s`. Deviations for the reported `time_s`: the sweep makes `passes` passes (5, quick 3, or
+`--repeats`) over every (op, size), each pass in its own shuffled order, one batch per visit; each op inside a
+batch is also timed on its own (gloo ops block until done), and the lower quartile of the per-op times pooled
+over the passes is kept (mean over ranks; `median_time_s`, the median over passes of per-pass lower quartiles and a few
 quantiles beside it). On a shared 2-core VM an op whose rank loses its core waits out
 a ~4 ms scheduler slice, so 10–40 % of small-message ops, and whole batches, run 2–20× slow; a batch mean
 inherits them, a low quantile of single ops does not (measured: run-to-run spread of the same size falls from
@@ -55,14 +55,18 @@ def _launched() -> bool:
 
 def probe_collectives(*, num_ranks: int = 2, ops: tuple[str, ...] = PROBE_OPS, quick: bool = False,
                       backend: str | None = None, max_bytes: float | None = None, tier: str | None = None,
-                      progress: bool = True, timeout_s: float = 300.0) -> dict[str, Any] | None:
-    """Measure the collectives; returns the result on rank 0 (None on other ranks under torchrun)."""
+                      progress: bool = True, timeout_s: float = 300.0, passes: int | None = None
+                      ) -> dict[str, Any] | None:
+    """Measure the collectives; returns the result on rank 0 (None on other ranks under torchrun). `passes`
+    (`probe --repeats`): passes over every (op, size), default 5 (quick 3)."""
     bad = [op for op in ops if op not in PROBE_OPS]
     if bad:
         raise NarrowpathError(f"unknown collective(s) {bad}; known: {', '.join(PROBE_OPS)}")
+    if passes is not None and passes < 1:
+        raise NarrowpathError(f"--repeats (passes over every op and size) must be >= 1, got {passes}")
     plan = {"ops": list(ops), "sizes": message_sizes(quick=quick, max_bytes=max_bytes),
             "target_s": 0.015 if quick else 0.05, "warmup": 2, "min_ops": 6 if quick else 10,
-            "max_ops": 150 if quick else 400, "passes": 3 if quick else 5,
+            "max_ops": 150 if quick else 400, "passes": passes or (3 if quick else 5),
             "progress": progress, "backend": backend, "tier": tier, "timeout_s": timeout_s}
     if _launched():
         return _run_rank(plan, out_path=None)
