@@ -45,6 +45,15 @@ CASES = [
     TC("events_is_a_number.json", b'{"traceEvents": 5}', "'traceEvents' is not an array"),
     TC("no_dur.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
        b'"ts": 1, "args": {"stream": 7}}]}', "no numeric 'ts'/'dur' (missing"),
+    # `dur` NaN / Infinity (JSON readers take them) said only "cannot convert float NaN to integer"
+    TC("dur_nan.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+       b'"ts": 1, "dur": NaN, "args": {"stream": 7}}]}',
+       "complete event 'k' (cat 'kernel') has no numeric 'ts'/'dur' (not a finite number: ts=1, dur=nan)"),
+    TC("dur_infinite_host_op.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", '
+       b'"ts": 1, "dur": Infinity}]}', "complete event 'aten::add' (cat 'cpu_op') has no numeric 'ts'/'dur' "
+       "(not a finite number: ts=1, dur=inf)"),
+    TC("ts_nan.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+       b'"ts": NaN, "dur": 1, "args": {"stream": 7}}]}', "(not a finite number: ts=nan, dur=1)"),
     TC("negative_dur.json", b'{"deviceProperties": [{}], "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
        b'"ts": 1, "dur": -5, "args": {"stream": 7}}]}', "negative duration (-5 us)"),
     TC("trailing_text.json", GOOD + b" garbage", "content after the end of the top-level object"),

@@ -101,7 +101,7 @@ def reduce_batch(cols: RankColumns, events: list[dict[str, Any]], path: str) -> 
             continue  # python_function, ac2g, ...: never looked at, so never held against the file
         try:
             ts, dur = round(e["ts"] * 1000), round(e["dur"] * 1000)
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # missing, a string, NaN, Infinity
             ts, dur = _slow_times(e, path)
         if dur < 0:
             raise TraceFormatError(f"{path}: complete event {str(e.get('name'))[:60]!r} (cat {cat!r}, ts "
@@ -156,12 +156,13 @@ def _short(value: Any) -> str:
 
 
 def _slow_times(e: dict[str, Any], path: str) -> tuple[int, int]:
-    """ts and dur of an event whose fast conversion failed: numeric strings are accepted; a missing or
-    non-numeric value is an error naming the event (a complete event without `dur` has no extent)."""
-    what = "missing" if "ts" not in e or "dur" not in e else "not a number"
+    """ts and dur of an event whose fast conversion failed: numeric strings are accepted; a missing, non-numeric
+    or non-finite (NaN, Infinity: JSON readers take them) value is an error naming the event (a complete event
+    without `dur` has no extent)."""
+    what = "missing" if "ts" not in e or "dur" not in e else "not a finite number"
     try:
         return _ns(e["ts"]), _ns(e["dur"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise TraceFormatError(f"{path}: complete event {str(e.get('name'))[:60]!r} (cat {e.get('cat')!r}) has "
                                f"no numeric 'ts'/'dur' ({what}: ts={e.get('ts')!r}, dur={e.get('dur')!r})"
                                ) from None
