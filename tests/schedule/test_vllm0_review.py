@@ -8,6 +8,7 @@ import pytest
 from narrowpath.analysis.serving_whatif import candidates
 from narrowpath.catalog import model, system
 from narrowpath.catalog.serving import serving_stack
+from narrowpath.errors import InfeasibleError
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import resolve_limits
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
@@ -58,7 +59,11 @@ def test_no_automatic_chunking_for_mla_or_before_pr_6666():
     max(max_model_len, 2048). Releases before PR #6666 (v0.5.3) never chunk by themselves."""
     scn, lim = resolve_limits(_scn(model("deepseek-v3"), "vLLM 0.7.3", 8, "dgx-h200", tp=8, weight_precision="fp8"))
     assert scn.plan.chunked_prefill is False and lim.max_num_tokens == 163840
-    kw = dict(num_gpus=8, tp=8, weight_precision="fp8")
+    # on H200s: a 131,072-token forward's workspace beside 405B's FP8 weights leaves an H100 no KV cache within
+    # vLLM's 0.9 of the whole GPU (as vLLM refuses it: max_model_len has to come down)
+    kw = dict(num_gpus=8, sysm="dgx-h200", tp=8, weight_precision="fp8")
+    with pytest.raises(InfeasibleError, match="vLLM gpu_memory_utilization"):
+        resolve_limits(_scn(model("llama3-405b"), "vLLM 0.5.2", **{**kw, "sysm": "dgx-h100"}))
     old, old_lim = resolve_limits(_scn(model("llama3-405b"), "vLLM 0.5.2", **kw))
     assert old.plan.chunked_prefill is False and old_lim.max_num_tokens == 131072
     assert resolve_limits(_scn(model("llama3-405b"), "vLLM 0.5.4", **kw))[0].plan.chunked_prefill is True

@@ -130,9 +130,15 @@ def iteration_work(cost, T: float, decodes: float, decode_ctx: float, prompt_tok
 
 
 def _useful_flop_per_token(run: ServingRun, mean: MeanIteration) -> float:
+    """Useful FLOPs per token the mean iteration processes: 2 per active parameter (the embedding lookup none), and
+    2·layers·heads·(d_qk + d_v) per (query, key) pair its attention reads — a decode's over its whole context, a
+    prompt token's over the prompt before it (causal, a chunk over the chunks before it too): the pairs of both
+    kinds over the tokens of both. (A prompt token was counted at the decodes' mean context whenever an iteration
+    held a decode: 68.5 % MFU where 50.2 % is right for a 32k-token prompt and 2 output tokens.)"""
     m = run.scenario.model
-    ctx = mean.decode_ctx / mean.decodes if mean.decodes else mean.prompt_pairs / max(1.0, mean.prompt_tokens)
-    attn = 2 * m.layers * m.heads * (m.qk_head_dim + m.v_head_dim) * ctx
+    tokens = mean.decodes + mean.prompt_tokens
+    pairs_per_token = (mean.decode_ctx + mean.prompt_pairs) / tokens if tokens > 0 else 0.0
+    attn = 2 * m.layers * m.heads * (m.qk_head_dim + m.v_head_dim) * pairs_per_token
     return 2 * (active_parameter_count(m) - m.vocab * m.hidden) + attn
 
 

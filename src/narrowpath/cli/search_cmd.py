@@ -75,7 +75,8 @@ def register(sub) -> None:
                    "(default 10; a few are timed first); a search over 10 s says so and prints progress on stderr")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_serve_search_args(p)  # issue 13: `search --serve` (cli/serve_search.py)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, flag_defaults={a.dest: (a.default, a.option_strings[0]) for a in p._actions
+                                            if a.option_strings and a.dest != "help"})
 
 
 def _flag(knob: str) -> str:
@@ -159,6 +160,25 @@ def _no_plan_error(space: SearchSpace) -> SpecError:
                      f"scale-up domain must span whole domains)")
 
 
+SERVE_ONLY = ("serve", "slo_ttft", "slo_tpot", "slo_stat", "input_len", "output_len", "weight_precision",
+              "kv_precision", "framework", "expert_balance", "redundant_experts", "replicas", "max_batch",
+              "disaggregation")
+"""Flags only a serving search (--serve) reads."""
+BOTH = ("model", "system", "gpus", "tp", "pp", "dp", "ep", "top", "jobs", "max_plans", "json", "profile")
+"""Flags both searches read; every other flag is the training search's."""
+
+
+def _check_flag_family(args) -> None:
+    """A flag the chosen search does not read is refused in one line (it was ignored: `search --serve
+    --objective energy` ranked by throughput, a training search took --slo-ttft and searched on)."""
+    for dest, (default, flag) in getattr(args, "flag_defaults", {}).items():
+        given = getattr(args, dest, default) != default
+        if not given or dest in BOTH or (dest in SERVE_ONLY) == bool(args.serve):
+            continue
+        raise SpecError(flag, "is a flag of the serving search: add --serve (or drop it)" if dest in SERVE_ONLY
+                        else "is a flag of the training search; a serving search (--serve) does not read it")
+
+
 def run(args) -> int:
     if args.top < 1:
         raise SpecError("--top", f"must be >= 1, got {args.top}")
@@ -172,6 +192,7 @@ def run(args) -> int:
         raise SpecError("--max-plans", f"must be >= 1, got {args.max_plans}")
     if not (math.isfinite(args.max_minutes) and args.max_minutes > 0):
         raise SpecError("--max-minutes", f"must be a finite number > 0, got {args.max_minutes}")
+    _check_flag_family(args)
     if args.serve:  # issue 13: serving plans under latency SLOs
         return run_serve_search(args)
     if getattr(args, "scenario", None) is None and (args.model or args.system) and args.gbs is None:

@@ -66,7 +66,8 @@ def register(sub) -> None:
     g.add_argument("--kv", dest="kv_precision", choices=KV_PRECISIONS,
                    help="KV cache format (default bf16, fp16 on Volta)")
     g.add_argument("--kv-fraction", dest="kv_memory_fraction", type=float,
-                   help="share of the free memory the KV cache takes (default: the serving stack's, 0.9)")
+                   help="share of the memory the KV cache may take (default: the serving stack's, 0.9): of what the "
+                        "model leaves free (TensorRT-LLM, SGLang), of the whole GPU (vLLM's gpu_memory_utilization)")
     g.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=None,
                    help="split prompts into chunks that fill the iteration's token budget (default: the stack's)")
     g.add_argument("--ep-dispatch", dest="ep_dispatch", choices=("all_to_all", "dedup"),
@@ -133,6 +134,17 @@ def _load(args, base: Load | None) -> Load:
             raise SpecError(flag, f"must be >= 1, got {v}")
     if args.requests and (args.input_len or args.output_len):
         raise SpecError("--requests", "give either a trace file or --input-len/--output-len, not both")
+    clash = [f for f, v in (("--rate", args.rate), ("--offline", args.offline or None), ("--batch", args.batch),
+                            ("--num-requests", args.num_requests)) if v is not None]
+    if args.requests and clash:  # they were ignored: the trace's own arrivals and count were served
+        raise SpecError("--requests", f"a trace sets each request's arrival and their number; drop "
+                                      f"{', '.join(clash)} (--concurrency caps a trace's requests in flight)")
+    if args.batch is not None and args.policy not in (None, "static"):
+        raise SpecError("--batch", f"runs static batches of {args.batch} (policy static), not --policy "
+                                   f"{args.policy}; for a cap on a continuous batch give --max-batch")
+    if args.concurrency is not None and (args.batch is not None or args.policy == "static"):
+        raise SpecError("--concurrency", "a static batch prefills and decodes its sequences together, with no "
+                                         "requests in flight to cap; drop --concurrency or the static batch")
     kw = {} if base is None else {f.name: getattr(base, f.name) for f in dataclasses.fields(Load)}
     if args.rate is not None:
         kw.update(arrival="poisson", rate_per_s=args.rate)
@@ -215,7 +227,11 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
         if args.gpus < 1 or rest < 1 or rest % inst:
             what = f" left by the prefill pool's {pool.num_gpus}" if pool is not None else ""
             raise SpecError("--gpus", f"{args.gpus} GPUs{what} are not a multiple of tp·dp·pp = {inst}")
-        kw.setdefault("replicas", rest // inst + (pre if pool is not None else 0))
+        replicas = rest // inst + (pre if pool is not None else 0)
+        if kw.get("replicas", replicas) != replicas:  # it was taken over --gpus
+            raise SpecError("--gpus", f"{args.gpus} GPUs hold {replicas} replicas of tp·dp·pp = {inst}, not the "
+                                      f"{kw['replicas']} --replicas gives (give one of the two)")
+        kw["replicas"] = replicas
     plan = dataclasses.replace(plan0, **kw)
     load = _load(args, load0)
     if args.profile:

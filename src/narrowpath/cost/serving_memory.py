@@ -3,7 +3,11 @@ gets, and so how many tokens of context (and sequences) an attention data-parall
 
     KV pool = fraction · (device memory − weights − activation workspace − runtime reserve)
 (TensorRT-LLM `kv_cache_free_gpu_mem_fraction` of the memory free after the model is loaded and a forward pass of
-`max_num_tokens` profiled; vLLM `gpu_memory_utilization` profiles the same way, Kwon et al. 2023 §4.) Every
+`max_num_tokens` profiled), or, for a stack whose fraction is of the whole device (`fraction_of_total`),
+    KV pool = fraction · device memory − weights − activation workspace − runtime reserve
+(vLLM `gpu_memory_utilization`: the worker's determine_available_memory takes the requested memory, total ×
+utilization, less the non-KV memory it profiled — weights, peak activations, graphs and NCCL buffers; Kwon et
+al. 2023 §4 profile the same way; 0.1 of the weights less than the first form holds). Every
 stage of a pipeline holds the KV of all in-flight sequences for its own layers, so the tokens an instance can
 hold are the fewest over its stages. Paged KV allocates whole blocks: a sequence of n tokens takes
 ⌈n / block⌉ blocks (the last one partly empty: internal fragmentation, vLLM §4.2).
@@ -65,7 +69,8 @@ def activation_workspace_bytes(model: Model, plan: ServingPlan, f: Formats, max_
 
 
 def serving_memory(model: Model, plan: ServingPlan, system: System, f: Formats, *, max_num_tokens: int,
-                   max_batch: int, kv_fraction: float, block_tokens: int) -> ServingMemory:
+                   max_batch: int, kv_fraction: float, block_tokens: int,
+                   fraction_of_total: bool = False) -> ServingMemory:
     """Memory of the most constrained stage (fewest KV tokens); InfeasibleError when the weights and workspace
     leave nothing for the KV cache."""
     cap = system.device.hbm.capacity_bytes
@@ -82,7 +87,13 @@ def serving_memory(model: Model, plan: ServingPlan, system: System, f: Formats, 
                 f"than the {cap / 1e9:.1f} GB of one {system.device.name} (tp {plan.tp}, pp {plan.pp}, ep {plan.ep}, "
                 f"{plan.weight_precision} weights)")
         per_tok = kv_bytes_per_token(model, plan, layers)
-        pool = kv_fraction * free
+        pool = kv_fraction * cap - (cap - free) if fraction_of_total else kv_fraction * free
+        if pool <= 0:
+            raise InfeasibleError(
+                f"{model.name} does not fit for serving: stage {s} needs {(cap - free) / 1e9:.1f} GB of weights, "
+                f"activations and runtime per GPU, more than the {kv_fraction:g} of the {cap / 1e9:.1f} GB of one "
+                f"{system.device.name} the stack lets it use (vLLM gpu_memory_utilization; tp {plan.tp}, pp "
+                f"{plan.pp}, ep {plan.ep}, {plan.weight_precision} weights)")
         tokens = int(pool / per_tok) if per_tok > 0 else 1 << 40
         mem = ServingMemory(cap, w, act, RUNTIME_RESERVE_BYTES, pool, per_tok, tokens, block_tokens)
         if best is None or mem.kv_tokens < best.kv_tokens:

@@ -306,7 +306,8 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
     scn = dataclasses.replace(scn, plan=p, chosen=tuple(notes))
     f = Formats.of(p, "fp8" in scn.system.device.peak_matrix_flop_per_s, scn.model)
     mem = serving_memory(scn.model, p, scn.system, f, max_num_tokens=p.max_num_tokens, max_batch=p.max_batch,
-                         kv_fraction=p.kv_memory_fraction, block_tokens=p.kv_block_tokens)
+                         kv_fraction=p.kv_memory_fraction, block_tokens=p.kv_block_tokens,
+                         fraction_of_total=stack.get("kv_fraction_of") == "total")
     max_seqs = p.max_batch
     if stack.get("batch_limits") == "sglang" and dict(notes).get("max_batch", "").startswith(
             f"{SGLANG_MAX_RUNNING} — SGLang"):  # filled here (now or by an earlier pass), not stated

@@ -80,13 +80,14 @@ class Unit:
 
 def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndarray, arr: np.ndarray,
                     ready: np.ndarray, handoff_s: np.ndarray, concurrency: int, tot: LaneTotals,
-                    floors_s: tuple[float, float], new_steps: int) -> None:
+                    floors_s: tuple[float, float], new_steps: int, earliest: np.ndarray | None = None) -> None:
     """Run a disaggregated deployment's lanes to the end (module docstring). `pre`: lockstep groups of prefill
     lanes, lane i of P holding the requests order[i::P] (sent in `order`; `arr` inf for those beyond the first
     `concurrency`, set here when a request finishes); `dec`: groups of decode lanes with empty request buffers
     (`rids` of ⌈n/D⌉ slots, `released` 0, reading `ready`); `handoff_s` per request; hand-offs are added to `tot`.
     `floors_s`: the cheapest iteration of a prefill and of a decode lane; `new_steps`: the fewest decode steps of
-    any request (its output less the prefill's token, over the tokens a step yields)."""
+    any request (its output less the prefill's token, over the tokens a step yields); `earliest`: each request's own
+    arrival, before which it is not sent."""
     units = [Unit(g, False) for g in pre] + [Unit(g, True) for g in dec]
     pre_lanes = [ln for g in pre for ln in g]
     dec_lanes = [ln for g in dec for ln in g]
@@ -126,7 +127,8 @@ def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndar
             while finished and finished[0] == first_event:
                 t = heapq.heappop(finished)
                 if sent < n:
-                    arr[order[sent]] = t
+                    nxt = order[sent]
+                    arr[nxt] = t if earliest is None else max(t, float(earliest[nxt]))
                     sent += 1
             continue
         if math.isinf(t_min):

@@ -243,6 +243,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         pl, dp = pool.lim, pool.plan.dp
         spec = LaneSpec(pl.max_batch, pl.max_num_tokens, pool.lane_blocks, pl.block_tokens, policy, p.admission,
                         bool(p.chunked_prefill), p.spec_tokens, gain, merge)
+        earliest = arr_v.copy()  # the arrivals a closed loop holds back: no request is sent before its own
         for g in range(0, min(lanes, groups * dp) if groups else lanes, dp):
             group = []
             for i in range(g, min(g + dp, lanes)):
@@ -251,7 +252,7 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
                 if lc and lc < len(rids):
                     arr_v[rids[lc:]] = np.inf
                 group.append(Lane(spec, pool.step, rids, arr_v, n_in, n_out, first, finish, totals,
-                                  log if (log_lane and i == 0) else None, lc))
+                                  log if (log_lane and i == 0) else None, lc, earliest))
             out.append(group)
         return out
 
@@ -333,6 +334,7 @@ def closed_loop_disaggregated(lane_groups, order, arr, handoff, n_out, pre: _Poo
     prompt's KV cache reached the decode pool."""
     from narrowpath.schedule.serving_disagg import run_closed_loop
     p = dec.plan
+    earliest = arr.copy()  # no request is sent before its own arrival
     arr[order[conc:]] = np.inf
     pre_groups = lane_groups(order, n_pre, "prefill-only", arr, lane_conc=0, pool=pre, totals=totals[0])
     n = len(order)
@@ -346,7 +348,8 @@ def closed_loop_disaggregated(lane_groups, order, arr, handoff, n_out, pre: _Poo
     q = 1 + p.spec_tokens
     floors = (pre.step(1, 0, 0.0, 1, 1.0, 1.0, 0, q, 1), dec.step.decode_line(q, 1, 1, q)(0.0))  # cheapest iterations
     new_steps = max(0, math.ceil((int(n_out.min()) - 1) / gain - 1e-9))
-    run_closed_loop(pre_groups, dec_groups, order, arr, ready, handoff, conc, totals[0], floors, new_steps)
+    run_closed_loop(pre_groups, dec_groups, order, arr, ready, handoff, conc, totals[0], floors, new_steps,
+                    earliest)
     return ready
 
 

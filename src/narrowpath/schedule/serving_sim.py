@@ -149,13 +149,16 @@ class Step:
 class Lane:
     """State and loop of one lane. `step_s(T, dec, dec_ctx, pre_tok, pre_pairs, pre_ctx, rows, q[, requests])`
     prices an iteration; `arr` (arrival times; inf = released by the closed loop), `n_in`, `n_out`, `first`, `finish` are
-    global per-request arrays the lane reads and writes for its requests `rids` (sorted by arrival)."""
+    global per-request arrays the lane reads and writes for its requests `rids` (sorted by arrival). Under a closed
+    loop (`concurrency` > 0) a request is sent when a slot frees, first in first out, and never before its own
+    arrival (`earliest`, the arrivals before the loop held them back: an open-loop rate or a trace under a
+    concurrency cap, as vLLM's benchmark runs --request-rate with --max-concurrency)."""
 
     def __init__(self, spec: LaneSpec, step_s, rids: np.ndarray, arr, n_in, n_out, first, finish,
-                 totals: LaneTotals, log: list | None, concurrency: int = 0):
+                 totals: LaneTotals, log: list | None, concurrency: int = 0, earliest: np.ndarray | None = None):
         self.s, self.step_s, self.rids = spec, step_s, rids
         self.arr, self.n_in, self.n_out, self.first, self.finish = arr, n_in, n_out, first, finish
-        self.tot, self.log, self.conc = totals, log, concurrency
+        self.tot, self.log, self.conc, self.earliest = totals, log, concurrency, earliest
         self.logged = 0  # records this lane has put in the log
         self.now = 0.0
         self.p = 0  # next request of `rids` not yet arrived
@@ -215,8 +218,9 @@ class Lane:
         self.finish[rid] = self.now
         if self.on_finish is not None:
             self.on_finish(rid, self.now)
-        if self.conc and self.released < len(self.rids):  # closed loop: the next request goes out now
-            self.arr[self.rids[self.released]] = self.now
+        if self.conc and self.released < len(self.rids):  # closed loop: the next request goes out now (or arrives)
+            nxt = self.rids[self.released]
+            self.arr[nxt] = self.now if self.earliest is None else max(self.now, float(self.earliest[nxt]))
             self.released += 1
 
     def _admissible(self) -> bool:

@@ -88,8 +88,10 @@ class ServingPlan:
     kv_block_tokens: int = 0
     """Tokens per paged-KV block (vLLM 16, TensorRT-LLM 32); a sequence holds whole blocks. 0 = stack default."""
     kv_memory_fraction: float = 0.0
-    """Share of the memory left after weights, activations and runtime that the KV cache takes; 0 = stack
-    default (TensorRT-LLM kv_cache_free_gpu_mem_fraction 0.9)."""
+    """Share of the memory left after weights, activations and runtime that the KV cache takes (TensorRT-LLM
+    kv_cache_free_gpu_mem_fraction), or, for a stack whose fraction is of the whole GPU (vLLM
+    gpu_memory_utilization; stack key `kv_fraction_of: total`), of the device memory, the rest then less; 0 = stack
+    default (0.9)."""
     chunked_prefill: bool | None = None
     """Split prompts into chunks that fill the token budget left by the decodes (Sarathi-Serve); None = stack
     default."""
