@@ -23,6 +23,12 @@ SHIPPED = ("training-public.yaml", "training-sweeps-public.yaml", "published-ext
 """Training corpora shipped with the package, unmodified copies of shared/validation/ (and of the held-out
 llm-foundry and torchtitan runs, benchmarks/data/published-extra.yaml); `narrowpath validate` runs them all by default."""
 _CASE_META = ("id", "source", "measured", "kind", "assumed", "sweep", "note", "notes")
+REQUIRED = {"plan": ("tp", "pp", "dp", "ep", "cp", "vpp", "mbs", "gbs", "zero_stage", "recompute", "sequence_parallel",
+                     "precision")}
+"""The plan fields a case must carry (shared/validation/README.md; one the source does not publish is written
+`null` and chosen without the measurement). Left out with no stack default to fill it, it took the tool's own
+default and said nothing: a Megatron-Bridge MXFP8 case without `precision` was priced in bf16 (+34.5 % instead of
++2.0 %)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,19 @@ def step_time_from_rate(tokens_per_s_per_gpu: Any, scn: Scenario) -> float:
     return scn.plan.gbs * scn.model.seq_len / (float(r) * scn.num_gpus)
 
 
+def _check_required(data: Mapping, scn: Scenario) -> None:
+    """A plan field the case leaves out is refused unless something said fills it: its software stack's default
+    (catalog/stacks.yaml, noted in `chosen`) or, for an engine no stack names, the chooser (its open knobs)."""
+    plan = data.get("plan")
+    if not isinstance(plan, Mapping):  # the scenario reader named a missing or wrong section already
+        return
+    said = set(dict(scn.chosen)) | set(scn.open_knobs)
+    for k in REQUIRED["plan"]:
+        if k not in plan and k not in said:
+            raise NarrowpathError(f"plan.{k}: is required (write null where the source does not publish it: it is "
+                                  "then chosen and said)")
+
+
 def _case(raw: Any, index: int, corpus: str) -> Case:
     if not isinstance(raw, Mapping):
         return Case(f"case[{index}]", "", None, None, False, f"case[{index}] is not a mapping", corpus=corpus)
@@ -94,6 +113,7 @@ def _case(raw: Any, index: int, corpus: str) -> Case:
             raise NarrowpathError(f"kind: only `training` cases are priced here, got {kind!r}")
         data = {k: v for k, v in raw.items() if k not in _CASE_META}
         scn = scenario_from_dict(data, name=cid, allow_null=True, corpus="training")
+        _check_required(data, scn)
         if from_rate:
             t_ok = step_time_from_rate(measured["tokens_per_s_per_gpu"], scn)
         return Case(cid, source, scn, t_ok, from_rate or bool(measured.get("step_time_derived", False)),

@@ -117,6 +117,8 @@ def load_inference_corpus(path: str | Path) -> list[Mapping[str, Any]]:
     seen: set[str] = set()
     for i, raw in enumerate(data["cases"]):
         cid = raw.get("id") if isinstance(raw, Mapping) else None
+        if cid is not None and (isinstance(cid, bool) or not isinstance(cid, (str, int, float))):
+            raise NarrowpathError(f"{p}: case[{i}].id: must be text, got {type(cid).__name__} {cid!r}")
         if cid is not None and cid in seen:
             raise NarrowpathError(f"{p}: duplicate case id {cid!r}")
         seen.add(cid)

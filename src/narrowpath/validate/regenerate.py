@@ -119,7 +119,11 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
     L += ["",
           "## Error bands: leave one source out", "",
           f"Each case's {int(LEVEL * 100)} % band built from the residuals of the other sources only "
-          "(analysis.band):", "", "| source | inside the band | cases | coverage (%) |", "|---|---|---|---|"]
+          "(analysis.band). The calibration profiles", "were fitted on every source's dense cases, the held-out "
+          "one's too, so this holds out the band's", "neighbours, not the fit: `python benchmarks/loso_refit.py` "
+          "refits the profiles per fold as", "`benchmarks/fit_profiles.py` fits them and gives both coverages "
+          "(docs/model.md, 'Error bands').", "", "| source | inside the band | cases | coverage (%) |",
+          "|---|---|---|---|"]
     hit_all = n_all = 0
     for src, (hit, n) in coverage.items():
         L.append(f"| {src} | {hit} | {n} | {_pct(hit / n if n else None)} |")
