@@ -64,3 +64,11 @@ def test_band_is_never_tighter_than_one_percent_and_defaults_without_cases():
     assert b.low_s == pytest.approx(100 * math.exp(-0.01)) and b.high_s == pytest.approx(100 * math.exp(0.01))
     empty = band_from_cases(100.0, F, [])
     assert (empty.low_s, empty.high_s, empty.inside) == (50.0, 200.0, False)
+
+
+def test_the_band_reads_the_out_of_fold_residuals_where_a_case_has_them():
+    """A case's `residual_oof` (its source held out of the fit) stands for its in-sample residual: the same ten
+    cases with in-sample residuals all 0 and out-of-fold ones R give R's band, [t·e^−0.31, t·e^0.11]."""
+    cs = [dict(c, residual=0.0, residual_oof=r) for c, r in zip(cases(R), R)]
+    b = band_from_cases(100.0, F, cs)
+    assert b.low_s == pytest.approx(100 * math.exp(-0.31)) and b.high_s == pytest.approx(100 * math.exp(0.11))

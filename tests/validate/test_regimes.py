@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from narrowpath.validate.regenerate import loso_coverage, main as regenerate, residual_records
+from narrowpath.validate.regenerate import loso_coverage, main as regenerate, residual_records, with_out_of_fold
 from narrowpath.validate.run import run_validation
 
 
@@ -56,8 +56,13 @@ def test_ranking_of_plans(report):
 
 
 def test_error_bands_are_honest_out_of_source():
-    """Leave one source out: the measured time falls inside the 80 % band for 70–90 % of cases (issue 10)."""
-    cov = loso_coverage(residual_records())
+    """Leave one source out — the fit too, as issue 10 asks ("fit on all sources but one, predict that one"): each
+    case's out-of-fold residual (the device profiles refitted without its source, benchmarks/loso_refit.py) falls
+    inside the 80 % band built from the other sources' out-of-fold residuals for 70–90 % of cases. (With the
+    neighbours held out but not the fit it read 80.4 %; with the fit held out too and in-sample bands, 69.5 %.)"""
+    records, stale = with_out_of_fold(residual_records())
+    assert not stale, f"{len(stale)} out-of-fold residuals are stale: run python benchmarks/loso_refit.py --write"
+    cov = loso_coverage(records)
     hit, n = sum(h for h, _ in cov.values()), sum(m for _, m in cov.values())
     assert 0.70 <= hit / n <= 0.90, cov
 

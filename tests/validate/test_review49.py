@@ -72,3 +72,16 @@ def test_an_inference_case_id_that_is_not_text_is_one_line(tmp_path, capsys, bad
     assert main(["validate", "--corpus", str(f)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "case[0].id: must be text" in err and "Traceback" not in err
+
+
+def test_an_out_of_fold_residual_computed_for_another_model_is_stale():
+    """catalog/residuals_oof.json keeps each case's in-sample residual beside its out-of-fold one: a case whose
+    in-sample residual moved (the model changed) is not given the old out-of-fold one, and regenerate --check
+    names it."""
+    from narrowpath.validate.regenerate import residual_records, with_out_of_fold
+    records = residual_records()
+    fresh, stale = with_out_of_fold(records)
+    assert not stale and all("residual_oof" in r for r in fresh)
+    moved = [dict(records[0], residual=records[0]["residual"] + 0.01)] + records[1:]
+    again, stale = with_out_of_fold(moved)
+    assert stale == [records[0]["id"]] and "residual_oof" not in again[0]

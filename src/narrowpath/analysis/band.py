@@ -9,7 +9,11 @@ measured time is expected in [t·e^(−q_hi), t·e^(−q_lo)] where q_lo, q_hi a
 anything validated (a generation, format or regime no case covers, or far from every case) says so and why.
 
 The residuals ship as data (catalog/residuals.json), regenerated with docs/validation.md by
-`python -m narrowpath.validate.regenerate` and checked for drift in CI.
+`python -m narrowpath.validate.regenerate` and checked for drift in CI. The spread is that of the out-of-fold
+residuals (`residual_oof`: each case predicted with the device profiles refitted without its source,
+benchmarks/loso_refit.py) where they are stored: the profiles were fitted on these cases, so their in-sample
+residuals understate the error on a plan the fit never saw (conformal prediction calibrates on held-out errors;
+in-sample, 80.4 % of held-out cases fell in the band with the neighbours held out, 69.5 % once the fit was too).
 """
 from __future__ import annotations
 
@@ -102,7 +106,7 @@ def band_from_cases(step_time_s: float, f: dict, cases, level: float = LEVEL, k:
         return Band(step_time_s * 0.5, step_time_s * 2.0, level, False, (), "no validated case to compare with")
     d = np.array([distance(f, c["features"]) for c in cases])
     order = np.argsort(d, kind="stable")[:k]
-    r = np.array([cases[i]["residual"] for i in order])
+    r = np.array([cases[i].get("residual_oof", cases[i]["residual"]) for i in order])
     lo_q, hi_q = (1 - level) / 2, 1 - (1 - level) / 2
     q_lo, q_hi = np.quantile(r, lo_q), np.quantile(r, hi_q)
     reasons = _outside_reasons(f, cases)
