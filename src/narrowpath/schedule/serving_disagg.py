@@ -80,7 +80,7 @@ class Unit:
 
 def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndarray, arr: np.ndarray,
                     ready: np.ndarray, handoff_s: np.ndarray, concurrency: int, tot: LaneTotals,
-                    floors_s: tuple[float, float], new_steps: int, earliest: np.ndarray | None = None) -> None:
+                    floors_s: tuple[float, float], new_steps: int, earliest: np.ndarray) -> None:
     """Run a disaggregated deployment's lanes to the end (module docstring). `pre`: lockstep groups of prefill
     lanes, lane i of P holding the requests order[i::P] (sent in `order`; `arr` inf for those beyond the first
     `concurrency`, set here when a request finishes); `dec`: groups of decode lanes with empty request buffers
@@ -128,7 +128,7 @@ def run_closed_loop(pre: list[list[Lane]], dec: list[list[Lane]], order: np.ndar
                 t = heapq.heappop(finished)
                 if sent < n:
                     nxt = order[sent]
-                    arr[nxt] = t if earliest is None else max(t, float(earliest[nxt]))
+                    arr[nxt] = max(t, float(earliest[nxt]))
                     sent += 1
             continue
         if math.isinf(t_min):
