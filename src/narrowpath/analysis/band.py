@@ -100,13 +100,18 @@ def _outside_reasons(f: dict, cases) -> list[str]:
     return reasons
 
 
+def spread_residual(case: dict) -> float:
+    """The residual a validated case lends a band: its out-of-fold one where stored, else its in-sample one."""
+    return case.get("residual_oof", case["residual"])
+
+
 def band_from_cases(step_time_s: float, f: dict, cases, level: float = LEVEL, k: int = K_NEAREST) -> Band:
     """The band of a prediction with features `f` from residual records `cases` (see module docstring)."""
     if not cases:
         return Band(step_time_s * 0.5, step_time_s * 2.0, level, False, (), "no validated case to compare with")
     d = np.array([distance(f, c["features"]) for c in cases])
     order = np.argsort(d, kind="stable")[:k]
-    r = np.array([cases[i].get("residual_oof", cases[i]["residual"]) for i in order])
+    r = np.array([spread_residual(cases[i]) for i in order])
     lo_q, hi_q = (1 - level) / 2, 1 - (1 - level) / 2
     q_lo, q_hi = np.quantile(r, lo_q), np.quantile(r, hi_q)
     reasons = _outside_reasons(f, cases)

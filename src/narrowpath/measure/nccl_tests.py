@@ -171,7 +171,7 @@ def _one(logs: tuple[NcclTestsLog, ...], source: str) -> NcclTestsLog:
     if len(logs) > 1:
         raise NarrowpathError(f"{source}: holds {len(logs)} tests ("
                               + ", ".join(f"{t.op or 'not named'} from line {t.line}" for t in logs)
-                              + "); read them with parse_nccl_tests_logs / read_nccl_tests_logs")
+                              + "); read them with parse_nccl_tests_logs")
     return logs[0]
 
 
@@ -193,10 +193,6 @@ def read_nccl_tests_logs(path: str | Path) -> tuple[NcclTestsLog, ...]:
     # nccl-tests prints ASCII; a stray byte (a host name, an interleaved NCCL line) must not stop the parse
     return parse_nccl_tests_logs(raw.decode("utf-8", errors="replace"), source=f"nccl-tests log {path}")
 
-
-def read_nccl_tests_log(path: str | Path) -> NcclTestsLog:
-    """The one test of an nccl-tests log file (several are an error naming them)."""
-    return _one(read_nccl_tests_logs(path), f"nccl-tests log {path}")
 
 
 def parse_nccl_tests_log(text: str) -> list[NcclTestsRow]:

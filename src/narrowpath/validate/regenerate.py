@@ -20,7 +20,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from narrowpath.analysis.band import LEVEL, band_from_cases, features
+from narrowpath.analysis.band import LEVEL, band_from_cases, features, spread_residual
 from narrowpath.schedule.step import predict
 from narrowpath.validate.corpus import load_corpus, shipped_corpus_path
 from narrowpath.errors import NarrowpathError
@@ -75,7 +75,7 @@ def loso_coverage(records: list[dict]) -> dict[str, tuple[int, int]]:
                 continue
             # predicted time t and measured t·e^(−residual): inside when the band of t holds the measurement
             band = band_from_cases(1.0, r["features"], train)
-            measured = math.exp(-r.get("residual_oof", r["residual"]))
+            measured = math.exp(-spread_residual(r))
             hit += band.low_s <= measured <= band.high_s
             n += 1
         out[src] = (hit, n)

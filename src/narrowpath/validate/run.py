@@ -152,13 +152,13 @@ def run_validation(path: str | Path | None = None, calibration: Calibration | No
             results.append(CaseResult(case.id, None, case.measured_step_time_s, None, failure=case.error,
                                       sweep=case.sweep, corpus=case.corpus))
             continue
-        groups = regimes(case.scenario, case.source)  # as stated (a case that fails keeps these)
         check = flop_check(case.scenario.model, case.measured_flop_per_token)
         try:
             pred = predict(case.scenario, calibration)
-        except NarrowpathError as exc:
+        except NarrowpathError as exc:  # a case that fails keeps the groups of its plan as stated
             results.append(CaseResult(case.id, None, case.measured_step_time_s, None, failure=str(exc),
-                                      sweep=case.sweep, corpus=case.corpus, groups=groups, flop_check=check))
+                                      sweep=case.sweep, corpus=case.corpus,
+                                      groups=regimes(case.scenario, case.source), flop_check=check))
             continue
         err = (pred.step_time_s - case.measured_step_time_s) / case.measured_step_time_s
         groups = regimes(pred.scenario, case.source)  # as priced: a null zero_stage chosen 3 is FSDP/ZeRO-3
