@@ -38,3 +38,16 @@ def test_rings_keep_their_own_rails():
     nic_up, _, leaf_up, _ = _blocks(fab, unit_link_load(plan, fab, "dp", "ring"))
     assert nic_up == pytest.approx(np.ones(16))
     assert not leaf_up.any()
+
+
+def test_nvl72_rings_load_every_members_nic():
+    """TP 4 × DP 32 on 128 GB200 in two 64-GPU NVL72 segments: each of the 4 DP groups has 16 members a segment,
+    and NCCL's rings cross between the segments member by member (`network.paths` prices the 16 NICs together),
+    so each of the 128 ranks sends its one byte out of its own NIC: 128 bytes on the NIC uplinks, one each. Laid
+    per 4-GPU tray, a group left its segment by one flow: 8 of the 128 ranks carried the bytes, 16× too few."""
+    plan = Plan(tp=4, dp=32, gbs=32)
+    fab = fabric_for(system("gb200-nvl72"), 128)
+    assert fab.scale_up_domain == 64
+    nic_up, nic_down, _, _ = _blocks(fab, unit_link_load(plan, fab, "dp", "ring"))
+    assert nic_up == pytest.approx(np.ones(128))
+    assert nic_down == pytest.approx(np.ones(128))

@@ -75,7 +75,7 @@ def test_intra_leaf_traffic_ignores_oversubscription():
 def test_pairs_helpers():
     src, dst = alltoall_pairs(np.array([[0, 1, 2]]))
     assert sorted(zip(src, dst)) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
-    s, d = ring_pairs(np.array([[0, 1, 8, 9]]), gpus_per_node=8)  # 2 members on each of 2 nodes: 2 rails
+    s, d = ring_pairs(np.array([[0, 1, 8, 9]]), domain_gpus=8)  # 2 members on each of 2 nodes: 2 rails
     assert sorted(zip(s, d)) == [(0, 8), (1, 9), (8, 0), (9, 1)]
 
 

@@ -66,7 +66,7 @@ def unit_link_load(plan: Plan, fabric: FabricSpec, axis: str, pattern: str) -> n
     elif pattern == "chain":
         src, dst = _chain_pairs(groups)
     else:
-        src, dst = ring_pairs(groups, fabric.gpus_per_node)
+        src, dst = ring_pairs(groups, max(1, fabric.scale_up_domain))
     tree = fabric.fat_tree()
     cap = tree.capacities()
     dom = max(1, fabric.scale_up_domain)

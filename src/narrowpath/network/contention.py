@@ -11,11 +11,15 @@ few rounds, because every link of one tier saturates in the same round.
 collective at once (the DP rings of every TP/PP group, the EP all-to-alls of every expert group) and share NICs,
 leaf uplinks and an oversubscribed spine. It returns t_concurrent / t_alone ≥ 1 for the axis's inter-node
 transfer, i.e. the factor by which to divide the scale-out bandwidth `cost.collectives` assumes for one group
-alone. Traffic between GPUs of one scale-up domain rides NVLink and is not a fabric flow; a point-to-point flow
-(an all-to-all's pairs) leaves its node through the NIC on the destination's rail (NCCL's PXN, `pxn_relay`).
+alone. `cost.collectives` prices a group at its NICs' rate, so "alone" is one group on the same fabric built
+non-blocking: a single group whose own rings cross an oversubscribed uplink is slowed too (one DP group of 256
+GPUs on a fat tree at 8:1: 8 rails' flows leave each 32-port leaf through 4 NICs' worth of uplink, 2×).
+Traffic between GPUs of one scale-up domain rides NVLink and is not a fabric flow; a point-to-point flow (an
+all-to-all's pairs) leaves its node through the NIC on the destination's rail (NCCL's PXN, `pxn_relay`).
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import numpy as np
@@ -78,12 +82,14 @@ def alltoall_pairs(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return groups[:, i].reshape(-1), groups[:, j].reshape(-1)
 
 
-def ring_pairs(groups: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
-    """Inter-node flows of rail-aligned rings (NCCL): with r members per node, member j of a node sends to member j
-    of the next node of the ring, so each of the r rails carries one ring (an r = 1 group is a plain ring)."""
+def ring_pairs(groups: np.ndarray, domain_gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inter-domain flows of rail-aligned rings (NCCL): with r members per scale-up domain, member j of a domain
+    sends to member j of the next domain of the ring, so each of the r members' NICs carries one ring (an r = 1
+    group is a plain ring). `domain_gpus` is the scale-up domain (a node on HGX; an NVL72 rack or its segment
+    holds many nodes, and `network.paths` prices its r members' NICs together: r × nic_bw)."""
     srcs, dsts = [], []
     for row in groups:
-        nodes, counts = np.unique(row // gpus_per_node, return_counts=True)
+        nodes, counts = np.unique(row // domain_gpus, return_counts=True)
         if nodes.size < 2:
             continue
         if (counts == counts[0]).all():
@@ -126,8 +132,9 @@ def _slowdown(plan: Plan, fabric: FabricSpec, axis: str, pattern: str) -> float:
     if groups.shape[1] <= 1:
         return 1.0
     per_node, domain = fabric.gpus_per_node, max(1, fabric.scale_up_domain)
-    make = (lambda gr: alltoall_pairs(gr)) if pattern == "all_to_all" else (lambda gr: ring_pairs(gr, per_node))
+    make = (lambda gr: alltoall_pairs(gr)) if pattern == "all_to_all" else (lambda gr: ring_pairs(gr, domain))
     tree = fabric.fat_tree()
+    nonblocking = dataclasses.replace(fabric, oversubscription=(1.0, 1.0)).fat_tree()
 
     def fabric_flows(gr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         src, dst = make(gr)
@@ -135,7 +142,7 @@ def _slowdown(plan: Plan, fabric: FabricSpec, axis: str, pattern: str) -> float:
         src, dst = src[leave], dst[leave]
         return (pxn_relay(src, dst, per_node) if pattern == "all_to_all" else src), dst
 
-    alone = _min_rate(tree, *fabric_flows(groups[:1]))
+    alone = _min_rate(nonblocking, *fabric_flows(groups[:1]))  # what cost.collectives prices
     if not np.isfinite(alone):
         return 1.0
     together = _min_rate(tree, *fabric_flows(groups))
