@@ -91,12 +91,13 @@ def test_hierarchical_all_reduce_by_hand():
     """Reduce-scatter in the domain (8.4 + 7 µs + 4e9·0.875/400e9 = 8.7654 ms), all-reduce of S/8 = 0.5 GB over the
     2-rank rail ring, all-gather in the domain (8.7654 ms). For 0.5 GB NCCL's model prefers LL128 (0.92 of the
     bandwidth) to Simple (0.9 size correction at 2^28.9 B): 14 µs + 2 network hops × 5 µs × 4.0/9.6 +
-    5e8/(0.92·40e9) = 13.6051 ms; total 31.1359 ms."""
+    5e8/(0.92·40e9) = 13.6051 ms; total 31.1359 ms. The domain's legs (17.53 ms) outlast the rails' (13.61 ms):
+    the bottleneck is scale_up."""
     c = hierarchical("all_reduce", S, pm())
     assert c.time_s == pytest.approx(2 * (15.4e-6 + 8.75e-3) + 14e-6 + 10e-6 * 4.0 / 9.6 + 5e8 / (0.92 * 40e9))
     assert c.latency_s == pytest.approx(2 * 15.4e-6 + 14e-6 + 10e-6 * 4.0 / 9.6)  # the size-independent part
     assert c.busbw_bytes_per_s == pytest.approx(S * 2 * 15 / 16 / c.time_s)  # nccl-tests: 2(n − 1)/n, n = 16
-    assert (c.bottleneck_tier, c.wire_bytes_per_rank) == ("scale_out", S * 2 * 15 / 16)
+    assert (c.bottleneck_tier, c.wire_bytes_per_rank) == ("scale_up", S * 2 * 15 / 16)
 
 
 def test_direct_all_to_all_sends_n_minus_r_over_n_through_the_nic():
@@ -269,3 +270,73 @@ def test_a_full_mesh_subgroup_reads_a_measured_table_on_its_own_links():
     assert pair.measured_busbw(2**30) == pytest.approx(32e9)
     t = ring("all_reduce", 2**30, pair)
     assert t.time_s == pytest.approx(2 * 0.5 * 2**30 / 32e9, rel=1e-9)
+
+
+def test_send_recv_runs_simple_at_full_rate_above_the_ll_threshold():
+    """NCCL runs a send/recv in LL up to 16 KiB and in Simple above, never LL128 (enqueue.cc addP2pToPlan), with
+    no tuner model behind it. 16 MB across domains (NIC 40 GB/s): Simple, 8.4 µs + one 5 µs network hop +
+    16e6/40e9 = 413.4 µs (LL128 read 14 + 5 · 4.0/9.6 + 16e6/(0.92 · 40e9) = 451.0 µs). 8 KiB inside a domain
+    (NVLink 400 GB/s): LL, 6.6 µs + 1 µs · 0.47/3.4 + 8192/(400e9/3) = 6.80 µs."""
+    c = p2p("send_recv", 16e6, pm(size=2, r=1, d=2))
+    assert c.protocol == "Simple" and c.time_s == pytest.approx(8.4e-6 + 5e-6 + 16e6 / 40e9)
+    assert c.latency_s == pytest.approx(13.4e-6) and c.bottleneck_tier == "scale_out"
+    small = p2p("send_recv", 8192, pm(size=2, r=2, d=1))
+    assert small.protocol == "LL"
+    assert small.time_s == pytest.approx(6.6e-6 + 1e-6 * 0.47 / 3.4 + 8192 / (400e9 / 3))
+    for size in (1e3, 16384, 16385, 1e5, 1e7, 1e9):
+        assert p2p("send_recv", size, pm(size=2, r=1, d=2)).protocol != "LL128"
+
+
+def test_a_measured_table_pays_the_ring_steps_of_the_group_it_prices():
+    """A scale-out table measured on 2 ranks, priced for 8 sparse ranks (one a domain, 5 µs network hops): the
+    table's busbw at 1 GB (0.5 of the 40 GB/s line, 20 GB/s) with the bus factor of 8 ranks, 2 · 7/8 · 1e9 /
+    20e9 = 87.5 ms, plus the 14 − 2 = 12 ring steps the 2-rank measurement did not take, 60 µs: 87.56 ms. A
+    group of the measured size pays none."""
+    table = ((1e6, 0.3), (1e9, 0.5))
+    model = pm(size=8, r=1, d=8, nic_line_bw=40e9, out_measured=table, out_measured_ranks=2)
+    c = ring("all_reduce", 1e9, model)
+    assert c.protocol == "measured" and c.time_s == pytest.approx(2 * 7 / 8 * 1e9 / 20e9 + 12 * 5e-6)
+    two = ring("all_reduce", 1e9, pm(size=2, r=1, d=2, nic_line_bw=40e9, out_measured=table, out_measured_ranks=2))
+    assert two.time_s == pytest.approx(1e9 / 20e9)
+
+
+def test_a_group_across_domains_reads_the_scale_out_table():
+    """16 ranks on 2 domains whose NVLink (300 GB/s attained) bounds the ring below 8 NICs' 320 GB/s:
+    the group still crosses the network, so the scale-out table — measured as `calibrate --nccl-log` records a
+    multi-node log, a share of r × NIC line rate (8 × 40 = 320 GB/s) — prices it: 0.5 → 160 GB/s busbw."""
+    model = dataclasses.replace(pm(nic_line_bw=40e9, out_measured=((1e6, 0.5), (1e9, 0.5))), up_bw=300e9)
+    assert model.ring_tier == "scale_up"
+    c = ring("all_reduce", 1e8, model)
+    assert c.protocol == "measured" and c.busbw_bytes_per_s == pytest.approx(160e9)
+
+
+def test_no_ll128_over_pcie():
+    """NCCL enables LL128 only on an NVLink path (tuning.cc `typeIntra <= PATH_NVB`). 8 GPUs on a PCIe switch at
+    25 GB/s, 8 MB all-reduce, one domain: LL128 would read 14 µs + 14 hops · 1 µs · 1.9/3.4 + 8e6 · 1.75 /
+    (0.92 · 25e9) = 630.5 µs; without it Simple, 8.4 + 14 µs + 14e6 / (25e9 · ramp(8 MB)) = 728.4 µs (the ramp
+    at 2^22.93 B between NCCL's 0.7 at 4 MiB and 0.8 at 8 MiB: 0.793), and the catalog's PCIe servers (L40S, RTX
+    PRO 6000) say so."""
+    model = PathModel(size=8, ranks_per_domain=8, domains=1, up_bw=25e9, nic_bw=25e9, alpha_up_s=1e-6,
+                      alpha_out_s=5e-6)
+    assert ring("all_reduce", 8e6, model).protocol == "LL128"
+    c = ring("all_reduce", 8e6, dataclasses.replace(model, ll128=False))
+    assert c.protocol == "Simple"
+    assert c.time_s == pytest.approx(22.4e-6 + 14e6 / (25e9 * simple_ramp(8e6)))
+    assert simple_ramp(8e6) == pytest.approx(0.7 + 0.1 * (math.log2(8e6) - 22))
+    assert c.time_s == pytest.approx(728.4e-6, abs=0.1e-6)
+    assert tree("all_reduce", 8e6, dataclasses.replace(model, ll128=False, domains=2, size=16)).protocol != "LL128"
+    from narrowpath.catalog import calibration_for, system
+    one_node = span_of(8, ranks_per_domain=8, domains=1)
+    for name in ("l40s-pcie-server", "rtx-pro-6000-server"):
+        sysm = system(name)
+        cal = calibration_for(sysm.device.name)
+        assert sysm.tier("scale_up").pcie and not path_model(one_node, sysm, cal).ll128
+        assert all(collective_time("all_reduce", s, one_node, sysm, cal).protocol != "LL128"
+                   for s in (1e5, 1e6, 1e7, 1e8))
+    h100 = system("dgx-h100")
+    assert path_model(one_node, h100, calibration_for(h100.device.name)).ll128
+
+
+def test_only_a_scale_up_tier_is_pcie():
+    with pytest.raises(SpecError, match=r"tier\[scale_out\]\.pcie"):
+        Tier(name="scale_out", bw_bytes_per_s_per_gpu=50e9, pcie=True)

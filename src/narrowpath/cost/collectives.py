@@ -42,6 +42,8 @@ _LL_BW = {"all_reduce": 1 / 4, "other": 1 / 3}
 _LL128_BW = 0.92
 _TREE_BW = 0.9
 """Double binary tree bus bandwidth relative to the ring's (tuning.cc: `busBw*.9`)."""
+P2P_LL_THRESHOLD_BYTES = 16384
+"""Largest send/recv NCCL runs in the LL protocol (src/include/p2p.h / enqueue.cc `P2P_LL_THRESHOLD`, one channel)."""
 _P2P_PARALLEL = 8
 """Peer exchanges of a grouped all-to-all that NCCL overlaps over its channels (ncclP2pSchedule rounds)."""
 _SIMPLE_RAMP = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9)
@@ -140,11 +142,13 @@ def _ring_lat(op: str, pm: PathModel, n: int, algo: str = "ring") -> tuple[float
                  + inter * pm.alpha_out_s * _HOP_RATIO["scale_out"][p] for p in range(3))
 
 
-def _protocol_bw(op: str, bus_bw: float, factor: float, multinode: bool) -> tuple[float, float, float]:
-    """Algorithm bandwidth per protocol from the Simple bus bandwidth (tuning.cc model refinements)."""
+def _protocol_bw(op: str, bus_bw: float, factor: float, multinode: bool, ll128: bool = True
+                 ) -> tuple[float, float, float]:
+    """Algorithm bandwidth per protocol from the Simple bus bandwidth (tuning.cc model refinements); LL128 only
+    where NCCL enables it, an NVLink path (0: not offered)."""
     ll = _LL_BW["all_reduce" if (op == "all_reduce" or multinode) else "other"]
     alg = bus_bw / factor
-    return (alg * ll, alg * _LL128_BW, alg)
+    return (alg * ll, alg * _LL128_BW if ll128 else 0.0, alg)
 
 
 def _cost(op, algo, S, t_lat, algbw, tier, wire, n) -> CollectiveCost:
@@ -153,7 +157,7 @@ def _cost(op, algo, S, t_lat, algbw, tier, wire, n) -> CollectiveCost:
     return CollectiveCost(t, algo, busbw, tier, wire, PROTOCOLS[p], t_lat[p])
 
 
-# ---- algorithms: (op, S, path model of the (sub-)group) -> CollectiveCost | None (None = not applicable) -------------------
+# ---- algorithms: (op, S, path model of the (sub-)group) -> CollectiveCost | None (None = not applicable) ----
 
 def ring(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     """Ring (Patarasuk & Yuan 2009): per-rank traffic (n−1)/n·S (×2 for all_reduce) at the ring bus bandwidth.
@@ -166,14 +170,28 @@ def ring(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     steps_lat = _ring_lat(op if op != "broadcast" else "all_gather", pm, n)  # broadcast: one pass, n−1 hops
     measured = pm.measured_busbw(S) if op in ("all_reduce", "all_gather", "reduce_scatter") else 0.0
     if measured > 0:  # the calibration measured this tier's ring busbw by size: it already holds the ramp
+        extra = _extra_steps_s(op, pm, n)
         s0 = pm.measured_min_bytes
         if S < s0:  # below the smallest measured size the time is the latency floor measured there, not ∝ S
-            t = s0 * factor / pm.measured_busbw(s0)
-            return CollectiveCost(t, "ring", S * factor / t, pm.ring_tier, S * factor, "measured", t)
-        t = S * factor / measured
-        return CollectiveCost(t, "ring", measured, pm.ring_tier, S * factor, "measured", 0.0)
-    algbw = _protocol_bw(op, pm.ring_busbw, factor, pm.domains > 1)
+            t = max(s0 * factor / pm.measured_busbw(s0) + extra, 0.0)
+            return CollectiveCost(t, "ring", S * factor / t if t > 0 else 0.0, pm.ring_tier, S * factor, "measured",
+                                  t)
+        floor = S * factor / (pm.up_line_bw if pm.tier == "scale_up" else pm.ranks_per_domain * pm.nic_line_bw)
+        t = max(S * factor / measured + extra, floor)
+        return CollectiveCost(t, "ring", S * factor / t, pm.ring_tier, S * factor, "measured", max(extra, 0.0))
+    algbw = _protocol_bw(op, pm.ring_busbw, factor, pm.domains > 1, pm.ll128)
     return _cost(op, "ring", S, steps_lat, algbw, pm.ring_tier, S * factor, n)
+
+
+def _extra_steps_s(op: str, pm: PathModel, n: int) -> float:
+    """Latency of the ring steps a group of n ranks takes beyond (or, negative, short of) the group its measured
+    busbw table came from: the table holds the measured group's own 2(n0 − 1) or n0 − 1 steps, and NCCL's ring
+    pays one hop per step (tuning.cc: baseLat + nsteps·hwLat), so a 1,024-rank ring is not the 2-rank time
+    scaled by its bus factor. Simple-protocol hop of the spanned tier; 0 when the size was not recorded."""
+    n0 = pm.measured_ranks
+    if n0 < 2 or n0 == n:
+        return 0.0
+    return (ring_steps(op, n) - ring_steps(op, n0)) * pm.alpha_s
 
 
 def tree(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
@@ -186,7 +204,7 @@ def tree(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
                                             + math.ceil(math.log2(d)) * pm.alpha_out_s * _HOP_RATIO["scale_out"][p])
                 for p in range(3))
     bw = _TREE_BW * pm.ring_busbw / 2.0
-    algbw = (bw / 3.8, bw * 0.915, bw)
+    algbw = (bw / 3.8, bw * 0.915 if pm.ll128 else 0.0, bw)
     return _cost(op, "tree", S, lat, algbw, pm.ring_tier, 2.0 * S, pm.size)
 
 
@@ -200,17 +218,19 @@ def hierarchical(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     up = pm.restricted(domains=1)
     rs = ring("reduce_scatter", S, up) if r > 1 else None
     ag = ring("all_gather", S, up) if r > 1 else None
-    t, lat = 0.0, 0.0
+    t_up, lat = 0.0, 0.0
     for part in (rs, ag):
         if part is not None:
-            t, lat = t + part.time_s, lat + part.latency_s
+            t_up, lat = t_up + part.time_s, lat + part.latency_s
+    t_out = 0.0
     if d > 1:
         out = ring("all_reduce", S / r, pm.restricted(ranks_per_domain=1))
-        t, lat = t + out.time_s, lat + out.latency_s
+        t_out, lat = out.time_s, lat + out.latency_s
     if r > 1 and d == 1:  # one domain: exactly the flat ring's steps and bytes
         return ring(op, S, pm)
+    t = t_up + t_out
     return CollectiveCost(t, "hierarchical", S * bus_factor(op, pm.size) / t,
-                          "scale_out" if d > 1 else "scale_up", S * bus_factor(op, pm.size), "Simple", lat)
+                          "scale_out" if t_out >= t_up else "scale_up", S * bus_factor(op, pm.size), "Simple", lat)
 
 
 def nvls(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
@@ -262,13 +282,19 @@ def direct(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
 
 def p2p(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     """Point-to-point send/recv between neighbours: α + S/B over the scale-up tier when both sit in one domain
-    (the pair's own link on a full mesh), else over the sender's NIC (Hockney α-β)."""
+    (the pair's own link on a full mesh), else over the sender's NIC (Hockney α-β). NCCL runs a send/recv in
+    LL up to `P2P_LL_THRESHOLD` (16 KiB a channel) and in Simple above, never LL128 (src/enqueue.cc
+    `addP2pToPlan`: `protoLL ? NCCL_PROTO_LL : NCCL_PROTO_SIMPLE`), and prices it with no tuner model, so no
+    collective's mid-size ramp: LL's latency and a third of the rate below the threshold, Simple's at full rate
+    above (a pipeline send of 16.8 MB over an H100's NIC: 366 µs, where LL128 read 408)."""
     if op != "send_recv":
         return None
     bw, alpha, tier = (pm.pair_bw or pm.up_bw, pm.alpha_up_s, "scale_up") if pm.domains <= 1 else \
         (pm.nic_bw, pm.alpha_out_s, "scale_out")
-    lat = tuple(_BASE_LAT_S["ring"][p] + alpha * _HOP_RATIO[tier][p] for p in range(3))
-    return _cost(op, "p2p", S, lat, _protocol_bw(op, bw, 1.0, pm.domains > 1), tier, S, 2)
+    p = 0 if S <= P2P_LL_THRESHOLD_BYTES else 2
+    lat = _BASE_LAT_S["ring"][p] + alpha * _HOP_RATIO[tier][p]
+    t = lat + S / (bw * (_LL_BW["all_reduce" if pm.domains > 1 else "other"] if p == 0 else 1.0))
+    return CollectiveCost(t, "p2p", S / t, tier, S, PROTOCOLS[p], lat)
 
 
 AlgorithmFn = Callable[[str, float, PathModel], "CollectiveCost | None"]

@@ -67,21 +67,35 @@ class PathModel:
     pair_bw: float = 0.0
     """Attained scale-up bandwidth between two GPUs, bytes/s: up_bw behind a switch, one link's share
     up_bw/(domain − 1) on a full mesh; 0 = up_bw."""
+    ll128: bool = True
+    """NCCL may run LL128 (an NVLink scale-up path; `Tier.pcie` turns it off)."""
+    up_measured_ranks: int = 0
+    """Group size the scale-up table was measured on (calibration `measured_num_ranks`); 0 = not recorded."""
+    out_measured_ranks: int = 0
+    """Same for the scale-out table."""
 
     def measured_busbw(self, message_bytes: float) -> float:
-        """Ring busbw from the calibration's measured table of the bounding tier (log-size interpolation,
-        clamped at the ends); 0 when that tier has no table."""
-        table = self.up_measured if self.ring_tier == "scale_up" else self.out_measured
+        """Ring busbw from the calibration's measured table of the tier the group spans (log-size interpolation,
+        clamped at the ends); 0 when that tier has no table. A group inside one domain reads the scale-up table;
+        one across domains the scale-out table, whose line rate is its r members' NICs — as `calibrate
+        --nccl-log` records a multi-node log (a 16-rank log of 2 DGX H100, r × NIC = 400 GB/s), whichever tier's
+        bandwidth bounds the ring (there NVLink's 369 GB/s attained is below the 8 NICs' 376)."""
+        table = self.up_measured if self.tier == "scale_up" else self.out_measured
         if not table:
             return 0.0
-        line = self.up_line_bw if self.ring_tier == "scale_up" else self.ranks_per_domain * self.nic_line_bw
+        line = self.up_line_bw if self.tier == "scale_up" else self.ranks_per_domain * self.nic_line_bw
         return line * interpolate_log(table, message_bytes)
 
     @property
     def measured_min_bytes(self) -> float:
-        """Smallest message size of the bounding tier's measured table (0 when none)."""
-        table = self.up_measured if self.ring_tier == "scale_up" else self.out_measured
+        """Smallest message size of the spanned tier's measured table (0 when none)."""
+        table = self.up_measured if self.tier == "scale_up" else self.out_measured
         return table[0][0] if table else 0.0
+
+    @property
+    def measured_ranks(self) -> int:
+        """Group size the spanned tier's table was measured on (0 = not recorded)."""
+        return self.up_measured_ranks if self.tier == "scale_up" else self.out_measured_ranks
 
     @property
     def ring_busbw(self) -> float:
@@ -162,7 +176,8 @@ def path_model(span: GroupSpan, system: System, cal: Calibration) -> PathModel:
                    up_line_bw=up.bw_bytes_per_s_per_gpu * links, nic_line_bw=out.bw_bytes_per_s_per_gpu,
                    up_measured=tuple(getattr(cu, "busbw_efficiency_by_size", ())),
                    out_measured=tuple(getattr(co, "busbw_efficiency_by_size", ())),
-                   pair_bw=pair_bw)
+                   pair_bw=pair_bw, ll128=not up.pcie, up_measured_ranks=int(getattr(cu, "measured_num_ranks", 0)),
+                   out_measured_ranks=int(getattr(co, "measured_num_ranks", 0)))
     if len(_CACHE) > 1024:
         _CACHE.clear()
     _CACHE[key] = (system, cal, pm)

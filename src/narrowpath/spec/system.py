@@ -33,9 +33,14 @@ class Tier:
     topology: str = "switched"
     """`switched` (NVSwitch), `full_mesh` (a direct link between every pair of GPUs, e.g. MI300X Infinity Fabric:
     two GPUs talk over one link of bw/(domain − 1)), `rail_optimized`, `fat_tree`, or `ethernet`."""
+    pcie: bool = False
+    """The GPUs of this scale-up tier talk over PCIe, not NVLink (L40S, RTX PRO 6000 servers). NCCL then runs no
+    LL128: it enables the protocol only on an NVLink path (src/graph/tuning.cc: `typeIntra <= PATH_NVB`)."""
 
     def __post_init__(self) -> None:
         choice("tier.name", self.name, TIER_NAMES)
+        if self.pcie and self.name != "scale_up":
+            raise SpecError(f"tier[{self.name}].pcie", "only a scale_up tier's GPUs talk over PCIe")
         positive_float(f"tier[{self.name}].bw_bytes_per_s_per_gpu", self.bw_bytes_per_s_per_gpu)
         positive_int(f"tier[{self.name}].domain_size", self.domain_size, minimum=0)
         positive_float(f"tier[{self.name}].latency_s", self.latency_s, allow_zero=True)
