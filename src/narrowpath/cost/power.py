@@ -1,10 +1,12 @@
 """A board run under a power cap: the sustained clock, and with it the arithmetic rate, follow the cap.
 
 CMOS dynamic power is P_dyn ∝ C·V²·f (e.g. Weste & Harris, 'CMOS VLSI Design', §5.1), and above the voltage floor
-the DVFS controller raises V with f, so P_dyn grows faster than f. We take P − P_idle ∝ f² over the range a cap
-moves the clock in: capping an H100 SXM from 700 W to 600 W then costs 1 − √(480/580) = 9 % of the clock, within
-the 10–15 % step-time loss reported for transformer pre-training at that cap (Factryze Scale Atlas, 'Power
-capping') and the SM-frequency scaling measured under caps for DGEMM on H100/H200 (arXiv:2604.11391). The HBM clock
+the DVFS controller raises V with f, so P_dyn grows faster than f (V ∝ f would make it f³). We take P − P_idle ∝ f²
+over the range a cap moves the clock in — an exponent chosen between the two, not fitted to a clock-versus-cap
+curve (none is published for these boards): capping an H100 SXM from 700 W to 600 W then costs 1 − √(480/580) =
+9 % of the clock, within the 10–15 % step-time loss reported for transformer pre-training at that cap (Factryze
+Scale Atlas, 'Power capping') and the SM-frequency scaling measured under caps for DGEMM on H100/H200
+(arXiv:2604.11391). The HBM clock
 is not throttled, so bandwidth-bound work keeps its speed; boards are assumed to run at their rated power under
 sustained GEMM load without a cap (the calibration's efficiencies are measured there).
 """

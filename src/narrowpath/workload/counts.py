@@ -99,6 +99,8 @@ def model_flop_per_token(model: Model) -> float:
     layer (2·h·V), and each multi-token-prediction module (a 2h → h projection, one more layer and the output
     layer again). The MFU convention of Korthikanti et al. 2022 §6 and Narayanan et al. SC'21 eq. (3) for GPT."""
     h, V = model.hidden, model.vocab
+    if model.arch == "lstm":  # each layer's gates: [x_t, h_(t-1)] (2h) by the 4h gate weights, 2·2h·4h a token
+        return 3.0 * (model.layers * 16 * h * h + 2 * h * V)
     fwd = sum(_layer_forward_flop_per_token(model, li) for li in range(model.layers)) + 2 * h * V
     if model.mtp_layers:
         last = model.layers - 1
@@ -110,6 +112,8 @@ def causal_model_flop_per_token(model: Model) -> float:
     """model_flop_per_token with half the attention scores of full-attention layers counted (a causal mask: the
     convention of Megatron-Bridge's newer FLOP formulas and of the causal MFU figure); windowed layers' keys are
     already the window, counted whole."""
+    if model.arch == "lstm":
+        return model_flop_per_token(model)
     half = sum(_score_flop_per_token(model, li) for li in range(model.layers) if not model.is_window_layer(li)) / 2
     if model.mtp_layers and not model.is_window_layer(model.layers - 1):
         half += model.mtp_layers * _score_flop_per_token(model, model.layers - 1) / 2

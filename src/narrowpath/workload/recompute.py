@@ -45,6 +45,8 @@ INPUT_NORM_CONSUMERS = frozenset({"q_down", "q_proj", "kv_down"})
 """Projections that read MLA's separate input norm (and keep its output for their weight gradient)."""
 MLP_NORM_CONSUMERS = frozenset({"router", "shared_up"})
 """Projections that read an MoE layer's separate pre-MLP norm."""
+UNQUANTIZED = frozenset({"bf16", "fp16", "fp32", "tf32"})
+"""GEMM formats whose input is kept as the activation itself (no quantized copy)."""
 UP_PROJ = frozenset({"q_up", "kv_up", "rope"})
 DENSE_MLP = frozenset({"mlp_up", "mlp_act", "mlp_down"})
 SHARED = frozenset({"shared_up", "shared_act", "shared_down"})
@@ -167,7 +169,20 @@ def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     if "mla_up_proj" in mods and model.mla is not None:
         core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
         kept -= min(core, _qkv_bytes(model, plan))
+    for consumers in (INPUT_NORM_CONSUMERS, MLP_NORM_CONSUMERS):
+        kept -= shared_input_double_count(ops, consumers, drop)
     return kept
+
+
+def shared_input_double_count(ops: list[Op], consumers: frozenset[str], drop: set[str]) -> float:
+    """Bytes counted twice when projections reading one separate norm each keep its output unquantized: one tensor
+    (MLA's q_down and kv_down on ln1's output; an MoE layer's router and shared-expert up-projection on ln2's).
+    Transformer Engine's BF16 Linear saves its input tensor itself, not a copy, and Megatron-Core's router saves
+    its input before any cast (`RouterGatingLinearFunction.forward`: `ctx.save_for_backward(inp, weight, bias)`),
+    so autograd holds it once; a low-precision projection keeps its own quantized copy, counted on its own."""
+    held = [op.saved_bytes for op in ops
+            if _base(op) in consumers and _base(op) not in drop and op.dtype in UNQUANTIZED and op.saved_bytes > 0]
+    return sum(held) - max(held) if len(held) > 1 else 0.0
 
 
 def recompute_ops(fwd: list[Op], model: Model, plan: Plan, kernel: str, window: bool) -> list[Op]:
