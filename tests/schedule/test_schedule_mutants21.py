@@ -147,7 +147,7 @@ def test_a_static_batch_that_needs_exactly_the_lanes_blocks_runs():
 
     from narrowpath.schedule.serving_run import _static
     from narrowpath.schedule.serving_stats import LaneTotals
-    lim = NS(max_batch=2, memory=NS(kv_blocks=2), block_tokens=16)
+    lim = NS(max_batch=2, memory=NS(kv_blocks=2, footprint=lambda tokens: tokens), block_tokens=16)  # no window
     first, finish, tot = np.full(2, np.nan), np.full(2, np.nan), LaneTotals()
     _static(_FixedCost(), lim, np.arange(2), np.zeros(2), np.array([10, 10]), np.array([6, 6]), first, finish, tot,
             None)

@@ -196,7 +196,8 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
     mem = run.limits.memory
     kv_held = run.result.kv_utilisation * mem.kv_pool_bytes
     layers = max(1, len(cost.stages[0]))
-    seq_kv = mem.kv_bytes_per_token * (run.result.input_tokens.mean() + run.result.output_tokens.mean() / 2)
+    seq_kv = mem.kv_bytes_per_token * mem.footprint(float(run.result.input_tokens.mean()
+                                                          + run.result.output_tokens.mean() / 2))
     # reads of a decode's cache that HBM serves: every one where the kernel re-reads it from HBM, or no L2 holds it
     hbm_reads = cost.kv_reads if cost.kv_reread == "hbm" or not dev.has_level("l2") else 1.0
     distance = (

@@ -11,11 +11,19 @@ al. 2023 §4 profile the same way; 0.1 of the weights less than the first form h
 stage of a pipeline holds the KV of all in-flight sequences for its own layers, so the tokens an instance can
 hold are the fewest over its stages. Paged KV allocates whole blocks: a sequence of n tokens takes
 ⌈n / block⌉ blocks (the last one partly empty: internal fragmentation, vLLM §4.2).
+
+Sliding-window layers (GPT-OSS: every other layer, 128 tokens) keep only the window's blocks: vLLM's hybrid KV
+cache manager frees a sliding-window group's blocks that fall out of the window (docs, 'Hybrid KV Cache Manager',
+which names gpt-oss), TensorRT-LLM keeps one pool per attention window, SGLang a separate SWA pool. A sequence of n
+tokens then holds the KV of `kv_footprint_tokens(n)` full-context tokens: n on the full layers' share, at most the
+window plus one partly filled block on the windowed share.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES
 from narrowpath.errors import InfeasibleError
@@ -23,7 +31,7 @@ from narrowpath.spec.model import Model
 from narrowpath.spec.serving import ServingPlan
 from narrowpath.spec.system import System
 from narrowpath.workload.serving import (ACT_BYTES, Formats, kv_bytes_per_token, layer_kind, layer_token_ops,
-                                         stage_layers, stage_weight_bytes)
+                                         stage_layers, stage_weight_bytes, window_kv_share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +48,17 @@ class ServingMemory:
     kv_bytes_per_token: float
     """KV bytes per token of context on one GPU of that stage (all its layers)."""
     kv_tokens: int
-    """Tokens of context one attention-DP rank can hold (all its in-flight sequences together)."""
+    """Tokens of context one attention-DP rank can hold (all its in-flight sequences together), counted as full
+    context on every layer (`kv_footprint_tokens` turns a windowed sequence's length into these)."""
     block_tokens: int
+    window_share: float = 0.0
+    """Share of the stage's per-token KV bytes on sliding-window layers (0: none)."""
+    window_tokens: int = 0
+    """Tokens a sliding-window layer keeps per sequence: the window and one partly filled block."""
+
+    def footprint(self, tokens):
+        """Full-context tokens' worth of KV a sequence of `tokens` tokens holds (scalar or array)."""
+        return kv_footprint_tokens(tokens, self.window_share, self.window_tokens)
 
     @property
     def kv_blocks(self) -> int:
@@ -50,6 +67,16 @@ class ServingMemory:
     @property
     def free_bytes(self) -> float:
         return self.capacity_bytes - self.weights_bytes - self.activation_bytes - self.runtime_bytes
+
+
+def kv_footprint_tokens(tokens, window_share: float, window_tokens: int):
+    """Full-context tokens' worth of KV one sequence of `tokens` tokens holds (module docstring): tokens on the full
+    layers' share, min(tokens, window_tokens) on the windowed share; `tokens` itself without windows. Scalars stay
+    Python numbers, arrays arrays."""
+    if not window_share:
+        return tokens
+    kept = np.minimum(tokens, window_tokens) if isinstance(tokens, np.ndarray) else min(tokens, window_tokens)
+    return tokens * (1.0 - window_share) + kept * window_share
 
 
 def blocks_for(tokens: float, block_tokens: int) -> int:
@@ -95,7 +122,9 @@ def serving_memory(model: Model, plan: ServingPlan, system: System, f: Formats, 
                 f"{system.device.name} the stack lets it use (vLLM gpu_memory_utilization; tp {plan.tp}, pp "
                 f"{plan.pp}, ep {plan.ep}, {plan.weight_precision} weights)")
         tokens = int(pool / per_tok) if per_tok > 0 else 1 << 40
-        mem = ServingMemory(cap, w, act, RUNTIME_RESERVE_BYTES, pool, per_tok, tokens, block_tokens)
+        share = window_kv_share(model, layers)
+        mem = ServingMemory(cap, w, act, RUNTIME_RESERVE_BYTES, pool, per_tok, tokens, block_tokens, share,
+                            model.sliding_window + block_tokens if share else 0)
         if best is None or mem.kv_tokens < best.kv_tokens:
             best = mem
     if best.kv_tokens < block_tokens:

@@ -41,6 +41,7 @@ from narrowpath.catalog.serving import serving_stack
 from narrowpath.cost.collectives import CollectiveCost, collective_time, p2p_all_reduce_time
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import op_time_s
+from narrowpath.cost.serving_memory import kv_footprint_tokens
 from narrowpath.network.placement import GroupSpan, group_span, span_of
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingPlan, ServingScenario
@@ -48,7 +49,7 @@ from narrowpath.workload.items import Op, Transfer
 from narrowpath.workload.serving import (Formats, decode_attention_op, decode_shares_kv, embedding_op, head_ops,
                                          instance_plan, kv_bytes_per_token, kv_group_reads, layer_kind,
                                          layer_token_ops, prefill_attention_op, prefix_rebuild_op,
-                                         stage_layers)
+                                         stage_layers, window_kv_share)
 from narrowpath.workload.serving_comm import (kv_handoff_bytes_per_gpu, layer_transfers, logits_transfer,
                                               stage_boundary_transfer)
 
@@ -541,7 +542,9 @@ class ServingCost:
         if key not in self._handoff:
             p, sysm = self.scn.plan, self.scn.system
             src = self if sender is None else sender
-            nbytes = kv_handoff_bytes_per_gpu(src.kv_bytes_per_token, prompt_tokens, self.kv_bytes_per_token)
+            m = self.scn.model  # sliding-window layers hand over only the window's KV
+            held = kv_footprint_tokens(prompt_tokens, window_kv_share(m, list(range(m.layers))), m.sliding_window)
+            nbytes = kv_handoff_bytes_per_gpu(src.kv_bytes_per_token, held, self.kv_bytes_per_token)
             same = p.instance_gpus + src.scn.plan.instance_gpus <= sysm.scale_up_domain
             span = span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="kv")
             self._handoff[key] = collective_time("send_recv", nbytes, span, sysm, self.cal).time_s

@@ -322,7 +322,7 @@ def resolve_limits(scn: ServingScenario) -> tuple[ServingScenario, Limits]:
                 notes.append(("max running requests", f"{running} — {why}"))
                 scn = dataclasses.replace(scn, chosen=tuple(notes))
     if stack.get("runtime_batch_tuning") and p.policy != "static":
-        capacity = int(mem.kv_tokens // p.pp / (isl + osl))
+        capacity = int(mem.kv_tokens // p.pp / mem.footprint(isl + osl))
         tuned = trtllm_runtime_batch(capacity)
         if tuned < max_seqs:
             max_seqs = tuned

@@ -141,7 +141,7 @@ def _static(cost: ServingCost, lim: Limits, rids, arr, n_in, n_out, first, finis
     for start in range(0, len(rids), B):
         ids = rids[start:start + B]
         b = len(ids)
-        need = sum(math.ceil((n_in[i] + n_out[i]) / lim.block_tokens) for i in ids)
+        need = sum(math.ceil(lim.memory.footprint(int(n_in[i] + n_out[i])) / lim.block_tokens) for i in ids)
         if need > blocks:
             raise SimulationError(f"a static batch of {b} sequences of {int(n_in[ids].max())} + "
                                   f"{int(n_out[ids].max())} tokens needs {need} KV blocks; a lane holds {blocks} "
@@ -242,7 +242,8 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
         out = []
         pl, dp = pool.lim, pool.plan.dp
         spec = LaneSpec(pl.max_batch, pl.max_num_tokens, pool.lane_blocks, pl.block_tokens, policy, p.admission,
-                        bool(p.chunked_prefill), p.spec_tokens, gain, merge)
+                        bool(p.chunked_prefill), p.spec_tokens, gain, merge, pl.memory.window_share,
+                        pl.memory.window_tokens)
         earliest = arr_v.copy()  # the arrivals a closed loop holds back: no request is sent before its own
         for g in range(0, min(lanes, groups * dp) if groups else lanes, dp):
             group = []

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from narrowpath.cost.serving_memory import kv_footprint_tokens
 from narrowpath.errors import SimulationError
 from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals
 
@@ -62,6 +63,10 @@ class LaneSpec:
     merge: bool = True
     """Advance identical decode steps together up to the next event (False: one iteration at a time, the
     reference the merged run is checked against)."""
+    kv_window_share: float = 0.0
+    """Share of the KV bytes a token costs that sits on sliding-window layers (`ServingMemory.window_share`)."""
+    kv_window_tokens: int = 0
+    """Tokens a sliding-window layer keeps per sequence (`ServingMemory.window_tokens`)."""
 
 
 def linear_span(t_at, n: int) -> int:
@@ -186,7 +191,11 @@ class Lane:
 
     # ---- admission -------------------------------------------------------------------------------------------
     def _blocks(self, tokens: float) -> int:
-        return int(math.ceil(tokens / self.s.block_tokens))
+        return int(math.ceil(self._footprint(tokens) / self.s.block_tokens))
+
+    def _footprint(self, tokens):
+        """Full-context tokens' worth of KV a sequence of `tokens` holds (cost.serving_memory.kv_footprint_tokens)."""
+        return kv_footprint_tokens(tokens, self.s.kv_window_share, self.s.kv_window_tokens)
 
     def _need(self, rid: int) -> int:
         """Blocks a waiting request needs to be admitted."""
@@ -259,7 +268,7 @@ class Lane:
         B = self.s.block_tokens
         while self.n:
             n = self.n
-            grow = np.ceil((self.r_ctx[:n] + g) / B) - self.r_blk[:n]
+            grow = np.ceil(self._footprint(self.r_ctx[:n] + g) / B) - self.r_blk[:n]
             np.maximum(grow, 0.0, out=grow)
             need = int(_sum(grow))
             if need <= self.free:
@@ -465,7 +474,7 @@ class Lane:
         grown = {}
 
         def need(n: int) -> int:  # blocks beyond those held (the first step's are already taken)
-            grow = np.ceil((ctx + n * g) / B) - blk
+            grow = np.ceil(self._footprint(ctx + n * g) / B) - blk
             np.maximum(grow, 0.0, out=grow)
             total = int(_sum(grow))
             grown[n] = (n, grow, total)
@@ -493,7 +502,7 @@ class Lane:
         self._grow = NO_GROWTH  # it belongs to this step's search only
         if self.s.admission == "on-demand" and n > 1:
             if steps != n:  # a lockstep group ran fewer steps than this lane's overflow search allowed
-                grow = np.ceil(ctx / self.s.block_tokens) - blk
+                grow = np.ceil(self._footprint(ctx) / self.s.block_tokens) - blk
                 np.maximum(grow, 0.0, out=grow)
                 total = int(_sum(grow))
             self.free -= total

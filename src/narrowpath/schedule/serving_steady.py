@@ -67,7 +67,8 @@ def steady_lane(scn: ServingScenario, cost: ServingCost | None = None, calibrati
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     spec = LaneSpec(B, lim.max_num_tokens, lim.lane_blocks(p.pp), lim.block_tokens,
                     p.policy, p.admission, bool(p.chunked_prefill), p.spec_tokens,
-                    spec_gain(p.spec_tokens, p.spec_acceptance))
+                    spec_gain(p.spec_tokens, p.spec_acceptance), kv_window_share=lim.memory.window_share,
+                    kv_window_tokens=lim.memory.window_tokens)
     lane = Lane(spec, step_pricer(cost, p.spec_draft_layers, p.spec_tokens), np.arange(n), arr, n_in, n_out, first,
                 finish, LaneTotals(), None, B)
     lane.run()

@@ -110,6 +110,14 @@ def kv_bytes_per_token(model: Model, plan: ServingPlan, layers: list[int]) -> fl
     return kv_bytes_per_token_layer(model, plan) * len(layers)
 
 
+def window_kv_share(model: Model, layers: list[int]) -> float:
+    """Share of a stage's per-token KV bytes held by sliding-window layers (every layer keeps the same bytes a token):
+    those keep only the last `model.sliding_window` tokens of a sequence (`cost.serving_memory.kv_footprint_tokens`)."""
+    if not model.sliding_window or not layers:
+        return 0.0
+    return sum(1 for i in layers if model.is_window_layer(i)) / len(layers)
+
+
 def expected_active_experts(experts_here: float, num_experts: int, tokens: float, top_k: int = 1) -> float:
     """Experts of the `experts_here` on one GPU that at least one of `tokens` uniformly routed tokens chose, each
     token picking `top_k` distinct experts of E: experts_here · (1 − (1 − k/E)^tokens) — Mixtral (8 experts, top 2)
