@@ -7,11 +7,13 @@ from types import MappingProxyType
 from typing import Mapping
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import choice, positive_float, positive_int
+from narrowpath.spec._check import as_int, boolean, choice, positive_float
 from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.device import Device
 
 TIER_NAMES = ("scale_up", "scale_out", "front_end")
+TOPOLOGIES = ("switched", "full_mesh", "rail_optimized", "fat_tree", "ethernet")
+"""What a tier's `topology` may name (Tier.topology); another spelling would be priced as the default silently."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,10 +41,13 @@ class Tier:
 
     def __post_init__(self) -> None:
         choice("tier.name", self.name, TIER_NAMES)
+        choice(f"tier[{self.name}].topology", self.topology, TOPOLOGIES)
+        boolean(f"tier[{self.name}].in_network_reduction", self.in_network_reduction)
+        boolean(f"tier[{self.name}].pcie", self.pcie)
         if self.pcie and self.name != "scale_up":
             raise SpecError(f"tier[{self.name}].pcie", "only a scale_up tier's GPUs talk over PCIe")
         positive_float(f"tier[{self.name}].bw_bytes_per_s_per_gpu", self.bw_bytes_per_s_per_gpu)
-        positive_int(f"tier[{self.name}].domain_size", self.domain_size, minimum=0)
+        as_int(self, "domain_size", f"tier[{self.name}].domain_size", minimum=0)
         positive_float(f"tier[{self.name}].latency_s", self.latency_s, allow_zero=True)
         if not math.isfinite(self.oversubscription) or self.oversubscription < 1.0:
             raise SpecError(f"tier[{self.name}].oversubscription", f"must be >= 1, got {self.oversubscription}")
@@ -74,7 +79,9 @@ class System:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", tuple(self.tiers))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
-        positive_int(f"system[{self.name}].gpus_per_node", self.gpus_per_node)
+        as_int(self, "gpus_per_node", f"system[{self.name}].gpus_per_node")
+        positive_float(f"system[{self.name}].host_bw_bytes_per_s_per_gpu", self.host_bw_bytes_per_s_per_gpu,
+                       allow_zero=True)  # 0 = unknown; a negative or NaN rate priced a faster or NaN step
         positive_float(f"system[{self.name}].power_limit_w", self.power_limit_w, allow_zero=True)
         if self.device.tdp_w and self.power_limit_w > self.device.tdp_w:
             raise SpecError(f"system[{self.name}].power_limit_w", f"{self.power_limit_w:g} W exceeds the "
@@ -89,7 +96,7 @@ class System:
         if dom and dom < self.gpus_per_node:
             raise SpecError(f"system[{self.name}].scale_up.domain_size",
                             f"{dom} is smaller than gpus_per_node {self.gpus_per_node}")
-        positive_int(f"system[{self.name}].segment_gpus", self.segment_gpus, minimum=0)
+        as_int(self, "segment_gpus", f"system[{self.name}].segment_gpus", minimum=0)
         if self.segment_gpus % self.gpus_per_node:
             raise SpecError(f"system[{self.name}].segment_gpus", f"{self.segment_gpus} is not a whole number of "
                             f"nodes of {self.gpus_per_node} GPUs")
