@@ -56,3 +56,35 @@ def test_an_unknown_topology_is_refused(tmp_path, capsys, up, out, where):
 def test_tier_switches_must_be_booleans(tmp_path, capsys, up, where):
     """The string 'false' is truthy: it turned SHARP on."""
     one_line_error(capsys, ["predict", _system_file(tmp_path, up=up)], where, "must be true or false")
+
+
+PROFILE = "device: H100-SXM5-80GB\nmatrix_efficiency: {bf16: 0.55}\n"
+
+
+@pytest.mark.parametrize("extra, where, known", [
+    ("matrix_efficiency: {bfl16: 0.55}\n", "matrix_efficiency", "mxfp8"),
+    ("tiers: {scaleup: {bw_efficiency: 0.5, alpha_s: 1e-6}}\n", "tiers", "scale_up"),
+    ("matrix_efficiency_by_size: {bf61: [[1e9, 0.5]]}\n", "matrix_efficiency_by_size", "bf16"),
+    ("memory_levels: [{name: hmb, capacity_bytes: 8e10, bw_bytes_per_s: 3e12}]\n", "memory_levels[0].name", "hbm"),
+])
+def test_a_profile_key_nothing_reads_is_refused(tmp_path, capsys, extra, where, known):
+    """A misspelt dtype, tier or level name was never read: the default stood in for the measured figure."""
+    text = PROFILE + extra if not extra.startswith("matrix_efficiency:") else "device: H100-SXM5-80GB\n" + extra
+    f = tmp_path / "prof.yaml"
+    f.write_text(text)
+    one_line_error(capsys, ["predict", "--system", "dgx-h100", "--model", "llama3-8b", "--gpus", "8",
+                            "--profile", str(f)], f"calibration[prof].{where}", known)
+
+
+def test_every_shipped_and_probed_profile_still_loads():
+    from pathlib import Path
+
+    import yaml
+
+    from narrowpath.catalog import store
+    from narrowpath.catalog.resolve import calibration_from
+    root = Path(__file__).resolve().parents[2]
+    ids = [p["id"] for p in yaml.safe_load((root / "src/narrowpath/catalog/calibration.yaml").read_text())["profiles"]]
+    assert len(ids) > 20 and all(store.calibration_for(i).name for i in ids)
+    probed = calibration_from(str(root / "benchmarks/data/h200/h200-probed.yaml"))
+    assert [lv.name for lv in probed.memory_levels] == ["L2", "HBM"]

@@ -6,6 +6,7 @@ from probes and nccl-tests logs in the same schema.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -13,10 +14,26 @@ from typing import Mapping
 from narrowpath.errors import SpecError
 from narrowpath.spec._check import choice, fraction, positive_float, size_points
 from narrowpath.spec._pickle import reduce_spec
-from narrowpath.spec.device import Level
+from narrowpath.spec.device import DTYPES, FORMAT_DTYPE, LEVEL_NAMES, Level
+from narrowpath.spec.system import TIER_NAMES
 
 SCHEMA = "narrowpath-calibration/1"
 """Schema tag of a calibration profile file (`{schema: …, profiles: [ … ]}`)."""
+EFFICIENCY_KEYS = DTYPES + tuple(FORMAT_DTYPE)
+"""What a profile's GEMM efficiencies may be keyed by: a device dtype or a block-scaled training format
+(Calibration.matrix_eff reads the format's own entry first). Another key would never be read: the lookup would
+fall back to the default silently."""
+_MEASURED_LEVEL = re.compile(r"(sram|l[1-4]d?|hbm|host|dram|c\d+)", re.IGNORECASE)
+"""Names a measured memory level may carry: a device's level (spec.device.LEVEL_NAMES) in any case, or what the
+memory probes write (measure.memory_probe, gpu_memory_probe: an OS cache `L1d`..`L4`, `HBM`, `DRAM`, `C<n>` for a
+plateau no cache is known for)."""
+
+
+def check_keys(field_: str, keys, known: tuple[str, ...]) -> None:
+    """Refuse a key outside `known`: a profile entry under a misspelt dtype or tier would be ignored and the
+    default used in its place."""
+    for key in keys:
+        choice(field_, key, known)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TierCalibration:
@@ -91,6 +108,14 @@ class Calibration:
         object.__setattr__(self, "matrix_efficiency", MappingProxyType(dict(self.matrix_efficiency)))
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        where = f"calibration[{self.name}]"
+        check_keys(f"{where}.matrix_efficiency", self.matrix_efficiency, EFFICIENCY_KEYS)
+        check_keys(f"{where}.matrix_efficiency_by_size", self.matrix_efficiency_by_size, EFFICIENCY_KEYS)
+        check_keys(f"{where}.tiers", self.tiers, TIER_NAMES)
+        for i, lv in enumerate(self.memory_levels):
+            if not isinstance(lv.name, str) or not _MEASURED_LEVEL.fullmatch(lv.name):
+                raise SpecError(f"{where}.memory_levels[{i}].name", f"unknown level {lv.name!r}; known: "
+                                f"{', '.join(LEVEL_NAMES)}, or a probe's L1d, L1..L4, HBM, DRAM, C<n>")
         for dt, v in self.matrix_efficiency.items():
             fraction(f"calibration[{self.name}].matrix_efficiency.{dt}", v)
         positive_float(f"calibration[{self.name}].matrix_half_flop", self.matrix_half_flop, allow_zero=True)

@@ -10,6 +10,8 @@ from narrowpath.spec._check import fraction, positive_float
 from narrowpath.spec._pickle import reduce_spec
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+LEVEL_NAMES = ("sram", "l2", "hbm", "host")
+"""Memory levels the cost model reads by name (Level.name); `hbm` is required, the others optional."""
 FORMAT_DTYPE = {"mxfp8": "fp8", "nvfp4": "fp4"}
 """Tensor-core rate a block-scaled training format runs at: MXFP8 at the FP8 rate, NVFP4 at the FP4 rate (NVIDIA
 Blackwell architecture technical brief, 2024; Transformer Engine docs, 'Using FP8 and FP4 with Transformer
