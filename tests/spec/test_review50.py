@@ -88,3 +88,48 @@ def test_every_shipped_and_probed_profile_still_loads():
     assert len(ids) > 20 and all(store.calibration_for(i).name for i in ids)
     probed = calibration_from(str(root / "benchmarks/data/h200/h200-probed.yaml"))
     assert [lv.name for lv in probed.memory_levels] == ["L2", "HBM"]
+
+
+DEVICE = """system:
+  gpus_per_node: 8
+  device:
+    id: X
+    peak_matrix_flop_per_s: {{bf16: 989.4e12, fp4: 2000e12}}
+    peak_vector_flop_per_s: {{fp32: 66.9e12}}
+    levels: [{{name: hbm, capacity_bytes: 85.9e9, bw_bytes_per_s: 3.35e12}}]
+    block_scaled_formats: true
+{extra}
+  tiers:
+  - {{name: scale_up, bw_bytes_per_s_per_gpu: 450e9, domain_size: 8}}
+  - {{name: scale_out, bw_bytes_per_s_per_gpu: 50e9}}
+model: llama3-8b
+num_gpus: 8
+plan: {{tp: 2, dp: 4, gbs: 64, zero_stage: 1{plan}}}
+"""
+
+
+def _device_file(tmp_path, extra, plan=""):
+    f = tmp_path / "d.yaml"
+    f.write_text(DEVICE.format(extra="\n".join("    " + line for line in extra.splitlines()), plan=plan))
+    return str(f)
+
+
+@pytest.mark.parametrize("extra, where", [
+    ("energy_pj_per_flop: {bf16: -0.86}", "energy_pj_per_flop.bf16: must be a finite number >= 0"),
+    ("energy_pj_per_flop: {bf16: .nan}", "energy_pj_per_flop.bf16: must be a finite number >= 0"),
+    ("energy_pj_per_byte: {hbm: -28}", "energy_pj_per_byte.hbm: must be a finite number >= 0"),
+    ("energy_pj_per_flop: {bfl16: 0.8}", "energy_pj_per_flop: must be one of"),
+    ("energy_pj_per_byte: {hmb: 28}", "energy_pj_per_byte: must be one of"),
+])
+def test_energy_coefficients_are_finite_non_negative_and_known(tmp_path, capsys, extra, where):
+    """A negative coefficient gave negative joules, NaN a null energy, a misspelt key an unpriced share."""
+    one_line_error(capsys, ["analyze", _device_file(tmp_path, "tdp_w: 700\nidle_w: 120\n" + extra), "--no-what-ifs",
+                            "--no-simulate"], "device[X]." + where)
+
+
+def test_unsupported_formats_given_as_one_string_is_refused(tmp_path, capsys):
+    """`unsupported_formats: nvfp4` was split into the characters n, v, f, p, 4: the device then ran NVFP4."""
+    one_line_error(capsys, ["predict", _device_file(tmp_path, "unsupported_formats: nvfp4", ", precision: nvfp4")],
+                   "device[X].unsupported_formats", "must list format names", "'nvfp4'")
+    one_line_error(capsys, ["predict", _device_file(tmp_path, "unsupported_formats: [nvfp4]", ", precision: nvfp4")],
+                   "plan.precision", "does not run nvfp4")

@@ -14,8 +14,7 @@ from typing import Mapping
 from narrowpath.errors import SpecError
 from narrowpath.spec._check import choice, fraction, positive_float, size_points
 from narrowpath.spec._pickle import reduce_spec
-from narrowpath.spec.device import DTYPES, FORMAT_DTYPE, LEVEL_NAMES, Level
-from narrowpath.spec.system import TIER_NAMES
+from narrowpath.spec.device import DTYPES, FORMAT_DTYPE, LEVEL_NAMES, TIER_NAMES, Level
 
 SCHEMA = "narrowpath-calibration/1"
 """Schema tag of a calibration profile file (`{schema: …, profiles: [ … ]}`)."""

@@ -5,13 +5,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from narrowpath.errors import SpecError
-from narrowpath.spec._check import fraction, positive_float
+from narrowpath.errors import SpecError, shown
+from narrowpath.spec._check import choice, fraction, positive_float
 from narrowpath.spec._pickle import reduce_spec
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 LEVEL_NAMES = ("sram", "l2", "hbm", "host")
 """Memory levels the cost model reads by name (Level.name); `hbm` is required, the others optional."""
+TIER_NAMES = ("scale_up", "scale_out", "front_end")
+"""Network tiers of a system (spec.system.Tier.name), here because a device's energy per byte is keyed by them."""
 FORMAT_DTYPE = {"mxfp8": "fp8", "nvfp4": "fp4"}
 """Tensor-core rate a block-scaled training format runs at: MXFP8 at the FP8 rate, NVFP4 at the FP4 rate (NVIDIA
 Blackwell architecture technical brief, 2024; Transformer Engine docs, 'Using FP8 and FP4 with Transformer
@@ -106,10 +108,7 @@ class Device:
             positive_float(f"device[{self.name}].peak_flop_per_s.{dt}", v)
         if not self.has_level("hbm"):
             raise SpecError(f"device[{self.name}].levels", "must include an `hbm` level")
-        object.__setattr__(self, "unsupported_formats", tuple(self.unsupported_formats))
-        for fmt in self.unsupported_formats:
-            if not isinstance(fmt, str):
-                raise SpecError(f"device[{self.name}].unsupported_formats", f"must list format names, got {fmt!r}")
+        self._check_unsupported_formats()
         for flag in ("block_scaled_formats", "fp8_any_layout", "fused_attention"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"device[{self.name}].{flag}", f"must be true or false, got {getattr(self, flag)!r}")
@@ -120,6 +119,27 @@ class Device:
             fraction(f"device[{self.name}].flash2_rate.{ph}", r)
         positive_float(f"device[{self.name}].tdp_w", self.tdp_w, allow_zero=True)
         positive_float(f"device[{self.name}].idle_w", self.idle_w, allow_zero=True)
+        self._check_energy()
+
+    def _check_unsupported_formats(self) -> None:
+        """A list of format names the device knows (a bare string is refused, as plan.recompute_modules refuses
+        one: `nvfp4` was read as the formats n, v, f, p, 4 and the device then ran NVFP4)."""
+        where = f"device[{self.name}].unsupported_formats"
+        if isinstance(self.unsupported_formats, str) or not isinstance(self.unsupported_formats, (list, tuple)):
+            raise SpecError(where, f"must list format names (e.g. [nvfp4]); got {shown(self.unsupported_formats)}")
+        object.__setattr__(self, "unsupported_formats", tuple(self.unsupported_formats))
+        for fmt in self.unsupported_formats:
+            choice(where, fmt, DTYPES + tuple(FORMAT_DTYPE))
+
+    def _check_energy(self) -> None:
+        """Energy coefficients are finite and >= 0 under a key analysis.energy reads (a dtype or training format per
+        FLOP; a memory level or network tier per byte): a negative one gave negative joules, NaN a null figure, a
+        misspelt key an unpriced share."""
+        for attr, known in (("energy_pj_per_flop", DTYPES + tuple(FORMAT_DTYPE)),
+                            ("energy_pj_per_byte", LEVEL_NAMES + TIER_NAMES)):
+            for key, value in getattr(self, attr).items():
+                choice(f"device[{self.name}].{attr}", key, known)
+                positive_float(f"device[{self.name}].{attr}.{key}", value, allow_zero=True)
 
     def flash2_share(self, phase: str) -> float:
         """FlashAttention-2's rate relative to the fused kernel in pass `phase` (`bwd` reads the backward rate, any

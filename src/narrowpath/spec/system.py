@@ -9,9 +9,8 @@ from typing import Mapping
 from narrowpath.errors import SpecError
 from narrowpath.spec._check import as_int, boolean, choice, positive_float
 from narrowpath.spec._pickle import reduce_spec
-from narrowpath.spec.device import Device
+from narrowpath.spec.device import TIER_NAMES, Device
 
-TIER_NAMES = ("scale_up", "scale_out", "front_end")
 TOPOLOGIES = ("switched", "full_mesh", "rail_optimized", "fat_tree", "ethernet")
 """What a tier's `topology` may name (Tier.topology); another spelling would be priced as the default silently."""
 
