@@ -133,3 +133,33 @@ def test_unsupported_formats_given_as_one_string_is_refused(tmp_path, capsys):
                    "device[X].unsupported_formats", "must list format names", "'nvfp4'")
     one_line_error(capsys, ["predict", _device_file(tmp_path, "unsupported_formats: [nvfp4]", ", precision: nvfp4")],
                    "plan.precision", "does not run nvfp4")
+
+
+def test_whole_number_floats_are_kept_as_ints(tmp_path, capsys):
+    """`num_gpus: 16.0` and `gpus_per_node: 8.0` were accepted but kept as floats; analyze, report, search and compare
+    then failed with a TypeError (a float used as a count)."""
+    from narrowpath.catalog.resolve import load_scenario
+    from narrowpath.catalog.serving import serving_scenario_from_dict
+    from narrowpath.cli.main import main
+    f = tmp_path / "ng.yaml"
+    f.write_text("system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 16.0\nplan: {tp: 2, dp: 8, gbs: 64, zero_stage: 1}\n")
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("hardware: {gpu: H100-SXM5-80GB, num_gpus: 16.0, gpus_per_node: 8.0, scale_up_gpus: 8.0}\n"
+                  "model: llama3-8b\nplan: {tp: 2, dp: 8, gbs: 64, zero_stage: 1}\n")
+    inline = tmp_path / "inline.yaml"
+    inline.write_text(SYSTEM.format(host_bw="0", up="", out="").replace("gpus_per_node: 8", "gpus_per_node: 8.0")
+                      .replace("domain_size: 8", "domain_size: 8.0"))
+    for path in (f, hw, inline):
+        scn = load_scenario(str(path))
+        assert type(scn.num_gpus) is int and type(scn.system.gpus_per_node) is int
+        assert all(type(t.domain_size) is int for t in scn.system.tiers)
+    assert main(["analyze", str(f), "--no-what-ifs", "--no-simulate"]) == 0
+    assert main(["analyze", str(inline), "--no-what-ifs", "--no-simulate"]) == 0
+    assert main(["compare", str(f), str(hw)]) == 0
+    capsys.readouterr()
+    scn, _ = serving_scenario_from_dict({"system": "dgx-h100", "model": "llama3-8b", "num_gpus": 8.0,
+                                         "plan": {"tp": 2.0, "dp": 4}, "workload": {"input_tokens": 128.0,
+                                                                                    "output_tokens": 32,
+                                                                                    "num_requests": 10.0}})
+    assert type(scn.num_gpus) is int and type(scn.plan.tp) is int and type(scn.load.num_requests) is int
+    assert type(scn.load.input_tokens) is int

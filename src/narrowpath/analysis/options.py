@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import choice, positive_int
+from narrowpath.spec._check import as_int, choice
 
 LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16384)
 """Dubey et al., 'The Llama 3 Herd of Models' (2024) §3.3.4: 419 unexpected interruptions in 54 days on 16,384
@@ -71,7 +71,7 @@ class AnalysisOptions:
             raise SpecError("options.storage_bw_bytes_per_s", f"must be a finite number > 0, got "
                             f"{self.storage_bw_bytes_per_s!r}")
         choice("options.jitter_method", self.jitter_method, ("closed_form", "sampled"))
-        positive_int("options.seed", self.seed, minimum=0)
-        positive_int("options.num_samples", self.num_samples)
+        as_int(self, "seed", "options.seed", minimum=0)
+        as_int(self, "num_samples", "options.num_samples")
         if not self.sweep_factors or any(not (math.isfinite(f) and f > 0) for f in self.sweep_factors):
             raise SpecError("options.sweep_factors", f"must be positive finite numbers, got {self.sweep_factors!r}")

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import choice, positive_float, positive_int
+from narrowpath.spec._check import as_int, choice, positive_float, positive_int
 
 DISTRIBUTIONS = ("normal", "lognormal", "pareto")
 LINK_TIERS = ("scale_up", "scale_out")
@@ -59,8 +59,7 @@ class SlowRanks:
         field_name = f"noise.slow-{self.kind}"
         if not self.ids:
             raise SpecError(field_name, "names no device")
-        for i in self.ids:
-            positive_int(field_name, i, minimum=0)
+        object.__setattr__(self, "ids", tuple(positive_int(field_name, i, minimum=0) for i in self.ids))
         positive_float(f"{field_name}.fraction", self.fraction)
 
 
@@ -76,7 +75,7 @@ class SlowLink:
     def __post_init__(self) -> None:
         choice("noise.slow-link.tier", self.tier, LINK_TIERS)
         positive_float("noise.slow-link.fraction", self.fraction)
-        positive_int("noise.slow-link.rank", self.rank, minimum=0)
+        as_int(self, "rank", "noise.slow-link.rank", minimum=0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -258,9 +258,8 @@ class Plan:
         if isinstance(self.chunk_layers, (str, bytes)) or not isinstance(self.chunk_layers, (list, tuple)):
             raise SpecError("plan.chunk_layers", f"must list the layers of every pipeline chunk, got "
                             f"{shown(self.chunk_layers)}")
-        object.__setattr__(self, "chunk_layers", tuple(self.chunk_layers))
-        for n in self.chunk_layers:
-            positive_int("plan.chunk_layers", n, minimum=0, maximum=100_000)
+        object.__setattr__(self, "chunk_layers", tuple(positive_int("plan.chunk_layers", n, minimum=0, maximum=100_000)
+                                                       for n in self.chunk_layers))
         for ax in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs"):
             as_int(self, ax, f"plan.{ax}", maximum=MAX_BATCH if ax in ("mbs", "gbs") else None)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):

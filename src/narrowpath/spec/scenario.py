@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError, shown
-from narrowpath.spec._check import choice, positive_int
+from narrowpath.spec._check import as_int, choice
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import SPLIT_KNOBS, Plan, interleave_groups_ok, uneven_split_error
@@ -36,7 +36,7 @@ class Scenario:
     `schedule.choose`, and knobs a file left out that the software stack's defaults supplied."""
 
     def __post_init__(self) -> None:
-        positive_int("num_gpus", self.num_gpus)
+        as_int(self, "num_gpus", "num_gpus")
         if self.num_gpus > MAX_GPUS:
             raise SpecError("num_gpus", f"{self.num_gpus} exceeds the supported maximum of {MAX_GPUS:,} GPUs")
         choice("mode", self.mode, ("training", "inference"))

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import boolean, choice, fraction, positive_float, positive_int
+from narrowpath.spec._check import as_int, boolean, choice, fraction, positive_float, positive_int
 from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.model import Model
@@ -132,11 +132,11 @@ class ServingPlan:
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "ep", "replicas"):
-            positive_int(f"plan.{f}", getattr(self, f), maximum=1 << 20)
+            as_int(self, f, f"plan.{f}", maximum=1 << 20)
         for f in ("prefill_replicas", "max_batch", "max_num_tokens", "kv_block_tokens", "spec_tokens",
                   "redundant_experts") + PREFILL_KNOBS:
-            positive_int(f"plan.{f}", getattr(self, f), minimum=0, maximum=MAX_TOKENS)
-        positive_int("plan.spec_draft_layers", self.spec_draft_layers, maximum=1000)
+            as_int(self, f, f"plan.{f}", minimum=0, maximum=MAX_TOKENS)
+        as_int(self, "spec_draft_layers", "plan.spec_draft_layers", maximum=1000)
         choice("plan.weight_precision", self.weight_precision, WEIGHT_PRECISIONS)
         choice("plan.kv_precision", self.kv_precision, KV_PRECISIONS)
         choice("plan.policy", self.policy, ("",) + POLICIES)
@@ -149,8 +149,9 @@ class ServingPlan:
             boolean("plan.graph_padding", self.graph_padding)
         if not isinstance(self.graph_batch_sizes, tuple):
             raise SpecError("plan.graph_batch_sizes", f"must be a list of batch sizes, got {self.graph_batch_sizes!r}")
-        for i, b in enumerate(self.graph_batch_sizes):
+        object.__setattr__(self, "graph_batch_sizes", tuple(
             positive_int(f"plan.graph_batch_sizes[{i}]", b, maximum=1 << 20)
+            for i, b in enumerate(self.graph_batch_sizes)))
         if self.kv_memory_fraction:
             fraction("plan.kv_memory_fraction", self.kv_memory_fraction)
         positive_float("plan.spec_acceptance", self.spec_acceptance, allow_zero=True)
@@ -240,10 +241,9 @@ class Load:
         choice("workload.scenario", self.arrival, ARRIVALS)
         object.__setattr__(self, "requests", tuple(tuple(r) for r in self.requests))
         positive_float("workload.request_rate_per_s", self.rate_per_s, allow_zero=True)
-        positive_int("workload.batch_size", self.batch_size, minimum=0, maximum=MAX_REQUESTS)
-        positive_int("workload.concurrency", self.concurrency, minimum=0, maximum=MAX_REQUESTS)
-        positive_int("workload.num_requests", self.num_requests, minimum=0, maximum=MAX_REQUESTS)
-        positive_int("workload.seed", self.seed, minimum=0, maximum=2**63 - 1)
+        for attr in ("batch_size", "concurrency", "num_requests"):
+            as_int(self, attr, f"workload.{attr}", minimum=0, maximum=MAX_REQUESTS)
+        as_int(self, "seed", "workload.seed", minimum=0, maximum=2**63 - 1)
         if self.arrival == "trace":
             if not self.requests:
                 raise SpecError("workload.requests", "a trace needs at least one request")
@@ -252,7 +252,7 @@ class Load:
             if value == 0:
                 raise SpecError(f"workload.{field}", "is required: every request's length in tokens (or a "
                                 "requests_file of arrival time, input and output lengths)")
-            positive_int(f"workload.{field}", value, maximum=MAX_TOKENS)
+            as_int(self, field, f"workload.{field}", maximum=MAX_TOKENS)
         if self.arrival == "poisson" and self.rate_per_s <= 0:
             raise SpecError("workload.request_rate_per_s", "a Poisson stream needs a rate > 0 requests/s")
         if self.arrival == "fixed-batch" and self.batch_size < 1:
@@ -294,7 +294,7 @@ class ServingScenario:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chosen", tuple(tuple(c) for c in self.chosen))
-        positive_int("num_gpus", self.num_gpus, maximum=1 << 24)
+        as_int(self, "num_gpus", "num_gpus", maximum=1 << 24)
         for where, msg in serving_consistency(self.model, self.plan, self.num_gpus, self.system):
             raise SpecError(where, msg)
 
