@@ -21,10 +21,10 @@ from typing import Any, Mapping
 from narrowpath.catalog import store
 from narrowpath.catalog.known_models import with_catalog_architecture
 from narrowpath.catalog.resolve import read_data_file, resolve_model, system_and_gpus
-from narrowpath.errors import NarrowpathError, SpecError
+from narrowpath.errors import NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.parse import _check_keys, calibration_from_dict
-from narrowpath.spec.serving import PREFILL_KNOBS, Load, ServingPlan, ServingScenario
+from narrowpath.spec.serving import MAX_TOKENS, PREFILL_KNOBS, Load, ServingPlan, ServingScenario
 
 _TOP_KEYS = {"name", "system", "hardware", "model", "plan", "workload", "num_gpus", "mode", "calibration", "kind",
              "measured", "assumed"}
@@ -97,13 +97,13 @@ def read_request_trace(path: str | Path) -> tuple[tuple[float, int, int], ...]:
         t = r.get("arrival_s", r.get("timestamp_s"))
         try:
             t = positive_float("arrival_s", float(t), allow_zero=True)
-            n_in = positive_int("input_tokens", int(float(r["input_tokens"])))
-            n_out = positive_int("output_tokens", int(float(r["output_tokens"])))
+            n_in = positive_int("input_tokens", int(float(r["input_tokens"])), maximum=MAX_TOKENS)
+            n_out = positive_int("output_tokens", int(float(r["output_tokens"])), maximum=MAX_TOKENS)
         except KeyError as exc:
             raise NarrowpathError(f"{where}: missing field {exc.args[0]}") from None
-        except (TypeError, ValueError):
-            raise NarrowpathError(f"{where}: arrival_s, input_tokens and output_tokens must be numbers, got "
-                                  f"{dict(r)!r}") from None
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite length (`inf`, JSON 1e400)
+            raise NarrowpathError(f"{where}: arrival_s, input_tokens and output_tokens must be finite numbers, got "
+                                  f"{shown(dict(r))}") from None
         except SpecError as exc:
             raise NarrowpathError(f"{where}: {exc}") from None
         out.append((t, n_in, n_out))
@@ -127,6 +127,8 @@ def load_from_dict(data: Any, base_dir: Path | None = None) -> Load:
                         f"got {scenario!r}")
     requests = ()
     if "requests_file" in d:
+        if not isinstance(d["requests_file"], str):
+            raise SpecError("workload.requests_file", f"must be a trace file path, got {shown(d['requests_file'])}")
         path = Path(d["requests_file"]) if base_dir is None else base_dir / d["requests_file"]
         requests, arrival = read_request_trace(path), "trace"
     kw = {"arrival": arrival, "requests": requests}
