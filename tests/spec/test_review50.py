@@ -163,3 +163,41 @@ def test_whole_number_floats_are_kept_as_ints(tmp_path, capsys):
                                                                                     "num_requests": 10.0}})
     assert type(scn.num_gpus) is int and type(scn.plan.tp) is int and type(scn.load.num_requests) is int
     assert type(scn.load.input_tokens) is int
+
+
+HF_MOE = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+          "vocab_size": 32000, "intermediate_size": 4096, "max_position_embeddings": 4096, "n_routed_experts": 8,
+          "num_experts_per_tok": 2, "moe_intermediate_size": 512}
+HF_FLAGS = ["--system", "dgx-h100", "--gpus", "8", "--seq-len", "2048", "--zero", "3", "--gbs", "64"]
+
+
+def _hf_file(tmp_path, **keys):
+    import json
+    f = tmp_path / "cfg.json"
+    f.write_text(json.dumps({**HF_MOE, **keys}))
+    return str(f)
+
+
+@pytest.mark.parametrize("keys, where", [
+    ({"n_group": [4], "topk_group": 2}, "config.json.n_group"),
+    ({"n_group": 4, "topk_group": [2]}, "config.json.topk_group"),
+    ({"n_group": {"a": 1}, "topk_group": 2}, "config.json.n_group"),
+])
+def test_group_limited_routing_keys_that_are_no_integers_are_refused(tmp_path, capsys, keys, where):
+    """`"n_group": [4]` or a quoted topk_group reached a `<` between str/list and int: TypeError."""
+    one_line_error(capsys, ["predict", "--model", _hf_file(tmp_path, **keys), *HF_FLAGS], where, "must be an integer")
+
+
+def test_group_limited_routing_reads_quoted_counts_as_the_reader_does_elsewhere(tmp_path):
+    from narrowpath.catalog.resolve import resolve_model
+    assert resolve_model(_hf_file(tmp_path, n_group="4", topk_group="2"), seq_len=2048).moe.max_nodes == 2
+    assert resolve_model(_hf_file(tmp_path, n_group=4, topk_group=2), seq_len=2048).moe.max_nodes == 2
+    assert resolve_model(_hf_file(tmp_path, n_group=None, topk_group=2), seq_len=2048).moe.max_nodes == 0
+
+
+def test_a_zero_experts_per_token_is_refused(tmp_path, capsys):
+    """The module docstring promises a zero count is refused; 0 was read as unstated and priced as top-2."""
+    one_line_error(capsys, ["predict", "--model", _hf_file(tmp_path, num_experts_per_tok=0), *HF_FLAGS],
+                   "config.json.num_experts_per_tok", "must be >= 1")
+    from narrowpath.catalog.resolve import resolve_model
+    assert resolve_model(_hf_file(tmp_path, num_experts_per_tok=None), seq_len=2048).moe.top_k == 2

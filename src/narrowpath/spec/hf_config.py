@@ -151,6 +151,28 @@ def _sliding_window(cfg: Mapping[str, Any], mtype: str) -> tuple[int, int]:
     return window, WINDOW_EVERY.get(mtype, 1)
 
 
+def _top_k(cfg: Mapping[str, Any]) -> int:
+    """Experts each token is routed to (`num_experts_per_tok`), 2 when the config does not state it (Mixtral's); a
+    stated zero is refused (module docstring): it was read as unstated and priced as 2."""
+    key = next((k for k in ("num_experts_per_tok", "num_experts_per_token") if cfg.get(k) is not None), None)
+    if key is None:
+        return 2
+    top_k = _int(cfg, key, cfg[key])
+    if top_k < 1:
+        raise SpecError(f"config.json.{key}", f"must be >= 1 (experts each token is routed to), got {top_k}")
+    return top_k
+
+
+def _group_limit(cfg: Mapping[str, Any]) -> int:
+    """Group-limited routing (DeepSeek-V3: n_group 8 node groups, topk_group 4): a token's experts lie on at most
+    topk_group groups, which the deployment maps to nodes; 0 = no limit (topk_group not below n_group, or either
+    unstated). Both are read as integers first: a quoted or listed value ended in a TypeError."""
+    raw = cfg.get("n_group", 1)  # a null n_group states no groups
+    n_group = _int(cfg, "n_group", raw) if raw is not None else 0
+    topk = _int(cfg, "topk_group", cfg["topk_group"]) if cfg.get("topk_group") is not None else 0
+    return topk if n_group and topk and topk < n_group else 0
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None) -> Model:
     """Map HF keys to a Model. `seq_len` is the training sequence length (required unless the config states
     `seq_length`; max_position_embeddings is only the limit it must not exceed)."""
@@ -206,19 +228,14 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
     if n_exp < 0:
         raise SpecError(f"config.json.{exp_key}", f"must be >= 0, got {n_exp}")
     if n_exp:
-        top_k_key = next((k for k in ("num_experts_per_tok", "num_experts_per_token") if cfg.get(k)), None)
-        top_k = _int(cfg, top_k_key, cfg[top_k_key]) if top_k_key else 2
+        top_k = _top_k(cfg)
         expert_ffn = _int(cfg, "moe_intermediate_size", cfg.get("moe_intermediate_size") or ffn)
         shared = _int(cfg, "n_shared_experts", cfg.get("n_shared_experts") or 0)
         if not shared and cfg.get("shared_expert_intermediate_size"):  # Qwen-MoE: one wide shared expert
             shared = max(1, round(_int(cfg, "shared_expert_intermediate_size",
                                        cfg["shared_expert_intermediate_size"]) / expert_ffn))
-        # group-limited routing (DeepSeek-V3: n_group 8 node groups, topk_group 4): a token's experts on at most
-        # topk_group groups, which the deployment maps to nodes
-        max_nodes = _int(cfg, "topk_group", cfg["topk_group"]) if cfg.get("n_group", 1) and \
-            cfg.get("topk_group") and cfg.get("topk_group") < cfg.get("n_group", 1) else 0
         model["moe"] = MoE(num_experts=n_exp, top_k=top_k,
-                           expert_ffn=expert_ffn, shared_experts=shared, max_nodes=max_nodes,
+                           expert_ffn=expert_ffn, shared_experts=shared, max_nodes=_group_limit(cfg),
                            first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
     window, every = _sliding_window(cfg, mtype)
     if window:
