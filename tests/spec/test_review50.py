@@ -201,3 +201,13 @@ def test_a_zero_experts_per_token_is_refused(tmp_path, capsys):
                    "config.json.num_experts_per_tok", "must be >= 1")
     from narrowpath.catalog.resolve import resolve_model
     assert resolve_model(_hf_file(tmp_path, num_experts_per_tok=None), seq_len=2048).moe.top_k == 2
+
+
+@pytest.mark.parametrize("value", ["[a]", "5", "{peak: [1]}"])
+def test_sources_must_be_a_mapping_of_field_to_text(tmp_path, capsys, value):
+    """`sources: [a]` raised ValueError out of dict(); `sources: 5` was refused in Python's words."""
+    one_line_error(capsys, ["predict", _device_file(tmp_path, f"sources: {value}")],
+                   "device[X].sources: must be a mapping of field -> text")
+    f = tmp_path / "s.yaml"
+    f.write_text(SYSTEM.format(host_bw="0", up="", out="").replace("  tiers:", f"  sources: {value}\n  tiers:"))
+    one_line_error(capsys, ["predict", str(f)], "system[system].sources: must be a mapping of field -> text")

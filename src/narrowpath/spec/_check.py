@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 from narrowpath.errors import SpecError, shown
 
@@ -49,6 +50,14 @@ def boolean(field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise SpecError(field, f"must be true or false, got {shown(value)}")
     return value
+
+
+def text_mapping(field: str, value: Any) -> Mapping[str, str]:
+    """A read-only mapping of field name → text (a spec's `sources`: where each figure comes from); a list or a
+    number is refused in one line (dict() of a list of strings raised ValueError, of a number TypeError)."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise SpecError(field, f"must be a mapping of field -> text (where each figure comes from), got {shown(value)}")
+    return MappingProxyType(dict(value))
 
 
 def size_points(field: str, points: Any) -> tuple[tuple[float, float], ...]:

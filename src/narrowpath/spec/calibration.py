@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import choice, fraction, positive_float, size_points
+from narrowpath.spec._check import choice, fraction, positive_float, size_points, text_mapping
 from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.device import DTYPES, FORMAT_DTYPE, LEVEL_NAMES, TIER_NAMES, Level
 
@@ -106,7 +106,7 @@ class Calibration:
         object.__setattr__(self, "fit_residuals", MappingProxyType(dict(self.fit_residuals)))
         object.__setattr__(self, "matrix_efficiency", MappingProxyType(dict(self.matrix_efficiency)))
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
-        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        object.__setattr__(self, "sources", text_mapping(f"calibration[{self.name}].sources", self.sources))
         where = f"calibration[{self.name}]"
         check_keys(f"{where}.matrix_efficiency", self.matrix_efficiency, EFFICIENCY_KEYS)
         check_keys(f"{where}.matrix_efficiency_by_size", self.matrix_efficiency_by_size, EFFICIENCY_KEYS)

@@ -6,7 +6,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from narrowpath.errors import SpecError, shown
-from narrowpath.spec._check import choice, fraction, positive_float
+from narrowpath.spec._check import choice, fraction, positive_float, text_mapping
 from narrowpath.spec._pickle import reduce_spec
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -97,8 +97,9 @@ class Device:
 
     def __post_init__(self) -> None:
         for attr in ("peak_matrix_flop_per_s", "peak_vector_flop_per_s", "energy_pj_per_flop",
-                     "energy_pj_per_byte", "flash2_rate", "sources"):
+                     "energy_pj_per_byte", "flash2_rate"):
             object.__setattr__(self, attr, MappingProxyType(dict(getattr(self, attr))))
+        object.__setattr__(self, "sources", text_mapping(f"device[{self.name}].sources", self.sources))
         object.__setattr__(self, "levels", tuple(self.levels))
         if not self.peak_matrix_flop_per_s:
             raise SpecError(f"device[{self.name}].peak_matrix_flop_per_s", "needs at least one dtype")

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Mapping
 
 from narrowpath.errors import SpecError
-from narrowpath.spec._check import as_int, boolean, choice, positive_float
+from narrowpath.spec._check import as_int, boolean, choice, positive_float, text_mapping
 from narrowpath.spec._pickle import reduce_spec
 from narrowpath.spec.device import TIER_NAMES, Device
 
@@ -77,7 +76,7 @@ class System:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", tuple(self.tiers))
-        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        object.__setattr__(self, "sources", text_mapping(f"system[{self.name}].sources", self.sources))
         as_int(self, "gpus_per_node", f"system[{self.name}].gpus_per_node")
         positive_float(f"system[{self.name}].host_bw_bytes_per_s_per_gpu", self.host_bw_bytes_per_s_per_gpu,
                        allow_zero=True)  # 0 = unknown; a negative or NaN rate priced a faster or NaN step
