@@ -211,3 +211,27 @@ def test_sources_must_be_a_mapping_of_field_to_text(tmp_path, capsys, value):
     f = tmp_path / "s.yaml"
     f.write_text(SYSTEM.format(host_bw="0", up="", out="").replace("  tiers:", f"  sources: {value}\n  tiers:"))
     one_line_error(capsys, ["predict", str(f)], "system[system].sources: must be a mapping of field -> text")
+
+
+@pytest.mark.parametrize("model, plan", [("llama3-8b", ""), ("gnmt-lstm", "lstm")])
+def test_analyze_and_report_run_on_a_device_with_only_an_hbm_level(tmp_path, capsys, model, plan):
+    """Every level but hbm is optional (Device.has_level) and predict runs without them; analyze refused the device
+    with 'levels: no level named sram'. The ledger now has no row for a level the device lacks, and the LSTM's
+    persistent-kernel what-if says it is not applicable."""
+    import json
+
+    from narrowpath.cli.main import main
+    text = DEVICE.format(extra="    tdp_w: 700\n    idle_w: 120\n    energy_pj_per_flop: {bf16: 0.86}\n"
+                               "    energy_pj_per_byte: {hbm: 28.0}", plan="")
+    if plan == "lstm":
+        text = text.replace("model: llama3-8b", f"model: {model}").replace(
+            "plan: {tp: 2, dp: 4, gbs: 64, zero_stage: 1}", "plan: {tp: 1, dp: 8, gbs: 64}")
+    f = tmp_path / "hbm.yaml"
+    f.write_text(text + "calibration: H100-SXM5-80GB\n")
+    assert main(["analyze", str(f), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "sram" not in doc["energy"]["bytes_j"] and doc["energy"]["bytes_j"]["hbm"] > 0
+    if plan == "lstm":
+        skipped = [w["skipped"] for w in doc["verdict"]["what_ifs"] if w["change"] == "persistent_rnn"]
+        assert skipped == ["not applicable: X lists no SRAM level"]
+    assert main(["report", str(f), "-o", str(tmp_path / "r.html")]) == 0

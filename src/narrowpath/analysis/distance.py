@@ -128,6 +128,6 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
     add("checkpoint", checkpoint_bytes_per_rank, "front_end",
         1.0 / checkpoint_interval_steps if checkpoint_interval_steps > 0 else 0.0, 0.0,
         "written once per checkpoint interval (Daly 2006)", reused=False)
-    cliff = persistence_cliff(scn, u) if scn.model.arch == "lstm" else None
+    cliff = persistence_cliff(scn, u) if scn.model.arch == "lstm" and scn.system.device.has_level("sram") else None
     return DistanceBudget(tuple(rows), cliff, ctx.critical_stage, pred.memory.stage,
                           stage_note(pred, ctx.critical_stage))

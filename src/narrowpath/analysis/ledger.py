@@ -10,6 +10,8 @@ critical stage) per training step.
   L2 traffic is at least the HBM traffic. Element-wise kernels pass their
   HBM bytes once through both.
 - host: no offload is modelled, so 0.
+A device without an `sram` or `l2` level (every level but hbm is optional, spec.device.Device.has_level) has no row
+for it: nothing states its bandwidth, and its bytes are neither timed nor charged energy.
 - scale_up, scale_out: bytes each rank sends (analysis.traffic) over every transfer of the step; "modelled" is
   the core model's time of every transfer split over the tiers its bytes cross (analysis.traffic.tier_seconds),
   so a tier that carries bytes is never charged 0 s and the tiers add up to the transfers' time.
@@ -87,6 +89,8 @@ def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[
     net = network_bytes(ctx)
     by_level: dict[str, tuple[float, float, float | None, str]] = {}
     for lv in ("sram", "l2", "hbm"):
+        if not dev.has_level(lv):
+            continue
         b = sum(op_level_bytes(r.op, lv, dev) * r.count_per_step for r in ctx.ops)
         modelled = sum(r.total_s for r in ctx.ops if r.bound == "memory") if lv == "hbm" else None
         src = "workload hbm_bytes (core model)" if lv == "hbm" else f"GEMM tile {SRAM_TILE if lv == 'sram' else L2_TILE} operand reuse"
@@ -103,7 +107,7 @@ def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[
     fe = tokens_per_rank * TOKEN_BYTES + checkpoint_bytes_per_step
     by_level["front_end"] = (fe, fe_bw, None, "input tokens + amortised checkpoint")
     rows = []
-    for lv in LEVELS:
+    for lv in (lv for lv in LEVELS if lv in by_level):
         b, bw, modelled, src = by_level[lv]
         t = b / bw if bw > 0 else 0.0
         rows.append(LedgerRow(lv, b, b / useful if useful > 0 else 0.0, bw, t, t / step, modelled, src))

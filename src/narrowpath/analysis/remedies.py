@@ -355,6 +355,9 @@ def persistent_what_if(ctx: Context, usable_fraction: float = 0.75) -> WhatIf:
     pred = ctx.pred
     desc = "persistent recurrent kernels (weights kept in on-chip SRAM)"
     targets = ("hbm_bound_compute",)
+    if not pred.scenario.system.device.has_level("sram"):
+        return not_applicable("persistent_rnn", desc, f"{pred.scenario.system.device.name} lists no SRAM level",
+                              "software", targets)
     sram = pred.scenario.system.device.level("sram").capacity_bytes
     w = recurrent_weight_bytes(pred)
     if w > usable_fraction * sram:
