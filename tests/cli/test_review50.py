@@ -35,3 +35,44 @@ def test_an_infinite_length_in_a_trace_is_refused(tmp_path, capsys, name, text):
     f.write_text(text)
     one_line_error(capsys, [*SERVE, "--requests", str(f)], "workload.requests_file", "request 1",
                    "must be finite numbers")
+
+
+def _json(capsys, argv) -> dict:
+    import json
+
+    from narrowpath.cli.main import main
+    assert main([*argv, "--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+PREDICT = ["predict", "--system", "dgx-h100", "--model", "llama3-8b", "--gpus", "8"]
+
+
+@pytest.mark.parametrize("name", ["H100-80GB", "h100-sxm5-80gb", "NVIDIA H100 80GB HBM3"])
+def test_a_profile_is_named_as_its_device_is(tmp_path, capsys, name):
+    """--system and hardware.gpu take a device's aliases and any case; --profile and a file's `calibration:` found
+    no profile for them ('no calibration profile for device ...')."""
+    want = _json(capsys, [*PREDICT, "--profile", "H100-SXM5-80GB"])["step_time_s"]
+    assert _json(capsys, [*PREDICT, "--profile", name])["step_time_s"] == want
+    for profile in ("H100-SXM5-80GB", name):
+        (tmp_path / f"{profile}.yaml").write_text(f"system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 8\n"
+                                                  f"plan: {{tp: 1, dp: 8, gbs: 64}}\ncalibration: {profile}\n")
+    in_file = _json(capsys, ["predict", str(tmp_path / f"{name}.yaml")])["step_time_s"]
+    assert in_file == _json(capsys, ["predict", str(tmp_path / "H100-SXM5-80GB.yaml")])["step_time_s"]
+    one_line_error(capsys, [*PREDICT, "--profile", "H100-nope"], "no calibration profile for device 'H100-nope'")
+
+
+def test_a_serving_file_reads_its_calibration_file(tmp_path, capsys):
+    """A serving file's `calibration: prof.yaml` was taken for a device name; a training scenario's loads the file."""
+    (tmp_path / "prof.yaml").write_text("id: slow\ndevice: H100-SXM5-80GB\nmatrix_efficiency: {bf16: 0.1}\n"
+                                        "vector_bw_efficiency: 0.2\n")
+    work = "{scenario: offline, input_tokens: 128, output_tokens: 32, num_requests: 10}"
+    base = _json(capsys, ["serve", _serving_file(tmp_path, work), "--no-whatif"])
+    slow = _json(capsys, ["serve", _serving_file(tmp_path, work, "calibration: prof.yaml\n"), "--no-whatif"])
+    assert slow["makespan_s"] > 2 * base["makespan_s"]
+    inline = _json(capsys, ["serve", _serving_file(tmp_path, work, "calibration: {id: slow, device: H100-SXM5-80GB, "
+                                                   "matrix_efficiency: {bf16: 0.1}, vector_bw_efficiency: 0.2}\n"),
+                            "--no-whatif"])
+    assert inline["makespan_s"] == slow["makespan_s"]
+    one_line_error(capsys, ["serve", _serving_file(tmp_path, work, "calibration: nope.yaml\n"), "--no-whatif"],
+                   "nope.yaml: no such file (calibration profile)")

@@ -20,10 +20,10 @@ from typing import Any, Mapping
 
 from narrowpath.catalog import store
 from narrowpath.catalog.known_models import with_catalog_architecture
-from narrowpath.catalog.resolve import read_data_file, resolve_model, system_and_gpus
+from narrowpath.catalog.resolve import calibration_from, read_data_file, resolve_model, system_and_gpus
 from narrowpath.errors import NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
-from narrowpath.spec.parse import _check_keys, calibration_from_dict
+from narrowpath.spec.parse import _check_keys
 from narrowpath.spec.serving import MAX_TOKENS, PREFILL_KNOBS, Load, ServingPlan, ServingScenario
 
 _TOP_KEYS = {"name", "system", "hardware", "model", "plan", "workload", "num_gpus", "mode", "calibration", "kind",
@@ -241,10 +241,8 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
     mode = data.get("mode", "inference")
     if mode != "inference":
         raise SpecError("mode", f"a serving file describes inference, got mode {mode!r}")
-    cal = None
-    if data.get("calibration"):
-        c = data["calibration"]
-        cal = calibration_from_dict(c) if isinstance(c, Mapping) else store.calibration_for(str(c))
+    # a profile file is read as a training scenario reads it (it was taken for a device name)
+    cal = calibration_from(data["calibration"], base_dir) if data.get("calibration") else None
     scn = ServingScenario(name=str(name or data.get("name") or "serving"), system=system, model=model, plan=plan,
                           load=load, num_gpus=num_gpus, calibration=cal, chosen=settled)
     return scn, open_

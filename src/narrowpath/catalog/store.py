@@ -134,10 +134,13 @@ def model(eid: str) -> Model:
 
 @lru_cache(maxsize=None)
 def calibration_for(device_name: str) -> Calibration:
-    """The shipped calibration profile of a device type."""
-    for pid, data in entries("profiles").items():
-        if data.get("device", pid) == device_name:
-            return calibration_from_dict(data, name=pid)
+    """The shipped calibration profile of a device type, the device named as `--system` and `hardware.gpu` name it:
+    its id, an alias, or a descriptive GPU name in any case (canonical_id): `--profile H100-80GB` found no profile
+    where `--system H100-80GB` found the device."""
+    for name in dict.fromkeys((device_name, canonical_id("devices", device_name))):
+        for pid, data in entries("profiles").items():
+            if data.get("device", pid) == name:
+                return calibration_from_dict(data, name=pid)
     raise CatalogError(f"no calibration profile for device {device_name!r}; known: {', '.join(entries('profiles'))}")
 
 
