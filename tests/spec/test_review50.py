@@ -235,3 +235,38 @@ def test_analyze_and_report_run_on_a_device_with_only_an_hbm_level(tmp_path, cap
         skipped = [w["skipped"] for w in doc["verdict"]["what_ifs"] if w["change"] == "persistent_rnn"]
         assert skipped == ["not applicable: X lists no SRAM level"]
     assert main(["report", str(f), "-o", str(tmp_path / "r.html")]) == 0
+
+
+def test_a_gpu_count_given_twice_must_agree(tmp_path, capsys):
+    """`hardware: {num_gpus: 8}` beside `num_gpus: 16` ran on 8 without a word."""
+    from narrowpath.catalog.resolve import load_scenario
+    f = tmp_path / "hwn.yaml"
+    f.write_text("hardware: {gpu: H100-SXM5-80GB, num_gpus: 8}\nnum_gpus: 16\nmodel: llama3-8b\n"
+                 "plan: {tp: 2, dp: 4, gbs: 64, zero_stage: 1}\n")
+    one_line_error(capsys, ["predict", str(f)], "num_gpus: 16 disagrees with hardware.num_gpus 8")
+    s = tmp_path / "serve.yaml"
+    s.write_text("hardware: {gpu: H100-SXM5-80GB, num_gpus: 1}\nnum_gpus: 2\nmodel: llama3-8b\nplan: {tp: 1}\n"
+                 "workload: {input_tokens: 12, output_tokens: 3}\n")
+    one_line_error(capsys, ["serve", str(s), "--no-whatif"], "num_gpus: 2 disagrees with hardware.num_gpus 1")
+    f.write_text(f.read_text().replace("num_gpus: 16", "num_gpus: 8.0"))
+    assert load_scenario(str(f)).num_gpus == 8  # the two agree
+
+
+@pytest.mark.parametrize("placement", ["[[tp], dp, pp, cp, ep]", "[tp, dp, pp, cp, {ep: 1}]"])
+def test_a_placement_that_lists_no_axis_names_the_field(tmp_path, capsys, placement):
+    """A nested list reached sorted(): the message was "plan: '<' not supported between ..."."""
+    f = tmp_path / "p.yaml"
+    f.write_text(f"system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 8\nplan: {{tp: 2, dp: 4, gbs: 64, "
+                 f"placement: {placement}}}\n")
+    one_line_error(capsys, ["predict", str(f)], "plan.placement: must be one of tp, cp, ep, dp, pp")
+
+
+@pytest.mark.parametrize("command, body", [
+    ("predict", "num_gpus: 8\nplan: {tp: 2, dp: 4, gbs: 64}\n"),
+    ("serve", "num_gpus: 1\nplan: {tp: 1}\nworkload: {input_tokens: 12, output_tokens: 3}\n"),
+])
+def test_a_name_must_be_text(tmp_path, capsys, command, body):
+    f = tmp_path / "n.yaml"
+    f.write_text("name: [1]\nsystem: dgx-h100\nmodel: llama3-8b\n" + body)
+    one_line_error(capsys, [command, str(f)] + (["--no-whatif"] if command == "serve" else []),
+                   "name: must be a string, got [1]")

@@ -242,6 +242,24 @@ def calibration_from(value: Any, base_dir: Path | None = None) -> Calibration:
     raise SpecError("calibration", f"must be a device name, a profile file or a mapping, got {shown(value)}")
 
 
+def check_name(data: Mapping[str, Any]) -> None:
+    """A file's `name` is text: `name: [1]` was accepted and shown as '[1]'."""
+    if data.get("name") is not None and not isinstance(data["name"], str):
+        raise SpecError("name", f"must be a string, got {shown(data['name'])}")
+
+
+def _hardware_gpus(hw: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
+    """The GPU count beside a `hardware` block: its own num_gpus, else the file's; both given, they must agree (the
+    block's silently won: `hardware: {num_gpus: 8}` beside `num_gpus: 16` ran on 8)."""
+    inner, outer = hw.get("num_gpus"), data.get("num_gpus")
+    if inner is not None and outer is not None:
+        n = positive_int("hardware.num_gpus", inner, maximum=1 << 24)
+        if positive_int("num_gpus", outer, maximum=1 << 24) != n:
+            raise SpecError("num_gpus", f"{shown(outer)} disagrees with hardware.num_gpus {shown(inner)}: give the GPU "
+                            "count once")
+    return hw.get("num_gpus", outer)
+
+
 def system_and_gpus(data: Mapping[str, Any], base_dir: Path | None) -> tuple[System, Any]:
     """(system, num_gpus as given or None) from a file's `system` name/block or its corpus-style `hardware` block
     (one of the two; shared by training scenarios and serving files)."""
@@ -256,7 +274,7 @@ def system_and_gpus(data: Mapping[str, Any], base_dir: Path | None) -> tuple[Sys
         system = system_for_hardware(hw["gpu"], gpus_per_node=hw.get("gpus_per_node"),
                                      nic_gbps_per_gpu=hw.get("nic_gbps_per_gpu"),
                                      scale_up_gpus=hw.get("scale_up_gpus"), power_limit_w=hw.get("power_limit_w"))
-        return system, hw.get("num_gpus", data.get("num_gpus"))
+        return system, _hardware_gpus(hw, data)
     if "system" in data:
         return _system(data["system"], base_dir), data.get("num_gpus")
     raise SpecError("system", "is required (or a `hardware` block)")
@@ -268,6 +286,7 @@ def scenario_from_dict(data: Mapping[str, Any], *, name: str | None = None, base
     --seq-len flag, which a HuggingFace config.json model needs (see resolve_model); `corpus` names the schema of a
     validation-corpus case, whose model the catalog may recognise (catalog.known_models)."""
     _check_keys("scenario", data, _SCENARIO_KEYS)
+    check_name(data)
     if "model" not in data:
         raise SpecError("model", "is required")
     if "plan" not in data:
@@ -414,6 +433,7 @@ def load_scenario(source: str | Path | Mapping[str, Any] | None = None, *, seq_l
         data = read_data_file(p)
         if not isinstance(data, Mapping):
             raise SpecError("scenario", f"{p}: must hold a mapping at top level")
+        check_name(data)
         if looks_like_hf_config(data) and "plan" not in data:
             raise SpecError("plan", f"{p} is a model config.json; pass it as --model with a plan (--tp, --pp, ...)")
         return scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent, seq_len=seq_len)

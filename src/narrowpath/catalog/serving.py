@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from narrowpath.catalog import store
 from narrowpath.catalog.known_models import with_catalog_architecture
-from narrowpath.catalog.resolve import calibration_from, read_data_file, resolve_model, system_and_gpus
+from narrowpath.catalog.resolve import calibration_from, check_name, read_data_file, resolve_model, system_and_gpus
 from narrowpath.errors import NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.parse import _check_keys
@@ -222,6 +222,7 @@ def serving_scenario_from_dict(data: Mapping[str, Any], *, name: str | None = No
     """(scenario, open knobs) from a serving file or an inference-corpus case (module docstring); `corpus`: an
     inference-corpus case, whose model the catalog may recognise (catalog.known_models)."""
     _check_keys("serving", data, _TOP_KEYS)
+    check_name(data)
     for need in ("model", "plan", "workload"):
         if need not in data:
             raise SpecError(need, "is required")
@@ -256,4 +257,5 @@ def load_serving_scenario(path: str | Path) -> tuple[ServingScenario, tuple[str,
     data = read_data_file(p)
     if not isinstance(data, Mapping):
         raise SpecError("serving", f"{p}: must hold a mapping at top level")
+    check_name(data)
     return serving_scenario_from_dict(data, name=data.get("name", p.stem), base_dir=p.parent, allow_null=True)

@@ -327,6 +327,8 @@ class Plan:
         if isinstance(self.placement, str):
             raise SpecError("plan.placement", f"must list the axes {', '.join(AXES)}; got {shown(self.placement)}")
         object.__setattr__(self, "placement", tuple(self.placement))
+        for axis in self.placement:  # a nested list reached sorted(): "'<' not supported" named only `plan`
+            choice("plan.placement", axis, AXES)
         if sorted(self.placement) != sorted(AXES):
             raise SpecError("plan.placement", f"must order exactly {', '.join(AXES)}; got {list(self.placement)}")
         if self.gbs % (self.dp * self.mbs):
