@@ -76,3 +76,17 @@ def test_a_serving_file_reads_its_calibration_file(tmp_path, capsys):
     assert inline["makespan_s"] == slow["makespan_s"]
     one_line_error(capsys, ["serve", _serving_file(tmp_path, work, "calibration: nope.yaml\n"), "--no-whatif"],
                    "nope.yaml: no such file (calibration profile)")
+
+
+@pytest.mark.parametrize("flags", [["--rate", "5"], ["--offline"], ["--num-requests", "3"],
+                                   ["--input-len", "100", "--output-len", "10"]])
+def test_load_flags_over_a_trace_file_name_the_clash(tmp_path, capsys, flags):
+    """--rate over a file whose trace comes from requests_file failed with 'workload.input_tokens: is required';
+    --input-len/--output-len or --num-requests alone were ignored and the trace served. The --requests flag already
+    named such a clash."""
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n0.5,200,20\n")
+    f = _serving_file(tmp_path, "{requests_file: t.csv}")
+    one_line_error(capsys, ["serve", f, "--no-whatif", *flags], f"{flags[0]}: the scenario's workload is a trace")
+    trace = _json(capsys, ["serve", f, "--no-whatif"])
+    own = _json(capsys, ["serve", f, "--no-whatif", "--rate", "5", "--input-len", "100", "--output-len", "10"])
+    assert own["output_tokens_per_s"] != trace["output_tokens_per_s"]  # a load of its own replaces the trace

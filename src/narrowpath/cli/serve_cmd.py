@@ -127,6 +127,23 @@ def graph_sizes_arg(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _check_trace_clash(args, base: Load | None) -> None:
+    """Refuse load flags over a scenario whose workload is a trace (`workload.requests_file`) that would not replace
+    it, as --requests refuses them: --rate alone failed with 'workload.input_tokens: is required', and
+    --input-len, --output-len or --num-requests alone were ignored (the trace was served). An arrival flag with both
+    lengths is a load of its own and replaces the trace."""
+    if base is None or base.arrival != "trace" or args.requests:
+        return
+    arrival = [f for f, v in (("--rate", args.rate), ("--offline", args.offline or None), ("--batch", args.batch))
+               if v is not None]
+    given = arrival + [f for f, v in (("--num-requests", args.num_requests), ("--input-len", args.input_len),
+                                      ("--output-len", args.output_len)) if v is not None]
+    if given and not (arrival and args.input_len and args.output_len):
+        raise SpecError(given[0], f"the scenario's workload is a trace (workload.requests_file), which sets each "
+                        f"request's arrival, lengths and their number; drop {', '.join(given)}, or replace the trace "
+                        "with --rate, --offline or --batch and both --input-len and --output-len")
+
+
 def _load(args, base: Load | None) -> Load:
     for flag, v in (("--num-requests", args.num_requests), ("--input-len", args.input_len),
                     ("--output-len", args.output_len), ("--batch", args.batch)):
@@ -139,6 +156,7 @@ def _load(args, base: Load | None) -> Load:
     if args.requests and clash:  # they were ignored: the trace's own arrivals and count were served
         raise SpecError("--requests", f"a trace sets each request's arrival and their number; drop "
                                       f"{', '.join(clash)} (--concurrency caps a trace's requests in flight)")
+    _check_trace_clash(args, base)
     if args.batch is not None and args.policy not in (None, "static"):
         raise SpecError("--batch", f"runs static batches of {args.batch} (policy static), not --policy "
                                    f"{args.policy}; for a cap on a continuous batch give --max-batch")
