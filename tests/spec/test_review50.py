@@ -270,3 +270,31 @@ def test_a_name_must_be_text(tmp_path, capsys, command, body):
     f.write_text("name: [1]\nsystem: dgx-h100\nmodel: llama3-8b\n" + body)
     one_line_error(capsys, [command, str(f)] + (["--no-whatif"] if command == "serve" else []),
                    "name: must be a string, got [1]")
+
+
+def test_quoted_numbers_follow_one_convention(tmp_path, capsys):
+    """spec.parse._num: a real-valued field takes a quoted number (YAML 1.1 reads 312e12 as a string); an integer
+    field does not. moe.capacity_factor took '1.5' while moe.glu_clamp refused '7'; so did a serving plan's
+    kv_memory_fraction and spec_acceptance, the workload's request_rate_per_s, the hardware block's NIC rate and
+    power cap."""
+    from narrowpath.catalog.resolve import load_scenario
+    from narrowpath.catalog.serving import load_serving_scenario
+    moe = ("model: {{layers: 2, hidden: 1024, heads: 8, ffn: 512, vocab: 1000, seq_len: 128, ffn_act: swiglu, "
+           "moe: {{num_experts: 8, top_k: {top_k}, expert_ffn: 512, glu_clamp: '7', capacity_factor: '1.5'}}}}\n")
+    f = tmp_path / "m.yaml"
+    f.write_text("hardware: {gpu: H100-SXM5-80GB, nic_gbps_per_gpu: '400', power_limit_w: '600'}\nnum_gpus: 8\n"
+                 + moe.format(top_k=2) + "plan: {tp: 1, dp: 8, gbs: 64, bucket_bytes: '4e7'}\n")
+    scn = load_scenario(str(f))
+    assert (scn.model.moe.glu_clamp, scn.model.moe.capacity_factor, scn.system.power_limit_w) == (7.0, 1.5, 600.0)
+    assert scn.system.tier("scale_out").bw_bytes_per_s_per_gpu == 50e9 and scn.plan.bucket_bytes == 4e7
+    s = tmp_path / "s.yaml"
+    s.write_text("system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 1\nplan: {tp: 1, kv_memory_fraction: '0.8', "
+                 "spec_tokens: 2, spec_acceptance: '0.5'}\nworkload: {scenario: server, request_rate_per_s: '2', "
+                 "input_tokens: 12, output_tokens: 3}\n")
+    served, _ = load_serving_scenario(str(s))
+    assert (served.plan.kv_memory_fraction, served.plan.spec_acceptance, served.load.rate_per_s) == (0.8, 0.5, 2.0)
+    # integer fields take no quoted numbers, here as everywhere
+    f.write_text(f.read_text().replace("top_k: 2", "top_k: '2'"))
+    one_line_error(capsys, ["predict", str(f)], "model.moe.top_k", "must be an integer")
+    s.write_text(s.read_text().replace("input_tokens: 12", "input_tokens: '12'"))
+    one_line_error(capsys, ["serve", str(s), "--no-whatif"], "workload.input_tokens: must be a number")

@@ -16,7 +16,7 @@ from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.calibration import SCHEMA as CALIBRATION_SCHEMA, Calibration
 from narrowpath.spec.hf_config import looks_like_hf_config, model_from_hf_config
 from narrowpath.spec.model import Model
-from narrowpath.spec.parse import (_check_keys, calibration_from_dict, device_from_dict, model_from_dict,
+from narrowpath.spec.parse import (_check_keys, _num, calibration_from_dict, device_from_dict, model_from_dict,
                                    open_knobs, plan_from_dict, system_from_dict)
 from narrowpath.spec.plan import Plan
 from narrowpath.spec.scenario import Scenario
@@ -78,12 +78,13 @@ def system_for_hardware(gpu: str, *, gpus_per_node: int | None = None, nic_gbps_
     (NVL72)."""
     if gpus_per_node is not None:
         gpus_per_node = positive_int("hardware.gpus_per_node", gpus_per_node)
-    if nic_gbps_per_gpu is not None:
-        nic_gbps_per_gpu = positive_float("hardware.nic_gbps_per_gpu", nic_gbps_per_gpu)
+    if nic_gbps_per_gpu is not None:  # real-valued: a quoted number is read as everywhere (spec.parse._num)
+        nic_gbps_per_gpu = positive_float("hardware.nic_gbps_per_gpu", _num("hardware.nic_gbps_per_gpu",
+                                                                            nic_gbps_per_gpu))
     if scale_up_gpus is not None:
         scale_up_gpus = positive_int("hardware.scale_up_gpus", scale_up_gpus)
     if power_limit_w is not None:
-        power_limit_w = positive_float("hardware.power_limit_w", power_limit_w)
+        power_limit_w = positive_float("hardware.power_limit_w", _num("hardware.power_limit_w", power_limit_w))
     if base is None:
         if not isinstance(gpu, str):
             raise SpecError("hardware.gpu", f"must be a catalog device id, got {shown(gpu)}")

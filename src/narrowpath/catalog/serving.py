@@ -23,7 +23,7 @@ from narrowpath.catalog.known_models import with_catalog_architecture
 from narrowpath.catalog.resolve import calibration_from, check_name, read_data_file, resolve_model, system_and_gpus
 from narrowpath.errors import NarrowpathError, SpecError, shown
 from narrowpath.spec._check import positive_float, positive_int
-from narrowpath.spec.parse import _check_keys
+from narrowpath.spec.parse import _check_keys, _num
 from narrowpath.spec.serving import MAX_TOKENS, PREFILL_KNOBS, Load, ServingPlan, ServingScenario
 
 _TOP_KEYS = {"name", "system", "hardware", "model", "plan", "workload", "num_gpus", "mode", "calibration", "kind",
@@ -136,7 +136,7 @@ def load_from_dict(data: Any, base_dir: Path | None = None) -> Load:
                      ("concurrency", "concurrency"), ("input_tokens", "input_tokens"),
                      ("output_tokens", "output_tokens"), ("num_requests", "num_requests"), ("seed", "seed")):
         if src in d:
-            v = d[src]
+            v = _num(f"workload.{src}", d[src]) if src == "request_rate_per_s" else d[src]  # real-valued (_num)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise SpecError(f"workload.{src}", f"must be a number, got {v!r}")
             if src in ("input_tokens", "output_tokens") and v < 1:
@@ -163,6 +163,9 @@ def _plan(data: Any, model, num_gpus: int | None, allow_null: bool, half: str = 
         kw.setdefault(k, half)  # unstated, or a placeholder until schedule.serving_defaults.resolve_formats
         if k in kw and not isinstance(kw[k], str):
             raise SpecError(f"plan.{k}", f"must be a format name, got {kw[k]!r}")
+    for k in ("kv_memory_fraction", "spec_acceptance"):  # real-valued: a quoted number as everywhere (parse._num)
+        if k in kw:
+            kw[k] = _num(f"plan.{k}", kw[k])
     for k in ("tp", "pp", "dp", "ep", "replicas"):
         if k in kw:
             kw[k] = positive_int(f"plan.{k}", kw[k], maximum=1 << 20)

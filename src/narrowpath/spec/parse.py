@@ -179,8 +179,8 @@ def model_from_dict(data: Mapping[str, Any], *, name: str | None = None) -> Mode
         d.setdefault("name", name or d.get("id"))
     if d.get("moe") is not None:
         moe = d["moe"]
-        if isinstance(moe, Mapping) and "capacity_factor" in moe:
-            moe = {**moe, "capacity_factor": _num("model.moe.capacity_factor", moe["capacity_factor"])}
+        if isinstance(moe, Mapping):  # a quoted number in a real-valued field, as everywhere (_num)
+            moe = {**moe, **{k: _num(f"model.moe.{k}", moe[k]) for k in ("capacity_factor", "glu_clamp") if k in moe}}
         d["moe"] = _build(MoE, "model.moe", moe)
     if d.get("mla") is not None:
         d["mla"] = _build(MLA, "model", d["mla"])
