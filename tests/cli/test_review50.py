@@ -90,3 +90,27 @@ def test_load_flags_over_a_trace_file_name_the_clash(tmp_path, capsys, flags):
     trace = _json(capsys, ["serve", f, "--no-whatif"])
     own = _json(capsys, ["serve", f, "--no-whatif", "--rate", "5", "--input-len", "100", "--output-len", "10"])
     assert own["output_tokens_per_s"] != trace["output_tokens_per_s"]  # a load of its own replaces the trace
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    ([], "needs dp_overlap (--dp-overlap)"),
+    (["--dp-overlap"], "this plan runs no pipeline"),
+    (["--dp-overlap", "--pp", "2", "--pipeline-schedule", "dualpipe", "--gbs", "64"], "this plan runs dualpipe"),
+])
+def test_a_grad_sync_launch_nothing_reads_is_refused(capsys, flags, fragment):
+    """--grad-sync-launch without --dp-overlap, or without Megatron's pipeline, was ignored where --recompute-modules
+    without selective recompute is refused."""
+    one_line_error(capsys, [*PREDICT, "--gpus", "16", "--grad-sync-launch", "megatron", *flags],
+                   "--grad-sync-launch", fragment)
+    read = _json(capsys, [*PREDICT, "--gpus", "16", "--grad-sync-launch", "megatron", "--dp-overlap", "--pp", "2"])
+    assert read["step_time_s"] > 0
+
+
+def test_a_stacks_default_launch_mode_is_not_refused(tmp_path, capsys):
+    """Megatron-LM's stack sets grad_sync_launch: aligned for every plan, overlapped or not: the refusal is the
+    flag's alone."""
+    f = tmp_path / "m.yaml"
+    f.write_text("system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 8\nplan: {tp: 1, dp: 8, gbs: 64, "
+                 "framework: Megatron-LM}\n")
+    assert _json(capsys, ["predict", str(f)])["plan"]["grad_sync_launch"] == "aligned"
+    assert _json(capsys, ["predict", str(f), "--tp", "2"])["step_time_s"] > 0

@@ -199,11 +199,12 @@ def check_least(values: dict, flag=lambda knob: f"--{knob}") -> None:
             raise SpecError(flag(knob), f"must be >= {least}, got {values[knob]}")
 
 
-def scenario_from_args(args: argparse.Namespace) -> Scenario:
-    """Build the scenario: start from the positional scenario (or the default), then apply flags."""
+def scenario_from_args(args: argparse.Namespace, *, one_plan: bool = True) -> Scenario:
+    """Build the scenario: start from the positional scenario (or the default), then apply flags. `one_plan`: the
+    command prices this plan alone (not `search`, whose other plans may read a flag this one cannot)."""
     from narrowpath.catalog.resolve import system_or_device as catalog_system
     from narrowpath.catalog.resolve import calibration_from, resolve_model, restack_for_precision
-    from narrowpath.spec.plan import Plan, check_modules_need_selective
+    from narrowpath.spec.plan import Plan, check_launch_is_read, check_modules_need_selective
     from narrowpath.spec.scenario import Scenario
     flagged = any(getattr(args, k, None) is not None for k in ("model", "system"))
     source = getattr(args, "scenario", None)
@@ -305,10 +306,12 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     scn = Scenario(name=name, system=system, model=model, plan=plan, num_gpus=num_gpus,
                    mode=base.mode if base is not None else "training", calibration=cal, chosen=chosen,
                    open_knobs=still_open)
-    if not still_open:
-        return scn
-    from narrowpath.schedule.step import predict
-    return predict(scn, cal).scenario
+    if still_open:
+        from narrowpath.schedule.step import predict
+        scn = predict(scn, cal).scenario
+    if one_plan and getattr(args, "grad_sync_launch", None) is not None:  # it was ignored, as modules would be
+        check_launch_is_read("--grad-sync-launch", scn.plan)
+    return scn
 
 
 def _moved(base, plan0, plan_kw: Mapping, gpus, system, args) -> bool:

@@ -130,7 +130,7 @@ def _pins_and_plan(args):
     from_scenario = getattr(args, "scenario", None) is not None or not (args.model or args.system)
     if not from_scenario:
         def users_plan():
-            base = scenario_from_args(args)
+            base = scenario_from_args(args, one_plan=False)
             own = {k: v for k, v in pinned.items() if k in _SEARCH_ONLY}
             if own:  # the search-only flags are the user's plan too
                 try:
@@ -143,7 +143,7 @@ def _pins_and_plan(args):
     for k in pinned:
         if not (k == "vpp" and getattr(args, "pipeline_schedule", None) == "dualpipev"):  # its two chunks: keep
             setattr(plain, k, None)
-    return pinned, lambda: scenario_from_args(plain)
+    return pinned, lambda: scenario_from_args(plain, one_plan=False)
 
 
 def _no_plan_error(space: SearchSpace) -> SpecError:

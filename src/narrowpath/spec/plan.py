@@ -60,6 +60,19 @@ def check_modules_need_selective(field: str, recompute: str, modules) -> None:
                         f"{shown(recompute)}")
 
 
+def check_launch_is_read(field: str, plan: "Plan") -> None:
+    """Refuse a gradient-sync launch mode named for a plan that never reads it (schedule.chunks.sync_launch_mode
+    reads it only for an overlapped sync on Megatron's 1F1B or interleaved pipeline), naming `field` (a command-line
+    flag: a software stack's default is set for every plan and stays silent)."""
+    if not plan.dp_overlap:
+        raise SpecError(field, "says when the buckets of an overlapped gradient sync are launched; needs dp_overlap "
+                        "(--dp-overlap)")
+    if plan.pp == 1 or plan.schedule not in ("1f1b", "interleaved-1f1b"):
+        raise SpecError(field, f"applies to Megatron's pipelined schedules (1F1B, interleaved; pp > 1); this plan "
+                        f"runs {'no pipeline' if plan.pp == 1 else plan.schedule}, where each bucket is launched as "
+                        "it is ready (hooks)")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """A parallel plan. Degrees multiply: tp·cp·dp·pp = GPUs; ep subdivides dp·cp ranks for experts."""
