@@ -151,8 +151,9 @@ def _full_reference(space: SearchSpace) -> set[Plan]:
                 continue
             expert_tp = etp or tp
             sync = dp * cp > 1 or (moe and tp * cp * dp // (expert_tp * ep) > 1)
+            shards = max(dp * cp, tp * cp * dp // (expert_tp * ep)) if moe else dp * cp  # dense or expert group
             for zero in v["zero_stage"]:
-                if "zero_stage" not in pins and zero != 0 if dp * cp == 1 or lstm else zero == 0 and \
+                if "zero_stage" not in pins and zero != 0 if shards == 1 or lstm else zero == 0 and \
                         "zero_stage" not in pins:
                     continue
                 strategies = _reference_strategies(space, max(1, -(-m.layers // (pp * vpp))), pp)

@@ -18,10 +18,13 @@ search (the structural knobs only, everything else kept from the base plan). Kno
     etp     MoE only (full): tp (0, Megatron-Core's default) or 1 (whole experts per rank, Megatron-Bridge's MoE
             recipes)
     mbs     powers of two up to 64 dividing the per-replica batch
-    zero    0 when there is no data/context parallelism; else 1 (Megatron distributed optimizer), 2 (DeepSpeed
-            stage 2: with gradient accumulation the gradients are reduce-scattered after every backward, which
-            the step model prices) and 3 (FSDP). ZeRO-0 costs the model ZeRO-1's step time with more memory per
-            rank, so it is left out where there is something to shard over. Pin `zero_stage` to include any stage
+    zero    0 when there is nothing to shard over (dp·cp = 1 and, for MoE, an expert data-parallel group
+            tp·cp·dp / (ep·etp) of 1); else 1 (Megatron distributed optimizer), 2 (DeepSpeed stage 2: with gradient
+            accumulation the gradients are reduce-scattered after every backward, which the step model prices) and
+            3 (FSDP). ZeRO-0 holds more memory per rank than ZeRO-1 and is left out where there is something to
+            shard over (it would add a third to the space); it is not always slower (its all-reduce can hide in the
+            backward where ZeRO-1's all-gather of the updated weights cannot: docs/search.md). Pin `zero_stage` to
+            include any stage
     recompute  none, selective, full; full: also the first quarter, half or three quarters of the layers of each
             chunk (`recompute_layers`, Megatron --recompute-method block), and with none the saved activations of
             that share of the layers (or all of them) offloaded to host memory (`offload_layers`; under a stack on

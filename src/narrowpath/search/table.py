@@ -142,9 +142,10 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _default_zero(zero: int, shards: int, arch: str, fp8_params: bool = False) -> bool:
-    """Whether an unpinned search tries ZeRO stage `zero`: 0 exactly where there is nothing to shard over (and always
-    for an LSTM), else 1, 2 and 3. FP8 primary weights need the distributed optimizer or FSDP (spec.plan): 1 (also
-    over a single rank) and 3."""
+    """Whether an unpinned search tries ZeRO stage `zero`: 0 exactly where there is nothing to shard over (`shards`,
+    the larger of the dp·cp group and, for MoE, the expert data-parallel group tp·cp·dp / (ep·etp); always for an
+    LSTM), else 1, 2 and 3. FP8 primary weights need the distributed optimizer or FSDP (spec.plan): 1 (also over a
+    single rank) and 3."""
     if fp8_params:
         return zero == 1 if shards == 1 else zero in FP8_PARAMS_ZERO_STAGES
     if shards == 1 or arch == "lstm":
@@ -199,7 +200,12 @@ class _Builder:
             self._strats[key] = tuple(self.strategies.code(s) for s in activation_strategies(self.space, per_chunk, pp))
         return self._strats[key]
 
-    def inner(self, tp: int, pp: int, cp: int, dp: int) -> list[tuple[int, int, int, int]]:
+    def shards(self, tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
+        """Ranks a ZeRO stage shards something over: the dp·cp group of the dense parameters or, for MoE, the expert
+        data-parallel group tp·cp·dp / (ep·etp) of the routed experts' (workload.build.zero_shards), the larger."""
+        return max(dp * cp, tp * cp * dp // (ep * (etp or tp))) if self.moe else dp * cp
+
+    def inner(self, tp: int, pp: int, cp: int, dp: int, shards: int) -> list[tuple[int, int, int, int]]:
         v, pins, rows = self.v, self.pins, []
         for mbs in v["mbs"]:
             if self.gbs % (dp * mbs):
@@ -214,7 +220,7 @@ class _Builder:
                     continue
                 strats = self.strategy_codes(pp, vpp)
                 for zero in v["zero_stage"]:
-                    if "zero_stage" not in pins and not _default_zero(zero, dp * cp, self.m.arch, self.b.fp8_params):
+                    if "zero_stage" not in pins and not _default_zero(zero, shards, self.m.arch, self.b.fp8_params):
                         continue
                     if self.b.fp8_params and zero not in FP8_PARAMS_ZERO_STAGES:
                         continue  # a pinned stage FP8 primary weights cannot run with (spec.plan)
@@ -279,7 +285,7 @@ class _Builder:
                     dp = n // (tp * pp * cp)
                     if "dp" in pins and dp != pins["dp"]:
                         continue
-                    inner = None
+                    inners: dict[bool, list] = {}  # by whether there is something to shard
                     for sp in v["sequence_parallel"]:
                         if sp and tp == 1 or ("sequence_parallel" not in pins and not self.lstm and sp != (tp > 1)):
                             continue
@@ -292,7 +298,10 @@ class _Builder:
                                 if not self.consistent("stage", tp=tp, cp=cp, dp=dp, sequence_parallel=sp, ep=ep,
                                                        etp=etp):
                                     continue
-                                inner = self.inner(tp, pp, cp, dp) if inner is None else inner
+                                shards = self.shards(tp, cp, dp, ep, etp)
+                                if (shards > 1) not in inners:
+                                    inners[shards > 1] = self.inner(tp, pp, cp, dp, shards)
+                                inner = inners[shards > 1]
                                 comm = self.comm(tp, pp, cp, dp, ep, etp) if inner else []
                                 if comm:
                                     blocks.append(((tp, pp, cp, dp, int(sp), ep, etp), inner, comm))

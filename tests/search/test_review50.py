@@ -1,0 +1,109 @@
+"""The plan search and design sweep after the fiftieth session's review: ZeRO stages where only the experts are
+data-parallel, model files in a sweep's grid, a Ctrl-C while the local cluster starts, a sweep row's plan count
+against the CLI's, and the figures docs/search.md quotes."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from narrowpath.catalog import model, system
+from narrowpath.cli.main import main
+from narrowpath.errors import NarrowpathError, SpecError
+from narrowpath.schedule.step import predict
+from narrowpath.search import SearchSpace, search
+from narrowpath.search.bulk import Bulk
+from narrowpath.search.each import scenario_of
+from narrowpath.search.exact import Exact
+from narrowpath.search.grid import grid_from_dict
+from narrowpath.search.parts import Parts
+from narrowpath.search.table import build_table
+from narrowpath.spec import Plan, Scenario
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "search.md"
+
+
+def _mixtral_h200(gbs: int = 1, **pins) -> tuple[Scenario, SearchSpace]:
+    """Mixtral 8x7B on 8 H200 (one NVLink domain), the review's space: the base plan is the space's first."""
+    m, s = model("mixtral-8x7b"), system("dgx-h200")
+    space = SearchSpace(m, s, 8, gbs, Plan(gbs=gbs, precision=s.device.half_format), pins)
+    first = build_table(space).plan(0)
+    return Scenario(name="mixtral-h200", system=s, model=m, plan=first, num_gpus=8), \
+        dataclasses.replace(space, base=first)
+
+
+def _expert_dp(tp, cp, dp, ep, etp):
+    """tp·cp·dp / (ep·etp), etp 0 meaning tp (scalars or arrays)."""
+    return tp * cp * dp // (ep * np.where(etp == 0, tp, etp))
+
+
+def test_zero_stages_are_tried_where_only_the_experts_are_data_parallel():
+    """A batch of 1 sequence leaves dp = 1 in every plan, so dp·cp = 1 (cp pinned to 1); the dense parameters have
+    nothing to shard over. The experts can: tp 8 with ep 1 and etp 1 puts all 8 experts whole on each of the 8
+    ranks, so the expert data-parallel group is tp·cp·dp / (ep·etp) = 8 / 1 = 8 - their gradients are all-reduced
+    over 8 ranks and ZeRO-1 shards their optimizer states 8 ways (predict, the same plan at gbs 16: 3.6457 s and
+    821.4 GB at ZeRO-0, 3.2930 s and 347.9 GB at ZeRO-1). The search tried ZeRO-0 alone there (`_default_zero`
+    read dp·cp only): 1,261 plans, 325 fitting, where `--zero 1` found 845 fitting and `--zero 3` all 1,261. Now a
+    row whose dp·cp or expert-dp group exceeds 1 gets ZeRO 1, 2, 3, and one with both 1 (tp 8, ep 8, etp 1: 8 / 8)
+    ZeRO-0 alone."""
+    scn, space = _mixtral_h200(cp=1)
+    t = build_table(space)
+    c = t.cols
+    shards = np.maximum(c["dp"] * c["cp"], _expert_dp(c["tp"], c["cp"], c["dp"], c["ep"], c["etp"]))
+    assert (c["dp"] * c["cp"] == 1).all()
+    for key in {tuple(int(c[k][r]) for k in ("tp", "ep", "etp")) for r in range(t.num_structural)}:
+        rows = (c["tp"] == key[0]) & (c["ep"] == key[1]) & (c["etp"] == key[2])
+        want = {1, 2, 3} if _expert_dp(key[0], 1, 1, key[1], key[2]) > 1 else {0}
+        assert set(np.unique(c["zero"][rows]).tolist()) == want, key
+    assert (shards > 1).any() and (shards == 1).any()
+    t8 = (c["tp"] == 8) & (c["ep"] == 1) & (c["etp"] == 1)
+    assert set(np.unique(c["zero"][t8]).tolist()) == {1, 2, 3}
+    res = search(scn, space, top=5)
+    assert res.num_plans == len(t) > 1261 and res.num_fit > 845
+    for cand in res.ranked[:5]:  # what the search shows is predict's, bit for bit
+        pred = predict(scenario_of(scn, space, cand.plan))
+        assert cand.step_time_s == pred.step_time_s and cand.memory_bytes == pred.memory.total_bytes
+
+
+def test_the_new_zero_rows_price_in_bulk_as_predict():
+    """The rows added above (dp·cp = 1, ZeRO ≥ 1 over the expert group) priced in bulk: step time and memory as
+    predict's to 1e-12 relative (tests/search/test_bulk.py's tolerance: sums of the same terms in another order),
+    the compute bound below the step time."""
+    scn, space = _mixtral_h200(gbs=2, cp=1)
+    t = build_table(space)
+    c = t.cols
+    new = np.flatnonzero((c["zero"] > 0) & (c["dp"] * c["cp"] == 1))  # dp 1 with 2 micro-batches, among others
+    assert new.size and set(np.unique(c["zero"][new]).tolist()) == {1, 2, 3}
+    rng = np.random.default_rng(50)
+    rows = np.sort(rng.choice(new, size=min(30, new.size), replace=False))
+    bulk = Bulk(t, Parts(scenario_of(scn, space, space.base), None))
+    sp = bulk.structural(rows)
+    idx, times = Exact(bulk).price_rows(sp, np.arange(rows.size))
+    for k in rng.choice(idx.size, size=min(30, idx.size), replace=False):
+        plan = t.plan(int(idx[k]))
+        pred = predict(scenario_of(scn, space, plan))
+        at = int(np.searchsorted(rows, np.searchsorted(t.starts, idx[k], side="right") - 1))
+        assert times[k] == pytest.approx(pred.step_time_s, rel=1e-12), plan
+        assert sp.memory_bytes[at] == pytest.approx(pred.memory.total_bytes, rel=1e-12), plan
+        assert sp.bound_s[at] <= pred.step_time_s * (1 + 1e-12), plan
+
+
+def test_a_dense_space_keeps_its_zero_rule():
+    """Dense: the expert group does not exist, dp·cp alone decides (llama3-8b-h100-8 with tp 8: dp 1, ZeRO-0 only;
+    tp 1: dp 8, ZeRO 1-3) - the full spaces of the speed targets keep their plans."""
+    from narrowpath.catalog import load_scenario
+    scn = load_scenario("llama3-8b-h100-8")
+    base = dataclasses.replace(scn.plan, tp=2, dp=4)  # outside both pinned spaces: not added to them
+    for tp, want in ((8, {0}), (1, {1, 2, 3})):
+        t = build_table(SearchSpace(scn.model, scn.system, 8, scn.plan.gbs, base, {"tp": tp, "pp": 1, "cp": 1}))
+        assert t.base_row is None and set(np.unique(t.cols["zero"]).tolist()) == want
