@@ -98,6 +98,10 @@ def _pins_and_base(args):
     """(pins, base scenario, GPUs, global batch): the knob flags become pins; with a scenario they leave its own plan
     untouched. A --gpus / --gbs its plan (or, from --model/--system, the plan the flags give) cannot take is the
     space's all the same: that plan is then built at its own size and not ranked."""
+    if args.gbs is not None and args.gbs < 1:  # as predict refuses them (a 0 here was taken as "not given")
+        raise SpecError("--gbs", f"must be >= 1, got {args.gbs}")
+    if args.gpus is not None and args.gpus < 1:
+        raise SpecError("--gpus", f"must be >= 1, got {args.gpus}")
     pinned, base = _pins_and_plan(args)
     try:
         base = base()
@@ -106,7 +110,8 @@ def _pins_and_base(args):
             raise
         own_size = argparse.Namespace(**{**vars(args), "gpus": None, "gbs": None})
         base = _pins_and_plan(own_size)[1]()
-        return pinned, base, args.gpus or base.num_gpus, args.gbs or base.plan.gbs
+        return (pinned, base, base.num_gpus if args.gpus is None else args.gpus,
+                base.plan.gbs if args.gbs is None else args.gbs)
     return pinned, base, base.num_gpus, base.plan.gbs
 
 
