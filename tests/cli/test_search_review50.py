@@ -22,3 +22,19 @@ def test_a_zero_gpu_count_or_batch_is_refused_as_predict_refuses_it(capsys, argv
     one_line_error(capsys, ["search", "llama3-8b-h100-8", "--top", "1", "--json", *argv],
                    f"{flag}: must be >= 1, got {value}")
     one_line_error(capsys, ["predict", "llama3-8b-h100-8", *argv], f"{flag}: must be >= 1, got {value}")
+
+
+def test_a_plan_short_of_the_free_margin_is_never_tied_nor_the_best_with_itself(capsys):
+    """`--min-free-gb 60` on llama3-8b-h100-8: the scenario's plan fits the 85.9 GB (fits: true, capacity alone)
+    but leaves under 60 GB free, so it is not ranked ("does not fit") - a tie with the best means nothing for a plan
+    the ranking excludes, yet `shown_bands` checked capacity alone and the JSON said `tied_with_best: true`. The best
+    plan's band overlaps itself: the console leaves it unmarked, the JSON said true; now false for both."""
+    assert main(["search", "llama3-8b-h100-8", "--min-free-gb", "60", "--top", "3", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    b = d["baseline"]
+    assert d["baseline_rank"] is None and b["capacity_bytes"] - b["memory_bytes"] < 60e9
+    assert b["tied_with_best"] is False
+    assert d["best"][0]["tied_with_best"] is False
+    lo, hi = d["best"][0]["band"]["low_s"], d["best"][0]["band"]["high_s"]
+    for c in d["best"][1:]:  # the others are marked exactly when their band overlaps the best's
+        assert c["tied_with_best"] == (c["band"]["low_s"] <= hi and lo <= c["band"]["high_s"])

@@ -24,11 +24,12 @@ def overlaps(a: Band, b: Band) -> bool:
 def shown_bands(r: SearchResult, top: int) -> dict[int, tuple[Band, bool]]:
     """(band, tied with the best) for the first `top` ranked plans and the baseline, keyed by id(candidate). The
     bands are of step time, so ties are marked only in a ranking by step time, and never for a plan that does not
-    fit (the baseline may not)."""
+    fit as the ranking counts fitting (with `min_free_bytes`, --min-free-gb, left free: the baseline may not), nor
+    for the best plan itself (it is what the others tie with; the console leaves it unmarked too)."""
     shown = list(r.ranked[:top]) + ([r.baseline] if r.baseline is not None else [])
     bands = {id(c): candidate_band(r, c) for c in shown}
     if not r.ranked or r.objective != "time":
         return {k: (b, False) for k, b in bands.items()}
-    best = bands[id(r.ranked[0])]
-    fits = {id(c): c.fits for c in shown}
-    return {k: (b, fits[k] and overlaps(b, best)) for k, b in bands.items()}
+    best = r.ranked[0]
+    fits = {id(c): c.headroom_bytes >= r.min_free_bytes for c in shown}
+    return {k: (b, fits[k] and k != id(best) and overlaps(b, bands[id(best)])) for k, b in bands.items()}
