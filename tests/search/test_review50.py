@@ -107,3 +107,60 @@ def test_a_dense_space_keeps_its_zero_rule():
     for tp, want in ((8, {0}), (1, {1, 2, 3})):
         t = build_table(SearchSpace(scn.model, scn.system, 8, scn.plan.gbs, base, {"tp": tp, "pp": 1, "cp": 1}))
         assert t.base_row is None and set(np.unique(t.cols["zero"]).tolist()) == want
+
+
+# --- Ctrl-C / SIGTERM while the local cluster starts ---------------------------------------------------------------
+
+def _children(pid: int) -> set[int]:
+    from tests.search.test_sweep import _descendants
+    return _descendants(pid)
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_the_cluster_starts_is_one_line(tmp_path, sig, code):
+    """`sweep GRID --workers 2` signalled 2-3 s in, as a terminal's Ctrl-C does (to the whole process group): the
+    LocalCluster was being built outside the try/finally, so nothing closed it and Dask's exit handler asserted on
+    its half-started workers ("Exception ignored in atexit callback: close_clusters ... AssertionError:
+    Status.init"), and each worker process printed its own KeyboardInterrupt traceback. The signal is sent here the
+    moment the first worker process exists (the cluster is starting), to the group: one line, exit 130 (SIGTERM
+    143), and no process of the sweep left."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"systems": ["dgx-h100"], "models": ["gpt-1.7b", "llama3-8b"],
+                                    "num_gpus": [8], "gbs": [16], "objective": "time"}))
+    proc = subprocess.Popen([sys.executable, "-m", "narrowpath", "sweep", str(grid), "-o", str(tmp_path / "out"),
+                             "--workers", "2", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        end = time.monotonic() + 120
+        family: set[int] = set()
+        while time.monotonic() < end and proc.poll() is None:
+            family = _children(proc.pid)
+            if len(family) >= 2:  # the resource tracker and the first worker being spawned
+                break
+            time.sleep(0.005)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == code, err[-3000:]
+    assert len(lines) == 1 and "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    assert ("interrupted" if sig == signal.SIGINT else "terminated") in lines[0]
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        left = [p for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == proc.pid]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, left
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None

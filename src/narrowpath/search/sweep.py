@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -61,8 +64,36 @@ def read_rows(path: Path) -> dict[str, dict[str, Any]]:
     return rows
 
 
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _signals_held():
+    """Hold Ctrl-C and SIGTERM back while a cluster starts or stops: Dask cannot close a LocalCluster interrupted
+    half-built (its exit handler asserts on the workers' `init` status and prints a traceback), so a signal that
+    comes meanwhile waits, blocked, and is delivered - as KeyboardInterrupt or Terminated - the moment the block ends,
+    with the cluster built and closable. Threads and processes started meanwhile inherit the block: Dask's event-loop
+    thread and the worker processes it spawns never see SIGINT (a terminal's Ctrl-C goes to the whole process group;
+    each worker printed a KeyboardInterrupt traceback), as the search's pool workers ignore it; the driver stops them.
+    Outside the main thread (no signal handlers run there), or without pthread_sigmask, nothing is held.
+    multiprocessing's resource tracker is started first: launching it unblocks SIGINT and SIGTERM in the launching
+    thread (resource_tracker.ensure_running's SIG_UNBLOCK), which would hand them back to the workers that thread
+    spawns after."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class _Cluster:
-    """A Dask client on a scheduler address, or on a LocalCluster started (and stopped) here."""
+    """A Dask client on a scheduler address, or on a LocalCluster started (and stopped) here; build and close it
+    inside `_signals_held`."""
 
     def __init__(self, scheduler: str | None, workers: int):
         try:
@@ -79,7 +110,11 @@ class _Cluster:
             # own failure still reaches the driver through its future
             self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                         dashboard_address=":0", silence_logs=logging.CRITICAL)
-            self.client = Client(self.cluster)
+            try:
+                self.client = Client(self.cluster)
+            except BaseException:
+                self.cluster.close()
+                raise
 
     def close(self) -> None:
         self.client.close()
@@ -119,9 +154,11 @@ def run_sweep(grid: Grid, out_dir: str | Path, *, scheduler: str | None = None, 
 def _compute(todo: list[Cell], fh, done: dict[str, dict[str, Any]], total: int, scheduler: str | None,
              workers: int, on_row, cell_fn) -> None:
     from dask.distributed import KilledWorker, as_completed
-    cluster = _Cluster(scheduler, workers)
+    cluster = None
     run = uuid.uuid4().hex[:12]
     try:
+        with _signals_held():  # a Ctrl-C while the cluster starts is raised once it can be closed
+            cluster = _Cluster(scheduler, workers)
         futures = [cluster.client.submit(cell_fn, c, key=f"narrowpath-cell-{run}-{i}", pure=False,
                                          priority=len(todo) - i) for i, c in enumerate(todo)]
         cell_of = {f.key: c for f, c in zip(futures, todo)}
@@ -138,4 +175,6 @@ def _compute(todo: list[Cell], fh, done: dict[str, dict[str, Any]], total: int, 
             if on_row is not None:
                 on_row(row, len(done), total)
     finally:
-        cluster.close()
+        if cluster is not None:
+            with _signals_held():  # a second Ctrl-C while it stops is raised after
+                cluster.close()
