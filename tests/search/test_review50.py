@@ -109,6 +109,51 @@ def test_a_dense_space_keeps_its_zero_rule():
         assert t.base_row is None and set(np.unique(t.cols["zero"]).tolist()) == want
 
 
+# --- model files in a grid (docs/search.md: "catalog ids, HuggingFace config.json or model files") ---------------
+
+_SPEC = dict(name="tiny-spec", layers=4, hidden=1024, heads=8, ffn=4096, vocab=32000, seq_len=2048)
+_HF = dict(model_type="llama", architectures=["LlamaForCausalLM"], num_hidden_layers=4, hidden_size=1024,
+           num_attention_heads=8, num_key_value_heads=8, intermediate_size=4096, vocab_size=32000,
+           max_position_embeddings=4096)
+
+
+def _grid(models) -> dict:
+    return {"systems": ["dgx-h100"], "models": models, "num_gpus": [8], "gbs": [16], "objective": "time"}
+
+
+def test_a_grid_takes_model_files(tmp_path):
+    """A model spec (a models.yaml entry's fields) as .yaml, .yml and .json: the grid said "unknown model
+    'mymodel.yaml'" (resolve_model took every name but an existing .json for a catalog id) and read a spec .json as
+    a HuggingFace config. A .json with HF keys is still read as a HF config; the spec's `name` names the model, else
+    the file's stem. The same files work for `predict --model` (the one resolver)."""
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(_SPEC))
+    (tmp_path / "spec.yml").write_text(yaml.safe_dump({k: v for k, v in _SPEC.items() if k != "name"}))
+    (tmp_path / "spec.json").write_text(json.dumps(_SPEC))
+    (tmp_path / "hf.json").write_text(json.dumps(_HF))
+    g = grid_from_dict(_grid(["spec.yaml", "spec.yml", "spec.json", {"hf_config": "hf.json", "seq_len": 2048},
+                              "llama3-8b"]), tmp_path)
+    got = {label: m for label, m in g.models}
+    assert got["spec.yaml"] == got["spec.json"] and got["spec.yaml"].name == "tiny-spec"
+    assert got["spec.yml"] == dataclasses.replace(got["spec.yaml"], name="spec")
+    assert got["spec.yaml"].layers == 4 and got["spec.yaml"].hidden == 1024 and got["spec.yaml"].seq_len == 2048
+    hf = got["hf.json@2048"]
+    assert (hf.layers, hf.hidden, hf.ffn, hf.seq_len) == (4, 1024, 4096, 2048)
+    assert main(["predict", "--model", str(tmp_path / "spec.yaml"), "--system", "dgx-h100", "--gpus", "8",
+                 "--gbs", "16", "--json"]) == 0
+
+
+@pytest.mark.parametrize("name,content,field,msg", [
+    ("absent.yaml", None, "grid.models[0]", "no such model file"),
+    ("bad.yaml", {**_SPEC, "layerz": 4}, "grid.models[0]: model", "layerz"),
+    ("list.yaml", [1, 2], "grid.models[0]: model", "must hold a mapping")])
+def test_a_bad_model_file_is_one_error_naming_its_entry(tmp_path, name, content, field, msg):
+    if content is not None:
+        (tmp_path / name).write_text(yaml.safe_dump(content))
+    with pytest.raises(SpecError) as exc:
+        grid_from_dict(_grid([name]), tmp_path)
+    assert exc.value.field.startswith(field) and msg in str(exc.value), str(exc.value)
+
+
 # --- Ctrl-C / SIGTERM while the local cluster starts ---------------------------------------------------------------
 
 def _children(pid: int) -> set[int]:

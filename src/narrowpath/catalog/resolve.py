@@ -174,14 +174,23 @@ def resolve_system(value: Any, base_dir: Path | None = None) -> System:
 
 
 def resolve_model(value: Any, base_dir: Path | None = None, *, seq_len: int | None = None) -> Model:
-    """A Model from a catalog id, a HuggingFace config.json path, or a mapping (spec fields or HF keys).
+    """A Model from a catalog id, a model file (.yaml/.yml/.json: the fields of a `models.yaml` entry, named by its
+    `name` or `id`, else the file's stem), a HuggingFace config.json path (a .json file with HF keys), or a mapping
+    (spec fields or HF keys). A relative path is taken from `base_dir`.
 
     `seq_len` (the --seq-len flag) is the training sequence length a HuggingFace config needs (it states only the
     position limit); a `seq_len` beside `hf_config` in the mapping gives it too, the flag winning."""
     if isinstance(value, str):
         p = Path(value) if base_dir is None else base_dir / value
-        if value.endswith(".json") and p.exists():
-            return model_from_hf_config(_hf_data(p), name=p.stem, seq_len=seq_len)
+        if value.endswith((".yaml", ".yml", ".json")):
+            if not p.is_file():
+                raise NarrowpathError(f"{p}: no such model file")
+            data = read_data_file(p)
+            if not isinstance(data, Mapping):
+                raise SpecError("model", f"{p}: must hold a mapping (one model), got {type(data).__name__}")
+            if looks_like_hf_config(data):
+                return model_from_hf_config(data, name=p.stem, seq_len=seq_len)
+            return model_from_dict(data, name=None if ("name" in data or "id" in data) else p.stem)
         return store.model(value)
     if isinstance(value, Mapping):
         if "hf_config" in value:

@@ -37,7 +37,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                        "a validation corpus as FILE#CASE_ID (its unpublished knobs chosen as `validate` chooses "
                        f"them) (default: {DEFAULT_SCENARIO} unless --model/--system are given)")
     g = p.add_argument_group("scenario flags (override the scenario's fields)")
-    g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
+    g.add_argument("--model", help="catalog model id, a model file (.yaml/.json: a models.yaml entry's fields) or "
+                   "a HuggingFace config.json path")
     g.add_argument("--system", help="catalog system id, e.g. dgx-h100, or a GPU (its home system): an id or a "
                    "descriptive name such as 'NVIDIA H100 80GB HBM3' or B200-SXM-192GB")
     g.add_argument("--gpus", type=int, help="number of GPUs (dp is derived when not given)")

@@ -54,7 +54,7 @@ def register(sub) -> None:
     p.add_argument("scenario", nargs="?", help="serving file (.yaml/.json; the inference-corpus case shape), or one "
                    "case of an inference corpus as FILE#CASE_ID, served as validate serves it")
     g = p.add_argument_group("deployment (override the file's)")
-    g.add_argument("--model", help="catalog model id or a HuggingFace config.json path")
+    g.add_argument("--model", help="catalog model id, a model file (.yaml/.json) or a HuggingFace config.json path")
     g.add_argument("--system", help="catalog system id, e.g. dgx-h100, or a GPU (its home system): an id or a "
                    "descriptive name such as 'NVIDIA H100 80GB HBM3' or B200-SXM-192GB")
     g.add_argument("--gpus", type=int, help="GPUs in all (replicas are derived when not given)")
