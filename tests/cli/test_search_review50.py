@@ -24,6 +24,28 @@ def test_a_zero_gpu_count_or_batch_is_refused_as_predict_refuses_it(capsys, argv
     one_line_error(capsys, ["predict", "llama3-8b-h100-8", *argv], f"{flag}: must be >= 1, got {value}")
 
 
+@pytest.mark.parametrize("argv,flag", [(["--etp", "1"], "--etp"), (["--ep-overlap"], "--ep-overlap"),
+                                       (["--no-ep-overlap"], "--ep-overlap"),
+                                       (["--ep-dispatch", "dedup"], "--ep-dispatch")])
+def test_moe_flags_on_a_dense_model_are_refused(capsys, argv, flag):
+    """Llama-3 8B has no routed experts: etp, the all-to-all overlap and the dispatch read nothing in its plans
+    (every plan priced the same with them), yet the best plan carried `--etp 1` with no note; `--ep 2` on the same
+    model was already one line. Refused as a scenario's pin and as the --model/--system plan."""
+    one_line_error(capsys, ["search", "llama3-8b-h100-8", "--top", "1", "--json", *argv], flag,
+                   "llama3-8b has no routed experts")
+    one_line_error(capsys, ["search", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--gbs", "64",
+                            "--top", "1", *argv], flag, "no routed experts")
+
+
+def test_moe_flags_on_an_moe_model_still_pin(capsys):
+    """The same flags on Mixtral pin the search as before (every shown plan carries them)."""
+    assert main(["search", "--model", "mixtral-8x7b", "--system", "dgx-h200", "--gpus", "8", "--gbs", "1",
+                 "--cp", "1", "--etp", "1", "--ep-dispatch", "all_to_all", "--top", "2", "--json",
+                 "--jobs", "1"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best and all(b["plan"]["etp"] == 1 and b["plan"]["ep_dispatch"] == "all_to_all" for b in best)
+
+
 def test_a_plan_short_of_the_free_margin_is_never_tied_nor_the_best_with_itself(capsys):
     """`--min-free-gb 60` on llama3-8b-h100-8: the scenario's plan fits the 85.9 GB (fits: true, capacity alone)
     but leaves under 60 GB free, so it is not ranked ("does not fit") - a tie with the best means nothing for a plan

@@ -204,6 +204,7 @@ def run(args) -> int:
         raise SpecError("--gbs", "a search from --model/--system needs the global batch: give --gbs (sequences "
                         "per step)")
     pinned, base, num_gpus, gbs = _pins_and_base(args)
+    _check_moe_pins(pinned, base.model)
     if base.plan.custom_split:
         print("note: the search splits the layers of every plan automatically (Megatron-Core's even split, or the "
               "stack's own layout where it has one); the scenario's first_stage_layers / last_stage_layers / "
@@ -292,6 +293,18 @@ def run(args) -> int:
                   + (f"fits ({dual.memory.total_bytes / 1e9:.1f} GB)" if fits(dual) else
                      memory_warning(dual) if not dual.memory.fits else f"leaves under {args.min_free_gb:g} GB free"))
     return 0
+
+
+MOE_ONLY = ("etp", "ep_overlap", "ep_dispatch")
+"""Knobs only routed experts read: a dense model's plans price the same whatever they say."""
+
+
+def _check_moe_pins(pinned: dict, model) -> None:
+    """A flag of the experts on a model without them is refused in one line, as `--ep 2` is (it was kept in every
+    plan, with no effect on any number)."""
+    for k in MOE_ONLY:
+        if k in pinned and model.moe is None:
+            raise SpecError(_flag(k), f"pins an MoE knob; {model.name} has no routed experts (drop the flag)")
 
 
 def _priced_or_none(scn):
