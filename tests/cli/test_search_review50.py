@@ -46,6 +46,25 @@ def test_moe_flags_on_an_moe_model_still_pin(capsys):
     assert best and all(b["plan"]["etp"] == 1 and b["plan"]["ep_dispatch"] == "all_to_all" for b in best)
 
 
+def test_recompute_modules_alone_pins_selective_recompute_from_model_and_system(capsys):
+    """docs/search.md: `--recompute-modules a,b` pins the strategy to selective recompute of exactly that set. From
+    --model/--system the flags are the user's plan, which was built with recompute none and refused ("needs
+    recompute: selective, got 'none'"); it now recomputes the named set selectively, as the search does, and with
+    a scenario nothing changes. `--recompute none` beside it is still refused in one line."""
+    base = ["search", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--gbs", "64", "--top", "1",
+            "--json", "--space", "basic", "--tp", "1", "--pp", "1"]
+    assert main([*base, "--recompute-modules", "mlp"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for c in (d["best"][0], d["baseline"]):
+        assert c["plan"]["recompute"] == "selective" and c["plan"]["recompute_modules"] == ["mlp"]
+    assert main(["search", "llama3-8b-h100-8", "--top", "1", "--json", "--space", "basic", "--tp", "1", "--pp", "1",
+                 "--recompute-modules", "mlp"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["best"][0]["plan"]["recompute_modules"] == ["mlp"] and d["baseline"]["plan"]["recompute"] == "full"
+    one_line_error(capsys, [*base, "--recompute-modules", "mlp", "--recompute", "none"], "--recompute-modules",
+                   "needs --recompute selective")
+
+
 def test_a_plan_short_of_the_free_margin_is_never_tied_nor_the_best_with_itself(capsys):
     """`--min-free-gb 60` on llama3-8b-h100-8: the scenario's plan fits the 85.9 GB (fits: true, capacity alone)
     but leaves under 60 GB free, so it is not ranked ("does not fit") - a tie with the best means nothing for a plan

@@ -135,7 +135,10 @@ def _pins_and_plan(args):
     from_scenario = getattr(args, "scenario", None) is not None or not (args.model or args.system)
     if not from_scenario:
         def users_plan():
-            base = scenario_from_args(args, one_plan=False)
+            # --recompute-modules alone pins selective recompute of that set: the user's plan recomputes it too
+            selective = "recompute_modules" in pinned and args.recompute is None
+            base = scenario_from_args(argparse.Namespace(**{**vars(args), "recompute": "selective"}) if selective
+                                      else args, one_plan=False)
             own = {k: v for k, v in pinned.items() if k in _SEARCH_ONLY}
             if own:  # the search-only flags are the user's plan too
                 try:
