@@ -209,3 +209,23 @@ def _pgid(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
     except (OSError, IndexError, ValueError):
         return None
+
+
+# --- a sweep row's plan count against the CLI's ---------------------------------------------------------------------
+
+def test_a_rows_plan_count_is_the_space_and_the_cli_adds_its_own_plan(capsys):
+    """`search --model gpt-1.7b --system dgx-h100 --gpus 8 --gbs 16` ranks its own plan too - the flags' plan, tp 1,
+    pp 1, dp 8, ZeRO-0, recompute none - and ZeRO-0 over dp 8 is no plan the space tries (docs/search.md: zero),
+    so the command's space is the grid's plus that one: 118,541 plans against the row's 118,540, both fitting. The
+    row counts the space alone (its search starts from the space's first plan); cell.py and docs/search.md now say
+    so instead of "exactly as" the command. Same best plan, same step time, bit for bit."""
+    from narrowpath.search import cell
+    g = grid_from_dict(_grid(["gpt-1.7b"]))
+    row = cell.run_cell(g.cells()[0])
+    assert main(["search", "--model", "gpt-1.7b", "--system", "dgx-h100", "--gpus", "8", "--gbs", "16", "--top", "1",
+                 "--json", "--jobs", "1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["baseline"]["plan"]["zero_stage"] == 0 and d["baseline"]["plan"]["dp"] == 8
+    assert d["num_plans"] == row["num_plans"] + 1 and d["num_fit"] == row["num_fit"] + 1
+    assert d["best"][0]["step_time_s"] == row["step_time_s"]
+    assert "one more" in cell.__doc__ and "its own plan" in cell.__doc__

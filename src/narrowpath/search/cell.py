@@ -1,8 +1,12 @@
 """One cell of a sweep: a full search for one system, model, GPU count, global batch and objective, as one row.
 
-`run_cell` is the only function a sweep's workers run; it calls `search.rank.search` exactly as `narrowpath
-search --model M --system S --gpus N --gbs B --objective O --top 1 --jobs 1` does, so a cell's best plan is
-the first row that command prints, and any change to the search (e.g. faster pricing) flows into sweeps.
+`run_cell` is the only function a sweep's workers run; it calls `search.rank.search` on the space `narrowpath
+search --model M --system S --gpus N --gbs B --objective O --top 1 --jobs 1` searches, so any change to the search
+(e.g. faster pricing) flows into sweeps. The row counts that space alone. The command also ranks its own plan, the
+one its flags give (tp 1, pp 1, dp N, ZeRO-0, recompute none), and adds it to the space where it is consistent but
+not one the space tries (ZeRO-0 over dp > 1): its `num_plans` is then one more than the row's (`num_fit` too when
+that plan fits), and the first row it prints differs from the row's best plan only if that plan beats every
+searched one.
 
 Every knob the search does not vary keeps `Plan()`'s default (precision bf16, overlap switches, CP exchange,
 placement order). The search starts from the first consistent plan of the space, so a cell where tp = 1,
