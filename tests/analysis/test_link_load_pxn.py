@@ -51,3 +51,13 @@ def test_nvl72_rings_load_every_members_nic():
     nic_up, nic_down, _, _ = _blocks(fab, unit_link_load(plan, fab, "dp", "ring"))
     assert nic_up == pytest.approx(np.ones(128))
     assert nic_down == pytest.approx(np.ones(128))
+
+
+def test_rings_over_unequal_domains_cross_on_the_fewest_members_rails():
+    """DP 144 on GB200 in 64 + 64 + 16 segments: the 16-member segment bounds the rings (network.paths prices
+    r = 16 rails), so 16 members of each segment carry one ring each: 48 ranks send their byte out of their NIC
+    (laid as one plain ring, the group left each segment by one flow: 3 bytes)."""
+    plan = Plan(tp=1, dp=144, gbs=144)
+    fab = fabric_for(system("gb200-nvl72"), 144)
+    nic_up, _, _, _ = _blocks(fab, unit_link_load(plan, fab, "dp", "ring"))
+    assert nic_up.sum() == pytest.approx(48.0) and set(np.unique(nic_up).tolist()) == {0.0, 1.0}

@@ -340,3 +340,23 @@ def test_no_ll128_over_pcie():
 def test_only_a_scale_up_tier_is_pcie():
     with pytest.raises(SpecError, match=r"tier\[scale_out\]\.pcie"):
         Tier(name="scale_out", bw_bytes_per_s_per_gpu=50e9, pcie=True)
+
+
+def test_a_smaller_group_than_the_tables_keeps_its_latency():
+    """A scale-up table measured on 8 ranks priced for TP 2: how much of a measured time is latency the table does
+    not say, so the 2-rank ring keeps it (the steps it does not take were subtracted, and an 8-byte all-reduce
+    read 0 s). At 1 kB: 1e3 · 1 / (400 GB/s · 0.01) = 0.25 µs; at 100 MB the table's busbw with the 2-rank bus
+    factor, 1e8 / (400e9 · interp(1e8))."""
+    table = ((1e3, 0.01), (1e9, 0.9))
+    model = pm(size=2, r=2, d=1, up_line_bw=400e9, up_measured=table, up_measured_ranks=8)
+    assert ring("all_reduce", 1e3, model).time_s == pytest.approx(1e3 / (400e9 * 0.01))
+    assert ring("all_reduce", 8, model).time_s == pytest.approx(1e3 / (400e9 * 0.01))  # the floor measured at 1 kB
+    assert ring("all_reduce", 1e8, model).time_s == pytest.approx(1e8 / (400e9 * interpolate_log(table, 1e8)))
+
+
+def test_send_recv_ll_threshold_is_per_channel_of_a_peer():
+    """NCCL's LL threshold for a send/recv is P2P_LL_THRESHOLD (16 KiB) times the peer's channels (2): 32 KiB across
+    domains runs LL, 6.6 µs + 5 µs · 2.7/9.6 + 32768/(40e9/4) = 11.28 µs; one byte more runs Simple."""
+    assert p2p("send_recv", 32768, pm(size=2, r=1, d=2)).time_s == pytest.approx(6.6e-6 + 5e-6 * 2.7 / 9.6
+                                                                                 + 32768 / 10e9)
+    assert p2p("send_recv", 32769, pm(size=2, r=1, d=2)).protocol == "Simple"

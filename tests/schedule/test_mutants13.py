@@ -76,12 +76,13 @@ def test_a_collective_with_nothing_to_move_says_none():
 def test_ring_flows_follow_the_rails_or_the_ring_itself():
     """Inter-node flows of a ring (network.contention.ring_pairs, 8 GPUs a node). Members spread evenly (ranks 0, 1
     on node 0 and 8, 9 on node 1): member j of a node sends to member j of the next node — 0→8, 1→9, 8→0, 9→1.
-    Spread unevenly (0, 1, 2 on node 0 and 8 on node 1): the ring in rank order, 0→1→2→8→0. A group on one node
-    has no inter-node flow."""
+    Spread unevenly (0, 1, 2 on node 0 and 8 on node 1): the fewest members' one rail carries the ring (what
+    network.paths prices, r = 1), 0→8→0; the others reach rank 0 over NVLink. A group on one node has no
+    inter-node flow."""
     src, dst = ring_pairs(np.array([[0, 1, 8, 9]]), 8)
     assert list(zip(src.tolist(), dst.tolist())) == [(0, 8), (1, 9), (8, 0), (9, 1)]
     src, dst = ring_pairs(np.array([[0, 1, 2, 8]]), 8)
-    assert list(zip(src.tolist(), dst.tolist())) == [(0, 1), (1, 2), (2, 8), (8, 0)]
+    assert list(zip(src.tolist(), dst.tolist())) == [(0, 8), (8, 0)]
     src, dst = ring_pairs(np.array([[0, 1, 2, 3]]), 8)
     assert src.size == dst.size == 0
 

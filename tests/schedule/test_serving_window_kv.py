@@ -41,3 +41,23 @@ def test_the_simulator_takes_the_window_blocks_only():
     assert kv["peak_utilisation"] * kv["blocks_per_lane"] == pytest.approx(2104)
     mem = d["memory_per_gpu"]
     assert mem["window_share"] == pytest.approx(0.5) and mem["window_tokens"] == 128 + 16
+
+
+def test_the_fit_check_counts_the_window():
+    """GPT-OSS-120B at tp 2 on two H100 with FP8 weights and a small KV share (0.18, batch limit 8): a lane holds
+    ~7,455 blocks of 16 tokens; a request of 120,000 + 8,000 tokens needs 8,000 counted on every layer at full
+    context, but ⌈(0.5 · 128,000 + 0.5 · 144) / 16⌉ = 4,005 with the windowed half holding its window: it fits
+    (it was refused)."""
+    import math
+
+    from narrowpath.catalog import system
+    from narrowpath.schedule.serving_defaults import resolve_formats, resolve_limits
+    from narrowpath.schedule.serving_run import check_fits
+    from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
+    scn = ServingScenario(system=system("dgx-h100"), model=catalog_model("gpt-oss-120b"),
+                          plan=ServingPlan(tp=2, weight_precision="fp8", kv_memory_fraction=0.18, max_batch=8),
+                          num_gpus=2, load=Load(arrival="offline", input_tokens=120_000, output_tokens=8_000,
+                                                num_requests=2))
+    _, lim = resolve_limits(resolve_formats(scn, ()))
+    assert math.ceil(128_000 / 16) > lim.lane_blocks(1) >= math.ceil(lim.memory.footprint(128_000) / 16) == 4005
+    check_fits(scn)

@@ -235,7 +235,7 @@ def test_a_rows_plan_count_is_the_space_and_the_cli_adds_its_own_plan(capsys):
 
 def test_the_pinned_gpt3_figures_the_docs_quote_are_what_the_search_prints(capsys):
     """"What the ranking is worth" quoted ~9 % faster for the model's tp 2-4 plans than the published tp 8 plan;
-    the search prints 24.841 s against 27.849 s, +10.8 % saved (the step model moved since it was written). The
+    the search printed 24.841 s against 27.849 s, +10.8 % saved (the step model moved since it was written). The
     paragraph now quotes the printed figures, and this holds them."""
     assert main(["search", "gpt3-175b-a100-1024", "--recompute", "full", "--no-sp", "--zero", "0", "--space",
                  "basic", "--top", "1", "--json", "--jobs", "1"]) == 0

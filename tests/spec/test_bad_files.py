@@ -124,7 +124,7 @@ def test_bad_hf_config_names_the_key(tmp_path, change, fragment):
 def test_hf_config_that_is_not_an_object_names_the_file(tmp_path, content):
     f = tmp_path / "cfg.json"
     f.write_text(content)
-    with pytest.raises(SpecError, match="cfg.json: a config.json must hold a JSON object"):
+    with pytest.raises(SpecError, match=r"cfg.json: must hold a mapping \(one model\)"):  # a model file or a config
         resolve_model(str(f))
 
 

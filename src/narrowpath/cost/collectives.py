@@ -42,8 +42,9 @@ _LL_BW = {"all_reduce": 1 / 4, "other": 1 / 3}
 _LL128_BW = 0.92
 _TREE_BW = 0.9
 """Double binary tree bus bandwidth relative to the ring's (tuning.cc: `busBw*.9`)."""
-P2P_LL_THRESHOLD_BYTES = 16384
-"""Largest send/recv NCCL runs in the LL protocol (src/include/p2p.h / enqueue.cc `P2P_LL_THRESHOLD`, one channel)."""
+P2P_LL_THRESHOLD_BYTES = 16384 * 2
+"""Largest send/recv NCCL runs in the LL protocol: `P2P_LL_THRESHOLD` (16 KiB) a channel times the channels a peer
+gets (enqueue.cc: nChannels·P2P_LL_THRESHOLD; 2 = NCCL_NCHANNELS_PER_NET_PEER's default, the net peers' count)."""
 _P2P_PARALLEL = 8
 """Peer exchanges of a grouped all-to-all that NCCL overlaps over its channels (ncclP2pSchedule rounds)."""
 _SIMPLE_RAMP = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9)
@@ -173,23 +174,24 @@ def ring(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
         extra = _extra_steps_s(op, pm, n)
         s0 = pm.measured_min_bytes
         if S < s0:  # below the smallest measured size the time is the latency floor measured there, not ∝ S
-            t = max(s0 * factor / pm.measured_busbw(s0) + extra, 0.0)
-            return CollectiveCost(t, "ring", S * factor / t if t > 0 else 0.0, pm.ring_tier, S * factor, "measured",
-                                  t)
+            t = s0 * factor / pm.measured_busbw(s0) + extra
+            return CollectiveCost(t, "ring", S * factor / t, pm.ring_tier, S * factor, "measured", t)
         floor = S * factor / (pm.up_line_bw if pm.tier == "scale_up" else pm.ranks_per_domain * pm.nic_line_bw)
         t = max(S * factor / measured + extra, floor)
-        return CollectiveCost(t, "ring", S * factor / t, pm.ring_tier, S * factor, "measured", max(extra, 0.0))
+        return CollectiveCost(t, "ring", S * factor / t, pm.ring_tier, S * factor, "measured", extra)
     algbw = _protocol_bw(op, pm.ring_busbw, factor, pm.domains > 1, pm.ll128)
     return _cost(op, "ring", S, steps_lat, algbw, pm.ring_tier, S * factor, n)
 
 
 def _extra_steps_s(op: str, pm: PathModel, n: int) -> float:
-    """Latency of the ring steps a group of n ranks takes beyond (or, negative, short of) the group its measured
-    busbw table came from: the table holds the measured group's own 2(n0 − 1) or n0 − 1 steps, and NCCL's ring
-    pays one hop per step (tuning.cc: baseLat + nsteps·hwLat), so a 1,024-rank ring is not the 2-rank time
-    scaled by its bus factor. Simple-protocol hop of the spanned tier; 0 when the size was not recorded."""
+    """Latency of the ring steps a group of n ranks takes beyond the group its measured busbw table came from: the
+    table holds the measured group's own 2(n0 − 1) or n0 − 1 steps, and NCCL's ring pays one hop per step
+    (tuning.cc: baseLat + nsteps·hwLat), so a 1,024-rank ring is not the 2-rank time scaled by its bus factor.
+    Simple-protocol hop of the spanned tier; 0 when the size was not recorded or the group is not larger: how much
+    of a measured time is latency the table does not say, so a smaller group keeps the measured group's latency
+    (subtracting the steps it does not take priced an 8-byte TP 2 all-reduce from an 8-rank table at 0 s)."""
     n0 = pm.measured_ranks
-    if n0 < 2 or n0 == n:
+    if n0 < 2 or n <= n0:
         return 0.0
     return (ring_steps(op, n) - ring_steps(op, n0)) * pm.alpha_s
 
@@ -283,10 +285,10 @@ def direct(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
 def p2p(op: str, S: float, pm: PathModel) -> CollectiveCost | None:
     """Point-to-point send/recv between neighbours: α + S/B over the scale-up tier when both sit in one domain
     (the pair's own link on a full mesh), else over the sender's NIC (Hockney α-β). NCCL runs a send/recv in
-    LL up to `P2P_LL_THRESHOLD` (16 KiB a channel) and in Simple above, never LL128 (src/enqueue.cc
-    `addP2pToPlan`: `protoLL ? NCCL_PROTO_LL : NCCL_PROTO_SIMPLE`), and prices it with no tuner model, so no
-    collective's mid-size ramp: LL's latency and a third of the rate below the threshold, Simple's at full rate
-    above (a pipeline send of 16.8 MB over an H100's NIC: 366 µs, where LL128 read 408)."""
+    LL up to `P2P_LL_THRESHOLD_BYTES` and in Simple above, never LL128 (src/enqueue.cc `addP2pToPlan`:
+    `protoLL ? NCCL_PROTO_LL : NCCL_PROTO_SIMPLE`), and prices it with no tuner model, so no collective's
+    mid-size ramp: LL's latency and its share of the rate below the threshold, Simple's at full rate above (a
+    pipeline send of 16.8 MB over an H100's NIC: 366 µs, where LL128 read 408)."""
     if op != "send_recv":
         return None
     bw, alpha, tier = (pm.pair_bw or pm.up_bw, pm.alpha_up_s, "scale_up") if pm.domains <= 1 else \

@@ -86,19 +86,20 @@ def ring_pairs(groups: np.ndarray, domain_gpus: int) -> tuple[np.ndarray, np.nda
     """Inter-domain flows of rail-aligned rings (NCCL): with r members per scale-up domain, member j of a domain
     sends to member j of the next domain of the ring, so each of the r members' NICs carries one ring (an r = 1
     group is a plain ring). `domain_gpus` is the scale-up domain (a node on HGX; an NVL72 rack or its segment
-    holds many nodes, and `network.paths` prices its r members' NICs together: r × nic_bw)."""
+    holds many nodes, and `network.paths` prices its r members' NICs together: r × nic_bw). Domains holding
+    unequal numbers of members (144 GPUs in 64 + 64 + 16 segments) ring over the fewest's r rails."""
     srcs, dsts = [], []
     for row in groups:
-        nodes, counts = np.unique(row // domain_gpus, return_counts=True)
-        if nodes.size < 2:
+        row = np.sort(row)
+        domains, first, counts = np.unique(row // domain_gpus, return_index=True, return_counts=True)
+        if domains.size < 2:
             continue
-        if (counts == counts[0]).all():
-            grid = np.sort(row).reshape(nodes.size, counts[0])  # (node, member within node)
-            srcs.append(grid.reshape(-1))
-            dsts.append(np.roll(grid, -1, axis=0).reshape(-1))
-        else:
-            srcs.append(row)
-            dsts.append(np.roll(row, -1))
+        # unequal counts: the fewest members a domain holds carry the rings (network.paths prices r = the fewest);
+        # the others reach them over the domain's own links
+        r = int(counts.min())
+        grid = row[first[:, None] + np.arange(r)[None, :]]  # (domain, member within domain)
+        srcs.append(grid.reshape(-1))
+        dsts.append(np.roll(grid, -1, axis=0).reshape(-1))
     if not srcs:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return np.concatenate(srcs), np.concatenate(dsts)

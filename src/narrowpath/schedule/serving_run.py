@@ -397,7 +397,7 @@ def check_fits(scn: ServingScenario) -> None:
     for one in scns:  # a prefill instance holds the prompt only
         _, lim = resolve_limits(one)
         tokens = load.max_seq_tokens if one is scn else prompt
-        need = math.ceil(tokens / lim.block_tokens)
+        need = math.ceil(lim.memory.footprint(tokens) / lim.block_tokens)  # a windowed layer holds its window
         blocks = lim.lane_blocks(one.plan.pp)
         if need > blocks:
             where = "one lane of this deployment" if one is scn else "one lane of its prefill instances"

@@ -109,8 +109,9 @@ def decode_rate_per_s(cost: ServingCost, lanes: int, batch: int, isl: float, osl
 def decode_batch(lim: Limits, pp: int, batch: int, isl: float, osl: float, admission: str) -> int:
     """Sequences a decode lane holds at once under its batch limit `batch`: no more than its KV cache fits — each
     request holding its whole length, isl + osl, when admission reserves it up front, isl + osl / 2 on average when
-    blocks are taken as the sequence grows ('on-demand') — and at least one."""
-    per_seq = isl + (osl if admission == "reserve" else osl / 2)
+    blocks are taken as the sequence grows ('on-demand') — and at least one. Sliding-window layers hold only their
+    window (`ServingMemory.footprint`), as the simulator's lanes count them."""
+    per_seq = lim.memory.footprint(isl + (osl if admission == "reserve" else osl / 2))
     return max(1, min(int(batch), int(lim.lane_blocks(pp) // math.ceil(per_seq / lim.block_tokens))))
 
 

@@ -217,8 +217,9 @@ def sync_axis(axis: str, cp: int) -> str:
 
 
 def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: dict) -> CollectiveCost:
-    """Cost of one transfer; on an oversubscribed fabric the bandwidth term of a cross-node transfer is stretched
-    by the max-min fair-share slowdown of all groups of its axis running at once (network.contention)."""
+    """Cost of one transfer; on an oversubscribed fabric a cross-node transfer runs its algorithm again with each
+    NIC's rate divided by the max-min fair-share slowdown of all groups of its axis running at once
+    (network.contention), so a ring that NVLink bounds slows only where the contended rails fall below it."""
     key = (tr.op, tr.axis, tr.message_bytes)
     if key not in cache and tr.axis == "host":
         cache[key] = host_copy_cost(tr.message_bytes, scn.system)
@@ -233,11 +234,19 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
                 cache[slow_key] = concurrent_slowdown(scn.plan, scn.system, sync_group(tr.axis, scn.plan))
             f = cache[slow_key]
             if f > 1.0:
-                bw_part = max(0.0, cost.time_s - cost.latency_s)
-                t = cost.latency_s + bw_part * f
-                cost = dataclasses.replace(cost, time_s=t, busbw_bytes_per_s=cost.busbw_bytes_per_s * cost.time_s / t)
+                contended = cache.get(("contended", f))
+                if contended is None:
+                    contended = cache[("contended", f)] = contended_system(scn.system, f)
+                cost = collective_time(tr.op, tr.message_bytes, span, contended, cal, cost.algorithm)
         cache[key] = cost
     return cache[key]
+
+
+def contended_system(system, factor: float):
+    """`system` with its scale-out rate per GPU divided by `factor` (a NIC's max-min share under contention)."""
+    return dataclasses.replace(system, tiers=tuple(
+        dataclasses.replace(t, bw_bytes_per_s_per_gpu=t.bw_bytes_per_s_per_gpu / factor) if t.name == "scale_out"
+        else t for t in system.tiers))
 
 
 def host_copy_cost(nbytes: float, system) -> CollectiveCost:
