@@ -113,7 +113,7 @@ def test_a_handed_prefill_cost_is_what_simulate_prices_the_pool_with():
 
 def _lim(kv_tokens, block=32):
     """Limits of a lane whose rank holds `kv_tokens` tokens of KV in blocks of `block` (the rest unread here)."""
-    return Limits(0, 0, block, 0.0, SimpleNamespace(kv_tokens=kv_tokens))
+    return Limits(0, 0, block, 0.0, SimpleNamespace(kv_tokens=kv_tokens, footprint=lambda n: n))  # no window
 
 
 def test_decode_batch_by_hand():
@@ -136,7 +136,7 @@ def test_decode_capacity_is_the_full_batch_at_its_rate():
     lane decodes 10 at a time, its step priced at their mean context 10 · (8,192 + 512) -> 2 · 10 / 1,024 / 0.02 s
     = 0.977 requests/s."""
     c = _Cost(0.02)
-    lim = Limits(64, 0, 32, 0.0, SimpleNamespace(kv_tokens=100_000))
+    lim = Limits(64, 0, 32, 0.0, SimpleNamespace(kv_tokens=100_000, footprint=lambda n: n))
     rate, batch = decode_capacity(c, lim, 2, 1, 8192, 1024, "reserve")
     assert batch == 10 and rate == pytest.approx(2 * 10 / 1024 / 0.02)
     assert c.calls == [(10, 10, 10 * (8192 + 512))]
