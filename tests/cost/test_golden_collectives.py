@@ -360,3 +360,23 @@ def test_send_recv_ll_threshold_is_per_channel_of_a_peer():
     assert p2p("send_recv", 32768, pm(size=2, r=1, d=2)).time_s == pytest.approx(6.6e-6 + 5e-6 * 2.7 / 9.6
                                                                                  + 32768 / 10e9)
     assert p2p("send_recv", 32769, pm(size=2, r=1, d=2)).protocol == "Simple"
+
+
+def test_the_profiles_measured_group_size_reaches_the_path_model():
+    """`calibrate --nccl-log` records the ranks a table was measured on (`measured_num_ranks`); path_model hands it
+    on, so 8 sparse H100 ranks priced from a 2-rank scale-out table pay 12 more network steps than the table's
+    own time: exactly 12 · α_out of the path model more than the same table recorded without its size."""
+    from narrowpath.catalog import calibration_for, system
+    sysm = system("dgx-h100")
+    cal = calibration_for(sysm.device.name)
+    out = dataclasses.replace(cal.tier("scale_out"), busbw_efficiency_by_size=((1e6, 0.3), (1e9, 0.9)),
+                              measured_num_ranks=2)
+    sized = dataclasses.replace(cal, tiers={**cal.tiers, "scale_out": out})
+    unsized = dataclasses.replace(cal, tiers={**cal.tiers, "scale_out": dataclasses.replace(out, measured_num_ranks=0)})
+    span = span_of(8, ranks_per_domain=1, domains=8)
+    pm_sized = path_model(span, sysm, sized)
+    assert pm_sized.out_measured_ranks == 2
+    a = collective_time("all_reduce", 1e8, span, sysm, sized, "ring")
+    b = collective_time("all_reduce", 1e8, span, sysm, unsized, "ring")
+    assert a.protocol == b.protocol == "measured"
+    assert a.time_s - b.time_s == pytest.approx(12 * pm_sized.alpha_out_s)
