@@ -16,7 +16,8 @@ from narrowpath.analysis.context import Context
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.ledger import LedgerRow, network_seconds
 from narrowpath.analysis.verdict import tier_carries_traffic
-from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan, with_tier
+from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan
+from narrowpath.spec.system import with_tier
 from narrowpath.cost.collectives import collective_time
 from narrowpath.schedule.step import transfer_span
 

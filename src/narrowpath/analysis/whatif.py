@@ -24,7 +24,7 @@ from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import StepPrediction, predict
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
-from narrowpath.spec.system import System
+from narrowpath.spec.system import System, with_tier
 
 NO_GAIN_FRACTION = 1e-3
 """A change moving the step by less than 0.1 % is reported as `no gain` (below the model's resolution)."""
@@ -73,11 +73,6 @@ def with_plan(scn: Scenario, **changes) -> Scenario:
 def with_plan_repaired(scn: Scenario, **changes) -> tuple[Scenario, tuple[str, ...]]:
     """The scenario with plan fields changed and the dependent knobs repaired (analysis.repair)."""
     return repaired(scn, **changes)
-
-
-def with_tier(system: System, tier: str, **changes) -> System:
-    tiers = tuple(dataclasses.replace(t, **changes) if t.name == tier else t for t in system.tiers)
-    return dataclasses.replace(system, tiers=tiers)
 
 
 def status_of(gain_s: float, step_s: float, fits: bool) -> str:

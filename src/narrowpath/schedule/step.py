@@ -29,6 +29,7 @@ from narrowpath.schedule.pipeline import dualpipe_time_s, dualpipev_time_s, pipe
 from narrowpath.schedule.provenance import attention_note, profile_usage
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
+from narrowpath.spec.system import with_tier
 from narrowpath.workload.attention import kernel_of
 from narrowpath.workload.build import build_workload, grad_format, step_transfers
 from narrowpath.workload.items import Transfer, Workload
@@ -244,9 +245,8 @@ def _price(tr: Transfer, scn: Scenario, cal: Calibration, spans: dict, cache: di
 
 def contended_system(system, factor: float):
     """`system` with its scale-out rate per GPU divided by `factor` (a NIC's max-min share under contention)."""
-    return dataclasses.replace(system, tiers=tuple(
-        dataclasses.replace(t, bw_bytes_per_s_per_gpu=t.bw_bytes_per_s_per_gpu / factor) if t.name == "scale_out"
-        else t for t in system.tiers))
+    return with_tier(system, "scale_out",
+                     bw_bytes_per_s_per_gpu=system.tier("scale_out").bw_bytes_per_s_per_gpu / factor)
 
 
 def host_copy_cost(nbytes: float, system) -> CollectiveCost:

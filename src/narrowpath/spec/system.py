@@ -1,6 +1,7 @@
 """System: devices joined by network tiers — scale-up domain, scale-out fabric, front-end."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -119,3 +120,9 @@ class System:
         domains reads this; what one domain can do (its switches, its links) reads `scale_up_domain`."""
         dom, seg = self.scale_up_domain, self.segment_gpus
         return seg if 0 < seg < dom and num_gpus > dom else dom
+
+
+def with_tier(system: System, tier: str, **changes) -> System:
+    """`system` with the fields `changes` of its tier named `tier` replaced (what-ifs, a contended fabric)."""
+    tiers = tuple(dataclasses.replace(t, **changes) if t.name == tier else t for t in system.tiers)
+    return dataclasses.replace(system, tiers=tiers)
