@@ -102,6 +102,13 @@ def _launched(name: str, launch: str) -> Scenario:
     return dataclasses.replace(s, plan=dataclasses.replace(s.plan, grad_sync_launch=launch, dp_overlap=True))
 
 
+def _parallel_block() -> Scenario:
+    """Parallel attention + MLP blocks (model.parallel_attn_mlp, GPT-J / PaLM): one norm, one residual and one tp
+    gather/scatter pair per layer pass in every plan the search derives, as predict prices them."""
+    s = load_scenario("llama3-70b-h100-256")
+    return dataclasses.replace(s, model=dataclasses.replace(s.model, parallel_attn_mlp=True))
+
+
 def _tiny_graphs() -> Scenario:
     from tests.schedule.test_host_knobs import _tiny
     return _tiny(cuda_graphs=True)
@@ -120,7 +127,8 @@ SCENARIOS = {"llama3-8b-h100-8": lambda: load_scenario("llama3-8b-h100-8"), "fp8
              "llama3-8b-h100-8-flash2": _flash2, "llama3-70b-alternate-matmuls": _alternate,
              "zero3-unless-pp": lambda: _zero3_kept("unless_pp"), "zero3-never": lambda: _zero3_kept("never"),
              "gpt3-175b-aligned": lambda: _launched("gpt3-175b-a100-1024", "aligned"),
-             "llama3-70b-megatron": lambda: _launched("llama3-70b-h100-256", "megatron")}
+             "llama3-70b-megatron": lambda: _launched("llama3-70b-h100-256", "megatron"),
+             "llama3-70b-parallel-block": _parallel_block}
 
 
 def _space(scn, **pins) -> SearchSpace:

@@ -121,9 +121,17 @@ def expert_degrees(scn: Scenario) -> tuple:
     return tuple(e for e in range(1, ranks + 1) if ranks % e == 0 and moe.num_experts % e == 0)
 
 
+def shards_over(scn: Scenario) -> bool:
+    """Whether ZeRO has a group to shard over: the dense data-parallel group (dp·cp), or for an MoE model the
+    expert data-parallel group (tp·cp·dp / (etp·ep), which shards the experts' state where only they are
+    replicated: tp 8 · ep 1 on 8 GPUs), as the search's space tries it (search.space)."""
+    p = scn.plan
+    return p.dp * p.cp > 1 or (scn.model.moe is not None and p.expert_dp > 1)
+
+
 CANDIDATES: dict[str, Candidates] = {
     "recompute": recompute_strategies,
-    "zero_stage": lambda s: (1, 0, 2, 3) if s.plan.dp * s.plan.cp > 1 else (0, 1),
+    "zero_stage": lambda s: (1, 0, 2, 3) if shards_over(s) else (0, 1),
     "sequence_parallel": lambda s: (s.plan.tp > 1,),
     "mbs": micro_batch_sizes,
     "ep": expert_degrees,

@@ -173,6 +173,26 @@ def _group_limit(cfg: Mapping[str, Any]) -> int:
     return topk if n_group and topk and topk < n_group else 0
 
 
+PARALLEL_TYPES = ("gptj", "codegen", "phi", "cohere")
+"""model_type values whose every layer is a parallel block, one norm feeding attention and MLP, both outputs added
+to the residual (transformers' GPTJBlock, CodeGenBlock, PhiDecoderLayer, CohereDecoderLayer)."""
+PARALLEL_KEYS = {"gpt_neox": ("use_parallel_residual", True), "falcon": ("parallel_attn", True),
+                 "stablelm": ("use_parallel_residual", False)}
+"""model_type values whose config says whether the blocks are parallel: the key and transformers' default for it
+(GPTNeoXConfig, FalconConfig, StableLmConfig). GPT-NeoX's parallel residual and Falcon's new decoder architecture
+norm the two branches separately; they are priced with one norm (a norm is a small vector op)."""
+
+
+def _parallel_block(cfg: Mapping[str, Any], mtype: str) -> bool:
+    """Whether the config's layers are parallel attention + MLP blocks (model.parallel_attn_mlp)."""
+    if mtype in PARALLEL_TYPES:
+        return True
+    if mtype not in PARALLEL_KEYS:
+        return False
+    key, default = PARALLEL_KEYS[mtype]
+    return _bool(cfg, key, default) or (mtype == "falcon" and _bool(cfg, "new_decoder_architecture", False))
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None) -> Model:
     """Map HF keys to a Model. `seq_len` is the training sequence length (required unless the config states
     `seq_length`; max_position_embeddings is only the limit it must not exceed)."""
@@ -237,6 +257,8 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         model["moe"] = MoE(num_experts=n_exp, top_k=top_k,
                            expert_ffn=expert_ffn, shared_experts=shared, max_nodes=_group_limit(cfg),
                            first_dense_layers=_int(cfg, "first_k_dense_replace", cfg.get("first_k_dense_replace") or 0))
+    if _parallel_block(cfg, mtype):
+        model["parallel_attn_mlp"] = True
     window, every = _sliding_window(cfg, mtype)
     if window:
         model["sliding_window"], model["sliding_window_every"] = window, every

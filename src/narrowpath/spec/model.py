@@ -141,7 +141,9 @@ class Model:
     """Multi-token-prediction modules trained alongside (DeepSeek-V3 §2.2: one extra transformer block plus a
     projection per predicted depth, sharing embedding and output head); they run on the last pipeline stage."""
     parallel_attn_mlp: bool = False
-    """Attention and MLP read the same normed input and their outputs are summed (GPT-J, PaLM, Falcon)."""
+    """Attention and MLP read the same normed input and their outputs are summed (GPT-J, PaLM, Falcon): one norm,
+    one residual add and one tensor-parallel reduction per layer pass (workload.transformer.parallel_block_ops); dense
+    transformers only."""
     context_len: int = 0
     """Longest sequence (prompt + output tokens) the model is served at: its position limit (HuggingFace
     `max_position_embeddings`; vLLM's max_model_len default). 0 = not stated. Serving engines size their token
@@ -174,6 +176,10 @@ class Model:
         as_int(self, "sliding_window_every", "model.sliding_window_every", maximum=MAX_LAYERS)
         as_int(self, "mtp_layers", "model.mtp_layers", minimum=0, maximum=MAX_LAYERS)
         boolean("model.parallel_attn_mlp", self.parallel_attn_mlp)
+        if self.parallel_attn_mlp and (self.moe is not None or self.arch != "transformer"):
+            raise SpecError("model.parallel_attn_mlp", "parallel attention and MLP blocks are modelled for dense "
+                            "transformers only (GPT-J, PaLM, Falcon); this model has " +
+                            ("experts" if self.moe is not None else f"arch {self.arch!r}"))
         boolean("model.tied_embeddings", self.tied_embeddings)
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         if self.dropout is None:

@@ -22,11 +22,11 @@ def attention_parameters(model: Model) -> float:
 
 
 def _norm_parameters(model: Model) -> float:
-    """The two norms of a layer (LayerNorm: weight and bias), plus MLA's latent norms."""
+    """The norms of a layer (LayerNorm: weight and bias) — two, one in a parallel block — plus MLA's latent norms."""
     per = 2 * model.hidden if model.norm == "layernorm" else model.hidden
     mla = model.mla
     extra = (mla.q_lora_rank + mla.kv_lora_rank) if mla is not None else 0
-    return 2 * per + extra
+    return (1 if model.parallel_attn_mlp else 2) * per + extra
 
 
 @lru_cache(maxsize=256)

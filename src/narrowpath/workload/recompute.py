@@ -45,6 +45,8 @@ INPUT_NORM_CONSUMERS = frozenset({"q_down", "q_proj", "kv_down"})
 """Projections that read MLA's separate input norm (and keep its output for their weight gradient)."""
 MLP_NORM_CONSUMERS = frozenset({"router", "shared_up"})
 """Projections that read an MoE layer's separate pre-MLP norm."""
+PARALLEL_NORM_CONSUMERS = frozenset({"qkv", "mlp_up"})
+"""Projections that read a parallel block's one norm (model.parallel_attn_mlp, workload.transformer)."""
 UNQUANTIZED = frozenset({"bf16", "fp16", "fp32", "tf32"})
 """GEMM formats whose input is kept as the activation itself (no quantized copy)."""
 UP_PROJ = frozenset({"q_up", "kv_up", "rope"})
@@ -110,6 +112,9 @@ def _separate_norms(model: Model, moe_layer: bool) -> tuple[set[str], set[str]]:
     if moe_layer:
         norms.add("ln2")
         consumers |= MLP_NORM_CONSUMERS
+    elif model.parallel_attn_mlp:  # one norm feeding both blocks' projections: fused into neither
+        norms.add("ln1")
+        consumers |= PARALLEL_NORM_CONSUMERS
     return norms, consumers
 
 
@@ -169,14 +174,17 @@ def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     if "mla_up_proj" in mods and model.mla is not None:
         core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
         kept -= min(core, _qkv_bytes(model, plan))
-    for consumers in (INPUT_NORM_CONSUMERS, MLP_NORM_CONSUMERS):
+    first = INPUT_NORM_CONSUMERS | PARALLEL_NORM_CONSUMERS if model.parallel_attn_mlp and not moe_layer else \
+        INPUT_NORM_CONSUMERS  # a parallel block's MLP reads the input norm's output too
+    for consumers in (first, MLP_NORM_CONSUMERS):
         kept -= shared_input_double_count(ops, consumers, drop)
     return kept
 
 
 def shared_input_double_count(ops: list[Op], consumers: frozenset[str], drop: set[str]) -> float:
     """Bytes counted twice when projections reading one separate norm each keep its output unquantized: one tensor
-    (MLA's q_down and kv_down on ln1's output; an MoE layer's router and shared-expert up-projection on ln2's).
+    (MLA's q_down and kv_down on ln1's output; an MoE layer's router and shared-expert up-projection on ln2's; a
+    parallel block's qkv and MLP up-projection on its one norm's).
     Transformer Engine's BF16 Linear saves its input tensor itself, not a copy, and Megatron-Core's router saves
     its input before any cast (`RouterGatingLinearFunction.forward`: `ctx.save_for_backward(inp, weight, bias)`),
     so autograd holds it once; a low-precision projection keeps its own quantized copy, counted on its own."""
