@@ -34,3 +34,10 @@ def test_a_dense_model_keys_on_dp_and_cp_only():
     s = load_scenario("llama3-8b-h100-8")
     s = dataclasses.replace(s, plan=dataclasses.replace(s.plan, tp=8, dp=1))
     assert CANDIDATES["zero_stage"](s) == (0, 1)
+
+
+def test_an_expert_group_of_two_is_enough_to_shard_over():
+    """tp 8, ep 4 (etp 1): expert dp = 8 / 4 = 2 — two replicas of each expert's state to shard."""
+    s = _mixtral(tp=8, dp=1, ep=4, etp=1)
+    assert s.plan.expert_dp == 2
+    assert CANDIDATES["zero_stage"](s) == (1, 0, 2, 3)

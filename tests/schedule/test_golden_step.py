@@ -30,10 +30,12 @@ def _slow_nic(gb_per_s: float):
 
 
 def test_bucketed_overlap_by_hand():
-    """10 s of sync in 4 buckets (100 MB / 25 MB) behind a 5 s window, slowdown 0.1: the last bucket (2.5 s) can
-    only start when the window ends; the other 7.5 s hide up to 5 s, which slow the compute by 0.5 s:
-    10 − 5 + 0.5 = 5.5 s. A 100 s window hides 7.5 s: 2.5 + 0.75 = 3.25 s. One bucket hides nothing."""
-    assert exposed_after_bucketed_overlap(10.0, 100e6, 25e6, 5.0, 0.1) == pytest.approx(5.5)
+    """10 s of sync in 4 buckets (100 MB / 25 MB) behind a 5 s window, slowdown 0.1: the first bucket is ready a
+    quarter into the window (1.25 s) and the stream runs on from there, 1.25 → 11.25 s: 6.25 s past the window
+    (10 − 5 + 5/4), 3.75 s hidden, which slow the compute by 0.375 s: 6.625 s (fiftieth session and before: 5.5 s,
+    as if the first bucket were ready when the window opened). A 100 s window hides all but the last bucket,
+    7.5 s: 2.5 + 0.75 = 3.25 s. One bucket hides nothing."""
+    assert exposed_after_bucketed_overlap(10.0, 100e6, 25e6, 5.0, 0.1) == pytest.approx(6.625)
     assert exposed_after_bucketed_overlap(10.0, 100e6, 25e6, 100.0, 0.1) == pytest.approx(3.25)
     assert exposed_after_bucketed_overlap(10.0, 10e6, 25e6, 100.0, 0.1) == 10.0
     assert exposed_after_bucketed_overlap(10.0, 100e6, 0.0, 100.0, 0.1) == 10.0
@@ -44,14 +46,16 @@ def test_gradient_sync_hides_behind_backward_only():
     """Li et al. VLDB 2020: DDP's bucketed all-reduce starts when the first bucket's gradients are ready, so only
     the last micro-batch's backward can hide it, never the forward. Llama-3 8B on tp 8 × dp 2 over a 2 GB/s NIC,
     one micro-batch: the fp32 gradient all-reduce is longer than that backward, so the window (the backward) is
-    what binds: exposed = total − backward + 0.1 · backward."""
+    what binds: the first of its n buckets is ready 1/n into that backward, so exposed = total − backward +
+    backward/n, and what hid slows the compute by 0.1 of it."""
     pred = predict(_scn(sysm=_slow_nic(2.0), tp=8, dp=2, gbs=2, sequence_parallel=True, dp_overlap=True), CAL)
     (sync,) = [t for t in pred.transfers if t.name == "dp.grad_all_reduce"]
     bwd, fwd = pred.stages[0].bwd_compute_s, pred.stages[0].fwd_compute_s
     last_bucket = sync.total_s / (sync.message_bytes / 40e6)
     assert sync.total_s - last_bucket > bwd + fwd  # window-bound: a wider window would hide more
     expect = exposed_after_bucketed_overlap(sync.total_s, sync.message_bytes, 40e6, bwd, CAL.overlap_compute_slowdown)
-    assert expect == pytest.approx(sync.total_s - bwd + 0.1 * bwd)
+    n = sync.message_bytes / 40e6
+    assert expect == pytest.approx(sync.total_s - bwd + bwd / n + 0.1 * (bwd - bwd / n))
     assert pred.breakdown_s["exposed_dp_comm"] == pytest.approx(expect) == pytest.approx(sync.exposed_s)
 
 

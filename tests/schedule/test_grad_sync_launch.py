@@ -136,12 +136,13 @@ def test_a_chunk_launched_at_the_programs_end_starts_there():
 
 
 def test_exposure_by_launch_by_hand():
-    """10 s of sync, chunks of 7 and 3 s in many buckets, last backwards 2 s each, pp 2, no slowdown; chunk 1's last
-    backward ends pp · 2 = 4 s before the stage's. Hooks: chunk 0 hides 2 s → 5; chunk 1 hides 2 of its 3 s, then
-    chunk 0's 7 follow: 1 + 7 − 4 = 4; the most is 5. Megatron (chunk 1 whole): 3 + 7 − 4 = 6 → 6. Aligned (both
-    whole): chunk 0 alone is 7 → 7."""
+    """10 s of sync, chunks of 7 and 3 s in 140 and 60 buckets of 5 MB, last backwards 2 s each, pp 2, no slowdown;
+    chunk 1's last backward ends pp · 2 = 4 s before the stage's. Hooks: chunk 0 hides its backward less the 2/140 s
+    before its first bucket is ready → 5 + 1/70; chunk 1 hides 2 − 2/60 of its 3 s, then chunk 0's 7 follow:
+    1 + 1/30 + 7 − 4 ≈ 4.03; the most is 5.014. Megatron (chunk 1 whole): 3 + 7 − 4 = 6 → 6. Aligned (both whole):
+    chunk 0 alone is 7 → 7."""
     args = (10.0, 1e9, 5e6, [0.7, 0.3], [2.0, 2.0], 2, 0.0)
-    assert chunked_sync_exposed_s(*args) == pytest.approx(5.0)
+    assert chunked_sync_exposed_s(*args) == pytest.approx(5.0 + 1 / 70)
     assert chunked_sync_exposed_s(*args, chunk_streams("megatron", 2)) == pytest.approx(6.0)
     assert chunked_sync_exposed_s(*args, chunk_streams("aligned", 2)) == pytest.approx(7.0)
     assert chunk_streams("hooks", 2) is None

@@ -23,7 +23,7 @@ from narrowpath.search import SearchSpace, search
 from narrowpath.search.bulk import Bulk, _ranked_unique_rows, unique_rows
 from narrowpath.search.each import scenario_of
 from narrowpath.search.exact import _OUTER, Exact
-from narrowpath.search.parts import SLOT_ATTENTION, SLOT_PAIR, SLOT_PHASE, SUMS, Layout, Parts
+from narrowpath.search.parts import SLOT_ATTENTION, SLOT_PAIR, SLOT_PHASE, SLOT_SHARE, SUMS, Layout, Parts
 from narrowpath.search.table import build_table
 from tests.search.scenarios import mixtral16
 
@@ -62,6 +62,8 @@ def _plain_phase_sums(self, tid, tm):
                 v[6 + ph] += t
             elif ty == SLOT_PAIR:
                 v[9 + ph] += t
+            elif ty == SLOT_SHARE:
+                v[12 + ph] += t
         self.sums[tid] = v
     return v
 

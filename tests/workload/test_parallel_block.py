@@ -127,3 +127,33 @@ def test_a_parallel_model_predicts_faster_with_less_memory():
     a, b = predict(s), predict(p)
     assert b.breakdown_s["exposed_tp_comm"] == pytest.approx(a.breakdown_s["exposed_tp_comm"] / 2, rel=0.02)
     assert b.memory.total_bytes < a.memory.total_bytes and b.step_time_s < a.step_time_s
+
+
+def _no_dropout(parallel: bool) -> Model:
+    """A Cohere-like parallel block: RMSNorm, SwiGLU, no dropout."""
+    return Model(**{**GPTJ, "ffn_act": "swiglu", "norm": "rmsnorm", "ffn": 11008}, parallel_attn_mlp=parallel)
+
+
+def test_without_dropout_the_residual_reads_three_tensors_and_keeps_no_mask():
+    """No dropout: one plain residual add, read x, attention and MLP outputs, write y: 4·E·2 bytes, nothing kept;
+    in the plan's format, as the sequential adds."""
+    plan = Plan(tp=1, dp=8, mbs=1, gbs=8, precision="bf16")
+    ops = T.layer_forward_ops(_no_dropout(True), plan, "flash")
+    adds = [o for o in ops if o.name in ("residual_add", "bias_dropout_add")]
+    assert len(adds) == 1 and adds[0].name == "residual_add" and adds[0].dtype == "bf16"
+    E = 2048 * 4096
+    assert adds[0].hbm_bytes == pytest.approx(4 * E * 2) and adds[0].saved_bytes == 0 and adds[0].phase == "fwd"
+
+
+def test_layernorm_recompute_of_a_parallel_block_drops_what_both_projections_keep():
+    """Selective recompute of the `layernorm` module: the one norm is a module of its own (it feeds two
+    projections), so its output — the tensor qkv and the MLP up-projection keep, E·2 bytes held once — is dropped
+    and rebuilt; ln1 runs again before backward."""
+    from narrowpath.workload.recompute import recompute_ops
+    m = _no_dropout(True)
+    none = Plan(tp=1, dp=8, mbs=1, gbs=8, precision="bf16")
+    ln = dataclasses.replace(none, recompute="selective", recompute_modules=("layernorm",))
+    ops = T.layer_forward_ops(m, none, "flash")
+    E = 2048 * 4096
+    assert kept_bytes(ops, m, none) - kept_bytes(ops, m, ln) == pytest.approx(E * 2)
+    assert [o.name for o in recompute_ops(ops, m, ln, "flash", False)] == ["ln1"]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import end_params, layer_kind_of
 from narrowpath.workload.split import plan_layer_ranges, recompute_fraction
+from narrowpath.schedule.exposure import bucket_tail_s
 
 _PHASES = ("fwd", "bwd", "recompute")
 _EQUAL = 1e-9
@@ -176,7 +177,7 @@ def chunked_sync_exposed_s(total_s: float, message_bytes: float, bucket_bytes: f
         n = max(1.0, message_bytes * shares[k] / bucket_bytes) if bucket_bytes > 0 else 1.0
         window = first_window_s if k == 0 and first_window_s is not None else bwd_s[k]
         streamed = streams is None or streams[k]
-        exposed = max(exposed, (max(d / n, d - window) if streamed else d) + later - gap[k])
+        exposed = max(exposed, (bucket_tail_s(d, n, window) if streamed else d) + later - gap[k])
         later += d
     exposed = min(total_s, max(0.0, exposed))
     return exposed + slowdown * (total_s - exposed)

@@ -2,19 +2,43 @@
 exchange of one micro-batch hidden behind another's merged pass (Megatron-Core combined 1F1B, DeepSeek DualPipe)."""
 from __future__ import annotations
 
+import math
+
 from narrowpath.cost.memory import in_flight_chunk_passes
 from narrowpath.schedule.pipeline import dualpipe_paired_fraction, dualpipev_paired_fraction
 
 
+def bucket_tail_s(total_s: float, n_buckets: float, window_s: float) -> float:
+    """How long a bucketed transfer of `total_s` runs past the end of the `window_s` of compute that fills its
+    buckets (PyTorch DDP / Megatron --overlap-grad-reduce, Li et al. VLDB 2020 §3.2.3). `n_buckets` = message /
+    bucket size: ⌈n⌉ buckets, the last holding the remainder; bucket k is ready when the window has produced its
+    last byte (k/n of the window; the last at its end) and the stream takes them in order, each once ready and
+    the stream free, so the transfer ends at max_k (ready_k + what is left from bucket k on) — linear in k up to
+    the last bucket, so the first, the next-to-last or the last bucket sets it: with ≥ 2 full buckets and a window
+    shorter than the transfer, T − W + W/n (the first bucket only starts W/n into the window); with a long window,
+    the last bucket. The event simulator plays the buckets one by one (schedule.sim.tail.grad_sync). An unlimited
+    window (the search's lower bound, search.exact) gives 0: there the tail is the remainder bucket, which some
+    bucket size makes as small as any."""
+    if math.isinf(window_s):
+        return 0.0
+    n = max(1.0, n_buckets)
+    last = math.ceil(n)
+    first = window_s / n + total_s  # bucket 1 ready at W/n, the whole transfer after it
+    end = window_s + total_s * (1.0 - (last - 1) / n)  # the last bucket (the remainder) at the window's end
+    if last >= 2:  # the next-to-last bucket: ready at (⌈n⌉ − 1)/n of the window, two buckets' worth left
+        end = max(end, (last - 1) * window_s / n + total_s * (1.0 - (last - 2) / n))
+    return max(0.0, max(first, end) - window_s)
+
+
 def exposed_after_bucketed_overlap(total_s: float, message_bytes: float, bucket_bytes: float, window_s: float,
                                    slowdown: float) -> float:
-    """Exposed time of a bucketed transfer overlapped with `window_s` of compute (PyTorch DDP / Megatron
-    --overlap-grad-reduce, Li et al. VLDB 2020 §3.2.3): the last bucket cannot start before the window ends, so it is
-    always exposed; the rest hides up to the window; the hidden part slows the compute it shares the chip with."""
+    """Exposed time of a bucketed transfer overlapped with `window_s` of compute: what runs past the window
+    (bucket_tail_s: at least the last bucket, which cannot start before the window ends); the hidden rest slows
+    the compute it shares the chip with."""
     n_buckets = max(1.0, message_bytes / bucket_bytes) if bucket_bytes > 0 else 1.0
-    last_bucket = total_s / n_buckets
-    hidden = max(0.0, min(total_s - last_bucket, window_s))
-    return total_s - hidden + slowdown * hidden
+    exposed = bucket_tail_s(total_s, n_buckets, window_s)
+    hidden = total_s - exposed
+    return exposed + slowdown * hidden
 
 
 def staged_sync_exposed_s(exposed_s: list[float], bwd_s: list[float]) -> tuple[float, int]:

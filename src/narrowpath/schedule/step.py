@@ -31,7 +31,7 @@ from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.spec.system import with_tier
 from narrowpath.workload.attention import kernel_of
-from narrowpath.workload.build import build_workload, grad_format, step_transfers
+from narrowpath.workload.build import build_workload, grad_format, microbatch_share, step_transfers
 from narrowpath.workload.items import Transfer, Workload
 from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.ops import is_weight_gradient
@@ -356,6 +356,8 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             hide_budget = dict(sums.gemm_phase)
             # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
             attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in sums.attn_phase.items()}
+            # `share` traffic (items.Transfer): on the first m − 1 micro-batches only, behind their matrix work
+            share_budget = {ph: t * microbatch_share(plan) for ph, t in sums.gemm_phase.items()}
             extra_compute = {"fwd": 0.0, "bwd": 0.0}  # the slowdown of the compute hidden traffic runs beside
             pairs = []  # pass-pair traffic: hides after the phases' own overlapped traffic (pass_pair_hidden_s)
             for tr, c in st.transfers:
@@ -365,11 +367,11 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
                     pairs.append((tr, c, cost, total))
                     continue
                 if tr.overlappable:
-                    window = attn_budget if tr.hides_behind == "attention" else hide_budget
+                    window = {"attention": attn_budget, "share": share_budget}.get(tr.hides_behind, hide_budget)
                     hidden = min(total, window.get(tr.phase, 0.0), hide_budget.get(tr.phase, 0.0))
                     hide_budget[tr.phase] = hide_budget.get(tr.phase, 0.0) - hidden
-                    if tr.hides_behind == "attention":
-                        attn_budget[tr.phase] -= hidden
+                    if window is not hide_budget:
+                        window[tr.phase] -= hidden
                     extra_compute["fwd" if tr.phase == "fwd" else "bwd"] += slow * hidden
                     exp = total - hidden
                 else:

@@ -11,7 +11,9 @@ attention core hides min(t, ab, hb) and spends both (hb starts at the phase's ma
 × (cp − 1)/cp). Without hb the walk hides X = P + min(A, ab) (P, A: the two kinds' totals; a greedy fill of one
 budget hides min(total, budget)); with hb every transfer hides what it would without it until the running total
 reaches hb, and nothing after. So the phase hides H = min(hb, P + min(A, ab)) whatever the order, and the stage takes
-compute + transfers − (1 − slowdown)·H. This module uses that identity; tests/search hold it against predict.
+compute + transfers − (1 − slowdown)·H. Traffic on a share of the micro-batches (ZeRO-2's per-micro-batch
+reduce-scatter, S) has a budget of its own the same way, sb = hb·(m − 1)/m: H = min(hb, P + min(A, ab) + min(S, sb)).
+This module uses that identity; tests/search hold it against predict.
 
 The stages of a class (search.bulk) differ in one thing: the share f of their passes that run merged with another
 micro-batch's (schedule.step.paired_fraction: an earlier stage warms up longer, and its warm-up forwards and
@@ -21,9 +23,10 @@ part is summed once per class and every stage's time is composed from it (`Exact
 Dominance gives a tighter lower bound per structural row. Variants that share the placement, the cp exchange and
 the expert dispatch differ only in overlap switches and bucket size. Switching an overlap on moves a transfer from
 the exposed part into P, so H cannot shrink and no stage gets slower; the pipeline time only grows with the stage
-times. The step's data-parallel exposure is at least the bucketed formula's with an unlimited window and the class's
-smallest bucket (it grows as the window shrinks and as the bucket grows). So pricing the class's dominant variant
-(every switch on, smallest bucket) with an unlimited window bounds every variant of the class from below.
+times. The step's data-parallel exposure is at least the bucketed formula's with an unlimited window, which hides all
+but a remainder bucket that some bucket size makes as small as any: its slowdown alone (bucket_tail: 0 past the
+window). So pricing the class's dominant variant (every switch on) with an unlimited window bounds every variant of
+the class from below.
 """
 from __future__ import annotations
 
@@ -46,9 +49,21 @@ def bucketed_exposed(total_s, message_bytes, bucket_bytes, window_s, slowdown):
     """`schedule.step.exposed_after_bucketed_overlap` over arrays (same formula, element by element)."""
     safe = np.where(bucket_bytes > 0, bucket_bytes, 1.0)
     n_buckets = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes / safe), 1.0)
-    last_bucket = total_s / n_buckets
-    hidden = np.maximum(0.0, np.minimum(total_s - last_bucket, window_s))
-    return total_s - hidden + slowdown * hidden
+    exposed = bucket_tail(total_s, n_buckets, window_s)
+    hidden = total_s - exposed
+    return exposed + slowdown * hidden
+
+
+def bucket_tail(total_s, n_buckets, window_s):
+    """`schedule.exposure.bucket_tail_s` over arrays (same operations, element by element)."""
+    n = np.maximum(1.0, n_buckets)
+    last = np.ceil(n)
+    with np.errstate(invalid="ignore"):  # an unlimited window: 0 (as there), not inf − inf
+        first = window_s / n + total_s
+        end = window_s + total_s * (1.0 - (last - 1) / n)
+        end = np.where(last >= 2, np.maximum(end, (last - 1) * window_s / n + total_s * (1.0 - (last - 2) / n)),
+                       end)
+        return np.where(np.isinf(window_s), 0.0, np.maximum(0.0, np.maximum(first, end) - window_s))
 
 
 def _pass_pair_partnered(P: np.ndarray, L: np.ndarray) -> np.ndarray:
@@ -319,7 +334,8 @@ class Exact:
                 Z[..., i] += t_off
         hb = sp.gemm[at][:, :, None, :]
         ab = sp.attn[at][:, :, None, :] * ((cp - 1) / cp)[:, None, None, None]
-        H_ph = np.minimum(hb, Z[..., 3:6] + np.minimum(Z[..., 6:9], ab))  # (I, Q, C, 3)
+        sb = hb * ((m - 1) / m)[:, None, None, None]  # ZeRO-2's per-micro-batch traffic: m − 1 of m backwards
+        H_ph = np.minimum(hb, Z[..., 3:6] + np.minimum(Z[..., 6:9], ab) + np.minimum(Z[..., 12:15], sb))  # (I,Q,C,3)
         own = H_ph.sum(axis=-1)
         partner = _pass_pair_partnered(Z[..., 9:12], hb - H_ph)
         Cc = sp.compute[at]
@@ -566,7 +582,7 @@ def chunked_exposed(total_s, message_bytes, bucket_bytes, shares, bwd_s, pp, slo
         n = np.where(bucket_bytes > 0, np.maximum(1.0, message_bytes * shares[..., k] / safe), 1.0)
         streamed = streams is None or streams[k]
         window = first_window_s if k == 0 and first_window_s is not None else bwd_s[..., k]
-        exposed = np.maximum(exposed, (np.maximum(d / n, d - window) if streamed else d) + later - gap)
+        exposed = np.maximum(exposed, (bucket_tail(d, n, window) if streamed else d) + later - gap)
         later = later + d
         gap = gap + pp * bwd_s[..., k]
     exposed = np.minimum(total_s, np.maximum(0.0, exposed))

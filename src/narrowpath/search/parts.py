@@ -39,18 +39,19 @@ PHASES = ("fwd", "bwd", "recompute")
 AGG = ("comp", "host", "syncs", "gemm", "attn", "flop")
 """Per-phase sums of a list of ops, as predict accumulates them: GPU time, host issue time, host syncs, time of the
 non-vector (matrix and flash) ops, time of the attention core, FLOPs."""
-SLOT_NONE, SLOT_EXPOSED, SLOT_PHASE, SLOT_ATTENTION, SLOT_PAIR = 0, 1, 2, 3, 4
+SLOT_NONE, SLOT_EXPOSED, SLOT_PHASE, SLOT_ATTENTION, SLOT_PAIR, SLOT_SHARE = 0, 1, 2, 3, 4, 5
 """How a transfer slot meets compute: padding, never hidden, hides behind its phase's matrix work, hides behind
 its phase's attention core only, hides behind the merged pass of another micro-batch
-(schedule.step.pass_pair_hidden_s)."""
-SUMS = 12
+(schedule.step.pass_pair_hidden_s), hides behind the matrix work of the share of micro-batches that run it
+(ZeRO-2's per-micro-batch reduce-scatter: workload.items.Transfer `share`)."""
+SUMS = 15
 """Width of a template's phase sums (Layout.phase_sums)."""
 
 
 def _slot_type(tr) -> int:
     if not tr.overlappable:
         return SLOT_EXPOSED
-    return {"attention": SLOT_ATTENTION, "pass_pair": SLOT_PAIR}.get(tr.hides_behind, SLOT_PHASE)
+    return {"attention": SLOT_ATTENTION, "pass_pair": SLOT_PAIR, "share": SLOT_SHARE}.get(tr.hides_behind, SLOT_PHASE)
 
 
 class Template:
@@ -116,9 +117,10 @@ class Layout:
         return v
 
     def phase_sums(self, tid: int, tm: "Template") -> np.ndarray:
-        """(12,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
+        """(15,) sums of a stage template's transfer time on this placement: per phase (fwd, bwd, recompute) all
         of it, the part that hides behind the phase's matrix work, the part that hides behind its attention core,
-        the part that hides behind another micro-batch's merged pass (what the closed form of the overlap needs,
+        the part that hides behind another micro-batch's merged pass, the part that hides behind a share of the
+        micro-batches' matrix work (what the closed form of the overlap needs,
         search.exact). Added up in Python floats, the same IEEE double sums as in the array's."""
         v = self.sums.get(tid)
         if v is None:
@@ -132,6 +134,8 @@ class Layout:
                     acc[6 + ph] += t
                 elif ty == SLOT_PAIR:
                     acc[9 + ph] += t
+                elif ty == SLOT_SHARE:
+                    acc[12 + ph] += t
             v = self.sums[tid] = np.array(acc)
         return v
 

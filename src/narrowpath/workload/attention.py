@@ -169,10 +169,6 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
     return ops
 
 
-RESIDUAL_OPS = ("bias_dropout_add", "residual_add")
-"""Names of the op that adds a block's output to the residual stream (residual_op)."""
-
-
 def residual_op(model: Model, elements: float, a_bytes: int, dtype: str) -> Op:
     """Fused bias-dropout-add (read 2 tensors, write 1, keep a 1-byte mask) or, without dropout, the residual add."""
     if model.dropout:

@@ -265,15 +265,21 @@ def zero2_per_microbatch(plan) -> bool:
 def zero2_transfers(plan, dense_params: float, expert_params: float) -> list[tuple[Transfer, float]]:
     """ZeRO-2 with gradient accumulation: one layer's gradients reduce-scattered after its backward in each of the
     first m − 1 micro-batches (count (m − 1)/m per micro-batch), behind the backward of the layers before it when
-    `dp_overlap` (DeepSpeed overlap_comm), else on the critical path. The last micro-batch's reduce-scatter is the
-    step's gradient reduce-scatter (`_step_work`), priced like ZeRO-1's: its last bucket cannot hide."""
+    `dp_overlap` (DeepSpeed overlap_comm), else on the critical path — behind those m − 1 backwards only (`share`:
+    at most (m − 1)/m of a mean backward's matrix work). The last micro-batch's reduce-scatter is the step's gradient
+    reduce-scatter (`_step_work`), priced like ZeRO-1's behind the last backward: its last bucket cannot hide."""
     gb = grad_bytes_per_param(plan)
-    m = plan.num_microbatches
     out: list[tuple[Transfer, float]] = []
     for axis, p, pre in synced_groups(plan, dense_params, expert_params):
         out.append((Transfer(pre + "zero2_grad_reduce_scatter", "reduce_scatter", axis, p * gb, "bwd",
-                             plan.dp_overlap), (m - 1) / m))
+                             plan.dp_overlap, hides_behind="share"), microbatch_share(plan)))
     return out
+
+
+def microbatch_share(plan) -> float:
+    """Share of a step's micro-batches that run a `share` transfer (items.Transfer): all but the last, (m − 1)/m."""
+    m = plan.num_microbatches
+    return (m - 1) / m
 
 
 def zero3_transfers(plan, dense_params: float, expert_params: float) -> list[tuple[Transfer, float]]:

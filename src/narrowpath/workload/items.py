@@ -101,7 +101,9 @@ class Transfer:
     `attention` (only the attention core of its phase: a context-parallel KV exchange must arrive while the
     attention blocks that need it run — Liu et al., Ring Attention, 2023 §3) or `pass_pair` (the matrix work of
     another micro-batch's pass that runs merged with this one: the expert all-to-all under Megatron-Core's combined
-    1F1B or DualPipe — schedule.step.pass_pair_hidden_s)."""
+    1F1B or DualPipe — schedule.step.pass_pair_hidden_s) or `share` (its phase's matrix work, but only on the
+    share of micro-batches that run it, which is its count ≤ 1: ZeRO-2's reduce-scatter after each backward but
+    the last — it hides at most that share of the phase's matrix work, the rest of which the step's sync has)."""
 
 
 @dataclass(frozen=True, slots=True)

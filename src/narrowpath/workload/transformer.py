@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
-from narrowpath.workload.attention import (FLASH_BLOCK, RESIDUAL_OPS, attention_block_ops, attention_ops,
-                                           attention_params, kv_width_per_rank, mla_gathered_width,
-                                           parallel_residual_op, residual_op)
+from narrowpath.workload.attention import (FLASH_BLOCK, attention_block_ops, attention_ops, attention_params,
+                                           kv_width_per_rank, mla_gathered_width, parallel_residual_op, residual_op)
 from narrowpath.workload.moe import dense_mlp_block_ops, expert_params, moe_block_ops, moe_layer_params
 from narrowpath.workload.ops import (ATTENTION_CORE_OPS, as_phase, backward_ops, gemm, is_attention_core, linear,
                                      vector)
@@ -41,8 +40,7 @@ def parallel_block_ops(attention: list[Op], mlp: list[Op], model: Model, plan: P
     """A parallel block's forward ops (model.parallel_attn_mlp: y = x + attn(norm(x)) + mlp(norm(x)); GPT-J; PaLM,
     Chowdhery et al. 2022 §2 'Parallel Layers'): the MLP reads the attention's norm — no second norm — and one
     residual adds both outputs to the input in place of the two sequential adds."""
-    norm2, residual = mlp[0], mlp[-1]
-    assert norm2.name == "ln2" and residual.name in RESIDUAL_OPS and attention[-1].name in RESIDUAL_OPS
+    norm2 = mlp[0]  # ln2; attention[-1] and mlp[-1] are the blocks' residual ops (residual_op)
     A = act_bytes(plan)
     return attention[:-1] + mlp[1:-1] + [parallel_residual_op(model, norm2.saved_bytes / A, A, plan.precision)]
 
@@ -50,7 +48,7 @@ def parallel_block_ops(attention: list[Op], mlp: list[Op], model: Model, plan: P
 def layer_params(model: Model, plan: Plan, *, moe_layer: bool = False) -> float:
     """Parameters of one layer held by one rank (tp/ep/etp-sharded matrices; norms replicated: one in a parallel
     block)."""
-    norms = (1 if model.parallel_attn_mlp and not (moe_layer and model.moe is not None) else 2) * model.hidden
+    norms = (1 if model.parallel_attn_mlp else 2) * model.hidden  # parallel blocks have no experts (spec.model)
     attn = attention_params(model, plan)
     if moe_layer and model.moe is not None:
         return attn + norms + moe_layer_params(model, plan)

@@ -56,6 +56,9 @@ class StepEngine:
         for st in work.stages:
             for (kind, chunk), pw in st.passes.items():
                 self.plans[(st.index, kind, chunk)] = compile_pass(pw, self._group1, self.kernel, layout.tp, exact)
+            for (kind, chunk), pw in st.last_passes.items():  # the last micro-batch's, where it differs
+                self.plans[(st.index, kind, chunk, work.num_microbatches - 1)] = compile_pass(
+                    pw, self._group1, self.kernel, layout.tp, exact)
         self.launches = sync_launches(programs, work.sync_launch)
         """(stage, kind, chunk, micro-batch) of the pass that releases a chunk's gradient buckets → (chunk,
         streamed)."""
@@ -225,7 +228,7 @@ class StepEngine:
 
     # ------------------------------------------------------------------------------------------------------
     def _pass(self, i: int, op: Pass, st: StageState) -> None:
-        plan = self.plans[(i, op.kind, op.chunk)]
+        plan = self.plans.get((i, op.kind, op.chunk, op.mb)) or self.plans[(i, op.kind, op.chunk)]
         t, cz = st.clock, st.cause
         start = t
         for item in plan.items:

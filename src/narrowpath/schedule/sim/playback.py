@@ -30,7 +30,7 @@ class Playback:
 
 def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode: str = "rendezvous",
          launches: dict | None = None) -> Playback:
-    """`pass_s[(stage, kind, chunk)]` seconds; `launches`: (stage, kind, chunk, micro-batch) of the passes to report
+    """`pass_s[(stage, kind, chunk)]` seconds (`(stage, kind, chunk, micro-batch)` for one that differs); `launches`: (stage, kind, chunk, micro-batch) of the passes to report
     → (chunk, streamed) (programs.sync_launches)."""
     launches = launches or {}
     p = len(programs)
@@ -79,7 +79,8 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode:
                 wait += t - t_in  # the exchange's wall time: its messages overlap in time
             else:
                 start = t
-                t += pass_s[(i, it.kind, it.chunk)]
+                d = pass_s.get((i, it.kind, it.chunk, it.mb))  # a micro-batch's own pass, where it differs
+                t += pass_s[(i, it.kind, it.chunk)] if d is None else d
                 hit = launches.get((i, it.kind, it.chunk, it.mb))
                 if hit is not None:
                     last[i][hit[0]] = (start if hit[1] else t, t)

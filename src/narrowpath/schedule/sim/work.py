@@ -28,7 +28,7 @@ from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, pair
     transfer_span
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kind_of, step_rank_params, \
-    zero2_per_microbatch, zero2_transfers, zero3_transfers
+    microbatch_share, zero2_per_microbatch, zero2_transfers, zero3_transfers
 from narrowpath.workload.split import plan_layer_ranges
 from narrowpath.workload.items import Op, StageWork, Transfer
 from narrowpath.workload.ops import is_weight_gradient
@@ -96,6 +96,9 @@ class StageProgramWork:
     """Fraction of the stage's gradient bytes each chunk owns (bucket readiness)."""
     fwd_compute_s: float
     """Forward compute of one micro-batch over all chunks (the parameter all-gather's overlap window)."""
+    last_passes: dict = dataclasses.field(default_factory=dict)
+    """(kind, chunk) → PassWork of the step's last micro-batch where it differs: without ZeRO-2's per-micro-batch
+    reduce-scatter (workload.build.zero2_transfers: the last one is the step's gradient sync)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,19 +363,28 @@ def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
     top = (params - expert, expert)
     kinds = ("F", "B", "W", "BW") if schedule in ("dualpipe", "dualpipev") else ("F", "B", "W") if schedule == "zb-h1" else ("F", "BW")
     stages = []
+    share = microbatch_share(plan)
     for st, ranges in zip(wl.stages, layer_ranges):
-        passes = {}
+        passes, last_passes = {}, {}
         paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, schedule, plan.interleave_group)
         for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
+            # `share` traffic (ZeRO-2's per-micro-batch reduce-scatter, count (m − 1)/m) played whole on every
+            # micro-batch but the last, which runs none (the closed form prices the mean: schedule.step)
+            last_xfs = Counter({tr: c for tr, c in xfs.items() if tr.hides_behind != "share"})
+            if len(last_xfs) < len(xfs):
+                xfs = Counter({tr: c / share if tr.hides_behind == "share" else c for tr, c in xfs.items()})
             pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired) \
                 if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
+            last_pairs = _pair_hidden(ops, last_xfs, pr, plan.cp, paired) if pairs is not None else None
             for kind in kinds:
                 passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs)
+                if len(last_xfs) < len(xfs):
+                    last_passes[(kind, j)] = _pass_work(kind, j, ops, last_xfs, pr, plan.cp, slowdown, last_pairs)
         fwd = sum(passes[("F", j)].compute_s for j in range(len(ranges)))
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
                                        _step_transfers(pr, st, top, plan.pp),
                                        tuple(chunk_param_shares(scn, st.index, ranges)),
-                                       fwd))
+                                       fwd, last_passes))
     if schedule == "dualpipe":
         stages = _dualpipe_ranks(stages, wl.stages, pr, top, plan.pp)
     p2p = {}
