@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def _fmt(v) -> str:
+def fmt_cell(v) -> str:
+    """A table cell as the terminal shows it: 9,083.1 · 12.25 · 0.004 · 1.23e+05."""
     if isinstance(v, float):
         if v == 0:
             return "0"
@@ -16,7 +17,7 @@ def _fmt(v) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence], *, indent: str = "  ") -> str:
     """Left-aligned first column, right-aligned others."""
-    cells = [[_fmt(c) for c in r] for r in rows]
+    cells = [[fmt_cell(c) for c in r] for r in rows]
     widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h)) for i, h in enumerate(headers)]
     def line(r):
         return indent + "  ".join((c.ljust(w) if i == 0 else c.rjust(w)) for i, (c, w) in enumerate(zip(r, widths)))

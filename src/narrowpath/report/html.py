@@ -3,7 +3,8 @@
 The Content-Security-Policy meta tag (`default-src 'none'`, inline styles and data: images only) makes the
 browser refuse any request the page might still make, so "no network" holds by construction, not only by care.
 Layout: one column, max 1180 px; on a phone (≤ 600 px) tables scroll sideways inside their own box and charts
-scale with the page; print hides nothing and avoids breaking a figure or a table row across pages.
+scale with the page; a word longer than its line (a long scenario name) breaks anywhere rather than widen it;
+print hides nothing and avoids breaking a figure or a table row across pages.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ h1 { font-size: 1.55em; margin: 0.2em 0 0.1em; }
 h2 { font-size: 1.2em; margin: 1.6em 0 0.4em; padding-bottom: 0.2em; border-bottom: 2px solid #e4e4e7; }
 h3 { font-size: 1.02em; margin: 1.1em 0 0.3em; }
 p, li { max-width: 78ch; }
+h1, h2, h3, p, li, .kpi, .verdict { overflow-wrap: anywhere; }
 .sub { color: #52525b; margin: 0 0 0.8em; }
 .kpis { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 10px; margin: 12px 0; }
 .kpi { border: 1px solid #e4e4e7; border-radius: 8px; padding: 8px 12px; background: #fafafa; }

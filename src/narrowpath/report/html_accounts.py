@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from narrowpath.analysis import Analysis
+from narrowpath.report.console import fmt_cell
 from narrowpath.report.html import Raw, esc, figures, para, section, table
 from narrowpath.report.prediction import LABELS, critical_title, rank_label
 from narrowpath.report.svg import PALETTE, Series, gantt, line_chart, stacked_columns, stacked_hbar
@@ -57,7 +58,7 @@ def ledger_section(a: Analysis) -> str:
 
 def collectives_section(a: Analysis) -> str:
     rows = [[r.name, r.kind, r.axis, r.group_size, "+".join(r.tiers) or "-", f"{r.count_per_step:g}",
-             f"{r.max_message_bytes / 1e6:,.3g}", ms(r.time_each_s), ms(r.total_s), ms(r.critical_path_s)]
+             fmt_cell(r.max_message_bytes / 1e6), ms(r.time_each_s), ms(r.total_s), ms(r.critical_path_s)]
             for r in a.collectives]
     o = a.overlap
     orows = [[r.name, r.phase, ms(r.total_s), ms(r.hidden_s), ms(r.exposed_s), ms(r.compute_slowdown_s),
@@ -135,7 +136,8 @@ def memory_section(a: Analysis) -> str:
                             [rank_label(plan, m.stage) for m in mems],
                             [(k, [m.items.get(k, 0.0) / 1e9 for m in mems]) for k in keys], "GB",
                             cap=mems[0].capacity_bytes / 1e9,
-                            cap_label=f"HBM {mems[0].capacity_bytes / 1e9:.1f} GB")
+                            cap_label=f"HBM {mems[0].capacity_bytes / 1e9:.1f} GB",
+                            short=[f"{'r' if plan.dualpipe else 's'}{m.stage}" for m in mems])
     m = a.prediction.memory
     rows = [[k, gb(v), pct(v / m.capacity_bytes)] for k, v in m.items.items()]
     rows.append(["total", gb(m.total_bytes), pct(m.total_bytes / m.capacity_bytes)])
@@ -174,8 +176,10 @@ def budgets_section(a: Analysis) -> str:
              for x in c.tiers]
     parts += ["<h3>Communication budget</h3>",
               table(["tier", "GB/step", "bytes/useful FLOP", "modelled (ms)", "exposed (ms)"], crows),
-              para(f"Dominant pattern: {c.dominant or '-'} ({ms(c.dominant_exposed_s)} ms on the critical path). "
-                   f"Gradient compression ×{c.compression_ratio:g} would save {ms(c.compression_saving_s)} ms.")]
+              para((f"Dominant pattern: {c.dominant} ({ms(c.dominant_exposed_s)} ms on the critical path). "
+                    if c.dominant and c.dominant_exposed_s > 0 else "No communication is exposed on the critical "
+                                                                    "path. ")
+                   + f"Gradient compression ×{c.compression_ratio:g} would save {ms(c.compression_saving_s)} ms.")]
     s, f, ck = a.synchronisation, a.synchronisation.failures, a.synchronisation.checkpoint
     parts += ["<h3>Synchronisation budget</h3>", "<ul>",
               f"<li>{s.sync_points_per_step:,.0f} sync points per step; jitter cv {s.jitter_cv:.1%} "
@@ -227,8 +231,10 @@ def timeline_section(a: Analysis) -> str:
     bars = [(tids.index(e["tid"]), e["ts"] / 1e6, e["dur"] / 1e6, e["name"], colors.get(e.get("cat"), PALETTE[7]))
             for e in ev if e["tid"] in TRACKS]
     step = a.prediction.step_time_s
-    svgs = [gantt(f"One step on a rank of {rank_label(a.prediction.scenario.plan, a.context.critical_stage)} "
-                  f"({len(ev):,} events)",
+    plan = a.prediction.scenario.plan
+    whose = (f"pipeline {rank_label(plan, a.context.critical_stage)}" if plan.dualpipe
+             else f"a rank of {rank_label(plan, a.context.critical_stage)}")
+    svgs = [gantt(f"One step on {whose} ({len(ev):,} events)",
                   [names.get(t, TRACKS[t]) for t in tids], bars, step)]
     later = sorted(e["ts"] for e in ev if (e.get("args") or {}).get("microbatch") == 2)
     if later:  # the first two micro-batches, where the individual kernels and transfers can be seen
@@ -242,10 +248,16 @@ def timeline_section(a: Analysis) -> str:
         "note"))
 
 
+JITTER_METHOD = {"closed_form": "closed form's", "sampled": "Monte Carlo sample's"}
+"""The jitter wait of each --jitter-method, as the goodput sentence names it."""
+
+
 def _goodput_wait(s) -> str:
-    """Which jitter wait the goodput counts: the simulator's when it played the step (analysis.synchronisation)."""
+    """Which jitter wait the goodput counts: the simulator's when it played the step (analysis.synchronisation),
+    else the budget's own, from the closed form or sampled (s.jitter_method)."""
+    method = JITTER_METHOD.get(s.jitter_method, f"{s.jitter_method} method's")
     sim = s.simulated
     if sim is not None and sim.steps:
         return (f" (it counts the simulator's jitter wait, {sim.jitter_wait_s * 1e3:,.1f} ms per step over "
-                f"{sim.steps} steps; the closed form's is above)")
-    return " (it counts the closed form's jitter wait above)"
+                f"{sim.steps} steps; the {method} is above)")
+    return f" (it counts the {method} jitter wait above)"

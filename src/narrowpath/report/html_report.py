@@ -12,6 +12,7 @@ from pathlib import Path
 
 from narrowpath.analysis import Analysis
 from narrowpath.analysis.flop_conventions import CONVENTIONS, flop_conventions
+from narrowpath.analysis.verdict import component_label
 from narrowpath.errors import NarrowpathError
 from narrowpath.report.html import esc, kpis, page, para, section, table
 from narrowpath.report.html_accounts import (accounts_section, breakdown_section, budgets_section, energy_section,
@@ -49,7 +50,7 @@ def header(a: Analysis, pj: dict) -> str:
              (f"{m.total_bytes / 1e9:.1f} / {m.capacity_bytes / 1e9:.1f} GB", "memory per GPU" +
               ("" if m.fits else " — DOES NOT FIT")),
              (f"{fac.per_token_j:.3g} J" if fac else "-", "energy per token at the facility"),
-             (f"{a.verdict.share:.0%}", f"narrowest path: {a.verdict.narrowest.replace('_', ' ')}")]
+             (f"{a.verdict.share:.0%}", f"narrowest path: {component_label(a.context, a.verdict.narrowest)}")]
     nav = "<nav>" + "".join(f'<a href="#{k}">{v}</a>' for k, v in NAV) + "</nav>"
     desc = (f"{s.model.name} on {s.num_gpus:,} × {s.system.device.name} ({s.system.name}); tp={plan.tp} pp={plan.pp} "
             f"dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} " + "".join(f"{w} " for w in schedule_words(plan))

@@ -1,9 +1,12 @@
 """Inline SVG charts for the HTML report, written by hand: no plotting library, no script, no network.
 
 Every chart is an `<svg>` with a viewBox (it scales to the page width, 1280 px or a 390 px phone alike), a
-`<title>` and `role="img"`, and its numbers as text nodes (so the DOM carries them). Tick labels are placed so
-that they cannot overlap: a label is dropped when it would come closer than MIN_LABEL_GAP to the previous one
-(the lesson of the PNG scaling plot's minor ticks). Axis scales: linear, log10 or log2.
+`<title>` and `role="img"`, and its numbers as text nodes (so the DOM carries them). Text is measured by an
+estimate (`text_width`: CHAR_W font sizes a character, which errs wide for system-ui digits and lower case) so
+that labels cannot overlap and stay inside the viewBox: a tick label is dropped when it would come closer than
+MIN_LABEL_GAP to the previous one, or closer than half the two labels' widths plus LABEL_PAD along a horizontal
+axis (the lesson of the PNG scaling plot's minor ticks); a label too long for its column is shortened, the full
+text in its tooltip; legend entries wrap to a new row. Axis scales: linear, log10 or log2.
 """
 from __future__ import annotations
 
@@ -17,6 +20,10 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 FONT = 12
 MIN_LABEL_GAP = 38.0
 """Smallest distance between two tick labels, in viewBox units (≈ px at full width)."""
+CHAR_W = 0.6
+"""Estimated advance of one character, in font sizes."""
+LABEL_PAD = 4.0
+"""Smallest space between two labels side by side, in viewBox units."""
 
 
 def _f(x: float) -> str:
@@ -24,15 +31,29 @@ def _f(x: float) -> str:
 
 
 def fmt_num(v: float) -> str:
-    """Short tick label: 1,024 · 0.05 · 3.2e-05."""
+    """Short tick label: 131,072 · 1,024 · 0.05 · 3.2e-05 · 2.5e+07."""
     if v == 0:
         return "0"
     a = abs(v)
-    if a >= 1e5 or a < 1e-3:
+    if a >= 1e7 or a < 1e-3:
         return f"{v:.2g}"
     if a >= 100:
         return f"{v:,.0f}"
     return f"{v:.3g}"
+
+
+def fmt_compact(v: float) -> str:
+    """A tick label in little room (a y axis' margin): 950 · 120k · 1.5M (fmt_num below 10,000)."""
+    a = abs(v)
+    if a < 1e4 or a >= 1e10:
+        return fmt_num(v)
+    k, suffix = (1e3, "k") if a < 1e6 else (1e6, "M") if a < 1e9 else (1e9, "G")
+    return f"{v / k:.3g}{suffix}"
+
+
+def text_width(s: str, size: float = FONT) -> float:
+    """Estimated width of `s` at font size `size`, in viewBox units."""
+    return CHAR_W * size * len(s)
 
 
 def svg_open(width: float, height: float, title: str) -> str:
@@ -97,13 +118,51 @@ def axis_for(values: Sequence[float], scale: str, zero: bool = False) -> Axis:
     return Axis(lo / 1.15, hi * 1.15, scale)
 
 
-def _placed(positions: list[tuple[float, str]]) -> list[tuple[float, str]]:
-    """Keep labels at least MIN_LABEL_GAP apart (in order of position)."""
-    out: list[tuple[float, str]] = []
-    for p, s in sorted(positions):
-        if not out or abs(p - out[-1][0]) >= MIN_LABEL_GAP:
-            out.append((p, s))
+def _placed(positions: list[tuple], size: float | None = None, lo: float = -math.inf, hi: float = math.inf,
+            min_gap: float = MIN_LABEL_GAP) -> list[tuple]:
+    """Keep labels (position, text, anything else) at least `min_gap` apart, in order of position. With `size`, the
+    labels sit side by side along a horizontal axis, centred on their positions: each centre is moved inside
+    [lo, hi] by half its width, and two kept labels are at least half their widths plus LABEL_PAD apart."""
+    out: list[tuple] = []
+    for p, s, *rest in sorted(positions, key=lambda t: t[0]):
+        half = 0.0 if size is None else text_width(s, size) / 2
+        if size is not None:
+            p = max(lo + half, min(hi - half, p))
+        need = min_gap if size is None or not out else max(min_gap, half + text_width(out[-1][1], size) / 2
+                                                          + LABEL_PAD)
+        if not out or p - out[-1][0] >= need:
+            out.append((p, s, *rest))
     return out
+
+
+def _fit(s: str, room: float, size: float) -> str:
+    """`s`, cut with an ellipsis to fit `room` at font size `size`."""
+    if text_width(s, size) <= room:
+        return s
+    return s[:max(1, int(room / (CHAR_W * size)) - 1)] + "…"
+
+
+def _legend(labels: Sequence[str], x0: float, right: float, columns: int, size: float,
+            mark: float) -> list[tuple[float, int, str]]:
+    """Legend entries (x, row, text) in `columns` columns from x0 to `right`: an entry wider than its column takes
+    the next ones too, and starts a new row when it would run past `right` (cut to fit only when wider than a row);
+    `mark` is the room its swatch and gap take before the text."""
+    col = (right - x0) / columns
+    out: list[tuple[float, int, str]] = []
+    row, x = 0, x0
+    for label in labels:
+        w = mark + text_width(label, size)
+        if x > x0 and x + w > right:
+            row, x = row + 1, x0
+        out.append((x, row, _fit(label, right - x - mark, size)))
+        x = x0 + col * math.ceil((x + w + LABEL_PAD - x0) / col - 1e-9)
+    return out
+
+
+def _titled_text(x: float, y: float, shown: str, full: str, anchor: str, size: int) -> str:
+    """A label whose full text, when it is shortened, is its tooltip."""
+    t = text(x, y, shown, anchor, size=size)
+    return t if shown == full else f"<g><title>{escape(full)}</title>{t}</g>"
 
 
 @dataclass(frozen=True)
@@ -117,22 +176,29 @@ class Series:
     """Per point: draw hollow (e.g. the plan does not fit)."""
 
 
+MISSING_COLOR = "#3f3f46"
+"""The × of a size with no valid plan: a colour no series takes (PALETTE[3], the weak-scaling line, is red)."""
+
+
 def line_chart(title: str, series: Sequence[Series], x_scale: str, y_scale: str, x_label: str, y_label: str,
                width: float = 480.0, height: float = 300.0, missing_x: Sequence[tuple[float, str]] = ()) -> str:
-    """Lines with markers; `missing_x` marks sizes with no value (× on the x axis, reason in a tooltip)."""
+    """Lines with markers; `missing_x` marks sizes with no value (× on the x axis, reason in a tooltip). The legend
+    wraps to as many rows as it needs; the chart grows by the rows beyond two."""
     left, right, top, bottom = 64.0, 14.0, 26.0, 74.0
     pw, ph = width - left - right, height - top - bottom
+    legend = _legend([s.label for s in series], left, width - 4, 2, 11, 22)
+    height += 15 * max(0, max((r for _, r, _ in legend), default=0) - 1)
     xs = [x for s in series for x in s.xs] + [x for x, _ in missing_x]
     ys = [y for s in series for y in s.ys if y is not None]
     ax, ay = axis_for(xs, x_scale), axis_for(ys, y_scale, zero=y_scale == "linear")
     X = lambda v: left + pw * ax.norm(v)  # noqa: E731
     Y = lambda v: top + ph * (1 - ay.norm(v))  # noqa: E731
-    out = [svg_open(width, height, title), text(left, 16, title, size=13, cls="ct")]
+    out = [svg_open(width, height, title), text(left, 16, _fit(title, width - left - 4, 13), size=13, cls="ct")]
     out.append(f'<rect x="{_f(left)}" y="{_f(top)}" width="{_f(pw)}" height="{_f(ph)}" fill="none" stroke="#999"/>')
-    for p, s in _placed([(Y(v), fmt_num(v)) for v in ay.ticks()]):
+    for p, s in _placed([(Y(v), fmt_num(v) if abs(v) < 1e5 else fmt_compact(v)) for v in ay.ticks()]):
         out.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(p)}" y2="{_f(p)}" stroke="#eee"/>')
         out.append(text(left - 5, p + 4, s, "end"))
-    for p, s in _placed([(X(v), fmt_num(v)) for v in ax.ticks()]):
+    for p, s in _placed([(X(v), fmt_num(v)) for v in ax.ticks()], FONT, 0.0, width):
         out.append(text(p, top + ph + 15, s, "middle"))
     out.append(text(left + pw / 2, top + ph + 31, x_label, "middle"))
     out.append(text(14, top + ph / 2, y_label, "middle", rotate=-90))
@@ -150,16 +216,14 @@ def line_chart(title: str, series: Sequence[Series], x_scale: str, y_scale: str,
     for x, why in missing_x:
         px, py = X(x), top + ph
         out.append(f'<path d="M{_f(px - 4)},{_f(py - 4)}L{_f(px + 4)},{_f(py + 4)}M{_f(px - 4)},{_f(py + 4)}'
-                   f'L{_f(px + 4)},{_f(py - 4)}" stroke="#d62728" stroke-width="2"><title>{escape(why)}</title>'
-                   f'</path>')
-    lx, ly = left, top + ph + 46
-    for i, s in enumerate(series):
-        cx = lx + (i % 2) * pw / 2
-        cy = ly + (i // 2) * 15
+                   f'L{_f(px + 4)},{_f(py - 4)}" stroke="{MISSING_COLOR}" stroke-width="2"><title>{escape(why)}'
+                   f'</title></path>')
+    for s, (cx, row, label) in zip(series, legend):
+        cy = top + ph + 46 + row * 15
         dash = ' stroke-dasharray="5 4"' if s.dashed else ""
         out.append(f'<line x1="{_f(cx)}" x2="{_f(cx + 18)}" y1="{_f(cy - 4)}" y2="{_f(cy - 4)}" '
                    f'stroke="{s.color}" stroke-width="2"{dash}/>')
-        out.append(text(cx + 22, cy, s.label, size=11))
+        out.append(_titled_text(cx + 22, cy, label, s.label, "start", 11))
     out.append("</svg>")
     return "".join(out)
 
@@ -170,7 +234,7 @@ def stacked_hbar(title: str, segments: Sequence[tuple[str, float]], unit: str, w
     left, bar_h, top = 8.0, 26.0, 26.0
     pw = width - 2 * left
     height = top + bar_h + 12 + len(segments) * 20 + 6
-    out = [svg_open(width, height, title), text(left, 16, title, size=13, cls="ct")]
+    out = [svg_open(width, height, title), text(left, 16, _fit(title, width - left - 4, 13), size=13, cls="ct")]
     x = left
     for i, (label, v) in enumerate(segments):
         if v <= 0:
@@ -183,28 +247,37 @@ def stacked_hbar(title: str, segments: Sequence[tuple[str, float]], unit: str, w
         cx = left
         cy = top + bar_h + 24 + i * 20
         out.append(f'<rect x="{_f(cx)}" y="{_f(cy - 11)}" width="12" height="12" fill="{PALETTE[i % len(PALETTE)]}"/>')
-        out.append(text(cx + 17, cy, f"{label}: {fmt_num(v)} {unit} ({v / total:.1%})", size=14))
+        full = f"{label}: {fmt_num(v)} {unit} ({v / total:.1%})"
+        out.append(_titled_text(cx + 17, cy, _fit(full, width - cx - 21, 14), full, "start", 14))
     out.append("</svg>")
     return "".join(out)
 
 
 def stacked_columns(title: str, categories: Sequence[str], series: Sequence[tuple[str, Sequence[float]]],
                     unit: str, cap: float | None = None, cap_label: str = "", width: float = 480.0,
-                    height: float = 300.0) -> str:
-    """Vertical stacked columns (e.g. memory per pipeline stage) with an optional capacity line."""
-    left, right, top, bottom = 56.0, 10.0, 26.0, 44.0 + 15 * (-(-len(series) // 3))
+                    height: float = 300.0, short: Sequence[str] = ()) -> str:
+    """Vertical stacked columns (e.g. memory per pipeline stage) with an optional capacity line. The columns are
+    labelled by `categories`, or by `short` (the same categories in fewer characters, the full name in a tooltip)
+    when a category is wider than its column; labels and totals that would still overlap are thinned (every
+    segment's tooltip keeps its column's total)."""
+    n = max(1, len(categories))
+    left, right, top = 56.0, 10.0, 26.0
+    legend = _legend([name for name, _ in series], left, width - 4, 3, 11, 14)
+    bottom = 44.0 + 15 * (max((r for _, r, _ in legend), default=0) + 1)
     pw, ph = width - left - right, height - top - bottom
+    slot = pw / n
+    fits = lambda labels: all(text_width(c, 11) + LABEL_PAD <= slot for c in labels)  # noqa: E731
+    shown = categories if fits(categories) or len(short) != len(categories) else short
     totals = [sum(vals[i] for _, vals in series) for i in range(len(categories))]
     ay = axis_for(totals + ([cap] if cap else []), "linear", zero=True)
     Y = lambda v: top + ph * (1 - ay.norm(v))  # noqa: E731
-    out = [svg_open(width, height, title), text(left, 16, title, size=13, cls="ct")]
+    out = [svg_open(width, height, title), text(left, 16, _fit(title, width - left - 4, 13), size=13, cls="ct")]
     for p, s in _placed([(Y(v), fmt_num(v)) for v in ay.ticks()]):
         out.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(p)}" y2="{_f(p)}" stroke="#eee"/>')
         out.append(text(left - 5, p + 4, s, "end"))
     out.append(text(14, top + ph / 2, unit, "middle", rotate=-90))
-    n = max(1, len(categories))
-    slot = pw / n
     bw = min(60.0, slot * 0.6)
+    heads = []
     for i, cat in enumerate(categories):
         x = left + slot * i + (slot - bw) / 2
         base = 0.0
@@ -213,20 +286,22 @@ def stacked_columns(title: str, categories: Sequence[str], series: Sequence[tupl
             if v > 0:
                 out.append(f'<rect x="{_f(x)}" y="{_f(Y(base + v))}" width="{_f(bw)}" height="{_f(Y(base) - Y(base + v))}"'
                            f' fill="{PALETTE[j % len(PALETTE)]}"><title>{escape(cat)} {escape(name)}: {fmt_num(v)} '
-                           f'{escape(unit)}</title></rect>')
+                           f'{escape(unit)} (column {fmt_num(totals[i])} {escape(unit)})</title></rect>')
             base += v
-        out.append(text(x + bw / 2, Y(base) - 4, fmt_num(base), "middle", size=11))
-    for p, s in _placed([(left + slot * i + slot / 2, c) for i, c in enumerate(categories)]):
-        out.append(text(p, top + ph + 15, s, "middle", size=11))
+        heads.append((x + bw / 2, fmt_num(base), Y(base) - 4))
+    for p, s, y in _placed(heads, 11, left, left + pw, 0.0):  # clear of the y axis labels
+        out.append(text(p, y, s, "middle", size=11))
+    for p, s, full in _placed([(left + slot * i + slot / 2, c, categories[i]) for i, c in enumerate(shown)], 11,
+                              0.0, width, 0.0):
+        out.append(_titled_text(p, top + ph + 15, s, full, "middle", 11))
     if cap:
         out.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(Y(cap))}" y2="{_f(Y(cap))}" stroke="#d62728"'
                    f' stroke-dasharray="6 4"/>')
         out.append(text(left + pw - 2, Y(cap) - 4, cap_label, "end", size=11))
-    for j, (name, _) in enumerate(series):
-        cx = left + (j % 3) * pw / 3
-        cy = top + ph + 34 + (j // 3) * 15
+    for j, (cx, row, label) in enumerate(legend):
+        cy = top + ph + 34 + row * 15
         out.append(f'<rect x="{_f(cx)}" y="{_f(cy - 9)}" width="10" height="10" fill="{PALETTE[j % len(PALETTE)]}"/>')
-        out.append(text(cx + 14, cy, name, size=11))
+        out.append(_titled_text(cx + 14, cy, label, series[j][0], "start", 11))
     out.append("</svg>")
     return "".join(out)
 
@@ -239,9 +314,9 @@ def gantt(title: str, tracks: Sequence[str], bars: Sequence[tuple[int, float, fl
     pw = width - left - right
     height = top + row * len(tracks) + 34
     X = lambda v: left + pw * (v / total if total > 0 else 0.0)  # noqa: E731
-    out = [svg_open(width, height, title), text(8, 16, title, size=13, cls="ct")]
+    out = [svg_open(width, height, title), text(8, 16, _fit(title, width - 12, 13), size=13, cls="ct")]
     for i, name in enumerate(tracks):
-        out.append(text(left - 6, top + row * i + row / 2 + 4, name, "end", size=11))
+        out.append(_titled_text(left - 6, top + row * i + row / 2 + 4, _fit(name, left - 10, 11), name, "end", 11))
         out.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(top + row * (i + 1))}" '
                    f'y2="{_f(top + row * (i + 1))}" stroke="#eee"/>')
     merged: list[list] = []
@@ -257,7 +332,7 @@ def gantt(title: str, tracks: Sequence[str], bars: Sequence[tuple[int, float, fl
                    f' height="{_f(row - 8)}" fill="{color}"><title>{escape(label)}: {fmt_num(dur * unit_scale)} '
                    f'{unit}</title></rect>')
     ax = Axis(0.0, total * unit_scale)
-    for p, s in _placed([(left + pw * ax.norm(v), fmt_num(v)) for v in ax.ticks()]):
+    for p, s in _placed([(left + pw * ax.norm(v), fmt_num(v)) for v in ax.ticks()], 11, 0.0, width):
         out.append(text(p, top + row * len(tracks) + 15, s, "middle", size=11))
     out.append(text(left + pw / 2, top + row * len(tracks) + 30, f"time ({unit})", "middle", size=11))
     out.append("</svg>")
