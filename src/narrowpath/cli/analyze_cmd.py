@@ -99,7 +99,7 @@ def write_outputs(a, args) -> None:
         atomic_write_text("--timeline", args.timeline, json.dumps(doc))
         note = aggregation_note(doc)
         print(f"wrote timeline {args.timeline}" + (f" ({note})" if note else ""), file=sys.stderr)
-    if args.html:
+    if args.html is not None:
         from narrowpath.report.html_report import report_html
         atomic_write_text("--html", args.html, report_html(a))
         print(f"wrote report {args.html}", file=sys.stderr)

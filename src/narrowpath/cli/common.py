@@ -341,9 +341,16 @@ def require_extra(module: str, extra: str, what: str) -> None:
                               f"(the `{extra}` extra)")
 
 
+def refuse_empty(flag: str, path: str | None) -> None:
+    """Fail when an output flag is given an empty name (`--html ""` would otherwise write nothing, silently)."""
+    if path is not None and not str(path).strip():
+        raise NarrowpathError(f"{flag}: empty name; give the path to write")
+
+
 def check_output_dir(flag: str, path: str | None) -> None:
-    """Fail before any work when an output directory flag names a file or sits under an unwritable one (and, for
-    --plots, when matplotlib is missing)."""
+    """Fail before any work when an output directory flag is empty, names a file or sits under an unwritable one
+    (and, for --plots, when matplotlib is missing)."""
+    refuse_empty(flag, path)
     if not path:
         return
     if flag == "--plots":
@@ -357,7 +364,8 @@ def check_output_dir(flag: str, path: str | None) -> None:
 
 
 def check_output_file(flag: str, path: str | None) -> None:
-    """Fail before any work when an output file flag names a directory or sits under an unwritable one."""
+    """Fail before any work when an output file flag is empty, names a directory or sits under an unwritable one."""
+    refuse_empty(flag, path)
     if not path:
         return
     f = Path(path)
@@ -369,12 +377,14 @@ def check_output_file(flag: str, path: str | None) -> None:
 
 
 @contextmanager
-def writing(flag: str) -> Iterator[None]:
-    """Turn an OSError while writing an output into one line naming the flag and the file."""
+def writing(flag: str, path: str | os.PathLike | None = None) -> Iterator[None]:
+    """Turn an OSError while writing an output into one line naming the flag and the file: `path`, the one the user
+    gave, when known (not the temporary file beside it that failed), else the OSError's."""
     try:
         yield
     except OSError as exc:
-        raise NarrowpathError(f"{flag}: cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
+        name = path if path is not None else exc.filename or "output"
+        raise NarrowpathError(f"{flag}: cannot write {name}: {exc.strerror or exc}") from None
 
 
 def scenario_inputs(args: argparse.Namespace) -> list[Path]:
@@ -422,7 +432,7 @@ def atomic_file(flag: str, path: str | os.PathLike) -> Iterator[Path]:
     A reader never sees half a file, a failed run leaves an earlier file intact, and an OSError is one line
     naming the flag. The temporary name keeps the suffix (matplotlib picks the format from it)."""
     final = Path(path)
-    with writing(flag):
+    with writing(flag, path):
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=final.suffix or ".tmp")
         os.close(fd)
@@ -447,7 +457,7 @@ def atomic_dir(flag: str, path: str | os.PathLike) -> Iterator[Path]:
     """A temporary directory inside output directory `path`; each file written there is renamed into `path` when
     the block succeeds (an earlier plot is replaced whole or not at all); the directory is removed either way."""
     final = Path(path)
-    with writing(flag):
+    with writing(flag, path):
         final.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final, prefix=".narrowpath-"))
         try:

@@ -66,9 +66,9 @@ def run(args) -> int:
     else:
         b = analyze_prediction(predict(load_any_scenario(args.b)), AnalysisOptions(what_ifs=False))
     c = compare(a, b)
-    if args.html:
+    if args.html is not None:
         from narrowpath.report.html_compare import write_compare_html
-        with writing("--html"):
+        with writing("--html", args.html):
             write_compare_html(c, args.html)
     if args.json:
         print(json.dumps(comparison_to_json(c, extra), indent=2, allow_nan=False))

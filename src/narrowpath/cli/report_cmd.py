@@ -29,7 +29,7 @@ def run(args) -> int:
     options = options_from_args(args)
     a = analyze_prediction(predict(scenario_from_args(args)), options)
     from narrowpath.report.html_report import write_report
-    with writing("-o"):
+    with writing("-o", args.output):
         path = write_report(a, args.output)
     print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -278,7 +278,7 @@ def run(args) -> int:
             write_serving_plots(result, args.plots)
     if args.timeline:
         from narrowpath.report.serving_timeline import write_serving_timeline
-        with writing("--timeline"):
+        with writing("--timeline", args.timeline):
             write_serving_timeline(result, args.timeline)
     if args.json:
         from narrowpath.report.serving_json import serving_to_json

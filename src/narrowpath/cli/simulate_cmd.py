@@ -97,7 +97,7 @@ def run(args) -> int:
                  timeline_ranks=ranks, checkpoint=checkpoint_inputs)
     if args.timeline:
         from narrowpath.report.sim_timeline import write_sim_timeline
-        with writing("--timeline"):
+        with writing("--timeline", args.timeline):
             write_sim_timeline(r, args.timeline)
     print(json.dumps(simulation_to_json(r), indent=2) if args.json else format_simulation(r))
     return 0
