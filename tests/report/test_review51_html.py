@@ -102,18 +102,23 @@ def test_dualpipe_ranks_are_all_labelled_inside_the_chart_with_their_stages_in_t
     assert [t["tip"] for t in labels] == [f"rank {i} (stages {i}, {15 - i})" for i in range(16)]
     assert all(0 <= t["x0"] and t["x1"] <= 480 for t in labels)
     assert all(a["x1"] + 4 <= b["x0"] for a, b in zip(labels, labels[1:]))
+    totals = _totals(svg, labels[0]["y"])
+    assert len(totals) == 16 and all(abs((a["x0"] + a["x1"]) / 2 - b["x0"] - (b["x1"] - b["x0"]) / 2) < 0.1
+                                     for a, b in zip(totals, labels))  # each above its own column
+    slot = (labels[1]["x0"] + labels[1]["x1"] - labels[0]["x0"] - labels[0]["x1"]) / 2
+    assert all(t["x1"] - t["x0"] <= slot for t in totals)
 
 
-def test_32_stages_thin_their_labels_and_totals_and_every_column_keeps_its_total_in_a_tooltip(pages):
+def _totals(svg: ET.Element, label_y: float) -> list[dict]:
+    return [t for t in _texts(svg) if t["y"] < label_y - 15 and re.fullmatch(r"[\d.,]+", t["s"]) and t["size"] <= 11]
+
+
+def test_32_stages_thin_their_labels_leave_out_their_totals_and_keep_each_total_in_a_tooltip(pages):
     svg = _chart(pages["pp32"], "Memory per GPU by pipeline stage")
     labels = _column_labels(svg)
     assert 8 <= len(labels) < 32 and labels[0]["s"] == "s0" and labels[0]["tip"] == "stage 0"
     assert all(a["x1"] <= b["x0"] for a, b in zip(labels, labels[1:]))
-    plot_bottom = labels[0]["y"] - 15
-    totals = [t for t in _texts(svg) if t["y"] < plot_bottom and re.fullmatch(r"[\d.,]+", t["s"])
-              and t["size"] == 11]
-    assert 4 <= len(totals) < 32
-    assert all(a["x1"] <= b["x0"] for a, b in zip(totals, totals[1:]))
+    assert _totals(svg, labels[0]["y"]) == []  # 12.9 units a column: no total fits, none is written
     tips = [r.find(f"{NS}title").text for r in svg.iter(f"{NS}rect") if r.find(f"{NS}title") is not None]
     assert {re.match(r"stage (\d+) ", t).group(1) for t in tips} == {str(i) for i in range(32)}
     assert all(re.search(r"\(column [\d.,]+ GB\)$", t) for t in tips)

@@ -136,7 +136,7 @@ def memory_section(a: Analysis) -> str:
                             [rank_label(plan, m.stage) for m in mems],
                             [(k, [m.items.get(k, 0.0) / 1e9 for m in mems]) for k in keys], "GB",
                             cap=mems[0].capacity_bytes / 1e9,
-                            cap_label=f"HBM {mems[0].capacity_bytes / 1e9:.1f} GB",
+                            cap_label=f"HBM capacity {mems[0].capacity_bytes / 1e9:.1f} GB",
                             short=[f"{'r' if plan.dualpipe else 's'}{m.stage}" for m in mems])
     m = a.prediction.memory
     rows = [[k, gb(v), pct(v / m.capacity_bytes)] for k, v in m.items.items()]

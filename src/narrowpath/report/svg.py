@@ -256,13 +256,14 @@ def stacked_hbar(title: str, segments: Sequence[tuple[str, float]], unit: str, w
 def stacked_columns(title: str, categories: Sequence[str], series: Sequence[tuple[str, Sequence[float]]],
                     unit: str, cap: float | None = None, cap_label: str = "", width: float = 480.0,
                     height: float = 300.0, short: Sequence[str] = ()) -> str:
-    """Vertical stacked columns (e.g. memory per pipeline stage) with an optional capacity line. The columns are
-    labelled by `categories`, or by `short` (the same categories in fewer characters, the full name in a tooltip)
-    when a category is wider than its column; labels and totals that would still overlap are thinned (every
-    segment's tooltip keeps its column's total)."""
+    """Vertical stacked columns (e.g. memory per pipeline stage) with an optional capacity line (named in the
+    legend). The columns are labelled by `categories`, or by `short` (the same categories in fewer characters, the
+    full name in a tooltip) when a category is wider than its column; labels that would still overlap are thinned.
+    Each column's total stands above it when every total fits its column (at font size 11, else 10); else none
+    does, and every segment's tooltip keeps its column's total."""
     n = max(1, len(categories))
     left, right, top = 56.0, 10.0, 26.0
-    legend = _legend([name for name, _ in series], left, width - 4, 3, 11, 14)
+    legend = _legend([name for name, _ in series] + ([cap_label] if cap else []), left, width - 4, 3, 11, 14)
     bottom = 44.0 + 15 * (max((r for _, r, _ in legend), default=0) + 1)
     pw, ph = width - left - right, height - top - bottom
     slot = pw / n
@@ -289,17 +290,22 @@ def stacked_columns(title: str, categories: Sequence[str], series: Sequence[tupl
                            f'{escape(unit)} (column {fmt_num(totals[i])} {escape(unit)})</title></rect>')
             base += v
         heads.append((x + bw / 2, fmt_num(base), Y(base) - 4))
-    for p, s, y in _placed(heads, 11, left, left + pw, 0.0):  # clear of the y axis labels
-        out.append(text(p, y, s, "middle", size=11))
+    size = next((z for z in (11, 10) if all(text_width(s, z) <= slot for _, s, _ in heads)), None)
+    for p, s, y in heads if size else ():
+        out.append(text(p, y, s, "middle", size=size))
     for p, s, full in _placed([(left + slot * i + slot / 2, c, categories[i]) for i, c in enumerate(shown)], 11,
                               0.0, width, 0.0):
         out.append(_titled_text(p, top + ph + 15, s, full, "middle", 11))
     if cap:
         out.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(Y(cap))}" y2="{_f(Y(cap))}" stroke="#d62728"'
                    f' stroke-dasharray="6 4"/>')
-        out.append(text(left + pw - 2, Y(cap) - 4, cap_label, "end", size=11))
     for j, (cx, row, label) in enumerate(legend):
         cy = top + ph + 34 + row * 15
+        if j == len(series):  # the capacity line
+            out.append(f'<line x1="{_f(cx)}" x2="{_f(cx + 10)}" y1="{_f(cy - 4)}" y2="{_f(cy - 4)}" stroke="#d62728" '
+                       f'stroke-width="2" stroke-dasharray="3 2"/>')
+            out.append(_titled_text(cx + 14, cy, label, cap_label, "start", 11))
+            continue
         out.append(f'<rect x="{_f(cx)}" y="{_f(cy - 9)}" width="10" height="10" fill="{PALETTE[j % len(PALETTE)]}"/>')
         out.append(_titled_text(cx + 14, cy, label, series[j][0], "start", 11))
     out.append("</svg>")
