@@ -10,7 +10,7 @@ import pytest
 
 from narrowpath.catalog import model, system
 from narrowpath.schedule.serving_run import simulate
-from narrowpath.schedule.serving_stats import summary
+from narrowpath.schedule.serving_stats import summary, window_output_tokens_per_s
 from narrowpath.schedule.serving_steady import steady_lane
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
@@ -113,16 +113,19 @@ def test_a_sampled_decode_group_serves_exactly_what_it_serves_in_the_whole_run(d
 def test_the_disaggregated_steady_state_reads_one_decode_group(steady_runs):
     """1 prefill + 3 decode replicas (max_batch 8): 3 decode groups, so the Poisson load is one batch per decode
     lane (24) plus at least 16 per group (48): 72 requests; one group is simulated and the deployment's rate is
-    its rate times 3, its TPOT and TTFT those of the group's requests after the warm-up (the client's first
-    token comes when a decode lane admits the request)."""
+    its rate times 3 — the group's output tokens generated between the first measured arrival and the last arrival
+    (its load still on: no drain), per second —, its TPOT and TTFT those of the group's requests after the warm-up
+    (the client's first token comes when a decode lane admits the request)."""
     plan = ServingPlan(replicas=4, prefill_replicas=1, max_batch=8, max_num_tokens=1024)
     st = steady_lane(_scn(plan, 4, Load(arrival="offline", input_tokens=200, output_tokens=24, num_requests=8)))
     run, kw = steady_runs[-1]
     assert kw["decode_groups"] == 1 and run.scenario.load.num_requests == 72
     res = run.result
     assert res.arrival_s.size == 24 and run.sampled.size == 24 and run.sample_scale == 3
-    assert st.output_tokens_per_s == pytest.approx(3 * res.output_tokens_per_s, rel=1e-12)
     keep = run.sampled >= 24
+    window = window_output_tokens_per_s(res.first_token_s, res.finish_s, res.output_tokens,
+                                        res.arrival_s[keep].min(), res.arrival_s.max())
+    assert st.output_tokens_per_s == pytest.approx(3 * window, rel=1e-12)
     assert 0 < keep.sum() < 24
     assert st.ttft_s == summary(res.ttft_s[keep])
     assert st.tpot_s == summary(((res.finish_s - res.first_token_s) / 23)[keep])

@@ -22,6 +22,22 @@ def summary(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(values.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
 
 
+def window_output_tokens_per_s(first_token_s: np.ndarray, finish_s: np.ndarray, output_tokens: np.ndarray,
+                               start_s: float, end_s: float) -> float:
+    """Output tokens per second generated inside the window [start_s, end_s]: a request's first token at its
+    first_token_s, its other n − 1 spread evenly over (first_token_s, finish_s] (its TPOT), each counted for the
+    share of that span inside the window. The rate of a system while its load is on, free of the ramp before the
+    window and the drain after it (the steady-state throughput of a queue: tokens per second of the interval,
+    not of first arrival to last finish). 0 for an empty window."""
+    if not end_s > start_s:
+        return 0.0
+    first = ((first_token_s >= start_s) & (first_token_s <= end_s)).sum()
+    span = finish_s - first_token_s
+    inside = np.clip(np.minimum(finish_s, end_s) - np.maximum(first_token_s, start_s), 0.0, None)
+    share = np.divide(inside, span, out=np.zeros_like(inside), where=span > 0)
+    return float(first + ((output_tokens - 1) * share).sum()) / (end_s - start_s)
+
+
 @dataclass(frozen=True, slots=True)
 class IterationRecord:
     """One iteration (or `steps` identical decode iterations merged) of the logged lane."""

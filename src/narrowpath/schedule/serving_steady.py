@@ -15,7 +15,7 @@ from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
 from narrowpath.schedule.serving_run import poisson_arrivals_s, prefill_pool, simulate, spec_gain, step_pricer
 from narrowpath.schedule.serving_sim import Lane, LaneSpec
-from narrowpath.schedule.serving_stats import LaneTotals, summary
+from narrowpath.schedule.serving_stats import LaneTotals, summary, window_output_tokens_per_s
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import Load, ServingScenario
 
@@ -152,14 +152,19 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     """Steady state of a disaggregated deployment: the smallest deployment with the same prefill : decode ratio
     (per-GPU figures do not depend on the scale), fed a Poisson stream at DISAGG_LOAD of the smaller of its prefill
     capacity (token budget per iteration over a full iteration's time) and its decode capacity (batch over OSL
-    steps at full batch — the batch limit, or what the lane's KV cache holds when that is less: decode_batch). Every prefill lane is simulated (together they make the stream each decode lane sees), but
+    steps at full batch — the batch limit, or what the lane's KV cache holds when that is less: decode_batch).
+    Every prefill lane is simulated (together they make the stream each decode lane sees), but
     only one lockstep group of decode lanes (the dp ranks of one decode instance micro-batch): the groups are alike,
     each fed its round-robin share of that stream, as `steady_lane` serves one lane of a colocated deployment.
     TPOT is read on the group's requests after the first batch of requests (a batch per decode lane), over half a
     batch more per lane (at least 16 requests per group), TTFT on the group's requests after that first batch (the
-    client's first token comes when a decode lane admits the request); the deployment's rate is the group's — its
-    tokens over its own window, first arrival to last finish — times the groups. (The whole deployment's window also held the other groups' offsets
-    in the stream, so it read up to a few per cent lower, most at small batches.)"""
+    client's first token comes when a decode lane admits the request); the deployment's rate is the group's — the
+    output tokens it generates between the first measured arrival and the last arrival, per second
+    (`window_output_tokens_per_s`) — times the groups. That window is the load's steady part: it opens once a batch
+    per lane has arrived (no sooner than a request's sojourn at a lane that holds at most its batch, so the lane has
+    filled) and closes with the last arrival, before the drain, which a sample this short would read as idle (first
+    arrival to last finish read ~0.7 of the sustained rate at 512 + 1,024 tokens); a colocated lane's closed loop
+    has no drain."""
     p = scn.plan
     g = gcd(p.prefill_replicas, p.replicas - p.prefill_replicas)
     small = dataclasses.replace(p, replicas=p.replicas // g, prefill_replicas=p.prefill_replicas // g)
@@ -199,5 +204,7 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     many = keep & (res.output_tokens > 1)
     tpot = (res.finish_s - res.first_token_s)[many] / (res.output_tokens[many] - 1)
     ttft = res.ttft_s[keep]
-    rate = res.output_tokens_per_s * run.sample_scale / small.num_gpus * p.num_gpus
+    start, end = float(res.arrival_s[keep].min()), float(res.arrival_s.max())  # the measured arrivals' span
+    rate = window_output_tokens_per_s(res.first_token_s, res.finish_s, res.output_tokens, start, end)
+    rate *= run.sample_scale / small.num_gpus * p.num_gpus
     return SteadyLane(rate, summary(ttft), summary(tpot), p.replicas * per)
