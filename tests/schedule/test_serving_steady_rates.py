@@ -64,7 +64,8 @@ def test_phase_rates_by_hand():
     assert c.calls == [(8192, 0, 0, 8192, 8192 * 1025 / 2, 8192, 8.0)]
     c = _Cost(0.02)
     assert decode_rate_per_s(c, 2, 64, 1024, 128) == pytest.approx(50.0)
-    assert c.calls == [(64, 64, 64 * (1024 + 64))]
+    # priced as a decode-only lane prices its step (serving_run.step_pricer): 64 query tokens, 64 rows, no drafts
+    assert c.calls == [(64, 64, 64 * (1024 + 64), 0, 0, 0, 64, 1, None, 0.0)]
 
 
 def _pooled(cal=None):
@@ -139,7 +140,7 @@ def test_decode_capacity_is_the_full_batch_at_its_rate():
     lim = Limits(64, 0, 32, 0.0, SimpleNamespace(kv_tokens=100_000, footprint=lambda n: n))
     rate, batch = decode_capacity(c, lim, 2, 1, 8192, 1024, "reserve")
     assert batch == 10 and rate == pytest.approx(2 * 10 / 1024 / 0.02)
-    assert c.calls == [(10, 10, 10 * (8192 + 512))]
+    assert c.calls == [(10, 10, 10 * (8192 + 512), 0, 0, 0, 10, 1, None, 0.0)]  # a decode lane's step
 
 
 @pytest.mark.parametrize("prefill_replicas,kv_fraction", [(1, 0.07), (1, 0.9), (2, 0.07)])

@@ -98,7 +98,7 @@ def matched_prefill_replicas(run: ServingRun) -> int:
     isl, osl = mean_lengths(run.scenario.load)
     lanes, g = p.dp * p.pp, p.instance_gpus
     split = matched_split(max(2, p.replicas) * g, g, g, decode_capacity(run.cost, lim, lanes, p.pp, isl, osl,
-                                                                        p.admission)[0],
+                                                                        p.admission, p)[0],
                           prefill_rate_per_s(run.cost, lanes, lim.max_num_tokens, isl))
     return split[1] if split else 0
 

@@ -17,7 +17,7 @@ from narrowpath.schedule.serving_run import poisson_arrivals_s, prefill_pool, si
 from narrowpath.schedule.serving_sim import Lane, LaneSpec
 from narrowpath.schedule.serving_stats import LaneTotals, summary, window_output_tokens_per_s
 from narrowpath.spec.calibration import Calibration
-from narrowpath.spec.serving import Load, ServingScenario
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +100,17 @@ def prefill_rate_per_s(cost: ServingCost, lanes: int, budget: int, isl: float) -
                                                    prompts)
 
 
-def decode_rate_per_s(cost: ServingCost, lanes: int, batch: int, isl: float, osl: float) -> float:
+def decode_rate_per_s(cost: ServingCost, lanes: int, batch: int, isl: float, osl: float, *, spec_tokens: int = 0,
+                      spec_acceptance: float = 0.0, draft_layers: int = 1) -> float:
     """Requests per second one instance of `lanes` lanes finishes decoding with every lane's batch full (`batch`
-    sequences at their mean context, isl + osl / 2): its decode capacity."""
-    return lanes * batch / osl / cost.iteration_s(batch, batch, batch * (isl + osl / 2))
+    sequences at their mean context, isl + osl / 2): its decode capacity. One step is priced as a decode-only lane
+    prices it (serving_run.step_pricer): batch · q query tokens, q = 1 + k under speculative decoding with k draft
+    tokens, plus the k draft passes; each step yields spec_gain(k, α) tokens a sequence (Leviathan et al. 2023,
+    eq. 1), so a request takes osl / gain steps: lanes · batch · gain / osl / step."""
+    q = 1 + spec_tokens
+    step = step_pricer(cost, draft_layers, spec_tokens)
+    return lanes * batch * spec_gain(spec_tokens, spec_acceptance) / osl / step(
+        batch * q, batch, batch * (isl + osl / 2), 0, 0, 0, batch, q)
 
 
 def decode_batch(lim: Limits, pp: int, batch: int, isl: float, osl: float, admission: str) -> int:
@@ -115,13 +122,15 @@ def decode_batch(lim: Limits, pp: int, batch: int, isl: float, osl: float, admis
     return max(1, min(int(batch), int(lim.lane_blocks(pp) // math.ceil(per_seq / lim.block_tokens))))
 
 
-def decode_capacity(cost: ServingCost, lim: Limits, lanes: int, pp: int, isl: float, osl: float, admission: str
-                    ) -> tuple[float, int]:
+def decode_capacity(cost: ServingCost, lim: Limits, lanes: int, pp: int, isl: float, osl: float, admission: str,
+                    plan: ServingPlan | None = None) -> tuple[float, int]:
     """(requests per second, sequences per lane) of an instance's decode lanes with each lane's batch as full as its
-    limit and its KV cache allow (decode_batch, decode_rate_per_s): the decode capacity the steady state, the
-    disaggregation what-if and the serving search all price."""
+    limit and its KV cache allow (decode_batch, decode_rate_per_s; under `plan`'s speculative decoding when given):
+    the decode capacity the steady state, the disaggregation what-if and the serving search all price."""
     batch = decode_batch(lim, pp, lim.max_batch, isl, osl, admission)
-    return decode_rate_per_s(cost, lanes, batch, isl, osl), batch
+    spec = {} if plan is None else {"spec_tokens": plan.spec_tokens, "spec_acceptance": plan.spec_acceptance,
+                                    "draft_layers": plan.spec_draft_layers}
+    return decode_rate_per_s(cost, lanes, batch, isl, osl, **spec), batch
 
 
 def matched_split(num_gpus: int, decode_gpus: int, prefill_gpus: int, decode_rate: float, prefill_rate: float
@@ -184,7 +193,7 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     pre_rate = prefill_rate_per_s(pre_cost, small.prefill_replicas * pre_per, budget, isl)
     B = lim.max_batch
     dec_rate, _ = decode_capacity(cost, lim, (small.replicas - small.prefill_replicas) * per, small.pp, isl, osl,
-                                  small.admission)
+                                  small.admission, small)
     groups = (small.replicas - small.prefill_replicas) * small.pp  # lockstep groups of dp decode lanes
     warm = B * groups * small.dp
     n = warm + max(int(warm * (batches - 1)), 16 * groups)

@@ -215,7 +215,7 @@ def _capacity(space: ServeSpace, layout: ServingPlan, cost, batches: tuple[int, 
     for B in batches:
         r_scn, lim = _resolved(space, dataclasses.replace(layout, max_batch=B), cal)
         rate, b = decode_capacity(cost.for_limits(lim.max_batch, lim.max_num_tokens), lim, lanes, layout.pp, isl, osl,
-                                  r_scn.plan.admission)
+                                  r_scn.plan.admission, r_scn.plan)
         decode[B] = (rate, lanes * b / osl / rate)
     return PhaseCapacity(layout, pre, first_s, budget if budget != plim.max_num_tokens else 0, decode)
 
