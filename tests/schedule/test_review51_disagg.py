@@ -89,3 +89,29 @@ def test_decode_capacity_prices_speculative_decoding_as_the_decode_lane_does():
     for k, alpha in ((0, 0.0), (3, 0.7)):
         est, lane = _decode_lane_rate(k, alpha)
         assert est == pytest.approx(lane, rel=0.05)
+
+
+def test_decode_lane_seqs_by_hand():
+    """Batch 256 under a 128-token budget: 128 decodes of one token; with k = 3 drafts (4 tokens a decode) 32; a
+    budget below one decode still runs one; the batch limit binds when the budget is loose."""
+    from narrowpath.schedule.serving_sim import decode_lane_seqs
+    assert decode_lane_seqs(256, 128, 1) == 128
+    assert decode_lane_seqs(256, 128, 4) == 32
+    assert decode_lane_seqs(256, 2, 4) == 1
+    assert decode_lane_seqs(64, 8192, 4) == 64
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_a_decode_lane_holds_its_token_budget(k):
+    """1 prefill + 2 decode instances of Llama-3 8B tp 1, decode batch 256, token budget 128 (the prefill pool's
+    8,192), 200 + 500 tokens offline: a decode iteration is at most 128 // (1 + k) decodes — 128, or 32 with 3
+    drafts — where only the batch limit held it (256 an iteration, TPOT 15.23 ms as with a 256-token budget); the
+    same deployment with a 256-token budget still reaches 256 // (1 + k)."""
+    logs = {}
+    for budget in (128, 256):
+        p = ServingPlan(tp=1, replicas=3, prefill_replicas=1, max_batch=256, max_num_tokens=budget,
+                        prefill_max_num_tokens=8192, spec_tokens=k, spec_acceptance=0.7 if k else 0.0)
+        load = Load(arrival="offline", input_tokens=200, output_tokens=500, num_requests=600)
+        res = simulate(_scn(p, load)).result
+        logs[budget] = max(x.decodes for x in res.log if x.role == "decode")
+    assert logs == {128: 128 // (1 + k), 256: 256 // (1 + k)}

@@ -135,9 +135,9 @@ def test_decode_batch_by_hand():
 def test_decode_capacity_is_the_full_batch_at_its_rate():
     """Two lanes under a limit of 64 whose KV cache holds 10 reserved 8,192 + 1,024-token sequences (above): each
     lane decodes 10 at a time, its step priced at their mean context 10 · (8,192 + 512) -> 2 · 10 / 1,024 / 0.02 s
-    = 0.977 requests/s."""
+    = 0.977 requests/s (a token budget of 8,192 holds more decodes than that)."""
     c = _Cost(0.02)
-    lim = Limits(64, 0, 32, 0.0, SimpleNamespace(kv_tokens=100_000, footprint=lambda n: n))
+    lim = Limits(64, 8192, 32, 0.0, SimpleNamespace(kv_tokens=100_000, footprint=lambda n: n))
     rate, batch = decode_capacity(c, lim, 2, 1, 8192, 1024, "reserve")
     assert batch == 10 and rate == pytest.approx(2 * 10 / 1024 / 0.02)
     assert c.calls == [(10, 10, 10 * (8192 + 512), 0, 0, 0, 10, 1, None, 0.0)]  # a decode lane's step

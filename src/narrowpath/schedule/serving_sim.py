@@ -69,6 +69,13 @@ class LaneSpec:
     """Tokens a sliding-window layer keeps per sequence (`ServingMemory.window_tokens`)."""
 
 
+def decode_lane_seqs(max_seqs: int, max_tokens: int, q: int) -> int:
+    """Sequences a decode-only lane runs at once: its sequence limit, and no more than its token budget holds at q
+    tokens a decode (1, or 1 + draft tokens under speculative decoding) — a generation request counts against
+    max_num_tokens as a prompt token does (TensorRT-LLM's MicroBatchScheduler, vLLM's token budget); at least one."""
+    return max(1, min(max_seqs, max_tokens // q))
+
+
 def linear_span(t_at, n: int) -> int:
     """Largest m ≤ n such that the step times t_at(1..m) lie on one line, so that m merged steps are priced
     exactly by their trapezoid. A step's GPU time is linear in the context, but the iteration takes the larger of
@@ -171,6 +178,8 @@ class Lane:
         self.waiting: deque = deque()
         self.pre: list[list] = []  # [rid, done, prompt, resumed]
         cap = spec.max_seqs + 1
+        self.seqs = spec.max_seqs if spec.policy != "decode-only" else decode_lane_seqs(
+            spec.max_seqs, spec.max_tokens, 1 + spec.spec_tokens)  # sequences it runs at once
         self.n = 0  # running sequences: the first n entries, oldest admission first
         self.r_id = np.zeros(cap, dtype=np.int64)
         self.r_ctx = np.zeros(cap)
@@ -233,7 +242,7 @@ class Lane:
             self.released += 1
 
     def _admissible(self) -> bool:
-        if not self.waiting or self.n + len(self.pre) >= self.s.max_seqs:
+        if not self.waiting or self.n + len(self.pre) >= self.seqs:
             return False
         return self._need(self.waiting[0]) <= self.free
 
@@ -449,7 +458,7 @@ class Lane:
         step.t_at = t_at
         if self._admissible():
             n = 1
-        elif not self.waiting and D + len(self.pre) < s.max_seqs:
+        elif not self.waiting and D + len(self.pre) < self.seqs:
             step.wake = min(self._next_arrival(), self.horizon)  # an arrival could be admitted: stop at the
             # step that sees it
         if not s.merge:

@@ -14,7 +14,7 @@ import numpy as np
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
 from narrowpath.schedule.serving_run import poisson_arrivals_s, prefill_pool, simulate, spec_gain, step_pricer
-from narrowpath.schedule.serving_sim import Lane, LaneSpec
+from narrowpath.schedule.serving_sim import Lane, LaneSpec, decode_lane_seqs
 from narrowpath.schedule.serving_stats import LaneTotals, summary, window_output_tokens_per_s
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import Load, ServingPlan, ServingScenario
@@ -125,9 +125,11 @@ def decode_batch(lim: Limits, pp: int, batch: int, isl: float, osl: float, admis
 def decode_capacity(cost: ServingCost, lim: Limits, lanes: int, pp: int, isl: float, osl: float, admission: str,
                     plan: ServingPlan | None = None) -> tuple[float, int]:
     """(requests per second, sequences per lane) of an instance's decode lanes with each lane's batch as full as its
-    limit and its KV cache allow (decode_batch, decode_rate_per_s; under `plan`'s speculative decoding when given):
-    the decode capacity the steady state, the disaggregation what-if and the serving search all price."""
-    batch = decode_batch(lim, pp, lim.max_batch, isl, osl, admission)
+    limit, its token budget (q = 1 + k tokens a decode: serving_sim.decode_lane_seqs, as a decode-only lane admits)
+    and its KV cache allow (decode_batch, decode_rate_per_s; under `plan`'s speculative decoding when given): the
+    decode capacity the steady state, the disaggregation what-if and the serving search all price."""
+    q = 1 + (plan.spec_tokens if plan is not None else 0)
+    batch = decode_lane_seqs(decode_batch(lim, pp, lim.max_batch, isl, osl, admission), lim.max_num_tokens, q)
     spec = {} if plan is None else {"spec_tokens": plan.spec_tokens, "spec_acceptance": plan.spec_acceptance,
                                     "draft_layers": plan.spec_draft_layers}
     return decode_rate_per_s(cost, lanes, batch, isl, osl, **spec), batch
