@@ -115,3 +115,23 @@ def test_a_decode_lane_holds_its_token_budget(k):
         res = simulate(_scn(p, load)).result
         logs[budget] = max(x.decodes for x in res.log if x.role == "decode")
     assert logs == {128: 128 // (1 + k), 256: 256 // (1 + k)}
+
+
+def test_more_tp_keeps_a_disaggregated_plan_disaggregated():
+    """1 prefill + 3 decode tp-1 instances: halving 4 replicas gave 2 with 1 // 2 = 0 prefill instances — a colocated
+    plan compared against a disaggregated baseline, silently. Now every instance's tp doubles and, as neither pool's
+    count (1, 3) is even, both keep their counts: 1 + 3 tp-2 instances on 8 GPUs. 2 + 6 halve to 1 + 3 on the same 8
+    (the ratio kept); a prefill pool of its own tp 2 doubles to 4 (1 · 4 + 3 · 2 = 10 GPUs); colocated 4 → 2."""
+    from narrowpath.analysis.serving_whatif import candidates, more_tp
+    assert more_tp(ServingPlan(replicas=4, prefill_replicas=1)) == ServingPlan(tp=2, replicas=4, prefill_replicas=1)
+    assert more_tp(ServingPlan(replicas=8, prefill_replicas=2)) == ServingPlan(tp=2, replicas=4, prefill_replicas=1)
+    own = more_tp(ServingPlan(replicas=4, prefill_replicas=1, prefill_tp=2))
+    assert (own.tp, own.prefill_tp, own.replicas, own.prefill_replicas, own.num_gpus) == (2, 4, 4, 1, 10)
+    assert more_tp(ServingPlan(replicas=4)) == ServingPlan(tp=2, replicas=2)
+    load = Load(arrival="poisson", rate_per_s=10, input_tokens=1024, output_tokens=128, num_requests=50)
+    out, _ = candidates(_scn(ServingPlan(tp=1, replicas=4, prefill_replicas=1), load), False)
+    (change, alt), = [(c, a) for n, c, a in out if n == "more TP"]
+    assert alt.plan.disaggregated and alt.plan.prefill_replicas == 1 and alt.num_gpus == 8
+    assert change == "tp 1 → 2 (8 GPUs)"
+    out, _ = candidates(_scn(ServingPlan(tp=1, replicas=8, prefill_replicas=2), load), False)
+    assert [c for n, c, _ in out if n == "more TP"] == ["tp 1 → 2, 2 + 6 → 1 + 3 prefill + decode instances"]

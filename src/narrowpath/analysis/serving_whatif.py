@@ -21,7 +21,7 @@ from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_s
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.schedule.serving_steady import decode_capacity, matched_split, mean_lengths, prefill_rate_per_s
-from narrowpath.spec.serving import ServingScenario, serving_consistency
+from narrowpath.spec.serving import ServingPlan, ServingScenario, serving_consistency
 from narrowpath.workload.moe import router_load_cv
 
 WHATIF_REQUESTS = 1000
@@ -103,6 +103,18 @@ def matched_prefill_replicas(run: ServingRun) -> int:
     return split[1] if split else 0
 
 
+def more_tp(p: ServingPlan) -> ServingPlan:
+    """The "more TP" what-if's plan: every instance's tensor parallelism doubled — the decode instances' tp and, when
+    the prefill pool has a tp of its own, its prefill_tp (a pool on the decode layout follows it) — on the same GPUs
+    where each pool's instance count halves (both even: the same prefill : decode ratio), else on the same instance
+    counts (twice the GPUs). A disaggregated plan stays disaggregated (at least one prefill instance)."""
+    pre, dec = p.prefill_replicas, p.replicas - p.prefill_replicas
+    halve = pre % 2 == 0 and dec % 2 == 0
+    return dataclasses.replace(p, tp=p.tp * 2, prefill_tp=p.prefill_tp * 2,
+                               replicas=p.replicas // 2 if halve else p.replicas,
+                               prefill_replicas=pre // 2 if halve else pre)
+
+
 def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, policy: str = "",
                graph_sizes: tuple[int, ...] = (), prefill_replicas: int = 0
                ) -> tuple[list[tuple[str, str, ServingScenario]], list[tuple[str, str]]]:
@@ -119,15 +131,20 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
         errs = serving_consistency(m, plan, plan.num_gpus, system)
         return errs[0][1] if errs else ""
 
-    more = dataclasses.replace(p, tp=p.tp * 2, replicas=p.replicas // 2 if p.replicas % 2 == 0 else p.replicas,
-                               prefill_replicas=p.prefill_replicas // 2 if p.replicas % 2 == 0 else p.prefill_replicas)
+    more = more_tp(p)
     why = plan_ok(more)
     if why:
         skipped.append(("more TP", why))
     else:
         same = more.num_gpus == p.num_gpus
-        out.append(("more TP", f"tp {p.tp} → {more.tp}" + (f", replicas {p.replicas} → {more.replicas}" if same
-                                                            else f" ({more.num_gpus} GPUs)"),
+        change = f"tp {p.tp} → {more.tp}" + (f", prefill tp {p.prefill_tp} → {more.prefill_tp}" if p.prefill_tp
+                                              else "")
+        if same and p.disaggregated:
+            change += (f", {p.prefill_replicas} + {p.replicas - p.prefill_replicas} → {more.prefill_replicas} + "
+                       f"{more.replicas - more.prefill_replicas} prefill + decode instances")
+        elif same:
+            change += f", replicas {p.replicas} → {more.replicas}"
+        out.append(("more TP", change + ("" if same else f" ({more.num_gpus} GPUs)"),
                     dataclasses.replace(scn, plan=more, num_gpus=more.num_gpus)))
     if p.kv_precision in ("fp8", "fp4"):
         skipped.append(("FP8 KV cache", f"the KV cache is already {p.kv_precision}"))
