@@ -18,3 +18,27 @@ def test_more_tp_of_a_prefill_pool_of_its_own_runs(capsys):
     assert rc == 0, out.err
     line, = [ln for ln in out.out.splitlines() if ln.strip().startswith("more TP")]
     assert "tp 1 → 2, prefill tp 2 → 4 (10 GPUs)" in line
+
+
+def test_search_from_a_file_with_a_prefill_pool_of_its_own_lays_out_its_own_pools(tmp_path, capsys):
+    """A serving file of 1 prefill instance of tp 2 + 2 decode instances of tp 1 (4 GPUs), which `serve` runs: the
+    search kept the file's prefill_tp on every plan it built, so its first colocated plan (prefill_replicas 0) was
+    refused and the search exited 2 ("plan.prefill_tp: lays out prefill-only instances"). The search lays out its own
+    pools: at tp 1 and batch 16 on 4 GPUs, 3 colocated plans (pp 1, 2, 4), 3 with prefill instances of the decode
+    layout (1 + 3 and 2 + 2 at pp 1, 1 + 1 at pp 2) and 2 paired with a prefill layout of their own (the --tp pin
+    holds both pools at tp 1), the file's prefill tp 2 dropped."""
+    f = tmp_path / "s1.yaml"
+    f.write_text("system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 4\n"
+                 "plan: {tp: 1, replicas: 3, prefill_replicas: 1, prefill_tp: 2}\n"
+                 "workload: {scenario: server, request_rate_per_s: 5, input_tokens: 1024, output_tokens: 128, "
+                 "num_requests: 50}\n")
+    assert main(["serve", str(f), "--no-whatif"]) == 0
+    capsys.readouterr()
+    rc = main(["search", "--serve", str(f), "--gpus", "4", "--slo-ttft", "1", "--slo-tpot", "0.05", "--max-batch",
+               "16", "--tp", "1", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    import json
+    ranked = json.loads(out.out)["ranked"]
+    assert ranked and all(r["plan"]["prefill_tp"] in (0, 1) for r in ranked)
+    assert len(ranked) == 8 and sorted(r["plan"]["prefill_replicas"] for r in ranked) == [0, 0, 0, 1, 1, 1, 2, 2]

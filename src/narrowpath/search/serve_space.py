@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from narrowpath.errors import NarrowpathError
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.model import Model
-from narrowpath.spec.serving import Load, ServingPlan, ServingScenario, serving_consistency
+from narrowpath.spec.serving import PREFILL_KNOBS, Load, ServingPlan, ServingScenario, serving_consistency
 from narrowpath.spec.system import System
 
 BATCHES = (1, 4, 16, 32, 64, 128, 256, 512)
@@ -112,9 +112,13 @@ def redundant_for(model: Model, base: ServingPlan, ep: int) -> int:
 
 
 def serve_layouts(space: ServeSpace) -> list[ServingPlan]:
-    """Consistent layouts (without the batch limit) of the space, honouring its pins."""
+    """Consistent layouts (without the batch limit) of the space, honouring its pins. The space lays out its own
+    pools — prefill instances of the decode layout here, of a layout of their own in the pairs (pool_pairs) —, so a
+    base plan's prefill_* knobs (a serving file's prefill pool) are not kept: kept, they would give every colocated
+    plan a prefill layout without prefill instances (refused) and every split the file's pool whatever its layout."""
     m, sysm, n = space.model, space.system, space.num_gpus
     pins = space.pins
+    base = dataclasses.replace(space.base, **dict.fromkeys(PREFILL_KNOBS, 0))
     out = []
     for tp in _divisors(n):
         if tp > sysm.scale_up_domain:
@@ -130,7 +134,7 @@ def serve_layouts(space: ServeSpace) -> list[ServingPlan]:
                 for ep in eps:
                     red = redundant_for(m, space.base, ep)
                     for pre in splits:
-                        plan = dataclasses.replace(space.base, tp=tp, dp=dp, pp=pp, ep=ep, replicas=reps,
+                        plan = dataclasses.replace(base, tp=tp, dp=dp, pp=pp, ep=ep, replicas=reps,
                                                    prefill_replicas=pre, max_batch=0, redundant_experts=red)
                         if any(getattr(plan, k) != v for k, v in pins.items() if k != "max_batch"):
                             continue
