@@ -42,3 +42,26 @@ def test_search_from_a_file_with_a_prefill_pool_of_its_own_lays_out_its_own_pool
     ranked = json.loads(out.out)["ranked"]
     assert ranked and all(r["plan"]["prefill_tp"] in (0, 1) for r in ranked)
     assert len(ranked) == 8 and sorted(r["plan"]["prefill_replicas"] for r in ranked) == [0, 0, 0, 1, 1, 1, 2, 2]
+
+
+def _whatif_rows(capsys, argv) -> tuple[list[str], list[str]]:
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return ([ln for ln in lines if ln.strip().startswith("larger scale-up domain")],
+            [ln for ln in lines if "not run: larger scale-up domain" in ln])
+
+
+def test_the_larger_domain_what_if_runs_where_a_hand_off_crosses_scale_out(capsys):
+    """Three tp-1 decode instances and one tp-8 prefill instance on 8-GPU domains: 8 + 1 GPUs do not fit one domain,
+    so every hand-off is priced over scale-out (a 4,096-token prompt: 11.44 ms), but the what-if tested 2 × the
+    decode instance (2 ≤ 8) and said "not run: … already stays in one scale-up domain". It now reads the pricing's
+    rule (schedule.serving_place): it runs, on a domain of 72. Likewise one tp-4 prefill + three tp-4 decode
+    instances on 16 GPUs, 2 of 3 hand-offs over scale-out (2 × 4 ≤ 8 skipped it too)."""
+    for pools in (["--replicas", "3", "--prefill-replicas", "1", "--prefill-tp", "8"],
+                  ["--tp", "4", "--replicas", "4", "--prefill-replicas", "1"]):
+        argv = [*SERVE, *pools, "--input-len", "4096", "--num-requests", "50"]
+        ran, skipped = _whatif_rows(capsys, argv)
+        assert len(ran) == 1 and "scale-up domain 8 → 72 GPUs" in ran[0] and not skipped
+    ran, skipped = _whatif_rows(capsys, [*SERVE, "--replicas", "2", "--prefill-replicas", "1", "--input-len", "4096",
+                                         "--num-requests", "50"])
+    assert not ran and len(skipped) == 1  # 1 + 1 one-GPU instances: one domain

@@ -135,3 +135,36 @@ def test_more_tp_keeps_a_disaggregated_plan_disaggregated():
     assert change == "tp 1 → 2 (8 GPUs)"
     out, _ = candidates(_scn(ServingPlan(tp=1, replicas=8, prefill_replicas=2), load), False)
     assert [c for n, c, _ in out if n == "more TP"] == ["tp 1 → 2, 2 + 6 → 1 + 3 prefill + decode instances"]
+
+
+def test_packed_placement_by_hand():
+    """Domains of 8 GPUs, instances laid out prefill first, each packed where the whole instance fits: 4, 4 | 4, 4;
+    a 2 then three 4s: 2, 4 | 4, 4 (the second 4 does not fit the 2 left); a 16 takes domains 0 and 1, then 4 | 8 |
+    4 (each 4 + 8 overflows); a 4, then a 16 (domains 1, 2), then a 4 in domain 3. Shares of hand-offs over
+    scale-out: one tp-4 prefill to three tp-4 decode instances 2/3; one of each that fit one domain 0, that do not 1;
+    2 one-GPU prefill + 6 decode instances all in domain 0: 0."""
+    from narrowpath.schedule.serving_place import handoff_scale_out_share, packed_domains
+    assert packed_domains([4, 4, 4, 4], 8) == [0, 0, 1, 1]
+    assert packed_domains([2, 4, 4, 4], 8) == [0, 0, 1, 1]
+    assert packed_domains([16, 4, 8, 4], 8) == [None, 2, 3, 4]
+    assert packed_domains([4, 16, 4], 8) == [0, None, 3]
+    assert handoff_scale_out_share(1, 4, 3, 4, 8) == pytest.approx(2 / 3)
+    assert handoff_scale_out_share(1, 4, 1, 4, 8) == 0.0 and handoff_scale_out_share(1, 8, 1, 1, 8) == 1.0
+    assert handoff_scale_out_share(2, 1, 6, 1, 8) == 0.0
+    assert handoff_scale_out_share(1, 8, 3, 1, 8) == 1.0  # a full-node prefill instance: every hand-off leaves it
+
+
+def test_hand_offs_are_priced_on_where_the_pools_sit():
+    """16 H100s (two 8-GPU NVLink domains), one tp-4 prefill and three tp-4 decode instances of Llama-3 8B: the
+    prefill instance and the first decode instance fill domain 0, the other two decode instances domain 1, so 2 of
+    3 hand-offs cross the NICs. A 4,096-token prompt's KV: 0.379 ms over NVLink, 2.877 ms over scale-out; the mean
+    (0.379 + 2 · 2.877) / 3 = 2.044 ms per request, where every hand-off was priced on NVLink (one prefill and one
+    decode instance fit a domain): 0.379."""
+    plan = ServingPlan(tp=4, replicas=4, prefill_replicas=1)
+    load = Load(arrival="offline", input_tokens=4096, output_tokens=8, num_requests=6)
+    run = simulate(_scn(plan, load), log_lane=False)
+    up, out = run.cost.handoff_s(4096, None, 0.0), run.cost.handoff_s(4096, None, 1.0)
+    assert up == pytest.approx(0.379e-3, rel=1e-3) and out == pytest.approx(2.877e-3, rel=1e-3)
+    assert run.result.totals.handoff_s / 6 == pytest.approx((up + 2 * out) / 3, rel=1e-12)
+    assert any(n.startswith("KV hand-off of a 4096-token prompt: 2.04 ms per request (the mean of 67% over "
+                            "scale-out") for n in run.result.notes)

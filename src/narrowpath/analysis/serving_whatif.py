@@ -18,6 +18,7 @@ from narrowpath.analysis.serving_accounts import (DISPATCH_KEY, HOST_KEY, L2_RER
 from narrowpath.catalog.serving import serving_stack
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.serving_cost import captured_graph_sizes, finer_graph_sizes, graph_settings
+from narrowpath.schedule.serving_place import plan_handoff_scale_out_share
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.schedule.serving_steady import decode_capacity, matched_split, mean_lengths, prefill_rate_per_s
@@ -168,7 +169,7 @@ def candidates(scn: ServingScenario, spans_cross: bool, decode_limit: int = 0, p
     if not spans_cross:
         skipped.append(("larger scale-up domain", "every group and hand-off already stays in one scale-up domain"))
     else:
-        dom = max(72, p.instance_gpus * 2)
+        dom = max(72, p.instance_gpus * 2, p.num_gpus if p.disaggregated else 0)  # every hand-off in one domain
         tiers = tuple(dataclasses.replace(t, domain_size=dom) if t.name == "scale_up" else t for t in sysm.tiers)
         big = dataclasses.replace(sysm, tiers=tiers, name=f"{sysm.name}+nvl{dom}")
         out.append(("larger scale-up domain", f"scale-up domain {sysm.scale_up_domain} → {dom} GPUs",
@@ -272,8 +273,8 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
         detail = f"{top[0]} takes {top[1]:.0%} of an iteration (mean batch {acc.mean.decodes:.0f} decodes + " \
                  f"{acc.mean.prompt_tokens:.0f} prompt tokens, {acc.mean.duration_s * 1e3:.2f} ms)"
         detail += HOST_REMEDY.get(narrowest, "")
-    crosses = any(r.tier == "scale_out" for r in acc.collectives) or run.cost.scn.plan.disaggregated and \
-        2 * run.scenario.plan.instance_gpus > run.scenario.system.scale_up_domain
+    crosses = any(r.tier == "scale_out" for r in acc.collectives) or \
+        plan_handoff_scale_out_share(run.scenario.plan, run.scenario.system.scale_up_domain) > 0  # as it was priced
     rp = run.scenario.plan
     cands, skipped = candidates(scn, crosses, min(rp.max_batch, rp.max_num_tokens // (1 + rp.spec_tokens)),
                                 rp.policy, rp.graph_batch_sizes,

@@ -43,6 +43,7 @@ from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import op_time_s
 from narrowpath.cost.serving_memory import kv_footprint_tokens
 from narrowpath.network.placement import GroupSpan, group_span, span_of
+from narrowpath.schedule.serving_place import handoff_scale_out_share
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.serving import ServingPlan, ServingScenario
 from narrowpath.workload.items import Op, Transfer
@@ -533,21 +534,29 @@ class ServingCost:
             return max(gpu, host)
         return at
 
-    def handoff_s(self, prompt_tokens: int, sender: "ServingCost | None" = None) -> float:
-        """Disaggregated serving: time to move one prompt's KV cache from a prefill instance (`sender`'s layout;
-        None: this one's) to a decode instance of this layout — over the scale-up fabric when the two instances fit
-        one domain, else over the scale-out NICs."""
-        key = prompt_tokens if sender is None or sender is self else \
-            (prompt_tokens, sender.kv_bytes_per_token, sender.scn.plan.instance_gpus)
+    def handoff_s(self, prompt_tokens: int, sender: "ServingCost | None" = None,
+                  scale_out_share: float | None = None) -> float:
+        """Disaggregated serving: mean time to move one prompt's KV cache from a prefill instance (`sender`'s
+        layout; None: this one's) to a decode instance of this layout — over the scale-up fabric for a pair in one
+        domain, over the scale-out NICs for the `scale_out_share` of hand-offs that cross domains (the deployment's
+        placement, schedule.serving_place; None: one instance of each, laid out alike)."""
+        src = self if sender is None else sender
+        p, sysm = self.scn.plan, self.scn.system
+        if scale_out_share is None:
+            scale_out_share = handoff_scale_out_share(1, src.scn.plan.instance_gpus, 1, p.instance_gpus,
+                                                      sysm.scale_up_domain)
+        key = (prompt_tokens, scale_out_share) if src is self else \
+            (prompt_tokens, scale_out_share, src.kv_bytes_per_token, src.scn.plan.instance_gpus)
         if key not in self._handoff:
-            p, sysm = self.scn.plan, self.scn.system
-            src = self if sender is None else sender
             m = self.scn.model  # sliding-window layers hand over only the window's KV
             held = kv_footprint_tokens(prompt_tokens, window_kv_share(m, list(range(m.layers))), m.sliding_window)
             nbytes = kv_handoff_bytes_per_gpu(src.kv_bytes_per_token, held, self.kv_bytes_per_token)
-            same = p.instance_gpus + src.scn.plan.instance_gpus <= sysm.scale_up_domain
-            span = span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="kv")
-            self._handoff[key] = collective_time("send_recv", nbytes, span, sysm, self.cal).time_s
+            t = 0.0
+            for share, same in ((1.0 - scale_out_share, True), (scale_out_share, False)):
+                if share > 0:
+                    span = span_of(2, ranks_per_domain=2 if same else 1, domains=1 if same else 2, axis="kv")
+                    t += share * collective_time("send_recv", nbytes, span, sysm, self.cal).time_s
+            self._handoff[key] = t
         return self._handoff[key]
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from narrowpath.errors import SimulationError, SpecError
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_layout_defaults, resolve_limits
+from narrowpath.schedule.serving_place import plan_handoff_scale_out_share
 from narrowpath.schedule.serving_sim import Lane, LaneGroup, LaneSpec, linear_runs_s
 from narrowpath.schedule.serving_stats import IterationRecord, LaneTotals, PoolTotals, ServingResult
 from narrowpath.spec.calibration import Calibration
@@ -188,7 +189,7 @@ def _log(log, tot: LaneTotals, now, dt, steps, dec, prompt, blocks) -> None:
 def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration: Calibration | None = None,
              *, log_lane: bool = True, merge: bool = True, cost: ServingCost | None = None,
              decode_groups: int = 0, pools_together: bool = False,
-             prefill_cost: ServingCost | None = None) -> ServingRun:
+             prefill_cost: ServingCost | None = None, handoff_share: float | None = None) -> ServingRun:
     """Resolve the defaults of `scn` and simulate its load (module docstring). `cost`: an iteration cost model
     of the same layout and formats to reuse (a search prices a layout once for all its batch limits).
     `decode_groups` k > 0 (a disaggregated deployment): every prefill lane runs, but only the first k lockstep
@@ -199,7 +200,9 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     the sampled decode lanes only. What the serving search's
     steady state reads; `serve` simulates every lane. A disaggregated deployment under a closed loop runs its pools
     together (schedule.serving_disagg); `pools_together` runs an open-loop one so too (the reference its faster
-    pool-after-pool run is checked against). `prefill_cost`: the same for a prefill pool of its own layout."""
+    pool-after-pool run is checked against). `prefill_cost`: the same for a prefill pool of its own layout.
+    `handoff_share`: the share of KV hand-offs over scale-out (None: this deployment's placement,
+    schedule.serving_place; a smaller deployment standing in for a larger one passes the larger one's)."""
     if decode_groups < 0:
         raise ValueError(f"decode_groups must be >= 0, got {decode_groups}")
     scn, open_knobs = resolve_layout_defaults(scn, open_knobs)
@@ -273,13 +276,14 @@ def simulate(scn: ServingScenario, open_knobs: tuple[str, ...] = (), calibration
     n_pre = p.prefill_replicas * pre_pool.lanes_per_instance  # prefill lanes (0 colocated)
     n_dec = (p.replicas - p.prefill_replicas) * per_rank  # lanes that decode (every lane when colocated)
     if p.disaggregated:
-        gpus = p.instance_gpus + pre_pool.plan.instance_gpus
-        fabric = "scale-up" if gpus <= scn.system.scale_up_domain else "scale-out"
-        h = cost.handoff_s(int(n_in.mean()), pre_pool.cost)
-        notes.append(f"KV hand-off of a {int(n_in.mean())}-token prompt: {h * 1e3:.2f} ms per request ({fabric} "
-                     "fabric)")
+        out = plan_handoff_scale_out_share(p, scn.system.scale_up_domain) if handoff_share is None else handoff_share
+        fabric = "scale-up fabric" if out == 0 else "scale-out fabric" if out == 1 else \
+            f"the mean of {out:.0%} over scale-out and the rest over scale-up: prefill instances laid out first, " \
+            "then decode, packed by scale-up domain"
+        h = cost.handoff_s(int(n_in.mean()), pre_pool.cost, out)
+        notes.append(f"KV hand-off of a {int(n_in.mean())}-token prompt: {h * 1e3:.2f} ms per request ({fabric})")
         sizes, inverse = np.unique(n_in, return_inverse=True)
-        handoff = np.array([cost.handoff_s(int(x), pre_pool.cost) for x in sizes])[inverse]  # per request
+        handoff = np.array([cost.handoff_s(int(x), pre_pool.cost, out) for x in sizes])[inverse]  # per request
     if p.policy == "static":
         for i in range(n_dec):
             _static(cost, lim, order[i::n_dec], arr, n_in, n_out, first, finish, tot,

@@ -13,6 +13,7 @@ import numpy as np
 
 from narrowpath.schedule.serving_cost import ServingCost
 from narrowpath.schedule.serving_defaults import Limits, resolve_formats, resolve_limits
+from narrowpath.schedule.serving_place import plan_handoff_scale_out_share
 from narrowpath.schedule.serving_run import poisson_arrivals_s, prefill_pool, simulate, spec_gain, step_pricer
 from narrowpath.schedule.serving_sim import Lane, LaneSpec, decode_lane_seqs
 from narrowpath.schedule.serving_stats import LaneTotals, summary, window_output_tokens_per_s
@@ -208,7 +209,7 @@ def _steady_disaggregated(scn: ServingScenario, lim: Limits, calibration, batche
     else:
         load = dataclasses.replace(load, arrival="poisson", rate_per_s=rate, num_requests=n, concurrency=0)
     run = simulate(dataclasses.replace(scn, load=load), (), calibration, log_lane=False, cost=cost, decode_groups=1,
-                   prefill_cost=own)
+                   prefill_cost=own, handoff_share=plan_handoff_scale_out_share(p, scn.system.scale_up_domain))
     res = run.result
     ids = np.arange(n) if run.sampled is None else run.sampled
     keep = ids >= warm
