@@ -96,11 +96,31 @@ def test_one_norm_in_the_parameter_counts():
     assert T.layer_params(_model(False), plan) - T.layer_params(_model(True), plan) == 4096
 
 
-def test_experts_in_a_parallel_block_refused():
-    """No engine prices a parallel block with routed experts: refused in one line naming the field."""
+def test_experts_or_latent_attention_in_a_parallel_block_refused():
+    """No engine prices a parallel block with routed experts, nor with MLA (whose sequence-parallel gather moves the
+    latents, not the norm output the MLP would read): refused in one line naming the field."""
     with pytest.raises(SpecError, match="model.parallel_attn_mlp"):
         Model(**{**GPTJ, "ffn_act": "swiglu"}, parallel_attn_mlp=True, moe=MoE(num_experts=8, top_k=2,
                                                                                    expert_ffn=4096))
+    from narrowpath.spec.model import MLA
+    with pytest.raises(SpecError, match="multi-head latent attention"):
+        Model(**GPTJ, parallel_attn_mlp=True, mla=MLA(kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
+                                                      qk_rope_head_dim=64, v_head_dim=128))
+
+
+@pytest.mark.parametrize("cfg, kv", [
+    ({"model_type": "falcon"}, 1),  # FalconConfig's multi_query defaults to True: one key/value head
+    ({"model_type": "falcon", "multi_query": True, "num_kv_heads": 71}, 1),  # read only with the new architecture
+    ({"model_type": "falcon", "multi_query": False}, 71),
+    ({"model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 1}, 1),
+    ({"model_type": "gpt_bigcode", "multi_query": True}, 1),
+    ({"model_type": "llama"}, 71),
+])
+def test_hf_key_value_heads_of_multi_query_configs(cfg, kv):
+    """transformers' FalconAttention: num_kv_heads with the new decoder architecture (40B: 8), else one head under
+    multi_query (7B); GPT-BigCode's multi_query is one head too. The reader took 71 and 128 query heads."""
+    base = {"num_hidden_layers": 2, "hidden_size": 4544, "num_attention_heads": 71, "vocab_size": 65024}
+    assert model_from_hf_config({**base, **cfg}, seq_len=128).kv_heads == kv
 
 
 @pytest.mark.parametrize("cfg, parallel", [

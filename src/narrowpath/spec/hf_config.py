@@ -20,7 +20,7 @@ _KEYS = {
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "hidden": ("hidden_size", "n_embd", "d_model"),
     "heads": ("num_attention_heads", "n_head", "num_heads"),
-    "kv_heads": ("num_key_value_heads", "multi_query_group_num"),
+    "kv_heads": ("num_key_value_heads", "multi_query_group_num", "num_kv_heads"),
     "head_dim": ("head_dim",),
     "ffn": ("intermediate_size", "n_inner", "ffn_hidden_size"),
     "vocab": ("vocab_size", "padded_vocab_size"),
@@ -183,6 +183,15 @@ PARALLEL_KEYS = {"gpt_neox": ("use_parallel_residual", True), "falcon": ("parall
 norm the two branches separately; they are priced with one norm (a norm is a small vector op)."""
 
 
+def _kv_heads(cfg: Mapping[str, Any], mtype: str, ints: dict[str, int]) -> int:
+    """Key/value heads: the config's count, else one for a multi-query model (`multi_query`: Falcon-7B, GPT-BigCode),
+    else every query head. Falcon reads its `num_kv_heads` only with the new decoder architecture (40B, 180B) and
+    otherwise `multi_query` (transformers' FalconAttention)."""
+    if mtype == "falcon" and not _bool(cfg, "new_decoder_architecture", False):
+        return 1 if _bool(cfg, "multi_query", True) else ints["heads"]
+    return ints.get("kv_heads") or (1 if _bool(cfg, "multi_query", False) else ints["heads"])
+
+
 def _parallel_block(cfg: Mapping[str, Any], mtype: str) -> bool:
     """Whether the config's layers are parallel attention + MLP blocks (model.parallel_attn_mlp)."""
     if mtype in PARALLEL_TYPES:
@@ -213,7 +222,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
     model: dict[str, Any] = {
         "name": name or cfg.get("_name_or_path") or mtype or "hf-model",
         "layers": ints["layers"], "hidden": ints["hidden"], "heads": ints["heads"],
-        "kv_heads": ints.get("kv_heads") or ints["heads"], "ffn": ffn,
+        "kv_heads": _kv_heads(cfg, mtype, ints), "ffn": ffn,
         "ffn_act": "swiglu" if gated else ("relu" if act == "relu" else "gelu"),
         "vocab": ints["vocab"],
         "tied_embeddings": _bool(cfg, "tie_word_embeddings", mtype in ("gpt2",)),

@@ -176,10 +176,11 @@ class Model:
         as_int(self, "sliding_window_every", "model.sliding_window_every", maximum=MAX_LAYERS)
         as_int(self, "mtp_layers", "model.mtp_layers", minimum=0, maximum=MAX_LAYERS)
         boolean("model.parallel_attn_mlp", self.parallel_attn_mlp)
-        if self.parallel_attn_mlp and (self.moe is not None or self.arch != "transformer"):
+        if self.parallel_attn_mlp and (self.moe is not None or self.mla is not None or self.arch != "transformer"):
             raise SpecError("model.parallel_attn_mlp", "parallel attention and MLP blocks are modelled for dense "
-                            "transformers only (GPT-J, PaLM, Falcon); this model has " +
-                            ("experts" if self.moe is not None else f"arch {self.arch!r}"))
+                            "transformers with grouped-query attention only (GPT-J, PaLM, Falcon); this model has " +
+                            ("experts" if self.moe is not None else "multi-head latent attention" if self.mla
+                             is not None else f"arch {self.arch!r}"))
         boolean("model.tied_embeddings", self.tied_embeddings)
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         if self.dropout is None:

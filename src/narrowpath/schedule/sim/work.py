@@ -192,7 +192,7 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
         have: Counter = Counter()
         for cnt in mine:
             have.update(cnt)
-        for item in set(ref) | set(have):
+        for item in sorted(set(ref) | set(have), key=repr):  # a fixed order: the adds below round by it
             diff = ref.get(item, 0.0) - have.get(item, 0.0)
             if abs(diff) > 1e-9 * max(1.0, abs(ref.get(item, 0.0))):
                 for j in range(n_chunks):
@@ -200,7 +200,8 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
     return list(zip(ops, xfs))
 
 
-def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, paired: float) -> tuple[dict, dict]:
+def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, paired: float, share: float = 1.0
+                 ) -> tuple[dict, dict]:
     """(hidden, traffic) per phase of a chunk's pass-pair traffic (the expert all-to-all with ep_overlap): what
     hides behind the merged pass of another micro-batch once every phase's own overlapped traffic has taken its
     share of the phase's matrix work (schedule.step.pass_pair_hidden_s, as predict), `paired` the stage's share of
@@ -217,18 +218,22 @@ def _pair_hidden(ops: Counter, xfs: Counter, pr: _Pricer, cp: int, paired: float
                 attn[op.phase] += t
     own = {ph: 0.0 for ph in gemm}
     own_attn = {ph: 0.0 for ph in gemm}
+    own_share = {ph: 0.0 for ph in gemm}
     pair = {ph: 0.0 for ph in gemm}
     for tr, c in xfs.items():
         if not c or not tr.overlappable or tr.phase not in gemm:  # overlapped pipeline sends take their share too
             continue
         t = pr.transfer(tr)[0].time_s * c
-        {"pass_pair": pair, "attention": own_attn}.get(tr.hides_behind, own)[tr.phase] += t
-    left = {ph: gemm[ph] - min(gemm[ph], own[ph] + min(own_attn[ph], attn[ph] * (cp - 1) / cp)) for ph in gemm}
+        {"pass_pair": pair, "attention": own_attn, "share": own_share}.get(tr.hides_behind, own)[tr.phase] += t
+    left = {ph: gemm[ph] - min(gemm[ph], own[ph] + min(own_attn[ph], attn[ph] * (cp - 1) / cp)
+                               + min(own_share[ph], share * gemm[ph])) for ph in gemm}
     return pass_pair_hidden_s(pair, left, paired), pair
 
 
 def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, cp: int, slowdown: float,
-               pair_hidden: tuple[dict, dict] | None = None) -> PassWork:
+               pair_hidden: tuple[dict, dict] | None = None, share: float = 1.0) -> PassWork:
+    """One pass's work; `share`: the part of its phase's matrix work `share` traffic may hide behind (the mean
+    micro-batch's (m − 1)/m where that traffic is played at its mean count, else all of it)."""
     phases = PASS_PHASES[kind]
     wgrad = kind in ("B", "W")
 
@@ -264,6 +269,7 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
     tail: list[Sync] = []
     hide = dict(gemm)
     attn_budget = {ph: t * (cp - 1) / cp for ph, t in attn.items()}
+    share_budget = {ph: t * share for ph, t in gemm.items()}
     hidden_total = 0.0
     for order, (tr, c) in enumerate(sorted(xfs.items(), key=lambda kv: kv[0].name)):
         if not c or tr.phase not in phases or (tr.axis == "pp" and not tr.overlappable):
@@ -282,11 +288,11 @@ def _pass_work(kind: str, chunk: int, ops: Counter, xfs: Counter, pr: _Pricer, c
             compute += slowdown * hidden
             tail += _exposed(tr, total - hidden, tiers)
         elif tr.overlappable:
-            window = attn_budget if tr.hides_behind == "attention" else hide
+            window = {"attention": attn_budget, "share": share_budget}.get(tr.hides_behind, hide)
             hidden = min(total, window.get(tr.phase, 0.0), hide.get(tr.phase, 0.0))
             hide[tr.phase] -= hidden
-            if tr.hides_behind == "attention":
-                attn_budget[tr.phase] -= hidden
+            if window is not hide:
+                window[tr.phase] -= hidden
             hidden_total += hidden
             compute += slowdown * hidden
             tail += _exposed(tr, total - hidden, tiers)
@@ -363,21 +369,23 @@ def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
     top = (params - expert, expert)
     kinds = ("F", "B", "W", "BW") if schedule in ("dualpipe", "dualpipev") else ("F", "B", "W") if schedule == "zb-h1" else ("F", "BW")
     stages = []
-    share = microbatch_share(plan)
+    share, dual = microbatch_share(plan), schedule in ("dualpipe", "dualpipev") or plan.dualpipe or plan.dualpipev
     for st, ranges in zip(wl.stages, layer_ranges):
         passes, last_passes = {}, {}
         paired = paired_fraction(st.index, plan.pp, plan.vpp, wl.num_microbatches, schedule, plan.interleave_group)
         for j, (ops, xfs) in enumerate(chunk_items(scn, pred.attention_kernel, st, ranges)):
             # `share` traffic (ZeRO-2's per-micro-batch reduce-scatter, count (m − 1)/m) played whole on every
             # micro-batch but the last, which runs none (the closed form prices the mean: schedule.step)
-            last_xfs = Counter({tr: c for tr, c in xfs.items() if tr.hides_behind != "share"})
+            # (DualPipe / DualPipeV number each direction's micro-batches apart: the mean there, as predict)
+            last_xfs = Counter({tr: c for tr, c in xfs.items() if tr.hides_behind != "share" or dual})
             if len(last_xfs) < len(xfs):
                 xfs = Counter({tr: c / share if tr.hides_behind == "share" else c for tr, c in xfs.items()})
-            pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired) \
+            cap = share if dual else 1.0
+            pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired, cap) \
                 if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
             last_pairs = _pair_hidden(ops, last_xfs, pr, plan.cp, paired) if pairs is not None else None
             for kind in kinds:
-                passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs)
+                passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs, cap)
                 if len(last_xfs) < len(xfs):
                     last_passes[(kind, j)] = _pass_work(kind, j, ops, last_xfs, pr, plan.cp, slowdown, last_pairs)
         fwd = sum(passes[("F", j)].compute_s for j in range(len(ranges)))
