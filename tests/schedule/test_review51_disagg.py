@@ -148,6 +148,8 @@ def test_packed_placement_by_hand():
     assert packed_domains([2, 4, 4, 4], 8) == [0, 0, 1, 1]
     assert packed_domains([16, 4, 8, 4], 8) == [None, 2, 3, 4]
     assert packed_domains([4, 16, 4], 8) == [0, None, 3]
+    # one GPU used in domain 0 is enough to push the 16 to domains 1-2; the 8 after it then fills domain 3 whole
+    assert packed_domains([1, 16, 8], 8) == [0, None, 3]
     assert handoff_scale_out_share(1, 4, 3, 4, 8) == pytest.approx(2 / 3)
     assert handoff_scale_out_share(1, 4, 1, 4, 8) == 0.0 and handoff_scale_out_share(1, 8, 1, 1, 8) == 1.0
     assert handoff_scale_out_share(2, 1, 6, 1, 8) == 0.0
