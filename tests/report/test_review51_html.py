@@ -297,3 +297,17 @@ def test_nothing_exposed_says_so_instead_of_naming_a_pattern(pages, tmp_path):
         text = _text(html)
         assert "No communication is exposed on the critical path." in text
         assert "Dominant pattern" not in text
+
+
+def test_the_console_says_nothing_is_exposed_as_the_page_does():
+    """llama3-8b on one DGX H100 hides all its communication: the console's communication budget says so instead of
+    naming a pattern with 0.00 ms (or '-' on one GPU), as the HTML page does."""
+    import contextlib
+    import io
+
+    from narrowpath.cli.main import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["analyze", "llama3-8b-h100-8", "--no-what-ifs", "--no-simulate"]) == 0
+    text = out.getvalue()
+    assert "no communication is exposed on the critical path" in text and "dominant pattern" not in text

@@ -91,7 +91,8 @@ def format_budgets(a: Analysis) -> list[str]:
     L.append(table(["tier", "bytes/step (GB)", "bytes/useful FLOP", "modelled (ms)", "exposed (ms)"],
                    [[x.tier, x.bytes_per_step / 1e9, x.bytes_per_useful_flop, _ms(x.modelled_s), _ms(x.exposed_s)]
                     for x in c.tiers]))
-    L.append(f"  dominant pattern: {c.dominant or '-'} ({_ms(c.dominant_exposed_s)} ms on the critical path)")
+    L.append(f"  dominant pattern: {c.dominant} ({_ms(c.dominant_exposed_s)} ms on the critical path)"
+             if c.dominant and c.dominant_exposed_s > 0 else "  no communication is exposed on the critical path")
     L.append(f"  gradient compression x{c.compression_ratio:g} would save {_ms(c.compression_saving_s)} ms per step")
     for w in c.in_network_reduction + c.nearer_tier:
         L.append(f"  {w.description}: " + (w.skipped or f"step {w.step_s:.4g} s, saves {_ms(w.gain_s)} ms"))
