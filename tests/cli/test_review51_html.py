@@ -30,3 +30,15 @@ def test_an_empty_output_name_is_refused(argv, flag, tmp_path, capsys, monkeypat
 def test_an_unwritable_page_names_the_path_given_not_a_temporary_file(argv, flag, capsys):
     line = one_line_error(capsys, [*argv, "/proc/x.html"], flag, "/proc/x.html")
     assert not re.search(r"/proc/\.x\.html\.|x\.html\.tmp", line), line
+
+
+@pytest.mark.parametrize("argv", [["analyze", "llama3-8b-h100-8", "--no-what-ifs", "--no-simulate", "--html", "r.txt"],
+                                  ["compare", "llama3-8b-h100-8", "--what-if", "top", "--html", "r.json"],
+                                  ["report", "llama3-8b-h100-8", "-o", "r.txt"]])
+def test_every_page_flag_wants_an_html_name(argv, capsys, tmp_path, monkeypatch):
+    """`report -o` refused a name that is not .html; `analyze --html` and `compare --html` wrote the page under any
+    name. All three refuse it now, before any work: one line naming the flag, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    flag = argv[-2]
+    one_line_error(capsys, argv, flag)
+    assert not list(tmp_path.iterdir())

@@ -11,8 +11,8 @@ import sys
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
 from narrowpath.analysis.options import in_range
 from narrowpath.cli.common import (add_scenario_args, atomic_dir, atomic_write_text, check_output_dir,
-                                   check_output_file, moved, refuse_inputs_as_outputs, scenario_from_args,
-                                   scenario_inputs)
+                                   check_html_file, check_output_file, moved, refuse_inputs_as_outputs,
+                                   scenario_from_args, scenario_inputs)
 from narrowpath.errors import SpecError
 from narrowpath.report.analysis_console import format_analysis
 from narrowpath.report.analysis_json import analysis_to_json
@@ -82,7 +82,7 @@ def check_output_paths(args) -> None:
     --timeline is one of the inputs (the scenario file, --model config.json, --profile, or a file they name)."""
     check_output_dir("--plots", args.plots)
     check_output_file("--timeline", args.timeline)
-    check_output_file("--html", args.html)
+    check_html_file("--html", args.html)
     refuse_inputs_as_outputs({"--timeline": args.timeline, "--html": args.html}, scenario_inputs(args))
 
 

@@ -376,6 +376,14 @@ def check_output_file(flag: str, path: str | None) -> None:
         raise NarrowpathError(f"{flag} {path}: {parent} is not a writable directory")
 
 
+def check_html_file(flag: str, path: str | None) -> None:
+    """check_output_file, and the name must say HTML (.html / .htm): a page written under another name opens as
+    text (`report -o`, `analyze --html`, `compare --html`)."""
+    check_output_file(flag, path)
+    if path and not path.lower().endswith((".html", ".htm")):
+        raise SpecError(flag, f"{path}: give a .html file name")
+
+
 @contextmanager
 def writing(flag: str, path: str | os.PathLike | None = None) -> Iterator[None]:
     """Turn an OSError while writing an output into one line naming the flag and the file: `path`, the one the user

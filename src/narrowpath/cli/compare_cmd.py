@@ -8,7 +8,7 @@ import json
 from narrowpath.analysis import AnalysisOptions, analyze_prediction
 from narrowpath.analysis.compare import compare
 from narrowpath.cli.common import load_any_scenario
-from narrowpath.cli.common import check_output_file, writing
+from narrowpath.cli.common import check_html_file, writing
 from narrowpath.errors import NarrowpathError, SpecError
 from narrowpath.report.compare_text import comparison_to_json, format_comparison
 from narrowpath.schedule.step import predict
@@ -54,7 +54,7 @@ def what_if_side(a, change: str):
 
 
 def run(args) -> int:
-    check_output_file("--html", args.html)
+    check_html_file("--html", args.html)
     if (args.b is None) == (args.what_if is None):
         raise SpecError("B", "give either a second scenario B or --what-if ID (not both)")
     a = analyze_prediction(predict(load_any_scenario(args.a)), AnalysisOptions(what_ifs=args.what_if is not None))

@@ -7,7 +7,7 @@ import sys
 
 from narrowpath.analysis import analyze_prediction
 from narrowpath.cli.analyze_cmd import add_assumption_args, options_from_args
-from narrowpath.cli.common import add_scenario_args, check_output_file, scenario_from_args, writing
+from narrowpath.cli.common import add_scenario_args, check_html_file, scenario_from_args, writing
 from narrowpath.errors import SpecError
 from narrowpath.schedule.step import predict
 
@@ -23,9 +23,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    if not args.output.lower().endswith((".html", ".htm")):
-        raise SpecError("-o", f"{args.output}: give a .html file name")
-    check_output_file("-o", args.output)
+    check_html_file("-o", args.output)
     options = options_from_args(args)
     a = analyze_prediction(predict(scenario_from_args(args)), options)
     from narrowpath.report.html_report import write_report
