@@ -154,7 +154,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         f_rc = recompute_fraction(p, sizes)
         if f_rc and layer_input is None:  # (a chunk recomputes only where its stage does)
             layer_input = layer_activation_bytes(scn, attention_kernel)
-        inputs = len(stage_layers) * layer_input if f_rc else 0.0
+        # the multi-token-prediction layers checkpoint their inputs too (Megatron-Core's MTP block under recompute)
+        mtp_n = model.mtp_layers if st.index == p.head_stage else 0
+        inputs = (len(stage_layers) + mtp_n) * layer_input if f_rc else 0.0
         f_off = offload_fraction(p, sizes)
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts *= 1 - f_off
@@ -162,8 +164,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         # chunk recomputing / offloading its own share (Megatron's block method counts per chunk: min(1, k / n_c))
         held_fwd = (2 * p.pp - st.index, st.index + 1) if p.dualpipev else None
         if held_fwd:
-            chunk_acts = [((1 - f) * a + f * n * (layer_input or 0.0)) * (1 - o) for a, n, f, o in zip(
-                chunk_acts, sizes, (recompute_fraction(p, (n,)) for n in sizes),
+            held = [n + (mtp_n if c == len(sizes) - 1 else 0) for c, n in enumerate(sizes)]  # layer inputs kept
+            chunk_acts = [((1 - f) * a + f * h * (layer_input or 0.0)) * (1 - o) for a, h, f, o in zip(
+                chunk_acts, held, (recompute_fraction(p, (n,)) for n in sizes),
                 (offload_fraction(p, (n,)) for n in sizes))]
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit

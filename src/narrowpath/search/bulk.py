@@ -451,7 +451,8 @@ class Bulk:
         if model.mtp_layers:
             layer_acts = layer_acts + np.where(sh["last"], mtp_acts[:, None], 0.0)
         inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))
-        inputs = np.where(f_rc > 0, sh["layers"] * inp[:, None], 0.0)
+        held = sh["layers"] + np.where(sh["last"], model.mtp_layers, 0)  # MTP layers checkpoint their inputs too
+        inputs = np.where(f_rc > 0, held * inp[:, None], 0.0)
         layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
         layer_acts = layer_acts * (1 - f_off)
         # the embedding and output layer keep 16-bit weights (cost.memory.stage_memory)
