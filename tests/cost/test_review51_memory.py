@@ -27,3 +27,15 @@ def test_full_recompute_keeps_the_mtp_layers_inputs():
     s = _deepseek(1)
     assert gain == pytest.approx(layer_activation_bytes(s, "flash") * in_flight_microbatches(last, s), rel=1e-9)
     assert mems[1][0].items["activations"] == mems[0][0].items["activations"]  # only the head stage holds them
+
+
+def test_dualpipev_full_recompute_keeps_the_mtp_inputs_on_its_last_chunk():
+    """DualPipeV (ranks hold chunk 0 and chunk 1 on a V; the head is rank 0's chunk 1): the MTP layer's input is
+    kept with chunk 1, held s + 1 = 1 times on rank 0 at its peak — one layer input more than without MTP."""
+    def mem(mtp):
+        s = _deepseek(mtp)
+        s = dataclasses.replace(s, plan=dataclasses.replace(s.plan, pipeline_schedule="dualpipev", vpp=2))
+        return s, stage_memory(s, build_workload(s, "flash"), "flash")
+    (s1, m1), (_, m0) = mem(1), mem(0)
+    gain = m1[0].items["activations"] - m0[0].items["activations"]
+    assert gain == pytest.approx(layer_activation_bytes(s1, "flash"), rel=1e-9)

@@ -164,9 +164,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         # chunk recomputing / offloading its own share (Megatron's block method counts per chunk: min(1, k / n_c))
         held_fwd = (2 * p.pp - st.index, st.index + 1) if p.dualpipev else None
         if held_fwd:
-            held = [n + (mtp_n if c == len(sizes) - 1 else 0) for c, n in enumerate(sizes)]  # layer inputs kept
+            inputs_n = [n + (mtp_n if c == len(sizes) - 1 else 0) for c, n in enumerate(sizes)]  # inputs kept
             chunk_acts = [((1 - f) * a + f * h * (layer_input or 0.0)) * (1 - o) for a, h, f, o in zip(
-                chunk_acts, held, (recompute_fraction(p, (n,)) for n in sizes),
+                chunk_acts, inputs_n, (recompute_fraction(p, (n,)) for n in sizes),
                 (offload_fraction(p, (n,)) for n in sizes))]
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit
