@@ -313,7 +313,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     kernel = kernel_of(scn.plan.attention, cal.attention_kernel)
     wl = build_workload(scn, kernel)
     dev, plan = capped_device(scn.system), scn.plan  # a power cap slows the arithmetic (cost.power)
-    slow = cal.overlap_compute_slowdown
+    slow, share = cal.overlap_compute_slowdown, microbatch_share(plan)  # share: items.Transfer `share` traffic
     op_cache: dict[int, tuple[float, bool]] = {}
     coll_cache: dict = {}
     spans: dict = {}
@@ -357,7 +357,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
             # of the cp blocks of a ring, the first uses local K, V: cp − 1 transfers hide behind cp − 1 blocks
             attn_budget = {ph: t * (plan.cp - 1) / plan.cp for ph, t in sums.attn_phase.items()}
             # `share` traffic (items.Transfer): on the first m − 1 micro-batches only, behind their matrix work
-            share_budget = {ph: t * microbatch_share(plan) for ph, t in sums.gemm_phase.items()}
+            share_budget = {ph: t * share for ph, t in sums.gemm_phase.items()}
             extra_compute = {"fwd": 0.0, "bwd": 0.0}  # the slowdown of the compute hidden traffic runs beside
             pairs = []  # pass-pair traffic: hides after the phases' own overlapped traffic (pass_pair_hidden_s)
             for tr, c in st.transfers:

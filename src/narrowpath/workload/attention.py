@@ -169,19 +169,14 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
     return ops
 
 
-def residual_op(model: Model, elements: float, a_bytes: int, dtype: str) -> Op:
-    """Fused bias-dropout-add (read 2 tensors, write 1, keep a 1-byte mask) or, without dropout, the residual add."""
+def residual_op(model: Model, elements: float, a_bytes: int, dtype: str, branches: int = 1) -> Op:
+    """Fused bias-dropout-add or, without dropout, the residual add of `branches` block outputs to the input: read
+    1 + branches tensors, write 1, keep a 1-byte dropout mask a branch (a parallel block adds its attention's and
+    its MLP's outputs at once: 2)."""
     if model.dropout:
-        return vector("bias_dropout_add", "fwd", elements * (3 * a_bytes + 1), dtype, saved_bytes=elements)
-    return vector("residual_add", "fwd", elements * 3 * a_bytes, dtype)
-
-
-def parallel_residual_op(model: Model, elements: float, a_bytes: int, dtype: str) -> Op:
-    """A parallel block's one residual: the input plus the attention's and the MLP's outputs (read 3 tensors, write
-    1), with dropout on each branch (two 1-byte masks kept)."""
-    if model.dropout:
-        return vector("bias_dropout_add", "fwd", elements * (4 * a_bytes + 2), dtype, saved_bytes=2 * elements)
-    return vector("residual_add", "fwd", elements * 4 * a_bytes, dtype)
+        return vector("bias_dropout_add", "fwd", elements * ((branches + 2) * a_bytes + branches), dtype,
+                      saved_bytes=branches * elements)
+    return vector("residual_add", "fwd", elements * (branches + 2) * a_bytes, dtype)
 
 
 def attention_params(model: Model, plan: Plan) -> float:

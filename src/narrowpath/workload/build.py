@@ -183,7 +183,7 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
         # ranks (workload.moe.moe_transfers; Megatron-Core MoEAlltoAllTokenDispatcher) — no gather of the layer's
         # input around it
         mlp_pair = 1.0 if not moe_layer or model.moe.shared_experts else 0.0
-        if model.parallel_attn_mlp and not moe_layer:
+        if model.parallel_attn_mlp:  # dense layers only: spec.model refuses experts in a parallel block
             # a parallel block (workload.transformer.parallel_block_ops) gathers the norm's output once for both
             # column-parallel inputs and sums both row-parallel outputs before one scatter (GPT-NeoX's
             # gpt_j_residual reduces once); backward sums both input gradients before one reduction

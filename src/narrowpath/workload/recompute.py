@@ -174,7 +174,7 @@ def kept_bytes(ops: list[Op], model: Model, plan: Plan) -> float:
     if "mla_up_proj" in mods and model.mla is not None:
         core = sum(op.saved_bytes for op in ops if is_attention_core(op) and _base(op) not in drop)
         kept -= min(core, _qkv_bytes(model, plan))
-    first = INPUT_NORM_CONSUMERS | PARALLEL_NORM_CONSUMERS if model.parallel_attn_mlp and not moe_layer else \
+    first = INPUT_NORM_CONSUMERS | PARALLEL_NORM_CONSUMERS if model.parallel_attn_mlp else \
         INPUT_NORM_CONSUMERS  # a parallel block's MLP reads the input norm's output too
     for consumers in (first, MLP_NORM_CONSUMERS):
         kept -= shared_input_double_count(ops, consumers, drop)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
 from narrowpath.workload.attention import (FLASH_BLOCK, attention_block_ops, attention_ops, attention_params,
-                                           kv_width_per_rank, mla_gathered_width, parallel_residual_op, residual_op)
+                                           kv_width_per_rank, mla_gathered_width, residual_op)
 from narrowpath.workload.moe import dense_mlp_block_ops, expert_params, moe_block_ops, moe_layer_params
 from narrowpath.workload.ops import (ATTENTION_CORE_OPS, as_phase, backward_ops, gemm, is_attention_core, linear,
                                      vector)
@@ -42,7 +42,7 @@ def parallel_block_ops(attention: list[Op], mlp: list[Op], model: Model, plan: P
     residual adds both outputs to the input in place of the two sequential adds."""
     norm2 = mlp[0]  # ln2; attention[-1] and mlp[-1] are the blocks' residual ops (residual_op)
     A = act_bytes(plan)
-    return attention[:-1] + mlp[1:-1] + [parallel_residual_op(model, norm2.saved_bytes / A, A, plan.precision)]
+    return attention[:-1] + mlp[1:-1] + [residual_op(model, norm2.saved_bytes / A, A, plan.precision, branches=2)]
 
 
 def layer_params(model: Model, plan: Plan, *, moe_layer: bool = False) -> float:

@@ -30,8 +30,9 @@ class Playback:
 
 def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode: str = "rendezvous",
          launches: dict | None = None) -> Playback:
-    """`pass_s[(stage, kind, chunk)]` seconds (`(stage, kind, chunk, micro-batch)` for one that differs); `launches`: (stage, kind, chunk, micro-batch) of the passes to report
-    → (chunk, streamed) (programs.sync_launches)."""
+    """`pass_s[(stage, kind, chunk)]` seconds (`(stage, kind, chunk, micro-batch)` for one that differs);
+    `launches`: (stage, kind, chunk, micro-batch) of the passes to report → (chunk, streamed)
+    (programs.sync_launches)."""
     launches = launches or {}
     p = len(programs)
     clock, pcs = [0.0] * p, [0] * p

@@ -378,15 +378,16 @@ def build_sim_work(pred: StepPrediction, schedule: str = "") -> SimWork:
             # micro-batch but the last, which runs none (the closed form prices the mean: schedule.step)
             # (DualPipe / DualPipeV number each direction's micro-batches apart: the mean there, as predict)
             last_xfs = Counter({tr: c for tr, c in xfs.items() if tr.hides_behind != "share" or dual})
-            if len(last_xfs) < len(xfs):
+            split = len(last_xfs) < len(xfs)
+            if split:
                 xfs = Counter({tr: c / share if tr.hides_behind == "share" else c for tr, c in xfs.items()})
             cap = share if dual else 1.0
-            pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired, cap) \
-                if any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs) else None
-            last_pairs = _pair_hidden(ops, last_xfs, pr, plan.cp, paired) if pairs is not None else None
+            paired_traffic = any(tr.hides_behind == "pass_pair" and tr.overlappable for tr in xfs)
+            pairs = _pair_hidden(ops, xfs, pr, plan.cp, paired, cap) if paired_traffic else None
+            last_pairs = _pair_hidden(ops, last_xfs, pr, plan.cp, paired) if paired_traffic and split else None
             for kind in kinds:
                 passes[(kind, j)] = _pass_work(kind, j, ops, xfs, pr, plan.cp, slowdown, pairs, cap)
-                if len(last_xfs) < len(xfs):
+                if split:
                     last_passes[(kind, j)] = _pass_work(kind, j, ops, last_xfs, pr, plan.cp, slowdown, last_pairs)
         fwd = sum(passes[("F", j)].compute_s for j in range(len(ranges)))
         stages.append(StageProgramWork(st.index, passes, tuple(len(r) for r in ranges),
