@@ -16,6 +16,7 @@ dp·cp (routed experts: over the expert-data-parallel group dp·cp/ep; `workload
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from narrowpath.spec.plan import interleaved_warmup
@@ -95,6 +96,38 @@ def in_flight_chunk_passes(stage: int, pp: int, vpp: int, num_microbatches: int,
     return interleaved_warmup(p, stage, v, group, m * v - 1) + 1
 
 
+def chunk_held_counts(stage: int, pp: int, vpp: int, num_microbatches: int, v_shape: bool = False,
+                      group: int = 0) -> tuple[tuple[int, ...], ...]:
+    """Forwards of each chunk a stage holds, not yet freed by their backward, at each moment one of its forwards
+    ends: the distinct count vectors, one entry per chunk. Their sum is `in_flight_chunk_passes` at every one of
+    them; a stage whose chunks keep unequal bytes peaks at the one that weighs its heavier chunk most. Megatron-Core's
+    interleaved order (schedule.sim.programs.order_interleaved, the simulator's program): virtual micro-batch k runs
+    chunk c of `schedule_table` forward and chunk v − 1 − c backward, the steady state a forward then a backward after
+    the warm-up — stage 0 of p 8, v 2 holds 16 forwards of chunk 0 and 8 of chunk 1 at its first backward, and
+    12 / 12 later. DualPipeV: 2p − s of chunk 0 and s + 1 of chunk 1 (`in_flight_chunk_passes`); 1F1B: one chunk."""
+    p, v, m = pp, vpp, num_microbatches
+    total = in_flight_chunk_passes(stage, p, v, m, v_shape, group)
+    if v_shape:
+        return ((2 * p - stage, stage + 1),)
+    if v == 1 or p == 1:
+        return ((total,),)
+    return _interleaved_held(p, v, m, total - 1, group or p)
+
+
+@functools.lru_cache(maxsize=4096)
+def _interleaved_held(p: int, v: int, m: int, warm: int, g: int) -> tuple[tuple[int, ...], ...]:
+    fwd = [c for lo in range(0, m, g) for c in range(v) for _ in range(lo, min(lo + g, m))]  # schedule_table's chunks
+    held = [0] * v
+    for c in fwd[:warm]:
+        held[c] += 1
+    seen = {}
+    for j, c in enumerate(fwd[warm:]):  # forward warm + j ends; backwards 0 … j − 1 have freed theirs
+        held[c] += 1
+        seen[tuple(held)] = None
+        held[v - 1 - fwd[j]] -= 1
+    return tuple(seen)
+
+
 def in_flight_microbatches(stage: int, scn: Scenario) -> float:
     """Micro-batches whose activations a stage holds at peak (1F1B / interleaved 1F1B): `in_flight_chunk_passes`
     in units of whole micro-batches."""
@@ -129,12 +162,21 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
                 return st.params
             return dense / zero_shards(p) + expert / zero_shards(p, expert=True)
 
-        layer_acts = 0.0
-        chunk_acts = [0.0] * len(rng)  # the same per chunk (DualPipeV holds its two chunks unequally often)
-        stage_layers = [i for r in rng for i in r]
+        # per chunk, what one micro-batch's forward leaves on this rank: a fully recomputed layer keeps only its input
+        # — Megatron's block method re-runs the first recompute_layers layers of every chunk (all of them when 0), so
+        # which layers those are matters where kinds differ (DeepSeek-V3's leading dense layers) — and the chunk's
+        # offloaded share keeps its bytes in host memory; the MTP layers sit in the output layer's chunk
+        full = p.recompute == "full"
+        if full and layer_input is None:
+            layer_input = layer_activation_bytes(scn, attention_kernel)
+        mtp_n = model.mtp_layers if st.index == p.head_stage else 0
+        sizes = tuple(len(r) for r in rng)
+        chunk_acts = []
         largest_layer = 0.0  # the largest layer of this stage: what a layer-sized temporary must hold
         for c, r in enumerate(rng):
-            for li in r:
+            rerun = min(len(r), p.recompute_layers or len(r)) if full else 0
+            kept = 0.0
+            for j, li in enumerate(r):
                 a = lstm_layer
                 if model.arch == "transformer":
                     kind = kind_of[li]
@@ -143,31 +185,13 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
                                                                 window=kind[1])
                     a = per_kind[kind]
                     largest_layer = max(largest_layer, a)
-                layer_acts += a
-                chunk_acts[c] += a
-        if st.index == p.head_stage and model.mtp_layers:  # in the output layer's chunk
-            mtp = model.mtp_layers * layer_activation_bytes(no_rc, attention_kernel, moe_layer=model.moe is not None)
-            layer_acts += mtp
-            chunk_acts[-1] += mtp
-        # a full recompute keeps only its layers' inputs; offloaded layers keep theirs in host memory
-        sizes = tuple(len(r) for r in rng)
-        f_rc = recompute_fraction(p, sizes)
-        if f_rc and layer_input is None:  # (a chunk recomputes only where its stage does)
-            layer_input = layer_activation_bytes(scn, attention_kernel)
-        # the multi-token-prediction layers checkpoint their inputs too (Megatron-Core's MTP block under recompute)
-        mtp_n = model.mtp_layers if st.index == p.head_stage else 0
-        inputs = (len(stage_layers) + mtp_n) * layer_input if f_rc else 0.0
+                kept += layer_input if j < rerun else a
+            if mtp_n and c == len(rng) - 1:  # they checkpoint their inputs as the chunk's layers do (MTP block)
+                mtp = mtp_n * layer_activation_bytes(no_rc, attention_kernel, moe_layer=model.moe is not None)
+                f = recompute_fraction(p, (len(r),))
+                kept += (1 - f) * mtp + (f * mtp_n * layer_input if f else 0.0)
+            chunk_acts.append(kept * (1 - offload_fraction(p, (len(r),))))
         f_off = offload_fraction(p, sizes)
-        layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
-        layer_acts *= 1 - f_off
-        # DualPipeV holds 2p − s forwards of chunk 0 and s + 1 of chunk 1 at its peak (in_flight_chunk_passes), each
-        # chunk recomputing / offloading its own share (Megatron's block method counts per chunk: min(1, k / n_c))
-        held_fwd = (2 * p.pp - st.index, st.index + 1) if p.dualpipev else None
-        if held_fwd:
-            inputs_n = [n + (mtp_n if c == len(sizes) - 1 else 0) for c, n in enumerate(sizes)]  # inputs kept
-            chunk_acts = [((1 - f) * a + f * h * (layer_input or 0.0)) * (1 - o) for a, h, f, o in zip(
-                chunk_acts, inputs_n, (recompute_fraction(p, (n,)) for n in sizes),
-                (offload_fraction(p, (n,)) for n in sizes))]
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit
         emb = embedding_params(scn, st.index == 0, st.index == p.head_stage) if model.arch == "transformer" else 0.0
@@ -179,8 +203,11 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         grads = held(2) * G
         optim = held(1) * optimizer_state_bytes_per_param(p)
         n_layers = sum(len(r) for r in rng)
-        infl = in_flight_microbatches(st.index, scn)
-        acts = sum(a * n for a, n in zip(chunk_acts, held_fwd)) if held_fwd else layer_acts * infl
+        if st.index == 0:  # the embedding output, held with chunk 0
+            chunk_acts[0] += A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1)
+        # the most this stage's forwards not yet freed by their backwards weigh at any moment (chunk_held_counts)
+        counts = chunk_held_counts(st.index, p.pp, p.vpp, p.num_microbatches, p.dualpipev, p.interleave_group)
+        acts = max(sum(n * a for n, a in zip(cnt, chunk_acts)) for cnt in counts)
         temps = 0.0
         if f_off:  # the layers being copied out or fetched back: one in each direction
             temps += 2 * largest_layer
@@ -191,9 +218,6 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
             # 16-bit logits + their fp32 copy, exponentiated in place and kept as the softmax for backward
             # (Megatron's vocab-parallel cross entropy; torch autocast's log_softmax keeps one fp32 tensor likewise)
             temps = max(temps, logits * (A + 4))
-        if st.index == 0:  # the embedding output, held with chunk 0
-            emb_out = A * b * s * model.hidden / (p.tp if p.sequence_parallel else 1)
-            acts += emb_out * (held_fwd[0] if held_fwd else infl)
         if zero == 3:
             per_layer_params = st.params / max(1, n_layers)
             temps += 2 * per_layer_params * Wg  # current + prefetched gathered layer

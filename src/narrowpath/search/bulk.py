@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, in_flight_chunk_passes
+from narrowpath.cost.memory import RUNTIME_RESERVE_BYTES, chunk_held_counts
 from narrowpath.search.parts import AGG, Parts
 from narrowpath.search.pipeline_bulk import fill_bound
 from narrowpath.search.space import recomputed_modules
@@ -127,6 +127,8 @@ class Shape:
     """(p,) class of every stage."""
     chunk_counts: np.ndarray
     """(Q, v, K) layers of each kind per interleaved chunk."""
+    prefix: np.ndarray
+    """(Q, v, L + 1, K) layers of each kind among a chunk's first j: the ones a block recompute of j re-runs."""
 
 
 def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int, chunk_layers: tuple = ()) -> Shape:
@@ -140,19 +142,26 @@ def pipeline_shape(layers: int, kind_of: list, kinds: list, pp: int, vpp: int, c
             for li in r:
                 per_chunk[j, kinds.index(kind_of[li])] += 1
         counts = per_chunk.sum(axis=0)
-        key = (tuple(counts), i == 0, i == pp - 1, tuple(len(r) for r in rng), tuple(per_chunk.reshape(-1)))
+        order = tuple(tuple(kinds.index(kind_of[li]) for li in r) for r in rng)  # (which layers a chunk re-runs first)
+        key = (tuple(counts), i == 0, i == pp - 1, tuple(len(r) for r in rng), tuple(per_chunk.reshape(-1)), order)
         if key not in classes:
             classes[key] = [i, 0, len(classes)]
         classes[key][1] += 1
         stage_class.append(classes[key][2])
     keys = list(classes)
+    L = max((len(r) for rng in ranges for r in rng), default=0)
+    prefix = np.zeros((len(keys), vpp, L + 1, K))
+    for q, k in enumerate(keys):
+        for j, seq in enumerate(k[5]):
+            for n, kind in enumerate(seq):
+                prefix[q, j, n + 1:, kind] += 1
     return Shape(counts=np.array([k[0] for k in keys]).reshape(len(keys), K), first=np.array([k[1] for k in keys]),
                  last=np.array([k[2] for k in keys]), mult=np.array([classes[k][1] for k in keys], dtype=float),
                  minidx=np.array([classes[k][0] for k in keys]),
                  layers=np.array([sum(k[0]) for k in keys], dtype=float),
                  chunks=np.array([k[3] for k in keys], dtype=float).reshape(len(keys), vpp),
                  stage_class=np.array(stage_class, dtype=np.int64),
-                 chunk_counts=np.array([k[4] for k in keys], dtype=float).reshape(len(keys), vpp, K))
+                 chunk_counts=np.array([k[4] for k in keys], dtype=float).reshape(len(keys), vpp, K), prefix=prefix)
 
 
 @dataclass(slots=True)
@@ -290,11 +299,17 @@ class Bulk:
                "last": np.zeros((len(self.shapes), Q), dtype=bool), "mult": np.zeros((len(self.shapes), Q)),
                "minidx": np.zeros((len(self.shapes), Q), dtype=np.int64), "layers": np.zeros((len(self.shapes), Q)),
                "chunks": np.zeros((len(self.shapes), Q, max((sh.chunks.shape[1] for sh in self.shapes), default=1)))}
+        V, L = out["chunks"].shape[2], max((sh.prefix.shape[2] for sh in self.shapes), default=1)
+        out["chunk_counts"] = np.zeros((len(self.shapes), Q, V, K))
+        out["prefix"] = np.zeros((len(self.shapes), Q, V, L, K))
         for j, sh in enumerate(self.shapes):
-            q = len(sh.mult)
+            q, v, n = len(sh.mult), sh.chunks.shape[1], sh.prefix.shape[2]
             for k in out:
-                if k == "chunks":  # padded with empty chunks, which no share counts
-                    out[k][j, :q, :sh.chunks.shape[1]] = sh.chunks
+                if k in ("chunks", "chunk_counts"):  # padded with empty chunks, which no share counts
+                    out[k][j, :q, :v] = getattr(sh, k)
+                elif k == "prefix":  # past a chunk's end its counts stay the whole chunk's
+                    out[k][j, :q, :v, :n] = sh.prefix
+                    out[k][j, :q, :v, n:] = sh.prefix[:, :, -1:]
                 else:
                     out[k][j, :q] = getattr(sh, k)
         return {k: v[g] for k, v in out.items()}
@@ -395,7 +410,7 @@ class Bulk:
         idx = np.arange(R)
         mtp_acts = self._per_unique(rows, ("tp", "cp", "mbs", "sp", rcs, "ep", "etp"),
                                     lambda key, f: P.mtp_activations(key, f)) if mtp else np.zeros(R)
-        mem = self._memory(rows, sh, valid, params, expert, LA, mtp_acts, f_rc, f_off)
+        mem = self._memory(rows, sh, valid, params, expert, LA, mtp_acts, f_off)
         saved = (sh["counts"] * SV[:, None, :]).sum(axis=2)
         ranks = (tp * cp * c["dp"][rows]).astype(float)
         hw_flop = (np.where(valid, acc[..., 5].sum(axis=2), 0.0) * sh["mult"]).sum(axis=1) * m * ranks
@@ -429,7 +444,7 @@ class Bulk:
         ids = np.array([self._sigs.setdefault(tuple(r), len(self._sigs)) for r in u.tolist()], dtype=np.int64)
         return ids[inv.reshape(-1)]
 
-    def _memory(self, rows, sh, valid, params, expert, LA, mtp_acts, f_rc, f_off) -> np.ndarray:
+    def _memory(self, rows, sh, valid, params, expert, LA, mtp_acts, f_off) -> np.ndarray:
         """Memory per rank of the most loaded stage (cost.memory.stage_memory, evaluated per class at its first
         stage)."""
         c, P, model, base = self.cols, self.p, self.model, self.t.space.base
@@ -445,16 +460,27 @@ class Bulk:
         sharded = dense / shards + expert / eshards
         Wg, G = sharded_weight_bytes_per_param(base), grad_bytes_per_param(base)
         A = act_bytes(base)
-        layer_acts = np.zeros((R, Q))
-        for k in range(self.K):
-            layer_acts = layer_acts + sh["counts"][:, :, k] * LA[:, None, k]
-        if model.mtp_layers:
-            layer_acts = layer_acts + np.where(sh["last"], mtp_acts[:, None], 0.0)
+        # per chunk (cost.memory.stage_memory): a full recompute's first recompute_layers layers of every chunk keep
+        # their inputs, the others what they keep; the MTP layers sit in the last chunk; an offloaded share is in host
+        rcl, off = (np.array([st[i] for st in self.t.strategies], dtype=np.int64)[c["strat"][rows]] for i in (1, 2))
+        n_c = sh["chunks"]
+        full = (self.rc[rows] == 2)[:, None, None]
+        k_rc = rcl[:, None, None]
+        rerun = np.where(full, np.minimum(n_c, np.where(k_rc > 0, k_rc, n_c)), 0).astype(np.int64)
+        pre = np.take_along_axis(sh["prefix"], rerun[..., None, None], axis=3)[:, :, :, 0, :]
         inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))
-        held = sh["layers"] + np.where(sh["last"], model.mtp_layers, 0)  # MTP layers checkpoint their inputs too
-        inputs = np.where(f_rc > 0, held * inp[:, None], 0.0)
-        layer_acts = (1 - f_rc) * layer_acts + f_rc * inputs
-        layer_acts = layer_acts * (1 - f_off)
+        kept = ((sh["chunk_counts"] - pre) * LA[:, None, None, :]).sum(axis=3) + rerun * inp[:, None, None]
+        if model.mtp_layers:
+            at = np.broadcast_to((c["vpp"][rows].astype(np.int64) - 1)[:, None, None], (R, Q, 1))
+            n_last = np.take_along_axis(n_c, at, axis=2)[..., 0]
+            k0 = k_rc[..., 0]
+            f = np.where(full[..., 0], np.where((k0 > 0) & (n_last > 0), np.minimum(n_last, k0) / np.maximum(n_last, 1),
+                                                1.0), 0.0)
+            mtp = (1 - f) * mtp_acts[:, None] + f * model.mtp_layers * inp[:, None]
+            grown = np.take_along_axis(kept, at, axis=2) + np.where(sh["last"], mtp, 0.0)[..., None]
+            np.put_along_axis(kept, at, grown, axis=2)
+        k_off = off[:, None, None]
+        kept = kept * (1 - np.where((k_off > 0) & (n_c > 0), np.minimum(n_c, k_off) / np.maximum(n_c, 1), 0.0))
         # the embedding and output layer keep 16-bit weights (cost.memory.stage_memory)
         Wb = weight_bytes_per_param(base.precision)
         pp = c["pp"][rows].astype(np.int64)
@@ -468,27 +494,33 @@ class Bulk:
                            + emb * Wb, (sharded - emb_shard) * Wg + emb_shard * Wb)
         grads = np.where(z < 2, params, sharded) * G
         optim = np.where(z < 1, params, sharded) * optimizer_state_bytes_per_param(base)
-        infl = self._in_flight(rows, sh)
-        acts = layer_acts * infl
         seen_max = np.maximum(0.0, np.where(sh["counts"] > 0, LA[:, None, :], -np.inf).max(axis=2))
         temps = np.where(f_off > 0, 2 * seen_max, 0.0)
         temps = np.where(self.rc[rows][:, None] == 2, np.maximum(temps, seen_max), temps)
         s = model.seq_len // cp
         logits = (mbs * s * model.vocab / tp)[:, None]
         temps = np.where(sh["last"], np.maximum(temps, logits * (A + 4)), temps)
-        emb_out = (A * mbs * s * model.hidden / np.where(sp > 0, tp, 1))[:, None] * infl
-        acts = np.where(sh["first"], acts + emb_out, acts)
+        emb_out = (A * mbs * s * model.hidden / np.where(sp > 0, tp, 1))[:, None]
+        kept[:, :, 0] += np.where(sh["first"], emb_out, 0.0)  # held with chunk 0
+        acts = self._held_peak(rows, sh, kept)
         temps = np.where(z == 3, temps + 2 * (params / np.maximum(1.0, sh["layers"])) * Wg, temps)
         total = weights + grads + optim + acts + temps + RUNTIME_RESERVE_BYTES
         return np.where(valid, total, -np.inf).max(axis=1)
 
-    def _in_flight(self, rows, sh) -> np.ndarray:
+    def _held_peak(self, rows, sh, kept) -> np.ndarray:
+        """(R, Q) the most the forwards a class's first stage holds weigh at once: its per-chunk bytes `kept`
+        (R, Q, V) against each moment's chunk counts (cost.memory.chunk_held_counts)."""
         pp, vpp, m = self.cols["pp"][rows], self.cols["vpp"][rows], self.m[rows]
         R, Q = sh["minidx"].shape
         a, b, cc, d = np.repeat(pp, Q), np.repeat(vpp, Q), np.repeat(m, Q), sh["minidx"].reshape(-1)
         first, inv = unique_rows(a, b, cc, d)
-        vals = [in_flight_chunk_passes(int(d[i]), int(a[i]), int(b[i]), int(cc[i])) / int(b[i]) for i in first]
-        return np.asarray(vals, dtype=float)[inv].reshape(R, Q)
+        flat = kept.reshape(R * Q, -1)
+        out = np.zeros(R * Q)
+        for u, i in enumerate(first):
+            at = np.flatnonzero(inv == u)
+            moments = np.array(chunk_held_counts(int(d[i]), int(a[i]), int(b[i]), int(cc[i])), dtype=float)
+            out[at] = (flat[at, :moments.shape[1]] @ moments.T).max(axis=1)
+        return out.reshape(R, Q)
 
     def optimizer(self, sp: StructuralPrices) -> np.ndarray:
         """Optimizer time of each structural row's most loaded rank (once per distinct parameter count)."""
