@@ -53,15 +53,27 @@ def _program_peaks(p, v, m, s, g):
 
 
 def test_held_counts_are_the_simulators_program():
-    """Every moment of peak depth the simulator's program of a stage reaches, and no other, for random pipelines
-    (micro-batch groups of pp and wider, micro-batch counts not a multiple of the group, the warm-up cap)."""
+    """Moments of peak depth the simulator's program of a stage reaches, and among them one that weighs any
+    non-negative per-chunk bytes most, for random pipelines (micro-batch groups of pp and wider, micro-batch counts
+    not a multiple of the group, the warm-up cap)."""
     rng = random.Random(52)
-    for _ in range(300):
-        p, v, m = rng.randint(2, 8), rng.randint(2, 5), rng.randint(1, 40)
-        g, s = rng.choice([0, p, p + 1, 2 * p]), rng.randrange(p)
-        got = chunk_held_counts(s, p, v, m, group=g)
-        assert set(got) == _program_peaks(p, v, m, s, g), (p, v, m, s, g)
+    for _ in range(400):
+        p, v, m = rng.randint(2, 8), rng.randint(2, 6), rng.randint(1, 90)
+        g, s = rng.choice([0, p, p + 1, 2 * p, 3 * p + 1]), rng.randrange(p)
+        got, want = set(chunk_held_counts(s, p, v, m, group=g)), _program_peaks(p, v, m, s, g)
+        assert got <= want, (p, v, m, s, g)
+        for _ in range(10):
+            w = [rng.random() ** 3 for _ in range(v)]
+            assert max(np.dot(c, w) for c in got) == pytest.approx(max(np.dot(c, w) for c in want), rel=1e-12)
         assert {sum(c) for c in got} == {in_flight_chunk_passes(s, p, v, m, group=g)}
+
+
+def test_held_counts_stay_few_however_many_micro_batches():
+    """A million micro-batches on pp 16 × vpp 8: the runs' ends of the first two groups and the last ones — O(v)
+    moments, not one per micro-batch (the first version listed every moment and the validation fuzz test, which
+    draws batches that large, ran out of memory)."""
+    got = chunk_held_counts(0, 16, 8, 10 ** 6)
+    assert len(got) <= 8 * 8 and {sum(c) for c in got} == {in_flight_chunk_passes(0, 16, 8, 10 ** 6)}
 
 
 def test_held_counts_by_hand():
@@ -70,7 +82,7 @@ def test_held_counts_by_hand():
     chunk 1 → (4, 1), backward chunk 0 → (3, 1), forward chunk 1 → (3, 2), … . p 8, v 2: stage 0 holds 15 + 8
     at its first backward and 16 + 7 two forwards later; 1F1B and DualPipeV as in_flight_chunk_passes says."""
     assert set(chunk_held_counts(0, 2, 2, 8)) == {(3, 2), (4, 1)}
-    assert set(chunk_held_counts(0, 8, 2, 64)) == {(15, 8), (16, 7)}
+    assert (16, 7) in chunk_held_counts(0, 8, 2, 64) and set(chunk_held_counts(0, 8, 2, 64)) <= {(15, 8), (16, 7)}
     assert chunk_held_counts(1, 4, 1, 16) == ((3,),)
     assert chunk_held_counts(1, 4, 2, 16, v_shape=True) == ((7, 2),)
 

@@ -114,17 +114,38 @@ def chunk_held_counts(stage: int, pp: int, vpp: int, num_microbatches: int, v_sh
     return _interleaved_held(p, v, m, total - 1, group or p)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
 def _interleaved_held(p: int, v: int, m: int, warm: int, g: int) -> tuple[tuple[int, ...], ...]:
-    fwd = [c for lo in range(0, m, g) for c in range(v) for _ in range(lo, min(lo + g, m))]  # schedule_table's chunks
-    held = [0] * v
-    for c in fwd[:warm]:
-        held[c] += 1
+    """The moments that can hold the most of any per-chunk bytes. After steady forward j (schedule entry warm + j)
+    the stage holds cf(warm + j + 1) − cb(j); between two changes of the chunk either sequence runs, the counts move
+    linearly in j, so a peak of any weighted sum sits at a run's end; and a full group of micro-batches later the
+    counts repeat (every chunk gained and lost g), so only the first two periods and the last ones (the partial
+    group, the drain of the forwards) are looked at: O(v) moments, whatever m."""
+    P, n = g * v, m * v - warm
+    full = (m // g) * P  # schedule entries in whole groups
+
+    def cf(k: int) -> list[int]:  # forwards of each chunk among the first k schedule entries
+        blocks = min(k // P, m // g)
+        size, rest = min(g, m - blocks * g), k - blocks * P
+        return [blocks * g + (max(0, min(size, rest - c * size)) if size > 0 else 0) for c in range(v)]
+
+    def runs(lo: int, hi: int) -> list[int]:  # entries in [lo, hi) where a run of one chunk starts
+        out, blk = [], max(0, lo // P)
+        while blk * P < hi and blk * g < m:
+            size = min(g, m - blk * g)
+            out += [blk * P + c * size for c in range(v) if lo <= blk * P + c * size < hi]
+            blk += 1
+        return out
+
+    tail = full - 2 * P - warm
+    cands = {0, n - 1}
+    for b in runs(0, 2 * P + warm + 3) + runs(max(0, tail - 3), m * v + 1):
+        cands.update(j for j in (b - 2, b - 1, b, b - warm - 2, b - warm - 1, b - warm)
+                     if 0 <= j < n and (j < 2 * P or j >= tail))
     seen = {}
-    for j, c in enumerate(fwd[warm:]):  # forward warm + j ends; backwards 0 … j − 1 have freed theirs
-        held[c] += 1
-        seen[tuple(held)] = None
-        held[v - 1 - fwd[j]] -= 1
+    for j in sorted(cands):
+        f, b = cf(warm + j + 1), cf(j)
+        seen[tuple(f[c] - b[v - 1 - c] for c in range(v))] = None
     return tuple(seen)
 
 
