@@ -8,7 +8,9 @@ runs as a weight stream — GEMV and split-K kernels spread the k·n weights ove
 r/64 of a one-tile GEMM's: the ramp is read at the FLOPs of the 64-row GEMM of the same weights, F·64/r
 (continuous at 64 rows; at one row the ramp's floor falls to 1/64 and the time is the weights over the bandwidth:
 TensorRT-LLM's GEMV / weight-only kernels for m ≤ 16; cuBLAS split-K for skinny GEMMs; Pope et al. 2022 §2:
-small-batch decode is the weights over the memory bandwidth). A kernel that streams bytes from L2 beyond its HBM
+small-batch decode is the weights over the memory bandwidth). A decode step's attention core is the same stream
+of its KV cache: its tiles' rows are the query heads that share one kv head's load (`Op.rows`, set by
+workload.serving.decode_attention_op). A kernel that streams bytes from L2 beyond its HBM
 traffic (`Op.l2_bytes`) has a second memory roof, those bytes over the L2 bandwidth (`memory_time_s`).
 """
 from __future__ import annotations
@@ -111,7 +113,7 @@ def compute_time_s(op: Op, device: Device, cal: Calibration) -> float:
     if op.kind == "vector":
         return op.flop / device.vector_peak(op.dtype)
     size = op.flop / op.groups  # a grouped GEMM ramps like one of its groups
-    if op.kind == "matrix" and 0 < op.rows < MMA_TILE_ROWS:  # a weight stream (module docstring)
+    if op.kind != "vector" and 0 < op.rows < MMA_TILE_ROWS:  # a weight (or a decode step's kv cache) stream
         size *= MMA_TILE_ROWS / op.rows
     eff = matrix_efficiency(size, op.dtype, cal)
     if op.kind == "flash":

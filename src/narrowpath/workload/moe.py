@@ -170,8 +170,10 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
         # to the CPU) unless the kernels read them from device memory (plan.moe_sync_free)
         topk = dataclasses.replace(topk, host_syncs=1)
     ops.append(topk)
-    # permute: gather each token's top_k copies into expert order (fused kernel: read tokens, write copies)
-    ops.append(vector("moe_permute", "fwd", tok * h * A + copies * h * A, plan.precision, kernels=2))
+    # permute: gather each token's top_k copies into expert order (fused kernel: read tokens, write copies); its
+    # backward is the inverse permutation of the gradients (read the copies', write the tokens' sums): the same bytes
+    perm = tok * h * A + copies * h * A
+    ops.append(dataclasses.replace(vector("moe_permute", "fwd", perm, plan.precision, kernels=2), bwd_bytes=perm))
     rows = expert_rows(model, plan)
     ops += expert_path_ops(model, plan, rows, mlp_ops(
         model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
@@ -180,8 +182,11 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # unpermute: sum the copies back into the token; where it also weights each copy by its routing probability
     # (plan.moe_probs `combine`) it keeps the 16-bit expert outputs for the probabilities' gradient, where the
     # experts' activation already did (`activation`, Megatron-Core >= 0.13) it keeps only indices
-    ops.append(vector("moe_unpermute", "fwd", copies * h * A + tok * h * A, plan.precision, kernels=2,
-                      saved_bytes=copies * h * A if plan.moe_probs == "combine" else 0.0))
+    # (backward: the gradient permuted back to the copies, the same bytes, and with `combine` the kept outputs read
+    # for the probabilities' gradient)
+    kept = copies * h * A if plan.moe_probs == "combine" else 0.0
+    ops.append(dataclasses.replace(vector("moe_unpermute", "fwd", copies * h * A + tok * h * A, plan.precision,
+                                          kernels=2, saved_bytes=kept), bwd_bytes=copies * h * A + tok * h * A + kept))
     if moe.shared_experts:
         m = b * s
         ops += mlp_ops(model, plan, moe.shared_ffn * moe.shared_experts, m, width_split=t, prefix="shared",
@@ -236,6 +241,34 @@ def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) ->
     return out
 
 
+def distinct_expert_ranks(num_experts: int, top_k: int, ep: int) -> float:
+    """Expected expert-parallel ranks one token's top_k distinct experts lie on (E/ep experts per rank):
+    ep · (1 − C(E − E/ep, k) / C(E, k))."""
+    if ep <= 1:
+        return 1.0
+    per = num_experts / ep
+    if num_experts - per < top_k:
+        return float(ep)
+
+    def lc(n: float, k: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+    return ep * (1.0 - math.exp(lc(num_experts - per, top_k) - lc(num_experts, top_k)))
+
+
+def ranks_per_token(num_experts: int, top_k: int, ep: int, domains: int = 1, max_nodes: int = 0) -> float:
+    """Expert-parallel ranks a deduplicating dispatch sends one token to — once to each rank holding any of its
+    experts, which permutes the copies for its experts itself (DeepEP's `is_token_in_rank`; Megatron-Core's flex
+    dispatcher permutes after the exchange with `tokens_per_expert`): `distinct_expert_ranks`, with node-limited
+    routing over the n = min(N, M) nodes the token picks (`remote_nodes_per_token`), whose E·n/D experts lie on
+    ep·n/D ranks. Qwen3-30B-A3B (128 experts, top 8) on ep 8: 5.34 ranks, not 8 copies; DeepSeek-V3 on ep 64 over 8
+    nodes, M = 4: 7.36."""
+    if domains > 1 and max_nodes:
+        n = min(domains * (1.0 - (1.0 - 1.0 / domains) ** top_k), max_nodes)
+        return distinct_expert_ranks(num_experts * n / domains, top_k, ep * n / domains)
+    return distinct_expert_ranks(num_experts, top_k, ep)
+
+
 def remote_nodes_per_token(top_k: int, domains: int, max_nodes: int = 0) -> float:
     """Expected number of other scale-up domains a token's top_k experts fall on, experts spread evenly over
     `domains` domains: the token's experts touch N = D·(1 − (1 − 1/D)^k) domains under independent uniform picks,
@@ -266,15 +299,19 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
     phases = ("fwd", "bwd") + (("recompute",) if recomputes_dispatch(plan) else ())
     out: list[tuple[Transfer, float]] = []
     tok = local_tokens(model, plan)
+    hits = ranks_per_token(moe.num_experts, moe.top_k, plan.ep, ep_domains, moe.max_nodes)
     if plan.ep > 1 and plan.ep_dispatch == "dedup" and ep_domains > 1:
         remote = remote_nodes_per_token(moe.top_k, ep_domains, moe.max_nodes)
         # nccl-tests all-to-all size whose off-domain share (D − 1)/D is the deduplicated scale-out traffic
         inter = tok * remote * model.hidden * ep_domains / (ep_domains - 1)
-        intra = tok * moe.top_k * model.hidden
+        intra = tok * hits * model.hidden  # fanned out to each rank holding any of the token's experts, once
         for ph in phases:
             out += _exchange(plan, "_internode", "ep_inter", inter, ph)
             if ep_per_domain > 1:
                 out += _exchange(plan, "_intranode", "ep_intra", intra, ph)
+    elif plan.ep > 1 and plan.ep_dispatch == "dedup":  # one domain: each token once to every rank it needs
+        for ph in phases:
+            out += _exchange(plan, "", "ep", tok * hits * model.hidden, ph)
     elif plan.ep > 1:
         for ph in phases:
             out += _exchange(plan, "", "ep", tok * moe.top_k * model.hidden, ph)

@@ -227,9 +227,13 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
     slots = plan.expert_slots(moe.num_experts)  # a balancer's extra copies share the load of hot experts
     active = expected_active_experts(slots / plan.ep, slots, T * plan.dp, moe.top_k)
     if rows > 0:
-        ops.append(vector("moe_permute", "fwd", 2 * rows * h * A, "bf16"))
+        # expand: read each token entering the stage once, write its copies for this rank's experts; finalize: read
+        # the copies' outputs, write one weighted sum per token (TensorRT-LLM moe_kernels.cu expandInputRowsKernel,
+        # finalizeMoeRoutingKernel: [tokens, h] in and out, [tokens·k, h] between)
+        tokens = T * plan.dp
+        ops.append(vector("moe_permute", "fwd", (tokens + rows) * h * A, "bf16"))
         ops += mlp_token_ops(model, f, rows, moe.expert_ffn / plan.expert_tp, "expert", active)
-        ops.append(vector("moe_unpermute", "fwd", 2 * rows * h * A, "bf16"))
+        ops.append(vector("moe_unpermute", "fwd", (rows + tokens) * h * A, "bf16"))
     if moe.shared_experts:
         ops += mlp_token_ops(model, f, T, moe.shared_ffn * moe.shared_experts / plan.tp, "shared")
     return ops
@@ -302,9 +306,14 @@ def decode_attention_op(model: Model, plan: ServingPlan, f: Formats, seqs: float
     # side — from HBM once and through L2 to each of them (Op.l2_bytes: the L2 roof binds where reads × HBM
     # bandwidth exceed L2's)
     via_l2 = kv_reads > 1 and reread_from == "l2"
+    # the rows of its tiles' MMAs: the query rows that share one load of a kv head's cache — the group's query heads
+    # (XQA packs them into the MMA's M dimension; MLA's heads all share the latent) or one head (kv_reads > 1) — times
+    # the query tokens; fewer than one MMA tile of them make it a stream of the cache (cost.roofline), not a GEMM
+    # that ramps up over the whole batch's FLOPs as one kernel of that size would
+    group = a_t if model.mla is not None else kv_group_size(model, plan) if kv_reads <= 1 else 1.0
     return Op("attn_decode", "flash", "fwd", flop, (kv if via_l2 else kv * kv_reads) + q_io, f.core,
               1 if seqs else 0, 0.0, exps=a_t * context_tokens * queries_per_seq,
-              l2_bytes=kv * kv_reads if via_l2 else 0.0)
+              l2_bytes=kv * kv_reads if via_l2 else 0.0, rows=group * queries_per_seq)
 
 
 def prefill_attention_op(model: Model, plan: ServingPlan, f: Formats, chunk_tokens: float, pair_tokens: float,

@@ -30,28 +30,12 @@ convention of cost.collectives):
 """
 from __future__ import annotations
 
-import math
 
 from narrowpath.spec.model import Model
 from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.items import Transfer
-from narrowpath.workload.moe import remote_nodes_per_token
+from narrowpath.workload.moe import distinct_expert_ranks, ranks_per_token, remote_nodes_per_token
 from narrowpath.workload.serving import ACT_BYTES, Formats
-
-
-def distinct_expert_ranks(num_experts: int, top_k: int, ep: int) -> float:
-    """Expected expert-parallel ranks one token's top_k distinct experts lie on (E/ep experts per rank):
-    ep · (1 − C(E − E/ep, k) / C(E, k))."""
-    if ep <= 1:
-        return 1.0
-    per = num_experts / ep
-    if num_experts - per < top_k:
-        return float(ep)
-
-    def lc(n: float, k: int) -> float:
-        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-    return ep * (1.0 - math.exp(lc(num_experts - per, top_k) - lc(num_experts, top_k)))
 
 
 EXCHANGES = ("all_to_all", "gather")
@@ -89,11 +73,12 @@ def layer_transfers(model: Model, plan: ServingPlan, f: Formats, T: float, moe_l
         # fabric (an all-to-all among the ranks of one local index, whose off-domain share (D − 1)/D is that
         # traffic), then the copies fanned out inside the domain
         remote = remote_nodes_per_token(moe.top_k, ep_domains, moe.max_nodes)
+        hits = ranks_per_token(moe.num_experts, moe.top_k, plan.ep, ep_domains, moe.max_nodes)
         for name, b in (("dispatch", f.W), ("combine", A)):
             out.append((Transfer(f"ep.{name}_internode", "all_to_all", "ep_inter",
                                  T_g * remote * h * b * ep_domains / (ep_domains - 1), "fwd"), 1.0))
             if ep_per_domain > 1:
-                out.append((Transfer(f"ep.{name}_intranode", "all_to_all", "ep_intra", T_g * moe.top_k * h * b,
+                out.append((Transfer(f"ep.{name}_intranode", "all_to_all", "ep_intra", T_g * hits * h * b,
                                      "fwd"), 1.0))
         gathered = T_g * moe.top_k * plan.expert_tp * h * A
     elif plan.ep > 1:
