@@ -98,7 +98,7 @@ def test_the_search_keeps_copies_only_where_they_divide(capsys):
     assert redundant_for(resolve_model("llama3-8b"), base, 8) == 0
     args = ["search", "--serve", "--model", "gpt-oss-120b", "--system", "dgx-h100", "--gpus", "16", "--expert-balance",
             "eplb", "--redundant-experts", "8", "--input-len", "256", "--output-len", "16", "--slo-ttft", "10",
-            "--slo-tpot", "1", "--json", "--top", "100"]
+            "--slo-tpot", "1", "--json", "--top", "1000"]
     assert main(args) == 0
     plans = [r["plan"] for r in json.loads(capsys.readouterr().out)["ranked"]]
     assert {p["ep"] for p in plans} >= {1, 8, 16}

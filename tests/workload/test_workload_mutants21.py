@@ -68,13 +68,15 @@ def test_moe_recompute_reruns_the_dispatch_not_a_tp_block_of_a_layer_without_sha
 
 def test_a_dedup_dispatch_over_two_gpus_a_domain_fans_out_inside_it():
     """Mixtral 8x7B served at ep 4 (dp 4, tp 1) on 2 domains × 2 GPUs, deduplicating dispatch, T = 100 tokens:
-    after the once-per-node inter-domain leg the token copies fan out inside the domain, an all-to-all of
-    T · top_k · hidden · bytes = 100 · 2 · 4,096 · 2 = 1,638,400 B for the dispatch (bf16 weights: 2 B) and the
-    same for the combine (16-bit activations)."""
+    after the once-per-node inter-domain leg each token goes inside the domains to every rank holding one of its 2
+    experts once — 4·(1 − C(6, 2)/C(8, 2)) = 4·13/28 = 1.857 ranks of 2 experts each, not its 2 copies — an
+    all-to-all of T · 13/7 · hidden · bytes = 100 · 13/7 · 4,096 · 2 = 1,521,371 B for the dispatch (bf16 weights:
+    2 B) and the same for the combine (16-bit activations)."""
     m = model("mixtral-8x7b")
     p = ServingPlan(dp=4, ep=4, ep_dispatch="dedup")
     f = Formats.of(p, True, m)
     out = layer_transfers(m, p, f, 100.0, True, ep_domains=2, ep_per_domain=2)
     intra = {tr.name: tr.message_bytes for tr, _ in out if tr.name.endswith("_intranode")}
     assert (m.moe.top_k, m.hidden, f.W, ACT_BYTES) == (2, 4096, 2, 2)
-    assert intra == {"ep.dispatch_intranode": 1_638_400, "ep.combine_intranode": 1_638_400}
+    assert intra == pytest.approx({"ep.dispatch_intranode": 100 * 13 / 7 * 4096 * 2,
+                                   "ep.combine_intranode": 100 * 13 / 7 * 4096 * 2}, rel=1e-12)

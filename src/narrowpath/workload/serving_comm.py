@@ -30,7 +30,6 @@ convention of cost.collectives):
 """
 from __future__ import annotations
 
-
 from narrowpath.spec.model import Model
 from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.items import Transfer
