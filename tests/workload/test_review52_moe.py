@@ -37,6 +37,10 @@ def test_ranks_a_token_reaches_by_hand():
     node = 32 * (1 - math.prod((124 - i) / (128 - i) for i in range(8)))
     assert ranks_per_token(256, 8, 64, 8, 4) == pytest.approx(node, rel=1e-12) == pytest.approx(7.359, abs=1e-3)
     assert ranks_per_token(256, 8, 64, 8, 0) == pytest.approx(ranks_per_token(256, 8, 64), rel=1e-12)
+    # a limit of as many nodes as there are (or more) restricts nothing: 64·(1 − Π (252 − i)/(256 − i)) = 7.676
+    free = 64 * (1 - math.prod((252 - i) / (256 - i) for i in range(8)))
+    assert ranks_per_token(256, 8, 64, 8, 8) == ranks_per_token(256, 8, 64, 8, 0) == pytest.approx(free, rel=1e-12)
+    assert ranks_per_token(256, 8, 32, 4, 4) == pytest.approx(ranks_per_token(256, 8, 32), rel=1e-12)
 
 
 def test_a_deduplicating_dispatch_inside_one_domain_sends_each_token_once_per_rank():
@@ -67,6 +71,20 @@ def test_a_permutations_backward_moves_the_forwards_bytes():
         assert {op.name: op.hbm_bytes for op in fwd if op.name in bwd} == {"moe_permute": 100_663_296,
                                                                           "moe_unpermute": 100_663_296}
         assert bwd == {"moe_permute": 100_663_296, "moe_unpermute": 100_663_296 + extra}
+
+
+def test_serving_expand_reads_the_tokens_an_all_to_all_delivers():
+    """DeepSeek-V3 served at attention DP 8, ep 8, T = 64 tokens a rank: gathered, each GPU's expand reads all
+    512 tokens of the stage; by an all-to-all only those with an expert on its rank, 512·d/8 with
+    d = 8·(1 − C(224, 8)/C(256, 8)) ranks a token reaches (a review of this session's change: it read all 512)."""
+    ds = model("deepseek-v3")
+    p = ServingPlan(dp=8, ep=8, weight_precision="fp8", kv_precision="fp8")
+    f = Formats.of(p, True, ds)
+    d = 8 * (1 - math.prod((224 - i) / (256 - i) for i in range(8)))
+    by = {ex: {op.name: op.hbm_bytes for op in moe_token_ops(ds, p, f, 64.0, ex)} for ex in ("gather", "all_to_all")}
+    assert by["gather"]["moe_permute"] - by["all_to_all"]["moe_permute"] == pytest.approx(
+        (512 - 512 * d / 8) * 7168 * 2, rel=1e-9)
+    assert by["all_to_all"]["moe_unpermute"] == by["all_to_all"]["moe_permute"]
 
 
 def test_serving_expand_and_finalize_move_tokens_and_their_copies():

@@ -19,19 +19,17 @@ def test_a_dedup_dispatch_fans_every_token_copy_out_over_nvlink():
     (D − 1)·(1 − (1 − 1/D)^k) = 1 − 0.5^8 = 0.99609375 nodes (below the 3 other nodes routing allows), as an
     all-to-all among the 2 domains whose off-domain share is (D − 1)/D: 5·0.99609375·7168·B·2 bytes, 71,400 B at
     fp8 (1 B) and 142,800 B for the 16-bit combine. Inside the nodes it is delivered over NVLink once to each rank
-    holding any of its 8 experts (fifty-second session; before, once per expert): its experts among the
-    n = min(2·(1 − 0.5^8), 4) = 1.9922 nodes' 256·n/2 = 255 experts on 16·n/2 = 15.94 ranks of 16 experts each,
-    15.94·(1 − C(239, 8)/C(255, 8)) = 6.518 ranks: 5·6.517·7168·B, 233,609 B dispatched (fp8) and 467,217 B combined
-    (16 bit) — proportional to the hidden size, as every other message of the layer (module docstring of
-    workload.serving_comm)."""
+    holding any of its 8 experts (fifty-second session; before, once per expert): a limit of 4 nodes restricts
+    nothing on 2, so 16·(1 − C(240, 8)/C(256, 8)) = 6.523 ranks of 16 experts each: 5·6.523·7168·B, 233,794 B
+    dispatched (fp8) and 467,589 B combined (16 bit) — proportional to the hidden size, as every other message of the
+    layer (module docstring of workload.serving_comm)."""
     m = model("deepseek-v3")
     p = ServingPlan(tp=2, dp=8, ep=16, ep_dispatch="dedup", weight_precision="fp8", kv_precision="fp8")
     f = Formats.of(p, True, m)
     assert f.W == 1.0
     out = {tr.name: (tr.axis, tr.message_bytes, c) for tr, c in layer_transfers(m, p, f, 10.0, True, 2, 8)}
-    n = min(2 * (1 - 0.5 ** 8), 4)
-    ranks = 16 * n / 2 * (1 - math.prod((256 * n / 2 - 16 - i) / (256 * n / 2 - i) for i in range(8)))
-    assert ranks == pytest.approx(6.518, abs=1e-3)
+    ranks = 16 * (1 - math.prod((240 - i) / (256 - i) for i in range(8)))
+    assert ranks == pytest.approx(6.523, abs=1e-3)
     assert out["ep.dispatch_intranode"][::2] == ("ep_intra", 1.0)
     assert out["ep.dispatch_intranode"][1] == pytest.approx(5 * ranks * 7168 * 1, rel=1e-9)
     assert out["ep.combine_intranode"][1] == pytest.approx(5 * ranks * 7168 * 2, rel=1e-9)

@@ -185,8 +185,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
 
         # per chunk, what one micro-batch's forward leaves on this rank: a fully recomputed layer keeps only its input
         # — Megatron's block method re-runs the first recompute_layers layers of every chunk (all of them when 0), so
-        # which layers those are matters where kinds differ (DeepSeek-V3's leading dense layers) — and the chunk's
-        # offloaded share keeps its bytes in host memory; the MTP layers sit in the output layer's chunk
+        # which layers those are matters where kinds differ (DeepSeek-V3's leading dense layers) — and its first
+        # offload_layers layers keep theirs in host memory (Transformer Engine's offload context takes layers in the
+        # order they run); the MTP layers sit in the output layer's chunk, offloaded in the chunk's share
         full = p.recompute == "full"
         if full and layer_input is None:
             layer_input = layer_activation_bytes(scn, attention_kernel)
@@ -196,6 +197,7 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         largest_layer = 0.0  # the largest layer of this stage: what a layer-sized temporary must hold
         for c, r in enumerate(rng):
             rerun = min(len(r), p.recompute_layers or len(r)) if full else 0
+            off = min(len(r), p.offload_layers)  # its first layers' saved tensors in host memory (as they run)
             kept = 0.0
             for j, li in enumerate(r):
                 a = lstm_layer
@@ -206,12 +208,13 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
                                                                 window=kind[1])
                     a = per_kind[kind]
                     largest_layer = max(largest_layer, a)
-                kept += layer_input if j < rerun else a
+                if j >= off:
+                    kept += layer_input if j < rerun else a
             if mtp_n and c == len(rng) - 1:  # they checkpoint their inputs as the chunk's layers do (MTP block)
                 mtp = mtp_n * layer_activation_bytes(no_rc, attention_kernel, moe_layer=model.moe is not None)
                 f = recompute_fraction(p, (len(r),))
-                kept += (1 - f) * mtp + (f * mtp_n * layer_input if f else 0.0)
-            chunk_acts.append(kept * (1 - offload_fraction(p, (len(r),))))
+                kept += ((1 - f) * mtp + (f * mtp_n * layer_input if f else 0.0)) * (1 - offload_fraction(p, (len(r),)))
+            chunk_acts.append(kept)
         f_off = offload_fraction(p, sizes)
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3
         # shard in the format its all-gather moves; the embedding and output layer in 16 bit

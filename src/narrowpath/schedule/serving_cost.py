@@ -247,7 +247,7 @@ class ServingCost:
         out: list[tuple[Op, float]] = []
         for kind in set(self.kinds[stage]):
             n = self.kinds[stage].count(kind)
-            out += [(op, float(n)) for op in layer_token_ops(m, p, self.f, T, kind[0])]
+            out += [(op, float(n)) for op in layer_token_ops(m, p, self.f, T, kind[0], self.exchange)]
         if stage == 0:
             out.append((embedding_op(m, T), 1.0))
         return out

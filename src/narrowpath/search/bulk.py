@@ -467,20 +467,23 @@ class Bulk:
         full = (self.rc[rows] == 2)[:, None, None]
         k_rc = rcl[:, None, None]
         rerun = np.where(full, np.minimum(n_c, np.where(k_rc > 0, k_rc, n_c)), 0).astype(np.int64)
-        pre = np.take_along_axis(sh["prefix"], rerun[..., None, None], axis=3)[:, :, :, 0, :]
+        k_off = off[:, None, None]
+        gone = np.minimum(n_c, k_off).astype(np.int64)  # the first offload_layers layers: in host memory
+        pre = np.take_along_axis(sh["prefix"], np.maximum(rerun, gone)[..., None, None], axis=3)[:, :, :, 0, :]
         inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))
-        kept = ((sh["chunk_counts"] - pre) * LA[:, None, None, :]).sum(axis=3) + rerun * inp[:, None, None]
+        kept = ((sh["chunk_counts"] - pre) * LA[:, None, None, :]).sum(axis=3) \
+            + np.maximum(0, rerun - gone) * inp[:, None, None]
         if model.mtp_layers:
             at = np.broadcast_to((c["vpp"][rows].astype(np.int64) - 1)[:, None, None], (R, Q, 1))
             n_last = np.take_along_axis(n_c, at, axis=2)[..., 0]
             k0 = k_rc[..., 0]
             f = np.where(full[..., 0], np.where((k0 > 0) & (n_last > 0), np.minimum(n_last, k0) / np.maximum(n_last, 1),
                                                 1.0), 0.0)
-            mtp = (1 - f) * mtp_acts[:, None] + f * model.mtp_layers * inp[:, None]
+            o = np.where((k_off[..., 0] > 0) & (n_last > 0), np.minimum(n_last, k_off[..., 0]) / np.maximum(n_last, 1),
+                         0.0)
+            mtp = ((1 - f) * mtp_acts[:, None] + f * model.mtp_layers * inp[:, None]) * (1 - o)
             grown = np.take_along_axis(kept, at, axis=2) + np.where(sh["last"], mtp, 0.0)[..., None]
             np.put_along_axis(kept, at, grown, axis=2)
-        k_off = off[:, None, None]
-        kept = kept * (1 - np.where((k_off > 0) & (n_c > 0), np.minimum(n_c, k_off) / np.maximum(n_c, 1), 0.0))
         # the embedding and output layer keep 16-bit weights (cost.memory.stage_memory)
         Wb = weight_bytes_per_param(base.precision)
         pp = c["pp"][rows].astype(np.int64)

@@ -259,13 +259,12 @@ def distinct_expert_ranks(num_experts: int, top_k: int, ep: int) -> float:
 def ranks_per_token(num_experts: int, top_k: int, ep: int, domains: int = 1, max_nodes: int = 0) -> float:
     """Expert-parallel ranks a deduplicating dispatch sends one token to — once to each rank holding any of its
     experts, which permutes the copies for its experts itself (DeepEP's `is_token_in_rank`; Megatron-Core's flex
-    dispatcher permutes after the exchange with `tokens_per_expert`): `distinct_expert_ranks`, with node-limited
-    routing over the n = min(N, M) nodes the token picks (`remote_nodes_per_token`), whose E·n/D experts lie on
-    ep·n/D ranks. Qwen3-30B-A3B (128 experts, top 8) on ep 8: 5.34 ranks, not 8 copies; DeepSeek-V3 on ep 64 over 8
-    nodes, M = 4: 7.36."""
-    if domains > 1 and max_nodes:
-        n = min(domains * (1.0 - (1.0 - 1.0 / domains) ** top_k), max_nodes)
-        return distinct_expert_ranks(num_experts * n / domains, top_k, ep * n / domains)
+    dispatcher permutes after the exchange with `tokens_per_expert`): `distinct_expert_ranks`; with node-limited
+    routing to M < D nodes the token's experts are drawn from the M nodes it picks, whose E·M/D experts lie on
+    ep·M/D ranks (a limit of D nodes or more restricts nothing). Qwen3-30B-A3B (128 experts, top 8) on ep 8: 5.34
+    ranks, not 8 copies; DeepSeek-V3 on ep 64 over 8 nodes, M = 4: 7.36."""
+    if domains > 1 and 0 < max_nodes < domains:
+        return distinct_expert_ranks(num_experts * max_nodes / domains, top_k, ep * max_nodes / domains)
     return distinct_expert_ranks(num_experts, top_k, ep)
 
 

@@ -39,7 +39,8 @@ from narrowpath.spec.serving import ServingPlan
 from narrowpath.workload.attention import attention_params, kv_width_per_rank
 from narrowpath.workload.split import stage_layer_ranges
 from narrowpath.workload.items import Op
-from narrowpath.workload.moe import busiest_rank_factor, expert_params, learned_rank_cv2, router_load_cv
+from narrowpath.workload.moe import (busiest_rank_factor, distinct_expert_ranks, expert_params, learned_rank_cv2,
+                                     router_load_cv)
 from narrowpath.workload.ops import gemm, vector
 
 ACT_BYTES = 2
@@ -207,7 +208,7 @@ def mlp_token_ops(model: Model, f: Formats, T: float, ffn: float, prefix: str = 
             _linear(f"{prefix}_down", f, T, ffn, model.hidden, groups)]
 
 
-def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list[Op]:
+def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float, exchange: str = "all_to_all") -> list[Op]:
     """MoE half of a layer on one GPU at T tokens per attention-DP rank: add+norm, router and top-k (16 bit,
     on the rank's own tokens), permute, the routed experts of this GPU as grouped GEMMs over the copies routed
     to it from all dp ranks, unpermute, shared experts. With experts spread over ep ranks the busiest rank's rows
@@ -227,10 +228,14 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
     slots = plan.expert_slots(moe.num_experts)  # a balancer's extra copies share the load of hot experts
     active = expected_active_experts(slots / plan.ep, slots, T * plan.dp, moe.top_k)
     if rows > 0:
-        # expand: read each token entering the stage once, write its copies for this rank's experts; finalize: read
-        # the copies' outputs, write one weighted sum per token (TensorRT-LLM moe_kernels.cu expandInputRowsKernel,
-        # finalizeMoeRoutingKernel: [tokens, h] in and out, [tokens·k, h] between)
+        # expand: read each token this GPU's experts see once, write its copies for them; finalize: read the copies'
+        # outputs, write one weighted sum per token (TensorRT-LLM moe_kernels.cu expandInputRowsKernel,
+        # finalizeMoeRoutingKernel: [tokens, h] in and out, [tokens·k, h] between). Gathered (`exchange` gather, or
+        # experts not spread over ep) the GPU holds all T·dp tokens of the stage; by an all-to-all it receives those
+        # with an expert on its ep rank, T·dp·d/ep for d = the ep ranks a token reaches (workload.serving_comm)
         tokens = T * plan.dp
+        if exchange != "gather" and plan.ep > 1:
+            tokens *= distinct_expert_ranks(moe.num_experts, moe.top_k, plan.ep) / plan.ep
         ops.append(vector("moe_permute", "fwd", (tokens + rows) * h * A, "bf16"))
         ops += mlp_token_ops(model, f, rows, moe.expert_ffn / plan.expert_tp, "expert", active)
         ops.append(vector("moe_unpermute", "fwd", (rows + tokens) * h * A, "bf16"))
@@ -239,14 +244,16 @@ def moe_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float) -> list
     return ops
 
 
-def layer_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float, moe_layer: bool) -> list[Op]:
-    """Every op of one layer that depends only on the iteration's token count T (not the attention core)."""
+def layer_token_ops(model: Model, plan: ServingPlan, f: Formats, T: float, moe_layer: bool,
+                    exchange: str = "all_to_all") -> list[Op]:
+    """Every op of one layer that depends only on the iteration's token count T (not the attention core); `exchange`:
+    how routed tokens reach the experts (workload.serving_comm.EXCHANGES)."""
     ops = attention_token_ops(model, plan, f, T)
     if model.parallel_attn_mlp:  # GPT-J: attention and MLP read one norm; one residual add for both
         ops = ops[1:] + [vector("add_norm", "fwd", 5 * T * model.hidden * ACT_BYTES, "bf16")]
         return ops + mlp_token_ops(model, f, T, model.ffn / plan.tp)
     if moe_layer:
-        return ops + moe_token_ops(model, plan, f, T)
+        return ops + moe_token_ops(model, plan, f, T, exchange)
     return ops + [vector("add_norm", "fwd", 4 * T * model.hidden * ACT_BYTES, "bf16")] \
         + mlp_token_ops(model, f, T, model.ffn / plan.tp)
 
