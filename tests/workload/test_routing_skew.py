@@ -159,14 +159,16 @@ def test_rank_spread_by_hand():
 def test_busiest_rank_rows_by_hand():
     """DeepSeek-V3 on dp 8 · ep 8 at 256 tokens a rank: 256·8·8 = 16,384 copies, 2,048 a rank, 32 experts a rank.
     Balanced: 1 + √(2 ln 8 / 2048) = 1.045063; learned: s = 1.28²·224/(32·255) = 0.044976,
-    1 + √(2 ln 8 · (1/2048 + s)) = 1.434833. The permute reads the 256·8 = 2,048 tokens entering the experts once and
-    writes the busiest rank's rows: (2,048 + rows) × 7,168 × 2 bytes."""
+    1 + √(2 ln 8 · (1/2048 + s)) = 1.434833. The permute reads once the tokens an all-to-all delivers to the rank —
+    of the 256·8 = 2,048 entering the experts, 2,048·d/8 with d = 8·(1 − C(224, 8)/C(256, 8)) ranks a token
+    reaches — and writes the busiest rank's rows: (2,048·d/8 + rows) × 7,168 × 2 bytes."""
     def permute_bytes(balance):
         scn = _deepseek(balance)
         f = Formats.of(scn.plan, True, scn.model)
         return next(op.hbm_bytes for op in moe_token_ops(scn.model, scn.plan, f, 256.0) if op.name == "moe_permute")
-    assert permute_bytes("eplb") == pytest.approx((2048 + 2048 * 1.045063) * 7168 * 2, rel=1e-6)
-    assert permute_bytes("learned") == pytest.approx((2048 + 2048 * 1.434833) * 7168 * 2, rel=1e-6)
+    d = 8 * (1 - math.prod((224 - i) / (256 - i) for i in range(8)))
+    assert permute_bytes("eplb") == pytest.approx((2048 * d / 8 + 2048 * 1.045063) * 7168 * 2, rel=1e-6)
+    assert permute_bytes("learned") == pytest.approx((2048 * d / 8 + 2048 * 1.434833) * 7168 * 2, rel=1e-6)
 
 
 def test_search_serve_keeps_the_balance_it_is_given(capsys):

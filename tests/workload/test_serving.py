@@ -132,8 +132,9 @@ def test_moe_layer_ops_of_mixtral_by_hand():
     assert ops["qkv"].weight_bytes == 4096 * (4096 + 2 * 8 * 128)
     assert ops["o_proj"].weight_bytes == 4096 * 4096
     assert ops["router"].flop == 2 * 4096 * 8 and ops["router"].dtype == "bf16"
-    # the 2 tokens entering the experts read once and this GPU's rows written (expand), and back (finalize)
-    assert ops["moe_permute"].hbm_bytes == ops["moe_unpermute"].hbm_bytes == pytest.approx((2 + rows) * 4096 * 2)
+    # of the 2 tokens entering the experts, those an all-to-all delivers to this GPU read once — 2·d/2 for
+    # d = 2·(1 − C(4, 2)/C(8, 2)) = 11/7 ranks a token reaches — and this GPU's rows written (expand), and back
+    assert ops["moe_permute"].hbm_bytes == ops["moe_unpermute"].hbm_bytes == pytest.approx((11 / 7 + rows) * 4096 * 2)
     w = 4096 * 6144 + 4096 * 4096 + 2 * 4096 * 2 + 4 * 3 * 4096 * 14336 + 4096 * 8 * 2
     assert layer_weight_bytes(m, p, f, True) == w
 
