@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+
+import numpy as np
 from dataclasses import dataclass
 
 from narrowpath.spec.plan import interleaved_warmup
@@ -124,29 +126,22 @@ def _interleaved_held(p: int, v: int, m: int, warm: int, g: int) -> tuple[tuple[
     P, n = g * v, m * v - warm
     full = (m // g) * P  # schedule entries in whole groups
 
-    def cf(k: int) -> list[int]:  # forwards of each chunk among the first k schedule entries
-        blocks = min(k // P, m // g)
-        size, rest = min(g, m - blocks * g), k - blocks * P
-        return [blocks * g + (max(0, min(size, rest - c * size)) if size > 0 else 0) for c in range(v)]
+    def cf(k: np.ndarray) -> np.ndarray:  # forwards of each chunk among the first k schedule entries, (len(k), v)
+        blocks = np.minimum(k // P, m // g)
+        size, rest = np.minimum(g, m - blocks * g)[:, None], (k - blocks * P)[:, None]
+        return blocks[:, None] * g + np.clip(rest - np.arange(v)[None, :] * size, 0, size)
 
-    def runs(lo: int, hi: int) -> list[int]:  # entries in [lo, hi) where a run of one chunk starts
-        out, blk = [], max(0, lo // P)
-        while blk * P < hi and blk * g < m:
-            size = min(g, m - blk * g)
-            out += [blk * P + c * size for c in range(v) if lo <= blk * P + c * size < hi]
-            blk += 1
-        return out
+    def runs(lo: int, hi: int) -> np.ndarray:  # entries in [lo, hi) where a run of one chunk starts
+        blk = np.arange(max(0, lo // P), min(-(-hi // P), -(-m // g)))
+        starts = (blk[:, None] * P + np.arange(v)[None, :] * np.minimum(g, m - blk * g)[:, None]).ravel()
+        return starts[(starts >= lo) & (starts < hi)]
 
     tail = full - 2 * P - warm
-    cands = {0, n - 1}
-    for b in runs(0, 2 * P + warm + 3) + runs(max(0, tail - 3), m * v + 1):
-        cands.update(j for j in (b - 2, b - 1, b, b - warm - 2, b - warm - 1, b - warm)
-                     if 0 <= j < n and (j < 2 * P or j >= tail))
-    seen = {}
-    for j in sorted(cands):
-        f, b = cf(warm + j + 1), cf(j)
-        seen[tuple(f[c] - b[v - 1 - c] for c in range(v))] = None
-    return tuple(seen)
+    b = np.concatenate([runs(0, 2 * P + warm + 3), runs(max(0, tail - 3), m * v + 1)])
+    j = np.concatenate([b - 2, b - 1, b, b - warm - 2, b - warm - 1, b - warm, [0, n - 1]])
+    j = np.unique(j[(j >= 0) & (j < n) & ((j < 2 * P) | (j >= tail))])
+    held = cf(warm + j + 1) - cf(j)[:, ::-1]
+    return tuple(dict.fromkeys(map(tuple, held.tolist())))
 
 
 def in_flight_microbatches(stage: int, scn: Scenario) -> float:

@@ -263,6 +263,7 @@ class Bulk:
         self._coded_rows: np.ndarray | None = None
         self._codes: dict = {}
         self._sigs: dict = {}
+        self._prefix_table: np.ndarray | None = None
 
     # ---- helpers ----------------------------------------------------------------------------------------------------
     def _fields(self, r: int) -> dict:
@@ -299,20 +300,29 @@ class Bulk:
                "last": np.zeros((len(self.shapes), Q), dtype=bool), "mult": np.zeros((len(self.shapes), Q)),
                "minidx": np.zeros((len(self.shapes), Q), dtype=np.int64), "layers": np.zeros((len(self.shapes), Q)),
                "chunks": np.zeros((len(self.shapes), Q, max((sh.chunks.shape[1] for sh in self.shapes), default=1)))}
-        V, L = out["chunks"].shape[2], max((sh.prefix.shape[2] for sh in self.shapes), default=1)
-        out["chunk_counts"] = np.zeros((len(self.shapes), Q, V, K))
-        out["prefix"] = np.zeros((len(self.shapes), Q, V, L, K))
+        out["chunk_counts"] = np.zeros((len(self.shapes), Q, out["chunks"].shape[2], K))
         for j, sh in enumerate(self.shapes):
-            q, v, n = len(sh.mult), sh.chunks.shape[1], sh.prefix.shape[2]
+            q, v = len(sh.mult), sh.chunks.shape[1]
             for k in out:
                 if k in ("chunks", "chunk_counts"):  # padded with empty chunks, which no share counts
                     out[k][j, :q, :v] = getattr(sh, k)
-                elif k == "prefix":  # past a chunk's end its counts stay the whole chunk's
-                    out[k][j, :q, :v, :n] = sh.prefix
-                    out[k][j, :q, :v, n:] = sh.prefix[:, :, -1:]
                 else:
                     out[k][j, :q] = getattr(sh, k)
-        return {k: v[g] for k, v in out.items()}
+        return {k: v[g] for k, v in out.items()} | {"shape": g}
+
+    def _prefix(self) -> np.ndarray:
+        """(S, Q, V, L, K) every shape's Shape.prefix, padded (past a chunk's end its counts stay the whole chunk's);
+        built once and indexed per row, never spread over the rows (L is the longest chunk: 97 for GPT-3 on pp 1)."""
+        if self._prefix_table is None:
+            V = max((sh.chunks.shape[1] for sh in self.shapes), default=1)
+            L = max((sh.prefix.shape[2] for sh in self.shapes), default=1)
+            out = np.zeros((len(self.shapes), self.Q, V, L, self.K))
+            for j, sh in enumerate(self.shapes):
+                q, v, n = len(sh.mult), sh.chunks.shape[1], sh.prefix.shape[2]
+                out[j, :q, :v, :n] = sh.prefix
+                out[j, :q, :v, n:] = sh.prefix[:, :, -1:]
+            self._prefix_table = out
+        return self._prefix_table
 
     # ---- structural rows: memory, compute, bound ----------------------------------------------------------------------
     def structural(self, rows: np.ndarray) -> StructuralPrices:
@@ -469,7 +479,8 @@ class Bulk:
         rerun = np.where(full, np.minimum(n_c, np.where(k_rc > 0, k_rc, n_c)), 0).astype(np.int64)
         k_off = off[:, None, None]
         gone = np.minimum(n_c, k_off).astype(np.int64)  # the first offload_layers layers: in host memory
-        pre = np.take_along_axis(sh["prefix"], np.maximum(rerun, gone)[..., None, None], axis=3)[:, :, :, 0, :]
+        pre = self._prefix()[sh["shape"][:, None, None], np.arange(Q)[None, :, None],
+                             np.arange(rerun.shape[2])[None, None, :], np.maximum(rerun, gone)]
         inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))
         kept = ((sh["chunk_counts"] - pre) * LA[:, None, None, :]).sum(axis=3) \
             + np.maximum(0, rerun - gone) * inp[:, None, None]
