@@ -41,6 +41,12 @@ def test_ranks_a_token_reaches_by_hand():
     free = 64 * (1 - math.prod((252 - i) / (256 - i) for i in range(8)))
     assert ranks_per_token(256, 8, 64, 8, 8) == ranks_per_token(256, 8, 64, 8, 0) == pytest.approx(free, rel=1e-12)
     assert ranks_per_token(256, 8, 32, 4, 4) == pytest.approx(ranks_per_token(256, 8, 32), rel=1e-12)
+    # a limit of one node of two: the token's 8 experts among that node's 128 on its 8 ranks (mutation seed 57)
+    one = 8 * (1 - math.prod((112 - i) / (128 - i) for i in range(8)))
+    assert ranks_per_token(256, 8, 16, 2, 1) == pytest.approx(one, rel=1e-12)
+    # one node of eight: its 32 experts on 8 ranks of 4
+    assert ranks_per_token(256, 8, 64, 8, 1) == pytest.approx(8 * (1 - math.prod((28 - i) / (32 - i) for i in range(8))),
+                                                              rel=1e-12)
 
 
 def test_a_deduplicating_dispatch_inside_one_domain_sends_each_token_once_per_rank():

@@ -28,6 +28,7 @@ def test_a_dedup_dispatch_fans_every_token_copy_out_over_nvlink():
     f = Formats.of(p, True, m)
     assert f.W == 1.0
     out = {tr.name: (tr.axis, tr.message_bytes, c) for tr, c in layer_transfers(m, p, f, 10.0, True, 2, 8)}
+    assert {tr.phase for tr, _ in layer_transfers(m, p, f, 10.0, True, 2, 8)} == {"fwd"}  # serving runs forward only
     ranks = 16 * (1 - math.prod((240 - i) / (256 - i) for i in range(8)))
     assert ranks == pytest.approx(6.523, abs=1e-3)
     assert out["ep.dispatch_intranode"][::2] == ("ep_intra", 1.0)
