@@ -105,12 +105,13 @@ def chunk_held_counts(stage: int, pp: int, vpp: int, num_microbatches: int, v_sh
     them; a stage whose chunks keep unequal bytes peaks at the one that weighs its heavier chunk most. Megatron-Core's
     interleaved order (schedule.sim.programs.order_interleaved, the simulator's program): virtual micro-batch k runs
     chunk c of `schedule_table` forward and chunk v − 1 − c backward, the steady state a forward then a backward after
-    the warm-up — stage 0 of p 8, v 2 holds 16 forwards of chunk 0 and 8 of chunk 1 at its first backward, and
-    12 / 12 later. DualPipeV: 2p − s of chunk 0 and s + 1 of chunk 1 (`in_flight_chunk_passes`); 1F1B: one chunk."""
+    the warm-up — stage 0 of p 8, v 2 holds 15 forwards of chunk 0 and 8 of chunk 1 at its first backward, and
+    16 / 7 two forwards later. DualPipeV: 2p − s of chunk 0 and s + 1 of chunk 1 (`in_flight_chunk_passes`); 1F1B:
+    one chunk."""
     p, v, m = pp, vpp, num_microbatches
-    total = in_flight_chunk_passes(stage, p, v, m, v_shape, group)
     if v_shape:
         return ((2 * p - stage, stage + 1),)
+    total = in_flight_chunk_passes(stage, p, v, m, v_shape, group)
     if v == 1 or p == 1:
         return ((total,),)
     return _interleaved_held(p, v, m, total - 1, group or p)

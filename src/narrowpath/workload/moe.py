@@ -185,8 +185,8 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # (backward: the gradient permuted back to the copies, the same bytes, and with `combine` the kept outputs read
     # for the probabilities' gradient)
     kept = copies * h * A if plan.moe_probs == "combine" else 0.0
-    ops.append(dataclasses.replace(vector("moe_unpermute", "fwd", copies * h * A + tok * h * A, plan.precision,
-                                          kernels=2, saved_bytes=kept), bwd_bytes=copies * h * A + tok * h * A + kept))
+    ops.append(dataclasses.replace(vector("moe_unpermute", "fwd", perm, plan.precision, kernels=2, saved_bytes=kept),
+                                   bwd_bytes=perm + kept))
     if moe.shared_experts:
         m = b * s
         ops += mlp_ops(model, plan, moe.shared_ffn * moe.shared_experts, m, width_split=t, prefix="shared",
@@ -298,19 +298,20 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
     phases = ("fwd", "bwd") + (("recompute",) if recomputes_dispatch(plan) else ())
     out: list[tuple[Transfer, float]] = []
     tok = local_tokens(model, plan)
-    hits = ranks_per_token(moe.num_experts, moe.top_k, plan.ep, ep_domains, moe.max_nodes)
-    if plan.ep > 1 and plan.ep_dispatch == "dedup" and ep_domains > 1:
-        remote = remote_nodes_per_token(moe.top_k, ep_domains, moe.max_nodes)
-        # nccl-tests all-to-all size whose off-domain share (D − 1)/D is the deduplicated scale-out traffic
-        inter = tok * remote * model.hidden * ep_domains / (ep_domains - 1)
-        intra = tok * hits * model.hidden  # fanned out to each rank holding any of the token's experts, once
+    if plan.ep > 1 and plan.ep_dispatch == "dedup":
+        # each token once to every rank holding any of its experts: the whole exchange inside one domain, the NVLink
+        # leg after a crossing per destination node (nccl-tests all-to-all size whose off-domain share (D − 1)/D is
+        # the deduplicated scale-out traffic) across several
+        fanned = tok * ranks_per_token(moe.num_experts, moe.top_k, plan.ep, ep_domains, moe.max_nodes) * model.hidden
+        if ep_domains == 1:
+            legs = [("", "ep", fanned)]
+        else:
+            remote = remote_nodes_per_token(moe.top_k, ep_domains, moe.max_nodes)
+            legs = [("_internode", "ep_inter", tok * remote * model.hidden * ep_domains / (ep_domains - 1))]
+            legs += [("_intranode", "ep_intra", fanned)] if ep_per_domain > 1 else []
         for ph in phases:
-            out += _exchange(plan, "_internode", "ep_inter", inter, ph)
-            if ep_per_domain > 1:
-                out += _exchange(plan, "_intranode", "ep_intra", intra, ph)
-    elif plan.ep > 1 and plan.ep_dispatch == "dedup":  # one domain: each token once to every rank it needs
-        for ph in phases:
-            out += _exchange(plan, "", "ep", tok * hits * model.hidden, ph)
+            for leg, axis, elements in legs:
+                out += _exchange(plan, leg, axis, elements, ph)
     elif plan.ep > 1:
         for ph in phases:
             out += _exchange(plan, "", "ep", tok * moe.top_k * model.hidden, ph)
