@@ -6,9 +6,8 @@ import pytest
 
 from narrowpath.catalog import model, system
 from narrowpath.spec import Plan, Scenario
-from narrowpath.workload.split import max_pipeline_chunks, stage_layer_ranges
-from narrowpath.workload.build import (build_workload, embedding_params, offload_fraction,
-                                       recompute_fraction)
+from narrowpath.workload.split import max_pipeline_chunks, offload_fraction, recompute_fraction, stage_layer_ranges
+from narrowpath.workload.build import build_workload, embedding_params
 
 
 def layers_of(layers: int, pp: int, vpp: int) -> list[list[int]]:

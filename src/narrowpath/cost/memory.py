@@ -25,11 +25,10 @@ from narrowpath.spec.plan import interleaved_warmup
 from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import (embedding_params, grad_bytes_per_param, held_weight_bytes_per_param,
-                                       layer_kind_of, offload_fraction, optimizer_state_bytes_per_param,
-                                       recompute_fraction, sharded_weight_bytes_per_param, weight_bytes_per_param,
-                                       zero_shards)
+                                       layer_kind_of, optimizer_state_bytes_per_param,
+                                       sharded_weight_bytes_per_param, weight_bytes_per_param, zero_shards)
 from narrowpath.workload.items import Workload
-from narrowpath.workload.split import plan_layer_ranges
+from narrowpath.workload.split import offload_fraction, plan_layer_ranges, recompute_fraction
 from narrowpath.workload.recompute import kept_bytes
 
 RUNTIME_RESERVE_BYTES = 2.0e9

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import end_params, layer_kind_of
-from narrowpath.workload.split import plan_layer_ranges, recompute_fraction
+from narrowpath.workload.split import end_rerun_share, plan_layer_ranges, rerun_layers
 from narrowpath.schedule.exposure import bucket_tail_s
 
 _PHASES = ("fwd", "bwd", "recompute")
@@ -53,13 +53,13 @@ def phase_times(ops, xfs, t_op: Callable, transfer_s: Callable) -> tuple[tuple[f
     return tuple(tuple(d[p] for p in _PHASES) for d in out)
 
 
-def pass_cost(times, exposed: tuple[float, float], f_rc: float, host_sync_s: float) -> tuple[float, float]:
-    """(forward, backward) cost of items with `phase_times` → times: each phase at the slower of the GPU's and the
-    host's pace with its host synchronisations (as a stage's passes are priced), the transfers at the stage's
-    exposed shares, the recompute at the stage's block share f_rc (Megatron's block method re-runs that share)."""
+def pass_cost(times, exposed: tuple[float, float], host_sync_s: float) -> tuple[float, float, float]:
+    """(forward, backward, recompute) cost of items with `phase_times` → times: each phase at the slower of the
+    GPU's and the host's pace with its host synchronisations (as a stage's passes are priced), the transfers at the
+    stage's exposed shares (the recompute runs in the backward pass: its exposed share)."""
     gpu, host, syncs, comm = times
     c = [max(g, h) + n * host_sync_s for g, h, n in zip(gpu, host, syncs)]
-    return c[0] + exposed[0] * comm[0], c[1] + f_rc * c[2] + exposed[1] * (comm[1] + f_rc * comm[2])
+    return c[0] + exposed[0] * comm[0], c[1] + exposed[1] * comm[1], c[2] + exposed[1] * comm[2]
 
 
 def chunk_shares(scn, layer_times: dict, end_times: tuple, exposed: Sequence[tuple[float, float]],
@@ -80,17 +80,22 @@ def chunk_shares(scn, layer_times: dict, end_times: tuple, exposed: Sequence[tup
     memo: dict = {}  # stages alike (the middle ones: same chunks, same exposure) are priced once
     for s, ranges in enumerate(plan_layer_ranges(model, plan)):
         chunks = tuple(tuple((k, prefix[k][r.stop] - prefix[k][r.start]) for k in kinds) for r in ranges)
-        key = (chunks, exposed[s], s == 0, s == plan.head_stage)
+        # the layers each chunk's recompute runs in (its first recompute_layers under the block method)
+        rerun = tuple(tuple((k, prefix[k][r.start + rerun_layers(plan, len(r))] - prefix[k][r.start]) for k in kinds)
+                      for r in ranges)
+        key = (chunks, rerun, exposed[s], s == 0, s == plan.head_stage)
         if key not in memo:
-            f_rc = recompute_fraction(plan, tuple(len(r) for r in ranges)) if plan.recompute == "full" else 1.0
-            per_kind = {k: pass_cost(t, exposed[s], f_rc, host_sync_s) for k, t in layer_times.items()}
-            raw = [[sum(n * per_kind[k][0] for k, n in c), sum(n * per_kind[k][1] for k, n in c)] for c in chunks]
+            per_kind = {k: pass_cost(t, exposed[s], host_sync_s) for k, t in layer_times.items()}
+            raw = [[sum(n * per_kind[k][0] for k, n in c),
+                    sum(n * per_kind[k][1] for k, n in c) + sum(n * per_kind[k][2] for k, n in rc)]
+                   for c, rc in zip(chunks, rerun)]
             ends = ((end_times[0], 0 if s == 0 else None), (end_times[1], -1 if s == plan.head_stage else None))
+            f_end = end_rerun_share(plan, len(ranges[-1]))  # the MTP modules' recompute: their chunk's share
             for end, at in ends:
                 if at is not None:
-                    ef, eb = pass_cost(end, exposed[s], f_rc, host_sync_s)
+                    ef, eb, er = pass_cost(end, exposed[s], host_sync_s)
                     raw[at][0] += ef
-                    raw[at][1] += eb
+                    raw[at][1] += eb + f_end * er
             memo[key] = tuple([x[i] / total if total > 0 else 1.0 / len(raw) for x in raw]
                               for i, total in ((0, sum(x[0] for x in raw)), (1, sum(x[1] for x in raw))))
         fwd_w.append(memo[key][0])

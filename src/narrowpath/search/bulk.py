@@ -29,9 +29,9 @@ from narrowpath.search.space import recomputed_modules
 from narrowpath.search.table import PlanTable
 from narrowpath.spec.plan import zero3_kept_gathered
 from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_param, held_weight_bytes_per_param,
-                                       offload_fraction, optimizer_state_bytes_per_param, recompute_fraction,
-                                       sharded_weight_bytes_per_param, weight_bytes_per_param)
-from narrowpath.workload.split import stack_layout, stage_layer_ranges
+                                       optimizer_state_bytes_per_param, sharded_weight_bytes_per_param,
+                                       weight_bytes_per_param)
+from narrowpath.workload.split import offload_fraction, stack_layout, stage_layer_ranges
 from narrowpath.workload.precision import act_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
@@ -182,7 +182,12 @@ class StructuralPrices:
     first: np.ndarray
     last: np.ndarray
     valid: np.ndarray
-    f_rc: np.ndarray
+    rerun: np.ndarray
+    """(R, Q, V, K) layers of each kind each chunk's recompute-phase items run in (workload.split.rerun_kind_counts:
+    a block recompute's first recompute_layers of the chunk; every layer otherwise)."""
+    f_end: np.ndarray
+    """(R, Q) share of an end's recompute-phase items that runs (workload.split.end_rerun_share: the MTP modules
+    in the output layer's chunk)."""
     saved: np.ndarray
     """(R, Q) activation bytes a class's layers keep without recompute (what offloading moves, before f_off)."""
     f_off: np.ndarray
@@ -331,7 +336,7 @@ class Bulk:
         R, Q, K = len(rows), self.Q, self.K
         sh = self._shape_arrays(rows)
         valid = sh["mult"] > 0
-        rc, rck, rcs = self.rc[rows], self.rck[rows], self.sel[rows]
+        rck, rcs = self.rck[rows], self.sel[rows]
         tp, cp, mbs, sp = (c[k][rows] for k in ("tp", "cp", "mbs", "sp"))
         ep, etp, pp = (c[k][rows] for k in ("ep", "etp", "pp"))
         zero = self.zero[rows]
@@ -346,13 +351,16 @@ class Bulk:
         SV = np.zeros((R, K))
         zeros = np.zeros(R, dtype=np.int8)
         sig: list[np.ndarray] = []  # what the recompute changes: ops and activations of each kind, the ends' ops
+        rerun, f_end = self._rerun(rows, sh)
+        rc_counts = rerun.sum(axis=2)  # (R, Q, K)
         for k, kind in enumerate(P.kinds):
             # a dense layer reads neither ep nor etp: leave them out of its keys (more plans share its parts)
             ex = ("ep", "etp") if kind[0] and self.model.moe is not None else (zeros, zeros)
             ids = self._per_unique(rows, ops_key[:6] + ex, lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
             sig.append(ids)
-            agg = np.asarray(P.agg)
-            acc += sh["counts"][:, :, k, None, None] * agg[ids][:, None]
+            a = np.asarray(P.agg)[ids][:, None]  # (R, 1, 3, NA): the recompute phase in the layers it re-runs
+            acc[:, :, :2] += sh["counts"][:, :, k, None, None] * a[:, :, :2]
+            acc[:, :, 2] += rc_counts[:, :, k, None] * a[:, :, 2]
             LA[:, k] = self._per_unique(rows, ("tp", "cp", "mbs", "sp", rcs) + ex,
                                         lambda key, f, kind=kind: P.activations(key, f, kind))
             pe = self._per_unique(rows, ("tp",) + ex,
@@ -382,15 +390,13 @@ class Bulk:
             pe[sub] = self._per_unique(rows[sub], tuple(k if isinstance(k, str) else k[sub] for k in par_key),
                                        lambda key, f, fl=fl: P.embedding_params(key, f, *fl))
             emb_par[sel] = np.broadcast_to(pe[:, None, :], (R, Q, 2))[sel]
-        acc += emb_ops
+        acc[:, :, :2] += emb_ops[:, :, :2]
+        acc[:, :, 2] += f_end[..., None] * emb_ops[:, :, 2]
         hs = self.cal.host_sync_s
         kind_cost = np.stack([_pace(np.asarray(P.agg)[ids], hs) for ids in sig[:self.K]], axis=1) if self.K else \
             np.zeros((R, 0, 3))
         end_cost = _pace(emb_ops, hs)
-        f_rc = self._per_class(rows, sh, lambda pl, n: recompute_fraction(pl, n))
         f_off = self._per_class(rows, sh, lambda pl, n: offload_fraction(pl, n))
-        # Megatron's block method: a full recompute of only some layers re-runs that share (build_workload)
-        acc[:, :, 2, :] *= np.where((rc == 2)[:, None] & (f_rc < 1.0), f_rc, 1.0)[:, :, None]
         comp, host, syncs = acc[..., 0], acc[..., 1], acc[..., 2]
         waited = np.maximum(0.0, host - comp) + syncs * self.cal.host_sync_s
         compute = comp + waited
@@ -425,12 +431,28 @@ class Bulk:
         ranks = (tp * cp * c["dp"][rows]).astype(float)
         hw_flop = (np.where(valid, acc[..., 5].sum(axis=2), 0.0) * sh["mult"]).sum(axis=1) * m * ranks
         return StructuralPrices(rows, mem, bound, compute, acc[..., 3], acc[..., 4], sh["counts"], sh["mult"],
-                                sh["minidx"], sh["first"], sh["last"], valid, f_rc, saved, f_off,
+                                sh["minidx"], sh["first"], sh["last"], valid, rerun, f_end, saved, f_off,
                                 params[idx, top], expert[idx, top], top, params, expert, kind_cost=kind_cost,
                                 end_cost=end_cost,
                                 layer_params=LP, end_params=emb_par[..., 0],
                                 shape=self.shape_of[rows], hw_flop=hw_flop,
                                 parts_id=self._intern(np.column_stack(sig + [LA, mtp_acts])))
+
+    def _rerun(self, rows, sh) -> tuple[np.ndarray, np.ndarray]:
+        """(R, Q, V, K) layers of each kind each chunk's recompute-phase items run in and (R, Q) the share of the
+        ends' that runs (workload.split.rerun_kind_counts, end_rerun_share: a full recompute of recompute_layers
+        re-runs each chunk's first ones, the MTP modules their chunk's share; every layer otherwise)."""
+        rcl = np.array([st[1] for st in self.t.strategies], dtype=np.int64)[self.cols["strat"][rows]]
+        n_c = sh["chunks"].astype(np.int64)
+        block = ((self.rc[rows] == 2) & (rcl > 0))[:, None, None]
+        rr = np.where(block, np.minimum(n_c, rcl[:, None, None]), n_c)
+        Q = n_c.shape[1]
+        rerun = self._prefix()[sh["shape"][:, None, None], np.arange(Q)[None, :, None],
+                               np.arange(n_c.shape[2])[None, None, :], rr]
+        at = np.broadcast_to((self.cols["vpp"][rows].astype(np.int64) - 1)[:, None, None], (rows.size, Q, 1))
+        n_last = np.take_along_axis(n_c, at, axis=2)[..., 0]
+        f_end = np.where(block[..., 0] & (n_last > 0), np.minimum(n_last, rcl[:, None]) / np.maximum(n_last, 1), 1.0)
+        return rerun, f_end
 
     def _per_class(self, rows, sh, fn) -> np.ndarray:
         """fn(stand-in plan, the class's chunk layer counts) per (row, class), once per distinct (strategy, vpp,

@@ -273,7 +273,7 @@ class Exact:
         I, Q, C = len(rows), bulk.Q, len(J)
         mbs, vpp, zero, m = c["mbs"][rows], c["vpp"][rows], bulk.zero[rows], bulk.m[rows]
         cp, pp, ep = (c[k][rows].astype(np.int64) for k in ("cp", "pp", "ep"))
-        rc, rck = bulk.rc[rows], bulk.rck[rows]
+        rck = bulk.rck[rows]
         dpo, tpo, cpc, epo, disp = cm["dpo"][J], cm["tpo"][J], cm["cpc"][J], cm["epo"][J], cm["disp"][J]
         moe = bulk.model.moe is not None
         zero_on = (zero == 3) | ((zero == 2) & (m > 1))
@@ -322,11 +322,15 @@ class Exact:
             coef.append(sel.astype(float))
             W.append(w)
         G = len(W)
-        Z = np.matmul(np.stack(coef, axis=2), np.stack(W, axis=1).reshape(I, G, C * SUMS)).reshape(I, Q, C, SUMS)
-        f_rc = sp.f_rc[at]
-        scale = np.where((rc == 2)[:, None] & (f_rc < 1.0), f_rc, 1.0)  # block recompute (build_workload)
-        if (scale < 1.0).any():
-            Z[..., 2::3] *= scale[:, :, None, None]
+        Wf = np.stack(W, axis=1).reshape(I, G, C * SUMS)
+        Z = np.matmul(np.stack(coef, axis=2), Wf).reshape(I, Q, C, SUMS)
+        # the recompute phase runs in the layers it re-runs and in the ends' share (build_workload: Megatron's
+        # block method re-runs the first recompute_layers layers of each chunk, of whichever kinds they are)
+        rerun, f_end = sp.rerun[at], sp.f_end[at]
+        K = len(P.kinds)
+        rc_coef = [rerun[:, :, :, k].sum(axis=2) for k in range(K)] + [x * f_end for x in coef[K:]]
+        if any((a != b).any() for a, b in zip(rc_coef, coef)):
+            Z[..., 2::3] = np.matmul(np.stack(rc_coef, axis=2), Wf).reshape(I, Q, C, SUMS)[..., 2::3]
         off = sp.f_off[at] * sp.saved[at]
         if (off > 0).any():  # activations to the host in forward and back in backward, hidden behind compute
             t_off = np.where(off > 0, host_copy_cost(off, bulk.system).time_s, 0.0)[:, :, None]
@@ -363,7 +367,7 @@ class Exact:
             v = sh.chunks.shape[1]
             wF = wB = None
             if v > 1 and not lower:  # a lower bound needs no shares (below, and _group_times)
-                wF, wB = self._chunk_shares(sp, at[k], sh, e, scale[k], chunk_parts[0][k], chunk_parts[1][k])
+                wF, wB = self._chunk_shares(sp, at[k], sh, e, chunk_parts[0][k], chunk_parts[1][k])
             if lower:  # every schedule keeps its busiest stage busy for all its work (schedule.pipeline)
                 fill = np.where(pp[k] > 1, 2.0 * (pp[k] * vpp[k] - 1), 0.0)[:, None] * send[k]
                 pipe[k] = m[k].astype(float)[:, None] * T.max(axis=1) + fill
@@ -426,11 +430,12 @@ class Exact:
         return pipeline_times(flat(T), flat(F), np.repeat(m, C), v, chunks(wF), send.reshape(n),
                               chunks(wB)).reshape(rows, C)
 
-    def _chunk_shares(self, sp, at, sh, e, scale, comm_kind, comm_end) -> tuple[np.ndarray, np.ndarray]:
+    def _chunk_shares(self, sp, at, sh, e, comm_kind, comm_end) -> tuple[np.ndarray, np.ndarray]:
         """(forward, backward) shares (rows, stages, chunks, variants) of each stage's pass its chunks take:
         `schedule.chunks.chunk_shares` over plans — each layer kind's and the stage's end's ops (StructuralPrices
         kind_cost, end_cost) and transfers (comm_kind (rows, variants, kinds, 3), comm_end (rows, classes,
-        variants, 3)) at the stage's exposed shares `e`, the recompute at its block share `scale`; equal (1/v)
+        variants, 3)) at the stage's exposed shares `e`, the recompute in the layers each chunk re-runs
+        (StructuralPrices rerun) and the ends' share of it (f_end); equal (1/v)
         where every stage's chunks come out within 1e-9 in both passes (the scalar function's None)."""
         p, v = sh.stage_class.size, sh.chunks.shape[1]
         # a stage at neither end whose chunks hold alike layers splits evenly: only the others are priced
@@ -439,16 +444,14 @@ class Exact:
         sc = sh.stage_class[ns]
         n, C = e[0].shape[0], e[0].shape[2]
         eF, eB = e[0][:, ns], e[1][:, ns]  # (rows, stages priced, C)
-        fr = scale[:, sc]  # (rows, stages priced)
-        kc = sp.kind_cost[at]  # (rows, K, 3)
-        kF = kc[:, None, :, 0]
-        kB = kc[:, None, :, 1] + fr[:, :, None] * kc[:, None, :, 2]  # (rows, stages priced, K)
-        xF = comm_kind[:, None, :, :, 0]  # (rows, 1, C, K)
-        xB = comm_kind[:, None, :, :, 1] + fr[:, :, None, None] * comm_kind[:, None, :, :, 2]
-        aF = kF[:, :, None, :] + eF[..., None] * xF
-        aB = kB[:, :, None, :] + eB[..., None] * xB  # (rows, stages priced, C, K)
+        fr = sp.f_end[at][:, sc]  # (rows, stages priced)
+        kc = sp.kind_cost[at][:, None, None, :, :]  # (rows, 1, 1, K, 3)
+        x = comm_kind[:, None, :, :, :]  # (rows, 1, C, K, 3)
+        aF, aB, aR = (kc[..., i] + ek[..., None] * x[..., i] for i, ek in ((0, eF), (1, eB), (2, eB)))
         cc = sh.chunk_counts[sc]  # (stages priced, v, K)
-        raw = [np.einsum("pvk,npck->npvc", cc, a) for a in (aF, aB)]
+        rr = sp.rerun[at][:, sc, :v]  # (rows, stages priced, v, K): the layers each chunk's recompute runs in
+        raw = [np.einsum("pvk,npck->npvc", cc, aF),
+               np.einsum("pvk,npck->npvc", cc, aB) + np.einsum("npvk,npck->npvc", rr, aR)]
         ec, ex = sp.end_cost[at][:, sc], comm_end[:, sc]  # (rows, stages priced, 3), (rows, stages priced, C, 3)
         end = (ec[..., 0:1] + eF * ex[..., 0],
                ec[..., 1:2] + fr[:, :, None] * ec[..., 2:3] + eB * (ex[..., 1] + fr[:, :, None] * ex[..., 2]))

@@ -21,7 +21,8 @@ from narrowpath.workload.context_parallel import cp_transfers
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
-from narrowpath.workload.split import offload_fraction, plan_layer_ranges, recompute_fraction, split_notes
+from narrowpath.workload.split import (end_rerun_share, offload_fraction, plan_layer_ranges, rerun_kind_counts,
+                                      split_notes)
 from narrowpath.workload.recompute import (alternate_matmuls_recomputed, kept_bytes, modules_of, recompute_ops,
                                           tp_block_recomputed)
 from narrowpath.workload.precision import (core_dtype, gather_bytes, operand_bytes, quantize_cost,
@@ -451,26 +452,31 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         counts: dict[tuple[bool, bool], int] = {}
         for li in idx:
             counts[kind_of[li]] = counts.get(kind_of[li], 0) + 1
+        # the recompute phase runs in the layers it re-runs (split.rerun_kind_counts: Megatron's block method re-runs
+        # the first recompute_layers layers of each chunk, of whichever kinds they are), the MTP modules' in the
+        # output layer's chunk's share
+        rerun: dict = {}
+        for chunk in rerun_kind_counts(plan, ranges, kind_of):
+            for kind, n in chunk.items():
+                rerun[kind] = rerun.get(kind, 0) + n
         ops: list[tuple[Op, float]] = []
         xf: list[tuple[Transfer, float]] = []
         params = expert = 0.0
         for kind, n in sorted(counts.items()):
-            ops += [(op, c * n) for op, c in work[kind][0]]
-            xf += [(tr, c * n) for tr, c in work[kind][1]]
+            r = rerun.get(kind, 0)
+            ops += [(op, c * (r if op.phase == "recompute" else n)) for op, c in work[kind][0]]
+            xf += [(tr, c * (r if tr.phase == "recompute" else n)) for tr, c in work[kind][1]]
             params += n * T.layer_params(model, plan, moe_layer=kind[0])
             expert += n * T.layer_expert_params(model, plan) if kind[0] else 0.0
         e_ops, e_xf, emb, e_expert = _end_work(scn, first, last)
         if first != last:  # the embedding end's or the output end's items, as the chunk that holds them sees them
             ends[0 if first else 1] = (tuple(e_ops), tuple(e_xf))
-        ops += e_ops
-        xf += e_xf
+        f_end = end_rerun_share(plan, len(ranges[-1]))
+        ops += [(op, c * f_end if op.phase == "recompute" else c) for op, c in e_ops]
+        xf += [(tr, c * f_end if tr.phase == "recompute" else c) for tr, c in e_xf]
         params += emb
         expert += e_expert
         xf += pp_transfers(plan, first, last, p2p, turn)
-        f_rc = recompute_fraction(plan, tuple(len(r) for r in ranges))
-        if plan.recompute == "full" and f_rc < 1.0:  # Megatron's block method: only the first recompute_layers layers of each chunk re-run
-            ops = [(op, c * f_rc if op.phase == "recompute" else c) for op, c in ops]
-            xf = [(tr, c * f_rc if tr.phase == "recompute" else c) for tr, c in xf]
         f_off = offload_fraction(plan, tuple(len(r) for r in ranges))
         if f_off > 0:
             # saved activations to host memory in forward and back for backward, hidden behind compute while the

@@ -189,6 +189,33 @@ def recompute_fraction(plan, layers: int | tuple[int, ...]) -> float:
     return _per_chunk_share(plan.recompute_layers, plan.vpp, layers, 1.0)
 
 
+def rerun_layers(plan, n: int) -> int:
+    """Layers of a chunk of n whose recompute-phase items run: a full recompute of `recompute_layers` re-runs the
+    chunk's first ones (Megatron-Core's `recompute_method: block`, `recompute_num_layers` per virtual stage:
+    TransformerBlock._checkpointed_forward), all when 0; a module recompute (or none) runs its items in every layer."""
+    if plan.recompute == "full" and plan.recompute_layers:
+        return min(n, plan.recompute_layers)
+    return n
+
+
+def rerun_kind_counts(plan, ranges, kind_of) -> list[dict]:
+    """Per chunk (`ranges`: its layer indices), how many layers of each kind (`kind_of[layer]`) its recompute-phase
+    items run in (`rerun_layers`: the first ones of the chunk, which are DeepSeek-V3's dense layers on stage 0)."""
+    out = []
+    for r in ranges:
+        counts: dict = {}
+        for li in r[:rerun_layers(plan, len(r))]:
+            counts[kind_of[li]] = counts.get(kind_of[li], 0) + 1
+        out.append(counts)
+    return out
+
+
+def end_rerun_share(plan, n_last: int) -> float:
+    """Share of the multi-token-prediction modules' recompute-phase items that runs: they sit in the output layer's
+    chunk of n_last layers and checkpoint as its layers do (cost.memory.stage_memory: its block share)."""
+    return recompute_fraction(plan, (n_last,)) if plan.recompute == "full" else 1.0
+
+
 def offload_fraction(plan, layers: int | tuple[int, ...]) -> float:
     """Share of a stage's layers whose saved activations live in host memory (offload_layers per chunk; `layers` as
     in recompute_fraction)."""

@@ -23,7 +23,8 @@ from narrowpath.schedule.sim.layout import Layout
 from narrowpath.schedule.sim.passplan import PassPlan, Run, compile_pass, run_excess
 from narrowpath.schedule.sim.perturb import Perturbation
 from narrowpath.schedule.sim.playback import play
-from narrowpath.schedule.sim.programs import Exchange, Pass, StageProgram, completing_passes, sync_launches
+from narrowpath.schedule.sim.programs import Exchange, Pass, StageProgram, completing_passes, message_peers, \
+    sync_launches
 from narrowpath.schedule.sim.work import SimWork, Sync
 
 
@@ -100,6 +101,7 @@ class StepEngine:
         states = [StageState(np.zeros(U), np.zeros((self.num_causes, U)) if self.num_causes else None)
                   for _ in range(self.p)]
         msgs: dict = {}
+        self._link_free: dict = {}  # (sender, receiver) → when the last message on that path ends (playback.play)
         self.waits: dict = defaultdict(float)
         self._pp_wait = 0.0
         self.rng, self.t0 = rng, t0
@@ -203,12 +205,15 @@ class StepEngine:
             if cause_s is not None and not first.all():
                 cz = cause_r if not first.any() else np.where(first, cause_s, cause_r)
         cost, lat, tiers = self.work.p2p_s[mid[0]]
+        src, dst = message_peers(mid, self.p)
+        if cost > 0:  # behind the messages already on its path (playback.play)
+            free = self._link_free.get((src, dst))
+            if free is not None:
+                start = np.maximum(start, free)
         end = start + cost
         pert = self.pert
         if pert is not None and tiers and (pert.slow_link or pert.flap_at):
             cz = cz.copy()
-            src = mid[1]
-            dst = mid[4] if len(mid) > 4 else (src + 1) % self.p if mid[0] == "F" else (src - 1) % self.p
             for tier in tiers:
                 frac = pert.slow_link.get(tier)
                 if frac is not None:
@@ -224,6 +229,8 @@ class StepEngine:
                         extra = hit * pert.flap_penalty[tier]
                         end = end + extra
                         cz[self.ci["link-flap"]] += extra
+        if cost > 0:
+            self._link_free[(src, dst)] = end
         return end, cz, start
 
     # ------------------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Used by the engine for the noise-free step (symmetry) and by the closed form (`schedule.pipeline`) to time
 schedules whose stages or chunks differ. A pass takes its stage's time for its (kind, chunk); a batched exchange
 ends when all its messages have moved; a message moves when its sender (and, rendezvous, its receiver) has posted
-it and takes `p2p_s[kind]`. Modes: `rendezvous` (NCCL: a message starts when both ends have posted it, both
+it and takes `p2p_s[kind]` — after the messages between the same two ranks in the same direction that moved
+before it (they share that path's bandwidth: DualPipe's steady exchange receives an activation and a gradient from
+one neighbour in one `batch_isend_irecv`, deepseek-ai/DualPipe `_forward_backward_chunk`). Modes: `rendezvous` (NCCL: a message starts when both ends have posted it, both
 wait for its end), `eager` (it starts when the sender posts; the sender waits for its end, the receiver for its
 arrival), `async` (as eager, but the sender does not wait: Megatron-Core's overlap_p2p_comm, the default for
 interleaving). Ready stages run in FIFO order; a stage waiting for a post is woken by it.
@@ -14,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from narrowpath.errors import SimulationError
-from narrowpath.schedule.sim.programs import Exchange, StageProgram
+from narrowpath.schedule.sim.programs import Exchange, StageProgram, message_peers
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,7 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode:
     ends: dict = {}
     wake: dict = {}
     wait = 0.0
+    link_free: dict = {}  # (sender, receiver) → when the last message on that path ends
     eager = mode != "rendezvous"
     sides = (True,) if eager else (True, False)
     ready = deque(range(p))
@@ -71,7 +74,12 @@ def play(programs: tuple[StageProgram, ...], pass_s: dict, p2p_s: dict, *, mode:
                     mid = key[0]
                     if mid not in ends:
                         s0 = posts[(mid, True)] if eager else max(posts[(mid, True)], posts[(mid, False)])
-                        ends[mid] = (s0, s0 + p2p_s[mid[0]])
+                        d = p2p_s[mid[0]]
+                        if d > 0:  # behind the messages already on its path
+                            path = message_peers(mid, p)
+                            s0 = max(s0, link_free.get(path, s0))
+                            link_free[path] = s0 + d
+                        ends[mid] = (s0, s0 + d)
                     s0, e = ends[mid]
                     if mode == "async" and key[1]:
                         continue  # the send runs beside the next pass

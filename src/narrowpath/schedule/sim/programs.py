@@ -220,6 +220,13 @@ def _output_to(op: Pass, i: int, p: int, v: int, dual: bool = False) -> tuple | 
     return None
 
 
+def message_peers(mid: tuple, p: int) -> tuple[int, int]:
+    """(sending, receiving) rank of a message id (`_output_to`): DualPipe ids name the receiver last; otherwise a
+    forward's output goes up one stage (the last stage's to stage 0) and an input gradient down one."""
+    src = mid[1]
+    return src, mid[4] if len(mid) > 4 else (src + 1) % p if mid[0] == "F" else (src - 1) % p
+
+
 def _input_from(op: Pass, i: int, p: int, v: int, dual: bool = False) -> tuple | None:
     if p == 1:
         return None

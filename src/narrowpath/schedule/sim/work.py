@@ -29,7 +29,7 @@ from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, pair
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kind_of, step_rank_params, \
     microbatch_share, zero2_per_microbatch, zero2_transfers, zero3_transfers
-from narrowpath.workload.split import plan_layer_ranges
+from narrowpath.workload.split import end_rerun_share, plan_layer_ranges, rerun_kind_counts
 from narrowpath.workload.items import Op, StageWork, Transfer
 from narrowpath.workload.ops import is_weight_gradient
 
@@ -166,18 +166,21 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
     if model.arch == "transformer":
         kind_of = layer_kind_of(model)
         per_kind = {kind: _layer_work(scn, kernel, *kind) for kind in set(kind_of)}
+        rerun = rerun_kind_counts(plan, ranges, kind_of)  # the layers each chunk's recompute runs in
         for j, r in enumerate(ranges):
             n_kind = Counter(kind_of[li] for li in r)
             for kind, n in n_kind.items():
                 o, x = per_kind[kind]
-                ops[j].update({op: c * n for op, c in o})
-                xfs[j].update({tr: c * n for tr, c in x})
+                rc = rerun[j].get(kind, 0)
+                ops[j].update({op: c * (rc if op.phase == "recompute" else n) for op, c in o})
+                xfs[j].update({tr: c * (rc if tr.phase == "recompute" else n) for tr, c in x})
         first, last = st.index == 0, st.index == plan.head_stage
+        f_end = end_rerun_share(plan, len(ranges[-1]))  # the MTP modules' recompute: their chunk's share
         for j, is_edge in ((0, first), (n_chunks - 1, last)):
             if is_edge:
                 e_ops, e_xf = _embedding_work(scn, j == 0 and first, j == n_chunks - 1 and last)
-                ops[j].update(dict(_counts(e_ops)))
-                xfs[j].update(dict(_counts(e_xf)))
+                ops[j].update({op: c * f_end if op.phase == "recompute" else c for op, c in _counts(e_ops).items()})
+                xfs[j].update({tr: c * f_end if tr.phase == "recompute" else c for tr, c in _counts(e_xf).items()})
                 emb = embedding_params(scn, j == 0 and first, j == n_chunks - 1 and last)
                 if plan.comm_zero_stage == 3:
                     xfs[j].update(dict(_counts(zero3_transfers(plan, emb, 0.0))))
