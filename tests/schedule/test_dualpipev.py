@@ -274,8 +274,10 @@ def test_closed_form_is_the_played_program_and_the_simulator_agrees():
 def test_a_chunk_layout_that_lightens_rank_0_balances_deepseek_v3():
     """DeepSeek-V3 on 2,048 H800 under DualPipeV: the automatic split gives rank 0 a layer in each chunk beside the
     output layer and the MTP block, so rank 0 paces the pipeline; the what-if's chunk layout (1 layer in chunk 0,
-    2 in each middle chunk, none beside the head) is faster, and then within 6 % of DualPipe (4.6 % before the
-    deduplicated NVLink dispatch shortened both, DualPipe's exposed exchange more: 5.1 %) with less parameter
+    2 in each middle chunk, none beside the head) is faster, and then within 7 % of DualPipe (4.6 % before the
+    deduplicated NVLink dispatch shortened both, DualPipe's exposed exchange more: 5.1 %; 6.5 % since the
+    embedding's dense weight gradient is added into the FP32 main gradient every micro-batch — 11 GB of HBM traffic
+    on the rank that holds it, rank 0 here, which also holds the head) with less parameter
     memory per rank (rank 1: 4 layers against DualPipe's stages 1 and 14, 4 + 3 layers: 4/7 of the expert-sharded
     layers, the same embedding-free share of the rest)."""
     s = load_scenario("deepseek-v3-h800-2048")
@@ -284,7 +286,7 @@ def test_a_chunk_layout_that_lightens_rank_0_balances_deepseek_v3():
     even = predict(_v(s, chunk_layers=layout))
     dual = predict(s)
     assert even.step_time_s < 0.9 * auto.step_time_s
-    assert even.step_time_s == pytest.approx(dual.step_time_s, rel=0.06)
+    assert even.step_time_s == pytest.approx(dual.step_time_s, rel=0.07)
     assert even.memory_by_stage[1].items["weights"] < 0.75 * dual.memory_by_stage[1].items["weights"]
 
 

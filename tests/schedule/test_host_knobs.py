@@ -19,8 +19,8 @@ from narrowpath.schedule.step import predict
 from narrowpath.spec import Plan, Scenario
 from narrowpath.spec.parse import model_from_dict
 
-EDGE_OPS = frozenset({"embedding_lookup", "embedding_grad", "final_norm", "logits", "cross_entropy", "mtp_norms",
-                      "mtp_proj"})
+EDGE_OPS = frozenset({"embedding_lookup", "embedding_grad", "embedding_wgrad_accumulate", "final_norm", "logits",
+                      "cross_entropy", "mtp_norms", "mtp_proj"})
 """Ops of the embedding and the output end (workload.build._embedding_work): they stay eager under CUDA graphs."""
 
 

@@ -189,3 +189,35 @@ def test_unfused_attention_core_by_hand():
     assert core["attn_dropout"].hbm_bytes == 503_316_480
     (soft_bwd,) = backward_ops([core["softmax"]])
     assert (soft_bwd.hbm_bytes, soft_bwd.kernels, soft_bwd.phase) == (805_306_368, 1, "bwd")
+
+
+def test_elementwise_backwards_follow_their_autograd_graphs(ops):
+    """The norm's backward reads its input and the output's gradient and writes the input's (Transformer Engine's
+    rmsnorm_bwd): 3·4,194,304·2 = 25,165,824 B, not twice the forward's 16,777,216. SwiGLU's reads the output's
+    gradient (m·f/t = 14,680,064 elements) and both kept inputs and writes both inputs' gradients: 5·14,680,064·2 =
+    146,800,640 B (twice the forward would be 176,160,768). The residual add passes its gradient through; where its
+    input also fed the norm autograd sums the two gradients: read 2, write 1 of m·h/t, 25,165,824 B in one kernel
+    (twice the forward: 50,331,648)."""
+    (ln,) = backward_ops([ops["ln1"]], PLAN)
+    (act,) = backward_ops([ops["mlp_act"]], PLAN)
+    (res,) = backward_ops([ops["residual_add"]], PLAN)
+    assert ln.hbm_bytes == 25_165_824
+    assert act.hbm_bytes == 146_800_640 and ops["mlp_act"].hbm_bytes == 88_080_384
+    assert (res.hbm_bytes, res.kernels) == (25_165_824, 1)
+
+
+def test_biased_gpt3_style_backwards_keep_twice_the_forward():
+    """GPT-3-style layer (dropout, GeLU, biased linears) on 1,000 rows × h 100, f 400, BF16: bias-dropout-add's
+    backward masks the branch's gradient, reduces the bias's and sums the residual's with the norm's, GeLU's reads
+    the output's gradient and its input, writes the input's and the up projection's bias gradient reads that again —
+    4 tensors: both stay at twice their forwards, (3·2 + 1)·100,000·2 = 1,400,000 B and 2·2·2·400,000 = 3,200,000 B.
+    A bias-free SwiGLU layer's are their autograd graphs' (above)."""
+    from narrowpath.spec.parse import model_from_dict
+    from narrowpath.workload.attention import residual_op
+    m = model_from_dict(dict(name="g", layers=2, hidden=100, heads=4, ffn=400, vocab=1000, seq_len=1000,
+                             ffn_act="gelu", dropout=True))
+    plan = Plan(mbs=1, gbs=1, precision="bf16")
+    (bda,) = backward_ops([residual_op(m, 100_000, 2, "bf16")], plan)
+    (gelu,) = backward_ops([activation_op(m, plan, 400_000, "mlp_act")], plan)
+    assert (bda.hbm_bytes, bda.kernels) == (1_400_000, 1)
+    assert gelu.hbm_bytes == 3_200_000

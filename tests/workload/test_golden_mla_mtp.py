@@ -148,17 +148,21 @@ def test_mtp_sits_on_the_last_pipeline_stage_only():
 def test_embedding_and_output_work_by_hand():
     """Llama-3 8B, tp 2 with SP, 8192 tokens (E = 8192·4096): lookup reads and writes E·2 B twice = 134,217,728 B,
     its gradient 3·E·2 = 201,326,592 B; the vocab-parallel embedding output is reduce-scattered into the SP region
-    (and all-gathered back in backward). Last stage: final norm on E/2 elements 67,108,864 B; logits
+    (and all-gathered back in backward); the dense weight gradient of its vocabulary shard (64,128 × 4,096) written
+    and added into the main gradient, 2·2 + 2·4 B a weight in FP32 gradients = 3,152,019,456 B. Last stage: final
+    norm on E/2 elements 67,108,864 B forward, 3 tensors of them backward (100,663,296 B); logits
     [8192 × 4096]·[4096 × 64128] = 4,303,557,230,592 FLOPs kept in BF16; fp32 cross entropy 16 B per logit forward
     (8192·64128 logits: 8,405,385,216 B) and 12 B backward (6,304,038,912 B); its max/sum statistics all-reduced
-    over tp (3·8192·4 = 98,304 B); the logits' input all-gathered and its gradient reduce-scattered."""
+    over tp (3·8192·4 = 98,304 B); the logits' input all-gathered, re-gathered in backward for the weight gradient
+    and its gradient reduce-scattered (those two behind the output layer's GEMMs)."""
     plan = Plan(tp=2, sequence_parallel=True, precision="fp8")
     scn = Scenario(system=system("dgx-h100"), model=model("llama3-8b"), plan=plan, num_gpus=2)
     ops, xf = _embedding_work(scn, True, True)
     by = {(op.name, op.phase): op for op, _ in ops}
     assert by[("embedding_lookup", "fwd")].hbm_bytes == 134_217_728
     assert by[("embedding_grad", "bwd")].hbm_bytes == 201_326_592
-    assert by[("final_norm", "fwd")].hbm_bytes == 67_108_864 and by[("final_norm", "bwd")].hbm_bytes == 134_217_728
+    assert by[("embedding_wgrad_accumulate", "bwd")].hbm_bytes == 3_152_019_456
+    assert by[("final_norm", "fwd")].hbm_bytes == 67_108_864 and by[("final_norm", "bwd")].hbm_bytes == 100_663_296
     assert (by[("logits", "fwd")].flop, by[("logits", "fwd")].dtype) == (4_303_557_230_592, "bf16")
     assert by[("cross_entropy", "fwd")].hbm_bytes == 8_405_385_216
     assert by[("cross_entropy", "bwd")].hbm_bytes == 6_304_038_912
@@ -168,7 +172,9 @@ def test_embedding_and_output_work_by_hand():
         ("tp.embedding_grad_all_gather", "all_gather", "bwd", act, 1.0),
         ("tp.cross_entropy_stats", "all_reduce", "fwd", 98_304, 1.0),
         ("tp.logits_all_gather", "all_gather", "fwd", act, 1.0),
+        ("tp.logits_input_all_gather", "all_gather", "bwd", act, 1.0),
         ("tp.logits_grad_reduce_scatter", "reduce_scatter", "bwd", act, 1.0)]
+    assert [t.overlappable for t, _ in xf] == [False, False, False, False, True, True]
 
 
 def test_mla_without_a_query_latent_counts_its_direct_query_projection():

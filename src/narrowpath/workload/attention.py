@@ -13,6 +13,7 @@ v_head_dim. Sliding-window layers are causal and attend to the last `window` key
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from narrowpath.spec.model import Model
@@ -119,9 +120,12 @@ def mla_gathered_width(model: Model, gemm_bytes: float, a_bytes: float) -> float
 
 
 def norm_op(name: str, plan: Plan, elements: float) -> Op:
-    """LayerNorm/RMSNorm: read and write the tensor; keeps its input for backward."""
+    """LayerNorm/RMSNorm: read and write the tensor; keeps its input for backward. Its backward reads the input and
+    the output's gradient and writes the input's (Transformer Engine's rmsnorm_bwd / layernorm_bwd; the scale's
+    gradient is a per-column partial sum): 3 tensors, not the element-wise rule's twice the forward's 2."""
     A = act_bytes(plan)
-    return vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A)
+    return dataclasses.replace(vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A),
+                               bwd_bytes=3 * elements * A)
 
 
 def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = False) -> list[Op]:
@@ -173,10 +177,14 @@ def residual_op(model: Model, elements: float, a_bytes: int, dtype: str, branche
     """Fused bias-dropout-add or, without dropout, the residual add of `branches` block outputs to the input: read
     1 + branches tensors, write 1, keep a 1-byte dropout mask a branch (a parallel block adds its attention's and
     its MLP's outputs at once: 2)."""
-    if model.dropout:
+    if model.dropout:  # backward: each branch's gradient masked, the bias's reduced, the residual's summed: the
+        # element-wise rule's twice the forward stands for them
         return vector("bias_dropout_add", "fwd", elements * ((branches + 2) * a_bytes + branches), dtype,
                       saved_bytes=branches * elements)
-    return vector("residual_add", "fwd", elements * (branches + 2) * a_bytes, dtype)
+    # backward: the add passes its output's gradient through unchanged (no kernel); where the input also fed the
+    # block's norm, autograd sums the two gradients: read 2, write 1 in one kernel
+    return dataclasses.replace(vector("residual_add", "fwd", elements * (branches + 2) * a_bytes, dtype),
+                               bwd_bytes=3 * elements * a_bytes, bwd_kernels=1)
 
 
 def attention_params(model: Model, plan: Plan) -> float:

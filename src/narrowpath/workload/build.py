@@ -309,6 +309,13 @@ def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[
     if first:
         ops.append((T.vector("embedding_lookup", "fwd", 2 * E * A, plan.precision), 1.0))
         ops.append((T.vector("embedding_grad", "bwd", 3 * E * A, plan.precision), 1.0))
+        # the lookup's weight gradient is a dense table (PyTorch's embedding_dense_backward zero-fills it before
+        # adding the tokens' rows), which the data-parallel wrapper adds into the main gradient every micro-batch
+        # (Megatron-Core DistributedDataParallel's backward hook: param.main_grad.add_(param.grad)): write the table,
+        # read it and the main gradient, write the main gradient
+        table = V / t * h
+        ops.append((T.vector("embedding_wgrad_accumulate", "bwd", table * (2 * A + 2 * grad_bytes_per_param(plan)),
+                             plan.precision, kernels=2), 1.0))
         if t > 1:
             kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
             xf.append((Transfer(f"tp.embedding_{kind}", kind, "tp", act, "fwd", False), 1.0))
@@ -326,7 +333,7 @@ def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[
         ops.append((T.vector("cross_entropy", "fwd", 16 * n_logit, "fp32", kernels=4), float(heads)))
         ops.append((T.vector("cross_entropy", "bwd", 12 * n_logit, "fp32", kernels=2), float(heads)))
         ops += [(op, float(heads)) for op in T.backward_ops([logits], plan)]
-        ops.append((T.vector("final_norm", "bwd", 4 * E_norm * A, plan.precision), float(heads)))
+        ops.append((T.vector("final_norm", "bwd", 3 * E_norm * A, plan.precision), float(heads)))  # as norm_op
         if model.mtp_layers:
             ops += _mtp_ops(scn)
             # each module's transformer block exchanges as a layer of its kind does (tensor-parallel gathers, expert
@@ -336,9 +343,14 @@ def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[
             xf.append((Transfer("tp.cross_entropy_stats", "all_reduce", "tp", 3 * b * s * 4, "fwd", False),
                        float(heads)))
             kind = "reduce_scatter" if plan.sequence_parallel else "all_reduce"
+            # the output layer is a column-parallel linear: its backward re-gathers a sequence-parallel input for
+            # the weight gradient behind the data gradient's GEMM, and reduces the data gradient behind the weight
+            # gradient's (Megatron-Core LinearWithGradAccumulationAndAsyncCommunication.backward, async_op=True)
             if plan.sequence_parallel:
                 xf.append((Transfer("tp.logits_all_gather", "all_gather", "tp", act, "fwd", False), float(heads)))
-            xf.append((Transfer(f"tp.logits_grad_{kind}", kind, "tp", act, "bwd", False), float(heads)))
+                xf.append((Transfer("tp.logits_input_all_gather", "all_gather", "tp", act, "bwd", True),
+                           float(heads)))
+            xf.append((Transfer(f"tp.logits_grad_{kind}", kind, "tp", act, "bwd", True), float(heads)))
     return ops, xf
 
 
@@ -349,7 +361,8 @@ def _mtp_ops(scn: Scenario) -> list[tuple[Op, float]]:
     model, plan = scn.model, scn.plan
     b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
     rows = b * s
-    fwd = [T.vector("mtp_norms", "fwd", 2 * 2 * rows * h * T.act_bytes(plan), plan.precision)]
+    norms = T.vector("mtp_norms", "fwd", 2 * 2 * rows * h * T.act_bytes(plan), plan.precision)
+    fwd = [dataclasses.replace(norms, bwd_bytes=2 * 3 * rows * h * T.act_bytes(plan))]  # as norm_op
     fwd += T.linear("mtp_proj", plan, rows, 2 * h, h / plan.tp)
     fwd += T.layer_forward_ops(model, plan, "flash", moe_layer=model.moe is not None)
     ops = fwd + T.backward_ops(fwd, plan)
