@@ -39,7 +39,8 @@ search (the structural knobs only, everything else kept from the base plan). Kno
     tp_comm_overlap   off/on when tp > 1 (full)
     cp_comm           p2p, all_gather, a2a when cp > 1 (full)
     ep_overlap        off/on for MoE with expert or expert-tensor parallelism (full)
-    ep_dispatch       all_to_all, dedup for MoE when the expert-parallel group leaves its scale-up domain (full)
+    ep_dispatch       all_to_all, dedup for MoE when the expert-parallel group leaves its scale-up domain, dedup
+                      inside one (it never moves more bytes there) (full)
     placement         the base plan's order, Megatron's tp-cp-dp-pp, pipeline inside data parallel tp-cp-pp-dp,
                       and data inside context parallel tp-dp-cp-pp; orders that lay out the same ranks (they differ
                       only in axes of size 1) are tried once (full)

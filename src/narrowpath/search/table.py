@@ -255,9 +255,14 @@ class _Builder:
         out = []
         for plc in plcs:
             pc = self.placements.code(plc)
-            disps = v["ep_dispatch"] if self.moe and ep > 1 and ("ep_dispatch" in pins or len(v["ep_dispatch"]) < 2
-                                                                 or self.ep_domains(tp, pp, cp, dp, ep, etp, plc) > 1) \
-                else (self.keep("ep_dispatch"),)
+            if not (self.moe and ep > 1):
+                disps = (self.keep("ep_dispatch"),)
+            elif "ep_dispatch" in pins or len(v["ep_dispatch"]) < 2 \
+                    or self.ep_domains(tp, pp, cp, dp, ep, etp, plc) > 1:
+                disps = v["ep_dispatch"]
+            else:  # inside one domain a deduplicating dispatch sends a token once to each rank holding any of its
+                # experts (workload.moe.ranks_per_token ≤ top_k copies): the all-to-all plan is never faster
+                disps = ("dedup",)
             for dpo in dpos:
                 bks = v["bucket_bytes"] if dpo and sync else (self.keep("bucket_bytes"),)
                 for bk in bks:
@@ -312,7 +317,9 @@ class _Builder:
 
     def _base_codes(self) -> dict[str, int]:
         b = self.b
-        return dict(tp=b.tp, pp=b.pp, cp=b.cp, dp=b.dp, sp=int(b.sequence_parallel), ep=b.ep, etp=b.etp, mbs=b.mbs,
+        # the enumeration writes etp = tp as etp 0 (the same plan: Plan.expert_tp); so is the base plan looked up
+        etp = 0 if self.space.full and self.moe and "etp" not in self.pins and b.etp == b.tp else b.etp
+        return dict(tp=b.tp, pp=b.pp, cp=b.cp, dp=b.dp, sp=int(b.sequence_parallel), ep=b.ep, etp=etp, mbs=b.mbs,
                     vpp=b.vpp, zero=b.zero_stage, strat=self.strategies.code(_strategy_of(b)),
                     plc=self.placements.code(b.placement), dpo=int(b.dp_overlap),
                     bucket=self.buckets.code(b.bucket_bytes), tpo=int(b.tp_comm_overlap),
