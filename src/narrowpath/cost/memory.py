@@ -28,7 +28,7 @@ from narrowpath.workload.build import (embedding_params, grad_bytes_per_param, h
                                        layer_kind_of, optimizer_state_bytes_per_param,
                                        sharded_weight_bytes_per_param, weight_bytes_per_param, zero_shards)
 from narrowpath.workload.items import Workload
-from narrowpath.workload.split import offload_fraction, plan_layer_ranges, recompute_fraction
+from narrowpath.workload.split import mtp_recomputed, offload_fraction, plan_layer_ranges
 from narrowpath.workload.recompute import kept_bytes
 
 RUNTIME_RESERVE_BYTES = 2.0e9
@@ -205,10 +205,10 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
                     largest_layer = max(largest_layer, a)
                 if j >= off:
                     kept += layer_input if j < rerun else a
-            if mtp_n and c == len(rng) - 1:  # they checkpoint their inputs as the chunk's layers do (MTP block)
+            if mtp_n and c == len(rng) - 1:  # inputs only under a full recompute of every layer: Megatron-Core skips
+                # the block method for them (split.end_rerun_share)
                 mtp = mtp_n * layer_activation_bytes(no_rc, attention_kernel, moe_layer=model.moe is not None)
-                f = recompute_fraction(p, (len(r),))
-                kept += ((1 - f) * mtp + (f * mtp_n * layer_input if f else 0.0)) * (1 - offload_fraction(p, (len(r),)))
+                kept += (mtp_n * layer_input if mtp_recomputed(p) else mtp) * (1 - offload_fraction(p, (len(r),)))
             chunk_acts.append(kept)
         f_off = offload_fraction(p, sizes)
         # the linear layers' 16-bit weights and cached quantized copies (or FP8 primary weights alone), a ZeRO-3

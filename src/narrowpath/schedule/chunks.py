@@ -90,7 +90,7 @@ def chunk_shares(scn, layer_times: dict, end_times: tuple, exposed: Sequence[tup
                     sum(n * per_kind[k][1] for k, n in c) + sum(n * per_kind[k][2] for k, n in rc)]
                    for c, rc in zip(chunks, rerun)]
             ends = ((end_times[0], 0 if s == 0 else None), (end_times[1], -1 if s == plan.head_stage else None))
-            f_end = end_rerun_share(plan, len(ranges[-1]))  # the MTP modules' recompute: their chunk's share
+            f_end = end_rerun_share(plan)  # the MTP modules' recompute (none under the block method)
             for end, at in ends:
                 if at is not None:
                     ef, eb, er = pass_cost(end, exposed[s], host_sync_s)

@@ -186,8 +186,8 @@ class StructuralPrices:
     """(R, Q, V, K) layers of each kind each chunk's recompute-phase items run in (workload.split.rerun_kind_counts:
     a block recompute's first recompute_layers of the chunk; every layer otherwise)."""
     f_end: np.ndarray
-    """(R, Q) share of an end's recompute-phase items that runs (workload.split.end_rerun_share: the MTP modules
-    in the output layer's chunk)."""
+    """(R, Q) share of an end's recompute-phase items that runs (workload.split.end_rerun_share: the MTP modules'
+    none under a block recompute of some layers)."""
     saved: np.ndarray
     """(R, Q) activation bytes a class's layers keep without recompute (what offloading moves, before f_off)."""
     f_off: np.ndarray
@@ -441,7 +441,7 @@ class Bulk:
     def _rerun(self, rows, sh) -> tuple[np.ndarray, np.ndarray]:
         """(R, Q, V, K) layers of each kind each chunk's recompute-phase items run in and (R, Q) the share of the
         ends' that runs (workload.split.rerun_kind_counts, end_rerun_share: a full recompute of recompute_layers
-        re-runs each chunk's first ones, the MTP modules their chunk's share; every layer otherwise)."""
+        re-runs each chunk's first ones and not the MTP modules; every layer and the modules otherwise)."""
         rcl = np.array([st[1] for st in self.t.strategies], dtype=np.int64)[self.cols["strat"][rows]]
         n_c = sh["chunks"].astype(np.int64)
         block = ((self.rc[rows] == 2) & (rcl > 0))[:, None, None]
@@ -449,9 +449,7 @@ class Bulk:
         Q = n_c.shape[1]
         rerun = self._prefix()[sh["shape"][:, None, None], np.arange(Q)[None, :, None],
                                np.arange(n_c.shape[2])[None, None, :], rr]
-        at = np.broadcast_to((self.cols["vpp"][rows].astype(np.int64) - 1)[:, None, None], (rows.size, Q, 1))
-        n_last = np.take_along_axis(n_c, at, axis=2)[..., 0]
-        f_end = np.where(block[..., 0] & (n_last > 0), np.minimum(n_last, rcl[:, None]) / np.maximum(n_last, 1), 1.0)
+        f_end = np.broadcast_to(np.where(block[:, 0, 0], 0.0, 1.0)[:, None], (rows.size, Q))
         return rerun, f_end
 
     def _per_class(self, rows, sh, fn) -> np.ndarray:
@@ -509,9 +507,7 @@ class Bulk:
         if model.mtp_layers:
             at = np.broadcast_to((c["vpp"][rows].astype(np.int64) - 1)[:, None, None], (R, Q, 1))
             n_last = np.take_along_axis(n_c, at, axis=2)[..., 0]
-            k0 = k_rc[..., 0]
-            f = np.where(full[..., 0], np.where((k0 > 0) & (n_last > 0), np.minimum(n_last, k0) / np.maximum(n_last, 1),
-                                                1.0), 0.0)
+            f = (full[..., 0] & (k_rc[..., 0] == 0)).astype(float)  # split.mtp_recomputed
             o = np.where((k_off[..., 0] > 0) & (n_last > 0), np.minimum(n_last, k_off[..., 0]) / np.maximum(n_last, 1),
                          0.0)
             mtp = ((1 - f) * mtp_acts[:, None] + f * model.mtp_layers * inp[:, None]) * (1 - o)

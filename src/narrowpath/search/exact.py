@@ -438,8 +438,10 @@ class Exact:
         (StructuralPrices rerun) and the ends' share of it (f_end); equal (1/v)
         where every stage's chunks come out within 1e-9 in both passes (the scalar function's None)."""
         p, v = sh.stage_class.size, sh.chunks.shape[1]
-        # a stage at neither end whose chunks hold alike layers splits evenly: only the others are priced
-        alike = (sh.chunk_counts == sh.chunk_counts[:, :1]).all(axis=(1, 2))
+        # a stage at neither end whose chunks hold and re-run alike layers (every plan here) splits evenly
+        rr_all = sp.rerun[at][:, :len(sh.mult), :v]  # (rows, classes, v, K)
+        alike = (sh.chunk_counts == sh.chunk_counts[:, :1]).all(axis=(1, 2)) \
+            & (rr_all == rr_all[:, :, :1]).all(axis=(0, 2, 3))
         ns = np.flatnonzero((sh.first | sh.last | ~alike)[sh.stage_class])
         sc = sh.stage_class[ns]
         n, C = e[0].shape[0], e[0].shape[2]

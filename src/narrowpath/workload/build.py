@@ -466,8 +466,8 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         for li in idx:
             counts[kind_of[li]] = counts.get(kind_of[li], 0) + 1
         # the recompute phase runs in the layers it re-runs (split.rerun_kind_counts: Megatron's block method re-runs
-        # the first recompute_layers layers of each chunk, of whichever kinds they are), the MTP modules' in the
-        # output layer's chunk's share
+        # the first recompute_layers layers of each chunk, of whichever kinds they are), the MTP modules' only under a
+        # recompute of every layer (split.end_rerun_share)
         rerun: dict = {}
         for chunk in rerun_kind_counts(plan, ranges, kind_of):
             for kind, n in chunk.items():
@@ -484,7 +484,7 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         e_ops, e_xf, emb, e_expert = _end_work(scn, first, last)
         if first != last:  # the embedding end's or the output end's items, as the chunk that holds them sees them
             ends[0 if first else 1] = (tuple(e_ops), tuple(e_xf))
-        f_end = end_rerun_share(plan, len(ranges[-1]))
+        f_end = end_rerun_share(plan)
         ops += [(op, c * f_end if op.phase == "recompute" else c) for op, c in e_ops]
         xf += [(tr, c * f_end if tr.phase == "recompute" else c) for tr, c in e_xf]
         params += emb

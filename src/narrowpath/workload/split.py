@@ -210,10 +210,18 @@ def rerun_kind_counts(plan, ranges, kind_of) -> list[dict]:
     return out
 
 
-def end_rerun_share(plan, n_last: int) -> float:
-    """Share of the multi-token-prediction modules' recompute-phase items that runs: they sit in the output layer's
-    chunk of n_last layers and checkpoint as its layers do (cost.memory.stage_memory: its block share)."""
-    return recompute_fraction(plan, (n_last,)) if plan.recompute == "full" else 1.0
+def end_rerun_share(plan) -> float:
+    """Share of the multi-token-prediction modules' recompute-phase items that runs: none under a block recompute
+    of some layers — Megatron-Core's MultiTokenPredictionLayer._checkpointed_forward skips the block method ("not
+    supported for MTP yet. Skipping recompute.") and keeps the module's activations (cost.memory) —, all of them
+    under a full recompute of every layer (its uniform method, one layer) or a module recompute."""
+    return 0.0 if plan.recompute == "full" and plan.recompute_layers else 1.0
+
+
+def mtp_recomputed(plan) -> bool:
+    """Whether the multi-token-prediction modules keep only their inputs (`end_rerun_share`: a full recompute of
+    every layer)."""
+    return plan.recompute == "full" and not plan.recompute_layers
 
 
 def offload_fraction(plan, layers: int | tuple[int, ...]) -> float:

@@ -175,7 +175,7 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
                 ops[j].update({op: c * (rc if op.phase == "recompute" else n) for op, c in o})
                 xfs[j].update({tr: c * (rc if tr.phase == "recompute" else n) for tr, c in x})
         first, last = st.index == 0, st.index == plan.head_stage
-        f_end = end_rerun_share(plan, len(ranges[-1]))  # the MTP modules' recompute: their chunk's share
+        f_end = end_rerun_share(plan)  # the MTP modules' recompute (none under the block method)
         for j, is_edge in ((0, first), (n_chunks - 1, last)):
             if is_edge:
                 e_ops, e_xf = _embedding_work(scn, j == 0 and first, j == n_chunks - 1 and last)
