@@ -76,13 +76,15 @@ def chunk_shares(scn, layer_times: dict, end_times: tuple, exposed: Sequence[tup
     for kind in kind_of:
         for k in kinds:
             prefix[k].append(prefix[k][-1] + (k == kind))
+    block = plan.recompute == "full" and plan.recompute_layers  # a block recompute re-runs each chunk's first layers
     fwd_w, bwd_w = [], []
     memo: dict = {}  # stages alike (the middle ones: same chunks, same exposure) are priced once
     for s, ranges in enumerate(plan_layer_ranges(model, plan)):
         chunks = tuple(tuple((k, prefix[k][r.stop] - prefix[k][r.start]) for k in kinds) for r in ranges)
         # the layers each chunk's recompute runs in (its first recompute_layers under the block method)
-        rerun = tuple(tuple((k, prefix[k][r.start + rerun_layers(plan, len(r))] - prefix[k][r.start]) for k in kinds)
-                      for r in ranges)
+        rerun = chunks if not block else tuple(
+            tuple((k, prefix[k][r.start + rerun_layers(plan, len(r))] - prefix[k][r.start]) for k in kinds)
+            for r in ranges)
         key = (chunks, rerun, exposed[s], s == 0, s == plan.head_stage)
         if key not in memo:
             per_kind = {k: pass_cost(t, exposed[s], host_sync_s) for k, t in layer_times.items()}

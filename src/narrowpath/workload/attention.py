@@ -13,7 +13,6 @@ v_head_dim. Sliding-window layers are causal and attend to the last `window` key
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from narrowpath.spec.model import Model
@@ -124,8 +123,7 @@ def norm_op(name: str, plan: Plan, elements: float) -> Op:
     the output's gradient and writes the input's (Transformer Engine's rmsnorm_bwd / layernorm_bwd; the scale's
     gradient is a per-column partial sum): 3 tensors, not the element-wise rule's twice the forward's 2."""
     A = act_bytes(plan)
-    return dataclasses.replace(vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A),
-                               bwd_bytes=3 * elements * A)
+    return vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A, bwd_bytes=3 * elements * A)
 
 
 def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = False) -> list[Op]:
@@ -183,8 +181,8 @@ def residual_op(model: Model, elements: float, a_bytes: int, dtype: str, branche
                       saved_bytes=branches * elements)
     # backward: the add passes its output's gradient through unchanged (no kernel); where the input also fed the
     # block's norm, autograd sums the two gradients: read 2, write 1 in one kernel
-    return dataclasses.replace(vector("residual_add", "fwd", elements * (branches + 2) * a_bytes, dtype),
-                               bwd_bytes=3 * elements * a_bytes, bwd_kernels=1)
+    return vector("residual_add", "fwd", elements * (branches + 2) * a_bytes, dtype, bwd_bytes=3 * elements * a_bytes,
+                  bwd_kernels=1)
 
 
 def attention_params(model: Model, plan: Plan) -> float:

@@ -361,8 +361,8 @@ def _mtp_ops(scn: Scenario) -> list[tuple[Op, float]]:
     model, plan = scn.model, scn.plan
     b, s, h = plan.mbs, model.seq_len // plan.cp, model.hidden
     rows = b * s
-    norms = T.vector("mtp_norms", "fwd", 2 * 2 * rows * h * T.act_bytes(plan), plan.precision)
-    fwd = [dataclasses.replace(norms, bwd_bytes=2 * 3 * rows * h * T.act_bytes(plan))]  # as norm_op
+    fwd = [T.vector("mtp_norms", "fwd", 2 * 2 * rows * h * T.act_bytes(plan), plan.precision,
+                    bwd_bytes=2 * 3 * rows * h * T.act_bytes(plan))]  # as norm_op
     fwd += T.linear("mtp_proj", plan, rows, 2 * h, h / plan.tp)
     fwd += T.layer_forward_ops(model, plan, "flash", moe_layer=model.moe is not None)
     ops = fwd + T.backward_ops(fwd, plan)
@@ -465,11 +465,10 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
         counts: dict[tuple[bool, bool], int] = {}
         for li in idx:
             counts[kind_of[li]] = counts.get(kind_of[li], 0) + 1
-        # the recompute phase runs in the layers it re-runs (split.rerun_kind_counts: Megatron's block method re-runs
-        # the first recompute_layers layers of each chunk, of whichever kinds they are), the MTP modules' only under a
-        # recompute of every layer (split.end_rerun_share)
-        rerun: dict = {}
-        for chunk in rerun_kind_counts(plan, ranges, kind_of):
+        # the recompute runs in the layers it re-runs (split.rerun_kind_counts: the block method's first ones of each
+        # chunk, whichever their kinds), the MTP modules' under a recompute of all (split.end_rerun_share)
+        rerun: dict = counts if not (plan.recompute == "full" and plan.recompute_layers) else {}
+        for chunk in rerun_kind_counts(plan, ranges, kind_of) if rerun is not counts else ():
             for kind, n in chunk.items():
                 rerun[kind] = rerun.get(kind, 0) + n
         ops: list[tuple[Op, float]] = []

@@ -39,18 +39,14 @@ def activation_op(model: Model, plan: Plan, elements: float, name: str, keep_byt
     low-precision copy the kernel also writes (DeepSeek-V3's FP8 SwiGLU input, workload.precision.CACHE_BYTES)."""
     A = act_bytes(plan)
     inputs = (2 if model.ffn_act == "swiglu" else 1) * elements
-    if keep_bytes is None:
-        op = vector(name, "fwd", (inputs + elements) * A, plan.precision, saved_bytes=inputs * A)
-    else:
-        op = vector(name, "fwd", (inputs + elements) * A + inputs * keep_bytes, plan.precision,
-                    saved_bytes=inputs * keep_bytes)
-    if model.ffn_act != "swiglu":  # the element-wise rule's twice the forward: GPT-3-style GeLU layers carry the up
-        # projection's bias, whose gradient's reduction reads the input gradient again (4 tensors), and Megatron's
-        # squared ReLU runs unfused (relu, then pow: two kernels each way)
-        return op
-    # SwiGLU (bias-free): read the output's gradient and both kept inputs, write both inputs' gradients — 5 tensors,
-    # not the element-wise rule's twice the forward's 3
-    return dataclasses.replace(op, bwd_bytes=elements * A + inputs * ((A if keep_bytes is None else keep_bytes) + A))
+    kept = A if keep_bytes is None else keep_bytes
+    # backward: SwiGLU (bias-free) reads the output's gradient and both kept inputs and writes both inputs' gradients
+    # — 5 tensors, not the element-wise rule's twice the forward's 3; the others keep the rule: GPT-3-style GeLU
+    # layers carry the up projection's bias, whose gradient's reduction reads the input gradient again (4 tensors),
+    # and Megatron's squared ReLU runs unfused (relu, then pow: two kernels each way)
+    bwd = elements * A + inputs * (kept + A) if model.ffn_act == "swiglu" else None
+    return vector(name, "fwd", (inputs + elements) * A + (0.0 if keep_bytes is None else inputs * keep_bytes),
+                  plan.precision, saved_bytes=inputs * kept, bwd_bytes=bwd)
 
 
 def mlp_ops(model: Model, plan: Plan, ffn: int, rows: float, *, width_split: int, prefix: str = "mlp",

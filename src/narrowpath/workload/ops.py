@@ -27,9 +27,12 @@ def gemm(name: str, phase: str, m: float, k: float, n: float, dtype: str, a_byte
               saved_bytes=saved_bytes, grad_elements=grad_elements, grad_gathered=grad_gathered, rows=m / groups)
 
 
-def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1, saved_bytes: float = 0.0) -> Op:
-    """An element-wise / bandwidth-bound kernel moving `nbytes` at HBM."""
-    return Op(name, "vector", phase, 0.0, nbytes, dtype, kernels, saved_bytes=saved_bytes)
+def vector(name: str, phase: str, nbytes: float, dtype: str, kernels: int = 1, saved_bytes: float = 0.0,
+           bwd_bytes: float | None = None, bwd_kernels: int | None = None) -> Op:
+    """An element-wise / bandwidth-bound kernel moving `nbytes` at HBM (`bwd_bytes`, `bwd_kernels`: its backward's,
+    where the element-wise rule's twice the forward would misprice it)."""
+    return Op(name, "vector", phase, 0.0, nbytes, dtype, kernels, saved_bytes=saved_bytes, bwd_bytes=bwd_bytes,
+              bwd_kernels=bwd_kernels)
 
 
 def quantize_op(name: str, phase: str, elements: float, q: QuantizeCost, *, fused: bool = False,
