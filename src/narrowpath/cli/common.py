@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from narrowpath.errors import NarrowpathError, SpecError
-from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, EP_DISPATCH_FORMAT, GRAD_PRECISION, \
-    GRAD_SYNC_LAUNCH, OPTIMIZER_MOMENTS, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTE, SPLIT_DEFAULTS, ZERO3_RESHARD
+from narrowpath.spec.plan import ACTIVATION_CACHE, ATTENTION, CP_COMM, CROSS_ENTROPY, EP_DISPATCH_FORMAT, \
+    GRAD_PRECISION, GRAD_SYNC_LAUNCH, OPTIMIZER_MOMENTS, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTE, SPLIT_DEFAULTS, \
+    ZERO3_RESHARD
 
 if TYPE_CHECKING:
     from narrowpath.spec.scenario import Scenario
@@ -79,6 +80,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, positional: bool = True) ->
                    help="format of the accumulated and data-parallel-reduced gradients: auto (fp16 for fp16 runs, "
                         "else fp32), fp32, or bf16 (Megatron-Core grad_reduce_in_fp32=False, as NVIDIA's "
                         "performance recipes run)")
+    g.add_argument("--cross-entropy", dest="cross_entropy", choices=CROSS_ENTROPY,
+                   help="the loss's kernel: unfused (Megatron's vocab-parallel cross entropy over FP32 logits) or te "
+                        "(Transformer Engine's fused one in the logits' format, as Megatron-Bridge runs it)")
     g.add_argument("--fp8-params", dest="fp8_params", action=argparse.BooleanOptionalAction, default=None,
                    help="keep the weights only as FP8/MXFP8 tensors, all-gathered in FP8 (Transformer Engine "
                         "fp8_model_init, Megatron-Core --fp8-param-gather)")
@@ -217,6 +221,7 @@ def scenario_from_args(args: argparse.Namespace, *, one_plan: bool = True) -> Sc
                                                               "tp_comm_overlap",
                                                               "attention", "cp_comm", "optimizer_moments",
                                                               "grad_precision", "fp8_params", "activation_cache",
+                                                              "cross_entropy",
                                                               "ep_dispatch_format", "pipeline_schedule", "vp_group",
                                                               "first_stage_layers", "last_stage_layers", "cuda_graphs",
                                                               "moe_sync_free")

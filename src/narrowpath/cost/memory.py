@@ -28,6 +28,7 @@ from narrowpath.workload.build import (embedding_params, grad_bytes_per_param, h
                                        layer_kind_of, optimizer_state_bytes_per_param,
                                        sharded_weight_bytes_per_param, weight_bytes_per_param, zero_shards)
 from narrowpath.workload.items import Workload
+from narrowpath.workload.loss import loss_temporary_bytes
 from narrowpath.workload.split import mtp_recomputed, offload_fraction, plan_layer_ranges
 from narrowpath.workload.recompute import kept_bytes
 
@@ -233,10 +234,9 @@ def stage_memory(scn: Scenario, wl: Workload, attention_kernel: str) -> list[Mem
         if p.recompute == "full" and model.arch == "transformer":
             temps = max(temps, largest_layer)  # one layer re-materialised during its backward
         if st.index == p.head_stage:
-            logits = b * s * model.vocab / p.tp
-            # 16-bit logits + their fp32 copy, exponentiated in place and kept as the softmax for backward
-            # (Megatron's vocab-parallel cross entropy; torch autocast's log_softmax keeps one fp32 tensor likewise)
-            temps = max(temps, logits * (A + 4))
+            # the logits and, for Megatron's unfused loss, their FP32 softmax (torch autocast's log_softmax keeps one
+            # FP32 tensor likewise; Transformer Engine's writes the gradient into the logits: workload.loss)
+            temps = max(temps, loss_temporary_bytes(p.cross_entropy, b * s * model.vocab / p.tp, A))
         if zero == 3:
             per_layer_params = st.params / max(1, n_layers)
             temps += 2 * per_layer_params * Wg  # current + prefetched gathered layer

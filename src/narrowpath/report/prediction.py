@@ -28,7 +28,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
                                                 "sequence_parallel", "precision", "dp_overlap",
                                                 "grad_sync_launch", "tp_comm_overlap", "attention", "cp_comm",
                                                 "optimizer_moments",
-                                                "grad_precision", "fp8_params", "activation_cache",
+                                                "grad_precision", "fp8_params", "activation_cache", "cross_entropy",
                                                 "pipeline_schedule", "vp_group", "moe_probs", "moe_sync_free",
                                                 "cuda_graphs", "first_stage_layers", "last_stage_layers", "etp",
                                                 "ep_overlap", "ep_dispatch", "ep_dispatch_format",

@@ -32,6 +32,7 @@ from narrowpath.workload.build import (embedding_table_params, grad_bytes_per_pa
                                        optimizer_state_bytes_per_param, sharded_weight_bytes_per_param,
                                        weight_bytes_per_param)
 from narrowpath.workload.split import offload_fraction, stack_layout, stage_layer_ranges
+from narrowpath.workload.loss import loss_temporary_bytes
 from narrowpath.workload.precision import act_bytes
 
 _RC = {"none": 0, "selective": 1, "full": 2}
@@ -531,7 +532,7 @@ class Bulk:
         temps = np.where(self.rc[rows][:, None] == 2, np.maximum(temps, seen_max), temps)
         s = model.seq_len // cp
         logits = (mbs * s * model.vocab / tp)[:, None]
-        temps = np.where(sh["last"], np.maximum(temps, logits * (A + 4)), temps)
+        temps = np.where(sh["last"], np.maximum(temps, loss_temporary_bytes(base.cross_entropy, logits, A)), temps)
         emb_out = (A * mbs * s * model.hidden / np.where(sp > 0, tp, 1))[:, None]
         kept[:, :, 0] += np.where(sh["first"], emb_out, 0.0)  # held with chunk 0
         acts = self._held_peak(rows, sh, kept)

@@ -26,6 +26,7 @@ selective checkpointing (`alternate_matmuls`; workload.recompute)."""
 OPTIMIZER_MOMENTS = ("fp32", "bf16")
 """Formats of Adam's two moments (Megatron-Core precision-aware optimizer: exp_avg_dtype, exp_avg_sq_dtype)."""
 GRAD_PRECISION = ("auto", "fp32", "bf16")
+CROSS_ENTROPY = ("unfused", "te")
 """Formats of the gradient buffer and its data-parallel reduction: `auto` (the training format's convention), fp32 or
 bf16 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 true / false)."""
 FP8_PARAMS_ZERO_STAGES = (1, 3)
@@ -143,6 +144,11 @@ class Plan:
     `bf16` — the 16-bit parameters' format, for bf16 and low-precision runs (Megatron-Core DDP grad_reduce_in_fp32 =
     False: the main_grad buffers and their reduce-scatter in bf16, as NVIDIA's performance recipes run:
     catalog/stacks.yaml). workload.build.grad_bytes_per_param."""
+    cross_entropy: str = "unfused"
+    """The loss's kernel (workload.loss): `unfused` — Megatron's vocab-parallel cross entropy over an FP32 copy of
+    the logits (Megatron-Core's default, cross_entropy_loss_fusion False); `te` — Transformer Engine's fused
+    parallel cross entropy in the logits' format, the gradient written in place (cross_entropy_fusion_impl "te",
+    which Megatron-Bridge's recipes set: catalog/stacks.yaml)."""
     fp8_params: bool = False
     """FP8 primary weights (Transformer Engine fp8_model_init; Megatron-Core --fp8-param-gather, fp8_param): a
     low-precision run keeps its weights only as the quantized FP8/MXFP8 tensors its GEMMs read, with no 16-bit copy
@@ -289,6 +295,7 @@ class Plan:
         choice("plan.precision", self.precision, PRECISIONS)
         choice("plan.optimizer_moments", self.optimizer_moments, OPTIMIZER_MOMENTS)
         choice("plan.grad_precision", self.grad_precision, GRAD_PRECISION)
+        choice("plan.cross_entropy", self.cross_entropy, CROSS_ENTROPY)
         if self.grad_precision == "bf16" and self.precision in ("fp32", "fp16"):
             raise SpecError("plan.grad_precision", f"bf16 gradients need bf16 parameters (a bf16 or low-precision "
                             f"run); a {self.precision} run keeps them in fp32 or its own format (auto), got "

@@ -23,6 +23,7 @@ from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
 from narrowpath.workload.split import (end_rerun_share, offload_fraction, plan_layer_ranges, rerun_kind_counts,
                                       split_notes)
+from narrowpath.workload.loss import cross_entropy_ops
 from narrowpath.workload.recompute import (alternate_matmuls_recomputed, kept_bytes, modules_of, recompute_ops,
                                           tp_block_recomputed)
 from narrowpath.workload.precision import (core_dtype, gather_bytes, operand_bytes, quantize_cost,
@@ -328,10 +329,7 @@ def _embedding_work(scn: Scenario, first: bool, last: bool) -> tuple[list[tuple[
         n_logit = b * s * V / t
         head = [T.vector("final_norm", "fwd", 2 * E_norm * A, plan.precision), logits]
         ops += [(op, float(heads)) for op in head]
-        # Vocab-parallel cross entropy in fp32 (Megatron): cast, max, exp-sum, loss ≈ 16 B/logit forward,
-        # softmax-gradient write + cast ≈ 12 B/logit backward. Our own kernel accounting.
-        ops.append((T.vector("cross_entropy", "fwd", 16 * n_logit, "fp32", kernels=4), float(heads)))
-        ops.append((T.vector("cross_entropy", "bwd", 12 * n_logit, "fp32", kernels=2), float(heads)))
+        ops += [(op, float(heads)) for op in cross_entropy_ops(plan, n_logit, A)]  # the stack's kernel (workload.loss)
         ops += [(op, float(heads)) for op in T.backward_ops([logits], plan)]
         ops.append((T.vector("final_norm", "bwd", 3 * E_norm * A, plan.precision), float(heads)))  # as norm_op
         if model.mtp_layers:
