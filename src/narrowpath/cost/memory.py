@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from dataclasses import dataclass
 
 import numpy as np
-from dataclasses import dataclass
 
 from narrowpath.spec.plan import interleaved_warmup
 from narrowpath.spec.scenario import Scenario

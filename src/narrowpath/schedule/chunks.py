@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import end_params, layer_kind_of
-from narrowpath.workload.split import end_rerun_share, plan_layer_ranges, rerun_layers
+from narrowpath.workload.split import block_recompute, end_rerun_share, plan_layer_ranges, rerun_layers
 from narrowpath.schedule.exposure import bucket_tail_s
 
 _PHASES = ("fwd", "bwd", "recompute")
@@ -76,7 +76,7 @@ def chunk_shares(scn, layer_times: dict, end_times: tuple, exposed: Sequence[tup
     for kind in kind_of:
         for k in kinds:
             prefix[k].append(prefix[k][-1] + (k == kind))
-    block = plan.recompute == "full" and plan.recompute_layers  # a block recompute re-runs each chunk's first layers
+    block = block_recompute(plan)  # a block recompute re-runs each chunk's first layers
     fwd_w, bwd_w = [], []
     memo: dict = {}  # stages alike (the middle ones: same chunks, same exposure) are priced once
     for s, ranges in enumerate(plan_layer_ranges(model, plan)):

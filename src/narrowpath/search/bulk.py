@@ -330,6 +330,12 @@ class Bulk:
             self._prefix_table = out
         return self._prefix_table
 
+    def _prefix_at(self, sh, upto: np.ndarray) -> np.ndarray:
+        """(R, Q, V, K) layers of each kind among each chunk's first `upto` (R, Q, V) of the rows' shapes `sh`."""
+        _, Q, V = upto.shape
+        return self._prefix()[sh["shape"][:, None, None], np.arange(Q)[None, :, None], np.arange(V)[None, None, :],
+                              upto]
+
     # ---- structural rows: memory, compute, bound ----------------------------------------------------------------------
     def structural(self, rows: np.ndarray) -> StructuralPrices:
         P, c = self.p, self.cols
@@ -447,11 +453,8 @@ class Bulk:
         n_c = sh["chunks"].astype(np.int64)
         block = ((self.rc[rows] == 2) & (rcl > 0))[:, None, None]
         rr = np.where(block, np.minimum(n_c, rcl[:, None, None]), n_c)
-        Q = n_c.shape[1]
-        rerun = self._prefix()[sh["shape"][:, None, None], np.arange(Q)[None, :, None],
-                               np.arange(n_c.shape[2])[None, None, :], rr]
-        f_end = np.broadcast_to(np.where(block[:, 0, 0], 0.0, 1.0)[:, None], (rows.size, Q))
-        return rerun, f_end
+        f_end = np.broadcast_to(np.where(block[:, 0, 0], 0.0, 1.0)[:, None], (rows.size, n_c.shape[1]))
+        return self._prefix_at(sh, rr), f_end
 
     def _per_class(self, rows, sh, fn) -> np.ndarray:
         """fn(stand-in plan, the class's chunk layer counts) per (row, class), once per distinct (strategy, vpp,
@@ -500,8 +503,7 @@ class Bulk:
         rerun = np.where(full, np.minimum(n_c, np.where(k_rc > 0, k_rc, n_c)), 0).astype(np.int64)
         k_off = off[:, None, None]
         gone = np.minimum(n_c, k_off).astype(np.int64)  # the first offload_layers layers: in host memory
-        pre = self._prefix()[sh["shape"][:, None, None], np.arange(Q)[None, :, None],
-                             np.arange(rerun.shape[2])[None, None, :], np.maximum(rerun, gone)]
+        pre = self._prefix_at(sh, np.maximum(rerun, gone))
         inp = self._per_unique(rows, ("tp", "cp", "mbs", "sp"), lambda key, f: P.layer_input_bytes(key, f))
         kept = ((sh["chunk_counts"] - pre) * LA[:, None, None, :]).sum(axis=3) \
             + np.maximum(0, rerun - gone) * inp[:, None, None]
@@ -575,7 +577,7 @@ def _first_max(values: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 class _StandIn:
-    """The plan fields `recompute_fraction` / `offload_fraction` read."""
+    """The plan fields `offload_fraction` reads (and the strategy's recompute, for a reader of the same key)."""
 
     __slots__ = ("recompute", "recompute_layers", "offload_layers", "vpp")
 

@@ -439,7 +439,7 @@ class Exact:
         where every stage's chunks come out within 1e-9 in both passes (the scalar function's None)."""
         p, v = sh.stage_class.size, sh.chunks.shape[1]
         # a stage at neither end whose chunks hold and re-run alike layers (every plan here) splits evenly
-        rr_all = sp.rerun[at][:, :len(sh.mult), :v]  # (rows, classes, v, K)
+        rr_all = sp.rerun[at][:, :len(sh.mult), :v]  # (rows, classes, v, K): the layers each chunk's recompute runs in
         alike = (sh.chunk_counts == sh.chunk_counts[:, :1]).all(axis=(1, 2)) \
             & (rr_all == rr_all[:, :, :1]).all(axis=(0, 2, 3))
         ns = np.flatnonzero((sh.first | sh.last | ~alike)[sh.stage_class])
@@ -451,7 +451,7 @@ class Exact:
         x = comm_kind[:, None, :, :, :]  # (rows, 1, C, K, 3)
         aF, aB, aR = (kc[..., i] + ek[..., None] * x[..., i] for i, ek in ((0, eF), (1, eB), (2, eB)))
         cc = sh.chunk_counts[sc]  # (stages priced, v, K)
-        rr = sp.rerun[at][:, sc, :v]  # (rows, stages priced, v, K): the layers each chunk's recompute runs in
+        rr = rr_all[:, sc]  # (rows, stages priced, v, K)
         raw = [np.einsum("pvk,npck->npvc", cc, aF),
                np.einsum("pvk,npck->npvc", cc, aB) + np.einsum("npvk,npck->npvc", rr, aR)]
         ec, ex = sp.end_cost[at][:, sc], comm_end[:, sc]  # (rows, stages priced, 3), (rows, stages priced, C, 3)

@@ -26,9 +26,10 @@ selective checkpointing (`alternate_matmuls`; workload.recompute)."""
 OPTIMIZER_MOMENTS = ("fp32", "bf16")
 """Formats of Adam's two moments (Megatron-Core precision-aware optimizer: exp_avg_dtype, exp_avg_sq_dtype)."""
 GRAD_PRECISION = ("auto", "fp32", "bf16")
-CROSS_ENTROPY = ("unfused", "te")
 """Formats of the gradient buffer and its data-parallel reduction: `auto` (the training format's convention), fp32 or
 bf16 (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 true / false)."""
+CROSS_ENTROPY = ("unfused", "te")
+"""The loss's kernels (Plan.cross_entropy, workload.loss)."""
 FP8_PARAMS_ZERO_STAGES = (1, 3)
 """ZeRO stages FP8 primary weights run with (Megatron-LM: '--fp8-param-gather only supported with distributed
 optimizer' or FSDP)."""

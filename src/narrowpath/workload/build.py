@@ -21,8 +21,8 @@ from narrowpath.workload.context_parallel import cp_transfers
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
 from narrowpath.workload.moe import moe_transfers
 from narrowpath.workload.ops import quantize_op
-from narrowpath.workload.split import (end_rerun_share, offload_fraction, plan_layer_ranges, rerun_kind_counts,
-                                      split_notes)
+from narrowpath.workload.split import (block_recompute, end_rerun_share, offload_fraction, plan_layer_ranges,
+                                      rerun_kind_counts, rerun_scaled, split_notes)
 from narrowpath.workload.loss import cross_entropy_ops
 from narrowpath.workload.recompute import (alternate_matmuls_recomputed, kept_bytes, modules_of, recompute_ops,
                                           tp_block_recomputed)
@@ -465,25 +465,25 @@ def build_workload(scn: Scenario, attention_kernel: str) -> Workload:
             counts[kind_of[li]] = counts.get(kind_of[li], 0) + 1
         # the recompute runs in the layers it re-runs (split.rerun_kind_counts: the block method's first ones of each
         # chunk, whichever their kinds), the MTP modules' under a recompute of all (split.end_rerun_share)
-        rerun: dict = counts if not (plan.recompute == "full" and plan.recompute_layers) else {}
-        for chunk in rerun_kind_counts(plan, ranges, kind_of) if rerun is not counts else ():
-            for kind, n in chunk.items():
-                rerun[kind] = rerun.get(kind, 0) + n
+        rerun = counts
+        if block_recompute(plan):
+            rerun = {}
+            for chunk in rerun_kind_counts(plan, ranges, kind_of):
+                for kind, n in chunk.items():
+                    rerun[kind] = rerun.get(kind, 0) + n
         ops: list[tuple[Op, float]] = []
         xf: list[tuple[Transfer, float]] = []
         params = expert = 0.0
         for kind, n in sorted(counts.items()):
-            r = rerun.get(kind, 0)
-            ops += [(op, c * (r if op.phase == "recompute" else n)) for op, c in work[kind][0]]
-            xf += [(tr, c * (r if tr.phase == "recompute" else n)) for tr, c in work[kind][1]]
+            ops += rerun_scaled(work[kind][0], n, rerun.get(kind, 0))
+            xf += rerun_scaled(work[kind][1], n, rerun.get(kind, 0))
             params += n * T.layer_params(model, plan, moe_layer=kind[0])
             expert += n * T.layer_expert_params(model, plan) if kind[0] else 0.0
         e_ops, e_xf, emb, e_expert = _end_work(scn, first, last)
         if first != last:  # the embedding end's or the output end's items, as the chunk that holds them sees them
             ends[0 if first else 1] = (tuple(e_ops), tuple(e_xf))
-        f_end = end_rerun_share(plan)
-        ops += [(op, c * f_end if op.phase == "recompute" else c) for op, c in e_ops]
-        xf += [(tr, c * f_end if tr.phase == "recompute" else c) for tr, c in e_xf]
+        ops += rerun_scaled(e_ops, 1, end_rerun_share(plan))
+        xf += rerun_scaled(e_xf, 1, end_rerun_share(plan))
         params += emb
         expert += e_expert
         xf += pp_transfers(plan, first, last, p2p, turn)

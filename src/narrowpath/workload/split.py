@@ -189,13 +189,16 @@ def recompute_fraction(plan, layers: int | tuple[int, ...]) -> float:
     return _per_chunk_share(plan.recompute_layers, plan.vpp, layers, 1.0)
 
 
+def block_recompute(plan) -> bool:
+    """A full recompute of only the first `recompute_layers` layers of each chunk (Megatron-Core's `recompute_method:
+    block`, `recompute_num_layers` per virtual stage: TransformerBlock._checkpointed_forward)."""
+    return plan.recompute == "full" and bool(plan.recompute_layers)
+
+
 def rerun_layers(plan, n: int) -> int:
-    """Layers of a chunk of n whose recompute-phase items run: a full recompute of `recompute_layers` re-runs the
-    chunk's first ones (Megatron-Core's `recompute_method: block`, `recompute_num_layers` per virtual stage:
-    TransformerBlock._checkpointed_forward), all when 0; a module recompute (or none) runs its items in every layer."""
-    if plan.recompute == "full" and plan.recompute_layers:
-        return min(n, plan.recompute_layers)
-    return n
+    """Layers of a chunk of n whose recompute-phase items run: the first `recompute_layers` under a block recompute
+    (`block_recompute`), every layer otherwise (a full recompute of all, or a module recompute in each layer)."""
+    return min(n, plan.recompute_layers) if block_recompute(plan) else n
 
 
 def rerun_kind_counts(plan, ranges, kind_of) -> list[dict]:
@@ -215,13 +218,19 @@ def end_rerun_share(plan) -> float:
     of some layers — Megatron-Core's MultiTokenPredictionLayer._checkpointed_forward skips the block method ("not
     supported for MTP yet. Skipping recompute.") and keeps the module's activations (cost.memory) —, all of them
     under a full recompute of every layer (its uniform method, one layer) or a module recompute."""
-    return 0.0 if plan.recompute == "full" and plan.recompute_layers else 1.0
+    return 0.0 if block_recompute(plan) else 1.0
 
 
 def mtp_recomputed(plan) -> bool:
     """Whether the multi-token-prediction modules keep only their inputs (`end_rerun_share`: a full recompute of
     every layer)."""
-    return plan.recompute == "full" and not plan.recompute_layers
+    return plan.recompute == "full" and not block_recompute(plan)
+
+
+def rerun_scaled(items, n: float, rerun: float) -> list:
+    """(item, count) pairs of one layer's (or an end's) items repeated over n layers of which `rerun` run the
+    recompute phase: a recompute-phase item's count times `rerun`, any other's times n."""
+    return [(it, c * (rerun if it.phase == "recompute" else n)) for it, c in items]
 
 
 def offload_fraction(plan, layers: int | tuple[int, ...]) -> float:

@@ -29,7 +29,7 @@ from narrowpath.schedule.step import PAIR_PARTNERS, StepPrediction, _price, pair
 from narrowpath.workload import transformer as T
 from narrowpath.workload.build import _embedding_work, _layer_work, embedding_params, layer_kind_of, step_rank_params, \
     microbatch_share, zero2_per_microbatch, zero2_transfers, zero3_transfers
-from narrowpath.workload.split import end_rerun_share, plan_layer_ranges, rerun_kind_counts
+from narrowpath.workload.split import end_rerun_share, plan_layer_ranges, rerun_kind_counts, rerun_scaled
 from narrowpath.workload.items import Op, StageWork, Transfer
 from narrowpath.workload.ops import is_weight_gradient
 
@@ -171,16 +171,15 @@ def chunk_items(scn, kernel: str, st: StageWork, ranges: list[range]) -> list[tu
             n_kind = Counter(kind_of[li] for li in r)
             for kind, n in n_kind.items():
                 o, x = per_kind[kind]
-                rc = rerun[j].get(kind, 0)
-                ops[j].update({op: c * (rc if op.phase == "recompute" else n) for op, c in o})
-                xfs[j].update({tr: c * (rc if tr.phase == "recompute" else n) for tr, c in x})
+                ops[j].update(dict(rerun_scaled(o, n, rerun[j].get(kind, 0))))
+                xfs[j].update(dict(rerun_scaled(x, n, rerun[j].get(kind, 0))))
         first, last = st.index == 0, st.index == plan.head_stage
         f_end = end_rerun_share(plan)  # the MTP modules' recompute (none under the block method)
         for j, is_edge in ((0, first), (n_chunks - 1, last)):
             if is_edge:
                 e_ops, e_xf = _embedding_work(scn, j == 0 and first, j == n_chunks - 1 and last)
-                ops[j].update({op: c * f_end if op.phase == "recompute" else c for op, c in _counts(e_ops).items()})
-                xfs[j].update({tr: c * f_end if tr.phase == "recompute" else c for tr, c in _counts(e_xf).items()})
+                ops[j].update(dict(rerun_scaled(_counts(e_ops).items(), 1, f_end)))
+                xfs[j].update(dict(rerun_scaled(_counts(e_xf).items(), 1, f_end)))
                 emb = embedding_params(scn, j == 0 and first, j == n_chunks - 1 and last)
                 if plan.comm_zero_stage == 3:
                     xfs[j].update(dict(_counts(zero3_transfers(plan, emb, 0.0))))
