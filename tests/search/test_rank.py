@@ -53,7 +53,7 @@ def test_catalog_scenarios_are_never_better_than_the_search(gpt175_a100):
     space = SearchSpace(gpt175_a100.model, gpt175_a100.system, gpt175_a100.num_gpus, gpt175_a100.plan.gbs,
                         gpt175_a100.plan, {"tp": 8, "pp": 8})
     res = search(gpt175_a100, space, top=3)
-    assert res.baseline_rank is not None
+    assert res.baseline_rank is not None or res.baseline_rank_beyond == 10_000  # fits; over 10,000 plans faster
     assert res.ranked[0].step_time_s <= predict(gpt175_a100).step_time_s
 
 

@@ -20,7 +20,7 @@ from narrowpath.report.search_table import SHOWN_PER_ROW, format_search, search_
 from narrowpath.schedule.step import predict
 from narrowpath.search import KNOBS, OBJECTIVES, SearchSpace, candidate_plans, search
 from narrowpath.search.each import leaves_free, space_scenario
-from narrowpath.search.rank import MAX_PLANS, usable_cpus
+from narrowpath.search.rank import MAX_PLANS, RANK_LIMIT, usable_cpus
 from narrowpath.search.space import EXTENTS
 from narrowpath.search.table import build_table
 from narrowpath.spec._check import choice
@@ -73,6 +73,10 @@ def register(sub) -> None:
     p.add_argument("--max-minutes", dest="max_minutes", type=float, default=10.0,
                    help="refuse a search whose placements or energy ledgers are estimated to take longer than this "
                    "(default 10; a few are timed first); a search over 10 s says so and prints progress on stderr")
+    p.add_argument("--rank-limit", dest="rank_limit", type=int, default=RANK_LIMIT,
+                   help=f"count at most this many plans faster than your own (default {RANK_LIMIT:,}; a ranking by "
+                   "time then says yours ranks beyond that place and looks only for the best plans, which is much "
+                   "faster on a large space); 0 counts them all for its exact rank")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_serve_search_args(p)  # issue 13: `search --serve` (cli/serve_search.py)
     p.set_defaults(func=run, flag_defaults={a.dest: (a.default, a.option_strings[0]) for a in p._actions
@@ -200,6 +204,8 @@ def run(args) -> int:
         raise SpecError("--max-plans", f"must be >= 1, got {args.max_plans}")
     if not (math.isfinite(args.max_minutes) and args.max_minutes > 0):
         raise SpecError("--max-minutes", f"must be a finite number > 0, got {args.max_minutes}")
+    if args.rank_limit < 0:
+        raise SpecError("--rank-limit", f"must be >= 0 (0: count every plan faster than yours), got {args.rank_limit}")
     _check_flag_family(args)
     if args.serve:  # issue 13: serving plans under latency SLOs
         return run_serve_search(args)
@@ -240,7 +246,8 @@ def run(args) -> int:
     fetch = args.top if args.json else args.top * SHOWN_PER_ROW
     result = search(base, space, objective=args.objective, top=fetch, max_plans=args.max_plans,
                     min_free_bytes=args.min_free_gb * 1e9, jobs=args.jobs, max_seconds=args.max_minutes * 60,
-                    progress=lambda line: print(line, file=sys.stderr, flush=True), table=table)
+                    progress=lambda line: print(line, file=sys.stderr, flush=True), table=table,
+                    rank_limit=args.rank_limit or None)
     if not result.ranked:
         why = f"; first failure: {result.first_failure}" if result.first_failure else ""
         free = f" with {args.min_free_gb:g} GB free" if args.min_free_gb else ""

@@ -114,7 +114,8 @@ def format_search(r: SearchResult, top: int) -> str:
         rows.append(row)
     b = r.baseline
     if b is not None:
-        label = "yours" if r.baseline_rank is None else f"yours ({r.baseline_rank:,})"
+        label = f"yours (>{r.baseline_rank_beyond:,})" if r.baseline_rank_beyond else \
+            "yours" if r.baseline_rank is None else f"yours ({r.baseline_rank:,})"
         rows.append(_row(label if r.baseline_in_space else f"{label}*", b, moe, bands.get(id(b))))
     lines.append(table(headers(moe), rows))
     tied = sum(1 for _, m in groups[1:] if bands.get(id(m[0]), (None, False))[1])
@@ -155,7 +156,7 @@ def _baseline_lines(r: SearchResult) -> list[str]:
         return ["  the scenario's own plan is not ranked (it does not describe this GPU count and batch, or the model "
                 "could not place it)"]
     where = "" if r.baseline_in_space else "* (outside the pinned space, priced apart)"
-    if r.baseline_rank is None:
+    if r.baseline_rank is None and not r.baseline_rank_beyond:
         need = f" and {r.min_free_bytes / 1e9:g} GB free" if r.min_free_bytes else ""
         return [f"  the scenario's own plan{where} needs {b.memory_bytes / 1e9:.1f} GB per GPU{need} of "
                 f"{b.capacity_bytes / 1e9:.1f} GB: it does not fit"]
@@ -167,7 +168,10 @@ def _baseline_lines(r: SearchResult) -> list[str]:
     vb, vo = getattr(best, attr), getattr(b, attr)
     ties = r.baseline_ties
     tie = f" (tied with {ties:,} other plan{'s' if ties > 1 else ''})" if ties else ""
-    return [f"  the scenario's own plan{where} ranks {r.baseline_rank:,}{tie} of the {r.num_ranked:,} distinct plans "
+    place = f"{r.baseline_rank:,}{tie}" if r.baseline_rank_beyond is None else \
+        f"beyond the {r.baseline_rank_beyond:,}th (at least {r.baseline_rank_beyond:,} distinct plans are faster; " \
+        "--rank-limit 0 counts them all)"
+    return [f"  the scenario's own plan{where} ranks {place} of the {r.num_ranked:,} distinct plans "
             f"that fit, by {_METRIC[r.objective]}: best {vb * scale:,.{nd}f} {unit} vs yours {vo * scale:,.{nd}f} "
             f"{unit} ({100 * (1 - vb / vo):+.1f} % saved)"]
 
@@ -201,7 +205,8 @@ def search_to_json(r: SearchResult, top: int) -> dict:
     """The search as JSON: `best` holds the first `top` ranked plans; `num_candidates` (= `num_plans`) is the whole
     space before pruning, `num_priced` the plans priced in full (the rest were bounded out), `seconds` (=
     `elapsed_s`) the search's wall time; `num_ranked` counts the distinct plans that fit (what `baseline_rank` ranks
-    against); `fits` of a plan is against capacity alone, `min_free_bytes` is the headroom a ranked plan had to
+    against; null with `baseline_rank_beyond` N when at least N distinct plans are faster, the search's
+    --rank-limit, and not all were counted); `fits` of a plan is against capacity alone, `min_free_bytes` is the headroom a ranked plan had to
     leave. Each shown plan carries its error `band`, `validated` and whether it is `tied_with_best` (bands
     overlap)."""
     bands = shown_bands(r, top)
@@ -216,4 +221,5 @@ def search_to_json(r: SearchResult, top: int) -> dict:
             "best": [candidate_to_json(c, bands.get(id(c))) for c in r.ranked[:top]],
             "baseline": None if r.baseline is None else candidate_to_json(r.baseline, bands.get(id(r.baseline))),
             "baseline_in_space": r.baseline_in_space, "baseline_rank": r.baseline_rank,
+            "baseline_rank_beyond": r.baseline_rank_beyond,
             "baseline_ties": r.baseline_ties}

@@ -2,7 +2,9 @@
 
 For every objective: the rows that fit are known from stage 1; the engine visits rows best bound first; what is
 shown is priced again with predict; the base plan's rank and ties are counted over every distinct fitting plan
-(plans that differ only in an equally costed recompute count once, decided on their parts: search.engine).
+(plans that differ only in an equally costed recompute count once, decided on their parts: search.engine). A time
+ranking stops counting the plans faster than the base plan at `rank_limit` of them: the visit then only needs the
+best plans, and the base plan is reported as ranking beyond that (SearchResult.baseline_rank_beyond).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from narrowpath.search.rank import (TIE_REL, SearchResult, drop_equivalent, esti
 
 
 def search_bulk(base, space, table, objective: str, top: int, calibration, min_free: float, jobs: int,
-                max_seconds: float | None, say: Callable[[str], None] | None, t0: float) -> SearchResult:
+                max_seconds: float | None, say: Callable[[str], None] | None, t0: float,
+                rank_limit: int | None = None) -> SearchResult:
     eng = Engine(base, space, table, calibration, min_free, jobs, say)
     pinned = tuple(sorted(space.pinned.items()))
     if len(table) == 0:
@@ -51,27 +54,32 @@ def search_bulk(base, space, table, objective: str, top: int, calibration, min_f
     elif objective == "energy":
         head, better, ties = _by_energy(eng, distinct_rows, baseline if base_fits else None, top, max_seconds, say)
     else:
-        head, better, ties = _by_time(eng, distinct_rows, baseline if base_fits else None, top)
+        head, better, ties = _by_time(eng, distinct_rows, baseline if base_fits else None, top, rank_limit)
     num_failed = len(eng.failures)
     first_failure = sorted(eng.failures)[0][1] if eng.failures else None
     rank = 1 + better if base_fits else None
     if base_fits and in_space:
         ties -= 1  # the base plan itself
+    beyond = None
+    if objective == "time" and rank_limit is not None and base_fits and better >= rank_limit:
+        rank, ties, beyond = None, 0, rank_limit  # counted no further than rank_limit plans faster than it
     return SearchResult(base, objective, tuple(head), baseline, rank, len(table), num_fit - num_failed, num_failed,
                         first_failure, time.perf_counter() - t0, min_free, in_space, pinned, eng.num_priced,
-                        num_ranked - num_failed, max(0, ties), space.extent)
+                        num_ranked - num_failed, max(0, ties), space.extent, beyond)
 
 
 # ---- the three rankings ----------------------------------------------------------------------------------------------
-def _distinct(eng: Engine, idx: np.ndarray, T: np.ndarray, M: np.ndarray) -> np.ndarray:
+def _distinct(eng: Engine, idx: np.ndarray, T: np.ndarray, M: np.ndarray, sure: bool = False) -> np.ndarray:
     """False for plans with selective recompute whose recompute-none twin is among `idx` with the same time and
-    memory (they are one plan to the ranking)."""
+    memory (they are one plan to the ranking); with `sure`, also for those whose twin is not among `idx` (it might
+    price the same: only plans certainly distinct are left True)."""
     tw = eng.twin_of(idx)
     order = np.argsort(idx)
     pos = np.clip(np.searchsorted(idx[order], tw), 0, max(0, idx.size - 1))
     found = (tw >= 0) & (idx[order][pos] == tw) if idx.size else np.zeros(0, dtype=bool)
     j = order[pos]
-    return ~(found & (T[j] == T) & (M[j] == M))
+    out = ~(found & (T[j] == T) & (M[j] == M))
+    return out & ((tw < 0) | found) if sure else out
 
 
 def _reprice_near(eng: Engine, idx, T, thresholds) -> None:
@@ -126,12 +134,16 @@ def _exact_top(eng: Engine, cands: list[Candidate], where: dict, objective: str,
     return drop_equivalent(sorted(exact, key=key)) + cands[n:]
 
 
-def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int):
+def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int, rank_limit: int | None = None):
     order = fit_rows[np.argsort(eng.bound[fit_rows], kind="stable")]
     Tb = baseline.step_time_s if baseline is not None else -np.inf
+    counted = [baseline is None]  # whether `rank_limit` plans certainly faster than the base plan have been found
 
     def threshold(idx, t):
-        return max(kth_distinct(t, top), Tb * (1 + 2 * TIE_REL)) * (1 + SAFE)
+        if not counted[0] and rank_limit is not None:
+            faster = _distinct(eng, idx, t, eng.mem[eng.row_of(idx)], sure=True) & (t < Tb * (1 - 2 * TIE_REL))
+            counted[0] = int(faster.sum()) >= rank_limit
+        return max(kth_distinct(t, top), -np.inf if counted[0] else Tb * (1 + 2 * TIE_REL)) * (1 + SAFE)
     idx, T, _ = eng.visit(order, eng.bound[order], threshold, eng.lower_rows, _progress(eng, order))
     M = eng.mem[eng.row_of(idx)]
     b = eng.t.base_row
@@ -145,7 +157,7 @@ def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int):
         d = _distinct(eng, idx, T, M)
         better = int((d & (T < Tb - TIE_REL * abs(Tb))).sum())
         ties = int((d & (np.abs(T - Tb) <= TIE_REL * abs(Tb))).sum())
-        if better < RANK_HEAD:
+        if better < RANK_HEAD and not counted[0]:  # every plan down to the base plan was visited
             limit = max(limit, Tb * (1 + TIE_REL))
     return _head(eng, idx, T, M, limit, "time", top, T), better, ties
 

@@ -12,7 +12,10 @@ failed, with the first message kept, and left out of the ranking.
 
 The base plan's rank is a competition rank on the objective's own metric (1 + the number of distinct fitting
 plans strictly better on it, a relative difference under 1e-9 counting as a tie), so a plan as fast as the best is
-rank 1 even when the table lists an equally fast plan with less memory first. A base plan outside the space (it
+rank 1 even when the table lists an equally fast plan with less memory first. A transformer's time ranking counts
+at most `rank_limit` plans faster than the base plan (default RANK_LIMIT; None: all of them): beyond that the base
+plan is said to rank beyond that place (`baseline_rank_beyond`) and only the best plans are looked for — counting
+them all means pricing every plan faster than it. A base plan outside the space (it
 does not match the pins) is priced anyway and ranked against the space the same way.
 
 Before a long search the work is estimated: a space whose placements (at 16 M GPUs every rank is placed) or whose
@@ -51,8 +54,11 @@ TIMED_PLANS = 3
 counts: the first is cold)."""
 MAX_PLANS = 10 ** 10
 """Default refusal size of a space (counted without building its plans)."""
+RANK_LIMIT = 10_000
+"""Default `rank_limit`: a time ranking counts the plans faster than the base plan up to this many and then only
+looks for the best (the DeepSeek-V3 catalog search priced 2.5 M plans in full to place its base plan 239,888th)."""
 
-__all__ = ["OBJECTIVES", "TIE_REL", "Candidate", "SearchResult", "describe_plan", "search", "sort_key",
+__all__ = ["OBJECTIVES", "RANK_LIMIT", "TIE_REL", "Candidate", "SearchResult", "describe_plan", "search", "sort_key",
            "human_duration", "usable_cpus"]
 
 
@@ -89,6 +95,10 @@ class SearchResult:
     baseline_ties: int = 0
     """Other distinct fitting plans that tie with the base plan on the objective's metric."""
     extent: str = "full"
+    baseline_rank_beyond: int | None = None
+    """Set (to the search's `rank_limit`) when at least that many distinct fitting plans are faster than the base
+    plan in a time ranking: they were not all visited, its exact rank is not known (`baseline_rank` is then None and
+    `baseline_ties` 0) — only that it ranks beyond that place."""
 
     @property
     def num_candidates(self) -> int:
@@ -137,7 +147,8 @@ class _Progress(Progress):
 def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: int = 10,
            calibration: Calibration | None = None, max_plans: int = MAX_PLANS,
            min_free_bytes: float = 0.0, jobs: int = 1, max_seconds: float | None = None,
-           progress: Callable[[str], None] | None = None, table=None) -> SearchResult:
+           progress: Callable[[str], None] | None = None, table=None,
+           rank_limit: int | None = RANK_LIMIT) -> SearchResult:
     """Rank the plans of `space` for `base`'s model and system (base supplies the mode, name and calibration).
 
     A plan counts as fitting when it leaves at least `min_free_bytes` of device memory free per GPU. `jobs` > 1
@@ -145,7 +156,7 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
     recurrent model's plans (the result is the same: the ranking is a total order). A search estimated to take
     longer than `max_seconds` (None: no limit) is refused before the long part; `progress` receives the
     announcement of a long search and a line every few seconds. `table` is the space's search.table.PlanTable when
-    the caller has built it already."""
+    the caller has built it already. `rank_limit`: see the module docstring."""
     key = sort_key(objective)
     if base.mode != "training":
         raise NarrowpathError(f"mode: {base.mode!r} is not modelled yet; search ranks training plans only")
@@ -153,6 +164,8 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
         raise NarrowpathError(f"top: must be >= 1, got {top}")
     if jobs < 1:
         raise NarrowpathError(f"jobs: must be >= 1, got {jobs}")
+    if rank_limit is not None and rank_limit < 1:
+        raise NarrowpathError(f"rank_limit: must be >= 1, got {rank_limit}")
     t0 = time.perf_counter()
     jobs = min(jobs, usable_cpus())  # more workers than CPUs only add processes (~100+ MB each) and memory
     table = build_table(space) if table is None else table
@@ -165,7 +178,7 @@ def search(base: Scenario, space: SearchSpace, *, objective: str = "time", top: 
                            max_seconds, progress, t0)
     from narrowpath.search.bulk_search import search_bulk
     return search_bulk(base, space, table, objective, top, calibration, min_free_bytes, jobs, max_seconds,
-                       progress, t0)
+                       progress, t0, rank_limit)
 
 
 def with_energy(c: Candidate, base: Scenario, space: SearchSpace, calibration: Calibration | None) -> Candidate:
