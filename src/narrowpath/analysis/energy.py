@@ -10,8 +10,8 @@ dtype's coefficient only when it has any).
 Levels, each including the ones before it (catalog facility.yaml, each figure with its source):
 - gpu: the account above;
 - node: + the rest of every node (CPUs, memory, NICs, NVSwitches, fans, PSU losses) for the step;
-- cluster: + the scale-out switches of the generated fabric (leaves, spines, core; none when the job fits in one
-  scale-up domain) for the step; the front-end and storage networks are not counted;
+- cluster: + the job's share of the scale-out switches of the generated fabric (the ports its GPUs use of the
+  leaves, spines and core; none when the job fits in one scale-up domain) for the step; the front-end and storage networks are not counted;
 - facility: cluster × PUE (cooling, power conversion).
 The NIC and optics energy per byte in the GPU level's scale-out coefficient is also inside the node and switch
 power: a double count of < 0.1 % of the total for the catalog scenarios, left in rather than guessed out.
@@ -79,21 +79,25 @@ def energy_j(flop: float, pj_flop: float, bytes_by_level: dict[str, float], pj_b
             static_w * time_s)
 
 
-def switch_count(system: System, num_gpus: int) -> int:
-    """Scale-out switches of the generated fabric (network.fabric): leaves, spines above them (k/2 uplinks per leaf
-    over the leaf oversubscription, k ports per spine; pod spines take k/2 of them), and the core of a 3-level
-    tree; 0 when the job fits in one scale-up domain (Al-Fares et al. SIGCOMM 2008 folded-Clos counts)."""
+def switch_count(system: System, num_gpus: int) -> float:
+    """Scale-out switches charged to the job, in switches' worth of ports: its GPUs' share of the generated fabric
+    (network.fabric) — leaves at one down port per GPU of their k/2, spines above them (k/2 uplinks per leaf over the
+    leaf oversubscription, k ports per spine; pod spines take k/2 of them), and the core of a 3-level tree (Al-Fares
+    et al. SIGCOMM 2008 folded-Clos counts); 0 when the job fits in one scale-up domain. A job that fills whole
+    leaves pays whole switches; one that uses 2 ports of each of 8 rail leaves (two nodes) pays half a leaf, not 8
+    switches and their spines: a fabric is shared by the jobs on it, and a switch's power is mostly its ports'
+    (SerDes and optics)."""
     if num_gpus <= system.scale_up_domain:
-        return 0
+        return 0.0
     fab = fabric_for(system, num_gpus)
     tree = fab.fat_tree()
     k = fab.switch_radix
     o1, o2 = fab.oversubscription
-    leaves = tree.num_leaves
+    leaves = tree.num_endpoints / (k / 2)
     if tree.levels == 2:
-        return leaves + math.ceil(leaves * (k / 2) / o1 / k)
-    spines = math.ceil(leaves * (k / 2) / o1 / (k / 2))
-    return leaves + spines + math.ceil(spines * (k / 2) / o2 / k)
+        return leaves + leaves * (k / 2) / o1 / k
+    spines = leaves * (k / 2) / o1 / (k / 2)
+    return leaves + spines + spines * (k / 2) / o2 / k
 
 
 def energy_levels(ctx: Context, gpu_j: float) -> tuple[EnergyLevel, ...]:
@@ -109,7 +113,7 @@ def energy_levels(ctx: Context, gpu_j: float) -> tuple[EnergyLevel, ...]:
     rows = [("gpu", gpu_j, f"{n} GPUs", pred.scenario.system.device.sources.get("energy", "catalog devices.yaml")),
             ("node", node_j, f"{nodes} nodes x {fac.node_non_gpu_w:,.0f} W besides the GPUs",
              fac.sources.get("node_non_gpu_w", "")),
-            ("cluster", cluster_j, f"{switches} scale-out switches x {fac.switch_w:,.0f} W",
+            ("cluster", cluster_j, f"{switches:,.2f} scale-out switches' worth of ports x {fac.switch_w:,.0f} W",
              fac.sources.get("switch_w", "")),
             ("facility", cluster_j * fac.pue, f"PUE {fac.pue:g}", fac.sources.get("pue", ""))]
     return tuple(EnergyLevel(lv, j, j / tokens, j / step, added, f"{src} [{fac.basis}]" if lv != "gpu" else src)
