@@ -128,11 +128,24 @@ def _by_hand(scn, change: str):
         "halve_tp": lambda: _valid(scn, tp=p.tp // 2),
         "halve_pp": lambda: _valid(scn, pp=p.pp // 2),
     }
-    for ax in ("tp", "cp", "ep"):
+    for ax in ("tp", "cp"):
         order = (ax,) + tuple(a for a in p.placement if a != ax)
         table[f"{ax}_in_scale_up"] = (lambda o=order: plan(placement=o)) if getattr(p, ax) <= dom else \
             (lambda: _valid(scn, tp=dom))
+    table["ep_in_scale_up"] = lambda: _ep_inside(scn)
     return table[change]()
+
+
+def _ep_inside(scn):
+    """EP is no layout axis (a stage's ranks split etp × ep × edp): the first of etp 1, Megatron's order, both, whose
+    EP group stays in one scale-up domain (docs/model.md)."""
+    from narrowpath.network.placement import group_span
+    megatron = ("tp", "cp", "ep", "dp", "pp")
+    for change in ({"etp": 1}, {"placement": megatron}, {"etp": 1, "placement": megatron}):
+        q = dataclasses.replace(scn.plan, **change)
+        if q != scn.plan and not group_span(q, scn.system, "ep").crosses_scale_out:
+            return _valid(scn, **change)
+    raise AssertionError("no change brings the EP group inside a domain")
 
 
 def test_every_gain_recomputed_by_hand(any_analysis):

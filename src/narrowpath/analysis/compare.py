@@ -134,6 +134,12 @@ def scenario_differences(a: Analysis, b: Analysis) -> list[str]:
                 va, vb = getattr(ta[name], f.name), getattr(tb[name], f.name)
                 if va != vb:
                     diffs.append(f"{name}.{f.name} {_fmt(va)} -> {_fmt(vb)}")
+    for f, what, unit in (("gpus_per_node", "GPUs per node", ""), ("power_limit_w", "power cap per GPU", " W"),
+                          ("host_bw_bytes_per_s_per_gpu", "host link per GPU", ""),
+                          ("segment_gpus", "scale-up segment", " GPUs")):
+        va, vb = getattr(sa.system, f), getattr(sb.system, f)
+        if va != vb:  # 0 = none (no cap; the whole domain)
+            diffs.append(f"{what} {_fmt(va) + unit if va else 'none'} -> {_fmt(vb) + unit if vb else 'none'}")
     if sa.num_gpus != sb.num_gpus:
         diffs.append(f"GPUs {sa.num_gpus} -> {sb.num_gpus}")
     for f in dataclasses.fields(sa.plan):

@@ -22,6 +22,7 @@ from narrowpath.catalog import system as catalog_system
 from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
+from narrowpath.network.placement import group_span
 from narrowpath.schedule.step import StepPrediction, bucket_of, predict
 from narrowpath.spec.plan import SPLIT_DEFAULTS
 from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_stage_layers
@@ -73,6 +74,37 @@ def tier_axes(ctx: Context, tier: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
+def _ep_in_scale_up(scn, dom: int) -> list[Candidate]:
+    """The expert-parallel groups brought inside the scale-up domain where a plan change can: moving `ep` in the
+    placement does nothing (it is no layout axis: Megatron-Core splits each stage's tp·cp·dp ranks as etp fastest,
+    then ep, then edp — network.placement.expert_coordinates), so the change is whole experts per rank (etp 1) when
+    ep·etp overflows the domain, or Megatron's order (tp, cp, dp, pp: a stage's ranks side by side) when the
+    placement spreads them; offered only when the changed plan's EP group then fits in one domain."""
+    p = scn.plan
+    if p.ep > dom:
+        return []
+    tries = []
+    if p.expert_tp > 1:
+        tries.append(("whole experts per rank (expert TP 1) so each EP group of "
+                      f"{p.ep} fits in the scale-up domain", dict(etp=1)))
+    megatron = ("tp", "cp", "ep", "dp", "pp")
+    if tuple(a for a in p.placement if a != "ep") != ("tp", "cp", "dp", "pp"):
+        tries.append(("place each pipeline stage's ranks side by side (Megatron's tp, cp, dp, pp order) so the "
+                      "EP groups stay inside the scale-up domain", dict(placement=megatron)))
+        if p.expert_tp > 1:
+            tries.append(("expert TP 1 and Megatron's rank order: EP groups inside the scale-up domain",
+                          dict(etp=1, placement=megatron)))
+    for words, change in tries:
+        try:
+            q = dataclasses.replace(p, **change)
+            if not group_span(q, scn.system, "ep").crosses_scale_out:
+                return [Candidate("ep_in_scale_up", words, lambda c=change: with_plan_repaired(scn, **c),
+                                  targets=(exposed_key("ep"),))]
+        except (NarrowpathError, ValueError):
+            continue
+    return []
+
+
 def plan_candidates(ctx: Context) -> list[Candidate]:
     scn = ctx.pred.scenario
     p, system = scn.plan, scn.system
@@ -83,7 +115,9 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         span = ctx.spans.get(ax)
         if span is None or not span.crosses_scale_out:
             continue
-        if getattr(p, ax) <= dom:
+        if ax == "ep":  # not a layout axis: Megatron-Core lays etp x ep x edp over a stage's ranks
+            out += _ep_in_scale_up(scn, dom)
+        elif getattr(p, ax) <= dom:
             order = (ax,) + tuple(a for a in p.placement if a != ax)
             out.append(Candidate(f"{ax}_in_scale_up", f"place {ax.upper()} groups inside the scale-up domain",
                                  lambda o=order: with_plan(scn, placement=o), targets=(exposed_key(ax),)))

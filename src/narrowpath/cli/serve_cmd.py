@@ -67,7 +67,8 @@ def register(sub) -> None:
                    help="KV cache format (default bf16, fp16 on Volta)")
     g.add_argument("--kv-fraction", dest="kv_memory_fraction", type=float,
                    help="share of the memory the KV cache may take (default: the serving stack's, 0.9): of what the "
-                        "model leaves free (TensorRT-LLM, SGLang), of the whole GPU (vLLM's gpu_memory_utilization)")
+                        "model leaves free (the tool's own default stack, TensorRT-LLM, SGLang), of the whole GPU "
+                        "(vLLM's gpu_memory_utilization, when --framework names vLLM)")
     g.add_argument("--chunked-prefill", dest="chunked_prefill", action=argparse.BooleanOptionalAction, default=None,
                    help="split prompts into chunks that fill the iteration's token budget (default: the stack's)")
     g.add_argument("--ep-dispatch", dest="ep_dispatch", choices=("all_to_all", "dedup"),
@@ -91,7 +92,8 @@ def register(sub) -> None:
                    "what-if; default 0)")
     g.add_argument("--framework", help="serving stack whose defaults fill the knobs left out (free text with a "
                    "version where it matters, e.g. 'vLLM 0.6.3' for the V0 engine, 'TensorRT-LLM 1.0'; default: the "
-                   "tool's own, those of vLLM)")
+                   "tool's own — vLLM's scheduling with fixed limits of 256 sequences and 8,192 tokens, the KV "
+                   "fraction of the memory the model leaves free)")
     w = p.add_argument_group("load")
     arr = w.add_mutually_exclusive_group()
     arr.add_argument("--rate", type=float, help="Poisson arrivals, requests/s")

@@ -21,6 +21,7 @@ def prediction_to_json(p: StepPrediction) -> dict:
         "fits": p.memory.fits,
         "reason": memory_warning(p),
         "system": s.system.name, "device": s.system.device.name, "model": s.model.name, "num_gpus": s.num_gpus,
+        "power_limit_w": s.system.power_limit_w or None,
         "seq_len": s.model.seq_len,
         "plan": {k: getattr(plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero_stage",
                                                 "zero3_reshard",
@@ -110,7 +111,8 @@ def host_words(plan) -> str:
 def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     s, plan = p.scenario, p.scenario.plan
     lines = [f"narrowpath prediction — {s.name}",
-             f"  {s.model.name} on {s.num_gpus} x {s.system.device.name} ({s.system.name}); "
+             f"  {s.model.name} on {s.num_gpus} x {s.system.device.name} ({s.system.name}"
+             + (f", capped at {s.system.power_limit_w:g} W" if s.system.power_limit_w else "") + "); "
              f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp}"
              + (f" ({plan.cp_comm})" if plan.cp > 1 else "")
              + f" ep={plan.ep} vpp={plan.vpp}" + "".join(f" {w}" for w in schedule_words(plan))

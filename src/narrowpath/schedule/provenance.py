@@ -2,6 +2,7 @@
 calibration profile it read."""
 from __future__ import annotations
 
+from narrowpath.cost.power import clock_fraction
 from narrowpath.cost.roofline import flash_head_dim_rate, flash_phase_note, matrix_table
 from narrowpath.spec.calibration import Calibration
 
@@ -49,3 +50,16 @@ def _head_width_note(head_dim: float) -> str:
         return ""
     return (f"; head width {head_dim:g}: {flash_head_dim_rate(head_dim, 'fwd'):.2f} of the profile's 128-wide rate "
             f"forward, {flash_head_dim_rate(head_dim, 'bwd'):.2f} backward (cuDNN, FlashAttention-3 Figs. 5-6)")
+
+
+def power_notes(system) -> tuple[str, ...]:
+    """The system's power cap and what it does to the arithmetic (cost.power), when it has one."""
+    cap, dev = system.power_limit_w, system.device
+    if not cap:
+        return ()
+    f = clock_fraction(dev.tdp_w, dev.idle_w, cap)
+    if f >= 1.0:
+        why = "unknown rating" if not dev.tdp_w else f"at or above the rated {dev.tdp_w:g} W"
+        return (f"power cap {cap:g} W per GPU: no effect ({why})",)
+    return (f"power cap {cap:g} W per GPU of the rated {dev.tdp_w:g} W: matrix and vector arithmetic at {f:.1%} of "
+            "the rated clock (cost.power), HBM bandwidth unchanged; MFU stays against the rated peak",)

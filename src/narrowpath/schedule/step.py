@@ -26,7 +26,7 @@ from narrowpath.schedule.chunks import chunk_param_shares, chunk_shares, chunk_s
 from narrowpath.schedule.exposure import (PAIR_PARTNERS, exposed_after_bucketed_overlap, paired_fraction,
                                          pass_pair_hidden_s, staged_sync_exposed_s)
 from narrowpath.schedule.pipeline import dualpipe_time_s, dualpipev_time_s, pipeline_time_s
-from narrowpath.schedule.provenance import attention_note, profile_usage
+from narrowpath.schedule.provenance import attention_note, power_notes, profile_usage
 from narrowpath.spec.calibration import Calibration
 from narrowpath.spec.scenario import Scenario
 from narrowpath.spec.system import with_tier
@@ -499,7 +499,7 @@ def predict(scenario: Scenario, calibration: Calibration | None = None) -> StepP
     assumptions = (
         profile_usage(cal, plan.precision, {t.tier for t in transfers if t.tier not in ("none", "", "host")},
                       scn.system.device.name),
-        attention_note(scn, kernel),
+        attention_note(scn, kernel), *power_notes(scn.system),
         f"pipeline schedule: {plan.schedule}, {m} micro-batches"
         + (f" in groups of {plan.vp_group} per chunk" if plan.vp_group else ""),
         "MFU counts model FLOPs: 3x forward matmul + attention FLOPs, no recompute, full (non-causal) scores "

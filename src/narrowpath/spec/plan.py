@@ -266,7 +266,8 @@ class Plan:
     Megatron-Core's DDP default is max(40 M, 1 M × dp) elements, PyTorch DDP's 25 MiB — the exposed last bucket
     moves by under 0.1 % of a catalog step between them)."""
     placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
-    """Rank order of the parallel axes, fastest-varying first (Megatron: tp, cp, dp, pp)."""
+    """Rank order of the parallel axes, fastest-varying first (Megatron: tp, cp, dp, pp). `ep` may appear and is
+    ignored: expert groups re-factor each stage's tp·cp·dp ranks as etp × ep × edp (network.placement)."""
 
     def __post_init__(self) -> None:
         as_int(self, "etp", "plan.etp", minimum=0)
