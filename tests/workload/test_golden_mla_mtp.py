@@ -71,13 +71,13 @@ def test_mla_without_a_query_latent_projects_queries_directly():
 def test_mla_under_fp8_quantizes_the_latents_inside_their_norms():
     """FP8: the up-projections read the normed latents, quantized inside the norm kernel (no kernel of their own)
     row-wise on the rank's shard before the gather and transposed after it over all rows: kv_up 512·512·5 +
-    2·4096·512 = 5,505,024 B; the output projection's input comes from attention, its own 2-kernel quantize
-    (4096·2048·6 = 50,331,648 B)."""
+    2·4096·512 = 5,505,024 B; the output projection's input comes from attention, its own 4-launch quantize
+    (4096·2048·6 = 50,331,648 B: the amax zeroed, the amax, the scale, the cast)."""
     ops = {op.name: op for op in attention_block_ops(deepseek_v3(), Plan(tp=8, sequence_parallel=True,
                                                                           precision="fp8"), "flash")}
     assert (ops["kv_up.quantize"].hbm_bytes, ops["kv_up.quantize"].kernels) == (5_505_024, 0)
     assert ops["q_up.quantize"].kernels == 0
-    assert (ops["attn_proj.quantize"].hbm_bytes, ops["attn_proj.quantize"].kernels) == (50_331_648, 2)
+    assert (ops["attn_proj.quantize"].hbm_bytes, ops["attn_proj.quantize"].kernels) == (50_331_648, 4)
     # without a query latent the direct q_proj reads the layer's input norm, quantized there too (mutation seed 11),
     # row-wise on the rank's sequence-parallel shard before the gather (4096/8·7168·5 = 18,350,080 B) and transposed
     # after it over all rows (2·4096·7168 = 58,720,256 B): 77,070,336 B, no kernel of its own

@@ -69,7 +69,8 @@ def test_grouped_expert_gemms_by_hand():
 
 def test_router_permute_and_unpermute_bytes_by_hand():
     """Mixtral, 4096 tokens, A = 2: router GEMM 2·4096·4096·8 = 268,435,456 FLOPs in BF16 even under FP8; top-k
-    and softmax in fp32 over 3 kernels, 3·4096·8·4 = 393,216 B, keeping the probabilities 131,072 B; the
+    and softmax in fp32, 3·4096·8·4 = 393,216 B, keeping the probabilities 131,072 B, in 6 launches forward (the
+    fused top-k and the auxiliary loss's 5: Megatron-Core 0.16 with moe_router_fusion) and 6 backward; the
     dropless dispatcher syncs with the host once (token-drop: never). Permute reads the tokens and writes 2
     copies: 4096·4096·2 + 8192·4096·2 = 100,663,296 B; unpermute the reverse, keeping the copies 67,108,864 B when
     it weights them by the probabilities (Megatron-Core before 0.13, plan.moe_probs `combine`) and nothing when
@@ -77,7 +78,8 @@ def test_router_permute_and_unpermute_bytes_by_hand():
     ops = {op.name: op for op in moe_block_ops(MIXTRAL, P(dp=8, ep=8, precision="fp8"))}
     assert (ops["router"].flop, ops["router"].dtype) == (268_435_456, "bf16")
     topk = ops["router_topk"]
-    assert (topk.hbm_bytes, topk.kernels, topk.saved_bytes, topk.host_syncs) == (393_216, 3, 131_072, 1)
+    assert (topk.hbm_bytes, topk.kernels, topk.saved_bytes, topk.host_syncs) == (393_216, 6, 131_072, 1)
+    assert topk.bwd_kernels == 6
     assert ops["moe_permute"].hbm_bytes == ops["moe_unpermute"].hbm_bytes == 100_663_296
     assert ops["moe_unpermute"].saved_bytes == 0.0
     combine = {op.name: op for op in moe_block_ops(MIXTRAL, P(dp=8, ep=8, precision="fp8", moe_probs="combine"))}
@@ -129,19 +131,19 @@ def test_the_combine_follows_the_megatron_core_version_of_the_stack(framework, p
         assert "nemo-2-mcore-0.12 stack" in dict(chosen)["zero_stage"]
 
 
-@pytest.mark.parametrize("fmt, per_expert", [("fp8", 2), ("mxfp8", 1), ("nvfp4", None)])
+@pytest.mark.parametrize("fmt, per_expert", [("fp8", 4), ("mxfp8", 1), ("nvfp4", None)])
 def test_a_moe_layers_expert_casts_are_one_launch_set_per_local_expert(fmt, per_expert):
     """DeepSeek-V3 on dp = ep = 64 holds 4 experts a rank: Transformer Engine's split_quantize casts each expert's
-    rows on its own (amax + cast in fp8, a cast in mxfp8): the experts' input and output-gradient casts launch
-    4 × 2 = 8 and 4 × 1 = 4 kernels, moving the bytes of one cast of all the rows; nvfp4's split quantize is
+    rows on its own (the amax zeroed, the amax, the scale and the cast in fp8; a cast in mxfp8): the experts' input
+    and output-gradient casts launch 4 × 4 = 16 and 4 × 1 = 4 kernels, moving the bytes of one cast of all the rows; nvfp4's split quantize is
     grouped (2 launches). The shared expert, one GEMM a matrix, keeps one launch set (none where a norm fuses it);
     and a sync-free expert path (plan.moe_sync_free: no split sizes on the host) quantizes the grouped tensor at
-    once — 2 / 1 / 2 launches, the same bytes."""
+    once — 4 / 1 / 2 launches, the same bytes."""
     m = model("deepseek-v3")
     plan = P(dp=64, ep=64, moe_routing="token-drop", precision=fmt)
     names = ("expert_up.quantize", "expert_down.quantize")
     ops = {op.name: op for op in moe_block_ops(m, plan)}
-    one = {"fp8": 2, "mxfp8": 1, "nvfp4": 2}[fmt]
+    one = {"fp8": 4, "mxfp8": 1, "nvfp4": 2}[fmt]
     want = 4 * per_expert if per_expert else one
     assert [ops[n].kernels for n in names] == [want, want]
     grads = {op.name: op for op in backward_ops(list(ops.values()), plan)}

@@ -139,12 +139,13 @@ def test_zero1_step_traffic_and_sharded_adam_by_hand():
 
 def test_low_precision_weights_are_quantized_once_per_step_unless_zero3():
     """FP8 caches the quantized weights for every micro-batch (TE is_first_microbatch): one quantize of all P
-    parameters per step at 6 B each, 2 × 2 kernels. Under ZeRO-3 the gathered weights are quantized again each
+    parameters per step at 6 B each, 2 × 4 launches (the amax zeroed, the amax, the
+    scale, the cast). Under ZeRO-3 the gathered weights are quantized again each
     micro-batch: per layer 109,060,096 · 6 = 654,360,576 B."""
     params = 32 * LAYER + 2 * 262_668_288 + 4096
     wl = _wl(tp=2, dp=4, gbs=4, precision="fp8")
     wq = [op for op, _ in wl.optimizer_ops if op.name == "weight_quantize"]
-    assert [(op.hbm_bytes, op.kernels, op.flop, op.kind) for op in wq] == [(params * 6, 4, 0.0, "vector")]
+    assert [(op.hbm_bytes, op.kernels, op.flop, op.kind) for op in wq] == [(params * 6, 8, 0.0, "vector")]
     z3 = _wl(tp=2, dp=4, gbs=4, precision="fp8", zero_stage=3)
     per_layer = [(op.hbm_bytes, c) for op, c in z3.stages[0].ops if op.name == "weight_quantize"]
     assert per_layer == [(654_360_576, 32.0)]

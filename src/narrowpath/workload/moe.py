@@ -155,6 +155,20 @@ def dense_mlp_block_ops(model: Model, plan: Plan) -> list[Op]:
     return ops
 
 
+ROUTER_BWD_KERNELS = 6
+"""Launches of the router's backward after its gating GEMM: the fused top-k's backward and the auxiliary loss's
+(its gradient scaled, the loss's and the scores' backward, the two logits gradients summed) — Megatron-Core 0.16
+router.py / moe_utils.py with `moe_router_fusion`, as Megatron-Bridge's MoE recipes set it."""
+
+
+def router_kernels(plan: Plan) -> int:
+    """Launches of the router's forward after its gating GEMM (Megatron-Core 0.16 with `moe_router_fusion`): the fused
+    top-k with its score function (1), the auxiliary load-balancing loss — Megatron-Core's default `aux_loss` —
+    (fused scores, tokens per expert, fused loss, the coefficient's division, the tracker's sum: 5), and under
+    forced balancing (`dropless-balanced`: RandomSTE's `clone().normal_()` of the logits) 2 more."""
+    return 6 + (2 if plan.moe_routing == "dropless-balanced" else 0)
+
+
 def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     """Norm, router, permute, routed experts (grouped GEMMs), unpermute, shared experts, residual."""
     moe = model.moe
@@ -167,8 +181,9 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # router: logits of every expert in 16 bit, softmax / top-k / aux statistics in fp32 (keeps the probabilities)
     ops.append(gemm("router", "fwd", tok, h, moe.num_experts, core_dtype(plan), A, A,
                     saved_bytes=tok * h * A))
-    topk = vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32", kernels=3,
-                  saved_bytes=tok * moe.num_experts * 4)
+    topk = dataclasses.replace(vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32",
+                                      kernels=router_kernels(plan), saved_bytes=tok * moe.num_experts * 4),
+                               bwd_kernels=ROUTER_BWD_KERNELS)
     if plan.moe_routing != "token-drop" and not plan.moe_sync_free:  # dropless: the host needs the tokens-per-expert
         # counts to size the all-to-all and the grouped GEMMs (Megatron-Core's MoEAlltoAllTokenDispatcher copies them
         # to the CPU) unless the kernels read them from device memory (plan.moe_sync_free)

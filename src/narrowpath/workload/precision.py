@@ -103,7 +103,7 @@ class QuantizeCost:
     """Fused into the kernel that produces the tensor (a norm): what that kernel moves beyond writing its BF16
     output, which the fused form no longer writes."""
     kernels: int
-    """Kernel launches of the standalone form (amax + cast for per-tensor scaling)."""
+    """Kernel launches of the standalone form (per-tensor current scaling: zero the amax, amax, scale, cast)."""
     per_split: bool = True
     """A grouped GEMM's operands are quantized split by split (one launch set per expert) rather than by one grouped
     kernel (workload.ops.grouped_quantize_kernels)."""
@@ -125,8 +125,10 @@ def quantize_cost(fmt: str) -> QuantizeCost | None:
         return None
     copies = 2 * (VALUE_BYTES[fmt] + BLOCK_SCALE_BYTES.get(fmt, 0.0))  # row-wise + column-wise
     bf16 = 2.0
-    if fmt == "fp8":
-        return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=2 * bf16 + copies, kernels=2,
+    if fmt == "fp8":  # four launches: the amax buffer zeroed, the amax, the scale from it, the cast (TE 2.8
+        # Float8CurrentScalingQuantizer::quantize, quantizer.cpp; current_scaling.cu launch_amax_kernel's
+        # cudaMemsetAsync, compute_scale_from_amax_kernel)
+        return QuantizeCost(standalone_bytes=2 * bf16 + copies, fused_bytes=2 * bf16 + copies, kernels=4,
                             transpose_bytes=VALUE_BYTES[fmt])
     if fmt == "mxfp8":
         return QuantizeCost(standalone_bytes=bf16 + copies, fused_bytes=copies - bf16, kernels=1)
