@@ -96,7 +96,7 @@ def test_deepseek_v3_scenario_runs_its_published_fp8_dispatch():
     assert fp8.step_time_s < bf16.step_time_s
     names = {t.name for t in fp8.transfers if t.axis.startswith("ep")}
     assert names == {"ep.dispatch_internode", "ep.combine_internode", "ep.dispatch_intranode",
-                     "ep.combine_intranode"}
+                     "ep.combine_intranode", "ep.token_counts"}
     each = {t.name: t.time_each_s for t in fp8.transfers if t.phase == "fwd"}
     assert each["ep.dispatch_internode"] < each["ep.combine_internode"]
 

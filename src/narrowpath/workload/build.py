@@ -19,7 +19,7 @@ from narrowpath.spec.scenario import Scenario
 from narrowpath.workload import transformer as T
 from narrowpath.workload.context_parallel import cp_transfers
 from narrowpath.workload.items import Op, StageWork, Transfer, Workload
-from narrowpath.workload.moe import moe_transfers
+from narrowpath.workload.moe import moe_transfers, token_count_transfers
 from narrowpath.workload.ops import quantize_op
 from narrowpath.workload.split import (block_recompute, end_rerun_share, offload_fraction, plan_layer_ranges,
                                       rerun_kind_counts, rerun_scaled, split_notes)
@@ -223,6 +223,7 @@ def layer_comm(scn: Scenario, kernel: str, moe_layer: bool) -> list[tuple[Transf
                               recompute_core="core_attn" in modules_of(plan))
     if moe_layer:
         span = group_span(plan, scn.system, "ep") if plan.ep > 1 and plan.ep_dispatch == "dedup" else None
+        xfers += token_count_transfers(model, plan)
         xfers += moe_transfers(model, plan, span.domains if span else 1, span.ranks_per_domain if span else 1)
     return xfers
 

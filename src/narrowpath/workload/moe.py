@@ -345,8 +345,26 @@ def moe_transfers(model: Model, plan: Plan, ep_domains: int = 1, ep_per_domain: 
     return out
 
 
+TOKEN_COUNT_BYTES = 8
+"""Bytes of one expert's token count: Megatron-Core's all-to-all dispatcher all-gathers every rank's int64 tokens per
+expert over the ep group before its all-to-all (MoEAlltoAllTokenDispatcher.preprocess,
+gather_from_sequence_parallel_region on the tp×ep group), then copies them to the host to size it; DeepEP's notify
+step exchanges the same counts among the ranks before its dispatch. A latency-bound exchange on every layer's
+forward path, never hidden (the host waits for its result)."""
+
 _PAIR = "pass_pair"
 """What an overlapped exchange hides behind: the merged pass of another micro-batch (Transfer.hides_behind)."""
+
+
+def token_count_transfers(model: Model, plan: Plan) -> list[tuple[Transfer, float]]:
+    """Each rank's tokens per expert gathered over the ep group before the tokens move (TOKEN_COUNT_BYTES), in
+    every forward of an MoE layer (and a recompute that runs the dispatch again); none without expert
+    parallelism."""
+    if plan.ep <= 1 or model.moe is None:
+        return []
+    phases = ("fwd",) + (("recompute",) if recomputes_dispatch(plan) else ())
+    size = model.moe.num_experts * TOKEN_COUNT_BYTES * plan.ep
+    return [(Transfer("ep.token_counts", "all_gather", "ep", size, ph), 1.0) for ph in phases]
 
 
 def _exchange(plan: Plan, leg: str, axis: str, elements: float, phase: str) -> list[tuple[Transfer, float]]:
