@@ -69,7 +69,9 @@ def test_cli_rank_limit(capsys, exact):
     assert data["baseline_rank"] is None and data["baseline_rank_beyond"] == 100
     assert main([*args, "--rank-limit", "100"]) == 0
     out = capsys.readouterr().out
-    assert "ranks beyond the 100th (at least 100 distinct plans are faster; --rank-limit 0 counts them all)" in out
+    assert "ranks below the first 100 (at least 100 distinct plans are faster; --rank-limit 0 counts them all)" in out
+    assert main([*args, "--rank-limit", "1"]) == 0
+    assert "ranks below the first 1 (at least 1 distinct plan is faster;" in capsys.readouterr().out
     assert "yours (>100)" in out
     assert main([*args, "--rank-limit", "0", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from narrowpath.analysis.context import Context
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.ledger import LedgerRow, network_seconds
+from narrowpath.analysis.remedies import ep_in_scale_up
 from narrowpath.analysis.verdict import tier_carries_traffic
 from narrowpath.analysis.whatif import WhatIf, evaluate, with_plan
 from narrowpath.spec.system import with_tier
@@ -79,7 +80,10 @@ def build_communication(ctx: Context, ledger: tuple[LedgerRow, ...], inventory: 
                                     lambda t=tier: dataclasses.replace(
                                         scn, system=with_tier(scn.system, t, in_network_reduction=True))))
         for ax, span in ctx.spans.items():
-            if span.crosses_scale_out and ax != "pp" and scn.plan.placement[0] != ax:
+            if ax == "ep" and span.crosses_scale_out:  # no layout axis: what places its groups is etp and the order
+                nearer += [evaluate(pred, "ep_nearer", c.description, c.make)
+                           for c in ep_in_scale_up(scn, scn.system.job_domain(scn.num_gpus))]
+            elif span.crosses_scale_out and ax != "pp" and scn.plan.placement[0] != ax:
                 order = (ax,) + tuple(a for a in scn.plan.placement if a != ax)
                 nearer.append(evaluate(pred, f"{ax}_nearer", f"place {ax.upper()} first (inside scale-up domains)",
                                        lambda o=order: with_plan(scn, placement=o)))

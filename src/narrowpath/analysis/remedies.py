@@ -74,7 +74,7 @@ def tier_axes(ctx: Context, tier: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def _ep_in_scale_up(scn, dom: int) -> list[Candidate]:
+def ep_in_scale_up(scn, dom: int) -> list[Candidate]:
     """The expert-parallel groups brought inside the scale-up domain where a plan change can: moving `ep` in the
     placement does nothing (it is no layout axis: Megatron-Core splits each stage's tp·cp·dp ranks as etp fastest,
     then ep, then edp — network.placement.expert_coordinates), so the change is whole experts per rank (etp 1) when
@@ -83,17 +83,18 @@ def _ep_in_scale_up(scn, dom: int) -> list[Candidate]:
     p = scn.plan
     if p.ep > dom:
         return []
+    megatron = ("tp", "cp", "ep", "dp", "pp")
+    spread = tuple(a for a in p.placement if a != "ep") != ("tp", "cp", "dp", "pp")
     tries = []
-    if p.expert_tp > 1:
+    if p.ep * p.expert_tp > dom:  # the group overflows a domain whatever the order: whole experts per rank
         tries.append(("whole experts per rank (expert TP 1) so each EP group of "
                       f"{p.ep} fits in the scale-up domain", dict(etp=1)))
-    megatron = ("tp", "cp", "ep", "dp", "pp")
-    if tuple(a for a in p.placement if a != "ep") != ("tp", "cp", "dp", "pp"):
-        tries.append(("place each pipeline stage's ranks side by side (Megatron's tp, cp, dp, pp order) so the "
-                      "EP groups stay inside the scale-up domain", dict(placement=megatron)))
-        if p.expert_tp > 1:
+        if spread:
             tries.append(("expert TP 1 and Megatron's rank order: EP groups inside the scale-up domain",
                           dict(etp=1, placement=megatron)))
+    elif spread:  # it would fit: the order spreads a stage's ranks
+        tries.append(("place each pipeline stage's ranks side by side (Megatron's tp, cp, dp, pp order) so the "
+                      "EP groups stay inside the scale-up domain", dict(placement=megatron)))
     for words, change in tries:
         try:
             q = dataclasses.replace(p, **change)
@@ -116,7 +117,7 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         if span is None or not span.crosses_scale_out:
             continue
         if ax == "ep":  # not a layout axis: Megatron-Core lays etp x ep x edp over a stage's ranks
-            out += _ep_in_scale_up(scn, dom)
+            out += ep_in_scale_up(scn, dom)
         elif getattr(p, ax) <= dom:
             order = (ax,) + tuple(a for a in p.placement if a != ax)
             out.append(Candidate(f"{ax}_in_scale_up", f"place {ax.upper()} groups inside the scale-up domain",

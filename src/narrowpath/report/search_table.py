@@ -168,8 +168,9 @@ def _baseline_lines(r: SearchResult) -> list[str]:
     vb, vo = getattr(best, attr), getattr(b, attr)
     ties = r.baseline_ties
     tie = f" (tied with {ties:,} other plan{'s' if ties > 1 else ''})" if ties else ""
-    place = f"{r.baseline_rank:,}{tie}" if r.baseline_rank_beyond is None else \
-        f"beyond the {r.baseline_rank_beyond:,}th (at least {r.baseline_rank_beyond:,} distinct plans are faster; " \
+    n = r.baseline_rank_beyond
+    place = f"{r.baseline_rank:,}{tie}" if n is None else \
+        f"below the first {n:,} (at least {n:,} distinct plan{'s are' if n > 1 else ' is'} faster; " \
         "--rank-limit 0 counts them all)"
     return [f"  the scenario's own plan{where} ranks {place} of the {r.num_ranked:,} distinct plans "
             f"that fit, by {_METRIC[r.objective]}: best {vb * scale:,.{nd}f} {unit} vs yours {vo * scale:,.{nd}f} "

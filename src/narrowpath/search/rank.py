@@ -69,7 +69,7 @@ class SearchResult:
     ranked: Sequence[Candidate]
     """The best plans that fit, best first (of plans differing only in an equally costed recompute, the lightest):
     at least the first `top`, and every plan down to the base plan's rank when that is at most
-    search.engine.RANK_HEAD."""
+    search.engine.RANK_HEAD and was counted (not past `rank_limit`)."""
     baseline: Candidate | None
     """The base scenario's own plan, evaluated (None when it is inconsistent with the space's GPU count or batch, or
     the model could not place it)."""
