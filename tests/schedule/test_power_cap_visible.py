@@ -74,3 +74,14 @@ plan: {tp: 1, dp: 8, mbs: 1, gbs: 64, zero_stage: 1, recompute: selective}
     assert json.loads(capsys.readouterr().out)["power_limit_w"] == 560
     assert main(["predict", "llama3-8b-h100-8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["power_limit_w"] is None
+
+
+def test_a_profile_of_another_device_is_named_in_the_assumptions(pair):
+    """The assumptions warn when the calibration profile was measured on another device than the one priced."""
+    from narrowpath.catalog import calibration_for
+    a, _ = pair
+    p = predict(a, calibration_for("A100-SXM4-80GB"))
+    cal = p.calibration
+    assert cal.device != a.system.device.name
+    assert f"(WARNING: measured on {cal.device}, applied to {a.system.device.name})" in p.assumptions[0]
+    assert "WARNING" not in predict(a).assumptions[0]
