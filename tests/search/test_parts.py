@@ -35,7 +35,8 @@ recompute holds the mode and module set, `Bulk.rck` / `Bulk.sel`): a key without
 layer ops, transfers, ends (MTP) and activations."""
 # part -> (function of (scenario, kind, kernel), plan fields its key is made of (search/bulk.py, search/exact.py))
 PARTS = {
-    "layer ops": (lambda s, k, kern: B.layer_ops(s, kern, *k), _STAGE + _RC + ("zero_stage",)),
+    # an MoE layer's permutations read the dispatch (workload.moe.permute_traffic): a structural row's block holds one
+    "layer ops": (lambda s, k, kern: B.layer_ops(s, kern, *k), _STAGE + _RC + ("zero_stage", "ep_dispatch")),
     "layer comm": (lambda s, k, kern: B.layer_comm(s, kern, k[0]),
                    _STAGE + _RC + ("tp_comm_overlap", "cp_comm", "ep_overlap", "ep_dispatch", "dp", "pp",
                                    "placement")),
@@ -47,7 +48,7 @@ PARTS = {
                                  B.embedding_params(s, True, False), B.mtp_params(s) if s.model.mtp_layers else 0,
                                  () if s.model.mtp_layers else B._embedding_work(s, True, True)[1],
                                  () if s.model.mtp_layers else B._embedding_work(s, False, True)[1]),
-             _STAGE + _RC + ("pp", "vpp")),
+             _STAGE + _RC + ("pp", "vpp", "ep_dispatch")),
     "ends comm": (lambda s, k, kern: (B._embedding_work(s, True, True)[1], B._embedding_work(s, False, True)[1]),
                   _STAGE + _RC + ("tp_comm_overlap", "cp_comm", "ep_overlap", "ep_dispatch", "dp", "pp",
                                   "placement")),

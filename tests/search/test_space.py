@@ -186,7 +186,9 @@ def _full_reference(space: SearchSpace) -> set[Plan]:
                         crosses = moe and ep > 1 and group_span(plan, space.system, "ep").domains > 1
                         if moe and ep > 1 and not crosses and "ep_dispatch" not in pins \
                                 and len(v["ep_dispatch"]) > 1:
-                            if disp != "dedup":  # inside one domain the deduplicating dispatch never loses
+                            # inside one domain the deduplicating dispatch never loses where a rank holds more
+                            # than one expert (with one, the all-to-all dispatcher permutes fewer rows)
+                            if disp != "dedup" and m.moe.num_experts > ep:
                                 continue
                         elif not crosses and disp != keep("ep_dispatch"):
                             continue

@@ -250,6 +250,9 @@ class Bulk:
         self.sel = sel[cols["strat"]]
         """Code of every row's selective module set (0 without selective recompute): what activations read."""
         self.m = (space.gbs // (cols["dp"].astype(np.int64) * cols["mbs"])).astype(np.int64)
+        self.disp = (table.comm["disp"][table.comm_start[cols["block"]]] if len(cols["block"]) else
+                     np.zeros(0, dtype=np.int8))
+        """MoE dispatch of every structural row (its block's: search.table), which its permutations read."""
         kept = zero3_kept_gathered(space.base.zero3_reshard, cols["pp"])
         self.zero = np.where((cols["zero"] == 3) & kept, 1, cols["zero"]).astype(np.int64)
         """ZeRO stage whose traffic and memory every structural row prices (Plan.comm_zero_stage: ZeRO-3 kept
@@ -363,7 +366,9 @@ class Bulk:
         for k, kind in enumerate(P.kinds):
             # a dense layer reads neither ep nor etp: leave them out of its keys (more plans share its parts)
             ex = ("ep", "etp") if kind[0] and self.model.moe is not None else (zeros, zeros)
-            ids = self._per_unique(rows, ops_key[:6] + ex, lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
+            disp = self.disp[rows] if kind[0] and self.model.moe is not None else zeros  # its permutations
+            ids = self._per_unique(rows, ops_key[:6] + ex + (disp,),
+                                   lambda key, f, kind=kind: P.layer_ops_id(key, f, kind))
             sig.append(ids)
             a = np.asarray(P.agg)[ids][:, None]  # (R, 1, 3, NA): the recompute phase in the layers it re-runs
             acc[:, :, :2] += sh["counts"][:, :, k, None, None] * a[:, :, :2]
@@ -377,7 +382,7 @@ class Bulk:
                                         lambda key, f, kind=kind: P.saved_bytes(key, f, kind))
         # the ends read ep, etp and the recompute (mode and modules) only through the multi-token-prediction modules
         mtp = self.model.mtp_layers > 0
-        emb_key = ("tp", "cp", "mbs", "sp") + ((rck, "ep", "etp") if mtp else (zeros,) * 3)
+        emb_key = ("tp", "cp", "mbs", "sp") + ((rck, "ep", "etp", self.disp[rows]) if mtp else (zeros,) * 4)
         par_key = ("tp",) + (("ep", "etp") if mtp else (zeros, zeros)) + ((pp == 1).astype(np.int8),)
         emb_ops = np.zeros((R, Q, 3, NA))
         emb_par = np.zeros((R, Q, 2))

@@ -27,6 +27,7 @@ COLUMNS = ("tp", "pp", "cp", "dp", "sp", "ep", "etp", "mbs", "vpp", "zero", "str
 _INNER = ("mbs", "vpp", "zero", "strat")
 _COMM = ("plc", "dpo", "bucket", "tpo", "cpc", "epo", "disp")
 _OUTER = ("tp", "pp", "cp", "dp", "sp", "ep", "etp")
+_DISP = _COMM.index("disp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,7 @@ class PlanTable:
     A *structural row* (`cols`: the outer degrees tp, pp, cp, dp, sp, ep, etp and the inner knobs mbs, vpp, zero,
     strat) fixes what a rank computes and holds; the plans of a structural row are its *variants*: the
     communication knobs (`comm`: plc, dpo, bucket, tpo, cpc, epo, disp), one list per block of structural rows with
-    the same outer degrees. Memory and compute are the same for every variant of a structural row, so they are
+    the same outer degrees and MoE dispatch (the dispatch's permutations are computed: a block holds one). Memory and compute are the same for every variant of a structural row, so they are
     priced once per structural row. Plan i is variant i − start[s] of structural row s, start = `starts`."""
 
     space: SearchSpace
@@ -258,10 +259,13 @@ class _Builder:
             if not (self.moe and ep > 1):
                 disps = (self.keep("ep_dispatch"),)
             elif "ep_dispatch" in pins or len(v["ep_dispatch"]) < 2 \
-                    or self.ep_domains(tp, pp, cp, dp, ep, etp, plc) > 1:
+                    or self.ep_domains(tp, pp, cp, dp, ep, etp, plc) > 1 or self.m.moe.num_experts <= ep:
                 disps = v["ep_dispatch"]
-            else:  # inside one domain a deduplicating dispatch sends a token once to each rank holding any of its
-                # experts (workload.moe.ranks_per_token ≤ top_k copies): the all-to-all plan is never faster
+            else:  # inside one domain, more than one expert a rank: a deduplicating dispatch sends a token once to
+                # each rank holding any of its experts (workload.moe.ranks_per_token ≤ top_k copies) and permutes
+                # what it received, no more than the all-to-all dispatcher's permute and chunk sorts
+                # (workload.moe.permute_traffic): the all-to-all plan is never faster. With one expert a rank the
+                # all-to-all dispatcher sorts nothing and permutes fewer rows than the received ones: both are tried
                 disps = ("dedup",)
             for dpo in dpos:
                 bks = v["bucket_bytes"] if dpo and sync else (self.keep("bucket_bytes"),)
@@ -308,8 +312,11 @@ class _Builder:
                                     inners[shards > 1] = self.inner(tp, pp, cp, dp, shards)
                                 inner = inners[shards > 1]
                                 comm = self.comm(tp, pp, cp, dp, ep, etp) if inner else []
-                                if comm:
-                                    blocks.append(((tp, pp, cp, dp, int(sp), ep, etp), inner, comm))
+                                # one block per MoE dispatch: it changes what a rank computes (its permutations:
+                                # workload.moe.permute_traffic), which a structural row prices once for its variants
+                                for d in sorted({v[_DISP] for v in comm}):
+                                    blocks.append(((tp, pp, cp, dp, int(sp), ep, etp), inner,
+                                                   [v for v in comm if v[_DISP] == d]))
         base_row = self._base_row(blocks)
         cols, comm, comm_start, starts = _assemble(blocks)
         return PlanTable(self.space, cols, comm, comm_start, starts, tuple(self.strategies.values),

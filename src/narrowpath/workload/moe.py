@@ -134,6 +134,29 @@ def local_tokens(model: Model, plan: Plan) -> float:
     return tokens / plan.tp if plan.sequence_parallel or plan.tp == 1 else tokens
 
 
+def permute_traffic(model: Model, plan: Plan, tok: float, rows: float) -> tuple[float, int]:
+    """(HBM bytes of putting one micro-batch's copies in expert order on one rank, sorts of received chunks: 0 or 1).
+
+    Megatron-Core's all-to-all dispatcher permutes the rank's own `tok` tokens into `tok·top_k` copies (fused:
+    read the tokens, write the copies) before the exchange and, holding more than one expert, sorts the received
+    chunks from source-rank order into expert order after it (`sort_chunks_by_idxs`: read and write every received
+    row, `rows`, after the etp gather) — and the reverse before the combine (token_dispatcher.py
+    `MoEAlltoAllTokenDispatcher`; its fused Triton map and sort: 2 launches forward and 1 backward on the dispatch
+    side, 3 and 1 on the combine's). The flex dispatcher (`dedup`: DeepEP) sends each token once to every rank
+    holding any of its experts and permutes what it receives (`ranks_per_token` tokens for each of its own, expert
+    order: `get_permuted_hidden_states_by_experts`) into the copies; no sort. Without expert parallelism: the
+    permute alone. The node limit's fewer ranks per token (`moe.max_nodes`) is not applied here (it needs the ep
+    group's span): the received tokens are the unlimited count, ~3 % more for DeepSeek-V3 on 8 nodes."""
+    moe, h, A = model.moe, model.hidden, act_bytes(plan)
+    copies = tok * moe.top_k
+    if plan.ep > 1 and plan.ep_dispatch == "dedup":
+        recv = tok * ranks_per_token(moe.num_experts, moe.top_k, plan.ep)
+        return (recv + copies) * h * A, 0
+    if plan.ep > 1 and local_experts(moe, plan) > 1:
+        return (tok + copies + 2 * rows) * h * A, 1
+    return (tok + copies) * h * A, 0
+
+
 def expert_rows(model: Model, plan: Plan) -> float:
     """Expert GEMM rows this rank runs per micro-batch and layer, including the routing imbalance."""
     moe = model.moe
@@ -189,11 +212,12 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
         # to the CPU) unless the kernels read them from device memory (plan.moe_sync_free)
         topk = dataclasses.replace(topk, host_syncs=1)
     ops.append(topk)
-    # permute: gather each token's top_k copies into expert order (fused kernel: read tokens, write copies); its
-    # backward is the inverse permutation of the gradients (read the copies', write the tokens' sums): the same bytes
-    perm = tok * h * A + copies * h * A
-    ops.append(dataclasses.replace(vector("moe_permute", "fwd", perm, plan.precision, kernels=2), bwd_bytes=perm))
+    # permute: the copies put in expert order (permute_traffic); its backward is the inverse permutation of the
+    # gradients: the same bytes
     rows = expert_rows(model, plan)
+    perm, sorts = permute_traffic(model, plan, tok, rows)
+    ops.append(dataclasses.replace(vector("moe_permute", "fwd", perm, plan.precision, kernels=2 + 2 * sorts),
+                                   bwd_bytes=perm, bwd_kernels=2 + sorts))
     ops += expert_path_ops(model, plan, rows, mlp_ops(
         model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
         groups=local_experts(moe, plan), fused_input=False, act_keep_bytes=cached_bytes(plan, "swiglu_input"),
@@ -204,8 +228,8 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # (backward: the gradient permuted back to the copies, the same bytes, and with `combine` the kept outputs read
     # for the probabilities' gradient)
     kept = copies * h * A if plan.moe_probs == "combine" else 0.0
-    ops.append(dataclasses.replace(vector("moe_unpermute", "fwd", perm, plan.precision, kernels=2, saved_bytes=kept),
-                                   bwd_bytes=perm + kept))
+    ops.append(dataclasses.replace(vector("moe_unpermute", "fwd", perm, plan.precision, kernels=2 + 3 * sorts,
+                                          saved_bytes=kept), bwd_bytes=perm + kept, bwd_kernels=2 + sorts))
     if moe.shared_experts:
         m = b * s
         ops += mlp_ops(model, plan, moe.shared_ffn * moe.shared_experts, m, width_split=t, prefix="shared",
