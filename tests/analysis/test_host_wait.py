@@ -9,7 +9,10 @@ import json
 
 import pytest
 
+import dataclasses
+
 from narrowpath.analysis import analyze
+from narrowpath.analysis.analyze import AnalysisOptions, analyze_prediction
 from narrowpath.catalog import load_scenario
 from narrowpath.cli.main import main
 from narrowpath.schedule.step import predict
@@ -31,8 +34,15 @@ def test_host_wait_is_split_from_compute_and_named_the_narrowest_path(moe):
     # the GPU's own compute is what is left of compute, split by roof
     gpu = pred.breakdown_s["compute"] - expected
     assert v.components_s["matrix_compute"] + v.components_s["hbm_bound_compute"] == pytest.approx(gpu, rel=1e-12)
-    assert v.narrowest == "host_wait"
-    assert "the GPU waiting for the host" in v.sentence
+    # the narrowest path is the largest besides matrix arithmetic: here the memory-bound kernels (3.30 s, the
+    # dispatchers' permutations since the fifty-fourth session) just outweigh the 3.07 s of syncs; with a host that
+    # takes twice as long to resume after each sync, the wait is the narrowest and the sentence names it
+    others = {k: x for k, x in v.components_s.items() if k != "matrix_compute"}
+    assert v.narrowest == max(others, key=others.get)
+    slow = dataclasses.replace(pred.calibration, host_sync_s=2 * pred.calibration.host_sync_s)
+    w = analyze_prediction(predict(_qwen3_30b(), slow), AnalysisOptions(simulate=False, what_ifs=False)).verdict
+    assert w.narrowest == "host_wait" and w.components_s["host_wait"] == pytest.approx(2 * expected, rel=1e-12)
+    assert "the GPU waiting for the host" in w.sentence
 
 
 def test_the_remedies_for_the_host_are_tried(moe):
