@@ -5,11 +5,10 @@ a dropless Qwen3-30B-A3B on one DGX B200 syncs once per MoE layer forward, 48 la
 host_sync_s, and its host issues every pass faster than the GPU runs it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
-
-import dataclasses
 
 from narrowpath.analysis import analyze
 from narrowpath.analysis.analyze import AnalysisOptions, analyze_prediction
