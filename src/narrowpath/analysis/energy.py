@@ -18,7 +18,6 @@ power: a double count of < 0.1 % of the total for the catalog scenarios, left in
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context, build_context

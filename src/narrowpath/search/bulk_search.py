@@ -137,13 +137,14 @@ def _exact_top(eng: Engine, cands: list[Candidate], where: dict, objective: str,
 def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int, rank_limit: int | None = None):
     order = fit_rows[np.argsort(eng.bound[fit_rows], kind="stable")]
     Tb = baseline.step_time_s if baseline is not None else -np.inf
-    counted = [baseline is None]  # whether `rank_limit` plans certainly faster than the base plan have been found
+    counted = baseline is None  # whether `rank_limit` plans certainly faster than the base plan have been found
 
     def threshold(idx, t):
-        if not counted[0] and rank_limit is not None:
+        nonlocal counted
+        if not counted and rank_limit is not None:
             faster = _distinct(eng, idx, t, eng.mem[eng.row_of(idx)], sure=True) & (t < Tb * (1 - 2 * TIE_REL))
-            counted[0] = int(faster.sum()) >= rank_limit
-        return max(kth_distinct(t, top), -np.inf if counted[0] else Tb * (1 + 2 * TIE_REL)) * (1 + SAFE)
+            counted = int(faster.sum()) >= rank_limit
+        return max(kth_distinct(t, top), -np.inf if counted else Tb * (1 + 2 * TIE_REL)) * (1 + SAFE)
     idx, T, _ = eng.visit(order, eng.bound[order], threshold, eng.lower_rows, _progress(eng, order))
     M = eng.mem[eng.row_of(idx)]
     b = eng.t.base_row
@@ -157,7 +158,7 @@ def _by_time(eng: Engine, fit_rows, baseline: Candidate | None, top: int, rank_l
         d = _distinct(eng, idx, T, M)
         better = int((d & (T < Tb - TIE_REL * abs(Tb))).sum())
         ties = int((d & (np.abs(T - Tb) <= TIE_REL * abs(Tb))).sum())
-        if better < RANK_HEAD and not counted[0]:  # every plan down to the base plan was visited
+        if better < RANK_HEAD and not counted:  # every plan down to the base plan was visited
             limit = max(limit, Tb * (1 + TIE_REL))
     return _head(eng, idx, T, M, limit, "time", top, T), better, ties
 

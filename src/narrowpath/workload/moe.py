@@ -204,9 +204,8 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # router: logits of every expert in 16 bit, softmax / top-k / aux statistics in fp32 (keeps the probabilities)
     ops.append(gemm("router", "fwd", tok, h, moe.num_experts, core_dtype(plan), A, A,
                     saved_bytes=tok * h * A))
-    topk = dataclasses.replace(vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32",
-                                      kernels=router_kernels(plan), saved_bytes=tok * moe.num_experts * 4),
-                               bwd_kernels=ROUTER_BWD_KERNELS)
+    topk = vector("router_topk", "fwd", 3 * tok * moe.num_experts * 4, "fp32", kernels=router_kernels(plan),
+                  saved_bytes=tok * moe.num_experts * 4, bwd_kernels=ROUTER_BWD_KERNELS)
     if plan.moe_routing != "token-drop" and not plan.moe_sync_free:  # dropless: the host needs the tokens-per-expert
         # counts to size the all-to-all and the grouped GEMMs (Megatron-Core's MoEAlltoAllTokenDispatcher copies them
         # to the CPU) unless the kernels read them from device memory (plan.moe_sync_free)
@@ -216,8 +215,8 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # gradients: the same bytes
     rows = expert_rows(model, plan)
     perm, sorts = permute_traffic(model, plan, tok, rows)
-    ops.append(dataclasses.replace(vector("moe_permute", "fwd", perm, plan.precision, kernels=2 + 2 * sorts),
-                                   bwd_bytes=perm, bwd_kernels=2 + sorts))
+    ops.append(vector("moe_permute", "fwd", perm, plan.precision, kernels=2 + 2 * sorts, bwd_bytes=perm,
+                      bwd_kernels=2 + sorts))
     ops += expert_path_ops(model, plan, rows, mlp_ops(
         model, plan, moe.expert_ffn, rows, width_split=plan.expert_tp, prefix="expert",
         groups=local_experts(moe, plan), fused_input=False, act_keep_bytes=cached_bytes(plan, "swiglu_input"),
@@ -228,8 +227,8 @@ def moe_block_ops(model: Model, plan: Plan) -> list[Op]:
     # (backward: the gradient permuted back to the copies, the same bytes, and with `combine` the kept outputs read
     # for the probabilities' gradient)
     kept = copies * h * A if plan.moe_probs == "combine" else 0.0
-    ops.append(dataclasses.replace(vector("moe_unpermute", "fwd", perm, plan.precision, kernels=2 + 3 * sorts,
-                                          saved_bytes=kept), bwd_bytes=perm + kept, bwd_kernels=2 + sorts))
+    ops.append(vector("moe_unpermute", "fwd", perm, plan.precision, kernels=2 + 3 * sorts, saved_bytes=kept,
+                      bwd_bytes=perm + kept, bwd_kernels=2 + sorts))
     if moe.shared_experts:
         m = b * s
         ops += mlp_ops(model, plan, moe.shared_ffn * moe.shared_experts, m, width_split=t, prefix="shared",
@@ -279,8 +278,8 @@ def expert_path_ops(model: Model, plan: Plan, rows: float, experts: list[Op]) ->
         # backward: per expert grad·p and its sum (the bias gradient), grad·b and its sum (the probabilities'):
         # ~6·R·h elements over 4E kernels
         nbytes = 6 * rows * model.hidden * A
-        out.append(dataclasses.replace(vector("expert_bias", "fwd", nbytes, plan.precision, kernels=2 * local + 1),
-                                       bwd_bytes=nbytes, bwd_kernels=4 * local))
+        out.append(vector("expert_bias", "fwd", nbytes, plan.precision, kernels=2 * local + 1, bwd_bytes=nbytes,
+                          bwd_kernels=4 * local))
     return out
 
 
