@@ -133,7 +133,7 @@ def test_strong_scaling_shows_every_size_with_its_reason():
     assert [s.num_gpus for s in strong] == [4096, 8192, 16384, 32768, 65536, 131072]
     for s in strong:
         if s.num_gpus > 16384:
-            assert s.note.startswith("vpp 7 -> 1") and s.step_s is not None
+            assert s.note.startswith("vpp 8 -> 1") and s.step_s is not None
     one = analyze(scenario_from_flags(["--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "1"]))
     missing = [s for s in one.scaling if s.step_s is None]
     assert missing and all(s.note.startswith("no valid plan:") for s in missing)

@@ -57,7 +57,7 @@ def test_the_405b_plan_tries_tp_4_and_micro_batch_2_instead_of_calling_them_inva
     for change in ("halve_tp", "raise_mbs"):
         w = wis[change]
         assert w.step_s is not None and w.status != "invalid"
-        assert any(r.startswith("vpp 7 -> 1") for r in w.repairs)
+        assert any(r.startswith("vpp 8 -> 1") for r in w.repairs)
 
 
 def test_hardware_fabric_and_software_changes_are_tried():

@@ -8,7 +8,7 @@ from narrowpath.catalog import load_scenario
 from narrowpath.errors import NarrowpathError
 from narrowpath.spec.scenario import consistency_errors
 
-LLAMA_405B = "llama3-405b-h100-16k"  # tp 8, pp 16, dp 128, vpp 7, mbs 1, gbs 2048: 16 micro-batches
+LLAMA_405B = "llama3-405b-h100-16k"  # tp 8, pp 16, dp 128, vpp 8, mbs 1, gbs 2048: 16 micro-batches
 
 
 def _valid(scn) -> bool:
@@ -20,14 +20,14 @@ def test_doubling_the_micro_batch_drops_interleaving_when_micro_batches_no_longe
     the global batch stays)."""
     s, notes = repaired(load_scenario(LLAMA_405B), mbs=2)
     assert (s.plan.mbs, s.plan.vpp, s.plan.gbs, s.plan.dp) == (2, 1, 2048, 128)
-    assert notes == ("vpp 7 -> 1: interleaved schedule needs micro-batches (8) divisible by pp 16",)
+    assert notes == ("vpp 8 -> 1: interleaved schedule needs micro-batches (8) divisible by pp 16",)
     assert _valid(s)
 
 
 def test_halving_tp_raises_dp_on_the_same_gpus_and_repairs_the_schedule():
     s, notes = repaired(load_scenario(LLAMA_405B), tp=4)
     assert (s.plan.tp, s.plan.dp, s.num_gpus, s.plan.vpp) == (4, 256, 16384, 1)
-    assert notes[0] == "dp 128 -> 256" and notes[1].startswith("vpp 7 -> 1")
+    assert notes[0] == "dp 128 -> 256" and notes[1].startswith("vpp 8 -> 1")
 
 
 def test_tp_one_turns_sequence_parallelism_off_and_pp_one_interleaving():
@@ -64,11 +64,13 @@ def test_an_unchanged_valid_plan_is_returned_as_is():
 def test_a_group_asked_for_takes_the_nearest_batch_its_groups_split():
     """vp_group 20 on Llama-3 405B's 16 micro-batches (pp 16): Megatron-Core needs at least 20 micro-batches, and
     a last group of none or at least pp — so 20 (global batch 2,560, not a multiple of pp·dp·mbs = 2,048), where
-    stepping by pp·dp·mbs found none of 32, 48, 64 (32 mod 20 = 12 < 16 …) and went to 80; a group of 32: 32."""
+    stepping by pp·dp·mbs found none of 32, 48, 64 (32 mod 20 = 12 < 16 …) and went to 80; a group of 32: 32.
+    The plan's vpp 8 stays although pp·vpp = 128 exceeds the 126 layers (its first and last chunk hold the
+    embedding and the output layer alone): the repair once capped vpp at layers // pp = 7 and changed it too."""
     base = load_scenario(LLAMA_405B)
     for group, gbs in ((20, 2560), (32, 4096), (40, 5120)):
         s, notes = repaired(base, vp_group=group, allow_gbs=True)
-        assert (s.plan.vp_group, s.plan.vpp, s.plan.gbs, s.plan.num_microbatches) == (group, 7, gbs, gbs // 128)
+        assert (s.plan.vp_group, s.plan.vpp, s.plan.gbs, s.plan.num_microbatches) == (group, 8, gbs, gbs // 128)
         assert notes == (f"global batch 2048 -> {gbs} (changes the training recipe): Megatron-Core takes a group of "
                          f"pp (16) to the micro-batches (16), got {group}",)
         assert _valid(s)

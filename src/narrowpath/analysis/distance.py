@@ -92,6 +92,13 @@ def _nearer(ws: float, dev, usable: float) -> str:
     return ""
 
 
+def offloaded_bytes(pred) -> float:
+    """Activation bytes one micro-batch's forward offloads to host memory on the critical stage's rank (the
+    `host.activation_offload` transfer, workload.build.offload_transfers); 0 without offloading."""
+    return sum(t.message_bytes * t.count for t in pred.transfers if t.name == "host.activation_offload") \
+        / max(1, pred.workload.num_microbatches)
+
+
 def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_rank: float,
                    checkpoint_interval_steps: float) -> DistanceBudget:
     pred = ctx.pred
@@ -122,6 +129,11 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
     add("activations", acts, "hbm", 2.0 * m / infl if acts else 0.0, acts / (layers * infl),
         f"{infl:g} micro-batches in flight; kept from forward to backward, so no nearer level can hold them",
         reused=False)
+    offloaded = offloaded_bytes(pred) * infl
+    if offloaded:
+        add("activations_offloaded", offloaded, "host", 2.0 * m / infl, offloaded / (layers * infl),
+            "saved tensors of the offloaded layers (plan.offload_layers): copied to host memory in forward and "
+            "back before their backward", reused=False)
     add("temporaries", mem.items.get("temporaries", 0.0), "hbm", 2.0 * m, mem.items.get("temporaries", 0.0),
         "logits / gathered layers / gradient buckets")
     add("kv_cache", 0.0, "hbm", 0.0, 0.0, "training: no KV cache", reused=False)

@@ -80,6 +80,17 @@ def network_seconds(ctx: Context, exposed: bool = False) -> dict[str, float]:
     return out
 
 
+def host_level(transfers, host_bw: float) -> tuple[float, float, float, str]:
+    """(bytes, bandwidth, modelled seconds, source) of the host link per step on one rank: the activations a plan
+    offloads to host memory in forward and fetches back for backward (`plan.offload_layers`; the `host` axis
+    transfers of workload.build.offload_transfers), at the time the step priced for them."""
+    rows = [t for t in transfers if t.axis == "host"]
+    if not rows:
+        return 0.0, host_bw, 0.0, "no activations offloaded"
+    return (sum(t.message_bytes * t.count for t in rows), host_bw, sum(t.total_s for t in rows),
+            "activations offloaded to host memory and fetched back (plan.offload_layers)")
+
+
 def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[LedgerRow, ...]:
     pred = ctx.pred
     scn = pred.scenario
@@ -97,7 +108,7 @@ def build_ledger(ctx: Context, checkpoint_bytes_per_step: float = 0.0) -> tuple[
         by_level[lv] = (b, dev.level(lv).bw_bytes_per_s, modelled, src)
     host_bw = system.host_bw_bytes_per_s_per_gpu or (dev.level("host").bw_bytes_per_s if dev.has_level("host")
                                                      else 0.0)
-    by_level["host"] = (0.0, host_bw, 0.0, "no offload modelled")
+    by_level["host"] = host_level(pred.transfers, host_bw)
     secs = network_seconds(ctx)
     for tier in NETWORK_TIERS:
         by_level[tier] = (net[tier], system.tier(tier).bw_bytes_per_s_per_gpu, secs[tier],

@@ -28,11 +28,13 @@ MAX_GBS_SCAN = 1024
 above the batch, splits none of them: no option then)."""
 
 
-def _vpp_options(p: "_Knobs", layers: int) -> list[int]:
+def _vpp_options(p: "_Knobs") -> list[int]:
+    """The plan's vpp and each smaller one, down to 1 (the spec then checks each against the layers: pp·vpp may
+    exceed them by the chunks the embedding and the output layer take alone — Llama-3 405B's 126 layers on pp 16
+    run vpp 8, its first chunk and its last empty)."""
     if p.pp == 1:
         return [1]
-    top = min(p.vpp, max(1, layers // p.pp))
-    return list(range(top, 0, -1))
+    return list(range(max(1, p.vpp), 0, -1))
 
 
 def _mbs_options(mbs: int) -> list[int]:
@@ -69,7 +71,7 @@ def _gbs_options(gbs: int, dp: int, mbs: int, pp: int, interleaved: bool, group:
 
 def _candidates(scn: Scenario, p: "_Knobs", fixed: set[str], allow_gbs: bool) -> Iterator[tuple[int, dict]]:
     """(cost, knob changes) of every repair combination, cheapest first."""
-    vpps = [p.vpp] if "vpp" in fixed else _vpp_options(p, scn.model.layers)
+    vpps = [p.vpp] if "vpp" in fixed else _vpp_options(p)
     mbss = [p.mbs] if "mbs" in fixed else _mbs_options(p.mbs)
     combos = []
     for v, mb in product(vpps, mbss):
