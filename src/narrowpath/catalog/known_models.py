@@ -2,7 +2,7 @@
 
 The corpus schemas (shared/validation/README.md) state a model by its shape — layers, widths, heads, experts, MLA
 ranks — and have no key for the rest of an architecture: the norm (RMSNorm or LayerNorm, and with it biases and
-learned positions), tied embeddings, node-limited expert routing (DeepSeek-V3's M = 4), GPT-OSS's clamped, offset
+learned positions), Qwen3's query- and key-head norms, tied embeddings, node-limited expert routing (DeepSeek-V3's M = 4), GPT-OSS's clamped, offset
 GLU and expert biases, in the training schema alternating MoE layers and parallel blocks, in the inference schema
 sliding windows. A corpus model identical in every other field to one catalog model (`models.yaml`, every entry with
 its source) *is* that published model, as a descriptive GPU name is a catalog device (the README's rule for `gpu`):
@@ -25,9 +25,9 @@ from narrowpath.spec.model import Model, MoE
 from narrowpath.spec.parse import _BLOCK_MOE
 
 UNSTATED = {
-    "training": ("norm", "tied_embeddings", "parallel_attn_mlp", "moe.layer_every", "moe.max_nodes", "moe.expert_bias",
-                 "moe.glu_clamp"),
-    "inference": ("norm", "tied_embeddings", "sliding_window", "sliding_window_every", "moe.max_nodes",
+    "training": ("norm", "qk_norm", "tied_embeddings", "parallel_attn_mlp", "moe.layer_every", "moe.max_nodes",
+                 "moe.expert_bias", "moe.glu_clamp"),
+    "inference": ("norm", "qk_norm", "tied_embeddings", "sliding_window", "sliding_window_every", "moe.max_nodes",
                   "moe.expert_bias", "moe.glu_clamp"),
 }
 """Per corpus schema, the architecture fields its README has no key for (training: validation-corpus/1 with the
@@ -40,7 +40,8 @@ context limit a server is started with (vLLM's max_model_len), the multi-token-p
 (DeepSeek-V3 §2.2: an add-on objective; a run may leave it out), dropout (follows the family unless written,
 spec.model.Model.dropout) and the capacity factor (`plan.moe_routing`)."""
 
-_SHOWN = {"norm": lambda v: v, "tied_embeddings": lambda v: "tied embeddings" if v else "untied embeddings",
+_SHOWN = {"norm": lambda v: v, "qk_norm": lambda v: "query and key heads normalised" if v else "no query/key norms",
+          "tied_embeddings": lambda v: "tied embeddings" if v else "untied embeddings",
           "sliding_window": lambda v: f"a sliding window of {v} tokens" if v else "no sliding window",
           "sliding_window_every": lambda v: f"windowed every {v} layers",
           "parallel_attn_mlp": lambda v: "attention and MLP in parallel" if v else "attention then MLP",

@@ -202,6 +202,11 @@ def _parallel_block(cfg: Mapping[str, Any], mtype: str) -> bool:
     return _bool(cfg, key, default) or (mtype == "falcon" and _bool(cfg, "new_decoder_architecture", False))
 
 
+QK_NORM_TYPES = ("qwen3", "qwen3_moe", "olmo2", "gemma3", "gemma3_text")
+"""Model types whose attention normalises each query and key head (their HF modeling code builds `q_norm` and
+`k_norm` unconditionally); other configs say so with `use_qk_norm` (Llama 4, GLM-4.5) or `qk_norm`."""
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None) -> Model:
     """Map HF keys to a Model. `seq_len` is the training sequence length (required unless the config states
     `seq_length`; max_position_embeddings is only the limit it must not exceed)."""
@@ -228,6 +233,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, seq
         "tied_embeddings": _bool(cfg, "tie_word_embeddings", mtype in ("gpt2",)),
         # Qwen-1 names its RMSNorm epsilon layer_norm_epsilon
         "norm": "rmsnorm" if ("rms_norm_eps" in cfg or mtype == "qwen") else "layernorm",
+        "qk_norm": _bool(cfg, "use_qk_norm", mtype in QK_NORM_TYPES) or _bool(cfg, "qk_norm", False),
     }
     drop_keys = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "hidden_dropout_prob",
                  "attention_probs_dropout_prob")

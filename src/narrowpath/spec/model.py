@@ -129,6 +129,9 @@ class Model:
     """Input embedding and output projection share one matrix."""
     norm: str = "layernorm"
     """`layernorm` or `rmsnorm`."""
+    qk_norm: bool = False
+    """A norm over each query and each key head before the rotary embedding (Qwen3, OLMo 2, Gemma 3: HF
+    `q_norm` / `k_norm`; Megatron-Core `qk_layernorm`): two more norm kernels a layer, their inputs kept."""
     moe: MoE | None = None
     """Mixture-of-experts block; None = dense."""
     mla: MLA | None = None
@@ -183,6 +186,10 @@ class Model:
                              is not None else f"arch {self.arch!r}"))
         boolean("model.tied_embeddings", self.tied_embeddings)
         choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
+        boolean("model.qk_norm", self.qk_norm)
+        if self.qk_norm and self.mla is not None:
+            raise SpecError("model.qk_norm", "multi-head latent attention normalises its latents (q_norm, kv_norm), "
+                            "not query and key heads: leave qk_norm out")
         if self.dropout is None:
             object.__setattr__(self, "dropout", not (self.ffn_act == "swiglu" or self.norm == "rmsnorm"))
         else:

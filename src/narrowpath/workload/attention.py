@@ -13,6 +13,7 @@ v_head_dim. Sliding-window layers are causal and attend to the last `window` key
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from narrowpath.spec.model import Model
@@ -126,6 +127,13 @@ def norm_op(name: str, plan: Plan, elements: float) -> Op:
     return vector(name, "fwd", 2 * elements * A, plan.precision, saved_bytes=elements * A, bwd_bytes=3 * elements * A)
 
 
+def qk_norm_op(plan: Plan, elements: float) -> Op:
+    """The query heads' norm and the key heads' (`model.qk_norm`: Megatron-Core's `q_layernorm` and `k_layernorm`,
+    two Transformer Engine RMSNorm calls on the projection's q and k; HF Qwen3Attention's q_norm / k_norm) over the
+    rank's `elements` query and key elements: `norm_op`'s bytes, kept input and backward, in two launches each way."""
+    return dataclasses.replace(norm_op("qk_norm", plan, elements), kernels=2, bwd_kernels=2)
+
+
 def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = False) -> list[Op]:
     """Forward ops of the attention half of a layer: norm, projections, rotary, core, output projection."""
     A = act_bytes(plan)
@@ -140,6 +148,8 @@ def attention_block_ops(model: Model, plan: Plan, kernel: str, window: bool = Fa
         qkv_n = model.q_dim / t + 2 * kv_width_per_rank(model, t)
         ops += linear("qkv", plan, m, h, qkv_n, fused_input=True, saved_rows=rows, gathered_in=g)
         rope_elems = m * (model.heads / t + max(1.0, model.kv_heads / t)) * model.head_dim
+        if model.qk_norm:
+            ops.append(qk_norm_op(plan, rope_elems))
     else:
         # the duplicated down-projections and their latent norms run on the rank's sequence-parallel shard (`rows`);
         # the column-parallel up-projections gather the latents (Megatron-Core MLASelfAttention
@@ -187,10 +197,11 @@ def residual_op(model: Model, elements: float, a_bytes: int, dtype: str, branche
 
 def attention_params(model: Model, plan: Plan) -> float:
     """Attention parameters of one layer held by one rank (projections tp-sharded, MLA down-projections and norms
-    replicated)."""
+    replicated, as are the query- and key-head norms' scales)."""
     h, t = model.hidden, plan.tp
     if model.mla is None:
-        return h * (model.q_dim / t + 2 * kv_width_per_rank(model, t)) + model.q_dim * h / t
+        qk = 2 * model.head_dim * (2 if model.norm == "layernorm" else 1) if model.qk_norm else 0
+        return h * (model.q_dim / t + 2 * kv_width_per_rank(model, t)) + model.q_dim * h / t + qk
     mla, a_t = model.mla, model.heads / t
     q = (h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * a_t * mla.qk_head_dim) if mla.q_lora_rank \
         else h * a_t * mla.qk_head_dim
