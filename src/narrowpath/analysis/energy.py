@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from narrowpath.analysis.context import Context, build_context
 from narrowpath.analysis.ledger import LedgerRow, build_ledger
 from narrowpath.catalog.facility import facility_for
+from narrowpath.cost.power import clock_fraction
 from narrowpath.network.fabric import fabric_for
+from narrowpath.spec.device import FORMAT_DTYPE
 from narrowpath.spec.system import System
 
 ENERGY_LEVELS = ("gpu", "node", "cluster", "facility")
@@ -64,10 +66,14 @@ class EnergyAccount:
 
 
 def pj_per_flop(coeffs, dtype: str) -> float | None:
-    """Catalog coefficient for `dtype`, falling back like Device.matrix_peak (fp8→fp16, bf16↔fp16, tf32↔fp32)."""
+    """Catalog coefficient for `dtype`, falling back like Device.matrix_peak: a training format runs on its element
+    type's units (mxfp8 → fp8, nvfp4 → fp4), then fp4→fp8, fp8→fp16, bf16↔fp16, tf32↔fp32."""
     if dtype in coeffs:
         return coeffs[dtype]
-    fb = {"fp8": "fp16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32", "fp32": "tf32"}.get(dtype)
+    dtype = FORMAT_DTYPE.get(dtype, dtype)
+    if dtype in coeffs:
+        return coeffs[dtype]
+    fb = {"fp4": "fp8", "fp8": "fp16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32", "fp32": "tf32"}.get(dtype)
     return coeffs.get(fb)
 
 
@@ -134,7 +140,9 @@ def build_energy(ctx: Context, ledger: tuple[LedgerRow, ...]) -> EnergyAccount:
             c = 0.0
         num += r.op.flop * r.count_per_step * c
         den += r.op.flop * r.count_per_step
-    eff = num / den if den else 0.0
+    # under a power cap the clock runs at f of its rated value (cost.power): the dynamic power P − P_idle ∝ f²
+    # over a rate ∝ f leaves f of the rated energy per FLOP (the coefficients are the rated board's)
+    eff = (num / den if den else 0.0) * clock_fraction(dev.tdp_w, dev.idle_w, pred.scenario.system.power_limit_w)
     for row in ledger:
         if row.bytes_per_step > 0 and row.level not in dev.energy_pj_per_byte:
             missing.append(f"pj_per_byte.{row.level}")

@@ -27,9 +27,12 @@ from dataclasses import dataclass
 from narrowpath.analysis.context import Context
 from narrowpath.analysis.traffic import NETWORK_TIERS, row_tier_bytes, tier_seconds
 from narrowpath.cost.roofline import hbm_bytes
+from narrowpath.spec.device import FORMAT_DTYPE
 
 LEVELS = ("sram", "l2", "hbm", "host", "scale_up", "scale_out", "front_end")
-DTYPE_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+DTYPE_BYTES = {"fp4": 0.5, "fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+"""Bytes of an operand element by type; a training format by its element type (spec.device.FORMAT_DTYPE: mxfp8 one
+byte, nvfp4 half of one — their block scales, 1/32 and 1/16 of a byte an element, left out)."""
 SRAM_TILE = 128
 L2_TILE = 256
 TOKEN_BYTES = 8.0
@@ -57,7 +60,7 @@ def op_level_bytes(op, level: str, device) -> float:
     hbm = hbm_bytes(op, device)
     if level == "hbm" or op.kind == "vector" or op.flop <= 0:
         return hbm
-    a = DTYPE_BYTES.get(op.dtype, 2)
+    a = DTYPE_BYTES.get(FORMAT_DTYPE.get(op.dtype, op.dtype), 2)
     per_flop = a / (SRAM_TILE if level == "sram" else L2_TILE)
     return max(hbm, op.flop * per_flop)
 
