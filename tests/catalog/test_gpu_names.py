@@ -54,6 +54,7 @@ def test_a_descriptive_name_is_the_device_it_states(name, device):
     ("V100 16GB", "V100-SXM2-16GB"),
     ("AMD Instinct MI325X", "MI325X"),
     ("MI355X 288GB", "MI355X"),
+    ("NVIDIA B300 270GB", "B300"),  # NVIDIA's Blackwell Ultra datasheet: HGX B300, 270 GB (268.6 GiB, nvidia-smi)
 ])
 def test_the_added_boards_resolve_by_their_published_names(name, device):
     """The boards a published run may name beyond the shipped corpora resolve to their own entries, each with its
@@ -85,7 +86,7 @@ def test_a_bridged_board_refuses_a_node_larger_than_its_nvlink_group():
     ("H100 SXM 94GB", "no H100 device has 94 GB"),  # the H100 NVL's capacity: an SXM name is never the NVL card
     ("H100 SXM 80GB HBM2e", "no H100 device has HBM2E memory"),  # HBM2e at 80 GB is the PCIe card's memory
     ("H100-SXM5-64GB", "no H100 device has 64 GB"),
-    ("B300-SXM-270GB", "no B300 device has 270 GB"),  # a size no source in the catalog gives
+    ("B300-SXM-256GB", "no B300 device has 256 GB"),  # a size no source in the catalog gives
     ("GH200 120GB", "no GH200 device has 120 GB"),
     ("L40S SXM", "the catalog has no SXM/server L40S device"),  # the L40S is a PCIe card only
     ("MI250X", "names no GPU chip"),  # a chip the catalog lacks is not a neighbour of MI300X
