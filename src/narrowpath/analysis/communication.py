@@ -67,7 +67,11 @@ def build_communication(ctx: Context, ledger: tuple[LedgerRow, ...], inventory: 
     rows = []
     exposed_by_tier = network_seconds(ctx, exposed=True)
     for lr in ledger:
-        if lr.level in ("scale_up", "scale_out", "front_end"):
+        if lr.level == "host" and lr.bytes_per_step > 0:  # activations offloaded and fetched back (plan.offload_layers)
+            exposed = sum(t.exposed_s for t in pred.transfers if t.axis == "host")
+            rows.append(TierTraffic(lr.level, lr.bytes_per_step, lr.bytes_per_useful_flop, lr.modelled_s or 0.0,
+                                    exposed))
+        elif lr.level in ("scale_up", "scale_out", "front_end"):
             exposed = exposed_by_tier.get(lr.level, 0.0)
             rows.append(TierTraffic(lr.level, lr.bytes_per_step, lr.bytes_per_useful_flop, lr.modelled_s or 0.0,
                                     exposed))
@@ -78,7 +82,8 @@ def build_communication(ctx: Context, ledger: tuple[LedgerRow, ...], inventory: 
             if not scn.system.tier(tier).in_network_reduction and tier_carries_traffic(ctx, tier):
                 inr.append(evaluate(pred, f"in_network_reduction_{tier}", f"in-network reduction on {tier}",
                                     lambda t=tier: dataclasses.replace(
-                                        scn, system=with_tier(scn.system, t, in_network_reduction=True))))
+                                        scn, system=with_tier(scn.system, t, in_network_reduction=True)),
+                                    kind="fabric"))
         for ax, span in ctx.spans.items():
             if ax == "ep" and span.crosses_scale_out:  # no layout axis: what places its groups is etp and the order
                 nearer += [evaluate(pred, "ep_nearer", c.description, c.make)

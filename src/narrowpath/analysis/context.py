@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from narrowpath.cost.power import capped_device
 from narrowpath.cost.roofline import bound, op_time_s
 from narrowpath.network.placement import GroupSpan, group_span
-from narrowpath.schedule.step import StepPrediction, dualpipe_ranks
+from narrowpath.schedule.step import StepPrediction, dualpipe_ranks, sync_axis
 from narrowpath.workload.items import Op
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
@@ -90,7 +90,10 @@ def build_context(pred: StepPrediction) -> Context:
 
     rows = [row(op, c * m * share) for st, share in rank_stages(pred, crit) for op, c in pred.workload.stages[st].ops]
     rows += [row(op, c) for op, c in pred.workload.optimizer_ops]
-    spans = {ax: group_span(scn.plan, scn.system, ax) for ax in AXES if getattr(scn.plan, ax) > 1}
+    # the groups the step's transfers run on (schedule.step.sync_axis: with context parallelism the gradient sync
+    # spans dp × cp)
+    spans = {ax: group_span(scn.plan, scn.system, sync_axis(ax, scn.plan.cp)) for ax in AXES
+             if getattr(scn.plan, ax) > 1}
     return Context(pred, crit, tuple(rows), spans)
 
 

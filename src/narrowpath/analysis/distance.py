@@ -120,10 +120,25 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
     def add(item, size, level, acc, ws, note, reused=True):
         rows.append(DataItem(item, size, level, acc, size * acc, ws, _nearer(ws, dev, u) if reused else "", note))
 
-    add("weights", weights, "hbm", w_read / weights if weights else 0.0, weights / layers,
-        "one layer's weights re-read by every micro-batch (and time step)")
-    add("gradients", grads, "hbm", 2.0 * m + 2.0, grads / layers,
-        "accumulated per micro-batch, layer by layer; read once by the sync and the optimizer")
+    # one layer's working set: under ZeRO-3 the layer gathered whole (its shard is what the rank keeps), else the
+    # rank's share of it
+    sharded = scn.plan.comm_zero_stage == 3
+    w_layer, g_layer = weights / layers, grads / layers
+    if sharded:  # the per-layer gathers and reduce-scatters the step prices (workload.build.zero3_transfers)
+        def per_layer(suffix: str) -> float:  # the row a layer runs (the most frequent), not the embedding's
+            rows = [t for t in pred.transfers if t.name.endswith(suffix)]
+            return max(rows, key=lambda t: (t.count, t.message_bytes)).message_bytes if rows else 0.0
+        w_layer = per_layer("zero3_param_all_gather") or w_layer
+        g_layer = per_layer("zero3_grad_reduce_scatter") or g_layer
+    # a micro-batch's backward accumulates into the gradients of the stage it runs: all of them, or under DualPipe
+    # one of the rank's two stages each (rank_stages' shares, weighted by their layers)
+    share = sum(sh * pred.workload.stages[st].layers for st, sh in stages) / layers
+    add("weights", weights, "hbm", w_read / weights if weights else 0.0, w_layer,
+        "one layer's weights re-read by every micro-batch (and time step)"
+        + (", gathered whole from their ZeRO-3 shards" if sharded else ""))
+    add("gradients", grads, "hbm", 2.0 * m * share + 2.0, g_layer,
+        "accumulated per micro-batch, layer by layer; read once by the sync and the optimizer"
+        + (" (a layer's whole gradient before its reduce-scatter)" if sharded else ""))
     add("optimizer_state", mem.items.get("optimizer_state", 0.0), "hbm", 2.0, 0.0,
         "streamed once per step by Adam: no reuse to capture nearer", reused=False)
     add("activations", acts, "hbm", 2.0 * m / infl if acts else 0.0, acts / (layers * infl),

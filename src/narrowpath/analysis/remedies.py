@@ -183,6 +183,14 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         if rc != p.recompute and not recurrent and not (rc == "full" and p.cuda_graphs):  # spec.plan refuses it
             out.append(Candidate(f"recompute_{rc}", f"recompute {p.recompute} -> {rc}",
                                  lambda r=rc: with_plan(scn, recompute=r), targets=COMPUTE))
+    if p.offload_layers and p.recompute == "none":  # the offload copies sit in the pipeline bucket
+        k = p.offload_layers
+        out.append(Candidate("recompute_offloaded", f"recompute the {k} offloaded layer{'s' * (k > 1)} a chunk "
+                             f"instead of copying {'them' if k > 1 else 'it'} to host memory",
+                             lambda: with_plan(scn, offload_layers=0, recompute="full", recompute_layers=k),
+                             targets=("exposed_pp_comm",) + COMPUTE))
+        out.append(Candidate("no_offload", "keep every activation in HBM (offload none)",
+                             lambda: with_plan(scn, offload_layers=0), targets=("exposed_pp_comm",)))
     if p.dp > 1 and p.zero_stage == 0 and not recurrent:
         out.append(Candidate("zero1", "shard the optimizer state over DP (ZeRO-1)",
                              lambda: with_plan(scn, zero_stage=1), targets=("optimizer",)))

@@ -181,7 +181,9 @@ def simulated_sync(pred: StepPrediction, opts: AnalysisOptions) -> SimulatedSync
         return SimulatedSync(source, 0, opts.seed, jitter, float("nan"), float("nan"), slow, float("nan"),
                              float("nan"), (), (), (), f"not simulated: {exc}")
     # a single device waits for nobody: the spread of its own step is noise, not a wait (as the closed form)
-    waits = jr.step_times_s - jr.noise_free_step_time_s if scn.num_gpus > 1 else np.zeros(SIM_STEPS)
+    alone = scn.num_gpus <= 1
+    waits = np.zeros(SIM_STEPS) if alone else jr.step_times_s - jr.noise_free_step_time_s
+    lost = () if alone else tuple(jr.lost_time_s_by_cause.items())  # nor any time lost waiting, by any cause
     return SimulatedSync(source, SIM_STEPS, opts.seed, jitter, float(waits.mean()), float(np.percentile(waits, 99)),
                          slow, float(sr.stats()["mean"]), jr.noise_free_step_time_s,
-                         tuple(jr.lost_time_s_by_cause.items()), tuple(jr.waits_s.items()))
+                         lost, () if alone else tuple(jr.waits_s.items()))

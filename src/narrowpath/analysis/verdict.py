@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from narrowpath.analysis.context import Context, components
 from narrowpath.analysis.remedies import HIGH_FREQUENCY, candidates
 from narrowpath.analysis.whatif import STATUSES, WhatIf
+from narrowpath.schedule.step import bucket_axes
 
 __all__ = ["HIGH_FREQUENCY", "Verdict", "build_verdict", "components", "tier_carries_traffic"]
 AXIS_LABEL = {"tp": "tensor-parallel", "cp": "context-parallel", "ep": "expert-parallel", "edp": "expert-data-parallel", "pp": "pipeline",
@@ -41,7 +42,9 @@ def component_label(ctx: Context, key: str) -> str:
     if key.startswith("exposed_"):
         ax = key.split("_")[1]
         span = ctx.spans.get(ax)
-        if span is not None and ax != "pp":
+        if ax == "pp":  # the bucket also holds the activation offload's host copies (schedule.step.bucket_axes)
+            return pp_bucket_label(ctx.pred)
+        if span is not None:
             tiers = list(span.tiers)
         else:
             tiers = sorted({t.tier for t in ctx.pred.transfers if t.axis.startswith(ax) and t.exposed_s > 0})
@@ -50,6 +53,16 @@ def component_label(ctx: Context, key: str) -> str:
             "optimizer": "the optimizer update", "matrix_compute": "matrix arithmetic",
             "host_wait": "the GPU waiting for the host (kernels issued one by one, host synchronisations)"
             }.get(key, key)
+
+
+def pp_bucket_label(pred) -> str:
+    """What the breakdown's exposed pipeline bucket holds: the pipeline's sends over their tiers, the activation
+    offload's copies over the host link (`host` transfers, plan.offload_layers), or both."""
+    exposed = [t for t in pred.transfers if t.axis in bucket_axes("pp") and t.exposed_s > 0]
+    tiers = sorted({t.tier for t in exposed if t.axis != "host"})
+    parts = ([f"pipeline communication over {' + '.join(tiers)}"] if tiers else []) + \
+        (["activation offload copies over the host link"] if any(t.axis == "host" for t in exposed) else [])
+    return "exposed " + (" and ".join(parts) or "pipeline communication over the network")
 
 
 def tier_carries_traffic(ctx: Context, tier: str) -> bool:

@@ -6,7 +6,7 @@ import math
 from narrowpath.analysis import Analysis
 from narrowpath.report.console import fmt_cell
 from narrowpath.report.html import Raw, esc, figures, para, section, table
-from narrowpath.report.prediction import LABELS, critical_title, rank_label
+from narrowpath.report.prediction import breakdown_label, critical_title, rank_label
 from narrowpath.report.svg import PALETTE, Series, gantt, line_chart, stacked_columns, stacked_hbar
 from narrowpath.report.timeline import TRACKS, timeline_events
 from narrowpath.schedule.step import BREAKDOWN_KEYS
@@ -36,9 +36,9 @@ def breakdown_section(a: Analysis) -> str:
         if v <= 0:
             continue
         if k == "compute" and p.host_wait_s > 0:  # the GPU's wait for its host shown apart (as the console)
-            segs += [(LABELS[k] + ": GPU busy", v - p.host_wait_s), ("compute: GPU waiting for the host", p.host_wait_s)]
+            segs += [(breakdown_label(p, k) + ": GPU busy", v - p.host_wait_s), ("compute: GPU waiting for the host", p.host_wait_s)]
         else:
-            segs.append((LABELS[k], v))
+            segs.append((breakdown_label(p, k), v))
     rows = [[Raw(f'<span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>{esc(name)}'),
              f"{v:.4f}", pct(v / p.step_time_s)] for i, (name, v) in enumerate(segs)]
     return section("breakdown", "Step breakdown",

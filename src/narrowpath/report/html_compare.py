@@ -7,7 +7,7 @@ from narrowpath.analysis.compare import Comparison
 from narrowpath.report.compare_text import significant, value_text
 from narrowpath.report.html import esc, kpis, page, para, section, table
 from narrowpath.report.html_report import band_text
-from narrowpath.report.prediction import LABELS, prediction_to_json
+from narrowpath.report.prediction import breakdown_label, prediction_to_json
 from narrowpath.report.svg import stacked_hbar
 from narrowpath.schedule.step import BREAKDOWN_KEYS
 
@@ -25,7 +25,7 @@ def _side(label: str, an, pj: dict) -> str:
                    f"{p.step_time_s:.4g} s" + (f" (band {band})" if band else "") + f"; {p.tokens_per_s:,.0f} tokens/s",
                    "sub") + regime
             + stacked_hbar(f"{label}: step {p.step_time_s:.4g} s",
-                           [(LABELS[k], p.breakdown_s[k]) for k in BREAKDOWN_KEYS], "s"))
+                           [(breakdown_label(p, k), p.breakdown_s[k]) for k in BREAKDOWN_KEYS], "s"))
 
 
 def compare_html(c: Comparison) -> str:

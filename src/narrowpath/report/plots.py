@@ -8,7 +8,7 @@ from pathlib import Path
 
 from narrowpath.analysis import Analysis
 from narrowpath.report.figures import pyplot, save_figure
-from narrowpath.report.prediction import LABELS, rank_label
+from narrowpath.report.prediction import breakdown_label, rank_label
 from narrowpath.schedule.step import BREAKDOWN_KEYS
 
 
@@ -87,7 +87,7 @@ def plot_breakdown(a: Analysis, path: Path) -> Path:
         v = p.breakdown_s[k]
         if v <= 0:
             continue
-        ax.barh([0], [v], left=left, color=cmap(i), label=f"{LABELS[k]}: {v:.3g} s ({v / p.step_time_s:.1%})")
+        ax.barh([0], [v], left=left, color=cmap(i), label=f"{breakdown_label(p, k)}: {v:.3g} s ({v / p.step_time_s:.1%})")
         left += v
     ax.set_yticks([])
     ax.set_xlabel("time (s)")

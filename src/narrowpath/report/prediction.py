@@ -4,12 +4,23 @@ from __future__ import annotations
 from narrowpath.analysis.band import error_band
 from narrowpath.analysis.flop_conventions import CONVENTIONS, flop_conventions
 from narrowpath.report.console import human_bytes, human_time, table
-from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction
+from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction, bucket_axes
 
 LABELS = {"compute": "compute (fwd+bwd+recompute)", "exposed_tp_comm": "exposed TP communication",
           "exposed_cp_comm": "exposed CP communication", "exposed_ep_comm": "exposed EP communication",
           "exposed_pp_comm": "exposed PP communication", "exposed_dp_comm": "exposed DP communication",
           "bubble": "pipeline bubble", "optimizer": "optimizer update"}
+
+
+def breakdown_label(p: StepPrediction, key: str) -> str:
+    """LABELS[key], except that the exposed pipeline bucket, which also holds the activation offload's host copies
+    (schedule.step.bucket_axes), says so when they are exposed: a plan without pipelining then shows its offload
+    copies, not "PP communication"."""
+    if key != "exposed_pp_comm" or not any(t.axis == "host" and t.exposed_s > 0 for t in p.transfers):
+        return LABELS[key]
+    if any(t.axis != "host" and t.exposed_s > 0 and t.axis in bucket_axes("pp") for t in p.transfers):
+        return "exposed PP communication + activation offload copies"
+    return "exposed activation offload copies (host link)"
 
 
 def prediction_to_json(p: StepPrediction) -> dict:
@@ -134,7 +145,7 @@ def format_prediction(p: StepPrediction, *, transfers: bool = True) -> str:
     lines.append(f"  TFLOP/s per GPU     {p.model_tflops_per_gpu:.1f} (model)  {p.hardware_tflops_per_gpu:.1f} (hardware)")
     lines.append(f"  tokens/s            {p.tokens_per_s:,.0f}")
     lines.append("")
-    rows = [[LABELS[k], f"{p.breakdown_s[k]:.4f}", f"{p.breakdown_s[k] / p.step_time_s * 100:.1f}"] for k in BREAKDOWN_KEYS
+    rows = [[breakdown_label(p, k), f"{p.breakdown_s[k]:.4f}", f"{p.breakdown_s[k] / p.step_time_s * 100:.1f}"] for k in BREAKDOWN_KEYS
             if p.breakdown_s[k] > 0 or k in ("compute", "bubble")]
     if p.host_wait_s > 0:
         rows.insert(1, ["  of which the GPU waits for the host", f"{p.host_wait_s:.4f}",
