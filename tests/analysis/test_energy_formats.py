@@ -20,17 +20,23 @@ def _b200(precision: str):
 
 
 def test_block_scaled_formats_take_their_element_types_coefficients():
-    """B200's catalog rates FP8 at 0.3 pJ/FLOP and has no FP4 entry: MXFP8 runs on the FP8 units, NVFP4 falls back
-    to FP8 as Device.matrix_peak does; B300 states FP4 (0.13)."""
-    assert pj_per_flop(device("B200").energy_pj_per_flop, "mxfp8") == 0.3
-    assert pj_per_flop(device("B200").energy_pj_per_flop, "nvfp4") == 0.3
-    assert pj_per_flop(device("B300").energy_pj_per_flop, "nvfp4") == 0.13
+    """B200's catalog rates FP8 at 0.3 pJ/FLOP and has no FP4 entry: MXFP8 runs on the FP8 units; NVFP4 on the FP4
+    units at twice FP8's rate (9 against 4.5 PFLOP/s), so at half FP8's energy a FLOP, 0.15 — the catalog's own
+    derivation, (TDP − idle − HBM power) / sustained rate, which B300's stated FP4 follows (0.13 against FP8's
+    0.39 at three times the rate); a device without an FP4 rate (H100) runs it at FP8's."""
+    b200 = device("B200")
+    assert pj_per_flop(b200.energy_pj_per_flop, "mxfp8", b200) == 0.3
+    assert pj_per_flop(b200.energy_pj_per_flop, "nvfp4", b200) == pytest.approx(0.15)
+    assert pj_per_flop(device("B300").energy_pj_per_flop, "nvfp4", device("B300")) == 0.13
+    h100 = device("H100-SXM5-80GB")
+    assert pj_per_flop(h100.energy_pj_per_flop, "nvfp4", h100) == h100.energy_pj_per_flop["fp8"]
     fp8, mx, nv = (_b200(p) for p in ("fp8", "mxfp8", "nvfp4"))
     for a in (mx, nv):
         assert not any(m.startswith("pj_per_flop") for m in a.energy.missing)
     # the same GEMMs at the same coefficient: the arithmetic energy of the FP8 run, to the casts' share
     assert mx.energy.flop_j == pytest.approx(fp8.energy.flop_j, rel=0.02)
     assert mx.energy.flop_j > 2 * fp8.energy.flop_j / 3  # was a third: the vector ops alone
+    assert fp8.energy.flop_j / 3 < nv.energy.flop_j < 0.75 * fp8.energy.flop_j  # FP4 GEMMs at half FP8's
 
 
 def test_on_chip_bytes_follow_the_element_width():

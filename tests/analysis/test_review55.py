@@ -10,6 +10,7 @@ import pytest
 from narrowpath.analysis import analyze
 from narrowpath.catalog import load_scenario
 from narrowpath.report.prediction import breakdown_label
+from narrowpath.schedule import predict
 from tests.analysis.conftest import scenario_from_flags
 
 OFFLOAD = ("system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 8\nplan: {tp: 1, pp: 1, dp: 8, mbs: 1, gbs: 64, "
@@ -34,8 +35,8 @@ def test_offload_copies_are_named_as_what_they_are(offload):
                                                "host link")
     assert "pipeline" not in offload.verdict.sentence
     wis = {w.change: w for w in offload.verdict.what_ifs}
-    assert wis["recompute_offloaded"].status == "faster"  # 32 layers recomputed instead of copied
-    assert wis["recompute_offloaded"].scenario.plan.offload_layers == 0
+    assert wis["recompute_full"].status == "faster"  # the 32 layers recomputed instead of copied
+    assert wis["recompute_full"].scenario.plan.offload_layers == 0
     # the communication budget carries the host link: its exposed time is the breakdown's
     tiers = {t.tier: t for t in offload.communication.tiers}
     assert tiers["host"].exposed_s == pytest.approx(host, rel=1e-9)
@@ -100,3 +101,82 @@ def test_in_network_reduction_is_a_fabric_change():
     a = analyze(load_scenario("llama3-405b-h100-16k"))
     assert a.communication.in_network_reduction
     assert all(w.kind == "fabric" for w in a.communication.in_network_reduction)
+
+
+# the review of the session's own change
+
+
+def test_pipeline_sends_and_offload_copies_are_named_together(tmp_path):
+    """pp 2 with layers offloaded: the bucket holds both, and says so (the mixed label had no test)."""
+    path = tmp_path / "both.yaml"
+    path.write_text("system: dgx-h100\nmodel: llama3-8b\nnum_gpus: 16\nplan: {tp: 1, pp: 2, dp: 8, mbs: 1, gbs: 64, "
+                    "zero_stage: 1, recompute: none, offload_layers: 12, precision: bf16, dp_overlap: true}\n")
+    a = analyze(scenario_from_flags([str(path)]))
+    p = a.prediction
+    exposed = {ax: sum(t.exposed_s for t in p.transfers if t.axis == ax) for ax in ("pp", "host")}
+    assert exposed["pp"] > 0 and exposed["host"] > 0
+    assert breakdown_label(p, "exposed_pp_comm") == "exposed PP communication + activation offload copies"
+    from narrowpath.analysis.verdict import pp_bucket_label
+    label = pp_bucket_label(p)
+    assert label.startswith("exposed pipeline communication over ") and label.endswith(
+        " and activation offload copies over the host link")
+
+
+def test_a_recompute_what_if_offloads_nothing(offload):
+    """A recompute leaves nothing to offload (Megatron-Core refuses offloading beside it), and the copies priced
+    for an offloading plan are the un-recomputed layers' saved tensors: the what-if drops them, and says so."""
+    wis = {w.change: w for w in offload.verdict.what_ifs}
+    for rc in ("recompute_selective", "recompute_full"):
+        assert wis[rc].scenario.plan.offload_layers == 0 and wis[rc].description.endswith("(offload none)")
+        assert not any(t.axis == "host" for t in predict(wis[rc].scenario).transfers)
+
+
+def test_recomputing_the_offloaded_layers_is_offered_only_where_it_can_run():
+    """Llama-3 405B offloads its one layer a chunk: recomputing it is the full recompute the loop already tries;
+    under CUDA graphs no partial recompute runs (spec.plan) — neither offers `recompute_offloaded`."""
+    import dataclasses
+
+    from narrowpath.analysis.context import build_context
+    from narrowpath.analysis.remedies import plan_candidates
+
+    def offered(scn) -> set[str]:
+        return {c.change for c in plan_candidates(build_context(predict(scn)))}
+
+    scn = load_scenario("llama3-405b-h100-16k")
+    assert "recompute_offloaded" not in offered(scn)
+    graphs = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, vpp=4, offload_layers=1, cuda_graphs=True))
+    assert "recompute_offloaded" not in offered(graphs)
+    eager = dataclasses.replace(graphs, plan=dataclasses.replace(graphs.plan, cuda_graphs=False))
+    assert "recompute_offloaded" in offered(eager)
+
+
+def test_an_offloaded_layers_working_set_is_one_offloaded_layer(tmp_path):
+    """24 of Llama-3 8B's 32 layers offloaded: a layer's saved tensors are the offloaded bytes over 24, not 32."""
+    path = tmp_path / "part.yaml"
+    path.write_text(OFFLOAD.replace("offload_layers: 32", "offload_layers: 24"))
+    a = analyze(scenario_from_flags([str(path)]))
+    off = {i.item: i for i in a.distance.items}["activations_offloaded"]
+    from narrowpath.cost.memory import in_flight_microbatches
+    infl = in_flight_microbatches(0, a.prediction.scenario)
+    assert off.working_set_bytes == pytest.approx(off.bytes_per_rank / (24 * infl))
+
+
+def test_zero3_working_set_of_an_moe_layer_adds_its_experts():
+    """Mixtral 8x7B under ZeRO-3 at ep 8: a layer gathers its dense part (4,096·6,144 + 4,096² + 8·4,096 router +
+    2·4,096 norms = 41,984,000 parameters, 84.0 MB) and its rank's expert (3·4,096·14,336 = 176,160,768, 352.3 MB)
+    on their two groups: 436.3 MB, not the expert gather alone."""
+    a = analyze(scenario_from_flags(["--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "16", "--tp", "1",
+                                     "--pp", "1", "--dp", "16", "--ep", "8", "--mbs", "1", "--gbs", "64", "--zero",
+                                     "3", "--recompute", "full"]))
+    w = {i.item: i for i in a.distance.items}["weights"]
+    assert 4096 * 6144 + 4096 * 4096 + 8 * 4096 + 2 * 4096 == 41_984_000
+    assert w.working_set_bytes == pytest.approx(2 * (41_984_000 + 3 * 4096 * 14336))
+
+
+def test_compare_names_the_offload_copies(offload):
+    """`compare` explained the copies going away as "HOST point-to-point sends disappear in B"."""
+    from narrowpath.analysis.compare import comm_sentences
+    b = analyze(next(w for w in offload.verdict.what_ifs if w.change == "recompute_full").scenario)
+    said = comm_sentences(offload, b, "exposed_pp_comm")
+    assert any(x.startswith("activation offload copies (host link) disappear in B") for x in said)
+    assert not any("HOST" in x or "point-to-point" in x for x in said)

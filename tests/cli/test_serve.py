@@ -174,3 +174,22 @@ def test_a_pipelined_pytorch_executor_shows_its_host_work_between_the_stages(cap
     assert main(args) == 0
     overlapped = json.loads(capsys.readouterr().out)
     assert serial["output_tokens_per_s"] < overlapped["output_tokens_per_s"]
+
+
+def test_serve_reads_a_huggingface_config_without_a_training_length(tmp_path, capsys):
+    """A HuggingFace config states the position limit, not a training sequence length, and serving needs none:
+    `serve --model config.json` once refused it with "give --seq-len N", a flag serve does not have. The config
+    is the catalog's Qwen3-30B-A3B, so both serve it alike."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32,
+        "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+        "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False, "max_position_embeddings": 40960}))
+    run = ["--system", "dgx-h100", "--gpus", "8", "--tp", "8", "--offline", "--input-len", "512",
+           "--output-len", "64", "--num-requests", "64", "--json", "--no-whatif"]
+    assert main(["serve", "--model", str(cfg)] + run) == 0
+    from_config = json.loads(capsys.readouterr().out)
+    assert main(["serve", "--model", "qwen3-30b-a3b"] + run) == 0
+    from_catalog = json.loads(capsys.readouterr().out)
+    assert from_config["output_tokens_per_s"] == pytest.approx(from_catalog["output_tokens_per_s"], rel=1e-12)

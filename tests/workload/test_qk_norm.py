@@ -76,3 +76,17 @@ def test_the_corpus_qwen3_rows_are_the_catalog_models():
 def test_latent_attention_refuses_head_norms():
     with pytest.raises(SpecError, match="model.qk_norm"):
         dataclasses.replace(catalog_model("deepseek-v3"), qk_norm=True)
+
+
+def test_the_head_norms_scales_count_by_norm_kind_on_every_rank():
+    """The head norms add two scales of head width a layer — and two biases with LayerNorm (weight and bias, as the
+    layer's own norms count) — held whole on every tensor-parallel rank: Qwen3-30B-A3B's 2 × 128 = 256 a layer;
+    a LayerNorm model's 512."""
+    from narrowpath.workload.attention import attention_params
+    rms = catalog_model("qwen3-30b-a3b")
+    ln = dataclasses.replace(rms, norm="layernorm")
+    for tp in (1, 4):
+        p = Plan(tp=tp, pp=1, dp=1, mbs=1, gbs=1)
+        assert attention_params(rms, p) - attention_params(dataclasses.replace(rms, qk_norm=False), p) == 256
+        assert attention_params(ln, p) - attention_params(dataclasses.replace(ln, qk_norm=False), p) == 512
+    assert parameter_count(ln) - parameter_count(dataclasses.replace(ln, qk_norm=False)) == 48 * 512

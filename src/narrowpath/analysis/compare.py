@@ -171,7 +171,8 @@ def _tiers(an: Analysis, name: str) -> tuple[str, ...]:
 
 
 def _ops(rows) -> str:
-    words = list(dict.fromkeys(OP_WORDS.get(r.kind, r.kind) for r in rows))
+    words = list(dict.fromkeys("activation offload copies (host link)" if r.axis == "host"
+                               else OP_WORDS.get(r.kind, r.kind) for r in rows))
     return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
@@ -210,7 +211,7 @@ def comm_sentences(a: Analysis, b: Analysis, key: str) -> list[str]:
     for cause, items in groups.items():
         d = sum(i[2] for i in items)
         rows = [i[1] or i[0] for i in items]
-        what = f"{rows[0].name.split('.')[0].upper()} {_ops(rows)}"
+        what = _ops(rows) if rows[0].axis == "host" else f"{rows[0].name.split('.')[0].upper()} {_ops(rows)}"
         if cause[0] in ("appear", "disappear"):
             out.append(f"{what} {cause[0]} in B: {_signed(d)} exposed.")
         elif cause[0] == "tiers":

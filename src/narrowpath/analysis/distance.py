@@ -27,6 +27,7 @@ from narrowpath.analysis.context import Context, rank_stages
 from narrowpath.analysis.options import AnalysisOptions
 from narrowpath.analysis.persistence import PersistenceCliff, persistence_cliff
 from narrowpath.cost.memory import in_flight_microbatches
+from narrowpath.workload.split import plan_layer_ranges
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +126,14 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
     sharded = scn.plan.comm_zero_stage == 3
     w_layer, g_layer = weights / layers, grads / layers
     if sharded:  # the per-layer gathers and reduce-scatters the step prices (workload.build.zero3_transfers)
-        def per_layer(suffix: str) -> float:  # the row a layer runs (the most frequent), not the embedding's
-            rows = [t for t in pred.transfers if t.name.endswith(suffix)]
-            return max(rows, key=lambda t: (t.count, t.message_bytes)).message_bytes if rows else 0.0
+        def per_layer(suffix: str) -> float:
+            """A layer's gather (or reduce-scatter): per pattern (the dense parameters', the experts' on their own
+            group) the row a layer runs — the most frequent, not the embedding's — summed."""
+            by_name: dict[str, list] = {}
+            for t in pred.transfers:
+                if t.name.endswith(suffix):
+                    by_name.setdefault(t.name, []).append(t)
+            return sum(max(rows, key=lambda t: (t.count, t.message_bytes)).message_bytes for rows in by_name.values())
         w_layer = per_layer("zero3_param_all_gather") or w_layer
         g_layer = per_layer("zero3_grad_reduce_scatter") or g_layer
     # a micro-batch's backward accumulates into the gradients of the stage it runs: all of them, or under DualPipe
@@ -146,7 +152,11 @@ def build_distance(ctx: Context, opts: AnalysisOptions, checkpoint_bytes_per_ran
         reused=False)
     offloaded = offloaded_bytes(pred) * infl
     if offloaded:
-        add("activations_offloaded", offloaded, "host", 2.0 * m / infl, offloaded / (layers * infl),
+        # its working set: one offloaded layer's saved tensors of one micro-batch (each chunk's first
+        # offload_layers layers go: cost.memory.stage_memory)
+        n_off = sum(min(len(r), scn.plan.offload_layers) for st, _ in stages
+                    for r in plan_layer_ranges(scn.model, scn.plan)[st]) or layers
+        add("activations_offloaded", offloaded, "host", 2.0 * m / infl, offloaded / (n_off * infl),
             "saved tensors of the offloaded layers (plan.offload_layers): copied to host memory in forward and "
             "back before their backward", reused=False)
     add("temporaries", mem.items.get("temporaries", 0.0), "hbm", 2.0 * m, mem.items.get("temporaries", 0.0),

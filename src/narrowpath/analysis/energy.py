@@ -65,16 +65,22 @@ class EnergyAccount:
     """GPU, node, cluster and facility totals (module docstring)."""
 
 
-def pj_per_flop(coeffs, dtype: str) -> float | None:
-    """Catalog coefficient for `dtype`, falling back like Device.matrix_peak: a training format runs on its element
-    type's units (mxfp8 → fp8, nvfp4 → fp4), then fp4→fp8, fp8→fp16, bf16↔fp16, tf32↔fp32."""
+def pj_per_flop(coeffs, dtype: str, device=None) -> float | None:
+    """Catalog coefficient for `dtype`: a training format's element type's (mxfp8 → fp8, nvfp4 → fp4); else a
+    neighbour's (fp4→fp8, fp8→fp16, bf16↔fp16, tf32↔fp32) — scaled, when `device` rates both, by the neighbour's
+    matrix rate over this type's, as the catalog's coefficients are derived ((TDP − idle − HBM power) / sustained
+    rate: B200's FP4 at twice its FP8 rate costs half FP8's energy a FLOP)."""
     if dtype in coeffs:
         return coeffs[dtype]
     dtype = FORMAT_DTYPE.get(dtype, dtype)
     if dtype in coeffs:
         return coeffs[dtype]
     fb = {"fp4": "fp8", "fp8": "fp16", "bf16": "fp16", "fp16": "bf16", "tf32": "fp32", "fp32": "tf32"}.get(dtype)
-    return coeffs.get(fb)
+    c = coeffs.get(fb)
+    if c is None or device is None:
+        return c
+    rates = device.peak_matrix_flop_per_s
+    return c * rates[fb] / rates[dtype] if fb in rates and dtype in rates else c
 
 
 def energy_j(flop: float, pj_flop: float, bytes_by_level: dict[str, float], pj_byte: dict[str, float],
@@ -134,7 +140,7 @@ def build_energy(ctx: Context, ledger: tuple[LedgerRow, ...]) -> EnergyAccount:
     for r in ctx.ops:
         if r.op.flop <= 0:
             continue
-        c = pj_per_flop(dev.energy_pj_per_flop, r.op.dtype)
+        c = pj_per_flop(dev.energy_pj_per_flop, r.op.dtype, dev)
         if c is None:
             missing.append(f"pj_per_flop.{r.op.dtype}")
             c = 0.0

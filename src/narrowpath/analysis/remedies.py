@@ -23,9 +23,10 @@ from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.placement import group_span
+from narrowpath.schedule.choose import partial_recompute_allowed
 from narrowpath.schedule.step import StepPrediction, bucket_of, predict
 from narrowpath.spec.plan import SPLIT_DEFAULTS
-from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_stage_layers
+from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_layer_ranges, plan_stage_layers
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
 """Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
@@ -181,14 +182,24 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
                              targets=("exposed_tp_comm", "hbm_bound_compute")))
     for rc in ("none", "selective", "full"):
         if rc != p.recompute and not recurrent and not (rc == "full" and p.cuda_graphs):  # spec.plan refuses it
-            out.append(Candidate(f"recompute_{rc}", f"recompute {p.recompute} -> {rc}",
-                                 lambda r=rc: with_plan(scn, recompute=r), targets=COMPUTE))
+            # a recompute keeps nothing to offload (Megatron-Core refuses offloading beside it): the copies go
+            off = " (offload none)" if p.offload_layers and rc != "none" else ""
+            out.append(Candidate(f"recompute_{rc}", f"recompute {p.recompute} -> {rc}{off}",
+                                 lambda r=rc, o=bool(off): with_plan(scn, recompute=r, **({"offload_layers": 0}
+                                                                                          if o else {})),
+                                 targets=COMPUTE + (("exposed_pp_comm",) if off else ())))
     if p.offload_layers and p.recompute == "none":  # the offload copies sit in the pipeline bucket
+        # recomputing them instead: a full recompute of those layers only — where they are not the whole chunk
+        # (the loop above tries that, offloading none) and a partial recompute can run (spec.plan: not under CUDA
+        # graphs nor beside DeepSeek-V3's FP8 activation cache)
+        chunk = max(1, max(len(r) for st in plan_layer_ranges(scn.model, p) for r in st))
         k = p.offload_layers
-        out.append(Candidate("recompute_offloaded", f"recompute the {k} offloaded layer{'s' * (k > 1)} a chunk "
-                             f"instead of copying {'them' if k > 1 else 'it'} to host memory",
-                             lambda: with_plan(scn, offload_layers=0, recompute="full", recompute_layers=k),
-                             targets=("exposed_pp_comm",) + COMPUTE))
+        if k < chunk and partial_recompute_allowed(p.activation_cache, p.cuda_graphs):
+            out.append(Candidate(
+                "recompute_offloaded", f"recompute the {k} offloaded layer{'s' * (k > 1)} a chunk instead of copying "
+                f"{'them' if k > 1 else 'it'} to host memory",
+                lambda: with_plan(scn, offload_layers=0, recompute="full", recompute_layers=k),
+                targets=("exposed_pp_comm",) + COMPUTE))
         out.append(Candidate("no_offload", "keep every activation in HBM (offload none)",
                              lambda: with_plan(scn, offload_layers=0), targets=("exposed_pp_comm",)))
     if p.dp > 1 and p.zero_stage == 0 and not recurrent:

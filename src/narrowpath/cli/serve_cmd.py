@@ -221,15 +221,14 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
     chosen: tuple = ()
     if args.scenario:
         base, open_knobs = load_serving_case_or_file(args.scenario)
-        model = resolve_model(args.model) if args.model else base.model
+        model = base.model
         system = catalog_system(args.system) if args.system else base.system
         plan0, load0, cal = base.plan, base.load, base.calibration
         chosen = base.chosen  # what the case settled, kept unless a flag below replaces it
     else:
         if not (args.model and args.system):
             raise SpecError("--model/--system", "give both --model and --system (or a serving file)")
-        model, system, plan0, load0, cal = resolve_model(args.model), catalog_system(args.system), ServingPlan(), \
-            None, None
+        model, system, plan0, load0, cal = None, catalog_system(args.system), ServingPlan(), None, None
     kw = {f: getattr(args, f) for f in list(_PLAN_FLAGS) + ["weight_precision", "kv_precision", "kv_memory_fraction",
                                                              "chunked_prefill", "policy", "admission",
                                                              "spec_acceptance", "framework", "ep_dispatch",
@@ -254,6 +253,8 @@ def scenario_from_args(args) -> tuple[ServingScenario, tuple[str, ...]]:
         kw["replicas"] = replicas
     plan = dataclasses.replace(plan0, **kw)
     load = _load(args, load0)
+    if args.model:  # a HuggingFace config states no training length, and a serving model needs none: the load's
+        model = resolve_model(args.model, seq_len=load.max_seq_tokens)  # (as catalog.serving gives a file's model)
     if args.profile:
         cal = calibration_from(args.profile)
     replaced = set(kw) | ({"model"} if args.model else set())
