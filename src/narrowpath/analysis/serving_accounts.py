@@ -205,8 +205,8 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
                     _nearer(mem.weights_bytes / layers, dev),
                     "every weight is read once per iteration and shared by the iteration's tokens"),
         DataItemRow("kv_cache", kv_held, "hbm", kv_bytes * hbm_reads / per_gpu_token, seq_kv / layers, "",
-                    (f"each decode reads its whole context once per token and nothing re-reads it within the "
-                     f"iteration, so no nearer level helps" if cost.kv_reads <= 1 else
+                    ("each decode reads its whole context once per token and nothing re-reads it within the "
+                     "iteration, so no nearer level helps" if cost.kv_reads <= 1 else
                      f"each decode reads its whole context {cost.kv_reads:g} times per token, its kernel giving "
                      f"every query head its own block: "
                      + ("from HBM each time" if hbm_reads > 1 else "from HBM once, then through L2"))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from narrowpath.analysis.checkpoint import CheckpointCost, checkpoint_cost
-from narrowpath.analysis.context import Context, critical_stage, rank_stages
+from narrowpath.analysis.context import Context, critical_stage
 from narrowpath.analysis.failures import FailureBudget, daly_interval_s, failure_budget
 from narrowpath.analysis.inventory import InventoryRow
 from narrowpath.analysis.jitter import expected_wait_s

@@ -99,9 +99,10 @@ def zero_shards(plan, *, expert: bool = False) -> int:
     return plan.expert_dp if expert else plan.dp * plan.cp
 
 
+@lru_cache(maxsize=1024)
 def unrecomputed_layer_bytes(model, plan, kernel: str, moe_layer: bool, window: bool) -> float:
     """Activation bytes one layer of a kind keeps for backward per micro-batch without recompute (what its ops keep,
-    less what DeepSeek-V3's FP8 cache recomputes: workload.recompute.kept_bytes): what offloading moves."""
+    less what DeepSeek-V3's FP8 cache recomputes: workload.recompute.kept_bytes): what offloading moves (cached)."""
     none = dataclasses.replace(plan, recompute="none", recompute_modules=(), recompute_layers=0)
     return kept_bytes(T.layer_forward_ops(model, none, kernel, moe_layer=moe_layer, window=window), model, none)
 
