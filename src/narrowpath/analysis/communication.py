@@ -69,12 +69,11 @@ def build_communication(ctx: Context, ledger: tuple[LedgerRow, ...], inventory: 
     for lr in ledger:
         if lr.level == "host" and lr.bytes_per_step > 0:  # activations offloaded and fetched back (plan.offload_layers)
             exposed = sum(t.exposed_s for t in pred.transfers if t.axis == "host")
-            rows.append(TierTraffic(lr.level, lr.bytes_per_step, lr.bytes_per_useful_flop, lr.modelled_s or 0.0,
-                                    exposed))
         elif lr.level in ("scale_up", "scale_out", "front_end"):
             exposed = exposed_by_tier.get(lr.level, 0.0)
-            rows.append(TierTraffic(lr.level, lr.bytes_per_step, lr.bytes_per_useful_flop, lr.modelled_s or 0.0,
-                                    exposed))
+        else:
+            continue
+        rows.append(TierTraffic(lr.level, lr.bytes_per_step, lr.bytes_per_useful_flop, lr.modelled_s or 0.0, exposed))
     dom = max(inventory, key=lambda r: r.critical_path_s, default=None)
     inr, nearer = [], []
     if run_what_ifs:

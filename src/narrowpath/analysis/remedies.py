@@ -23,10 +23,10 @@ from narrowpath.catalog.facility import facility_for
 from narrowpath.units import GBIT_PER_S
 from narrowpath.errors import NarrowpathError
 from narrowpath.network.placement import group_span
-from narrowpath.schedule.choose import partial_recompute_allowed
+from narrowpath.schedule.choose import layers_per_chunk, partial_recompute_allowed
 from narrowpath.schedule.step import StepPrediction, bucket_of, predict
 from narrowpath.spec.plan import SPLIT_DEFAULTS
-from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_layer_ranges, plan_stage_layers
+from narrowpath.workload.split import balanced_end_layers, end_chunk_layouts, plan_stage_layers
 
 HIGH_FREQUENCY = ("tp", "cp", "ep")
 """Axes whose collectives run per layer and micro-batch: they belong inside the scale-up domain."""
@@ -192,9 +192,8 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
         # recomputing them instead: a full recompute of those layers only — where they are not the whole chunk
         # (the loop above tries that, offloading none) and a partial recompute can run (spec.plan: not under CUDA
         # graphs nor beside DeepSeek-V3's FP8 activation cache)
-        chunk = max(1, max(len(r) for st in plan_layer_ranges(scn.model, p) for r in st))
         k = p.offload_layers
-        if k < chunk and partial_recompute_allowed(p.activation_cache, p.cuda_graphs):
+        if k < layers_per_chunk(scn) and partial_recompute_allowed(p.activation_cache, p.cuda_graphs):
             out.append(Candidate(
                 "recompute_offloaded", f"recompute the {k} offloaded layer{'s' * (k > 1)} a chunk instead of copying "
                 f"{'them' if k > 1 else 'it'} to host memory",

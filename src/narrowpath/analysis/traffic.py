@@ -18,10 +18,18 @@ core model's time and a tier that carries bytes is never charged 0 s.
 from __future__ import annotations
 
 from narrowpath.network.placement import GroupSpan
-from narrowpath.schedule.step import TransferCost, transfer_span
+from narrowpath.schedule.step import TransferCost, bucket_axes, transfer_span
 from narrowpath.spec.scenario import Scenario
 
 NETWORK_TIERS = ("scale_up", "scale_out")
+
+
+def pp_bucket_contents(pred) -> tuple[tuple[str, ...], bool]:
+    """What the breakdown's exposed pipeline bucket holds (schedule.step.bucket_axes: the pipeline's sends and the
+    activation offload's host copies): the tiers of its exposed pipeline sends, and whether offload copies are
+    exposed (`host` transfers, plan.offload_layers)."""
+    exposed = [t for t in pred.transfers if t.axis in bucket_axes("pp") and t.exposed_s > 0]
+    return tuple(sorted({t.tier for t in exposed if t.axis != "host"})), any(t.axis == "host" for t in exposed)
 
 
 def tier_bytes_per_rank(op: str, message_bytes: float, span: GroupSpan | None, priced_tier: str) -> dict[str, float]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from narrowpath.analysis.context import Context, components
 from narrowpath.analysis.remedies import HIGH_FREQUENCY, candidates
+from narrowpath.analysis.traffic import pp_bucket_contents
 from narrowpath.analysis.whatif import STATUSES, WhatIf
-from narrowpath.schedule.step import bucket_axes
 
 __all__ = ["HIGH_FREQUENCY", "Verdict", "build_verdict", "components", "tier_carries_traffic"]
 AXIS_LABEL = {"tp": "tensor-parallel", "cp": "context-parallel", "ep": "expert-parallel", "edp": "expert-data-parallel", "pp": "pipeline",
@@ -58,10 +58,9 @@ def component_label(ctx: Context, key: str) -> str:
 def pp_bucket_label(pred) -> str:
     """What the breakdown's exposed pipeline bucket holds: the pipeline's sends over their tiers, the activation
     offload's copies over the host link (`host` transfers, plan.offload_layers), or both."""
-    exposed = [t for t in pred.transfers if t.axis in bucket_axes("pp") and t.exposed_s > 0]
-    tiers = sorted({t.tier for t in exposed if t.axis != "host"})
+    tiers, copies = pp_bucket_contents(pred)
     parts = ([f"pipeline communication over {' + '.join(tiers)}"] if tiers else []) + \
-        (["activation offload copies over the host link"] if any(t.axis == "host" for t in exposed) else [])
+        (["activation offload copies over the host link"] if copies else [])
     return "exposed " + (" and ".join(parts) or "pipeline communication over the network")
 
 

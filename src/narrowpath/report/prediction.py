@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from narrowpath.analysis.band import error_band
 from narrowpath.analysis.flop_conventions import CONVENTIONS, flop_conventions
+from narrowpath.analysis.traffic import pp_bucket_contents
 from narrowpath.report.console import human_bytes, human_time, table
-from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction, bucket_axes
+from narrowpath.schedule.step import BREAKDOWN_KEYS, StepPrediction
 
 LABELS = {"compute": "compute (fwd+bwd+recompute)", "exposed_tp_comm": "exposed TP communication",
           "exposed_cp_comm": "exposed CP communication", "exposed_ep_comm": "exposed EP communication",
@@ -16,11 +17,13 @@ def breakdown_label(p: StepPrediction, key: str) -> str:
     """LABELS[key], except that the exposed pipeline bucket, which also holds the activation offload's host copies
     (schedule.step.bucket_axes), says so when they are exposed: a plan without pipelining then shows its offload
     copies, not "PP communication"."""
-    if key != "exposed_pp_comm" or not any(t.axis == "host" and t.exposed_s > 0 for t in p.transfers):
+    if key != "exposed_pp_comm":
         return LABELS[key]
-    if any(t.axis != "host" and t.exposed_s > 0 and t.axis in bucket_axes("pp") for t in p.transfers):
-        return "exposed PP communication + activation offload copies"
-    return "exposed activation offload copies (host link)"
+    sends, copies = pp_bucket_contents(p)
+    if not copies:
+        return LABELS[key]
+    return "exposed PP communication + activation offload copies" if sends else \
+        "exposed activation offload copies (host link)"
 
 
 def prediction_to_json(p: StepPrediction) -> dict:

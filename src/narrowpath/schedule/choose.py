@@ -19,7 +19,7 @@ from narrowpath.workload.split import plan_layer_ranges
 Candidates = Callable[[Scenario], tuple]
 
 
-def _per_chunk(scn: Scenario) -> int:
+def layers_per_chunk(scn: Scenario) -> int:
     """Layers of one pipeline chunk (the largest, under the plan's split; a recurrent model has one stage)."""
     return max(1, max(len(r) for st in plan_layer_ranges(scn.model, scn.plan) for r in st))
 
@@ -29,7 +29,7 @@ def activation_strategies(scn: Scenario) -> tuple:
     full recompute of every layer or of the first quarter, half or three quarters of each chunk (Megatron
     --recompute-method block), or the saved activations of that share of layers offloaded to host memory
     (Megatron-Core / TE CPU offloading, as far as the stack allows it). Each is a patch of plan knobs."""
-    return activation_patches(_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs,
+    return activation_patches(layers_per_chunk(scn), scn.plan.activation_cache, scn.plan.cuda_graphs,
                               offload_pipelined(scn.plan, scn.plan.pp))
 
 

@@ -18,6 +18,7 @@ import math
 
 from narrowpath.spec.model import Model
 from narrowpath.spec.plan import Plan
+from narrowpath.workload.counts import qk_norm_parameters
 from narrowpath.workload.items import Op
 from narrowpath.workload.ops import linear, vector
 from narrowpath.workload.precision import act_bytes, cached_bytes, core_dtype
@@ -200,8 +201,8 @@ def attention_params(model: Model, plan: Plan) -> float:
     replicated, as are the query- and key-head norms' scales)."""
     h, t = model.hidden, plan.tp
     if model.mla is None:
-        qk = 2 * model.head_dim * (2 if model.norm == "layernorm" else 1) if model.qk_norm else 0
-        return h * (model.q_dim / t + 2 * kv_width_per_rank(model, t)) + model.q_dim * h / t + qk
+        return h * (model.q_dim / t + 2 * kv_width_per_rank(model, t)) + model.q_dim * h / t \
+            + qk_norm_parameters(model)
     mla, a_t = model.mla, model.heads / t
     q = (h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * a_t * mla.qk_head_dim) if mla.q_lora_rank \
         else h * a_t * mla.qk_head_dim

@@ -21,13 +21,18 @@ def attention_parameters(model: Model) -> float:
     return q + kv + a * mla.v_head_dim * h
 
 
+def qk_norm_parameters(model: Model) -> float:
+    """The query- and key-head norms' parameters of a layer (`qk_norm`): one scale of head width each, shared by
+    the heads, and a bias beside each scale with LayerNorm."""
+    return 2 * model.head_dim * (2 if model.norm == "layernorm" else 1) if model.qk_norm else 0
+
+
 def _norm_parameters(model: Model) -> float:
     """The norms of a layer (LayerNorm: weight and bias) — two, one in a parallel block — plus MLA's latent norms or
     the query- and key-head norms (`qk_norm`: one scale of head width each, shared by the heads)."""
     per = 2 * model.hidden if model.norm == "layernorm" else model.hidden
     mla = model.mla
-    extra = (mla.q_lora_rank + mla.kv_lora_rank) if mla is not None else (
-        2 * model.head_dim * (2 if model.norm == "layernorm" else 1) if model.qk_norm else 0)
+    extra = (mla.q_lora_rank + mla.kv_lora_rank) if mla is not None else qk_norm_parameters(model)
     return (1 if model.parallel_attn_mlp else 2) * per + extra
 
 
