@@ -100,6 +100,22 @@ def test_bad_request_file_names_row_and_field(tmp_path, capsys):
     assert "request 2" in err and "input_tokens" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("row, field, shown", [
+    ('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5.5}', "output_tokens", "5.5"),
+    ('{"arrival_s": 0, "input_tokens": 0.5, "output_tokens": 5}', "input_tokens", "0.5"),
+    ('{"arrival_s": 0, "input_tokens": 12, "output_tokens": 1e400}', "output_tokens", "inf")])
+def test_fractional_request_lengths_are_refused_not_truncated(tmp_path, capsys, row, field, shown):
+    """A request of 5.5 output tokens was served as 5 (int(float(x))) and one of 0.5 prompt tokens refused as
+    'got 0' (fifty-sixth session's review): the row, the field and the value as written, exit 2."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(f"[{row}]")
+    assert main(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--requests", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "request 1" in err and field in err and f"got {shown}" in err
+    bad.write_text('[{"arrival_s": 0, "input_tokens": 12.0, "output_tokens": "4"}]')  # whole numbers, any spelling
+    assert main(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--requests", str(bad), "--no-whatif"]) == 0
+
+
 SEARCH = ["search", "--serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "4", "--input-len",
           "512", "--output-len", "64", "--jobs", "1"]
 

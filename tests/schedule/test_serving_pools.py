@@ -208,8 +208,8 @@ def test_serve_shows_which_pool_is_the_narrow_one(capsys):
     assert main(args + ["--json"]) == 0
     pools = json.loads(capsys.readouterr().out)["pools"]
     assert pools["prefill"]["busy_share"] > 2 * pools["decode"]["busy_share"]
-    assert set(pools["decode"]) == {"gpus", "lanes", "busy_share", "kv_utilisation", "iterations", "prompt_tokens",
-                                    "decode_tokens", "handoff_s"}
+    assert set(pools["decode"]) == {"gpus", "lanes", "busy_share", "kv_utilisation", "kv_blocks_per_lane",
+                                    "iterations", "prompt_tokens", "decode_tokens", "handoff_s"}
 
 
 def test_a_colocated_run_has_no_pools():
@@ -239,3 +239,29 @@ def test_a_pipelined_prefill_pool_counts_its_lanes():
     assert (res.pools["prefill"].lanes, res.pools["prefill"].gpus) == (2, 2)
     assert (res.pools["decode"].lanes, res.pools["decode"].gpus) == (2, 2)
     assert res.lanes == 4
+
+
+def test_kv_use_divides_each_pool_by_its_own_capacity():
+    """A prefill pool of its own layout holds another number of KV blocks a lane than the decode pool; the run's KV
+    use is Σ block·s over Σ (blocks a lane × lanes) × makespan (fifty-sixth session's review: it divided by the
+    decode lane's blocks × every lane). Hand calculation over 10 s: prefill 1 lane × 1,000 blocks holding 100
+    block·s, decode 2 lanes × 400 blocks holding 800: 900 / (1,800 × 10) = 5.0 % (not 900 / (3 × 400 × 10) =
+    7.5 %); peaks 600 of 1,000 and 200 of 400: the fuller pool's 60 % (not 600 / 400 = 150 %)."""
+    from narrowpath.schedule.serving_stats import LaneTotals, PoolTotals, ServingResult
+    pre, dec, both = LaneTotals(), LaneTotals(), LaneTotals()
+    pre.kv_block_s, pre.kv_peak_blocks = 100.0, 600
+    dec.kv_block_s, dec.kv_peak_blocks = 800.0, 200
+    both.add(pre)
+    both.add(dec)
+    z = np.array([0.0, 0.0])
+    pools = {"prefill": PoolTotals(1, 2, 1000, pre), "decode": PoolTotals(2, 2, 400, dec)}
+    res = ServingResult(z, np.array([1.0, 2.0]), np.array([5.0, 10.0]), np.array([10, 10]), np.array([5, 5]), 3,
+                        400, 16, both, pools=pools)
+    assert res.kv_utilisation == pytest.approx(0.05)
+    assert res.kv_peak_utilisation == pytest.approx(0.60)
+    assert res.pools["prefill"].kv_utilisation(res.makespan_s) == pytest.approx(0.01)
+    assert res.pools["decode"].kv_utilisation(res.makespan_s) == pytest.approx(0.10)
+    colocated = ServingResult(z, np.array([1.0, 2.0]), np.array([5.0, 10.0]), np.array([10, 10]), np.array([5, 5]),
+                              2, 400, 16, dec)
+    assert colocated.kv_utilisation == pytest.approx(0.10)
+    assert colocated.kv_peak_utilisation == pytest.approx(0.50)

@@ -194,7 +194,10 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
                                       pt.transfer.message_bytes, cnt / per_gpu_token, t / per_gpu_token)
                         for (name, tier), (pt, cnt, t) in coll.items())
     mem = run.limits.memory
-    kv_held = run.result.kv_utilisation * mem.kv_pool_bytes
+    # the limits are the decode instances' (a prefill pool of its own layout has its own): their pool's KV use
+    kv_use = run.result.pools["decode"].kv_utilisation(run.result.makespan_s) if run.result.pools else \
+        run.result.kv_utilisation
+    kv_held = kv_use * mem.kv_pool_bytes
     layers = max(1, len(cost.stages[0]))
     seq_kv = mem.kv_bytes_per_token * mem.footprint(float(run.result.input_tokens.mean()
                                                           + run.result.output_tokens.mean() / 2))
@@ -210,7 +213,7 @@ def serving_accounts(run: ServingRun) -> ServingAccounts:
                      f"each decode reads its whole context {cost.kv_reads:g} times per token, its kernel giving "
                      f"every query head its own block: "
                      + ("from HBM each time" if hbm_reads > 1 else "from HBM once, then through L2"))
-                    + f"; {run.result.kv_utilisation:.0%} of the {mem.kv_pool_bytes / 1e9:.1f} GB pool in use on "
+                    + f"; {kv_use:.0%} of the {mem.kv_pool_bytes / 1e9:.1f} GB pool in use on "
                     "average"),
         DataItemRow("activations", mem.activation_bytes, "hbm", 0.0, mem.activation_bytes, "",
                     "workspace of one forward pass, rewritten every iteration"),

@@ -5,8 +5,9 @@ KV cache, disaggregated prefill/decode pools (their instance counts matched to t
 scale-up domain, an expert load balancer (MoE over expert-parallel ranks), finer CUDA graph sizes (an engine that
 pads decode batches to captured sizes), CUDA graphs (a static session that launches each step kernel by kernel), a
 newer engine (a stack its project has replaced — vLLM V0 by V1 — on the new one's defaults: stack `successor`),
-speculative decoding (when an acceptance rate is given). What-ifs run at most WHATIF_REQUESTS requests; the baseline
-they are compared with is re-run on that same load.
+speculative decoding (when an acceptance rate is given). What-ifs run at most `whatif_requests` requests (a closed
+loop's at least WHATIF_CONCURRENCY_MULTIPLE times its concurrency); the baseline they are compared with is re-run on
+that same load, and the verdict says how many of the run's requests that is.
 """
 from __future__ import annotations
 
@@ -22,10 +23,19 @@ from narrowpath.schedule.serving_place import plan_handoff_scale_out_share
 from narrowpath.schedule.serving_run import ServingRun, simulate
 from narrowpath.schedule.serving_stats import summary
 from narrowpath.schedule.serving_steady import decode_capacity, matched_split, mean_lengths, prefill_rate_per_s
-from narrowpath.spec.serving import ServingPlan, ServingScenario, serving_consistency
+from narrowpath.spec.serving import Load, ServingPlan, ServingScenario, serving_consistency
 from narrowpath.workload.moe import router_load_cv
 
 WHATIF_REQUESTS = 1000
+"""Requests a what-if runs at most when the load has more (re-simulating every change on the whole load would cost
+as many full runs as there are what-ifs)."""
+WHATIF_CONCURRENCY_MULTIPLE = 5
+"""A closed loop's what-ifs run at least this many times its concurrency: with fewer, every request is sent at once
+and the batch drains without reaching the steady state the headline reports. Measured (fifty-sixth session's
+review): DeepSeek-R1 on 8 B200 at concurrency 7,168 gave a 3,729 tok/s/GPU baseline on 1,000 requests against the
+headline's 7,334, the expert balancer +1.8 % against +4.3 % on the whole load, and at concurrency 3,072 the FP8 KV
+cache +5.4 % against +34.2 % (two what-ifs swapped places); at 5x every gain came within a point of the whole load's,
+at 3x not (FP8 KV at concurrency 1,024: +31.4 against +35.5 %)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +63,27 @@ class ServingVerdict:
     """`throughput per GPU` or `median end-to-end latency`."""
     skipped: tuple[tuple[str, str], ...]
     """(what-if, why it was not run)."""
+    requests: int
+    """Requests each what-if and the baseline ran (`whatif_requests`)."""
+    of_requests: int
+    """Requests of the run itself: the what-ifs ran on its first `requests` when fewer."""
 
 
-def _load(scn: ServingScenario):
+def whatif_requests(load: Load) -> int:
+    """Requests each what-if (and the baseline it is compared with) runs: the whole load when it is a trace or
+    small, else WHATIF_REQUESTS or more — for a closed loop WHATIF_CONCURRENCY_MULTIPLE times its concurrency, for
+    fixed batches one whole batch (a cut batch is a smaller batch, another regime)."""
+    if load.arrival == "trace":
+        return load.total_requests
+    floor = max(WHATIF_REQUESTS, WHATIF_CONCURRENCY_MULTIPLE * load.concurrency,
+                load.batch_size if load.arrival == "fixed-batch" else 0)
+    return min(load.total_requests, floor)
+
+
+def _load(scn: ServingScenario) -> Load:
     load = scn.load
-    if load.arrival != "trace" and load.total_requests > WHATIF_REQUESTS:
-        load = dataclasses.replace(load, num_requests=WHATIF_REQUESTS)
-    return load
+    n = whatif_requests(load)
+    return load if n == load.total_requests else dataclasses.replace(load, num_requests=n)
 
 
 def _measure(name: str, change: str, scn: ServingScenario, base: "WhatIf | None", by_latency: bool) -> WhatIf:
@@ -287,4 +311,5 @@ def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
             skipped.append((name, str(exc)))
     results.sort(key=lambda w: -w.gain)
     return ServingVerdict(narrowest, detail, base, tuple(results),
-                          "median end-to-end latency" if by_latency else "throughput per GPU", tuple(skipped))
+                          "median end-to-end latency" if by_latency else "throughput per GPU", tuple(skipped),
+                          scn.load.total_requests, given.load.total_requests)

@@ -97,8 +97,9 @@ def read_request_trace(path: str | Path) -> tuple[tuple[float, int, int], ...]:
         t = r.get("arrival_s", r.get("timestamp_s"))
         try:
             t = positive_float("arrival_s", float(t), allow_zero=True)
-            n_in = positive_int("input_tokens", int(float(r["input_tokens"])), maximum=MAX_TOKENS)
-            n_out = positive_int("output_tokens", int(float(r["output_tokens"])), maximum=MAX_TOKENS)
+            # float, not int(float(..)): a fractional length is refused (positive_int), not truncated
+            n_in = positive_int("input_tokens", float(r["input_tokens"]), maximum=MAX_TOKENS)
+            n_out = positive_int("output_tokens", float(r["output_tokens"]), maximum=MAX_TOKENS)
         except KeyError as exc:
             raise NarrowpathError(f"{where}: missing field {exc.args[0]}") from None
         except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite length (`inf`, JSON 1e400)

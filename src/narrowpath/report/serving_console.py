@@ -97,8 +97,8 @@ def format_serving(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdic
                        human_bytes(d.working_set_bytes), d.nearer_level or "-"] for d in acc.distance]))
     if verdict is not None:
         out += ["", f"  narrowest path: {verdict.narrowest} — {verdict.detail}",
-                f"  what-ifs (re-simulated on {verdict.baseline.num_gpus} GPUs' baseline, ranked by "
-                f"{verdict.ranked_by}):"]
+                f"  what-ifs (re-simulated on {gpus_owner(verdict.baseline.num_gpus)} baseline{_whatif_load(verdict)}, "
+                f"ranked by {verdict.ranked_by}):"]
         rows = [[w.name, w.change, w.output_tokens_per_s_per_gpu, human_time(w.ttft_p50_s), human_time(w.tpot_p50_s),
                  f"{w.gain * 100:+.1f}"] for w in (verdict.baseline, *verdict.whatifs)]
         out.append(table(["what-if", "change", "out tok/s/GPU", "TTFT p50", "TPOT p50", "gain (%)"], rows))
@@ -107,3 +107,17 @@ def format_serving(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdic
     if res.notes:
         out += ["", "  assumptions:"] + [f"    {n}" for n in res.notes]
     return "\n".join(out)
+
+
+def gpus_owner(n: int) -> str:
+    """'1 GPU's', '8 GPUs''."""
+    return f"{n} GPU's" if n == 1 else f"{n} GPUs'"
+
+
+def _whatif_load(verdict: ServingVerdict) -> str:
+    """Which load the what-ifs ran: said when it is not the run's own, so their baseline row is not read as the
+    headline's."""
+    if verdict.requests >= verdict.of_requests:
+        return ""
+    return (f" on the first {verdict.requests:,} of the {verdict.of_requests:,} requests, so its figures differ from "
+            f"the headline's")

@@ -54,6 +54,7 @@ def serving_to_json(run: ServingRun, acc: ServingAccounts, verdict: ServingVerdi
     if res.pools is not None:
         out["pools"] = {name: {"gpus": pool.gpus, "lanes": pool.lanes, "busy_share": pool.busy_share(res.makespan_s),
                                "kv_utilisation": pool.kv_utilisation(res.makespan_s),
+                               "kv_blocks_per_lane": pool.kv_blocks_per_lane,
                                "iterations": pool.totals.iterations, "prompt_tokens": pool.totals.prompt_tokens,
                                "decode_tokens": pool.totals.decode_tokens, "handoff_s": pool.totals.handoff_s}
                         for name, pool in res.pools.items()}

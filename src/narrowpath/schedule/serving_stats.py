@@ -184,12 +184,22 @@ class ServingResult:
 
     @property
     def kv_utilisation(self) -> float:
-        """Time-averaged share of the KV blocks in use over the lanes' busy time."""
-        cap = self.kv_blocks_per_lane * self.lanes * self.makespan_s
-        return self.totals.kv_block_s / cap if cap > 0 else 0.0
+        """Time-averaged share of the deployment's KV blocks in use over the run: Σ block·s over Σ blocks × the
+        makespan — each pool at its own lanes' capacity when disaggregated (a prefill lane's pool is not a decode
+        lane's)."""
+        if self.pools:
+            used = sum(p.totals.kv_block_s for p in self.pools.values())
+            cap = sum(p.kv_blocks_per_lane * p.lanes for p in self.pools.values()) * self.makespan_s
+        else:
+            used, cap = self.totals.kv_block_s, self.kv_blocks_per_lane * self.lanes * self.makespan_s
+        return used / cap if cap > 0 else 0.0
 
     @property
     def kv_peak_utilisation(self) -> float:
+        """The fullest lane's peak share of its KV blocks (of the fuller pool when disaggregated)."""
+        if self.pools:
+            return max(p.totals.kv_peak_blocks / p.kv_blocks_per_lane if p.kv_blocks_per_lane else 0.0
+                       for p in self.pools.values())
         return self.totals.kv_peak_blocks / self.kv_blocks_per_lane if self.kv_blocks_per_lane else 0.0
 
     def figures(self) -> dict:
