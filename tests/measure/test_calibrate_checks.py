@@ -114,3 +114,17 @@ def test_profile_file_schema_and_ids(tmp_path, capsys, doc, fragment):
     with pytest.raises(SpecError, match=fragment):
         calibration_from(str(f))
     one_line_error(capsys, ["predict", "--profile", str(f)], fragment)
+
+
+def test_fp64_gemms_of_a_cpu_probe_are_left_out_and_said(tmp_path, probe_json, capsys):
+    """A CPU-only probe times NumPy fp64 too; a profile has no fp64 format, so fp64 is left out (sources, stderr),
+    not refused: the fp32 fit is written."""
+    comp = cpu_compute()
+    comp["samples"] += [{**s, "dtype": "fp64", "flops_per_s": s["flops_per_s"] / 2} for s in comp["samples"]]
+    comp["peaks"]["fp64"] = {"peak_flops_per_s": 50e9, "reason": "estimate"}
+    out = tmp_path / "my.yaml"
+    assert main(["calibrate", str(probe_json(comp)), "--name", "my-cpu", "-o", str(out)]) == 0
+    assert "warning: matrix_efficiency: fp64 GEMMs left out" in capsys.readouterr().err
+    cal = calibration_from(str(out))
+    assert cal.matrix_eff("fp32") == pytest.approx(0.6, rel=1e-3) and "fp64" not in cal.matrix_efficiency
+    assert "fp64 GEMMs measured but not written" in cal.sources["matrix_efficiency.left_out"]

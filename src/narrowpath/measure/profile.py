@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 from narrowpath.measure.busbw import bus_factor
 from narrowpath.measure.fit import fit_alpha_beta, fit_matrix_ramp
 from narrowpath.measure.nccl_tests import NcclTestsLog
-from narrowpath.spec.calibration import SCHEMA
+from narrowpath.spec.calibration import EFFICIENCY_KEYS, SCHEMA
 
 MAX_OVER_PEAK = 2.0
 """Measured / peak above which a fit is refused: a CPU's estimated peak can be low by a turbo factor (clipped to 1
@@ -146,7 +146,14 @@ def _matrix(compute: Mapping[str, Any], peaks: Mapping[str, float], prof: dict, 
     peak_table = {dt: v["peak_flops_per_s"] for dt, v in compute.get("peaks", {}).items()}
     peak_table.update(peaks)
     eff, by_size, half = {}, {}, {}
-    for dtype in dict.fromkeys(s["dtype"] for s in compute["samples"]):
+    dtypes = list(dict.fromkeys(s["dtype"] for s in compute["samples"]))
+    left_out = [dt for dt in dtypes if dt not in EFFICIENCY_KEYS]
+    if left_out:  # e.g. the NumPy fp64 GEMMs of a CPU probe: the cost model has no such format
+        sources["matrix_efficiency.left_out"] = (f"{', '.join(left_out)} GEMMs measured but not written: not a "
+                                                 f"calibration format ({', '.join(EFFICIENCY_KEYS)})")
+        rep.warnings.append(f"matrix_efficiency: {', '.join(left_out)} GEMMs left out (no such format in a "
+                            "calibration profile)")
+    for dtype in (dt for dt in dtypes if dt in EFFICIENCY_KEYS):
         rows = [s for s in compute["samples"] if s["dtype"] == dtype]
         backend = max(rows, key=lambda s: s["flops_per_s"])["backend"]
         rows = sorted((s for s in rows if s["backend"] == backend), key=lambda s: s["flop"])
