@@ -142,3 +142,32 @@ def test_a_sweep_without_a_dram_step_goes_on_until_it_finds_one(monkeypatch):
     swept.clear()
     told = mp.probe_memory(quick=True, max_bytes=256 * 2**20, progress=False)
     assert len(told["levels"]) == 1 and max(swept) < 257 * 2**20  # sizes round to 1,536 B
+
+
+# The 'add' curve of a quick probe on a 2-core EPYC guest told L3 32 MiB (MiB, GB/s): the cache edge near 11-16 MiB,
+# a still partly cached and noisy 32-64 MiB (23.2, 11.3, 26.2), DRAM at 12.4-14.5 GB/s from 90 to 256 MiB.
+_PARTLY_CACHED = [(0.063, 93.9), (0.088, 96.3), (0.125, 92.2), (0.177, 96.3), (0.25, 108.2), (0.353, 108.6),
+                  (0.5, 102.0), (0.708, 99.7), (1.0, 96.1), (1.41, 95.9), (2.0, 98.9), (2.83, 99.2), (4.0, 98.8),
+                  (5.66, 98.0), (8.0, 97.0), (11.3, 78.6), (16.0, 41.3), (22.6, 37.2), (32.0, 23.17), (45.3, 11.31),
+                  (64.0, 26.2), (90.5, 12.4), (128.0, 14.46), (181.0, 13.04), (256.0, 14.45)]
+
+
+def test_dram_level_is_not_the_partly_cached_first_step(monkeypatch):
+    """DRAM's bandwidth is the median over its merged steps (14.45 GB/s here, the samples at 128-256 MiB being
+    13.0-14.5), not the level of its first step just past the cache (23.2 GB/s, as it was); its samples' 40 % spread
+    is flagged on the console."""
+    from narrowpath.measure import memory_probe as mp
+    from narrowpath.report.measure_tables import format_memory
+    monkeypatch.setattr(mp, "os_caches", lambda: _caches(1, 32))
+    samples = [{"kernel": k, "working_set_bytes": int(mib * 2**20), "bandwidth_bytes_per_s": gbs * 1e9}
+               for mib, gbs in _PARTLY_CACHED for k in mp.KERNELS]
+    levels = mp.detect_levels(samples)
+    assert levels[-1]["name"] == "DRAM" and 13.7e9 <= levels[-1]["bandwidth_bytes_per_s"] <= 14.5e9
+    assert levels[-1]["rms_rel_spread"] > 0.2 and levels[0]["rms_rel_spread"] < 0.2
+    text = format_memory({"device": "x", "dtype": "float64", "level_kernel": "add", "levels": levels,
+                          "comparison": []})
+    assert "warning: DRAM: the 'add' samples spread 4" in text and "warning: L3" not in text
+    from narrowpath.measure.profile import build_profile
+    rep = build_profile(name="x", device="x", memory={"device": "x", "level_kernel": "add", "levels": levels,
+                                                      "samples": samples})
+    assert any(w.startswith("memory_levels.DRAM: its samples spread 4") for w in rep.warnings), rep.warnings

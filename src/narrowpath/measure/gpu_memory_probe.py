@@ -26,7 +26,7 @@ from typing import Any
 
 from narrowpath.errors import NarrowpathError
 from narrowpath.measure.memory_probe import _ARRAYS, KERNELS, LEVEL_KERNEL, working_set_sizes  # the host probe's
-from narrowpath.measure.segment import find_plateaus, edge_x
+from narrowpath.measure.segment import edge_x, find_plateaus, rms_rel_spread
 from narrowpath.measure.timing import Progress, cuda_graph_of, cuda_time_s, host_provenance
 
 _ITEM = 4  # float32
@@ -139,7 +139,8 @@ def detect_gpu_levels(samples: list[dict[str, Any]], memory_bytes: float, l2_byt
             near_l2 = l2_bytes > 0 and i == len(plateaus) - 2 and 1 / 8 <= edges[i] / l2_bytes <= 8
             name, cap = ("L2" if near_l2 else f"C{i + 1}"), edges[i]
         level = {"name": name, "capacity_bytes": cap, "bandwidth_bytes_per_s": p.level_y,
-                 "first_working_set_bytes": sizes[p.first], "last_working_set_bytes": sizes[p.last]}
+                 "first_working_set_bytes": sizes[p.first], "last_working_set_bytes": sizes[p.last],
+                 "rms_rel_spread": rms_rel_spread(y[p.first:p.last + 1], p.level_y)}
         for kernel in KERNELS:
             ks = {s["working_set_bytes"]: s["bandwidth_bytes_per_s"] for s in samples if s["kernel"] == kernel}
             vals = [ks[w] for w in sizes[p.first:p.last + 1] if w in ks]

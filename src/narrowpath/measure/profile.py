@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 from narrowpath.measure.busbw import bus_factor
 from narrowpath.measure.fit import fit_alpha_beta, fit_matrix_ramp
 from narrowpath.measure.nccl_tests import NcclTestsLog
+from narrowpath.measure.segment import NOISY_SPREAD, rms_rel_spread
 from narrowpath.spec.calibration import EFFICIENCY_KEYS, SCHEMA
 
 MAX_OVER_PEAK = 2.0
@@ -206,8 +207,12 @@ def _memory(memory: Mapping[str, Any], peak_mem_bw: float, prof: dict, rep: FitR
     for lv in levels:
         ys = [s["bandwidth_bytes_per_s"] for s in samples
               if lv["first_working_set_bytes"] <= s["working_set_bytes"] <= lv["last_working_set_bytes"]]
-        res = (sum((y / lv["bandwidth_bytes_per_s"] - 1) ** 2 for y in ys) / len(ys)) ** 0.5 if ys else 0.0
+        res = rms_rel_spread(ys, lv["bandwidth_bytes_per_s"])
         prof["fit_residuals"][f"memory_levels.{lv['name']}"] = round(res, 4)
+        if res > NOISY_SPREAD:
+            rep.warnings.append(f"memory_levels.{lv['name']}: its samples spread {res:.0%} (RMS) about "
+                                f"{lv['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s; a noisy sweep: probe again on a quiet "
+                                "machine")
         rep.lines.append({"fit": f"memory_levels.{lv['name']}", "value": lv["bandwidth_bytes_per_s"],
                           "rms_rel_residual": res, "points": len(ys)})
     if peak_mem_bw > 0:

@@ -101,6 +101,16 @@ def find_plateaus(y: Sequence[float], *, penalty: float = 0.12, min_len: int = 2
     return merged
 
 
+NOISY_SPREAD = 0.2
+"""RMS relative spread of a step's samples about its level above which the level is flagged as noisy (a busy
+neighbour, a partly cached first step): the level is a median of scattered samples, not a flat plateau."""
+
+
+def rms_rel_spread(y: Sequence[float], level: float) -> float:
+    """RMS of y / level - 1 over a step's samples (0 for none): how flat the step the level stands for is."""
+    return math.sqrt(sum((v / level - 1) ** 2 for v in y) / len(y)) if y else 0.0
+
+
 def edge_x(x: Sequence[float], y: Sequence[float], left: Plateau, right: Plateau) -> float:
     """x where y crosses the geometric mean of the two step heights, log-log interpolated."""
     mid = math.sqrt(left.level_y * right.level_y)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from narrowpath.measure.segment import NOISY_SPREAD
+
 _OP_BINARY = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
               "reduce_scatter": "reduce_scatter_perf", "all_to_all": "alltoall_perf", "send_recv": "sendrecv_perf"}
 
@@ -38,6 +40,11 @@ def format_memory(result: Mapping[str, Any]) -> str:
         lines.append(f"{lv['name']:<6} {_mib(lv['capacity_bytes']):>15} {lv['bandwidth_bytes_per_s'] / 1e9:>11.1f} "
                      f"{lv['read_bandwidth_bytes_per_s'] / 1e9:>7.1f} {lv['write_bandwidth_bytes_per_s'] / 1e9:>7.1f} "
                      f"{lv['copy_bandwidth_bytes_per_s'] / 1e9:>7.1f}")
+    for lv in result["levels"]:
+        if lv.get("rms_rel_spread", 0.0) > NOISY_SPREAD:
+            lines.append(f"warning: {lv['name']}: the '{result['level_kernel']}' samples spread "
+                         f"{lv['rms_rel_spread']:.0%} (RMS) about its level; a noisy sweep: probe again on a quiet "
+                         "machine")
     if result.get("backend") == "torch-cuda":
         lines.append(f"device L2 (reported): {_mib(result.get('l2_cache_bytes', 0))} MiB")
         return "\n".join(lines)
