@@ -87,7 +87,8 @@ def test_json_schema_is_stable(ddp_path, pp_paths, capsys):
     assert set(out) == {"schema_version", "ranks", "stragglers", "files_written"}
     assert out["schema_version"] == JSON_SCHEMA_VERSION == 1
     assert set(out["stragglers"]) == {"ranks", "num_matched", "unmatched_kinds", "last_arrival_count",
-                                      "mean_lateness_s", "max_lateness_s", "worst", "mean_step_s"}
+                                      "mean_lateness_s", "max_lateness_s", "worst", "mean_step_s", "num_dropped",
+                                      "groups_known"}
     for r in out["ranks"]:
         assert set(r) == RANK_KEYS
         assert set(r["breakdown_pct"]) == PARTS == set(r["breakdown_s"])
