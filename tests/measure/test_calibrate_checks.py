@@ -128,3 +128,30 @@ def test_fp64_gemms_of_a_cpu_probe_are_left_out_and_said(tmp_path, probe_json, c
     cal = calibration_from(str(out))
     assert cal.matrix_eff("fp32") == pytest.approx(0.6, rel=1e-3) and "fp64" not in cal.matrix_efficiency
     assert "fp64 GEMMs measured but not written" in cal.sources["matrix_efficiency.left_out"]
+
+
+def gloo_collectives() -> dict:
+    """A 2-rank all_reduce sweep over host loopback: alpha 50 us, busbw 1 GB/s."""
+    rows = [{"op": "all_reduce", "size_bytes": s, "time_s": 2 * 50e-6 + s / 1e9} for s in (1e3, 1e4, 1e5, 1e6, 1e7)]
+    return {"probe": "collectives", "tier": "scale_up", "num_ranks": 2, "backend": "gloo", "device": "Some CPU",
+            "samples": rows}
+
+
+def test_a_tier_without_a_line_rate_is_not_reported_as_written(tmp_path, probe_json, capsys):
+    """No --line-rate/--system: the tier cannot be written. Alone it leaves nothing to write (refused, naming the
+    flag; it used to exit 0 with an empty profile listing five tier fits); beside a compute probe the profile is
+    written, the tier's fits listed apart as not written, and stderr names the flag."""
+    out = tmp_path / "m.yaml"
+    one_line_error(capsys, ["calibrate", str(probe_json(gloo_collectives())), "--name", "mycpu", "-o", str(out)],
+                   "nothing to write", "tiers.scale_up not written: no line rate", "--line-rate scale_up=")
+    assert not out.exists()
+    both = probe_json({"probe": "all", "compute": cpu_compute(), "collectives": gloo_collectives()}, "all.json")
+    assert main(["calibrate", str(both), "--name", "mycpu", "-o", str(out)]) == 0
+    got = capsys.readouterr()
+    assert "warning: tiers.scale_up not written: no line rate" in got.err and "--line-rate scale_up=" in got.err
+    written, _, left = got.out.partition("measured but not written")
+    assert "matrix_efficiency.fp32" in written and "tiers." not in written and "tiers.scale_up.all_reduce" in left
+    cal = calibration_from(str(out))
+    assert not cal.tiers and not any(k.startswith("tiers.") for k in cal.fit_residuals)
+    assert main(["calibrate", str(both), "--line-rate", "scale_up=2e9", "-o", str(out)]) == 0
+    assert "not written" not in capsys.readouterr().out and calibration_from(str(out)).tier("scale_up")

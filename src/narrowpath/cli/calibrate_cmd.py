@@ -133,7 +133,7 @@ def check_loads_back(text: str, output: str) -> None:
 def run(args) -> int:
     from narrowpath.measure.nccl_tests import describe_test, read_nccl_tests_logs
     from narrowpath.measure.profile import (build_profile, profile_document, tier_points_from_log,
-                                            tier_points_from_probe)
+                                            tier_points_from_probe, written_fits)
     from narrowpath.report.measure_tables import format_fit_report
     from narrowpath.cli.common import atomic_write_text, check_output_file, refuse_inputs_as_outputs
     if not args.results and not args.nccl_log:
@@ -177,6 +177,9 @@ def run(args) -> int:
     rep = build_profile(name=args.name or device, device=device, compute=compute, memory=memory,
                         tier_points=points, peaks=peaks, peak_mem_bw_bytes_per_s=peak_mem, line_rates=lines,
                         base=base)
+    if not written_fits(rep):
+        raise NarrowpathError(f"calibrate: nothing to write to {args.output}: "
+                              + "; ".join(warnings + rep.warnings or ["no figure was fitted"]))
     text = yaml.safe_dump(profile_document(rep.profile), sort_keys=False, width=120)
     check_loads_back(text, args.output)
     atomic_write_text("--output", args.output, text)

@@ -49,6 +49,8 @@ class FitReport:
 
     profile: dict[str, Any]
     lines: list[dict[str, Any]] = field(default_factory=list)
+    """One per fit; `written: False` marks a fit whose figure did not go into the profile (a tier without a line
+    rate)."""
     warnings: list[str] = field(default_factory=list)
     """What the user should know about the fit (a figure clipped to the peak, a part left out)."""
 
@@ -241,6 +243,12 @@ def _tiers(points: Iterable[TierPoints], line_rates: Mapping[str, float], prof: 
         note = (f"{tp.source}: alpha from the alpha-beta fit of {tp.op}; large-message busbw {big / 1e9:.2f} GB/s")
         if line <= 0:
             prof["sources"][f"tiers.{name}"] = note + "; tier not written: no line rate (--system or --line-rate)"
+            rep.warnings.append(f"tiers.{name} not written: no line rate to divide its busbw "
+                                f"({big / 1e9:.2f} GB/s) by; give --line-rate {name}=BYTES_PER_S or --system ID")
+            for ln in rep.lines:
+                if ln["fit"].startswith(f"tiers.{name}."):
+                    ln["written"] = False
+                    prof["fit_residuals"].pop(ln["fit"], None)
             continue
         key = f"tiers.{name}"
         prof["sources"][key] = note + f" / line rate {line / 1e9:.2f} GB/s"
@@ -305,6 +313,12 @@ def build_profile(*, name: str, device: str, compute: Mapping[str, Any] | None =
     from narrowpath.spec.parse import calibration_from_dict
     calibration_from_dict(prof)  # raises SpecError on anything the loader would reject
     return rep
+
+
+def written_fits(rep: FitReport) -> list[dict[str, Any]]:
+    """The fits whose figures went into the profile (not those measured but left out, e.g. a tier with no line
+    rate)."""
+    return [ln for ln in rep.lines if ln.get("written", True)]
 
 
 def profile_document(profile: Mapping[str, Any]) -> dict[str, Any]:

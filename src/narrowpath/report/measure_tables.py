@@ -130,7 +130,12 @@ def format_collectives(result: Mapping[str, Any]) -> str:
 
 
 def format_fit_report(lines: list[Mapping[str, Any]], path: str) -> str:
+    """The fits written to the profile, then those measured but not written (`written: False`, see the warnings)."""
     out = [f"calibration profile written to {path}", f"{'fit':<34} {'value':>12} {'rms resid':>10} {'points':>7}"]
-    for ln in lines:
-        out.append(f"{ln['fit']:<34} {ln['value']:>12.4g} {ln['rms_rel_residual'] * 100:>9.1f}% {ln['points']:>7}")
+    row = lambda ln: (f"{ln['fit']:<34} {ln['value']:>12.4g} {ln['rms_rel_residual'] * 100:>9.1f}% "  # noqa: E731
+                      f"{ln['points']:>7}")
+    out += [row(ln) for ln in lines if ln.get("written", True)]
+    left = [row(ln) for ln in lines if not ln.get("written", True)]
+    if left:
+        out += ["measured but not written (see the warnings):", *left]
     return "\n".join(out)
