@@ -25,6 +25,16 @@ def test_tables(ddp_path, capsys):
     assert "Temporal breakdown" in text and "all_reduce" in text and "critical path of step" in text
 
 
+def test_kernel_category_shares_sum_to_100(ddp_path, capsys):
+    """a100-ddp has 10 kernel categories: the table shows 8 and one '+2 more categories' row (memset 76 kernels and
+    reduction 10, 0.359 ms), so its share column sums to 100 (it stopped at 99.651 % with two rows dropped)."""
+    assert main(["trace", str(ddp_path)]) == 0
+    text = capsys.readouterr().out
+    table = [ln for ln in text.split("kernel category")[1].split("idle gaps")[0].splitlines()[2:] if ln.strip()]
+    assert len(table) == 9 and table[-1].split()[:4] == ["+2", "more", "categories", "86"]
+    assert sum(float(row[:50].split()[-1]) for row in table) == pytest.approx(100.0, abs=0.01)
+
+
 def test_plots_and_timeline(ddp_path, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     tl = tmp_path / "tl.json"

@@ -20,6 +20,22 @@ def _bytes(v: float) -> str:
     return human_bytes(v) if math.isfinite(v) else "-"
 
 
+MAX_KERNEL_ROWS = 8
+"""Kernel categories shown one per row; the rest share one '+N more' row, so the share column sums to 100."""
+
+
+def _kernel_rows(kernels) -> list[list]:
+    """The largest categories, then one row adding up the others (count, time, share)."""
+    rows = [[k.category, k.num_kernels, human_time(k.total_s), k.share_pct, k.top_kernel[:50]]
+            for k in kernels[:MAX_KERNEL_ROWS]]
+    rest = kernels[MAX_KERNEL_ROWS:]
+    if rest:
+        rows.append([f"+{len(rest)} more categories", sum(k.num_kernels for k in rest),
+                     human_time(sum(k.total_s for k in rest)), sum(k.share_pct for k in rest),
+                     ", ".join(k.category for k in rest)[:50]])
+    return rows
+
+
 def format_report(report: TraceReport) -> str:
     out = []
     rows = []
@@ -51,9 +67,7 @@ def format_report(report: TraceReport) -> str:
                                _bytes(c.max_message_bytes), human_time(c.total_s),
                                _gbps(c.median_busbw_bytes_per_s), _gbps(c.max_busbw_bytes_per_s)]
                               for c in r.collectives]))
-        out.append(table(["kernel category", "count", "time", "share (%)", "top kernel"],
-                         [[k.category, k.num_kernels, human_time(k.total_s), k.share_pct, k.top_kernel[:50]]
-                          for k in r.kernels[:8]]))
+        out.append(table(["kernel category", "count", "time", "share (%)", "top kernel"], _kernel_rows(r.kernels)))
         idle = r.idle.pct()
         out.append("  idle gaps: " + ", ".join(f"{k} {v:.1f}%" for k, v in idle.items())
                    + f" of {human_time(r.idle.total_s)} over {r.idle.num_gaps} gaps (per stream)")
