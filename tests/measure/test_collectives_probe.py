@@ -20,7 +20,9 @@ def test_gloo_ranks(num_ranks):
                                                "send_recv"}
     for s in r["samples"]:
         assert math.isfinite(s["time_s"]) and s["time_s"] > 0
-        assert s["count"] % num_ranks == 0 and s["size_bytes"] == 4 * s["count"]
+        per_rank = s["op"] in ("all_gather", "reduce_scatter", "all_to_all")  # nccl-tests prints count/nranks
+        assert s["size_bytes"] % (4 * num_ranks) == 0
+        assert s["size_bytes"] == 4 * s["count"] * (num_ranks if per_rank else 1), s
         assert s["algbw_bytes_per_s"] == pytest.approx(s["size_bytes"] / s["time_s"])
         assert s["busbw_bytes_per_s"] == pytest.approx(s["algbw_bytes_per_s"] * bus_factor(s["op"], num_ranks))
     for op, f in r["fits"].items():
@@ -83,3 +85,13 @@ def test_repeats_sets_the_passes(capsys):
                  "--repeats", "4", "--json"]) == 0
     samples = json.loads(capsys.readouterr().out)["samples"]
     assert samples and all(s["passes"] == 4 and len(s["batch_times_s"]) == 4 for s in samples)
+
+
+def test_nccl_tests_count_column():
+    """nccl-tests prints nbytes / wordSize with paramcount = count / nranks for all_gather, reduce_scatter and
+    all_to_all: 4,096 B of float over 2 ranks is count 512 there (the probe printed 1024), 1024 for all_reduce and
+    send_recv; `collective` and the probe share the one definition."""
+    from narrowpath.measure.busbw import nccl_tests_count
+    assert [nccl_tests_count(op, 4096, 2) for op in ("all_gather", "reduce_scatter", "all_to_all", "all_reduce",
+                                                     "send_recv")] == [512, 512, 512, 1024, 1024]
+    assert nccl_tests_count("all_gather", 4096, 8) == 128

@@ -19,6 +19,7 @@ from narrowpath.catalog import calibration_for, system_for_hardware
 from narrowpath.catalog.resolve import calibration_from, system_or_device
 from narrowpath.cost.collectives import ALGORITHMS, ONLY_ALGORITHM, OPS, collective_time
 from narrowpath.errors import CatalogError, NarrowpathError, SpecError
+from narrowpath.measure.busbw import nccl_tests_count
 from narrowpath.network.placement import contiguous_span
 from narrowpath.spec._check import positive_float, positive_int
 from narrowpath.spec.scenario import MAX_GPUS
@@ -28,7 +29,6 @@ from narrowpath.spec.system import System
 
 _SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 _DTYPE_BYTES = 4  # nccl-tests default type: float
-_PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")
 _MAX_SIZE = 2**50  # 1 PiB: far beyond any message nccl-tests sends
 _MAX_ROWS = 10_000
 MAX_OVER_LINE = 3.0
@@ -57,7 +57,7 @@ def _system(name: str, gpus_per_node: int | None, nic_gbps: float | None) -> Sys
 def _row(op: str, size: float, n: int, system: System, cal, algorithm: str) -> SweepRow:
     span = contiguous_span(n, system)
     c = collective_time(op, size, span, system, cal, algorithm)
-    count = int(size // _DTYPE_BYTES // (n if op in _PER_RANK_COUNT else 1))
+    count = nccl_tests_count(op, size, n, _DTYPE_BYTES)
     algbw = size / c.time_s if c.time_s > 0 else 0.0
     return SweepRow(size, count, c.time_s, algbw, c.busbw_bytes_per_s, c.algorithm, c.protocol or "-")
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from narrowpath.cost.collectives import bus_factor, ring_steps
 
-__all__ = ["PROBE_OPS", "NCCL_TEST_BINARIES", "bus_factor", "ring_steps", "algbw_bytes_per_s", "busbw_bytes_per_s"]
+__all__ = ["PROBE_OPS", "NCCL_TEST_BINARIES", "PER_RANK_COUNT_OPS", "bus_factor", "ring_steps", "algbw_bytes_per_s",
+           "busbw_bytes_per_s", "nccl_tests_count"]
 
 PROBE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -30,3 +31,15 @@ def algbw_bytes_per_s(size_bytes: float, time_s: float) -> float:
 
 def busbw_bytes_per_s(op: str, num_ranks: int, size_bytes: float, time_s: float) -> float:
     return algbw_bytes_per_s(size_bytes, time_s) * bus_factor(op, num_ranks)
+
+
+PER_RANK_COUNT_OPS = ("all_gather", "reduce_scatter", "all_to_all")
+"""Ops whose nccl-tests `count` column is the per-rank element count (paramcount = count / nranks in their
+*GetCollByteCount, src/allgather.cu, reducescatter.cu, alltoall.cu), not the whole buffer's."""
+
+
+def nccl_tests_count(op: str, size_bytes: float, num_ranks: int, item_bytes: int = 4) -> int:
+    """The `count` (elements) nccl-tests prints beside `size` (bytes): size / item bytes, divided by the ranks for
+    PER_RANK_COUNT_OPS (all_gather of 4,096 B float over 2 ranks: 512). Source: nccl-tests src/common.cu prints
+    nbytes / wordSize(type), nbytes = paramcount x wordSize."""
+    return int(size_bytes // item_bytes // (num_ranks if op in PER_RANK_COUNT_OPS else 1))

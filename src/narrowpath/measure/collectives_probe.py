@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from narrowpath.errors import NarrowpathError
-from narrowpath.measure.busbw import PROBE_OPS, bus_factor, ring_steps
+from narrowpath.measure.busbw import PROBE_OPS, bus_factor, nccl_tests_count, ring_steps
 from narrowpath.measure.fit import fit_alpha_beta, fit_line_knee
 
 _ITEM = 4  # float32
@@ -262,9 +262,9 @@ def _summarise(op: str, size: int, world: int, device, plan: dict, st: dict[str,
     per_rank = torch.tensor(stats, dtype=torch.float64, device=device)
     dist.all_reduce(per_rank)
     t, t_median, t_batch, t_pass, *t_qs = (float(v) / world for v in per_rank.tolist())
-    count = st["count"]
-    size_bytes = count * _ITEM
-    return {"op": op, "size_bytes": size_bytes, "count": count, "dtype": "float",
+    size_bytes = st["count"] * _ITEM
+    return {"op": op, "size_bytes": size_bytes, "count": nccl_tests_count(op, size_bytes, world, _ITEM),
+            "dtype": "float",
             "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none", "root": -1, "time_s": t,
             "algbw_bytes_per_s": size_bytes / t, "busbw_bytes_per_s": size_bytes / t * bus_factor(op, world),
             "median_time_s": t_median, "batch_mean_time_s": t_batch, "pass_median_q1_time_s": t_pass,
