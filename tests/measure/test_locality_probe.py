@@ -60,3 +60,20 @@ def test_cliffs_match_in_order_and_within_a_factor():
     assert [(r["level"], r["measured_weight_bytes"]) for r in rows] == [("L3", 40e6), ("L2", 1.2e6)]
     used = [r["measured_weight_bytes"] for r in rows if r["measured_weight_bytes"]]
     assert len(used) == len(set(used))
+
+
+def test_console_lists_measured_cliffs_left_unmatched():
+    """A measured cliff at 2.0 MiB (x2.57) more than 4x from the only prediction (L3 at 14.8 MiB) used to appear only
+    in the JSON: the console read 'no cliff measured' and nothing else. It is listed as a measured cliff with no
+    predicted one."""
+    from narrowpath.measure.locality_probe import compare_cliffs
+    from narrowpath.report.measure_tables import format_locality
+    mib = 2**20
+    measured = [{"weight_bytes": 2.0 * mib, "hidden": 724.0, "jump": 2.57},
+                {"weight_bytes": 15.0 * mib, "hidden": 1982.0, "jump": 3.1}]
+    predicted = [{"level": "L3", "weight_bytes": 14.8 * mib, "hidden": 1972.0, "jump": 3.37}]
+    for cliffs, matched in ((measured[:1], False), (measured, True)):
+        text = format_locality({"device": "x", "batch": 1, "samples": [], "measured_cliffs": cliffs,
+                                "comparison": compare_cliffs(cliffs, predicted)})
+        assert "measured 2.0 MiB (H~724, x2.57)   no predicted cliff within 4x" in text, text
+        assert ("no cliff measured" in text) != matched and text.count("no predicted cliff") == 1

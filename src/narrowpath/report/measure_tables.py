@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from narrowpath.measure.locality_probe import MAX_MATCH_RATIO
 from narrowpath.measure.segment import NOISY_SPREAD
 
 _OP_BINARY = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
@@ -76,6 +77,12 @@ def format_locality(result: Mapping[str, Any]) -> str:
                 f"x{c['measured_jump']:.2f})  ratio {c['ratio']:.2f}") if c["measured_weight_bytes"] else "no cliff measured"
         lines.append(f"  {c['level']:<6} predicted {_mib(c['predicted_weight_bytes'])} MiB "
                      f"(H~{c['predicted_hidden']:.0f}, x{c['predicted_jump']:.2f})   {meas}")
+    matched = {c["measured_weight_bytes"] for c in result["comparison"]}
+    for m in result.get("measured_cliffs", []):
+        if m["weight_bytes"] not in matched:
+            lines.append(f"  {'-':<6} measured {_mib(m['weight_bytes'])} MiB (H~{m['hidden']:.0f}, x{m['jump']:.2f})   "
+                         f"no predicted cliff within {MAX_MATCH_RATIO:g}x (a level the memory probe did not resolve, "
+                         "or noise)")
     if not result["comparison"]:
         lines.append("  (no memory levels given: run `probe memory` first or use `probe all`)")
     return "\n".join(lines)
