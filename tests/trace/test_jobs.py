@@ -74,6 +74,24 @@ def test_one_job_flags_refuse_several_jobs(shared_dir, flag, tmp_path, capsys):
     assert err.startswith(f"narrowpath: error: {flag}: the traces hold 3 jobs") and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("step, which", [(551, "jobs 1, 3 have it"), (4, "job 2 has it"), (9999, "no job has it")])
+def test_step_refuses_several_jobs_and_says_which_have_it(shared_dir, step, which, capsys):
+    """A ProfilerStep number belongs to one job: --step on several jobs is refused up front like --against and
+    --timeline, naming the jobs that have the step (it used to fail on the first job without it, job 2, after
+    analysing job 1, with no report at all)."""
+    assert main(["trace", str(shared_dir), "--step", str(step)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"narrowpath: error: --step {step}: the traces hold 3 jobs") and len(err.splitlines()) == 1
+    assert f"ProfilerStep#{step}: {which}; give the files of one job" in err, err
+
+
+def test_step_missing_in_one_job_lists_its_steps(shared_dir, capsys):
+    assert main(["trace", str(shared_dir / SHARED[1]), "--step", "551"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--step 551: no ProfilerStep#551 on every rank of the trace (steps there: " in err, err
+    assert len(err.splitlines()) == 1
+
+
 def test_two_jobs_at_the_same_time_are_told_apart_by_their_names(tmp_path):
     for job in ("jobA", "jobB"):
         for rank in (0, 1):
@@ -100,9 +118,3 @@ def test_ranks_from_file_order_are_numbered_within_their_job(tmp_path):
     _rank_file(tmp_path / "b.json", 0, 1, 1_700_086_400_000_000, info=False)
     jobs = read_jobs(tmp_path)
     assert [[(r.rank, r.rank_source) for r in j.ranks] for j in jobs] == [[(0, "file order")], [(0, "file order")]]
-
-
-def test_a_step_missing_in_one_job_names_it(shared_dir, capsys):
-    assert main(["trace", str(shared_dir), "--step", "550"]) == 2
-    err = capsys.readouterr().err
-    assert "--step 550: no ProfilerStep#550" in err and "of job 2" in err and len(err.strip().splitlines()) == 1

@@ -21,7 +21,7 @@ def register(sub) -> None:
                                                   "when the traces hold several jobs)")
     p.add_argument("--timeline", metavar="FILE", help="write a filtered, annotated Chrome trace to FILE")
     p.add_argument("--step", type=int, help="ProfilerStep number whose critical path to report "
-                                            "(default: the longest complete step)")
+                                            "(default: the longest complete step); one job's traces only")
     p.set_defaults(func=run)
 
 
@@ -44,11 +44,18 @@ def run(args) -> int:
     if len(jobs) > 1:
         from narrowpath.trace.jobs import describe_job
         which = "; ".join(f"job {i}: {describe_job(j)}" for i, j in enumerate(jobs, 1))
+        from narrowpath.errors import NarrowpathError
         for flag in ("against", "timeline"):
             if getattr(args, flag):
-                from narrowpath.errors import NarrowpathError
                 raise NarrowpathError(f"--{flag}: the traces hold {len(jobs)} jobs ({which}); give the files of one "
                                       "job")
+        if args.step is not None:  # a step number is one job's: refused like the other one-job flags
+            from narrowpath.trace.analyze import has_step
+            having = [str(i) for i, j in enumerate(jobs, 1) if has_step(j, args.step)]
+            where = f"job {', '.join(having)} has it" if len(having) == 1 else (
+                f"jobs {', '.join(having)} have it" if having else "no job has it")
+            raise NarrowpathError(f"--step {args.step}: the traces hold {len(jobs)} jobs ({which}); ProfilerStep#"
+                                  f"{args.step}: {where}; give the files of one job")
     results = [_analyse(trace, args, i if len(jobs) > 1 else None) for i, trace in enumerate(jobs, 1)]
     written = [p for r in results for p in r[2]]
     for path in written:
@@ -72,10 +79,13 @@ def _analyse(trace, args, job: int | None):
     from narrowpath.trace.analyze import analyze, report_to_dict
     try:
         report = analyze(trace, critical_step=args.step)
-    except KeyError:
+    except KeyError:  # one job only (several are refused in run)
         from narrowpath.errors import NarrowpathError
-        where = f" of job {job} ({trace.ranks[0].path})" if job else ""
-        raise NarrowpathError(f"--step {args.step}: no ProfilerStep#{args.step} in the trace{where}") from None
+        from narrowpath.trace.windows import steps
+        have = sorted(set.intersection(*({w.step for w in steps(r)} for r in trace.ranks)))
+        listed = ", ".join(map(str, have[:12])) + (", ..." if len(have) > 12 else "") if have else "none"
+        raise NarrowpathError(f"--step {args.step}: no ProfilerStep#{args.step} on every rank of the trace "
+                              f"(steps there: {listed})") from None
     comparison = scenario_name = None
     if args.against:
         from narrowpath.cli.common import load_any_scenario

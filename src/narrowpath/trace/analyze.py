@@ -76,6 +76,11 @@ def _critical_step(rank: RankTrace, window: windows.Window, steps: list[windows.
     return max(complete, key=lambda w: w.end_s - w.start_s)
 
 
+def has_step(trace: Trace, step: int) -> bool:
+    """Whether every rank of the trace has ProfilerStep#`step` (what a critical path of that step needs)."""
+    return all(any(w.step == step for w in windows.steps(r)) for r in trace.ranks)
+
+
 def analyze_rank(rank: RankTrace, critical_step: int | None = None) -> RankAccounts:
     window = windows.whole_trace(rank)
     steps = windows.steps(rank)
