@@ -68,3 +68,16 @@ def test_bad_specs_name_the_field(spec, field):
         parse_noise([spec])
     assert exc.value.field == field
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("specs, field", [
+    (["fail=gpu:1000,horizon=1d", "horizon=2d"], "noise.horizon"),
+    (["detect=1min,detect=2min"], "noise.detect"),
+    (["jitter=normal:0.1", "jitter=normal:0.2"], "noise.jitter"),
+])
+def test_an_item_given_twice_is_refused_not_overridden(specs, field):
+    """A repeated scalar item (horizon, detect, …) was silently overridden, the last one winning, while a repeated
+    jitter or fail class was refused (fifty-sixth session's review)."""
+    with pytest.raises(SpecError, match="given twice") as exc:
+        parse_noise(specs)
+    assert exc.value.field == field

@@ -123,6 +123,8 @@ class _Builder:
         if name in _SCALARS:
             key = {"detect": "detect_s", "restart": "restart_s", "checkpoint-every": "checkpoint_interval_s",
                    "horizon": "horizon_s", "maintenance": "maintenance_every_s"}.get(name)
+            if (key or "storage_bw_bytes_per_s") in self.fail_kw:  # as a repeated jitter or fail class is
+                raise SpecError(f"noise.{name}", "given twice")
             self.fail_kw[key or "storage_bw_bytes_per_s"] = (parse_time_s(f"noise.{name}", value) if key
                                                              else _number(f"noise.{name}", value))
             return

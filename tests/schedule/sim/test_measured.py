@@ -82,13 +82,15 @@ def trace_skew() -> dict:
 
 
 @pytest.mark.skipif(not all(p.exists() for p in PP_PAIR), reason="shared/traces not present")
-def test_measured_skew_is_not_kernel_jitter():
-    """On pp-128rank-sampled (ranks 0 and 1) rank 1 arrives 62 ms late on average; kernel jitter fitted on the same
-    trace (cv ≈ 0.23 per kernel, ~100 kernels between collectives) gives ~1 ms, and rank 1's extra device work
-    (+29 % compute-kernel time) ~8 ms: the rest is host-side (the step's critical path is > 99 % CPU), which the
-    simulator does not model. The comparison is documented; the test pins its orders of magnitude."""
+def test_measured_skew_lies_between_kernel_jitter_and_a_persistent_imbalance():
+    """On pp-128rank-sampled (ranks 0 and 1) the two collectives the ranks really share (their kernels overlap; the
+    other three order-matched pairs were different collectives, which read as 62 ms of lateness until the
+    fifty-sixth session) find rank 1 1.7 ms late on average (max 3.3 ms). Kernel jitter fitted on the same trace
+    (cv ≈ 0.23 per kernel, ~105 kernels between collectives) gives ~0.7 ms; rank 1's extra device work (+29 %
+    compute-kernel time) held as a persistent slowdown of every segment, ~7.8 ms: the measurement lies between —
+    the extra work does not fall evenly between collectives. Two pairs are a weak sample; the test pins the orders
+    of magnitude the docs state."""
     s = trace_skew()
-    assert s["measured_mean_s"] == pytest.approx(0.0625, rel=0.01)
+    assert s["measured_mean_s"] == pytest.approx(0.00169, rel=0.02)
     assert 0.1 < s["cv_kernel"] < 0.4
-    assert s["jitter_skew_s"] < s["measured_mean_s"] / 20
-    assert s["jitter_skew_s"] < s["imbalance_skew_s"] < s["measured_mean_s"] / 3
+    assert s["jitter_skew_s"] < s["measured_mean_s"] < s["imbalance_skew_s"]

@@ -281,7 +281,7 @@ class StepEngine:
                     end = end + hit * pert.flap_penalty[tier]
                     cz[self.ci["link-flap"]] += hit * pert.flap_penalty[tier]
         if pert.phases:
-            for ci, pause in pert.pauses(i, t + self.t0, end + self.t0):
+            for ci, pause in pert.paused_end(i, t + self.t0, end + self.t0):
                 end = end + pause
                 cz[ci] += pause
         return end, cz
