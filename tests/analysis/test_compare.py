@@ -110,3 +110,22 @@ def test_a_change_of_critical_pipeline_rank_is_said():
     assert "rank 2 (stages 2 and 13) to rank 0 (stages 0 and 15)" in said[moved]
     assert moved < next(i for i, t in enumerate(said) if t.startswith("Compute +"))
     assert critical_rank_sentence(b, b) == []
+
+
+def test_what_changed_names_the_calibration_and_the_model_fields():
+    """Fifty-sixth session's review: a scenario with `calibration: B200` beside the same one on H100's profile was
+    'the same scenario' though its step moved 5 %; a copy of llama3-70b at sequence 4,096 read 'model llama3-70b ->
+    llama3-70b' (the step halved)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from narrowpath.analysis.compare import scenario_differences
+    from narrowpath.catalog import calibration_for, load_scenario
+    from narrowpath.schedule.step import predict
+    scn = load_scenario("llama3-70b-h100-256")
+    a = SimpleNamespace(prediction=predict(scn))
+    b = SimpleNamespace(prediction=predict(scn, calibration_for("B200")))
+    assert scenario_differences(a, b) == ["calibration profile H100-SXM5-80GB -> B200"]
+    short = dataclasses.replace(scn, model=dataclasses.replace(scn.model, seq_len=4096))
+    assert scenario_differences(a, SimpleNamespace(prediction=predict(short))) == ["model.seq_len 8192 -> 4096"]
+    assert scenario_differences(a, a) == []

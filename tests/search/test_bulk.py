@@ -296,3 +296,17 @@ def test_zero3_kept_gathered_is_priced_not_reset(reshard):
     assert ((False, 3) in kept_pp) == (reshard == "unless_pp")
 
 
+
+
+def test_energy_ranking_is_an_exhaustive_predicts():
+    """The energy objective prunes by a lower bound of each plan's energy (search.engine.energy_bound: idle power
+    for the step and the executed FLOPs at the cheapest coefficient of the formats at least as wide as the plan's);
+    since the fifty-sixth session it no longer counts formats a BF16 plan cannot run, so it prunes — and its top
+    plans are still an exhaustive predict's (a bound above some plan's energy would drop it)."""
+    scn = SCENARIOS["llama3-8b-h100-8"]()
+    space = _space(scn, tp=2, pp=2, zero_stage=2, mbs=2, cp=2)
+    res = search(scn, space, objective="energy", top=5)
+    _, ranked = _exhaustive(scn, space, "energy")
+    assert [c.plan for c in res.ranked[:5]] == [c.plan for c in ranked[:5]]
+    assert [c.energy_per_step_j for c in res.ranked[:5]] == pytest.approx([c.energy_per_step_j for c in ranked[:5]],
+                                                                           rel=1e-9)

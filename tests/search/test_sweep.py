@@ -240,3 +240,19 @@ def test_scheduler_address_runs_the_cells_on_that_cluster(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["num_cells"] == 2 and all(r["fits"] for r in data["rows"])
     assert any(p.startswith("narrowpath-cell") for p in prefixes), prefixes  # the cells ran there
+
+
+def test_a_plan_label_carries_its_offload_and_partial_recompute():
+    """Fifty-sixth session's review: the sweep's best plan at 3 GPUs read `tp1 pp3 cp1 dp1 mbs1 z0` while its row
+    offloaded 3 layers' activations — copied as shown, the plan needs 92.5 GB of 85.9 and does not fit."""
+    from narrowpath.report.sweep_table import plan_label
+    from narrowpath.search.each import describe_plan
+    from narrowpath.spec.plan import Plan
+    row = {"tp": 1, "pp": 3, "vpp": 1, "cp": 1, "dp": 1, "ep": 1, "mbs": 1, "zero_stage": 0, "recompute": "none",
+           "recompute_layers": 0, "offload_layers": 3, "sequence_parallel": False}
+    assert plan_label(row) == "tp1 pp3 cp1 dp1 mbs1 z0 off:3"
+    assert plan_label({**row, "recompute": "full", "recompute_layers": 2, "offload_layers": 0}) == \
+        "tp1 pp3 cp1 dp1 mbs1 z0 rc=full:2"
+    p = Plan(tp=1, pp=1, dp=8, gbs=8, recompute="full", recompute_layers=2)
+    assert "recompute=full recompute_layers=2" in describe_plan(p) and "offload" not in describe_plan(p)
+    assert "offload_layers=3" in describe_plan(Plan(tp=1, pp=1, dp=8, gbs=8, offload_layers=3))

@@ -121,8 +121,11 @@ def scenario_differences(a: Analysis, b: Analysis) -> list[str]:
     """What differs between the two scenarios, knob by knob."""
     sa, sb = a.prediction.scenario, b.prediction.scenario
     diffs = []
-    if sa.model.name != sb.model.name or sa.model != sb.model:
+    if sa.model.name != sb.model.name:
         diffs.append(f"model {sa.model.name} -> {sb.model.name}")
+    elif sa.model != sb.model:  # one name, other fields (a copy with another sequence length): name those
+        diffs += [f"model.{f.name} {_fmt(getattr(sa.model, f.name))} -> {_fmt(getattr(sb.model, f.name))}"
+                  for f in dataclasses.fields(sa.model) if getattr(sa.model, f.name) != getattr(sb.model, f.name)]
     if sa.system.device.name != sb.system.device.name:
         diffs.append(f"GPU {sa.system.device.name} -> {sb.system.device.name}")
     if sa.system.name != sb.system.name:
@@ -146,6 +149,10 @@ def scenario_differences(a: Analysis, b: Analysis) -> list[str]:
         va, vb = getattr(sa.plan, f.name), getattr(sb.plan, f.name)
         if va != vb:
             diffs.append(f"{f.name} {_fmt(va)} -> {_fmt(vb)}")
+    ca, cb = a.prediction.calibration, b.prediction.calibration
+    if ca != cb:  # the profile each side was priced with (a scenario's `calibration`, or --profile)
+        diffs.append(f"calibration profile {ca.name} -> {cb.name}" if ca.name != cb.name else
+                     f"calibration profile {ca.name} (its constants differ)")
     if a.prediction.attention_kernel != b.prediction.attention_kernel:
         diffs.append(f"attention kernel {a.prediction.attention_kernel} -> {b.prediction.attention_kernel}")
     return diffs

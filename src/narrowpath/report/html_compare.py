@@ -35,7 +35,7 @@ def compare_html(c: Comparison) -> str:
     head = (f"<h1>narrowpath compare — {esc(pa.scenario.name)} vs {esc(pb.scenario.name)}</h1>"
             + kpis([(f"{pa.step_time_s:.4g} s", "A: step"), (f"{pb.step_time_s:.4g} s", "B: step"),
                     (f"{d:+.4g} s ({d / pa.step_time_s:+.1%})", "B − A"),
-                    (f"{pb.tokens_per_s / pa.tokens_per_s:.3g}×", "B / A tokens per second")]))
+                    (f"{pb.tokens_per_s / pa.tokens_per_s:.4g}×", "B / A tokens per second")]))
     why = section("why", "What changed and why", "<ol>" + "".join(f"<li>{esc(s)}</li>" for s in c.sentences)
                   + "</ol>")
     sides = section("sides", "Side by side", f'<div class="figs"><div>{_side("A", c.a, ja)}</div>'

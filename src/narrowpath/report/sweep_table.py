@@ -11,14 +11,18 @@ _RECOMPUTE = {"none": "", "selective": " rc=sel", "full": " rc=full"}
 
 
 def plan_label(plan: dict[str, Any] | None) -> str:
-    """Compact knobs of a row's best plan: `tp2 pp4x2 cp1 dp8 mbs1 z1 rc=sel sp` (pp4x2: 4 stages, vpp 2)."""
+    """Compact knobs of a row's best plan: `tp2 pp4x2 cp1 dp8 mbs1 z1 rc=full:2 off:3 sp` (pp4x2: 4 stages, vpp 2;
+    rc=full:2 the first 2 layers of a chunk recomputed; off:3 three layers' activations offloaded — without them a
+    copied label may not fit)."""
     if not plan:
         return "-"
     pp = f"pp{plan['pp']}" + (f"x{plan['vpp']}" if plan.get("vpp", 1) > 1 else "")
     ep = f" ep{plan['ep']}" if plan.get("ep", 1) > 1 else ""
+    rc = _RECOMPUTE.get(plan['recompute'], ' rc=' + str(plan['recompute']))
+    rc += f":{plan['recompute_layers']}" if rc and plan.get("recompute_layers") else ""
+    off = f" off:{plan['offload_layers']}" if plan.get("offload_layers") else ""
     return (f"tp{plan['tp']} {pp} cp{plan['cp']} dp{plan['dp']}{ep} mbs{plan['mbs']} z{plan['zero_stage']}"
-            f"{_RECOMPUTE.get(plan['recompute'], ' rc=' + str(plan['recompute']))}"
-            f"{' sp' if plan['sequence_parallel'] else ''}")
+            f"{rc}{off}{' sp' if plan['sequence_parallel'] else ''}")
 
 
 def format_sweep(rows: Sequence[dict[str, Any]], *, num_reused: int = 0, num_computed: int | None = None,

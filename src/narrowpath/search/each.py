@@ -95,7 +95,11 @@ def describe_plan(plan: Plan) -> str:
     return (f"tp={plan.tp} pp={plan.pp} vpp={plan.vpp} cp={plan.cp} dp={plan.dp} ep={plan.ep} mbs={plan.mbs} "
             f"zero={plan.zero_stage} recompute={plan.recompute}"
             + (f"[{','.join(plan.recompute_modules)}]" if plan.recompute == "selective" and plan.recompute_modules
-               else "") + f" sp={plan.sequence_parallel}")
+               else "")
+            + (f" recompute_layers={plan.recompute_layers}" if plan.recompute != "none" and plan.recompute_layers
+               else "")
+            + (f" offload_layers={plan.offload_layers}" if plan.offload_layers else "")
+            + f" sp={plan.sequence_parallel}")
 
 
 def price(job: tuple) -> Priced:
