@@ -71,3 +71,14 @@ def test_shipped_device_variants_differ_only_in_memory():
     hbm = {lv.name: lv for lv in h200.levels}["hbm"]
     assert (hbm.capacity_bytes, hbm.bw_bytes_per_s) == (150.7e9, 4.8e12)
     assert device("A100-SXM4-40GB").peak_matrix_flop_per_s == device("A100-SXM4-80GB").peak_matrix_flop_per_s
+
+
+def test_the_parents_of_the_shipped_profiles_are_readable():
+    """`entries` resolves `extends` and drops the key, so a tool that needs the chain (benchmarks/loso_refit.py:
+    which fitted constants a device carries) reads `parents`: until the fifty-sixth session it looked for `extends`
+    in the resolved entries, found none, and B300's cases — B200's constants — were never refitted in a fold."""
+    from narrowpath.catalog.store import parents
+    p = parents("profiles")
+    assert p["B300"] == "B200" and p["H800-SXM5-80GB"] == "H100-SXM5-80GB"
+    assert "B200" not in p and "GB300" not in p
+    assert all("extends" not in e for e in entries("profiles").values())

@@ -30,11 +30,12 @@ def test_a_requests_file_that_is_no_path_is_refused(tmp_path, capsys, value):
     ("t.jsonl", '{"arrival_s": 0, "input_tokens": 5, "output_tokens": 1e400}\n'),
 ])
 def test_an_infinite_length_in_a_trace_is_refused(tmp_path, capsys, name, text):
-    """int(float('inf')) raised OverflowError out of read_request_trace."""
+    """int(float('inf')) raised OverflowError out of read_request_trace; since the fifty-sixth session a length is
+    read as a number and refused unless a whole one (5.5 had been truncated to 5)."""
     f = tmp_path / name
     f.write_text(text)
     one_line_error(capsys, [*SERVE, "--requests", str(f)], "workload.requests_file", "request 1",
-                   "must be finite numbers")
+                   "must be an integer")
 
 
 def _json(capsys, argv) -> dict:

@@ -24,7 +24,22 @@ _FILES = {"devices": "devices.yaml", "systems": "systems.yaml", "models": "model
 
 @lru_cache(maxsize=None)
 def entries(kind: str) -> dict[str, dict[str, Any]]:
-    """Raw entries of one catalog file by id."""
+    """Entries of one catalog file by id, each with what it `extends` filled in (and that key dropped: `parents`)."""
+    out = _raw_entries(kind)
+    if kind in _INHERITING:
+        out = {eid: _inherit(kind, entry, out) for eid, entry in out.items()}
+    return out
+
+
+@lru_cache(maxsize=None)
+def parents(kind: str) -> dict[str, str]:
+    """Entry id → the id of the entry it `extends`, for the entries that extend one."""
+    return {eid: e["extends"] for eid, e in _raw_entries(kind).items() if e.get("extends")}
+
+
+@lru_cache(maxsize=None)
+def _raw_entries(kind: str) -> dict[str, dict[str, Any]]:
+    """Entries of one catalog file by id, as written."""
     text = resources.files("narrowpath.catalog").joinpath(_FILES[kind]).read_text()
     data = load_yaml(text)
     out: dict[str, dict[str, Any]] = {}
@@ -35,8 +50,6 @@ def entries(kind: str) -> dict[str, dict[str, Any]]:
         if eid in out:
             raise CatalogError(f"{_FILES[kind]}: duplicate id {eid!r}")
         out[eid] = entry
-    if kind in _INHERITING:
-        out = {eid: _inherit(kind, entry, out) for eid, entry in out.items()}
     return out
 
 
