@@ -52,7 +52,7 @@ from narrowpath.catalog import calibration_for  # noqa: E402
 from narrowpath.catalog import store  # noqa: E402
 from narrowpath.errors import NarrowpathError  # noqa: E402
 from narrowpath.schedule.step import predict  # noqa: E402
-from narrowpath.validate.regenerate import residual_records  # noqa: E402
+from narrowpath.validate.regenerate import band_scale, residual_records  # noqa: E402
 from narrowpath.validate.run import regimes  # noqa: E402
 
 
@@ -142,6 +142,7 @@ def fold(src: str, by_dev: dict, shipped: dict[str, dict], host: dict) -> dict:
         else:
             train.append(rec["record"])
     shipped_train = [rec["record"] for rec in shipped.values() if rec["source"] != src]
+    scale_ship, scale_fold = band_scale(shipped_train), band_scale(train)
     out = {"n": 0, "hit_shipped": 0, "hit_refit": 0, "abs_shipped": 0.0, "abs_refit": 0.0, "no_refit": 0,
            "refit": {r: {k: v for k, v in params[r].items() if k not in host} for r in sorted(refit)}, "oof": {}}
     for c in held:
@@ -154,8 +155,10 @@ def fold(src: str, by_dev: dict, shipped: dict[str, dict], host: dict) -> dict:
         out["oof"][c.id] = {"residual": r_ship, "oof": round(r_fold, 6), "refit": own is not None}
         if own is None:
             out["no_refit"] += 1
-        b_ship = band_from_cases(1.0, rec["features"], shipped_train)
-        b_fold = band_from_cases(1.0, rec["features"], train)
+        # at the scale calibrated on the other sources alone (validate.regenerate.band_scale, nested): the shipped
+        # one saw `src` too
+        b_ship = band_from_cases(1.0, rec["features"], shipped_train, scale=scale_ship)
+        b_fold = band_from_cases(1.0, rec["features"], train, scale=scale_fold)
         out["n"] += 1
         out["hit_shipped"] += b_ship.low_s <= math.exp(-r_ship) <= b_ship.high_s
         out["hit_refit"] += b_fold.low_s <= math.exp(-r_fold) <= b_fold.high_s

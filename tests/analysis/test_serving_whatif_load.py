@@ -24,9 +24,20 @@ def test_small_concurrency_keeps_the_floor_and_small_loads_run_whole():
     assert whatif_requests(_load(concurrency=7168, num_requests=10_000)) == 10_000
 
 
-def test_fixed_batch_is_never_cut_below_one_batch():
+def test_fixed_batch_runs_whole_batches():
     assert whatif_requests(_load(arrival="fixed-batch", batch_size=2048, num_requests=8192)) == 2048
     assert whatif_requests(_load(arrival="fixed-batch", batch_size=96)) == 96
+    assert whatif_requests(_load(arrival="fixed-batch", batch_size=600, num_requests=1500)) == 1200  # not 600 + 400
+
+
+def test_an_open_load_keeps_five_times_the_batch_the_deployment_holds():
+    """An offline or Poisson load that saturates the server fills its slots (lanes × max batch): 1,000 requests
+    under a max batch of 2,048 never made the run KV-bound, and the FP8 KV cache read +11 % for +31 % (fifty-sixth
+    session's review of its own change)."""
+    assert whatif_requests(_load(num_requests=6000), slots=2048) == 6000
+    assert whatif_requests(_load(num_requests=60_000), slots=2048) == 10_240
+    assert whatif_requests(_load(arrival="poisson", rate_per_s=1e6, num_requests=60_000), slots=512) == 2560
+    assert whatif_requests(_load(num_requests=60_000), slots=100) == WHATIF_REQUESTS
 
 
 def test_trace_runs_whole():

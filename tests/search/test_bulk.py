@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import yaml
 
 from narrowpath.catalog import load_scenario, system
 from narrowpath.schedule.step import predict
@@ -310,3 +311,36 @@ def test_energy_ranking_is_an_exhaustive_predicts():
     assert [c.plan for c in res.ranked[:5]] == [c.plan for c in ranked[:5]]
     assert [c.energy_per_step_j for c in res.ranked[:5]] == pytest.approx([c.energy_per_step_j for c in ranked[:5]],
                                                                            rel=1e-9)
+
+
+@pytest.mark.parametrize("cap_w, precision", [(200, "fp8"), (350, "bf16"), (0, "fp8")])
+def test_the_energy_bound_is_below_every_sampled_plans_energy(tmp_path, monkeypatch, cap_w, precision):
+    """The energy objective prunes a plan when its bound exceeds what could rank, so the bound must lie below the
+    plan's exact energy — under a power cap too, where the ledger's energy per FLOP follows the clock (fifty-sixth
+    session's review: at 200 W the bound was 1.2-1.3x the exact energy). Forty fitting plans of an 8-GPU H100 job,
+    bound against the exact pricing."""
+    import narrowpath.search.bulk_search as bs
+    from narrowpath.cli.main import main
+    seen = []
+
+    def spy(eng, fit_rows, baseline, top, max_seconds, say):
+        rng = np.random.default_rng(0)
+        idx, t = eng.price_rows(rng.choice(fit_rows, size=min(40, fit_rows.size), replace=False))
+        bound = eng.energy_bound(eng.row_of(idx), t)
+        for b, c in zip(bound, eng.exact_candidates(idx, energy=True)):
+            if c is not None:
+                seen.append((b, c.energy_per_step_j))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(bs, "_by_energy", spy)
+    f = tmp_path / "capped.yaml"
+    box = {"id": "dgx-h100-capped", "device": "H100-SXM5-80GB", "gpus_per_node": 8, "power_limit_w": cap_w,
+           "tiers": [{"name": "scale_up", "bw_bytes_per_s_per_gpu": 450e9, "domain_size": 8, "latency_s": 2e-6,
+                      "topology": "switched"},
+                     {"name": "scale_out", "bw_bytes_per_s_per_gpu": 50e9, "latency_s": 5e-6,
+                      "topology": "rail_optimized"}]}
+    f.write_text(yaml.safe_dump({"system": box if cap_w else "dgx-h100", "model": "llama3-8b", "num_gpus": 8,
+                                 "plan": {"tp": 1, "dp": 8, "mbs": 1, "gbs": 64, "precision": precision}}))
+    with pytest.raises(SystemExit):
+        main(["search", str(f), "--objective", "energy", "--space", "basic"])
+    assert len(seen) >= 20 and all(b <= e for b, e in seen), min(e / b for b, e in seen)

@@ -69,20 +69,24 @@ class ServingVerdict:
     """Requests of the run itself: the what-ifs ran on its first `requests` when fewer."""
 
 
-def whatif_requests(load: Load) -> int:
+def whatif_requests(load: Load, slots: int = 0) -> int:
     """Requests each what-if (and the baseline it is compared with) runs: the whole load when it is a trace or
-    small, else WHATIF_REQUESTS or more — for a closed loop WHATIF_CONCURRENCY_MULTIPLE times its concurrency, for
-    fixed batches one whole batch (a cut batch is a smaller batch, another regime)."""
+    small, else WHATIF_REQUESTS or more — WHATIF_CONCURRENCY_MULTIPLE times the requests in flight at the steady
+    state: a closed loop's concurrency, or for an offline or Poisson load the `slots` the deployment holds at once
+    (lanes × max batch: the batch such a load fills when it saturates the server); fixed batches whole (a cut batch
+    is a smaller batch, another regime)."""
     if load.arrival == "trace":
         return load.total_requests
-    floor = max(WHATIF_REQUESTS, WHATIF_CONCURRENCY_MULTIPLE * load.concurrency,
-                load.batch_size if load.arrival == "fixed-batch" else 0)
+    held = load.concurrency or (slots if load.arrival in ("offline", "poisson") else 0)
+    floor = max(WHATIF_REQUESTS, WHATIF_CONCURRENCY_MULTIPLE * held)
+    if load.arrival == "fixed-batch" and load.batch_size:
+        floor = -(-floor // load.batch_size) * load.batch_size
     return min(load.total_requests, floor)
 
 
-def _load(scn: ServingScenario) -> Load:
+def _load(scn: ServingScenario, slots: int = 0) -> Load:
     load = scn.load
-    n = whatif_requests(load)
+    n = whatif_requests(load, slots)
     return load if n == load.total_requests else dataclasses.replace(load, num_requests=n)
 
 
@@ -280,7 +284,7 @@ HOST_REMEDY = {
 def serving_verdict(run: ServingRun, acc: ServingAccounts) -> ServingVerdict:
     """Narrowest path of `run` and its what-ifs, ranked by throughput per GPU."""
     given = run.given or run.scenario
-    scn = dataclasses.replace(given, load=_load(given))
+    scn = dataclasses.replace(given, load=_load(given, run.result.lanes * run.limits.max_batch))
     base = _measure("baseline", "as given", scn, None, False)
     by_latency = keeps_up(scn, base.output_tokens_per_s_per_gpu * scn.num_gpus)
     res = run.result

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from narrowpath.analysis.energy import pj_per_flop
+from narrowpath.cost.power import clock_fraction
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import predict
 from narrowpath.search.bulk import Bulk, StructuralPrices
@@ -297,6 +298,8 @@ class Engine:
         width = FORMAT_BITS.get(self.space.base.precision, 0)
         coeffs = [pj_per_flop(dev.energy_pj_per_flop, d, dev) for d, bits in FORMAT_BITS.items() if bits >= width]
         cmin = min(coeffs) if coeffs and all(c is not None for c in coeffs) else 0.0
+        # under a power cap the ledger's energy per FLOP follows the clock (analysis.energy): so must its bound
+        cmin *= clock_fraction(dev.tdp_w, dev.idle_w, self.space.system.power_limit_w)
         return dev.idle_w * self.space.num_gpus * times + self.hw_flop[rows] * cmin * 1e-12
 
 

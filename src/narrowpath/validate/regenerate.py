@@ -175,7 +175,9 @@ def validation_markdown(rep: ValidationReport, coverage: dict[str, tuple[int, in
           "own errors never set the width its cases are judged by; the bands `predict`", "prints use the factor "
           "from every source, stored in `catalog/residuals.json`). Cases whose device had no", "constants fitted "
           "without their source would be left out (none are: a device with no other source's dense case",
-          "takes its prior's, `benchmarks/loso_refit.py` PRIOR_DEVICE).", "",
+          "takes its prior's, `benchmarks/loso_refit.py` PRIOR_DEVICE). Not nested: the other sources' stored",
+          "out-of-fold residuals were each computed with a fit that held out only their own source, so the judged",
+          "source's dense cases were in their fits (re-pricing every source inside every fold would remove that).", "",
           "| source | inside the band | cases | coverage (%) |", "|---|---|---|---|"]
     hit_all = n_all = 0
     for src, (hit, n) in coverage.items():

@@ -8,9 +8,10 @@ Approximations, stated:
   paused member holds the others at the next one): a run that needs w seconds of work from t ends when the time
   outside the union of its members' pauses since t reaches w (`finish_time`, exact for one periodic pause of random
   or aligned phase; until the fifty-sixth session the pauses starting inside the run's unpaused span were summed and
-  the ones starting in the delay they caused were never counted: a tp-8 unit pausing 5 % of the time per member ran
-  1.92x slower where this gives 2.43x, as an event Monte Carlo does). Several pause kinds stretch a run one after
-  the other (their overlaps counted twice: an upper bound).
+  the ones starting in the delay they caused were never counted: a tp-8 unit pausing 10 % of each period per member
+  ran 1.92x slower where an event Monte Carlo gives 2.43x). Several pause kinds: each kind's pauses are exact and
+  the other kinds' pauses inside the run count as more work, repeated until the end stops moving (`paused_end`), so
+  a pause of one kind inside another's is counted twice — an upper bound.
 - A flap stalls the first collective through the link after the flap's moment; within a tensor-parallel run the
   check is made once per run.
 """
@@ -111,22 +112,33 @@ class Perturbation:
     # --- queries the engine makes ------------------------------------------------------------------------
     def paused_end(self, stage: int, start_abs: np.ndarray, end_abs: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """(cause index, seconds per unit) by which each pause kind delays runs of `stage` that start at `start_abs`
-        and, unpaused, would end at `end_abs` (wall-clock seconds): each kind stretches the run to the moment its
-        work is done outside the kind's pauses (`finish_time`), one kind after the other."""
-        out = []
+        and, unpaused, would end at `end_abs` (wall-clock seconds): the run ends at the f where f − start = work +
+        Σ_k paused_k[start, f) — each kind's pauses inverted exactly (`finish_time`) with the other kinds' pauses in
+        [start, f) taken as more work, kind after kind until f stops moving (one kind: one inversion). Returns each
+        kind's paused seconds in [start, f), which add up to f − end."""
+        kinds = [((st[stage], ln[stage], per[stage]), it.period_s, ci) for it, (st, ln, per), ci in self.phases]
+        work = end_abs - start_abs
         end = end_abs
-        for it, (starts, lengths, per_period), ci in self.phases:
-            pattern = (starts[stage], lengths[stage], per_period[stage])
-            new = finish_time(start_abs, end - start_abs, pattern, it.period_s)
-            out.append((ci, new - end))
-            end = new
-        return out
+        for _ in range(PAUSE_PASSES if len(kinds) > 1 else 1):
+            before = end
+            for k, (pattern, period, _) in enumerate(kinds):
+                others = sum((paused_before(end, p, T) - paused_before(start_abs, p, T)
+                              for j, (p, T, _) in enumerate(kinds) if j != k), np.zeros_like(end))
+                end = finish_time(start_abs, work + others, pattern, period)
+            if np.array_equal(end, before):
+                break
+        return [(ci, paused_before(end, p, T) - paused_before(start_abs, p, T)) for p, T, ci in kinds]
+
+
+PAUSE_PASSES = 64
+"""Rounds of `paused_end` over several pause kinds at most (each round can only lengthen the run; a few suffice)."""
 
 
 def pause_pattern(phases_s: np.ndarray, period_s: float, pause_s: float):
     """The union of periodic pauses of a unit's members within one period: (starts (..., M) sorted in [0, period),
-    lengths (..., M) — each member's pause trimmed where the next one's begins, so the pieces are disjoint on the
-    circle —, paused seconds per period (...)). `phases_s` (..., M): when each member's pauses start."""
+    lengths (..., M) — each member's pause trimmed where the next one's begins, the last one's where the first one's
+    begins a period later, so the pieces are disjoint on the circle —, paused seconds per period (...)).
+    `phases_s` (..., M): when each member's pauses start."""
     s = np.sort(np.mod(phases_s, period_s), axis=-1)
     gap = np.roll(s, -1, axis=-1) - s
     gap[..., -1] += period_s
@@ -146,7 +158,8 @@ def paused_before(x: np.ndarray, pattern, period_s: float) -> np.ndarray:
 def finish_time(start_abs: np.ndarray, work_s: np.ndarray, pattern, period_s: float) -> np.ndarray:
     """The first moment f ≥ start at which the time outside the pauses in [start, f) reaches `work_s` (per unit):
     the free time up to x is x − paused_before(x), a non-decreasing piecewise-linear function; invert it — whole
-    periods first, then the free gaps of one period in order."""
+    periods first, then, within one period, the first free gap whose end reaches the rest (the gaps: after the
+    wrapped part of the last pause, between the pieces, and after the last piece)."""
     s, c, per = pattern
     free_per = period_s - per
     target = (start_abs - paused_before(start_abs, pattern, period_s)) + work_s
@@ -154,12 +167,12 @@ def finish_time(start_abs: np.ndarray, work_s: np.ndarray, pattern, period_s: fl
     r = target - n * free_per
     last = r <= 0  # exactly at a period's free total: the previous period's last free moment
     n, r = np.where(last, n - 1, n), np.where(last, r + free_per, r)
-    wrap = np.clip(s[..., -1] + c[..., -1] - period_s, 0.0, None)
-    gap_start = np.concatenate([wrap[..., None], (s + c)[..., :-1]], axis=-1)
-    gap_start = np.concatenate([gap_start, np.minimum(s[..., -1:] + c[..., -1:], period_s)], axis=-1)
+    wrap = np.clip(s[..., -1:] + c[..., -1:] - period_s, 0.0, None)
+    gap_start = np.concatenate([wrap, s + c], axis=-1)  # the last piece's end: its gap is empty when it wraps
     gap_end = np.concatenate([s, np.full(s.shape[:-1] + (1,), period_s)], axis=-1)
-    length = np.clip(gap_end - gap_start, 0.0, None)
-    before = np.cumsum(length, axis=-1) - length
-    j = np.minimum((before < r[..., None]).sum(axis=-1) - 1, length.shape[-1] - 1)
-    y = np.take_along_axis(gap_start + (r[..., None] - before), j[..., None], axis=-1)[..., 0]
+    length = np.maximum(gap_end - gap_start, 0.0)
+    cum = np.cumsum(length, axis=-1)
+    # the first gap whose end reaches r (to rounding: a run that ends as a pause begins ends there, not after it)
+    j = np.minimum((cum < r[..., None] - 1e-12 * period_s).sum(axis=-1), length.shape[-1] - 1)[..., None]
+    y = np.take_along_axis(gap_start + r[..., None] - (cum - length), j, axis=-1)[..., 0]
     return np.maximum(n * period_s + y, start_abs + work_s)
