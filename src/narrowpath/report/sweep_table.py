@@ -50,7 +50,9 @@ def format_sweep(rows: Sequence[dict[str, Any]], *, num_reused: int = 0, num_com
     if rows_path:
         tail += f" from {rows_path}"
     out.append(tail)
-    out.append("  tokens/s/W: tokens per joule of the whole job (the analysis energy ledger of the best plan)")
+    out.append("  tokens/s/W: tokens per joule the job's GPUs use (the energy ledger's GPU level for the best plan: "
+               "compute, data movement, idle); `analyze` also gives the node, cluster and facility levels, which "
+               "add hosts, network and cooling")
     return "\n".join(out)
 
 

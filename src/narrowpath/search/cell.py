@@ -15,7 +15,7 @@ dp = N is inconsistent (e.g. a batch smaller than the GPU count) is still search
 Row fields (JSON-ready; units in the names): key, system, model, num_gpus, gbs, objective, fits, reason (why no
 plan fits, else null), plan (the best plan's knobs), plan_text, step_time_s, tokens_per_s,
 tokens_per_s_per_gpu, tokens_per_s_per_w (= tokens per joule: tokens per step over the analysis energy ledger's
-joules per step), energy_per_step_j, memory_per_gpu_bytes, mfu, num_plans, num_fit, search_s.
+GPU-level joules per step), energy_per_step_j, memory_per_gpu_bytes, mfu, num_plans, num_fit, search_s.
 """
 from __future__ import annotations
 
