@@ -28,6 +28,8 @@ def test_the_narrowest_path_always_has_a_remedy_tried_or_is_said_to_have_none(an
         if shrinkers:
             assert "Best remedy tried for it" in v.sentence
             assert f"{max(shrinkers, key=shrink).description} (" in v.sentence
+        elif any(w.status == "does not fit" and w.components_s is not None and shrink(w) > 0 for w in tried):
+            assert "that shrink it do not fit in memory" in v.sentence  # they shrink it, they just do not fit
         else:
             assert "do not shrink it here" in v.sentence
         lengthen = [w for w in tried if w.status == "faster" and shrink(w) <= 0]

@@ -28,11 +28,11 @@ def test_links_tied_up_to_rounding_saturate_in_one_round_and_give_equal_rates():
 def test_a_contiguous_group_spans_whole_nodes_with_stride_one():
     """Ranks 0..11 on DGX H100s (8 GPUs per node and per NVLink domain): consecutive ranks, so the stride between
     members is 1; node 0 holds ranks 0–7 and node 1 ranks 8–11, so the fewest members in one domain / node is 4
-    (the rails a ring can use across the two nodes), over ⌈12/8⌉ = 2 domains and 2 nodes. Four ranks fit one node:
-    4 per domain, 1 domain."""
+    (the rails a ring can use across the two nodes), over ⌈12/8⌉ = 2 domains and 2 nodes, and the most 8 (the
+    domain whose ring a hierarchical collective waits for). Four ranks fit one node: 4 per domain, 1 domain."""
     h100 = system("dgx-h100")
     assert contiguous_span(12, h100) == GroupSpan(axis="custom", size=12, stride=1, ranks_per_domain=4, domains=2,
-                                                  ranks_per_node=4, nodes=2)
+                                                  ranks_per_node=4, nodes=2, busiest_domain=8)
     four = contiguous_span(4, h100)
     assert (four.size, four.stride, four.ranks_per_domain, four.domains, four.nodes) == (4, 1, 4, 1, 1)
 

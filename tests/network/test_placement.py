@@ -121,14 +121,14 @@ def test_every_group_is_measured_as_one_would_be(order, block):
     """The vectorised count over all groups (_per_block_rows) is the per-group count, group by group."""
     from narrowpath.network.placement import _per_block_rows
 
-    def _per_block(ranks, block):  # (fewest members in one block, blocks touched), one group at a time
+    def _per_block(ranks, block):  # (fewest members in one block, blocks touched, most), one group at a time
         _, counts = np.unique(ranks // block, return_counts=True)
-        return int(counts.min()), int(counts.size)
+        return int(counts.min()), int(counts.size), int(counts.max())
     plan = Plan(tp=2, cp=3, dp=4, ep=2, pp=5, gbs=40, placement=order)
     for axis in ("tp", "cp", "dp", "pp", "ep", "edp", "dpcp"):
         groups = all_groups(plan, axis)
-        per, n = _per_block_rows(groups, block)
-        assert [(int(a), int(b)) for a, b in zip(per, n)] == [_per_block(g, block) for g in groups]
+        per, n, most = _per_block_rows(groups, block)
+        assert [(int(a), int(b), int(c)) for a, b, c in zip(per, n, most)] == [_per_block(g, block) for g in groups]
 
 
 def test_the_contention_fabric_places_a_large_job_64_a_rack():

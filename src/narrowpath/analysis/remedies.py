@@ -121,7 +121,12 @@ def plan_candidates(ctx: Context) -> list[Candidate]:
             out += ep_in_scale_up(scn, dom)
         elif getattr(p, ax) <= dom:
             order = (ax,) + tuple(a for a in p.placement if a != ax)
-            out.append(Candidate(f"{ax}_in_scale_up", f"place {ax.upper()} groups inside the scale-up domain",
+            moved = dataclasses.replace(p, placement=order)
+            pushed = [o.upper() for o in HIGH_FREQUENCY if o not in (ax, "ep") and getattr(p, o) > 1
+                      and ctx.spans.get(o) is not None and not ctx.spans[o].crosses_scale_out
+                      and group_span(moved, scn.system, o).crosses_scale_out]
+            out.append(Candidate(f"{ax}_in_scale_up", f"place {ax.upper()} groups inside the scale-up domain"
+                                 + (f" ({' and '.join(pushed)} groups then cross it)" if pushed else ""),
                                  lambda o=order: with_plan(scn, placement=o), targets=(exposed_key(ax),)))
         elif ax == "tp":
             out.append(Candidate("tp_in_scale_up", f"shrink TP to the scale-up domain ({dom}), raise DP",
@@ -329,6 +334,24 @@ def power_cap_candidates(ctx: Context) -> list[Candidate]:
                       kind="hardware", targets=("energy",))]
 
 
+def system_changes(old, new) -> list[str]:
+    """What a swap of `old` for `new` changes besides the GPU: NIC rate, scale-up domain, GPUs per node, power cap
+    (the next generation's catalog box brings its own: an 800 Gb/s NIC credited to the GPU until the fifty-sixth
+    session's review)."""
+    out = []
+    nic = [s.tier("scale_out").bw_bytes_per_s_per_gpu if s.has_tier("scale_out") else 0.0 for s in (old, new)]
+    if nic[0] != nic[1]:
+        out.append(f"NIC {nic[0] / GBIT_PER_S:g} -> {nic[1] / GBIT_PER_S:g} Gb/s per GPU")
+    if old.scale_up_domain != new.scale_up_domain:
+        out.append(f"scale-up domain {old.scale_up_domain} -> {new.scale_up_domain} GPUs")
+    if old.gpus_per_node != new.gpus_per_node:
+        out.append(f"{old.gpus_per_node} -> {new.gpus_per_node} GPUs per node")
+    if old.power_limit_w != new.power_limit_w:
+        out.append(f"power cap {f'{old.power_limit_w:g} W' if old.power_limit_w else 'none'} -> "
+                   f"{f'{new.power_limit_w:g} W' if new.power_limit_w else 'none'}")
+    return out
+
+
 def hardware_candidates(ctx: Context) -> list[Candidate]:
     scn = ctx.pred.scenario
     nxt = facility_for(scn.system).next_system
@@ -339,8 +362,10 @@ def hardware_candidates(ctx: Context) -> list[Candidate]:
                                                              f"no later generation of {scn.system.device.name} "
                                                              "in the catalog", "hardware", COMPUTE + ("optimizer",)))]
     new = catalog_system(nxt)
+    also = system_changes(scn.system, new)  # the catalog's box brings its own NIC, cap and shape: said, not hidden
     return [Candidate("next_generation", f"the next GPU generation: {scn.system.device.name} -> {new.device.name} "
-                                         f"({nxt})", lambda: dataclasses.replace(scn, system=new, calibration=None),
+                                         f"({nxt}{'; also ' + ', '.join(also) if also else ''})",
+                      lambda: dataclasses.replace(scn, system=new, calibration=None),
                       kind="hardware", targets=COMPUTE + ("optimizer",), own_calibration=True)]
 
 

@@ -102,7 +102,10 @@ def remedy_sentence(ctx: Context, key: str, what_ifs: tuple[WhatIf, ...]) -> str
     if not same and not other:
         if tried:
             names = ", ".join(w.description for w in tried[:4])
-            parts.append(f"The remedies tried for {label} do not shrink it here ({names}).")
+            unfit = [w for w in tried if w.status == "does not fit" and w.components_s is not None and shrink(w) > 0]
+            parts.append(f"The remedies tried for {label} that shrink it do not fit in memory "
+                         f"({', '.join(w.description for w in unfit[:4])})." if unfit
+                         else f"The remedies tried for {label} do not shrink it here ({names}).")
         else:
             parts.append(f"No change among the knobs narrowpath models targets {label}.")
     if grows:
@@ -143,4 +146,11 @@ def build_verdict(ctx: Context, run_what_ifs: bool = True, sram_usable_fraction:
     remedy = remedy_sentence(ctx, key, tuple(ranked)) if run_what_ifs else ""
     if remedy:
         sentence += " " + remedy
+    if not mem.fits and run_what_ifs:  # a base that cannot run: which changes make it fit is the first thing to say
+        fit = [w for w in ranked if w.scenario is not None and w.status not in ("does not fit", "invalid",
+                                                                                  "not applicable")]
+        sentence += (" Of the changes tried, " + ", ".join(w.description for w in fit[:3])
+                     + (" makes" if len(fit[:3]) == 1 else " make") + " the plan fit (gains are against a plan that "
+                     "cannot run)." if fit else
+                     " None of the changes tried makes the plan fit.")
     return Verdict(key, comps[key], comps[key] / step, sentence, comps, tuple(ranked), remedy)

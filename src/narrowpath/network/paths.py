@@ -42,6 +42,7 @@ class PathModel:
     size: int
     """Ranks in the (sub-)group."""
     ranks_per_domain: int
+    """Fewest members in one domain (they bound the rails across domains)."""
     domains: int
     up_bw: float
     """Attained scale-up bandwidth per GPU, bytes/s."""
@@ -51,6 +52,9 @@ class PathModel:
     """Simple-protocol hop latency on the scale-up tier, s."""
     alpha_out_s: float
     """Simple-protocol hop latency on the scale-out tier, s."""
+    busiest_domain: int = 0
+    """Most members in one domain (its ring inside the domain is the longest one a hierarchical or tree collective
+    waits for); 0 = ranks_per_domain (every domain holds as many)."""
     nvls_algbw: float = 0.0
     """Attained NVLS all-reduce algbw (S/t) for large messages, bytes/s; 0 = no in-switch reduction."""
     nvls_latency_s: float = NVLS_LATENCY_S
@@ -123,8 +127,9 @@ class PathModel:
 
     def restricted(self, *, domains: int | None = None, ranks_per_domain: int | None = None) -> "PathModel":
         """The sub-group one level of a hierarchical algorithm runs on: one domain (r ranks) or one rail (d)."""
-        if domains == 1:
-            return dataclasses.replace(self, size=self.ranks_per_domain, domains=1)
+        if domains == 1:  # the busiest domain: the others finish their part first
+            r = self.busiest_domain or self.ranks_per_domain
+            return dataclasses.replace(self, size=r, ranks_per_domain=r, busiest_domain=0, domains=1)
         if ranks_per_domain == 1:
             return dataclasses.replace(self, size=self.domains, ranks_per_domain=1)
         return self
@@ -169,6 +174,7 @@ def path_model(span: GroupSpan, system: System, cal: Calibration) -> PathModel:
     # rate a measured busbw table is a share of alike
     links = min(1.0, (span.ranks_per_domain - 1) / (dom - 1)) if full_mesh and span.ranks_per_domain > 1 else 1.0
     pm = PathModel(size=span.size, ranks_per_domain=span.ranks_per_domain, domains=span.domains,
+                   busiest_domain=span.busiest_domain,
                    up_bw=up.bw_bytes_per_s_per_gpu * cu.bw_efficiency * links,
                    nic_bw=out.bw_bytes_per_s_per_gpu * co.bw_efficiency,
                    alpha_up_s=_alpha(system, cal, "scale_up"), alpha_out_s=_alpha(system, cal, "scale_out"),

@@ -50,6 +50,9 @@ class GroupSpan:
     """Groups of this axis that exist side by side (and run at the same time): GPUs / size."""
     groups_per_node: int = 1
     """Groups of this axis with members on one server; > 1 means they share that server's NICs."""
+    busiest_domain: int = 0
+    """Most members inside one scale-up domain (9 ranks on 8-GPU domains: 8, beside ranks_per_domain 1); 0 = as
+    many as ranks_per_domain (every domain alike)."""
     others: tuple["GroupSpan", ...] = ()
     """The other shapes the groups of this axis take, where the layout fills domains or nodes unevenly (NVL72
     racks packed 72 ranks a rack under 64-rank groups): the groups run their collective at once and the step
@@ -93,10 +96,11 @@ def contiguous_span(num_gpus: int, system: System) -> GroupSpan:
     if num_gpus < 1:
         raise SpecError("gpus", f"must be >= 1, got {num_gpus}")
     ranks = np.arange(num_gpus)[None, :]
-    (per_dom,), (doms,) = _per_block_rows(ranks, system.job_domain(num_gpus))
-    (per_node,), (nodes,) = _per_block_rows(ranks, system.gpus_per_node)
+    (per_dom,), (doms,), (most,) = _per_block_rows(ranks, system.job_domain(num_gpus))
+    (per_node,), (nodes,), _ = _per_block_rows(ranks, system.gpus_per_node)
     return GroupSpan(axis="custom", size=num_gpus, stride=1, ranks_per_domain=int(per_dom), domains=int(doms),
-                     ranks_per_node=int(per_node), nodes=int(nodes))
+                     ranks_per_node=int(per_node), nodes=int(nodes),
+                     busiest_domain=0 if most == per_dom else int(most))
 
 
 DENSE_AXES = ("tp", "cp", "dp", "pp")
@@ -196,10 +200,10 @@ def all_groups(plan: Plan, axis: str) -> np.ndarray:
     return rows
 
 
-def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """(fewest members in one block, blocks touched) of every row of `groups` (each row's ranks ascending) for
-    blocks of `block` consecutive ranks, each (groups,). A row's ranks ascend, so a block's members are consecutive
-    in it: the runs of equal block numbers are the blocks."""
+def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fewest members in one block, blocks touched, most members in one block) of every row of `groups` (each
+    row's ranks ascending) for blocks of `block` consecutive ranks, each (groups,). A row's ranks ascend, so a
+    block's members are consecutive in it: the runs of equal block numbers are the blocks."""
     b = groups // block
     n, s = b.shape
     start = np.ones((n, s), dtype=bool)
@@ -207,9 +211,10 @@ def _per_block_rows(groups: np.ndarray, block: int) -> tuple[np.ndarray, np.ndar
     flat = np.flatnonzero(start)  # every run's first position, row by row (each row's first position starts one)
     blocks = np.bincount(flat // s, minlength=n)
     if (blocks == 1).all():
-        return np.full(n, s), blocks
+        return np.full(n, s), blocks, np.full(n, s)
     runs = np.diff(np.append(flat, n * s))
-    return np.minimum.reduceat(runs, np.cumsum(blocks) - blocks), blocks
+    first = np.cumsum(blocks) - blocks
+    return np.minimum.reduceat(runs, first), blocks, np.maximum.reduceat(runs, first)
 
 
 @lru_cache(maxsize=512)
@@ -218,14 +223,16 @@ def _span_cached(plan: Plan, gpus_per_node: int, domain: int, axis: str) -> Grou
     fills nodes and domains evenly)."""
     groups = all_groups(plan, axis)
     size = int(groups.shape[1])
-    per_dom, doms = _per_block_rows(groups, domain)
-    per_node, nodes = (per_dom, doms) if domain == gpus_per_node else _per_block_rows(groups, gpus_per_node)
-    cols = np.stack([per_dom, doms, per_node, nodes], axis=1).astype(np.int64)
+    per_dom, doms, most = _per_block_rows(groups, domain)
+    per_node, nodes, _ = (per_dom, doms, most) if domain == gpus_per_node else _per_block_rows(groups, gpus_per_node)
+    busy = np.where(most == per_dom, 0, most)  # 0: every domain of the group alike
+    cols = np.stack([per_dom, doms, per_node, nodes, busy], axis=1).astype(np.int64)
     if (cols == cols[0]).all():  # the usual layout: every group alike
         shapes = cols[:1]
     else:  # one key per shape (every column is at most the group's size): far cheaper than unique rows
         r = size + 1
         key = ((cols[:, 0] * r + cols[:, 1]) * r + cols[:, 2]) * r + cols[:, 3]
+        key = key * r + cols[:, 4] if r ** 5 < 2 ** 62 else key
         _, first = np.unique(key, return_index=True)
         shapes = cols[first]
     ranks = groups[0]
@@ -233,11 +240,11 @@ def _span_cached(plan: Plan, gpus_per_node: int, domain: int, axis: str) -> Grou
     node0 = groups // gpus_per_node == 0
     common = dict(axis=axis, size=size, stride=stride, num_groups=int(groups.shape[0]),
                   groups_per_node=max(1, int(node0.any(axis=1).sum())))
-    own = (int(per_dom[0]), int(doms[0]), int(per_node[0]), int(nodes[0]))
-    others = tuple(GroupSpan(ranks_per_domain=a, domains=b, ranks_per_node=c, nodes=d, **common)
-                   for a, b, c, d in (tuple(int(x) for x in row) for row in shapes) if (a, b, c, d) != own)
-    return GroupSpan(ranks_per_domain=own[0], domains=own[1], ranks_per_node=own[2], nodes=own[3], others=others,
-                     **common)
+    own = (int(per_dom[0]), int(doms[0]), int(per_node[0]), int(nodes[0]), int(busy[0]))
+    others = tuple(GroupSpan(ranks_per_domain=a, domains=b, ranks_per_node=c, nodes=d, busiest_domain=e, **common)
+                   for a, b, c, d, e in (tuple(int(x) for x in row) for row in shapes) if (a, b, c, d, e) != own)
+    return GroupSpan(ranks_per_domain=own[0], domains=own[1], ranks_per_node=own[2], nodes=own[3],
+                     busiest_domain=own[4], others=others, **common)
 
 
 _LAYOUTS: dict[tuple, Plan] = {}
