@@ -54,13 +54,18 @@ class LedgerRow:
     source: str
 
 
+def element_bytes(dtype: str, default: float = 2) -> float:
+    """Bytes of one element of a dtype or training format (mxfp8 takes fp8's, nvfp4 fp4's); `default` if unknown."""
+    return DTYPE_BYTES.get(FORMAT_DTYPE.get(dtype, dtype), default)
+
+
 def op_level_bytes(op, level: str, device) -> float:
     """Bytes one execution of `op` moves at `level` on `device` (module docstring convention; the HBM bytes are
     those the roofline prices, cost.roofline.hbm_bytes)."""
     hbm = hbm_bytes(op, device)
     if level == "hbm" or op.kind == "vector" or op.flop <= 0:
         return hbm
-    a = DTYPE_BYTES.get(FORMAT_DTYPE.get(op.dtype, op.dtype), 2)
+    a = element_bytes(op.dtype)
     per_flop = a / (SRAM_TILE if level == "sram" else L2_TILE)
     return max(hbm, op.flop * per_flop)
 

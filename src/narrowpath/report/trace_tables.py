@@ -83,8 +83,9 @@ def format_report(report: TraceReport) -> str:
                                                         " matched up to the shortest)" if s.unmatched_kinds else ""))
         if s.num_dropped or not s.groups_known:
             why = "" if s.groups_known else " (the traces carry no process groups)"
-            out.append(f"  matched by order within each kind{why}; {s.num_dropped} order-matched set(s) dropped: their intervals do not overlap on every rank, "
-                       "so they are not one collective (sampled or misaligned traces)")
+            out.append(f"  matched by order within each kind{why}; {s.num_dropped} order-matched set(s) dropped: "
+                       "their intervals do not overlap on every rank, so they are not one collective (sampled or "
+                       "misaligned traces)")
         out.append(table(["rank", "arrived last (count)", "mean lateness", "max lateness", "mean step"],
                          [[rk, s.last_arrival_count[rk], human_time(s.mean_lateness_s[rk]),
                            human_time(s.max_lateness_s[rk]),

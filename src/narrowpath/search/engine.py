@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from narrowpath.analysis.energy import pj_per_flop
+from narrowpath.analysis.ledger import element_bytes
 from narrowpath.cost.power import clock_fraction
 from narrowpath.errors import NarrowpathError
 from narrowpath.schedule.step import predict
@@ -29,7 +30,7 @@ from narrowpath.search.each import Candidate, Progress, describe_plan, leaves_fr
 from narrowpath.search.exact import Exact
 from narrowpath.search.parts import Parts
 from narrowpath.search.table import PlanTable, twin_strategies
-from narrowpath.spec.plan import CP_COMM, EP_DISPATCH
+from narrowpath.spec.plan import CP_COMM, EP_DISPATCH, PRECISIONS
 
 TIE_REL = 1e-9
 """Relative difference of the objective's metric below which two plans tie."""
@@ -295,16 +296,13 @@ class Engine:
         H100) made the bound idle power alone: a BF16 search of Llama-3 8B on 8 H100 by energy priced 146,072 of
         233,959 plans in full (298 s against 0.56 s by time)."""
         dev = self.space.system.device
-        width = FORMAT_BITS.get(self.space.base.precision, 0)
-        coeffs = [pj_per_flop(dev.energy_pj_per_flop, d, dev) for d, bits in FORMAT_BITS.items() if bits >= width]
+        width = element_bytes(self.space.base.precision, 0)
+        coeffs = [pj_per_flop(dev.energy_pj_per_flop, d, dev) for d in PRECISIONS + ("tf32",)
+                  if element_bytes(d) >= width]
         cmin = min(coeffs) if coeffs and all(c is not None for c in coeffs) else 0.0
         # under a power cap the ledger's energy per FLOP follows the clock (analysis.energy): so must its bound
         cmin *= clock_fraction(dev.tdp_w, dev.idle_w, self.space.system.power_limit_w)
         return dev.idle_w * self.space.num_gpus * times + self.hw_flop[rows] * cmin * 1e-12
-
-
-FORMAT_BITS = {"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "mxfp8": 8, "nvfp4": 4}
-"""Bits of a value of each training format (tf32 is stored in 32)."""
 
 
 def _rank(values: list) -> np.ndarray:
